@@ -1,0 +1,159 @@
+package toolserver
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+var numberArgs = map[string]any{
+	"type":       "object",
+	"properties": map[string]any{"a": map[string]any{"type": "number"}, "b": map[string]any{"type": "number"}},
+	"required":   []string{"a", "b"},
+}
+
+// Calculator returns the two tools of the recorded reference calculator:
+// add and multiply, both read-only.
+func Calculator() []Tool {
+	arith := func(op func(a, b float64) float64) func(context.Context, json.RawMessage) (string, error) {
+		return func(_ context.Context, raw json.RawMessage) (string, error) {
+			var args struct{ A, B *float64 }
+			if json.Unmarshal(raw, &args) != nil || args.A == nil || args.B == nil {
+				return "", badArgs("a and b must be numbers")
+			}
+			return strconv.FormatFloat(op(*args.A, *args.B), 'f', -1, 64), nil
+		}
+	}
+	readOnly := map[string]any{"readOnlyHint": true}
+	return []Tool{
+		{Name: "add", Description: "Add two numbers", InputSchema: numberArgs, Annotations: readOnly, Call: arith(func(a, b float64) float64 { return a + b })},
+		{Name: "multiply", Description: "Multiply two numbers", InputSchema: numberArgs, Annotations: readOnly, Call: arith(func(a, b float64) float64 { return a * b })},
+	}
+}
+
+// Files is an in-memory file system behind four tools: read_file and
+// list_dir (read-only), write_file (not destructive: it only adds or
+// replaces one file), delete_path (destructive).
+type Files struct {
+	mu    sync.Mutex
+	files map[string]string
+}
+
+// NewFiles makes a file system holding the given files.
+func NewFiles(files map[string]string) *Files {
+	f := &Files{files: map[string]string{}}
+	for k, v := range files {
+		f.files[k] = v
+	}
+	return f
+}
+
+// Read returns a file's content, for tests and the demo's narration.
+func (f *Files) Read(path string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.files[path]
+	return s, ok
+}
+
+func pathSchema(extra map[string]any) map[string]any {
+	props := map[string]any{"path": map[string]any{"type": "string"}}
+	for k, v := range extra {
+		props[k] = v
+	}
+	return map[string]any{"type": "object", "properties": props, "required": []string{"path"}}
+}
+
+type pathArgs struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+func parsePath(raw json.RawMessage) (pathArgs, error) {
+	var a pathArgs
+	if json.Unmarshal(raw, &a) != nil || a.Path == "" {
+		return a, badArgs("path must be a non-empty string")
+	}
+	return a, nil
+}
+
+// Tools returns the file tools.
+func (f *Files) Tools() []Tool {
+	return []Tool{
+		{
+			Name: "read_file", Description: "Read a file", InputSchema: pathSchema(nil),
+			Annotations: map[string]any{"readOnlyHint": true},
+			Call: func(_ context.Context, raw json.RawMessage) (string, error) {
+				a, err := parsePath(raw)
+				if err != nil {
+					return "", err
+				}
+				if s, ok := f.Read(a.Path); ok {
+					return s, nil
+				}
+				return "", badArgs("no such file: %s", a.Path)
+			},
+		},
+		{
+			Name: "list_dir", Description: "List the files under a directory", InputSchema: pathSchema(nil),
+			Annotations: map[string]any{"readOnlyHint": true},
+			Call: func(_ context.Context, raw json.RawMessage) (string, error) {
+				a, err := parsePath(raw)
+				if err != nil {
+					return "", err
+				}
+				prefix := strings.TrimSuffix(a.Path, "/") + "/"
+				f.mu.Lock()
+				var names []string
+				for p := range f.files {
+					if strings.HasPrefix(p, prefix) {
+						names = append(names, p)
+					}
+				}
+				f.mu.Unlock()
+				sort.Strings(names)
+				return strings.Join(names, "\n"), nil
+			},
+		},
+		{
+			Name: "write_file", Description: "Write a file, replacing it if it exists",
+			InputSchema: pathSchema(map[string]any{"content": map[string]any{"type": "string"}}),
+			Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": false},
+			Call: func(_ context.Context, raw json.RawMessage) (string, error) {
+				a, err := parsePath(raw)
+				if err != nil {
+					return "", err
+				}
+				f.mu.Lock()
+				f.files[a.Path] = a.Content
+				f.mu.Unlock()
+				return "wrote " + strconv.Itoa(len(a.Content)) + " bytes to " + a.Path, nil
+			},
+		},
+		{
+			Name: "delete_path", Description: "Delete a file or a whole directory tree",
+			InputSchema: pathSchema(nil),
+			Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": true},
+			Call: func(_ context.Context, raw json.RawMessage) (string, error) {
+				a, err := parsePath(raw)
+				if err != nil {
+					return "", err
+				}
+				prefix := strings.TrimSuffix(a.Path, "/") + "/"
+				f.mu.Lock()
+				n := 0
+				for p := range f.files {
+					if p == a.Path || strings.HasPrefix(p, prefix) {
+						delete(f.files, p)
+						n++
+					}
+				}
+				f.mu.Unlock()
+				return "deleted " + strconv.Itoa(n) + " files under " + a.Path, nil
+			},
+		},
+	}
+}
