@@ -34,6 +34,8 @@ environment, the environment over the file.`,
 // subcommands lists every subcommand. Each lives in its own file.
 func subcommands() []*cobra.Command {
 	return []*cobra.Command{
+		newEvalCmd(),
+		newTestCmd(),
 		newVersionCmd(),
 	}
 }

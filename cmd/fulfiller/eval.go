@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mewkit/fulfiller/policies"
+)
+
+type evalFlags struct {
+	policies, data []string
+	input          string
+	explain        bool
+	policyTimeout  time.Duration
+}
+
+func newEvalCmd() *cobra.Command {
+	var fl evalFlags
+	cmd := &cobra.Command{
+		Use:   "eval --policy PATH [--data PATH] --input FILE|-",
+		Short: "Decide one proposal offline and print the decision as JSON",
+		Long: `eval decides one proposal with the policies, as the sidecar would, and prints
+the decision as one JSON object on stdout.
+
+--input (a file, or - for stdin) holds either a bare mcp/proposal envelope —
+eval builds the policy input around it: proposal, method, params, proposer.id,
+tool.name and tool.arguments for tools/call, and now — or a full policy input
+document (an object with a "proposal" key), which is evaluated as it is.
+
+A policy that fails (no decision, a malformed or conflicting one, an error, the
+timeout) gives the fail-closed decision, reject with reason "policy", with the
+cause in "error"; that is still a decision and eval exits 0. --explain adds
+the rules that fired. Without --policy the built-in deny-all policy decides.
+
+Exit 0 when a decision was made, 2 when a policy, data or input file cannot be
+used (the message names the file, and the line for Rego errors).`,
+		Example: `  fulfiller eval --policy examples/policies --data examples/policies/data.yaml \
+      --input examples/proposals/write-prod.json --explain`,
+		Args: noPositionalArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runEval(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), fl)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable)")
+	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
+	f.StringVar(&fl.input, "input", "", "proposal envelope or input document: a file, or - for stdin (required)")
+	f.BoolVar(&fl.explain, "explain", false, "also print which rules fired")
+	f.DurationVar(&fl.policyTimeout, "policy-timeout", policies.DefaultTimeout, "longest the evaluation may take (then: reject policy)")
+	return cmd
+}
+
+func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl evalFlags) error {
+	if fl.input == "" {
+		return usageErrorf("--input is required: a proposal envelope or input document file, or - for stdin")
+	}
+	if fl.policyTimeout <= 0 {
+		return usageErrorf("--policy-timeout %s: must be positive", fl.policyTimeout)
+	}
+	raw, name, err := readEvalInput(fl.input, stdin)
+	if err != nil {
+		return err
+	}
+	doc, err := policies.ParseEvalInput(raw, time.Now())
+	if err != nil {
+		return usageErrorf("--input %s: %v", name, err)
+	}
+	engine, err := policies.Load(ctx, policies.Options{
+		Policies: fl.policies,
+		Data:     fl.data,
+		Timeout:  fl.policyTimeout,
+		Logger:   newEvalLogger(stderr),
+	})
+	if err != nil {
+		return usageError(err)
+	}
+
+	var out any
+	var d policies.Decision
+	if fl.explain {
+		var x policies.Explanation
+		d, x = engine.ExplainDocument(ctx, doc)
+		out = policies.ExplainedDecision{Decision: d, Explanation: x}
+	} else {
+		d = engine.DecideDocument(ctx, doc)
+		out = d
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("print decision: %w", err)
+	}
+	if _, err := stdout.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if d.Err != nil {
+		// Still a decision (exit 0), but a human running eval wants to
+		// know the policy did not make it itself.
+		fmt.Fprintf(stderr, "fulfiller: the policy failed, so this is the fail-closed reject: %s\n", oneLine(d.Err.Error()))
+	}
+	return nil
+}
+
+// readEvalInput reads --input: a file, or stdin for "-".
+func readEvalInput(path string, stdin io.Reader) ([]byte, string, error) {
+	if path == "-" {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, "", usageErrorf("--input -: read stdin: %v", err)
+		}
+		return b, "(stdin)", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, "", usageErrorf("--input %s: %v", path, err)
+	}
+	return b, path, nil
+}
+
+// newEvalLogger keeps eval's stderr quiet except for warnings, such as a
+// built-in error during evaluation.
+func newEvalLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// noPositionalArgs rejects positional arguments as a usage error (exit 2), naming
+// the first one.
+func noPositionalArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("unexpected argument %q", args[0])
+	}
+	return nil
+}

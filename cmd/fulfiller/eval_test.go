@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// cli runs the fulfiller command tree in-process and returns what the
+// process would print and its exit code.
+func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	// Flags may also come from FULFILLER_* variables; keep the test's own.
+	for _, name := range []string{"POLICY", "DATA", "INPUT", "EXPLAIN", "POLICY_TIMEOUT", "VERBOSE", "RUN", "TIMEOUT", "CONFIG"} {
+		t.Setenv("FULFILLER_"+name, "") // restored after the test
+		os.Unsetenv("FULFILLER_" + name)
+	}
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	err := root.ExecuteContext(t.Context())
+	code = 0
+	if err != nil {
+		code = 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if ee == nil || !ee.silent {
+			errOut.WriteString("fulfiller: " + oneLine(err.Error()) + "\n")
+		}
+	}
+	return out.String(), errOut.String(), code
+}
+
+var (
+	examplePolicies = filepath.Join("..", "..", "examples", "policies")
+	exampleData     = filepath.Join(examplePolicies, "data.yaml")
+	proposals       = filepath.Join("..", "..", "examples", "proposals")
+	testPolicies    = filepath.Join("testdata", "policies")
+)
+
+func decode(t *testing.T, out string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out)
+	}
+	return m
+}
+
+// TestEvalExamples: the documented decisions of examples/policies/README.md.
+func TestEvalExamples(t *testing.T) {
+	tests := []struct {
+		input string
+		want  map[string]any
+	}{
+		{"read.json", map[string]any{"action": "fulfill", "message": "read-only"}},
+		{"write-dev.json", map[string]any{"action": "reject", "reason": "policy",
+			"message": "no rule allows this call; ask the security team to extend the policy"}},
+		{"write-prod.json", map[string]any{"action": "escalate", "message": "write_file targets production (/srv/prod/app.conf)",
+			"approvers": []any{"oncall-alice", "oncall-bob", "oncall-carol"}, "quorum": 2.0, "timeout": "15m"}},
+		{"busy-input.json", map[string]any{"action": "reject", "reason": "busy",
+			"message": "64 proposals are waiting (limit 50); try again later"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.input, func(t *testing.T) {
+			stdout, stderr, code := cli(t, "", "eval", "--policy", examplePolicies, "--data", exampleData,
+				"--input", filepath.Join(proposals, tc.input))
+			if code != 0 || stderr != "" {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			got := decode(t, stdout)
+			rev, _ := got["revision"].(string)
+			if !strings.HasPrefix(rev, "sha256:") {
+				t.Errorf("revision %q", rev)
+			}
+			delete(got, "revision")
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %v\nwant %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEvalStdinAndExplain(t *testing.T) {
+	env := `{"protocol":"mew/v0.4","id":"p","from":"coder","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/tmp/x"}}}}`
+	stdout, _, code := cli(t, env, "eval", "--policy", examplePolicies, "--data", exampleData, "--input", "-", "--explain")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	got := decode(t, stdout)
+	if got["action"] != "fulfill" {
+		t.Errorf("action %v", got["action"])
+	}
+	ex, _ := got["explanation"].(map[string]any)
+	rules, _ := ex["rules"].([]any)
+	var names []string
+	for _, r := range rules {
+		names = append(names, r.(map[string]any)["rule"].(string)+" "+r.(map[string]any)["location"].(string))
+	}
+	joined := strings.Join(names, "\n")
+	for _, want := range []string{
+		"data.fulfiller.readonly.fulfill " + filepath.Join(examplePolicies, "readonly.rego") + ":",
+		"data.fulfiller.decision " + filepath.Join(examplePolicies, "main.rego") + ":24",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("explanation lacks %q:\n%s", want, joined)
+		}
+	}
+}
+
+// TestEvalFailsClosed: a policy that breaks at evaluation time still gives
+// a decision — reject/policy with the error — and exit 0, not a crash.
+func TestEvalFailsClosed(t *testing.T) {
+	tests := []struct {
+		dir, err string
+	}{
+		{"conflict", `policy.rego:6: eval_conflict_error: rule data.fulfiller.decision produced conflicting values`},
+		{"runtime-error", `policy.rego:6: eval_conflict_error: function data.fulfiller.risk produced conflicting values for the same inputs`},
+		{"builtin-error", `undefined decision: no rule produced data.fulfiller.decision for this input (built-in error: ` +
+			filepath.Join(testPolicies, "builtin-error", "policy.rego") + `:5: eval_builtin_error: to_number`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.dir, func(t *testing.T) {
+			stdout, stderr, code := cli(t, "", "eval", "--policy", filepath.Join(testPolicies, tc.dir),
+				"--input", filepath.Join(proposals, "write-dev.json"))
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %s", code, stderr)
+			}
+			got := decode(t, stdout)
+			if got["action"] != "reject" || got["reason"] != "policy" {
+				t.Errorf("decision %v, want reject/policy", got)
+			}
+			if e, _ := got["error"].(string); !strings.Contains(e, tc.err) {
+				t.Errorf("error %q, want it to contain %q", e, tc.err)
+			}
+			if !strings.Contains(stderr, "fail-closed reject") || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("stderr %q, want one line about the fail-closed reject", stderr)
+			}
+		})
+	}
+}
+
+func TestEvalDefaultPolicy(t *testing.T) {
+	stdout, _, code := cli(t, "", "eval", "--input", filepath.Join(proposals, "read.json"))
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	got := decode(t, stdout)
+	if got["action"] != "reject" || got["reason"] != "policy" || !strings.Contains(got["message"].(string), "--policy") {
+		t.Errorf("decision %v", got)
+	}
+	if _, ok := got["error"]; ok {
+		t.Error("the default policy's decision carries an error")
+	}
+}
+
+// TestEvalUsageErrors: exit 2 with one line naming the file (and line).
+func TestEvalUsageErrors(t *testing.T) {
+	broken := filepath.Join(testPolicies, "broken", "policy.rego")
+	tests := []struct {
+		name string
+		args []string
+		want string // regexp on stderr
+	}{
+		{"broken policy", []string{"--policy", filepath.Join(testPolicies, "broken"), "--input", filepath.Join(proposals, "read.json")},
+			`^fulfiller: ` + regexp.QuoteMeta(broken) + `:5: rego_parse_error: unexpected } token\n$`},
+		{"missing policy", []string{"--policy", "nope.rego", "--input", filepath.Join(proposals, "read.json")},
+			`^fulfiller: nope.rego: no such file or directory\n$`},
+		{"missing data", []string{"--policy", examplePolicies, "--data", "nope.yaml", "--input", filepath.Join(proposals, "read.json")},
+			`^fulfiller: nope.yaml: no such file or directory\n$`},
+		{"no input", []string{"--policy", examplePolicies},
+			`^fulfiller: --input is required`},
+		{"missing input", []string{"--input", "nope.json"},
+			`^fulfiller: --input nope.json: no such file or directory\n$`},
+		{"input not JSON", []string{"--input", exampleData},
+			`^fulfiller: --input ` + regexp.QuoteMeta(exampleData) + `: line 1: invalid character`},
+		{"input not a proposal", []string{"--input", "-"},
+			`^fulfiller: --input \(stdin\): neither an input document .* nor an mcp/proposal envelope \(kind is "chat"\)\n$`},
+		{"stray argument", []string{"--input", "-", "extra"},
+			`^fulfiller: unexpected argument "extra"\n$`},
+		{"bad flag", []string{"--input", "-", "--explian"},
+			`^fulfiller: unknown flag: --explian\n$`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := cli(t, `{"protocol":"mew/v0.4","kind":"chat","payload":{"text":"hi"}}`, append([]string{"eval"}, tc.args...)...)
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q", stdout)
+			}
+			if !regexp.MustCompile(tc.want).MatchString(stderr) {
+				t.Errorf("stderr %q, want %s", stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestTestCommand(t *testing.T) {
+	t.Run("examples pass", func(t *testing.T) {
+		stdout, stderr, code := cli(t, "", "test", examplePolicies)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+		}
+		m := regexp.MustCompile(`(?m)^(\d+) passed, 0 failed$`).FindStringSubmatch(stdout)
+		if m == nil || m[1] == "0" {
+			t.Errorf("no summary line with passing tests:\n%s", stdout)
+		}
+		if strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, "PASS  data.fulfiller.production_test.test_production_path_escalates_to_on_call (") {
+			t.Errorf("per-test lines:\n%s", stdout)
+		}
+	})
+	t.Run("failing test exits 1", func(t *testing.T) {
+		stdout, stderr, code := cli(t, "", "test", filepath.Join(testPolicies, "failing"))
+		if code != 1 {
+			t.Errorf("exit %d, want 1", code)
+		}
+		for _, want := range []string{
+			"PASS  data.fulfiller_test.test_fulfils (",
+			"FAIL  data.fulfiller_test.test_rejects_writes (",
+			filepath.Join(testPolicies, "failing", "policy_test.rego") + ":8",
+			"\n1 passed, 1 failed\n",
+		} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, stdout)
+			}
+		}
+		if stderr != "" {
+			t.Errorf("stderr %q: the failures are already reported", stderr)
+		}
+	})
+	t.Run("verbose prints the trace of failures", func(t *testing.T) {
+		stdout, _, code := cli(t, "", "test", "-v", filepath.Join(testPolicies, "failing"))
+		if code != 1 || !strings.Contains(stdout, "Fail data.fulfiller.decision.action = \"reject\"") {
+			t.Errorf("exit %d, stdout:\n%s", code, stdout)
+		}
+	})
+	t.Run("run filter", func(t *testing.T) {
+		stdout, _, code := cli(t, "", "test", "--run", "test_fulfils$", filepath.Join(testPolicies, "failing"))
+		if code != 0 || !strings.Contains(stdout, "\n1 passed, 0 failed\n") {
+			t.Errorf("exit %d, stdout:\n%s", code, stdout)
+		}
+	})
+	t.Run("load error exits 2", func(t *testing.T) {
+		_, stderr, code := cli(t, "", "test", filepath.Join(testPolicies, "broken"))
+		want := "fulfiller: " + filepath.Join(testPolicies, "broken", "policy.rego") + ":5: rego_parse_error"
+		if code != 2 || !strings.HasPrefix(stderr, want) {
+			t.Errorf("exit %d, stderr %q, want 2 and %q", code, stderr, want)
+		}
+	})
+	t.Run("usage", func(t *testing.T) {
+		if _, _, code := cli(t, "", "test"); code != 2 {
+			t.Errorf("no paths: exit %d, want 2", code)
+		}
+		if _, stderr, code := cli(t, "", "test", "--run", "(", examplePolicies); code != 2 || !strings.Contains(stderr, "test filter") {
+			t.Errorf("bad --run: exit %d %q", code, stderr)
+		}
+	})
+}

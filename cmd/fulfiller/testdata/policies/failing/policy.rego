@@ -1,0 +1,3 @@
+package fulfiller
+
+decision := {"action": "fulfill"}

@@ -1,0 +1,26 @@
+# METADATA
+# title: Example approval policy
+# description: |
+#   Combines the example rules. Precedence: a deny (quotas.rego) beats an
+#   escalation (production.rego), which beats a fulfil (readonly.rego).
+#   Anything no rule speaks for is rejected.
+package fulfiller
+
+import data.fulfiller.production
+import data.fulfiller.quotas
+import data.fulfiller.readonly
+
+# What no rule allows is refused.
+default decision := {
+	"action": "reject",
+	"reason": "policy",
+	"message": "no rule allows this call; ask the security team to extend the policy",
+}
+
+decision := quotas.deny if {
+	quotas.deny
+} else := production.escalate if {
+	production.escalate
+} else := {"action": "fulfill", "message": "read-only"} if {
+	readonly.fulfill
+}

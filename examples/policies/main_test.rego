@@ -1,0 +1,57 @@
+package fulfiller_test
+
+import data.fulfiller
+
+call(proposer, name, annotations, arguments) := {
+	"method": "tools/call",
+	"params": {"name": name, "arguments": arguments},
+	"tool": {"name": name, "server": "fs", "annotations": annotations, "arguments": arguments},
+	"proposer": {"id": proposer},
+	"agent": {"id": "fulfiller", "pending": 1, "inflight": 0, "max_pending": 1000},
+}
+
+test_read_only_call_is_fulfilled if {
+	fulfiller.decision == {"action": "fulfill", "message": "read-only"} with input as call("coder", "read_file", {}, {"path": "/tmp/notes.txt"})
+}
+
+test_production_write_is_escalated if {
+	fulfiller.decision == {
+		"action": "escalate",
+		"message": "write_file targets production (/srv/prod/app.conf)",
+		"approvers": ["oncall-alice", "oncall-bob", "oncall-carol"],
+		"quorum": 2,
+		"timeout": "15m",
+	} with input as call("coder", "write_file", {}, {"path": "/srv/prod/app.conf"})
+}
+
+test_escalate_beats_fulfil if {
+	# Reading production data is read-only, but production still needs a human.
+	fulfiller.decision.action == "escalate" with input as call("coder", "read_file", {"readOnlyHint": true}, {"path": "/srv/prod/secrets"})
+}
+
+test_deny_beats_escalate if {
+	fulfiller.decision == {
+		"action": "reject",
+		"reason": "policy",
+		"message": "proposals from mallory are not accepted here",
+	} with input as call("mallory", "write_file", {}, {"path": "/srv/prod/app.conf"})
+}
+
+test_busy_beats_fulfil if {
+	fulfiller.decision.reason == "busy" with input as object.union(
+		call("coder", "read_file", {}, {"path": "/tmp/x"}),
+		{"agent": {"pending": 51}},
+	)
+}
+
+test_anything_else_is_rejected if {
+	fulfiller.decision == {
+		"action": "reject",
+		"reason": "policy",
+		"message": "no rule allows this call; ask the security team to extend the policy",
+	} with input as call("coder", "write_file", {}, {"path": "/tmp/notes.txt"})
+}
+
+test_empty_input_is_rejected if {
+	fulfiller.decision.action == "reject" with input as {}
+}

@@ -1,0 +1,68 @@
+package fulfiller.production_test
+
+import data.fulfiller.production
+
+call(name, annotations, arguments) := {
+	"method": "tools/call",
+	"tool": {"name": name, "annotations": annotations, "arguments": arguments},
+}
+
+test_production_path_escalates_to_on_call if {
+	production.escalate == {
+		"action": "escalate",
+		"message": "write_file targets production (/srv/prod/app.conf)",
+		"approvers": ["oncall-alice", "oncall-bob", "oncall-carol"],
+		"quorum": 2,
+		"timeout": "15m",
+	} with input as call("write_file", {}, {"path": "/srv/prod/app.conf", "content": "x"})
+}
+
+test_nested_arguments_are_searched if {
+	production.escalate.quorum == 2 with input as call("deploy", {}, {"target": {"envs": ["staging", "Production"]}})
+}
+
+test_case_does_not_matter if {
+	production.matches == {"DB-PROD-1"} with input as call("query", {}, {"host": "DB-PROD-1"})
+}
+
+test_aws_account_pattern if {
+	production.escalate with input as call("s3_put", {}, {"bucket": "arn:aws:s3:eu-west-1:111122223333:backups"})
+}
+
+test_account_number_elsewhere_is_not_production if {
+	# The pattern, not just the quick `contains` filter, decides.
+	not production.escalate with input as call("note", {}, {"text": "ticket 111122223333"})
+}
+
+test_non_destructive_tool_needs_one_approval if {
+	production.escalate.quorum == 1 with input as call("restart", {"destructiveHint": false}, {"host": "web1.prod.example.com"})
+}
+
+test_read_only_tool_needs_one_approval if {
+	production.escalate.quorum == 1 with input as call("read_logs", {"readOnlyHint": true}, {"host": "prod-db-1"})
+}
+
+test_staging_does_not_escalate if {
+	not production.escalate with input as call("write_file", {}, {"path": "/srv/staging/app.conf"})
+}
+
+test_words_containing_prod_do_not_match if {
+	not production.escalate with input as call("list_products", {}, {"query": "products reproduce"})
+}
+
+test_targets_come_from_data if {
+	production.escalate with input as call("query", {}, {"db": "payments-live"})
+		with data.settings.production.targets as [{"contains": "live", "pattern": "-live$"}]
+}
+
+test_contains_words_are_plain_lower_case if {
+	# The quick look at the JSON text of the arguments finds a word only if
+	# JSON does not escape it, and only in lower case.
+	every target in data.settings.production.targets {
+		regex.match(`^[a-z0-9 ._/:=@-]+$`, target.contains)
+	}
+}
+
+test_json_escaped_text_still_matches if {
+	production.escalate with input as call("write", {}, {"path": "/srv/prod/<x>\"y\""})
+}

@@ -1,0 +1,158 @@
+package policies
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseDecision(t *testing.T) {
+	valid := []struct {
+		doc  string
+		want Decision
+	}{
+		{`{"action":"fulfill"}`, Decision{Action: Fulfill}},
+		{`{"action":"fulfill","message":"ok","target":"fs"}`, Decision{Action: Fulfill, Message: "ok", Target: "fs"}},
+		{`{"action":"reject","reason":"policy"}`, Decision{Action: Reject, Reason: "policy"}},
+		{`{"action":"reject","reason":"no_longer_needed","message":"m"}`, Decision{Action: Reject, Reason: "no_longer_needed", Message: "m"}},
+		{`{"action":"reject","reason":"inappropriate"}`, Decision{Action: Reject, Reason: "inappropriate"}},
+		{`{"action":"escalate"}`, Decision{Action: Escalate, Quorum: 1}},
+		{`{"action":"escalate","approvers":["alice","bob"],"quorum":2,"timeout":"5m","editable":["path"]}`,
+			Decision{Action: Escalate, Approvers: []string{"alice", "bob"}, Quorum: 2, Timeout: 5 * time.Minute, Editable: []string{"path"}}},
+		{`{"action":"escalate","quorum":3}`, Decision{Action: Escalate, Quorum: 3}}, // approvers default to the sidecar's
+		{`{"action":"escalate","quorum":2.0,"approvers":["a","b"]}`, Decision{Action: Escalate, Quorum: 2, Approvers: []string{"a", "b"}}},
+		{`{"action":"escalate","timeout":"1h30m","approvers":[]}`, Decision{Action: Escalate, Quorum: 1, Timeout: 90 * time.Minute, Approvers: []string{}}},
+		{`{"action":"fulfill","rule":"r1","score":0.5,"tags":["a"]}`,
+			Decision{Action: Fulfill, Extra: map[string]any{"rule": "r1", "score": json.Number("0.5"), "tags": []any{"a"}}}},
+	}
+	for _, tc := range valid {
+		t.Run(tc.doc, func(t *testing.T) {
+			got, err := ParseDecision([]byte(tc.doc))
+			if err != nil {
+				t.Fatalf("ParseDecision: %v", err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %#v\nwant %#v", got, tc.want)
+			}
+		})
+	}
+
+	malformed := []struct {
+		doc, field, msg string
+	}{
+		{`"fulfill"`, "", "must be an object"},
+		{`["fulfill"]`, "", "must be an object"},
+		{`{}`, "action", "missing"},
+		{`{"message":"x"}`, "action", "missing"},
+		{`{"action":"allow"}`, "action", `"allow" is not fulfill, reject or escalate`},
+		{`{"action":"FULFILL"}`, "action", "is not fulfill"},
+		{`{"action":true}`, "action", "must be a string"},
+		{`{"action":"reject"}`, "reason", "a reject needs a reason"},
+		{`{"action":"reject","reason":"nope"}`, "reason", `"nope" is not a reason code`},
+		{`{"action":"reject","reason":""}`, "reason", "a reject needs a reason"},
+		{`{"action":"reject","reason":1}`, "reason", "must be a string"},
+		{`{"action":"fulfill","message":["x"]}`, "message", "must be a string"},
+		{`{"action":"fulfill","target":""}`, "target", "must not be empty"},
+		{`{"action":"fulfill","target":7}`, "target", "must be a string"},
+		{`{"action":"escalate","approvers":"alice"}`, "approvers", "must be a list of strings"},
+		{`{"action":"escalate","approvers":["alice",1]}`, "approvers", "non-empty strings"},
+		{`{"action":"escalate","approvers":["alice",""]}`, "approvers", "non-empty strings"},
+		{`{"action":"escalate","approvers":["alice","alice"],"quorum":2}`, "approvers", "listed twice"},
+		{`{"action":"escalate","quorum":0}`, "quorum", "at least 1"},
+		{`{"action":"escalate","quorum":-1}`, "quorum", "at least 1"},
+		{`{"action":"escalate","quorum":1.5}`, "quorum", "must be an integer"},
+		{`{"action":"escalate","quorum":"2"}`, "quorum", "must be an integer"},
+		{`{"action":"escalate","approvers":["alice"],"quorum":2}`, "quorum", "2 approvals needed but only 1 approvers named"},
+		{`{"action":"escalate","timeout":300}`, "timeout", "must be a string"},
+		{`{"action":"escalate","timeout":"5 minutes"}`, "timeout", "is not a duration"},
+		{`{"action":"escalate","timeout":"-5m"}`, "timeout", "must be positive"},
+		{`{"action":"escalate","timeout":"0s"}`, "timeout", "must be positive"},
+		{`{"action":"escalate","editable":"path"}`, "editable", "must be a list of strings"},
+		{`{"action":"escalate","editable":[1]}`, "editable", "non-empty strings"},
+	}
+	for _, tc := range malformed {
+		t.Run(tc.doc, func(t *testing.T) {
+			_, err := ParseDecision([]byte(tc.doc))
+			var me *MalformedDecisionError
+			if !errors.As(err, &me) {
+				t.Fatalf("err = %v, want a MalformedDecisionError", err)
+			}
+			if me.Field != tc.field || !strings.Contains(me.Msg, tc.msg) {
+				t.Errorf("err = field %q msg %q, want field %q msg containing %q", me.Field, me.Msg, tc.field, tc.msg)
+			}
+		})
+	}
+}
+
+func TestParseDecisionFromRegoSet(t *testing.T) {
+	// Rego sets arrive sorted; they are as good as arrays for lists.
+	e := loadInline(t, `package fulfiller
+decision := {"action": "escalate", "approvers": {"bob", "alice"}, "editable": {"path"}}`)
+	d := e.Decide(t.Context(), &Input{})
+	if d.Err != nil {
+		t.Fatal(d.Err)
+	}
+	if !reflect.DeepEqual(d.Approvers, []string{"alice", "bob"}) || !reflect.DeepEqual(d.Editable, []string{"path"}) {
+		t.Errorf("approvers %v editable %v", d.Approvers, d.Editable)
+	}
+}
+
+func TestValidReason(t *testing.T) {
+	for _, r := range strings.Fields("policy busy incapable timeout invalid duplicate resource_limit unsafe disagree other inappropriate no_longer_needed") {
+		if !ValidReason(r) {
+			t.Errorf("ValidReason(%q) = false", r)
+		}
+	}
+	for _, r := range []string{"", "Policy", "denied", "rate_limited"} {
+		if ValidReason(r) {
+			t.Errorf("ValidReason(%q) = true", r)
+		}
+	}
+}
+
+func TestDecisionMarshalJSON(t *testing.T) {
+	tests := []struct {
+		d    Decision
+		want string
+	}{
+		{Decision{Action: Fulfill, Revision: "sha256:1"}, `{"action":"fulfill","revision":"sha256:1"}`},
+		{Decision{Action: Reject, Reason: "busy", Message: "later"}, `{"action":"reject","reason":"busy","message":"later"}`},
+		{
+			Decision{Action: Escalate, Message: "m", Target: "fs", Approvers: []string{"a", "b"}, Quorum: 2,
+				Timeout: 15 * time.Minute, Editable: []string{"path"},
+				Extra:    map[string]any{"zeta": 1, "alpha": []any{"x"}, "revision": "forged", "error": "forged"},
+				Revision: "sha256:abc"},
+			`{"action":"escalate","message":"m","target":"fs","approvers":["a","b"],"quorum":2,"timeout":"15m","editable":["path"],"alpha":["x"],"zeta":1,"revision":"sha256:abc"}`,
+		},
+		{Decision{Action: Escalate, Quorum: 1, Timeout: 90 * time.Second}, `{"action":"escalate","quorum":1,"timeout":"1m30s"}`},
+		{Decision{Action: Escalate, Quorum: 1, Timeout: 2 * time.Hour}, `{"action":"escalate","quorum":1,"timeout":"2h"}`},
+		{failClosed("sha256:r", fmt.Errorf("boom")),
+			`{"action":"reject","reason":"policy","message":"the policy could not decide this proposal","revision":"sha256:r","error":"boom"}`},
+	}
+	for _, tc := range tests {
+		got, err := json.Marshal(tc.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != tc.want {
+			t.Errorf("got  %s\nwant %s", got, tc.want)
+		}
+	}
+}
+
+func TestDecisionRoundTrip(t *testing.T) {
+	// What the eval command prints can be read back by ParseDecision.
+	d := Decision{Action: Escalate, Approvers: []string{"a", "b"}, Quorum: 2, Timeout: 5 * time.Minute, Editable: []string{"path"}, Extra: map[string]any{"k": "v"}}
+	b, _ := json.Marshal(d)
+	back, err := ParseDecision(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, d) {
+		t.Errorf("got %#v, want %#v", back, d)
+	}
+}

@@ -1,0 +1,16 @@
+// Package policies decides proposals with Rego policies, embedded with Open
+// Policy Agent's v1 packages.
+//
+// An Engine holds one compiled policy set at a time — .rego files plus JSON
+// and YAML data documents — prepared once for the query
+// data.fulfiller.decision (see DESIGN.md, "Policy contract"). Decide builds
+// the input document straight into OPA's AST, evaluates it under a
+// deadline and reads the decision strictly; anything that goes wrong becomes
+// a reject with reason "policy" that says why (fail closed). Watch reloads
+// the set when its files change, swapping in a new one only if it compiles.
+// Every decision names the revision, a content hash, of the set that made
+// it. Without policies the engine runs an embedded policy that rejects
+// everything.
+//
+// RunTests runs a policy's Rego unit tests as opa test does.
+package policies

@@ -1,0 +1,262 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/print"
+)
+
+// DefaultTimeout bounds one evaluation when Options.Timeout is zero.
+const DefaultTimeout = 100 * time.Millisecond
+
+// Options configure an Engine.
+type Options struct {
+	// Policies are .rego files or directories (walked recursively;
+	// *_test.rego and hidden files in them are skipped). Empty means the
+	// embedded default policy, which rejects everything.
+	Policies []string
+	// Data are JSON or YAML documents merged into data. A file is merged
+	// at the root; files under a directory are mounted at their
+	// subdirectory's path, as opa does.
+	Data []string
+	// Timeout bounds each evaluation; DefaultTimeout when zero.
+	Timeout time.Duration
+	// Logger receives reload results and policy print() output (at debug
+	// level). slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// ErrEvalTimeout is wrapped by the error of a decision whose evaluation ran
+// out of time.
+var ErrEvalTimeout = errors.New("policy evaluation timed out")
+
+// Engine decides inputs with the currently loaded policy set. It is safe for
+// concurrent use: every evaluation reads the current set through an atomic
+// pointer, and reloads swap in a whole new set, so a decision never sees a
+// half-loaded policy.
+type Engine struct {
+	opts   Options
+	log    *slog.Logger
+	cur    atomic.Pointer[policySet]
+	cache  inputCache
+	hook   print.Hook
+	reload sync.Mutex // one rebuild at a time
+
+	errMu   sync.Mutex
+	lastErr error
+}
+
+// Load reads and compiles the policies and data opts names. Errors name the
+// file, and the line for Rego errors (see LoadError).
+func Load(ctx context.Context, opts Options) (*Engine, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	opts.Policies = slices.Clone(opts.Policies)
+	opts.Data = slices.Clone(opts.Data)
+	e := &Engine{opts: opts, log: opts.Logger}
+	e.hook = logPrintHook{log: e.log}
+	set, err := buildSet(ctx, &e.opts, e.hook)
+	if err != nil {
+		return nil, err
+	}
+	e.cur.Store(set)
+	return e, nil
+}
+
+// Revision identifies the loaded policy set by content ("sha256:…"). Each
+// Decision carries the revision that made it.
+func (e *Engine) Revision() string { return e.cur.Load().revision }
+
+// Files lists the policy and data files of the loaded set, policies first.
+// The embedded default policy is not a file and is not listed.
+func (e *Engine) Files() []string { return slices.Clone(e.cur.Load().files) }
+
+// IsDefault reports whether the engine runs the embedded default policy.
+func (e *Engine) IsDefault() bool { return e.cur.Load().isDefault }
+
+// Timeout is the limit of one evaluation.
+func (e *Engine) Timeout() time.Duration { return e.opts.Timeout }
+
+// LastReloadError is the error of the most recent reload, or nil when it
+// succeeded (or none was tried). While it is set, the previous policy set
+// stays in force.
+func (e *Engine) LastReloadError() error {
+	e.errMu.Lock()
+	defer e.errMu.Unlock()
+	return e.lastErr
+}
+
+// Reload rebuilds the policy set from disk. The new set is compiled next to
+// the running one and swapped in only when it compiles; on error the last
+// good set stays in force, the error is logged and returned, and
+// LastReloadError reports it.
+func (e *Engine) Reload(ctx context.Context) error {
+	e.reload.Lock()
+	defer e.reload.Unlock()
+	set, err := buildSet(ctx, &e.opts, e.hook)
+	e.errMu.Lock()
+	e.lastErr = err
+	e.errMu.Unlock()
+	old := e.cur.Load()
+	if err != nil {
+		e.log.Error("policy reload failed; the last good policy stays in force",
+			"error", err, "revision", old.revision)
+		return err
+	}
+	e.cur.Store(set)
+	if set.revision != old.revision {
+		e.log.Info("policy reloaded", "revision", set.revision, "previous", old.revision, "files", len(set.files))
+	}
+	return nil
+}
+
+// Decide evaluates the policy for in. It never fails: anything that keeps
+// the policy from producing a valid decision — no decision, a malformed
+// one, a conflict or other evaluation error, the timeout, a cancelled ctx —
+// becomes a reject with reason "policy" whose Err says why.
+func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
+	set := e.cur.Load()
+	v, err := in.value(&e.cache, set.need)
+	if err != nil {
+		return failClosed(set.revision, fmt.Errorf("input: %w", err))
+	}
+	return e.eval(ctx, set, v, in.Now, nil)
+}
+
+// DecideDocument evaluates a complete input document as it is (see
+// ParseDocument and ParseEvalInput). Like Decide it never fails. When the
+// document has an RFC 3339 "now", time.now_ns() returns that time, so a
+// decision replayed from a log sees the clock it saw then.
+func (e *Engine) DecideDocument(ctx context.Context, doc *Document) Decision {
+	return e.eval(ctx, e.cur.Load(), doc.value, doc.now(), nil)
+}
+
+// Explain decides like Decide and also records which rules fired. It traces
+// the evaluation, which makes it several times slower: it is meant for
+// `fulfiller eval --explain` and for decision logs that ask for it, not for
+// every proposal.
+func (e *Engine) Explain(ctx context.Context, in *Input) (Decision, Explanation) {
+	set := e.cur.Load()
+	v, err := in.value(&e.cache, set.need)
+	if err != nil {
+		return failClosed(set.revision, fmt.Errorf("input: %w", err)), Explanation{Rules: []FiredRule{}}
+	}
+	return e.explain(ctx, set, v, in.Now)
+}
+
+// ExplainDocument is Explain for a complete input document.
+func (e *Engine) ExplainDocument(ctx context.Context, doc *Document) (Decision, Explanation) {
+	return e.explain(ctx, e.cur.Load(), doc.value, doc.now())
+}
+
+func (e *Engine) explain(ctx context.Context, set *policySet, input ast.Value, now time.Time) (Decision, Explanation) {
+	var x explainer
+	d := e.eval(ctx, set, input, now, &x)
+	return d, x.explanation()
+}
+
+// noMetrics is shared by every evaluation: rego would otherwise allocate a
+// fresh metrics registry per call that nobody reads.
+var noMetrics = metrics.NoOp()
+
+// eval runs the prepared query once.
+//
+// Cancellation does not use a context.WithTimeout per call: rego would then
+// start a goroutine per evaluation to watch it. A timer and, only when the
+// caller's ctx can be cancelled, a context.AfterFunc flip OPA's Cancel
+// directly, which topdown polls as it evaluates — so a runaway policy is cut
+// at the timeout whatever it is doing between built-in calls.
+func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now time.Time, x *explainer) Decision {
+	if ctx.Err() != nil {
+		return failClosed(set.revision, fmt.Errorf("policy evaluation cancelled: %w", context.Cause(ctx)))
+	}
+	cancel := topdown.NewCancel()
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(e.opts.Timeout, func() {
+		timedOut.Store(true)
+		cancel.Cancel()
+	})
+	defer timer.Stop()
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, cancel.Cancel)
+		defer stop()
+	}
+
+	var builtinErrs []topdown.Error
+	opts := make([]rego.EvalOption, 0, 7)
+	opts = append(opts,
+		rego.EvalParsedInput(input),
+		rego.EvalExternalCancel(cancel),
+		rego.EvalMetrics(noMetrics),
+		rego.EvalBuiltinErrorList(&builtinErrs),
+	)
+	if !now.IsZero() {
+		// time.now_ns() in the policy agrees with input.now.
+		opts = append(opts, rego.EvalTime(now))
+	}
+	if x != nil {
+		opts = append(opts, rego.EvalQueryTracer(x.tracer()), rego.EvalPrintHook(x))
+	}
+
+	rs, err := set.query.Eval(ctx, opts...)
+	switch {
+	case err != nil && timedOut.Load():
+		return failClosed(set.revision, fmt.Errorf("%w after %v", ErrEvalTimeout, e.opts.Timeout))
+	case err != nil && ctx.Err() != nil:
+		return failClosed(set.revision, fmt.Errorf("policy evaluation cancelled: %w", context.Cause(ctx)))
+	case err != nil:
+		return failClosed(set.revision, fmt.Errorf("policy evaluation: %w", err))
+	case len(rs) == 0 || len(rs[0].Expressions) == 0:
+		if len(builtinErrs) > 0 {
+			// Built-in errors make expressions undefined rather than
+			// failing the query (as in opa eval); when that leaves no
+			// decision, they are the likely reason, so say so.
+			return failClosed(set.revision, fmt.Errorf("%w (built-in error: %v)", ErrUndefinedDecision, &builtinErrs[0]))
+		}
+		return failClosed(set.revision, ErrUndefinedDecision)
+	}
+	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
+	if !ok {
+		return failClosed(set.revision, fmt.Errorf("unexpected result type %T", rs[0].Expressions[0].Value))
+	}
+	d, err := parseDecision(t.Value)
+	if err != nil {
+		return failClosed(set.revision, err)
+	}
+	d.Revision = set.revision
+	if len(builtinErrs) > 0 {
+		// As in opa, a failing built-in made some expression undefined
+		// and the policy decided anyway. That is Rego's semantics, but
+		// it usually means a rule did not see what its author expected.
+		e.log.WarnContext(ctx, "built-in error during policy evaluation",
+			"error", &builtinErrs[0], "action", string(d.Action), "revision", set.revision)
+	}
+	return d
+}
+
+// logPrintHook sends policy print() output to the log at debug level, so
+// that a policy author can trace a running sidecar without redeploying it.
+type logPrintHook struct{ log *slog.Logger }
+
+// Print logs one print() call.
+func (h logPrintHook) Print(pctx print.Context, msg string) error {
+	if h.log.Enabled(pctx.Context, slog.LevelDebug) {
+		h.log.DebugContext(pctx.Context, "policy print", "location", pctx.Location.String(), "message", msg)
+	}
+	return nil
+}

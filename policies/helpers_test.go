@@ -1,0 +1,85 @@
+package policies
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// writeTree writes files (relative path → content) under a new temporary
+// directory and returns it.
+func writeTree(t testing.TB, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		writeFile(t, filepath.Join(dir, name), content)
+	}
+	return dir
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loadInline loads one policy given as source.
+func loadInline(t testing.TB, src string) *Engine {
+	t.Helper()
+	dir := writeTree(t, map[string]string{"policy.rego": src})
+	e, err := Load(t.Context(), Options{Policies: []string{dir}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return e
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// logBuffer is a concurrency-safe log sink for asserting on log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func textLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// examples are the example policies and their data, relative to this
+// package.
+var examples = Options{
+	Policies: []string{"../examples/policies"},
+	Data:     []string{"../examples/policies/data.yaml"},
+}
+
+func loadExamples(t testing.TB) *Engine {
+	t.Helper()
+	opts := examples
+	opts.Logger = quietLogger()
+	e, err := Load(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("Load examples: %v", err)
+	}
+	return e
+}

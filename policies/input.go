@@ -1,0 +1,539 @@
+package policies
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Input is what the policy sees as `input`. It mirrors the input document of
+// the policy contract in DESIGN.md. Fields left at their zero value are
+// absent from the document: the engine never invents what it does not know.
+type Input struct {
+	Proposal json.RawMessage // the envelope exactly as received
+	Method   string          // payload.method
+	Params   json.RawMessage // payload.params; nil when the proposal had none
+	Tool     *Tool           // the tool a tools/call names, when known
+	Proposer *Participant    // who sent the proposal
+	Space    *Space          // the space and who is in it
+	Agent    AgentInfo       // the fulfiller itself; absent when zero
+	Approval *Approval       // set only when asked again after a human answered
+	Now      time.Time       // evaluation time; also what time.now_ns() returns
+}
+
+// Tool describes the tool a tools/call proposal names. Annotations are the
+// tool owner's, verbatim from tools/list (nil when it gave none).
+type Tool struct {
+	Name        string
+	Server      string          // participant id of the tool owner
+	Arguments   json.RawMessage // params.arguments
+	Description string
+	Annotations json.RawMessage
+}
+
+// Participant is a member of the space.
+type Participant struct {
+	ID           string
+	Capabilities json.RawMessage // as in the gateway's welcome/presence
+}
+
+// Space is the space the fulfiller serves.
+type Space struct {
+	ID           string
+	Participants []Participant
+}
+
+// AgentInfo is the fulfiller's own state, for policies that shed load.
+// The zero value means "unknown" and leaves input.agent out.
+type AgentInfo struct {
+	ID         string
+	Pending    int // proposals waiting (being decided, at a human, for a slot)
+	Inflight   int // fulfilment requests awaiting a response
+	MaxPending int
+}
+
+// Approval is the human answer an edited call is re-checked with.
+type Approval struct {
+	By      []string        // approvers who accepted
+	Content json.RawMessage // the form content they sent
+}
+
+// Keys of the input document, made once.
+var (
+	keyProposal     = ast.StringTerm("proposal")
+	keyMethod       = ast.StringTerm("method")
+	keyParams       = ast.StringTerm("params")
+	keyTool         = ast.StringTerm("tool")
+	keyName         = ast.StringTerm("name")
+	keyServer       = ast.StringTerm("server")
+	keyArguments    = ast.StringTerm("arguments")
+	keyDescription  = ast.StringTerm("description")
+	keyAnnotations  = ast.StringTerm("annotations")
+	keyProposer     = ast.StringTerm("proposer")
+	keyID           = ast.StringTerm("id")
+	keyCapabilities = ast.StringTerm("capabilities")
+	keySpace        = ast.StringTerm("space")
+	keyParticipants = ast.StringTerm("participants")
+	keyAgent        = ast.StringTerm("agent")
+	keyPending      = ast.StringTerm("pending")
+	keyInflight     = ast.StringTerm("inflight")
+	keyMaxPending   = ast.StringTerm("max_pending")
+	keyApproval     = ast.StringTerm("approval")
+	keyBy           = ast.StringTerm("by")
+	keyContent      = ast.StringTerm("content")
+	keyNow          = ast.StringTerm("now")
+)
+
+// Value builds the input document as an ast.Value, the form the evaluator
+// works on. Building it directly skips the map[string]any that rego would
+// otherwise make and convert on every decision.
+func (in *Input) Value() (ast.Value, error) {
+	return in.value(nil, allFields)
+}
+
+// value builds the document. cache, when not nil, remembers parsed values of
+// raw JSON that repeats from one proposal to the next (capabilities,
+// annotations), so that only the proposal itself is parsed every time.
+//
+// Only the top-level fields in need are built: a field no rule can read
+// cannot change a decision, and parsing the proposal is the biggest cost of
+// building the input.
+func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
+	var slab termSlab
+	var buf [9][2]*ast.Term
+	b := objBuilder{pairs: buf[:0], slab: &slab}
+
+	var p *jsonParser
+	if in.Proposal != nil && need.has(fieldProposal) {
+		p = newJSONParser(in.Proposal)
+		p.track = true
+		v, err := p.document()
+		if err != nil {
+			return nil, fmt.Errorf("proposal: %w", err)
+		}
+		b.add(keyProposal, v)
+	}
+	if in.Method != "" && need.has(fieldMethod) {
+		b.add(keyMethod, ast.String(in.Method))
+	}
+	if in.Params != nil && need.has(fieldParams) {
+		v, err := p.reuse(in.Params, in.Proposal, "params")
+		if err != nil {
+			return nil, fmt.Errorf("params: %w", err)
+		}
+		b.add(keyParams, v)
+	}
+	if t := in.Tool; t != nil && need.has(fieldTool) {
+		var buf [5][2]*ast.Term
+		tb := objBuilder{pairs: buf[:0], slab: &slab}
+		if t.Name != "" {
+			tb.add(keyName, ast.String(t.Name))
+		}
+		if t.Server != "" {
+			tb.add(keyServer, ast.String(t.Server))
+		}
+		if t.Arguments != nil {
+			v, err := p.reuse(t.Arguments, in.Proposal, "arguments")
+			if err != nil {
+				return nil, fmt.Errorf("tool.arguments: %w", err)
+			}
+			tb.add(keyArguments, v)
+		}
+		if t.Description != "" {
+			tb.add(keyDescription, ast.String(t.Description))
+		}
+		if t.Annotations != nil {
+			v, err := cache.value(t.Annotations)
+			if err != nil {
+				return nil, fmt.Errorf("tool.annotations: %w", err)
+			}
+			tb.add(keyAnnotations, v)
+		}
+		b.add(keyTool, tb.object())
+	}
+	if in.Proposer != nil && need.has(fieldProposer) {
+		v, err := in.Proposer.value(cache)
+		if err != nil {
+			return nil, fmt.Errorf("proposer: %w", err)
+		}
+		b.add(keyProposer, v)
+	}
+	if in.Space != nil && need.has(fieldSpace) {
+		v, err := cache.space(in.Space)
+		if err != nil {
+			return nil, fmt.Errorf("space: %w", err)
+		}
+		b.add(keySpace, v)
+	}
+	if a := in.Agent; a != (AgentInfo{}) && need.has(fieldAgent) {
+		var buf [4][2]*ast.Term
+		ab := objBuilder{pairs: buf[:0], slab: &slab}
+		if a.ID != "" {
+			ab.add(keyID, ast.String(a.ID))
+		}
+		ab.add(keyPending, ast.InternedTerm(a.Pending).Value)
+		ab.add(keyInflight, ast.InternedTerm(a.Inflight).Value)
+		ab.add(keyMaxPending, ast.InternedTerm(a.MaxPending).Value)
+		b.add(keyAgent, ab.object())
+	}
+	if ap := in.Approval; ap != nil && need.has(fieldApproval) {
+		var buf [2][2]*ast.Term
+		apb := objBuilder{pairs: buf[:0], slab: &slab}
+		by := make([]*ast.Term, len(ap.By))
+		for i, id := range ap.By {
+			by[i] = ast.StringTerm(id)
+		}
+		apb.add(keyBy, ast.NewArray(by...))
+		if ap.Content != nil {
+			v, err := jsonToValue(ap.Content)
+			if err != nil {
+				return nil, fmt.Errorf("approval.content: %w", err)
+			}
+			apb.add(keyContent, v)
+		}
+		b.add(keyApproval, apb.object())
+	}
+	if !in.Now.IsZero() && need.has(fieldNow) {
+		b.add(keyNow, ast.String(in.Now.UTC().Format(time.RFC3339Nano)))
+	}
+	return b.object(), nil
+}
+
+func (s *Space) value(cache *inputCache) (ast.Value, error) {
+	var buf [2][2]*ast.Term
+	sb := objBuilder{pairs: buf[:0], slab: new(termSlab)}
+	if s.ID != "" {
+		sb.add(keyID, ast.String(s.ID))
+	}
+	if s.Participants != nil {
+		terms := make([]*ast.Term, len(s.Participants))
+		for i := range s.Participants {
+			v, err := s.Participants[i].value(cache)
+			if err != nil {
+				return nil, fmt.Errorf("participants[%d]: %w", i, err)
+			}
+			terms[i] = ast.NewTerm(v)
+		}
+		sb.add(keyParticipants, ast.NewArray(terms...))
+	}
+	return sb.object(), nil
+}
+
+func (pt *Participant) value(cache *inputCache) (ast.Value, error) {
+	var buf [2][2]*ast.Term
+	pb := objBuilder{pairs: buf[:0], slab: new(termSlab)}
+	if pt.ID != "" {
+		pb.add(keyID, ast.String(pt.ID))
+	}
+	if pt.Capabilities != nil {
+		v, err := cache.value(pt.Capabilities)
+		if err != nil {
+			return nil, fmt.Errorf("capabilities: %w", err)
+		}
+		pb.add(keyCapabilities, v)
+	}
+	return pb.object(), nil
+}
+
+// MarshalJSON writes the input document exactly as the policy sees it.
+func (in *Input) MarshalJSON() ([]byte, error) {
+	v, err := in.Value()
+	if err != nil {
+		return nil, err
+	}
+	return marshalValue(v)
+}
+
+func marshalValue(v ast.Value) ([]byte, error) {
+	x, err := ast.JSON(v)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(x)
+}
+
+// objBuilder collects the members of an object whose keys are known to be
+// distinct, so the object is made in one go.
+type objBuilder struct {
+	pairs [][2]*ast.Term
+	slab  *termSlab
+}
+
+func (b *objBuilder) add(k *ast.Term, v ast.Value) {
+	b.pairs = append(b.pairs, [2]*ast.Term{k, b.slab.term(v)})
+}
+
+// termSlab hands out terms from a block, one allocation for many.
+type termSlab struct{ free []ast.Term }
+
+func (s *termSlab) term(v ast.Value) *ast.Term {
+	if len(s.free) == 0 {
+		s.free = make([]ast.Term, 16)
+	}
+	t := &s.free[0]
+	s.free = s.free[1:]
+	t.Value = v
+	return t
+}
+
+func (b *objBuilder) object() ast.Value { return ast.NewObject(b.pairs...) }
+
+// reuse returns the value of raw, taking it from the proposal just parsed
+// when raw holds the very bytes of payload.params (or of
+// payload.params.arguments) there — which is what a caller that decoded the
+// envelope hands in — and parsing it otherwise.
+func (p *jsonParser) reuse(raw, proposal json.RawMessage, which string) (ast.Value, error) {
+	if p != nil {
+		var span jsonSpan
+		var v ast.Value
+		switch which {
+		case "params":
+			span, v = p.params.span, p.params.value
+		case "arguments":
+			span, v = p.args.span, p.args.value
+		}
+		if v != nil && bytes.Equal(raw, proposal[span.start:span.end]) {
+			return v, nil
+		}
+	}
+	return jsonToValue(raw)
+}
+
+// inputCache keeps the values of input parts that repeat from one proposal
+// to the next — capability and annotation blobs, the space — so that
+// mostly only the proposal itself is parsed per decision. A nil
+// *inputCache caches nothing.
+type inputCache struct {
+	mu  sync.RWMutex
+	raw map[string]ast.Value // raw JSON → value; cleared when full
+
+	lastSpace atomic.Pointer[spaceEntry]
+}
+
+// rawCacheMax bounds the raw cache crudely — it is cleared when full —
+// because the distinct capability and annotation blobs of a space are few
+// and a churning one only costs a re-parse.
+const rawCacheMax = 1024
+
+func (c *inputCache) value(raw []byte) (ast.Value, error) {
+	if c == nil {
+		return jsonToValue(raw)
+	}
+	c.mu.RLock()
+	v, ok := c.raw[string(raw)]
+	c.mu.RUnlock()
+	if ok {
+		return v, nil
+	}
+	v, err := jsonToValue(raw)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.raw == nil || len(c.raw) >= rawCacheMax {
+		c.raw = make(map[string]ast.Value)
+	}
+	c.raw[string(raw)] = v
+	c.mu.Unlock()
+	return v, nil
+}
+
+// spaceEntry is the last space seen and its value. Participants are
+// copied, so that a caller changing its slice later cannot make the entry
+// lie.
+type spaceEntry struct {
+	space Space
+	value ast.Value
+}
+
+// space returns the value of s, reusing the previous one when the space has
+// not changed — the usual case: membership changes far less often than
+// proposals arrive, and comparing is much cheaper than building.
+func (c *inputCache) space(s *Space) (ast.Value, error) {
+	if c == nil {
+		return s.value(nil)
+	}
+	if e := c.lastSpace.Load(); e != nil && e.space.equal(s) {
+		return e.value, nil
+	}
+	v, err := s.value(c)
+	if err != nil {
+		return nil, err
+	}
+	c.lastSpace.Store(&spaceEntry{space: s.clone(), value: v})
+	return v, nil
+}
+
+func (s *Space) equal(o *Space) bool {
+	if s.ID != o.ID || len(s.Participants) != len(o.Participants) || (s.Participants == nil) != (o.Participants == nil) {
+		return false
+	}
+	for i := range s.Participants {
+		a, b := &s.Participants[i], &o.Participants[i]
+		if a.ID != b.ID || !bytes.Equal(a.Capabilities, b.Capabilities) || (a.Capabilities == nil) != (b.Capabilities == nil) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Space) clone() Space {
+	c := Space{ID: s.ID}
+	if s.Participants != nil {
+		c.Participants = make([]Participant, len(s.Participants))
+		for i, p := range s.Participants {
+			c.Participants[i] = Participant{ID: p.ID}
+			c.Participants[i].Capabilities = bytes.Clone(p.Capabilities) // keeps nil nil
+
+		}
+	}
+	return c
+}
+
+// Document is a complete input document, evaluated as it is.
+type Document struct {
+	value ast.Value
+}
+
+// ParseDocument reads a full input document (a JSON object). Nothing is
+// added or checked beyond JSON syntax: `fulfiller eval` evaluates such a
+// document verbatim so that a decision can be reproduced from a log.
+func ParseDocument(raw []byte) (*Document, error) {
+	v, err := jsonToValue(raw)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := v.(ast.Object); !ok {
+		return nil, fmt.Errorf("input document must be a JSON object, got %s", ast.ValueName(v))
+	}
+	return &Document{value: v}, nil
+}
+
+// Document returns the input document the policy would see for in.
+func (in *Input) Document() (*Document, error) {
+	v, err := in.Value()
+	if err != nil {
+		return nil, err
+	}
+	return &Document{value: v}, nil
+}
+
+// now is the document's "now", or the zero time when it has none that
+// parses.
+func (d *Document) now() time.Time {
+	obj, ok := d.value.(ast.Object)
+	if !ok {
+		return time.Time{}
+	}
+	t := obj.Get(keyNow)
+	if t == nil {
+		return time.Time{}
+	}
+	s, ok := t.Value.(ast.String)
+	if !ok {
+		return time.Time{}
+	}
+	now, err := time.Parse(time.RFC3339Nano, string(s))
+	if err != nil {
+		return time.Time{}
+	}
+	return now
+}
+
+// MarshalJSON writes the document.
+func (d *Document) MarshalJSON() ([]byte, error) {
+	return marshalValue(d.value)
+}
+
+// ErrNotProposal is returned by ParseEvalInput for JSON that is neither an
+// input document nor a proposal envelope.
+var ErrNotProposal = errors.New(`neither an input document (an object with a "proposal" key) nor an mcp/proposal envelope`)
+
+// ParseEvalInput reads what `fulfiller eval --input` takes: either a full
+// input document, recognised by its "proposal" key and used verbatim, or a
+// bare mcp/proposal envelope, around which the documented input is built
+// with now (see InputFromEnvelope).
+func ParseEvalInput(raw []byte, now time.Time) (*Document, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("line %d: %w", lineAt(raw, int(se.Offset)), err)
+		}
+		if _, err := jsonToValue(raw); err != nil {
+			return nil, err
+		}
+		return nil, ErrNotProposal
+	}
+	if _, ok := probe["proposal"]; ok {
+		return ParseDocument(raw)
+	}
+	in, err := InputFromEnvelope(raw, now)
+	if err != nil {
+		return nil, err
+	}
+	return in.Document()
+}
+
+// InputFromEnvelope builds the input for a bare proposal envelope as the
+// sidecar would, from what the envelope itself says: proposal, method,
+// params, proposer.id (its from), tool.name and tool.arguments for
+// tools/call, and now. What only the running sidecar knows — the tool's
+// owner and annotations, capabilities, the space, the agent's load — is
+// left out rather than guessed.
+func InputFromEnvelope(raw []byte, now time.Time) (*Input, error) {
+	var env struct {
+		Kind    string          `json:"kind"`
+		From    string          `json:"from"`
+		Payload json.RawMessage `json:"payload"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotProposal, err)
+	}
+	if env.Kind != "mcp/proposal" {
+		return nil, fmt.Errorf("%w (kind is %q)", ErrNotProposal, env.Kind)
+	}
+	var payload struct {
+		Method *string         `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if err := json.Unmarshal(env.Payload, &payload); err != nil || payload.Method == nil {
+		return nil, errors.New("proposal payload must be an object with a string method")
+	}
+	in := &Input{
+		Proposal: raw,
+		Method:   *payload.Method,
+		Now:      now,
+	}
+	if env.From != "" {
+		in.Proposer = &Participant{ID: env.From}
+	}
+	if len(payload.Params) > 0 && !bytes.Equal(payload.Params, []byte("null")) {
+		if payload.Params[0] != '{' {
+			return nil, errors.New("proposal params must be an object")
+		}
+		in.Params = payload.Params
+	}
+	if in.Method == "tools/call" && in.Params != nil {
+		var call struct {
+			Name      any             `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		if err := json.Unmarshal(in.Params, &call); err != nil {
+			return nil, fmt.Errorf("proposal params: %w", err)
+		}
+		if name, ok := call.Name.(string); ok {
+			in.Tool = &Tool{Name: name}
+			if len(call.Arguments) > 0 {
+				in.Tool.Arguments = call.Arguments
+			}
+		}
+	}
+	return in, nil
+}

@@ -1,0 +1,267 @@
+package policies
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/util"
+)
+
+// The direct parser must agree with the usual encoding/json → ast route.
+func TestJSONToValueMatchesEncodingJSON(t *testing.T) {
+	docs := []string{
+		`null`, `true`, `false`, `0`, `-0`, `12`, `-3.25e+10`, `1E-7`, `""`, `"plain"`,
+		`"esc\"aped\\ \/ \b\f\n\r\t \u00e9 \ud83d\ude00"`,
+		"\"utf-8 \u00e9\u4e2d\"",
+		"\"bad utf-8 \xff\xfe\"",
+		`[]`, `{}`, `[1,[2,[3,{}]]]`,
+		` { "a" : 1 , "b" : [ true , null ] , "c" : { "d" : "e" } } `,
+		`{"dup": 1, "x": 0, "dup": 2}`,
+		manyKeys(40, true),
+		`{"protocol":"mew/v0.4","id":"p","from":"coder","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"name":"w","arguments":{"path":"/x","n":[1,2.5,-3]}}}}`,
+		`123456789012345678901234567890`,
+	}
+	for _, doc := range docs {
+		var x any
+		if err := util.UnmarshalJSON([]byte(doc), &x); err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		want, err := ast.InterfaceToValue(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := jsonToValue([]byte(doc))
+		if err != nil {
+			t.Errorf("%s: %v", doc, err)
+			continue
+		}
+		if got.Compare(want) != 0 {
+			t.Errorf("%s:\ngot  %v\nwant %v", doc, got, want)
+		}
+	}
+}
+
+// manyKeys is an object with n keys k0…k(n-1), and with dup a repeat of k3
+// at the end, which must win.
+func manyKeys(n int, dup bool) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"k%d":%d`, i, i)
+	}
+	if dup {
+		b.WriteString(`,"k3":"last"`)
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// A proposal with very many keys must not take quadratic time.
+func TestJSONToValueManyKeys(t *testing.T) {
+	doc := manyKeys(200000, true)
+	start := time.Now()
+	v, err := jsonToValue([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if elapsed := time.Since(start); elapsed > 5*time.Second {
+		t.Errorf("parsing %d bytes took %v", len(doc), elapsed)
+	}
+	obj := v.(ast.Object)
+	if obj.Len() != 200000 || obj.Get(ast.StringTerm("k3")).Value.Compare(ast.String("last")) != 0 {
+		t.Errorf("len %d, k3 = %v", obj.Len(), obj.Get(ast.StringTerm("k3")))
+	}
+}
+
+func TestJSONToValueErrors(t *testing.T) {
+	bad := []string{
+		``, ` `, `{`, `[`, `[1,]`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `01`, `1.`, `.5`, `-`, `1e`, `+1`,
+		`tru`, `nul`, `"abc`, "\"ctl\x01\"", `"bad \x escape"`, `{"a":1} x`, `[1 2]`, `{"a":1 "b":2}`,
+		strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1),
+	}
+	for _, doc := range bad {
+		if json.Valid([]byte(doc)) {
+			t.Fatalf("test case %q is valid JSON", doc)
+		}
+		if _, err := jsonToValue([]byte(doc)); err == nil {
+			t.Errorf("%q: no error", doc)
+		}
+	}
+	_, err := jsonToValue([]byte("{\n  \"a\": 1,\n  \"b\": ]\n}"))
+	var je *JSONError
+	if !errors.As(err, &je) || je.Line != 3 {
+		t.Errorf("err = %v, want a JSONError on line 3", err)
+	}
+}
+
+// FuzzJSONToValue checks the parser against encoding/json on arbitrary
+// input: same acceptance, same value.
+func FuzzJSONToValue(f *testing.F) {
+	for _, s := range []string{`{"a":[1,"x",null]}`, `"\u00e9"`, `-1.5e3`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := jsonToValue(data)
+		var x any
+		werr := util.UnmarshalJSON(data, &x)
+		if (err == nil) != (werr == nil) {
+			if werr == nil && bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) > maxJSONDepth {
+				return
+			}
+			t.Fatalf("%q: jsonToValue err %v, encoding/json err %v", data, err, werr)
+		}
+		if err != nil {
+			return
+		}
+		want, _ := ast.InterfaceToValue(x)
+		if got.Compare(want) != 0 {
+			t.Fatalf("%q: got %v want %v", data, got, want)
+		}
+	})
+}
+
+func TestInputDocument(t *testing.T) {
+	in := &Input{
+		Proposal: json.RawMessage(`{"protocol":"mew/v0.4","id":"p-1","from":"coder","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/etc/x"}}}}`),
+		Method:   "tools/call",
+		Params:   json.RawMessage(`{"name":"write_file","arguments":{"path":"/etc/x"}}`),
+		Tool: &Tool{Name: "write_file", Server: "fs", Arguments: json.RawMessage(`{"path":"/etc/x"}`),
+			Description: "writes", Annotations: json.RawMessage(`{"destructiveHint":true}`)},
+		Proposer: &Participant{ID: "coder", Capabilities: json.RawMessage(`[{"kind":"mcp/proposal"}]`)},
+		Space:    &Space{ID: "dev", Participants: []Participant{{ID: "fs", Capabilities: json.RawMessage(`[]`)}}},
+		Agent:    AgentInfo{ID: "fulfiller", Pending: 3, Inflight: 1, MaxPending: 1000},
+		Approval: &Approval{By: []string{"alice"}, Content: json.RawMessage(`{"approve":true}`)},
+		Now:      time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
+	}
+	got, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// DESIGN.md's input document, field for field.
+	want := `{"agent":{"id":"fulfiller","inflight":1,"max_pending":1000,"pending":3},` +
+		`"approval":{"by":["alice"],"content":{"approve":true}},` +
+		`"method":"tools/call",` +
+		`"now":"2026-11-22T10:00:00Z",` +
+		`"params":{"arguments":{"path":"/etc/x"},"name":"write_file"},` +
+		`"proposal":{"from":"coder","id":"p-1","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"arguments":{"path":"/etc/x"},"name":"write_file"}},"protocol":"mew/v0.4"},` +
+		`"proposer":{"capabilities":[{"kind":"mcp/proposal"}],"id":"coder"},` +
+		`"space":{"id":"dev","participants":[{"capabilities":[],"id":"fs"}]},` +
+		`"tool":{"annotations":{"destructiveHint":true},"arguments":{"path":"/etc/x"},"description":"writes","name":"write_file","server":"fs"}}`
+	if string(got) != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+
+	// Absent means absent.
+	empty, _ := json.Marshal(&Input{})
+	if string(empty) != `{}` {
+		t.Errorf("empty input = %s", empty)
+	}
+	partial, _ := json.Marshal(&Input{Method: "tools/list", Tool: &Tool{Name: "x"}, Agent: AgentInfo{Pending: 0, MaxPending: 5}})
+	if string(partial) != `{"agent":{"inflight":0,"max_pending":5,"pending":0},"method":"tools/list","tool":{"name":"x"}}` {
+		t.Errorf("partial input = %s", partial)
+	}
+}
+
+// Params and arguments that are the very bytes of the proposal's are taken
+// from the parsed proposal; different bytes are parsed on their own.
+func TestInputReusesProposalParts(t *testing.T) {
+	in, err := InputFromEnvelope([]byte(`{"protocol":"mew/v0.4","from":"c","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"name":"t","arguments":{"a":1}}}}`), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := in.Value()
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := v.(ast.Object)
+	params := obj.Get(ast.StringTerm("params")).Value
+	fromProposal, _ := obj.Get(ast.StringTerm("proposal")).Value.Find(ast.MustParseRef("x.payload.params")[1:])
+	if params != fromProposal {
+		t.Error("params were parsed again instead of reused")
+	}
+
+	// Same shape, different bytes: must not be confused.
+	in.Params = json.RawMessage(`{"name":"t","arguments":{"a":2}}`)
+	in.Tool.Arguments = json.RawMessage(`{"a":2}`)
+	v, _ = in.Value()
+	b, _ := marshalValue(v)
+	if !strings.Contains(string(b), `"params":{"arguments":{"a":2},"name":"t"}`) || !strings.Contains(string(b), `"tool":{"arguments":{"a":2},"name":"t"}`) {
+		t.Errorf("input = %s", b)
+	}
+}
+
+func TestParseEvalInput(t *testing.T) {
+	env := `{"protocol":"mew/v0.4","id":"p-1","from":"coder","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/tmp/x"}}}}`
+	doc, err := ParseEvalInput([]byte(env), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(doc)
+	want := `{"method":"tools/call","now":"2026-11-22T10:00:00Z","params":{"arguments":{"path":"/tmp/x"},"name":"read_file"},` +
+		`"proposal":{"from":"coder","id":"p-1","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"arguments":{"path":"/tmp/x"},"name":"read_file"}},"protocol":"mew/v0.4"},` +
+		`"proposer":{"id":"coder"},"tool":{"arguments":{"path":"/tmp/x"},"name":"read_file"}}`
+	if string(got) != want {
+		t.Errorf("envelope:\ngot  %s\nwant %s", got, want)
+	}
+
+	// A full document is taken verbatim: nothing added, odd fields kept.
+	full := `{"proposal":{"id":"p"},"method":"tools/call","custom":{"k":[1]}}`
+	doc, err = ParseEvalInput([]byte(full), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = json.Marshal(doc)
+	if string(got) != `{"custom":{"k":[1]},"method":"tools/call","proposal":{"id":"p"}}` {
+		t.Errorf("document: %s", got)
+	}
+
+	// A proposal without params, and a non-tools/call method.
+	doc, err = ParseEvalInput([]byte(`{"protocol":"mew/v0.4","kind":"mcp/proposal","payload":{"method":"tools/list"}}`), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = json.Marshal(doc)
+	if !strings.HasPrefix(string(got), `{"method":"tools/list","now":"2026-11-22T10:00:00Z","proposal":`) || strings.Contains(string(got), `"params"`) || strings.Contains(string(got), `"tool"`) {
+		t.Errorf("tools/list: %s", got)
+	}
+
+	for _, bad := range []struct{ in, msg string }{
+		{`{"kind":"mcp/request","payload":{"method":"x"}}`, `kind is "mcp/request"`},
+		{`[1]`, "neither an input document"},
+		{`{"kind":"mcp/proposal","payload":{"params":{}}}`, "string method"},
+		{`{"kind":"mcp/proposal","payload":{"method":"x","params":[1]}}`, "params must be an object"},
+		{"{\n\"kind\": \"mcp/proposal\",\n\"payload\": }", "line 3"},
+		{`{"proposal": 1} trailing`, "invalid character"},
+	} {
+		if _, err := ParseEvalInput([]byte(bad.in), testNow); err == nil || !strings.Contains(err.Error(), bad.msg) {
+			t.Errorf("%s: err = %v, want it to contain %q", bad.in, err, bad.msg)
+		}
+	}
+}
+
+func TestDecideDocument(t *testing.T) {
+	e := loadExamples(t)
+	doc, err := ParseDocument([]byte(`{"proposal":{},"method":"tools/call","tool":{"name":"read_file","arguments":{}},"proposer":{"id":"coder"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.DecideDocument(t.Context(), doc); d.Action != Fulfill || d.Revision != e.Revision() {
+		t.Errorf("decision = %+v", d)
+	}
+	d, x := e.ExplainDocument(t.Context(), doc)
+	if d.Action != Fulfill || len(x.Rules) == 0 {
+		t.Errorf("explain = %+v %+v", d, x)
+	}
+	if _, err := ParseDocument([]byte(`[1]`)); err == nil {
+		t.Error("array accepted as a document")
+	}
+}

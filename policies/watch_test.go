@@ -1,0 +1,155 @@
+package policies
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, cond func() bool) bool {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
+}
+
+func policyWithMessage(msg string) string {
+	return "package fulfiller\n\ndecision := {\"action\": \"fulfill\", \"message\": \"" + msg + "\"}\n"
+}
+
+func startWatch(t *testing.T, e *Engine) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.Watch(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	})
+	// Let the watcher register before the test changes files.
+	time.Sleep(50 * time.Millisecond)
+}
+
+func TestWatchReloadsDirectory(t *testing.T) {
+	var logs logBuffer
+	dir := writeTree(t, map[string]string{
+		"main.rego":      policyWithMessage("v1"),
+		"sub/.keep":      "",
+		"data/data.json": `{"limit": 1}`,
+	})
+	e, err := Load(t.Context(), Options{
+		Policies: []string{dir},
+		Data:     []string{filepath.Join(dir, "data")},
+		Logger:   textLogger(&logs),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWatch(t, e)
+	message := func() string { return e.Decide(t.Context(), &Input{}).Message }
+
+	// Change a file: the new decision is in force within a second.
+	v1 := e.Revision()
+	writeFile(t, filepath.Join(dir, "main.rego"), policyWithMessage("v2"))
+	start := time.Now()
+	if !waitFor(t, time.Second, func() bool { return message() == "v2" }) {
+		t.Fatalf("after edit: message %q, want v2 within 1s", message())
+	}
+	t.Logf("reload took %v", time.Since(start))
+	if e.Revision() == v1 {
+		t.Error("revision did not change")
+	}
+	if d := e.Decide(t.Context(), &Input{}); d.Revision != e.Revision() {
+		t.Errorf("decision revision %q, engine %q", d.Revision, e.Revision())
+	}
+
+	// Break it: the old decision stays and the error names file:line.
+	v2 := e.Revision()
+	writeFile(t, filepath.Join(dir, "main.rego"), "package fulfiller\n\ndecision := {\"action\": \"fulfill\",\n")
+	if !waitFor(t, time.Second, func() bool { return e.LastReloadError() != nil }) {
+		t.Fatal("broken policy: no reload error within 1s")
+	}
+	if want := filepath.Join(dir, "main.rego") + ":"; !strings.HasPrefix(e.LastReloadError().Error(), want) {
+		t.Errorf("LastReloadError = %v, want it to start with %s<line>", e.LastReloadError(), want)
+	}
+	if message() != "v2" || e.Revision() != v2 {
+		t.Errorf("after a broken edit: message %q revision %s, want v2 %s", message(), e.Revision(), v2)
+	}
+	if !strings.Contains(logs.String(), "policy reload failed") {
+		t.Errorf("failure not logged: %s", logs.String())
+	}
+
+	// Fix it by atomic rename, as editors do; a file in a new
+	// subdirectory is picked up too.
+	tmp := filepath.Join(dir, ".main.rego.tmp")
+	writeFile(t, tmp, policyWithMessage("v3"))
+	if err := os.Rename(tmp, filepath.Join(dir, "main.rego")); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(t, time.Second, func() bool { return message() == "v3" }) {
+		t.Fatalf("after rename: message %q, want v3", message())
+	}
+	if e.LastReloadError() != nil {
+		t.Errorf("LastReloadError after fix = %v", e.LastReloadError())
+	}
+	writeFile(t, filepath.Join(dir, "newdir", "extra.rego"), "package fulfiller.extra\n\nx := 1\n")
+	if !waitFor(t, time.Second, func() bool { return len(e.Files()) == 3 }) {
+		t.Errorf("file in new directory not loaded: %v", e.Files())
+	}
+
+	// Data changes are watched as well.
+	before := e.Revision()
+	writeFile(t, filepath.Join(dir, "data", "data.json"), `{"limit": 2}`)
+	if !waitFor(t, time.Second, func() bool { return e.Revision() != before }) {
+		t.Error("data change not picked up")
+	}
+
+	// Test files do not trigger reloads and are not loaded.
+	writeFile(t, filepath.Join(dir, "main_test.rego"), "not rego at all")
+	time.Sleep(3 * watchDebounce)
+	if e.LastReloadError() != nil {
+		t.Errorf("a _test.rego broke the policy: %v", e.LastReloadError())
+	}
+}
+
+func TestWatchNamedFile(t *testing.T) {
+	dir := writeTree(t, map[string]string{"p.rego": policyWithMessage("v1"), "other.rego": "not rego"})
+	e, err := Load(t.Context(), Options{Policies: []string{filepath.Join(dir, "p.rego")}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWatch(t, e)
+	writeFile(t, filepath.Join(dir, "p.rego"), policyWithMessage("v2"))
+	if !waitFor(t, time.Second, func() bool { return e.Decide(t.Context(), &Input{}).Message == "v2" }) {
+		t.Fatal("named file change not picked up")
+	}
+	// Siblings that are not named are irrelevant.
+	writeFile(t, filepath.Join(dir, "other.rego"), "still not rego")
+	time.Sleep(3 * watchDebounce)
+	if e.LastReloadError() != nil {
+		t.Errorf("unrelated file caused a reload error: %v", e.LastReloadError())
+	}
+}
+
+func TestWatchDefaultPolicyReturnsOnCancel(t *testing.T) {
+	e, err := Load(t.Context(), Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := e.Watch(ctx); err != nil {
+		t.Errorf("Watch = %v", err)
+	}
+}
