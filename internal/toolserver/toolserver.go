@@ -171,9 +171,9 @@ func (s *Server) call(ctx context.Context, env agent.Envelope, req agent.RPCRequ
 	if errors.Is(callCtx.Err(), context.Canceled) && ctx.Err() == nil {
 		return // cancelled by the requester: MCP says send nothing
 	}
-	result := map[string]any{"content": []map[string]any{{"type": "text", "text": text}}}
+	result := callResult{Content: []textContent{{Type: "text", Text: text}}}
 	if err != nil {
-		result = map[string]any{"content": []map[string]any{{"type": "text", "text": err.Error()}}, "isError": true}
+		result = callResult{Content: []textContent{{Type: "text", Text: err.Error()}}, IsError: true}
 	}
 	s.reply(ctx, env, req, result, nil)
 }
@@ -192,6 +192,18 @@ func (s *Server) reply(ctx context.Context, env agent.Envelope, req agent.RPCReq
 	if err != nil {
 		s.log.Warn("response not sent", "request", env.ID, "err", err)
 	}
+}
+
+// callResult is MCP's CallToolResult. Structs, not maps, so that keys go
+// out in the order the recorded reference tool servers use.
+type callResult struct {
+	Content []textContent `json:"content"`
+	IsError bool          `json:"isError,omitempty"`
+}
+
+type textContent struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
 }
 
 // ErrBadArguments is what the sample tools return for arguments they

@@ -1,0 +1,229 @@
+package fulfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// fakeSpace records what the Fulfiller sends and answers tools/list from a
+// table, so lifecycle rules can be tested without a socket.
+type fakeSpace struct {
+	id   string
+	caps []agent.Capability
+
+	mu     sync.Mutex
+	roster map[string]agent.Participant
+	tools  map[string][]ToolInfo
+	sent   chan agent.Envelope
+}
+
+func newFakeSpace() *fakeSpace {
+	return &fakeSpace{
+		id:   "fulfiller",
+		caps: []agent.Capability{{Kind: "mcp/*"}, {Kind: "chat"}},
+		roster: map[string]agent.Participant{
+			"coder":      {ID: "coder", Capabilities: []agent.Capability{{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}}},
+			"calculator": {ID: "calculator", Capabilities: []agent.Capability{{Kind: "mcp/response"}}},
+			"other-ful":  {ID: "other-ful", Capabilities: []agent.Capability{{Kind: "mcp/*"}}},
+		},
+		tools: map[string][]ToolInfo{
+			"calculator": {{Name: "add", Description: "Add two numbers", Annotations: json.RawMessage(`{"readOnlyHint":true}`)}},
+		},
+		sent: make(chan agent.Envelope, 1024),
+	}
+}
+
+func (s *fakeSpace) ID() string { return s.id }
+
+func (s *fakeSpace) Send(_ context.Context, env agent.Envelope) (agent.Envelope, error) {
+	agent.Stamp(&env, s.id, time.Now())
+	s.sent <- env
+	return env, nil
+}
+
+func (s *fakeSpace) Can(kind string, payload json.RawMessage) bool {
+	return agent.Permits(s.caps, kind, payload)
+}
+
+func (s *fakeSpace) Roster() []agent.Participant {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]agent.Participant, 0, len(s.roster))
+	for _, p := range s.roster {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (s *fakeSpace) Participant(id string) (agent.Participant, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.roster[id]
+	return p, ok
+}
+
+func (s *fakeSpace) Request(_ context.Context, to, method string, _ any) (agent.RPCResponse, error) {
+	if method != agent.MethodToolsList {
+		return agent.RPCResponse{}, errors.New("unexpected request " + method)
+	}
+	s.mu.Lock()
+	tools := s.tools[to]
+	s.mu.Unlock()
+	if tools == nil {
+		tools = []ToolInfo{}
+	}
+	return agent.RPCResponse{Result: agent.MustPayload(map[string]any{"tools": tools})}, nil
+}
+
+// next returns the next envelope the Fulfiller sent, failing after a while.
+func (s *fakeSpace) next(t *testing.T) agent.Envelope {
+	t.Helper()
+	select {
+	case env := <-s.sent:
+		return env
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing sent within 5s")
+		return agent.Envelope{}
+	}
+}
+
+// quiet asserts nothing more is sent for a short while.
+func (s *fakeSpace) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case env := <-s.sent:
+		t.Fatalf("unexpected envelope sent: %s %s", env.Kind, env.Payload)
+	case <-time.After(d):
+	}
+}
+
+// fakeDecider returns a fixed decision per tool name, optionally holding
+// every evaluation until released.
+type fakeDecider struct {
+	mu        sync.Mutex
+	decisions map[string]policies.Decision
+	gate      chan struct{} // nil: decide at once
+	inputs    []*policies.Input
+}
+
+func (d *fakeDecider) Decide(ctx context.Context, in *policies.Input) policies.Decision {
+	d.mu.Lock()
+	gate := d.gate
+	d.inputs = append(d.inputs, in)
+	d.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	name := ""
+	if in.Tool != nil {
+		name = in.Tool.Name
+	}
+	if dec, ok := d.decisions[name]; ok {
+		return dec
+	}
+	return policies.Decision{Action: policies.Reject, Reason: "policy", Message: "default deny"}
+}
+
+func (d *fakeDecider) lastInput() *policies.Input {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.inputs) == 0 {
+		return nil
+	}
+	return d.inputs[len(d.inputs)-1]
+}
+
+// harness runs a Fulfiller over a fake space until the test ends.
+type harness struct {
+	space *fakeSpace
+	dec   *fakeDecider
+	f     *Fulfiller
+	in    chan agent.Envelope
+	stop  context.CancelFunc
+	done  chan struct{}
+
+	mu     sync.Mutex
+	events []Event
+}
+
+func newHarness(t *testing.T, cfg Config, dec *fakeDecider) *harness {
+	t.Helper()
+	h := &harness{space: newFakeSpace(), dec: dec, in: make(chan agent.Envelope), done: make(chan struct{})}
+	cfg.SpaceID = "lab"
+	cfg.Observer = ObserverFunc(func(e Event) {
+		h.mu.Lock()
+		h.events = append(h.events, e)
+		h.mu.Unlock()
+	})
+	h.f = New(h.space, dec, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
+	go func() {
+		defer close(h.done)
+		_ = h.f.Run(ctx, h.in)
+	}()
+	waitFor(t, func() bool { return len(h.f.catalog.owners("add")) == 1 })
+	t.Cleanup(h.shutdown)
+	return h
+}
+
+func (h *harness) shutdown() {
+	h.stop()
+	<-h.done
+}
+
+func (h *harness) deliver(env agent.Envelope) {
+	if env.Protocol == "" {
+		env.Protocol = agent.ProtocolV04
+	}
+	h.in <- env
+}
+
+func (h *harness) stages(id string) []Stage {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []Stage
+	for _, e := range h.events {
+		if e.ProposalID == id {
+			out = append(out, e.Stage)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func proposalEnv(id, from, payload string, to ...string) agent.Envelope {
+	return agent.Envelope{ID: id, From: from, To: to, Kind: agent.KindProposal, Payload: json.RawMessage(payload)}
+}
+
+const addCall = `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`
+
+func (d *fakeDecider) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.inputs)
+}

@@ -1,0 +1,887 @@
+package fulfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// Space is what the Fulfiller needs of the MEW session; *agent.Client
+// provides it. Envelopes come in through Run's channel.
+type Space interface {
+	ID() string
+	Send(ctx context.Context, env agent.Envelope) (agent.Envelope, error)
+	Can(kind string, payload json.RawMessage) bool
+	Roster() []agent.Participant
+	Participant(id string) (agent.Participant, bool)
+	Request(ctx context.Context, to, method string, params any) (agent.RPCResponse, error)
+}
+
+// Decider answers "what should happen to this proposal"; *policies.Engine
+// provides it. Decide never fails: errors come back as fail-closed rejects.
+type Decider interface {
+	Decide(ctx context.Context, in *policies.Input) policies.Decision
+}
+
+// Config tunes a Fulfiller. Zero values take the defaults in brackets.
+type Config struct {
+	SpaceID         string        // reported to policies as input.space.id
+	MaxPending      int           // [1000] proposals waiting at once; more are rejected "busy"
+	PendingTTL      time.Duration // [10m] longest a proposal may wait before "timeout"
+	MaxInflight     int           // [64] fulfilment requests outstanding at once; more wait in a queue
+	FulfillTimeout  time.Duration // [30s] wait for the tool owner's mcp/response
+	ApprovalTimeout time.Duration // [5m] a human's deadline when the decision sets none
+	DiscoveryWait   time.Duration // [2s] how long routing waits for a running tools/list
+	DecideWorkers   int           // [GOMAXPROCS] concurrent policy evaluations
+	Escalator       Escalator     // nil: escalations are rejected "policy" (not configured)
+	Observer        Observer      // nil: no events
+	Logger          *slog.Logger  // nil: discard
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxPending <= 0 {
+		c.MaxPending = 1000
+	}
+	if c.PendingTTL <= 0 {
+		c.PendingTTL = 10 * time.Minute
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 64
+	}
+	if c.FulfillTimeout <= 0 {
+		c.FulfillTimeout = 30 * time.Second
+	}
+	if c.ApprovalTimeout <= 0 {
+		c.ApprovalTimeout = 5 * time.Minute
+	}
+	if c.DiscoveryWait <= 0 {
+		c.DiscoveryWait = 2 * time.Second
+	}
+	if c.DecideWorkers <= 0 {
+		c.DecideWorkers = runtime.GOMAXPROCS(0)
+	}
+	if c.Observer == nil {
+		c.Observer = Observers(nil)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Errors the operator-facing methods return.
+var (
+	ErrUnknownProposal = errors.New("no such pending proposal")
+	ErrAnswered        = errors.New("proposal already answered")
+)
+
+// sendTimeout bounds one envelope write, so a wedged link cannot hold a
+// lifecycle step forever; the agent reconnects underneath.
+const sendTimeout = 10 * time.Second
+
+// Fulfiller owns every pending proposal. Make one with New and start it
+// with Run.
+type Fulfiller struct {
+	cfg     Config
+	space   Space
+	decider Decider
+	log     *slog.Logger
+	obs     Observer
+	store   *pendingStore
+	catalog *catalog
+	rpcSeq  atomic.Int64
+
+	mu        sync.Mutex
+	live      int                  // proposals not yet in a terminal state
+	inflight  int                  // fulfilment requests awaiting a response
+	queue     []*proposal          // approved, waiting for a fulfilment slot (FIFO)
+	byRequest map[string]*proposal // our fulfilment request envelope id → proposal
+	closing   bool
+
+	// base outlives Run's context until shutdown has answered everything;
+	// evaluations use decideCtx, which ends when shutdown begins, so a
+	// slow policy cannot hold shutdown up.
+	base         context.Context
+	cancelBase   context.CancelFunc
+	runCtx       context.Context
+	decideCtx    context.Context
+	cancelDecide context.CancelFunc
+	jobs         chan *proposal
+	wg           sync.WaitGroup
+}
+
+// New makes a Fulfiller. Nothing runs until Run.
+func New(space Space, decider Decider, cfg Config) *Fulfiller {
+	cfg.setDefaults()
+	f := &Fulfiller{
+		cfg:       cfg,
+		space:     space,
+		decider:   decider,
+		log:       cfg.Logger,
+		obs:       cfg.Observer,
+		store:     newPendingStore(cfg.MaxPending, cfg.PendingTTL),
+		byRequest: map[string]*proposal{},
+		jobs:      make(chan *proposal, 4*cfg.DecideWorkers),
+	}
+	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, 4)
+	f.base, f.cancelBase = context.WithCancel(context.Background())
+	f.decideCtx, f.cancelDecide = context.WithCancel(f.base)
+	f.runCtx = f.base
+	return f
+}
+
+// Run handles envelopes from in until ctx ends or in is closed, then shuts
+// down: it stops taking proposals, rejects every one not yet answered with
+// reason "other", and waits for its goroutines. It returns nil after a
+// clean shutdown.
+func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
+	f.base, f.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
+	defer f.cancelBase()
+	f.decideCtx, f.cancelDecide = context.WithCancel(f.base)
+	defer f.cancelDecide()
+	f.runCtx = ctx
+
+	for range f.cfg.DecideWorkers {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			for p := range f.jobs {
+				f.decide(p)
+			}
+		}()
+	}
+	evictDone := make(chan struct{})
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.drainEvictions(evictDone)
+	}()
+
+	// The space may already hold tool owners: discover them now rather
+	// than waiting for the next welcome.
+	for _, p := range f.space.Roster() {
+		f.catalog.refresh(f.base, p.ID)
+	}
+
+loop:
+	for {
+		select {
+		case env, ok := <-in:
+			if !ok {
+				break loop
+			}
+			f.handle(env)
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	f.shutdown()
+	f.cancelDecide()
+	close(f.jobs)
+	close(evictDone)
+	f.wg.Wait()
+	f.cancelBase()
+	f.catalog.wait()
+	return nil
+}
+
+// handle routes one envelope from the space.
+func (f *Fulfiller) handle(env agent.Envelope) {
+	if env.From == f.space.ID() {
+		return // our own echo; the agent drops these too
+	}
+	switch env.Kind {
+	case agent.KindProposal:
+		f.onProposal(env)
+	case agent.KindWithdraw:
+		f.onWithdraw(env)
+	case agent.KindResponse:
+		f.onResponse(env)
+	case agent.KindRequest:
+		f.onOtherRequest(env)
+	case agent.KindReject:
+		f.onOtherReject(env)
+	case agent.KindWelcome:
+		if env.AddressedTo(f.space.ID()) {
+			f.catalog.reset()
+			for _, p := range f.space.Roster() {
+				f.catalog.refresh(f.base, p.ID)
+			}
+		}
+	case agent.KindPresence:
+		f.onPresence(env)
+	}
+}
+
+func (f *Fulfiller) onProposal(env agent.Envelope) {
+	if env.ID == "" || env.From == "" {
+		f.log.Warn("proposal without id or from skipped", "id", env.ID, "from", env.From)
+		return
+	}
+	if f.store.known(env.ID) {
+		// Rule 5: never reject a replayed id: the reject would name the
+		// id and fail the original proposal at its proposer.
+		f.log.Warn("proposal id seen before; ignored", "proposal", env.ID, "from", env.From)
+		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Reason: "duplicate", Message: "proposal id seen before"})
+		return
+	}
+	method, params, err := parsePayload(env.Payload)
+	p := &proposal{env: env, method: method, params: params, received: time.Now()}
+	if err == nil && method == agent.MethodToolsCall {
+		p.tool, _ = toolCall(params)
+	}
+	if target, mine := f.addressee(env, p.tool); !mine {
+		f.log.Debug("proposal addressed to another fulfiller; left alone", "proposal", env.ID, "to", env.To)
+		f.store.seen.Add(env.ID, struct{}{})
+		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Method: method, Tool: p.tool, Reason: "addressed_elsewhere", Message: fmt.Sprintf("addressed to %v", env.To)})
+		return
+	} else {
+		p.target = target
+	}
+	f.emit(p.event(StageReceived))
+
+	if err != nil {
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "invalid", err.Error())
+		return
+	}
+
+	f.mu.Lock()
+	switch {
+	case f.closing:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
+		return
+	case f.live >= f.cfg.MaxPending:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", f.cfg.MaxPending))
+		return
+	}
+	f.live++
+	p.state.Store(int32(StateDeciding))
+	f.store.add(p)
+	f.mu.Unlock()
+
+	// Blocks when every worker is busy: backpressure onto the socket. On
+	// shutdown the proposal is in the store, so shutdown answers it.
+	select {
+	case f.jobs <- p:
+	case <-f.runCtx.Done():
+	}
+}
+
+// addressee applies the package's reading of `to` (see the package doc):
+// whether the proposal is ours to handle, and the participant it names as
+// target, if any.
+func (f *Fulfiller) addressee(env agent.Envelope, tool string) (target string, mine bool) {
+	if len(env.To) == 0 || slices.Contains(env.To, f.space.ID()) {
+		return "", true
+	}
+	sawFulfiller := false
+	for _, id := range env.To {
+		p, ok := f.space.Participant(id)
+		if !ok {
+			continue
+		}
+		if tool != "" {
+			if _, offers := f.catalog.tool(id, tool); offers {
+				return id, true
+			}
+		}
+		if agent.Permits(p.Capabilities, agent.KindRequest, json.RawMessage(`{"method":"tools/call"}`)) {
+			sawFulfiller = true
+			continue
+		}
+		return id, true
+	}
+	if sawFulfiller {
+		return "", false
+	}
+	return "", true // nobody named is here: ours, and routing will say incapable
+}
+
+// decide runs on a worker: ask the policy and act on its answer.
+func (f *Fulfiller) decide(p *proposal) {
+	if p.State().Terminal() {
+		return // withdrawn or expired while queued for a worker
+	}
+	in := f.input(p, p.params, nil)
+	start := time.Now()
+	d := f.decider.Decide(f.decideCtx, in)
+	ev := p.event(StageDecided)
+	ev.Decision, ev.Latency, ev.Input = &d, time.Since(start), in
+	if d.Err != nil {
+		f.log.Error("policy failed closed", "proposal", p.env.ID, "err", d.Err)
+	}
+	f.emit(ev)
+	f.mu.Lock()
+	p.decision = d
+	f.mu.Unlock()
+	f.act(p, d, p.params)
+}
+
+// act carries out a decision for p with the given params.
+func (f *Fulfiller) act(p *proposal, d policies.Decision, params json.RawMessage) {
+	switch d.Action {
+	case policies.Fulfill:
+		target, why := f.route(p, d)
+		if target == "" {
+			f.reject(p, "incapable", why)
+			return
+		}
+		f.fulfil(p, target, params)
+	case policies.Escalate:
+		target, why := f.route(p, d)
+		if target == "" {
+			f.reject(p, "incapable", why) // rule 1: nobody asked about a call nobody can carry out
+			return
+		}
+		f.escalate(p, d, target)
+	default:
+		reason := d.Reason
+		if reason == "" {
+			reason = "policy"
+		}
+		f.reject(p, reason, d.Message)
+	}
+}
+
+// route decides who carries the call out, or says why nobody can.
+func (f *Fulfiller) route(p *proposal, d policies.Decision) (target, why string) {
+	target = d.Target
+	if target == "" {
+		target = p.target
+	}
+	if target == "" && p.method == agent.MethodToolsCall && p.tool != "" {
+		ctx, cancel := context.WithTimeout(f.base, f.cfg.DiscoveryWait)
+		owners := f.catalog.lookup(ctx, p.tool)
+		cancel()
+		switch len(owners) {
+		case 0:
+			return "", fmt.Sprintf("no participant in the space offers tool %q", p.tool)
+		case 1:
+			target = owners[0].Server
+		default:
+			names := make([]string, len(owners))
+			for i, o := range owners {
+				names[i] = o.Server
+			}
+			return "", fmt.Sprintf("tool %q is offered by %v; address the proposal to one of them", p.tool, names)
+		}
+	}
+	if target == "" {
+		return "", fmt.Sprintf("no participant to send %s to; address the proposal to one", p.method)
+	}
+	if _, ok := f.space.Participant(target); !ok {
+		return "", fmt.Sprintf("%s is not in the space", target)
+	}
+	payload, _ := json.Marshal(map[string]string{"method": p.method})
+	if !f.space.Can(agent.KindRequest, payload) {
+		return "", fmt.Sprintf("fulfiller's capabilities do not allow mcp/request %s", p.method)
+	}
+	return target, ""
+}
+
+func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
+	if f.cfg.Escalator == nil {
+		f.reject(p, "policy", "the policy asks for human approval, but escalation is not configured on this fulfiller")
+		return
+	}
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = f.cfg.ApprovalTimeout
+	}
+	f.mu.Lock()
+	if p.State() != StateDeciding {
+		f.mu.Unlock()
+		return
+	}
+	p.state.Store(int32(StateAwaitingApproval))
+	p.target = target
+	p.deadline = time.Now().Add(timeout)
+	f.mu.Unlock()
+
+	ev := p.event(StageEscalated)
+	ev.By = d.Approvers
+	ev.Message = d.Message
+	f.emit(ev)
+	esc := Escalation{Proposal: p.env, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline}
+	if p.tool != "" {
+		esc.Tool = f.toolInput(p, target, p.params)
+		if info, ok := f.catalog.tool(target, p.tool); ok {
+			esc.InputSchema = info.InputSchema
+		}
+	}
+	f.cfg.Escalator.Escalate(f.base, esc, func(v Verdict) { f.onVerdict(p, v) })
+}
+
+// onVerdict applies a human verdict (rule 7 of DESIGN.md).
+func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
+	if p.State() != StateAwaitingApproval {
+		return
+	}
+	switch {
+	case v.Superseded:
+		if _, ok := f.transition(p, StateSuperseded, notAnswered); ok {
+			ev := p.event(StageSuperseded)
+			ev.By, ev.Message = v.By, v.Message
+			f.emit(ev)
+		}
+		return
+	case !v.Approved:
+		reason := v.Reason
+		if reason == "" {
+			reason = "disagree"
+		}
+		f.reject(p, reason, v.Message)
+		return
+	}
+	ev := p.event(StageApproved)
+	ev.By = v.By
+	f.emit(ev)
+	f.mu.Lock()
+	p.approvedBy = v.By
+	f.mu.Unlock()
+	if v.Params == nil {
+		f.fulfil(p, p.target, p.params)
+		return
+	}
+	// Edited arguments: the edited call must pass the policy on its own.
+	in := f.input(p, v.Params, &policies.Approval{By: v.By, Content: v.Content})
+	d := f.decider.Decide(f.decideCtx, in)
+	dev := p.event(StageDecided)
+	dev.Decision, dev.Input = &d, in
+	f.emit(dev)
+	switch d.Action {
+	case policies.Fulfill:
+	case policies.Escalate:
+		if !approvalsSatisfy(v.By, d) {
+			f.reject(p, "policy", "the edited call needs other approval: "+d.Message)
+			return
+		}
+	default:
+		reason := d.Reason
+		if reason == "" {
+			reason = "policy"
+		}
+		f.reject(p, reason, d.Message)
+		return
+	}
+	target := p.target
+	if d.Target != "" {
+		target = d.Target
+	}
+	f.fulfil(p, target, v.Params)
+}
+
+// approvalsSatisfy reports whether the approvers who already approved meet
+// an escalate decision's approvers and quorum.
+func approvalsSatisfy(by []string, d policies.Decision) bool {
+	quorum := max(d.Quorum, 1)
+	n := 0
+	for _, who := range by {
+		if len(d.Approvers) == 0 || slices.Contains(d.Approvers, who) {
+			n++
+		}
+	}
+	return n >= quorum
+}
+
+// fulfil sends the fulfilment request, or queues it when --max-inflight
+// requests are already out.
+func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
+	f.mu.Lock()
+	s := p.State()
+	if s != StateDeciding && s != StateAwaitingApproval {
+		f.mu.Unlock()
+		return
+	}
+	p.target = target
+	p.finalParams = params
+	if f.inflight >= f.cfg.MaxInflight || f.closing {
+		p.state.Store(int32(StateQueued))
+		f.queue = append(f.queue, p)
+		f.mu.Unlock()
+		f.emit(p.event(StageQueued))
+		return
+	}
+	f.startLocked(p)
+	f.mu.Unlock()
+	f.sendRequest(p)
+}
+
+// startLocked claims a fulfilment slot for p. Called with f.mu held.
+func (f *Fulfiller) startLocked(p *proposal) {
+	f.inflight++
+	p.state.Store(int32(StateFulfilling))
+	p.rpcID = f.rpcSeq.Add(1)
+	p.requestID = agent.NewID(f.space.ID())
+	p.requestSent = time.Now()
+	f.byRequest[p.requestID] = p
+	p.fulfilTimer = time.AfterFunc(f.cfg.FulfillTimeout, func() { f.fulfilTimedOut(p) })
+}
+
+// sendRequest puts the fulfilment mcp/request on the wire: to the target,
+// correlated to the proposal, method and params as proposed (or as edited
+// by an approver and re-checked by the policy).
+func (f *Fulfiller) sendRequest(p *proposal) {
+	payload := agent.RPCRequest{JSONRPC: "2.0", ID: json.RawMessage(strconv.FormatInt(p.rpcID, 10)), Method: p.method, Params: p.finalParams}
+	env := agent.Envelope{
+		ID:            p.requestID,
+		To:            []string{p.target},
+		Kind:          agent.KindRequest,
+		CorrelationID: agent.CorrelationIDs{p.env.ID},
+		Payload:       agent.MustPayload(payload),
+	}
+	f.emit(p.event(StageFulfilling))
+	if err := f.send(env); err != nil {
+		f.log.Error("fulfilment request not sent", "proposal", p.env.ID, "target", p.target, "err", err)
+		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+			f.answerReject(p, "other", "the fulfilment request could not be sent")
+		}
+	}
+}
+
+// onResponse ends a fulfilment when its target answers.
+func (f *Fulfiller) onResponse(env agent.Envelope) {
+	cid := env.CorrelationID.First()
+	f.mu.Lock()
+	p, ok := f.byRequest[cid]
+	f.mu.Unlock()
+	if !ok {
+		return // not a fulfilment of ours (the agent matches its own requests)
+	}
+	if env.From != p.target {
+		f.log.Warn("response for our fulfilment from a participant it was not sent to; ignored",
+			"proposal", p.env.ID, "target", p.target, "from", env.From)
+		return
+	}
+	if _, ok := f.transition(p, StateFulfilled, isState(StateFulfilling)); !ok {
+		return
+	}
+	var resp agent.RPCResponse
+	_ = json.Unmarshal(env.Payload, &resp)
+	ev := p.event(StageFulfilled)
+	ev.Result, ev.Latency = resp.Result, time.Since(p.requestSent)
+	if resp.Error != nil {
+		ev.RPCError = agent.MustPayload(resp.Error)
+	}
+	ev.By = p.approvedBy
+	f.emit(ev)
+}
+
+// fulfilTimedOut applies rule 4: cancel at the tool owner, reject "timeout".
+func (f *Fulfiller) fulfilTimedOut(p *proposal) {
+	if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); !ok {
+		return
+	}
+	f.cancelRequest(p, "timeout")
+	f.answerReject(p, "timeout", fmt.Sprintf("%s did not answer within %s", p.target, f.cfg.FulfillTimeout))
+}
+
+// cancelRequest tells the tool owner to stop working on our request.
+func (f *Fulfiller) cancelRequest(p *proposal, reason string) {
+	params := agent.MustPayload(cancelledParams{RequestID: p.rpcID, Reason: reason})
+	env := agent.Envelope{
+		To:            []string{p.target},
+		Kind:          agent.KindRequest,
+		CorrelationID: agent.CorrelationIDs{p.requestID},
+		Payload:       agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", Method: agent.MethodCancelled, Params: params}),
+	}
+	if err := f.send(env); err != nil {
+		f.log.Warn("cancellation not sent", "proposal", p.env.ID, "target", p.target, "err", err)
+	}
+}
+
+func (f *Fulfiller) onWithdraw(env agent.Envelope) {
+	pid := env.CorrelationID.First()
+	p, ok := f.store.get(pid)
+	if !ok {
+		f.log.Debug("withdrawal of an unknown or finished proposal", "proposal", pid, "from", env.From)
+		return
+	}
+	if env.From != p.env.From {
+		f.log.Warn("withdrawal by someone other than the proposer ignored (spoof attempt?)",
+			"proposal", pid, "proposer", p.env.From, "from", env.From)
+		f.emit(Event{Stage: StageIgnored, ProposalID: pid, Proposer: p.env.From, Reason: "spoofed_withdraw", Message: "withdrawal from " + env.From})
+		return
+	}
+	prev, ok := f.transition(p, StateWithdrawn, notAnswered)
+	if !ok {
+		f.log.Info("late withdrawal ignored: the proposal was already answered", "proposal", pid, "state", p.State())
+		f.emit(Event{Stage: StageIgnored, ProposalID: pid, Proposer: p.env.From, Reason: "late_withdraw", Message: "withdrawn after it was " + p.State().String()})
+		return
+	}
+	if prev == StateAwaitingApproval {
+		f.cfg.Escalator.Cancel(pid, "withdrawn")
+	}
+	ev := p.event(StageWithdrawn)
+	ev.Reason = reasonOf(env.Payload)
+	f.emit(ev)
+}
+
+// onOtherRequest sees other participants' requests: a fulfilment of a
+// proposal we hold supersedes ours; a tools/list_changed refreshes discovery.
+func (f *Fulfiller) onOtherRequest(env agent.Envelope) {
+	var req agent.RPCRequest
+	if json.Unmarshal(env.Payload, &req) != nil {
+		return
+	}
+	switch req.Method {
+	case agent.MethodToolsListChanged:
+		f.catalog.refresh(f.base, env.From)
+		return
+	case agent.MethodElicitationCreate, agent.MethodCancelled:
+		return // asking or telling someone about a proposal is not fulfilling it
+	}
+	f.supersede(env, "fulfilled by "+env.From)
+}
+
+// onOtherReject: someone else already said no to a proposal we hold (an
+// approver answering directly, or another fulfiller). The proposer has its
+// answer; a second one from us would break rule 2.
+func (f *Fulfiller) onOtherReject(env agent.Envelope) {
+	f.supersede(env, "rejected by "+env.From+" ("+reasonOf(env.Payload)+")")
+}
+
+func (f *Fulfiller) supersede(env agent.Envelope, why string) {
+	p, ok := f.store.get(env.CorrelationID.First())
+	if !ok {
+		return
+	}
+	prev, ok := f.transition(p, StateSuperseded, notAnswered)
+	if !ok {
+		if p.State() == StateFulfilling {
+			f.log.Warn("proposal answered by another participant after our fulfilment request", "proposal", p.env.ID, "by", env.From)
+		}
+		return
+	}
+	if prev == StateAwaitingApproval {
+		f.cfg.Escalator.Cancel(p.env.ID, "superseded")
+	}
+	ev := p.event(StageSuperseded)
+	ev.By, ev.Message = []string{env.From}, why
+	f.emit(ev)
+}
+
+func (f *Fulfiller) onPresence(env agent.Envelope) {
+	var pr struct {
+		Event       string `json:"event"`
+		Participant struct {
+			ID string `json:"id"`
+		} `json:"participant"`
+	}
+	if json.Unmarshal(env.Payload, &pr) != nil || pr.Participant.ID == "" || pr.Participant.ID == f.space.ID() {
+		return
+	}
+	switch pr.Event {
+	case "join":
+		f.catalog.refresh(f.base, pr.Participant.ID)
+	case "leave":
+		f.catalog.drop(pr.Participant.ID)
+		f.mu.Lock()
+		var orphans []*proposal
+		for _, p := range f.byRequest {
+			if p.target == pr.Participant.ID {
+				orphans = append(orphans, p)
+			}
+		}
+		f.mu.Unlock()
+		for _, p := range orphans {
+			if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+				f.answerReject(p, "incapable", fmt.Sprintf("%s left the space before answering", p.target))
+			}
+		}
+	}
+}
+
+// drainEvictions handles proposals the pending store let go of.
+func (f *Fulfiller) drainEvictions(done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case <-f.store.signal:
+		}
+		for _, ev := range f.store.drain() {
+			p := ev.p
+			s := p.State()
+			switch {
+			case s.Terminal():
+			case !ev.expired:
+				f.reject(p, "busy", "pending work was full")
+			case s == StateFulfilling:
+				f.store.readd(p) // its own fulfil timeout ends it
+			case s == StateAwaitingApproval && time.Now().Before(p.deadline):
+				f.store.readd(p) // rule 8: the TTL never cuts a human prompt short
+			default:
+				f.reject(p, "timeout", fmt.Sprintf("not decided within %s", f.cfg.PendingTTL))
+			}
+		}
+	}
+}
+
+// shutdown answers every proposal not yet answered with "other".
+func (f *Fulfiller) shutdown() {
+	f.mu.Lock()
+	f.closing = true
+	f.mu.Unlock()
+	for _, p := range f.store.all() {
+		f.reject(p, "other", "fulfiller is shutting down; propose again later")
+	}
+	// In-flight fulfilments were answered (the request is out); stop
+	// tracking them so no timer fires after Run returns.
+	f.mu.Lock()
+	for id, p := range f.byRequest {
+		p.fulfilTimer.Stop()
+		delete(f.byRequest, id)
+	}
+	f.mu.Unlock()
+}
+
+// reject ends p with an mcp/reject, unless it has already been answered.
+func (f *Fulfiller) reject(p *proposal, reason, message string) {
+	prev, ok := f.transition(p, StateRejected, notAnswered)
+	if !ok {
+		return
+	}
+	if prev == StateAwaitingApproval {
+		f.cfg.Escalator.Cancel(p.env.ID, reason)
+	}
+	f.answerReject(p, reason, message)
+}
+
+// answerReject sends mcp/reject to the proposer, and a chat explaining it
+// when there is a message.
+func (f *Fulfiller) answerReject(p *proposal, reason, message string) {
+	ev := p.event(StageRejected)
+	ev.Reason, ev.Message = reason, message
+	f.emit(ev)
+	rej, err := f.sendAndGet(agent.Envelope{
+		To:            []string{p.env.From},
+		Kind:          agent.KindReject,
+		CorrelationID: agent.CorrelationIDs{p.env.ID},
+		Payload:       agent.MustPayload(rejectPayload{Reason: reason}),
+	})
+	if err != nil {
+		f.log.Error("reject not sent", "proposal", p.env.ID, "reason", reason, "err", err)
+		return
+	}
+	if message == "" {
+		return
+	}
+	if _, err := f.sendAndGet(agent.Envelope{
+		To:            []string{p.env.From},
+		Kind:          agent.KindChat,
+		CorrelationID: agent.CorrelationIDs{rej.ID},
+		Payload:       agent.MustPayload(chatPayload{Text: message, Format: "plain"}),
+	}); err != nil {
+		f.log.Warn("reject explanation not sent", "proposal", p.env.ID, "err", err)
+	}
+}
+
+func (f *Fulfiller) send(env agent.Envelope) error {
+	_, err := f.sendAndGet(env)
+	return err
+}
+
+func (f *Fulfiller) sendAndGet(env agent.Envelope) (agent.Envelope, error) {
+	ctx, cancel := context.WithTimeout(f.base, sendTimeout)
+	defer cancel()
+	return f.space.Send(ctx, env)
+}
+
+// transition moves p into the terminal state to if allowed(current state),
+// releasing whatever p held: its fulfilment slot, its place in the pending
+// store. Exactly one caller can end a proposal; the others get ok=false.
+func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) (prev State, ok bool) {
+	f.mu.Lock()
+	prev = p.State()
+	if prev.Terminal() || !allowed(prev) {
+		f.mu.Unlock()
+		return prev, false
+	}
+	p.state.Store(int32(to))
+	f.live--
+	var next []*proposal
+	if prev == StateFulfilling {
+		p.fulfilTimer.Stop()
+		delete(f.byRequest, p.requestID)
+		f.inflight--
+		next = f.dequeueLocked()
+	}
+	f.mu.Unlock()
+	f.store.remove(p)
+	for _, q := range next {
+		f.sendRequest(q)
+	}
+	return prev, true
+}
+
+// dequeueLocked starts queued fulfilments while slots are free. Called with
+// f.mu held; the caller sends the returned requests after unlocking.
+func (f *Fulfiller) dequeueLocked() []*proposal {
+	var started []*proposal
+	for len(f.queue) > 0 && f.inflight < f.cfg.MaxInflight && !f.closing {
+		q := f.queue[0]
+		f.queue[0] = nil
+		f.queue = f.queue[1:]
+		if q.State() != StateQueued {
+			continue
+		}
+		f.startLocked(q)
+		started = append(started, q)
+	}
+	return started
+}
+
+// Payloads fulfiller writes. Structs keep the key order of PROTOCOL.md on
+// the wire, which makes envelopes easy to read and to compare.
+type (
+	rejectPayload struct {
+		Reason string `json:"reason"`
+	}
+	chatPayload struct {
+		Text   string `json:"text"`
+		Format string `json:"format"`
+	}
+	cancelledParams struct {
+		RequestID int64  `json:"requestId"`
+		Reason    string `json:"reason"`
+	}
+)
+
+func notAnswered(s State) bool { return !s.answered() }
+
+func isState(want State) func(State) bool { return func(s State) bool { return s == want } }
+
+func reasonOf(payload json.RawMessage) string {
+	var r struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(payload, &r)
+	return r.Reason
+}
+
+func (f *Fulfiller) emit(e Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	f.obs.Observe(e)
+}
+
+func (p *proposal) event(stage Stage) Event {
+	return Event{Stage: stage, ProposalID: p.env.ID, Proposer: p.env.From, Method: p.method, Tool: p.tool, Target: p.target}
+}

@@ -1,0 +1,82 @@
+package fulfill
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// input builds the policy input document for p (DESIGN.md, Policy
+// contract). params are the proposal's params, or an approver's edit of
+// them; approval is set only when asking again after a human answered.
+// Fields that are not known are left out, never invented.
+func (f *Fulfiller) input(p *proposal, params json.RawMessage, approval *policies.Approval) *policies.Input {
+	raw := p.env.Raw
+	if raw == nil {
+		raw, _ = agent.Encode(p.env)
+	}
+	in := &policies.Input{
+		Proposal: raw,
+		Method:   p.method,
+		Params:   params,
+		Approval: approval,
+		Now:      time.Now().UTC(),
+	}
+	if p.tool != "" {
+		in.Tool = f.toolInput(p, p.target, params)
+	}
+	if who, ok := f.space.Participant(p.env.From); ok {
+		in.Proposer = &policies.Participant{ID: who.ID, Capabilities: capsJSON(who.Capabilities)}
+	} else {
+		in.Proposer = &policies.Participant{ID: p.env.From}
+	}
+	roster := f.space.Roster()
+	sp := &policies.Space{ID: f.cfg.SpaceID, Participants: make([]policies.Participant, 0, len(roster))}
+	for _, who := range roster {
+		sp.Participants = append(sp.Participants, policies.Participant{ID: who.ID, Capabilities: capsJSON(who.Capabilities)})
+	}
+	in.Space = sp
+	f.mu.Lock()
+	in.Agent = policies.AgentInfo{ID: f.space.ID(), Pending: f.live, Inflight: f.inflight, MaxPending: f.cfg.MaxPending}
+	f.mu.Unlock()
+	return in
+}
+
+// toolInput describes the called tool: name and arguments from params, and
+// server, description and annotations from its owner's tools/list when the
+// owner is known (the target named by `to`, else the only owner).
+func (f *Fulfiller) toolInput(p *proposal, target string, params json.RawMessage) *policies.Tool {
+	name, args := toolCall(params)
+	if name == "" {
+		name = p.tool
+	}
+	t := &policies.Tool{Name: name, Arguments: args}
+	server := target
+	if server == "" {
+		if owners := f.catalog.owners(name); len(owners) == 1 {
+			server = owners[0].Server
+		}
+	}
+	if server == "" {
+		return t
+	}
+	t.Server = server
+	if info, ok := f.catalog.tool(server, name); ok {
+		t.Description = info.Description
+		t.Annotations = info.Annotations
+	}
+	return t
+}
+
+func capsJSON(caps []agent.Capability) json.RawMessage {
+	if caps == nil {
+		return nil
+	}
+	b, err := json.Marshal(caps)
+	if err != nil {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,373 @@
+package fulfill
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+var fulfilAdd = map[string]policies.Decision{"add": {Action: policies.Fulfill}}
+
+// wantEnvelope checks the fields of a sent envelope that a receiver relies on.
+func wantEnvelope(t *testing.T, got agent.Envelope, kind string, to []string, corr []string, payload string) {
+	t.Helper()
+	if got.Kind != kind {
+		t.Fatalf("kind = %q, want %q (payload %s)", got.Kind, kind, got.Payload)
+	}
+	if !reflect.DeepEqual(got.To, to) {
+		t.Errorf("%s to = %v, want %v", kind, got.To, to)
+	}
+	if !reflect.DeepEqual([]string(got.CorrelationID), corr) {
+		t.Errorf("%s correlation_id = %v, want %v", kind, got.CorrelationID, corr)
+	}
+	if payload != "" && !jsonEqual(got.Payload, payload) {
+		t.Errorf("%s payload = %s, want %s", kind, got.Payload, payload)
+	}
+	if got.Protocol != agent.ProtocolV04 || got.ID == "" || got.TS == "" || got.From != "fulfiller" {
+		t.Errorf("%s not stamped: %+v", kind, got)
+	}
+}
+
+func jsonEqual(a json.RawMessage, b string) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// rpcID returns the JSON-RPC id of a request payload.
+func rpcID(t *testing.T, env agent.Envelope) int64 {
+	t.Helper()
+	var req struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.Unmarshal(env.Payload, &req); err != nil || req.ID == 0 {
+		t.Fatalf("request without a numeric id: %s", env.Payload)
+	}
+	return req.ID
+}
+
+func TestFulfilBroadcastProposal(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`))
+
+	req := h.space.next(t)
+	id := rpcID(t, req)
+	wantEnvelope(t, req, agent.KindRequest, []string{"calculator"}, []string{"p1"},
+		fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`, id))
+
+	in := h.dec.lastInput()
+	if in.Tool == nil || in.Tool.Server != "calculator" || in.Tool.Description != "Add two numbers" || string(in.Tool.Annotations) != `{"readOnlyHint":true}` {
+		t.Errorf("policy input tool = %+v", in.Tool)
+	}
+	if in.Proposer == nil || in.Proposer.ID != "coder" || !jsonEqual(in.Proposer.Capabilities, `[{"kind":"mcp/proposal"},{"kind":"mcp/withdraw"}]`) {
+		t.Errorf("policy input proposer = %+v", in.Proposer)
+	}
+	if in.Agent.ID != "fulfiller" || in.Agent.Pending != 1 || in.Agent.MaxPending != 1000 || in.Space.ID != "lab" {
+		t.Errorf("policy input agent/space = %+v %+v", in.Agent, in.Space)
+	}
+
+	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, To: []string{"fulfiller"},
+		CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"3"}]}}`, id))})
+	want := []Stage{StageReceived, StageDecided, StageFulfilling, StageFulfilled}
+	waitFor(t, func() bool { return len(h.stages("p1")) == len(want) })
+	if got := h.stages("p1"); !reflect.DeepEqual(got, want) {
+		t.Errorf("stages = %v, want %v", got, want)
+	}
+	h.space.quiet(t, 50*time.Millisecond)
+}
+
+func TestFulfilTargetedProposal(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall, "calculator"))
+	req := h.space.next(t)
+	wantEnvelope(t, req, agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
+}
+
+func TestRejectWithReasonAndChat(t *testing.T) {
+	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "unsafe", Message: "no adding on Sundays"}}}
+	h := newHarness(t, Config{}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	rej := h.space.next(t)
+	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"unsafe"}`)
+	chat := h.space.next(t)
+	wantEnvelope(t, chat, agent.KindChat, []string{"coder"}, []string{rej.ID}, `{"text":"no adding on Sundays","format":"plain"}`)
+	h.space.quiet(t, 50*time.Millisecond)
+}
+
+func TestInvalidProposals(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	for i, payload := range []string{`"just a string"`, `{"params":{}}`, `{"method":7}`, `{"method":"tools/call","params":[1]}`, `[]`} {
+		id := fmt.Sprintf("bad-%d", i)
+		env := proposalEnv(id, "coder", payload)
+		h.deliver(env)
+		rej := h.space.next(t)
+		wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{id}, `{"reason":"invalid"}`)
+		chat := h.space.next(t)
+		if chat.Kind != agent.KindChat {
+			t.Fatalf("after invalid reject: %s", chat.Kind)
+		}
+	}
+	// No payload at all.
+	h.deliver(agent.Envelope{ID: "bad-none", From: "coder", Kind: agent.KindProposal})
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"bad-none"}, `{"reason":"invalid"}`)
+	if n := h.dec.count(); n != 0 {
+		t.Errorf("policy asked %d times about invalid proposals", n)
+	}
+}
+
+func TestIncapable(t *testing.T) {
+	t.Run("unknown tool", func(t *testing.T) {
+		h := newHarness(t, Config{DiscoveryWait: 10 * time.Millisecond}, &fakeDecider{decisions: map[string]policies.Decision{"divide": {Action: policies.Fulfill}}})
+		h.deliver(proposalEnv("p1", "coder", `{"method":"tools/call","params":{"name":"divide"}}`))
+		wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
+		chat := h.space.next(t)
+		if !jsonEqual(chat.Payload, `{"text":"no participant in the space offers tool \"divide\"","format":"plain"}`) {
+			t.Errorf("chat = %s", chat.Payload)
+		}
+	})
+	t.Run("own capabilities lacking", func(t *testing.T) {
+		h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+		h.space.caps = []agent.Capability{{Kind: "mcp/request", Payload: map[string]any{"method": "tools/list"}}, {Kind: "mcp/reject"}, {Kind: "chat"}}
+		h.deliver(proposalEnv("p1", "coder", addCall))
+		wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
+	})
+	t.Run("escalation nobody can carry out asks no human", func(t *testing.T) {
+		h := newHarness(t, Config{DiscoveryWait: 10 * time.Millisecond}, &fakeDecider{decisions: map[string]policies.Decision{"nuke": {Action: policies.Escalate}}})
+		h.deliver(proposalEnv("p1", "coder", `{"method":"tools/call","params":{"name":"nuke"}}`))
+		wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
+	})
+}
+
+func TestEscalationWithoutEscalatorRejectsPolicy(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate}}})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"policy"}`)
+	chat := h.space.next(t)
+	if !jsonEqual(chat.Payload, `{"text":"the policy asks for human approval, but escalation is not configured on this fulfiller","format":"plain"}`) {
+		t.Errorf("chat = %s", chat.Payload)
+	}
+}
+
+func TestDuplicateIDIgnored(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
+	h.deliver(proposalEnv("p1", "coder", addCall))                                                          // replay while pending
+	h.deliver(proposalEnv("p1", "coder", `{"method":"tools/call","params":{"name":"add","arguments":{}}}`)) // differs
+	h.space.quiet(t, 100*time.Millisecond)
+	if got := h.stages("p1"); got[len(got)-1] != StageIgnored || got[len(got)-2] != StageIgnored {
+		t.Errorf("stages = %v, want two ignored at the end", got)
+	}
+}
+
+func TestWithdrawBeforeDecision(t *testing.T) {
+	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
+	h := newHarness(t, Config{}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	waitFor(t, func() bool { return h.dec.count() == 1 })
+	h.deliver(agent.Envelope{ID: "w1", From: "coder", Kind: agent.KindWithdraw, CorrelationID: agent.CorrelationIDs{"p1"}, Payload: json.RawMessage(`{"reason":"no_longer_needed"}`)})
+	waitFor(t, func() bool { return len(h.f.Pending()) == 0 })
+	close(dec.gate)
+	h.space.quiet(t, 100*time.Millisecond) // withdrawal is fire-and-forget: nothing goes back
+	want := []Stage{StageReceived, StageWithdrawn, StageDecided}
+	if got := h.stages("p1"); !reflect.DeepEqual(got, want) {
+		t.Errorf("stages = %v, want %v", got, want)
+	}
+}
+
+func TestSpoofedWithdrawIgnored(t *testing.T) {
+	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
+	h := newHarness(t, Config{}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	waitFor(t, func() bool { return h.dec.count() == 1 })
+	h.deliver(agent.Envelope{ID: "w1", From: "calculator", Kind: agent.KindWithdraw, CorrelationID: agent.CorrelationIDs{"p1"}, Payload: json.RawMessage(`{"reason":"no_longer_needed"}`)})
+	close(dec.gate)
+	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
+}
+
+func TestLateWithdrawIgnored(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	req := h.space.next(t)
+	h.deliver(agent.Envelope{ID: "w1", From: "coder", Kind: agent.KindWithdraw, CorrelationID: agent.CorrelationIDs{"p1"}})
+	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	want := []Stage{StageReceived, StageDecided, StageFulfilling, StageIgnored, StageFulfilled}
+	waitFor(t, func() bool { return len(h.stages("p1")) == len(want) })
+	if got := h.stages("p1"); !reflect.DeepEqual(got, want) {
+		t.Errorf("stages = %v, want %v", got, want)
+	}
+}
+
+func TestSupersededByAnotherFulfiller(t *testing.T) {
+	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
+	h := newHarness(t, Config{}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	waitFor(t, func() bool { return h.dec.count() == 1 })
+	h.deliver(agent.Envelope{ID: "their-req", From: "other-ful", To: []string{"calculator"}, Kind: agent.KindRequest, CorrelationID: agent.CorrelationIDs{"p1"}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}}`)})
+	waitFor(t, func() bool { return len(h.f.Pending()) == 0 })
+	close(dec.gate)
+	h.space.quiet(t, 100*time.Millisecond)
+	if got := h.stages("p1"); got[1] != StageSuperseded {
+		t.Errorf("stages = %v", got)
+	}
+}
+
+func TestAddressedToAnotherFulfillerLeftAlone(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall, "other-ful"))
+	h.space.quiet(t, 100*time.Millisecond)
+	if h.dec.count() != 0 {
+		t.Error("policy was asked about a proposal addressed to another fulfiller")
+	}
+}
+
+func TestFulfilTimeout(t *testing.T) {
+	h := newHarness(t, Config{FulfillTimeout: 50 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	req := h.space.next(t)
+	id := rpcID(t, req)
+	cancel := h.space.next(t)
+	wantEnvelope(t, cancel, agent.KindRequest, []string{"calculator"}, []string{req.ID},
+		fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"timeout"}}`, id))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"timeout"}`)
+	h.space.next(t) // the chat
+	// A late response changes nothing.
+	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	h.space.quiet(t, 50*time.Millisecond)
+}
+
+func TestMaxPendingOverflowAnswersEveryoneOnce(t *testing.T) {
+	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "policy"}}, gate: make(chan struct{})}
+	h := newHarness(t, Config{MaxPending: 3}, dec)
+	const n = 10
+	for i := range n {
+		h.deliver(proposalEnv(fmt.Sprintf("p%d", i), "coder", addCall))
+	}
+	answers := map[string]string{}
+	for len(answers) < n-3 { // the overflow is refused at once, before any decision
+		rej := h.space.next(t)
+		if rej.Kind == agent.KindChat {
+			continue
+		}
+		answers[rej.CorrelationID.First()] = reasonOf(rej.Payload)
+	}
+	close(dec.gate)
+	for len(answers) < n {
+		env := h.space.next(t)
+		if env.Kind != agent.KindReject {
+			continue
+		}
+		if _, dup := answers[env.CorrelationID.First()]; dup {
+			t.Fatalf("%s answered twice", env.CorrelationID.First())
+		}
+		answers[env.CorrelationID.First()] = reasonOf(env.Payload)
+	}
+	busy := 0
+	for id, r := range answers {
+		switch r {
+		case "busy":
+			busy++
+		case "policy":
+		default:
+			t.Errorf("%s: reason %q", id, r)
+		}
+	}
+	if busy != n-3 {
+		t.Errorf("%d busy rejects, want %d (older work is never evicted)", busy, n-3)
+	}
+	for _, id := range []string{"p0", "p1", "p2"} {
+		if answers[id] != "policy" {
+			t.Errorf("older proposal %s answered %q, want its policy decision", id, answers[id])
+		}
+	}
+}
+
+func TestPendingTTLExpiryRejectsTimeout(t *testing.T) {
+	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
+	defer close(dec.gate)
+	h := newHarness(t, Config{PendingTTL: 100 * time.Millisecond}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"timeout"}`)
+}
+
+func TestShutdownAnswersPendingWork(t *testing.T) {
+	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
+	defer close(dec.gate)
+	h := newHarness(t, Config{}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	h.deliver(proposalEnv("p2", "coder", addCall))
+	waitFor(t, func() bool { return len(h.f.Pending()) == 2 })
+	h.shutdown()
+	got := map[string]bool{}
+	for range 4 {
+		env := h.space.next(t)
+		if env.Kind == agent.KindReject {
+			if !jsonEqual(env.Payload, `{"reason":"other"}`) {
+				t.Errorf("shutdown reject payload %s", env.Payload)
+			}
+			got[env.CorrelationID.First()] = true
+		}
+	}
+	if !got["p1"] || !got["p2"] {
+		t.Errorf("shutdown rejected %v, want p1 and p2", got)
+	}
+}
+
+func TestMaxInflightQueues(t *testing.T) {
+	h := newHarness(t, Config{MaxInflight: 1}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	first := h.space.next(t)
+	h.deliver(proposalEnv("p2", "coder", addCall))
+	waitFor(t, func() bool {
+		s, ok := h.f.Get("p2")
+		return ok && s.State == "queued"
+	})
+	h.space.quiet(t, 50*time.Millisecond)
+	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{first.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p2"}, "")
+}
+
+func TestResponseFromWrongParticipantIgnored(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	req := h.space.next(t)
+	h.deliver(agent.Envelope{ID: "r1", From: "coder", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	time.Sleep(20 * time.Millisecond)
+	if s, ok := h.f.Get("p1"); !ok || s.State != "fulfilling" {
+		t.Errorf("after forged response: %+v %v", s, ok)
+	}
+}
+
+func TestToolOwnerLeavesMidFulfilment(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	h.space.next(t)
+	h.deliver(agent.Envelope{ID: "pr", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"leave","participant":{"id":"calculator"}}`)})
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
+}
+
+func TestOperatorCancel(t *testing.T) {
+	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
+	defer close(dec.gate)
+	h := newHarness(t, Config{}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	waitFor(t, func() bool { return len(h.f.Pending()) == 1 })
+	if err := h.f.Cancel("p1", "alice via API"); err != nil {
+		t.Fatal(err)
+	}
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
+	chat := h.space.next(t)
+	if !jsonEqual(chat.Payload, `{"text":"cancelled by the operator (alice via API)","format":"plain"}`) {
+		t.Errorf("chat %s", chat.Payload)
+	}
+	if err := h.f.Cancel("p1", ""); err == nil {
+		t.Error("second cancel succeeded")
+	}
+}
