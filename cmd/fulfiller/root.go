@@ -34,8 +34,12 @@ environment, the environment over the file.`,
 // subcommands lists every subcommand. Each lives in its own file.
 func subcommands() []*cobra.Command {
 	return []*cobra.Command{
+		newRunCmd(),
+		newDemoCmd(),
 		newEvalCmd(),
 		newTestCmd(),
+		newApproveCmd(),
+		newKeysCmd(),
 		newVersionCmd(),
 	}
 }

@@ -1,0 +1,354 @@
+// Package approver is the human's side of fulfiller's escalations: it reads
+// the elicitation/create requests addressed to one approver, shows each as a
+// card (who proposed what, where, why the policy asks, the call's digest and
+// deadline), and sends the person's answer back — accept with the form's
+// content, decline or cancel — signed with the approver's key when one is
+// configured. `fulfiller approve` and `fulfiller demo --interactive` are
+// built on it.
+package approver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/elicit"
+)
+
+// Card is one elicitation addressed to this approver, read for a person.
+type Card struct {
+	RequestID string          // the elicitation's envelope id: answers name it
+	RPCID     json.RawMessage // its JSON-RPC id: the answer repeats it
+	From      string          // the fulfiller asking
+	Message   string          // the sentence every MCP client shows
+
+	Fields    []Field  // editable arguments, in the form's order
+	Delegates []string // whom the decision may be handed to (delegate_to)
+
+	// From params._meta; Proposal is nil when the request carries none.
+	Proposal    *Proposal
+	Tool        *Tool
+	Target      string
+	Policy      Policy
+	DelegatedBy []string
+
+	// DigestOK reports whether _meta.proposal.digest is the digest of the
+	// call shown. A card whose digest does not match cannot be approved:
+	// the person would sign a call they were not shown.
+	DigestOK bool
+}
+
+// Proposal is the call the approver is asked about.
+type Proposal struct {
+	ID       string
+	From     string
+	Method   string
+	Params   json.RawMessage
+	Digest   string // full call digest; signatures cover it
+	Deadline time.Time
+	Revision string
+}
+
+// Tool describes the called tool, as its owner lists it.
+type Tool struct {
+	Name        string
+	Server      string
+	Description string
+	Annotations json.RawMessage
+}
+
+// Policy is why the policy asks and who else may answer.
+type Policy struct {
+	Message   string
+	Approvers []string
+	Quorum    int
+}
+
+// Field is one argument the approver may change; Default is the proposed
+// value.
+type Field struct {
+	Name        string
+	Type        string // string, number, integer or boolean
+	Description string
+	Enum        []string
+	Default     json.RawMessage
+}
+
+// ErrNotElicitation is returned by ParseCard for requests that are not an
+// elicitation/create with a usable form.
+var ErrNotElicitation = errors.New("not an elicitation request")
+
+// ParseCard reads an elicitation/create request envelope.
+func ParseCard(env agent.Envelope) (*Card, error) {
+	var req agent.RPCRequest
+	if err := json.Unmarshal(env.Payload, &req); err != nil || req.Method != agent.MethodElicitationCreate {
+		return nil, ErrNotElicitation
+	}
+	if len(req.ID) == 0 {
+		return nil, fmt.Errorf("%w: no JSON-RPC id", ErrNotElicitation)
+	}
+	var p struct {
+		Message string          `json:"message"`
+		Schema  json.RawMessage `json:"requestedSchema"`
+		Meta    struct {
+			Proposal *struct {
+				ID       string          `json:"id"`
+				From     string          `json:"from"`
+				Method   string          `json:"method"`
+				Params   json.RawMessage `json:"params"`
+				Digest   string          `json:"digest"`
+				Deadline string          `json:"deadline"`
+				Revision string          `json:"revision"`
+			} `json:"proposal"`
+			Tool        *Tool    `json:"tool"`
+			Target      string   `json:"target"`
+			Policy      Policy   `json:"policy"`
+			DelegatedBy []string `json:"delegated_by"`
+		} `json:"_meta"`
+	}
+	if err := json.Unmarshal(req.Params, &p); err != nil {
+		return nil, fmt.Errorf("%w: params: %v", ErrNotElicitation, err)
+	}
+	c := &Card{RequestID: env.ID, RPCID: req.ID, From: env.From, Message: p.Message,
+		Tool: p.Meta.Tool, Target: p.Meta.Target, Policy: p.Meta.Policy, DelegatedBy: p.Meta.DelegatedBy}
+	fields, delegates, err := parseSchema(p.Schema)
+	if err != nil {
+		return nil, err
+	}
+	c.Fields, c.Delegates = fields, delegates
+	if mp := p.Meta.Proposal; mp != nil {
+		c.Proposal = &Proposal{ID: mp.ID, From: mp.From, Method: mp.Method, Params: mp.Params, Digest: mp.Digest, Revision: mp.Revision}
+		if string(bytes.TrimSpace(mp.Params)) == "null" {
+			c.Proposal.Params = nil
+		}
+		if t, err := time.Parse(time.RFC3339Nano, mp.Deadline); err == nil {
+			c.Proposal.Deadline = t
+		}
+		if d, err := elicit.CallDigest(mp.Method, c.Proposal.Params); err == nil && d == mp.Digest {
+			c.DigestOK = true
+		}
+	}
+	return c, nil
+}
+
+// parseSchema reads the flat requestedSchema: the editable fields (every
+// property but the fixed ones) in order, and the delegate_to choices.
+func parseSchema(raw json.RawMessage) ([]Field, []string, error) {
+	var s struct {
+		Properties json.RawMessage `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil || len(s.Properties) == 0 {
+		return nil, nil, fmt.Errorf("%w: no requestedSchema properties", ErrNotElicitation)
+	}
+	keys, props, err := orderedObject(s.Properties)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: requestedSchema: %v", ErrNotElicitation, err)
+	}
+	if _, ok := props[elicit.FieldApprove]; !ok {
+		return nil, nil, fmt.Errorf("%w: the form has no %q field", ErrNotElicitation, elicit.FieldApprove)
+	}
+	var fields []Field
+	var delegates []string
+	for _, k := range keys {
+		var prop struct {
+			Type        string          `json:"type"`
+			Description string          `json:"description"`
+			Enum        []string        `json:"enum"`
+			Default     json.RawMessage `json:"default"`
+		}
+		_ = json.Unmarshal(props[k], &prop)
+		switch k {
+		case elicit.FieldApprove, elicit.FieldReason, elicit.FieldSignature:
+		case elicit.FieldDelegateTo:
+			delegates = prop.Enum
+		default:
+			fields = append(fields, Field{Name: k, Type: prop.Type, Description: prop.Description, Enum: prop.Enum, Default: prop.Default})
+		}
+	}
+	return fields, delegates, nil
+}
+
+// orderedObject reads a JSON object's keys in order and its values raw.
+func orderedObject(raw json.RawMessage) ([]string, map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, nil, errors.New("not an object")
+	}
+	var keys []string
+	vals := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, err
+		}
+		if _, dup := vals[k]; !dup {
+			keys = append(keys, k)
+		}
+		vals[k] = v
+	}
+	return keys, vals, nil
+}
+
+// Deadline is when the fulfiller stops waiting; zero when unknown.
+func (c *Card) Deadline() time.Time {
+	if c.Proposal == nil {
+		return time.Time{}
+	}
+	return c.Proposal.Deadline
+}
+
+// Summary is one line naming the card: "p-write: coder → write_file on fs".
+func (c *Card) Summary() string {
+	if c.Proposal == nil {
+		return c.RequestID
+	}
+	what := c.Proposal.Method
+	if c.Tool != nil && c.Tool.Name != "" {
+		what = c.Tool.Name
+	}
+	s := fmt.Sprintf("%s: %s → %s", c.Proposal.ID, c.Proposal.From, what)
+	if server := c.server(); server != "" {
+		s += " on " + server
+	}
+	return s
+}
+
+func (c *Card) server() string {
+	if c.Tool != nil && c.Tool.Server != "" {
+		return c.Tool.Server
+	}
+	return c.Target
+}
+
+// Arguments are what the card shows as the call's arguments: params.arguments
+// of a tools/call, else the params.
+func (c *Card) Arguments() json.RawMessage {
+	if c.Proposal == nil || c.Proposal.Params == nil {
+		return nil
+	}
+	if c.Proposal.Method == agent.MethodToolsCall {
+		var p struct {
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		_ = json.Unmarshal(c.Proposal.Params, &p)
+		return p.Arguments
+	}
+	return c.Proposal.Params
+}
+
+// Render writes the card for a person. now drives the countdown.
+func (c *Card) Render(w io.Writer, now time.Time, color bool) {
+	st := style(color)
+	line := func(label, value string) {
+		if value != "" {
+			fmt.Fprintf(w, "  %s %s\n", st.dim(fmt.Sprintf("%-10s", label)), value)
+		}
+	}
+	fmt.Fprintln(w)
+	title := "approval requested"
+	if c.Proposal != nil {
+		title += " — " + c.Proposal.ID
+	}
+	fmt.Fprintln(w, st.bold("▌ "+title))
+	if len(c.DelegatedBy) > 0 {
+		line("handed on", "by "+strings.Join(c.DelegatedBy, " → "))
+	}
+	if c.Proposal == nil {
+		line("message", c.Message)
+	} else {
+		line("proposer", c.Proposal.From)
+		line("server", c.server())
+		if c.Tool != nil && c.Tool.Name != "" {
+			tool := st.yellow(c.Tool.Name)
+			if c.Tool.Description != "" {
+				tool += st.dim(" — " + c.Tool.Description)
+			}
+			line("tool", tool)
+		} else {
+			line("method", c.Proposal.Method)
+		}
+		if args := c.Arguments(); args != nil {
+			fmt.Fprintf(w, "  %s\n", st.dim("arguments"))
+			for _, l := range strings.Split(pretty(args), "\n") {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
+		if c.Tool != nil && len(c.Tool.Annotations) > 0 {
+			line("hints", string(c.Tool.Annotations))
+		}
+	}
+	line("policy", c.Policy.Message)
+	if c.Policy.Quorum > 1 {
+		line("needs", fmt.Sprintf("%d approvals of %s", c.Policy.Quorum, strings.Join(c.Policy.Approvers, ", ")))
+	}
+	if c.Proposal != nil {
+		d := elicit.ShortDigest(c.Proposal.Digest)
+		if !c.DigestOK {
+			d += " " + st.red("⚠ does not match the call shown: this card cannot be approved")
+		}
+		line("digest", d)
+	}
+	if dl := c.Deadline(); !dl.IsZero() {
+		line("deadline", dl.Local().Format("15:04:05")+" ("+Countdown(dl, now)+" left)")
+	}
+	if len(c.Fields) > 0 {
+		var names []string
+		for _, f := range c.Fields {
+			names = append(names, f.Name+" ("+f.Type+")")
+		}
+		line("editable", strings.Join(names, ", "))
+	}
+	if len(c.Delegates) > 0 {
+		line("delegate", "to "+strings.Join(c.Delegates, ", "))
+	}
+}
+
+// Countdown formats the time left until deadline: "4m05s", "12s", "0s".
+func Countdown(deadline, now time.Time) string {
+	d := deadline.Sub(now)
+	if d <= 0 {
+		return "0s"
+	}
+	d = d.Round(time.Second)
+	if d >= time.Hour {
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	if d >= time.Minute {
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%ds", int(d.Seconds()))
+}
+
+// pretty indents JSON for reading, keeping the proposer's key order.
+func pretty(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Indent(&b, raw, "", "  ") != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// style paints text when colour is on.
+type style bool
+
+func (s style) wrap(code, t string) string {
+	if !s {
+		return t
+	}
+	return code + t + "\033[0m"
+}
+func (s style) bold(t string) string   { return s.wrap("\033[1m", t) }
+func (s style) dim(t string) string    { return s.wrap("\033[2m", t) }
+func (s style) red(t string) string    { return s.wrap("\033[31m", t) }
+func (s style) green(t string) string  { return s.wrap("\033[32m", t) }
+func (s style) yellow(t string) string { return s.wrap("\033[33m", t) }

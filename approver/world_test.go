@@ -1,0 +1,248 @@
+package approver_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/proposer"
+	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/toolserver"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"))
+}
+
+const policy = `package fulfiller
+
+default decision := {"action": "reject", "reason": "policy", "message": "not allowed"}
+
+decision := object.union(data.escalation, {"action": "escalate"}) if input.tool.name == "write_file"
+`
+
+const writeCall = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`
+
+// world is a space with a file server, the real fulfiller and elicitor,
+// a proposer, and approvers that run approver.Client with a given UI.
+type world struct {
+	t     *testing.T
+	ctx   context.Context
+	srv   *space.Server
+	prop  *proposer.Proposer
+	files *toolserver.Files
+	wg    *sync.WaitGroup
+
+	mu   sync.Mutex
+	wire []agent.Envelope
+}
+
+func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
+	t.Helper()
+	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
+		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
+		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
+		"tool-token":      {{Kind: "mcp/response"}, {Kind: "chat"}},
+		"human-token":     {{Kind: "mcp/response"}, {Kind: "chat"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &world{t: t, ctx: ctx, srv: srv, wg: &sync.WaitGroup{}}
+	t.Cleanup(func() {
+		cancel()
+		w.wg.Wait()
+		srv.Close()
+	})
+	frames, stopTap := srv.Tap(1 << 12)
+	t.Cleanup(stopTap)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case f, ok := <-frames:
+				if !ok {
+					return
+				}
+				if env, err := agent.Decode(f); err == nil {
+					w.mu.Lock()
+					w.wire = append(w.wire, env)
+					w.mu.Unlock()
+				}
+			}
+		}
+	}()
+
+	fs := w.join("fs", "tool-token")
+	w.files = toolserver.NewFiles(map[string]string{"/srv/prod/motd": "hello"})
+	ts := toolserver.New(fs, nil, w.files.Tools()...)
+	fsSub := fs.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	w.wg.Add(1)
+	go func() { defer w.wg.Done(); _ = ts.Serve(ctx, fsSub.C()) }()
+
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "p.rego"), []byte(policy), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "d.json"), []byte(`{"escalation":`+escalation+`}`), 0o644)
+	engine, err := policies.Load(ctx, policies.Options{Policies: []string{filepath.Join(dir, "p.rego")}, Data: []string{filepath.Join(dir, "d.json")}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := w.join("fulfiller", "fulfiller-token")
+	el := elicit.New(fc, elicit.Config{Keys: keys})
+	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}})
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el})
+	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
+	fctx, fcancel := context.WithCancel(ctx)
+	fulDone, elDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(fulDone); _ = ful.Run(fctx, fulSub.C()) }()
+	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
+	t.Cleanup(func() {
+		fcancel()
+		<-fulDone
+		el.Close()
+		elSub.Close()
+		<-elDone
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(ful.Tools()) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatal("no tool discovery")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	coder := w.join("coder", "coder-token")
+	w.prop = proposer.New(coder)
+	sub := coder.Subscribe(agent.SubscribeOptions{All: true})
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for env := range sub.C() {
+			w.prop.Observe(env)
+		}
+	}()
+	return w
+}
+
+func (w *world) join(id, token string) *agent.Client {
+	w.t.Helper()
+	c, err := agent.Dial(w.ctx, agent.Config{URL: w.srv.URL(), ID: id, Token: token})
+	if err != nil {
+		w.t.Fatalf("join %s: %v", id, err)
+	}
+	w.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// approver joins as id and runs an approver.Client with ui until the test
+// ends; the returned channel is closed when Run returns.
+func (w *world) approver(id string, ui approver.UI, opts approver.Options) <-chan struct{} {
+	c := w.join(id, "human-token")
+	sub := c.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	done := make(chan struct{})
+	client := approver.New(c, ui, opts)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer close(done)
+		defer sub.Close()
+		_ = client.Run(w.ctx, sub.C())
+	}()
+	return done
+}
+
+func (w *world) propose(id string) string {
+	w.t.Helper()
+	id, err := w.prop.Propose(w.ctx, id, nil, json.RawMessage(writeCall))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return id
+}
+
+func (w *world) outcome(id string) proposer.Outcome {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+	defer cancel()
+	out, err := w.prop.Wait(ctx, id)
+	if err != nil {
+		w.t.Fatalf("proposal %s: %v", id, err)
+	}
+	return out
+}
+
+func (w *world) chat(id string) string {
+	ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+	defer cancel()
+	return w.prop.WaitChat(ctx, id)
+}
+
+// find waits for an envelope on the wire.
+func (w *world) find(what string, pred func(agent.Envelope) bool) agent.Envelope {
+	w.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		i := slices.IndexFunc(w.wire, pred)
+		var env agent.Envelope
+		if i >= 0 {
+			env = w.wire[i]
+		}
+		w.mu.Unlock()
+		if i >= 0 {
+			return env
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("never saw %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// screen collects what a UI writes, safe to read while it is written.
+type screen struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *screen) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *screen) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor waits until the screen shows text.
+func waitFor(t *testing.T, what string, get func() string, text string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(get(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never showed %q; it shows:\n%s", what, text, get())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approver"
+)
+
+type approveFlags struct {
+	gateway, space, token, id string
+	key, fulfiller            string
+	auto, reason              string
+	count                     int
+	joinTimeout               time.Duration
+	color, logLevel           string
+}
+
+func newApproveCmd() *cobra.Command {
+	var fl approveFlags
+	cmd := &cobra.Command{
+		Use:   "approve",
+		Short: "Answer the fulfiller's approval requests as a human approver",
+		Long: `approve joins the space as a human approver (--id) and shows each approval
+request (MCP elicitation/create) the fulfiller addresses to you as a card: who
+proposed what, on which server, the arguments, why the policy asks, the call's
+digest and the time left. Press a to approve, e to change the editable
+arguments and approve, d to decline (with a reason for the proposer), g to
+hand the request to another approver, c to dismiss it. A card disappears when
+the fulfiller no longer needs your answer.
+
+With --key, every answer is signed with your private key (see "fulfiller keys
+generate"); the fulfiller needs the matching public key in --approver-keys.
+
+--auto accept|decline answers every request without asking, for scripts and
+tests; --count stops after that many answers.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runApprove(cmd, fl)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&fl.gateway, "gateway", "", "gateway WebSocket URL, ws://host:port[/path] (required)")
+	f.StringVar(&fl.space, "space", "", "space id sent in the join frame (default: the gateway's configured space)")
+	f.StringVar(&fl.token, "token", "", "your participant token (prefer FULFILLER_TOKEN; never logged)")
+	f.StringVar(&fl.id, "id", "", "your approver id, as the policies and the fulfiller's --approvers name you (required)")
+	f.StringVar(&fl.key, "key", "", "private key `FILE` to sign answers with (from fulfiller keys generate)")
+	f.StringVar(&fl.fulfiller, "fulfiller", "fulfiller", "participant id of the fulfiller whose requests to show")
+	f.StringVar(&fl.auto, "auto", "", "answer every request without asking: accept or decline")
+	f.StringVar(&fl.reason, "reason", "", "with --auto: the reason sent with each answer")
+	f.IntVar(&fl.count, "count", 0, "stop after this many answers (0: run until interrupted)")
+	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
+	f.StringVar(&fl.color, "color", "auto", "colour the cards: auto (when stdout is a terminal), always or never")
+	f.StringVar(&fl.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	return cmd
+}
+
+func (fl *approveFlags) validate() error {
+	if fl.gateway == "" {
+		return usageErrorf("--gateway is required (ws://host:port of the MEW gateway)")
+	}
+	if u, err := url.Parse(fl.gateway); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return usageErrorf("--gateway %q: want ws://host:port or wss://host:port", fl.gateway)
+	}
+	switch {
+	case fl.id == "":
+		return usageErrorf("--id is required: the approver id you answer as")
+	case fl.id == fl.fulfiller:
+		return usageErrorf("--id %q is the fulfiller's own id; approve joins as a human approver (is FULFILLER_ID set for the sidecar?)", fl.id)
+	}
+	switch fl.auto {
+	case "", "accept", "decline":
+	default:
+		return usageErrorf("--auto %q: want accept or decline", fl.auto)
+	}
+	if fl.reason != "" && fl.auto == "" {
+		return usageErrorf("--reason is for --auto answers; interactively you are asked for one")
+	}
+	if fl.count < 0 {
+		return usageErrorf("--count %d: must not be negative", fl.count)
+	}
+	return nil
+}
+
+func runApprove(cmd *cobra.Command, fl approveFlags) error {
+	if err := fl.validate(); err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	outFile, _ := out.(*os.File)
+	if outFile == nil {
+		outFile = os.Stdout
+	}
+	color, err := colorMode(fl.color, outFile)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), "text", fl.logLevel)
+	if err != nil {
+		return err
+	}
+	var key ed25519.PrivateKey
+	if fl.key != "" {
+		if key, err = approver.LoadKey(fl.key); err != nil {
+			return usageErrorf("--key %v", err)
+		}
+	}
+
+	var ui approver.UI
+	switch fl.auto {
+	case "accept", "decline":
+		ui = &approver.Auto{Approve: fl.auto == "accept", Reason: fl.reason, Out: out}
+	default:
+		if in, ok := cmd.InOrStdin().(*os.File); ok {
+			ui = approver.NewTerminal(in, out, color)
+		} else {
+			ui = &approver.Terminal{In: cmd.InOrStdin(), Out: out, Color: color}
+		}
+	}
+
+	ctx := cmd.Context()
+	client, err := agent.Dial(ctx, agent.Config{URL: fl.gateway, Space: fl.space, Token: fl.token, ID: fl.id, JoinTimeout: fl.joinTimeout, Logger: log})
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return fmt.Errorf("join %s as %s: %w", fl.gateway, fl.id, err)
+	}
+	defer client.Close()
+	sub := client.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	defer sub.Close()
+
+	signing := "answers are not signed (no --key)"
+	if key != nil {
+		signing = "answers are signed: " + approver.PublicLine(fl.id, key)
+	}
+	fmt.Fprintf(out, "fulfiller approve: in the space at %s as %s; %s.\nWaiting for approval requests from %s. Ctrl-C to stop.\n", fl.gateway, fl.id, signing, fl.fulfiller)
+	return approver.New(client, ui, approver.Options{Key: key, Fulfiller: fl.fulfiller, Limit: fl.count, Logger: log}).Run(ctx, sub.C())
+}

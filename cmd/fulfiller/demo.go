@@ -1,0 +1,79 @@
+package main
+
+import (
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/internal/demo"
+)
+
+func newDemoCmd() *cobra.Command {
+	var color, logLevel string
+	var step time.Duration
+	var interactive bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole story on this machine, with no setup",
+		Long: `demo starts an in-process MEW space, two sample tool servers (a calculator
+and a small file system), scripted proposers and the fulfiller with the
+example policies, and prints each proposal's journey to its outcome. It exits
+0 when every proposal ended as the policies say it should.
+
+Escalations go to two simulated approvers, oncall-alice and oncall-bob. With
+--interactive you are oncall-alice: the approval cards of "fulfiller approve"
+appear here, and the production delete waits for your answer.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			useColor, err := colorMode(color, os.Stdout)
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(os.Stderr, "text", logLevel)
+			if err != nil {
+				return err
+			}
+			opts := demo.Options{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step}
+			if interactive {
+				var ui *approver.Terminal
+				if in, ok := cmd.InOrStdin().(*os.File); ok {
+					ui = approver.NewTerminal(in, cmd.OutOrStdout(), useColor)
+				} else {
+					ui = &approver.Terminal{In: cmd.InOrStdin(), Out: cmd.OutOrStdout(), Color: useColor}
+				}
+				// The narration shares the terminal with the cards: it goes
+				// through the card UI, which keeps the prompt line intact.
+				opts.Approver, opts.Out = ui, ui
+				if !cmd.Flags().Changed("step-timeout") {
+					opts.Step = 15 * time.Minute // the example policy's approval deadline
+				}
+			}
+			return demo.Run(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&color, "color", "auto", "colour the narration: auto (when stdout is a terminal), always or never")
+	cmd.Flags().StringVar(&logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
+	cmd.Flags().DurationVar(&step, "step-timeout", 10*time.Second, "how long to wait for each proposal's outcome (with --interactive: 15m)")
+	cmd.Flags().BoolVar(&interactive, "interactive", false, "be oncall-alice yourself: answer the approval cards at this terminal")
+	return cmd
+}
+
+// colorMode resolves --color; auto honours NO_COLOR and colours only a
+// terminal.
+func colorMode(mode string, out *os.File) (bool, error) {
+	switch mode {
+	case "always":
+		return true, nil
+	case "never":
+		return false, nil
+	case "auto":
+		if os.Getenv("NO_COLOR") != "" {
+			return false, nil
+		}
+		fi, err := out.Stat()
+		return err == nil && fi.Mode()&os.ModeCharDevice != 0, nil
+	}
+	return false, usageErrorf("--color %q: want auto, always or never", mode)
+}

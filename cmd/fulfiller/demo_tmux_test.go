@@ -1,0 +1,65 @@
+//go:build unix
+
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoInteractiveInTmux runs the built binary's `demo --interactive` in
+// a real terminal (tmux), reads the screen as a person would see it, and
+// approves the production delete with one key press. It needs tmux (CI has
+// TestApproveOnPTY instead, which needs nothing but a pty).
+func TestDemoInteractiveInTmux(t *testing.T) {
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Skip("tmux is not installed (apt-get install -y tmux); TestApproveOnPTY covers the card on a pty")
+	}
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "fulfiller")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	socket := "fulfiller-test-" + filepath.Base(t.TempDir())
+	run := func(args ...string) string {
+		out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	// The shell keeps the pane open after the demo ends, so the summary
+	// can be read.
+	run("new-session", "-d", "-s", "demo", "-x", "160", "-y", "50", "NO_COLOR=1 '"+bin+"' demo --interactive; sleep 60")
+	t.Cleanup(func() { _ = exec.Command(tmux, "-L", socket, "kill-server").Run() })
+	screen := func() string { return run("capture-pane", "-t", "demo", "-p", "-S", "-300") }
+	waitScreen := func(what, text string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(screen(), text) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the screen never showed %s (%q):\n%s", what, text, screen())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitScreen("the card", "▌ approval requested — demo-4-delete_path")
+	waitScreen("the prompt", "left] a approve · d decline · c dismiss · q quit ›")
+	for _, want := range []string{"proposer   coder", "tool       delete_path — Delete a file or a whole directory tree", `"path": "/srv/prod/db"`, "needs      2 approvals of oncall-alice, oncall-bob, oncall-carol"} {
+		if !strings.Contains(screen(), want) {
+			t.Errorf("card lacks %q", want)
+		}
+	}
+	run("send-keys", "-t", "demo", "a")
+	waitScreen("the answer", "✓ sent approved — demo-4-delete_path: coder → delete_path on fs")
+	waitScreen("the end of the story", "10 of 10 proposals ended as the policy says.")
+	if s := screen(); !strings.Contains(s, "└─ fulfilled  deleted 1 files under /srv/prod/db") || !strings.Contains(s, "✗ withdrawn demo-6-delete_path") {
+		t.Errorf("screen:\n%s", s)
+	}
+}

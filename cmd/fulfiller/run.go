@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+type runFlags struct {
+	gateway, space, token, id string
+	policies, data            []string
+	approvers                 []string
+	approverKeys              string
+	maxPending, maxInflight   int
+	pendingTTL                time.Duration
+	fulfillTimeout            time.Duration
+	approvalTimeout           time.Duration
+	policyTimeout             time.Duration
+	joinTimeout               time.Duration
+	maxFrame                  sizeValue
+	logFormat, logLevel       string
+}
+
+func newRunCmd() *cobra.Command {
+	fl := runFlags{maxFrame: 1 << 20}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Join a MEW space and decide every proposal (the sidecar)",
+		Long: `run joins the space at --gateway as --id and decides every mcp/proposal with
+the Rego policies in --policy: fulfil it on the proposer's behalf, reject it
+with a reason, or escalate it. Without --policy every proposal is rejected.
+
+SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
+"other"), leave the space, exit 0.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSidecar(cmd.Context(), fl)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&fl.gateway, "gateway", "", "gateway WebSocket URL, ws://host:port[/path] (required)")
+	f.StringVar(&fl.space, "space", "", "space id sent in the join frame (default: the gateway's configured space)")
+	f.StringVar(&fl.token, "token", "", "participant token (prefer FULFILLER_TOKEN; never logged)")
+	f.StringVar(&fl.id, "id", "fulfiller", "participant id to join as")
+	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable)")
+	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
+	f.IntVar(&fl.maxPending, "max-pending", 1000, "proposals that may wait at once; more are rejected busy")
+	f.DurationVar(&fl.pendingTTL, "pending-ttl", 10*time.Minute, "longest a proposal may wait before it is rejected timeout")
+	f.IntVar(&fl.maxInflight, "max-inflight", 64, "fulfilment requests outstanding at once; more wait in the queue")
+	f.DurationVar(&fl.fulfillTimeout, "fulfill-timeout", 30*time.Second, "wait for the tool owner's answer before cancelling and rejecting timeout")
+	f.DurationVar(&fl.approvalTimeout, "approval-timeout", 5*time.Minute, "a human's deadline when the policy sets none")
+	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated participant ids)")
+	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" lines: those approvers' answers count only when signed")
+	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take (then: reject policy)")
+	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
+	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
+	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+func (fl *runFlags) validate() error {
+	if fl.gateway == "" {
+		return usageErrorf("--gateway is required (ws://host:port of the MEW gateway)")
+	}
+	u, err := url.Parse(fl.gateway)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return usageErrorf("--gateway %q: want ws://host:port or wss://host:port", fl.gateway)
+	}
+	if fl.id == "" {
+		return usageErrorf("--id must not be empty")
+	}
+	for name, v := range map[string]int{"--max-pending": fl.maxPending, "--max-inflight": fl.maxInflight} {
+		if v < 1 {
+			return usageErrorf("%s %d: must be at least 1", name, v)
+		}
+	}
+	for name, v := range map[string]time.Duration{"--pending-ttl": fl.pendingTTL, "--fulfill-timeout": fl.fulfillTimeout,
+		"--approval-timeout": fl.approvalTimeout, "--policy-timeout": fl.policyTimeout, "--join-timeout": fl.joinTimeout} {
+		if v <= 0 {
+			return usageErrorf("%s %s: must be positive", name, v)
+		}
+	}
+	return nil
+}
+
+func runSidecar(ctx context.Context, fl runFlags) error {
+	if err := fl.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(os.Stderr, fl.logFormat, fl.logLevel)
+	if err != nil {
+		return err
+	}
+	var keys elicit.Keys
+	if fl.approverKeys != "" {
+		if keys, err = elicit.LoadKeys(fl.approverKeys); err != nil {
+			return usageErrorf("--approver-keys %v", err)
+		}
+	}
+	engine, err := policies.Load(ctx, policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log})
+	if err != nil {
+		return usageError(err)
+	}
+	if engine.IsDefault() {
+		log.Warn("no --policy given: the built-in policy rejects every proposal")
+	}
+	log.Info("policy loaded", "revision", engine.Revision(), "files", len(engine.Files()))
+
+	client, err := agent.Dial(ctx, agent.Config{
+		URL: fl.gateway, Space: fl.space, Token: fl.token, ID: fl.id,
+		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout, Logger: log,
+	})
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return fmt.Errorf("join %s as %s: %w", fl.gateway, fl.id, err)
+	}
+	defer client.Close()
+	log.Info("joined the space", "gateway", fl.gateway, "id", fl.id, "participants", len(client.Roster()))
+
+	sub := client.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
+	defer sub.Close()
+	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, Logger: log})
+	answers := client.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}, Buffer: 256})
+	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
+	elicitDone := make(chan struct{})
+	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()
+	defer func() {
+		// After the fulfiller has answered everything: its Cancels have
+		// told the approvers already.
+		elicitor.Close()
+		stopElicit()
+		<-elicitDone
+		answers.Close()
+	}()
+	ful := fulfill.New(client, engine, fulfill.Config{
+		SpaceID:         fl.space,
+		MaxPending:      fl.maxPending,
+		PendingTTL:      fl.pendingTTL,
+		MaxInflight:     fl.maxInflight,
+		FulfillTimeout:  fl.fulfillTimeout,
+		ApprovalTimeout: fl.approvalTimeout,
+		Escalator:       elicitor,
+		Logger:          log,
+	})
+
+	var wg sync.WaitGroup
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := engine.Watch(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("policy watch stopped; hot reload is off", "err", err)
+		}
+	}()
+	err = ful.Run(ctx, sub.C())
+	stopWatch()
+	wg.Wait()
+	log.Info("stopped; every pending proposal was answered")
+	return err
+}

@@ -1,0 +1,106 @@
+package elicit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"reflect"
+	"strconv"
+	"testing"
+)
+
+func writeFile(path, text string) error { return os.WriteFile(path, []byte(text), 0o600) }
+
+func TestCanonical(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		// RFC 8785 section 3.2.2 example.
+		{`{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],"string":"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/","literals":[null,true,false]}`,
+			`{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`},
+		// RFC 8785 section 3.2.3: sorting by UTF-16 code units.
+		{`{"\u20ac":"Euro Sign","\r":"Carriage Return","\ufb33":"Hebrew Letter Dalet With Dagesh","1":"One","\ud83d\ude00":"Emoji: Grinning Face","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis"}`,
+			"{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u0080\":\"Control\",\"\u00f6\":\"Latin Small Letter O With Diaeresis\",\"\u20ac\":\"Euro Sign\",\"\U0001F600\":\"Emoji: Grinning Face\",\"\ufb33\":\"Hebrew Letter Dalet With Dagesh\"}"},
+		// Go's json.Marshal would escape these; JCS does not.
+		{`{"a":"<b>&amp;</b>"}`, `{"a":"<b>&amp;</b>"}`},
+		{`{"a":"\u003c\u003e\u0026"}`, `{"a":"<>&"}`},
+		{` [ 1.0 , -0 , 1e21 , 1e-7 , 100 ] `, `[1,0,1e+21,1e-7,100]`},
+	} {
+		got, err := Canonical([]byte(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("Canonical(%s)\n got %s %v\nwant %s", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`{"a":1,"a":2}`, `{"a":01}`, `1_0`, `{"a":"\ud800"}`, `{"\ud800x":1}`, `[1e400]`, "\"\xff\"", `{`, ``} {
+		if got, err := Canonical([]byte(bad)); !errors.Is(err, ErrNotCanonicalizable) {
+			t.Errorf("Canonical(%q) = %s, %v; want an error", bad, got, err)
+		}
+	}
+}
+
+// FuzzCanonical checks properties that any correct RFC 8785 implementation
+// has: the output is valid JSON meaning the same as the input, canonicalizing
+// again changes nothing, and no HTML escapes appear.
+func FuzzCanonical(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `"<>&"`, `[1.5e300,-0.0,123456789012345678901234567890]`, `{"\u00e9":"\ud83d\ude00","e":"\u00e9"}`, `{"a":{"b":{"c":[]}}}`, `0.1`, `"\u2028\u0001"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := Canonical(in)
+		if err != nil {
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("invalid output %q for %q", out, in)
+		}
+		again, err := Canonical(out)
+		if err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("not idempotent: %q -> %q (%v)", out, again, err)
+		}
+		if bytes.Contains(out, []byte(`\u003c`)) || bytes.Contains(out, []byte(`\u0026`)) {
+			t.Fatalf("HTML escape in %q", out)
+		}
+		if !sameJSON(t, in, out) {
+			t.Fatalf("meaning changed: %q -> %q", in, out)
+		}
+	})
+}
+
+// sameJSON compares two documents as values, numbers as float64.
+func sameJSON(t *testing.T, a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		t.Fatalf("undecodable: %q %q", a, b)
+	}
+	return reflect.DeepEqual(normalize(x), normalize(y))
+}
+
+func normalize(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalize(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = normalize(e)
+		}
+	case float64:
+		if x == 0 {
+			return 0.0 // -0 is written as 0
+		}
+		if math.IsInf(x, 0) {
+			return strconv.FormatFloat(x, 'g', -1, 64)
+		}
+	}
+	return v
+}
+
+func TestCallDigestWithoutParams(t *testing.T) {
+	// "params": null when the proposal has none: sha256 of
+	// {"method":"tools/list","params":null}.
+	d, err := CallDigest("tools/list", nil)
+	if err != nil || d != "0085df17a487b81ca08f6e4e33e9f8f387ae2163dd4492b5b8db8334a5edb23f" {
+		t.Errorf("digest %s %v", d, err)
+	}
+}

@@ -1,0 +1,708 @@
+package elicit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/fulfill"
+)
+
+// Conn is what the Elicitor needs of the MEW session; *agent.Client has
+// it. Answers come in through Handle (or Run), not through Conn, so that
+// the Elicitor can keep waiting after a forged answer instead of giving up
+// its request the way a one-shot request/response call would.
+type Conn interface {
+	ID() string
+	Send(ctx context.Context, env agent.Envelope) (agent.Envelope, error)
+	Participant(id string) (agent.Participant, bool)
+}
+
+// Config tunes an Elicitor. Zero values take the defaults in brackets.
+type Config struct {
+	// DefaultApprovers are asked when a decision names no approvers
+	// (--approvers).
+	DefaultApprovers []string
+	// Keys are the approvers whose answers must be signed
+	// (--approver-keys). Answers of other approvers are taken on the
+	// gateway's word.
+	Keys Keys
+	// Observer, when set, is told each step with each human. It is called
+	// synchronously and must be quick.
+	Observer func(Event)
+	// SendTimeout bounds one envelope write [10s].
+	SendTimeout time.Duration
+	Logger      *slog.Logger     // [discard]
+	Now         func() time.Time // [time.Now]
+}
+
+// Elicitor asks human approvers about escalated proposals with MCP
+// elicitation (PROTOCOL.md, "Escalation by MCP elicitation") and turns
+// their answers into a fulfill.Verdict. It implements fulfill.Escalator.
+//
+// Each open escalation has one goroutine that owns its state: the prompts
+// it has open, the approvals so far, its deadline. Escalate starts it;
+// an answer, the deadline, Cancel or the end of the Escalate context stops
+// it, and a stopped escalation cancels every prompt still open with MCP
+// notifications/cancelled.
+type Elicitor struct {
+	conn   Conn
+	cfg    Config
+	log    *slog.Logger
+	rpcSeq atomic.Int64
+
+	base context.Context // sends; ends after Close has stopped every escalation
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	open   map[string]*escalation // by proposal id
+	routes map[string]route       // by elicitation envelope id
+	closed bool
+}
+
+// route says which escalation an elicitation belongs to and who alone may
+// answer it.
+type route struct {
+	x        *escalation
+	approver string
+}
+
+// New makes an Elicitor. With no keys configured it warns, once, that an
+// approval is only as trustworthy as the gateway, which does not
+// authenticate `from`.
+func New(conn Conn, cfg Config) *Elicitor {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = 10 * time.Second
+	}
+	e := &Elicitor{conn: conn, cfg: cfg, log: cfg.Logger, open: map[string]*escalation{}, routes: map[string]route{}}
+	e.base, e.stop = context.WithCancel(context.Background())
+	if len(cfg.Keys) == 0 {
+		e.log.Warn("no approver keys configured: approvals are taken on the gateway's word, and the gateway does not authenticate from, so an approval is only as trustworthy as the gateway and everyone in the space (see --approver-keys)")
+	} else {
+		var unkeyed []string
+		for _, id := range cfg.DefaultApprovers {
+			if _, ok := cfg.Keys[id]; !ok {
+				unkeyed = append(unkeyed, id)
+			}
+		}
+		if len(unkeyed) > 0 {
+			e.log.Warn("approvers without a key: their answers are taken on the gateway's word", "approvers", unkeyed)
+		}
+		e.log.Info("signed approvals required", "approvers", cfg.Keys.IDs())
+	}
+	return e
+}
+
+// Escalate starts asking the approvers about one proposal and returns at
+// once. done is called exactly once with the outcome, unless Cancel for the
+// proposal (or the end of ctx) comes first.
+func (e *Elicitor) Escalate(ctx context.Context, esc fulfill.Escalation, done func(fulfill.Verdict)) {
+	id := esc.Proposal.ID
+	x := &escalation{
+		e:         e,
+		esc:       esc,
+		done:      done,
+		id:        id,
+		log:       e.log.With("proposal", id),
+		started:   e.cfg.Now(),
+		inbox:     make(chan agent.Envelope, 16),
+		stopped:   make(chan struct{}),
+		cancelled: make(chan struct{}),
+		seats:     map[string]*seat{},
+		answered:  map[string]bool{},
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		done(fulfill.Verdict{Reason: "other", Message: "the fulfiller is shutting down; propose again later"})
+		return
+	}
+	if _, dup := e.open[id]; dup {
+		e.mu.Unlock()
+		x.log.Error("escalation of a proposal that is already escalated; refused")
+		done(fulfill.Verdict{Reason: "other", Message: "this proposal is already waiting for approval"})
+		return
+	}
+	e.open[id] = x
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go x.run(ctx)
+}
+
+// Cancel stops asking about a proposal: every prompt still open gets
+// notifications/cancelled with reason (withdrawn, superseded, timeout, …)
+// and done will not be called. Cancelling a proposal that is not open, or
+// whose outcome was already reported, does nothing.
+func (e *Elicitor) Cancel(proposalID, reason string) {
+	e.mu.Lock()
+	x := e.open[proposalID]
+	e.mu.Unlock()
+	if x != nil {
+		x.cancel(reason)
+	}
+}
+
+// Handle takes one received envelope. Answers (mcp/response) to our
+// elicitations go to their escalation; an answer from anyone but the
+// approver the request was addressed to is ignored and logged. Everything
+// else is ignored silently. Handle may wait while the escalation is busy
+// sending; it never waits for a stopped one.
+func (e *Elicitor) Handle(env agent.Envelope) {
+	if env.Kind != agent.KindResponse {
+		return
+	}
+	rid := env.CorrelationID.First()
+	e.mu.Lock()
+	r, ok := e.routes[rid]
+	e.mu.Unlock()
+	if !ok {
+		return // not an answer to an open elicitation of ours
+	}
+	if env.From != r.approver {
+		r.x.log.Warn("answer to an elicitation from a participant it was not sent to; ignored",
+			"request", rid, "approver", r.approver, "from", env.From, "envelope", env.ID)
+		e.emit(Event{Kind: EventIgnored, ProposalID: r.x.id, Approver: r.approver, From: env.From, RequestID: rid, Reason: "not addressed to " + env.From})
+		return
+	}
+	select {
+	case r.x.inbox <- env:
+	case <-r.x.stopped:
+	}
+}
+
+// Run hands every envelope from in to Handle until in is closed or ctx
+// ends. Subscribe to mcp/response (addressed to us) and pass the channel.
+func (e *Elicitor) Run(ctx context.Context, in <-chan agent.Envelope) error {
+	for {
+		select {
+		case env, ok := <-in:
+			if !ok {
+				return nil
+			}
+			e.Handle(env)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Close cancels every open escalation (their prompts get
+// notifications/cancelled with reason "shutdown"; done is not called) and
+// waits for their goroutines. Escalations after Close are refused.
+func (e *Elicitor) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	open := make([]*escalation, 0, len(e.open))
+	for _, x := range e.open {
+		open = append(open, x)
+	}
+	e.mu.Unlock()
+	for _, x := range open {
+		x.cancel("shutdown")
+	}
+	e.wg.Wait()
+	e.stop()
+	return nil
+}
+
+// Open reports how many escalations are waiting for humans.
+func (e *Elicitor) Open() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.open)
+}
+
+func (e *Elicitor) route(requestID string, x *escalation, approver string) {
+	e.mu.Lock()
+	e.routes[requestID] = route{x: x, approver: approver}
+	e.mu.Unlock()
+}
+
+// forget drops an ended escalation: later answers to its prompts are
+// ignored.
+func (e *Elicitor) forget(x *escalation) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id := range x.seats {
+		delete(e.routes, id)
+	}
+	if e.open[x.id] == x {
+		delete(e.open, x.id)
+	}
+}
+
+func (e *Elicitor) send(env agent.Envelope) error {
+	ctx, cancel := context.WithTimeout(e.base, e.cfg.SendTimeout)
+	defer cancel()
+	_, err := e.conn.Send(ctx, env)
+	return err
+}
+
+func (e *Elicitor) emit(ev Event) {
+	if e.cfg.Observer == nil {
+		return
+	}
+	if ev.Time.IsZero() {
+		ev.Time = e.cfg.Now()
+	}
+	e.cfg.Observer(ev)
+}
+
+func (e *Elicitor) online(id string) bool {
+	if id == "" || id == e.conn.ID() {
+		return false
+	}
+	_, ok := e.conn.Participant(id)
+	return ok
+}
+
+// escalation is one proposal waiting for humans. Fields below the mutex
+// are owned by its goroutine.
+type escalation struct {
+	e       *Elicitor
+	esc     fulfill.Escalation
+	done    func(fulfill.Verdict)
+	id      string
+	log     *slog.Logger
+	started time.Time
+	inbox   chan agent.Envelope
+	stopped chan struct{} // closed when the goroutine has ended
+
+	mu           sync.Mutex
+	cancelled    chan struct{} // closed by cancel
+	cancelReason string
+	finished     bool // done has been (or is being) called
+
+	call      call
+	digest    string
+	approvers []string // who may answer: the decision's approvers, else the defaults
+	quorum    int
+	fields    []field
+	seats     map[string]*seat // by elicitation envelope id
+	order     []*seat
+	answered  map[string]bool // approvers who answered (or handed on) a prompt
+	approvals []approval
+	lastErr   string // why a prompt could not be asked or counted, for the reject message
+}
+
+// seat is one elicitation request: one approver asked once.
+type seat struct {
+	requestID string // envelope id; answers name it in correlation_id
+	rpcID     int64  // JSON-RPC id; notifications/cancelled name it
+	approver  string
+	chain     []string // approvers who handed this request on, in order
+	delegates []string // whom the form offered as delegate_to
+	open      bool
+}
+
+// approval is one accepted approve:true answer.
+type approval struct {
+	approver string
+	key      string          // the approved call: "" as proposed, else its canonical params
+	params   json.RawMessage // edited params; nil as proposed
+	content  json.RawMessage // canonical form content without the signature
+}
+
+func (x *escalation) run(ctx context.Context) {
+	defer x.e.wg.Done()
+	defer close(x.stopped)
+	defer x.e.forget(x)
+	if v, end := x.start(); end {
+		x.finish(v)
+		return
+	}
+	timer := time.NewTimer(x.esc.Deadline.Sub(x.e.cfg.Now()))
+	defer timer.Stop()
+	for {
+		select {
+		case env := <-x.inbox:
+			if v, end := x.answer(env); end {
+				x.finish(v)
+				return
+			}
+		case <-timer.C:
+			x.finish(x.timedOut())
+			return
+		case <-x.cancelled:
+			x.mu.Lock()
+			reason := x.cancelReason
+			x.mu.Unlock()
+			x.cancelOpen(reason)
+			return
+		case <-ctx.Done():
+			x.cancelOpen("shutdown")
+			return
+		}
+	}
+}
+
+func (x *escalation) cancel(reason string) {
+	if reason == "" {
+		reason = "cancelled"
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.finished || x.cancelReason != "" {
+		return
+	}
+	x.cancelReason = reason
+	close(x.cancelled)
+}
+
+// finish cancels what is still open and reports the outcome, unless Cancel
+// came first.
+func (x *escalation) finish(v fulfill.Verdict) {
+	reason := v.Reason
+	if v.Approved {
+		reason = "approved"
+	}
+	x.cancelOpen(reason)
+	x.mu.Lock()
+	if x.cancelReason != "" {
+		x.mu.Unlock()
+		return
+	}
+	x.finished = true
+	x.mu.Unlock()
+	if v.Approved {
+		x.log.Info("approved", "by", v.By, "edited", v.Params != nil)
+	} else {
+		x.log.Info("not approved", "reason", v.Reason, "message", v.Message)
+	}
+	x.done(v)
+}
+
+// start works out whom to ask and asks them.
+func (x *escalation) start() (fulfill.Verdict, bool) {
+	d := x.esc.Decision
+	x.approvers = d.Approvers
+	if len(x.approvers) == 0 {
+		x.approvers = x.e.cfg.DefaultApprovers
+	}
+	x.quorum = max(d.Quorum, 1)
+	if !x.esc.Deadline.After(x.e.cfg.Now()) {
+		return x.timedOut(), true
+	}
+	if len(x.approvers) == 0 {
+		return fulfill.Verdict{Reason: "incapable", Message: "the policy asks for human approval, but names no approvers and none are configured (--approvers)"}, true
+	}
+	digest, err := CallDigest(x.esc.Method, x.esc.Params)
+	if err != nil {
+		return fulfill.Verdict{Reason: "invalid", Message: "the call cannot be shown to an approver: " + err.Error()}, true
+	}
+	x.digest = digest
+	x.call = parseCall(x.esc.Method, x.esc.Params)
+	x.fields = editableFields(x.call, x.esc.InputSchema, d.Editable, x.log)
+
+	var online []string
+	for _, a := range x.approvers {
+		switch {
+		case a == x.esc.Proposal.From:
+			x.log.Warn("the proposer is listed as an approver of its own proposal; not asked", "approver", a)
+			x.e.emit(Event{Kind: EventSkipped, ProposalID: x.id, Approver: a, Reason: "the proposer cannot approve its own proposal"})
+		case !x.e.online(a):
+			x.log.Info("approver not in the space; not asked", "approver", a)
+			x.e.emit(Event{Kind: EventSkipped, ProposalID: x.id, Approver: a, Reason: "not in the space"})
+		default:
+			online = append(online, a)
+		}
+	}
+	if len(online) < x.quorum {
+		return fulfill.Verdict{Reason: "incapable", Message: x.tooFew(online)}, true
+	}
+	seats := make([]*seat, len(online))
+	for i, a := range online {
+		seats[i] = x.newSeat(a, nil)
+	}
+	for _, s := range seats {
+		x.ask(s)
+	}
+	return x.settle()
+}
+
+func (x *escalation) tooFew(online []string) string {
+	listed := strings.Join(x.approvers, ", ")
+	if len(online) == 0 {
+		return fmt.Sprintf("none of the approvers (%s) is in the space to approve this", listed)
+	}
+	verb := "are"
+	if len(online) == 1 {
+		verb = "is"
+	}
+	return fmt.Sprintf("%s needed, but only %d of the approvers (%s) %s in the space: %s",
+		approvals(x.quorum), len(online), listed, verb, strings.Join(online, ", "))
+}
+
+// approvals says "1 approval", "2 approvals".
+func approvals(n int) string {
+	if n == 1 {
+		return "1 approval"
+	}
+	return fmt.Sprintf("%d approvals", n)
+}
+
+// newSeat registers a prompt before it is sent: its answer may arrive
+// before Send returns.
+func (x *escalation) newSeat(approver string, chain []string) *seat {
+	s := &seat{requestID: agent.NewID(x.e.conn.ID() + "-elicit"), rpcID: x.e.rpcSeq.Add(1), approver: approver, chain: chain, open: true}
+	x.seats[s.requestID] = s
+	x.order = append(x.order, s)
+	x.e.route(s.requestID, x, approver)
+	return s
+}
+
+// ask sends the elicitation for s.
+func (x *escalation) ask(s *seat) {
+	s.delegates = x.delegatesFor(s.approver, s.chain)
+	params := object{
+		{"message", message(x.esc, x.call, x.digest, x.quorum, s.chain)},
+		{"requestedSchema", schema(x.fields, s.delegates)},
+		{"_meta", meta(x.esc, x.digest, x.quorum, x.approvers, x.fields, s.chain)},
+	}
+	payload := object{{"jsonrpc", "2.0"}, {"id", s.rpcID}, {"method", agent.MethodElicitationCreate}, {"params", params}}
+	env := agent.Envelope{ID: s.requestID, To: []string{s.approver}, Kind: agent.KindRequest, Payload: mustMarshal(payload)}
+	if err := x.e.send(env); err != nil {
+		s.open = false
+		x.lastErr = fmt.Sprintf("the request to %s could not be sent", s.approver)
+		x.log.Error("elicitation not sent", "approver", s.approver, "request", s.requestID, "err", err)
+		return
+	}
+	x.log.Info("asked approver", "approver", s.approver, "request", s.requestID, "delegated_by", s.chain)
+	x.e.emit(Event{Kind: EventAsked, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID})
+}
+
+// delegatesFor lists whom a prompt at approver may be handed on to: other
+// listed approvers who are in the space and have not answered, never back
+// along the chain, at most MaxDelegationHops times. With a quorum above one,
+// approvers already asked are left out: handing them a second prompt would
+// cost a distinct approval.
+func (x *escalation) delegatesFor(approver string, chain []string) []string {
+	if len(chain) >= MaxDelegationHops {
+		return nil
+	}
+	var out []string
+	for _, a := range x.approvers {
+		switch {
+		case a == approver, slices.Contains(chain, a), a == x.esc.Proposal.From, x.answered[a], !x.e.online(a):
+		case x.quorum > 1 && x.holdsOpen(a):
+		default:
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (x *escalation) holdsOpen(approver string) bool {
+	for _, s := range x.order {
+		if s.open && s.approver == approver {
+			return true
+		}
+	}
+	return false
+}
+
+// answer applies one answer from the approver its prompt was addressed to.
+func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
+	rid := env.CorrelationID.First()
+	s := x.seats[rid]
+	if s == nil || !s.open {
+		x.log.Info("second answer to an elicitation ignored", "request", rid, "approver", env.From)
+		x.e.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: env.From, From: env.From, RequestID: rid, Reason: "already answered"})
+		return fulfill.Verdict{}, false
+	}
+	ignore := func(why string) (fulfill.Verdict, bool) {
+		x.log.Warn("answer ignored: "+why, "approver", s.approver, "request", rid, "envelope", env.ID)
+		x.e.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: s.approver, From: env.From, RequestID: rid, Reason: why})
+		return fulfill.Verdict{}, false
+	}
+	key := x.e.cfg.Keys[s.approver]
+	var resp agent.RPCResponse
+	if json.Unmarshal(env.Payload, &resp) != nil {
+		return ignore("payload is not a JSON-RPC response")
+	}
+	if resp.Error != nil {
+		if key != nil {
+			// An error cannot be signed: taking it would let anyone close
+			// a keyed approver's prompt.
+			return ignore("an error answer cannot be signed, and " + s.approver + " must sign")
+		}
+		s.open = false
+		x.answered[s.approver] = true
+		x.lastErr = fmt.Sprintf("%s's client could not show the request (%s)", s.approver, resp.Error.Message)
+		x.log.Warn("approver's client answered with an error", "approver", s.approver, "code", resp.Error.Code, "error", resp.Error.Message)
+		x.e.emit(Event{Kind: EventAnswered, ProposalID: x.id, Approver: s.approver, RequestID: rid, Reason: resp.Error.Message})
+		return x.settle()
+	}
+	var r result
+	if json.Unmarshal(resp.Result, &r) != nil {
+		return ignore("result is not an elicitation result")
+	}
+	switch r.Action {
+	case ActionAccept, ActionDecline, ActionCancel:
+	default:
+		return ignore(fmt.Sprintf("unknown action %q", r.Action))
+	}
+	if key != nil {
+		if err := Verify(key, s.requestID, x.digest, r.Action, r.Content); err != nil {
+			x.log.Warn("forgery attempt: answer for a keyed approver is unsigned or badly signed; ignored",
+				"approver", s.approver, "request", rid, "from", env.From, "envelope", env.ID, "action", r.Action, "err", err)
+			x.e.emit(Event{Kind: EventForgery, ProposalID: x.id, Approver: s.approver, From: env.From, RequestID: rid, Action: r.Action, Reason: err.Error()})
+			return fulfill.Verdict{}, false
+		}
+	}
+	s.open = false
+	x.answered[s.approver] = true
+	f := readForm(r.Content)
+	ev := Event{Kind: EventAnswered, ProposalID: x.id, Approver: s.approver, RequestID: rid, Action: r.Action, Reason: f.reason}
+	switch {
+	case r.Action == ActionCancel:
+		x.e.emit(ev)
+		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: s.approver + " dismissed the approval request without deciding"}, true
+	case r.Action == ActionDecline || (f.delegateTo == "" && !f.approve):
+		x.e.emit(ev)
+		msg := s.approver + " declined"
+		if f.reason != "" {
+			msg += ": " + f.reason
+		}
+		return fulfill.Verdict{Reason: "disagree", By: []string{s.approver}, Message: msg}, true
+	case f.delegateTo != "":
+		return x.delegate(s, f.delegateTo)
+	}
+	ev.Approve = true
+	params, callKey, err := applyEdits(x.call, x.fields, f)
+	if err != nil {
+		x.e.emit(ev)
+		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: fmt.Sprintf("%s's approval cannot be used: %v", s.approver, err)}, true
+	}
+	content, _, _ := SplitSignature(r.Content)
+	x.approvals = append(x.approvals, approval{approver: s.approver, key: callKey, params: params, content: content})
+	x.log.Info("approval received", "approver", s.approver, "edited", params != nil)
+	x.e.emit(ev)
+	return x.settle()
+}
+
+// delegate hands s on to another approver, deadline unchanged.
+func (x *escalation) delegate(s *seat, to string) (fulfill.Verdict, bool) {
+	if !slices.Contains(s.delegates, to) || !slices.Contains(x.delegatesFor(s.approver, s.chain), to) {
+		x.lastErr = fmt.Sprintf("%s handed the request to %s, who cannot take it", s.approver, to)
+		x.log.Warn("delegation refused; the approver's answer counts as no answer", "approver", s.approver, "to", to, "offered", s.delegates)
+		x.e.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: s.approver, From: s.approver, RequestID: s.requestID, Reason: "delegate_to " + to + " was not offered"})
+		return x.settle()
+	}
+	x.log.Info("approver delegated", "approver", s.approver, "to", to)
+	x.e.emit(Event{Kind: EventDelegated, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID, To: to})
+	x.ask(x.newSeat(to, append(slices.Clone(s.chain), s.approver)))
+	return x.settle()
+}
+
+// settle decides whether the escalation is over: a quorum of distinct
+// approvers approved the same call, or no such quorum can come any more.
+func (x *escalation) settle() (fulfill.Verdict, bool) {
+	var keys []string
+	groups := map[string][]approval{}
+	approved := map[string]bool{}
+	for _, a := range x.approvals {
+		if approved[a.approver] {
+			continue // one approver counts once
+		}
+		approved[a.approver] = true
+		if _, ok := groups[a.key]; !ok {
+			keys = append(keys, a.key)
+		}
+		groups[a.key] = append(groups[a.key], a)
+	}
+	best := 0
+	for _, k := range keys {
+		g := groups[k]
+		if len(g) >= x.quorum {
+			by := make([]string, len(g))
+			for i, a := range g {
+				by[i] = a.approver
+			}
+			last := g[len(g)-1]
+			return fulfill.Verdict{Approved: true, By: by, Params: last.params, Content: last.content}, true
+		}
+		best = max(best, len(g))
+	}
+	pending := map[string]bool{}
+	for _, s := range x.order {
+		if s.open && !approved[s.approver] {
+			pending[s.approver] = true
+		}
+	}
+	if best+len(pending) >= x.quorum {
+		return fulfill.Verdict{}, false
+	}
+	by := slices.Sorted(func(yield func(string) bool) {
+		for a := range approved {
+			if !yield(a) {
+				return
+			}
+		}
+	})
+	if len(keys) > 1 {
+		return fulfill.Verdict{Reason: "disagree", By: by, Message: "the approvers approved different edits of the call"}, true
+	}
+	msg := fmt.Sprintf("%s needed, but only %d can still come", approvals(x.quorum), best+len(pending))
+	if x.lastErr != "" {
+		msg += ": " + x.lastErr
+	}
+	return fulfill.Verdict{Reason: "incapable", By: by, Message: msg}, true
+}
+
+func (x *escalation) timedOut() fulfill.Verdict {
+	var waiting []string
+	for _, s := range x.order {
+		if s.open && !slices.Contains(waiting, s.approver) {
+			waiting = append(waiting, s.approver)
+		}
+	}
+	// The decision's own timeout when it set one; else the wait as it was
+	// (--approval-timeout), which started a moment before we did.
+	d := x.esc.Decision.Timeout
+	if d <= 0 {
+		if d = x.esc.Deadline.Sub(x.started); d >= time.Second {
+			d = d.Round(time.Second)
+		} else {
+			d = d.Round(10 * time.Millisecond)
+		}
+	}
+	msg := fmt.Sprintf("no approval within %s", d)
+	if len(waiting) > 0 {
+		msg += " (no answer from " + strings.Join(waiting, ", ") + ")"
+	}
+	return fulfill.Verdict{Reason: "timeout", Message: msg}
+}
+
+// cancelOpen tells every approver still asked that the prompt is no longer
+// needed: one notifications/cancelled per elicitation request.
+func (x *escalation) cancelOpen(reason string) {
+	for _, s := range x.order {
+		if !s.open {
+			continue
+		}
+		s.open = false
+		params := object{{"requestId", s.rpcID}, {"reason", reason}}
+		payload := object{{"jsonrpc", "2.0"}, {"method", agent.MethodCancelled}, {"params", params}}
+		env := agent.Envelope{To: []string{s.approver}, Kind: agent.KindRequest, CorrelationID: agent.CorrelationIDs{s.requestID}, Payload: mustMarshal(payload)}
+		if err := x.e.send(env); err != nil {
+			x.log.Warn("cancellation of a prompt not sent", "approver", s.approver, "request", s.requestID, "err", err)
+			continue
+		}
+		x.e.emit(Event{Kind: EventCancelled, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID, Reason: reason})
+	}
+}

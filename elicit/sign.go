@@ -1,0 +1,218 @@
+package elicit
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+// SignatureDomain starts every signed approval, so that an approver's key
+// signs nothing else by accident (see PROTOCOL.md, "Signed approvals").
+const SignatureDomain = "mew-approval/v1"
+
+// Errors of signature checks. They never carry the signature itself.
+var (
+	ErrUnsigned     = errors.New("answer is not signed")
+	ErrBadSignature = errors.New("signature does not verify")
+)
+
+// SigningBytes are the exact bytes an approver signs:
+//
+//	mew-approval/v1\n<elicitation envelope id>\n<call digest>\n<action>\n<canonical content>
+//
+// content is the answer's content without "signature"; nil means {} (what
+// decline and cancel answers sign).
+func SigningBytes(requestID, digest, action string, content json.RawMessage) ([]byte, error) {
+	if len(bytes.TrimSpace(content)) == 0 {
+		content = json.RawMessage(`{}`)
+	}
+	c, err := Canonical(content)
+	if err != nil {
+		return nil, fmt.Errorf("signed content: %w", err)
+	}
+	if len(c) == 0 || c[0] != '{' {
+		return nil, fmt.Errorf("signed content: %w", errNotObject)
+	}
+	var b bytes.Buffer
+	for _, part := range []string{SignatureDomain, requestID, digest, action} {
+		b.WriteString(part)
+		b.WriteByte('\n')
+	}
+	b.Write(c)
+	return b.Bytes(), nil
+}
+
+// Sign signs an answer for the approver's client: content is the answer's
+// content without a signature (nil for decline and cancel). It returns the
+// signature as base64url without padding, ready for content.signature.
+func Sign(key ed25519.PrivateKey, requestID, digest, action string, content json.RawMessage) (string, error) {
+	msg, err := SigningBytes(requestID, digest, action, content)
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(ed25519.Sign(key, msg)), nil
+}
+
+// SplitSignature takes "signature" out of an answer's content. It returns
+// the canonical JSON of the rest ({} when nothing else is there) and the
+// signature string ("" when absent). The content must be canonicalizable
+// (no duplicate keys), so that what is verified is what is acted on.
+func SplitSignature(content json.RawMessage) (rest json.RawMessage, signature string, err error) {
+	if len(bytes.TrimSpace(content)) == 0 || string(bytes.TrimSpace(content)) == "null" {
+		return json.RawMessage(`{}`), "", nil
+	}
+	if _, err := Canonical(content); err != nil {
+		return nil, "", fmt.Errorf("content: %w", err)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(content, &fields); err != nil || fields == nil {
+		return nil, "", fmt.Errorf("content: %w", errNotObject)
+	}
+	if raw, ok := fields[FieldSignature]; ok {
+		if err := json.Unmarshal(raw, &signature); err != nil {
+			return nil, "", errors.New("content: signature is not a string")
+		}
+		delete(fields, FieldSignature)
+	}
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return nil, "", fmt.Errorf("content: %w", err)
+	}
+	rest, err = Canonical(b)
+	if err != nil {
+		return nil, "", fmt.Errorf("content: %w", err)
+	}
+	return rest, signature, nil
+}
+
+// Verify checks the signature in an answer's content (content as received,
+// signature included) against the approver's public key.
+func Verify(pub ed25519.PublicKey, requestID, digest, action string, content json.RawMessage) error {
+	rest, sig, err := SplitSignature(content)
+	if err != nil {
+		return err
+	}
+	if sig == "" {
+		return ErrUnsigned
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || len(raw) != ed25519.SignatureSize {
+		return fmt.Errorf("%w: not %d bytes of base64url", ErrBadSignature, ed25519.SignatureSize)
+	}
+	msg, err := SigningBytes(requestID, digest, action, rest)
+	if err != nil {
+		return err
+	}
+	if !ed25519.Verify(pub, msg, raw) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// Keys maps an approver id to the Ed25519 public key whose signature their
+// answers must carry. An approver without a key is taken on the gateway's
+// word.
+type Keys map[string]ed25519.PublicKey
+
+// IDs returns the approvers that have keys, sorted.
+func (k Keys) IDs() []string {
+	ids := make([]string, 0, len(k))
+	for id := range k {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// EncodePublicKey writes a public key as the keys file holds it: base64url
+// without padding.
+func EncodePublicKey(pub ed25519.PublicKey) string {
+	return base64.RawURLEncoding.EncodeToString(pub)
+}
+
+// DecodePublicKey reads a public key as the keys file holds it.
+func DecodePublicKey(s string) (ed25519.PublicKey, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, errors.New("not base64url without padding")
+	}
+	if len(raw) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("%d bytes, an Ed25519 public key has %d", len(raw), ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(raw), nil
+}
+
+// KeyFileError says which line of an approver keys file is wrong.
+type KeyFileError struct {
+	File string // "" when read from a stream
+	Line int
+	Err  error
+}
+
+// Error names the file and line, so an operator can fix the one entry.
+func (e *KeyFileError) Error() string {
+	if e.File == "" {
+		return fmt.Sprintf("line %d: %v", e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *KeyFileError) Unwrap() error { return e.Err }
+
+// ParseKeys reads an approver keys file: one `<approver id> <public key>`
+// per line; blank lines and lines starting with # are skipped. An approver
+// listed twice is an error rather than "last one wins", because either
+// entry could be the stale one.
+func ParseKeys(r io.Reader) (Keys, error) {
+	keys := Keys{}
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, &KeyFileError{Line: n, Err: fmt.Errorf("want `<approver id> <base64url Ed25519 public key>`, got %d fields", len(f))}
+		}
+		pub, err := DecodePublicKey(f[1])
+		if err != nil {
+			return nil, &KeyFileError{Line: n, Err: fmt.Errorf("key of %s: %w", f[0], err)}
+		}
+		if _, dup := keys[f[0]]; dup {
+			return nil, &KeyFileError{Line: n, Err: fmt.Errorf("approver %s is listed twice", f[0])}
+		}
+		keys[f[0]] = pub
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &KeyFileError{Line: n + 1, Err: err}
+	}
+	return keys, nil
+}
+
+// LoadKeys reads the approver keys file at path. Errors name the file, and
+// the line when one is wrong.
+func LoadKeys(path string) (Keys, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	keys, err := ParseKeys(f)
+	var ke *KeyFileError
+	if errors.As(err, &ke) {
+		ke.File = path
+	}
+	return keys, err
+}

@@ -1,0 +1,477 @@
+package elicit_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/proposer"
+	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/toolserver"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+func TestMain(m *testing.M) {
+	// golang-lru's expirable cache (fulfill's pending store) starts a
+	// sweeper goroutine that it never stops.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"))
+}
+
+// e2ePolicy fulfils reads, escalates writes and deletes as data.escalation
+// says, and rejects anything under /etc — also after a human edited the
+// arguments, so an approver cannot approve past it.
+const e2ePolicy = `package fulfiller
+
+default decision := {"action": "reject", "reason": "policy", "message": "not allowed"}
+
+decision := {"action": "fulfill"} if input.tool.name in {"add", "read_file"}
+
+decision := object.union(data.escalation, {"action": "escalate"}) if {
+	input.tool.name in {"write_file", "delete_path"}
+	not unsafe
+}
+
+decision := {"action": "reject", "reason": "unsafe", "message": "nothing under /etc may be written"} if unsafe
+
+unsafe if startswith(input.tool.arguments.path, "/etc/")
+`
+
+var (
+	capsFulfiller = []agent.Capability{{Kind: "mcp/*"}, {Kind: "chat"}}
+	capsProposer  = []agent.Capability{{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}}
+	capsTool      = []agent.Capability{{Kind: "mcp/response"}, {Kind: "chat"}}
+	// Humans answer elicitations, and may reject or carry out a proposal
+	// themselves (item 6 of the escalation issue).
+	capsHuman = []agent.Capability{{Kind: "mcp/response"}, {Kind: "mcp/request"}, {Kind: "mcp/reject"}, {Kind: "chat"}}
+)
+
+// writeCall is the proposal most tests escalate.
+const writeCall = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`
+
+// writeDigest is CallDigest of writeCall, computed independently (sha256 of
+// the canonical JSON written out by hand).
+const writeDigest = "56dcae76b714dbaa642acc38da0ecd147d6fe2a25a07e5745b5fac7f2c0c0264"
+
+type worldOptions struct {
+	escalation string   // data.escalation as JSON
+	humans     []string // approvers who join the space
+	keys       elicit.Keys
+	approvers  []string // --approvers
+}
+
+// world is a whole space on loopback: the in-process gateway, a file tool
+// server, the real fulfiller (agent, Rego engine, lifecycle) with the real
+// Elicitor, a proposer, and humans whose answers each test scripts.
+type world struct {
+	t      *testing.T
+	srv    *space.Server
+	prop   *proposer.Proposer
+	coder  *agent.Client
+	ful    *fulfill.Fulfiller
+	el     *elicit.Elicitor
+	humans map[string]*human
+	logs   *lockedBuffer
+
+	mu     sync.Mutex
+	wire   []agent.Envelope
+	wireC  chan struct{}
+	events []elicit.Event
+	fevs   []fulfill.Event
+}
+
+// human is an approver whose client the test drives by hand.
+type human struct {
+	id     string
+	client *agent.Client
+	inbox  chan agent.Envelope // mcp/request addressed to them
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newWorld(t *testing.T, opts worldOptions) *world {
+	t.Helper()
+	if opts.humans == nil {
+		opts.humans = []string{"alice", "bob"}
+	}
+	if opts.escalation == "" {
+		opts.escalation = `{"approvers":["alice","bob"],"message":"production writes need a human","editable":["path"]}`
+	}
+	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
+		"fulfiller-token": capsFulfiller,
+		"coder-token":     capsProposer,
+		"tool-token":      capsTool,
+		"human-token":     capsHuman,
+		"mallory-token":   capsTool,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, srv: srv, wireC: make(chan struct{}, 1), humans: map[string]*human{}, logs: &lockedBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		srv.Close()
+	})
+
+	frames, stopTap := srv.Tap(1 << 14)
+	t.Cleanup(stopTap)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case f, ok := <-frames:
+				if !ok {
+					return
+				}
+				env, err := agent.Decode(f)
+				if err != nil {
+					continue
+				}
+				w.mu.Lock()
+				w.wire = append(w.wire, env)
+				w.mu.Unlock()
+				select {
+				case w.wireC <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+
+	join := func(id, token string) *agent.Client {
+		c, err := agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token})
+		if err != nil {
+			t.Fatalf("join %s: %v", id, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	fs := join("fs", "tool-token")
+	files := toolserver.NewFiles(map[string]string{"/srv/prod/motd": "hello"})
+	ts := toolserver.New(fs, nil, files.Tools()...)
+	fsSub := fs.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = ts.Serve(ctx, fsSub.C()) }()
+
+	for _, id := range opts.humans {
+		h := &human{id: id, client: join(id, "human-token"), inbox: make(chan agent.Envelope, 64)}
+		sub := h.client.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for env := range sub.C() {
+				var req agent.RPCRequest
+				_ = json.Unmarshal(env.Payload, &req)
+				// The fulfiller also asks everyone for tools/list; humans
+				// offer none and leave it unanswered.
+				if env.From == "fulfiller" && slices.Contains(env.To, h.id) && req.Method != agent.MethodToolsList {
+					h.inbox <- env
+				}
+			}
+		}()
+		w.humans[id] = h
+	}
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2ePolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dataFile := filepath.Join(dir, "data.json")
+	if err := os.WriteFile(dataFile, []byte(`{"escalation":`+opts.escalation+`}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	engine, err := policies.Load(ctx, policies.Options{Policies: []string{filepath.Join(dir, "policy.rego")}, Data: []string{dataFile}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	fc := join("fulfiller", "fulfiller-token")
+	log := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, Logger: log, Observer: func(e elicit.Event) {
+		w.mu.Lock()
+		w.events = append(w.events, e)
+		w.mu.Unlock()
+	}})
+	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}})
+	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log,
+		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
+			w.mu.Lock()
+			w.fevs = append(w.fevs, e)
+			w.mu.Unlock()
+		})})
+	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
+	fctx, fcancel := context.WithCancel(ctx)
+	fulDone, elDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(fulDone); _ = w.ful.Run(fctx, fulSub.C()) }()
+	go func() { defer close(elDone); _ = w.el.Run(ctx, elSub.C()) }()
+	t.Cleanup(func() {
+		fcancel()
+		<-fulDone
+		w.el.Close()
+		elSub.Close()
+		<-elDone
+	})
+	waitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
+
+	w.coder = join("coder", "coder-token")
+	w.prop = proposer.New(w.coder)
+	coderSub := w.coder.Subscribe(agent.SubscribeOptions{All: true})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for env := range coderSub.C() {
+			w.prop.Observe(env)
+		}
+	}()
+	return w
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (w *world) propose(id, payload string) string {
+	w.t.Helper()
+	id, err := w.prop.Propose(context.Background(), id, nil, json.RawMessage(payload))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return id
+}
+
+// outcome waits for the proposer's answer, and for the tap to have seen it.
+func (w *world) outcome(id string) proposer.Outcome {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := w.prop.Wait(ctx, id)
+	if err != nil {
+		w.t.Fatalf("proposal %s: %v (so far %+v)", id, err, out)
+	}
+	switch {
+	case out.Rejected:
+		w.onWire("the reject of "+id, func(e agent.Envelope) bool { return e.Kind == agent.KindReject && e.CorrelationID.First() == id })
+	case out.Fulfilled && out.FulfilledBy == "fulfiller":
+		req := w.onWire("the fulfilment request of "+id, func(e agent.Envelope) bool {
+			return e.Kind == agent.KindRequest && e.From == "fulfiller" && e.CorrelationID.First() == id
+		})
+		w.onWire("the fulfilment of "+id, func(e agent.Envelope) bool { return e.Kind == agent.KindResponse && e.CorrelationID.First() == req.ID })
+	}
+	return out
+}
+
+// chat waits for the explanation that follows a reject.
+func (w *world) chat(id string) string {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return w.prop.WaitChat(ctx, id)
+}
+
+// ask waits for the next elicitation (or notification) sent to a human.
+func (w *world) ask(who string) agent.Envelope {
+	w.t.Helper()
+	select {
+	case env := <-w.humans[who].inbox:
+		return env
+	case <-time.After(10 * time.Second):
+		w.t.Fatalf("%s was never asked", who)
+		return agent.Envelope{}
+	}
+}
+
+// rpcID returns the JSON-RPC id of a request payload.
+func rpcID(t *testing.T, env agent.Envelope) json.RawMessage {
+	t.Helper()
+	var req agent.RPCRequest
+	if err := json.Unmarshal(env.Payload, &req); err != nil || req.Method != agent.MethodElicitationCreate {
+		t.Fatalf("not an elicitation: %s", env.Payload)
+	}
+	return req.ID
+}
+
+// answer sends a human's mcp/response to an elicitation.
+func (w *world) answer(who string, elicitation agent.Envelope, result string) agent.Envelope {
+	w.t.Helper()
+	payload := `{"jsonrpc":"2.0","id":` + string(rpcID(w.t, elicitation)) + `,"result":` + result + `}`
+	env, err := w.humans[who].client.Send(context.Background(), agent.Envelope{
+		To: []string{"fulfiller"}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{elicitation.ID}, Payload: json.RawMessage(payload),
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return env
+}
+
+// forge posts an envelope over the gateway's HTTP injection as poster, with
+// whatever from the body claims: the gateway does not check it.
+func (w *world) forge(poster, body string) {
+	w.t.Helper()
+	url := strings.Replace(w.srv.URL(), "ws://", "http://", 1) + "/participants/" + poster + "/messages"
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer mallory-token")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		w.t.Fatalf("forged post: %s", resp.Status)
+	}
+}
+
+func (w *world) wireSnapshot() []agent.Envelope {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.wire)
+}
+
+// onWire waits for the first broadcast envelope matching pred.
+func (w *world) onWire(what string, pred func(agent.Envelope) bool) agent.Envelope {
+	w.t.Helper()
+	deadline := time.After(10 * time.Second)
+	seen := 0
+	for {
+		wire := w.wireSnapshot()
+		for ; seen < len(wire); seen++ {
+			if pred(wire[seen]) {
+				return wire[seen]
+			}
+		}
+		select {
+		case <-w.wireC:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			w.t.Fatalf("never saw %s on the wire", what)
+		}
+	}
+}
+
+// cancellation waits for the notifications/cancelled of one elicitation.
+func (w *world) cancellation(elicitation agent.Envelope) agent.Envelope {
+	w.t.Helper()
+	return w.onWire("the cancellation of "+elicitation.ID, func(e agent.Envelope) bool {
+		return e.From == "fulfiller" && e.Kind == agent.KindRequest && e.CorrelationID.First() == elicitation.ID
+	})
+}
+
+// answers returns the fulfiller's answers to a proposal on the wire:
+// fulfilment requests correlated to it and rejects of it.
+func (w *world) answers(id string) []agent.Envelope {
+	var out []agent.Envelope
+	for _, env := range w.wireSnapshot() {
+		if env.From == "fulfiller" && env.CorrelationID.First() == id && (env.Kind == agent.KindReject || env.Kind == agent.KindRequest) {
+			out = append(out, env)
+		}
+	}
+	return out
+}
+
+// elicitations returns every elicitation the fulfiller sent, in order.
+func (w *world) elicitations() []agent.Envelope {
+	var out []agent.Envelope
+	for _, env := range w.wireSnapshot() {
+		if env.From == "fulfiller" && env.Kind == agent.KindRequest && strings.Contains(string(env.Payload), `"method":"elicitation/create"`) {
+			out = append(out, env)
+		}
+	}
+	return out
+}
+
+func (w *world) eventsOf(kind elicit.EventKind) []elicit.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []elicit.Event
+	for _, e := range w.events {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (w *world) approvedBy(id string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range w.fevs {
+		if e.ProposalID == id && e.Stage == fulfill.StageApproved {
+			return e.By
+		}
+	}
+	return nil
+}
+
+// marker proposes a call that is fulfilled at once and waits for it: the
+// fulfiller handles envelopes in order, so whatever came before has been
+// handled by then.
+func (w *world) marker() {
+	w.t.Helper()
+	id := w.propose("", `{"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/srv/prod/motd"}}}`)
+	if out := w.outcome(id); !out.Fulfilled {
+		w.t.Fatalf("marker: %+v", out)
+	}
+}
+
+var volatile = regexp.MustCompile(`"(id|ts|deadline|revision)":"[^"]*"`)
+
+// exact asserts an envelope's bytes on the wire, with ids, timestamps,
+// deadlines and policy revisions blanked.
+func exact(t *testing.T, env agent.Envelope, want string) {
+	t.Helper()
+	got := volatile.ReplaceAllString(string(env.Raw), `"$1":"*"`)
+	want = volatile.ReplaceAllString(want, `"$1":"*"`)
+	if got != want {
+		t.Errorf("on the wire:\n got %s\nwant %s", got, want)
+	}
+}
+
+// cancelled is the wire form of a notifications/cancelled to who.
+func cancelled(who string, elicitation agent.Envelope, rpc, reason string) string {
+	return fmt.Sprintf(`{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["%s"],"kind":"mcp/request","correlation_id":["%s"],"payload":{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%s,"reason":"%s"}}}`,
+		who, elicitation.ID, rpc, reason)
+}

@@ -1,0 +1,40 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit"
+)
+
+// simulated is a scripted human approver: it answers the approve card the
+// way the story needs, or leaves it open (someone in a meeting) until the
+// fulfiller cancels it.
+type simulated string
+
+// Ask implements approver.UI.
+func (s simulated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, error) {
+	tool := ""
+	if c.Tool != nil {
+		tool = c.Tool.Name
+	}
+	var args struct {
+		Path string `json:"path"`
+	}
+	_ = json.Unmarshal(c.Arguments(), &args)
+	switch {
+	case tool == "delete_path" && args.Path == "/srv/prod/db":
+		return approver.Answer{Action: elicit.ActionAccept, Approve: true, Reason: "the migration is done; the old data can go"}, nil
+	case tool == "write_file" && string(s) == bob:
+		return approver.Answer{Action: elicit.ActionAccept, Reason: "production is frozen for the release; write to staging"}, nil
+	}
+	<-ctx.Done() // not answering: the prompt stays open until it is cancelled
+	return approver.Answer{}, ctx.Err()
+}
+
+// Dropped implements approver.UI.
+func (simulated) Dropped(*approver.Card, string) {}
+
+// Sent implements approver.UI.
+func (simulated) Sent(*approver.Card, approver.Answer, error) {}

@@ -1,0 +1,387 @@
+// Package demo runs the whole fulfiller story on one machine: an in-process
+// MEW space, two tool servers, scripted proposers, and the real fulfiller
+// (agent, policy engine with the example policies, lifecycle) — and narrates
+// each proposal's journey to its outcome. It backs `fulfiller demo`.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/examples"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/proposer"
+	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/toolserver"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// Options configure a demo run.
+type Options struct {
+	Out    io.Writer    // narration; default os.Stdout
+	Color  bool         // ANSI colours in the narration
+	Logger *slog.Logger // component logs; default: discarded
+	// Observer, when set, also sees every lifecycle event (the CLI uses
+	// it for metrics and the decision log).
+	Observer fulfill.Observer
+	// Step is how long to wait for one proposal's outcome.
+	Step time.Duration
+	// Approver, when set, is the person at the terminal: they answer as
+	// oncall-alice with this UI (the approve card) instead of the
+	// simulated alice, and the steps that wait for them accept whatever
+	// they decide.
+	Approver approver.UI
+}
+
+// Capabilities of the demo's participants, as a space.yaml would grant them.
+var (
+	capsFulfiller = []agent.Capability{{Kind: "mcp/*"}, {Kind: "chat"}}
+	capsProposer  = []agent.Capability{{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}}
+	capsTool      = []agent.Capability{{Kind: "mcp/response"}, {Kind: "chat"}}
+	capsHuman     = []agent.Capability{{Kind: "mcp/response"}, {Kind: "chat"}}
+)
+
+// The example policy's production approvers (examples/policies/data.yaml)
+// who are in the demo's space; oncall-carol is away, so she is skipped.
+const (
+	alice = "oncall-alice"
+	bob   = "oncall-bob"
+)
+
+// Run plays the story and returns nil when every step ended as the example
+// policies say it should.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Step <= 0 {
+		opts.Step = 10 * time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "fulfiller-demo-")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	policyDir, dataFile, err := writeExamples(dir)
+	if err != nil {
+		return err
+	}
+	engine, err := policies.Load(ctx, policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Logger: opts.Logger})
+	if err != nil {
+		return fmt.Errorf("demo: load example policies: %w", err)
+	}
+
+	srv, err := space.New(space.Config{Logger: opts.Logger, Tokens: map[string][]agent.Capability{
+		"fulfiller-token": capsFulfiller,
+		"coder-token":     capsProposer,
+		"mallory-token":   capsProposer,
+		"tool-token":      capsTool,
+		"human-token":     capsHuman,
+	}})
+	if err != nil {
+		return fmt.Errorf("demo: start space: %w", err)
+	}
+	defer srv.Close()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	join := func(id, token string) (*agent.Client, error) {
+		c, err := agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token, Logger: opts.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("demo: %s joins: %w", id, err)
+		}
+		return c, nil
+	}
+
+	files := toolserver.NewFiles(map[string]string{
+		"/srv/app/config.yaml": "listen: :8080\nlog: info\n",
+		"/srv/prod/db/users":   "alice\nbob\n",
+	})
+	for _, ts := range []struct {
+		id    string
+		tools []toolserver.Tool
+	}{{"calculator", toolserver.Calculator()}, {"fs", files.Tools()}} {
+		c, err := join(ts.id, "tool-token")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		sub := c.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+		server := toolserver.New(c, opts.Logger, ts.tools...)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = server.Serve(ctx, sub.C()) }()
+	}
+
+	// The approvers join before the fulfiller, so it never waits on
+	// their (empty) tools/list.
+	for _, id := range []string{alice, bob} {
+		c, err := join(id, "human-token")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		var ui approver.UI = simulated(id)
+		if id == alice && opts.Approver != nil {
+			ui = opts.Approver
+		}
+		sub := c.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+		a := approver.New(c, ui, approver.Options{Logger: opts.Logger})
+		wg.Add(1)
+		go func() { defer wg.Done(); defer sub.Close(); _ = a.Run(ctx, sub.C()) }()
+	}
+
+	n := newNarrator(opts.Out, opts.Color)
+	fc, err := join("fulfiller", "fulfiller-token")
+	if err != nil {
+		return err
+	}
+	defer fc.Close()
+	obs := fulfill.Observers{n}
+	if opts.Observer != nil {
+		obs = append(obs, opts.Observer)
+	}
+	el := elicit.New(fc, elicit.Config{Logger: opts.Logger, Observer: n.ObserveApproval})
+	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}})
+	elDone := make(chan struct{})
+	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Observer: obs, Logger: opts.Logger, Escalator: el})
+	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
+	fulCtx, stopFul := context.WithCancel(ctx)
+	fulDone := make(chan struct{})
+	go func() { defer close(fulDone); _ = ful.Run(fulCtx, fulSub.C()) }()
+	defer func() {
+		stopFul()
+		<-fulDone
+		el.Close()
+		elSub.Close()
+		<-elDone
+	}()
+
+	if err := waitTools(ctx, ful, 6); err != nil {
+		return err
+	}
+
+	proposers := map[string]*proposer.Proposer{}
+	for _, id := range []string{"coder", "mallory"} {
+		c, err := join(id, id+"-token")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		p := proposer.New(c)
+		sub := c.Subscribe(agent.SubscribeOptions{All: true})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for env := range sub.C() {
+				p.Observe(env)
+			}
+		}()
+		proposers[id] = p
+	}
+
+	n.header(srv.URL(), engine.Revision(), ful.Tools(), opts.Approver != nil)
+	var results []result
+	for i, s := range script() {
+		if opts.Approver != nil && s.human {
+			s.want = wantHuman
+		}
+		r := play(ctx, i+1, s, proposers[s.from], n, opts.Step, opts.Approver != nil)
+		results = append(results, r)
+	}
+	n.summary(results)
+	var failed []string
+	for _, r := range results {
+		if !r.ok {
+			failed = append(failed, fmt.Sprintf("step %d (%s): want %s, got %s", r.n, r.step.title, r.step.want, r.got))
+		}
+	}
+	if len(failed) > 0 {
+		return errors.New("demo: " + strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// writeExamples copies the embedded example policies (without their tests)
+// and data to dir, so the demo loads them the way an operator would.
+func writeExamples(dir string) (policyDir, dataFile string, err error) {
+	policyDir = filepath.Join(dir, "policies")
+	if err := os.Mkdir(policyDir, 0o755); err != nil {
+		return "", "", fmt.Errorf("demo: %w", err)
+	}
+	err = fs.WalkDir(examples.Policies, "policies", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.rego") {
+			return err
+		}
+		b, err := examples.Policies.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(policyDir, filepath.Base(path))
+		if strings.HasSuffix(path, ".yaml") {
+			dst = filepath.Join(dir, filepath.Base(path))
+			dataFile = dst
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("demo: write example policies: %w", err)
+	}
+	return policyDir, dataFile, nil
+}
+
+func waitTools(ctx context.Context, ful *fulfill.Fulfiller, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for len(ful.Tools()) < want {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo: the fulfiller discovered %d of %d tools", len(ful.Tools()), want)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// step is one scripted proposal and the outcome the example policies give.
+type step struct {
+	title   string
+	from    string
+	id      string   // proposal id; "" for a fresh one
+	to      []string // addressed to; nil for broadcast
+	payload string
+	want    string // fulfilled, rejected:<reason>, withdrawn, ignored
+	// withdraw: the proposer withdraws once the approvers were asked.
+	withdraw bool
+	// human: with --interactive the person at the terminal decides.
+	human bool
+}
+
+// wantHuman accepts any answer: the person at the terminal decided.
+const wantHuman = "your decision"
+
+func script() []step {
+	return []step{
+		{title: "a read-only calculation", from: "coder", id: "demo-add", payload: call("add", `{"a":2,"b":40}`), want: "fulfilled"},
+		{title: "reading a config file", from: "coder", payload: call("read_file", `{"path":"/srv/app/config.yaml"}`), want: "fulfilled"},
+		{title: "writing outside production, which no rule allows", from: "coder", payload: call("write_file", `{"path":"/srv/app/notes.txt","content":"hi"}`), want: "rejected:policy"},
+		{title: "deleting production data (destructive: two approvers)", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/db"}`), want: "fulfilled", human: true},
+		{title: "writing to production: an approver declines", from: "coder", payload: call("write_file", `{"path":"/srv/prod/motd","content":"down for maintenance"}`), want: "rejected:disagree"},
+		{title: "withdrawn while the approvers are asked", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/cache"}`), want: "withdrawn", withdraw: true},
+		{title: "a read-only tool nobody offers", from: "coder", payload: call("list_users", `{}`), want: "rejected:incapable"},
+		{title: "a blocklisted proposer", from: "mallory", payload: call("read_file", `{"path":"/srv/prod/db/users"}`), want: "rejected:policy"},
+		{title: "a proposal without a method", from: "coder", payload: `{"params":{"name":"add"}}`, want: "rejected:invalid"},
+		{title: "the first proposal's id again", from: "coder", id: "demo-add", payload: call("delete_path", `{"path":"/"}`), want: "ignored"},
+	}
+}
+
+func call(tool, args string) string {
+	return `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":` + args + `}}`
+}
+
+// result is how one step ended.
+type result struct {
+	n    int
+	step step
+	id   string
+	got  string
+	out  proposer.Outcome
+	ok   bool
+}
+
+func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrator, wait time.Duration, interactive bool) result {
+	r := result{n: n, step: s}
+	var to []string
+	if len(s.to) > 0 {
+		to = s.to
+	}
+	id := s.id
+	if id == "" {
+		id = fmt.Sprintf("demo-%d-%s", n, toolName(s.payload))
+	}
+	id, err := p.Propose(ctx, id, to, json.RawMessage(s.payload))
+	r.id = id
+	if err != nil {
+		r.got = "not sent: " + err.Error()
+		nar.step(r, nil)
+		return r
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if s.want == "ignored" {
+		// Nothing may answer a replayed id: wait for the fulfiller to note
+		// it, then give a wrong answer the chance to show up.
+		nar.waitStage(ctx, id, fulfill.StageIgnored)
+		time.Sleep(200 * time.Millisecond)
+		events := nar.take(id)
+		r.got = "ignored"
+		for _, e := range events {
+			if e.Stage != fulfill.StageIgnored {
+				r.got = string(e.Stage)
+			}
+		}
+		r.ok = r.got == s.want && len(events) > 0
+		nar.step(r, events)
+		return r
+	}
+	if s.withdraw {
+		// Once both approvers have the prompt, the proposer changes its
+		// mind: the fulfiller must cancel both prompts and answer nothing.
+		nar.waitApprovals(ctx, id, elicit.EventAsked, 2)
+		if interactive {
+			select { // give the person a moment to see the card
+			case <-time.After(3 * time.Second):
+			case <-ctx.Done():
+			}
+		}
+		if err := p.Withdraw(ctx, id, "no_longer_needed"); err != nil {
+			r.got = "withdrawal not sent: " + err.Error()
+			nar.step(r, nar.take(id))
+			return r
+		}
+		nar.waitStage(ctx, id, fulfill.StageWithdrawn)
+		nar.waitApprovals(ctx, id, elicit.EventCancelled, 2)
+		r.got = "withdrawn"
+		if !nar.has(id, fulfill.StageWithdrawn) {
+			r.got = "not withdrawn"
+		}
+		r.ok = r.got == s.want
+		nar.step(r, nar.take(id))
+		return r
+	}
+	out, err := p.Wait(ctx, id)
+	r.out = out
+	switch {
+	case err != nil:
+		r.got = "no answer (" + err.Error() + ")"
+	case out.Fulfilled:
+		r.got = "fulfilled"
+	case out.Rejected:
+		r.got = "rejected:" + out.Reason
+		r.out.Chat = p.WaitChat(ctx, id)
+	}
+	nar.waitTerminal(ctx, id)
+	r.ok = r.got == s.want || (s.want == wantHuman && err == nil)
+	nar.step(r, nar.take(id))
+	return r
+}

@@ -1,0 +1,365 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+)
+
+// stageApproval marks a step with one human (from the elicitor) in a
+// proposal's journey; its Message is the line to print.
+const stageApproval fulfill.Stage = "approval"
+
+// narrator collects the fulfiller's lifecycle events per proposal and
+// prints each proposal's journey once it has ended, so the story reads in
+// order even though the fulfiller works concurrently.
+type narrator struct {
+	out   io.Writer
+	color bool
+
+	mu        sync.Mutex
+	events    map[string][]fulfill.Event
+	approvals map[string][]elicit.Event
+	change    chan struct{} // closed and replaced on every event
+}
+
+func newNarrator(out io.Writer, color bool) *narrator {
+	return &narrator{out: out, color: color, events: map[string][]fulfill.Event{}, approvals: map[string][]elicit.Event{}, change: make(chan struct{})}
+}
+
+// Observe implements fulfill.Observer.
+func (n *narrator) Observe(e fulfill.Event) {
+	n.mu.Lock()
+	n.events[e.ProposalID] = append(n.events[e.ProposalID], e)
+	close(n.change)
+	n.change = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// ObserveApproval is the elicitor's observer: each step with a human
+// becomes a line of the proposal's journey.
+func (n *narrator) ObserveApproval(e elicit.Event) {
+	line := n.describeApproval(e)
+	n.mu.Lock()
+	n.approvals[e.ProposalID] = append(n.approvals[e.ProposalID], e)
+	if line != "" {
+		n.events[e.ProposalID] = append(n.events[e.ProposalID], fulfill.Event{Time: e.Time, Stage: stageApproval, ProposalID: e.ProposalID, Message: line})
+	}
+	close(n.change)
+	n.change = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// waitApprovals waits until count elicitor events of kind were seen for id.
+func (n *narrator) waitApprovals(ctx context.Context, id string, kind elicit.EventKind, count int) {
+	for {
+		n.mu.Lock()
+		seen := 0
+		for _, e := range n.approvals[id] {
+			if e.Kind == kind {
+				seen++
+			}
+		}
+		ch := n.change
+		n.mu.Unlock()
+		if seen >= count {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (n *narrator) describeApproval(e elicit.Event) string {
+	switch e.Kind {
+	case elicit.EventSkipped:
+		return pad("skipped") + " " + e.Approver + n.paint(ansiDim, ": "+e.Reason)
+	case elicit.EventAsked:
+		return pad("prompted") + " " + e.Approver + n.paint(ansiDim, " (elicitation/create)")
+	case elicit.EventAnswered:
+		var text string
+		switch {
+		case e.Action == "":
+			text = n.paint(ansiRed, e.Approver+"'s client failed: "+e.Reason)
+		case e.Approve:
+			text = n.paint(ansiGreen, e.Approver+" approves")
+		case e.Action == elicit.ActionCancel:
+			text = n.paint(ansiRed, e.Approver+" dismisses the prompt")
+		default:
+			text = n.paint(ansiRed, e.Approver+" declines")
+		}
+		if e.Reason != "" && e.Action != "" {
+			text += n.paint(ansiDim, ": "+e.Reason)
+		}
+		return pad("answered") + " " + text
+	case elicit.EventDelegated:
+		return pad("delegated") + " " + e.Approver + " hands it to " + e.To
+	case elicit.EventCancelled:
+		return pad("cancelled") + " the prompt at " + e.Approver + n.paint(ansiDim, " (notifications/cancelled: "+e.Reason+")")
+	case elicit.EventIgnored:
+		return pad("ignored") + " an answer from " + e.From + " for " + e.Approver + ": " + e.Reason
+	case elicit.EventForgery:
+		return pad("forgery") + " " + n.paint(ansiRed, "an answer for "+e.Approver+" from "+e.From+" is not validly signed; ignored")
+	}
+	return ""
+}
+
+func (n *narrator) waitFor(ctx context.Context, id string, cond func([]fulfill.Event) bool) {
+	for {
+		n.mu.Lock()
+		ok := cond(n.events[id])
+		ch := n.change
+		n.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (n *narrator) waitStage(ctx context.Context, id string, stage fulfill.Stage) {
+	n.waitFor(ctx, id, func(es []fulfill.Event) bool {
+		for _, e := range es {
+			if e.Stage == stage {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (n *narrator) waitTerminal(ctx context.Context, id string) {
+	n.waitFor(ctx, id, func(es []fulfill.Event) bool {
+		for _, e := range es {
+			switch e.Stage {
+			case fulfill.StageFulfilled, fulfill.StageRejected, fulfill.StageWithdrawn, fulfill.StageSuperseded:
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (n *narrator) has(id string, stage fulfill.Stage) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.events[id] {
+		if e.Stage == stage {
+			return true
+		}
+	}
+	return false
+}
+
+// take removes and returns the events of one proposal.
+func (n *narrator) take(id string) []fulfill.Event {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	es := n.events[id]
+	delete(n.events, id)
+	return es
+}
+
+const (
+	ansiReset  = "\033[0m"
+	ansiBold   = "\033[1m"
+	ansiDim    = "\033[2m"
+	ansiRed    = "\033[31m"
+	ansiGreen  = "\033[32m"
+	ansiYellow = "\033[33m"
+	ansiCyan   = "\033[36m"
+)
+
+func (n *narrator) paint(code, s string) string {
+	if !n.color {
+		return s
+	}
+	return code + s + ansiReset
+}
+
+func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, interactive bool) {
+	fmt.Fprintln(n.out, n.paint(ansiBold, "fulfiller demo")+n.paint(ansiDim, " — an in-process MEW space at "+url))
+	fmt.Fprintf(n.out, "policy   examples/policies (revision %s)\n", short(revision))
+	byServer := map[string][]string{}
+	var servers []string
+	for _, t := range tools {
+		if _, ok := byServer[t.Server]; !ok {
+			servers = append(servers, t.Server)
+		}
+		byServer[t.Server] = append(byServer[t.Server], t.Name)
+	}
+	for _, s := range servers {
+		fmt.Fprintf(n.out, "tools    %-10s %s\n", s, strings.Join(byServer[s], ", "))
+	}
+	fmt.Fprintln(n.out, "agents   coder and mallory may only propose; fulfiller decides")
+	if interactive {
+		fmt.Fprintln(n.out, "humans   you are "+alice+": answer the approval cards below; "+bob+" is simulated; oncall-carol is away")
+	} else {
+		fmt.Fprintln(n.out, "humans   "+alice+" and "+bob+" answer approval requests (simulated; try --interactive); oncall-carol is away")
+	}
+	fmt.Fprintln(n.out)
+}
+
+func (n *narrator) step(r result, events []fulfill.Event) {
+	mark := n.paint(ansiGreen, "✓")
+	if !r.ok {
+		mark = n.paint(ansiRed, "✗ want "+r.step.want)
+	}
+	fmt.Fprintf(n.out, "%s %s %s\n", n.paint(ansiBold, fmt.Sprintf("%2d", r.n)), r.step.title, mark)
+	to := "everyone"
+	if len(r.step.to) > 0 {
+		to = strings.Join(r.step.to, ",")
+	}
+	fmt.Fprintf(n.out, "   %s %s → %s: %s\n", n.paint(ansiDim, r.id), r.step.from, to, describeCall(r.step.payload))
+	for i, e := range events {
+		branch := "├─"
+		if i == len(events)-1 {
+			branch = "└─"
+		}
+		if line := n.describe(e); line != "" {
+			fmt.Fprintf(n.out, "   %s %s\n", n.paint(ansiDim, branch), line)
+		}
+	}
+	if r.out.Chat != "" {
+		fmt.Fprintf(n.out, "      %s\n", n.paint(ansiDim, "chat to "+r.step.from+": "+r.out.Chat))
+	}
+	fmt.Fprintln(n.out)
+}
+
+func (n *narrator) describe(e fulfill.Event) string {
+	switch e.Stage {
+	case fulfill.StageReceived:
+		return "received"
+	case fulfill.StageDecided:
+		d := e.Decision
+		text := string(d.Action)
+		if d.Reason != "" {
+			text += " " + d.Reason
+		}
+		if d.Action == "escalate" {
+			text += fmt.Sprintf(" to %s (quorum %d)", strings.Join(d.Approvers, ", "), max(d.Quorum, 1))
+		}
+		if d.Message != "" {
+			text += ": " + d.Message
+		}
+		return fmt.Sprintf("%s %s %s", pad("decided"), n.paint(ansiCyan, text), n.paint(ansiDim, "(policy "+e.Latency.Round(time.Microsecond).String()+")"))
+	case fulfill.StageEscalated:
+		return pad("escalated") + " " + n.paint(ansiYellow, "to humans: "+strings.Join(e.By, ", "))
+	case fulfill.StageApproved:
+		return pad("approved") + " by " + strings.Join(e.By, ", ")
+	case fulfill.StageQueued:
+		return pad("queued") + " waiting for a free fulfilment slot"
+	case fulfill.StageFulfilling:
+		return pad("fulfilling") + " mcp/request to " + e.Target
+	case fulfill.StageFulfilled:
+		if e.RPCError != nil {
+			return pad("fulfilled") + " " + n.paint(ansiRed, "tool error "+string(e.RPCError))
+		}
+		return fmt.Sprintf("%s %s %s", pad("fulfilled"), n.paint(ansiGreen, resultText(e.Result)), n.paint(ansiDim, "("+e.Latency.Round(time.Microsecond).String()+")"))
+	case fulfill.StageRejected:
+		return pad("rejected") + " " + n.paint(ansiRed, e.Reason)
+	case fulfill.StageWithdrawn:
+		return pad("withdrawn") + " by the proposer"
+	case fulfill.StageSuperseded:
+		return pad("superseded") + " " + e.Message
+	case fulfill.StageIgnored:
+		return pad("ignored") + " " + e.Message + " — no answer is sent"
+	case stageApproval:
+		return e.Message
+	}
+	return ""
+}
+
+func (n *narrator) summary(results []result) {
+	fmt.Fprintln(n.out, n.paint(ansiBold, "summary"))
+	tw := tabwriter.NewWriter(n.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, " #\tproposer\ttool\toutcome\t")
+	ok := 0
+	for _, r := range results {
+		mark := "✓"
+		if !r.ok {
+			mark = "✗"
+		} else {
+			ok++
+		}
+		fmt.Fprintf(tw, "%2d\t%s\t%s\t%s\t%s\n", r.n, r.step.from, toolName(r.step.payload), r.got, mark)
+	}
+	tw.Flush()
+	fmt.Fprintf(n.out, "\n%d of %d proposals ended as the policy says.\n", ok, len(results))
+}
+
+func pad(s string) string { return fmt.Sprintf("%-10s", s) }
+
+func short(rev string) string {
+	if i := strings.LastIndex(rev, ":"); i >= 0 {
+		rev = rev[i+1:]
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return rev
+}
+
+// describeCall renders a proposal payload as "method tool {args}".
+func describeCall(payload string) string {
+	var p struct {
+		Method string `json:"method"`
+		Params struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"params"`
+	}
+	if json.Unmarshal([]byte(payload), &p) != nil || p.Method == "" {
+		return payload
+	}
+	if p.Params.Name == "" {
+		return p.Method
+	}
+	return p.Method + " " + p.Params.Name + " " + string(p.Params.Arguments)
+}
+
+func toolName(payload string) string {
+	var p struct {
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal([]byte(payload), &p)
+	if p.Params.Name == "" {
+		return "-"
+	}
+	return p.Params.Name
+}
+
+// resultText shows the text of an MCP tool result, one line.
+func resultText(raw json.RawMessage) string {
+	var r struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool `json:"isError"`
+	}
+	if json.Unmarshal(raw, &r) != nil || len(r.Content) == 0 {
+		return string(raw)
+	}
+	text := strings.ReplaceAll(strings.TrimSpace(r.Content[0].Text), "\n", " ⏎ ")
+	if r.IsError {
+		return "tool failed: " + text
+	}
+	return text
+}
