@@ -195,26 +195,11 @@ func readPolicies(paths []string) ([]source, error) {
 			continue
 		}
 		found := 0
-		err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return &LoadError{File: path, Err: unwrapPathError(err)}
-			}
-			if path != root && isHidden(d.Name()) {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if d.IsDir() || filepath.Ext(path) != ".rego" || isTestFile(path) {
-				return nil
-			}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return &LoadError{File: path, Err: unwrapPathError(err)}
-			}
-			out = append(out, source{path: path, data: data})
+		err = walkSources(root, func(path string) bool {
+			return filepath.Ext(path) == ".rego" && !isTestFile(path)
+		}, func(src source) {
+			out = append(out, src)
 			found++
-			return nil
 		})
 		if err != nil {
 			return nil, err
@@ -247,36 +232,44 @@ func readData(paths []string) ([]source, error) {
 			out = append(out, source{path: root, data: data})
 			continue
 		}
-		err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return &LoadError{File: path, Err: unwrapPathError(err)}
-			}
-			if path != root && isHidden(d.Name()) {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if d.IsDir() || !isDataFile(path) {
-				return nil
-			}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return &LoadError{File: path, Err: unwrapPathError(err)}
-			}
-			rel, _ := filepath.Rel(root, filepath.Dir(path))
-			var prefix []string
+		err = walkSources(root, isDataFile, func(src source) {
+			rel, _ := filepath.Rel(root, filepath.Dir(src.path))
 			if rel != "." {
-				prefix = strings.Split(filepath.ToSlash(rel), "/")
+				src.prefix = strings.Split(filepath.ToSlash(rel), "/")
 			}
-			out = append(out, source{path: path, data: data, prefix: prefix})
-			return nil
+			out = append(out, src)
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
 	return dedupe(out), nil
+}
+
+// walkSources reads every file under root that want accepts, skipping
+// hidden files and directories (editor droppings, .git), and hands each to
+// add in lexical order.
+func walkSources(root string, want func(path string) bool, add func(source)) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return &LoadError{File: path, Err: unwrapPathError(err)}
+		}
+		if path != root && isHidden(d.Name()) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || !want(path) {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return &LoadError{File: path, Err: unwrapPathError(err)}
+		}
+		add(source{path: path, data: data})
+		return nil
+	})
 }
 
 // dedupe drops a file named twice (say, by a directory and by name), which
