@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -46,9 +46,7 @@ type world struct {
 	prop  *proposer.Proposer
 	files *toolserver.Files
 	wg    *sync.WaitGroup
-
-	mu   sync.Mutex
-	wire []agent.Envelope
+	wire  *spacetest.Wire
 }
 
 func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
@@ -63,40 +61,14 @@ func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &world{t: t, ctx: ctx, srv: srv, wg: &sync.WaitGroup{}}
+	w := &world{t: t, ctx: ctx, srv: srv, wg: &sync.WaitGroup{}, wire: spacetest.RecordWire(t, srv)}
 	t.Cleanup(func() {
 		cancel()
 		w.wg.Wait()
 		srv.Close()
 	})
-	frames, stopTap := srv.Tap(1 << 12)
-	t.Cleanup(stopTap)
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case f, ok := <-frames:
-				if !ok {
-					return
-				}
-				if env, err := agent.Decode(f); err == nil {
-					w.mu.Lock()
-					w.wire = append(w.wire, env)
-					w.mu.Unlock()
-				}
-			}
-		}
-	}()
-
-	fs := w.join("fs", "tool-token")
 	w.files = toolserver.NewFiles(map[string]string{"/srv/prod/motd": "hello"})
-	ts := toolserver.New(fs, nil, w.files.Tools()...)
-	fsSub := fs.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
-	w.wg.Add(1)
-	go func() { defer w.wg.Done(); _ = ts.Serve(ctx, fsSub.C()) }()
+	spacetest.ServeTools(t, w.join("fs", "tool-token"), w.files.Tools()...)
 
 	dir := t.TempDir()
 	_ = os.WriteFile(filepath.Join(dir, "p.rego"), []byte(policy), 0o644)
@@ -121,35 +93,14 @@ func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
 		elSub.Close()
 		<-elDone
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(ful.Tools()) < 4 {
-		if time.Now().After(deadline) {
-			t.Fatal("no tool discovery")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-
-	coder := w.join("coder", "coder-token")
-	w.prop = proposer.New(coder)
-	sub := coder.Subscribe(agent.SubscribeOptions{All: true})
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		for env := range sub.C() {
-			w.prop.Observe(env)
-		}
-	}()
+	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
+	w.prop = spacetest.NewProposer(t, w.join("coder", "coder-token"))
 	return w
 }
 
 func (w *world) join(id, token string) *agent.Client {
 	w.t.Helper()
-	c, err := agent.Dial(w.ctx, agent.Config{URL: w.srv.URL(), ID: id, Token: token})
-	if err != nil {
-		w.t.Fatalf("join %s: %v", id, err)
-	}
-	w.t.Cleanup(func() { c.Close() })
-	return c
+	return spacetest.Join(w.t, w.ctx, w.srv, id, token)
 }
 
 // approver joins as id and runs an approver.Client with ui until the test
@@ -198,23 +149,7 @@ func (w *world) chat(id string) string {
 // find waits for an envelope on the wire.
 func (w *world) find(what string, pred func(agent.Envelope) bool) agent.Envelope {
 	w.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		w.mu.Lock()
-		i := slices.IndexFunc(w.wire, pred)
-		var env agent.Envelope
-		if i >= 0 {
-			env = w.wire[i]
-		}
-		w.mu.Unlock()
-		if i >= 0 {
-			return env
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("never saw %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return w.wire.WaitFor(w.t, what, pred)
 }
 
 // screen collects what a UI writes, safe to read while it is written.

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -88,9 +88,8 @@ type world struct {
 	humans map[string]*human
 	logs   *lockedBuffer
 
+	wire   *spacetest.Wire
 	mu     sync.Mutex
-	wire   []agent.Envelope
-	wireC  chan struct{}
 	events []elicit.Event
 	fevs   []fulfill.Event
 }
@@ -137,7 +136,7 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, srv: srv, wireC: make(chan struct{}, 1), humans: map[string]*human{}, logs: &lockedBuffer{}}
+	w := &world{t: t, srv: srv, wire: spacetest.RecordWire(t, srv), humans: map[string]*human{}, logs: &lockedBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -146,49 +145,10 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		srv.Close()
 	})
 
-	frames, stopTap := srv.Tap(1 << 14)
-	t.Cleanup(stopTap)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case f, ok := <-frames:
-				if !ok {
-					return
-				}
-				env, err := agent.Decode(f)
-				if err != nil {
-					continue
-				}
-				w.mu.Lock()
-				w.wire = append(w.wire, env)
-				w.mu.Unlock()
-				select {
-				case w.wireC <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
+	join := func(id, token string) *agent.Client { return spacetest.Join(t, ctx, srv, id, token) }
 
-	join := func(id, token string) *agent.Client {
-		c, err := agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token})
-		if err != nil {
-			t.Fatalf("join %s: %v", id, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-
-	fs := join("fs", "tool-token")
 	files := toolserver.NewFiles(map[string]string{"/srv/prod/motd": "hello"})
-	ts := toolserver.New(fs, nil, files.Tools()...)
-	fsSub := fs.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = ts.Serve(ctx, fsSub.C()) }()
+	spacetest.ServeTools(t, join("fs", "tool-token"), files.Tools()...)
 
 	for _, id := range opts.humans {
 		h := &human{id: id, client: join(id, "human-token"), inbox: make(chan agent.Envelope, 64)}
@@ -251,28 +211,11 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	waitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
 
 	w.coder = join("coder", "coder-token")
-	w.prop = proposer.New(w.coder)
-	coderSub := w.coder.Subscribe(agent.SubscribeOptions{All: true})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for env := range coderSub.C() {
-			w.prop.Observe(env)
-		}
-	}()
+	w.prop = spacetest.NewProposer(t, w.coder)
 	return w
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+var waitUntil = spacetest.WaitUntil
 
 func (w *world) propose(id, payload string) string {
 	w.t.Helper()
@@ -365,31 +308,12 @@ func (w *world) forge(poster, body string) {
 	}
 }
 
-func (w *world) wireSnapshot() []agent.Envelope {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.wire)
-}
+func (w *world) wireSnapshot() []agent.Envelope { return w.wire.Envelopes() }
 
 // onWire waits for the first broadcast envelope matching pred.
 func (w *world) onWire(what string, pred func(agent.Envelope) bool) agent.Envelope {
 	w.t.Helper()
-	deadline := time.After(10 * time.Second)
-	seen := 0
-	for {
-		wire := w.wireSnapshot()
-		for ; seen < len(wire); seen++ {
-			if pred(wire[seen]) {
-				return wire[seen]
-			}
-		}
-		select {
-		case <-w.wireC:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			w.t.Fatalf("never saw %s on the wire", what)
-		}
-	}
+	return w.wire.WaitFor(w.t, what, pred)
 }
 
 // cancellation waits for the notifications/cancelled of one elicitation.
@@ -457,17 +381,11 @@ func (w *world) marker() {
 	}
 }
 
-var volatile = regexp.MustCompile(`"(id|ts|deadline|revision)":"[^"]*"`)
-
 // exact asserts an envelope's bytes on the wire, with ids, timestamps,
 // deadlines and policy revisions blanked.
 func exact(t *testing.T, env agent.Envelope, want string) {
 	t.Helper()
-	got := volatile.ReplaceAllString(string(env.Raw), `"$1":"*"`)
-	want = volatile.ReplaceAllString(want, `"$1":"*"`)
-	if got != want {
-		t.Errorf("on the wire:\n got %s\nwant %s", got, want)
-	}
+	spacetest.Exact(t, env, want, "deadline", "revision")
 }
 
 // cancelled is the wire form of a notifications/cancelled to who.

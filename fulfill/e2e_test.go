@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -44,16 +44,13 @@ var (
 type world struct {
 	t       *testing.T
 	srv     *space.Server
+	wire    *spacetest.Wire
 	prop    *proposer.Proposer
 	coder   *agent.Client
 	ful     *fulfill.Fulfiller
 	gate    *gatedDecider
 	stopFul context.CancelFunc
 	fulDone chan struct{}
-
-	mu    sync.Mutex
-	wire  []agent.Envelope // every envelope the space broadcast, in order
-	wireC chan struct{}
 }
 
 type worldOptions struct {
@@ -96,62 +93,15 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, srv: srv, wireC: make(chan struct{}, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		w.stopFulfiller()
-		cancel()
-		wg.Wait()
-		srv.Close()
-	})
+	t.Cleanup(func() { srv.Close() })
+	w := &world{t: t, srv: srv, wire: spacetest.RecordWire(t, srv)}
+	ctx := context.Background()
 
-	frames, stopTap := srv.Tap(1 << 14)
-	t.Cleanup(stopTap)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case f, ok := <-frames:
-				if !ok {
-					return
-				}
-				env, err := agent.Decode(f)
-				if err != nil {
-					continue
-				}
-				w.mu.Lock()
-				w.wire = append(w.wire, env)
-				w.mu.Unlock()
-				select {
-				case w.wireC <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-
-	join := func(id, token string) *agent.Client {
-		c, err := agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token})
-		if err != nil {
-			t.Fatalf("join %s: %v", id, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-
-	calc := join("calculator", "calc-token")
 	tools := append(toolserver.Calculator(), toolserver.Tool{
 		Name: "sleep", Description: "Never answers until cancelled",
 		Call: func(ctx context.Context, _ json.RawMessage) (string, error) { <-ctx.Done(); return "", ctx.Err() },
 	}, toolserver.Tool{Name: "slow", Description: "Answers at once; its decision is slow", Call: func(context.Context, json.RawMessage) (string, error) { return "ok", nil }})
-	ts := toolserver.New(calc, nil, tools...)
-	calcSub := calc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = ts.Serve(ctx, calcSub.C()) }()
+	spacetest.ServeTools(t, spacetest.Join(t, ctx, srv, "calculator", "calc-token"), tools...)
 
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2ePolicy), 0o644); err != nil {
@@ -162,9 +112,8 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		t.Fatal(err)
 	}
 	w.gate = &gatedDecider{engine: engine, gate: make(chan struct{})}
-	t.Cleanup(w.gate.open)
 
-	fc := join("fulfiller", "fulfiller-token")
+	fc := spacetest.Join(t, ctx, srv, "fulfiller", "fulfiller-token")
 	cfg := opts.cfg
 	cfg.SpaceID = space.DefaultSpaceID
 	w.ful = fulfill.New(fc, w.gate, cfg)
@@ -172,39 +121,21 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	fctx, fcancel := context.WithCancel(ctx)
 	w.stopFul, w.fulDone = fcancel, make(chan struct{})
 	go func() { defer close(w.fulDone); _ = w.ful.Run(fctx, fulSub.C()) }()
-	waitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == len(tools) })
+	t.Cleanup(w.stopFulfiller)
+	t.Cleanup(w.gate.open) // runs first: a gated decision must not hold shutdown
+	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == len(tools) })
 
-	w.coder = join("coder", "coder-token")
-	w.prop = proposer.New(w.coder)
-	coderSub := w.coder.Subscribe(agent.SubscribeOptions{All: true})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for env := range coderSub.C() {
-			w.prop.Observe(env)
-		}
-	}()
-	t.Cleanup(coderSub.Close)
+	w.coder = spacetest.Join(t, ctx, srv, "coder", "coder-token")
+	w.prop = spacetest.NewProposer(t, w.coder)
 	return w
 }
 
 func (w *world) stopFulfiller() {
-	if w.stopFul != nil {
-		w.stopFul()
-		<-w.fulDone
-	}
+	w.stopFul()
+	<-w.fulDone
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+var waitUntil = spacetest.WaitUntil
 
 // propose sends a proposal from coder and returns its id.
 func (w *world) propose(id, payload string, to ...string) string {
@@ -218,14 +149,14 @@ func (w *world) propose(id, payload string, to ...string) string {
 
 func (w *world) outcome(id string) proposer.Outcome {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), spacetest.Timeout)
 	defer cancel()
 	out, err := w.prop.Wait(ctx, id)
 	if err != nil {
 		w.t.Fatalf("proposal %s: %v (so far %+v)", id, err, out)
 	}
-	// The tap sees the space's broadcast on its own stream; wait until it
-	// has caught up with what the proposer saw.
+	// The wire record is the space's broadcast seen on its own stream;
+	// wait until it has caught up with what the proposer saw.
 	switch {
 	case out.RejectedBy != "":
 		w.onWire("the reject of "+id, func(e agent.Envelope) bool { return e.Kind == agent.KindReject && e.CorrelationID.First() == id })
@@ -239,7 +170,7 @@ func (w *world) outcome(id string) proposer.Outcome {
 
 // answeredBy reports whether resp answers a request correlated to id.
 func (w *world) answeredBy(resp agent.Envelope, id string) bool {
-	for _, e := range w.wireSnapshot() {
+	for _, e := range w.wire.Envelopes() {
 		if e.Kind == agent.KindRequest && e.ID == resp.CorrelationID.First() && e.CorrelationID.First() == id {
 			return true
 		}
@@ -247,19 +178,11 @@ func (w *world) answeredBy(resp agent.Envelope, id string) bool {
 	return false
 }
 
-func (w *world) wireSnapshot() []agent.Envelope {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]agent.Envelope(nil), w.wire...)
-}
-
 // answers returns the fulfiller's envelopes on the wire that answer the
 // proposal: fulfilment requests correlated to it and rejects of it.
 func (w *world) answers(id string) []agent.Envelope {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	var out []agent.Envelope
-	for _, env := range w.wire {
+	for _, env := range w.wire.Envelopes() {
 		if env.From != "fulfiller" || env.CorrelationID.First() != id {
 			continue
 		}
@@ -270,38 +193,12 @@ func (w *world) answers(id string) []agent.Envelope {
 	return out
 }
 
-// onWire waits for the first broadcast envelope matching pred.
 func (w *world) onWire(what string, pred func(agent.Envelope) bool) agent.Envelope {
 	w.t.Helper()
-	deadline := time.After(10 * time.Second)
-	seen := 0
-	for {
-		wire := w.wireSnapshot()
-		for ; seen < len(wire); seen++ {
-			if pred(wire[seen]) {
-				return wire[seen]
-			}
-		}
-		select {
-		case <-w.wireC:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			w.t.Fatalf("never saw %s on the wire", what)
-		}
-	}
+	return w.wire.WaitFor(w.t, what, pred)
 }
 
-var volatile = regexp.MustCompile(`"(id|ts)":"[^"]*"`)
-
-// exact asserts an envelope's bytes on the wire, with the values of the
-// top-level and nested string ids and timestamps blanked (they are random).
-func exact(t *testing.T, env agent.Envelope, want string) {
-	t.Helper()
-	got := volatile.ReplaceAllString(string(env.Raw), `"$1":"*"`)
-	if got != want {
-		t.Errorf("on the wire:\n got %s\nwant %s", got, want)
-	}
-}
+var exact = spacetest.Exact
 
 func TestE2EFulfilBroadcast(t *testing.T) {
 	w := newWorld(t, worldOptions{})
@@ -493,7 +390,7 @@ func TestE2EFulfilTimeout(t *testing.T) {
 		t.Fatalf("answers %v, want the fulfilment request then the reject", ans)
 	}
 	cancel := w.onWire("the cancellation", func(e agent.Envelope) bool { return e.CorrelationID.First() == ans[0].ID && e.From == "fulfiller" })
-	exact(t, cancel, volatile.ReplaceAllString(`{"protocol":"mew/v0.4","id":"x","ts":"x","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["`+ans[0].ID+`"],"payload":{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"timeout"}}}`, `"$1":"*"`))
+	exact(t, cancel, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["`+ans[0].ID+`"],"payload":{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"timeout"}}}`)
 	exact(t, ans[1], `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/reject","correlation_id":["p-sleep"],"payload":{"reason":"timeout"}}`)
 }
 

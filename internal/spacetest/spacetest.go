@@ -1,0 +1,177 @@
+// Package spacetest holds the pieces end-to-end tests use to run a whole
+// world in an in-process space (internal/space): participants that join
+// and are closed when the test ends, a tool server, an SDK-like proposer,
+// and a record of every envelope on the wire to assert against. Every
+// goroutine it starts is stopped by the test's cleanup.
+package spacetest
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/proposer"
+	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/toolserver"
+)
+
+// Timeout bounds every wait in this package: long enough for a loaded CI
+// machine, short enough that a hung test says what it waited for.
+const Timeout = 10 * time.Second
+
+// Wire records every envelope the space broadcasts in its default space,
+// in the order the space sent them.
+type Wire struct {
+	mu     sync.Mutex
+	envs   []agent.Envelope
+	notify chan struct{}
+}
+
+// RecordWire starts recording srv's broadcasts until the test ends.
+func RecordWire(t testing.TB, srv *space.Server) *Wire {
+	t.Helper()
+	w := &Wire{notify: make(chan struct{}, 1)}
+	frames, stop := srv.Tap(1 << 14)
+	done := make(chan struct{})
+	quit := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case f, ok := <-frames:
+				if !ok {
+					return
+				}
+				env, err := agent.Decode(f)
+				if err != nil {
+					continue
+				}
+				w.mu.Lock()
+				w.envs = append(w.envs, env)
+				w.mu.Unlock()
+				select {
+				case w.notify <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(quit)
+		stop()
+		<-done
+	})
+	return w
+}
+
+// Envelopes returns what was recorded so far.
+func (w *Wire) Envelopes() []agent.Envelope {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]agent.Envelope(nil), w.envs...)
+}
+
+// WaitFor returns the first recorded envelope matching pred, waiting for it
+// up to Timeout.
+func (w *Wire) WaitFor(t testing.TB, what string, pred func(agent.Envelope) bool) agent.Envelope {
+	t.Helper()
+	deadline := time.After(Timeout)
+	seen := 0
+	for {
+		envs := w.Envelopes()
+		for ; seen < len(envs); seen++ {
+			if pred(envs[seen]) {
+				return envs[seen]
+			}
+		}
+		select {
+		case <-w.notify:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("never saw %s on the wire", what)
+		}
+	}
+}
+
+// Join connects a participant to srv; it leaves when the test ends.
+func Join(t testing.TB, ctx context.Context, srv *space.Server, id, token string) *agent.Client {
+	t.Helper()
+	c, err := agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token})
+	if err != nil {
+		t.Fatalf("join %s: %v", id, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// ServeTools makes c a tool owner serving tools until the test ends.
+func ServeTools(t testing.TB, c *agent.Client, tools ...toolserver.Tool) *toolserver.Server {
+	t.Helper()
+	ts := toolserver.New(c, nil, tools...)
+	sub := c.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ts.Serve(ctx, sub.C()) }()
+	t.Cleanup(func() {
+		cancel()
+		sub.Close()
+		<-done
+	})
+	return ts
+}
+
+// NewProposer makes c a proposer that sees every envelope of the space,
+// as it must to notice fulfilment requests addressed to tool owners.
+func NewProposer(t testing.TB, c *agent.Client) *proposer.Proposer {
+	t.Helper()
+	p := proposer.New(c)
+	sub := c.Subscribe(agent.SubscribeOptions{All: true})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for env := range sub.C() {
+			p.Observe(env)
+		}
+	}()
+	t.Cleanup(func() {
+		sub.Close()
+		<-done
+	})
+	return p
+}
+
+// Blank replaces the values of the string fields "id" and "ts", and of any
+// further keys named, with "*": they are random or clock-made; everything
+// else on the wire is exact.
+func Blank(s string, keys ...string) string {
+	re := regexp.MustCompile(`"(` + strings.Join(append([]string{"id", "ts"}, keys...), "|") + `)":"[^"]*"`)
+	return re.ReplaceAllString(s, `"$1":"*"`)
+}
+
+// Exact asserts an envelope's bytes on the wire, with ids, timestamps and
+// the further keys named blanked in both (so want may hold real values, or
+// "*").
+func Exact(t testing.TB, env agent.Envelope, want string, keys ...string) {
+	t.Helper()
+	if got, want := Blank(string(env.Raw), keys...), Blank(want, keys...); got != want {
+		t.Errorf("on the wire:\n got %s\nwant %s", got, want)
+	}
+}
+
+// WaitUntil polls cond until it holds, failing the test after Timeout.
+func WaitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
