@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,31 +152,7 @@ func (w *world) find(what string, pred func(agent.Envelope) bool) agent.Envelope
 }
 
 // screen collects what a UI writes, safe to read while it is written.
-type screen struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *screen) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type screen = spacetest.Screen
 
 // waitFor waits until the screen shows text.
-func waitFor(t *testing.T, what string, get func() string, text string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(get(), text) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never showed %q; it shows:\n%s", what, text, get())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+var waitFor = spacetest.WaitText

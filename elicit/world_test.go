@@ -1,7 +1,6 @@
 package elicit_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -101,22 +100,7 @@ type human struct {
 	inbox  chan agent.Envelope // mcp/request addressed to them
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = spacetest.Screen
 
 func newWorld(t *testing.T, opts worldOptions) *world {
 	t.Helper()

@@ -21,6 +21,7 @@ import (
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 )
 
@@ -168,33 +169,9 @@ default decision := {"action": "reject", "reason": "policy"}
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+type syncBuffer = spacetest.Screen
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitText(t *testing.T, what string, get func() string, text string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(get(), text) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never showed %q; the screen:\n%s", what, text, get())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+var waitText = spacetest.WaitText
 
 // pollable returns a non-blocking duplicate of f that Go's poller serves,
 // so that closing it ends a read blocked on it; f is closed.

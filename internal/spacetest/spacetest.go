@@ -175,3 +175,36 @@ func WaitUntil(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Screen collects what a terminal UI or a logger writes; it is safe to
+// read while it is being written.
+type Screen struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// Write appends p.
+func (s *Screen) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *Screen) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// WaitText waits until get shows text, failing with what it does show.
+func WaitText(t testing.TB, what string, get func() string, text string) {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for !strings.Contains(get(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never showed %q; it shows:\n%s", what, text, get())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
