@@ -1,0 +1,46 @@
+package fulfill
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/mewkit/fulfiller/agent"
+)
+
+func hasTool(f *Fulfiller, server, name string) bool {
+	for _, t := range f.Tools() {
+		if t.Server == server && t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func TestDiscoveryFollowsPresenceAndListChanged(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{})
+
+	// A tool owner says its list changed: it is asked again.
+	h.space.mu.Lock()
+	h.space.tools["calculator"] = append(h.space.tools["calculator"], ToolInfo{Name: "multiply"})
+	h.space.mu.Unlock()
+	h.deliver(agent.Envelope{ID: "n1", From: "calculator", Kind: agent.KindRequest,
+		Payload: json.RawMessage(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)})
+	waitFor(t, func() bool { return hasTool(h.f, "calculator", "multiply") })
+
+	// A participant that joins is asked for its tools.
+	h.space.mu.Lock()
+	h.space.roster["fs"] = agent.Participant{ID: "fs", Capabilities: []agent.Capability{{Kind: "mcp/response"}}}
+	h.space.tools["fs"] = []ToolInfo{{Name: "read_file"}}
+	h.space.mu.Unlock()
+	h.deliver(agent.Envelope{ID: "pj", From: agent.GatewayID, Kind: agent.KindPresence,
+		Payload: json.RawMessage(`{"event":"join","participant":{"id":"fs","capabilities":[{"kind":"mcp/response"}]}}`)})
+	waitFor(t, func() bool { return hasTool(h.f, "fs", "read_file") })
+
+	// One that leaves is forgotten at once.
+	h.deliver(agent.Envelope{ID: "pl", From: agent.GatewayID, Kind: agent.KindPresence,
+		Payload: json.RawMessage(`{"event":"leave","participant":{"id":"fs"}}`)})
+	waitFor(t, func() bool { return !hasTool(h.f, "fs", "read_file") })
+	if !hasTool(h.f, "calculator", "add") {
+		t.Error("a leave dropped another participant's tools")
+	}
+}
