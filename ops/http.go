@@ -1,0 +1,270 @@
+// Package ops is fulfiller's operations surface on --http: liveness and
+// readiness probes, Prometheus metrics, and the operator API for pending
+// proposals and the policy in force.
+//
+// Routes (JSON unless noted):
+//
+//	GET    /healthz             200 {"status":"ok"} while the process serves HTTP
+//	GET    /readyz              200 when the agent has a welcome and a policy is loaded, else 503 with the reason
+//	GET    /metrics             Prometheus text format
+//	GET    /v1/proposals        pending proposals, oldest first, with state, age and deadline
+//	GET    /v1/proposals/{id}   one pending proposal; 404 when it is not pending
+//	DELETE /v1/proposals/{id}   reject it (reason "other", message naming the operator); 409 when already answered
+//	GET    /v1/policy           revision, files, whether it is the built-in default, last reload error
+//
+// With a token, /v1/ requires "Authorization: Bearer <token>"; the probes and
+// /metrics stay open so that kubelets and Prometheus need no secret. Bind
+// the listener to localhost unless a network policy guards it.
+package ops
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mewkit/fulfiller/fulfill"
+)
+
+// Operator is what the operator API needs of the lifecycle owner;
+// *fulfill.Fulfiller provides it.
+type Operator interface {
+	Pending() []fulfill.Snapshot
+	Get(id string) (fulfill.Snapshot, bool)
+	Cancel(id, by string) error
+}
+
+// Options configure Handler.
+type Options struct {
+	// Source is the live state: gateway, policy and counts. The same
+	// Source feeds the metrics' gauges.
+	Source *Source
+	// Metrics, when set, is served on /metrics.
+	Metrics *Metrics
+	// Token, when set, guards /v1/ with a bearer token. Never logged.
+	Token  string
+	Logger *slog.Logger
+	Now    func() time.Time // [time.Now]
+}
+
+// Handler serves the routes in the package doc. Its Operator is set with
+// SetOperator once the fulfiller exists; until then /v1/proposals answers
+// 503.
+type Handler struct {
+	opts Options
+	mux  *http.ServeMux
+
+	mu sync.RWMutex
+	op Operator
+}
+
+// NewHandler builds the handler.
+func NewHandler(opts Options) *Handler {
+	if opts.Source == nil {
+		opts.Source = &Source{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	if opts.Metrics != nil {
+		h.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics.Registry(), promhttp.HandlerOpts{Registry: opts.Metrics.Registry()}))
+	}
+	h.mux.Handle("GET /v1/proposals", h.auth(h.list))
+	h.mux.Handle("GET /v1/proposals/{id}", h.auth(h.show))
+	h.mux.Handle("DELETE /v1/proposals/{id}", h.auth(h.cancel))
+	h.mux.Handle("GET /v1/policy", h.auth(h.policy))
+	return h
+}
+
+// SetOperator makes the fulfiller known to the operator API.
+func (h *Handler) SetOperator(op Operator) { h.mu.Lock(); h.op = op; h.mu.Unlock() }
+
+func (h *Handler) operator() Operator { h.mu.RLock(); defer h.mu.RUnlock(); return h.op }
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Readiness is the /readyz body.
+type Readiness struct {
+	Status   string `json:"status"`           // ready or not_ready
+	Reason   string `json:"reason,omitempty"` // why not ready
+	Gateway  string `json:"gateway"`          // connected, disconnected or unknown
+	Revision string `json:"revision,omitempty"`
+	Default  bool   `json:"default_policy,omitempty"`
+	// ReloadError is the last failed reload: the previous policy is still
+	// in force, so it does not make the fulfiller unready.
+	ReloadError string `json:"reload_error,omitempty"`
+}
+
+// Ready reports readiness as /readyz does (DESIGN rule 9).
+func (h *Handler) Ready() Readiness {
+	gw, pol, _ := h.opts.Source.get()
+	r := Readiness{Status: "ready", Gateway: "unknown"}
+	var reasons []string
+	switch {
+	case gw == nil:
+		reasons = append(reasons, "not joined to the space yet")
+	case gw.Connected():
+		r.Gateway = "connected"
+	default:
+		r.Gateway = "disconnected"
+		reasons = append(reasons, "no welcome from the gateway (reconnecting)")
+	}
+	if pol == nil {
+		reasons = append(reasons, "no policy loaded")
+	} else {
+		r.Revision, r.Default = pol.Revision(), pol.IsDefault()
+		if err := pol.LastReloadError(); err != nil {
+			r.ReloadError = err.Error()
+		}
+	}
+	if len(reasons) > 0 {
+		r.Status, r.Reason = "not_ready", strings.Join(reasons, "; ")
+	}
+	return r
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
+	r := h.Ready()
+	code := http.StatusOK
+	if r.Status != "ready" {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, r)
+}
+
+// auth guards a route with the bearer token, compared in constant time.
+func (h *Handler) auth(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.opts.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="fulfiller"`)
+				writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+				return
+			}
+		}
+		next(w, r)
+	})
+}
+
+// ProposalView is a pending proposal as the operator API shows it.
+type ProposalView struct {
+	fulfill.Snapshot
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// ProposalList is the GET /v1/proposals body.
+type ProposalList struct {
+	Proposals []ProposalView `json:"proposals"`
+}
+
+func (h *Handler) view(s fulfill.Snapshot) ProposalView {
+	return ProposalView{Snapshot: s, AgeSeconds: h.opts.Now().Sub(s.Received).Seconds()}
+}
+
+func (h *Handler) list(w http.ResponseWriter, _ *http.Request) {
+	op := h.operator()
+	if op == nil {
+		writeError(w, http.StatusServiceUnavailable, "the fulfiller is not running yet")
+		return
+	}
+	out := ProposalList{Proposals: []ProposalView{}}
+	for _, s := range op.Pending() {
+		out.Proposals = append(out.Proposals, h.view(s))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) show(w http.ResponseWriter, r *http.Request) {
+	op := h.operator()
+	if op == nil {
+		writeError(w, http.StatusServiceUnavailable, "the fulfiller is not running yet")
+		return
+	}
+	s, ok := op.Get(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, "no pending proposal "+r.PathValue("id"))
+		return
+	}
+	writeJSON(w, http.StatusOK, h.view(s))
+}
+
+// CancelResult is the DELETE /v1/proposals/{id} body on success.
+type CancelResult struct {
+	ID     string `json:"id"`
+	Status string `json:"status"` // rejected
+	Reason string `json:"reason"` // other
+}
+
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
+	op := h.operator()
+	if op == nil {
+		writeError(w, http.StatusServiceUnavailable, "the fulfiller is not running yet")
+		return
+	}
+	id := r.PathValue("id")
+	err := op.Cancel(id, "http "+r.RemoteAddr)
+	switch {
+	case err == nil:
+		h.opts.Logger.Info("proposal cancelled by the operator", "proposal", id, "remote", r.RemoteAddr)
+		writeJSON(w, http.StatusOK, CancelResult{ID: id, Status: "rejected", Reason: "other"})
+	case errors.Is(err, fulfill.ErrUnknownProposal):
+		writeError(w, http.StatusNotFound, "no pending proposal "+id)
+	case errors.Is(err, fulfill.ErrAnswered):
+		writeError(w, http.StatusConflict, "proposal "+id+" was already answered (its fulfilment request is out)")
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// PolicyInfo is the GET /v1/policy body.
+type PolicyInfo struct {
+	Revision    string   `json:"revision"`
+	Files       []string `json:"files"`
+	Default     bool     `json:"default"`
+	ReloadError string   `json:"last_reload_error,omitempty"`
+}
+
+func (h *Handler) policy(w http.ResponseWriter, _ *http.Request) {
+	_, pol, _ := h.opts.Source.get()
+	if pol == nil {
+		writeError(w, http.StatusServiceUnavailable, "no policy loaded")
+		return
+	}
+	out := PolicyInfo{Revision: pol.Revision(), Files: pol.Files(), Default: pol.IsDefault()}
+	if out.Files == nil {
+		out.Files = []string{}
+	}
+	if err := pol.LastReloadError(); err != nil {
+		out.ReloadError = err.Error()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

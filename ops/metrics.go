@@ -1,0 +1,283 @@
+package ops
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+)
+
+// Gateway is what the metrics and /readyz read of the MEW session;
+// *agent.Client provides it.
+type Gateway interface {
+	Connected() bool
+	Stats() agent.Stats
+}
+
+// Policy is what the metrics, /readyz and GET /v1/policy read of the policy
+// engine; *policies.Engine provides it.
+type Policy interface {
+	Revision() string
+	Files() []string
+	IsDefault() bool
+	LastReloadError() error
+}
+
+// Counter is what the pending and in-flight gauges read;
+// *fulfill.Fulfiller provides it.
+type Counter interface {
+	Counts() (pending, inflight int)
+}
+
+// Metrics holds fulfiller's Prometheus metrics in a registry of its own
+// (not the global default), so that tests and embedders can run several
+// side by side. It implements fulfill.Observer; pass ObserveApproval to
+// elicit.Config.Observer for the approver metrics.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	received    prometheus.Counter
+	proposals   *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
+	decisionDur prometheus.Histogram
+	fulfilDur   *prometheus.HistogramVec
+	approvalDur *prometheus.HistogramVec
+	openEsc     prometheus.Gauge
+	answers     *prometheus.CounterVec
+
+	mu        sync.Mutex
+	escalated map[string]time.Time // proposal id → when humans were first asked
+}
+
+// NewMetrics registers every metric. The gauges that read live state call
+// src's functions at scrape time; each may be nil until known (see Source).
+func NewMetrics(src *Source) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg, escalated: map[string]time.Time{}}
+	f := promFactory{reg}
+	m.received = f.counter(prometheus.CounterOpts{Name: "fulfiller_proposals_received_total",
+		Help: "Proposals addressed to this fulfiller (duplicates and others' proposals excluded)."})
+	m.proposals = f.counterVec(prometheus.CounterOpts{Name: "fulfiller_proposals_total",
+		Help: "Proposals that reached an outcome: fulfilled (request sent), rejected (by reason), withdrawn, superseded, ignored (by reason)."},
+		"outcome", "reason")
+	m.decisions = f.counterVec(prometheus.CounterOpts{Name: "fulfiller_decisions_total",
+		Help: "Policy decisions by action; failed is 1 when the policy failed closed (error, timeout, malformed decision)."}, "action", "failed")
+	m.decisionDur = f.histogram(prometheus.HistogramOpts{Name: "fulfiller_decision_duration_seconds",
+		Help: "Time to evaluate the policy for one proposal.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9)})
+	m.fulfilDur = f.histogramVec(prometheus.HistogramOpts{Name: "fulfiller_fulfilment_duration_seconds",
+		Help: "Time from the fulfilment mcp/request to the tool owner's mcp/response, by status (ok, error).", Buckets: prometheus.ExponentialBuckets(0.005, 3, 10)}, "status")
+	m.approvalDur = f.histogramVec(prometheus.HistogramOpts{Name: "fulfiller_approval_wait_seconds",
+		Help: "Time an escalation waited for humans, by outcome (approved, rejected, withdrawn, superseded).", Buckets: prometheus.ExponentialBuckets(1, 3, 9)}, "outcome")
+	m.openEsc = f.gauge(prometheus.GaugeOpts{Name: "fulfiller_escalations_open", Help: "Escalations waiting for human approvers now."})
+	m.answers = f.counterVec(prometheus.CounterOpts{Name: "fulfiller_approver_answers_total",
+		Help: "Approver answers by kind: accept, decline, cancel, error, forgery (unsigned or badly signed), ignored."}, "kind")
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(&liveCollector{src: src})
+	return m
+}
+
+// Registry is the registry the metrics live in, for Handler and tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Observe implements fulfill.Observer.
+func (m *Metrics) Observe(e fulfill.Event) {
+	switch e.Stage {
+	case fulfill.StageReceived:
+		m.received.Inc()
+	case fulfill.StageDecided:
+		if e.Decision != nil {
+			failed := "0"
+			if e.Decision.Err != nil {
+				failed = "1"
+			}
+			m.decisions.WithLabelValues(string(e.Decision.Action), failed).Inc()
+		}
+		if e.Input == nil || e.Input.Approval == nil { // a re-check after an edit is not a proposal's decision time
+			m.decisionDur.Observe(e.Latency.Seconds())
+		}
+	case fulfill.StageEscalated:
+		m.mu.Lock()
+		if _, ok := m.escalated[e.ProposalID]; !ok {
+			m.escalated[e.ProposalID] = e.Time
+			m.openEsc.Inc()
+		}
+		m.mu.Unlock()
+	case fulfill.StageApproved:
+		m.escalationEnded(e, "approved")
+	case fulfill.StageFulfilling:
+		m.proposals.WithLabelValues("fulfilled", "").Inc()
+	case fulfill.StageFulfilled:
+		status := "ok"
+		if len(e.RPCError) > 0 {
+			status = "error"
+		}
+		m.fulfilDur.WithLabelValues(status).Observe(e.Latency.Seconds())
+	case fulfill.StageRejected:
+		m.escalationEnded(e, "rejected")
+		m.proposals.WithLabelValues("rejected", e.Reason).Inc()
+	case fulfill.StageWithdrawn:
+		m.escalationEnded(e, "withdrawn")
+		m.proposals.WithLabelValues("withdrawn", "").Inc()
+	case fulfill.StageSuperseded:
+		m.escalationEnded(e, "superseded")
+		m.proposals.WithLabelValues("superseded", "").Inc()
+	case fulfill.StageIgnored:
+		m.proposals.WithLabelValues("ignored", e.Reason).Inc()
+	}
+}
+
+// escalationEnded closes the books on an open escalation, if e's proposal
+// had one.
+func (m *Metrics) escalationEnded(e fulfill.Event, outcome string) {
+	m.mu.Lock()
+	at, ok := m.escalated[e.ProposalID]
+	if ok {
+		delete(m.escalated, e.ProposalID)
+	}
+	m.mu.Unlock()
+	if ok {
+		m.openEsc.Dec()
+		m.approvalDur.WithLabelValues(outcome).Observe(e.Time.Sub(at).Seconds())
+	}
+}
+
+// ObserveApproval takes elicit's events (elicit.Config.Observer).
+func (m *Metrics) ObserveApproval(e elicit.Event) {
+	switch e.Kind {
+	case elicit.EventAnswered:
+		kind := e.Action
+		if kind == "" {
+			kind = "error"
+		}
+		m.answers.WithLabelValues(kind).Inc()
+	case elicit.EventForgery:
+		m.answers.WithLabelValues("forgery").Inc()
+	case elicit.EventIgnored:
+		m.answers.WithLabelValues("ignored").Inc()
+	}
+}
+
+// Source gives the live-state gauges what they read at scrape time. Its
+// fields may be set once, before the HTTP server starts, or left nil while
+// unknown; use SetGateway and friends when they become known later.
+type Source struct {
+	mu      sync.RWMutex
+	gateway Gateway
+	policy  Policy
+	counter Counter
+}
+
+// SetGateway makes the session known (after the agent has dialled).
+func (s *Source) SetGateway(g Gateway) { s.mu.Lock(); s.gateway = g; s.mu.Unlock() }
+
+// SetPolicy makes the policy engine known (after it has loaded).
+func (s *Source) SetPolicy(p Policy) { s.mu.Lock(); s.policy = p; s.mu.Unlock() }
+
+// SetCounter makes the fulfiller's counts known.
+func (s *Source) SetCounter(c Counter) { s.mu.Lock(); s.counter = c; s.mu.Unlock() }
+
+func (s *Source) get() (Gateway, Policy, Counter) {
+	if s == nil {
+		return nil, nil, nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.gateway, s.policy, s.counter
+}
+
+var (
+	descPending   = prometheus.NewDesc("fulfiller_proposals_pending", "Proposals not yet answered (deciding, awaiting approval, queued).", nil, nil)
+	descInflight  = prometheus.NewDesc("fulfiller_requests_inflight", "Fulfilment requests awaiting the tool owner's response.", nil, nil)
+	descConnected = prometheus.NewDesc("fulfiller_gateway_connected", "1 while the agent has a welcomed session with the gateway.", nil, nil)
+	descReconnect = prometheus.NewDesc("fulfiller_gateway_reconnects_total", "Sessions re-established after a loss.", nil, nil)
+	descLost      = prometheus.NewDesc("fulfiller_gateway_sessions_lost_total", "Sessions that ended for any reason but shutdown.", nil, nil)
+	descFrames    = prometheus.NewDesc("fulfiller_gateway_frames_received_total", "WebSocket messages read.", nil, nil)
+	descOversized = prometheus.NewDesc("fulfiller_gateway_frames_oversized_total", "Frames over --max-frame, discarded unread.", nil, nil)
+	descMalformed = prometheus.NewDesc("fulfiller_gateway_frames_malformed_total", "Text frames that were not MEW envelopes.", nil, nil)
+	descSends     = prometheus.NewDesc("fulfiller_gateway_envelopes_sent_total", "Envelopes written to the gateway.", nil, nil)
+	descPolicy    = prometheus.NewDesc("fulfiller_policy_info", "The policy set in force: its content revision; default is true for the built-in reject-all policy.", []string{"revision", "default"}, nil)
+	descReloadErr = prometheus.NewDesc("fulfiller_policy_reload_failing", "1 while the last policy reload failed (the previous policy stays in force).", nil, nil)
+)
+
+// liveCollector reads state owned elsewhere at scrape time, so nothing is
+// copied on the hot path.
+type liveCollector struct{ src *Source }
+
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPending, descInflight, descConnected, descReconnect, descLost, descFrames, descOversized, descMalformed, descSends, descPolicy, descReloadErr} {
+		ch <- d
+	}
+}
+
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	gw, pol, cnt := c.src.get()
+	if cnt != nil {
+		pending, inflight := cnt.Counts()
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
+		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(inflight))
+	}
+	if gw != nil {
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, boolFloat(gw.Connected()))
+		s := gw.Stats()
+		ch <- prometheus.MustNewConstMetric(descReconnect, prometheus.CounterValue, float64(s.Reconnects))
+		ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(s.SessionsLost))
+		ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(s.FramesIn))
+		ch <- prometheus.MustNewConstMetric(descOversized, prometheus.CounterValue, float64(s.Oversized))
+		ch <- prometheus.MustNewConstMetric(descMalformed, prometheus.CounterValue, float64(s.Malformed))
+		ch <- prometheus.MustNewConstMetric(descSends, prometheus.CounterValue, float64(s.Sends))
+	} else {
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, 0)
+	}
+	if pol != nil {
+		def := "false"
+		if pol.IsDefault() {
+			def = "true"
+		}
+		ch <- prometheus.MustNewConstMetric(descPolicy, prometheus.GaugeValue, 1, pol.Revision(), def)
+		ch <- prometheus.MustNewConstMetric(descReloadErr, prometheus.GaugeValue, boolFloat(pol.LastReloadError() != nil))
+	}
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type promFactory struct{ reg *prometheus.Registry }
+
+func (f promFactory) counter(o prometheus.CounterOpts) prometheus.Counter {
+	c := prometheus.NewCounter(o)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f promFactory) counterVec(o prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(o, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f promFactory) gauge(o prometheus.GaugeOpts) prometheus.Gauge {
+	g := prometheus.NewGauge(o)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f promFactory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {
+	h := prometheus.NewHistogram(o)
+	f.reg.MustRegister(h)
+	return h
+}
+
+func (f promFactory) histogramVec(o prometheus.HistogramOpts, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(o, labels)
+	f.reg.MustRegister(h)
+	return h
+}

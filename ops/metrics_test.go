@@ -1,0 +1,84 @@
+package ops_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/ops"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// TestMetricsFromEvents drives the metrics with lifecycle and approval
+// events and the live sources, and checks the exposition.
+func TestMetricsFromEvents(t *testing.T) {
+	src := &ops.Source{}
+	gw := &fakeGateway{}
+	gw.connected.Store(true)
+	src.SetGateway(gw)
+	src.SetPolicy(fakePolicy{})
+	m := ops.NewMetrics(src)
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	ev := func(stage fulfill.Stage, id string, mod func(*fulfill.Event)) {
+		e := fulfill.Event{Time: t0, Stage: stage, ProposalID: id}
+		if mod != nil {
+			mod(&e)
+		}
+		m.Observe(e)
+	}
+	ev(fulfill.StageReceived, "a", nil)
+	ev(fulfill.StageDecided, "a", func(e *fulfill.Event) {
+		e.Decision, e.Latency = &policies.Decision{Action: policies.Escalate}, 2*time.Millisecond
+	})
+	ev(fulfill.StageEscalated, "a", nil)
+	ev(fulfill.StageApproved, "a", func(e *fulfill.Event) { e.Time = t0.Add(90 * time.Second) })
+	ev(fulfill.StageFulfilling, "a", nil)
+	ev(fulfill.StageFulfilled, "a", func(e *fulfill.Event) {
+		e.RPCError, e.Latency = json.RawMessage(`{"code":-1}`), 50*time.Millisecond
+	})
+	ev(fulfill.StageDecided, "b", func(e *fulfill.Event) {
+		e.Decision = &policies.Decision{Action: policies.Reject, Reason: "policy", Err: policies.ErrEvalTimeout}
+	})
+	ev(fulfill.StageRejected, "b", func(e *fulfill.Event) { e.Reason = "policy" })
+	m.ObserveApproval(elicit.Event{Kind: elicit.EventForgery, Approver: "alice"})
+	m.ObserveApproval(elicit.Event{Kind: elicit.EventAnswered, Approver: "alice", Action: "accept", Approve: true})
+
+	rec := httptest.NewRecorder()
+	ops.NewHandler(ops.Options{Source: src, Metrics: m}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`fulfiller_proposals_received_total 1`,
+		`fulfiller_decisions_total{action="escalate",failed="0"} 1`,
+		`fulfiller_decisions_total{action="reject",failed="1"} 1`,
+		`fulfiller_decision_duration_seconds_count 2`,
+		`fulfiller_approval_wait_seconds_sum{outcome="approved"} 90`,
+		`fulfiller_approval_wait_seconds_bucket{outcome="approved",le="81"} 0`,
+		`fulfiller_approval_wait_seconds_bucket{outcome="approved",le="243"} 1`,
+		`fulfiller_escalations_open 0`,
+		`fulfiller_fulfilment_duration_seconds_count{status="error"} 1`,
+		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 1`,
+		`fulfiller_proposals_total{outcome="rejected",reason="policy"} 1`,
+		`fulfiller_approver_answers_total{kind="accept"} 1`,
+		`fulfiller_approver_answers_total{kind="forgery"} 1`,
+		`fulfiller_gateway_connected 1`,
+		`fulfiller_gateway_reconnects_total 3`,
+		`fulfiller_gateway_sessions_lost_total 4`,
+		`fulfiller_policy_info{default="false",revision="sha256:abc"} 1`,
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("%s", body)
+	}
+	// No counts source yet: the pending gauges are absent rather than a made-up 0.
+	if strings.Contains(string(body), "fulfiller_proposals_pending") {
+		t.Error("pending gauge without a source")
+	}
+}
