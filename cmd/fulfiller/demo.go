@@ -13,7 +13,8 @@ import (
 func newDemoCmd() *cobra.Command {
 	var color, logLevel string
 	var step time.Duration
-	var interactive bool
+	var interactive, hold bool
+	var of opsFlags
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole story on this machine, with no setup",
@@ -35,7 +36,14 @@ appear here, and the production delete waits for your answer.`,
 			if err != nil {
 				return err
 			}
-			opts := demo.Options{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step}
+			rt, err := of.start(log, nil)
+			if err != nil {
+				return err
+			}
+			defer rt.close() // after demo.Run has stopped the fulfiller
+			opts := demo.Options{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step, Hold: hold,
+				Observer: rt.observer(), ApprovalObserver: rt.approvalObserver(),
+				Started: func(r demo.Running) { rt.running(r.Gateway, r.Policy, r.Fulfiller) }}
 			if interactive {
 				var ui *approver.Terminal
 				if in, ok := cmd.InOrStdin().(*os.File); ok {
@@ -57,6 +65,8 @@ appear here, and the production delete waits for your answer.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
 	cmd.Flags().DurationVar(&step, "step-timeout", 10*time.Second, "how long to wait for each proposal's outcome (with --interactive: 15m)")
 	cmd.Flags().BoolVar(&interactive, "interactive", false, "be oncall-alice yourself: answer the approval cards at this terminal")
+	cmd.Flags().BoolVar(&hold, "hold", false, "keep the space and the fulfiller up after the story until interrupted (to curl --http)")
+	of.register(cmd.Flags())
 	return cmd
 }
 

@@ -30,6 +30,8 @@ type runFlags struct {
 	joinTimeout               time.Duration
 	maxFrame                  sizeValue
 	logFormat, logLevel       string
+	ops                       opsFlags
+	check                     bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -65,6 +67,8 @@ SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take (then: reject policy)")
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
 	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
+	fl.ops.register(f)
+	f.BoolVar(&fl.check, "check", false, "validate the flags and config, load the policies and approver keys, then exit without joining (0: all good, 2: what is wrong)")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -109,6 +113,24 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 			return usageErrorf("--approver-keys %v", err)
 		}
 	}
+	if fl.check {
+		engine, err := policies.Load(ctx, policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log})
+		if err != nil {
+			return usageError(err)
+		}
+		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys))
+		return nil
+	}
+	// The operations surface starts first, so that probes answer (503)
+	// while the policy loads and the agent joins.
+	opsRT, err := fl.ops.start(log, keys)
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: after fulfill.Run has returned
+	// and the elicitor has stopped, flush the decision log, then stop
+	// the HTTP server.
+	defer opsRT.close()
 	engine, err := policies.Load(ctx, policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log})
 	if err != nil {
 		return usageError(err)
@@ -117,6 +139,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		log.Warn("no --policy given: the built-in policy rejects every proposal")
 	}
 	log.Info("policy loaded", "revision", engine.Revision(), "files", len(engine.Files()))
+	opsRT.source.SetPolicy(engine)
 
 	client, err := agent.Dial(ctx, agent.Config{
 		URL: fl.gateway, Space: fl.space, Token: fl.token, ID: fl.id,
@@ -133,7 +156,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 
 	sub := client.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
 	defer sub.Close()
-	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, Logger: log})
+	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, Logger: log, Observer: opsRT.approvalObserver()})
 	answers := client.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}, Buffer: 256})
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
@@ -154,8 +177,10 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		FulfillTimeout:  fl.fulfillTimeout,
 		ApprovalTimeout: fl.approvalTimeout,
 		Escalator:       elicitor,
+		Observer:        opsRT.observer(),
 		Logger:          log,
 	})
+	opsRT.running(client, engine, ful)
 
 	var wg sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(ctx)

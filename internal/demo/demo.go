@@ -37,6 +37,14 @@ type Options struct {
 	// Observer, when set, also sees every lifecycle event (the CLI uses
 	// it for metrics and the decision log).
 	Observer fulfill.Observer
+	// ApprovalObserver, when set, also sees every elicitation event.
+	ApprovalObserver func(elicit.Event)
+	// Started, when set, is called once the fulfiller runs, with what
+	// the CLI's health checks, metrics and operator API read.
+	Started func(Running)
+	// Hold keeps the space and the fulfiller up after the story until ctx
+	// ends, so that /metrics and the operator API can be looked at.
+	Hold bool
 	// Step is how long to wait for one proposal's outcome.
 	Step time.Duration
 	// Approver, when set, is the person at the terminal: they answer as
@@ -44,6 +52,13 @@ type Options struct {
 	// simulated alice, and the steps that wait for them accept whatever
 	// they decide.
 	Approver approver.UI
+}
+
+// Running is the demo's live fulfiller, for Options.Started.
+type Running struct {
+	Gateway   *agent.Client
+	Policy    *policies.Engine
+	Fulfiller *fulfill.Fulfiller
 }
 
 // Capabilities of the demo's participants, as a space.yaml would grant them.
@@ -160,7 +175,11 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Observer != nil {
 		obs = append(obs, opts.Observer)
 	}
-	el := elicit.New(fc, elicit.Config{Logger: opts.Logger, Observer: n.ObserveApproval})
+	elObs := n.ObserveApproval
+	if opts.ApprovalObserver != nil {
+		elObs = func(e elicit.Event) { n.ObserveApproval(e); opts.ApprovalObserver(e) }
+	}
+	el := elicit.New(fc, elicit.Config{Logger: opts.Logger, Observer: elObs})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}})
 	elDone := make(chan struct{})
 	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
@@ -177,6 +196,9 @@ func Run(ctx context.Context, opts Options) error {
 		<-elDone
 	}()
 
+	if opts.Started != nil {
+		opts.Started(Running{Gateway: fc, Policy: engine, Fulfiller: ful})
+	}
 	if err := waitTools(ctx, ful, 6); err != nil {
 		return err
 	}
@@ -210,6 +232,10 @@ func Run(ctx context.Context, opts Options) error {
 		results = append(results, r)
 	}
 	n.summary(results)
+	if opts.Hold {
+		fmt.Fprintln(opts.Out, "holding the space open (--hold); interrupt to exit")
+		<-ctx.Done()
+	}
 	var failed []string
 	for _, r := range results {
 		if !r.ok {

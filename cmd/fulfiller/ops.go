@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/mewkit/fulfiller/decisionlog"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/ops"
+)
+
+// opsFlags are the operations flags run and demo share: the decision log
+// and the --http listener.
+type opsFlags struct {
+	decisionLog string
+	mask        []string
+	http        string
+	httpToken   string
+}
+
+func (o *opsFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&o.decisionLog, "decision-log", "", "write a JSON line per decision and outcome to `PATH` (- for stdout); reopened on SIGHUP")
+	f.StringArrayVar(&o.mask, "mask", nil, "input `PATH` to erase from the decision log, e.g. params.arguments.password (repeatable)")
+	f.StringVar(&o.http, "http", "", "serve /healthz, /readyz, /metrics and the operator API on `ADDR` (e.g. 127.0.0.1:9464)")
+	f.StringVar(&o.httpToken, "http-token", "", "bearer token the operator API (/v1/) requires (prefer FULFILLER_HTTP_TOKEN; never logged)")
+}
+
+// opsRuntime is the started operations surface. Its observers go into
+// fulfill.Config and elicit.Config; close shuts it down in the order the
+// design asks for: after fulfill.Run has returned, flush and close the
+// decision log, then stop the HTTP server.
+type opsRuntime struct {
+	log     *slog.Logger
+	dlog    *decisionlog.Logger
+	metrics *ops.Metrics
+	source  *ops.Source
+	handler *ops.Handler
+	server  *http.Server
+	served  chan struct{}
+	stopHUP func()
+}
+
+// start opens the decision log and starts the listener. Both fail as
+// usage errors naming the flag: a path that cannot be written or an
+// address that cannot be bound is a configuration mistake.
+func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error) {
+	rt := &opsRuntime{log: log, source: &ops.Source{}, stopHUP: func() {}}
+	rt.metrics = ops.NewMetrics(rt.source)
+	if o.decisionLog != "" {
+		dl, err := decisionlog.Open(o.decisionLog, decisionlog.Options{
+			Mask:   o.mask,
+			Keyed:  func(a string) bool { _, ok := keys[a]; return ok },
+			Logger: log,
+		})
+		if err != nil {
+			return nil, usageErrorf("--decision-log %v", err)
+		}
+		rt.dlog = dl
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		done := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-hup:
+					if err := dl.Reopen(); err != nil {
+						log.Error("decision log not reopened; still writing to the old file", "err", err)
+					} else {
+						log.Info("decision log reopened", "path", o.decisionLog)
+					}
+				case <-done:
+					return
+				}
+			}
+		}()
+		rt.stopHUP = func() { signal.Stop(hup); close(done) }
+	} else if len(o.mask) > 0 {
+		log.Warn("--mask has no effect without --decision-log")
+	}
+	if o.http != "" {
+		ln, err := net.Listen("tcp", o.http)
+		if err != nil {
+			rt.closeLog()
+			return nil, usageErrorf("--http %v", err)
+		}
+		rt.handler = ops.NewHandler(ops.Options{Source: rt.source, Metrics: rt.metrics, Token: o.httpToken, Logger: log})
+		rt.server = &http.Server{Handler: rt.handler, ReadHeaderTimeout: 10 * time.Second}
+		rt.served = make(chan struct{})
+		go func() {
+			defer close(rt.served)
+			if err := rt.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server stopped", "err", err)
+			}
+		}()
+		log.Info("serving health, metrics and the operator API", "addr", ln.Addr().String(), "token", o.httpToken != "")
+	}
+	return rt, nil
+}
+
+// observer is what fulfill.Config.Observer gets.
+func (rt *opsRuntime) observer() fulfill.Observer {
+	obs := fulfill.Observers{rt.metrics}
+	if rt.dlog != nil {
+		obs = append(obs, rt.dlog)
+	}
+	return obs
+}
+
+// approvalObserver is what elicit.Config.Observer gets.
+func (rt *opsRuntime) approvalObserver() func(elicit.Event) {
+	return func(e elicit.Event) {
+		rt.metrics.ObserveApproval(e)
+		if rt.dlog != nil {
+			rt.dlog.ObserveApproval(e)
+		}
+	}
+}
+
+// running makes the live parts known to /readyz, /metrics and /v1/.
+func (rt *opsRuntime) running(gw ops.Gateway, pol ops.Policy, ful *fulfill.Fulfiller) {
+	rt.source.SetGateway(gw)
+	rt.source.SetPolicy(pol)
+	rt.source.SetCounter(ful)
+	if rt.handler != nil {
+		rt.handler.SetOperator(ful)
+	}
+}
+
+// closeLog flushes and closes the decision log.
+func (rt *opsRuntime) closeLog() {
+	rt.stopHUP()
+	if rt.dlog == nil {
+		return
+	}
+	if err := rt.dlog.Close(); err != nil {
+		rt.log.Error("decision log: records may be missing", "err", err)
+	}
+}
+
+// stopHTTP stops the listener, letting requests in progress finish.
+func (rt *opsRuntime) stopHTTP() {
+	if rt.server == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rt.server.Shutdown(ctx); err != nil {
+		rt.log.Warn("http server shutdown", "err", err)
+		_ = rt.server.Close()
+	}
+	<-rt.served
+}
+
+// close shuts everything down in order; call it after fulfill.Run returned.
+func (rt *opsRuntime) close() {
+	rt.closeLog()
+	rt.stopHTTP()
+}
