@@ -70,7 +70,7 @@ func TestSpaceYAMLGrantsEachRoleWhatItNeeds(t *testing.T) {
 		response    = send{agent.KindResponse, `{"jsonrpc":"2.0","id":3,"result":{"action":"accept"}}`}
 	)
 	roles := []struct {
-		id        string
+		id          string
 		may, mayNot []send
 	}{
 		{"fulfiller", []send{toolsCall, toolsList, elicitation, cancelled, reject, chat}, []send{{"system/presence", `{}`}}},
