@@ -19,13 +19,7 @@ func TestDemoInteractiveInTmux(t *testing.T) {
 	if err != nil {
 		t.Skip("tmux is not installed (apt-get install -y tmux); TestApproveOnPTY covers the card on a pty")
 	}
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "fulfiller")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := fulfillerBinary(t)
 	socket := "fulfiller-test-" + filepath.Base(t.TempDir())
 	run := func(args ...string) string {
 		out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -16,11 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-
-	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/internal/proposer"
-	"github.com/mewkit/fulfiller/internal/space"
 )
 
 // TestRunBinaryOperations runs the real binary with --http, --http-token
@@ -30,20 +24,10 @@ import (
 // the shutdown reject still reaches the log (it is closed after the
 // fulfiller has answered everything), masked, before the listener stops.
 func TestRunBinaryOperations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+	bin := fulfillerBinary(t)
+	w := newHumanWorld(t)
+	ctx, srv := w.Ctx, w.Space
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "fulfiller")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	policy := filepath.Join(dir, "policy.rego")
-	if err := os.WriteFile(policy, []byte("package fulfiller\n\ndecision := {\"action\": \"escalate\", \"message\": \"a human decides\"}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	logPath := filepath.Join(dir, "decisions.jsonl")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,30 +36,8 @@ func TestRunBinaryOperations(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 
-	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
-		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
-		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
-		"human-token":     {{Kind: "mcp/response"}, {Kind: "chat"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	join := func(id, token string) *agent.Client {
-		c, err := agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	join("alice", "human-token")
-	join("fs", "human-token")
-
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "run", "--gateway", srv.URL(), "--policy", policy, "--approvers", "alice",
+	cmd := exec.CommandContext(ctx, bin, "run", "--gateway", srv.URL(), "--policy", w.Policy, "--approvers", "alice",
 		"--http", addr, "--decision-log", logPath, "--mask", "params.arguments.path", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token", "FULFILLER_HTTP_TOKEN=op-secret")
 	cmd.Stderr = &stderr
@@ -97,14 +59,7 @@ func TestRunBinaryOperations(t *testing.T) {
 	}
 	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz", ""); return code == 200 })
 
-	coder := join("coder", "coder-token")
-	prop := proposer.New(coder)
-	sub := coder.Subscribe(agent.SubscribeOptions{All: true})
-	go func() {
-		for env := range sub.C() {
-			prop.Observe(env)
-		}
-	}()
+	prop := w.coder()
 	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
 	id, err := prop.Propose(ctx, "p-ops", []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/very/secret"}}}`))
 	if err != nil {

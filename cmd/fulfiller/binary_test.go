@@ -1,0 +1,122 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/proposer"
+	"github.com/mewkit/fulfiller/internal/space"
+)
+
+// The tests that run fulfiller as an operator does share one build of the
+// binary: building it costs seconds, and every such test wants the same
+// program.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+	out  []byte
+}
+
+// TestMain removes the shared build when the tests are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// fulfillerBinary builds ./cmd/fulfiller once per test process (without
+// cgo, as a release is built) and returns its path. Tests that need it are
+// skipped with -short.
+func fulfillerBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "fulfiller-bin-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "fulfiller")
+		build := exec.Command("go", "build", "-o", built.bin, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		built.out, built.err = build.CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("go build: %v\n%s", built.err, built.out)
+	}
+	return built.bin
+}
+
+// humanWorld is a space in which a fulfiller binary, run with Policy and
+// "--approvers alice", escalates every proposal to alice, who is present
+// (so the escalation waits) but never answers, and the tool owner fs is
+// named by `to` (so no discovery is needed). Tests drive the fulfiller's
+// shutdown and operations surface while that proposal waits.
+type humanWorld struct {
+	Ctx    context.Context
+	Space  *space.Server
+	Policy string
+	t      *testing.T
+}
+
+// newHumanWorld starts the space and joins alice and fs. Everything stops
+// when the test ends; Ctx bounds the whole test.
+func newHumanWorld(t *testing.T) *humanWorld {
+	t.Helper()
+	policy := filepath.Join(t.TempDir(), "policy.rego")
+	if err := os.WriteFile(policy, []byte("package fulfiller\n\ndecision := {\"action\": \"escalate\", \"message\": \"a human decides\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
+		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
+		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
+		"human-token":     {{Kind: "mcp/response"}, {Kind: "chat"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	w := &humanWorld{Ctx: ctx, Space: srv, Policy: policy, t: t}
+	w.join("alice", "human-token")
+	w.join("fs", "human-token")
+	return w
+}
+
+// join connects a participant for the rest of the test.
+func (w *humanWorld) join(id, token string) *agent.Client {
+	w.t.Helper()
+	c, err := agent.Dial(w.Ctx, agent.Config{URL: w.Space.URL(), ID: id, Token: token})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// coder joins the proposer, an SDK-like client that sees every envelope.
+func (w *humanWorld) coder() *proposer.Proposer {
+	w.t.Helper()
+	c := w.join("coder", "coder-token")
+	prop := proposer.New(c)
+	sub := c.Subscribe(agent.SubscribeOptions{All: true})
+	go func() {
+		for env := range sub.C() {
+			prop.Observe(env)
+		}
+	}()
+	return prop
+}
