@@ -71,6 +71,17 @@ func (s *fakeSpace) Participant(id string) (agent.Participant, bool) {
 	return p, ok
 }
 
+// setPresent adds id to the roster or takes it out, as presence would.
+func (s *fakeSpace) setPresent(id string, present bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if present {
+		s.roster[id] = agent.Participant{ID: id}
+	} else {
+		delete(s.roster, id)
+	}
+}
+
 func (s *fakeSpace) Request(_ context.Context, to, method string, _ any) (agent.RPCResponse, error) {
 	if method != agent.MethodToolsList {
 		return agent.RPCResponse{}, errors.New("unexpected request " + method)

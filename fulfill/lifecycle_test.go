@@ -346,11 +346,26 @@ func TestResponseFromWrongParticipantIgnored(t *testing.T) {
 }
 
 func TestToolOwnerLeavesMidFulfilment(t *testing.T) {
-	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h := newHarness(t, Config{OwnerRejoinGrace: 10 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	h.space.next(t)
+	h.space.setPresent("calculator", false)
 	h.deliver(agent.Envelope{ID: "pr", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"leave","participant":{"id":"calculator"}}`)})
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
+}
+
+// A tool owner that leaves and is back within the grace (a dropped link,
+// a gateway restart) keeps the fulfilment: its response still counts.
+func TestToolOwnerBackWithinGraceKeepsFulfilment(t *testing.T) {
+	h := newHarness(t, Config{OwnerRejoinGrace: 10 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	req := h.space.next(t)
+	// Still in the roster when the grace ends: it came back.
+	h.deliver(agent.Envelope{ID: "pr", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"leave","participant":{"id":"calculator"}}`)})
+	h.space.quiet(t, 100*time.Millisecond)
+	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	waitFor(t, func() bool { _, ok := h.f.Get("p1"); return !ok })
+	h.space.quiet(t, 20*time.Millisecond)
 }
 
 func TestOperatorCancel(t *testing.T) {
