@@ -173,7 +173,7 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		w.events = append(w.events, e)
 		w.mu.Unlock()
 	}})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}})
+	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log,
 		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
 			w.mu.Lock()
