@@ -42,15 +42,15 @@ var (
 // tool server, the fulfiller under test (real agent, real Rego engine) and
 // a proposer that waits for answers like the reference SDK.
 type world struct {
-	t       *testing.T
-	srv     *space.Server
-	wire    *spacetest.Wire
-	prop    *proposer.Proposer
-	coder   *agent.Client
-	calc    *agent.Client
-	fc      *agent.Client
-	tools   *toolserver.Server
-	ful     *fulfill.Fulfiller
+	t     *testing.T
+	srv   *space.Server
+	wire  *spacetest.Wire
+	prop  *proposer.Proposer
+	coder *agent.Client
+	calc  *agent.Client
+	fc    *agent.Client
+	tools *toolserver.Server
+	ful   *fulfill.Fulfiller
 	// held is told each time the tool "hold" starts; it answers "held"
 	// once release is closed.
 	held    chan struct{}
