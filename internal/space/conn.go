@@ -27,8 +27,9 @@ type conn struct {
 
 	// Session state, guarded by Server.mu. id is the id of the latest join
 	// on this socket; sp is nil until the first join.
-	id string
-	sp *space
+	id   string
+	sp   *space
+	left bool // its leave was announced
 }
 
 func (c *conn) open() bool {

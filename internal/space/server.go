@@ -185,12 +185,20 @@ func (s *Server) Close() error {
 // DropAll closes every client socket abruptly, with no close frame, as when
 // the gateway process dies (clients see 1006). The space keeps listening, so
 // clients can reconnect and join again.
+//
+// Every session ends before DropAll returns, as it would with the process:
+// were the leaves left to each socket's reader, a client that reconnects at
+// once could join before its old socket's leave, which would then end the
+// new session too (the duplicate-session rule in the package doc).
 func (s *Server) DropAll() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	conns := s.snapshotConnsLocked()
-	s.mu.Unlock()
 	for _, c := range conns {
 		c.kill()
+	}
+	for _, c := range conns {
+		s.leaveLocked(c)
 	}
 }
 
