@@ -202,6 +202,25 @@ func (s *Server) DropAll() {
 	}
 }
 
+// Drop closes the sockets of one participant abruptly, as when its own
+// link dies, and ends its session at once (presence leave); everyone else
+// stays. It reports how many sockets it closed.
+func (s *Server) Drop(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var conns []*conn
+	for c := range s.conns {
+		if c.id == id {
+			conns = append(conns, c)
+		}
+	}
+	for _, c := range conns {
+		c.kill()
+		s.leaveLocked(c)
+	}
+	return len(conns)
+}
+
 func (s *Server) snapshotConnsLocked() []*conn {
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
