@@ -546,6 +546,18 @@ func (f *Fulfiller) startLocked(p *proposal) {
 // correlated to the proposal, method and params as proposed (or as edited
 // by an approver and re-checked by the policy).
 func (f *Fulfiller) sendRequest(p *proposal) {
+	if _, here := f.space.Participant(p.target); !here {
+		// The gateway replays nothing: a request sent while the owner is
+		// away (its link dropped, the space restarting) would be lost and
+		// the proposer would wait for the fulfil timeout. Hold it for the
+		// owner's rejoin grace instead; see releaseHeld and ownerGone.
+		f.mu.Lock()
+		p.held = true
+		f.mu.Unlock()
+		f.log.Info("tool owner not in the space; fulfilment request held until it is back", "proposal", p.env.ID, "target", p.target)
+		f.ownerLeft(p)
+		return
+	}
 	payload := agent.RPCRequest{JSONRPC: "2.0", ID: json.RawMessage(strconv.FormatInt(p.rpcID, 10)), Method: p.method, Params: p.finalParams}
 	env := agent.Envelope{
 		ID:            p.requestID,
@@ -602,10 +614,15 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 
 // fulfilTimedOut applies rule 4: cancel at the tool owner, reject "timeout".
 func (f *Fulfiller) fulfilTimedOut(p *proposal) {
+	f.mu.Lock()
+	held := p.held
+	f.mu.Unlock()
 	if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); !ok {
 		return
 	}
-	f.cancelRequest(p, "timeout")
+	if !held { // a held request never went out: nothing to cancel
+		f.cancelRequest(p, "timeout")
+	}
 	f.answerReject(p, "timeout", fmt.Sprintf("%s did not answer within %s", p.target, f.cfg.FulfillTimeout))
 }
 
@@ -707,6 +724,7 @@ func (f *Fulfiller) onPresence(env agent.Envelope) {
 	switch pr.Event {
 	case "join":
 		f.catalog.refresh(f.base, pr.Participant.ID)
+		f.releaseHeld(pr.Participant.ID)
 	case "leave":
 		f.catalog.drop(pr.Participant.ID)
 		f.mu.Lock()
@@ -737,7 +755,30 @@ func (f *Fulfiller) checkOwners() {
 	for _, p := range fulfilling {
 		if _, here := f.space.Participant(p.target); !here {
 			f.ownerLeft(p)
+		} else {
+			f.releaseHeld(p.target)
 		}
+	}
+}
+
+// releaseHeld sends the fulfilment requests held for owner, which is back.
+// Whoever clears p.held sends it, so a request goes out once.
+func (f *Fulfiller) releaseHeld(owner string) {
+	f.mu.Lock()
+	var ready []*proposal
+	for _, p := range f.byRequest {
+		if p.held && p.target == owner && p.State() == StateFulfilling {
+			p.held = false
+			if p.goneTimer != nil {
+				p.goneTimer.Stop()
+				p.goneTimer = nil
+			}
+			ready = append(ready, p)
+		}
+	}
+	f.mu.Unlock()
+	for _, p := range ready {
+		f.sendRequest(p)
 	}
 }
 
@@ -753,23 +794,34 @@ func (f *Fulfiller) ownerLeft(p *proposal) {
 	p.goneTimer = time.AfterFunc(f.cfg.OwnerRejoinGrace, func() { f.ownerGone(p) })
 }
 
-// ownerGone ends p's rejoin grace: an owner that is back keeps p (its
-// response, or the fulfil timeout, ends it); one still away will not
-// answer, so p is rejected "incapable".
+// ownerGone ends p's rejoin grace. An owner that is back keeps p: a held
+// request goes out now, a sent one waits for its response or the fulfil
+// timeout. An owner still away will not answer, so p is rejected
+// "incapable". Taking p.held here decides, with releaseHeld, who alone may
+// send a held request.
 func (f *Fulfiller) ownerGone(p *proposal) {
 	f.mu.Lock()
 	p.goneTimer = nil
-	closing := f.closing
+	closing, held := f.closing, p.held
+	p.held = false
 	f.mu.Unlock()
 	if closing {
 		return
 	}
 	if _, here := f.space.Participant(p.target); here {
+		if held {
+			f.sendRequest(p)
+			return
+		}
 		f.log.Info("tool owner is back; still waiting for its response", "proposal", p.env.ID, "target", p.target)
 		return
 	}
+	msg := fmt.Sprintf("%s left the space before answering", p.target)
+	if held {
+		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", p.target, f.cfg.OwnerRejoinGrace)
+	}
 	if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
-		f.answerReject(p, "incapable", fmt.Sprintf("%s left the space before answering", p.target))
+		f.answerReject(p, "incapable", msg)
 	}
 }
 
@@ -806,6 +858,22 @@ func (f *Fulfiller) shutdown() {
 	f.mu.Unlock()
 	for _, p := range f.store.all() {
 		f.reject(p, "other", "fulfiller is shutting down; propose again later")
+	}
+	// A request held for an absent owner never went out: that proposal
+	// still needs its answer.
+	f.mu.Lock()
+	var held []*proposal
+	for _, p := range f.byRequest {
+		if p.held {
+			p.held = false
+			held = append(held, p)
+		}
+	}
+	f.mu.Unlock()
+	for _, p := range held {
+		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+			f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
+		}
 	}
 	// In-flight fulfilments were answered (the request is out); stop
 	// tracking them so no timer fires after Run returns.
