@@ -57,7 +57,10 @@ type Options struct {
 }
 
 // Client shows the elicitations addressed to one approver, one card at a
-// time in arrival order, and answers them.
+// time in arrival order, and answers them. Each question is shown once: the
+// fulfiller asks again, byte for byte, after a link was lost, and the
+// Client then re-sends the answer it recorded (Options.Remember) rather
+// than ask the person twice.
 type Client struct {
 	conn Conn
 	ui   UI
