@@ -154,6 +154,7 @@ func TestResentPromptShownOnce(t *testing.T) {
 	})
 	close(ui.release)
 	w.fulfilledOnWire(id)
+	spacetest.WaitUntil(t, "the UI to hear the answer was sent", func() bool { _, sent := ui.counts(); return len(sent) > 0 })
 	if asked, sent := ui.counts(); asked != 1 || len(sent) != 1 {
 		t.Errorf("shown %d times, answered %d times; want once each", asked, len(sent))
 	}
