@@ -31,7 +31,7 @@ type testGateway struct {
 	joins      []gwJoin
 	refuse     bool
 	noWelcome  bool
-	greeting   string // a frame written right after each welcome
+	greeting   string                          // a frame written right after each welcome
 	onEnvelope func(from string, env Envelope) // called for each envelope a client sent
 	seq        int
 
