@@ -23,6 +23,7 @@ type fakeSpace struct {
 	roster map[string]agent.Participant
 	tools  map[string][]ToolInfo
 	sent   chan agent.Envelope
+	silent map[string]bool // never answer tools/list
 }
 
 func newFakeSpace() *fakeSpace {
@@ -82,9 +83,16 @@ func (s *fakeSpace) setPresent(id string, present bool) {
 	}
 }
 
-func (s *fakeSpace) Request(_ context.Context, to, method string, _ any) (agent.RPCResponse, error) {
+func (s *fakeSpace) Request(ctx context.Context, to, method string, _ any) (agent.RPCResponse, error) {
 	if method != agent.MethodToolsList {
 		return agent.RPCResponse{}, errors.New("unexpected request " + method)
+	}
+	s.mu.Lock()
+	silent := s.silent[to]
+	s.mu.Unlock()
+	if silent {
+		<-ctx.Done()
+		return agent.RPCResponse{}, ctx.Err()
 	}
 	s.mu.Lock()
 	tools := s.tools[to]
