@@ -3,8 +3,10 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +28,10 @@ func TestDemoInteractiveInTmux(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	socket := "fulfiller-test-" + filepath.Base(t.TempDir())
+	// Unique per test process: TempDir's base name ("001") is the same in
+	// every concurrent `go test`, and a shared tmux server fails the second
+	// run with "duplicate session".
+	socket := "fulfiller-test-" + strconv.Itoa(os.Getpid()) + "-" + filepath.Base(t.TempDir())
 	run := func(args ...string) string {
 		out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
 		if err != nil {
