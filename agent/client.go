@@ -184,8 +184,18 @@ type Client struct {
 // connection; afterwards background goroutines keep the session alive and
 // reconnect until Close.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	c, _, err := DialSubscribed(ctx, cfg)
+	return c, err
+}
+
+// DialSubscribed is Dial with subscriptions (one per opts, in order) that
+// exist before the first envelope after the welcome is read. With Dial and
+// then Subscribe, envelopes that arrive in between are not delivered: a
+// participant that others answer as soon as it appears (the fulfiller
+// re-sends an open prompt when an approver joins) must subscribe this way.
+func DialSubscribed(ctx context.Context, cfg Config, opts ...SubscribeOptions) (*Client, []*Subscription, error) {
 	if err := cfg.setDefaults(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := &Client{
 		cfg:   cfg,
@@ -196,14 +206,18 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	c.pending.m = map[string]*call{}
 	s, w, err := c.connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.install(s, w)
 	c.log.Info("joined space", slog.Int("capabilities", len(w.You.Capabilities)), slog.Any("others", rosterIDs(c.Roster())))
+	subs := make([]*Subscription, len(opts))
+	for i, o := range opts {
+		subs[i] = c.Subscribe(o) // before supervise starts the session's reader
+	}
 	c.wg.Add(1)
 	go c.supervise(s)
-	return c, nil
+	return c, subs, nil
 }
 
 // Close leaves the space: it closes the socket, stops every goroutine the

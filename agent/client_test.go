@@ -754,3 +754,17 @@ func TestCloseReleasesWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An envelope sent the moment we joined (the fulfiller re-sending an open
+// prompt to an approver who appears) reaches subscriptions made by
+// DialSubscribed: they exist before anything after the welcome is read.
+func TestDialSubscribedMissesNothingAfterTheWelcome(t *testing.T) {
+	h := newHarness(t)
+	h.gw.set(func(g *testGateway) { g.greeting = chat("first", "fulfiller", "alice") })
+	c, subs, err := DialSubscribed(context.Background(), h.config("alice", nil), SubscribeOptions{Kinds: []string{KindChat}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	equal(t, "first envelope", recv(t, subs[0]).ID, "first")
+}

@@ -31,6 +31,7 @@ type testGateway struct {
 	joins      []gwJoin
 	refuse     bool
 	noWelcome  bool
+	greeting   string                          // a frame written right after each welcome
 	onEnvelope func(from string, env Envelope) // called for each envelope a client sent
 	seq        int
 
@@ -271,7 +272,7 @@ func (c *gwConn) serve(authorization string) {
 			others = append(others, Participant{ID: o.id, Capabilities: defaultCaps})
 		}
 	}
-	noWelcome := g.noWelcome
+	noWelcome, greeting := g.noWelcome, g.greeting
 	c.id = jf.ParticipantID
 	g.mu.Unlock()
 
@@ -282,6 +283,9 @@ func (c *gwConn) serve(authorization string) {
 		c.write(websocket.TextMessage, fmt.Appendf(nil,
 			`{"protocol":"mew/v0.4","id":"welcome-%d","ts":"2026-11-22T10:00:00Z","from":"system:gateway","to":[%q],"kind":"system/welcome","payload":{"you":{"id":%q,"capabilities":%s},"participants":%s,"active_streams":[]}}`,
 			c.n, jf.ParticipantID, jf.ParticipantID, you, othersJSON))
+	}
+	if greeting != "" {
+		c.write(websocket.TextMessage, []byte(greeting))
 	}
 	g.broadcast(c, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"presence-join-%d","ts":"2026-11-22T10:00:00Z","from":"system:gateway","kind":"system/presence","payload":{"event":"join","participant":{"id":%q,"capabilities":%s}}}`,
 		c.n, jf.ParticipantID, you))

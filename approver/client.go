@@ -3,6 +3,7 @@ package approver
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -46,13 +47,20 @@ type Options struct {
 	// least not look like the fulfiller's.
 	Fulfiller string
 	// Limit stops Run after this many answers; 0 means no limit.
-	Limit  int
-	Logger *slog.Logger     // [discard]
-	Now    func() time.Time // [time.Now]
+	Limit int
+	// Remember is how many sent answers are kept to be sent again when
+	// the fulfiller asks the same question again after a reconnect [256].
+	// An answer is forgotten sooner when its prompt's deadline passes.
+	Remember int
+	Logger   *slog.Logger     // [discard]
+	Now      func() time.Time // [time.Now]
 }
 
 // Client shows the elicitations addressed to one approver, one card at a
-// time in arrival order, and answers them.
+// time in arrival order, and answers them. Each question is shown once: the
+// fulfiller asks again, byte for byte, after a link was lost, and the
+// Client then re-sends the answer it recorded (Options.Remember) rather
+// than ask the person twice.
 type Client struct {
 	conn Conn
 	ui   UI
@@ -70,6 +78,9 @@ func New(conn Conn, ui UI, opts Options) *Client {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Remember <= 0 {
+		opts.Remember = 256
 	}
 	return &Client{conn: conn, ui: ui, opts: opts, log: opts.Logger}
 }
@@ -97,7 +108,8 @@ func (e errWithdrawn) Error() string { return "withdrawn: " + e.reason }
 // quits or Limit answers were sent.
 func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	var queue []*Card
-	seen := map[string]bool{}
+	seen := map[string][32]byte{} // elicitation envelope id → hash of its payload
+	mem := &memory{max: c.opts.Remember, now: c.opts.Now}
 	var cur *asking
 	answered := 0
 
@@ -134,7 +146,7 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 			if !ok {
 				return nil
 			}
-			card, cancelled, reason := c.receive(ctx, env, seen)
+			card, cancelled, reason := c.receive(ctx, env, seen, mem)
 			switch {
 			case card != nil:
 				queue = append(queue, card)
@@ -166,7 +178,7 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 				}
 				c.log.Warn("card not answered", "request", card.RequestID, "err", r.err)
 			default:
-				err := c.respond(ctx, card, r.a)
+				err := c.respond(ctx, card, r.a, mem)
 				c.ui.Sent(card, r.a, err)
 				if err == nil {
 					answered++
@@ -206,7 +218,7 @@ func (c *Client) ask(ctx context.Context, card *Card) *asking {
 // receive reads one request: a new card, a cancellation (the request id it
 // cancels and why), or nothing for us. tools/list is answered with no
 // tools, so that the fulfiller's discovery does not wait on a human.
-func (c *Client) receive(ctx context.Context, env agent.Envelope, seen map[string]bool) (card *Card, cancelled, reason string) {
+func (c *Client) receive(ctx context.Context, env agent.Envelope, seen map[string][32]byte, mem *memory) (card *Card, cancelled, reason string) {
 	if env.Kind != agent.KindRequest || !slices.Contains(env.To, c.conn.ID()) {
 		return nil, "", ""
 	}
@@ -235,14 +247,26 @@ func (c *Client) receive(ctx context.Context, env agent.Envelope, seen map[strin
 		_ = json.Unmarshal(req.Params, &p)
 		return nil, env.CorrelationID.First(), p.Reason
 	}
-	if seen[env.ID] {
-		// Only the first request with an id is shown: a second one with
-		// the same id is someone's attempt to put another call under a
-		// digest the person already saw.
-		c.log.Warn("elicitation with an id seen before; ignored", "request", env.ID)
+	sum := sha256.Sum256(env.Payload)
+	if first, ok := seen[env.ID]; ok {
+		// Only the first request with an id is shown. The fulfiller asks
+		// the same question again, byte for byte, after a reconnect,
+		// because our answer may have been lost (the gateway replays
+		// nothing): send the recorded answer again rather than ask the
+		// person twice. Anything else under a seen id is someone's attempt
+		// to put another call under a digest the person already saw.
+		switch a, answered := mem.get(env.ID); {
+		case first != sum:
+			c.log.Warn("elicitation with an id seen before but a different content; ignored", "request", env.ID)
+		case answered:
+			c.log.Info("asked again about a request already answered; sending the answer again", "request", env.ID)
+			c.send(ctx, a)
+		default:
+			c.log.Debug("asked again about a request already shown or dropped; ignored", "request", env.ID)
+		}
 		return nil, "", ""
 	}
-	seen[env.ID] = true
+	seen[env.ID] = sum
 	card, err := ParseCard(env)
 	if err != nil {
 		c.log.Warn("elicitation not understood; ignored", "request", env.ID, "err", err)
@@ -251,12 +275,65 @@ func (c *Client) receive(ctx context.Context, env agent.Envelope, seen map[strin
 	return card, "", ""
 }
 
-func (c *Client) respond(ctx context.Context, card *Card, a Answer) error {
+// respond sends the answer to card and remembers it, sent or not: if it is
+// lost, the fulfiller's asking again gets it re-sent (see receive).
+func (c *Client) respond(ctx context.Context, card *Card, a Answer, mem *memory) error {
 	env, err := Response(card, a, c.opts.Key)
 	if err != nil {
 		return err
 	}
+	mem.put(card, env)
 	return c.send(ctx, env)
+}
+
+// memory holds the last answers sent, by elicitation envelope id, so that
+// one can be sent again (the same signed bytes) when the fulfiller asks
+// the same question again. It keeps at most max answers and none past its
+// prompt's deadline. Only Run's goroutine uses it.
+type memory struct {
+	max     int
+	now     func() time.Time
+	order   []string // request ids, oldest first
+	answers map[string]remembered
+}
+
+type remembered struct {
+	env      agent.Envelope // as built, before Send stamps an id
+	deadline time.Time      // zero: none given
+}
+
+func (m *memory) put(card *Card, env agent.Envelope) {
+	if m.answers == nil {
+		m.answers = map[string]remembered{}
+	}
+	m.expire()
+	if _, ok := m.answers[card.RequestID]; !ok {
+		m.order = append(m.order, card.RequestID)
+	}
+	m.answers[card.RequestID] = remembered{env: env, deadline: card.Deadline()}
+	for len(m.order) > m.max {
+		delete(m.answers, m.order[0])
+		m.order = m.order[1:]
+	}
+}
+
+func (m *memory) get(requestID string) (agent.Envelope, bool) {
+	m.expire()
+	r, ok := m.answers[requestID]
+	return r.env, ok
+}
+
+// expire forgets answers whose prompt's deadline has passed: the fulfiller
+// no longer waits for them.
+func (m *memory) expire() {
+	now := m.now()
+	m.order = slices.DeleteFunc(m.order, func(id string) bool {
+		if dl := m.answers[id].deadline; !dl.IsZero() && !now.Before(dl) {
+			delete(m.answers, id)
+			return true
+		}
+		return false
+	})
 }
 
 func (c *Client) send(ctx context.Context, env agent.Envelope) error {

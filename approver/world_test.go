@@ -78,7 +78,7 @@ func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
 	el := elicit.New(fc, elicit.Config{Keys: keys})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}})
+	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, fcancel := context.WithCancel(ctx)

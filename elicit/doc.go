@@ -34,6 +34,38 @@
 // timed out, superseded — every prompt still open gets
 // notifications/cancelled.
 //
+// # Who is asked, and when
+//
+// At escalation, every listed approver who is in the space is asked at
+// once; with fewer of them in the space than the quorum, the proposal is
+// rejected "incapable" without waiting. While the escalation is open, a
+// listed approver who comes into the space later (they were away, or left
+// and came back) and has neither answered nor an open prompt is asked too,
+// with the same deadline.
+//
+// An approver who leaves keeps their prompt: a leave is not a decline, and
+// the gateway cannot tell a closed laptop from a dropped link. So the
+// escalation goes on waiting, for them to come back or for anyone else
+// listed to come in, and with nobody answering it ends at the deadline
+// with reject "timeout". It is not cut short when nobody listed is left in
+// the space: they may come back before the deadline, and a human prompt is
+// already bounded by it.
+//
+// # Failures and recovery
+//
+// The gateway replays nothing: an elicitation or an answer sent while
+// either side's link was down is lost. So when our session is
+// re-established (a new system/welcome) every open prompt is sent again to
+// its approver if they are here, and when an approver joins, their open
+// prompts are sent again. The prompt is re-sent byte for byte (same
+// envelope id, same JSON-RPC id), so the approver's client recognises the
+// question: approver.Client shows it once and, if it had already answered,
+// re-sends the recorded answer instead of asking the person again. A
+// re-sent answer carries the same signed bytes, so it verifies; it counts
+// once (a second answer to a prompt is ignored as "already answered"), and
+// it cannot be used for another prompt, because the signature covers the
+// elicitation envelope id and each prompt has its own.
+//
 // # Signed approvals
 //
 // The gateway does not authenticate from. For approvers with a key

@@ -120,6 +120,7 @@ func (e *Elicitor) Escalate(ctx context.Context, esc fulfill.Escalation, done fu
 		log:       e.log.With("proposal", id),
 		started:   e.cfg.Now(),
 		inbox:     make(chan agent.Envelope, 16),
+		rejoined:  make(chan string, 16),
 		stopped:   make(chan struct{}),
 		cancelled: make(chan struct{}),
 		seats:     map[string]*seat{},
@@ -158,13 +159,53 @@ func (e *Elicitor) Cancel(proposalID, reason string) {
 
 // Handle takes one received envelope. Answers (mcp/response) to our
 // elicitations go to their escalation; an answer from anyone but the
-// approver the request was addressed to is ignored and logged. Everything
-// else is ignored silently. Handle may wait while the escalation is busy
-// sending; it never waits for a stopped one.
+// approver the request was addressed to is ignored and logged. Our own
+// system/welcome (a re-established session) and presence joins make open
+// escalations ask again (see "Failures and recovery" in the package doc).
+// Everything else is ignored silently. Handle may wait while an escalation
+// is busy sending; it never waits for a stopped one.
 func (e *Elicitor) Handle(env agent.Envelope) {
-	if env.Kind != agent.KindResponse {
-		return
+	switch env.Kind {
+	case agent.KindResponse:
+		e.onAnswer(env)
+	case agent.KindWelcome:
+		if env.AddressedTo(e.conn.ID()) {
+			// The gateway replays nothing: prompts and answers sent while
+			// our link was down are lost, so every open prompt is asked
+			// again of whoever is here now.
+			e.resync("")
+		}
+	case agent.KindPresence:
+		var pr struct {
+			Event       string `json:"event"`
+			Participant struct {
+				ID string `json:"id"`
+			} `json:"participant"`
+		}
+		if json.Unmarshal(env.Payload, &pr) == nil && pr.Event == "join" && pr.Participant.ID != "" && pr.Participant.ID != e.conn.ID() {
+			e.resync(pr.Participant.ID)
+		}
 	}
+}
+
+// resync tells every open escalation that approver (every approver, when
+// empty) may have missed prompts: its goroutine asks again.
+func (e *Elicitor) resync(approver string) {
+	e.mu.Lock()
+	open := make([]*escalation, 0, len(e.open))
+	for _, x := range e.open {
+		open = append(open, x)
+	}
+	e.mu.Unlock()
+	for _, x := range open {
+		select {
+		case x.rejoined <- approver:
+		case <-x.stopped:
+		}
+	}
+}
+
+func (e *Elicitor) onAnswer(env agent.Envelope) {
 	rid := env.CorrelationID.First()
 	e.mu.Lock()
 	r, ok := e.routes[rid]
@@ -184,8 +225,16 @@ func (e *Elicitor) Handle(env agent.Envelope) {
 	}
 }
 
+// Kinds are the envelope kinds an Elicitor needs to see (subscribe to
+// them, addressed to us or to everyone, and pass the channel to Run):
+// answers, our own welcomes (a re-established session) and presence (an
+// approver coming back), the last two to ask again what a dropped link
+// lost.
+var Kinds = []string{agent.KindResponse, agent.KindWelcome, agent.KindPresence}
+
 // Run hands every envelope from in to Handle until in is closed or ctx
-// ends. Subscribe to mcp/response (addressed to us) and pass the channel.
+// ends. Subscribe to Kinds and pass the channel: without the welcome and
+// presence kinds, prompts lost in a reconnect are never asked again.
 func (e *Elicitor) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	for {
 		select {
@@ -273,14 +322,15 @@ func (e *Elicitor) online(id string) bool {
 // escalation is one proposal waiting for humans. Fields below the mutex
 // are owned by its goroutine.
 type escalation struct {
-	e       *Elicitor
-	esc     fulfill.Escalation
-	done    func(fulfill.Verdict)
-	id      string
-	log     *slog.Logger
-	started time.Time
-	inbox   chan agent.Envelope
-	stopped chan struct{} // closed when the goroutine has ended
+	e        *Elicitor
+	esc      fulfill.Escalation
+	done     func(fulfill.Verdict)
+	id       string
+	log      *slog.Logger
+	started  time.Time
+	inbox    chan agent.Envelope
+	rejoined chan string   // an approver (or, when empty, we) joined again
+	stopped  chan struct{} // closed when the goroutine has ended
 
 	mu           sync.Mutex
 	cancelled    chan struct{} // closed by cancel
@@ -307,6 +357,10 @@ type seat struct {
 	chain     []string // approvers who handed this request on, in order
 	delegates []string // whom the form offered as delegate_to
 	open      bool
+	// prompt is the elicitation exactly as first sent: asking again
+	// re-sends it unchanged (same envelope id, JSON-RPC id and bytes), so
+	// the approver's client can tell it is the same question.
+	prompt agent.Envelope
 }
 
 // approval is one accepted approve:true answer.
@@ -331,6 +385,11 @@ func (x *escalation) run(ctx context.Context) {
 		select {
 		case env := <-x.inbox:
 			if v, end := x.answer(env); end {
+				x.finish(v)
+				return
+			}
+		case who := <-x.rejoined:
+			if v, end := x.askAgain(who); end {
 				x.finish(v)
 				return
 			}
@@ -475,6 +534,7 @@ func (x *escalation) ask(s *seat) {
 	}
 	payload := object{{"jsonrpc", "2.0"}, {"id", s.rpcID}, {"method", agent.MethodElicitationCreate}, {"params", params}}
 	env := agent.Envelope{ID: s.requestID, To: []string{s.approver}, Kind: agent.KindRequest, Payload: mustMarshal(payload)}
+	s.prompt = env
 	if err := x.e.send(env); err != nil {
 		s.open = false
 		x.lastErr = fmt.Sprintf("the request to %s could not be sent", s.approver)
@@ -483,6 +543,42 @@ func (x *escalation) ask(s *seat) {
 	}
 	x.log.Info("asked approver", "approver", s.approver, "request", s.requestID, "delegated_by", s.chain)
 	x.e.emit(Event{Kind: EventAsked, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID})
+}
+
+// askAgain recovers from a link that went down while the escalation was
+// open (PROTOCOL.md's gateway replays nothing). who joined the space again
+// — or, when who is empty, we did, with a new welcome. Every prompt still
+// open at an approver who is here now is sent again unchanged; a listed
+// approver who is here, holds no open prompt and has not answered (they
+// were away when we asked, or their prompt could not be sent) is asked now.
+// An approver's answer that was lost comes back when their client sees the
+// same prompt again (approver.Client re-sends its recorded answer); one
+// that arrives twice is ignored as "already answered".
+func (x *escalation) askAgain(who string) (fulfill.Verdict, bool) {
+	for _, s := range x.order {
+		if !s.open || (who != "" && s.approver != who) || !x.e.online(s.approver) {
+			continue
+		}
+		if err := x.e.send(s.prompt); err != nil {
+			// The first copy may still have arrived: keep the prompt open.
+			x.log.Warn("elicitation not sent again", "approver", s.approver, "request", s.requestID, "err", err)
+			continue
+		}
+		x.log.Info("asked approver again after a reconnect", "approver", s.approver, "request", s.requestID)
+		x.e.emit(Event{Kind: EventAskedAgain, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID})
+	}
+	var late []*seat
+	for _, a := range x.approvers {
+		if (who != "" && a != who) || a == x.esc.Proposal.From || x.answered[a] || x.holdsOpen(a) || !x.e.online(a) {
+			continue
+		}
+		x.log.Info("approver came into the space; asked", "approver", a)
+		late = append(late, x.newSeat(a, nil))
+	}
+	for _, s := range late {
+		x.ask(s)
+	}
+	return x.settle()
 }
 
 // delegatesFor lists whom a prompt at approver may be handed on to: other

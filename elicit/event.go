@@ -7,13 +7,14 @@ type EventKind string
 
 // What an Observer is told about, per approver.
 const (
-	EventSkipped   EventKind = "skipped"   // Approver was not asked: Reason says why (not in the space, the proposer)
-	EventAsked     EventKind = "asked"     // an elicitation went to Approver (RequestID)
-	EventAnswered  EventKind = "answered"  // Approver answered: Action, Approve, Reason
-	EventDelegated EventKind = "delegated" // Approver handed their request on to To
-	EventCancelled EventKind = "cancelled" // the open prompt at Approver was cancelled: Reason
-	EventIgnored   EventKind = "ignored"   // an answer did not count: Reason says why, From who sent it
-	EventForgery   EventKind = "forgery"   // an unsigned or badly signed answer for a keyed approver
+	EventSkipped    EventKind = "skipped"     // Approver was not asked: Reason says why (not in the space, the proposer)
+	EventAsked      EventKind = "asked"       // an elicitation went to Approver (RequestID)
+	EventAskedAgain EventKind = "asked_again" // the same elicitation went to Approver again after they or we reconnected
+	EventAnswered   EventKind = "answered"    // Approver answered: Action, Approve, Reason
+	EventDelegated  EventKind = "delegated"   // Approver handed their request on to To
+	EventCancelled  EventKind = "cancelled"   // the open prompt at Approver was cancelled: Reason
+	EventIgnored    EventKind = "ignored"     // an answer did not count: Reason says why, From who sent it
+	EventForgery    EventKind = "forgery"     // an unsigned or badly signed answer for a keyed approver
 )
 
 // Event is one step of one escalation, for narration, metrics and audit.

@@ -72,20 +72,29 @@ type worldOptions struct {
 	humans     []string // approvers who join the space
 	keys       elicit.Keys
 	approvers  []string // --approvers
+	// agent, when set, adjusts every participant's client settings
+	// (fault tests: fast reconnects).
+	agent func(*agent.Config)
 }
 
 // world is a whole space on loopback: the in-process gateway, a file tool
 // server, the real fulfiller (agent, Rego engine, lifecycle) with the real
 // Elicitor, a proposer, and humans whose answers each test scripts.
 type world struct {
-	t      *testing.T
-	srv    *space.Server
-	prop   *proposer.Proposer
-	coder  *agent.Client
-	ful    *fulfill.Fulfiller
-	el     *elicit.Elicitor
-	humans map[string]*human
-	logs   *lockedBuffer
+	t        *testing.T
+	srv      *space.Server
+	prop     *proposer.Proposer
+	coder    *agent.Client
+	ful      *fulfill.Fulfiller
+	el       *elicit.Elicitor
+	humans   map[string]*human
+	logs     *lockedBuffer
+	fc       *agent.Client
+	fs       *agent.Client
+	ctx      context.Context
+	wg       *sync.WaitGroup
+	join     func(id, token string) *agent.Client
+	agentCfg func(*agent.Config)
 
 	wire   *spacetest.Wire
 	mu     sync.Mutex
@@ -128,29 +137,24 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		wg.Wait()
 		srv.Close()
 	})
+	w.ctx, w.wg = ctx, &wg
 
-	join := func(id, token string) *agent.Client { return spacetest.Join(t, ctx, srv, id, token) }
+	join := func(id, token string) *agent.Client {
+		if opts.agent == nil {
+			return spacetest.Join(t, ctx, srv, id, token)
+		}
+		cfg := agent.Config{ID: id, Token: token}
+		opts.agent(&cfg)
+		return spacetest.JoinWith(t, ctx, srv, cfg)
+	}
+	w.join, w.agentCfg = join, opts.agent
 
 	files := toolserver.NewFiles(map[string]string{"/srv/prod/motd": "hello"})
-	spacetest.ServeTools(t, join("fs", "tool-token"), files.Tools()...)
+	w.fs = join("fs", "tool-token")
+	spacetest.ServeTools(t, w.fs, files.Tools()...)
 
 	for _, id := range opts.humans {
-		h := &human{id: id, client: join(id, "human-token"), inbox: make(chan agent.Envelope, 64)}
-		sub := h.client.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for env := range sub.C() {
-				var req agent.RPCRequest
-				_ = json.Unmarshal(env.Payload, &req)
-				// The fulfiller also asks everyone for tools/list; humans
-				// offer none and leave it unanswered.
-				if env.From == "fulfiller" && slices.Contains(env.To, h.id) && req.Method != agent.MethodToolsList {
-					h.inbox <- env
-				}
-			}
-		}()
-		w.humans[id] = h
+		w.arrive(id)
 	}
 
 	dir := t.TempDir()
@@ -167,13 +171,14 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	}
 
 	fc := join("fulfiller", "fulfiller-token")
+	w.fc = fc
 	log := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, Logger: log, Observer: func(e elicit.Event) {
 		w.mu.Lock()
 		w.events = append(w.events, e)
 		w.mu.Unlock()
 	}})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}})
+	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log,
 		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
 			w.mu.Lock()
@@ -200,6 +205,53 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 }
 
 var waitUntil = spacetest.WaitUntil
+
+// arrive joins a human to the space (again, after leave); the
+// elicitations addressed to them land in their inbox, which is kept across
+// sessions.
+func (w *world) arrive(id string) *human {
+	w.t.Helper()
+	h := w.humans[id]
+	if h == nil {
+		h = &human{id: id, inbox: make(chan agent.Envelope, 64)}
+		w.humans[id] = h
+	}
+	cfg := agent.Config{URL: w.srv.URL(), ID: id, Token: "human-token"}
+	if w.agentCfg != nil {
+		w.agentCfg(&cfg)
+	}
+	// Subscribed from the join on: a prompt re-sent when they appear must
+	// not arrive before the subscription.
+	client, subs, err := agent.DialSubscribed(w.ctx, cfg, agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	if err != nil {
+		w.t.Fatalf("join %s: %v", id, err)
+	}
+	w.t.Cleanup(func() { client.Close() })
+	h.client = client
+	sub := subs[0]
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for env := range sub.C() {
+			var req agent.RPCRequest
+			_ = json.Unmarshal(env.Payload, &req)
+			// The fulfiller also asks everyone for tools/list; humans
+			// offer none and leave it unanswered.
+			if env.From == "fulfiller" && slices.Contains(env.To, h.id) && req.Method != agent.MethodToolsList {
+				h.inbox <- env
+			}
+		}
+	}()
+	return h
+}
+
+// leave takes a human out of the space: their client closes, and the
+// space tells everyone (presence leave).
+func (w *world) leave(id string) {
+	w.t.Helper()
+	w.humans[id].client.Close()
+	waitUntil(w.t, id+" to be gone", func() bool { _, here := w.fc.Participant(id); return !here })
+}
 
 func (w *world) propose(id, payload string) string {
 	w.t.Helper()

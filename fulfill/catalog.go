@@ -38,6 +38,11 @@ type catalog struct {
 	inflight int
 	settled  chan struct{} // closed whenever no refresh is in flight
 	warned   bool
+	// session ends at reset: requests sent on a lost session will never be
+	// answered, and waiting out their timeout would hold the slots that
+	// the new session's discovery needs.
+	session    context.Context
+	endSession context.CancelFunc
 
 	wg sync.WaitGroup
 }
@@ -49,7 +54,7 @@ const maxListPages = 20
 func newCatalog(space Space, log *slog.Logger, timeout time.Duration, concurrency int) *catalog {
 	settled := make(chan struct{})
 	close(settled)
-	return &catalog{
+	c := &catalog{
 		space:    space,
 		log:      log,
 		timeout:  timeout,
@@ -58,6 +63,8 @@ func newCatalog(space Space, log *slog.Logger, timeout time.Duration, concurrenc
 		gen:      map[string]uint64{},
 		settled:  settled,
 	}
+	c.session, c.endSession = context.WithCancel(context.Background())
+	return c
 }
 
 // refresh asks id for its tools in the background. The goroutine belongs to
@@ -79,11 +86,15 @@ func (c *catalog) refresh(ctx context.Context, id string) {
 		c.settled = make(chan struct{})
 	}
 	c.inflight++
+	session := c.session
 	c.mu.Unlock()
 
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(session, cancel)()
 		tools, err := c.list(ctx, id)
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -156,12 +167,15 @@ func (c *catalog) drop(id string) {
 }
 
 // reset forgets everything, for a new session whose welcome will refill it.
+// Discoveries still running were asked on the lost session: they stop.
 func (c *catalog) reset() {
 	c.mu.Lock()
-	for id := range c.byServer {
-		c.gen[id]++
+	for id := range c.gen {
+		c.gen[id]++ // drops what is known, and the answers of discoveries cut short below
 	}
 	c.byServer = map[string]map[string]ToolInfo{}
+	c.endSession()
+	c.session, c.endSession = context.WithCancel(context.Background())
 	c.mu.Unlock()
 }
 

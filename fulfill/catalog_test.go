@@ -1,8 +1,11 @@
 package fulfill
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 )
@@ -43,4 +46,17 @@ func TestDiscoveryFollowsPresenceAndListChanged(t *testing.T) {
 	if !hasTool(h.f, "calculator", "add") {
 		t.Error("a leave dropped another participant's tools")
 	}
+}
+
+// After a reconnect, tools/list requests of the lost session will never be
+// answered: they must not hold the discovery slots the new session needs.
+func TestCatalogResetStopsDiscoveriesOfTheLostSession(t *testing.T) {
+	space := newFakeSpace()
+	space.silent = map[string]bool{"coder": true}
+	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, 1)
+	defer c.wait()
+	c.refresh(context.Background(), "coder") // holds the only slot until reset
+	c.reset()
+	c.refresh(context.Background(), "calculator")
+	waitFor(t, func() bool { return len(c.owners("add")) == 1 })
 }

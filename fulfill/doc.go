@@ -26,6 +26,19 @@
 // deliberate removals, so it only hands live entries to a queue that the
 // Fulfiller drains on its own goroutine.
 //
+// # Lost links
+//
+// The gateway replays nothing. A fulfilment request is written at most
+// once, never re-sent after a reconnect (a tool call must not run twice);
+// if the write was cut by a lost session it is treated as sent. A tool
+// owner that leaves during a fulfilment gets Config.OwnerRejoinGrace to
+// come back (a dropped link is a leave too), and its response after its
+// reconnect still counts; still away after the grace, the proposal is
+// rejected "incapable". A request due while its owner is away is held for
+// that grace and sent once the owner is back. Our own reconnect checks the
+// new roster the same way, since leaves sent while we were away never
+// reached us.
+//
 // # How `to` is read
 //
 // The reference gateway delivers every envelope to everyone, so a proposal's

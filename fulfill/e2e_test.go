@@ -27,7 +27,7 @@ const e2ePolicy = `package fulfiller
 
 default decision := {"action": "reject", "reason": "policy", "message": "not allowed"}
 
-decision := {"action": "fulfill"} if input.tool.name in {"add", "multiply", "sleep", "slow", "divide"}
+decision := {"action": "fulfill"} if input.tool.name in {"add", "multiply", "sleep", "slow", "divide", "hold"}
 
 decision := {"action": "reject", "reason": "unsafe", "message": "deleting is never allowed"} if input.tool.name == "delete_path"
 `
@@ -42,12 +42,19 @@ var (
 // tool server, the fulfiller under test (real agent, real Rego engine) and
 // a proposer that waits for answers like the reference SDK.
 type world struct {
-	t       *testing.T
-	srv     *space.Server
-	wire    *spacetest.Wire
-	prop    *proposer.Proposer
-	coder   *agent.Client
-	ful     *fulfill.Fulfiller
+	t     *testing.T
+	srv   *space.Server
+	wire  *spacetest.Wire
+	prop  *proposer.Proposer
+	coder *agent.Client
+	calc  *agent.Client
+	fc    *agent.Client
+	tools *toolserver.Server
+	ful   *fulfill.Fulfiller
+	// held is told each time the tool "hold" starts; it answers "held"
+	// once release is closed.
+	held    chan struct{}
+	release chan struct{}
 	gate    *gatedDecider
 	stopFul context.CancelFunc
 	fulDone chan struct{}
@@ -56,6 +63,9 @@ type world struct {
 type worldOptions struct {
 	cfg           fulfill.Config
 	fulfillerCaps []agent.Capability
+	// agent, when set, adjusts every participant's client settings
+	// (fault tests: fast reconnects, short keepalive).
+	agent func(*agent.Config)
 }
 
 // gatedDecider is the real policy engine, except that proposals for the
@@ -94,14 +104,32 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	w := &world{t: t, srv: srv, wire: spacetest.RecordWire(t, srv)}
+	w := &world{t: t, srv: srv, wire: spacetest.RecordWire(t, srv), held: make(chan struct{}, 16), release: make(chan struct{})}
 	ctx := context.Background()
+	join := func(id, token string) *agent.Client {
+		if opts.agent == nil {
+			return spacetest.Join(t, ctx, srv, id, token)
+		}
+		cfg := agent.Config{ID: id, Token: token}
+		opts.agent(&cfg)
+		return spacetest.JoinWith(t, ctx, srv, cfg)
+	}
 
 	tools := append(toolserver.Calculator(), toolserver.Tool{
 		Name: "sleep", Description: "Never answers until cancelled",
 		Call: func(ctx context.Context, _ json.RawMessage) (string, error) { <-ctx.Done(); return "", ctx.Err() },
-	}, toolserver.Tool{Name: "slow", Description: "Answers at once; its decision is slow", Call: func(context.Context, json.RawMessage) (string, error) { return "ok", nil }})
-	spacetest.ServeTools(t, spacetest.Join(t, ctx, srv, "calculator", "calc-token"), tools...)
+	}, toolserver.Tool{Name: "slow", Description: "Answers at once; its decision is slow", Call: func(context.Context, json.RawMessage) (string, error) { return "ok", nil }},
+		toolserver.Tool{Name: "hold", Description: "Answers when the test releases it", Call: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			w.held <- struct{}{}
+			select {
+			case <-w.release:
+				return "held", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}})
+	w.calc = join("calculator", "calc-token")
+	w.tools = spacetest.ServeTools(t, w.calc, tools...)
 
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2ePolicy), 0o644); err != nil {
@@ -113,7 +141,8 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	}
 	w.gate = &gatedDecider{engine: engine, gate: make(chan struct{})}
 
-	fc := spacetest.Join(t, ctx, srv, "fulfiller", "fulfiller-token")
+	fc := join("fulfiller", "fulfiller-token")
+	w.fc = fc
 	cfg := opts.cfg
 	cfg.SpaceID = space.DefaultSpaceID
 	w.ful = fulfill.New(fc, w.gate, cfg)
@@ -125,7 +154,7 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	t.Cleanup(w.gate.open) // runs first: a gated decision must not hold shutdown
 	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == len(tools) })
 
-	w.coder = spacetest.Join(t, ctx, srv, "coder", "coder-token")
+	w.coder = join("coder", "coder-token")
 	w.prop = spacetest.NewProposer(t, w.coder)
 	return w
 }

@@ -23,6 +23,7 @@ type fakeSpace struct {
 	roster map[string]agent.Participant
 	tools  map[string][]ToolInfo
 	sent   chan agent.Envelope
+	silent map[string]bool // never answer tools/list
 }
 
 func newFakeSpace() *fakeSpace {
@@ -71,9 +72,27 @@ func (s *fakeSpace) Participant(id string) (agent.Participant, bool) {
 	return p, ok
 }
 
-func (s *fakeSpace) Request(_ context.Context, to, method string, _ any) (agent.RPCResponse, error) {
+// setPresent adds id to the roster or takes it out, as presence would.
+func (s *fakeSpace) setPresent(id string, present bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if present {
+		s.roster[id] = agent.Participant{ID: id}
+	} else {
+		delete(s.roster, id)
+	}
+}
+
+func (s *fakeSpace) Request(ctx context.Context, to, method string, _ any) (agent.RPCResponse, error) {
 	if method != agent.MethodToolsList {
 		return agent.RPCResponse{}, errors.New("unexpected request " + method)
+	}
+	s.mu.Lock()
+	silent := s.silent[to]
+	s.mu.Unlock()
+	if silent {
+		<-ctx.Done()
+		return agent.RPCResponse{}, ctx.Err()
 	}
 	s.mu.Lock()
 	tools := s.tools[to]

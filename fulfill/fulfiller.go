@@ -36,17 +36,22 @@ type Decider interface {
 
 // Config tunes a Fulfiller. Zero values take the defaults in brackets.
 type Config struct {
-	SpaceID         string        // reported to policies as input.space.id
-	MaxPending      int           // [1000] proposals waiting at once; more are rejected "busy"
-	PendingTTL      time.Duration // [10m] longest a proposal may wait before "timeout"
-	MaxInflight     int           // [64] fulfilment requests outstanding at once; more wait in a queue
-	FulfillTimeout  time.Duration // [30s] wait for the tool owner's mcp/response
-	ApprovalTimeout time.Duration // [5m] a human's deadline when the decision sets none
-	DiscoveryWait   time.Duration // [2s] how long routing waits for a running tools/list
-	DecideWorkers   int           // [GOMAXPROCS] concurrent policy evaluations
-	Escalator       Escalator     // nil: escalations are rejected "policy" (not configured)
-	Observer        Observer      // nil: no events
-	Logger          *slog.Logger  // nil: discard
+	SpaceID        string        // reported to policies as input.space.id
+	MaxPending     int           // [1000] proposals waiting at once; more are rejected "busy"
+	PendingTTL     time.Duration // [10m] longest a proposal may wait before "timeout"
+	MaxInflight    int           // [64] fulfilment requests outstanding at once; more wait in a queue
+	FulfillTimeout time.Duration // [30s] wait for the tool owner's mcp/response
+	// OwnerRejoinGrace [5s] is how long a tool owner that left during a
+	// fulfilment may take to come back before the proposal is rejected
+	// "incapable": a dropped link or a gateway restart is a leave too,
+	// and the owner's answer, sent after its reconnect, still counts.
+	OwnerRejoinGrace time.Duration
+	ApprovalTimeout  time.Duration // [5m] a human's deadline when the decision sets none
+	DiscoveryWait    time.Duration // [2s] how long routing waits for a running tools/list
+	DecideWorkers    int           // [GOMAXPROCS] concurrent policy evaluations
+	Escalator        Escalator     // nil: escalations are rejected "policy" (not configured)
+	Observer         Observer      // nil: no events
+	Logger           *slog.Logger  // nil: discard
 }
 
 func (c *Config) setDefaults() {
@@ -61,6 +66,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FulfillTimeout <= 0 {
 		c.FulfillTimeout = 30 * time.Second
+	}
+	if c.OwnerRejoinGrace <= 0 {
+		c.OwnerRejoinGrace = 5 * time.Second
 	}
 	if c.ApprovalTimeout <= 0 {
 		c.ApprovalTimeout = 5 * time.Minute
@@ -217,6 +225,7 @@ func (f *Fulfiller) handle(env agent.Envelope) {
 			for _, p := range f.space.Roster() {
 				f.catalog.refresh(f.base, p.ID)
 			}
+			f.checkOwners()
 		}
 	case agent.KindPresence:
 		f.onPresence(env)
@@ -537,6 +546,18 @@ func (f *Fulfiller) startLocked(p *proposal) {
 // correlated to the proposal, method and params as proposed (or as edited
 // by an approver and re-checked by the policy).
 func (f *Fulfiller) sendRequest(p *proposal) {
+	if _, here := f.space.Participant(p.target); !here {
+		// The gateway replays nothing: a request sent while the owner is
+		// away (its link dropped, the space restarting) would be lost and
+		// the proposer would wait for the fulfil timeout. Hold it for the
+		// owner's rejoin grace instead; see releaseHeld and ownerGone.
+		f.mu.Lock()
+		p.held = true
+		f.mu.Unlock()
+		f.log.Info("tool owner not in the space; fulfilment request held until it is back", "proposal", p.env.ID, "target", p.target)
+		f.ownerLeft(p)
+		return
+	}
 	payload := agent.RPCRequest{JSONRPC: "2.0", ID: json.RawMessage(strconv.FormatInt(p.rpcID, 10)), Method: p.method, Params: p.finalParams}
 	env := agent.Envelope{
 		ID:            p.requestID,
@@ -547,6 +568,15 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 	}
 	f.emit(p.event(StageFulfilling))
 	if err := f.send(env); err != nil {
+		if errors.Is(err, agent.ErrSessionLost) {
+			// The link died during the write: the request may have reached
+			// the tool owner. Sending it again could run the call twice,
+			// and rejecting now could contradict a request that did go
+			// out; so wait as if sent. Its response, or the fulfil
+			// timeout, ends the proposal.
+			f.log.Warn("fulfilment request may not have been sent; waiting for its response or the fulfil timeout", "proposal", p.env.ID, "target", p.target, "err", err)
+			return
+		}
 		f.log.Error("fulfilment request not sent", "proposal", p.env.ID, "target", p.target, "err", err)
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
 			f.answerReject(p, "other", "the fulfilment request could not be sent")
@@ -584,10 +614,15 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 
 // fulfilTimedOut applies rule 4: cancel at the tool owner, reject "timeout".
 func (f *Fulfiller) fulfilTimedOut(p *proposal) {
+	f.mu.Lock()
+	held := p.held
+	f.mu.Unlock()
 	if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); !ok {
 		return
 	}
-	f.cancelRequest(p, "timeout")
+	if !held { // a held request never went out: nothing to cancel
+		f.cancelRequest(p, "timeout")
+	}
 	f.answerReject(p, "timeout", fmt.Sprintf("%s did not answer within %s", p.target, f.cfg.FulfillTimeout))
 }
 
@@ -689,6 +724,7 @@ func (f *Fulfiller) onPresence(env agent.Envelope) {
 	switch pr.Event {
 	case "join":
 		f.catalog.refresh(f.base, pr.Participant.ID)
+		f.releaseHeld(pr.Participant.ID)
 	case "leave":
 		f.catalog.drop(pr.Participant.ID)
 		f.mu.Lock()
@@ -700,10 +736,92 @@ func (f *Fulfiller) onPresence(env agent.Envelope) {
 		}
 		f.mu.Unlock()
 		for _, p := range orphans {
-			if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
-				f.answerReject(p, "incapable", fmt.Sprintf("%s left the space before answering", p.target))
-			}
+			f.ownerLeft(p)
 		}
+	}
+}
+
+// checkOwners runs after our own reconnect: a tool owner that left while
+// our link was down sent its leave to nobody we could hear, so each
+// fulfilment whose owner is not in the new roster gets the same grace as
+// after a leave.
+func (f *Fulfiller) checkOwners() {
+	f.mu.Lock()
+	var fulfilling []*proposal
+	for _, p := range f.byRequest {
+		fulfilling = append(fulfilling, p)
+	}
+	f.mu.Unlock()
+	for _, p := range fulfilling {
+		if _, here := f.space.Participant(p.target); !here {
+			f.ownerLeft(p)
+		} else {
+			f.releaseHeld(p.target)
+		}
+	}
+}
+
+// releaseHeld sends the fulfilment requests held for owner, which is back.
+// Whoever clears p.held sends it, so a request goes out once.
+func (f *Fulfiller) releaseHeld(owner string) {
+	f.mu.Lock()
+	var ready []*proposal
+	for _, p := range f.byRequest {
+		if p.held && p.target == owner && p.State() == StateFulfilling {
+			p.held = false
+			if p.goneTimer != nil {
+				p.goneTimer.Stop()
+				p.goneTimer = nil
+			}
+			ready = append(ready, p)
+		}
+	}
+	f.mu.Unlock()
+	for _, p := range ready {
+		f.sendRequest(p)
+	}
+}
+
+// ownerLeft starts p's rejoin grace: its tool owner left while p was being
+// fulfilled.
+func (f *Fulfiller) ownerLeft(p *proposal) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.State() != StateFulfilling || p.goneTimer != nil || f.closing {
+		return
+	}
+	f.log.Info("tool owner left during a fulfilment; waiting for it to come back", "proposal", p.env.ID, "target", p.target, "grace", f.cfg.OwnerRejoinGrace)
+	p.goneTimer = time.AfterFunc(f.cfg.OwnerRejoinGrace, func() { f.ownerGone(p) })
+}
+
+// ownerGone ends p's rejoin grace. An owner that is back keeps p: a held
+// request goes out now, a sent one waits for its response or the fulfil
+// timeout. An owner still away will not answer, so p is rejected
+// "incapable". Taking p.held here decides, with releaseHeld, who alone may
+// send a held request.
+func (f *Fulfiller) ownerGone(p *proposal) {
+	f.mu.Lock()
+	p.goneTimer = nil
+	closing, held := f.closing, p.held
+	p.held = false
+	f.mu.Unlock()
+	if closing {
+		return
+	}
+	if _, here := f.space.Participant(p.target); here {
+		if held {
+			f.sendRequest(p)
+			return
+		}
+		f.log.Info("tool owner is back; still waiting for its response", "proposal", p.env.ID, "target", p.target)
+		return
+	}
+	msg := fmt.Sprintf("%s left the space before answering", p.target)
+	if held {
+		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", p.target, f.cfg.OwnerRejoinGrace)
+	}
+	if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+		f.answerReject(p, "incapable", msg)
 	}
 }
 
@@ -741,11 +859,30 @@ func (f *Fulfiller) shutdown() {
 	for _, p := range f.store.all() {
 		f.reject(p, "other", "fulfiller is shutting down; propose again later")
 	}
+	// A request held for an absent owner never went out: that proposal
+	// still needs its answer.
+	f.mu.Lock()
+	var held []*proposal
+	for _, p := range f.byRequest {
+		if p.held {
+			p.held = false
+			held = append(held, p)
+		}
+	}
+	f.mu.Unlock()
+	for _, p := range held {
+		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+			f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
+		}
+	}
 	// In-flight fulfilments were answered (the request is out); stop
 	// tracking them so no timer fires after Run returns.
 	f.mu.Lock()
 	for id, p := range f.byRequest {
 		p.fulfilTimer.Stop()
+		if p.goneTimer != nil {
+			p.goneTimer.Stop()
+		}
 		delete(f.byRequest, id)
 	}
 	f.mu.Unlock()
@@ -818,6 +955,10 @@ func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) 
 	var next []*proposal
 	if prev == StateFulfilling {
 		p.fulfilTimer.Stop()
+		if p.goneTimer != nil {
+			p.goneTimer.Stop()
+			p.goneTimer = nil
+		}
 		delete(f.byRequest, p.requestID)
 		f.inflight--
 		next = f.dequeueLocked()

@@ -346,11 +346,26 @@ func TestResponseFromWrongParticipantIgnored(t *testing.T) {
 }
 
 func TestToolOwnerLeavesMidFulfilment(t *testing.T) {
-	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h := newHarness(t, Config{OwnerRejoinGrace: 10 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	h.space.next(t)
+	h.space.setPresent("calculator", false)
 	h.deliver(agent.Envelope{ID: "pr", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"leave","participant":{"id":"calculator"}}`)})
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
+}
+
+// A tool owner that leaves and is back within the grace (a dropped link,
+// a gateway restart) keeps the fulfilment: its response still counts.
+func TestToolOwnerBackWithinGraceKeepsFulfilment(t *testing.T) {
+	h := newHarness(t, Config{OwnerRejoinGrace: 10 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	req := h.space.next(t)
+	// Still in the roster when the grace ends: it came back.
+	h.deliver(agent.Envelope{ID: "pr", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"leave","participant":{"id":"calculator"}}`)})
+	h.space.quiet(t, 100*time.Millisecond)
+	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	waitFor(t, func() bool { _, ok := h.f.Get("p1"); return !ok })
+	h.space.quiet(t, 20*time.Millisecond)
 }
 
 func TestOperatorCancel(t *testing.T) {
@@ -370,4 +385,44 @@ func TestOperatorCancel(t *testing.T) {
 	if err := h.f.Cancel("p1", ""); err == nil {
 		t.Error("second cancel succeeded")
 	}
+}
+
+// queuedBehindOwnerLeaving leaves p1 queued behind p0 (one fulfilment at
+// a time), then takes the tool owner out of the roster and answers p0, so
+// that p1's request is due while its owner is away.
+func queuedBehindOwnerLeaving(t *testing.T, h *harness) {
+	t.Helper()
+	h.deliver(proposalEnv("p0", "coder", addCall))
+	first := h.space.next(t)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	waitFor(t, func() bool { s, ok := h.f.Get("p1"); return ok && s.State == "queued" })
+	h.space.setPresent("calculator", false)
+	h.deliver(agent.Envelope{ID: "r0", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{first.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+}
+
+// A fulfilment whose tool owner is away (its link dropped) is held, not
+// sent into the void: it goes out once when the owner is back.
+func TestRequestHeldUntilOwnerIsBack(t *testing.T) {
+	h := newHarness(t, Config{MaxInflight: 1, OwnerRejoinGrace: time.Minute}, &fakeDecider{decisions: fulfilAdd})
+	queuedBehindOwnerLeaving(t, h)
+	waitFor(t, func() bool { s, ok := h.f.Get("p1"); return ok && s.State == "fulfilling" })
+	h.space.quiet(t, 50*time.Millisecond)
+	h.space.setPresent("calculator", true)
+	h.deliver(agent.Envelope{ID: "pj", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"join","participant":{"id":"calculator"}}`)})
+	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
+	h.deliver(agent.Envelope{ID: "pj2", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"join","participant":{"id":"calculator"}}`)})
+	h.space.quiet(t, 50*time.Millisecond) // sent once, however often it joins
+}
+
+// An owner that does not come back within the grace: the held request
+// never goes out, and the proposal is rejected "incapable".
+func TestHeldRequestOwnerNeverBack(t *testing.T) {
+	h := newHarness(t, Config{MaxInflight: 1, OwnerRejoinGrace: 20 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
+	queuedBehindOwnerLeaving(t, h)
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
+	chat := h.space.next(t)
+	if !jsonEqual(chat.Payload, `{"text":"calculator was not in the space to carry the call out, and did not come back within 20ms","format":"plain"}`) {
+		t.Errorf("chat %s", chat.Payload)
+	}
+	h.space.quiet(t, 50*time.Millisecond)
 }

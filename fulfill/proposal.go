@@ -70,6 +70,8 @@ type proposal struct {
 	rpcID        int64
 	requestSent  time.Time
 	fulfilTimer  *time.Timer
+	goneTimer    *time.Timer // the tool owner left: its rejoin grace (under Fulfiller.mu)
+	held         bool        // the request waits for the owner to come back (under Fulfiller.mu)
 	approvedBy   []string
 	finalParams  json.RawMessage // params as fulfilled (edited by a human, or as proposed)
 	finishReason string

@@ -127,7 +127,10 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 	}
 
 	ctx := cmd.Context()
-	client, err := agent.Dial(ctx, agent.Config{URL: fl.gateway, Space: fl.space, Token: fl.token, ID: fl.id, JoinTimeout: fl.joinTimeout, Logger: log})
+	// Subscribed from the join on: the fulfiller re-sends open prompts the
+	// moment we appear, and one read before a later Subscribe would be lost.
+	client, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: fl.gateway, Space: fl.space, Token: fl.token, ID: fl.id, JoinTimeout: fl.joinTimeout, Logger: log},
+		agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil
@@ -135,7 +138,7 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 		return fmt.Errorf("join %s as %s: %w", fl.gateway, fl.id, err)
 	}
 	defer client.Close()
-	sub := client.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	sub := subs[0]
 	defer sub.Close()
 
 	signing := "answers are not signed (no --key)"

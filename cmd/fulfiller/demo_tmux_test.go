@@ -3,8 +3,10 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,10 @@ func TestDemoInteractiveInTmux(t *testing.T) {
 		t.Skip("tmux is not installed (apt-get install -y tmux); TestApproveOnPTY covers the card on a pty")
 	}
 	bin := fulfillerBinary(t)
-	socket := "fulfiller-test-" + filepath.Base(t.TempDir())
+	// Unique per test process: TempDir's base name ("001") is the same in
+	// every concurrent `go test`, and a shared tmux server fails the second
+	// run with "duplicate session".
+	socket := "fulfiller-test-" + strconv.Itoa(os.Getpid()) + "-" + filepath.Base(t.TempDir())
 	run := func(args ...string) string {
 		out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
 		if err != nil {

@@ -180,7 +180,7 @@ func Run(ctx context.Context, opts Options) error {
 		elObs = func(e elicit.Event) { n.ObserveApproval(e); opts.ApprovalObserver(e) }
 	}
 	el := elicit.New(fc, elicit.Config{Logger: opts.Logger, Observer: elObs})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}})
+	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	elDone := make(chan struct{})
 	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
 	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Observer: obs, Logger: opts.Logger, Escalator: el})

@@ -27,8 +27,9 @@ type conn struct {
 
 	// Session state, guarded by Server.mu. id is the id of the latest join
 	// on this socket; sp is nil until the first join.
-	id string
-	sp *space
+	id   string
+	sp   *space
+	left bool // its leave was announced
 }
 
 func (c *conn) open() bool {
@@ -112,6 +113,18 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		timeout: s.cfg.SlowClientTimeout,
 	}
 	ws.SetReadLimit(maxFrame)
+	ws.SetCloseHandler(func(code int, _ string) error {
+		if s.stalled() {
+			return nil // a hung gateway answers nothing
+		}
+		// As gorilla's default handler: echo the close code.
+		msg := []byte{}
+		if code != websocket.CloseNoStatusReceived {
+			msg = websocket.FormatCloseMessage(code, "")
+		}
+		_ = ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+		return nil
+	})
 	ws.SetPingHandler(func(data string) error {
 		if s.stalled() {
 			return nil // a hung gateway answers nothing
@@ -137,7 +150,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		c.writeLoop()
 	}()
 
-	s.readLoop(c)
+	t := s.readLoop(c)
 
 	c.kill()
 	<-writerDone
@@ -145,24 +158,27 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	delete(s.conns, c)
 	s.leaveLocked(c)
 	s.mu.Unlock()
+	s.done(t) // the leave took its turn among frames read during a stall
 }
 
 // readLoop handles the socket's frames in order until it fails or closes.
-func (s *Server) readLoop(c *conn) {
+// A stalled space keeps reading (so it knows the order frames arrived in)
+// but handles nothing until the stall ends; see enter. When the socket
+// closed while the space was stalled, readLoop returns the turn that the
+// leave must take.
+func (s *Server) readLoop(c *conn) *turn {
 	for {
-		if !s.waitRunning(c.done) {
-			return
-		}
 		_, data, err := c.ws.ReadMessage()
+		t, ok := s.enter(c.done)
+		if !ok {
+			return nil
+		}
 		if err != nil {
 			s.log.Debug("space: socket finished", "id", c.idForLog(), "err", err)
-			return
-		}
-		// A frame read just as the stall began waits for its end.
-		if !s.waitRunning(c.done) {
-			return
+			return t
 		}
 		s.handleFrame(c, data)
+		s.done(t)
 	}
 }
 

@@ -209,9 +209,10 @@ func (s *Server) join(c *conn, fs fields, now time.Time) {
 // so even when the session was already gone, and ids from earlier joins on
 // the same socket stay behind as ghosts.
 func (s *Server) leaveLocked(c *conn) {
-	if c.sp == nil {
+	if c.sp == nil || c.left {
 		return
 	}
+	c.left = true // once per socket: DropAll may have done it already
 	c.sp.remove(c.id)
 	s.broadcastLocked(c.sp, websocket.TextMessage, presenceMsg(time.Now(), "leave", participantInfo{ID: c.id}), "")
 	s.log.Debug("space: left", "id", c.id, "space", c.sp.id)

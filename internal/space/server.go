@@ -77,6 +77,9 @@ type Server struct {
 
 	stallMu sync.Mutex
 	resume  chan struct{} // non-nil while stalled; closed to resume
+	// turns holds the frames (and socket closes) read while stalled, in
+	// the order they arrived, each waiting for its turn; see enter.
+	turns []*turn
 
 	wg sync.WaitGroup // the HTTP server and every request and socket goroutine
 }
@@ -182,13 +185,40 @@ func (s *Server) Close() error {
 // DropAll closes every client socket abruptly, with no close frame, as when
 // the gateway process dies (clients see 1006). The space keeps listening, so
 // clients can reconnect and join again.
+//
+// Every session ends before DropAll returns, as it would with the process:
+// were the leaves left to each socket's reader, a client that reconnects at
+// once could join before its old socket's leave, which would then end the
+// new session too (the duplicate-session rule in the package doc).
 func (s *Server) DropAll() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	conns := s.snapshotConnsLocked()
-	s.mu.Unlock()
 	for _, c := range conns {
 		c.kill()
 	}
+	for _, c := range conns {
+		s.leaveLocked(c)
+	}
+}
+
+// Drop closes the sockets of one participant abruptly, as when its own
+// link dies, and ends its session at once (presence leave); everyone else
+// stays. It reports how many sockets it closed.
+func (s *Server) Drop(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var conns []*conn
+	for c := range s.conns {
+		if c.id == id {
+			conns = append(conns, c)
+		}
+	}
+	for _, c := range conns {
+		c.kill()
+		s.leaveLocked(c)
+	}
+	return len(conns)
 }
 
 func (s *Server) snapshotConnsLocked() []*conn {
@@ -201,9 +231,15 @@ func (s *Server) snapshotConnsLocked() []*conn {
 
 // SetStalled makes the space behave like a hung gateway (true) or a healthy
 // one again (false): while stalled it handles no frame from any socket and
-// answers no pings, so clients' keepalive logic can be tested. Frames that
-// arrive meanwhile are handled after the stall ends; a ping is then answered
-// late, or not at all when it arrived while a read was already under way.
+// answers no pings, so clients' keepalive logic can be tested. Frames and
+// socket closes that arrive meanwhile are handled after the stall ends,
+// one at a time in the order they arrived, as the single-threaded reference
+// would; pings that arrived meanwhile are never answered.
+//
+// The order matters to reconnecting clients: a client that gave up on the
+// hung space closes its old socket and joins on a new one, and handling the
+// new join before the old close would end the new session too (the
+// reference's duplicate-session behaviour, see the package doc).
 func (s *Server) SetStalled(stalled bool) {
 	s.stallMu.Lock()
 	defer s.stallMu.Unlock()
@@ -213,6 +249,9 @@ func (s *Server) SetStalled(stalled bool) {
 	case !stalled && s.resume != nil:
 		close(s.resume)
 		s.resume = nil
+		if len(s.turns) > 0 {
+			s.turns[0].grant()
+		}
 	}
 }
 
@@ -222,20 +261,61 @@ func (s *Server) stalled() bool {
 	return s.resume != nil
 }
 
-// waitRunning blocks while the space is stalled. It reports false when done
-// is closed first.
-func (s *Server) waitRunning(done <-chan struct{}) bool {
-	s.stallMu.Lock()
-	resume := s.resume
-	s.stallMu.Unlock()
-	if resume == nil {
-		return true
+// turn is one frame (or socket close) read while the space was stalled or
+// while earlier ones were still waiting.
+type turn struct {
+	ch      chan struct{} // closed when it is this frame's turn
+	granted bool
+}
+
+func (t *turn) grant() {
+	if !t.granted {
+		t.granted = true
+		close(t.ch)
 	}
+}
+
+// enter is called after each read: it returns at once when the space runs
+// and nothing read earlier is waiting (t is nil then); otherwise the frame
+// queues behind everything read before it and enter blocks until the stall
+// is over and its turn has come. The caller handles the frame and then
+// calls done(t). ok is false, with the turn given up, when the socket is
+// dropped (done closes) first.
+func (s *Server) enter(done <-chan struct{}) (t *turn, ok bool) {
+	s.stallMu.Lock()
+	if s.resume == nil && len(s.turns) == 0 {
+		s.stallMu.Unlock()
+		return nil, true
+	}
+	t = &turn{ch: make(chan struct{})}
+	s.turns = append(s.turns, t)
+	if s.resume == nil && s.turns[0] == t {
+		t.grant()
+	}
+	s.stallMu.Unlock()
 	select {
-	case <-resume:
-		return true
+	case <-t.ch:
+		return t, true
 	case <-done:
-		return false
+		s.done(t)
+		return nil, false
+	}
+}
+
+// done ends (or gives up) a turn and lets the next frame go.
+func (s *Server) done(t *turn) {
+	if t == nil {
+		return
+	}
+	s.stallMu.Lock()
+	defer s.stallMu.Unlock()
+	i := slices.Index(s.turns, t)
+	if i < 0 {
+		return
+	}
+	s.turns = slices.Delete(s.turns, i, i+1)
+	if i == 0 && s.resume == nil && len(s.turns) > 0 {
+		s.turns[0].grant()
 	}
 }
 

@@ -495,3 +495,53 @@ func TestCloseStopsEverything(t *testing.T) {
 	b.close()
 	goleak.VerifyNone(t)
 }
+
+// A client that gives up on a hung space closes its old socket and joins
+// on a new one. After the stall the space must handle the close before the
+// join, in arrival order like the single-threaded reference: the other way
+// round, the old socket's leave would end the new session too.
+func TestStallHandlesFramesInArrivalOrder(t *testing.T) {
+	s := newLab(t)
+	obs := dial(t, s, "observer", nil)
+	obs.join("observer", "")
+	old := dial(t, s, "x-old", nil)
+	old.join("x", "")
+	if env := obs.readEnvelope(); env.Kind != agent.KindPresence {
+		t.Fatalf("observer got %+v", env)
+	}
+	queued := func(n int) func() bool {
+		return func() bool { s.stallMu.Lock(); defer s.stallMu.Unlock(); return len(s.turns) == n }
+	}
+
+	s.SetStalled(true)
+	old.close()
+	waitUntil(t, "the old socket's close to be read", queued(1))
+	fresh := dial(t, s, "x-new", nil)
+	fresh.send(`{"type":"join","participantId":"x","space":"fulfiller-lab"}`)
+	waitUntil(t, "the new join to be read", queued(2))
+	s.SetStalled(false)
+
+	if env := fresh.readEnvelope(); env.Kind != agent.KindWelcome {
+		t.Fatalf("new socket got %+v, want its welcome", env)
+	}
+	for _, want := range []string{`"event":"leave"`, `"event":"join"`} {
+		if env := obs.readEnvelope(); env.Kind != agent.KindPresence || !strings.Contains(string(env.Payload), want) {
+			t.Fatalf("observer got %s %s, want presence %s", env.Kind, env.Payload, want)
+		}
+	}
+	obs.send(`{"id":"after","kind":"chat","payload":{"text":"still there?"}}`)
+	if env := fresh.readEnvelope(); env.ID != "after" {
+		t.Fatalf("new session got %+v, want the chat: it was ended by the old socket's leave", env)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -8,6 +8,7 @@ package spacetest
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -108,6 +109,44 @@ func Join(t testing.TB, ctx context.Context, srv *space.Server, id, token string
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// JoinWith connects a participant with cfg (its URL is set to srv's), for
+// tests that need their own keepalive or reconnect settings; it leaves
+// when the test ends.
+func JoinWith(t testing.TB, ctx context.Context, srv *space.Server, cfg agent.Config) *agent.Client {
+	t.Helper()
+	cfg.URL = srv.URL()
+	c, err := agent.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("join %s: %v", cfg.ID, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Resilient sets what fault tests need of a participant: it reconnects
+// within a few tens of milliseconds after the space drops it. Keepalive is
+// left alone (a loaded machine must not be mistaken for a hung gateway);
+// tests of a stalled gateway shorten it themselves.
+func Resilient(c *agent.Config) {
+	c.BackoffMin, c.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
+}
+
+// Reconnected waits until every client has a new session after a drop
+// (at least one reconnect since it joined, and connected now) and srv
+// lists every one of them again.
+func Reconnected(t testing.TB, srv *space.Server, clients ...*agent.Client) {
+	t.Helper()
+	WaitUntil(t, "everyone to reconnect", func() bool {
+		here := srv.Participants()
+		for _, c := range clients {
+			if c.Stats().Reconnects == 0 || !c.Connected() || !slices.Contains(here, c.ID()) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // ServeTools makes c a tool owner serving tools until the test ends.
