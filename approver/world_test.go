@@ -72,7 +72,9 @@ func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
 	dir := t.TempDir()
 	_ = os.WriteFile(filepath.Join(dir, "p.rego"), []byte(policy), 0o644)
 	_ = os.WriteFile(filepath.Join(dir, "d.json"), []byte(`{"escalation":`+escalation+`}`), 0o644)
-	engine, err := policies.Load(ctx, policies.Options{Policies: []string{filepath.Join(dir, "p.rego")}, Data: []string{filepath.Join(dir, "d.json")}, Logger: slog.New(slog.DiscardHandler)})
+	// A minute, not the 100 ms default: these tests assert decisions, and
+	// under -race on a loaded machine a slow evaluation would fail closed.
+	engine, err := policies.Load(ctx, policies.Options{Timeout: time.Minute, Policies: []string{filepath.Join(dir, "p.rego")}, Data: []string{filepath.Join(dir, "d.json")}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

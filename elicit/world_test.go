@@ -165,7 +165,9 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	if err := os.WriteFile(dataFile, []byte(`{"escalation":`+opts.escalation+`}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	engine, err := policies.Load(ctx, policies.Options{Policies: []string{filepath.Join(dir, "policy.rego")}, Data: []string{dataFile}, Logger: slog.New(slog.DiscardHandler)})
+	// A minute, not the 100 ms default: these tests assert decisions, and
+	// under -race on a loaded machine a slow evaluation would fail closed.
+	engine, err := policies.Load(ctx, policies.Options{Timeout: time.Minute, Policies: []string{filepath.Join(dir, "policy.rego")}, Data: []string{dataFile}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

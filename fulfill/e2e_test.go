@@ -135,7 +135,9 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2ePolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	engine, err := policies.Load(ctx, policies.Options{Policies: []string{dir}})
+	// A minute, not the 100 ms default: these tests assert decisions, and
+	// under -race on a loaded machine a slow evaluation would fail closed.
+	engine, err := policies.Load(ctx, policies.Options{Timeout: time.Minute, Policies: []string{dir}})
 	if err != nil {
 		t.Fatal(err)
 	}

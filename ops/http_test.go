@@ -83,7 +83,9 @@ func TestOperatorCancelsPendingEscalation(t *testing.T) {
 	if err := os.WriteFile(policy, []byte("package fulfiller\n\ndecision := {\"action\": \"escalate\", \"message\": \"a human decides\"}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	engine, err := policies.Load(ctx, policies.Options{Policies: []string{policy}})
+	// A minute, not the 100 ms default: these tests assert decisions, and
+	// under -race on a loaded machine a slow evaluation would fail closed.
+	engine, err := policies.Load(ctx, policies.Options{Timeout: time.Minute, Policies: []string{policy}})
 	if err != nil {
 		t.Fatal(err)
 	}

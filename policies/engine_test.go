@@ -281,7 +281,7 @@ decision := {
 		"dir/nested/deeper/data.json": `{"w": "deep"}`,
 		"dir/ignored.txt":             "not data",
 	})
-	e, err := Load(t.Context(), Options{
+	e, err := Load(t.Context(), Options{Timeout: evalTimeout,
 		Policies: []string{filepath.Join(dir, "policy")},
 		Data:     []string{filepath.Join(dir, "a.json"), filepath.Join(dir, "b.yaml"), filepath.Join(dir, "dir")},
 		Logger:   quietLogger(),
@@ -362,7 +362,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 
 	// The broken _test.rego in good/ is not loaded for evaluation.
-	if _, err := Load(t.Context(), Options{Policies: []string{p("good")}, Logger: quietLogger()}); err != nil {
+	if _, err := Load(t.Context(), Options{Timeout: evalTimeout, Policies: []string{p("good")}, Logger: quietLogger()}); err != nil {
 		t.Errorf("good/ with a broken _test.rego: %v", err)
 	}
 }
@@ -373,7 +373,7 @@ func TestRevision(t *testing.T) {
 	b := writeTree(t, map[string]string{"other/name.rego": policy, "d.json": `{"x": 1}`})
 	load := func(policies string, data ...string) string {
 		t.Helper()
-		e, err := Load(t.Context(), Options{Policies: []string{policies}, Data: data, Logger: quietLogger()})
+		e, err := Load(t.Context(), Options{Timeout: evalTimeout, Policies: []string{policies}, Data: data, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -460,7 +460,7 @@ func TestPrintGoesToDebugLog(t *testing.T) {
 	dir := writeTree(t, map[string]string{"p.rego": `package fulfiller
 
 decision := {"action": "fulfill"} if print("hello from", input.method)`})
-	e, err := Load(t.Context(), Options{Policies: []string{dir}, Logger: textLogger(&logs)})
+	e, err := Load(t.Context(), Options{Timeout: evalTimeout, Policies: []string{dir}, Logger: textLogger(&logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +472,7 @@ decision := {"action": "fulfill"} if print("hello from", input.method)`})
 
 func TestDecideConcurrentWithReload(t *testing.T) {
 	dir := writeTree(t, map[string]string{"p.rego": "package fulfiller\n\ndecision := {\"action\": \"fulfill\", \"message\": \"v0\"}\n"})
-	e, err := Load(t.Context(), Options{Policies: []string{dir}, Logger: quietLogger()})
+	e, err := Load(t.Context(), Options{Timeout: evalTimeout, Policies: []string{dir}, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func TestDecideConcurrentWithReload(t *testing.T) {
 func TestReloadKeepsLastGood(t *testing.T) {
 	var logs logBuffer
 	dir := writeTree(t, map[string]string{"p.rego": "package fulfiller\n\ndecision := {\"action\": \"fulfill\"}\n"})
-	e, err := Load(t.Context(), Options{Policies: []string{dir}, Logger: textLogger(&logs)})
+	e, err := Load(t.Context(), Options{Timeout: evalTimeout, Policies: []string{dir}, Logger: textLogger(&logs)})
 	if err != nil {
 		t.Fatal(err)
 	}

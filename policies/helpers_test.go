@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // writeTree writes files (relative path → content) under a new temporary
@@ -31,11 +32,17 @@ func writeFile(t testing.TB, path, content string) {
 	}
 }
 
+// evalTimeout replaces the 100 ms production evaluation timeout in tests
+// that assert what a policy decides: under -race on a loaded CI machine an
+// evaluation can take longer, and failing closed there would be a flake,
+// not a finding. The timeout itself is tested with its own, small values.
+const evalTimeout = time.Minute
+
 // loadInline loads one policy given as source.
 func loadInline(t testing.TB, src string) *Engine {
 	t.Helper()
 	dir := writeTree(t, map[string]string{"policy.rego": src})
-	e, err := Load(t.Context(), Options{Policies: []string{dir}, Logger: quietLogger()})
+	e, err := Load(t.Context(), Options{Timeout: evalTimeout, Policies: []string{dir}, Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -77,6 +84,7 @@ func loadExamples(t testing.TB) *Engine {
 	t.Helper()
 	opts := examples
 	opts.Logger = quietLogger()
+	opts.Timeout = evalTimeout
 	e, err := Load(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("Load examples: %v", err)

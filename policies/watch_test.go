@@ -48,7 +48,7 @@ func TestWatchReloadsDirectory(t *testing.T) {
 		"sub/.keep":      "",
 		"data/data.json": `{"limit": 1}`,
 	})
-	e, err := Load(t.Context(), Options{
+	e, err := Load(t.Context(), Options{Timeout: evalTimeout,
 		Policies: []string{dir},
 		Data:     []string{filepath.Join(dir, "data")},
 		Logger:   textLogger(&logs),
@@ -125,7 +125,7 @@ func TestWatchReloadsDirectory(t *testing.T) {
 
 func TestWatchNamedFile(t *testing.T) {
 	dir := writeTree(t, map[string]string{"p.rego": policyWithMessage("v1"), "other.rego": "not rego"})
-	e, err := Load(t.Context(), Options{Policies: []string{filepath.Join(dir, "p.rego")}, Logger: quietLogger()})
+	e, err := Load(t.Context(), Options{Timeout: evalTimeout, Policies: []string{filepath.Join(dir, "p.rego")}, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
