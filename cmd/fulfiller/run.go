@@ -25,6 +25,7 @@ type runFlags struct {
 	maxPending, maxInflight   int
 	pendingTTL                time.Duration
 	fulfillTimeout            time.Duration
+	ownerRejoinGrace          time.Duration
 	approvalTimeout           time.Duration
 	policyTimeout             time.Duration
 	joinTimeout               time.Duration
@@ -61,6 +62,7 @@ SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
 	f.DurationVar(&fl.pendingTTL, "pending-ttl", 10*time.Minute, "longest a proposal may wait before it is rejected timeout")
 	f.IntVar(&fl.maxInflight, "max-inflight", 64, "fulfilment requests outstanding at once; more wait in the queue")
 	f.DurationVar(&fl.fulfillTimeout, "fulfill-timeout", 30*time.Second, "wait for the tool owner's answer before cancelling and rejecting timeout")
+	f.DurationVar(&fl.ownerRejoinGrace, "owner-rejoin-grace", 5*time.Second, "how long a tool owner that left mid-fulfilment may take to come back (a dropped link looks like a leave) before the proposal is rejected incapable")
 	f.DurationVar(&fl.approvalTimeout, "approval-timeout", 5*time.Minute, "a human's deadline when the policy sets none")
 	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated participant ids)")
 	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" lines: those approvers' answers count only when signed")
@@ -90,7 +92,7 @@ func (fl *runFlags) validate() error {
 			return usageErrorf("%s %d: must be at least 1", name, v)
 		}
 	}
-	for name, v := range map[string]time.Duration{"--pending-ttl": fl.pendingTTL, "--fulfill-timeout": fl.fulfillTimeout,
+	for name, v := range map[string]time.Duration{"--pending-ttl": fl.pendingTTL, "--fulfill-timeout": fl.fulfillTimeout, "--owner-rejoin-grace": fl.ownerRejoinGrace,
 		"--approval-timeout": fl.approvalTimeout, "--policy-timeout": fl.policyTimeout, "--join-timeout": fl.joinTimeout} {
 		if v <= 0 {
 			return usageErrorf("%s %s: must be positive", name, v)
@@ -170,15 +172,16 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		answers.Close()
 	}()
 	ful := fulfill.New(client, engine, fulfill.Config{
-		SpaceID:         fl.space,
-		MaxPending:      fl.maxPending,
-		PendingTTL:      fl.pendingTTL,
-		MaxInflight:     fl.maxInflight,
-		FulfillTimeout:  fl.fulfillTimeout,
-		ApprovalTimeout: fl.approvalTimeout,
-		Escalator:       elicitor,
-		Observer:        opsRT.observer(),
-		Logger:          log,
+		SpaceID:          fl.space,
+		MaxPending:       fl.maxPending,
+		PendingTTL:       fl.pendingTTL,
+		MaxInflight:      fl.maxInflight,
+		FulfillTimeout:   fl.fulfillTimeout,
+		OwnerRejoinGrace: fl.ownerRejoinGrace,
+		ApprovalTimeout:  fl.approvalTimeout,
+		Escalator:        elicitor,
+		Observer:         opsRT.observer(),
+		Logger:           log,
 	})
 	opsRT.running(client, engine, ful)
 
