@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/mewkit/fulfiller/agent"
 )
 
@@ -108,7 +110,7 @@ func (e errWithdrawn) Error() string { return "withdrawn: " + e.reason }
 // quits or Limit answers were sent.
 func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	var queue []*Card
-	seen := map[string][32]byte{} // elicitation envelope id → hash of its payload
+	seen := newSeenPrompts(seenLimit)
 	mem := &memory{max: c.opts.Remember, now: c.opts.Now}
 	var cur *asking
 	answered := 0
@@ -218,7 +220,7 @@ func (c *Client) ask(ctx context.Context, card *Card) *asking {
 // receive reads one request: a new card, a cancellation (the request id it
 // cancels and why), or nothing for us. tools/list is answered with no
 // tools, so that the fulfiller's discovery does not wait on a human.
-func (c *Client) receive(ctx context.Context, env agent.Envelope, seen map[string][32]byte, mem *memory) (card *Card, cancelled, reason string) {
+func (c *Client) receive(ctx context.Context, env agent.Envelope, seen *lru.Cache[string, [32]byte], mem *memory) (card *Card, cancelled, reason string) {
 	if env.Kind != agent.KindRequest || !slices.Contains(env.To, c.conn.ID()) {
 		return nil, "", ""
 	}
@@ -248,7 +250,7 @@ func (c *Client) receive(ctx context.Context, env agent.Envelope, seen map[strin
 		return nil, env.CorrelationID.First(), p.Reason
 	}
 	sum := sha256.Sum256(env.Payload)
-	if first, ok := seen[env.ID]; ok {
+	if first, ok := seen.Get(env.ID); ok {
 		// Only the first request with an id is shown. The fulfiller asks
 		// the same question again, byte for byte, after a reconnect,
 		// because our answer may have been lost (the gateway replays
@@ -266,13 +268,31 @@ func (c *Client) receive(ctx context.Context, env agent.Envelope, seen map[strin
 		}
 		return nil, "", ""
 	}
-	seen[env.ID] = sum
+	seen.Add(env.ID, sum)
 	card, err := ParseCard(env)
 	if err != nil {
 		c.log.Warn("elicitation not understood; ignored", "request", env.ID, "err", err)
 		return nil, "", ""
 	}
 	return card, "", ""
+}
+
+// seenLimit bounds the prompts Run remembers having shown. The gateway
+// does not authenticate `from`, so anyone in the space can send prompts
+// that claim to come from the fulfiller; an unbounded record would let
+// them grow an approver's client without end. A prompt old enough to be
+// forgotten is long past any deadline a fulfiller would still re-ask it
+// under.
+const seenLimit = 4096
+
+// newSeenPrompts makes the record of shown prompts: elicitation envelope
+// id → SHA-256 of its payload, least recently seen forgotten first.
+func newSeenPrompts(size int) *lru.Cache[string, [32]byte] {
+	c, err := lru.New[string, [32]byte](size)
+	if err != nil {
+		panic(err) // only for size <= 0, which callers never pass
+	}
+	return c
 }
 
 // respond sends the answer to card and remembers it, sent or not: if it is

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -231,5 +232,32 @@ func TestRecordedAnswerReplayedOnlyForTheSameQuestion(t *testing.T) {
 	spacetest.WaitUntil(t, "b's answer again", func() bool { return conn.sentCount() == 4 })
 	if got := conn.last().CorrelationID.First(); got != "el-b" {
 		t.Fatalf("fourth answer is to %s, want el-b", got)
+	}
+}
+
+// The record of shown prompts is bounded: the gateway does not
+// authenticate `from`, so anyone can send prompts that claim to come from
+// the fulfiller. After SeenLimit newer prompts, the oldest one is
+// forgotten: sent again it is a new question (shown and answered), where
+// an unbounded record would still ignore it.
+func TestSeenPromptsAreBounded(t *testing.T) {
+	conn := &recordingConn{}
+	c := approver.New(conn, &approver.Auto{Approve: true}, approver.Options{Remember: 1})
+	in := make(chan agent.Envelope)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx, in) }()
+	defer func() { cancel(); <-done }()
+
+	oldest := promptEnv("el-0", "/0")
+	in <- oldest
+	for i := 1; i <= approver.SeenLimit; i++ {
+		in <- promptEnv(fmt.Sprintf("el-%d", i), "/x")
+	}
+	spacetest.WaitUntil(t, "an answer to every prompt", func() bool { return conn.sentCount() == approver.SeenLimit+1 })
+	in <- oldest
+	spacetest.WaitUntil(t, "the forgotten prompt answered as new", func() bool { return conn.sentCount() == approver.SeenLimit+2 })
+	if got := conn.last().CorrelationID.First(); got != "el-0" {
+		t.Fatalf("last answer is to %s, want el-0", got)
 	}
 }

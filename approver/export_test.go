@@ -1,0 +1,4 @@
+package approver
+
+// SeenLimit exposes seenLimit to the external tests.
+const SeenLimit = seenLimit
