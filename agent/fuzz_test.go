@@ -226,3 +226,23 @@ func literal(p string) bool {
 func isRegexPattern(p string) bool {
 	return len(p) >= 2 && p[0] == '/' && p[len(p)-1] == '/'
 }
+
+// TestGlobStarBeforeLiteralStar pins the FuzzDecode finding: a `*` in the
+// pattern was compared as a literal against a `*` in the value before it
+// was taken as a wildcard, so `*` refused "*0" and `!*a` allowed "*ba".
+func TestGlobStarBeforeLiteralStar(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"*", "*0000000000000", true},
+		{"*a", "*ba", true},
+		{"!*a", "*ba", false},
+		{"mcp/*", "mcp/*x", true},
+		{"a*", "*a", false},
+	} {
+		if got := matchString(tc.pattern, tc.s); got != tc.want {
+			t.Errorf("matchString(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+}
