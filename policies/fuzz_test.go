@@ -16,8 +16,8 @@ import (
 // carries a valid reason code; a document an independent reading of the
 // policy contract (wellFormed) calls malformed fails closed as reject
 // "policy" with an error, and a well-formed one is taken as the policy's own
-// decision; a valid decision survives MarshalJSON and ParseDecision
-// unchanged.
+// decision; every decision marshals to valid JSON; a valid decision
+// survives MarshalJSON and ParseDecision unchanged.
 func FuzzDecision(f *testing.F) {
 	for _, s := range []string{
 		`{"action":"fulfill"}`,
@@ -58,6 +58,10 @@ func FuzzDecision(f *testing.F) {
 		}
 		if d.Revision != "rev" {
 			t.Fatalf("revision %q", d.Revision)
+		}
+		// Whatever was decided, its JSON (eval output, decision log) is JSON.
+		if out, err := json.Marshal(d); err != nil || !json.Valid(out) {
+			t.Fatalf("decision JSON %q: %v", out, err)
 		}
 		ok, why := wellFormed(doc)
 		if d.Err != nil {
