@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"testing"
 )
@@ -189,5 +190,34 @@ func checkSignatureBindsAction(t *testing.T, a answerPayload) {
 	}
 	if Verify(pub, "req-2", "digest", a.action, content) == nil {
 		t.Fatal("signature for one request verifies for another")
+	}
+}
+
+// TestCanonicalRefusesUnpairedSurrogates pins the FuzzCanonical finding: a
+// high surrogate escape followed by any other \u escape was paired with it
+// anyway, so different documents shared one canonical form.
+func TestCanonicalRefusesUnpairedSurrogates(t *testing.T) {
+	for _, tc := range []struct {
+		doc string
+		ok  bool
+	}{
+		{`"\ud800\u0000"`, false},
+		{`{"path":"a\ud800\u002fetc"}`, false},
+		{`{"path":"a\ud800\u0041etc"}`, false},
+		{`"\udc00\ud800"`, false},
+		{`"\ud800"`, false},
+		{`"x\ud800y"`, false},
+		{`"\ud800\udc00"`, true},
+		{`"\uD83D\uDE00 \u00e9"`, true},
+		{`"\\ud800"`, true}, // an escaped backslash, then text
+		{`{"\\\\":"\\u0000","k":"\"\ud83d\ude00"}`, true},
+	} {
+		_, err := Canonical([]byte(tc.doc))
+		if (err == nil) != tc.ok {
+			t.Errorf("Canonical(%s): err %v, want ok=%v", tc.doc, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrNotCanonicalizable) {
+			t.Errorf("Canonical(%s): %v does not wrap ErrNotCanonicalizable", tc.doc, err)
+		}
 	}
 }
