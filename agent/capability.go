@@ -194,12 +194,14 @@ func globMatch(pattern, s string) bool {
 	star, mark := -1, 0
 	for i < len(s) {
 		switch {
-		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == s[i]):
-			p++
-			i++
+		// The star is tested first: a `*` in the pattern is always a
+		// wildcard, even where s happens to hold a literal `*`.
 		case p < len(pattern) && pattern[p] == '*':
 			star, mark = p, i
 			p++
+		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == s[i]):
+			p++
+			i++
 		case star >= 0:
 			p = star + 1
 			mark++

@@ -34,6 +34,12 @@ func Canonical(doc []byte) ([]byte, error) {
 	if !json.Valid(doc) {
 		return nil, fmt.Errorf("%w: not valid JSON", ErrNotCanonicalizable)
 	}
+	if loneSurrogate(doc) {
+		// jcs pairs a high surrogate with whatever \u escape follows, so
+		// "\ud800\u002f" and "\ud800\u0041" both came out as U+FFFD: two
+		// different documents, one canonical form (and one digest).
+		return nil, fmt.Errorf("%w: unpaired surrogate escape", ErrNotCanonicalizable)
+	}
 	out, err := jcs.Transform(doc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotCanonicalizable, err)
@@ -98,4 +104,54 @@ func mustMarshal(v any) json.RawMessage {
 		panic(fmt.Sprintf("elicit: value does not marshal: %v", err))
 	}
 	return b
+}
+
+// loneSurrogate reports whether a valid JSON document has a \u escape of a
+// UTF-16 surrogate that is not a high surrogate directly followed by an
+// escaped low one. I-JSON, and so RFC 8785, forbids those.
+func loneSurrogate(doc []byte) bool {
+	inString := false
+	for i := 0; i < len(doc); i++ {
+		switch c := doc[i]; {
+		case c == '"':
+			inString = !inString
+		case inString && c == '\\':
+			if doc[i+1] != 'u' {
+				i++ // a two-character escape such as \" or \\
+				continue
+			}
+			r := hexRune(doc[i+2 : i+6])
+			i += 5
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return true
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+6 >= len(doc) || doc[i+1] != '\\' || doc[i+2] != 'u' {
+					return true
+				}
+				if lo := hexRune(doc[i+3 : i+7]); lo < 0xDC00 || lo > 0xDFFF {
+					return true
+				}
+				i += 6
+			}
+		}
+	}
+	return false
+}
+
+// hexRune reads four hex digits (already validated as JSON).
+func hexRune(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
 }

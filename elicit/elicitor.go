@@ -626,11 +626,11 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		return fulfill.Verdict{}, false
 	}
 	key := x.e.cfg.Keys[s.approver]
-	var resp agent.RPCResponse
-	if json.Unmarshal(env.Payload, &resp) != nil {
-		return ignore("payload is not a JSON-RPC response")
+	a := parseAnswer(env.Payload)
+	if a.outcome == outcomeIgnored {
+		return ignore(a.why)
 	}
-	if resp.Error != nil {
+	if a.outcome == outcomeError {
 		if key != nil {
 			// An error cannot be signed: taking it would let anyone close
 			// a keyed approver's prompt.
@@ -638,20 +638,12 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		}
 		s.open = false
 		x.answered[s.approver] = true
-		x.lastErr = fmt.Sprintf("%s's client could not show the request (%s)", s.approver, resp.Error.Message)
-		x.log.Warn("approver's client answered with an error", "approver", s.approver, "code", resp.Error.Code, "error", resp.Error.Message)
-		x.e.emit(Event{Kind: EventAnswered, ProposalID: x.id, Approver: s.approver, RequestID: rid, Reason: resp.Error.Message})
+		x.lastErr = fmt.Sprintf("%s's client could not show the request (%s)", s.approver, a.rpcErr.Message)
+		x.log.Warn("approver's client answered with an error", "approver", s.approver, "code", a.rpcErr.Code, "error", a.rpcErr.Message)
+		x.e.emit(Event{Kind: EventAnswered, ProposalID: x.id, Approver: s.approver, RequestID: rid, Reason: a.rpcErr.Message})
 		return x.settle()
 	}
-	var r result
-	if json.Unmarshal(resp.Result, &r) != nil {
-		return ignore("result is not an elicitation result")
-	}
-	switch r.Action {
-	case ActionAccept, ActionDecline, ActionCancel:
-	default:
-		return ignore(fmt.Sprintf("unknown action %q", r.Action))
-	}
+	r := result{Action: a.action, Content: a.content}
 	if key != nil {
 		if err := Verify(key, s.requestID, x.digest, r.Action, r.Content); err != nil {
 			x.log.Warn("forgery attempt: answer for a keyed approver is unsigned or badly signed; ignored",
@@ -662,20 +654,20 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 	}
 	s.open = false
 	x.answered[s.approver] = true
-	f := readForm(r.Content)
+	f := a.form
 	ev := Event{Kind: EventAnswered, ProposalID: x.id, Approver: s.approver, RequestID: rid, Action: r.Action, Reason: f.reason}
-	switch {
-	case r.Action == ActionCancel:
+	switch a.outcome {
+	case outcomeCancel:
 		x.e.emit(ev)
 		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: s.approver + " dismissed the approval request without deciding"}, true
-	case r.Action == ActionDecline || (f.delegateTo == "" && !f.approve):
+	case outcomeDecline:
 		x.e.emit(ev)
 		msg := s.approver + " declined"
 		if f.reason != "" {
 			msg += ": " + f.reason
 		}
 		return fulfill.Verdict{Reason: "disagree", By: []string{s.approver}, Message: msg}, true
-	case f.delegateTo != "":
+	case outcomeDelegate:
 		return x.delegate(s, f.delegateTo)
 	}
 	ev.Approve = true

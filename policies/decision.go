@@ -303,11 +303,18 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 		if err != nil {
 			return fmt.Errorf("decision field %s: %w", name, err)
 		}
+		// The name is JSON-encoded, not strconv.Quote'd: Go quoting writes
+		// escapes such as \x7f that are not JSON, and unknown field names
+		// come from the policy.
+		key, err := json.Marshal(name)
+		if err != nil {
+			return fmt.Errorf("decision field name %q: %w", name, err)
+		}
 		if !first {
 			b.WriteByte(',')
 		}
 		first = false
-		b.WriteString(strconv.Quote(name))
+		b.Write(key)
 		b.WriteByte(':')
 		b.Write(val)
 		return nil

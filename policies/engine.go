@@ -234,11 +234,10 @@ func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now 
 	if !ok {
 		return failClosed(set.revision, fmt.Errorf("unexpected result type %T", rs[0].Expressions[0].Value))
 	}
-	d, err := parseDecision(t.Value)
-	if err != nil {
-		return failClosed(set.revision, err)
+	d := decide(set.revision, t.Value)
+	if d.Err != nil {
+		return d
 	}
-	d.Revision = set.revision
 	if len(builtinErrs) > 0 {
 		// As in opa, a failing built-in made some expression undefined
 		// and the policy decided anyway. That is Rego's semantics, but
@@ -246,6 +245,19 @@ func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now 
 		e.log.WarnContext(ctx, "built-in error during policy evaluation",
 			"error", &builtinErrs[0], "action", string(d.Action), "revision", set.revision)
 	}
+	return d
+}
+
+// decide turns what data.fulfiller.decision evaluated to into the decision
+// the sidecar acts on: the policy's own when it is well formed, else the
+// fail-closed reject. It is the single place that rule lives, so the fuzz
+// target exercises exactly what eval does.
+func decide(revision string, v ast.Value) Decision {
+	d, err := parseDecision(v)
+	if err != nil {
+		return failClosed(revision, err)
+	}
+	d.Revision = revision
 	return d
 }
 
