@@ -440,7 +440,7 @@ func TestRequestRoundTrip(t *testing.T) {
 	equal(t, "response", resp, RPCResponse{JSONRPC: "2.0", ID: json.RawMessage(`1`), Result: json.RawMessage(`{"content":[{"type":"text","text":"15"}]}`)})
 	req := <-requests
 	equal(t, "request envelope", []any{req.From, req.To, req.Kind, string(req.Payload)},
-		[]any{"fulfiller", []string{"calculator"}, KindRequest, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":10,"b":5},"name":"add"}}`})
+		[]any{"fulfiller", Recipients{"calculator"}, KindRequest, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":10,"b":5},"name":"add"}}`})
 
 	resp, err = ful.Request(context.Background(), "calculator", MethodToolsCall, map[string]any{"name": "divide"})
 	if err != nil {
@@ -573,7 +573,7 @@ func TestReconnectAfterDrop(t *testing.T) {
 	h.gw.set(func(g *testGateway) { g.extras = []Participant{{ID: "new-y"}} })
 	h.gw.DropAll()
 	w := recv(t, welcomes)
-	equal(t, "re-delivered welcome", []any{w.ID, w.To}, []any{"welcome-2", []string{"fulfiller"}})
+	equal(t, "re-delivered welcome", []any{w.ID, w.To}, []any{"welcome-2", Recipients{"fulfiller"}})
 	equal(t, "roster replaced", ids(c.Roster()), []string{"new-y"})
 	if !c.Connected() {
 		t.Fatal("not connected after the welcome")

@@ -340,7 +340,7 @@ func TestConformanceErrorShapes(t *testing.T) {
 	}
 
 	bad := conformanceEnvelopes(t, "malformed-input.jsonl")
-	equal(t, "parse error", []any{bad[0].ID, bad[0].From, bad[0].To, payload(bad[0])}, []any{"", "", []string(nil),
+	equal(t, "parse error", []any{bad[0].ID, bad[0].From, bad[0].To, payload(bad[0])}, []any{"", "", Recipients(nil),
 		ErrorPayload{Error: "Expected double-quoted property name in JSON at position 17", Code: "PROCESSING_ERROR"}})
 	equal(t, "validation error", payload(bad[1]), ErrorPayload{Error: "Message must be an object", Code: "VALIDATION_ERROR"})
 	equal(t, "violation without kind", payload(bad[4]).AttemptedKind, "")
@@ -353,7 +353,7 @@ func TestConformanceErrorShapes(t *testing.T) {
 		t.Fatal("no error in handshake-variants.jsonl")
 	}
 	// Sent before any join: to is [null], and no capabilities at all.
-	equal(t, "error before join", []any{hs[i].CorrelationID, hs[i].To, payload(hs[i]).SessionGone()}, []any{CorrelationIDs{"before-join-1"}, []string{""}, true})
+	equal(t, "error before join", []any{hs[i].CorrelationID, hs[i].To, payload(hs[i]).SessionGone()}, []any{CorrelationIDs{"before-join-1"}, Recipients{""}, true})
 	if newSpaceState("fulfiller").observe(&hs[i]).lost != "" {
 		t.Fatal("an error addressed to nobody ended our session")
 	}
@@ -363,7 +363,7 @@ func TestConformanceNormalisation(t *testing.T) {
 	envs := conformanceEnvelopes(t, "normalisation.jsonl")
 	equal(t, "string correlation_id after the gateway", envs[1].CorrelationID, CorrelationIDs{"proposal-add-1"})
 	equal(t, "v0.3 passes", []any{envs[2].Protocol, envs[2].ID}, []any{ProtocolV03, "v03-1"})
-	equal(t, "extra fields", []any{string(envs[3].Context), envs[3].To, envs[3].AddressedTo("anyone")}, []any{`"thread-1/sub"`, []string{}, true})
+	equal(t, "extra fields", []any{string(envs[3].Context), envs[3].To, envs[3].AddressedTo("anyone")}, []any{`"thread-1/sub"`, Recipients{}, true})
 	if !bytes.Contains(envs[3].Raw, []byte(`"x_custom":{"a":1}`)) {
 		t.Fatal("Raw lost the unknown field")
 	}

@@ -41,15 +41,15 @@ const (
 const GatewayID = "system:gateway"
 
 // Envelope is one MEW message. Decoding is tolerant: unknown fields are
-// ignored (they stay visible in Raw), a bare-string correlation_id becomes a
-// one-element list, and payload is kept as raw JSON so that the receiver
-// decides how strictly to read it.
+// ignored (they stay visible in Raw), a bare-string correlation_id or to
+// becomes a one-element list, and payload is kept as raw JSON so that the
+// receiver decides how strictly to read it.
 type Envelope struct {
 	Protocol      string          `json:"protocol"`
 	ID            string          `json:"id,omitempty"`
 	TS            string          `json:"ts,omitempty"`
 	From          string          `json:"from,omitempty"`
-	To            []string        `json:"to,omitempty"`
+	To            Recipients      `json:"to,omitempty"`
 	Kind          string          `json:"kind"`
 	CorrelationID CorrelationIDs  `json:"correlation_id,omitempty"`
 	Context       json.RawMessage `json:"context,omitempty"`
@@ -61,27 +61,50 @@ type Envelope struct {
 	Raw json.RawMessage `json:"-"`
 }
 
+// Recipients is the envelope's to. The spec makes it an array; a bare
+// string is read as a one-element list, as the gateway does for
+// correlation_id, so that a sender's slip does not cost its envelope.
+type Recipients []string
+
+// UnmarshalJSON accepts an array of strings, a single string, or null.
+func (r *Recipients) UnmarshalJSON(b []byte) error {
+	list, err := stringOrList(b)
+	if err != nil {
+		return fmt.Errorf("to: %w", err)
+	}
+	*r = list
+	return nil
+}
+
+// stringOrList reads a JSON array of strings, a single string (as a
+// one-element list), or null (as nil).
+func stringOrList(b []byte) ([]string, error) {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || bytes.Equal(b, []byte("null")):
+		return nil, nil
+	case b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, err
+		}
+		return []string{s}, nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
 // CorrelationIDs is the envelope's correlation_id. The spec makes it an
 // array; senders that write a bare string are accepted too.
 type CorrelationIDs []string
 
 // UnmarshalJSON accepts an array of strings, a single string, or null.
 func (c *CorrelationIDs) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	switch {
-	case len(b) == 0 || bytes.Equal(b, []byte("null")):
-		*c = nil
-		return nil
-	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*c = CorrelationIDs{s}
-		return nil
-	}
-	var list []string
-	if err := json.Unmarshal(b, &list); err != nil {
+	list, err := stringOrList(b)
+	if err != nil {
 		return fmt.Errorf("correlation_id: %w", err)
 	}
 	*c = list
@@ -101,8 +124,11 @@ func (c CorrelationIDs) First() string {
 var ErrNotEnvelope = errors.New("not a MEW envelope")
 
 // Decode parses one text frame. It fails for frames that are not a JSON
-// object, have an unknown protocol, or have no kind; everything else is
-// accepted, so that a single odd field never costs the whole envelope.
+// object (or nest deeper than encoding/json's 10 000 levels), have an
+// unknown protocol or no kind, or give a field the spec names a value of
+// another type (a number id, an object to): such a frame is malformed and
+// its receiver logs and skips it. Unknown fields and a bare-string to or
+// correlation_id are accepted.
 func Decode(frame []byte) (Envelope, error) {
 	var env Envelope
 	if err := json.Unmarshal(frame, &env); err != nil {

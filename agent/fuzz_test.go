@@ -82,6 +82,16 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 
+		// Likewise for to.
+		if len(env.To) == 1 {
+			var asString, asArray Recipients
+			s, _ := json.Marshal(env.To[0])
+			a, _ := json.Marshal([]string{env.To[0]})
+			if json.Unmarshal(s, &asString) != nil || json.Unmarshal(a, &asArray) != nil || !slices.Equal(asString, asArray) {
+				t.Fatalf("to %s decodes to %q, %s to %q", s, asString, a, asArray)
+			}
+		}
+
 		// The receive path after Decode: the roster never holds us or an
 		// empty id, and only a gateway error addressed to us loses the
 		// session.

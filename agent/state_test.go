@@ -2,6 +2,8 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +106,33 @@ func BenchmarkEncode(b *testing.B) {
 	for b.Loop() {
 		if _, err := Encode(env); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestDecodeToleratesSlipsNotWrongTypes: a bare-string to or correlation_id
+// is read as a one-element list, so a proposal addressed that way is still
+// ours to answer; a field of another type than the spec gives it makes the
+// frame malformed (the receiver logs and skips it), as Decode documents.
+func TestDecodeToleratesSlipsNotWrongTypes(t *testing.T) {
+	env, err := Decode([]byte(`{"protocol":"mew/v0.4","id":"p1","from":"coder","to":"fulfiller","kind":"mcp/proposal","correlation_id":"t-1","payload":{"method":"tools/list"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(env.To, Recipients{"fulfiller"}) || !env.AddressedTo("fulfiller") || env.AddressedTo("other") {
+		t.Errorf("to = %q", env.To)
+	}
+	if !slices.Equal(env.CorrelationID, CorrelationIDs{"t-1"}) {
+		t.Errorf("correlation_id = %q", env.CorrelationID)
+	}
+	for _, frame := range []string{
+		`{"protocol":"mew/v0.4","id":5,"from":"coder","kind":"mcp/proposal"}`,
+		`{"protocol":"mew/v0.4","id":"p","from":"coder","to":{"id":"fs"},"kind":"mcp/proposal"}`,
+		`{"protocol":"mew/v0.4","id":"p","from":"coder","to":[1],"kind":"mcp/proposal"}`,
+		`{"protocol":"mew/v0.4","id":"p","from":"coder","kind":"chat","correlation_id":[1]}`,
+	} {
+		if _, err := Decode([]byte(frame)); !errors.Is(err, ErrNotEnvelope) {
+			t.Errorf("Decode(%s) = %v, want ErrNotEnvelope", frame, err)
 		}
 	}
 }

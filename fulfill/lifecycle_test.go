@@ -19,7 +19,7 @@ func wantEnvelope(t *testing.T, got agent.Envelope, kind string, to []string, co
 	if got.Kind != kind {
 		t.Fatalf("kind = %q, want %q (payload %s)", got.Kind, kind, got.Payload)
 	}
-	if !reflect.DeepEqual(got.To, to) {
+	if !reflect.DeepEqual([]string(got.To), to) {
 		t.Errorf("%s to = %v, want %v", kind, got.To, to)
 	}
 	if !reflect.DeepEqual([]string(got.CorrelationID), corr) {

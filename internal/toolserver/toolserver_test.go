@@ -23,7 +23,7 @@ func exchange(t *testing.T, s *Server, conn *fakeConn, in chan agent.Envelope, p
 	in <- agent.Envelope{ID: "req-1", From: "fulfiller", To: []string{"calculator"}, Kind: agent.KindRequest, Payload: json.RawMessage(payload)}
 	select {
 	case env := <-conn.sent:
-		if env.Kind != agent.KindResponse || !reflect.DeepEqual(env.To, []string{"fulfiller"}) || env.CorrelationID.First() != "req-1" {
+		if env.Kind != agent.KindResponse || !reflect.DeepEqual([]string(env.To), []string{"fulfiller"}) || env.CorrelationID.First() != "req-1" {
 			t.Fatalf("response envelope %+v", env)
 		}
 		return env
