@@ -34,7 +34,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,7 +149,7 @@ type Report struct {
 	Stalled    bool             `json:"stalled"`     // the run ended by StallTimeout
 	SendError  string           `json:"send_error,omitempty"`
 
-	Seconds    float64 `json:"seconds"`               // first send to last first answer
+	Seconds    float64 `json:"seconds"`              // first send to last first answer
 	Throughput float64 `json:"proposals_per_second"` // answered / Seconds
 	// Latency is from just before the proposer sends a proposal to the
 	// proposer seeing its answer (the fulfilment mcp/request or the
@@ -214,8 +213,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 type world struct {
 	cfg       Config
 	srv       *space.Server
-	proposers []*agent.Client
-	subs      []*agent.Subscription
+	proposers []*wireProposer
 	capture   *inputCapture
 	cleanups  []func()
 }
@@ -306,15 +304,12 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 	}
 
 	for i := range cfg.Proposers {
-		c, err := join("bench-"+strconv.Itoa(i), "proposer-token")
+		p, err := dialProposer(ctx, srv.URL(), "bench-"+strconv.Itoa(i), "proposer-token", cfg.StallTimeout)
 		if err != nil {
 			return nil, err
 		}
-		w.proposers = append(w.proposers, c)
-		// All: fulfilment requests are addressed to the tool owner.
-		s := c.Subscribe(agent.SubscribeOptions{All: true, Buffer: 4096,
-			Kinds: []string{agent.KindRequest, agent.KindReject, agent.KindResponse}})
-		w.subs = append(w.subs, s)
+		w.proposers = append(w.proposers, p)
+		w.defer_(p.close)
 	}
 	return w, nil
 }
@@ -380,6 +375,9 @@ type tracker struct {
 	lastAnswer             atomic.Int64 // ns since start
 }
 
+// now is the time since the start, in ns.
+func (t *tracker) now() int64 { return int64(time.Since(t.start)) }
+
 // answered records an answer to seq seen at ns since start. It returns
 // the latency for the first answer, and ok false for a duplicate or an
 // answer to a proposal this run did not send.
@@ -417,62 +415,6 @@ type receiver struct {
 	toolErrors int64
 }
 
-func (r *receiver) seq(id string) (int, bool) {
-	s, ok := strings.CutPrefix(id, r.prefix)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	return n, err == nil
-}
-
-func (r *receiver) run(t *tracker, in <-chan agent.Envelope) {
-	for env := range in {
-		now := int64(time.Since(t.start))
-		switch env.Kind {
-		case agent.KindRequest:
-			seq, ok := r.seq(env.CorrelationID.First())
-			if !ok {
-				continue
-			}
-			if lat, first := t.answered(seq, now); first {
-				r.lat = append(r.lat, lat)
-				r.outcomes["fulfilled"]++
-				r.requests[env.ID] = seq
-			}
-		case agent.KindReject:
-			seq, ok := r.seq(env.CorrelationID.First())
-			if !ok {
-				continue
-			}
-			if lat, first := t.answered(seq, now); first {
-				var p struct {
-					Reason string `json:"reason"`
-				}
-				_ = json.Unmarshal(env.Payload, &p)
-				r.lat = append(r.lat, lat)
-				r.outcomes["rejected:"+p.Reason]++
-			}
-		case agent.KindResponse:
-			seq, ok := r.requests[env.CorrelationID.First()]
-			if !ok {
-				continue
-			}
-			delete(r.requests, env.CorrelationID.First())
-			r.toolLat = append(r.toolLat, now-(t.sent[seq].Load()-1))
-			var p struct {
-				Result struct {
-					IsError bool `json:"isError"`
-				} `json:"result"`
-				Error json.RawMessage `json:"error"`
-			}
-			if json.Unmarshal(env.Payload, &p) != nil || p.Result.IsError || len(p.Error) > 0 {
-				r.toolErrors++
-			}
-		}
-	}
-}
-
 // payload is what proposal seq proposes.
 func (w *world) payload(seq int, sched []Kind) (Kind, []string, json.RawMessage) {
 	if len(w.cfg.From) > 0 {
@@ -508,7 +450,7 @@ func (w *world) drive(ctx context.Context) Report {
 		r := &receiver{prefix: "bench-" + strconv.Itoa(i) + "-p", outcomes: map[string]int64{}, requests: map[string]int{}}
 		receivers[i] = r
 		rwg.Add(1)
-		go func() { defer rwg.Done(); r.run(t, w.subs[i].C()) }()
+		go func() { defer rwg.Done(); w.proposers[i].run(t, r) }()
 	}
 
 	sendCtx, stopSending := context.WithCancel(ctx)
@@ -516,7 +458,7 @@ func (w *world) drive(ctx context.Context) Report {
 	var sendErr atomic.Pointer[error]
 	sentByKind := make([][numKinds]int64, len(w.proposers))
 	var swg sync.WaitGroup
-	for i, c := range w.proposers {
+	for i, p := range w.proposers {
 		prefix := "bench-" + strconv.Itoa(i) + "-p"
 		swg.Add(1)
 		go func() {
@@ -540,12 +482,11 @@ func (w *world) drive(ctx context.Context) Report {
 				}
 				kind, to, payload := w.payload(seq, sched)
 				t.sent[seq].Store(int64(time.Since(t.start)) + 1)
-				_, err := c.Send(sendCtx, agent.Envelope{ID: prefix + strconv.Itoa(seq), To: to, Kind: agent.KindProposal, Payload: payload})
-				if err != nil {
+				if err := p.propose(prefix+strconv.Itoa(seq), to, payload); err != nil {
 					t.sent[seq].Store(0)
 					<-t.window
 					if sendCtx.Err() == nil {
-						err = fmt.Errorf("proposer %s: %w", c.ID(), err)
+						err = fmt.Errorf("proposer %s: %w", p.id, err)
 						sendErr.CompareAndSwap(nil, &err)
 						stopSending()
 					}
@@ -605,10 +546,10 @@ func (w *world) drive(ctx context.Context) Report {
 	}
 	close(progressDone)
 	pwg.Wait()
-	// The proposers' subscriptions close with their clients; then the
-	// receivers have seen all they will see.
-	for _, c := range w.proposers {
-		_ = c.Close()
+	// Closing the sockets ends the receivers; then they have seen all
+	// they will see.
+	for _, p := range w.proposers {
+		p.close()
 	}
 	rwg.Wait()
 	rep.PeakHeap = heap.Close()
