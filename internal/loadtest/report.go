@@ -53,6 +53,9 @@ func (c *Comparison) WriteText(w io.Writer) {
 		fmt.Fprintf(w, " (first difference: %s)", c.Example)
 	}
 	fmt.Fprintln(w)
+	if c.FailedClosed > 0 {
+		fmt.Fprintf(w, "  %d embedded decisions hit the evaluation timeout and failed closed\n", c.FailedClosed)
+	}
 }
 
 func pct(p Percentiles) string {
