@@ -59,7 +59,7 @@ type Config struct {
 	// From, when not empty, replaces the synthetic mix: proposal seq sends
 	// From[seq % len(From)].
 	From []FileProposal
-	// Window is the most proposals awaiting an answer at once [4096].
+	// Window is the most proposals awaiting an answer at once [32].
 	Window int
 
 	MaxPending  int // fulfill.Config.MaxPending [1000]
@@ -94,7 +94,7 @@ func (c *Config) setDefaults() error {
 		c.Mix = DefaultMix
 	}
 	if c.Window == 0 {
-		c.Window = 4096
+		c.Window = 32
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = 1000
