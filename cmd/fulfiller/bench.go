@@ -93,6 +93,11 @@ func (fl *benchFlags) validate() (loadtest.Mix, []loadtest.FileProposal, error) 
 	if fl.opaBin != "" && !fl.vsOPA {
 		return loadtest.Mix{}, nil, usageErrorf("--opa-bin needs --vs-opa-server")
 	}
+	if fl.opaBin != "" {
+		if st, err := os.Stat(fl.opaBin); err != nil || st.IsDir() {
+			return loadtest.Mix{}, nil, usageErrorf("--opa-bin %q: not an executable file", fl.opaBin)
+		}
+	}
 	mix, err := loadtest.ParseMix(fl.mix)
 	if err != nil {
 		return loadtest.Mix{}, nil, usageErrorf("--mix %q: %v", fl.mix, err)

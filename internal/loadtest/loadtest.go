@@ -267,7 +267,10 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 	if err != nil {
 		return nil, err
 	}
-	files := toolserver.NewFiles(map[string]string{"/srv/app/config.yaml": "listen: :8080\nlog: info\n"})
+	files := toolserver.NewFiles(map[string]string{
+		"/srv/app/config.yaml": "listen: :8080\nlog: info\n",
+		"/srv/app/README.md":   "# app\n", // read by examples/proposals/read.json
+	})
 	tsub := tc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}, Buffer: 4096})
 	tctx, stopTool := context.WithCancel(context.WithoutCancel(ctx))
 	tdone := make(chan struct{})
