@@ -152,8 +152,14 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 		MaxPending: fl.maxPending, MaxInflight: fl.maxInflight, StallTimeout: fl.stallTimeout,
 		Progress: progress, Logger: log,
 	}
+	opaOpts := loadtest.OPAOptions{Bin: fl.opaBin, Decisions: fl.opaDecisions, Build: progress}
 	if fl.vsOPA {
 		cfg.CaptureInputs = 2048
+		// Find or build opa before the run, so that a machine that cannot
+		// build it fails in seconds, not after the load run.
+		if opaOpts.Bin, err = loadtest.OPABinary(cmd.Context(), opaOpts); err != nil {
+			return fmt.Errorf("--vs-opa-server: %w", err)
+		}
 	}
 	res, err := loadtest.Run(cmd.Context(), cfg)
 	if err != nil {
@@ -164,9 +170,7 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	}
 	rep := &res.Report
 	if fl.vsOPA {
-		cmp, err := loadtest.CompareOPA(cmd.Context(), res.Engine, res.Inputs, loadtest.OPAOptions{
-			Bin: fl.opaBin, Decisions: fl.opaDecisions, Build: progress,
-		})
+		cmp, err := loadtest.CompareOPA(cmd.Context(), res.Engine, res.Inputs, opaOpts)
 		if err != nil {
 			return fmt.Errorf("--vs-opa-server: %w", err)
 		}

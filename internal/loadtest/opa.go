@@ -113,7 +113,7 @@ func CompareOPA(ctx context.Context, engine *policies.Engine, inputs []*policies
 	if len(files) == 0 {
 		return nil, errors.New("compare with OPA: the policy is the built-in default, which OPA cannot load; give --policy")
 	}
-	bin, err := opaBinary(ctx, opts)
+	bin, err := OPABinary(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -282,8 +282,11 @@ func queryOPA(ctx context.Context, client *http.Client, url string, body []byte)
 	return out.Result.Action, out.Result.Reason, nil
 }
 
-// opaBinary finds or builds the opa command.
-func opaBinary(ctx context.Context, opts OPAOptions) (string, error) {
+// OPABinary finds or builds the opa command: opts.Bin, else the copy
+// built earlier into the cache directory, else it builds one there with
+// `go install`. Callers may resolve it before a long run so that a missing
+// go command fails fast; CompareOPA calls it too.
+func OPABinary(ctx context.Context, opts OPAOptions) (string, error) {
 	if opts.Bin != "" {
 		if _, err := os.Stat(opts.Bin); err != nil {
 			return "", fmt.Errorf("--opa-bin: %w", err)
