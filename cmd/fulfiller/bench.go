@@ -70,7 +70,7 @@ over HTTP) at the same concurrency, and prints both and the ratios.`,
 	f.BoolVar(&fl.jsonOut, "json", false, "print the report as one JSON object")
 	f.BoolVar(&fl.progress, "progress", false, "print a progress line a second to stderr (default: when stderr is a terminal)")
 	f.BoolVar(&fl.vsOPA, "vs-opa-server", false, "also compare decision latency and throughput with an OPA server sidecar")
-	f.StringVar(&fl.opaBin, "opa-bin", "", "opa `binary` for --vs-opa-server (default: build the embedded OPA version once with go install into the user cache)")
+	f.StringVar(&fl.opaBin, "opa-bin", "", "`PATH` of an opa binary for --vs-opa-server (default: build the embedded OPA version once with go install into the user cache)")
 	f.IntVar(&fl.opaDecisions, "opa-decisions", 20_000, "decisions per side and round for --vs-opa-server")
 	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE`")
 	f.StringVar(&fl.logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
