@@ -159,6 +159,12 @@ type Report struct {
 	// the tool owner's mcp/response (what an SDK proposer waits for).
 	ToolRoundTrip Percentiles `json:"tool_round_trip"`
 
+	// CPUSeconds is the CPU time of the whole process (space, tool,
+	// fulfiller, proposers) from the first send to the end of the run;
+	// CPUPerProposal divides it by the answered proposals.
+	CPUSeconds     float64 `json:"cpu_seconds"`
+	CPUPerProposal float64 `json:"cpu_us_per_proposal"`
+
 	PeakRSS  uint64 `json:"peak_rss_bytes"`  // VmHWM of the whole process (space, tool, fulfiller, proposers)
 	PeakHeap uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
 
@@ -445,6 +451,7 @@ func (w *world) drive(ctx context.Context) Report {
 		rep.Mix = fmt.Sprintf("file: %d proposals", len(cfg.From))
 	}
 	heap := startHeapSampler(ctx, 50*time.Millisecond)
+	cpu0 := cpuTime()
 	t.start = time.Now()
 
 	receivers := make([]*receiver, len(w.proposers))
@@ -538,6 +545,7 @@ func (w *world) drive(ctx context.Context) Report {
 		}
 	}
 	tick.Stop()
+	cpu := cpuTime() - cpu0
 	stopSending()
 	<-sendersDone
 	if ctx.Err() == nil {
@@ -581,6 +589,10 @@ func (w *world) drive(ctx context.Context) Report {
 	rep.Seconds = time.Duration(t.lastAnswer.Load()).Seconds()
 	if rep.Seconds > 0 {
 		rep.Throughput = float64(rep.Answered) / rep.Seconds
+	}
+	rep.CPUSeconds = cpu.Seconds()
+	if rep.Answered > 0 {
+		rep.CPUPerProposal = float64(cpu.Microseconds()) / float64(rep.Answered)
 	}
 	rep.Latency = summarise(lat)
 	rep.ToolRoundTrip = summarise(toolLat)

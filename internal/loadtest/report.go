@@ -28,6 +28,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "unanswered      %d\n", r.Unanswered)
 	fmt.Fprintf(w, "duplicates      %d\n", r.Duplicates)
+	if r.CPUSeconds > 0 {
+		fmt.Fprintf(w, "CPU             %.2fs of the whole process, %.0fµs per proposal\n", r.CPUSeconds, r.CPUPerProposal)
+	}
 	fmt.Fprintf(w, "peak memory     RSS %s (VmHWM, whole process), heap %s (sampled)\n", mib(r.PeakRSS), mib(r.PeakHeap))
 	if r.Stalled {
 		fmt.Fprintln(w, "STALLED: nothing was answered for the stall timeout; the run was cut short")
