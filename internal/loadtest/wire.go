@@ -26,6 +26,7 @@ type wireProposer struct {
 	writeTimeout time.Duration // a space that stops reading cannot hold a sender forever
 	ws           *websocket.Conn
 	mu           sync.Mutex // one writer at a time
+	frame        []byte     // the sender's buffer, reused for every proposal (under mu)
 }
 
 // dialProposer joins the space as id and waits for the welcome.
@@ -56,27 +57,48 @@ func dialProposer(ctx context.Context, url, id, token string, writeTimeout time.
 	}
 }
 
-// propose writes one mcp/proposal with the given id.
+// propose writes one mcp/proposal with the given id. The frame is built
+// by appending to a reused buffer (ids and participant ids are plain
+// ASCII, to is JSON-encoded), which keeps the generator's own garbage out
+// of the fulfiller's GC figures.
 func (p *wireProposer) propose(id string, to []string, payload json.RawMessage) error {
-	frame, err := agent.Encode(agent.Envelope{Protocol: agent.ProtocolV04, ID: id, From: p.id, To: to, Kind: agent.KindProposal, Payload: payload})
-	if err != nil {
-		return err
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	b := append(p.frame[:0], `{"protocol":"`+agent.ProtocolV04+`","id":"`...)
+	b = append(b, id...)
+	b = append(b, `","from":"`...)
+	b = append(b, p.id...)
+	b = append(b, '"')
+	if len(to) > 0 {
+		enc, err := json.Marshal(to)
+		if err != nil {
+			return err
+		}
+		b = append(b, `,"to":`...)
+		b = append(b, enc...)
+	}
+	b = append(b, `,"kind":"`+agent.KindProposal+`","payload":`...)
+	b = append(b, payload...)
+	b = append(b, '}')
+	p.frame = b
 	_ = p.ws.SetWriteDeadline(time.Now().Add(p.writeTimeout))
-	return p.ws.WriteMessage(websocket.TextMessage, frame)
+	return p.ws.WriteMessage(websocket.TextMessage, b)
 }
 
 // run reads frames until the socket closes and records the answers to
 // this proposer's proposals.
 func (p *wireProposer) run(t *tracker, r *receiver) {
+	var buf bytes.Buffer // reused: observe keeps nothing of the frame
 	for {
-		_, frame, err := p.ws.ReadMessage()
+		_, rd, err := p.ws.NextReader()
 		if err != nil {
 			return
 		}
-		r.observe(t, frame)
+		buf.Reset()
+		if _, err := buf.ReadFrom(rd); err != nil {
+			return
+		}
+		r.observe(t, buf.Bytes())
 	}
 }
 
