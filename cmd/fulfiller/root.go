@@ -36,6 +36,7 @@ func subcommands() []*cobra.Command {
 	return []*cobra.Command{
 		newRunCmd(),
 		newDemoCmd(),
+		newBenchCmd(),
 		newEvalCmd(),
 		newTestCmd(),
 		newApproveCmd(),

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/mewkit/fulfiller/internal/loadtest"
+)
+
+type benchFlags struct {
+	proposers, proposals, window int
+	rate                         float64
+	mix, from                    string
+	policies, data               []string
+	maxPending, maxInflight      int
+	stallTimeout                 time.Duration
+	jsonOut, progress            bool
+	vsOPA                        bool
+	opaBin                       string
+	opaDecisions                 int
+	cpuProfile                   string
+	logLevel                     string
+}
+
+func newBenchCmd() *cobra.Command {
+	var fl benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load-test the fulfiller over loopback WebSocket and report throughput, latency and memory",
+		Long: `bench starts, in this process, an in-process MEW space, a sample tool server
+("fs"), the real fulfiller with --policy/--data and --proposers proposer
+participants, each on its own WebSocket. They send --proposals proposals
+(a --mix of fulfil, reject and invalid ones, or the lines of --from) and
+watch for each one's answer: the fulfilment mcp/request correlated to it,
+or its mcp/reject.
+
+It reports proposals/s sustained, latency from sending to the answer
+(p50/p90/p99/max), the tool round trip of fulfilled proposals, answers by
+outcome, unanswered proposals and duplicate answers, and peak memory. It
+exits 1 when any proposal is unanswered or answered twice, so it can gate CI.
+
+With --vs-opa-server it also decides the policy inputs of the run with the
+embedded engine and with an OPA server sidecar (opa run --server, queried
+over HTTP) at the same concurrency, and prints both and the ratios.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd, fl)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&fl.proposers, "proposers", 4, "proposer participants, each with its own WebSocket")
+	f.IntVar(&fl.proposals, "proposals", 100_000, "proposals to send in all")
+	f.Float64Var(&fl.rate, "rate", 0, "proposals per second in all; 0: as fast as possible")
+	f.StringVar(&fl.mix, "mix", loadtest.DefaultMix.String(), "share of synthetic proposals: fulfil (read-only call), reject (write no rule allows), invalid (no method)")
+	f.StringVar(&fl.from, "from", "", "JSONL `FILE` of proposals (envelopes or bare payloads) to send in turn instead of --mix")
+	f.IntVar(&fl.window, "window", 32, "most proposals awaiting an answer at once; the proposers wait for answers beyond it (the default stays under the example policy's quota of 50 pending; raise it above --max-pending to flood)")
+	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable; default: examples/policies here, else the built-in copy)")
+	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document (repeatable; default with the example policies: their data.yaml)")
+	f.IntVar(&fl.maxPending, "max-pending", 1000, "the fulfiller's --max-pending")
+	f.IntVar(&fl.maxInflight, "max-inflight", 64, "the fulfiller's --max-inflight")
+	f.DurationVar(&fl.stallTimeout, "stall-timeout", 30*time.Second, "end the run when nothing was sent or answered for this long (the rest count as unanswered)")
+	f.BoolVar(&fl.jsonOut, "json", false, "print the report as one JSON object")
+	f.BoolVar(&fl.progress, "progress", false, "print a progress line a second to stderr (default: when stderr is a terminal)")
+	f.BoolVar(&fl.vsOPA, "vs-opa-server", false, "also compare decision latency and throughput with an OPA server sidecar")
+	f.StringVar(&fl.opaBin, "opa-bin", "", "`PATH` of an opa binary for --vs-opa-server (default: build the embedded OPA version once with go install into the user cache)")
+	f.IntVar(&fl.opaDecisions, "opa-decisions", 20_000, "decisions per side and round for --vs-opa-server")
+	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE`")
+	f.StringVar(&fl.logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
+	return cmd
+}
+
+func (fl *benchFlags) validate() (loadtest.Mix, []loadtest.FileProposal, error) {
+	for name, v := range map[string]int{"--proposers": fl.proposers, "--proposals": fl.proposals, "--window": fl.window,
+		"--max-pending": fl.maxPending, "--max-inflight": fl.maxInflight, "--opa-decisions": fl.opaDecisions} {
+		if v < 1 {
+			return loadtest.Mix{}, nil, usageErrorf("%s %d: must be at least 1", name, v)
+		}
+	}
+	if fl.rate < 0 {
+		return loadtest.Mix{}, nil, usageErrorf("--rate %v: must not be negative (0: as fast as possible)", fl.rate)
+	}
+	if fl.stallTimeout <= 0 {
+		return loadtest.Mix{}, nil, usageErrorf("--stall-timeout %s: must be positive", fl.stallTimeout)
+	}
+	if fl.opaBin != "" && !fl.vsOPA {
+		return loadtest.Mix{}, nil, usageErrorf("--opa-bin needs --vs-opa-server")
+	}
+	if fl.opaBin != "" {
+		if st, err := os.Stat(fl.opaBin); err != nil || st.IsDir() {
+			return loadtest.Mix{}, nil, usageErrorf("--opa-bin %q: not an executable file", fl.opaBin)
+		}
+	}
+	mix, err := loadtest.ParseMix(fl.mix)
+	if err != nil {
+		return loadtest.Mix{}, nil, usageErrorf("--mix %q: %v", fl.mix, err)
+	}
+	var from []loadtest.FileProposal
+	if fl.from != "" {
+		if from, err = loadtest.ReadProposals(fl.from); err != nil {
+			return loadtest.Mix{}, nil, usageErrorf("--from %v", err)
+		}
+	}
+	if len(fl.data) > 0 && len(fl.policies) == 0 {
+		return loadtest.Mix{}, nil, usageErrorf("--data needs --policy (the example policies bring their own data)")
+	}
+	return mix, from, nil
+}
+
+func runBench(cmd *cobra.Command, fl benchFlags) error {
+	mix, from, err := fl.validate()
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(os.Stderr, "text", fl.logLevel)
+	if err != nil {
+		return err
+	}
+	if len(fl.policies) == 0 {
+		dir, data, cleanup, err := loadtest.ExamplePolicies("")
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		fl.policies, fl.data = []string{dir}, []string{data}
+	}
+	var progress io.Writer
+	if fl.progress || term.IsTerminal(int(os.Stderr.Fd())) {
+		progress = os.Stderr
+	}
+	if fl.cpuProfile != "" {
+		pf, err := os.Create(fl.cpuProfile)
+		if err != nil {
+			return usageErrorf("--cpuprofile %v", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cfg := loadtest.Config{
+		Policies: fl.policies, Data: fl.data,
+		Proposers: fl.proposers, Proposals: fl.proposals, Rate: fl.rate, Mix: mix, From: from, Window: fl.window,
+		MaxPending: fl.maxPending, MaxInflight: fl.maxInflight, StallTimeout: fl.stallTimeout,
+		Progress: progress, Logger: log,
+	}
+	opaOpts := loadtest.OPAOptions{Bin: fl.opaBin, Decisions: fl.opaDecisions, Build: progress}
+	if fl.vsOPA {
+		cfg.CaptureInputs = 2048
+		// Find or build opa before the run, so that a machine that cannot
+		// build it fails in seconds, not after the load run.
+		if opaOpts.Bin, err = loadtest.OPABinary(cmd.Context(), opaOpts); err != nil {
+			return fmt.Errorf("--vs-opa-server: %w", err)
+		}
+	}
+	res, err := loadtest.Run(cmd.Context(), cfg)
+	if err != nil {
+		if errors.Is(err, loadtest.ErrPolicy) {
+			return usageError(err) // names the policy or data file
+		}
+		return err
+	}
+	rep := &res.Report
+	if fl.vsOPA {
+		cmp, err := loadtest.CompareOPA(cmd.Context(), res.Engine, res.Inputs, opaOpts)
+		if err != nil {
+			return fmt.Errorf("--vs-opa-server: %w", err)
+		}
+		rep.OPA = cmp
+	}
+	out := cmd.OutOrStdout()
+	if fl.jsonOut {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	} else {
+		rep.WriteText(out)
+	}
+	if !rep.OK() {
+		return fmt.Errorf("bench failed: %d of %d proposals sent, %d unanswered, %d duplicate answers",
+			rep.Sent, rep.Proposals, rep.Unanswered, rep.Duplicates)
+	}
+	return nil
+}

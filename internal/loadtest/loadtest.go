@@ -1,0 +1,618 @@
+// Package loadtest drives the real fulfiller code path with synthetic
+// load and measures it from the proposers' side. It backs `fulfiller
+// bench` and the flood test.
+//
+// One Run starts, in this process, an in-process MEW space
+// (internal/space), the sample file server as tool owner "fs"
+// (internal/toolserver), the fulfiller exactly as `fulfiller run` wires it
+// (agent, policies, fulfill, elicit) and N proposers, each its own
+// WebSocket participant. The proposers send proposals over loopback and
+// watch the space for each one's answer:
+//
+//   - the answer of a fulfilled proposal is the fulfilment mcp/request whose
+//     correlation_id[0] names it (what the reference SDK treats as "your
+//     proposal is being carried out"); the tool's mcp/response to that
+//     request is measured separately as the tool round trip;
+//   - the answer of a rejected proposal is the mcp/reject naming it.
+//
+// A proposal with no answer when the run ends is unanswered; any answer
+// beyond the first for one proposal is a duplicate. Both must be zero.
+//
+// Load is open-ended only up to a window: at most Config.Window proposals
+// wait for an answer at once, like agents that wait for their answers. The
+// in-process space bounds each socket's queue; a flood without a window
+// would fill the fulfiller's queue and make the space drop it, which tests
+// the fixture, not the fulfiller.
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/toolserver"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// Config describes one load run. Zero values take the defaults in
+// brackets.
+type Config struct {
+	Policies []string // --policy paths; required
+	Data     []string // --data paths
+
+	Proposers int     // [4] proposer participants, each with its own socket
+	Proposals int     // [100000] proposals to send in all
+	Rate      float64 // proposals per second in all; 0: as fast as the window allows
+	Mix       Mix     // [DefaultMix] share of each synthetic kind; ignored with From
+	// From, when not empty, replaces the synthetic mix: proposal seq sends
+	// From[seq % len(From)].
+	From []FileProposal
+	// Window is the most proposals awaiting an answer at once [32].
+	Window int
+
+	MaxPending  int // fulfill.Config.MaxPending [1000]
+	MaxInflight int // fulfill.Config.MaxInflight [64]
+
+	// StallTimeout ends the run when no proposal was sent or answered for
+	// this long while some wait [30s]; those are then unanswered.
+	StallTimeout time.Duration
+	// Settle is how long to keep watching after the last answer, so that
+	// late duplicate answers are counted [300ms].
+	Settle time.Duration
+
+	// Progress, when set, gets one line a second while the run goes.
+	Progress io.Writer
+	// CaptureInputs is how many policy inputs to keep for the OPA
+	// comparison (the first ones the fulfiller decides) [0].
+	CaptureInputs int
+	Logger        *slog.Logger // component logs [discarded]
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.Policies) == 0 {
+		return errors.New("loadtest: no policy given")
+	}
+	if c.Proposers == 0 {
+		c.Proposers = 4
+	}
+	if c.Proposals == 0 {
+		c.Proposals = 100_000
+	}
+	if c.Mix == (Mix{}) {
+		c.Mix = DefaultMix
+	}
+	if c.Window == 0 {
+		c.Window = 32
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 1000
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = 64
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = 30 * time.Second
+	}
+	if c.Settle == 0 {
+		c.Settle = 300 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Proposers < 1:
+		return fmt.Errorf("loadtest: proposers %d: must be at least 1", c.Proposers)
+	case c.Proposals < 1:
+		return fmt.Errorf("loadtest: proposals %d: must be at least 1", c.Proposals)
+	case c.Rate < 0:
+		return fmt.Errorf("loadtest: rate %v: must not be negative", c.Rate)
+	case c.Window < 1:
+		return fmt.Errorf("loadtest: window %d: must be at least 1", c.Window)
+	}
+	return nil
+}
+
+// ErrPolicy wraps the error of a policy or data file that did not load.
+var ErrPolicy = errors.New("policy")
+
+// Report is what a run measured.
+type Report struct {
+	Proposers   int     `json:"proposers"`
+	Proposals   int     `json:"proposals"`
+	Rate        float64 `json:"rate"` // asked for; 0 = as fast as possible
+	Mix         string  `json:"mix"`  // or "file:<n> proposals"
+	Window      int     `json:"window"`
+	MaxPending  int     `json:"max_pending"`
+	MaxInflight int     `json:"max_inflight"`
+	Revision    string  `json:"policy_revision"`
+
+	SentByKind map[string]int64 `json:"sent_by_kind"`
+	Sent       int64            `json:"sent"`
+	Answered   int64            `json:"answered"`
+	Unanswered int64            `json:"unanswered"` // must be 0
+	Duplicates int64            `json:"duplicates"` // answers beyond one per proposal; must be 0
+	// Outcomes counts first answers: "fulfilled" or "rejected:<reason>".
+	Outcomes   map[string]int64 `json:"outcomes"`
+	ToolErrors int64            `json:"tool_errors"` // fulfilled calls whose tool answered with an error
+	Stalled    bool             `json:"stalled"`     // the run ended by StallTimeout
+	SendError  string           `json:"send_error,omitempty"`
+
+	Seconds    float64 `json:"seconds"`              // first send to last first answer
+	Throughput float64 `json:"proposals_per_second"` // answered / Seconds
+	// Latency is from just before the proposer sends a proposal to the
+	// proposer seeing its answer (the fulfilment mcp/request or the
+	// mcp/reject).
+	Latency Percentiles `json:"latency"`
+	// ToolRoundTrip is, for fulfilled proposals, from sending to seeing
+	// the tool owner's mcp/response (what an SDK proposer waits for).
+	ToolRoundTrip Percentiles `json:"tool_round_trip"`
+
+	// CPUSeconds is the CPU time of the whole process (space, tool,
+	// fulfiller, proposers) from the first send to the end of the run;
+	// CPUPerProposal divides it by the answered proposals.
+	CPUSeconds     float64 `json:"cpu_seconds"`
+	CPUPerProposal float64 `json:"cpu_us_per_proposal"`
+
+	PeakRSS  uint64 `json:"peak_rss_bytes"`  // VmHWM of the whole process (space, tool, fulfiller, proposers)
+	PeakHeap uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
+
+	OPA *Comparison `json:"vs_opa_server,omitempty"`
+}
+
+// OK reports whether every proposal was sent and answered exactly once.
+func (r *Report) OK() bool {
+	return r.Unanswered == 0 && r.Duplicates == 0 && r.SendError == "" && r.Sent == int64(r.Proposals)
+}
+
+// Result is a Report plus what a comparison needs afterwards.
+type Result struct {
+	Report Report
+	// Inputs are the first Config.CaptureInputs policy inputs the
+	// fulfiller decided, exactly as the engine saw them.
+	Inputs []*policies.Input
+	// Engine is the loaded policy, still usable after Run.
+	Engine *policies.Engine
+}
+
+// Capabilities as a space.yaml would grant them (see internal/demo).
+var (
+	capsFulfiller = []agent.Capability{{Kind: "mcp/*"}, {Kind: "chat"}}
+	capsProposer  = []agent.Capability{{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}}
+	capsTool      = []agent.Capability{{Kind: "mcp/response"}, {Kind: "chat"}}
+)
+
+// Run performs one load run. It returns an error when the run could not
+// be set up; a run that left proposals unanswered returns a Report whose
+// OK is false and a nil error.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	engine, err := policies.Load(ctx, policies.Options{Policies: cfg.Policies, Data: cfg.Data, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	w, err := startWorld(ctx, cfg, engine)
+	if err != nil {
+		return nil, err
+	}
+	rep := w.drive(ctx)
+	w.stop()
+	rep.Revision = engine.Revision()
+	rep.PeakRSS = peakRSS()
+	return &Result{Report: rep, Inputs: w.capture.inputs(), Engine: engine}, nil
+}
+
+// world is everything one run starts; stop tears it down in reverse.
+type world struct {
+	cfg       Config
+	srv       *space.Server
+	proposers []*wireProposer
+	capture   *inputCapture
+	cleanups  []func()
+}
+
+func (w *world) defer_(f func()) { w.cleanups = append(w.cleanups, f) }
+
+func (w *world) stop() {
+	for _, f := range slices.Backward(w.cleanups) {
+		f()
+	}
+	w.cleanups = nil
+}
+
+func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *world, err error) {
+	w = &world{cfg: cfg, capture: &inputCapture{max: cfg.CaptureInputs}}
+	defer func() {
+		if err != nil {
+			w.stop()
+		}
+	}()
+	// Room in every socket's queue for every frame the window allows
+	// (a proposal makes at most four: itself, request, response; or
+	// reject and chat), so the space never has to wait for a reader.
+	srv, err := space.New(space.Config{
+		Logger:            cfg.Logger,
+		QueueSize:         4*cfg.Window + 1024,
+		SlowClientTimeout: 30 * time.Second,
+		Tokens: map[string][]agent.Capability{
+			"fulfiller-token": capsFulfiller,
+			"proposer-token":  capsProposer,
+			"tool-token":      capsTool,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: start space: %w", err)
+	}
+	w.srv = srv
+	w.defer_(func() { _ = srv.Close() })
+
+	join := func(id, token string) (*agent.Client, error) {
+		c, err := agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("loadtest: %s joins: %w", id, err)
+		}
+		w.defer_(func() { _ = c.Close() })
+		return c, nil
+	}
+
+	// The tool owner.
+	tc, err := join("fs", "tool-token")
+	if err != nil {
+		return nil, err
+	}
+	files := toolserver.NewFiles(map[string]string{
+		"/srv/app/config.yaml": "listen: :8080\nlog: info\n",
+		"/srv/app/README.md":   "# app\n", // read by examples/proposals/read.json
+	})
+	tsub := tc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}, Buffer: 4096})
+	tctx, stopTool := context.WithCancel(context.WithoutCancel(ctx))
+	tdone := make(chan struct{})
+	go func() { defer close(tdone); _ = toolserver.New(tc, cfg.Logger, files.Tools()...).Serve(tctx, tsub.C()) }()
+	w.defer_(func() { stopTool(); <-tdone; tsub.Close() })
+
+	// The fulfiller, wired as `fulfiller run` wires it.
+	fc, err := join("fulfiller", "fulfiller-token")
+	if err != nil {
+		return nil, err
+	}
+	sub := fc.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
+	el := elicit.New(fc, elicit.Config{Logger: cfg.Logger})
+	answers := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}, Buffer: 256})
+	ectx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
+	edone := make(chan struct{})
+	go func() { defer close(edone); _ = el.Run(ectx, answers.C()) }()
+	w.defer_(func() { el.Close(); stopElicit(); <-edone; answers.Close() })
+	ful := fulfill.New(fc, engine, fulfill.Config{
+		SpaceID:     space.DefaultSpaceID,
+		MaxPending:  cfg.MaxPending,
+		MaxInflight: cfg.MaxInflight,
+		Escalator:   el,
+		Observer:    w.capture,
+		Logger:      cfg.Logger,
+	})
+	fctx, stopFul := context.WithCancel(context.WithoutCancel(ctx))
+	fdone := make(chan struct{})
+	go func() { defer close(fdone); _ = ful.Run(fctx, sub.C()) }()
+	w.defer_(func() { stopFul(); <-fdone; sub.Close() })
+
+	if err := waitTool(ctx, ful, "read_file"); err != nil {
+		return nil, err
+	}
+
+	for i := range cfg.Proposers {
+		p, err := dialProposer(ctx, srv.URL(), "bench-"+strconv.Itoa(i), "proposer-token", cfg.StallTimeout)
+		if err != nil {
+			return nil, err
+		}
+		w.proposers = append(w.proposers, p)
+		w.defer_(p.close)
+	}
+	return w, nil
+}
+
+// waitTool waits until the fulfiller has discovered the tool owner, so
+// that the first proposals are not rejected incapable.
+func waitTool(ctx context.Context, ful *fulfill.Fulfiller, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		for _, t := range ful.Tools() {
+			if t.Name == name {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("loadtest: the fulfiller did not discover tool %s: %w", name, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// inputCapture keeps the first policy inputs the fulfiller decides. It is
+// a fulfill.Observer, called on the hot path: after the first max inputs
+// it costs one atomic load.
+type inputCapture struct {
+	max  int
+	full atomic.Bool
+	mu   sync.Mutex
+	ins  []*policies.Input
+}
+
+func (c *inputCapture) Observe(e fulfill.Event) {
+	if e.Stage != fulfill.StageDecided || e.Input == nil || c.full.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ins) >= c.max {
+		c.full.Store(true)
+		return
+	}
+	c.ins = append(c.ins, e.Input)
+}
+
+func (c *inputCapture) inputs() []*policies.Input {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.ins)
+}
+
+// tracker is the shared state of one run, indexed by proposal sequence
+// number. It is small per proposal (12 bytes), so a million-proposal
+// flood measures the fulfiller's memory, not the generator's.
+type tracker struct {
+	start   time.Time
+	sent    []atomic.Int64 // ns since start + 1; 0: not sent
+	answers []atomic.Int32
+	window  chan struct{}
+
+	nSent, nAnswered, nDup atomic.Int64
+	lastAnswer             atomic.Int64 // ns since start
+}
+
+// now is the time since the start, in ns.
+func (t *tracker) now() int64 { return int64(time.Since(t.start)) }
+
+// answered records an answer to seq seen at ns since start. It returns
+// the latency for the first answer, and ok false for a duplicate or an
+// answer to a proposal this run did not send.
+func (t *tracker) answered(seq int, ns int64) (lat int64, ok bool) {
+	if seq < 0 || seq >= len(t.sent) {
+		return 0, false
+	}
+	sent := t.sent[seq].Load()
+	if sent == 0 {
+		return 0, false
+	}
+	if t.answers[seq].Add(1) > 1 {
+		t.nDup.Add(1)
+		return 0, false
+	}
+	t.nAnswered.Add(1)
+	for {
+		old := t.lastAnswer.Load()
+		if ns <= old || t.lastAnswer.CompareAndSwap(old, ns) {
+			break
+		}
+	}
+	<-t.window
+	return ns - (sent - 1), true
+}
+
+// receiver is one proposer's view of the space; only its goroutine
+// touches it until that goroutine has ended.
+type receiver struct {
+	prefix     string
+	lat        []int64
+	toolLat    []int64
+	outcomes   map[string]int64
+	requests   map[string]int // fulfilment request envelope id → seq
+	toolErrors int64
+}
+
+// payload is what proposal seq proposes.
+func (w *world) payload(seq int, sched []Kind) (Kind, []string, json.RawMessage) {
+	if len(w.cfg.From) > 0 {
+		p := w.cfg.From[seq%len(w.cfg.From)]
+		return KindFile, p.To, p.Payload
+	}
+	k := sched[seq%len(sched)]
+	return k, nil, synthetic[k]
+}
+
+// drive sends the proposals and waits for their answers.
+func (w *world) drive(ctx context.Context) Report {
+	cfg := w.cfg
+	n := cfg.Proposals
+	t := &tracker{
+		sent:    make([]atomic.Int64, n),
+		answers: make([]atomic.Int32, n),
+		window:  make(chan struct{}, cfg.Window),
+	}
+	sched := cfg.Mix.schedule()
+	rep := Report{Proposers: cfg.Proposers, Proposals: n, Rate: cfg.Rate, Mix: cfg.Mix.String(),
+		Window: cfg.Window, MaxPending: cfg.MaxPending, MaxInflight: cfg.MaxInflight,
+		SentByKind: map[string]int64{}, Outcomes: map[string]int64{}}
+	if len(cfg.From) > 0 {
+		rep.Mix = fmt.Sprintf("file: %d proposals", len(cfg.From))
+	}
+	heap := startHeapSampler(ctx, 50*time.Millisecond)
+	cpu0 := cpuTime()
+	t.start = time.Now()
+
+	receivers := make([]*receiver, len(w.proposers))
+	var rwg sync.WaitGroup
+	for i := range w.proposers {
+		r := &receiver{prefix: "bench-" + strconv.Itoa(i) + "-p", outcomes: map[string]int64{}, requests: map[string]int{}}
+		receivers[i] = r
+		rwg.Add(1)
+		go func() { defer rwg.Done(); w.proposers[i].run(t, r) }()
+	}
+
+	sendCtx, stopSending := context.WithCancel(ctx)
+	defer stopSending()
+	var sendErr atomic.Pointer[error]
+	sentByKind := make([][numKinds]int64, len(w.proposers))
+	var swg sync.WaitGroup
+	for i, p := range w.proposers {
+		prefix := "bench-" + strconv.Itoa(i) + "-p"
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			for seq := i; seq < n; seq += len(w.proposers) {
+				select {
+				case t.window <- struct{}{}:
+				case <-sendCtx.Done():
+					return
+				}
+				if cfg.Rate > 0 {
+					due := time.Duration(float64(seq) / cfg.Rate * float64(time.Second))
+					if d := due - time.Since(t.start); d > 0 {
+						select {
+						case <-time.After(d):
+						case <-sendCtx.Done():
+							<-t.window
+							return
+						}
+					}
+				}
+				kind, to, payload := w.payload(seq, sched)
+				t.sent[seq].Store(int64(time.Since(t.start)) + 1)
+				if err := p.propose(prefix+strconv.Itoa(seq), to, payload); err != nil {
+					t.sent[seq].Store(0)
+					<-t.window
+					if sendCtx.Err() == nil {
+						err = fmt.Errorf("proposer %s: %w", p.id, err)
+						sendErr.CompareAndSwap(nil, &err)
+						stopSending()
+					}
+					return
+				}
+				t.nSent.Add(1)
+				sentByKind[i][kind]++
+			}
+		}()
+	}
+	sendersDone := make(chan struct{})
+	go func() { swg.Wait(); close(sendersDone) }()
+
+	var pwg sync.WaitGroup
+	progressDone := make(chan struct{})
+	if cfg.Progress != nil {
+		pwg.Add(1)
+		go func() { defer pwg.Done(); progress(cfg.Progress, t, progressDone) }()
+	}
+
+	// Wait until everything sent is answered, the run stalls, or ctx ends.
+	tick := time.NewTicker(5 * time.Millisecond)
+	lastSent, lastAnswered, lastMove := int64(-1), int64(-1), time.Now()
+	finished := false
+	for !finished {
+		select {
+		case <-ctx.Done():
+			finished = true
+			continue
+		case <-tick.C:
+		}
+		s, a := t.nSent.Load(), t.nAnswered.Load()
+		select {
+		case <-sendersDone:
+			if a >= s {
+				finished = true
+				continue
+			}
+		default:
+		}
+		if s != lastSent || a != lastAnswered {
+			lastSent, lastAnswered, lastMove = s, a, time.Now()
+		} else if time.Since(lastMove) > cfg.StallTimeout {
+			rep.Stalled = true
+			finished = true
+		}
+	}
+	tick.Stop()
+	cpu := cpuTime() - cpu0
+	stopSending()
+	<-sendersDone
+	if ctx.Err() == nil {
+		// Late duplicates would show up now.
+		select {
+		case <-time.After(cfg.Settle):
+		case <-ctx.Done():
+		}
+	}
+	close(progressDone)
+	pwg.Wait()
+	// Closing the sockets ends the receivers; then they have seen all
+	// they will see.
+	for _, p := range w.proposers {
+		p.close()
+	}
+	rwg.Wait()
+	rep.PeakHeap = heap.Close()
+
+	var lat, toolLat []int64
+	for _, r := range receivers {
+		lat = append(lat, r.lat...)
+		toolLat = append(toolLat, r.toolLat...)
+		for k, v := range r.outcomes {
+			rep.Outcomes[k] += v
+		}
+		rep.ToolErrors += r.toolErrors
+	}
+	for _, byKind := range sentByKind {
+		for k, v := range byKind {
+			if v > 0 {
+				rep.SentByKind[Kind(k).String()] += v
+			}
+		}
+	}
+	rep.Sent, rep.Answered, rep.Duplicates = t.nSent.Load(), t.nAnswered.Load(), t.nDup.Load()
+	rep.Unanswered = rep.Sent - rep.Answered
+	if p := sendErr.Load(); p != nil {
+		rep.SendError = (*p).Error()
+	}
+	rep.Seconds = time.Duration(t.lastAnswer.Load()).Seconds()
+	if rep.Seconds > 0 {
+		rep.Throughput = float64(rep.Answered) / rep.Seconds
+	}
+	rep.CPUSeconds = cpu.Seconds()
+	if rep.Answered > 0 {
+		rep.CPUPerProposal = float64(cpu.Microseconds()) / float64(rep.Answered)
+	}
+	rep.Latency = summarise(lat)
+	rep.ToolRoundTrip = summarise(toolLat)
+	return rep
+}
+
+// progress prints one line a second until done closes.
+func progress(out io.Writer, t *tracker, done <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var prev int64
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		s, a := t.nSent.Load(), t.nAnswered.Load()
+		fmt.Fprintf(out, "bench: %6.1fs  sent %d  answered %d  waiting %d  %d/s  heap %s\n",
+			time.Since(t.start).Seconds(), s, a, s-a, a-prev, mib(heapNow()))
+		prev = a
+	}
+}

@@ -1,0 +1,84 @@
+package loadtest
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// WriteText prints the report for people.
+func (r *Report) WriteText(w io.Writer) {
+	rate := "as fast as possible"
+	if r.Rate > 0 {
+		rate = fmt.Sprintf("%.0f/s", r.Rate)
+	}
+	fmt.Fprintf(w, "fulfiller bench: %d proposals from %d proposers over loopback WebSocket\n", r.Proposals, r.Proposers)
+	fmt.Fprintf(w, "  rate %s, window %d, max-pending %d, max-inflight %d, mix %s, policy %s\n",
+		rate, r.Window, r.MaxPending, r.MaxInflight, r.Mix, r.Revision)
+	fmt.Fprintf(w, "sent            %d  (%s)\n", r.Sent, counts(r.SentByKind))
+	fmt.Fprintf(w, "sustained       %.0f proposals/s  (%d answered in %.2fs)\n", r.Throughput, r.Answered, r.Seconds)
+	fmt.Fprintf(w, "latency         %s  (sent → fulfilment mcp/request or mcp/reject seen by the proposer)\n", pct(r.Latency))
+	fmt.Fprintf(w, "tool round trip %s  (fulfilled: sent → tool's mcp/response seen by the proposer)\n", pct(r.ToolRoundTrip))
+	fmt.Fprintf(w, "outcomes        %s\n", counts(r.Outcomes))
+	if r.ToolErrors > 0 {
+		fmt.Fprintf(w, "tool errors     %d\n", r.ToolErrors)
+	}
+	fmt.Fprintf(w, "unanswered      %d\n", r.Unanswered)
+	fmt.Fprintf(w, "duplicates      %d\n", r.Duplicates)
+	if r.CPUSeconds > 0 {
+		fmt.Fprintf(w, "CPU             %.2fs of the whole process, %.0fµs per proposal\n", r.CPUSeconds, r.CPUPerProposal)
+	}
+	fmt.Fprintf(w, "peak memory     RSS %s (VmHWM, whole process), heap %s (sampled)\n", mib(r.PeakRSS), mib(r.PeakHeap))
+	if r.Stalled {
+		fmt.Fprintln(w, "STALLED: nothing was answered for the stall timeout; the run was cut short")
+	}
+	if r.SendError != "" {
+		fmt.Fprintf(w, "SEND FAILED: %s\n", r.SendError)
+	}
+	if c := r.OPA; c != nil {
+		c.WriteText(w)
+	}
+}
+
+// WriteText prints the comparison as a small table.
+func (c *Comparison) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "\ndecisions vs an OPA %s server sidecar: %d captured inputs, concurrency %d, %d decisions per side, median of %d alternating rounds\n",
+		c.OPAVersion, c.Inputs, c.Concurrency, c.Decisions, c.Rounds)
+	fmt.Fprintf(w, "  %-22s %10s %10s %14s\n", "", "p50", "p99", "decisions/s")
+	fmt.Fprintf(w, "  %-22s %10s %10s %14.0f\n", "embedded (Decide)", us(c.Embedded.P50).Round(100*time.Nanosecond), us(c.Embedded.P99).Round(100*time.Nanosecond), c.Embedded.PerSecond)
+	fmt.Fprintf(w, "  %-22s %10s %10s %14.0f\n", "OPA server (HTTP)", us(c.Server.P50).Round(100*time.Nanosecond), us(c.Server.P99).Round(100*time.Nanosecond), c.Server.PerSecond)
+	fmt.Fprintf(w, "  %-22s %9.1f× %9.1f× %13.1f×\n", "embedded advantage", c.P50Ratio, c.P99Ratio, c.ThroughputRatio)
+	fmt.Fprintf(w, "  same decision on %d of %d inputs", c.Agree, c.Agree+c.Disagree)
+	if c.Example != "" {
+		fmt.Fprintf(w, " (first difference: %s)", c.Example)
+	}
+	fmt.Fprintln(w)
+	if c.FailedClosed > 0 {
+		fmt.Fprintf(w, "  %d embedded decisions hit the evaluation timeout and failed closed\n", c.FailedClosed)
+	}
+}
+
+func pct(p Percentiles) string {
+	if p.Count == 0 {
+		return "n/a"
+	}
+	r := func(v float64) time.Duration { return us(v).Round(time.Microsecond) }
+	return fmt.Sprintf("p50 %v  p90 %v  p99 %v  max %v", r(p.P50), r(p.P90), r(p.P99), r(p.Max))
+}
+
+func counts(m map[string]int64) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
