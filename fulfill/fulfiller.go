@@ -139,7 +139,11 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		obs:       cfg.Observer,
 		store:     newPendingStore(cfg.MaxPending, cfg.PendingTTL),
 		byRequest: map[string]*proposal{},
-		jobs:      make(chan *proposal, 4*cfg.DecideWorkers),
+		// As many as may be live at once, so that the reader never waits
+		// for a worker: it must keep reading withdrawals, responses and
+		// approvals while the policy is slow. --max-pending (rule 3) is
+		// the backpressure; this costs a pointer per pending proposal.
+		jobs: make(chan *proposal, cfg.MaxPending),
 	}
 	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, 4)
 	f.base, f.cancelBase = context.WithCancel(context.Background())
@@ -283,7 +287,9 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	f.store.add(p)
 	f.mu.Unlock()
 
-	// Blocks when every worker is busy: backpressure onto the socket. On
+	// Does not block while fewer than MaxPending proposals are live (the
+	// queue has room for all of them); only proposals withdrawn or expired
+	// while queued can crowd it, and workers drop those at once. On
 	// shutdown the proposal is in the store, so shutdown answers it.
 	select {
 	case f.jobs <- p:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -425,4 +426,41 @@ func TestHeldRequestOwnerNeverBack(t *testing.T) {
 		t.Errorf("chat %s", chat.Payload)
 	}
 	h.space.quiet(t, 50*time.Millisecond)
+}
+
+// TestReaderKeepsReadingWhileWorkersAreBusy: with every decision worker
+// held by a slow policy, the fulfiller still reads what arrives — more
+// proposals up to --max-pending, and a withdrawal — instead of stalling its
+// socket behind them. A stalled reader would hold withdrawals, responses and
+// approvals hostage to the policy, and a gateway that bounds its queues
+// would drop the fulfiller.
+func TestReaderKeepsReadingWhileWorkersAreBusy(t *testing.T) {
+	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
+	h := newHarness(t, Config{DecideWorkers: 1, MaxPending: 100}, dec)
+	const n = 30
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		for i := range n {
+			h.deliver(proposalEnv(fmt.Sprintf("p%d", i), "coder", addCall))
+		}
+		h.deliver(agent.Envelope{ID: "w1", From: "coder", Kind: agent.KindWithdraw, CorrelationID: agent.CorrelationIDs{"p29"}, Payload: json.RawMessage(`{"reason":"no_longer_needed"}`)})
+	}()
+	select {
+	case <-delivered:
+	case <-time.After(5 * time.Second):
+		close(dec.gate) // let the test end
+		t.Fatalf("the fulfiller stopped reading after %d pending proposals while its one worker was busy", len(h.f.Pending()))
+	}
+	waitFor(t, func() bool { return len(h.f.Pending()) == n-1 })
+	if stages := h.stages("p29"); !slices.Contains(stages, StageWithdrawn) {
+		t.Fatalf("p29: %v, want withdrawn while the worker is busy", stages)
+	}
+	close(dec.gate)
+	for range n - 1 {
+		if env := h.space.next(t); env.Kind != agent.KindRequest {
+			t.Fatalf("sent %s %s, want a fulfilment request", env.Kind, env.Payload)
+		}
+	}
+	h.space.quiet(t, 100*time.Millisecond) // nothing for the withdrawn p29
 }
