@@ -10,10 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -96,9 +94,9 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	policyDir, dataFile, err := writeExamples(dir)
+	policyDir, dataFile, err := examples.Write(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("demo: %w", err)
 	}
 	engine, err := policies.Load(ctx, policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Logger: opts.Logger})
 	if err != nil {
@@ -246,34 +244,6 @@ func Run(ctx context.Context, opts Options) error {
 		return errors.New("demo: " + strings.Join(failed, "; "))
 	}
 	return nil
-}
-
-// writeExamples copies the embedded example policies (without their tests)
-// and data to dir, so the demo loads them the way an operator would.
-func writeExamples(dir string) (policyDir, dataFile string, err error) {
-	policyDir = filepath.Join(dir, "policies")
-	if err := os.Mkdir(policyDir, 0o755); err != nil {
-		return "", "", fmt.Errorf("demo: %w", err)
-	}
-	err = fs.WalkDir(examples.Policies, "policies", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.rego") {
-			return err
-		}
-		b, err := examples.Policies.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(policyDir, filepath.Base(path))
-		if strings.HasSuffix(path, ".yaml") {
-			dst = filepath.Join(dir, filepath.Base(path))
-			dataFile = dst
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
-	if err != nil {
-		return "", "", fmt.Errorf("demo: write example policies: %w", err)
-	}
-	return policyDir, dataFile, nil
 }
 
 func waitTools(ctx context.Context, ful *fulfill.Fulfiller, want int) error {

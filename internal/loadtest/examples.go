@@ -2,10 +2,8 @@ package loadtest
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/mewkit/fulfiller/examples"
 )
@@ -25,30 +23,9 @@ func ExamplePolicies(tmp string) (policyDir, dataFile string, cleanup func(), er
 		return "", "", nil, fmt.Errorf("write example policies: %w", err)
 	}
 	cleanup = func() { _ = os.RemoveAll(dir) }
-	policyDir = filepath.Join(dir, "policies")
-	if err := os.Mkdir(policyDir, 0o755); err != nil {
+	if policyDir, dataFile, err = examples.Write(dir); err != nil {
 		cleanup()
-		return "", "", nil, fmt.Errorf("write example policies: %w", err)
-	}
-	err = fs.WalkDir(examples.Policies, "policies", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.rego") {
-			return err
-		}
-		b, err := examples.Policies.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(policyDir, filepath.Base(path))
-		if strings.HasSuffix(path, ".yaml") {
-			// Beside the directory, not in it: data comes only from --data.
-			dst = filepath.Join(dir, filepath.Base(path))
-			dataFile = dst
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
-	if err != nil {
-		cleanup()
-		return "", "", nil, fmt.Errorf("write example policies: %w", err)
+		return "", "", nil, err
 	}
 	return policyDir, dataFile, cleanup, nil
 }
