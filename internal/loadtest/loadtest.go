@@ -417,8 +417,8 @@ func (t *tracker) answered(seq int, ns int64) (lat int64, ok bool) {
 // touches it until that goroutine has ended.
 type receiver struct {
 	prefix     string
-	lat        []int64
-	toolLat    []int64
+	lat        histogram // sent → answer
+	toolLat    histogram // sent → tool's response, fulfilled proposals
 	outcomes   map[string]int64
 	requests   map[string]int // fulfilment request envelope id → seq
 	toolErrors int64
@@ -565,10 +565,10 @@ func (w *world) drive(ctx context.Context) Report {
 	rwg.Wait()
 	rep.PeakHeap = heap.Close()
 
-	var lat, toolLat []int64
+	var lat, toolLat histogram
 	for _, r := range receivers {
-		lat = append(lat, r.lat...)
-		toolLat = append(toolLat, r.toolLat...)
+		lat.merge(&r.lat)
+		toolLat.merge(&r.toolLat)
 		for k, v := range r.outcomes {
 			rep.Outcomes[k] += v
 		}
@@ -594,8 +594,8 @@ func (w *world) drive(ctx context.Context) Report {
 	if rep.Answered > 0 {
 		rep.CPUPerProposal = float64(cpu.Microseconds()) / float64(rep.Answered)
 	}
-	rep.Latency = summarise(lat)
-	rep.ToolRoundTrip = summarise(toolLat)
+	rep.Latency = lat.percentiles()
+	rep.ToolRoundTrip = toolLat.percentiles()
 	return rep
 }
 

@@ -14,7 +14,8 @@ import (
 )
 
 // Percentiles summarise a set of latencies. JSON gives microseconds, so
-// that scripts need no duration parser.
+// that scripts need no duration parser. The load run's come from a
+// histogram (within 0.4%, max exact); the OPA comparison's are exact.
 type Percentiles struct {
 	Count int     `json:"count"`
 	P50   float64 `json:"p50_us"`

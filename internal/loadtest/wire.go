@@ -140,7 +140,7 @@ func (r *receiver) observe(t *tracker, frame []byte) {
 			return
 		}
 		if lat, first := t.answered(seq, now); first {
-			r.lat = append(r.lat, lat)
+			r.lat.record(lat)
 			r.outcomes["fulfilled"]++
 			r.requests[string(scan(frame, keyID))] = seq
 		}
@@ -150,7 +150,7 @@ func (r *receiver) observe(t *tracker, frame []byte) {
 			return
 		}
 		if lat, first := t.answered(seq, now); first {
-			r.lat = append(r.lat, lat)
+			r.lat.record(lat)
 			r.outcomes["rejected:"+string(scan(frame, keyReason))]++
 		}
 	case agent.KindResponse:
@@ -160,7 +160,7 @@ func (r *receiver) observe(t *tracker, frame []byte) {
 			return
 		}
 		delete(r.requests, string(cid))
-		r.toolLat = append(r.toolLat, now-(t.sent[seq].Load()-1))
+		r.toolLat.record(now - (t.sent[seq].Load() - 1))
 		if bytes.Contains(frame, []byte(`"isError":true`)) || bytes.Contains(frame, []byte(`"error":{`)) {
 			r.toolErrors++
 		}
