@@ -198,17 +198,25 @@ func promptEnv(id, path string) agent.Envelope {
 	return agent.Envelope{ID: id, From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest, Payload: []byte(payload)}
 }
 
-// The recorded answer is sent again only for the same question (same
-// envelope id and bytes); a prompt under a seen id with other content is
-// ignored; and only the last Remember answers are kept.
-func TestRecordedAnswerReplayedOnlyForTheSameQuestion(t *testing.T) {
+// runAutoApprover runs a Client that approves everything, remembering
+// the last remember answers, until the test ends; it returns what the
+// Client sent and the channel to hand it requests.
+func runAutoApprover(t *testing.T, remember int) (*recordingConn, chan<- agent.Envelope) {
 	conn := &recordingConn{}
-	c := approver.New(conn, &approver.Auto{Approve: true}, approver.Options{Remember: 1})
+	c := approver.New(conn, &approver.Auto{Approve: true}, approver.Options{Remember: remember})
 	in := make(chan agent.Envelope)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx, in) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return conn, in
+}
+
+// The recorded answer is sent again only for the same question (same
+// envelope id and bytes); a prompt under a seen id with other content is
+// ignored; and only the last Remember answers are kept.
+func TestRecordedAnswerReplayedOnlyForTheSameQuestion(t *testing.T) {
+	conn, in := runAutoApprover(t, 1)
 
 	a, b := promptEnv("el-a", "/a"), promptEnv("el-b", "/b")
 	in <- a
@@ -241,13 +249,7 @@ func TestRecordedAnswerReplayedOnlyForTheSameQuestion(t *testing.T) {
 // forgotten: sent again it is a new question (shown and answered), where
 // an unbounded record would still ignore it.
 func TestSeenPromptsAreBounded(t *testing.T) {
-	conn := &recordingConn{}
-	c := approver.New(conn, &approver.Auto{Approve: true}, approver.Options{Remember: 1})
-	in := make(chan agent.Envelope)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx, in) }()
-	defer func() { cancel(); <-done }()
+	conn, in := runAutoApprover(t, 1)
 
 	oldest := promptEnv("el-0", "/0")
 	in <- oldest
