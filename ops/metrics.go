@@ -59,23 +59,22 @@ type Metrics struct {
 func NewMetrics(src *Source) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{reg: reg, escalated: map[string]time.Time{}}
-	f := promFactory{reg}
-	m.received = f.counter(prometheus.CounterOpts{Name: "fulfiller_proposals_received_total",
-		Help: "Proposals addressed to this fulfiller (duplicates and others' proposals excluded)."})
-	m.proposals = f.counterVec(prometheus.CounterOpts{Name: "fulfiller_proposals_total",
+	m.received = registered(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "fulfiller_proposals_received_total",
+		Help: "Proposals addressed to this fulfiller (duplicates and others' proposals excluded)."}))
+	m.proposals = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_proposals_total",
 		Help: "Proposals that reached an outcome: fulfilled (request sent), rejected (by reason), withdrawn, superseded, ignored (by reason)."},
-		"outcome", "reason")
-	m.decisions = f.counterVec(prometheus.CounterOpts{Name: "fulfiller_decisions_total",
-		Help: "Policy decisions by action; failed is 1 when the policy failed closed (error, timeout, malformed decision)."}, "action", "failed")
-	m.decisionDur = f.histogram(prometheus.HistogramOpts{Name: "fulfiller_decision_duration_seconds",
-		Help: "Time to evaluate the policy for one proposal.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9)})
-	m.fulfilDur = f.histogramVec(prometheus.HistogramOpts{Name: "fulfiller_fulfilment_duration_seconds",
-		Help: "Time from the fulfilment mcp/request to the tool owner's mcp/response, by status (ok, error).", Buckets: prometheus.ExponentialBuckets(0.005, 3, 10)}, "status")
-	m.approvalDur = f.histogramVec(prometheus.HistogramOpts{Name: "fulfiller_approval_wait_seconds",
-		Help: "Time an escalation waited for humans, by outcome (approved, rejected, withdrawn, superseded).", Buckets: prometheus.ExponentialBuckets(1, 3, 9)}, "outcome")
-	m.openEsc = f.gauge(prometheus.GaugeOpts{Name: "fulfiller_escalations_open", Help: "Escalations waiting for human approvers now."})
-	m.answers = f.counterVec(prometheus.CounterOpts{Name: "fulfiller_approver_answers_total",
-		Help: "Approver answers by kind: accept, decline, cancel, error, forgery (unsigned or badly signed), ignored."}, "kind")
+		[]string{"outcome", "reason"}))
+	m.decisions = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_decisions_total",
+		Help: "Policy decisions by action; failed is 1 when the policy failed closed (error, timeout, malformed decision)."}, []string{"action", "failed"}))
+	m.decisionDur = registered(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fulfiller_decision_duration_seconds",
+		Help: "Time to evaluate the policy for one proposal.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9)}))
+	m.fulfilDur = registered(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fulfiller_fulfilment_duration_seconds",
+		Help: "Time from the fulfilment mcp/request to the tool owner's mcp/response, by status (ok, error).", Buckets: prometheus.ExponentialBuckets(0.005, 3, 10)}, []string{"status"}))
+	m.approvalDur = registered(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fulfiller_approval_wait_seconds",
+		Help: "Time an escalation waited for humans, by outcome (approved, rejected, withdrawn, superseded).", Buckets: prometheus.ExponentialBuckets(1, 3, 9)}, []string{"outcome"}))
+	m.openEsc = registered(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "fulfiller_escalations_open", Help: "Escalations waiting for human approvers now."}))
+	m.answers = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_approver_answers_total",
+		Help: "Approver answers by kind: accept, decline, cancel, error, forgery (unsigned or badly signed), ignored."}, []string{"kind"}))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&liveCollector{src: src})
 	return m
@@ -250,34 +249,9 @@ func boolFloat(b bool) float64 {
 	return 0
 }
 
-type promFactory struct{ reg *prometheus.Registry }
-
-func (f promFactory) counter(o prometheus.CounterOpts) prometheus.Counter {
-	c := prometheus.NewCounter(o)
-	f.reg.MustRegister(c)
+// registered registers c with reg and returns it, so that each metric is
+// made and registered in one statement.
+func registered[C prometheus.Collector](reg *prometheus.Registry, c C) C {
+	reg.MustRegister(c)
 	return c
-}
-
-func (f promFactory) counterVec(o prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(o, labels)
-	f.reg.MustRegister(c)
-	return c
-}
-
-func (f promFactory) gauge(o prometheus.GaugeOpts) prometheus.Gauge {
-	g := prometheus.NewGauge(o)
-	f.reg.MustRegister(g)
-	return g
-}
-
-func (f promFactory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {
-	h := prometheus.NewHistogram(o)
-	f.reg.MustRegister(h)
-	return h
-}
-
-func (f promFactory) histogramVec(o prometheus.HistogramOpts, labels ...string) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(o, labels)
-	f.reg.MustRegister(h)
-	return h
 }
