@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -94,6 +95,23 @@ func newHumanWorld(t *testing.T) *humanWorld {
 	w.join("alice", "human-token")
 	w.join("fs", "human-token")
 	return w
+}
+
+// runFulfiller starts the binary as `fulfiller run` in this world: joined
+// with fulfiller-token from the environment (never on the command line),
+// escalating to alice, logging JSON to the returned buffer. extraEnv and
+// extraArgs add to that. The test waits for and stops the process.
+func (w *humanWorld) runFulfiller(bin string, extraEnv []string, extraArgs ...string) (*exec.Cmd, *bytes.Buffer) {
+	w.t.Helper()
+	args := append([]string{"run", "--gateway", w.Space.URL(), "--policy", w.Policy, "--approvers", "alice", "--log-format", "json"}, extraArgs...)
+	cmd := exec.CommandContext(w.Ctx, bin, args...)
+	cmd.Env = append(append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token"), extraEnv...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	return cmd, &stderr
 }
 
 // join connects a participant for the rest of the test.

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,14 +35,8 @@ func TestRunBinaryOperations(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "run", "--gateway", srv.URL(), "--policy", w.Policy, "--approvers", "alice",
-		"--http", addr, "--decision-log", logPath, "--mask", "params.arguments.path", "--log-format", "json")
-	cmd.Env = append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token", "FULFILLER_HTTP_TOKEN=op-secret")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_HTTP_TOKEN=op-secret"},
+		"--http", addr, "--decision-log", logPath, "--mask", "params.arguments.path")
 	get := func(path, tok string) (int, string) {
 		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
 		if tok != "" {

@@ -5,8 +5,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -24,13 +22,7 @@ func TestRunBinaryAnswersPendingWorkOnSIGTERM(t *testing.T) {
 	w := newHumanWorld(t)
 	ctx, srv := w.Ctx, w.Space
 
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "run", "--gateway", srv.URL(), "--policy", w.Policy, "--approvers", "alice", "--log-format", "json")
-	cmd.Env = append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stderr := w.runFulfiller(bin, nil)
 	waitUntilTrue(t, "the fulfiller joins", func() bool { return slices.Contains(srv.Participants(), "fulfiller") })
 
 	prop := w.coder()
