@@ -33,19 +33,15 @@ func (w *world) waitHeld() {
 // fulfilments returns the fulfiller's tools/call requests correlated to id
 // (not notifications).
 func (w *world) fulfilments(id string) []agent.Envelope {
-	var out []agent.Envelope
-	for _, env := range w.answers(id) {
-		if env.Kind == agent.KindRequest {
-			out = append(out, env)
-		}
-	}
-	return out
+	return w.answersOfKind(id, agent.KindRequest)
 }
 
-func (w *world) rejects(id string) []agent.Envelope {
+func (w *world) rejects(id string) []agent.Envelope { return w.answersOfKind(id, agent.KindReject) }
+
+func (w *world) answersOfKind(id, kind string) []agent.Envelope {
 	var out []agent.Envelope
 	for _, env := range w.answers(id) {
-		if env.Kind == agent.KindReject {
+		if env.Kind == kind {
 			out = append(out, env)
 		}
 	}
