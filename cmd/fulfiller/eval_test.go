@@ -15,10 +15,21 @@ import (
 // process would print and its exit code.
 func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return cliEnv(t, stdin, nil, args...)
+}
+
+// cliEnv is cli with exactly the FULFILLER_* variables in env set.
+func cliEnv(t *testing.T, stdin string, env map[string]string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	// Flags may also come from FULFILLER_* variables; keep the test's own.
-	for _, name := range []string{"POLICY", "DATA", "INPUT", "EXPLAIN", "POLICY_TIMEOUT", "VERBOSE", "RUN", "TIMEOUT", "CONFIG"} {
-		t.Setenv("FULFILLER_"+name, "") // restored after the test
-		os.Unsetenv("FULFILLER_" + name)
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, envPrefix) {
+			t.Setenv(name, "") // restored after the test
+			os.Unsetenv(name)
+		}
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
 	}
 	root := newRootCmd()
 	var out, errOut bytes.Buffer
