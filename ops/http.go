@@ -149,8 +149,9 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, code, r)
 }
 
-// ErrNoToken is the 401 message of /v1/ when no token is configured.
-const ErrNoToken = "the operator API is closed: no token is configured (start fulfiller with --http-token-file FILE or FULFILLER_HTTP_TOKEN)"
+// ClosedMessage is the error of every /v1/ answer (401) while no token
+// is configured.
+const ClosedMessage = "the operator API is closed: no token is configured (start fulfiller with --http-token-file FILE or FULFILLER_HTTP_TOKEN)"
 
 // auth guards a route with the bearer token, compared in constant time.
 // Default deny: without a configured token nobody gets in, so that
@@ -159,7 +160,7 @@ func (h *Handler) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fulfiller"`)
 		if h.opts.Token == "" {
-			writeError(w, http.StatusUnauthorized, ErrNoToken)
+			writeError(w, http.StatusUnauthorized, ClosedMessage)
 			return
 		}
 		// The scheme is case-insensitive (RFC 7235); the token is not.
