@@ -160,7 +160,6 @@ type Logger struct {
 	committing bool
 	failing    error // non-nil while the last commit failed
 	closed     bool
-	firstErr   error // reported by Close
 	failures   uint64
 	dropped    uint64
 
@@ -327,9 +326,6 @@ func (l *Logger) commit() error {
 			l.log.Error("decision log cannot be written: fulfilments and escalations stop until it can", "path", l.path, "err", err)
 		}
 		l.failing = err
-		if l.firstErr == nil {
-			l.firstErr = err
-		}
 	} else {
 		l.unsynced = false
 		l.done = upto
@@ -455,8 +451,9 @@ func (l *Logger) Reopen() error {
 	return nil
 }
 
-// Close writes every record and closes the file. It returns the first
-// write error seen since Open, or the error that keeps records unwritten.
+// Close writes every record and closes the file. It returns an error when
+// records were lost: unwritten at the end, or dropped on the way (a
+// failure the log recovered from without losing anything is not one).
 // Records after Close are refused; close the log only after fulfill.Run
 // has returned.
 func (l *Logger) Close() error {
@@ -473,8 +470,8 @@ func (l *Logger) Close() error {
 	err := l.commit()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err == nil {
-		err = l.firstErr
+	if err == nil && l.dropped > 0 {
+		err = fmt.Errorf("%d records dropped while the file could not be written", l.dropped)
 	}
 	if len(l.buf) > 0 {
 		l.log.Error("decision log: records never written", "path", l.path, "bytes", len(l.buf))
