@@ -423,7 +423,11 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 		timeout = f.cfg.ApprovalTimeout
 	}
 	// Fail closed: no human is asked before the record that says so is
-	// written (and with it the decision before it).
+	// written (and with it the decision before it). Not for a proposal
+	// withdrawn or expired meanwhile: nobody will be asked about it.
+	if p.State() != StateDeciding {
+		return
+	}
 	ev := p.event(StageEscalated)
 	ev.Target, ev.By, ev.Message = target, d.Approvers, d.Message
 	if err := f.record(ev); err != nil {
