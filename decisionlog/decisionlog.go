@@ -3,23 +3,30 @@
 // modelled on Open Policy Agent's decision logs so that the same tooling
 // (jq, log shippers, OPA-aware dashboards) can read it.
 //
-// The log is an audit trail, so it never drops a record: Observe formats
-// the record and writes it into a buffer under a lock, and when the buffer
-// is full the write goes to the file at once — a slow disk slows the
-// fulfiller down (backpressure) instead of losing lines. A background
-// flusher empties the buffer every FlushInterval, and Close flushes the
-// rest. Reopen starts a new file at the same path, for logrotate (SIGHUP).
+// The log is an audit trail, and like Vault's audit devices it fails
+// closed. Record (fulfill.Recorder) returns only when its record is on
+// disk — written and fsynced — or with the error that kept it off, and the
+// Fulfiller neither fulfils nor escalates without that record. One
+// committer goroutine writes and syncs whatever has been appended since
+// its last round (group commit), so concurrent records share one fsync.
+// Observe appends without waiting; its records reach the disk with the
+// next commit, in order. Records that cannot be written stay in memory
+// (up to Options.MaxBacklog) and are written when the file works again:
+// the committer retries every FlushInterval, so the log heals by itself,
+// and Healthy says when it is failing (for /readyz). With SyncInterval,
+// records are written and synced every FlushInterval instead, and Record
+// only reports whether the log is failing. Reopen starts a new file at the
+// same path, for logrotate (SIGHUP).
 package decisionlog
 
 import (
-	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,14 +44,19 @@ const (
 )
 
 // Record is one line of the decision log. Fields absent for a record type
-// are left out. decision_id is unique per line (as in OPA); proposal_id
-// ties the lines of one proposal together and is always present.
+// are left out, except revision, which is null where no policy decided.
+// decision_id is the id of the decision record that governs the proposal
+// (DESIGN rule 10): every line of a proposal carries the id of the
+// decision in force, so outcomes join their decision on it; a
+// re-evaluation after an approver's edit is a new decision with a new id.
+// proposal_id ties all lines of one proposal together.
 type Record struct {
 	DecisionID string    `json:"decision_id"`
 	Timestamp  time.Time `json:"timestamp"`
 	Type       string    `json:"type"`
 	Stage      string    `json:"stage"`
 	ProposalID string    `json:"proposal_id"`
+	Revision   *string   `json:"revision"` // the policy revision of that decision; null: no policy decided
 	Proposer   string    `json:"proposer,omitempty"`
 	Method     string    `json:"method,omitempty"`
 	Tool       string    `json:"tool,omitempty"`
@@ -54,14 +66,13 @@ type Record struct {
 	Input       json.RawMessage    `json:"input,omitempty"`
 	Erased      []string           `json:"erased,omitempty"` // masked input paths, as in OPA ("/input/params/arguments/password")
 	Result      *policies.Decision `json:"result,omitempty"`
-	Revision    string             `json:"revision,omitempty"`
 	Error       string             `json:"error,omitempty"`       // why the decision failed closed
 	Reevaluated bool               `json:"reevaluated,omitempty"` // asked again after an approver edited the call
 	LatencyNS   int64              `json:"latency_ns,omitempty"`
 
 	// Outcome records.
 	Status   string          `json:"status,omitempty"` // fulfilled: ok or error; rejected with reason timeout: timeout
-	Reason   string          `json:"reason,omitempty"` // rejected: the wire reason; withdrawn: the proposer's; ignored: why
+	Reason   string          `json:"reason,omitempty"` // rejected: the wire reason; withdrawn: the proposer's; ignored: why; undelivered: refused or not_written
 	Message  string          `json:"message,omitempty"`
 	By       []string        `json:"by,omitempty"`        // approved/fulfilled: approvers; superseded: who answered instead; escalated: who is asked
 	RPCError json.RawMessage `json:"rpc_error,omitempty"` // fulfilled with status error: the JSON-RPC error object
@@ -71,6 +82,30 @@ type Record struct {
 	Action            string `json:"action,omitempty"`             // accept, decline or cancel
 	Approve           *bool  `json:"approve,omitempty"`            // accept with approve true
 	SignatureVerified *bool  `json:"signature_verified,omitempty"` // nil: the approver has no key, the gateway's word was taken
+}
+
+// SyncMode says when records are forced to disk (--decision-log-sync).
+type SyncMode string
+
+// Sync modes.
+const (
+	// SyncAlways: Record returns once its record is written and fsynced;
+	// concurrent records share one fsync (group commit). "The answer went
+	// out" implies "its record is on disk".
+	SyncAlways SyncMode = "always"
+	// SyncInterval: records are written and fsynced every FlushInterval
+	// (and when BufferSize is buffered). A crash loses at most that
+	// interval, and a failing disk stops fulfilments within it.
+	SyncInterval SyncMode = "interval"
+)
+
+// ParseSyncMode reads a --decision-log-sync value.
+func ParseSyncMode(s string) (SyncMode, error) {
+	switch m := SyncMode(s); m {
+	case SyncAlways, SyncInterval:
+		return m, nil
+	}
+	return "", fmt.Errorf("sync mode %q: want always or interval", s)
 }
 
 // Options tune a Logger.
@@ -84,145 +119,326 @@ type Options struct {
 	// accepted answers are logged with signature_verified true, and
 	// forgeries with false. Nil: no approver is keyed.
 	Keyed func(approver string) bool
-	// FlushInterval bounds how long a record may sit in the buffer [1s].
+	// Sync says when records are forced to disk [SyncAlways].
+	Sync SyncMode
+	// FlushInterval is how often SyncInterval writes, and how often a
+	// failing log tries again [1s].
 	FlushInterval time.Duration
-	// BufferSize is the write buffer [64KiB].
+	// BufferSize is how much SyncInterval buffers before it writes
+	// early [64KiB].
 	BufferSize int
+	// MaxBacklog bounds the records held in memory: while the file is
+	// slow, appends wait for room (backpressure); while it fails, records
+	// beyond the bound are dropped and counted [64MiB].
+	MaxBacklog int
 	Logger     *slog.Logger // [discard]
 }
 
-// Logger writes the decision log. It implements fulfill.Observer; pass
-// ObserveApproval as elicit.Config.Observer for the approval lines.
+// ErrClosed is returned by Record after Close.
+var ErrClosed = errors.New("decision log: closed")
+
+// Logger writes the decision log. It implements fulfill.Recorder (and so
+// fulfill.Observer); pass ObserveApproval as elicit.Config.Observer for
+// the approval lines.
 type Logger struct {
 	opts  Options
 	masks []maskPath
-	path  string // "" when writing to a caller's io.Writer
+	path  string // "" when writing to stdout or a caller's io.Writer
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	w      *bufio.Writer
-	file   *os.File // nil for stdout or a caller's writer
-	closed bool
-	n      uint64
-	err    error // first write error, reported by Close
+	mu         sync.Mutex
+	committed  *sync.Cond // broadcast when a commit ends
+	room       *sync.Cond // broadcast when the backlog shrinks or starts failing
+	w          io.Writer
+	file       *os.File     // nil for stdout or a caller's writer
+	sync       func() error // nil: nothing to sync (stdout, a pipe, a device)
+	buf        []byte       // records appended and not yet written
+	seq        uint64       // records appended so far
+	done       uint64       // records written and synced
+	failedUpto uint64       // the last failed commit covered records up to here
+	unsynced   bool         // written, but the sync failed: sync again
+	committing bool
+	failing    error // non-nil while the last commit failed
+	closed     bool
+	failures   uint64
+	dropped    uint64
 
-	stop chan struct{}
-	done chan struct{}
+	kick      chan struct{}
+	stop      chan struct{}
+	committer chan struct{} // closed when the committer has stopped
 }
 
 // Open starts a decision log at path; "-" is stdout. The file is appended
-// to and created 0600 when missing: inputs can hold secrets the masks
-// missed.
+// to and created 0600 when missing, and an existing file is tightened to
+// 0600: inputs can hold secrets the masks missed.
 func Open(path string, opts Options) (*Logger, error) {
 	if path == "-" {
-		return New(os.Stdout, opts), nil
+		l := newLogger(os.Stdout, nil, opts)
+		return l, nil
 	}
-	f, err := openFile(path)
+	f, syncFn, err := openFile(path)
 	if err != nil {
 		return nil, err
 	}
-	l := newLogger(f, opts)
+	l := newLogger(f, syncFn, opts)
 	l.path, l.file = path, f
 	return l, nil
 }
 
 // New writes the decision log to w. Close flushes but does not close w.
-func New(w io.Writer, opts Options) *Logger { return newLogger(w, opts) }
+// When w has a Sync method (an *os.File for a regular file, or a test's
+// writer), commits call it.
+func New(w io.Writer, opts Options) *Logger {
+	var syncFn func() error
+	if s, ok := w.(interface{ Sync() error }); ok {
+		syncFn = s.Sync
+		if f, ok := w.(*os.File); ok && !isRegular(f) {
+			syncFn = nil // stdout on a pipe or terminal: fsync fails there
+		}
+	}
+	return newLogger(w, syncFn, opts)
+}
 
-func newLogger(w io.Writer, opts Options) *Logger {
+func newLogger(w io.Writer, syncFn func() error, opts Options) *Logger {
+	if opts.Sync == "" {
+		opts.Sync = SyncAlways
+	}
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = time.Second
 	}
 	if opts.BufferSize <= 0 {
 		opts.BufferSize = 64 << 10
 	}
+	if opts.MaxBacklog <= 0 {
+		opts.MaxBacklog = 64 << 20
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Logger{
-		opts:  opts,
-		masks: compileMasks(opts.Mask),
-		log:   opts.Logger,
-		w:     bufio.NewWriterSize(w, opts.BufferSize),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		opts:      opts,
+		masks:     compileMasks(opts.Mask),
+		log:       opts.Logger,
+		w:         w,
+		sync:      syncFn,
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		committer: make(chan struct{}),
 	}
-	go l.flusher()
+	l.committed = sync.NewCond(&l.mu)
+	l.room = sync.NewCond(&l.mu)
+	go l.commitLoop()
 	return l
 }
 
-func openFile(path string) (*os.File, error) {
+// openFile opens path for appending, 0600, and says how to sync it.
+func openFile(path string) (*os.File, func() error, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("decision log: %w", err)
+		return nil, nil, fmt.Errorf("decision log: %w", err)
 	}
-	return f, nil
+	if !isRegular(f) {
+		// A device or a pipe (/dev/stderr, a FIFO to a shipper): neither
+		// its mode nor fsync are ours to manage.
+		return f, nil, nil
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if err := f.Chmod(0o600); err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("decision log: %s is readable by others (%v) and cannot be tightened to 0600: %w", path, fi.Mode().Perm(), err)
+		}
+	}
+	return f, f.Sync, nil
 }
 
-func (l *Logger) flusher() {
-	defer close(l.done)
+func isRegular(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// commitLoop is the committer: it commits when kicked (SyncAlways: every
+// append) and every FlushInterval, which is also how a failing log tries
+// again without traffic.
+func (l *Logger) commitLoop() {
+	defer close(l.committer)
 	t := time.NewTicker(l.opts.FlushInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.stop:
 			return
+		case <-l.kick:
 		case <-t.C:
-			l.mu.Lock()
-			if !l.closed {
-				l.noteErr(l.w.Flush())
-			}
-			l.mu.Unlock()
 		}
+		_ = l.commit()
 	}
 }
 
-// noteErr keeps the first write error and logs each; called with l.mu held.
-func (l *Logger) noteErr(err error) {
-	if err == nil {
-		return
-	}
-	l.log.Error("decision log write failed", "path", l.path, "err", err)
-	if l.err == nil {
-		l.err = err
-	}
-	if l.file != nil {
-		// bufio.Writer keeps a write error forever: start a fresh buffer
-		// so that the next flush tries again instead of failing at once.
-		l.w = bufio.NewWriterSize(l.file, l.opts.BufferSize)
+func (l *Logger) kickCommitter() {
+	select {
+	case l.kick <- struct{}{}:
+	default: // a commit is already due; it will take this record too
 	}
 }
 
-// Records is how many records have been written (into the buffer) so far.
-func (l *Logger) Records() uint64 {
+// commit writes and syncs every record appended so far, one at a time
+// with other commits. Bytes that could not be written stay at the head of
+// the buffer for the next try.
+func (l *Logger) commit() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.n
-}
-
-// Flush writes the buffered records out.
-func (l *Logger) Flush() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	for l.committing {
+		l.committed.Wait()
+	}
+	if len(l.buf) == 0 && !l.unsynced {
+		// Nothing is waiting to be written (a reopened file took the
+		// backlog, or there never was one): nothing is failing either.
+		l.done = l.seq
+		if l.failing != nil {
+			l.log.Info("decision log writable again", "path", l.path, "failures", l.failures)
+			l.failing = nil
+		}
 		return nil
 	}
-	err := l.w.Flush()
-	l.noteErr(err)
+	data, upto, w, syncFn := l.buf, l.seq, l.w, l.sync
+	l.buf = nil
+	l.committing = true
+	l.mu.Unlock()
+
+	n, err := w.Write(data)
+	if err == nil && n < len(data) {
+		err = io.ErrShortWrite
+	}
+	if err == nil && syncFn != nil {
+		err = syncFn()
+	}
+
+	l.mu.Lock()
+	l.committing = false
+	if n < len(data) {
+		l.buf = append(slices.Clip(data[n:]), l.buf...)
+	}
+	if err != nil {
+		l.failures++
+		l.failedUpto = upto
+		l.unsynced = n == len(data) // written, not synced: sync again
+		if l.failing == nil {
+			l.log.Error("decision log cannot be written: fulfilments and escalations stop until it can", "path", l.path, "err", err)
+		}
+		l.failing = err
+	} else {
+		l.unsynced = false
+		l.done = upto
+		if l.failing != nil {
+			l.log.Info("decision log writable again", "path", l.path, "failures", l.failures)
+		}
+		l.failing = nil
+	}
+	l.committed.Broadcast()
+	l.room.Broadcast()
 	return err
 }
 
-// Reopen flushes and closes the file and opens path again, so that a
-// rotated file (renamed by logrotate) is let go and a new one started. It
-// does nothing for stdout or a caller's writer.
-func (l *Logger) Reopen() error {
+// add appends a formatted line and returns its sequence number, or 0 when
+// it was not appended (closed, or dropped while failing).
+func (l *Logger) add(line []byte, r *Record) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for !l.closed && l.failing == nil && len(l.buf) > 0 && len(l.buf)+len(line) > l.opts.MaxBacklog {
+		l.kickCommitter()
+		l.room.Wait() // backpressure: a slow disk slows the fulfiller down
+	}
+	switch {
+	case l.closed:
+		l.log.Error("decision log: record after Close dropped", "proposal", r.ProposalID, "stage", r.Stage)
+		return 0, ErrClosed
+	case l.failing != nil && len(l.buf)+len(line) > l.opts.MaxBacklog:
+		l.dropped++
+		l.log.Error("decision log: record dropped, the backlog of unwritten records is full", "proposal", r.ProposalID, "stage", r.Stage, "dropped", l.dropped)
+		return 0, fmt.Errorf("decision log: record dropped (backlog full): %w", l.failing)
+	}
+	l.buf = append(l.buf, line...)
+	l.seq++
+	if l.opts.Sync == SyncAlways || len(l.buf) >= l.opts.BufferSize {
+		l.kickCommitter()
+	}
+	return l.seq, nil
+}
+
+// wait returns once record seq is on disk, or with the error of the
+// commit that failed to put it there.
+func (l *Logger) wait(seq uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		switch {
+		case l.done >= seq:
+			return nil
+		case l.failedUpto >= seq:
+			return fmt.Errorf("decision log: %w", l.failing)
+		case l.closed && !l.committing:
+			return ErrClosed
+		}
+		l.committed.Wait()
+	}
+}
+
+// Records is how many records have been appended so far.
+func (l *Logger) Records() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq
+}
+
+// Healthy is nil while records can be written, and the last write error
+// while they cannot (/readyz).
+func (l *Logger) Healthy() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failing != nil {
+		return fmt.Errorf("decision log: %w", l.failing)
+	}
+	return nil
+}
+
+// WriteFailures is how many writes (or syncs) of the log have failed.
+func (l *Logger) WriteFailures() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failures
+}
+
+// Dropped is how many records were lost because the file failed for so
+// long that the backlog filled up.
+func (l *Logger) Dropped() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
+}
+
+// Flush writes and syncs every record appended so far.
+func (l *Logger) Flush() error {
+	if err := l.commit(); err != nil {
+		return fmt.Errorf("decision log: %w", err)
+	}
+	return nil
+}
+
+// Reopen commits what is buffered, closes the file and opens path again,
+// so that a rotated file (renamed by logrotate) is let go and a new one
+// started. Records that cannot be written to the old file go to the new
+// one. It does nothing for stdout or a caller's writer.
+func (l *Logger) Reopen() error {
+	_ = l.commit()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.committing {
+		l.committed.Wait()
+	}
 	if l.closed || l.file == nil {
 		return nil
 	}
-	l.noteErr(l.w.Flush())
-	f, err := openFile(l.path)
+	f, syncFn, err := openFile(l.path)
 	if err != nil {
 		// Keep writing to the old file rather than losing records.
 		return err
@@ -230,14 +446,16 @@ func (l *Logger) Reopen() error {
 	if err := l.file.Close(); err != nil {
 		l.log.Warn("decision log: closing the rotated file", "path", l.path, "err", err)
 	}
-	l.file = f
-	l.w = bufio.NewWriterSize(f, l.opts.BufferSize)
+	l.file, l.w, l.sync = f, f, syncFn
+	l.unsynced = false // the old file's sync no longer matters; the backlog goes to the new one
 	return nil
 }
 
-// Close flushes every record and closes the file. It returns the first
-// write error seen since Open. Records observed after Close are dropped
-// with an error log; Close the log only after fulfill.Run has returned.
+// Close writes every record and closes the file. It returns an error when
+// records were lost: unwritten at the end, or dropped on the way (a
+// failure the log recovered from without losing anything is not one).
+// Records after Close are refused; close the log only after fulfill.Run
+// has returned.
 func (l *Logger) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -245,20 +463,36 @@ func (l *Logger) Close() error {
 		return nil
 	}
 	l.closed = true
-	l.noteErr(l.w.Flush())
-	if l.file != nil {
-		l.noteErr(l.file.Close())
-	}
-	err := l.err
+	l.room.Broadcast()
 	l.mu.Unlock()
 	close(l.stop)
-	<-l.done
-	return err
+	<-l.committer
+	err := l.commit()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && l.dropped > 0 {
+		err = fmt.Errorf("%d records dropped while the file could not be written", l.dropped)
+	}
+	if len(l.buf) > 0 {
+		l.log.Error("decision log: records never written", "path", l.path, "bytes", len(l.buf))
+	}
+	if l.file != nil {
+		if cerr := l.file.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	l.committed.Broadcast()
+	if err != nil {
+		return fmt.Errorf("decision log: %w", err)
+	}
+	return nil
 }
 
-// write appends one record as a line.
-func (l *Logger) write(r *Record) {
-	r.DecisionID = newID()
+// format encodes one record as a line.
+func (l *Logger) format(r *Record) []byte {
+	if r.DecisionID == "" {
+		r.DecisionID = fulfill.NewDecisionID() // a line with nothing to join: its own
+	}
 	line, err := json.Marshal(r)
 	if err != nil {
 		// A policy result that cannot be encoded; keep the line without it.
@@ -266,24 +500,47 @@ func (l *Logger) write(r *Record) {
 		r.Result, r.Input, r.Error = nil, nil, "record not encodable: "+err.Error()
 		line, _ = json.Marshal(r)
 	}
-	line = append(line, '\n')
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		l.log.Error("decision log: record after Close dropped", "proposal", r.ProposalID, "stage", r.Stage)
-		return
+	return append(line, '\n')
+}
+
+// write appends one record without waiting for it to reach the disk.
+func (l *Logger) write(r *Record) {
+	_, _ = l.add(l.format(r), r)
+}
+
+// Record implements fulfill.Recorder: it writes the event's line and, with
+// SyncAlways, returns once it is on disk. With SyncInterval it returns at
+// once, with the error of the last write if that failed. An event the log
+// does not keep returns nil.
+func (l *Logger) Record(e fulfill.Event) error {
+	r := l.fromEvent(e)
+	if r == nil {
+		return nil
 	}
-	_, err = l.w.Write(line)
-	l.noteErr(err)
-	l.n++
+	seq, err := l.add(l.format(r), r)
+	if err != nil {
+		return err
+	}
+	if l.opts.Sync == SyncInterval {
+		return l.Healthy()
+	}
+	return l.wait(seq)
 }
 
 // Observe implements fulfill.Observer: it writes a line for each decision
-// and each outcome change. Received, queued and fulfilling steps are
-// progress, not outcomes, and are not logged (fulfilling is: the
-// fulfilment request is the proposer's answer under DESIGN rule 2).
+// and each outcome change, without waiting for the disk. Received and
+// queued steps are progress, not outcomes, and are not logged (fulfilling
+// is: the fulfilment request is the proposer's answer under DESIGN rule 2).
 func (l *Logger) Observe(e fulfill.Event) {
+	if r := l.fromEvent(e); r != nil {
+		l.write(r)
+	}
+}
+
+// fromEvent makes the record of e, or nil when e is not logged.
+func (l *Logger) fromEvent(e fulfill.Event) *Record {
 	r := &Record{
+		DecisionID: e.DecisionID, Revision: revision(e.Revision),
 		Timestamp: e.Time.UTC(), Stage: string(e.Stage), ProposalID: e.ProposalID,
 		Proposer: e.Proposer, Method: e.Method, Tool: e.Tool, Target: e.Target,
 	}
@@ -293,7 +550,9 @@ func (l *Logger) Observe(e fulfill.Event) {
 		r.LatencyNS = e.Latency.Nanoseconds()
 		if e.Decision != nil {
 			r.Result = e.Decision
-			r.Revision = e.Decision.Revision
+			if r.Revision == nil {
+				r.Revision = revision(e.Decision.Revision)
+			}
 			if e.Decision.Err != nil {
 				r.Error = e.Decision.Err.Error()
 			}
@@ -318,18 +577,29 @@ func (l *Logger) Observe(e fulfill.Event) {
 		if e.Reason == policies.ReasonTimeout {
 			r.Status = "timeout"
 		}
+	case fulfill.StageUndelivered:
+		r.Type, r.Reason, r.Message = TypeOutcome, e.Reason, e.Message
 	case fulfill.StageIgnored:
 		r.Type, r.Reason, r.Message = TypeIgnored, e.Reason, e.Message
 	default:
-		return
+		return nil
 	}
-	l.write(r)
+	return r
+}
+
+// revision is a record's revision: null when no policy decided.
+func revision(rev string) *string {
+	if rev == "" {
+		return nil
+	}
+	return &rev
 }
 
 // ObserveApproval takes elicit's events (elicit.Config.Observer): a line
 // for each human answer that counted and each forged one.
 func (l *Logger) ObserveApproval(e elicit.Event) {
-	r := &Record{Type: TypeApproval, Stage: string(e.Kind), Timestamp: e.Time.UTC(), ProposalID: e.ProposalID, Approver: e.Approver, Action: e.Action, Reason: e.Reason}
+	r := &Record{Type: TypeApproval, Stage: string(e.Kind), Timestamp: e.Time.UTC(), ProposalID: e.ProposalID,
+		DecisionID: e.DecisionID, Revision: revision(e.Revision), Approver: e.Approver, Action: e.Action, Reason: e.Reason}
 	if r.Timestamp.IsZero() {
 		r.Timestamp = time.Now().UTC()
 	}
@@ -350,13 +620,4 @@ func (l *Logger) ObserveApproval(e elicit.Event) {
 		return
 	}
 	l.write(r)
-}
-
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40 // UUID v4 layout, as OPA's decision ids
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -171,7 +171,9 @@ func readRecords(t *testing.T, path string) []map[string]any {
 func TestFloodEveryDecisionAndOutcomeLoggedOnce(t *testing.T) {
 	const n = 10000
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	log, err := decisionlog.Open(path, decisionlog.Options{BufferSize: 4096, FlushInterval: time.Hour})
+	// Interval sync: this test is about nothing lost or doubled under a
+	// flood; waiting for an fsync per answer would only make it slow.
+	log, err := decisionlog.Open(path, decisionlog.Options{Sync: decisionlog.SyncInterval, BufferSize: 4096, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,17 +202,22 @@ func TestFloodEveryDecisionAndOutcomeLoggedOnce(t *testing.T) {
 	}
 	type key struct{ id, stage string }
 	seen := map[key]map[string]any{}
-	ids := map[string]bool{}
+	owner := map[string]string{} // decision id → the proposal it decided
 	for _, r := range recs {
 		pid, _ := r["proposal_id"].(string)
 		if pid == "" {
 			t.Fatalf("record without proposal_id: %v", r)
 		}
+		// Every line of a proposal carries its decision's id, and no
+		// two proposals share one.
 		did, _ := r["decision_id"].(string)
-		if did == "" || ids[did] {
-			t.Fatalf("decision_id %q missing or repeated", did)
+		if did == "" || (owner[did] != "" && owner[did] != pid) {
+			t.Fatalf("decision_id %q missing or shared by %s and %s", did, owner[did], pid)
 		}
-		ids[did] = true
+		owner[did] = pid
+		if _, ok := r["revision"]; !ok {
+			t.Fatalf("record without revision: %v", r)
+		}
 		k := key{pid, r["stage"].(string)}
 		if seen[k] != nil {
 			t.Fatalf("%s logged twice for %s", k.stage, k.id)
@@ -231,6 +238,17 @@ func TestFloodEveryDecisionAndOutcomeLoggedOnce(t *testing.T) {
 		for _, s := range stages {
 			if seen[key{id, s}] == nil {
 				t.Fatalf("%s: no %s record", id, s)
+			}
+			if got, want := seen[key{id, s}]["decision_id"], seen[key{id, stages[0]}]["decision_id"]; got != want {
+				t.Fatalf("%s: %s has decision_id %v, its decision %v", id, s, got, want)
+			}
+			// Revision: the policy's where it decided, null where it never ran.
+			want := any("test-rev")
+			if kinds[i%4] == "invalid" {
+				want = nil
+			}
+			if got := seen[key{id, s}]["revision"]; got != want {
+				t.Fatalf("%s: %s has revision %v, want %v", id, s, got, want)
 			}
 		}
 		switch kinds[i%4] {
@@ -309,10 +327,11 @@ func TestApprovalRecords(t *testing.T) {
 	var buf bytes.Buffer
 	log := decisionlog.New(&buf, decisionlog.Options{Keyed: func(a string) bool { return a == "alice" }})
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAnswered, ProposalID: "p-1", Approver: "alice", Action: "accept", Approve: true})
-	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventForgery, ProposalID: "p-1", Approver: "alice", From: "mallory", Action: "accept", Reason: "no signature"})
-	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAnswered, ProposalID: "p-1", Approver: "bob", Action: "decline", Reason: "not today"})
-	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAsked, ProposalID: "p-1", Approver: "bob"}) // not an answer: not logged
+	const did = "0b5a5c2e-9c1f-4e0a-8d1c-3f1e2d3c4b5a"
+	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAnswered, ProposalID: "p-1", DecisionID: did, Revision: "rev-1", Approver: "alice", Action: "accept", Approve: true})
+	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventForgery, ProposalID: "p-1", DecisionID: did, Revision: "rev-1", Approver: "alice", From: "mallory", Action: "accept", Reason: "no signature"})
+	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAnswered, ProposalID: "p-1", DecisionID: did, Revision: "rev-1", Approver: "bob", Action: "decline", Reason: "not today"})
+	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAsked, ProposalID: "p-1", DecisionID: did, Revision: "rev-1", Approver: "bob"}) // not an answer: not logged
 	if err := log.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -321,12 +340,12 @@ func TestApprovalRecords(t *testing.T) {
 		t.Fatalf("%d lines, want 3:\n%s", len(lines), buf.String())
 	}
 	want := []string{
-		`"type":"approval","stage":"answered","proposal_id":"p-1","approver":"alice","action":"accept","approve":true,"signature_verified":true}`,
-		`"type":"approval","stage":"forgery","proposal_id":"p-1","reason":"no signature","message":"answer from mallory ignored","approver":"alice","action":"accept","signature_verified":false}`,
-		`"type":"approval","stage":"answered","proposal_id":"p-1","reason":"not today","approver":"bob","action":"decline","approve":false}`,
+		`"type":"approval","stage":"answered","proposal_id":"p-1","revision":"rev-1","approver":"alice","action":"accept","approve":true,"signature_verified":true}`,
+		`"type":"approval","stage":"forgery","proposal_id":"p-1","revision":"rev-1","reason":"no signature","message":"answer from mallory ignored","approver":"alice","action":"accept","signature_verified":false}`,
+		`"type":"approval","stage":"answered","proposal_id":"p-1","revision":"rev-1","reason":"not today","approver":"bob","action":"decline","approve":false}`,
 	}
 	for i, l := range lines {
-		if !strings.HasSuffix(l, `"timestamp":"2026-11-22T10:00:00Z",`+want[i]) {
+		if l != `{"decision_id":"`+did+`","timestamp":"2026-11-22T10:00:00Z",`+want[i] {
 			t.Errorf("line %d:\n got %s\nwant …%s", i+1, l, want[i])
 		}
 	}

@@ -216,7 +216,7 @@ func (e *Elicitor) onAnswer(env agent.Envelope) {
 	if env.From != r.approver {
 		r.x.log.Warn("answer to an elicitation from a participant it was not sent to; ignored",
 			"request", rid, "approver", r.approver, "from", env.From, "envelope", env.ID)
-		e.emit(Event{Kind: EventIgnored, ProposalID: r.x.id, Approver: r.approver, From: env.From, RequestID: rid, Reason: "not addressed to " + env.From})
+		r.x.emit(Event{Kind: EventIgnored, ProposalID: r.x.id, Approver: r.approver, From: env.From, RequestID: rid, Reason: "not addressed to " + env.From})
 		return
 	}
 	select {
@@ -309,6 +309,12 @@ func (e *Elicitor) emit(ev Event) {
 		ev.Time = e.cfg.Now()
 	}
 	e.cfg.Observer(ev)
+}
+
+// emit reports a step of this escalation, naming the decision behind it.
+func (x *escalation) emit(ev Event) {
+	ev.DecisionID, ev.Revision = x.esc.DecisionID, x.esc.Decision.Revision
+	x.e.emit(ev)
 }
 
 func (e *Elicitor) online(id string) bool {
@@ -472,10 +478,10 @@ func (x *escalation) start() (fulfill.Verdict, bool) {
 		switch {
 		case a == x.esc.Proposal.From:
 			x.log.Warn("the proposer is listed as an approver of its own proposal; not asked", "approver", a)
-			x.e.emit(Event{Kind: EventSkipped, ProposalID: x.id, Approver: a, Reason: "the proposer cannot approve its own proposal"})
+			x.emit(Event{Kind: EventSkipped, ProposalID: x.id, Approver: a, Reason: "the proposer cannot approve its own proposal"})
 		case !x.e.online(a):
 			x.log.Info("approver not in the space; not asked", "approver", a)
-			x.e.emit(Event{Kind: EventSkipped, ProposalID: x.id, Approver: a, Reason: "not in the space"})
+			x.emit(Event{Kind: EventSkipped, ProposalID: x.id, Approver: a, Reason: "not in the space"})
 		default:
 			online = append(online, a)
 		}
@@ -542,7 +548,7 @@ func (x *escalation) ask(s *seat) {
 		return
 	}
 	x.log.Info("asked approver", "approver", s.approver, "request", s.requestID, "delegated_by", s.chain)
-	x.e.emit(Event{Kind: EventAsked, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID})
+	x.emit(Event{Kind: EventAsked, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID})
 }
 
 // askAgain recovers from a link that went down while the escalation was
@@ -565,7 +571,7 @@ func (x *escalation) askAgain(who string) (fulfill.Verdict, bool) {
 			continue
 		}
 		x.log.Info("asked approver again after a reconnect", "approver", s.approver, "request", s.requestID)
-		x.e.emit(Event{Kind: EventAskedAgain, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID})
+		x.emit(Event{Kind: EventAskedAgain, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID})
 	}
 	var late []*seat
 	for _, a := range x.approvers {
@@ -617,12 +623,12 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 	s := x.seats[rid]
 	if s == nil || !s.open {
 		x.log.Info("second answer to an elicitation ignored", "request", rid, "approver", env.From)
-		x.e.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: env.From, From: env.From, RequestID: rid, Reason: "already answered"})
+		x.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: env.From, From: env.From, RequestID: rid, Reason: "already answered"})
 		return fulfill.Verdict{}, false
 	}
 	ignore := func(why string) (fulfill.Verdict, bool) {
 		x.log.Warn("answer ignored: "+why, "approver", s.approver, "request", rid, "envelope", env.ID)
-		x.e.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: s.approver, From: env.From, RequestID: rid, Reason: why})
+		x.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: s.approver, From: env.From, RequestID: rid, Reason: why})
 		return fulfill.Verdict{}, false
 	}
 	key := x.e.cfg.Keys[s.approver]
@@ -640,7 +646,7 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		x.answered[s.approver] = true
 		x.lastErr = fmt.Sprintf("%s's client could not show the request (%s)", s.approver, a.rpcErr.Message)
 		x.log.Warn("approver's client answered with an error", "approver", s.approver, "code", a.rpcErr.Code, "error", a.rpcErr.Message)
-		x.e.emit(Event{Kind: EventAnswered, ProposalID: x.id, Approver: s.approver, RequestID: rid, Reason: a.rpcErr.Message})
+		x.emit(Event{Kind: EventAnswered, ProposalID: x.id, Approver: s.approver, RequestID: rid, Reason: a.rpcErr.Message})
 		return x.settle()
 	}
 	r := result{Action: a.action, Content: a.content}
@@ -648,7 +654,7 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		if err := Verify(key, s.requestID, x.digest, r.Action, r.Content); err != nil {
 			x.log.Warn("forgery attempt: answer for a keyed approver is unsigned or badly signed; ignored",
 				"approver", s.approver, "request", rid, "from", env.From, "envelope", env.ID, "action", r.Action, "err", err)
-			x.e.emit(Event{Kind: EventForgery, ProposalID: x.id, Approver: s.approver, From: env.From, RequestID: rid, Action: r.Action, Reason: err.Error()})
+			x.emit(Event{Kind: EventForgery, ProposalID: x.id, Approver: s.approver, From: env.From, RequestID: rid, Action: r.Action, Reason: err.Error()})
 			return fulfill.Verdict{}, false
 		}
 	}
@@ -658,10 +664,10 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 	ev := Event{Kind: EventAnswered, ProposalID: x.id, Approver: s.approver, RequestID: rid, Action: r.Action, Reason: f.reason}
 	switch a.outcome {
 	case outcomeCancel:
-		x.e.emit(ev)
+		x.emit(ev)
 		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: s.approver + " dismissed the approval request without deciding"}, true
 	case outcomeDecline:
-		x.e.emit(ev)
+		x.emit(ev)
 		msg := s.approver + " declined"
 		if f.reason != "" {
 			msg += ": " + f.reason
@@ -673,13 +679,13 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 	ev.Approve = true
 	params, callKey, err := applyEdits(x.call, x.fields, f)
 	if err != nil {
-		x.e.emit(ev)
+		x.emit(ev)
 		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: fmt.Sprintf("%s's approval cannot be used: %v", s.approver, err)}, true
 	}
 	content, _, _ := SplitSignature(r.Content)
 	x.approvals = append(x.approvals, approval{approver: s.approver, key: callKey, params: params, content: content})
 	x.log.Info("approval received", "approver", s.approver, "edited", params != nil)
-	x.e.emit(ev)
+	x.emit(ev)
 	return x.settle()
 }
 
@@ -688,11 +694,11 @@ func (x *escalation) delegate(s *seat, to string) (fulfill.Verdict, bool) {
 	if !slices.Contains(s.delegates, to) || !slices.Contains(x.delegatesFor(s.approver, s.chain), to) {
 		x.lastErr = fmt.Sprintf("%s handed the request to %s, who cannot take it", s.approver, to)
 		x.log.Warn("delegation refused; the approver's answer counts as no answer", "approver", s.approver, "to", to, "offered", s.delegates)
-		x.e.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: s.approver, From: s.approver, RequestID: s.requestID, Reason: "delegate_to " + to + " was not offered"})
+		x.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: s.approver, From: s.approver, RequestID: s.requestID, Reason: "delegate_to " + to + " was not offered"})
 		return x.settle()
 	}
 	x.log.Info("approver delegated", "approver", s.approver, "to", to)
-	x.e.emit(Event{Kind: EventDelegated, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID, To: to})
+	x.emit(Event{Kind: EventDelegated, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID, To: to})
 	x.ask(x.newSeat(to, append(slices.Clone(s.chain), s.approver)))
 	return x.settle()
 }
@@ -791,6 +797,6 @@ func (x *escalation) cancelOpen(reason string) {
 			x.log.Warn("cancellation of a prompt not sent", "approver", s.approver, "request", s.requestID, "err", err)
 			continue
 		}
-		x.e.emit(Event{Kind: EventCancelled, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID, Reason: reason})
+		x.emit(Event{Kind: EventCancelled, ProposalID: x.id, Approver: s.approver, RequestID: s.requestID, Reason: reason})
 	}
 }

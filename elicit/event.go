@@ -31,4 +31,10 @@ type Event struct {
 	Approve    bool   // EventAnswered: accept with approve true
 	Reason     string // the human's reason, why a prompt was cancelled, or why an answer was ignored
 	To         string // EventDelegated: the approver it went to
+
+	// DecisionID and Revision name the decision that escalated
+	// (fulfill.Escalation), so that the decision log joins each human's
+	// answer to it; Revision is never empty for a policy's escalation.
+	DecisionID string
+	Revision   string
 }

@@ -23,6 +23,10 @@ type Escalation struct {
 	Target      string // who will carry the call out
 	Decision    policies.Decision
 	Deadline    time.Time
+
+	// DecisionID is the decision log's id of the decision that escalated
+	// (Decision.Revision is its revision): approval records carry it.
+	DecisionID string
 }
 
 // Verdict is how an escalation ended.

@@ -1,7 +1,10 @@
 package fulfill
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/mewkit/fulfiller/policies"
@@ -23,6 +26,10 @@ const (
 	StageRejected   Stage = "rejected"   // we sent mcp/reject (Reason, Message set)
 	StageWithdrawn  Stage = "withdrawn"
 	StageSuperseded Stage = "superseded"
+	// StageUndelivered: an answer (reject or fulfilment request) was not
+	// written or was refused by the gateway (Reason "not_written" or
+	// "refused", Message the error).
+	StageUndelivered Stage = "undelivered"
 )
 
 // Event is one step of one proposal. Observers get every event of every
@@ -35,6 +42,15 @@ type Event struct {
 	Method     string
 	Tool       string
 	Target     string
+
+	// DecisionID names the decision that governs the proposal at this
+	// step (DESIGN rule 10): minted once per proposal, adopted by the
+	// policy's first decision, replaced when the policy decides again
+	// after an approver's edit. Every event of a proposal carries it.
+	DecisionID string
+	// Revision is the policy revision of that decision; "" while no
+	// policy has decided the proposal (invalid, busy, ignored, …).
+	Revision string
 
 	Decision *policies.Decision // StageDecided
 	Reason   string             // StageRejected: the wire reason; StageIgnored: why
@@ -53,6 +69,20 @@ type Observer interface {
 	Observe(Event)
 }
 
+// Recorder is an Observer whose records must be written before the answer
+// they describe goes out: the decision log (DESIGN rule 10, fail closed).
+// The Fulfiller calls Record instead of Observe for the records of its
+// answers — escalated, fulfilling, rejected — and blocks on it before the
+// envelope goes out; the records before them (the decision) go to Observe,
+// and a Recorder keeps its records in order, so they are written by then
+// too. An error means the record could not be written: the Fulfiller then
+// neither fulfils nor escalates (it rejects "other"), while a reject still
+// goes out. Other events go to Observe, which must not block.
+type Recorder interface {
+	Observer
+	Record(Event) error
+}
+
 // ObserverFunc adapts a function to Observer.
 type ObserverFunc func(Event)
 
@@ -67,4 +97,31 @@ func (os Observers) Observe(e Event) {
 	for _, o := range os {
 		o.Observe(e)
 	}
+}
+
+// Record implements Recorder: Record for each observer that is a Recorder,
+// Observe for the others. It returns every Recorder's error.
+func (os Observers) Record(e Event) error {
+	var errs []error
+	for _, o := range os {
+		if r, ok := o.(Recorder); ok {
+			if err := r.Record(e); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		o.Observe(e)
+	}
+	return errors.Join(errs...)
+}
+
+// NewDecisionID returns a fresh decision id, a random UUID (version 4) as
+// OPA's decision logs use.
+func NewDecisionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

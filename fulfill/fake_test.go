@@ -183,11 +183,16 @@ func newHarness(t *testing.T, cfg Config, dec *fakeDecider) *harness {
 	t.Helper()
 	h := &harness{space: newFakeSpace(), dec: dec, in: make(chan agent.Envelope), done: make(chan struct{})}
 	cfg.SpaceID = "lab"
-	cfg.Observer = ObserverFunc(func(e Event) {
+	rec := ObserverFunc(func(e Event) {
 		h.mu.Lock()
 		h.events = append(h.events, e)
 		h.mu.Unlock()
 	})
+	if cfg.Observer != nil { // the test's own observer (a Recorder) too
+		cfg.Observer = Observers{rec, cfg.Observer}
+	} else {
+		cfg.Observer = rec
+	}
 	h.f = New(h.space, dec, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel

@@ -335,6 +335,10 @@ func (f *Fulfiller) decide(p *proposal) {
 	in := f.input(p, p.params, nil)
 	start := time.Now()
 	d := f.decider.Decide(f.decideCtx, in)
+	p.decided(d.Revision, false)
+	// The decision record is buffered, not awaited: the record of the
+	// answer that follows (fulfilling, escalated, rejected) is, and the
+	// log keeps its order, so that wait covers this line too.
 	ev := p.event(StageDecided)
 	ev.Decision, ev.Latency, ev.Input = &d, time.Since(start), in
 	if d.Err != nil {
@@ -418,6 +422,18 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 	if timeout <= 0 {
 		timeout = f.cfg.ApprovalTimeout
 	}
+	// Fail closed: no human is asked before the record that says so is
+	// written (and with it the decision before it). Not for a proposal
+	// withdrawn or expired meanwhile: nobody will be asked about it.
+	if p.State() != StateDeciding {
+		return
+	}
+	ev := p.event(StageEscalated)
+	ev.Target, ev.By, ev.Message = target, d.Approvers, d.Message
+	if err := f.record(ev); err != nil {
+		f.unrecorded(p, "escalation", err)
+		return
+	}
 	f.mu.Lock()
 	if p.State() != StateDeciding {
 		f.mu.Unlock()
@@ -428,11 +444,7 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 	p.deadline = time.Now().Add(timeout)
 	f.mu.Unlock()
 
-	ev := p.event(StageEscalated)
-	ev.By = d.Approvers
-	ev.Message = d.Message
-	f.emit(ev)
-	esc := Escalation{Proposal: p.env, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline}
+	esc := Escalation{Proposal: p.env, DecisionID: p.governor().id, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline}
 	if p.tool != "" {
 		esc.Tool = f.toolInput(p, target, p.params)
 		if info, ok := f.catalog.tool(target, p.tool); ok {
@@ -476,6 +488,7 @@ func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
 	// Edited arguments: the edited call must pass the policy on its own.
 	in := f.input(p, v.Params, &policies.Approval{By: v.By, Content: v.Content})
 	d := f.decider.Decide(f.decideCtx, in)
+	p.decided(d.Revision, true) // a new decision: it governs what follows
 	dev := p.event(StageDecided)
 	dev.Decision, dev.Input = &d, in
 	f.emit(dev)
@@ -572,7 +585,14 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
 		Payload:       agent.MustPayload(payload),
 	}
-	f.emit(p.event(StageFulfilling))
+	if err := f.record(p.event(StageFulfilling)); err != nil {
+		// Fail closed: no call is carried out without its record.
+		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+			f.log.Error("decision log cannot be written; fulfilment refused", "proposal", p.env.ID, "err", err)
+			f.answerReject(p, policies.ReasonOther, auditFailedMessage)
+		}
+		return
+	}
 	if err := f.send(env); err != nil {
 		if errors.Is(err, agent.ErrSessionLost) {
 			// The link died during the write: the request may have reached
@@ -656,13 +676,17 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	if env.From != p.env.From {
 		f.log.Warn("withdrawal by someone other than the proposer ignored (spoof attempt?)",
 			"proposal", pid, "proposer", p.env.From, "from", env.From)
-		f.emit(Event{Stage: StageIgnored, ProposalID: pid, Proposer: p.env.From, Reason: "spoofed_withdraw", Message: "withdrawal from " + env.From})
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.Message = "spoofed_withdraw", "withdrawal from "+env.From
+		f.emit(ev)
 		return
 	}
 	prev, ok := f.transition(p, StateWithdrawn, notAnswered)
 	if !ok {
 		f.log.Info("late withdrawal ignored: the proposal was already answered", "proposal", pid, "state", p.State())
-		f.emit(Event{Stage: StageIgnored, ProposalID: pid, Proposer: p.env.From, Reason: "late_withdraw", Message: "withdrawn after it was " + p.State().String()})
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.Message = "late_withdraw", "withdrawn after it was "+p.State().String()
+		f.emit(ev)
 		return
 	}
 	if prev == StateAwaitingApproval {
@@ -911,7 +935,11 @@ func (f *Fulfiller) reject(p *proposal, reason, message string) {
 func (f *Fulfiller) answerReject(p *proposal, reason, message string) {
 	ev := p.event(StageRejected)
 	ev.Reason, ev.Message = reason, message
-	f.emit(ev)
+	if err := f.record(ev); err != nil {
+		// Denying is always safe: the reject goes out without its record
+		// rather than leave the proposer waiting.
+		f.log.Error("reject not recorded in the decision log; sending it anyway", "proposal", p.env.ID, "reason", reason, "err", err)
+	}
 	rej, err := f.sendAndGet(agent.Envelope{
 		To:            []string{p.env.From},
 		Kind:          agent.KindReject,
@@ -1023,12 +1051,45 @@ func reasonOf(payload json.RawMessage) string {
 }
 
 func (f *Fulfiller) emit(e Event) {
-	if e.Time.IsZero() {
-		e.Time = time.Now()
-	}
+	stamp(&e)
 	f.obs.Observe(e)
 }
 
+// record is emit for the records that must be written before the answer
+// they describe goes out (see Recorder). It blocks while they are written.
+func (f *Fulfiller) record(e Event) error {
+	stamp(&e)
+	if r, ok := f.obs.(Recorder); ok {
+		return r.Record(e)
+	}
+	f.obs.Observe(e)
+	return nil
+}
+
+// stamp fills what every event carries: its time, and a decision id even
+// for frames that never became a proposal (a duplicate id, another
+// fulfiller's proposal): nothing decided those, so the line is its own.
+func stamp(e *Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	if e.DecisionID == "" {
+		e.DecisionID = NewDecisionID()
+	}
+}
+
+// auditFailedMessage is the reject message while the decision log cannot
+// be written.
+const auditFailedMessage = "the decision log cannot be written, so this fulfiller neither fulfils nor escalates until it can; propose again later"
+
+// unrecorded refuses p because the record of what would happen next (an
+// escalation) could not be written: fail closed, reject "other".
+func (f *Fulfiller) unrecorded(p *proposal, what string, err error) {
+	f.log.Error("decision log cannot be written; "+what+" refused", "proposal", p.env.ID, "err", err)
+	f.reject(p, policies.ReasonOther, auditFailedMessage)
+}
+
 func (p *proposal) event(stage Stage) Event {
-	return Event{Stage: stage, ProposalID: p.env.ID, Proposer: p.env.From, Method: p.method, Tool: p.tool, Target: p.target}
+	g := p.governor()
+	return Event{Stage: stage, ProposalID: p.env.ID, DecisionID: g.id, Revision: g.revision, Proposer: p.env.From, Method: p.method, Tool: p.tool, Target: p.target}
 }

@@ -61,6 +61,11 @@ type proposal struct {
 	removing atomic.Bool
 	cachedAt atomic.Int64
 
+	// gov is the decision that governs the proposal (DESIGN rule 10),
+	// read by every event: atomic because events come from the reader,
+	// the workers and the timers alike. See governing.
+	gov atomic.Pointer[governing]
+
 	decision policies.Decision
 	target   string
 	deadline time.Time // approval deadline while awaiting approval
@@ -78,6 +83,34 @@ type proposal struct {
 }
 
 func (p *proposal) State() State { return State(p.state.Load()) }
+
+// governing is the decision id every record of a proposal carries, and the
+// policy revision behind it ("" while no policy has decided).
+type governing struct{ id, revision string }
+
+// governor returns p's governing decision, minting its id on first use:
+// a proposal that never reaches the policy (invalid, busy, withdrawn
+// early) still has one id that all of its records share.
+func (p *proposal) governor() *governing {
+	if g := p.gov.Load(); g != nil {
+		return g
+	}
+	p.gov.CompareAndSwap(nil, &governing{id: NewDecisionID()})
+	return p.gov.Load()
+}
+
+// decided records that the policy answered: the first decision adopts the
+// id the proposal already has, so lines logged before it (a withdrawal
+// racing the evaluation) join it too; a later one (after an approver's
+// edit) is a new decision with a new id, and governs what follows.
+func (p *proposal) decided(revision string, again bool) *governing {
+	g := &governing{id: p.governor().id, revision: revision}
+	if again {
+		g.id = NewDecisionID()
+	}
+	p.gov.Store(g)
+	return g
+}
 
 // Snapshot is a read-only view of a pending proposal, for the operator API
 // and tests.

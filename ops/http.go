@@ -5,7 +5,7 @@
 // Routes (JSON unless noted):
 //
 //	GET    /healthz             200 {"status":"ok"} while the process serves HTTP
-//	GET    /readyz              200 when the agent has a welcome and a policy is loaded, else 503 with the reason
+//	GET    /readyz              200 when the agent has a welcome, a policy is loaded and the decision log (if any) can be written, else 503 with the reason
 //	GET    /metrics             Prometheus text format
 //	GET    /v1/proposals        pending proposals, oldest first, with state, age and deadline
 //	GET    /v1/proposals/{id}   one pending proposal; 404 when it is not pending
@@ -110,6 +110,9 @@ type Readiness struct {
 	// ReloadError is the last failed reload: the previous policy is still
 	// in force, so it does not make the fulfiller unready.
 	ReloadError string `json:"reload_error,omitempty"`
+	// DecisionLog is "ok" or "failing" with --decision-log; a failing log
+	// makes the fulfiller unready: it refuses to fulfil or escalate.
+	DecisionLog string `json:"decision_log,omitempty"`
 }
 
 // Ready reports readiness as /readyz does (DESIGN rule 9).
@@ -132,6 +135,13 @@ func (h *Handler) Ready() Readiness {
 		r.Revision, r.Default = pol.Revision(), pol.IsDefault()
 		if err := pol.LastReloadError(); err != nil {
 			r.ReloadError = err.Error()
+		}
+	}
+	if a := h.opts.Source.auditLog(); a != nil {
+		r.DecisionLog = "ok"
+		if err := a.Healthy(); err != nil {
+			r.DecisionLog = "failing"
+			reasons = append(reasons, "the decision log cannot be written ("+err.Error()+"): fulfilments and escalations are refused")
 		}
 	}
 	if len(reasons) > 0 {

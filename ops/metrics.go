@@ -34,6 +34,14 @@ type Counter interface {
 	Counts() (pending, inflight int)
 }
 
+// AuditLog is what /readyz and the metrics read of the decision log;
+// *decisionlog.Logger provides it.
+type AuditLog interface {
+	Healthy() error // nil while records can be written
+	WriteFailures() uint64
+	Dropped() uint64
+}
+
 // Metrics holds fulfiller's Prometheus metrics in a registry of its own
 // (not the global default), so that tests and embedders can run several
 // side by side. It implements fulfill.Observer; pass ObserveApproval to
@@ -169,6 +177,7 @@ type Source struct {
 	gateway Gateway
 	policy  Policy
 	counter Counter
+	audit   AuditLog
 }
 
 // SetGateway makes the session known (after the agent has dialled).
@@ -179,6 +188,18 @@ func (s *Source) SetPolicy(p Policy) { s.mu.Lock(); s.policy = p; s.mu.Unlock() 
 
 // SetCounter makes the fulfiller's counts known.
 func (s *Source) SetCounter(c Counter) { s.mu.Lock(); s.counter = c; s.mu.Unlock() }
+
+// SetAuditLog makes the decision log known (when --decision-log is set).
+func (s *Source) SetAuditLog(a AuditLog) { s.mu.Lock(); s.audit = a; s.mu.Unlock() }
+
+func (s *Source) auditLog() AuditLog {
+	if s == nil {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.audit
+}
 
 func (s *Source) get() (Gateway, Policy, Counter) {
 	if s == nil {
@@ -201,6 +222,10 @@ var (
 	descSends     = prometheus.NewDesc("fulfiller_gateway_envelopes_sent_total", "Envelopes written to the gateway.", nil, nil)
 	descPolicy    = prometheus.NewDesc("fulfiller_policy_info", "The policy set in force: its content revision; default is true for the built-in reject-all policy.", []string{"revision", "default"}, nil)
 	descReloadErr = prometheus.NewDesc("fulfiller_policy_reload_failing", "1 while the last policy reload failed (the previous policy stays in force).", nil, nil)
+
+	descAuditFailures = prometheus.NewDesc("fulfiller_decision_log_write_failures_total", "Writes (or fsyncs) of the decision log that failed; while it fails, fulfilments and escalations are refused.", nil, nil)
+	descAuditFailing  = prometheus.NewDesc("fulfiller_decision_log_failing", "1 while the decision log cannot be written.", nil, nil)
+	descAuditDropped  = prometheus.NewDesc("fulfiller_decision_log_records_dropped_total", "Decision log records lost because the log failed so long that its backlog filled up.", nil, nil)
 )
 
 // liveCollector reads state owned elsewhere at scrape time, so nothing is
@@ -211,6 +236,9 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPending, descInflight, descConnected, descReconnect, descLost, descFrames, descOversized, descMalformed, descSends, descPolicy, descReloadErr} {
 		ch <- d
 	}
+	ch <- descAuditFailures
+	ch <- descAuditFailing
+	ch <- descAuditDropped
 }
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -239,6 +267,11 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descPolicy, prometheus.GaugeValue, 1, pol.Revision(), def)
 		ch <- prometheus.MustNewConstMetric(descReloadErr, prometheus.GaugeValue, boolFloat(pol.LastReloadError() != nil))
+	}
+	if a := c.src.auditLog(); a != nil {
+		ch <- prometheus.MustNewConstMetric(descAuditFailures, prometheus.CounterValue, float64(a.WriteFailures()))
+		ch <- prometheus.MustNewConstMetric(descAuditFailing, prometheus.GaugeValue, boolFloat(a.Healthy() != nil))
+		ch <- prometheus.MustNewConstMetric(descAuditDropped, prometheus.CounterValue, float64(a.Dropped()))
 	}
 }
 

@@ -31,10 +31,12 @@ type opsFlags struct {
 	http          string
 	httpToken     string
 	httpTokenFile string
+	logSync       string
 }
 
 func (o *opsFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&o.decisionLog, "decision-log", "", "write a JSON line per decision and outcome to `PATH` (- for stdout); reopened on SIGHUP")
+	f.StringVar(&o.logSync, "decision-log-sync", string(decisionlog.SyncAlways), "when decision log records reach the disk: always (each answer waits for its record's fsync; concurrent ones share it) or interval (every second: faster, a crash loses up to a second)")
 	f.StringArrayVar(&o.mask, "mask", nil, "input `PATH` to erase from the decision log, e.g. params.arguments.password (repeatable)")
 	f.StringVar(&o.http, "http", "", "serve /healthz, /readyz, /metrics and the operator API on `ADDR` (e.g. 127.0.0.1:9464)")
 	f.StringVar(&o.httpToken, "http-token", "", "bearer token the operator API (/v1/) requires; without one /v1/ answers 401 (prefer FULFILLER_HTTP_TOKEN or --http-token-file; never logged)")
@@ -45,6 +47,9 @@ func (o *opsFlags) register(f *pflag.FlagSet) {
 // against it. start and check both go through here, so --check refuses
 // exactly what run refuses.
 func (o *opsFlags) prepare(log *slog.Logger) (token string, err error) {
+	if err := o.validate(); err != nil {
+		return "", err
+	}
 	token, err = httpToken.resolve(log, o.httpToken, o.httpTokenFile)
 	if err != nil {
 		return "", err
@@ -131,6 +136,15 @@ type opsRuntime struct {
 	stopHUP func()
 }
 
+// validate checks the flags start would refuse, so that run --check and
+// run fail alike.
+func (o *opsFlags) validate() error {
+	if _, err := decisionlog.ParseSyncMode(o.logSync); err != nil {
+		return usageErrorf("--decision-log-sync %v", err)
+	}
+	return nil
+}
+
 // start opens the decision log and starts the listener. Both fail as
 // usage errors naming the flag: a path that cannot be written or an
 // address that cannot be bound is a configuration mistake.
@@ -142,15 +156,20 @@ func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error
 	rt := &opsRuntime{log: log, source: &ops.Source{}, stopHUP: func() {}}
 	rt.metrics = ops.NewMetrics(rt.source)
 	if o.decisionLog != "" {
+		syncMode, _ := decisionlog.ParseSyncMode(o.logSync)
 		dl, err := decisionlog.Open(o.decisionLog, decisionlog.Options{
 			Mask:   o.mask,
 			Keyed:  func(a string) bool { _, ok := keys[a]; return ok },
+			Sync:   syncMode,
 			Logger: log,
 		})
 		if err != nil {
 			return nil, decisionLogError(err)
 		}
 		rt.dlog = dl
+		// A log that cannot be written makes the fulfiller unready and
+		// counts in the metrics (it also refuses to fulfil, see fulfill.Recorder).
+		rt.source.SetAuditLog(dl)
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		done := make(chan struct{})

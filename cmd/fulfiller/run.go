@@ -93,6 +93,9 @@ func (fl *runFlags) validate() error {
 	if fl.id == "" {
 		return usageErrorf("--id must not be empty")
 	}
+	if err := fl.ops.validate(); err != nil {
+		return err
+	}
 	for name, v := range map[string]int{"--max-pending": fl.maxPending, "--max-inflight": fl.maxInflight} {
 		if v < 1 {
 			return usageErrorf("%s %d: must be at least 1", name, v)

@@ -25,6 +25,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{gw, "--approval-timeout", "0s"}, "--approval-timeout"},
 		{[]string{gw, "--policy-timeout", "0s"}, "--policy-timeout"},
 		{[]string{gw, "--max-frame", "lots"}, "--max-frame"},
+		{[]string{gw, "--decision-log-sync", "sometimes"}, "--decision-log-sync"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

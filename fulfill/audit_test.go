@@ -1,0 +1,193 @@
+package fulfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// fakeRecorder is a decision log that can be made to fail, as one on a
+// full disk does.
+type fakeRecorder struct {
+	mu       sync.Mutex
+	failing  bool
+	recorded []Stage // stages Record was called for (successfully or not)
+}
+
+func (r *fakeRecorder) Observe(Event) {}
+
+func (r *fakeRecorder) Record(e Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recorded = append(r.recorded, e.Stage)
+	if r.failing {
+		return errors.New("write decisions.jsonl: no space left on device")
+	}
+	return nil
+}
+
+func (r *fakeRecorder) setFailing(v bool) { r.mu.Lock(); r.failing = v; r.mu.Unlock() }
+
+// fakeEscalator counts escalations and answers each with a fixed verdict
+// (none when verdict is nil).
+type fakeEscalator struct {
+	mu      sync.Mutex
+	asked   []Escalation
+	verdict *Verdict
+}
+
+func (e *fakeEscalator) Escalate(_ context.Context, esc Escalation, done func(Verdict)) {
+	e.mu.Lock()
+	e.asked = append(e.asked, esc)
+	v := e.verdict
+	e.mu.Unlock()
+	if v != nil {
+		go done(*v)
+	}
+}
+
+func (e *fakeEscalator) Cancel(string, string) {}
+
+func (e *fakeEscalator) escalations() []Escalation {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Escalation(nil), e.asked...)
+}
+
+const auditChat = `{"text":"` + auditFailedMessage + `","format":"plain"}`
+
+// TestAuditFailureRefusesFulfilment: while the decision log cannot be
+// written, a proposal the policy fulfils is rejected "other" with the
+// reason, and no tool call goes out; once it can, fulfilment resumes.
+func TestAuditFailureRefusesFulfilment(t *testing.T) {
+	rec := &fakeRecorder{failing: true}
+	h := newHarness(t, Config{Observer: rec}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	rej := h.space.next(t)
+	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
+	wantEnvelope(t, h.space.next(t), agent.KindChat, []string{"coder"}, []string{rej.ID}, auditChat)
+	h.space.quiet(t, 50*time.Millisecond)
+
+	rec.setFailing(false)
+	h.deliver(proposalEnv("p2", "coder", addCall))
+	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p2"}, "")
+}
+
+// TestAuditFailureRefusesEscalation: no human is asked without the
+// record of it; the proposal is rejected "other" instead.
+func TestAuditFailureRefusesEscalation(t *testing.T) {
+	rec := &fakeRecorder{failing: true}
+	esc := &fakeEscalator{}
+	h := newHarness(t, Config{Observer: rec, Escalator: esc}, &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate}}})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	rej := h.space.next(t)
+	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
+	wantEnvelope(t, h.space.next(t), agent.KindChat, []string{"coder"}, []string{rej.ID}, auditChat)
+	if n := len(esc.escalations()); n != 0 {
+		t.Fatalf("%d escalations without a record", n)
+	}
+}
+
+// TestAuditFailureStillRejects: denying is always safe, so the policy's
+// own reject goes out even when its record cannot be written.
+func TestAuditFailureStillRejects(t *testing.T) {
+	rec := &fakeRecorder{failing: true}
+	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "unsafe"}}}
+	h := newHarness(t, Config{Observer: rec}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"unsafe"}`)
+	h.space.quiet(t, 50*time.Millisecond)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.recorded) != 1 || rec.recorded[0] != StageRejected {
+		t.Fatalf("recorded %v, want the reject's record attempted", rec.recorded)
+	}
+}
+
+// eventsOf returns the harness's events for one proposal.
+func (h *harness) eventsOf(id string) []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []Event
+	for _, e := range h.events {
+		if e.ProposalID == id {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestDecisionIDGovernsEveryEvent (DESIGN rule 10): every event of a
+// proposal carries the id of the decision in force — the first decision
+// adopts the proposal's id, events before it carry no revision — and a
+// re-evaluation after an approver's edit is a new decision whose id the
+// events after it carry. The escalation hands the id to the escalator.
+func TestDecisionIDGovernsEveryEvent(t *testing.T) {
+	edited := json.RawMessage(`{"name":"add","arguments":{"a":2,"b":2}}`)
+	esc := &fakeEscalator{verdict: &Verdict{Approved: true, By: []string{"alice"}, Params: edited}}
+	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate, Revision: "rev-1"}}}
+	h := newHarness(t, Config{Escalator: esc}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	waitFor(t, func() bool { return dec.count() == 2 }) // asked again after the edit
+	req := h.space.next(t)
+	wantEnvelope(t, req, agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
+	waitFor(t, func() bool { return len(h.eventsOf("p1")) == 6 })
+
+	evs := h.eventsOf("p1")
+	var got []string
+	for _, e := range evs {
+		got = append(got, string(e.Stage))
+	}
+	want := []Stage{StageReceived, StageDecided, StageEscalated, StageApproved, StageDecided, StageFulfilling}
+	for i, s := range want {
+		if evs[i].Stage != s {
+			t.Fatalf("stages %v, want %v", got, want)
+		}
+	}
+	first, second := evs[1].DecisionID, evs[4].DecisionID
+	if first == "" || second == "" || first == second {
+		t.Fatalf("decision ids %q and %q: want two different ones", first, second)
+	}
+	if evs[0].DecisionID != first || evs[0].Revision != "" {
+		t.Errorf("received: id %q revision %q, want the proposal's id %q and no revision", evs[0].DecisionID, evs[0].Revision, first)
+	}
+	for _, i := range []int{1, 2, 3} {
+		if evs[i].DecisionID != first || evs[i].Revision != "rev-1" {
+			t.Errorf("%s: id %q revision %q, want %q rev-1", evs[i].Stage, evs[i].DecisionID, evs[i].Revision, first)
+		}
+	}
+	if evs[5].DecisionID != second || evs[5].Revision != "rev-1" {
+		t.Errorf("fulfilling: id %q, want the re-evaluation's %q", evs[5].DecisionID, second)
+	}
+	if e := esc.escalations(); len(e) != 1 || e[0].DecisionID != first {
+		t.Errorf("escalation carries %+v, want decision id %q", e, first)
+	}
+}
+
+// TestIgnoredFramesCarryADecisionID: a duplicate id never reaches the
+// policy, yet its line has a decision id of its own and no revision.
+func TestIgnoredFramesCarryADecisionID(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	h.space.next(t)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	waitFor(t, func() bool {
+		for _, e := range h.eventsOf("p1") {
+			if e.Stage == StageIgnored {
+				return true
+			}
+		}
+		return false
+	})
+	for _, e := range h.eventsOf("p1") {
+		if e.Stage == StageIgnored && (e.DecisionID == "" || e.Revision != "") {
+			t.Fatalf("ignored event: id %q revision %q", e.DecisionID, e.Revision)
+		}
+	}
+}
