@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
 // The recorded traffic of the reference gateway lives beside the repository
@@ -22,7 +24,7 @@ const conformanceDir = "../../shared/conformance/mew-v0.4"
 func conformanceLines(t *testing.T, name string) [][]byte {
 	t.Helper()
 	if _, err := os.Stat(conformanceDir); errors.Is(err, os.ErrNotExist) {
-		t.Skipf("conformance recordings not found at %s", conformanceDir)
+		testenv.Missing(t, "conformance recordings not found at %s (check out shared/ beside this repo)", conformanceDir)
 	}
 	f, err := os.Open(filepath.Join(conformanceDir, name))
 	if err != nil {
@@ -79,7 +81,7 @@ const (
 
 func TestConformanceEveryLineDecodesOrIsSkipped(t *testing.T) {
 	if _, err := os.Stat(conformanceDir); errors.Is(err, os.ErrNotExist) {
-		t.Skipf("conformance recordings not found at %s", conformanceDir)
+		testenv.Missing(t, "conformance recordings not found at %s (check out shared/ beside this repo)", conformanceDir)
 	}
 	names, err := filepath.Glob(filepath.Join(conformanceDir, "*.jsonl"))
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/testenv"
+
 	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/fulfill"
 )
@@ -223,7 +225,7 @@ func TestOpenTightensExistingFile(t *testing.T) {
 // is always full (/dev/full) makes Record fail and the log unhealthy.
 func TestOpenDevFullFailsClosed(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skip("no /dev/full here")
+		testenv.Missing(t, "no /dev/full here")
 	}
 	log, err := decisionlog.Open("/dev/full", decisionlog.Options{FlushInterval: time.Hour})
 	if err != nil {

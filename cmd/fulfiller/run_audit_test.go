@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mewkit/fulfiller/internal/testenv"
+
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
@@ -28,7 +30,7 @@ import (
 // decision log, and the failure metric counts.
 func TestRunBinaryDecisionLogOnFullDisk(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skip("no /dev/full")
+		testenv.Missing(t, "no /dev/full")
 	}
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
@@ -106,7 +108,7 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 func TestRunBinaryDecisionLogRecoversWhenTheDiskHasRoom(t *testing.T) {
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v", err)
+		testenv.Missing(t, "cannot mount a tmpfs here (needs root): %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	logPath := filepath.Join(dir, "decisions.jsonl")

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
 // opaForTest finds an opa binary without building one (a build takes
@@ -21,7 +23,7 @@ func opaForTest(t *testing.T) string {
 			return bin
 		}
 	}
-	t.Skip("no opa binary: set FULFILLER_TEST_OPA_BIN or run fulfiller bench --vs-opa-server once")
+	testenv.Missing(t, "no opa binary: set FULFILLER_TEST_OPA_BIN or run fulfiller bench --vs-opa-server once")
 	return ""
 }
 

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/testenv"
+
 	"github.com/gorilla/websocket"
 )
 
@@ -87,7 +89,7 @@ const conformanceDir = "../../../shared/conformance/mew-v0.4"
 
 func TestReplayReferenceTranscript(t *testing.T) {
 	if _, err := os.Stat(conformanceDir); err != nil {
-		t.Skipf("recordings not found at %s (check out shared/ beside this repo): %v", conformanceDir, err)
+		testenv.Missing(t, "recordings not found at %s (check out shared/ beside this repo): %v", conformanceDir, err)
 	}
 	entries := readJSONL[transcriptEntry](t, conformanceDir+"/transcript.jsonl")
 	exchanges := readJSONL[httpExchange](t, conformanceDir+"/http-responses.jsonl")
