@@ -58,17 +58,11 @@ func RefusalOf(env Envelope, self string) (Refusal, bool) {
 	return Refusal{EnvelopeID: id, ErrorID: env.ID, Error: p}, true
 }
 
-// capKinds lists capabilities as the kinds they grant, with the payload
-// pattern where there is one, for logs: "mcp/request{"method":"tools/list"}".
+// capKinds lists capabilities as strings (Capability.String), for logs.
 func capKinds(caps []Capability) []string {
 	out := make([]string, len(caps))
 	for i, c := range caps {
-		out[i] = c.Kind
-		if c.Payload != nil {
-			if b, err := json.Marshal(c.Payload); err == nil {
-				out[i] += string(b)
-			}
-		}
+		out[i] = c.String()
 	}
 	return out
 }

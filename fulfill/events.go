@@ -18,11 +18,25 @@ const (
 	StageEscalated  Stage = "escalated"  // humans are being asked
 	StageApproved   Stage = "approved"   // humans approved (By set)
 	StageQueued     Stage = "queued"     // waiting for a free fulfilment slot
-	StageFulfilling Stage = "fulfilling" // our mcp/request went to the tool owner
+	StageFulfilling Stage = "fulfilling" // our mcp/request to the tool owner was written
 	StageFulfilled  Stage = "fulfilled"  // the tool owner answered (Result or RPCError set)
-	StageRejected   Stage = "rejected"   // we sent mcp/reject (Reason, Message set)
+	StageRejected   Stage = "rejected"   // our mcp/reject was written (Reason, Message set)
 	StageWithdrawn  Stage = "withdrawn"
 	StageSuperseded Stage = "superseded"
+	// StageUndelivered: an answer (mcp/reject, or the fulfilment
+	// mcp/request) was not written (Reason "not_written") or was refused
+	// by the gateway (Reason "refused"); Message is the error, Envelope
+	// the kind of the lost envelope. A rejected or fulfilling event is
+	// emitted only for answers that were written, so an answer that never
+	// left is never reported as sent; one the gateway refused afterwards
+	// is followed by this event.
+	StageUndelivered Stage = "undelivered"
+)
+
+// Reasons of StageUndelivered.
+const (
+	UndeliveredNotWritten = "not_written"
+	UndeliveredRefused    = "refused"
 )
 
 // Event is one step of one proposal. Observers get every event of every
@@ -44,6 +58,7 @@ type Event struct {
 	RPCError json.RawMessage    // StageFulfilled: JSON-RPC error, if the tool failed
 	Latency  time.Duration      // StageDecided: policy evaluation; StageFulfilled: tool round trip
 	Input    *policies.Input    // StageDecided: what the policy saw
+	Envelope string             // StageUndelivered: kind of the envelope that was lost
 }
 
 // Observer receives lifecycle events: the decision log, metrics and the demo

@@ -52,6 +52,11 @@ type Config struct {
 	Escalator        Escalator     // nil: escalations are rejected "policy" (not configured)
 	Observer         Observer      // nil: no events
 	Logger           *slog.Logger  // nil: discard
+
+	// ShutdownTimeout [10s] bounds how long shutdown waits for a session
+	// to write its answers: during a gateway outage the answers are then
+	// given up (and counted) instead of holding the process.
+	ShutdownTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -72,6 +77,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ApprovalTimeout <= 0 {
 		c.ApprovalTimeout = 5 * time.Minute
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
 	}
 	if c.DiscoveryWait <= 0 {
 		c.DiscoveryWait = 2 * time.Second
@@ -115,6 +123,14 @@ type Fulfiller struct {
 	queue     []*proposal          // approved, waiting for a fulfilment slot (FIFO)
 	byRequest map[string]*proposal // our fulfilment request envelope id → proposal
 	closing   bool
+	// stopCtx bounds every send once shutdown has begun
+	// (--shutdown-timeout); nil before.
+	stopCtx context.Context
+	// rejects maps the envelope ids of recent rejects to their proposals,
+	// so that a refusal by the gateway (system/error) can be reported.
+	rejects *rejectLog
+	// owed and lost count the answers shutdown wrote and could not write.
+	owed, lost int
 
 	// base outlives Run's context until shutdown has answered everything;
 	// evaluations use decideCtx, which ends when shutdown begins, so a
@@ -139,6 +155,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		obs:       cfg.Observer,
 		store:     newPendingStore(cfg.MaxPending, cfg.PendingTTL),
 		byRequest: map[string]*proposal{},
+		rejects:   newRejectLog(),
 		// As many as may be live at once, so that the reader never waits
 		// for a worker: it must keep reading withdrawals, responses and
 		// approvals while the policy is slow. --max-pending (rule 3) is
@@ -204,6 +221,9 @@ loop:
 	f.wg.Wait()
 	f.cancelBase()
 	f.catalog.wait()
+	if owed, lost := f.ShutdownAnswers(); lost > 0 {
+		return fmt.Errorf("%d of %d answers owed at shutdown were not delivered: %w", lost, owed, ErrUndelivered)
+	}
 	return nil
 }
 
@@ -233,6 +253,8 @@ func (f *Fulfiller) handle(env agent.Envelope) {
 		}
 	case agent.KindPresence:
 		f.onPresence(env)
+	case agent.KindError:
+		f.onRefusal(env)
 	}
 }
 
@@ -544,6 +566,7 @@ func (f *Fulfiller) startLocked(p *proposal) {
 	p.rpcID = f.rpcSeq.Add(1)
 	p.requestID = agent.NewID(f.space.ID())
 	p.requestSent = time.Now()
+	p.written = make(chan struct{})
 	f.byRequest[p.requestID] = p
 	p.fulfilTimer = time.AfterFunc(f.cfg.FulfillTimeout, func() { f.fulfilTimedOut(p) })
 }
@@ -572,21 +595,30 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
 		Payload:       agent.MustPayload(payload),
 	}
-	f.emit(p.event(StageFulfilling))
-	if err := f.send(env); err != nil {
-		if errors.Is(err, agent.ErrSessionLost) {
-			// The link died during the write: the request may have reached
-			// the tool owner. Sending it again could run the call twice,
-			// and rejecting now could contradict a request that did go
-			// out; so wait as if sent. Its response, or the fulfil
-			// timeout, ends the proposal.
-			f.log.Warn("fulfilment request may not have been sent; waiting for its response or the fulfil timeout", "proposal", p.env.ID, "target", p.target, "err", err)
-			return
-		}
-		f.log.Error("fulfilment request not sent", "proposal", p.env.ID, "target", p.target, "err", err)
-		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
-			f.answerReject(p, "other", "the fulfilment request could not be sent")
-		}
+	err := f.send(env)
+	if err == nil || errors.Is(err, agent.ErrSessionLost) {
+		// Reported once written (or maybe written), and before the
+		// response or a refusal can be: they wait for p.written.
+		f.emit(p.event(StageFulfilling))
+		close(p.written)
+	}
+	if err == nil {
+		return
+	}
+	if errors.Is(err, agent.ErrSessionLost) {
+		// The link died during the write: the request may have reached
+		// the tool owner. Sending it again could run the call twice,
+		// and rejecting now could contradict a request that did go
+		// out; so wait as if sent. Its response, or the fulfil
+		// timeout, ends the proposal.
+		f.log.Warn("fulfilment request may not have been sent; waiting for its response or the fulfil timeout", "proposal", p.env.ID, "target", p.target, "err", err)
+		return
+	}
+	f.log.Error("fulfilment request not delivered: not written", "proposal", p.env.ID, "target", p.target, "err", err)
+	f.undelivered(p, agent.KindRequest, UndeliveredNotWritten, err.Error())
+	close(p.written)
+	if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+		f.answerReject(p, "other", "the fulfilment request could not be sent")
 	}
 }
 
@@ -604,6 +636,7 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 			"proposal", p.env.ID, "target", p.target, "from", env.From)
 		return
 	}
+	f.waitWritten(p)
 	if _, ok := f.transition(p, StateFulfilled, isState(StateFulfilling)); !ok {
 		return
 	}
@@ -640,6 +673,16 @@ func (f *Fulfiller) cancelRequest(p *proposal, reason string) {
 		Kind:          agent.KindRequest,
 		CorrelationID: agent.CorrelationIDs{p.requestID},
 		Payload:       agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", Method: agent.MethodCancelled, Params: params}),
+	}
+	if q, ok := f.space.(Queuer); ok {
+		ctx, cancel := f.sendContext()
+		defer cancel()
+		if _, queued, err := q.SendOrQueue(ctx, env); err != nil {
+			f.log.Warn("cancellation not sent", "proposal", p.env.ID, "target", p.target, "err", err)
+		} else if queued {
+			f.log.Warn("cancellation kept until the link is back", "proposal", p.env.ID, "target", p.target)
+		}
+		return
 	}
 	if err := f.send(env); err != nil {
 		f.log.Warn("cancellation not sent", "proposal", p.env.ID, "target", p.target, "err", err)
@@ -857,32 +900,49 @@ func (f *Fulfiller) drainEvictions(done <-chan struct{}) {
 	}
 }
 
-// shutdown answers every proposal not yet answered with "other".
+// shutdown answers every proposal not yet answered with "other", and
+// cancels the fulfilments still running at their tool owners (their
+// proposers get reject "other": no response will come). All its sends
+// share one deadline, --shutdown-timeout, so a gateway outage cannot hold
+// the process; what could not be delivered is counted (ShutdownAnswers).
 func (f *Fulfiller) shutdown() {
+	ctx, cancel := context.WithTimeout(f.base, f.cfg.ShutdownTimeout)
+	defer cancel()
 	f.mu.Lock()
 	f.closing = true
+	f.stopCtx = ctx
 	f.mu.Unlock()
+	const why = "fulfiller is shutting down; propose again later"
 	for _, p := range f.store.all() {
-		f.reject(p, "other", "fulfiller is shutting down; propose again later")
+		if delivered, owed := f.reject(p, "other", why); owed {
+			f.countShutdownAnswer(delivered)
+		}
 	}
-	// A request held for an absent owner never went out: that proposal
-	// still needs its answer.
+	// Held requests never went out: those proposals still need their
+	// answer. Requests that are out are cancelled at their owners.
 	f.mu.Lock()
-	var held []*proposal
+	var held, running []*proposal
 	for _, p := range f.byRequest {
 		if p.held {
 			p.held = false
 			held = append(held, p)
+		} else {
+			running = append(running, p)
 		}
 	}
 	f.mu.Unlock()
 	for _, p := range held {
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
-			f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
+			f.countShutdownAnswer(f.answerReject(p, "other", why))
 		}
 	}
-	// In-flight fulfilments were answered (the request is out); stop
-	// tracking them so no timer fires after Run returns.
+	for _, p := range running {
+		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+			f.cancelRequest(p, "shutdown")
+			f.countShutdownAnswer(f.answerReject(p, "other", "fulfiller is shutting down; the call was cancelled at "+p.target))
+		}
+	}
+	// Stop tracking whatever is left so no timer fires after Run returns.
 	f.mu.Lock()
 	for id, p := range f.byRequest {
 		p.fulfilTimer.Stop()
@@ -891,39 +951,58 @@ func (f *Fulfiller) shutdown() {
 		}
 		delete(f.byRequest, id)
 	}
+	owed, lost := f.owed, f.lost
 	f.mu.Unlock()
+	if lost > 0 {
+		f.log.Error("answers owed at shutdown were not delivered", "undelivered", lost, "answers", owed)
+	}
 }
 
 // reject ends p with an mcp/reject, unless it has already been answered.
-func (f *Fulfiller) reject(p *proposal, reason, message string) {
+// owed is whether this call ended p (and so owed its answer); delivered,
+// whether the reject was written.
+func (f *Fulfiller) reject(p *proposal, reason, message string) (delivered, owed bool) {
 	prev, ok := f.transition(p, StateRejected, notAnswered)
 	if !ok {
-		return
+		return false, false
 	}
 	if prev == StateAwaitingApproval {
 		f.cfg.Escalator.Cancel(p.env.ID, reason)
 	}
-	f.answerReject(p, reason, message)
+	return f.answerReject(p, reason, message), true
 }
 
 // answerReject sends mcp/reject to the proposer, and a chat explaining it
-// when there is a message.
-func (f *Fulfiller) answerReject(p *proposal, reason, message string) {
-	ev := p.event(StageRejected)
-	ev.Reason, ev.Message = reason, message
-	f.emit(ev)
-	rej, err := f.sendAndGet(agent.Envelope{
+// when there is a message. It reports whether the reject was written; the
+// rejected event is emitted only then (DESIGN rule 9), otherwise an
+// undelivered one. A refusal by the gateway, which comes later as a
+// system/error, is reported by onRefusal.
+func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
+	env := agent.Envelope{
+		ID:            agent.NewID(f.space.ID()),
 		To:            []string{p.env.From},
 		Kind:          agent.KindReject,
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
 		Payload:       agent.MustPayload(rejectPayload{Reason: reason}),
-	})
-	if err != nil {
-		f.log.Error("reject not sent", "proposal", p.env.ID, "reason", reason, "err", err)
-		return
 	}
+	// Tracked before the write: the refusal may be read before Send
+	// returns; it waits for written.
+	sent := &sentReject{p: p, written: make(chan struct{})}
+	f.rejects.Add(env.ID, sent)
+	rej, err := f.sendAndGet(env)
+	if err != nil {
+		f.rejects.Remove(env.ID)
+		close(sent.written)
+		f.log.Error("reject not delivered: not written", "proposal", p.env.ID, "reason", reason, "err", err)
+		f.undelivered(p, agent.KindReject, UndeliveredNotWritten, err.Error())
+		return false
+	}
+	ev := p.event(StageRejected)
+	ev.Reason, ev.Message = reason, message
+	f.emit(ev)
+	close(sent.written)
 	if message == "" {
-		return
+		return true
 	}
 	if _, err := f.sendAndGet(agent.Envelope{
 		To:            []string{p.env.From},
@@ -933,6 +1012,7 @@ func (f *Fulfiller) answerReject(p *proposal, reason, message string) {
 	}); err != nil {
 		f.log.Warn("reject explanation not sent", "proposal", p.env.ID, "err", err)
 	}
+	return true
 }
 
 func (f *Fulfiller) send(env agent.Envelope) error {
@@ -941,7 +1021,7 @@ func (f *Fulfiller) send(env agent.Envelope) error {
 }
 
 func (f *Fulfiller) sendAndGet(env agent.Envelope) (agent.Envelope, error) {
-	ctx, cancel := context.WithTimeout(f.base, sendTimeout)
+	ctx, cancel := f.sendContext()
 	defer cancel()
 	return f.space.Send(ctx, env)
 }
