@@ -159,7 +159,8 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		return fmt.Errorf("join %s as %s: %w", fl.gateway, fl.id, err)
 	}
 	defer client.Close()
-	log.Info("joined the space", "gateway", fl.gateway, "id", fl.id, "participants", len(client.Roster()), "capabilities", client.Capabilities())
+	// The agent's "joined space" line lists the capabilities granted.
+	log.Info("joined the space", "gateway", fl.gateway, "id", fl.id, "participants", len(client.Roster()))
 	if why := ops.CannotAnswer(client.Capabilities()); why != "" {
 		log.Error("fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more", "reason", why)
 	}

@@ -95,3 +95,34 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 		t.Errorf("the log claims every proposal was answered:\n%s", stderr)
 	}
 }
+
+// TestRunBinaryWrongTokenSaysSo: joined with a token the gateway does not
+// know, fulfiller gets only chat and mcp/response. Start-up logs the
+// capabilities granted and that it cannot answer; /readyz stays 503.
+func TestRunBinaryWrongTokenSaysSo(t *testing.T) {
+	bin := fulfillerBinary(t)
+	w := newHumanWorld(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN=wrong-token"}, "--http", addr)
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	waitUntilTrue(t, "start-up says it cannot answer", func() bool {
+		return strings.Contains(stderr.String(), `"msg":"fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more"`)
+	})
+	if !strings.Contains(stderr.String(), `"msg":"joined space"`) || !strings.Contains(stderr.String(), `"capabilities":["chat","mcp/response"]`) {
+		t.Errorf("the granted capabilities are not in the log:\n%s", stderr)
+	}
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 503 || !strings.Contains(string(body), `"reason": "the capabilities the gateway granted (chat, mcp/response) do not permit mcp/reject or mcp/request tools/call: check the token"`) {
+		t.Errorf("readyz %d %s", resp.StatusCode, body)
+	}
+}
