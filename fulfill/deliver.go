@@ -99,32 +99,38 @@ func (f *Fulfiller) onRefusal(env agent.Envelope) {
 	f.undelivered(sent.p, agent.KindReject, UndeliveredRefused, r.String())
 }
 
-// ShutdownAnswers reports how many answers shutdown owed (rejects of
-// pending proposals and of cancelled fulfilments) and how many of them
-// were not delivered. Both are final once Run has returned.
+// ShutdownAnswers reports how many answers were owed once shutdown began
+// (rejects of pending proposals, of cancelled fulfilments, of proposals
+// arriving meanwhile) and how many of them were not written. Both are final
+// once Run has returned.
 func (f *Fulfiller) ShutdownAnswers() (owed, lost int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.owed, f.lost
 }
 
-func (f *Fulfiller) countShutdownAnswer(delivered bool) {
+// countShutdownAnswer counts a reject owed once shutdown has begun, and
+// whether it was written.
+func (f *Fulfiller) countShutdownAnswer(written bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.closing {
+		return
+	}
 	f.owed++
-	if !delivered {
+	if !written {
 		f.lost++
 	}
 }
 
-// sendContext bounds one send: sendTimeout, and once shutdown has begun
-// also the shutdown deadline.
+// sendContext bounds one send: sendTimeout, and the shutdown deadline
+// once shutdown has begun (sends from before then are cut off by it).
 func (f *Fulfiller) sendContext() (context.Context, context.CancelFunc) {
 	f.mu.Lock()
 	parent := f.stopCtx
-	f.mu.Unlock()
 	if parent == nil {
-		parent = f.base
+		parent = f.sendsCtx
 	}
+	f.mu.Unlock()
 	return context.WithTimeout(parent, sendTimeout)
 }

@@ -123,9 +123,12 @@ type Fulfiller struct {
 	queue     []*proposal          // approved, waiting for a fulfilment slot (FIFO)
 	byRequest map[string]*proposal // our fulfilment request envelope id → proposal
 	closing   bool
-	// stopCtx bounds every send once shutdown has begun
-	// (--shutdown-timeout); nil before.
-	stopCtx context.Context
+	// sendsCtx bounds the sends made before shutdown; shutdown cancels
+	// it (stopSends), so that none of them holds shutdown up, and its own
+	// sends use stopCtx (--shutdown-timeout), nil before.
+	sendsCtx  context.Context
+	stopSends context.CancelFunc
+	stopCtx   context.Context
 	// rejects maps the envelope ids of recent rejects to their proposals,
 	// so that a refusal by the gateway (system/error) can be reported.
 	rejects *rejectLog
@@ -165,6 +168,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, 4)
 	f.base, f.cancelBase = context.WithCancel(context.Background())
 	f.decideCtx, f.cancelDecide = context.WithCancel(f.base)
+	f.sendsCtx, f.stopSends = context.WithCancel(f.base)
 	f.runCtx = f.base
 	return f
 }
@@ -178,6 +182,8 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	defer f.cancelBase()
 	f.decideCtx, f.cancelDecide = context.WithCancel(f.base)
 	defer f.cancelDecide()
+	f.sendsCtx, f.stopSends = context.WithCancel(f.base)
+	defer f.stopSends()
 	f.runCtx = ctx
 
 	for range f.cfg.DecideWorkers {
@@ -912,11 +918,14 @@ func (f *Fulfiller) shutdown() {
 	f.closing = true
 	f.stopCtx = ctx
 	f.mu.Unlock()
+	// A send still waiting for a session gives up now: one held past
+	// the shutdown deadline would hold the process, and a fulfilment
+	// request written after its proposal was answered would run a call
+	// nobody waits for.
+	f.stopSends()
 	const why = "fulfiller is shutting down; propose again later"
 	for _, p := range f.store.all() {
-		if delivered, owed := f.reject(p, "other", why); owed {
-			f.countShutdownAnswer(delivered)
-		}
+		f.reject(p, "other", why)
 	}
 	// Held requests never went out: those proposals still need their
 	// answer. Requests that are out are cancelled at their owners.
@@ -933,13 +942,13 @@ func (f *Fulfiller) shutdown() {
 	f.mu.Unlock()
 	for _, p := range held {
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
-			f.countShutdownAnswer(f.answerReject(p, "other", why))
+			f.answerReject(p, "other", why)
 		}
 	}
 	for _, p := range running {
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
 			f.cancelRequest(p, "shutdown")
-			f.countShutdownAnswer(f.answerReject(p, "other", "fulfiller is shutting down; the call was cancelled at "+p.target))
+			f.answerReject(p, "other", "fulfiller is shutting down; the call was cancelled at "+p.target)
 		}
 	}
 	// Stop tracking whatever is left so no timer fires after Run returns.
@@ -959,17 +968,15 @@ func (f *Fulfiller) shutdown() {
 }
 
 // reject ends p with an mcp/reject, unless it has already been answered.
-// owed is whether this call ended p (and so owed its answer); delivered,
-// whether the reject was written.
-func (f *Fulfiller) reject(p *proposal, reason, message string) (delivered, owed bool) {
+func (f *Fulfiller) reject(p *proposal, reason, message string) {
 	prev, ok := f.transition(p, StateRejected, notAnswered)
 	if !ok {
-		return false, false
+		return
 	}
 	if prev == StateAwaitingApproval {
 		f.cfg.Escalator.Cancel(p.env.ID, reason)
 	}
-	return f.answerReject(p, reason, message), true
+	f.answerReject(p, reason, message)
 }
 
 // answerReject sends mcp/reject to the proposer, and a chat explaining it
@@ -990,6 +997,7 @@ func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 	sent := &sentReject{p: p, written: make(chan struct{})}
 	f.rejects.Add(env.ID, sent)
 	rej, err := f.sendAndGet(env)
+	f.countShutdownAnswer(err == nil)
 	if err != nil {
 		f.rejects.Remove(env.ID)
 		close(sent.written)

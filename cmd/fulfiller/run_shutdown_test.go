@@ -109,20 +109,28 @@ func TestRunBinaryWrongTokenSaysSo(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN=wrong-token"}, "--http", addr)
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
-	waitUntilTrue(t, "start-up says it cannot answer", func() bool {
-		return strings.Contains(stderr.String(), `"msg":"fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more"`)
+	const reason = `"reason": "the capabilities the gateway granted (chat, mcp/response) do not permit mcp/reject or mcp/request tools/call: check the token"`
+	waitUntilTrue(t, "/readyz says why it is not ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 503 && strings.Contains(string(body), reason)
 	})
-	if !strings.Contains(stderr.String(), `"msg":"joined space"`) || !strings.Contains(stderr.String(), `"capabilities":["chat","mcp/response"]`) {
-		t.Errorf("the granted capabilities are not in the log:\n%s", stderr)
-	}
-	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil {
+	// The log is read once the process is gone (it writes the buffer).
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 503 || !strings.Contains(string(body), `"reason": "the capabilities the gateway granted (chat, mcp/response) do not permit mcp/reject or mcp/request tools/call: check the token"`) {
-		t.Errorf("readyz %d %s", resp.StatusCode, body)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit %v\n%s", err, stderr)
+	}
+	logs := stderr.String()
+	if !strings.Contains(logs, `"msg":"joined space"`) || !strings.Contains(logs, `"capabilities":["chat","mcp/response"]`) {
+		t.Errorf("the granted capabilities are not in the log:\n%s", logs)
+	}
+	if !strings.Contains(logs, `"msg":"fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more"`) {
+		t.Errorf("start-up does not say it cannot answer:\n%s", logs)
 	}
 }
