@@ -17,6 +17,19 @@ type Capability struct {
 	Payload any    `json:"payload,omitempty"`
 }
 
+// String shows the capability as the kind it grants, followed by its
+// payload pattern when it has one: `mcp/request{"method":"tools/list"}`.
+func (c Capability) String() string {
+	if c.Payload == nil {
+		return c.Kind
+	}
+	b, err := json.Marshal(c.Payload)
+	if err != nil {
+		return c.Kind + "{?}"
+	}
+	return c.Kind + string(b)
+}
+
 // Permits reports whether any capability in caps allows sending an envelope
 // of this kind and payload. The payload is decoded only when a capability
 // whose kind matches also constrains the payload, so kind-only checks (the

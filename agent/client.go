@@ -39,8 +39,11 @@ const (
 	DefaultPingInterval = 15 * time.Second
 	DefaultPongTimeout  = 10 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
-	DefaultBackoffMin   = 200 * time.Millisecond
+	DefaultBackoffMin   = 100 * time.Millisecond
 	DefaultBackoffMax   = 30 * time.Second
+	// DefaultOutboxSize bounds the envelopes kept for re-sending after a
+	// reconnect (see SendOrQueue) when Config.Outbox is nil.
+	DefaultOutboxSize = 4096
 )
 
 // Config says where and as whom to join. Zero durations and sizes take the
@@ -57,7 +60,17 @@ type Config struct {
 	PongTimeout  time.Duration // default 10s: no pong within this after a ping => session lost
 	WriteTimeout time.Duration // deadline of each frame written; default 10s
 
-	BackoffMin, BackoffMax time.Duration // reconnect backoff with full jitter; defaults 200ms / 30s
+	// BackoffMin and BackoffMax shape the reconnect schedule (see
+	// ReconnectDelay); defaults 100ms / 30s.
+	BackoffMin, BackoffMax time.Duration
+	// Jitter returns a number in [0, 1) that places each reconnect wait
+	// within its jitter band; nil uses math/rand. Tests fix it to make the
+	// schedule deterministic.
+	Jitter func() float64
+	// Outbox keeps envelopes given to SendOrQueue that could not be
+	// written, until the next session; nil keeps up to DefaultOutboxSize
+	// in memory.
+	Outbox Outbox
 
 	Logger *slog.Logger // default discard
 }
@@ -116,6 +129,12 @@ func (c *Config) setDefaults() error {
 	setDefault(&c.BackoffMin, DefaultBackoffMin)
 	setDefault(&c.BackoffMax, DefaultBackoffMax)
 	c.BackoffMax = max(c.BackoffMax, c.BackoffMin)
+	if c.Jitter == nil {
+		c.Jitter = rand.Float64
+	}
+	if c.Outbox == nil {
+		c.Outbox = NewMemoryOutbox(DefaultOutboxSize)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -140,12 +159,27 @@ type Stats struct {
 	Oversized    uint64 // frames over MaxFrame, discarded unread
 	SessionsLost uint64 // sessions that ended for any reason but Close
 	Reconnects   uint64 // sessions re-established after a loss
-	Sends        uint64 // envelopes written
+	// ReconnectAttempts counts every attempt to re-establish a session,
+	// failed ones included: with one loss, it is the attempt that
+	// succeeded.
+	ReconnectAttempts uint64
+	Sends             uint64 // envelopes written
+	// Refused counts system/error frames by which the gateway refused an
+	// envelope we wrote (correlated to its id; see RefusalOf).
+	Refused uint64
+	// ForgedErrors counts system/error frames that named an envelope of
+	// ours the gateway had already accepted (we saw its echo): someone
+	// else wrote them, so they were dropped.
+	ForgedErrors uint64
+	// Queued counts envelopes SendOrQueue kept for a later session;
+	// Resent those of them written after a reconnect.
+	Queued, Resent uint64
 }
 
 type counters struct {
 	framesIn, envelopes, delivered, echoes, malformed, binary, oversized atomic.Uint64
-	sessionsLost, reconnects, sends                                      atomic.Uint64
+	sessionsLost, reconnects, attempts, sends                            atomic.Uint64
+	refused, forged, queued, resent                                      atomic.Uint64
 }
 
 // Client is one participant's presence in a MEW space. It keeps the session
@@ -170,6 +204,8 @@ type Client struct {
 
 	pending pendingCalls
 	rpcSeq  atomic.Int64
+	sent    sentLog       // recently written envelope ids, to tell refusals from forgeries
+	kick    chan struct{} // a queued envelope waits for the outbox to be flushed
 
 	mu     sync.Mutex
 	state  *spaceState
@@ -202,6 +238,8 @@ func DialSubscribed(ctx context.Context, cfg Config, opts ...SubscribeOptions) (
 		log:   cfg.Logger.With(slog.String("participant", cfg.ID), slog.String("gateway", cfg.URL)),
 		state: newSpaceState(cfg.ID),
 		ready: make(chan struct{}),
+		sent:  newSentLog(sentLogSize),
+		kick:  make(chan struct{}, 1),
 	}
 	c.pending.m = map[string]*call{}
 	s, w, err := c.connect(ctx)
@@ -210,7 +248,7 @@ func DialSubscribed(ctx context.Context, cfg Config, opts ...SubscribeOptions) (
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.install(s, w)
-	c.log.Info("joined space", slog.Int("capabilities", len(w.You.Capabilities)), slog.Any("others", rosterIDs(c.Roster())))
+	c.log.Info("joined space", slog.Any("capabilities", capKinds(w.You.Capabilities)), slog.Any("others", rosterIDs(c.Roster())))
 	subs := make([]*Subscription, len(opts))
 	for i, o := range opts {
 		subs[i] = c.Subscribe(o) // before supervise starts the session's reader
@@ -238,6 +276,10 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	for _, s := range subs {
 		s.Close()
+	}
+	if n := c.cfg.Outbox.Len(); n > 0 {
+		c.log.Warn("left space with envelopes never sent", slog.Int("unsent", n))
+		return nil
 	}
 	c.log.Info("left space")
 	return nil
@@ -302,6 +344,12 @@ func (c *Client) Stats() Stats {
 		SessionsLost: s.sessionsLost.Load(),
 		Reconnects:   s.reconnects.Load(),
 		Sends:        s.sends.Load(),
+
+		ReconnectAttempts: s.attempts.Load(),
+		Refused:           s.refused.Load(),
+		ForgedErrors:      s.forged.Load(),
+		Queued:            s.queued.Load(),
+		Resent:            s.resent.Load(),
 	}
 }
 
@@ -337,6 +385,9 @@ func (c *Client) Send(ctx context.Context, env Envelope) (Envelope, error) {
 		if !c.Can(env.Kind, env.Payload) {
 			return env, fmt.Errorf("send %s: %w", env.Kind, ErrNotPermitted)
 		}
+		// Recorded before the write: the echo may be read before the
+		// write returns.
+		c.sent.add(env.ID)
 		err = s.write(ctx, data, c.cfg.WriteTimeout)
 		if errors.Is(err, errNotWritten) {
 			continue // lost before anything was written: wait for the next session
@@ -346,6 +397,91 @@ func (c *Client) Send(ctx context.Context, env Envelope) (Envelope, error) {
 		}
 		c.stats.sends.Add(1)
 		return env, nil
+	}
+}
+
+// SendOrQueue is Send for envelopes that must reach the gateway even when
+// the link is down when they are due, and that do no harm if they arrive
+// twice (MCP notifications/cancelled: a receiver ignores a cancellation
+// of a request it does not know). When there is no live session, or the
+// write fails, env is kept in the outbox and written after the next
+// reconnect, with the same id and bytes; queued is true then. The error
+// is set only when env can never be sent (no kind, a forged from, not
+// permitted by our capabilities, the Client closed).
+func (c *Client) SendOrQueue(ctx context.Context, env Envelope) (sent Envelope, queued bool, err error) {
+	if env.Kind == "" {
+		return env, false, errors.New("send: envelope has no kind")
+	}
+	if env.From != "" && env.From != c.cfg.ID {
+		return env, false, fmt.Errorf("send %s: from %q is not our id %q", env.Kind, env.From, c.cfg.ID)
+	}
+	Stamp(&env, c.cfg.ID, time.Now())
+	if !c.Connected() {
+		if !c.Can(env.Kind, env.Payload) {
+			return env, false, fmt.Errorf("send %s: %w", env.Kind, ErrNotPermitted)
+		}
+		return env, true, c.enqueue(env)
+	}
+	sent, err = c.Send(ctx, env)
+	switch {
+	case err == nil:
+		return sent, false, nil
+	case errors.Is(err, ErrNotPermitted), errors.Is(err, ErrClosed):
+		return sent, false, err
+	}
+	c.log.Info("envelope kept for re-sending after a reconnect", slog.String("kind", env.Kind), slog.String("envelope", env.ID), slog.Any("error", err))
+	return sent, true, c.enqueue(sent)
+}
+
+// enqueue keeps env for the supervisor to write on the next live session.
+func (c *Client) enqueue(env Envelope) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return fmt.Errorf("send %s %s: %w", env.Kind, env.ID, ErrClosed)
+	}
+	c.cfg.Outbox.Put(env)
+	c.stats.queued.Add(1)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Queued reports how many envelopes wait in the outbox for a session. At
+// Close they are given up: callers that must account for undelivered
+// messages read it before closing.
+func (c *Client) Queued() int { return c.cfg.Outbox.Len() }
+
+// flush writes what the outbox holds on s, oldest first. What cannot be
+// written goes back for the next session; what our capabilities no longer
+// permit is dropped and logged.
+func (c *Client) flush(s *session) {
+	envs := c.cfg.Outbox.Take()
+	for i, env := range envs {
+		if !c.Can(env.Kind, env.Payload) {
+			c.log.Warn("kept envelope dropped: no longer permitted by our capabilities", slog.String("kind", env.Kind), slog.String("envelope", env.ID))
+			continue
+		}
+		data, err := Encode(env)
+		if err != nil {
+			c.log.Warn("kept envelope dropped", slog.String("envelope", env.ID), slog.Any("error", err))
+			continue
+		}
+		c.sent.add(env.ID)
+		if err := s.write(c.ctx, data, c.cfg.WriteTimeout); err != nil {
+			// Also when the write may have gone out: these envelopes are
+			// safe to repeat, and losing one is worse.
+			for _, rest := range envs[i:] {
+				c.cfg.Outbox.Put(rest)
+			}
+			return
+		}
+		c.stats.sends.Add(1)
+		c.stats.resent.Add(1)
+		c.log.Info("kept envelope sent after the reconnect", slog.String("kind", env.Kind), slog.String("envelope", env.ID))
 	}
 }
 
@@ -391,18 +527,26 @@ func (c *Client) uninstall(s *session) {
 }
 
 // supervise owns the live session: it runs it until it is lost, then closes
-// the old socket and reconnects with backoff, until Close.
+// the old socket and reconnects with backoff, until Close. It also writes
+// the outbox (SendOrQueue) whenever a session is live.
 func (c *Client) supervise(s *session) {
 	defer c.wg.Done()
 	attempt := 0
 	for {
 		s.start(c)
-		select {
-		case <-s.lost:
-		case <-c.ctx.Done():
-			c.uninstall(s)
-			s.shutdown(c.closeGrace())
-			return
+		c.flush(s)
+	live:
+		for {
+			select {
+			case <-c.kick:
+				c.flush(s)
+			case <-s.lost:
+				break live
+			case <-c.ctx.Done():
+				c.uninstall(s)
+				s.shutdown(c.closeGrace())
+				return
+			}
 		}
 		c.uninstall(s)
 		c.stats.sessionsLost.Add(1)
@@ -415,10 +559,11 @@ func (c *Client) supervise(s *session) {
 			attempt = 0 // it was stable; do not carry old failures over
 		}
 		for {
-			if !c.sleep(c.backoff(attempt)) {
+			if !c.sleep(ReconnectDelay(attempt, c.cfg.BackoffMin, c.cfg.BackoffMax, c.cfg.Jitter())) {
 				return
 			}
 			attempt++
+			c.stats.attempts.Add(1)
 			ns, w, err := c.connect(c.ctx)
 			if err != nil {
 				if c.ctx.Err() != nil {
@@ -430,7 +575,7 @@ func (c *Client) supervise(s *session) {
 			c.install(ns, w)
 			c.stats.reconnects.Add(1)
 			c.log.Info("session re-established", slog.Int("attempt", attempt),
-				slog.Int("capabilities", len(w.You.Capabilities)), slog.Any("others", rosterIDs(c.Roster())))
+				slog.Any("capabilities", capKinds(w.You.Capabilities)), slog.Any("others", rosterIDs(c.Roster())))
 			// Subscribers of system/welcome learn about the new session
 			// from its welcome.
 			c.dispatch(ns.welcome)
@@ -440,13 +585,27 @@ func (c *Client) supervise(s *session) {
 	}
 }
 
-// backoff is exponential with full jitter: uniform in [0, min(max, min*2^n)].
-func (c *Client) backoff(attempt int) time.Duration {
-	d := c.cfg.BackoffMin
-	for i := 0; i < attempt && d < c.cfg.BackoffMax; i++ {
+// FastRetries is how many reconnect attempts after a loss wait only about
+// BackoffMin: a gateway restart takes a second or two, and a fulfiller
+// that is away longer misses proposals and approval deadlines.
+const FastRetries = 3
+
+// ReconnectDelay is the wait before reconnect attempt n (0 for the first
+// after a loss). The first FastRetries attempts wait about lo; after that
+// the wait doubles per attempt (2·lo, 4·lo, …) up to hi. jitter, in
+// [0, 1), places the wait uniformly within ±25% of that value, so that
+// participants dropped together do not all come back at once. With the
+// defaults (100ms, 30s) the waits are about 100, 100, 100, 200, 400,
+// 800ms, … 30s: a 1.5s outage is over by the sixth attempt, about 1.7s
+// after the loss.
+func ReconnectDelay(n int, lo, hi time.Duration, jitter float64) time.Duration {
+	d := lo
+	for i := FastRetries; i <= n && d < hi; i++ {
 		d *= 2
 	}
-	return rand.N(min(d, c.cfg.BackoffMax) + 1)
+	d = min(d, hi)
+	jitter = min(max(jitter, 0), 1)
+	return time.Duration(float64(d) * (0.75 + jitter/2))
 }
 
 // sleep waits d unless the Client closes first.
@@ -471,9 +630,27 @@ func (c *Client) closeGrace() time.Duration {
 func (c *Client) handle(s *session, env Envelope) {
 	if env.From == c.cfg.ID {
 		c.stats.echoes.Add(1)
+		c.sent.echoed(env.ID)
 		return
 	}
 	c.stats.envelopes.Add(1)
+	if r, ok := RefusalOf(env, c.cfg.ID); ok {
+		switch c.sent.state(r.EnvelopeID) {
+		case sentEchoed:
+			// The gateway broadcasts an accepted envelope to its sender
+			// before anyone else can react to it, and never refuses what
+			// it accepted: this error was written by another participant
+			// (the gateway passes a forged from through).
+			c.stats.forged.Add(1)
+			c.log.Warn("ignored a forged system/error about an envelope the gateway accepted",
+				slog.String("envelope", r.EnvelopeID), slog.String("error_envelope", env.ID), slog.String("error", r.Error.Error))
+			return
+		case sentWritten:
+			c.stats.refused.Add(1)
+			c.log.Warn("the gateway refused an envelope we sent", slog.String("envelope", r.EnvelopeID),
+				slog.String("kind", r.Error.AttemptedKind), slog.String("error", r.Error.Error))
+		}
+	}
 	c.mu.Lock()
 	eff := c.state.observe(&env)
 	c.mu.Unlock()

@@ -301,6 +301,24 @@ func (e *Elicitor) send(env agent.Envelope) error {
 	return err
 }
 
+// sendCancellation sends a notifications/cancelled. When the link is
+// down it is kept and sent after the reconnect, if the connection can
+// (fulfill.Queuer): an approver must not be left with a prompt that no
+// longer counts.
+func (e *Elicitor) sendCancellation(env agent.Envelope) error {
+	q, ok := e.conn.(fulfill.Queuer)
+	if !ok {
+		return e.send(env)
+	}
+	ctx, cancel := context.WithTimeout(e.base, e.cfg.SendTimeout)
+	defer cancel()
+	_, queued, err := q.SendOrQueue(ctx, env)
+	if queued {
+		e.log.Warn("cancellation of a prompt kept until the link is back", "approver", env.To, "request", env.CorrelationID.First())
+	}
+	return err
+}
+
 func (e *Elicitor) emit(ev Event) {
 	if e.cfg.Observer == nil {
 		return
@@ -793,7 +811,7 @@ func (x *escalation) cancelOpen(reason string) {
 		params := object{{"requestId", s.rpcID}, {"reason", reason}}
 		payload := object{{"jsonrpc", "2.0"}, {"method", agent.MethodCancelled}, {"params", params}}
 		env := agent.Envelope{To: []string{s.approver}, Kind: agent.KindRequest, CorrelationID: agent.CorrelationIDs{s.requestID}, Payload: mustMarshal(payload)}
-		if err := x.e.send(env); err != nil {
+		if err := x.e.sendCancellation(env); err != nil {
 			x.log.Warn("cancellation of a prompt not sent", "approver", s.approver, "request", s.requestID, "err", err)
 			continue
 		}

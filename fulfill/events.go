@@ -21,15 +21,25 @@ const (
 	StageEscalated  Stage = "escalated"  // humans are being asked
 	StageApproved   Stage = "approved"   // humans approved (By set)
 	StageQueued     Stage = "queued"     // waiting for a free fulfilment slot
-	StageFulfilling Stage = "fulfilling" // our mcp/request went to the tool owner
+	StageFulfilling Stage = "fulfilling" // our mcp/request to the tool owner was written
 	StageFulfilled  Stage = "fulfilled"  // the tool owner answered (Result or RPCError set)
-	StageRejected   Stage = "rejected"   // we sent mcp/reject (Reason, Message set)
+	StageRejected   Stage = "rejected"   // our mcp/reject was written (Reason, Message set)
 	StageWithdrawn  Stage = "withdrawn"
 	StageSuperseded Stage = "superseded"
-	// StageUndelivered: an answer (reject or fulfilment request) was not
-	// written or was refused by the gateway (Reason "not_written" or
-	// "refused", Message the error).
+	// StageUndelivered: an answer (mcp/reject, or the fulfilment
+	// mcp/request) was not written (Reason "not_written") or was refused
+	// by the gateway (Reason "refused"); Message is the error, Envelope
+	// the kind of the lost envelope. A rejected or fulfilling event is
+	// emitted only for answers that were written, so an answer that never
+	// left is never reported as sent; one the gateway refused afterwards
+	// is followed by this event.
 	StageUndelivered Stage = "undelivered"
+)
+
+// Reasons of StageUndelivered.
+const (
+	UndeliveredNotWritten = "not_written"
+	UndeliveredRefused    = "refused"
 )
 
 // Event is one step of one proposal. Observers get every event of every
@@ -60,6 +70,7 @@ type Event struct {
 	RPCError json.RawMessage    // StageFulfilled: JSON-RPC error, if the tool failed
 	Latency  time.Duration      // StageDecided: policy evaluation; StageFulfilled: tool round trip
 	Input    *policies.Input    // StageDecided: what the policy saw
+	Envelope string             // StageUndelivered: kind of the envelope that was lost
 }
 
 // Observer receives lifecycle events: the decision log, metrics and the demo
@@ -99,8 +110,9 @@ func (os Observers) Observe(e Event) {
 	}
 }
 
-// Record implements Recorder: Record for each observer that is a Recorder,
-// Observe for the others. It returns every Recorder's error.
+// Record implements Recorder: it writes e ahead with each observer that is
+// a Recorder and returns every error. The others are told once the answer
+// is written, by observeWatchers.
 func (os Observers) Record(e Event) error {
 	var errs []error
 	for _, o := range os {
@@ -108,11 +120,24 @@ func (os Observers) Record(e Event) error {
 			if err := r.Record(e); err != nil {
 				errs = append(errs, err)
 			}
-			continue
 		}
-		o.Observe(e)
 	}
 	return errors.Join(errs...)
+}
+
+// observeWatchers calls Observe on each observer that is not a Recorder
+// (looking inside nested Observers): they hear of an answer once it was
+// written, the Recorders had it before.
+func (os Observers) observeWatchers(e Event) {
+	for _, o := range os {
+		switch o := o.(type) {
+		case Observers:
+			o.observeWatchers(e)
+		case Recorder:
+		default:
+			o.Observe(e)
+		}
+	}
 }
 
 // NewDecisionID returns a fresh decision id, a random UUID (version 4) as

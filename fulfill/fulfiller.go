@@ -52,6 +52,11 @@ type Config struct {
 	Escalator        Escalator     // nil: escalations are rejected "policy" (not configured)
 	Observer         Observer      // nil: no events
 	Logger           *slog.Logger  // nil: discard
+
+	// ShutdownTimeout [10s] bounds how long shutdown waits for a session
+	// to write its answers: during a gateway outage the answers are then
+	// given up (and counted) instead of holding the process.
+	ShutdownTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -72,6 +77,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ApprovalTimeout <= 0 {
 		c.ApprovalTimeout = 5 * time.Minute
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
 	}
 	if c.DiscoveryWait <= 0 {
 		c.DiscoveryWait = 2 * time.Second
@@ -115,6 +123,17 @@ type Fulfiller struct {
 	queue     []*proposal          // approved, waiting for a fulfilment slot (FIFO)
 	byRequest map[string]*proposal // our fulfilment request envelope id → proposal
 	closing   bool
+	// sendsCtx bounds the sends made before shutdown; shutdown cancels
+	// it (stopSends), so that none of them holds shutdown up, and its own
+	// sends use stopCtx (--shutdown-timeout), nil before.
+	sendsCtx  context.Context
+	stopSends context.CancelFunc
+	stopCtx   context.Context
+	// rejects maps the envelope ids of recent rejects to their proposals,
+	// so that a refusal by the gateway (system/error) can be reported.
+	rejects *rejectLog
+	// owed and lost count the answers shutdown wrote and could not write.
+	owed, lost int
 
 	// base outlives Run's context until shutdown has answered everything;
 	// evaluations use decideCtx, which ends when shutdown begins, so a
@@ -139,6 +158,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		obs:       cfg.Observer,
 		store:     newPendingStore(cfg.MaxPending, cfg.PendingTTL),
 		byRequest: map[string]*proposal{},
+		rejects:   newRejectLog(),
 		// As many as may be live at once, so that the reader never waits
 		// for a worker: it must keep reading withdrawals, responses and
 		// approvals while the policy is slow. --max-pending (rule 3) is
@@ -148,6 +168,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, 4)
 	f.base, f.cancelBase = context.WithCancel(context.Background())
 	f.decideCtx, f.cancelDecide = context.WithCancel(f.base)
+	f.sendsCtx, f.stopSends = context.WithCancel(f.base)
 	f.runCtx = f.base
 	return f
 }
@@ -161,6 +182,8 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	defer f.cancelBase()
 	f.decideCtx, f.cancelDecide = context.WithCancel(f.base)
 	defer f.cancelDecide()
+	f.sendsCtx, f.stopSends = context.WithCancel(f.base)
+	defer f.stopSends()
 	f.runCtx = ctx
 
 	for range f.cfg.DecideWorkers {
@@ -204,6 +227,9 @@ loop:
 	f.wg.Wait()
 	f.cancelBase()
 	f.catalog.wait()
+	if owed, lost := f.ShutdownAnswers(); lost > 0 {
+		return fmt.Errorf("%d of %d answers owed at shutdown were not delivered: %w", lost, owed, ErrUndelivered)
+	}
 	return nil
 }
 
@@ -233,6 +259,8 @@ func (f *Fulfiller) handle(env agent.Envelope) {
 		}
 	case agent.KindPresence:
 		f.onPresence(env)
+	case agent.KindError:
+		f.onRefusal(env)
 	}
 }
 
@@ -443,6 +471,7 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 	p.target = target
 	p.deadline = time.Now().Add(timeout)
 	f.mu.Unlock()
+	f.announce(ev)
 
 	esc := Escalation{Proposal: p.env, DecisionID: p.governor().id, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline}
 	if p.tool != "" {
@@ -557,6 +586,7 @@ func (f *Fulfiller) startLocked(p *proposal) {
 	p.rpcID = f.rpcSeq.Add(1)
 	p.requestID = agent.NewID(f.space.ID())
 	p.requestSent = time.Now()
+	p.written = make(chan struct{})
 	f.byRequest[p.requestID] = p
 	p.fulfilTimer = time.AfterFunc(f.cfg.FulfillTimeout, func() { f.fulfilTimedOut(p) })
 }
@@ -585,28 +615,41 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
 		Payload:       agent.MustPayload(payload),
 	}
-	if err := f.record(p.event(StageFulfilling)); err != nil {
-		// Fail closed: no call is carried out without its record.
+	// Written ahead (fail closed): no call is carried out without its
+	// record. Observers that only watch hear of it once it is written.
+	ev := p.event(StageFulfilling)
+	if err := f.record(ev); err != nil {
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
 			f.log.Error("decision log cannot be written; fulfilment refused", "proposal", p.env.ID, "err", err)
+			close(p.written)
 			f.answerReject(p, policies.ReasonOther, auditFailedMessage)
 		}
 		return
 	}
-	if err := f.send(env); err != nil {
-		if errors.Is(err, agent.ErrSessionLost) {
-			// The link died during the write: the request may have reached
-			// the tool owner. Sending it again could run the call twice,
-			// and rejecting now could contradict a request that did go
-			// out; so wait as if sent. Its response, or the fulfil
-			// timeout, ends the proposal.
-			f.log.Warn("fulfilment request may not have been sent; waiting for its response or the fulfil timeout", "proposal", p.env.ID, "target", p.target, "err", err)
-			return
-		}
-		f.log.Error("fulfilment request not sent", "proposal", p.env.ID, "target", p.target, "err", err)
-		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
-			f.answerReject(p, "other", "the fulfilment request could not be sent")
-		}
+	err := f.send(env)
+	if err == nil || errors.Is(err, agent.ErrSessionLost) {
+		// Reported once written (or maybe written), and before the
+		// response or a refusal can be: they wait for p.written.
+		f.announce(ev)
+		close(p.written)
+	}
+	if err == nil {
+		return
+	}
+	if errors.Is(err, agent.ErrSessionLost) {
+		// The link died during the write: the request may have reached
+		// the tool owner. Sending it again could run the call twice,
+		// and rejecting now could contradict a request that did go
+		// out; so wait as if sent. Its response, or the fulfil
+		// timeout, ends the proposal.
+		f.log.Warn("fulfilment request may not have been sent; waiting for its response or the fulfil timeout", "proposal", p.env.ID, "target", p.target, "err", err)
+		return
+	}
+	f.log.Error("fulfilment request not delivered: not written", "proposal", p.env.ID, "target", p.target, "err", err)
+	f.undelivered(p, agent.KindRequest, UndeliveredNotWritten, err.Error())
+	close(p.written)
+	if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+		f.answerReject(p, "other", "the fulfilment request could not be sent")
 	}
 }
 
@@ -624,6 +667,7 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 			"proposal", p.env.ID, "target", p.target, "from", env.From)
 		return
 	}
+	f.waitWritten(p)
 	if _, ok := f.transition(p, StateFulfilled, isState(StateFulfilling)); !ok {
 		return
 	}
@@ -661,6 +705,16 @@ func (f *Fulfiller) cancelRequest(p *proposal, reason string) {
 		CorrelationID: agent.CorrelationIDs{p.requestID},
 		Payload:       agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", Method: agent.MethodCancelled, Params: params}),
 	}
+	if q, ok := f.space.(Queuer); ok {
+		ctx, cancel := f.sendContext()
+		defer cancel()
+		if _, queued, err := q.SendOrQueue(ctx, env); err != nil {
+			f.log.Warn("cancellation not sent", "proposal", p.env.ID, "target", p.target, "err", err)
+		} else if queued {
+			f.log.Warn("cancellation kept until the link is back", "proposal", p.env.ID, "target", p.target)
+		}
+		return
+	}
 	if err := f.send(env); err != nil {
 		f.log.Warn("cancellation not sent", "proposal", p.env.ID, "target", p.target, "err", err)
 	}
@@ -676,7 +730,9 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	if env.From != p.env.From {
 		f.log.Warn("withdrawal by someone other than the proposer ignored (spoof attempt?)",
 			"proposal", pid, "proposer", p.env.From, "from", env.From)
+		f.mu.Lock() // a decision worker may be setting p.target
 		ev := p.event(StageIgnored)
+		f.mu.Unlock()
 		ev.Reason, ev.Message = "spoofed_withdraw", "withdrawal from "+env.From
 		f.emit(ev)
 		return
@@ -684,7 +740,9 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	prev, ok := f.transition(p, StateWithdrawn, notAnswered)
 	if !ok {
 		f.log.Info("late withdrawal ignored: the proposal was already answered", "proposal", pid, "state", p.State())
+		f.mu.Lock()
 		ev := p.event(StageIgnored)
+		f.mu.Unlock()
 		ev.Reason, ev.Message = "late_withdraw", "withdrawn after it was "+p.State().String()
 		f.emit(ev)
 		return
@@ -881,32 +939,52 @@ func (f *Fulfiller) drainEvictions(done <-chan struct{}) {
 	}
 }
 
-// shutdown answers every proposal not yet answered with "other".
+// shutdown answers every proposal not yet answered with "other", and
+// cancels the fulfilments still running at their tool owners (their
+// proposers get reject "other": no response will come). All its sends
+// share one deadline, --shutdown-timeout, so a gateway outage cannot hold
+// the process; what could not be delivered is counted (ShutdownAnswers).
 func (f *Fulfiller) shutdown() {
+	ctx, cancel := context.WithTimeout(f.base, f.cfg.ShutdownTimeout)
+	defer cancel()
 	f.mu.Lock()
 	f.closing = true
+	f.stopCtx = ctx
 	f.mu.Unlock()
+	// A send still waiting for a session gives up now: one held past
+	// the shutdown deadline would hold the process, and a fulfilment
+	// request written after its proposal was answered would run a call
+	// nobody waits for.
+	f.stopSends()
+	const why = "fulfiller is shutting down; propose again later"
 	for _, p := range f.store.all() {
-		f.reject(p, "other", "fulfiller is shutting down; propose again later")
+		f.reject(p, "other", why)
 	}
-	// A request held for an absent owner never went out: that proposal
-	// still needs its answer.
+	// Held requests never went out: those proposals still need their
+	// answer. Requests that are out are cancelled at their owners.
 	f.mu.Lock()
-	var held []*proposal
+	var held, running []*proposal
 	for _, p := range f.byRequest {
 		if p.held {
 			p.held = false
 			held = append(held, p)
+		} else {
+			running = append(running, p)
 		}
 	}
 	f.mu.Unlock()
 	for _, p := range held {
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
-			f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
+			f.answerReject(p, "other", why)
 		}
 	}
-	// In-flight fulfilments were answered (the request is out); stop
-	// tracking them so no timer fires after Run returns.
+	for _, p := range running {
+		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+			f.cancelRequest(p, "shutdown")
+			f.answerReject(p, "other", "fulfiller is shutting down; the call was cancelled at "+p.target)
+		}
+	}
+	// Stop tracking whatever is left so no timer fires after Run returns.
 	f.mu.Lock()
 	for id, p := range f.byRequest {
 		p.fulfilTimer.Stop()
@@ -915,7 +993,11 @@ func (f *Fulfiller) shutdown() {
 		}
 		delete(f.byRequest, id)
 	}
+	owed, lost := f.owed, f.lost
 	f.mu.Unlock()
+	if lost > 0 {
+		f.log.Error("answers owed at shutdown were not delivered", "undelivered", lost, "answers", owed)
+	}
 }
 
 // reject ends p with an mcp/reject, unless it has already been answered.
@@ -931,8 +1013,12 @@ func (f *Fulfiller) reject(p *proposal, reason, message string) {
 }
 
 // answerReject sends mcp/reject to the proposer, and a chat explaining it
-// when there is a message.
-func (f *Fulfiller) answerReject(p *proposal, reason, message string) {
+// when there is a message. It reports whether the reject was written.
+// The rejected record is written ahead (the decision log has it before the
+// proposer does); observers that only watch hear of it once it is written
+// (DESIGN rule 9), and of an undelivered one otherwise. A refusal by the
+// gateway, which comes later as a system/error, is reported by onRefusal.
+func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 	ev := p.event(StageRejected)
 	ev.Reason, ev.Message = reason, message
 	if err := f.record(ev); err != nil {
@@ -940,18 +1026,30 @@ func (f *Fulfiller) answerReject(p *proposal, reason, message string) {
 		// rather than leave the proposer waiting.
 		f.log.Error("reject not recorded in the decision log; sending it anyway", "proposal", p.env.ID, "reason", reason, "err", err)
 	}
-	rej, err := f.sendAndGet(agent.Envelope{
+	env := agent.Envelope{
+		ID:            agent.NewID(f.space.ID()),
 		To:            []string{p.env.From},
 		Kind:          agent.KindReject,
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
 		Payload:       agent.MustPayload(rejectPayload{Reason: reason}),
-	})
-	if err != nil {
-		f.log.Error("reject not sent", "proposal", p.env.ID, "reason", reason, "err", err)
-		return
 	}
+	// Tracked before the write: the refusal may be read before Send
+	// returns; it waits for written.
+	sent := &sentReject{p: p, written: make(chan struct{})}
+	f.rejects.Add(env.ID, sent)
+	rej, err := f.sendAndGet(env)
+	f.countShutdownAnswer(err == nil)
+	if err != nil {
+		f.rejects.Remove(env.ID)
+		close(sent.written)
+		f.log.Error("reject not delivered: not written", "proposal", p.env.ID, "reason", reason, "err", err)
+		f.undelivered(p, agent.KindReject, UndeliveredNotWritten, err.Error())
+		return false
+	}
+	f.announce(ev)
+	close(sent.written)
 	if message == "" {
-		return
+		return true
 	}
 	if _, err := f.sendAndGet(agent.Envelope{
 		To:            []string{p.env.From},
@@ -961,6 +1059,7 @@ func (f *Fulfiller) answerReject(p *proposal, reason, message string) {
 	}); err != nil {
 		f.log.Warn("reject explanation not sent", "proposal", p.env.ID, "err", err)
 	}
+	return true
 }
 
 func (f *Fulfiller) send(env agent.Envelope) error {
@@ -969,7 +1068,7 @@ func (f *Fulfiller) send(env agent.Envelope) error {
 }
 
 func (f *Fulfiller) sendAndGet(env agent.Envelope) (agent.Envelope, error) {
-	ctx, cancel := context.WithTimeout(f.base, sendTimeout)
+	ctx, cancel := f.sendContext()
 	defer cancel()
 	return f.space.Send(ctx, env)
 }
@@ -1055,15 +1154,29 @@ func (f *Fulfiller) emit(e Event) {
 	f.obs.Observe(e)
 }
 
-// record is emit for the records that must be written before the answer
-// they describe goes out (see Recorder). It blocks while they are written.
+// record writes ahead the record of an answer, before the answer goes out
+// (see Recorder): it blocks while the Recorders write it. The observers
+// that only watch are told by announce once the answer is written, so an
+// answer that never left is never reported to them as sent.
 func (f *Fulfiller) record(e Event) error {
 	stamp(&e)
 	if r, ok := f.obs.(Recorder); ok {
 		return r.Record(e)
 	}
-	f.obs.Observe(e)
 	return nil
+}
+
+// announce tells the observers that are not Recorders of an answer that
+// was written; the Recorders had it from record.
+func (f *Fulfiller) announce(e Event) {
+	stamp(&e)
+	switch o := f.obs.(type) {
+	case Observers:
+		o.observeWatchers(e)
+	case Recorder:
+	default:
+		o.Observe(e)
+	}
 }
 
 // stamp fills what every event carries: its time, and a decision id even

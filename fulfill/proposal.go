@@ -74,6 +74,7 @@ type proposal struct {
 	requestID    string // envelope id of our mcp/request
 	rpcID        int64
 	requestSent  time.Time
+	written      chan struct{} // closed once the request's write was reported (fulfilling or undelivered)
 	fulfilTimer  *time.Timer
 	goneTimer    *time.Timer // the tool owner left: its rejoin grace (under Fulfiller.mu)
 	held         bool        // the request waits for the owner to come back (under Fulfiller.mu)

@@ -5,7 +5,7 @@
 // Routes (JSON unless noted):
 //
 //	GET    /healthz             200 {"status":"ok"} while the process serves HTTP
-//	GET    /readyz              200 when the agent has a welcome, a policy is loaded and the decision log (if any) can be written, else 503 with the reason
+//	GET    /readyz              200 when the agent has a welcome whose capabilities let it answer, a policy is loaded and the decision log (if any) can be written, else 503 with the reason
 //	GET    /metrics             Prometheus text format
 //	GET    /v1/proposals        pending proposals, oldest first, with state, age and deadline
 //	GET    /v1/proposals/{id}   one pending proposal; 404 when it is not pending
@@ -22,6 +22,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
 )
 
@@ -115,6 +117,44 @@ type Readiness struct {
 	DecisionLog string `json:"decision_log,omitempty"`
 }
 
+// Capable is implemented by a Gateway that knows the capabilities the
+// gateway granted it (*agent.Client does); /readyz then checks that they
+// let fulfiller answer proposals.
+type Capable interface {
+	Capabilities() []agent.Capability
+}
+
+// answerKinds are what fulfiller must be able to send to answer any
+// proposal (DESIGN rule 9): reject it, and fulfil a tool call.
+var answerKinds = []struct {
+	name, kind string
+	payload    json.RawMessage
+}{
+	{"mcp/reject", agent.KindReject, json.RawMessage(`{"reason":"policy"}`)},
+	{"mcp/request tools/call", agent.KindRequest, json.RawMessage(`{"method":"tools/call"}`)},
+}
+
+// CannotAnswer says which answers caps do not permit, or is empty. A
+// reference gateway given a wrong token still joins the participant, with
+// only chat and mcp/response: everything fulfiller would say is then
+// refused.
+func CannotAnswer(caps []agent.Capability) string {
+	var missing []string
+	for _, a := range answerKinds {
+		if !agent.Permits(caps, a.kind, a.payload) {
+			missing = append(missing, a.name)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	granted := make([]string, len(caps))
+	for i, c := range caps {
+		granted[i] = c.String()
+	}
+	return fmt.Sprintf("the capabilities the gateway granted (%s) do not permit %s: check the token", strings.Join(granted, ", "), strings.Join(missing, " or "))
+}
+
 // Ready reports readiness as /readyz does (DESIGN rule 9).
 func (h *Handler) Ready() Readiness {
 	gw, pol, _ := h.opts.Source.get()
@@ -125,6 +165,11 @@ func (h *Handler) Ready() Readiness {
 		reasons = append(reasons, "not joined to the space yet")
 	case gw.Connected():
 		r.Gateway = "connected"
+		if c, ok := gw.(Capable); ok {
+			if why := CannotAnswer(c.Capabilities()); why != "" {
+				reasons = append(reasons, why)
+			}
+		}
 	default:
 		r.Gateway = "disconnected"
 		reasons = append(reasons, "no welcome from the gateway (reconnecting)")

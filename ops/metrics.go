@@ -57,6 +57,7 @@ type Metrics struct {
 	approvalDur *prometheus.HistogramVec
 	openEsc     prometheus.Gauge
 	answers     *prometheus.CounterVec
+	undelivered *prometheus.CounterVec
 
 	mu        sync.Mutex
 	escalated map[string]time.Time // proposal id → when humans were first asked
@@ -83,6 +84,9 @@ func NewMetrics(src *Source) *Metrics {
 	m.openEsc = registered(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "fulfiller_escalations_open", Help: "Escalations waiting for human approvers now."}))
 	m.answers = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_approver_answers_total",
 		Help: "Approver answers by kind: accept, decline, cancel, error, forgery (unsigned or badly signed), ignored."}, []string{"kind"}))
+	m.undelivered = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_answers_undelivered_total",
+		Help: "Answers that did not reach the space, by envelope kind (mcp/reject, mcp/request) and reason: not_written (no session, or our capabilities forbid it) or refused (the gateway answered system/error)."},
+		[]string{"kind", "reason"}))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&liveCollector{src: src})
 	return m
@@ -135,6 +139,10 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		m.proposals.WithLabelValues("superseded", "").Inc()
 	case fulfill.StageIgnored:
 		m.proposals.WithLabelValues("ignored", e.Reason).Inc()
+	case fulfill.StageUndelivered:
+		// rejected and fulfilled above count only written answers; these
+		// never left, or the gateway refused them afterwards.
+		m.undelivered.WithLabelValues(e.Envelope, e.Reason).Inc()
 	}
 }
 

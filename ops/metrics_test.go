@@ -45,6 +45,8 @@ func TestMetricsFromEvents(t *testing.T) {
 		e.Decision = &policies.Decision{Action: policies.Reject, Reason: "policy", Err: policies.ErrEvalTimeout}
 	})
 	ev(fulfill.StageRejected, "b", func(e *fulfill.Event) { e.Reason = "policy" })
+	ev(fulfill.StageUndelivered, "b", func(e *fulfill.Event) { e.Envelope, e.Reason = "mcp/reject", "refused" })
+	ev(fulfill.StageUndelivered, "c", func(e *fulfill.Event) { e.Envelope, e.Reason = "mcp/reject", "not_written" })
 	m.ObserveApproval(elicit.Event{Kind: elicit.EventForgery, Approver: "alice"})
 	m.ObserveApproval(elicit.Event{Kind: elicit.EventAnswered, Approver: "alice", Action: "accept", Approve: true})
 
@@ -63,6 +65,8 @@ func TestMetricsFromEvents(t *testing.T) {
 		`fulfiller_fulfilment_duration_seconds_count{status="error"} 1`,
 		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 1`,
 		`fulfiller_proposals_total{outcome="rejected",reason="policy"} 1`,
+		`fulfiller_answers_undelivered_total{kind="mcp/reject",reason="refused"} 1`,
+		`fulfiller_answers_undelivered_total{kind="mcp/reject",reason="not_written"} 1`,
 		`fulfiller_approver_answers_total{kind="accept"} 1`,
 		`fulfiller_approver_answers_total{kind="forgery"} 1`,
 		`fulfiller_gateway_connected 1`,

@@ -16,6 +16,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -33,6 +34,7 @@ type runFlags struct {
 	approvalTimeout           time.Duration
 	policyTimeout             time.Duration
 	joinTimeout               time.Duration
+	shutdownTimeout           time.Duration
 	maxFrame                  sizeValue
 	logFormat, logLevel       string
 	ops                       opsFlags
@@ -49,7 +51,9 @@ the Rego policies in --policy: fulfil it on the proposer's behalf, reject it
 with a reason, or escalate it. Without --policy every proposal is rejected.
 
 SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
-"other"), leave the space, exit 0.`,
+"other"), cancel running calls at their tool owners, leave the space, exit 0.
+When the gateway cannot be reached within --shutdown-timeout, the answers
+are given up: the log says how many, and the exit code is 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl.cmd = cmd
@@ -74,6 +78,7 @@ SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
 	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" lines: those approvers' answers count only when signed")
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take (then: reject policy)")
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
+	f.DurationVar(&fl.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to wait for a session to deliver the pending proposals' answers (then: exit 1, naming how many were lost)")
 	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
 	fl.ops.register(f)
 	f.BoolVar(&fl.check, "check", false, "validate everything run would open or parse (flags, config, token files, approver keys, decision log, --http address, policies and data), then exit without joining (0: all good, 2: what is wrong)")
@@ -102,7 +107,7 @@ func (fl *runFlags) validate() error {
 		}
 	}
 	for name, v := range map[string]time.Duration{"--pending-ttl": fl.pendingTTL, "--fulfill-timeout": fl.fulfillTimeout, "--owner-rejoin-grace": fl.ownerRejoinGrace,
-		"--approval-timeout": fl.approvalTimeout, "--policy-timeout": fl.policyTimeout, "--join-timeout": fl.joinTimeout} {
+		"--approval-timeout": fl.approvalTimeout, "--policy-timeout": fl.policyTimeout, "--join-timeout": fl.joinTimeout, "--shutdown-timeout": fl.shutdownTimeout} {
 		if v <= 0 {
 			return usageErrorf("%s %s: must be positive", name, v)
 		}
@@ -190,7 +195,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		return fmt.Errorf("join %s as %s: %w", fl.gateway, fl.id, err)
 	}
 	defer client.Close()
+	// The agent's "joined space" line lists the capabilities granted.
 	log.Info("joined the space", "gateway", fl.gateway, "id", fl.id, "participants", len(client.Roster()))
+	if why := ops.CannotAnswer(client.Capabilities()); why != "" {
+		log.Error("fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more", "reason", why)
+	}
 
 	sub := client.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
 	defer sub.Close()
@@ -199,14 +208,15 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
 	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()
-	defer func() {
+	stopElicitor := sync.OnceFunc(func() {
 		// After the fulfiller has answered everything: its Cancels have
 		// told the approvers already.
 		elicitor.Close()
 		stopElicit()
 		<-elicitDone
 		answers.Close()
-	}()
+	})
+	defer stopElicitor()
 	ful := fulfill.New(client, engine, fulfill.Config{
 		SpaceID:          fl.space,
 		MaxPending:       fl.maxPending,
@@ -215,6 +225,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		FulfillTimeout:   fl.fulfillTimeout,
 		OwnerRejoinGrace: fl.ownerRejoinGrace,
 		ApprovalTimeout:  fl.approvalTimeout,
+		ShutdownTimeout:  fl.shutdownTimeout,
 		Escalator:        elicitor,
 		Observer:         opsRT.observer(),
 		Logger:           log,
@@ -233,6 +244,20 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	err = ful.Run(ctx, sub.C())
 	stopWatch()
 	wg.Wait()
-	log.Info("stopped; every pending proposal was answered")
-	return err
+	// Cancellations that waited for a session (fulfilments' and
+	// prompts') are lost when the client closes: count them after.
+	stopElicitor()
+	client.Close()
+	owed, lost := ful.ShutdownAnswers()
+	unsent := client.Queued()
+	if lost > 0 || unsent > 0 {
+		msg := fmt.Sprintf("stopped; %d of %d answers were not delivered and %d cancellations were not sent", lost, owed, unsent)
+		log.Error(msg, "undelivered", lost, "answers", owed, "cancellations_unsent", unsent)
+		return failedQuietly(1, errors.New(msg)) // the log line above says it
+	}
+	if err != nil {
+		return err
+	}
+	log.Info("stopped; every pending proposal was answered", "answers", owed)
+	return nil
 }

@@ -6,7 +6,7 @@
 // 127.0.0.1 only and trusts every participant's `from`, exactly like the
 // reference gateway it imitates. Never put it in front of real agents.
 //
-// New starts it on a free loopback port (like httptest.NewServer); URL gives
+// New starts it on a free loopback port, or Config.Addr (like httptest.NewServer); URL gives
 // the ws:// address to hand to a client, and Close stops every goroutine.
 // DropAll, SetStalled and Tap exist so that tests can break the link, hang
 // the gateway and see the exact bytes on the wire.

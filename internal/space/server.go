@@ -31,6 +31,10 @@ const maxFrame = 100 << 20
 // DefaultSpaceID in which everyone may chat, like a reference gateway with
 // no token store.
 type Config struct {
+	// Addr is the address to listen on; empty means a free port of
+	// 127.0.0.1. Tests that restart the gateway pass the URL's host:port
+	// of the space they closed, so clients come back to the same address.
+	Addr string
 	// SpaceID is the space a join lands in when it names none, and the one
 	// Participants and Tap look at. A join naming another space gets a
 	// separate, empty space (traffic never crosses), as in the reference.
@@ -129,7 +133,11 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("space: listen: %w", err)
 	}

@@ -1,0 +1,136 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestRunBinarySIGTERMWithGatewayDown: three proposals wait for a human,
+// the gateway goes away, and the operator stops fulfiller. It waits
+// --shutdown-timeout for a session, no longer; then it says exactly what
+// was lost — the three rejects its proposers are owed and the three
+// prompt cancellations its approver is owed — and exits 1, not 0.
+func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
+	bin := fulfillerBinary(t)
+	w := newHumanWorld(t)
+	ctx, srv := w.Ctx, w.Space
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd, stderr := w.runFulfiller(bin, nil, "--http", addr, "--shutdown-timeout", "1s")
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+
+	prop := w.coder()
+	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
+	for _, id := range []string{"p-1", "p-2", "p-3"} {
+		if _, err := prop.Propose(ctx, id, []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/x"}}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntilTrue(t, "three escalations wait for alice", func() bool {
+		_, body := get("/v1/proposals")
+		return strings.Count(body, `"state": "awaiting_approval"`) == 3
+	})
+
+	srv.Close()
+	waitUntilTrue(t, "the fulfiller notices the gateway is gone", func() bool {
+		code, body := get("/readyz")
+		return code == 503 && strings.Contains(body, `"gateway": "disconnected"`)
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("fulfiller run exited with %v after SIGTERM with the gateway down, want exit status 1\n%s", err, stderr)
+	}
+	var last struct {
+		Msg                 string
+		Undelivered         int `json:"undelivered"`
+		Answers             int `json:"answers"`
+		CancellationsUnsent int `json:"cancellations_unsent"`
+	}
+	found := false
+	sc := bufio.NewScanner(strings.NewReader(stderr.String()))
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"msg":"stopped;`) {
+			if err := json.Unmarshal(sc.Bytes(), &last); err != nil {
+				t.Fatal(err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no stopped line in the log:\n%s", stderr)
+	}
+	if last.Msg != "stopped; 3 of 3 answers were not delivered and 3 cancellations were not sent" ||
+		last.Undelivered != 3 || last.Answers != 3 || last.CancellationsUnsent != 3 {
+		t.Errorf("stopped line %+v", last)
+	}
+	if strings.Contains(stderr.String(), "every pending proposal was answered") {
+		t.Errorf("the log claims every proposal was answered:\n%s", stderr)
+	}
+}
+
+// TestRunBinaryWrongTokenSaysSo: joined with a token the gateway does not
+// know, fulfiller gets only chat and mcp/response. Start-up logs the
+// capabilities granted and that it cannot answer; /readyz stays 503.
+func TestRunBinaryWrongTokenSaysSo(t *testing.T) {
+	bin := fulfillerBinary(t)
+	w := newHumanWorld(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN=wrong-token"}, "--http", addr)
+	const reason = `"reason": "the capabilities the gateway granted (chat, mcp/response) do not permit mcp/reject or mcp/request tools/call: check the token"`
+	waitUntilTrue(t, "/readyz says why it is not ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 503 && strings.Contains(string(body), reason)
+	})
+	// The log is read once the process is gone (it writes the buffer).
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit %v\n%s", err, stderr)
+	}
+	logs := stderr.String()
+	if !strings.Contains(logs, `"msg":"joined space"`) || !strings.Contains(logs, `"capabilities":["chat","mcp/response"]`) {
+		t.Errorf("the granted capabilities are not in the log:\n%s", logs)
+	}
+	if !strings.Contains(logs, `"msg":"fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more"`) {
+		t.Errorf("start-up does not say it cannot answer:\n%s", logs)
+	}
+}
