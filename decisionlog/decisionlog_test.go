@@ -38,12 +38,13 @@ func newFakeSpace(n int) *fakeSpace {
 }
 
 func (s *fakeSpace) ID() string                       { return "fulfiller" }
+func (s *fakeSpace) NextRPCID() int64                 { return 1 }
 func (s *fakeSpace) Can(string, json.RawMessage) bool { return true }
 func (s *fakeSpace) Roster() []agent.Participant      { return nil }
 func (s *fakeSpace) Participant(id string) (agent.Participant, bool) {
 	return agent.Participant{ID: id}, true
 }
-func (s *fakeSpace) Request(context.Context, string, string, any) (agent.RPCResponse, error) {
+func (s *fakeSpace) RequestEnvelope(context.Context, agent.Envelope) (agent.RPCResponse, error) {
 	return agent.RPCResponse{}, errors.New("no discovery in this fake")
 }
 

@@ -23,6 +23,11 @@ const (
 	StageRejected   Stage = "rejected"   // we sent mcp/reject (Reason, Message set)
 	StageWithdrawn  Stage = "withdrawn"
 	StageSuperseded Stage = "superseded"
+
+	// StageDiscoveryConflict is about a tool owner, not a proposal: two
+	// different answers to one of our tools/list requests came in its name
+	// (Target), so one was forged and neither is trusted.
+	StageDiscoveryConflict Stage = "discovery_conflict"
 )
 
 // Event is one step of one proposal. Observers get every event of every

@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
@@ -25,7 +28,14 @@ type Space interface {
 	Can(kind string, payload json.RawMessage) bool
 	Roster() []agent.Participant
 	Participant(id string) (agent.Participant, bool)
-	Request(ctx context.Context, to, method string, params any) (agent.RPCResponse, error)
+	// RequestEnvelope sends an MCP request and waits for the answer from
+	// its addressee (discovery); the Fulfiller sees every answer as well,
+	// to notice forged ones.
+	RequestEnvelope(ctx context.Context, env agent.Envelope) (agent.RPCResponse, error)
+	// NextRPCID hands out the JSON-RPC ids of the fulfilment requests,
+	// from the same sequence as the space's own requests (discovery) and
+	// the elicitations, so that no peer sees an id twice.
+	NextRPCID() int64
 }
 
 // Decider answers "what should happen to this proposal"; *policies.Engine
@@ -52,6 +62,11 @@ type Config struct {
 	Escalator        Escalator     // nil: escalations are rejected "policy" (not configured)
 	Observer         Observer      // nil: no events
 	Logger           *slog.Logger  // nil: discard
+
+	// DiscoverySettle [500ms] is how long after a tools/list answer a
+	// second, different (forged) answer is awaited before the owner's
+	// tools and their annotations are believed; see catalog.
+	DiscoverySettle time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -75,6 +90,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DiscoveryWait <= 0 {
 		c.DiscoveryWait = 2 * time.Second
+	}
+	if c.DiscoverySettle <= 0 {
+		c.DiscoverySettle = 500 * time.Millisecond
 	}
 	if c.DecideWorkers <= 0 {
 		c.DecideWorkers = runtime.GOMAXPROCS(0)
@@ -107,7 +125,9 @@ type Fulfiller struct {
 	obs     Observer
 	store   *pendingStore
 	catalog *catalog
-	rpcSeq  atomic.Int64
+	// answered remembers fulfilment requests that got their response
+	// (by request envelope id), to notice a conflicting second one.
+	answered *lru.Cache[string, *answeredRequest]
 
 	mu        sync.Mutex
 	live      int                  // proposals not yet in a terminal state
@@ -145,7 +165,12 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		// the backpressure; this costs a pointer per pending proposal.
 		jobs: make(chan *proposal, cfg.MaxPending),
 	}
-	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, 4)
+	f.answered, _ = lru.New[string, *answeredRequest](answeredRequests)
+	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, cfg.DiscoverySettle, 4)
+	f.catalog.onSpoof = func(server, request string) {
+		f.emit(Event{Stage: StageDiscoveryConflict, Target: server, By: []string{server},
+			Message: fmt.Sprintf("two different answers to tools/list request %s in the name of %s; neither trusted", request, server)})
+	}
 	f.base, f.cancelBase = context.WithCancel(context.Background())
 	f.decideCtx, f.cancelDecide = context.WithCancel(f.base)
 	f.runCtx = f.base
@@ -248,11 +273,9 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Reason: "duplicate", Message: "proposal id seen before"})
 		return
 	}
-	method, params, err := parsePayload(env.Payload)
-	p := &proposal{env: env, method: method, params: params, received: time.Now()}
-	if err == nil && method == agent.MethodToolsCall {
-		p.tool, _ = toolCall(params)
-	}
+	c, err := parsePayload(env.Payload)
+	method := c.method
+	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: time.Now()}
 	if target, mine := f.addressee(env, p.tool); !mine {
 		f.log.Debug("proposal addressed to another fulfiller; left alone", "proposal", env.ID, "to", env.To)
 		f.store.seen.Add(env.ID, struct{}{})
@@ -541,7 +564,7 @@ func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
 func (f *Fulfiller) startLocked(p *proposal) {
 	f.inflight++
 	p.state.Store(int32(StateFulfilling))
-	p.rpcID = f.rpcSeq.Add(1)
+	p.rpcID = f.space.NextRPCID()
 	p.requestID = agent.NewID(f.space.ID())
 	p.requestSent = time.Now()
 	f.byRequest[p.requestID] = p
@@ -590,13 +613,23 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 	}
 }
 
-// onResponse ends a fulfilment when its target answers.
+// onResponse ends a fulfilment when its target answers. The gateway does
+// not authenticate from, and everyone sees our request (its envelope id
+// and JSON-RPC id), so a participant can answer in the tool owner's name
+// before the owner does. That first answer cannot be told from a real one;
+// what can be seen is a second, different answer to the same request, so
+// answered requests are remembered (boundedly) and a conflict is logged,
+// counted and recorded as a spoof attempt.
 func (f *Fulfiller) onResponse(env agent.Envelope) {
 	cid := env.CorrelationID.First()
+	if f.catalog.observe(f.base, env) {
+		return // an answer to our discovery
+	}
 	f.mu.Lock()
 	p, ok := f.byRequest[cid]
 	f.mu.Unlock()
 	if !ok {
+		f.checkAnswered(cid, env)
 		return // not a fulfilment of ours (the agent matches its own requests)
 	}
 	if env.From != p.target {
@@ -604,17 +637,72 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 			"proposal", p.env.ID, "target", p.target, "from", env.From)
 		return
 	}
+	var resp agent.RPCResponse
+	if err := json.Unmarshal(env.Payload, &resp); err != nil || string(resp.ID) != strconv.FormatInt(p.rpcID, 10) {
+		if p.spoofed.Swap(true) {
+			f.log.Debug("another response with a wrong JSON-RPC id ignored", "proposal", p.env.ID, "envelope", env.ID)
+			return // recorded once per proposal: a flood must not flood the decision log
+		}
+		f.log.Warn("response for our fulfilment with another JSON-RPC id; ignored (spoof attempt?)",
+			"proposal", p.env.ID, "target", p.target, "request", cid, "rpc_id", p.rpcID, "got", string(resp.ID), "envelope", env.ID)
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.By = ReasonWrongRPCID, []string{env.From}
+		ev.Message = fmt.Sprintf("response %s to fulfilment request %s has JSON-RPC id %s, not %d", env.ID, cid, resp.ID, p.rpcID)
+		f.emit(ev)
+		return
+	}
 	if _, ok := f.transition(p, StateFulfilled, isState(StateFulfilling)); !ok {
 		return
 	}
-	var resp agent.RPCResponse
-	_ = json.Unmarshal(env.Payload, &resp)
+	f.answered.Add(cid, &answeredRequest{p: p, response: env.ID, digest: sha256.Sum256(env.Payload)})
 	ev := p.event(StageFulfilled)
 	ev.Result, ev.Latency = resp.Result, time.Since(p.requestSent)
 	if resp.Error != nil {
 		ev.RPCError = agent.MustPayload(resp.Error)
 	}
 	ev.By = p.approvedBy
+	f.emit(ev)
+}
+
+// Reasons of StageIgnored events about answers that claim to come from a
+// tool owner: spoof attempts, counted and recorded in the decision log.
+const (
+	ReasonConflictingResponse = "conflicting_response" // a second, different response to a fulfilment request already answered
+	ReasonWrongRPCID          = "wrong_rpc_id"         // a response to our request with a JSON-RPC id that is not the request's
+)
+
+// answeredRequest is a fulfilment request that got its response, kept so
+// that a second, different response to it is noticed.
+type answeredRequest struct {
+	p          *proposal
+	response   string // envelope id of the response that counted
+	digest     [sha256.Size]byte
+	conflicted atomic.Bool // recorded once; later conflicts are only counted in the log
+}
+
+// answeredRequests bounds the record of answered fulfilment requests:
+// entries are made only by our own fulfilments, and a late conflicting
+// answer normally comes within seconds of the first.
+const answeredRequests = 4096
+
+// checkAnswered looks at a response to a fulfilment request that is no
+// longer in flight: the same answer again is harmless (a re-delivery), a
+// different one from the tool owner means one of the two was forged.
+func (f *Fulfiller) checkAnswered(cid string, env agent.Envelope) {
+	a, ok := f.answered.Get(cid)
+	if !ok || env.From != a.p.target || sha256.Sum256(env.Payload) == a.digest {
+		return
+	}
+	if a.conflicted.Swap(true) {
+		f.log.Debug("another conflicting response ignored", "proposal", a.p.env.ID, "envelope", env.ID)
+		return // recorded once per request: a flood of forgeries must not flood the logs
+	}
+	f.log.Warn("a second, different response to an answered fulfilment request: one of them was forged (spoof attempt)",
+		"proposal", a.p.env.ID, "target", a.p.target, "request", cid, "counted", a.response, "conflicting", env.ID)
+	ev := a.p.event(StageIgnored)
+	ev.Reason, ev.By = ReasonConflictingResponse, []string{env.From}
+	ev.Message = fmt.Sprintf("response %s to fulfilment request %s differs from response %s, which ended the proposal; one of them was forged", env.ID, cid, a.response)
+	ev.Result = env.Payload
 	f.emit(ev)
 }
 
