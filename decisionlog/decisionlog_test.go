@@ -95,7 +95,7 @@ func proposal(id, payload string) agent.Envelope {
 func runWorld(t *testing.T, log *decisionlog.Logger, props []agent.Envelope, want uint64) *fakeSpace {
 	t.Helper()
 	sp := newFakeSpace(len(props))
-	ful := fulfill.New(sp, toolDecider{}, fulfill.Config{MaxPending: 2 * len(props), MaxInflight: 16, Observer: log})
+	ful := fulfill.New(sp, toolDecider{}, fulfill.Config{MaxPending: 2 * len(props), MaxPendingPerProposer: 2 * len(props), MaxInflight: 16, Observer: log})
 	in := make(chan agent.Envelope)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

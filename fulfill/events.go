@@ -28,6 +28,10 @@ const (
 	// different answers to one of our tools/list requests came in its name
 	// (Target), so one was forged and neither is trusted.
 	StageDiscoveryConflict Stage = "discovery_conflict"
+	// StageVetoHolder is about a participant (Target), not a proposal:
+	// it can end any pending proposal and is not a known fulfiller
+	// (Reason: RoleApprover or RoleOutsider; Message: what it holds).
+	StageVetoHolder Stage = "veto_holder"
 )
 
 // Event is one step of one proposal. Observers get every event of every
@@ -49,6 +53,11 @@ type Event struct {
 	RPCError json.RawMessage    // StageFulfilled: JSON-RPC error, if the tool failed
 	Latency  time.Duration      // StageDecided: policy evaluation; StageFulfilled: tool round trip
 	Input    *policies.Input    // StageDecided: what the policy saw
+
+	// KnownFulfiller is set on StageSuperseded when By names a fellow
+	// fulfiller (--peer-fulfillers): then supersession is the expected
+	// division of work, otherwise a participant ended our proposal.
+	KnownFulfiller bool
 }
 
 // Observer receives lifecycle events: the decision log, metrics and the demo

@@ -187,7 +187,13 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config, dec *fakeDecider) *harness {
 	t.Helper()
-	h := &harness{space: newFakeSpace(), dec: dec, in: make(chan agent.Envelope), done: make(chan struct{})}
+	return newHarnessOn(t, newFakeSpace(), cfg, dec)
+}
+
+// newHarnessOn is newHarness on a fake space the test has set up.
+func newHarnessOn(t *testing.T, space *fakeSpace, cfg Config, dec *fakeDecider) *harness {
+	t.Helper()
+	h := &harness{space: space, dec: dec, in: make(chan agent.Envelope), done: make(chan struct{})}
 	cfg.SpaceID = "lab"
 	if cfg.DiscoverySettle == 0 {
 		cfg.DiscoverySettle = time.Millisecond // nobody forges answers in the fake

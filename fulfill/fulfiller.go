@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,19 @@ type Config struct {
 	// second, different (forged) answer is awaited before the owner's
 	// tools and their annotations are believed; see catalog.
 	DiscoverySettle time.Duration
+	// MaxPendingBytes [256 MiB] bounds the frame bytes of the proposals
+	// pending at once; more are rejected "busy".
+	MaxPendingBytes int64
+	// MaxPendingPerProposer [MaxPending/4, at least 1] bounds the
+	// proposals one proposer has pending at once, so that one sender
+	// cannot make everyone else's work come back "busy".
+	MaxPendingPerProposer int
+	// PeerFulfillers are the other fulfillers of this space: their
+	// rejects and fulfilments of our proposals are expected.
+	PeerFulfillers []string
+	// Approvers are the humans asked by default (--approvers); they may
+	// hold mcp/reject to turn proposals down directly.
+	Approvers []string
 }
 
 func (c *Config) setDefaults() {
@@ -93,6 +107,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.DiscoverySettle <= 0 {
 		c.DiscoverySettle = 500 * time.Millisecond
+	}
+	if c.MaxPendingBytes <= 0 {
+		c.MaxPendingBytes = 256 << 20
+	}
+	if c.MaxPendingPerProposer <= 0 {
+		c.MaxPendingPerProposer = max(c.MaxPending/4, 1)
 	}
 	if c.DecideWorkers <= 0 {
 		c.DecideWorkers = runtime.GOMAXPROCS(0)
@@ -135,6 +155,10 @@ type Fulfiller struct {
 	queue     []*proposal          // approved, waiting for a fulfilment slot (FIFO)
 	byRequest map[string]*proposal // our fulfilment request envelope id → proposal
 	closing   bool
+	// liveBytes and byProposer count what live proposals hold, for
+	// --max-pending-bytes and --max-pending-per-proposer.
+	liveBytes  int64
+	byProposer map[string]int
 
 	// base outlives Run's context until shutdown has answered everything;
 	// evaluations use decideCtx, which ends when shutdown begins, so a
@@ -165,6 +189,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		// the backpressure; this costs a pointer per pending proposal.
 		jobs: make(chan *proposal, cfg.MaxPending),
 	}
+	f.byProposer = map[string]int{}
 	f.answered, _ = lru.New[string, *answeredRequest](answeredRequests)
 	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, cfg.DiscoverySettle, 4)
 	f.catalog.onSpoof = func(server, request string) {
@@ -209,6 +234,7 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	for _, p := range f.space.Roster() {
 		f.catalog.refresh(f.base, p.ID)
 	}
+	f.checkVetoHolders(f.space.Roster())
 
 loop:
 	for {
@@ -304,8 +330,20 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		f.store.seen.Add(env.ID, struct{}{})
 		f.answerReject(p, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", f.cfg.MaxPending))
 		return
+	case f.byProposer[env.From] >= f.cfg.MaxPendingPerProposer:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", f.cfg.MaxPendingPerProposer))
+		return
+	case f.liveBytes+p.size() > f.cfg.MaxPendingBytes:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", f.liveBytes, f.cfg.MaxPendingBytes, p.size()))
+		return
 	}
 	f.live++
+	f.liveBytes += p.size()
+	f.byProposer[env.From]++
 	p.state.Store(int32(StateDeciding))
 	f.store.add(p)
 	f.mu.Unlock()
@@ -775,6 +813,9 @@ func (f *Fulfiller) onOtherRequest(env agent.Envelope) {
 	case agent.MethodElicitationCreate, agent.MethodCancelled:
 		return // asking or telling someone about a proposal is not fulfilling it
 	}
+	if strings.HasPrefix(req.Method, "notifications/") {
+		return // a notification (a tool server's progress, say) fulfils nothing
+	}
 	f.supersede(env, "fulfilled by "+env.From)
 }
 
@@ -802,6 +843,11 @@ func (f *Fulfiller) supersede(env agent.Envelope, why string) {
 	}
 	ev := p.event(StageSuperseded)
 	ev.By, ev.Message = []string{env.From}, why
+	ev.KnownFulfiller = f.knownFulfiller(env.From)
+	if !ev.KnownFulfiller {
+		f.log.Warn("a proposal was ended by a participant that is not a known fulfiller; nobody waits for our answer any more",
+			"proposal", p.env.ID, "by", env.From, "how", why)
+	}
 	f.emit(ev)
 }
 
@@ -818,6 +864,9 @@ func (f *Fulfiller) onPresence(env agent.Envelope) {
 	switch pr.Event {
 	case "join":
 		f.catalog.refresh(f.base, pr.Participant.ID)
+		if who, ok := f.space.Participant(pr.Participant.ID); ok {
+			f.checkVetoHolders([]agent.Participant{who})
+		}
 		f.releaseHeld(pr.Participant.ID)
 	case "leave":
 		f.catalog.drop(pr.Participant.ID)
@@ -1046,6 +1095,10 @@ func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) 
 	}
 	p.state.Store(int32(to))
 	f.live--
+	f.liveBytes -= p.size()
+	if f.byProposer[p.env.From]--; f.byProposer[p.env.From] <= 0 {
+		delete(f.byProposer, p.env.From)
+	}
 	var next []*proposal
 	if prev == StateFulfilling {
 		p.fulfilTimer.Stop()

@@ -254,7 +254,7 @@ func TestFulfilTimeout(t *testing.T) {
 
 func TestMaxPendingOverflowAnswersEveryoneOnce(t *testing.T) {
 	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "policy"}}, gate: make(chan struct{})}
-	h := newHarness(t, Config{MaxPending: 3}, dec)
+	h := newHarness(t, Config{MaxPending: 3, MaxPendingPerProposer: 3}, dec)
 	const n = 10
 	for i := range n {
 		h.deliver(proposalEnv(fmt.Sprintf("p%d", i), "coder", addCall))
@@ -444,7 +444,7 @@ func TestHeldRequestOwnerNeverBack(t *testing.T) {
 // would drop the fulfiller.
 func TestReaderKeepsReadingWhileWorkersAreBusy(t *testing.T) {
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
-	h := newHarness(t, Config{DecideWorkers: 1, MaxPending: 100}, dec)
+	h := newHarness(t, Config{DecideWorkers: 1, MaxPending: 100, MaxPendingPerProposer: 100}, dec)
 	const n = 30
 	delivered := make(chan struct{})
 	go func() {

@@ -85,6 +85,16 @@ type proposal struct {
 
 func (p *proposal) State() State { return State(p.state.Load()) }
 
+// size is what p counts against --max-pending-bytes: the bytes of its frame
+// (the envelope as received), which the proposal keeps for its whole life
+// along with the copies made of it (payload, params, policy input).
+func (p *proposal) size() int64 {
+	if p.env.Raw != nil {
+		return int64(len(p.env.Raw))
+	}
+	return int64(len(p.env.Payload))
+}
+
 // Snapshot is a read-only view of a pending proposal, for the operator API
 // and tests.
 type Snapshot struct {

@@ -49,6 +49,8 @@ type Metrics struct {
 	approvalDur *prometheus.HistogramVec
 	openEsc     prometheus.Gauge
 	answers     *prometheus.CounterVec
+	spoofs      *prometheus.CounterVec
+	vetoHolders *prometheus.CounterVec
 
 	mu        sync.Mutex
 	escalated map[string]time.Time // proposal id → when humans were first asked
@@ -75,6 +77,10 @@ func NewMetrics(src *Source) *Metrics {
 	m.openEsc = registered(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "fulfiller_escalations_open", Help: "Escalations waiting for human approvers now."}))
 	m.answers = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_approver_answers_total",
 		Help: "Approver answers by kind: accept, decline, cancel, error, forgery (unsigned or badly signed), ignored."}, []string{"kind"}))
+	m.spoofs = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_spoof_attempts_total",
+		Help: "Answers that claimed another participant's name and were caught: withdraw (not from the proposer), response (a second, different fulfilment response, or one with a JSON-RPC id not ours), discovery (two different tools/list answers)."}, []string{"kind"}))
+	m.vetoHolders = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_veto_holders_seen_total",
+		Help: "Participants seen (at start and on each join) that can end any pending proposal (mcp/reject or mcp/request tools/call) without being a known fulfiller, by role: approver, outsider."}, []string{"role"}))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&liveCollector{src: src})
 	return m
@@ -127,6 +133,16 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		m.proposals.WithLabelValues("superseded", "").Inc()
 	case fulfill.StageIgnored:
 		m.proposals.WithLabelValues("ignored", e.Reason).Inc()
+		switch e.Reason {
+		case "spoofed_withdraw":
+			m.spoofs.WithLabelValues("withdraw").Inc()
+		case fulfill.ReasonConflictingResponse, fulfill.ReasonWrongRPCID:
+			m.spoofs.WithLabelValues("response").Inc()
+		}
+	case fulfill.StageDiscoveryConflict:
+		m.spoofs.WithLabelValues("discovery").Inc()
+	case fulfill.StageVetoHolder:
+		m.vetoHolders.WithLabelValues(e.Reason).Inc()
 	}
 }
 

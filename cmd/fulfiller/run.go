@@ -33,10 +33,13 @@ type runFlags struct {
 	logFormat, logLevel       string
 	ops                       opsFlags
 	check                     bool
+	maxPendingBytes           sizeValue
+	maxPendingPerProposer     int
+	peerFulfillers            []string
 }
 
 func newRunCmd() *cobra.Command {
-	fl := runFlags{maxFrame: 1 << 20}
+	fl := runFlags{maxFrame: 1 << 20, maxPendingBytes: 256 << 20}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Join a MEW space and decide every proposal (the sidecar)",
@@ -69,6 +72,9 @@ SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take (then: reject policy)")
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
 	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
+	f.Var(&fl.maxPendingBytes, "max-pending-bytes", "frame bytes the pending proposals may hold at once, bytes or with a unit (256MiB); more are rejected busy")
+	f.IntVar(&fl.maxPendingPerProposer, "max-pending-per-proposer", 0, "proposals one proposer may have pending at once; more are rejected busy (0: a quarter of --max-pending)")
+	f.StringSliceVar(&fl.peerFulfillers, "peer-fulfillers", nil, "the other fulfillers of the space (comma-separated participant ids): their rejects and fulfilments are expected; any other participant able to end proposals is warned about")
 	fl.ops.register(f)
 	f.BoolVar(&fl.check, "check", false, "validate the flags and config, load the policies and approver keys, then exit without joining (0: all good, 2: what is wrong)")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
@@ -91,6 +97,12 @@ func (fl *runFlags) validate() error {
 		if v < 1 {
 			return usageErrorf("%s %d: must be at least 1", name, v)
 		}
+	}
+	if fl.maxPendingPerProposer < 0 {
+		return usageErrorf("--max-pending-per-proposer %d: must be 0 (a quarter of --max-pending) or more", fl.maxPendingPerProposer)
+	}
+	if fl.maxPendingBytes < 1 {
+		return usageErrorf("--max-pending-bytes %s: must be positive", &fl.maxPendingBytes)
 	}
 	for name, v := range map[string]time.Duration{"--pending-ttl": fl.pendingTTL, "--fulfill-timeout": fl.fulfillTimeout, "--owner-rejoin-grace": fl.ownerRejoinGrace,
 		"--approval-timeout": fl.approvalTimeout, "--policy-timeout": fl.policyTimeout, "--join-timeout": fl.joinTimeout} {
@@ -182,6 +194,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		Escalator:        elicitor,
 		Observer:         opsRT.observer(),
 		Logger:           log,
+
+		MaxPendingBytes:       int64(fl.maxPendingBytes),
+		MaxPendingPerProposer: fl.maxPendingPerProposer,
+		PeerFulfillers:        fl.peerFulfillers,
+		Approvers:             fl.approvers,
 	})
 	opsRT.running(client, engine, ful)
 
