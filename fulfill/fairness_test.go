@@ -84,3 +84,29 @@ func TestPerProposerLimitDefaultsToAQuarter(t *testing.T) {
 		t.Errorf("per proposer for max-pending 2: %d, want 1", cfg.MaxPendingPerProposer)
 	}
 }
+
+// With the defaults, one proposer that fills its share of --max-pending
+// cannot make another proposer's call come back busy (issue 13: one
+// participant's 20 escalations made everyone else's add come back busy).
+func TestOneProposerCannotCrowdOutOthers(t *testing.T) {
+	h := newHarness(t, Config{MaxPending: 8, FulfillTimeout: time.Minute}, &fakeDecider{decisions: fulfilAdd})
+	h.space.mu.Lock()
+	h.space.roster["heavy"] = agent.Participant{ID: "heavy", Capabilities: []agent.Capability{{Kind: "mcp/proposal"}}}
+	h.space.mu.Unlock()
+	busy := 0
+	for i := range 8 {
+		id := fmt.Sprintf("h%d", i)
+		h.deliver(proposalEnv(id, "heavy", addCall))
+		// Fulfilled and left in flight (no response), or refused.
+		env := h.space.next(t)
+		if env.Kind == agent.KindReject {
+			busy++
+			h.space.next(t) // its chat
+		}
+	}
+	if busy != 6 {
+		t.Errorf("%d of heavy's 8 proposals refused, want 6 (its share is 8/4 = 2)", busy)
+	}
+	h.deliver(proposalEnv("c1", "coder", addCall))
+	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"c1"}, "")
+}
