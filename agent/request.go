@@ -37,7 +37,18 @@ func (c *Client) Request(ctx context.Context, to, method string, params any) (RP
 // NewRPCID returns a JSON-RPC id not used before by this Client, for
 // callers that build request payloads themselves.
 func (c *Client) NewRPCID() json.RawMessage {
-	return strconv.AppendInt(nil, c.rpcSeq.Add(1), 10)
+	return strconv.AppendInt(nil, c.NextRPCID(), 10)
+}
+
+// NextRPCID returns a JSON-RPC id (a positive integer) not used before by
+// this Client. Every request the process sends takes its id from here —
+// discovery, fulfilment and elicitation alike — so no peer ever sees an id
+// twice (MCP forbids reusing one in a session; DESIGN rule 11). The ids
+// fit in 53 bits, so JavaScript peers read them exactly; members of a
+// group (several fulfillers) can later be told apart by giving each its
+// own block of the high bits here.
+func (c *Client) NextRPCID() int64 {
+	return c.rpcSeq.Add(1)
 }
 
 // RequestEnvelope is Request for callers that need control of the

@@ -76,6 +76,9 @@ type Record struct {
 	Message  string          `json:"message,omitempty"`
 	By       []string        `json:"by,omitempty"`        // approved/fulfilled: approvers; superseded: who answered instead; escalated: who is asked
 	RPCError json.RawMessage `json:"rpc_error,omitempty"` // fulfilled with status error: the JSON-RPC error object
+	// KnownFulfiller (superseded): whether By is a fellow fulfiller
+	// (--peer-fulfillers) or another participant that ended the proposal.
+	KnownFulfiller *bool `json:"known_fulfiller,omitempty"`
 
 	// Approval records.
 	Approver          string `json:"approver,omitempty"`
@@ -583,6 +586,9 @@ func (l *Logger) fromEvent(e fulfill.Event) *Record {
 		r.Type, r.Reason, r.Message = TypeIgnored, e.Reason, e.Message
 	default:
 		return nil
+	}
+	if e.Stage == fulfill.StageSuperseded {
+		r.KnownFulfiller = &e.KnownFulfiller
 	}
 	return r
 }

@@ -38,12 +38,13 @@ func newFakeSpace(n int) *fakeSpace {
 }
 
 func (s *fakeSpace) ID() string                       { return "fulfiller" }
+func (s *fakeSpace) NextRPCID() int64                 { return 1 }
 func (s *fakeSpace) Can(string, json.RawMessage) bool { return true }
 func (s *fakeSpace) Roster() []agent.Participant      { return nil }
 func (s *fakeSpace) Participant(id string) (agent.Participant, bool) {
 	return agent.Participant{ID: id}, true
 }
-func (s *fakeSpace) Request(context.Context, string, string, any) (agent.RPCResponse, error) {
+func (s *fakeSpace) RequestEnvelope(context.Context, agent.Envelope) (agent.RPCResponse, error) {
 	return agent.RPCResponse{}, errors.New("no discovery in this fake")
 }
 
@@ -94,7 +95,7 @@ func proposal(id, payload string) agent.Envelope {
 func runWorld(t *testing.T, log *decisionlog.Logger, props []agent.Envelope, want uint64) *fakeSpace {
 	t.Helper()
 	sp := newFakeSpace(len(props))
-	ful := fulfill.New(sp, toolDecider{}, fulfill.Config{MaxPending: 2 * len(props), MaxInflight: 16, Observer: log})
+	ful := fulfill.New(sp, toolDecider{}, fulfill.Config{MaxPending: 2 * len(props), MaxPendingPerProposer: 2 * len(props), MaxInflight: 16, Observer: log})
 	in := make(chan agent.Envelope)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

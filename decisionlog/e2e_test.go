@@ -112,7 +112,7 @@ func TestE2EEveryLineJoinsItsDecision(t *testing.T) {
 	fc := spacetest.Join(t, ctx, srv, "fulfiller", "fulfiller-token")
 	el := elicit.New(fc, elicit.Config{Observer: dlog.ObserveApproval})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, MaxPending: 2, Escalator: el, Observer: fulfill.Observers{dlog}})
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, MaxPending: 2, MaxPendingPerProposer: 2, Escalator: el, Observer: fulfill.Observers{dlog}})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, stopFul := context.WithCancel(ctx)
 	fulDone, elDone := make(chan struct{}), make(chan struct{})

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
@@ -23,6 +22,10 @@ type Conn interface {
 	ID() string
 	Send(ctx context.Context, env agent.Envelope) (agent.Envelope, error)
 	Participant(id string) (agent.Participant, bool)
+	// NextRPCID hands out the JSON-RPC ids of the elicitations, from the
+	// process's one sequence (agent.Client.NextRPCID), so that no peer
+	// sees an id twice.
+	NextRPCID() int64
 }
 
 // Config tunes an Elicitor. Zero values take the defaults in brackets.
@@ -53,10 +56,9 @@ type Config struct {
 // it, and a stopped escalation cancels every prompt still open with MCP
 // notifications/cancelled.
 type Elicitor struct {
-	conn   Conn
-	cfg    Config
-	log    *slog.Logger
-	rpcSeq atomic.Int64
+	conn Conn
+	cfg  Config
+	log  *slog.Logger
 
 	base context.Context // sends; ends after Close has stopped every escalation
 	stop context.CancelFunc
@@ -541,7 +543,7 @@ func approvals(n int) string {
 // newSeat registers a prompt before it is sent: its answer may arrive
 // before Send returns.
 func (x *escalation) newSeat(approver string, chain []string) *seat {
-	s := &seat{requestID: agent.NewID(x.e.conn.ID() + "-elicit"), rpcID: x.e.rpcSeq.Add(1), approver: approver, chain: chain, open: true}
+	s := &seat{requestID: agent.NewID(x.e.conn.ID() + "-elicit"), rpcID: x.e.conn.NextRPCID(), approver: approver, chain: chain, open: true}
 	x.seats[s.requestID] = s
 	x.order = append(x.order, s)
 	x.e.route(s.requestID, x, approver)

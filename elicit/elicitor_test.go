@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +20,12 @@ type fakeConn struct {
 	mu     sync.Mutex
 	roster []string
 	sent   []agent.Envelope
+	rpcSeq atomic.Int64
 }
 
 func (c *fakeConn) ID() string { return "fulfiller" }
+
+func (c *fakeConn) NextRPCID() int64 { return c.rpcSeq.Add(1) }
 
 func (c *fakeConn) Send(_ context.Context, env agent.Envelope) (agent.Envelope, error) {
 	agent.Stamp(&env, "fulfiller", time.Now())

@@ -84,11 +84,11 @@ func BenchmarkBuildInput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	method, params, err := parsePayload(env.Payload)
+	c, err := parsePayload(env.Payload)
 	if err != nil {
 		b.Fatal(err)
 	}
-	tool, _ := toolCall(params)
+	method, params, tool := c.method, c.params, c.tool
 	p := &proposal{env: env, method: method, params: params, tool: tool, target: "calculator"}
 	if in := f.input(p, params, nil); in.Tool == nil || in.Tool.Server != "calculator" || in.Proposer == nil || len(in.Space.Participants) != 3 {
 		b.Fatalf("input is missing what the catalog and roster know: %+v", in)

@@ -2,12 +2,16 @@ package fulfill
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
 )
@@ -26,11 +30,27 @@ type ToolInfo struct {
 // when it says its list changed, forgets it when it leaves, and never lets
 // a slow or silent participant hold anything up for longer than the
 // per-request timeout.
+//
+// The gateway does not authenticate from: anyone holding mcp/response can
+// answer our tools/list in the owner's name, and the first answer wins the
+// agent's request. So an answer is believed only once discovery has
+// settled: the owner answered, and no second, different answer to the same
+// request arrived within the settle window after it (the real owner and a
+// forger both answer at once, since both see the request the moment it is
+// broadcast). Until then the owner's tools, and with them their
+// annotations, are not known. Two different answers to one request mean
+// one was forged: neither is trusted, the spoof attempt is reported, and
+// the owner is asked again (a few times; a forger that answers every time
+// leaves its tools unknown, which fails closed). A forgery that comes only
+// when the real owner is silent for the whole window cannot be told apart;
+// that is the residual risk (docs/operations.md, threat model).
 type catalog struct {
 	space   Space
 	log     *slog.Logger
 	timeout time.Duration
+	settle  time.Duration // how long after an answer a conflicting one is awaited
 	sem     chan struct{} // bounds concurrent tools/list requests
+	onSpoof func(server, request string)
 
 	mu       sync.Mutex
 	byServer map[string]map[string]ToolInfo
@@ -44,25 +64,53 @@ type catalog struct {
 	session    context.Context
 	endSession context.CancelFunc
 
+	// watches are our recent tools/list requests, by envelope id: the
+	// answers each got, to notice two different ones.
+	watches *lru.Cache[string, *listWatch]
+	// conflicts counts discoveries of a server in a row spoiled by
+	// conflicting answers, to stop asking again after maxConflicts.
+	conflicts map[string]int
+
 	wg sync.WaitGroup
 }
+
+// listWatch is one tools/list request of ours and the answer it got.
+type listWatch struct {
+	server     string
+	digest     [sha256.Size]byte
+	answered   bool
+	conflicted bool
+	settled    bool // its discovery ended: a conflict now means re-discovering
+}
+
+// maxConflicts is how many discoveries in a row of one server may be
+// spoiled by conflicting answers before the catalog stops asking (until the
+// server joins again or says its list changed).
+const maxConflicts = 3
+
+// recentLists bounds the tools/list requests watched for conflicts.
+const recentLists = 1024
 
 // maxListPages bounds tools/list pagination against a participant that
 // keeps returning cursors.
 const maxListPages = 20
 
-func newCatalog(space Space, log *slog.Logger, timeout time.Duration, concurrency int) *catalog {
+func newCatalog(space Space, log *slog.Logger, timeout, settle time.Duration, concurrency int) *catalog {
 	settled := make(chan struct{})
 	close(settled)
 	c := &catalog{
-		space:    space,
-		log:      log,
-		timeout:  timeout,
-		sem:      make(chan struct{}, concurrency),
-		byServer: map[string]map[string]ToolInfo{},
-		gen:      map[string]uint64{},
-		settled:  settled,
+		space:     space,
+		log:       log,
+		timeout:   timeout,
+		settle:    settle,
+		sem:       make(chan struct{}, concurrency),
+		byServer:  map[string]map[string]ToolInfo{},
+		gen:       map[string]uint64{},
+		settled:   settled,
+		conflicts: map[string]int{},
+		onSpoof:   func(string, string) {},
 	}
+	c.watches, _ = lru.New[string, *listWatch](recentLists)
 	c.session, c.endSession = context.WithCancel(context.Background())
 	return c
 }
@@ -70,6 +118,14 @@ func newCatalog(space Space, log *slog.Logger, timeout time.Duration, concurrenc
 // refresh asks id for its tools in the background. The goroutine belongs to
 // the catalog and ends when ctx ends; wait waits for all of them.
 func (c *catalog) refresh(ctx context.Context, id string) {
+	c.mu.Lock()
+	delete(c.conflicts, id) // asked from outside (join, list changed): a fresh start
+	c.mu.Unlock()
+	c.discover(ctx, id)
+}
+
+// discover is refresh without resetting the count of spoiled discoveries.
+func (c *catalog) discover(ctx context.Context, id string) {
 	if !c.space.Can(agent.KindRequest, json.RawMessage(`{"method":"tools/list"}`)) {
 		c.mu.Lock()
 		if !c.warned {
@@ -89,19 +145,43 @@ func (c *catalog) refresh(ctx context.Context, id string) {
 	session := c.session
 	c.mu.Unlock()
 
+	parent := ctx
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(session, cancel)()
-		tools, err := c.list(ctx, id)
+		tools, requests, err := c.list(ctx, id)
+		if err == nil {
+			// Wait for a conflicting answer (see the type's doc).
+			t := time.NewTimer(c.settle)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			t.Stop()
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		spoiled := false
+		for _, r := range requests {
+			if w, ok := c.watches.Peek(r); ok {
+				w.settled = true
+				spoiled = spoiled || w.conflicted
+			}
+		}
 		if c.gen[id] == gen {
-			if err != nil {
+			switch {
+			case err != nil:
 				c.log.Debug("tools/list failed", "participant", id, "err", err)
-			} else {
+			case spoiled:
+				// Reported when the conflict was seen; trust neither answer.
+				delete(c.byServer, id)
+				c.retryLocked(parent, id)
+			default:
+				delete(c.conflicts, id)
 				c.byServer[id] = tools
 				c.log.Debug("tools discovered", "participant", id, "tools", len(tools))
 			}
@@ -113,35 +193,103 @@ func (c *catalog) refresh(ctx context.Context, id string) {
 	}()
 }
 
-func (c *catalog) list(ctx context.Context, id string) (map[string]ToolInfo, error) {
+// retryLocked asks id again after a discovery spoiled by conflicting
+// answers, unless too many were spoiled in a row. Called with c.mu held.
+func (c *catalog) retryLocked(ctx context.Context, id string) {
+	c.conflicts[id]++
+	if c.conflicts[id] > maxConflicts {
+		c.log.Error("tools/list answers keep conflicting: this participant's tools stay unknown until it joins again or announces a list change",
+			"participant", id, "discoveries", c.conflicts[id])
+		return
+	}
+	c.log.Info("asking for the tools again after conflicting answers", "participant", id)
+	// The goroutine must not start under c.mu: discover takes it.
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.discover(ctx, id)
+	}()
+}
+
+// observe sees every mcp/response in the space. An answer to one of our
+// tools/list requests that differs from an earlier answer to the same
+// request means one of them was forged: neither is trusted, and a server
+// already believed is forgotten and asked again.
+func (c *catalog) observe(ctx context.Context, env agent.Envelope) bool {
+	request := env.CorrelationID.First()
+	c.mu.Lock()
+	w, ok := c.watches.Peek(request)
+	if !ok || env.From != w.server {
+		// Not ours, or an answer from someone else, which the agent
+		// ignores anyway: only answers in the owner's name can mislead.
+		c.mu.Unlock()
+		return ok
+	}
+	digest := sha256.Sum256(env.Payload)
+	switch {
+	case !w.answered:
+		w.answered, w.digest = true, digest
+		c.mu.Unlock()
+		return true
+	case w.digest == digest || w.conflicted:
+		c.mu.Unlock()
+		return true // the same answer again, or a conflict already reported
+	}
+	w.conflicted = true
+	server := w.server
+	if w.settled {
+		c.gen[server]++ // drops a discovery still running for it
+		delete(c.byServer, server)
+		c.retryLocked(ctx, server)
+	}
+	c.mu.Unlock()
+	c.log.Warn("two different answers to one tools/list request: one was forged (spoof attempt); trusting neither and asking again",
+		"participant", server, "request", request, "from", env.From, "envelope", env.ID)
+	c.onSpoof(server, request)
+	return true
+}
+
+// list asks id for its tools, page by page; it also returns the envelope
+// ids of the requests it sent, which observe watches.
+func (c *catalog) list(ctx context.Context, id string) (tools map[string]ToolInfo, requests []string, err error) {
 	select {
 	case c.sem <- struct{}{}:
 		defer func() { <-c.sem }()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	tools := map[string]ToolInfo{}
+	tools = map[string]ToolInfo{}
 	cursor := ""
 	for page := 0; page < maxListPages; page++ {
 		params := map[string]any{}
 		if cursor != "" {
 			params["cursor"] = cursor
 		}
+		env := agent.Envelope{
+			ID:      agent.NewID(c.space.ID()),
+			To:      []string{id},
+			Kind:    agent.KindRequest,
+			Payload: agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", ID: json.RawMessage(strconv.FormatInt(c.space.NextRPCID(), 10)), Method: agent.MethodToolsList, Params: agent.MustPayload(params)}),
+		}
+		c.mu.Lock()
+		c.watches.Add(env.ID, &listWatch{server: id})
+		c.mu.Unlock()
+		requests = append(requests, env.ID)
 		rctx, cancel := context.WithTimeout(ctx, c.timeout)
-		resp, err := c.space.Request(rctx, id, agent.MethodToolsList, params)
+		resp, err := c.space.RequestEnvelope(rctx, env)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("tools/list to %s: %w", id, err)
+			return nil, requests, fmt.Errorf("tools/list to %s: %w", id, err)
 		}
 		if resp.Error != nil {
-			return nil, fmt.Errorf("tools/list to %s: %w", id, resp.Error)
+			return nil, requests, fmt.Errorf("tools/list to %s: %w", id, resp.Error)
 		}
 		var result struct {
 			Tools      []ToolInfo `json:"tools"`
 			NextCursor string     `json:"nextCursor"`
 		}
 		if err := json.Unmarshal(resp.Result, &result); err != nil {
-			return nil, fmt.Errorf("tools/list from %s: %w", id, err)
+			return nil, requests, fmt.Errorf("tools/list from %s: %w", id, err)
 		}
 		for _, t := range result.Tools {
 			if t.Name == "" {
@@ -155,7 +303,7 @@ func (c *catalog) list(ctx context.Context, id string) (map[string]ToolInfo, err
 		}
 		cursor = result.NextCursor
 	}
-	return tools, nil
+	return tools, requests, nil
 }
 
 // drop forgets a participant that left.

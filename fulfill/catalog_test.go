@@ -53,7 +53,7 @@ func TestDiscoveryFollowsPresenceAndListChanged(t *testing.T) {
 func TestCatalogResetStopsDiscoveriesOfTheLostSession(t *testing.T) {
 	space := newFakeSpace()
 	space.silent = map[string]bool{"coder": true}
-	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, 1)
+	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, time.Millisecond, 1)
 	defer c.wait()
 	c.refresh(context.Background(), "coder") // holds the only slot until reset
 	c.reset()

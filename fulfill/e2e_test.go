@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +68,8 @@ type worldOptions struct {
 	// agent, when set, adjusts every participant's client settings
 	// (fault tests: fast reconnects, short keepalive).
 	agent func(*agent.Config)
+	// policy replaces e2ePolicy.
+	policy string
 }
 
 // gatedDecider is the real policy engine, except that proposals for the
@@ -75,9 +79,11 @@ type gatedDecider struct {
 	engine *policies.Engine
 	gate   chan struct{}
 	once   sync.Once
+	calls  atomic.Int64 // evaluations asked for
 }
 
 func (g *gatedDecider) Decide(ctx context.Context, in *policies.Input) policies.Decision {
+	g.calls.Add(1)
 	if in.Tool != nil && in.Tool.Name == "slow" {
 		select {
 		case <-g.gate:
@@ -132,7 +138,10 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	w.tools = spacetest.ServeTools(t, w.calc, tools...)
 
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2ePolicy), 0o644); err != nil {
+	if opts.policy == "" {
+		opts.policy = e2ePolicy
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(opts.policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A minute, not the 100 ms default: these tests assert decisions, and
@@ -229,7 +238,17 @@ func (w *world) onWire(what string, pred func(agent.Envelope) bool) agent.Envelo
 	return w.wire.WaitFor(w.t, what, pred)
 }
 
-var exact = spacetest.Exact
+// exact is spacetest.Exact with JSON-RPC ids (and the ids cancellations
+// name) blanked: they come from the process's one sequence, which
+// discovery uses too, so their values depend on how many requests went
+// before. TestE2EJSONRPCIDsNeverRepeat checks them instead.
+func exact(t testing.TB, env agent.Envelope, want string, keys ...string) {
+	t.Helper()
+	env.Raw = rpcIDs.ReplaceAll(env.Raw, []byte(`$1"*"`))
+	spacetest.Exact(t, env, rpcIDs.ReplaceAllString(want, `$1"*"`), keys...)
+}
+
+var rpcIDs = regexp.MustCompile(`("jsonrpc":"2\.0","id":|"requestId":)[0-9]+`)
 
 func TestE2EFulfilBroadcast(t *testing.T) {
 	w := newWorld(t, worldOptions{})
@@ -426,7 +445,7 @@ func TestE2EFulfilTimeout(t *testing.T) {
 }
 
 func TestE2EMaxPendingOverflow(t *testing.T) {
-	w := newWorld(t, worldOptions{cfg: fulfill.Config{MaxPending: 2}})
+	w := newWorld(t, worldOptions{cfg: fulfill.Config{MaxPending: 2, MaxPendingPerProposer: 2}})
 	const n = 8
 	ids := make([]string, n)
 	for i := range ids {

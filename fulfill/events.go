@@ -34,6 +34,15 @@ const (
 	// left is never reported as sent; one the gateway refused afterwards
 	// is followed by this event.
 	StageUndelivered Stage = "undelivered"
+
+	// StageDiscoveryConflict is about a tool owner, not a proposal: two
+	// different answers to one of our tools/list requests came in its name
+	// (Target), so one was forged and neither is trusted.
+	StageDiscoveryConflict Stage = "discovery_conflict"
+	// StageVetoHolder is about a participant (Target), not a proposal:
+	// it can end any pending proposal and is not a known fulfiller
+	// (Reason: RoleApprover or RoleOutsider; Message: what it holds).
+	StageVetoHolder Stage = "veto_holder"
 )
 
 // Reasons of StageUndelivered.
@@ -71,6 +80,11 @@ type Event struct {
 	Latency  time.Duration      // StageDecided: policy evaluation; StageFulfilled: tool round trip
 	Input    *policies.Input    // StageDecided: what the policy saw
 	Envelope string             // StageUndelivered: kind of the envelope that was lost
+
+	// KnownFulfiller is set on StageSuperseded when By names a fellow
+	// fulfiller (--peer-fulfillers): then supersession is the expected
+	// division of work, otherwise a participant ended our proposal.
+	KnownFulfiller bool
 }
 
 // Observer receives lifecycle events: the decision log, metrics and the demo

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ type fakeSpace struct {
 	tools  map[string][]ToolInfo
 	sent   chan agent.Envelope
 	silent map[string]bool // never answer tools/list
+	rpcSeq atomic.Int64
 }
 
 func newFakeSpace() *fakeSpace {
@@ -43,6 +45,8 @@ func newFakeSpace() *fakeSpace {
 }
 
 func (s *fakeSpace) ID() string { return s.id }
+
+func (s *fakeSpace) NextRPCID() int64 { return s.rpcSeq.Add(1) }
 
 func (s *fakeSpace) Send(_ context.Context, env agent.Envelope) (agent.Envelope, error) {
 	agent.Stamp(&env, s.id, time.Now())
@@ -83,10 +87,12 @@ func (s *fakeSpace) setPresent(id string, present bool) {
 	}
 }
 
-func (s *fakeSpace) Request(ctx context.Context, to, method string, _ any) (agent.RPCResponse, error) {
-	if method != agent.MethodToolsList {
-		return agent.RPCResponse{}, errors.New("unexpected request " + method)
+func (s *fakeSpace) RequestEnvelope(ctx context.Context, env agent.Envelope) (agent.RPCResponse, error) {
+	var req agent.RPCRequest
+	if err := json.Unmarshal(env.Payload, &req); err != nil || req.Method != agent.MethodToolsList || len(env.To) != 1 {
+		return agent.RPCResponse{}, errors.New("unexpected request " + string(env.Payload))
 	}
+	to := env.To[0]
 	s.mu.Lock()
 	silent := s.silent[to]
 	s.mu.Unlock()
@@ -181,8 +187,17 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config, dec *fakeDecider) *harness {
 	t.Helper()
-	h := &harness{space: newFakeSpace(), dec: dec, in: make(chan agent.Envelope), done: make(chan struct{})}
+	return newHarnessOn(t, newFakeSpace(), cfg, dec)
+}
+
+// newHarnessOn is newHarness on a fake space the test has set up.
+func newHarnessOn(t *testing.T, space *fakeSpace, cfg Config, dec *fakeDecider) *harness {
+	t.Helper()
+	h := &harness{space: space, dec: dec, in: make(chan agent.Envelope), done: make(chan struct{})}
 	cfg.SpaceID = "lab"
+	if cfg.DiscoverySettle == 0 {
+		cfg.DiscoverySettle = time.Millisecond // nobody forges answers in the fake
+	}
 	rec := ObserverFunc(func(e Event) {
 		h.mu.Lock()
 		h.events = append(h.events, e)

@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,9 +10,12 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
@@ -25,7 +29,14 @@ type Space interface {
 	Can(kind string, payload json.RawMessage) bool
 	Roster() []agent.Participant
 	Participant(id string) (agent.Participant, bool)
-	Request(ctx context.Context, to, method string, params any) (agent.RPCResponse, error)
+	// RequestEnvelope sends an MCP request and waits for the answer from
+	// its addressee (discovery); the Fulfiller sees every answer as well,
+	// to notice forged ones.
+	RequestEnvelope(ctx context.Context, env agent.Envelope) (agent.RPCResponse, error)
+	// NextRPCID hands out the JSON-RPC ids of the fulfilment requests,
+	// from the same sequence as the space's own requests (discovery) and
+	// the elicitations, so that no peer sees an id twice.
+	NextRPCID() int64
 }
 
 // Decider answers "what should happen to this proposal"; *policies.Engine
@@ -57,6 +68,23 @@ type Config struct {
 	// to write its answers: during a gateway outage the answers are then
 	// given up (and counted) instead of holding the process.
 	ShutdownTimeout time.Duration
+	// DiscoverySettle [500ms] is how long after a tools/list answer a
+	// second, different (forged) answer is awaited before the owner's
+	// tools and their annotations are believed; see catalog.
+	DiscoverySettle time.Duration
+	// MaxPendingBytes [256 MiB] bounds the frame bytes of the proposals
+	// pending at once; more are rejected "busy".
+	MaxPendingBytes int64
+	// MaxPendingPerProposer [MaxPending/4, at least 1] bounds the
+	// proposals one proposer has pending at once, so that one sender
+	// cannot make everyone else's work come back "busy".
+	MaxPendingPerProposer int
+	// PeerFulfillers are the other fulfillers of this space: their
+	// rejects and fulfilments of our proposals are expected.
+	PeerFulfillers []string
+	// Approvers are the humans asked by default (--approvers); they may
+	// hold mcp/reject to turn proposals down directly.
+	Approvers []string
 }
 
 func (c *Config) setDefaults() {
@@ -83,6 +111,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.DiscoveryWait <= 0 {
 		c.DiscoveryWait = 2 * time.Second
+	}
+	if c.DiscoverySettle <= 0 {
+		c.DiscoverySettle = 500 * time.Millisecond
+	}
+	if c.MaxPendingBytes <= 0 {
+		c.MaxPendingBytes = 256 << 20
+	}
+	if c.MaxPendingPerProposer <= 0 {
+		c.MaxPendingPerProposer = max(c.MaxPending/4, 1)
 	}
 	if c.DecideWorkers <= 0 {
 		c.DecideWorkers = runtime.GOMAXPROCS(0)
@@ -115,7 +152,9 @@ type Fulfiller struct {
 	obs     Observer
 	store   *pendingStore
 	catalog *catalog
-	rpcSeq  atomic.Int64
+	// answered remembers fulfilment requests that got their response
+	// (by request envelope id), to notice a conflicting second one.
+	answered *lru.Cache[string, *answeredRequest]
 
 	mu        sync.Mutex
 	live      int                  // proposals not yet in a terminal state
@@ -134,6 +173,10 @@ type Fulfiller struct {
 	rejects *rejectLog
 	// owed and lost count the answers shutdown wrote and could not write.
 	owed, lost int
+	// liveBytes and byProposer count what live proposals hold, for
+	// --max-pending-bytes and --max-pending-per-proposer.
+	liveBytes  int64
+	byProposer map[string]int
 
 	// base outlives Run's context until shutdown has answered everything;
 	// evaluations use decideCtx, which ends when shutdown begins, so a
@@ -165,7 +208,13 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		// the backpressure; this costs a pointer per pending proposal.
 		jobs: make(chan *proposal, cfg.MaxPending),
 	}
-	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, 4)
+	f.byProposer = map[string]int{}
+	f.answered, _ = lru.New[string, *answeredRequest](answeredRequests)
+	f.catalog = newCatalog(space, cfg.Logger, 5*time.Second, cfg.DiscoverySettle, 4)
+	f.catalog.onSpoof = func(server, request string) {
+		f.emit(Event{Stage: StageDiscoveryConflict, Target: server, By: []string{server},
+			Message: fmt.Sprintf("two different answers to tools/list request %s in the name of %s; neither trusted", request, server)})
+	}
 	f.base, f.cancelBase = context.WithCancel(context.Background())
 	f.decideCtx, f.cancelDecide = context.WithCancel(f.base)
 	f.sendsCtx, f.stopSends = context.WithCancel(f.base)
@@ -207,6 +256,7 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	for _, p := range f.space.Roster() {
 		f.catalog.refresh(f.base, p.ID)
 	}
+	f.checkVetoHolders(f.space.Roster())
 
 loop:
 	for {
@@ -276,11 +326,9 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Reason: "duplicate", Message: "proposal id seen before"})
 		return
 	}
-	method, params, err := parsePayload(env.Payload)
-	p := &proposal{env: env, method: method, params: params, received: time.Now()}
-	if err == nil && method == agent.MethodToolsCall {
-		p.tool, _ = toolCall(params)
-	}
+	c, err := parsePayload(env.Payload)
+	method := c.method
+	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: time.Now()}
 	if target, mine := f.addressee(env, p.tool); !mine {
 		f.log.Debug("proposal addressed to another fulfiller; left alone", "proposal", env.ID, "to", env.To)
 		f.store.seen.Add(env.ID, struct{}{})
@@ -309,8 +357,20 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		f.store.seen.Add(env.ID, struct{}{})
 		f.answerReject(p, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", f.cfg.MaxPending))
 		return
+	case f.byProposer[env.From] >= f.cfg.MaxPendingPerProposer:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", f.cfg.MaxPendingPerProposer))
+		return
+	case f.liveBytes+p.size() > f.cfg.MaxPendingBytes:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", f.liveBytes, f.cfg.MaxPendingBytes, p.size()))
+		return
 	}
 	f.live++
+	f.liveBytes += p.size()
+	f.byProposer[env.From]++
 	p.state.Store(int32(StateDeciding))
 	f.store.add(p)
 	f.mu.Unlock()
@@ -583,7 +643,7 @@ func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
 func (f *Fulfiller) startLocked(p *proposal) {
 	f.inflight++
 	p.state.Store(int32(StateFulfilling))
-	p.rpcID = f.rpcSeq.Add(1)
+	p.rpcID = f.space.NextRPCID()
 	p.requestID = agent.NewID(f.space.ID())
 	p.requestSent = time.Now()
 	p.written = make(chan struct{})
@@ -653,13 +713,23 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 	}
 }
 
-// onResponse ends a fulfilment when its target answers.
+// onResponse ends a fulfilment when its target answers. The gateway does
+// not authenticate from, and everyone sees our request (its envelope id
+// and JSON-RPC id), so a participant can answer in the tool owner's name
+// before the owner does. That first answer cannot be told from a real one;
+// what can be seen is a second, different answer to the same request, so
+// answered requests are remembered (boundedly) and a conflict is logged,
+// counted and recorded as a spoof attempt.
 func (f *Fulfiller) onResponse(env agent.Envelope) {
 	cid := env.CorrelationID.First()
+	if f.catalog.observe(f.base, env) {
+		return // an answer to our discovery
+	}
 	f.mu.Lock()
 	p, ok := f.byRequest[cid]
 	f.mu.Unlock()
 	if !ok {
+		f.checkAnswered(cid, env)
 		return // not a fulfilment of ours (the agent matches its own requests)
 	}
 	if env.From != p.target {
@@ -667,18 +737,73 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 			"proposal", p.env.ID, "target", p.target, "from", env.From)
 		return
 	}
+	var resp agent.RPCResponse
+	if err := json.Unmarshal(env.Payload, &resp); err != nil || string(resp.ID) != strconv.FormatInt(p.rpcID, 10) {
+		if p.spoofed.Swap(true) {
+			f.log.Debug("another response with a wrong JSON-RPC id ignored", "proposal", p.env.ID, "envelope", env.ID)
+			return // recorded once per proposal: a flood must not flood the decision log
+		}
+		f.log.Warn("response for our fulfilment with another JSON-RPC id; ignored (spoof attempt?)",
+			"proposal", p.env.ID, "target", p.target, "request", cid, "rpc_id", p.rpcID, "got", string(resp.ID), "envelope", env.ID)
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.By = ReasonWrongRPCID, []string{env.From}
+		ev.Message = fmt.Sprintf("response %s to fulfilment request %s has JSON-RPC id %s, not %d", env.ID, cid, resp.ID, p.rpcID)
+		f.emit(ev)
+		return
+	}
 	f.waitWritten(p)
 	if _, ok := f.transition(p, StateFulfilled, isState(StateFulfilling)); !ok {
 		return
 	}
-	var resp agent.RPCResponse
-	_ = json.Unmarshal(env.Payload, &resp)
+	f.answered.Add(cid, &answeredRequest{p: p, response: env.ID, digest: sha256.Sum256(env.Payload)})
 	ev := p.event(StageFulfilled)
 	ev.Result, ev.Latency = resp.Result, time.Since(p.requestSent)
 	if resp.Error != nil {
 		ev.RPCError = agent.MustPayload(resp.Error)
 	}
 	ev.By = p.approvedBy
+	f.emit(ev)
+}
+
+// Reasons of StageIgnored events about answers that claim to come from a
+// tool owner: spoof attempts, counted and recorded in the decision log.
+const (
+	ReasonConflictingResponse = "conflicting_response" // a second, different response to a fulfilment request already answered
+	ReasonWrongRPCID          = "wrong_rpc_id"         // a response to our request with a JSON-RPC id that is not the request's
+)
+
+// answeredRequest is a fulfilment request that got its response, kept so
+// that a second, different response to it is noticed.
+type answeredRequest struct {
+	p          *proposal
+	response   string // envelope id of the response that counted
+	digest     [sha256.Size]byte
+	conflicted atomic.Bool // recorded once; later conflicts are only counted in the log
+}
+
+// answeredRequests bounds the record of answered fulfilment requests:
+// entries are made only by our own fulfilments, and a late conflicting
+// answer normally comes within seconds of the first.
+const answeredRequests = 4096
+
+// checkAnswered looks at a response to a fulfilment request that is no
+// longer in flight: the same answer again is harmless (a re-delivery), a
+// different one from the tool owner means one of the two was forged.
+func (f *Fulfiller) checkAnswered(cid string, env agent.Envelope) {
+	a, ok := f.answered.Get(cid)
+	if !ok || env.From != a.p.target || sha256.Sum256(env.Payload) == a.digest {
+		return
+	}
+	if a.conflicted.Swap(true) {
+		f.log.Debug("another conflicting response ignored", "proposal", a.p.env.ID, "envelope", env.ID)
+		return // recorded once per request: a flood of forgeries must not flood the logs
+	}
+	f.log.Warn("a second, different response to an answered fulfilment request: one of them was forged (spoof attempt)",
+		"proposal", a.p.env.ID, "target", a.p.target, "request", cid, "counted", a.response, "conflicting", env.ID)
+	ev := a.p.event(StageIgnored)
+	ev.Reason, ev.By = ReasonConflictingResponse, []string{env.From}
+	ev.Message = fmt.Sprintf("response %s to fulfilment request %s differs from response %s, which ended the proposal; one of them was forged", env.ID, cid, a.response)
+	ev.Result = env.Payload
 	f.emit(ev)
 }
 
@@ -769,6 +894,9 @@ func (f *Fulfiller) onOtherRequest(env agent.Envelope) {
 	case agent.MethodElicitationCreate, agent.MethodCancelled:
 		return // asking or telling someone about a proposal is not fulfilling it
 	}
+	if strings.HasPrefix(req.Method, "notifications/") {
+		return // a notification (a tool server's progress, say) fulfils nothing
+	}
 	f.supersede(env, "fulfilled by "+env.From)
 }
 
@@ -796,6 +924,11 @@ func (f *Fulfiller) supersede(env agent.Envelope, why string) {
 	}
 	ev := p.event(StageSuperseded)
 	ev.By, ev.Message = []string{env.From}, why
+	ev.KnownFulfiller = f.knownFulfiller(env.From)
+	if !ev.KnownFulfiller {
+		f.log.Warn("a proposal was ended by a participant that is not a known fulfiller; nobody waits for our answer any more",
+			"proposal", p.env.ID, "by", env.From, "how", why)
+	}
 	f.emit(ev)
 }
 
@@ -812,6 +945,9 @@ func (f *Fulfiller) onPresence(env agent.Envelope) {
 	switch pr.Event {
 	case "join":
 		f.catalog.refresh(f.base, pr.Participant.ID)
+		if who, ok := f.space.Participant(pr.Participant.ID); ok {
+			f.checkVetoHolders([]agent.Participant{who})
+		}
 		f.releaseHeld(pr.Participant.ID)
 	case "leave":
 		f.catalog.drop(pr.Participant.ID)
@@ -1085,6 +1221,10 @@ func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) 
 	}
 	p.state.Store(int32(to))
 	f.live--
+	f.liveBytes -= p.size()
+	if f.byProposer[p.env.From]--; f.byProposer[p.env.From] <= 0 {
+		delete(f.byProposer, p.env.From)
+	}
 	var next []*proposal
 	if prev == StateFulfilling {
 		p.fulfilTimer.Stop()

@@ -54,6 +54,14 @@ func rpcID(t *testing.T, env agent.Envelope) int64 {
 	return req.ID
 }
 
+// response is the answer of from to the request req, with req's JSON-RPC
+// id, as a tool owner writes it.
+func response(t *testing.T, id, from string, req agent.Envelope, result string) agent.Envelope {
+	t.Helper()
+	return agent.Envelope{ID: id, From: from, To: []string{"fulfiller"}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID},
+		Payload: json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":%s}`, rpcID(t, req), result))}
+}
+
 func TestFulfilBroadcastProposal(t *testing.T) {
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`))
@@ -200,7 +208,7 @@ func TestLateWithdrawIgnored(t *testing.T) {
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
 	h.deliver(agent.Envelope{ID: "w1", From: "coder", Kind: agent.KindWithdraw, CorrelationID: agent.CorrelationIDs{"p1"}})
-	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	h.deliver(response(t, "r1", "calculator", req, `{}`))
 	want := []Stage{StageReceived, StageDecided, StageFulfilling, StageIgnored, StageFulfilled}
 	waitFor(t, func() bool { return len(h.stages("p1")) == len(want) })
 	if got := h.stages("p1"); !reflect.DeepEqual(got, want) {
@@ -242,13 +250,13 @@ func TestFulfilTimeout(t *testing.T) {
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"timeout"}`)
 	h.space.next(t) // the chat
 	// A late response changes nothing.
-	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	h.deliver(response(t, "r1", "calculator", req, `{}`))
 	h.space.quiet(t, 50*time.Millisecond)
 }
 
 func TestMaxPendingOverflowAnswersEveryoneOnce(t *testing.T) {
 	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "policy"}}, gate: make(chan struct{})}
-	h := newHarness(t, Config{MaxPending: 3}, dec)
+	h := newHarness(t, Config{MaxPending: 3, MaxPendingPerProposer: 3}, dec)
 	const n = 10
 	for i := range n {
 		h.deliver(proposalEnv(fmt.Sprintf("p%d", i), "coder", addCall))
@@ -333,7 +341,7 @@ func TestMaxInflightQueues(t *testing.T) {
 		return ok && s.State == "queued"
 	})
 	h.space.quiet(t, 50*time.Millisecond)
-	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{first.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	h.deliver(response(t, "r1", "calculator", first, `{}`))
 	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p2"}, "")
 }
 
@@ -341,7 +349,7 @@ func TestResponseFromWrongParticipantIgnored(t *testing.T) {
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
-	h.deliver(agent.Envelope{ID: "r1", From: "coder", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	h.deliver(response(t, "r1", "coder", req, `{}`))
 	time.Sleep(20 * time.Millisecond)
 	if s, ok := h.f.Get("p1"); !ok || s.State != "fulfilling" {
 		t.Errorf("after forged response: %+v %v", s, ok)
@@ -366,7 +374,7 @@ func TestToolOwnerBackWithinGraceKeepsFulfilment(t *testing.T) {
 	// Still in the roster when the grace ends: it came back.
 	h.deliver(agent.Envelope{ID: "pr", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"leave","participant":{"id":"calculator"}}`)})
 	h.space.quiet(t, 100*time.Millisecond)
-	h.deliver(agent.Envelope{ID: "r1", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	h.deliver(response(t, "r1", "calculator", req, `{}`))
 	waitFor(t, func() bool { _, ok := h.f.Get("p1"); return !ok })
 	h.space.quiet(t, 20*time.Millisecond)
 }
@@ -400,7 +408,7 @@ func queuedBehindOwnerLeaving(t *testing.T, h *harness) {
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	waitFor(t, func() bool { s, ok := h.f.Get("p1"); return ok && s.State == "queued" })
 	h.space.setPresent("calculator", false)
-	h.deliver(agent.Envelope{ID: "r0", From: "calculator", Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{first.ID}, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"result":{}}`)})
+	h.deliver(response(t, "r0", "calculator", first, `{}`))
 }
 
 // A fulfilment whose tool owner is away (its link dropped) is held, not
@@ -438,7 +446,7 @@ func TestHeldRequestOwnerNeverBack(t *testing.T) {
 // would drop the fulfiller.
 func TestReaderKeepsReadingWhileWorkersAreBusy(t *testing.T) {
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
-	h := newHarness(t, Config{DecideWorkers: 1, MaxPending: 100}, dec)
+	h := newHarness(t, Config{DecideWorkers: 1, MaxPending: 100, MaxPendingPerProposer: 100}, dec)
 	const n = 30
 	delivered := make(chan struct{})
 	go func() {

@@ -1,8 +1,11 @@
 package fulfill
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +84,9 @@ type proposal struct {
 	approvedBy   []string
 	finalParams  json.RawMessage // params as fulfilled (edited by a human, or as proposed)
 	finishReason string
+	// spoofed is set once a forged answer to this proposal was recorded,
+	// so that a flood of them makes one decision-log line, not thousands.
+	spoofed atomic.Bool
 }
 
 func (p *proposal) State() State { return State(p.state.Load()) }
@@ -113,6 +119,16 @@ func (p *proposal) decided(revision string, again bool) *governing {
 	return g
 }
 
+// size is what p counts against --max-pending-bytes: the bytes of its frame
+// (the envelope as received), which the proposal keeps for its whole life
+// along with the copies made of it (payload, params, policy input).
+func (p *proposal) size() int64 {
+	if p.env.Raw != nil {
+		return int64(len(p.env.Raw))
+	}
+	return int64(len(p.env.Payload))
+}
+
 // Snapshot is a read-only view of a pending proposal, for the operator API
 // and tests.
 type Snapshot struct {
@@ -141,51 +157,250 @@ func (p *proposal) snapshot() Snapshot {
 	}
 }
 
-// parsePayload applies DESIGN.md's envelope validation: the payload must be
-// an object with a string method, and params, when present, an object.
-func parsePayload(payload json.RawMessage) (method string, params json.RawMessage, err error) {
-	var fields map[string]json.RawMessage
-	if len(payload) == 0 {
-		return "", nil, fmt.Errorf("proposal has no payload")
-	}
-	if err := json.Unmarshal(payload, &fields); err != nil || fields == nil {
-		return "", nil, fmt.Errorf("proposal payload is not a JSON object")
-	}
-	rawMethod, ok := fields["method"]
-	if !ok {
-		return "", nil, fmt.Errorf("proposal payload has no method")
-	}
-	if err := json.Unmarshal(rawMethod, &method); err != nil || !isJSONString(rawMethod) {
-		return "", nil, fmt.Errorf("proposal payload's method is not a string")
-	}
-	if method == "" {
-		return "", nil, fmt.Errorf("proposal payload's method is empty")
-	}
-	if raw, ok := fields["params"]; ok {
-		if !isJSONObject(raw) {
-			return "", nil, fmt.Errorf("proposal payload's params is not an object")
-		}
-		params = raw
-	}
-	return method, params, nil
+// call is what validation learnt of a proposal's payload.
+type call struct {
+	method string
+	params json.RawMessage // nil when the proposal had none
+	tool   string          // params.name of a tools/call
 }
 
-// toolCall extracts the tool name and arguments of a tools/call.
+// parsePayload applies DESIGN.md's envelope validation (rule 1): the
+// payload must be an object with a non-empty string method, and params,
+// when present, an object; a tools/call also needs a non-empty string
+// params.name and, when present, an object params.arguments. An object with
+// a duplicate key anywhere in the payload is invalid too: decoders differ
+// on which of the two values counts (Go takes the last, others the first),
+// so the policy could decide one call while the tool owner runs the other.
+//
+// It is one streaming pass over the payload that also finds method,
+// params and the tool name, so validation costs about what the single
+// json.Unmarshal it replaces did. Keys are matched exactly (JSON is
+// case-sensitive; encoding/json's struct decoding is not).
+func parsePayload(payload json.RawMessage) (call, error) {
+	var c call
+	if len(payload) == 0 {
+		return c, fmt.Errorf("proposal has no payload")
+	}
+	if !isJSONObject(payload) {
+		return c, fmt.Errorf("proposal payload is not a JSON object")
+	}
+	s := scanner{dec: json.NewDecoder(bytes.NewReader(payload)), data: payload}
+	s.dec.UseNumber()
+	var (
+		hasMethod, methodString, hasParams, paramsObject bool
+		name                                             json.Token
+		hasName, argsObject                              bool
+		hasArgs                                          bool
+	)
+	err := s.object(func(key string) error {
+		switch key {
+		case "method":
+			hasMethod = true
+			tok, err := s.token()
+			if err != nil {
+				return err
+			}
+			c.method, methodString = tok.(string)
+			return s.rest(tok)
+		case "params":
+			hasParams = true
+			start := s.dec.InputOffset()
+			tok, err := s.token()
+			if err != nil {
+				return err
+			}
+			if d, ok := tok.(json.Delim); ok && d == '{' {
+				paramsObject = true
+				err = s.fields(func(key string) error {
+					switch key {
+					case "name":
+						hasName = true
+						tok, err := s.token()
+						if err != nil {
+							return err
+						}
+						name = tok
+						return s.rest(tok)
+					case "arguments":
+						hasArgs = true
+						tok, err := s.token()
+						if err != nil {
+							return err
+						}
+						if d, ok := tok.(json.Delim); ok && d == '{' {
+							argsObject = true
+						}
+						return s.rest(tok)
+					}
+					return s.value()
+				})
+			} else {
+				err = s.rest(tok)
+			}
+			if err != nil {
+				return err
+			}
+			c.params = s.span(start)
+			return nil
+		}
+		return s.value()
+	})
+	if err != nil {
+		if errors.Is(err, errDuplicateKey) {
+			return call{}, fmt.Errorf("proposal payload %w", err)
+		}
+		return call{}, fmt.Errorf("proposal payload is not a JSON object")
+	}
+	switch {
+	case !hasMethod:
+		return call{}, fmt.Errorf("proposal payload has no method")
+	case !methodString:
+		return call{}, fmt.Errorf("proposal payload's method is not a string")
+	case c.method == "":
+		return call{}, fmt.Errorf("proposal payload's method is empty")
+	case hasParams && !paramsObject:
+		return call{}, fmt.Errorf("proposal payload's params is not an object")
+	}
+	if !paramsObject {
+		c.params = nil
+	}
+	if c.method == agent.MethodToolsCall {
+		// MCP requires both; a policy must never see a call whose tool it
+		// cannot name.
+		tool, _ := name.(string)
+		switch {
+		case !hasName:
+			return call{}, fmt.Errorf("tools/call has no params.name")
+		case tool == "":
+			return call{}, fmt.Errorf("tools/call params.name is not a non-empty string")
+		case hasArgs && !argsObject:
+			return call{}, fmt.Errorf("tools/call params.arguments is not an object")
+		}
+		c.tool = tool
+	}
+	return c, nil
+}
+
+// errDuplicateKey marks a payload with a key twice in one object.
+var errDuplicateKey = errors.New("has a duplicate key")
+
+// scanner walks a JSON document token by token, refusing duplicate keys.
+type scanner struct {
+	dec  *json.Decoder
+	data []byte
+}
+
+func (s *scanner) token() (json.Token, error) { return s.dec.Token() }
+
+// value consumes the next value.
+func (s *scanner) value() error {
+	tok, err := s.dec.Token()
+	if err != nil {
+		return err
+	}
+	return s.rest(tok)
+}
+
+// rest consumes what follows tok when tok opens an object or array.
+func (s *scanner) rest(tok json.Token) error {
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	if d == '[' {
+		for s.dec.More() {
+			if err := s.value(); err != nil {
+				return err
+			}
+		}
+		_, err := s.dec.Token() // ']'
+		return err
+	}
+	return s.fields(nil)
+}
+
+// object consumes a whole object, calling visit for each key to consume its
+// value (nil: skip the values).
+func (s *scanner) object(visit func(key string) error) error {
+	tok, err := s.dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return errors.New("not an object")
+	}
+	return s.fields(visit)
+}
+
+// smallObject is how many keys are checked for duplicates by a linear
+// search before a map is cheaper; an attacker's object with 100 000 keys
+// must not cost a quadratic scan.
+const smallObject = 16
+
+// fields consumes the members of an object whose '{' was read.
+func (s *scanner) fields(visit func(key string) error) error {
+	var (
+		few  [smallObject]string
+		keys = few[:0]
+		many map[string]struct{}
+	)
+	for s.dec.More() {
+		tok, err := s.dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		switch {
+		case many != nil:
+			if _, dup := many[key]; dup {
+				return fmt.Errorf("%w %q", errDuplicateKey, key)
+			}
+			many[key] = struct{}{}
+		case slices.Contains(keys, key):
+			return fmt.Errorf("%w %q", errDuplicateKey, key)
+		case len(keys) < smallObject:
+			keys = append(keys, key)
+		default:
+			many = make(map[string]struct{}, 2*smallObject)
+			for _, k := range keys {
+				many[k] = struct{}{}
+			}
+			many[key] = struct{}{}
+		}
+		if visit != nil {
+			err = visit(key)
+		} else {
+			err = s.value()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := s.dec.Token() // '}'
+	return err
+}
+
+// span returns the bytes of the value read since offset start (which was
+// taken right after its key), without the colon and blanks before it.
+func (s *scanner) span(start int64) json.RawMessage {
+	return bytes.TrimLeft(s.data[start:s.dec.InputOffset()], " \t\r\n:")
+}
+
+// toolCall extracts the tool name and arguments of a tools/call. Keys match
+// exactly, as for the tool owner: encoding/json's struct decoding would
+// also take "Name" for "name".
 func toolCall(params json.RawMessage) (name string, args json.RawMessage) {
 	if params == nil {
 		return "", nil
 	}
-	var p struct {
-		Name      json.RawMessage `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	}
+	var p map[string]json.RawMessage
 	if json.Unmarshal(params, &p) != nil {
 		return "", nil
 	}
-	if isJSONString(p.Name) {
-		_ = json.Unmarshal(p.Name, &name)
+	if raw := p["name"]; isJSONString(raw) {
+		_ = json.Unmarshal(raw, &name)
 	}
-	return name, p.Arguments
+	return name, p["arguments"]
 }
 
 func firstByte(b []byte) byte {

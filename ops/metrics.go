@@ -58,6 +58,8 @@ type Metrics struct {
 	openEsc     prometheus.Gauge
 	answers     *prometheus.CounterVec
 	undelivered *prometheus.CounterVec
+	spoofs      *prometheus.CounterVec
+	vetoHolders *prometheus.CounterVec
 
 	mu        sync.Mutex
 	escalated map[string]time.Time // proposal id → when humans were first asked
@@ -87,6 +89,10 @@ func NewMetrics(src *Source) *Metrics {
 	m.undelivered = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_answers_undelivered_total",
 		Help: "Answers that did not reach the space, by envelope kind (mcp/reject, mcp/request) and reason: not_written (no session, or our capabilities forbid it) or refused (the gateway answered system/error)."},
 		[]string{"kind", "reason"}))
+	m.spoofs = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_spoof_attempts_total",
+		Help: "Answers that claimed another participant's name and were caught: withdraw (not from the proposer), response (a second, different fulfilment response, or one with a JSON-RPC id not ours), discovery (two different tools/list answers)."}, []string{"kind"}))
+	m.vetoHolders = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_veto_holders_seen_total",
+		Help: "Participants seen (at start and on each join) that can end any pending proposal (mcp/reject or mcp/request tools/call) without being a known fulfiller, by role: approver, outsider."}, []string{"role"}))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&liveCollector{src: src})
 	return m
@@ -139,6 +145,16 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		m.proposals.WithLabelValues("superseded", "").Inc()
 	case fulfill.StageIgnored:
 		m.proposals.WithLabelValues("ignored", e.Reason).Inc()
+		switch e.Reason {
+		case "spoofed_withdraw":
+			m.spoofs.WithLabelValues("withdraw").Inc()
+		case fulfill.ReasonConflictingResponse, fulfill.ReasonWrongRPCID:
+			m.spoofs.WithLabelValues("response").Inc()
+		}
+	case fulfill.StageDiscoveryConflict:
+		m.spoofs.WithLabelValues("discovery").Inc()
+	case fulfill.StageVetoHolder:
+		m.vetoHolders.WithLabelValues(e.Reason).Inc()
 	case fulfill.StageUndelivered:
 		// rejected and fulfilled above count only written answers; these
 		// never left, or the gateway refused them afterwards.

@@ -68,7 +68,7 @@ func TestEvalExamples(t *testing.T) {
 		{"write-dev.json", map[string]any{"action": "reject", "reason": "policy",
 			"message": "no rule allows this call; ask the security team to extend the policy"}},
 		{"write-prod.json", map[string]any{"action": "escalate", "message": "write_file targets production (/srv/prod/app.conf)",
-			"approvers": []any{"oncall-alice", "oncall-bob", "oncall-carol"}, "quorum": 2.0, "timeout": "15m"}},
+			"approvers": []any{"oncall-alice", "oncall-bob", "oncall-carol"}, "quorum": 2.0, "timeout": "4m"}},
 		{"busy-input.json", map[string]any{"action": "reject", "reason": "busy",
 			"message": "64 proposals are waiting (limit 50); try again later"}},
 	}

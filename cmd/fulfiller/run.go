@@ -39,10 +39,13 @@ type runFlags struct {
 	logFormat, logLevel       string
 	ops                       opsFlags
 	check                     bool
+	maxPendingBytes           sizeValue
+	maxPendingPerProposer     int
+	peerFulfillers            []string
 }
 
 func newRunCmd() *cobra.Command {
-	fl := runFlags{maxFrame: 1 << 20}
+	fl := runFlags{maxFrame: 1 << 20, maxPendingBytes: 256 << 20}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Join a MEW space and decide every proposal (the sidecar)",
@@ -80,6 +83,9 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
 	f.DurationVar(&fl.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to wait for a session to deliver the pending proposals' answers (then: exit 1, naming how many were lost)")
 	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
+	f.Var(&fl.maxPendingBytes, "max-pending-bytes", "frame bytes the pending proposals may hold at once, bytes or with a unit (256MiB); more are rejected busy")
+	f.IntVar(&fl.maxPendingPerProposer, "max-pending-per-proposer", 0, "proposals one proposer may have pending at once; more are rejected busy (0: a quarter of --max-pending)")
+	f.StringSliceVar(&fl.peerFulfillers, "peer-fulfillers", nil, "the other fulfillers of the space (comma-separated participant ids): their rejects and fulfilments are expected; any other participant able to end proposals is warned about")
 	fl.ops.register(f)
 	f.BoolVar(&fl.check, "check", false, "validate everything run would open or parse (flags, config, token files, approver keys, decision log, --http address, policies and data), then exit without joining (0: all good, 2: what is wrong)")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
@@ -105,6 +111,12 @@ func (fl *runFlags) validate() error {
 		if v < 1 {
 			return usageErrorf("%s %d: must be at least 1", name, v)
 		}
+	}
+	if fl.maxPendingPerProposer < 0 {
+		return usageErrorf("--max-pending-per-proposer %d: must be 0 (a quarter of --max-pending) or more", fl.maxPendingPerProposer)
+	}
+	if fl.maxPendingBytes < 1 {
+		return usageErrorf("--max-pending-bytes %s: must be positive", &fl.maxPendingBytes)
 	}
 	for name, v := range map[string]time.Duration{"--pending-ttl": fl.pendingTTL, "--fulfill-timeout": fl.fulfillTimeout, "--owner-rejoin-grace": fl.ownerRejoinGrace,
 		"--approval-timeout": fl.approvalTimeout, "--policy-timeout": fl.policyTimeout, "--join-timeout": fl.joinTimeout, "--shutdown-timeout": fl.shutdownTimeout} {
@@ -229,6 +241,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		Escalator:        elicitor,
 		Observer:         opsRT.observer(),
 		Logger:           log,
+
+		MaxPendingBytes:       int64(fl.maxPendingBytes),
+		MaxPendingPerProposer: fl.maxPendingPerProposer,
+		PeerFulfillers:        fl.peerFulfillers,
+		Approvers:             fl.approvers,
 	})
 	opsRT.running(client, engine, ful)
 

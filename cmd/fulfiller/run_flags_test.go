@@ -26,6 +26,9 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{gw, "--policy-timeout", "0s"}, "--policy-timeout"},
 		{[]string{gw, "--max-frame", "lots"}, "--max-frame"},
 		{[]string{gw, "--decision-log-sync", "sometimes"}, "--decision-log-sync"},
+		{[]string{gw, "--max-pending-per-proposer", "-1"}, "--max-pending-per-proposer -1"},
+		{[]string{gw, "--max-pending-bytes", "0"}, "--max-pending-bytes"},
+		{[]string{gw, "--max-pending-bytes", "lots"}, "--max-pending-bytes"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -20,7 +20,7 @@ test_production_write_is_escalated if {
 		"message": "write_file targets production (/srv/prod/app.conf)",
 		"approvers": ["oncall-alice", "oncall-bob", "oncall-carol"],
 		"quorum": 2,
-		"timeout": "15m",
+		"timeout": "4m",
 	} with input as call("coder", "write_file", {}, {"path": "/srv/prod/app.conf"})
 }
 

@@ -13,7 +13,7 @@ test_production_path_escalates_to_on_call if {
 		"message": "write_file targets production (/srv/prod/app.conf)",
 		"approvers": ["oncall-alice", "oncall-bob", "oncall-carol"],
 		"quorum": 2,
-		"timeout": "15m",
+		"timeout": "4m",
 	} with input as call("write_file", {}, {"path": "/srv/prod/app.conf", "content": "x"})
 }
 

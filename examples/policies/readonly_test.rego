@@ -25,6 +25,12 @@ test_explicit_false_hint_is_not_read_only if {
 	not readonly.fulfill with input as call({"name": "delete_file", "annotations": {"readOnlyHint": false}})
 }
 
+test_read_only_hint_never_fulfils_a_write_name if {
+	# A forged (or mistaken) tools/list answer must not make a write a read.
+	not readonly.fulfill with input as call({"name": "write_file", "annotations": {"readOnlyHint": true}})
+	not readonly.fulfill with input as call({"name": "delete_all", "annotations": {"readOnlyHint": true}})
+}
+
 test_prefix_must_start_the_name if {
 	not readonly.fulfill with input as call({"name": "unread_all"})
 }
