@@ -120,7 +120,7 @@ func TestTerminalCardWithdrawn(t *testing.T) {
 	if err := w.prop.Withdraw(w.ctx, id, "no_longer_needed"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the withdrawal", out.String, "✗ withdrawn p-write: coder → write_file on fs — the proposer withdrew it")
+	waitFor(t, "the withdrawal", out.String, "q quit › \n✗ ended p-write: coder → write_file on fs — withdrawn by the proposer\n")
 }
 
 func TestTerminalDeclineWithReason(t *testing.T) {

@@ -108,7 +108,7 @@ func (w *world) join(id, token string) *agent.Client {
 // ends; the returned channel is closed when Run returns.
 func (w *world) approver(id string, ui approver.UI, opts approver.Options) <-chan struct{} {
 	c := w.join(id, "human-token")
-	sub := c.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	sub := c.Subscribe(approver.SubscribeOptions())
 	done := make(chan struct{})
 	client := approver.New(c, ui, opts)
 	w.wg.Add(1)

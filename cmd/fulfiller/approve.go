@@ -130,7 +130,7 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 	// Subscribed from the join on: the fulfiller re-sends open prompts the
 	// moment we appear, and one read before a later Subscribe would be lost.
 	client, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: fl.gateway, Space: fl.space, Token: fl.token, ID: fl.id, JoinTimeout: fl.joinTimeout, Logger: log},
-		agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+		approver.SubscribeOptions())
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil

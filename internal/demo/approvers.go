@@ -33,8 +33,5 @@ func (s simulated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, 
 	return approver.Answer{}, ctx.Err()
 }
 
-// Dropped implements approver.UI.
-func (simulated) Dropped(*approver.Card, string) {}
-
-// Sent implements approver.UI.
-func (simulated) Sent(*approver.Card, approver.Answer, error) {}
+// Notify implements approver.UI: the narrator tells the story instead.
+func (simulated) Notify(approver.Event) {}
