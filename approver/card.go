@@ -341,7 +341,9 @@ func Countdown(deadline, now time.Time) string {
 // reorder or overwrite what the card shows (the digest, the arguments), so
 // each is shown escaped instead.
 func printable(s string) string {
-	unsafe := func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError }
+	unsafe := func(r rune) bool {
+		return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
+	}
 	if !strings.ContainsFunc(s, unsafe) {
 		return s
 	}
