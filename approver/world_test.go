@@ -31,7 +31,15 @@ const policy = `package fulfiller
 
 default decision := {"action": "reject", "reason": "policy", "message": "not allowed"}
 
-decision := object.union(data.escalation, {"action": "escalate"}) if input.tool.name == "write_file"
+decision := object.union(data.escalation, {"action": "escalate"}) if {
+	input.tool.name == "write_file"
+	startswith(input.tool.arguments.path, "/srv/prod/")
+}
+
+decision := {"action": "reject", "reason": "policy", "message": "writes stay under /srv/prod"} if {
+	input.tool.name == "write_file"
+	not startswith(input.tool.arguments.path, "/srv/prod/")
+}
 `
 
 const writeCall = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`
@@ -44,6 +52,7 @@ type world struct {
 	srv   *space.Server
 	prop  *proposer.Proposer
 	files *toolserver.Files
+	ful   *fulfill.Fulfiller
 	wg    *sync.WaitGroup
 	wire  *spacetest.Wire
 }
@@ -82,6 +91,7 @@ func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
 	el := elicit.New(fc, elicit.Config{Keys: keys})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el})
+	w.ful = ful
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, fcancel := context.WithCancel(ctx)
 	fulDone, elDone := make(chan struct{}), make(chan struct{})
