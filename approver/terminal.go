@@ -55,6 +55,7 @@ type Terminal struct {
 	mu       sync.Mutex     // serialises output
 	raw      bool           // the terminal is in raw mode: \n does not return the carriage
 	onScreen string         // the raw-mode choice line on screen now, "" when none
+	midLine  bool           // line mode: a prompt waits for its line; output starts a new one
 	editor   *term.Terminal // the line being edited in raw mode, nil when none
 	above    []byte         // text written with Write that does not end a line yet
 }
@@ -153,8 +154,20 @@ func (t *Terminal) sayLocked(text string) {
 	case t.raw:
 		_, _ = io.WriteString(t.Out, crlf(text))
 	default:
+		if t.midLine && text != "" {
+			text = "\n" + text
+		}
+		t.midLine = !strings.HasSuffix(text, "\n")
 		_, _ = io.WriteString(t.Out, text)
 	}
+}
+
+// lineRead notes that a line was read in line mode: the person's Enter
+// ended the prompt's line.
+func (t *Terminal) lineRead() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.midLine = false
 }
 
 // crlf ends lines with \r\n: in raw mode \n alone does not return the
@@ -380,11 +393,9 @@ func (t *Terminal) choice(ctx context.Context, c *Card, acts []action) (byte, er
 	t.say(t.prompt(c, acts, 0))
 	line, err := t.readLine(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			t.say("\n") // the card went away: what follows starts a line
-		}
 		return 0, err
 	}
+	t.lineRead()
 	line = strings.TrimSpace(line)
 	if line == "" {
 		return '?', nil
@@ -525,8 +536,8 @@ func (t *Terminal) line(ctx context.Context, prompt string) (string, error) {
 	}
 	t.say(prompt)
 	s, err := t.readLine(ctx)
-	if err != nil && ctx.Err() != nil {
-		t.say("\n")
+	if err == nil {
+		t.lineRead()
 	}
 	return clean(s), err
 }
