@@ -170,6 +170,7 @@ func SubscribeOptions() agent.SubscribeOptions {
 	}
 }
 
+// String names the kind, as in logs and tests.
 func (k EventKind) String() string {
 	switch k {
 	case EventEnded:

@@ -35,3 +35,17 @@ func (s simulated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, 
 
 // Notify implements approver.UI: the narrator tells the story instead.
 func (simulated) Notify(approver.Event) {}
+
+// noPresence hides the fulfiller's comings and goings from the person's
+// cards: in the demo the approvers join before the in-process fulfiller,
+// so "not in the space" and "is in the space" would only be noise.
+type noPresence struct{ approver.UI }
+
+// Notify implements approver.UI.
+func (u noPresence) Notify(ev approver.Event) {
+	switch ev.Kind {
+	case approver.EventFulfillerAbsent, approver.EventFulfillerJoined, approver.EventFulfillerLeft:
+		return
+	}
+	u.UI.Notify(ev)
+}

@@ -155,7 +155,7 @@ func Run(ctx context.Context, opts Options) error {
 		defer c.Close()
 		var ui approver.UI = simulated(id)
 		if id == alice && opts.Approver != nil {
-			ui = opts.Approver
+			ui = noPresence{opts.Approver}
 		}
 		sub := c.Subscribe(approver.SubscribeOptions())
 		a := approver.New(c, ui, approver.Options{Logger: opts.Logger})

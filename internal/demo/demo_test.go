@@ -94,6 +94,9 @@ func TestDemoInteractive(t *testing.T) {
 			t.Errorf("the approver's screen lacks %q:\n%s", want, screen.String())
 		}
 	}
+	if strings.Contains(screen.String(), "in the space") {
+		t.Errorf("the demo's in-process fulfiller joining is news on the card:\n%s", screen.String())
+	}
 }
 
 type syncBuffer struct {
