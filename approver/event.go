@@ -124,8 +124,11 @@ func (e End) String() string {
 	case CauseIncapable:
 		return "too few approvers are left to decide it"
 	}
-	if e.Reason == "" || e.Reason == "other" {
+	switch e.Reason {
+	case "":
 		return "ended by the fulfiller"
+	case "other":
+		return "ended by the fulfiller: another approver dismissed it, or the fulfiller is stopping"
 	}
 	return "ended by the fulfiller (" + e.Reason + ")"
 }
