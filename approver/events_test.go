@@ -85,6 +85,21 @@ func (u *recUI) event(t *testing.T, kind approver.EventKind) approver.Event {
 	return ev
 }
 
+// gated answers as UI does once go is closed.
+type gated struct {
+	go_ chan struct{}
+	approver.UI
+}
+
+func (g gated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, error) {
+	select {
+	case <-g.go_:
+		return g.UI.Ask(ctx, c)
+	case <-ctx.Done():
+		return approver.Answer{}, ctx.Err()
+	}
+}
+
 // A card that goes away says why, as data for every face: the cause read
 // from the fulfiller's notifications/cancelled.
 func TestCardEndCauses(t *testing.T) {
@@ -107,15 +122,21 @@ func TestCardEndCauses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, approver.End{Cause: approver.CauseCancelled, Reason: "cancelled"}, "cancelled by the operator"},
-		{"another approver declined", `{"approvers":["alice","bob"]}`, func(w *world, _ string) {
-			w.approver("bob", &approver.Auto{Reason: "frozen"}, approver.Options{})
-		}, approver.End{Cause: approver.CauseDecided, Reason: "disagree"}, "decided by another approver: not approved"},
-		{"another approver approved", `{"approvers":["alice","bob"]}`, func(w *world, _ string) {
-			w.approver("bob", &approver.Auto{Approve: true}, approver.Options{})
-		}, approver.End{Cause: approver.CauseDecided, Reason: "approved", Approved: true}, "decided by other approvers: approved"},
+		{"another approver declined", `{"approvers":["alice","bob"]}`, func(w *world, _ string) { close(w.bobGo) },
+			approver.End{Cause: approver.CauseDecided, Reason: "disagree"}, "decided by another approver: not approved"},
+		{"another approver approved", `{"approvers":["alice","bob"]}`, func(w *world, _ string) { close(w.bobGo) },
+			approver.End{Cause: approver.CauseDecided, Reason: "approved", Approved: true}, "decided by other approvers: approved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, tc.escalation, nil)
+			if strings.Contains(tc.escalation, "bob") {
+				// Bob is in the space before the proposal (a prompt sent
+				// before a client subscribes is lost), and answers once
+				// alice has her card.
+				w.bobGo = make(chan struct{})
+				bob := &approver.Auto{Approve: tc.want.Approved, Reason: "frozen"}
+				w.approver("bob", gated{w.bobGo, bob}, approver.Options{})
+			}
 			ui := newRecUI(nil)
 			w.approver("alice", ui, approver.Options{})
 			id := w.propose("p-write")

@@ -53,6 +53,7 @@ type world struct {
 	prop  *proposer.Proposer
 	files *toolserver.Files
 	ful   *fulfill.Fulfiller
+	bobGo chan struct{} // closed to let bob answer, in tests that have him
 	wg    *sync.WaitGroup
 	wire  *spacetest.Wire
 }
