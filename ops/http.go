@@ -12,9 +12,10 @@
 //	DELETE /v1/proposals/{id}   reject it (reason "other", message naming the operator); 409 when already answered
 //	GET    /v1/policy           revision, files, whether it is the built-in default, last reload error
 //
-// With a token, /v1/ requires "Authorization: Bearer <token>"; the probes and
-// /metrics stay open so that kubelets and Prometheus need no secret. Bind
-// the listener to localhost unless a network policy guards it.
+// /v1/ requires "Authorization: Bearer <token>" and is closed (401) when
+// no token is configured; the probes and /metrics stay open so that
+// kubelets and Prometheus need no secret. Bind the listener to localhost
+// unless a network policy guards it.
 package ops
 
 import (
@@ -47,7 +48,8 @@ type Options struct {
 	Source *Source
 	// Metrics, when set, is served on /metrics.
 	Metrics *Metrics
-	// Token, when set, guards /v1/ with a bearer token. Never logged.
+	// Token guards /v1/ with a bearer token. Never logged. Without one
+	// the operator API is closed: every /v1/ request gets 401.
 	Token  string
 	Logger *slog.Logger
 	Now    func() time.Time // [time.Now]
@@ -147,17 +149,27 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, code, r)
 }
 
+// ClosedMessage is the error of every /v1/ answer (401) while no token
+// is configured.
+const ClosedMessage = "the operator API is closed: no token is configured (start fulfiller with --http-token-file FILE or FULFILLER_HTTP_TOKEN)"
+
 // auth guards a route with the bearer token, compared in constant time.
+// Default deny: without a configured token nobody gets in, so that
+// forgetting the token cannot open the API to whoever reaches the port.
 func (h *Handler) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.Token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="fulfiller"`)
-				writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fulfiller"`)
+		if h.opts.Token == "" {
+			writeError(w, http.StatusUnauthorized, ClosedMessage)
+			return
 		}
+		// The scheme is case-insensitive (RFC 7235); the token is not.
+		scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.Token)) != 1 {
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		w.Header().Del("WWW-Authenticate")
 		next(w, r)
 	})
 }

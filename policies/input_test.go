@@ -73,7 +73,9 @@ func TestJSONToValueManyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if elapsed := time.Since(start); elapsed > 5*time.Second {
+	// A guard against quadratic parsing (hours at this size), not a speed
+	// target: those are benchmarks. Generous, so a busy machine passes.
+	if elapsed := time.Since(start); elapsed > time.Minute {
 		t.Errorf("parsing %d bytes took %v", len(doc), elapsed)
 	}
 	obj := v.(ast.Object)

@@ -52,7 +52,15 @@ type LoadError struct {
 	File string
 	Line int // 0 when unknown
 	Err  error
-	More int // further errors of the same load, not shown
+	More int // further errors of the same load, not shown by Error
+	// Rego is every Rego parse or compile error of the load in the order
+	// OPA reports them, the first being the one File, Line and Err
+	// describe; nil when the problem is not a Rego error. Each carries the
+	// offending source line where it is known (see Pretty).
+	Rego ast.Errors
+	// Other holds the load's further errors that are not Rego errors
+	// (opa test's loader reports them mixed).
+	Other []error
 }
 
 // Error reads "file:line: problem", the form editors and CI annotate.
@@ -101,13 +109,24 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook) (*policySet, 
 		return nil, err
 	}
 
+	// Every file is parsed before giving up, so that one run shows every
+	// parse error, as opa check does.
 	modules := make([]*ast.Module, 0, len(regos))
+	var parseErrs ast.Errors
 	for _, src := range regos {
 		m, err := ast.ParseModuleWithOpts(src.path, string(src.data), parserOptions)
-		if err != nil {
-			return nil, regoError(src.path, err)
+		var errs ast.Errors
+		switch {
+		case err == nil:
+			modules = append(modules, m)
+		case errors.As(err, &errs):
+			parseErrs = append(parseErrs, inFile(errs, src.path)...)
+		default:
+			return nil, regoError(src.path, err, regos)
 		}
-		modules = append(modules, m)
+	}
+	if len(parseErrs) > 0 {
+		return nil, regoError("", parseErrs, regos)
 	}
 	data, err := mergeData(datas)
 	if err != nil {
@@ -129,7 +148,7 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook) (*policySet, 
 	}
 	pq, err := rego.New(args...).PrepareForEval(ctx)
 	if err != nil {
-		return nil, regoError("", err)
+		return nil, regoError("", err, regos)
 	}
 
 	set := &policySet{query: pq, isDefault: isDefault, need: inputFields(modules)}
@@ -146,12 +165,13 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook) (*policySet, 
 }
 
 // regoError turns parse and compile errors into a LoadError naming the
-// first error's file and line.
-func regoError(file string, err error) error {
+// first error's file and line and keeping all of them, with their source
+// lines from srcs (or from disk, for files srcs does not hold), for Pretty.
+func regoError(file string, err error, srcs []source) error {
 	var errs ast.Errors
 	if errors.As(err, &errs) && len(errs) > 0 {
 		first := errs[0]
-		le := &LoadError{File: file, Err: fmt.Errorf("%s: %s", first.Code, first.Message), More: len(errs) - 1}
+		le := &LoadError{File: file, Err: fmt.Errorf("%s: %s", first.Code, first.Message), More: len(errs) - 1, Rego: errs}
 		if first.Location != nil {
 			if first.Location.File != "" {
 				le.File = first.Location.File
@@ -161,6 +181,7 @@ func regoError(file string, err error) error {
 		if le.File == "" {
 			le.File = "policy"
 		}
+		withSourceLines(errs, srcs)
 		return le
 	}
 	if file == "" {

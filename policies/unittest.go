@@ -159,7 +159,7 @@ func RunTests(ctx context.Context, paths []string, opts TestOptions) (TestReport
 		Filter(opts.Run)
 	ch, err := runner.RunTests(ctx, txn)
 	if err != nil {
-		return TestReport{}, regoError("", err)
+		return TestReport{}, regoError("", err, nil)
 	}
 	var report TestReport
 	for r := range ch {
@@ -230,24 +230,30 @@ func skipHidden(_ string, info os.FileInfo, depth int) bool {
 	return depth > 0 && isHidden(info.Name())
 }
 
-// loaderError reduces opa's loader errors to the first one, naming its
-// file and line when it is a Rego error.
+// loaderError turns opa's loader errors into a LoadError naming the first
+// one's file and line, keeping every error for Pretty.
 func loaderError(err error) error {
 	errs, ok := err.(loader.Errors)
 	if !ok || len(errs) == 0 {
 		return err
 	}
-	first := errs[0]
-	if ae, ok := first.(*ast.Error); ok {
-		first = ast.Errors{ae}
+	var rego ast.Errors
+	var other []error
+	for _, e := range errs {
+		if ae, ok := e.(*ast.Error); ok {
+			rego = append(rego, ae)
+		} else {
+			other = append(other, e)
+		}
 	}
-	le := regoError("", first)
-	if l, ok := le.(*LoadError); ok {
-		l.More += len(errs) - 1
-		return l
+	if len(rego) == 0 {
+		if len(errs) > 1 {
+			return fmt.Errorf("%w (and %d more errors)", errs[0], len(errs)-1)
+		}
+		return errs[0]
 	}
-	if len(errs) > 1 {
-		return fmt.Errorf("%w (and %d more errors)", errs[0], len(errs)-1)
-	}
-	return errs[0]
+	le := regoError("", rego, nil).(*LoadError)
+	le.More += len(other)
+	le.Other = other
+	return le
 }

@@ -17,6 +17,7 @@ import (
 
 type approveFlags struct {
 	gateway, space, token, id string
+	tokenFile                 string
 	key, fulfiller            string
 	auto, reason              string
 	count                     int
@@ -53,7 +54,8 @@ tests; --count stops after that many answers.`,
 	f := cmd.Flags()
 	f.StringVar(&fl.gateway, "gateway", "", "gateway WebSocket URL, ws://host:port[/path] (required)")
 	f.StringVar(&fl.space, "space", "", "space id sent in the join frame (default: the gateway's configured space)")
-	f.StringVar(&fl.token, "token", "", "your participant token (prefer FULFILLER_TOKEN; never logged)")
+	f.StringVar(&fl.token, "token", "", "your participant token (prefer FULFILLER_TOKEN or --token-file; never logged)")
+	f.StringVar(&fl.tokenFile, "token-file", "", "read your participant token from `FILE` (read once at start, trimmed; mode 0600)")
 	f.StringVar(&fl.id, "id", "", "your approver id, as the policies and the fulfiller's --approvers name you (required)")
 	f.StringVar(&fl.key, "key", "", "private key `FILE` to sign answers with (from fulfiller keys generate)")
 	f.StringVar(&fl.fulfiller, "fulfiller", "fulfiller", "participant id of the fulfiller whose requests to show")
@@ -110,6 +112,11 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 	if err != nil {
 		return err
 	}
+	warnConfig(log, cmd, joinToken)
+	token, err := joinToken.resolve(log, fl.token, fl.tokenFile)
+	if err != nil {
+		return err
+	}
 	var key ed25519.PrivateKey
 	if fl.key != "" {
 		if key, err = approver.LoadKey(fl.key); err != nil {
@@ -132,7 +139,7 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 	ctx := cmd.Context()
 	// Subscribed from the join on: the fulfiller re-sends open prompts the
 	// moment we appear, and one read before a later Subscribe would be lost.
-	client, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: fl.gateway, Space: fl.space, Token: fl.token, ID: fl.id, JoinTimeout: fl.joinTimeout, Logger: log},
+	client, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id, JoinTimeout: fl.joinTimeout, Logger: log},
 		approver.SubscribeOptions())
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

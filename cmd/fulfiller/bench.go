@@ -61,7 +61,7 @@ over HTTP) at the same concurrency, and prints both and the ratios.`,
 	f.Float64Var(&fl.rate, "rate", 0, "proposals per second in all; 0: as fast as possible")
 	f.StringVar(&fl.mix, "mix", loadtest.DefaultMix.String(), "share of synthetic proposals: fulfil (read-only call), reject (write no rule allows), invalid (no method)")
 	f.StringVar(&fl.from, "from", "", "JSONL `FILE` of proposals (envelopes or bare payloads) to send in turn instead of --mix")
-	f.IntVar(&fl.window, "window", 32, "most proposals awaiting an answer at once; the proposers wait for answers beyond it (the default stays under the example policy's quota of 50 pending; raise it above --max-pending to flood)")
+	f.IntVar(&fl.window, "window", 32, "most proposals unfinished at once; the proposers wait beyond it (a proposal holds its place until it is rejected or its tool call is answered, so the default stays under the example policy's quota of 50 pending; raise it above --max-pending to flood)")
 	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable; default: examples/policies here, else the built-in copy)")
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document (repeatable; default with the example policies: their data.yaml)")
 	f.IntVar(&fl.maxPending, "max-pending", 1000, "the fulfiller's --max-pending")

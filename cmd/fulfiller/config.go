@@ -47,6 +47,7 @@ func applyConfig(cmd *cobra.Command) error {
 			if err := flags.Set(f.Name, v); err != nil {
 				errs = append(errs, usageErrorf("%s=%q: %v", envName(f.Name), v, err))
 			}
+			setSource(f, sourceEnv)
 			return
 		}
 		v, ok := file[f.Name]
@@ -59,6 +60,7 @@ func applyConfig(cmd *cobra.Command) error {
 				return
 			}
 		}
+		setSource(f, sourceConfig)
 	})
 	if len(errs) > 0 {
 		return errs[0]
@@ -126,4 +128,51 @@ func knownFlags(root *cobra.Command) map[string]bool {
 	}
 	walk(root)
 	return known
+}
+
+// Where a flag's value came from, recorded by applyConfig in the flag's
+// annotations: a changed flag without one was given on the command line.
+const (
+	sourceKey    = "fulfiller/source"
+	sourceEnv    = "environment"
+	sourceConfig = "config file"
+)
+
+func setSource(f *pflag.Flag, source string) {
+	if f.Annotations == nil {
+		f.Annotations = map[string][]string{}
+	}
+	f.Annotations[sourceKey] = []string{source}
+}
+
+// flagSource says where the value of the flag came from: "command line",
+// sourceEnv, sourceConfig, or "" when it has its default.
+func flagSource(f *pflag.Flag) string {
+	if s := f.Annotations[sourceKey]; len(s) > 0 {
+		return s[0]
+	}
+	if f.Changed {
+		return "command line"
+	}
+	return ""
+}
+
+// unknownEnv lists the FULFILLER_* environment variables that set no flag
+// of any command, sorted: a misspelt variable is otherwise silently
+// ignored, like a misspelt config key would be.
+func unknownEnv(root *cobra.Command, environ []string) []string {
+	known := knownFlags(root)
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) {
+			continue
+		}
+		flag := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, envPrefix), "_", "-"))
+		if !known[flag] || envName(flag) != name {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

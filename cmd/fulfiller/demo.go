@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"fmt"
 	"os"
 	"time"
 
@@ -36,11 +38,20 @@ appear here, and the production delete waits for your answer.`,
 			if err != nil {
 				return err
 			}
+			// The operator API is closed without a token; a newcomer
+			// trying it gets one made for this run, and the curl line.
+			made := of.http != "" && of.httpToken == "" && of.httpTokenFile == ""
+			if made {
+				of.httpToken = rand.Text()
+			}
 			rt, err := of.start(log, nil)
 			if err != nil {
 				return err
 			}
 			defer rt.close() // after demo.Run has stopped the fulfiller
+			if made {
+				fmt.Fprintf(cmd.OutOrStdout(), "Operator API token for this demo: %s\n  curl -H 'Authorization: Bearer %s' http://%s/v1/proposals\n\n", of.httpToken, of.httpToken, rt.addr)
+			}
 			opts := demo.Options{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step, Hold: hold,
 				Observer: rt.observer(), ApprovalObserver: rt.approvalObserver(),
 				Started: func(r demo.Running) { rt.running(r.Gateway, r.Policy, r.Fulfiller) }}
@@ -65,7 +76,7 @@ appear here, and the production delete waits for your answer.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
 	cmd.Flags().DurationVar(&step, "step-timeout", 10*time.Second, "how long to wait for each proposal's outcome (with --interactive: 15m)")
 	cmd.Flags().BoolVar(&interactive, "interactive", false, "be oncall-alice yourself: answer the approval cards at this terminal")
-	cmd.Flags().BoolVar(&hold, "hold", false, "keep the space and the fulfiller up after the story until interrupted (to curl --http)")
+	cmd.Flags().BoolVar(&hold, "hold", false, "keep the space and the fulfiller up after the story until interrupted (to curl --http; without --http-token-file a token is made and printed)")
 	of.register(cmd.Flags())
 	return cmd
 }

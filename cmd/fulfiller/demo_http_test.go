@@ -5,13 +5,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 )
 
 // TestDemoServesMetrics runs `fulfiller demo --http ADDR --hold` and reads
-// /metrics while it holds: the counters show the story's proposals.
+// /metrics while it holds: the counters show the story's proposals. The
+// operator API answers with the token the demo made and printed.
 func TestDemoServesMetrics(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,6 +56,26 @@ func TestDemoServesMetrics(t *testing.T) {
 		}
 		return true
 	})
+	// The operator API is closed without a token; the demo makes one and
+	// prints the curl line that works.
+	m := regexp.MustCompile(`Operator API token for this demo: (\S+)\n  curl -H 'Authorization: Bearer (\S+)' http://` + regexp.QuoteMeta(addr) + `/v1/proposals\n`).FindStringSubmatch(out.String())
+	if m == nil || m[1] != m[2] || len(m[1]) < 26 {
+		t.Fatalf("no usable token line in the narration:\n%s", out.String())
+	}
+	for tok, want := range map[string]int{"": 401, "wrong": 401, m[1]: 200} {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/proposals", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("/v1/proposals with token %q: %d, want %d", tok, resp.StatusCode, want)
+		}
+	}
 	cancel() // the operator's Ctrl-C
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())

@@ -1,9 +1,55 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"strings"
+
+	"github.com/mewkit/fulfiller/policies"
 )
+
+// exitCode maps an error to the documented exit codes: 0 success, 1 runtime
+// failure, 2 usage or configuration error.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+// printError writes err to w as "fulfiller: message", one line so that
+// scripts and operators can grep it. Rego errors are the exception: the
+// first line still names the file and the problem, and every error of the
+// load follows as opa check prints it, with the offending line and a
+// caret, because a policy author needs all of them and a one-line fold
+// would mangle the caret lines. Errors already reported print nothing.
+func printError(w io.Writer, err error) {
+	if err == nil {
+		return
+	}
+	var ee *exitError
+	if errors.As(err, &ee) && ee.silent {
+		return
+	}
+	msg := err.Error()
+	var le *policies.LoadError
+	if errors.As(err, &le) && len(le.Rego) > 0 {
+		// Keep any context wrapped around the policy error.
+		if prefix, ok := strings.CutSuffix(msg, le.Error()); ok {
+			if prefix != "" {
+				prefix = oneLine(prefix) + " "
+			}
+			fmt.Fprintln(w, "fulfiller: "+prefix+le.Pretty())
+			return
+		}
+	}
+	fmt.Fprintln(w, "fulfiller: "+oneLine(msg))
+}
 
 // exitError carries the process exit code with the error that caused it.
 type exitError struct {

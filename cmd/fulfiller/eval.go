@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -102,8 +103,10 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 	}
 	if d.Err != nil {
 		// Still a decision (exit 0), but a human running eval wants to
-		// know the policy did not make it itself.
-		fmt.Fprintf(stderr, "fulfiller: the policy failed, so this is the fail-closed reject: %s\n", oneLine(d.Err.Error()))
+		// know the policy did not make it itself. OPA's message is kept
+		// as OPA prints it: a conflict lists each value and where it came
+		// from on its own indented line.
+		fmt.Fprintf(stderr, "fulfiller: the policy failed, so this is the fail-closed reject: %s\n", strings.TrimSpace(d.Err.Error()))
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,10 +15,21 @@ import (
 // process would print and its exit code.
 func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return cliEnv(t, stdin, nil, args...)
+}
+
+// cliEnv is cli with exactly the FULFILLER_* variables in env set.
+func cliEnv(t *testing.T, stdin string, env map[string]string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	// Flags may also come from FULFILLER_* variables; keep the test's own.
-	for _, name := range []string{"POLICY", "DATA", "INPUT", "EXPLAIN", "POLICY_TIMEOUT", "VERBOSE", "RUN", "TIMEOUT", "CONFIG"} {
-		t.Setenv("FULFILLER_"+name, "") // restored after the test
-		os.Unsetenv("FULFILLER_" + name)
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, envPrefix) {
+			t.Setenv(name, "") // restored after the test
+			os.Unsetenv(name)
+		}
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
 	}
 	root := newRootCmd()
 	var out, errOut bytes.Buffer
@@ -28,18 +38,8 @@ func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, cod
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	err := root.ExecuteContext(t.Context())
-	code = 0
-	if err != nil {
-		code = 1
-		var ee *exitError
-		if errors.As(err, &ee) {
-			code = ee.code
-		}
-		if ee == nil || !ee.silent {
-			errOut.WriteString("fulfiller: " + oneLine(err.Error()) + "\n")
-		}
-	}
-	return out.String(), errOut.String(), code
+	printError(&errOut, err)
+	return out.String(), errOut.String(), exitCode(err)
 }
 
 var (
@@ -141,13 +141,29 @@ func TestEvalFailsClosed(t *testing.T) {
 			if got["action"] != "reject" || got["reason"] != "policy" {
 				t.Errorf("decision %v, want reject/policy", got)
 			}
-			if e, _ := got["error"].(string); !strings.Contains(e, tc.err) {
+			e, _ := got["error"].(string)
+			if !strings.Contains(e, tc.err) {
 				t.Errorf("error %q, want it to contain %q", e, tc.err)
 			}
-			if !strings.Contains(stderr, "fail-closed reject") || strings.Count(stderr, "\n") != 1 {
-				t.Errorf("stderr %q, want one line about the fail-closed reject", stderr)
+			if want := "fulfiller: the policy failed, so this is the fail-closed reject: " + e + "\n"; stderr != want {
+				t.Errorf("stderr:\n%s\nwant:\n%s", stderr, want)
 			}
 		})
+	}
+}
+
+// TestEvalConflictAsOPAPrintsIt: a conflict's values each stand on their
+// own line with where they came from, as OPA prints them, not folded into
+// one line with " ; ".
+func TestEvalConflictAsOPAPrintsIt(t *testing.T) {
+	file := filepath.Join(testPolicies, "conflict", "policy.rego")
+	_, stderr, code := cli(t, "", "eval", "--policy", filepath.Dir(file), "--input", filepath.Join(proposals, "write-dev.json"))
+	want := "fulfiller: the policy failed, so this is the fail-closed reject: policy evaluation: " + file +
+		":6: eval_conflict_error: rule data.fulfiller.decision produced conflicting values:\n" +
+		`  {"action": "fulfill"} at ` + file + ":4\n" +
+		`  {"action": "escalate"} at ` + file + ":6\n"
+	if code != 0 || stderr != want {
+		t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", code, stderr, want)
 	}
 }
 
@@ -174,7 +190,7 @@ func TestEvalUsageErrors(t *testing.T) {
 		want string // regexp on stderr
 	}{
 		{"broken policy", []string{"--policy", filepath.Join(testPolicies, "broken"), "--input", filepath.Join(proposals, "read.json")},
-			`^fulfiller: ` + regexp.QuoteMeta(broken) + `:5: rego_parse_error: unexpected } token\n$`},
+			`^fulfiller: ` + regexp.QuoteMeta(broken) + `:5:1: rego_parse_error: unexpected } token\n\t}\n\t\^\n$`},
 		{"missing policy", []string{"--policy", "nope.rego", "--input", filepath.Join(proposals, "read.json")},
 			`^fulfiller: nope.rego: no such file or directory\n$`},
 		{"missing data", []string{"--policy", examplePolicies, "--data", "nope.yaml", "--input", filepath.Join(proposals, "read.json")},
@@ -255,8 +271,8 @@ func TestTestCommand(t *testing.T) {
 	})
 	t.Run("load error exits 2", func(t *testing.T) {
 		_, stderr, code := cli(t, "", "test", filepath.Join(testPolicies, "broken"))
-		want := "fulfiller: " + filepath.Join(testPolicies, "broken", "policy.rego") + ":5: rego_parse_error"
-		if code != 2 || !strings.HasPrefix(stderr, want) {
+		want := "fulfiller: " + filepath.Join(testPolicies, "broken", "policy.rego") + ":5:1: rego_parse_error: unexpected } token\n\t}\n\t^\n"
+		if code != 2 || stderr != want {
 			t.Errorf("exit %d, stderr %q, want 2 and %q", code, stderr, want)
 		}
 	})

@@ -19,15 +19,6 @@ func runRoot(t *testing.T, args ...string) error {
 	return root.Execute()
 }
 
-// TestExampleConfigParses loads examples/fulfiller.yaml the documented way:
-// every key must be a known flag with a valid value, the policies and data
-// it names must load, and --check must succeed without a gateway.
-func TestExampleConfigParses(t *testing.T) {
-	if err := runRoot(t, "run", "--config", "examples/fulfiller.yaml", "--check"); err != nil {
-		t.Fatalf("exit %d: %v", exitCode(err), err)
-	}
-}
-
 // TestConfigBadKeyExits2 adds a misspelt key to the example: the run must
 // stop with exit code 2 and a message naming the key.
 func TestConfigBadKeyExits2(t *testing.T) {

@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -22,17 +26,93 @@ import (
 // opsFlags are the operations flags run and demo share: the decision log
 // and the --http listener.
 type opsFlags struct {
-	decisionLog string
-	mask        []string
-	http        string
-	httpToken   string
+	decisionLog   string
+	mask          []string
+	http          string
+	httpToken     string
+	httpTokenFile string
 }
 
 func (o *opsFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&o.decisionLog, "decision-log", "", "write a JSON line per decision and outcome to `PATH` (- for stdout); reopened on SIGHUP")
 	f.StringArrayVar(&o.mask, "mask", nil, "input `PATH` to erase from the decision log, e.g. params.arguments.password (repeatable)")
 	f.StringVar(&o.http, "http", "", "serve /healthz, /readyz, /metrics and the operator API on `ADDR` (e.g. 127.0.0.1:9464)")
-	f.StringVar(&o.httpToken, "http-token", "", "bearer token the operator API (/v1/) requires (prefer FULFILLER_HTTP_TOKEN; never logged)")
+	f.StringVar(&o.httpToken, "http-token", "", "bearer token the operator API (/v1/) requires; without one /v1/ answers 401 (prefer FULFILLER_HTTP_TOKEN or --http-token-file; never logged)")
+	f.StringVar(&o.httpTokenFile, "http-token-file", "", "read the operator API's bearer token from `FILE` (read once at start, trimmed; mode 0600)")
+}
+
+// prepare resolves the operator API's token and checks the --http address
+// against it. start and check both go through here, so --check refuses
+// exactly what run refuses.
+func (o *opsFlags) prepare(log *slog.Logger) (token string, err error) {
+	token, err = httpToken.resolve(log, o.httpToken, o.httpTokenFile)
+	if err != nil {
+		return "", err
+	}
+	if o.http != "" && token == "" && !isLoopback(o.http) {
+		return "", usageErrorf("--http %s is reachable from other machines and no token guards the operator API: set --http-token-file or FULFILLER_HTTP_TOKEN, or bind 127.0.0.1", o.http)
+	}
+	return token, nil
+}
+
+// isLoopback reports whether a listen address binds loopback only. An
+// empty host binds every interface; a host name other than localhost could
+// resolve anywhere, so it does not count.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// check proves that start could open what the flags name, without
+// starting or creating anything: the decision log must be appendable (see
+// checkAppendable) and the address is bound and released at once.
+func (o *opsFlags) check(log *slog.Logger) error {
+	if _, err := o.prepare(log); err != nil {
+		return err
+	}
+	if o.decisionLog != "" && o.decisionLog != "-" {
+		if err := checkAppendable(o.decisionLog); err != nil {
+			return decisionLogError(fmt.Errorf("decision log: %w", err))
+		}
+	}
+	if o.http != "" {
+		ln, err := net.Listen("tcp", o.http)
+		if err != nil {
+			return usageErrorf("--http %v", err)
+		}
+		_ = ln.Close()
+	}
+	return nil
+}
+
+// decisionLogError is how a decision log that cannot be opened stops
+// fulfiller: a usage error naming the flag and the path.
+func decisionLogError(err error) error { return usageErrorf("--decision-log %v", err) }
+
+// checkAppendable proves path can be opened for appending as
+// decisionlog.Open does, without writing or creating anything: an existing
+// file is opened for append without O_CREATE and closed; a missing one
+// needs a directory that takes new files. Errors read as opening path
+// would.
+func checkAppendable(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := dirWritable(filepath.Dir(path)); err != nil {
+		return &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return nil
 }
 
 // opsRuntime is the started operations surface. Its observers go into
@@ -46,6 +126,7 @@ type opsRuntime struct {
 	source  *ops.Source
 	handler *ops.Handler
 	server  *http.Server
+	addr    string // the listener's address, once bound
 	served  chan struct{}
 	stopHUP func()
 }
@@ -54,6 +135,10 @@ type opsRuntime struct {
 // usage errors naming the flag: a path that cannot be written or an
 // address that cannot be bound is a configuration mistake.
 func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error) {
+	token, err := o.prepare(log)
+	if err != nil {
+		return nil, err
+	}
 	rt := &opsRuntime{log: log, source: &ops.Source{}, stopHUP: func() {}}
 	rt.metrics = ops.NewMetrics(rt.source)
 	if o.decisionLog != "" {
@@ -63,7 +148,7 @@ func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error
 			Logger: log,
 		})
 		if err != nil {
-			return nil, usageErrorf("--decision-log %v", err)
+			return nil, decisionLogError(err)
 		}
 		rt.dlog = dl
 		hup := make(chan os.Signal, 1)
@@ -93,7 +178,8 @@ func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error
 			rt.closeLog()
 			return nil, usageErrorf("--http %v", err)
 		}
-		rt.handler = ops.NewHandler(ops.Options{Source: rt.source, Metrics: rt.metrics, Token: o.httpToken, Logger: log})
+		rt.addr = ln.Addr().String()
+		rt.handler = ops.NewHandler(ops.Options{Source: rt.source, Metrics: rt.metrics, Token: token, Logger: log})
 		rt.server = &http.Server{Handler: rt.handler, ReadHeaderTimeout: 10 * time.Second}
 		rt.served = make(chan struct{})
 		go func() {
@@ -102,7 +188,10 @@ func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error
 				log.Error("http server stopped", "err", err)
 			}
 		}()
-		log.Info("serving health, metrics and the operator API", "addr", ln.Addr().String(), "token", o.httpToken != "")
+		log.Info("serving health, metrics and the operator API", "addr", rt.addr, "token", token != "")
+		if token == "" {
+			log.Warn("the operator API (/v1/) is closed: every request gets 401 until a token is set with --http-token-file or FULFILLER_HTTP_TOKEN")
+		}
 	}
 	return rt, nil
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/cobra"
 )
 
@@ -15,12 +18,20 @@ policies: fulfil it, reject it with a reason, or ask a human.
 Every flag can also be set as FULFILLER_<FLAG> in the environment (dashes become
 underscores) or as a key in the YAML file named by --config. Flags win over the
 environment, the environment over the file.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Version: versionString(),
+		// cobra's default, made explicit: SuggestionsFor reads it as is.
+		SuggestionsMinimumDistance: 2,
+		SilenceUsage:               true,
+		SilenceErrors:              true,
+		// The root runs only to say that its argument is no command:
+		// cobra's own message spans lines and exits 1.
+		Args: unknownCommand,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return applyConfig(cmd)
 		},
 	}
+	root.SetVersionTemplate("fulfiller {{.Version}}\n")
 	root.PersistentFlags().String("config", "", "YAML file with flag values (keys are flag names)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return usageError(err)
@@ -28,6 +39,7 @@ environment, the environment over the file.`,
 	for _, sub := range subcommands() {
 		root.AddCommand(sub)
 	}
+	usageArgs(root)
 	return root
 }
 
@@ -42,5 +54,31 @@ func subcommands() []*cobra.Command {
 		newApproveCmd(),
 		newKeysCmd(),
 		newVersionCmd(),
+	}
+}
+
+// unknownCommand rejects an argument of the root, which can only be a
+// mistyped command, as a usage error on one line with cobra's suggestion.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q", args[0])
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(`; did you mean "%s"?`, strings.Join(s, `" or "`))
+	}
+	return usageErrorf("%s (see fulfiller --help)", msg)
+}
+
+// usageArgs makes every command's argument check a usage error (exit 2),
+// as the CLI contract says; cobra's own checks return plain errors.
+func usageArgs(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			return usageError(check(cmd, args))
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
 	}
 }

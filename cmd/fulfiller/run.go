@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"sync"
@@ -19,6 +21,8 @@ import (
 
 type runFlags struct {
 	gateway, space, token, id string
+	tokenFile                 string
+	cmd                       *cobra.Command // for warnConfig
 	policies, data            []string
 	approvers                 []string
 	approverKeys              string
@@ -48,13 +52,15 @@ SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
 "other"), leave the space, exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl.cmd = cmd
 			return runSidecar(cmd.Context(), fl)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&fl.gateway, "gateway", "", "gateway WebSocket URL, ws://host:port[/path] (required)")
 	f.StringVar(&fl.space, "space", "", "space id sent in the join frame (default: the gateway's configured space)")
-	f.StringVar(&fl.token, "token", "", "participant token (prefer FULFILLER_TOKEN; never logged)")
+	f.StringVar(&fl.token, "token", "", "participant token (prefer FULFILLER_TOKEN or --token-file; never logged)")
+	f.StringVar(&fl.tokenFile, "token-file", "", "read the participant token from `FILE` (read once at start, trimmed; mode 0600)")
 	f.StringVar(&fl.id, "id", "fulfiller", "participant id to join as")
 	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable)")
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
@@ -70,7 +76,7 @@ SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
 	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
 	fl.ops.register(f)
-	f.BoolVar(&fl.check, "check", false, "validate the flags and config, load the policies and approver keys, then exit without joining (0: all good, 2: what is wrong)")
+	f.BoolVar(&fl.check, "check", false, "validate everything run would open or parse (flags, config, token files, approver keys, decision log, --http address, policies and data), then exit without joining (0: all good, 2: what is wrong)")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -101,11 +107,38 @@ func (fl *runFlags) validate() error {
 	return nil
 }
 
+// loadPolicy loads --policy and --data as run and --check do, warning
+// when no policy is given: the built-in one rejects everything.
+func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger) (*policies.Engine, error) {
+	engine, err := policies.Load(ctx, policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log})
+	if err != nil {
+		return nil, usageError(err)
+	}
+	if engine.IsDefault() {
+		log.Warn("no --policy given: the built-in policy rejects every proposal")
+	}
+	return engine, nil
+}
+
 func runSidecar(ctx context.Context, fl runFlags) error {
 	if err := fl.validate(); err != nil {
 		return err
 	}
-	log, err := newLogger(os.Stderr, fl.logFormat, fl.logLevel)
+	logOut := io.Writer(os.Stderr)
+	if fl.cmd != nil {
+		logOut = fl.cmd.ErrOrStderr()
+	}
+	log, err := newLogger(logOut, fl.logFormat, fl.logLevel)
+	if err != nil {
+		return err
+	}
+	// Everything below up to the join is shared with --check: each step
+	// opens or parses with the function run itself uses, so --check fails
+	// exactly when run would.
+	if fl.cmd != nil {
+		warnConfig(log, fl.cmd, joinToken, httpToken)
+	}
+	token, err := joinToken.resolve(log, fl.token, fl.tokenFile)
 	if err != nil {
 		return err
 	}
@@ -116,9 +149,12 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		}
 	}
 	if fl.check {
-		engine, err := policies.Load(ctx, policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log})
+		if err := fl.ops.check(log); err != nil {
+			return err
+		}
+		engine, err := fl.loadPolicy(ctx, log)
 		if err != nil {
-			return usageError(err)
+			return err
 		}
 		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys))
 		return nil
@@ -133,18 +169,15 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	// and the elicitor has stopped, flush the decision log, then stop
 	// the HTTP server.
 	defer opsRT.close()
-	engine, err := policies.Load(ctx, policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log})
+	engine, err := fl.loadPolicy(ctx, log)
 	if err != nil {
-		return usageError(err)
-	}
-	if engine.IsDefault() {
-		log.Warn("no --policy given: the built-in policy rejects every proposal")
+		return err
 	}
 	log.Info("policy loaded", "revision", engine.Revision(), "files", len(engine.Files()))
 	opsRT.source.SetPolicy(engine)
 
 	client, err := agent.Dial(ctx, agent.Config{
-		URL: fl.gateway, Space: fl.space, Token: fl.token, ID: fl.id,
+		URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id,
 		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout, Logger: log,
 	})
 	if err != nil {

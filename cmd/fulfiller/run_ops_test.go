@@ -16,8 +16,9 @@ import (
 	"testing"
 )
 
-// TestRunBinaryOperations runs the real binary with --http, --http-token
-// (from the environment), --decision-log and --mask, and checks the wiring
+// TestRunBinaryOperations runs the real binary with --http, the join and
+// operator API tokens from --token-file and --http-token-file (trimmed),
+// --decision-log and --mask, and checks the wiring
 // end to end: /readyz turns 200 once joined, the operator API shows the
 // pending escalation, SIGHUP reopens a rotated decision log, and on SIGTERM
 // the shutdown reject still reaches the log (it is closed after the
@@ -35,7 +36,16 @@ func TestRunBinaryOperations(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 
-	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_HTTP_TOKEN=op-secret"},
+	tokenFile, httpTokenFile := filepath.Join(dir, "token"), filepath.Join(dir, "http-token")
+	if err := os.WriteFile(tokenFile, []byte("fulfiller-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(httpTokenFile, []byte("  op-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// FULFILLER_TOKEN emptied: the join token must come from the file (the
+	// escalation below needs the capabilities only it grants).
+	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN="}, "--token-file", tokenFile, "--http-token-file", httpTokenFile,
 		"--http", addr, "--decision-log", logPath, "--mask", "params.arguments.path")
 	get := func(path, tok string) (int, string) {
 		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)

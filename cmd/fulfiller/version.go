@@ -18,11 +18,16 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the fulfiller version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "fulfiller %s (%s, %s/%s, mew/v0.4)\n",
-				buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "fulfiller %s\n", versionString())
 			return err
 		},
 	}
+}
+
+// versionString is what `fulfiller version` and `fulfiller --version`
+// print after the program name.
+func versionString() string {
+	return fmt.Sprintf("%s (%s, %s/%s, mew/v0.4)", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 func buildVersion() string {

@@ -19,7 +19,11 @@
 // beyond the first for one proposal is a duplicate. Both must be zero.
 //
 // Load is open-ended only up to a window: at most Config.Window proposals
-// wait for an answer at once, like agents that wait for their answers. The
+// are unfinished at once, like agents that wait for their answers. A
+// proposal holds its place in the window until the fulfiller is done with
+// it: a rejected one until its mcp/reject, a fulfilled one until the tool
+// owner's mcp/response (the fulfiller keeps counting it as pending until
+// then), so the fulfiller never holds more than Window proposals. The
 // in-process space bounds each socket's queue; a flood without a window
 // would fill the fulfiller's queue and make the space drop it, which tests
 // the fixture, not the fulfiller.
@@ -59,7 +63,8 @@ type Config struct {
 	// From, when not empty, replaces the synthetic mix: proposal seq sends
 	// From[seq % len(From)].
 	From []FileProposal
-	// Window is the most proposals awaiting an answer at once [32].
+	// Window is the most proposals unfinished at once [32]: sent and not
+	// yet rejected or, when fulfilled, not yet answered by the tool.
 	Window int
 
 	MaxPending  int // fulfill.Config.MaxPending [1000]
@@ -375,10 +380,11 @@ func (c *inputCapture) inputs() []*policies.Input {
 // number. It is small per proposal (12 bytes), so a million-proposal
 // flood measures the fulfiller's memory, not the generator's.
 type tracker struct {
-	start   time.Time
-	sent    []atomic.Int64 // ns since start + 1; 0: not sent
-	answers []atomic.Int32
-	window  chan struct{}
+	start    time.Time
+	sent     []atomic.Int64 // ns since start + 1; 0: not sent
+	answers  []atomic.Int32
+	released []atomic.Bool // seq has given its place in the window back
+	window   chan struct{}
 
 	nSent, nAnswered, nDup atomic.Int64
 	lastAnswer             atomic.Int64 // ns since start
@@ -409,8 +415,18 @@ func (t *tracker) answered(seq int, ns int64) (lat int64, ok bool) {
 			break
 		}
 	}
-	<-t.window
 	return ns - (sent - 1), true
+}
+
+// release gives seq's place in the window back, once: the fulfiller is
+// done with it (rejected, or fulfilled and answered by the tool).
+func (t *tracker) release(seq int) {
+	if seq < 0 || seq >= len(t.sent) || t.sent[seq].Load() == 0 {
+		return
+	}
+	if t.released[seq].CompareAndSwap(false, true) {
+		<-t.window
+	}
 }
 
 // receiver is one proposer's view of the space; only its goroutine
@@ -439,9 +455,10 @@ func (w *world) drive(ctx context.Context) Report {
 	cfg := w.cfg
 	n := cfg.Proposals
 	t := &tracker{
-		sent:    make([]atomic.Int64, n),
-		answers: make([]atomic.Int32, n),
-		window:  make(chan struct{}, cfg.Window),
+		sent:     make([]atomic.Int64, n),
+		answers:  make([]atomic.Int32, n),
+		released: make([]atomic.Bool, n),
+		window:   make(chan struct{}, cfg.Window),
 	}
 	sched := cfg.Mix.schedule()
 	rep := Report{Proposers: cfg.Proposers, Proposals: n, Rate: cfg.Rate, Mix: cfg.Mix.String(),

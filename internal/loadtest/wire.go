@@ -153,6 +153,7 @@ func (r *receiver) observe(t *tracker, frame []byte) {
 			r.lat.record(lat)
 			r.outcomes["rejected:"+string(scan(frame, keyReason))]++
 		}
+		t.release(seq) // also ends a fulfilment the fulfiller timed out
 	case agent.KindResponse:
 		cid := scan(frame, keyCorrelation)
 		seq, ok := r.requests[string(cid)]
@@ -160,6 +161,7 @@ func (r *receiver) observe(t *tracker, frame []byte) {
 			return
 		}
 		delete(r.requests, string(cid))
+		t.release(seq)
 		r.toolLat.record(now - (t.sent[seq].Load() - 1))
 		if bytes.Contains(frame, []byte(`"isError":true`)) || bytes.Contains(frame, []byte(`"error":{`)) {
 			r.toolErrors++
