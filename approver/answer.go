@@ -51,6 +51,11 @@ func (a Answer) Describe() string {
 	return "approved"
 }
 
+// approves reports whether the answer approves the call (as edited).
+func (a Answer) approves() bool {
+	return a.Action == elicit.ActionAccept && a.Approve && a.DelegateTo == ""
+}
+
 // Errors of Response.
 var (
 	ErrCannotSign     = errors.New("the request carries no call digest, so the answer cannot be signed")
@@ -66,7 +71,7 @@ func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error)
 	default:
 		return agent.Envelope{}, fmt.Errorf("answer: unknown action %q", a.Action)
 	}
-	approving := a.Action == elicit.ActionAccept && a.Approve && a.DelegateTo == ""
+	approving := a.approves()
 	if approving && c.Proposal != nil && !c.DigestOK {
 		return agent.Envelope{}, ErrDigestMismatch
 	}

@@ -1,12 +1,14 @@
 package approver_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
@@ -120,7 +122,7 @@ func TestTerminalCardWithdrawn(t *testing.T) {
 	if err := w.prop.Withdraw(w.ctx, id, "no_longer_needed"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the withdrawal", out.String, "✗ withdrawn p-write: coder → write_file on fs — the proposer withdrew it")
+	waitFor(t, "the withdrawal", out.String, "q quit › \n✗ ended p-write: coder → write_file on fs — withdrawn by the proposer\n")
 }
 
 func TestTerminalDeclineWithReason(t *testing.T) {
@@ -131,17 +133,56 @@ func TestTerminalDeclineWithReason(t *testing.T) {
 	w.approver("alice", &approver.Terminal{In: in, Out: &out}, approver.Options{})
 	id := w.propose("p-write")
 	waitFor(t, "the card", out.String, "› ")
-	io.WriteString(keys, "x\n") // not a choice: help, then the prompt again
-	waitFor(t, "the help", out.String, "a approve as shown")
+	io.WriteString(keys, "g\n") // not offered (nobody to delegate to): help, then the prompt again
+	waitFor(t, "the help", out.String, "  a approve as shown · e change the editable arguments, then approve · d decline, with a reason for the proposer · c dismiss without deciding · q quit\n")
 	io.WriteString(keys, "d\n")
 	waitFor(t, "the reason prompt", out.String, "reason, sent to the proposer (optional): ")
-	io.WriteString(keys, "use the staging copy\n")
+	// Piped, the line arrives as typed: escape sequences and control
+	// bytes are taken out, never sent.
+	io.WriteString(keys, "use the \x1b[Dstaging\x07 copy\u202e\n")
 	if o := w.outcome(id); o.Reason != "disagree" {
 		t.Fatalf("outcome %+v", o)
 	}
 	if chat := w.chat(id); chat != "alice declined: use the staging copy" {
 		t.Errorf("chat %q", chat)
 	}
+}
+
+// A card offers only what can be done with it, and the help after a wrong
+// key lists just that: no edit without editable arguments, no delegate
+// without someone to hand to.
+func TestTerminalOffersOnlyItsActions(t *testing.T) {
+	w := newWorld(t, `{"approvers":["alice"]}`, nil)
+	in, keys := io.Pipe()
+	t.Cleanup(func() { keys.Close() })
+	var out screen
+	w.approver("alice", &approver.Terminal{In: in, Out: &out}, approver.Options{})
+	id := w.propose("p-write")
+	waitFor(t, "the prompt", out.String, "left] a approve · d decline · c dismiss · q quit › ")
+	io.WriteString(keys, "e\n")
+	waitFor(t, "the help", out.String, "  a approve as shown · d decline, with a reason for the proposer · c dismiss without deciding · q quit\n")
+	io.WriteString(keys, "a\n")
+	if o := w.outcome(id); !o.Fulfilled {
+		t.Fatalf("outcome %+v", o)
+	}
+	waitFor(t, "the outcome", out.String, "✓ sent approved — p-write: coder → write_file on fs\n✓ outcome p-write: coder → write_file on fs — fulfilled: the call was sent to fs\n")
+}
+
+// After an approval with an edit the policy refuses, the approver sees
+// the policy's reject and its message.
+func TestTerminalOutcomeRejectedAfterEdit(t *testing.T) {
+	w := newWorld(t, oneApprover, nil)
+	in, keys := io.Pipe()
+	t.Cleanup(func() { keys.Close() })
+	var out screen
+	w.approver("alice", &approver.Terminal{In: in, Out: &out}, approver.Options{})
+	id := w.propose("p-write")
+	waitFor(t, "the prompt", out.String, "q quit › ")
+	io.WriteString(keys, "e\n/tmp/motd\n\n\n") // path, content kept, no reason
+	if o := w.outcome(id); o.Reason != "policy" {
+		t.Fatalf("outcome %+v", o)
+	}
+	waitFor(t, "the outcome", out.String, "✗ outcome p-write: coder → write_file on fs — rejected by the policy: writes stay under /srv/prod\n")
 }
 
 func TestKeyFile(t *testing.T) {
@@ -219,5 +260,87 @@ func TestResponseRefusesDigestMismatch(t *testing.T) {
 	r, err := approver.Response(c, approver.Answer{Action: elicit.ActionDecline}, nil)
 	if err != nil || string(r.Payload) != `{"jsonrpc":"2.0","id":3,"result":{"action":"decline"}}` || r.CorrelationID.First() != "fulfiller-elicit-1" || r.To[0] != "fulfiller" {
 		t.Errorf("decline %s %v", r.Payload, err)
+	}
+}
+
+// Text on a card comes from others — the proposer, the tool's owner — and
+// must not steer the terminal: a carriage return and an erase could hide
+// the digest or rewrite the arguments shown. Control characters and
+// bidirectional overrides are shown escaped.
+func TestRenderEscapesControlCharacters(t *testing.T) {
+	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
+	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p\r\u001b[2Kq","from":"cod\u202eer","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2030-01-01T00:00:00Z"},"tool":{"name":"write_file","server":"fs","description":"writes\r\u001b[Kread-only"},"policy":{"message":"ok\u0007"}}}}`)}
+	c, err := approver.ParseCard(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	c.Render(&b, time.Date(2029, 12, 31, 23, 59, 0, 0, time.UTC), false)
+	got := b.String() + c.Summary()
+	if strings.ContainsAny(got, "\r\x1b\x07\u202e") {
+		t.Errorf("the card holds control characters:\n%q", got)
+	}
+	for _, want := range []string{
+		`▌ approval requested — p\r\x1b[2Kq`,
+		`proposer   cod\u202eer`,
+		`tool       write_file — writes\r\x1b[Kread-only`,
+		`policy     ok\a`,
+		`p\r\x1b[2Kq: cod\u202eer → write_file on fs`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("card lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// absentConn is a Conn whose space holds nobody else.
+type absentConn struct{}
+
+func (absentConn) ID() string { return "alice" }
+func (absentConn) Send(context.Context, agent.Envelope) (agent.Envelope, error) {
+	return agent.Envelope{}, nil
+}
+func (absentConn) Participant(string) (agent.Participant, bool) { return agent.Participant{}, false }
+
+// An approver who starts before the fulfiller is told why no card comes.
+func TestFulfillerAbsentAtStart(t *testing.T) {
+	ui := newRecUI(nil)
+	in := make(chan agent.Envelope)
+	close(in)
+	if err := approver.New(absentConn{}, ui, approver.Options{}).Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	if evs := ui.snapshot(); len(evs) != 1 || evs[0].Kind != approver.EventFulfillerAbsent || evs[0].Fulfiller != "fulfiller" {
+		t.Errorf("events %+v", evs)
+	}
+	var out screen
+	(&approver.Terminal{Out: &out}).Notify(approver.Event{Kind: approver.EventFulfillerAbsent, Fulfiller: "fulfiller"})
+	if got := out.String(); got != "⚠ fulfiller is not in the space: cards appear when it joins\n" {
+		t.Errorf("terminal says %q", got)
+	}
+}
+
+// The terminal says when the fulfiller leaves (its card closes, saying
+// why) and when it is back (the card is shown again).
+func TestTerminalFulfillerLeavesAndComesBack(t *testing.T) {
+	w := newWorld(t, oneApprover, nil)
+	in, keys := io.Pipe()
+	t.Cleanup(func() { keys.Close() })
+	var out screen
+	w.approver("alice", &approver.Terminal{In: in, Out: &out}, approver.Options{})
+	id := w.propose("p-write")
+	waitFor(t, "the card", out.String, "q quit › ")
+	if n := w.srv.Drop("fulfiller"); n != 1 {
+		t.Fatalf("dropped %d sockets of the fulfiller", n)
+	}
+	waitFor(t, "the notices", out.String, "q quit › \n"+
+		"⚠ fulfiller left the space: its cards are closed until it is back\n"+
+		"✗ ended p-write: coder → write_file on fs — the fulfiller left the space; the card comes back if it asks again\n"+
+		"✓ fulfiller is in the space\n\n"+
+		"▌ approval requested — p-write\n")
+	io.WriteString(keys, "a\n")
+	if o := w.outcome(id); !o.Fulfilled {
+		t.Fatalf("outcome %+v", o)
 	}
 }

@@ -32,18 +32,27 @@ func (u *Auto) Ask(_ context.Context, c *Card) (Answer, error) {
 	return Answer{Action: elicit.ActionDecline}, nil
 }
 
-// Dropped implements UI.
-func (u *Auto) Dropped(c *Card, reason string) {
-	u.printf("withdrawn  %s (%s)\n", c.Summary(), DroppedReason(reason))
-}
-
-// Sent implements UI.
-func (u *Auto) Sent(c *Card, a Answer, err error) {
-	if err != nil {
-		u.printf("not sent   %s: %v\n", c.Summary(), err)
-		return
+// Notify implements UI: one line for each card that ended, each answer
+// and each outcome.
+func (u *Auto) Notify(ev Event) {
+	switch ev.Kind {
+	case EventEnded:
+		u.printf("ended      %s (%s)\n", ev.Card.Summary(), ev.End)
+	case EventSent:
+		if ev.Err != nil {
+			u.printf("not sent   %s: %v\n", ev.Card.Summary(), ev.Err)
+			return
+		}
+		u.printf("%-10s %s\n", ev.Answer.Describe(), ev.Card.Summary())
+	case EventOutcome:
+		u.printf("outcome    %s: %s\n", ev.Card.Summary(), ev.Outcome)
+	case EventFulfillerLeft:
+		u.printf("%s left the space\n", printable(ev.Fulfiller))
+	case EventFulfillerJoined:
+		u.printf("%s is in the space\n", printable(ev.Fulfiller))
+	case EventFulfillerAbsent:
+		u.printf("%s is not in the space (yet)\n", printable(ev.Fulfiller))
 	}
-	u.printf("%-10s %s\n", a.Describe(), c.Summary())
 }
 
 func (u *Auto) printf(format string, args ...any) {
@@ -53,27 +62,4 @@ func (u *Auto) printf(format string, args ...any) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	fmt.Fprintf(u.Out, format, args...)
-}
-
-// DroppedReason explains a notifications/cancelled reason to a person.
-func DroppedReason(reason string) string {
-	switch reason {
-	case "withdrawn":
-		return "the proposer withdrew it"
-	case "timeout":
-		return "the deadline passed"
-	case "approved":
-		return "approved by other approvers"
-	case "disagree":
-		return "another approver declined"
-	case "superseded":
-		return "someone answered the proposer directly"
-	case "shutdown":
-		return "the fulfiller is shutting down"
-	case "incapable":
-		return "not enough approvers are left"
-	case "other", "cancelled", "":
-		return "cancelled"
-	}
-	return reason
 }

@@ -13,8 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
@@ -220,7 +223,7 @@ func (c *Card) Summary() string {
 	if server := c.server(); server != "" {
 		s += " on " + server
 	}
-	return s
+	return printable(s)
 }
 
 func (c *Card) server() string {
@@ -249,50 +252,53 @@ func (c *Card) Arguments() json.RawMessage {
 // Render writes the card for a person. now drives the countdown.
 func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 	st := style(color)
+	// Every value shown comes from others (proposer, tool owner, policy):
+	// printable keeps it from steering the terminal.
 	line := func(label, value string) {
 		if value != "" {
 			fmt.Fprintf(w, "  %s %s\n", st.dim(fmt.Sprintf("%-10s", label)), value)
 		}
 	}
+	p := printable
 	fmt.Fprintln(w)
 	title := "approval requested"
 	if c.Proposal != nil {
-		title += " — " + c.Proposal.ID
+		title += " — " + p(c.Proposal.ID)
 	}
 	fmt.Fprintln(w, st.bold("▌ "+title))
 	if len(c.DelegatedBy) > 0 {
-		line("handed on", "by "+strings.Join(c.DelegatedBy, " → "))
+		line("handed on", "by "+p(strings.Join(c.DelegatedBy, " → ")))
 	}
 	if c.Proposal == nil {
-		line("message", c.Message)
+		line("message", p(c.Message))
 	} else {
-		line("proposer", c.Proposal.From)
-		line("server", c.server())
+		line("proposer", p(c.Proposal.From))
+		line("server", p(c.server()))
 		if c.Tool != nil && c.Tool.Name != "" {
-			tool := st.yellow(c.Tool.Name)
+			tool := st.yellow(p(c.Tool.Name))
 			if c.Tool.Description != "" {
-				tool += st.dim(" — " + c.Tool.Description)
+				tool += st.dim(" — " + p(c.Tool.Description))
 			}
 			line("tool", tool)
 		} else {
-			line("method", c.Proposal.Method)
+			line("method", p(c.Proposal.Method))
 		}
 		if args := c.Arguments(); args != nil {
 			fmt.Fprintf(w, "  %s\n", st.dim("arguments"))
 			for _, l := range strings.Split(pretty(args), "\n") {
-				fmt.Fprintf(w, "    %s\n", l)
+				fmt.Fprintf(w, "    %s\n", p(l))
 			}
 		}
 		if c.Tool != nil && len(c.Tool.Annotations) > 0 {
-			line("hints", string(c.Tool.Annotations))
+			line("hints", p(string(c.Tool.Annotations)))
 		}
 	}
-	line("policy", c.Policy.Message)
+	line("policy", p(c.Policy.Message))
 	if c.Policy.Quorum > 1 {
-		line("needs", fmt.Sprintf("%d approvals of %s", c.Policy.Quorum, strings.Join(c.Policy.Approvers, ", ")))
+		line("needs", fmt.Sprintf("%d approvals of %s", c.Policy.Quorum, p(strings.Join(c.Policy.Approvers, ", "))))
 	}
 	if c.Proposal != nil {
-		d := elicit.ShortDigest(c.Proposal.Digest)
+		d := p(elicit.ShortDigest(c.Proposal.Digest))
 		if !c.DigestOK {
 			d += " " + st.red("⚠ does not match the call shown: this card cannot be approved")
 		}
@@ -304,12 +310,12 @@ func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 	if len(c.Fields) > 0 {
 		var names []string
 		for _, f := range c.Fields {
-			names = append(names, f.Name+" ("+f.Type+")")
+			names = append(names, p(f.Name+" ("+f.Type+")"))
 		}
 		line("editable", strings.Join(names, ", "))
 	}
 	if len(c.Delegates) > 0 {
-		line("delegate", "to "+strings.Join(c.Delegates, ", "))
+		line("delegate", "to "+p(strings.Join(c.Delegates, ", ")))
 	}
 }
 
@@ -327,6 +333,30 @@ func Countdown(deadline, now time.Time) string {
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	}
 	return fmt.Sprintf("%ds", int(d.Seconds()))
+}
+
+// printable makes text from others safe to put on a terminal. Control
+// characters (ESC, CR, backspace, C1) and bidirectional overrides would let
+// whoever wrote the text — a proposer, a tool's owner — move the cursor,
+// reorder or overwrite what the card shows (the digest, the arguments), so
+// each is shown escaped instead.
+func printable(s string) string {
+	unsafe := func(r rune) bool {
+		return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
+	}
+	if !strings.ContainsFunc(s, unsafe) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unsafe(r) {
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // pretty indents JSON for reading, keeping the proposer's key order.

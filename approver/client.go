@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -23,15 +25,16 @@ type Conn interface {
 }
 
 // UI is how the person sees cards and answers them. Ask shows one card and
-// returns the answer; its ctx ends when the card is withdrawn (the
-// fulfiller cancelled it or its deadline passed) or the client stops, and
-// Ask must then return promptly. Dropped and Sent report what happened to a
-// card afterwards. The Client calls Ask for one card at a time; Dropped may
-// be called for a queued card while Ask shows another.
+// returns the answer; its ctx ends when the card goes away (the fulfiller
+// cancelled it, its deadline passed, the fulfiller left) or the client
+// stops, and Ask must then return promptly. Notify reports what happened
+// afterwards — a card ended and why, an answer sent, the outcome of an
+// approval, the fulfiller leaving or coming back — as data for the UI to
+// word. The Client calls Ask for one card at a time; Notify may be called
+// (from Run's goroutine) while Ask shows a card.
 type UI interface {
 	Ask(ctx context.Context, c *Card) (Answer, error)
-	Dropped(c *Card, reason string)
-	Sent(c *Card, a Answer, err error)
+	Notify(ev Event)
 }
 
 // ErrQuit is returned by a UI's Ask when the person wants to stop; Run then
@@ -99,47 +102,80 @@ type askResult struct {
 	err error
 }
 
-// errWithdrawn is the cause of a card's context when the fulfiller
-// cancelled it.
-type errWithdrawn struct{ reason string }
+// errEnded is the cause of a card's context when the card went away while
+// shown; Run has already reported why.
+type errEnded struct{ end End }
 
-func (e errWithdrawn) Error() string { return "withdrawn: " + e.reason }
+func (e errEnded) Error() string { return "card ended: " + e.end.String() }
 
-// Run handles the requests addressed to this approver (subscribe to
-// mcp/request and pass the channel) until ctx ends, in is closed, the UI
-// quits or Limit answers were sent.
+// session is Run's state; only Run's goroutine uses it.
+type session struct {
+	queue    []*Card
+	cur      *asking
+	seen     *lru.Cache[string, seenPrompt]
+	mem      *memory
+	answered int
+
+	// approved holds the approvals sent whose outcome is not known yet,
+	// by proposal id; rejects the rejects of those proposals still
+	// waiting for their explanation, by reject envelope id.
+	approved *lru.Cache[string, *watch]
+	rejects  map[string]*watch
+}
+
+// watch is an approval waiting for its outcome.
+type watch struct {
+	card    *Card
+	answer  Answer
+	reason  string    // the reject's reason, once it came
+	explain time.Time // when to stop waiting for the reject's explanation
+}
+
+// explainWait is how long the outcome of a rejected approval waits for
+// the fulfiller's chat that explains the reject, which it sends right
+// after the reject. A reject without a message has no chat.
+const explainWait = 2 * time.Second
+
+// Run handles the envelopes of the approver's subscription (pass the
+// channel of a subscription made with SubscribeOptions) until ctx ends, in
+// is closed, the UI quits or Limit answers were sent.
 func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
-	var queue []*Card
-	seen := newSeenPrompts(seenLimit)
-	mem := &memory{max: c.opts.Remember, now: c.opts.Now}
-	var cur *asking
-	answered := 0
-
-	stopCurrent := func(cause error) {
-		if cur == nil {
-			return
-		}
-		cur.cancel(cause)
-		<-cur.done
-		cur = nil
+	approved, err := lru.New[string, *watch](max(c.opts.Remember, 1))
+	if err != nil {
+		return fmt.Errorf("approver: %w", err)
 	}
-	defer stopCurrent(context.Canceled)
+	s := &session{
+		seen:     newSeenPrompts(seenLimit),
+		mem:      &memory{max: c.opts.Remember, now: c.opts.Now},
+		approved: approved,
+		rejects:  map[string]*watch{},
+	}
+	defer c.stopCurrent(s, context.Canceled)
 
+	if r, ok := c.conn.(roster); ok {
+		if _, here := r.Participant(c.opts.Fulfiller); !here {
+			c.notify(Event{Kind: EventFulfillerAbsent})
+		}
+	}
 	for {
-		if cur == nil {
-			for len(queue) > 0 && cur == nil {
-				card := queue[0]
-				queue = queue[1:]
-				if dl := card.Deadline(); !dl.IsZero() && !c.opts.Now().Before(dl) {
-					c.ui.Dropped(card, "the deadline passed")
-					continue
-				}
-				cur = c.ask(ctx, card)
+		for s.cur == nil && len(s.queue) > 0 {
+			card := s.queue[0]
+			s.queue = s.queue[1:]
+			if dl := card.Deadline(); !dl.IsZero() && !c.opts.Now().Before(dl) {
+				c.notify(Event{Kind: EventEnded, Card: card, End: End{Cause: CauseDeadline}})
+				continue
 			}
+			s.cur = c.ask(ctx, card)
 		}
 		var done chan askResult
-		if cur != nil {
-			done = cur.done
+		if s.cur != nil {
+			done = s.cur.done
+		}
+		var explain *time.Timer
+		var explainC <-chan time.Time
+		if next := c.nextExplain(s); !next.IsZero() {
+			explain = time.NewTimer(next.Sub(c.opts.Now()))
+			explainC = explain.C
 		}
 		select {
 		case <-ctx.Done():
@@ -148,49 +184,86 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 			if !ok {
 				return nil
 			}
-			card, cancelled, reason := c.receive(ctx, env, seen, mem)
-			switch {
-			case card != nil:
-				queue = append(queue, card)
-			case cancelled != "" && cur != nil && cur.card.RequestID == cancelled:
-				card := cur.card
-				stopCurrent(errWithdrawn{reason})
-				c.ui.Dropped(card, reason)
-			case cancelled != "":
-				if i := slices.IndexFunc(queue, func(q *Card) bool { return q.RequestID == cancelled }); i >= 0 {
-					card := queue[i]
-					queue = slices.Delete(queue, i, i+1)
-					c.ui.Dropped(card, reason)
-				}
+			if explain != nil {
+				explain.Stop()
 			}
+			c.receive(ctx, s, env)
+		case <-explainC:
+			c.explainDue(s)
+			continue
 		case r := <-done:
-			card := cur.card
-			cur = nil
-			var withdrawn errWithdrawn
+			card := s.cur.card
+			s.cur = nil
+			var ended errEnded
 			switch {
 			case errors.Is(r.err, ErrQuit):
 				return nil
-			case errors.As(r.err, &withdrawn):
-				// Dropped was reported where it was cancelled.
+			case errors.As(r.err, &ended):
+				// Reported where it ended.
 			case errors.Is(r.err, context.DeadlineExceeded):
-				c.ui.Dropped(card, "the deadline passed")
+				c.notify(Event{Kind: EventEnded, Card: card, End: End{Cause: CauseDeadline}})
 			case r.err != nil:
 				if ctx.Err() != nil {
 					return nil
 				}
 				c.log.Warn("card not answered", "request", card.RequestID, "err", r.err)
 			default:
-				err := c.respond(ctx, card, r.a, mem)
-				c.ui.Sent(card, r.a, err)
-				if err == nil {
-					answered++
-					if c.opts.Limit > 0 && answered >= c.opts.Limit {
-						return nil
-					}
+				err := c.respond(ctx, card, r.a, s.mem)
+				c.notify(Event{Kind: EventSent, Card: card, Answer: r.a, Err: err})
+				if err != nil {
+					break
+				}
+				if r.a.approves() && card.Proposal != nil {
+					s.approved.Add(card.Proposal.ID, &watch{card: card, answer: r.a})
+				}
+				s.answered++
+				if c.opts.Limit > 0 && s.answered >= c.opts.Limit {
+					return nil
 				}
 			}
 		}
 	}
+}
+
+// roster is what Run uses, when the Conn has it (*agent.Client does), to
+// say at the start that the fulfiller is not in the space.
+type roster interface {
+	Participant(id string) (agent.Participant, bool)
+}
+
+func (c *Client) notify(ev Event) {
+	ev.Fulfiller = c.opts.Fulfiller
+	c.ui.Notify(ev)
+}
+
+// stopCurrent ends the card being shown, if any, and waits for Ask to
+// return.
+func (c *Client) stopCurrent(s *session, cause error) {
+	if s.cur == nil {
+		return
+	}
+	s.cur.cancel(cause)
+	<-s.cur.done
+	s.cur = nil
+}
+
+// end removes the card with request id from the screen or the queue, and
+// reports why. It reports whether there was one.
+func (c *Client) end(s *session, requestID string, e End) bool {
+	if s.cur != nil && s.cur.card.RequestID == requestID {
+		card := s.cur.card
+		c.stopCurrent(s, errEnded{e})
+		c.notify(Event{Kind: EventEnded, Card: card, End: e})
+		return true
+	}
+	i := slices.IndexFunc(s.queue, func(q *Card) bool { return q.RequestID == requestID })
+	if i < 0 {
+		return false
+	}
+	card := s.queue[i]
+	s.queue = slices.Delete(s.queue, i, i+1)
+	c.notify(Event{Kind: EventEnded, Card: card, End: e})
+	return true
 }
 
 // ask shows card in its own goroutine, with a context that ends at the
@@ -217,64 +290,215 @@ func (c *Client) ask(ctx context.Context, card *Card) *asking {
 	return a
 }
 
-// receive reads one request: a new card, a cancellation (the request id it
-// cancels and why), or nothing for us. tools/list is answered with no
-// tools, so that the fulfiller's discovery does not wait on a human.
-func (c *Client) receive(ctx context.Context, env agent.Envelope, seen *lru.Cache[string, [32]byte], mem *memory) (card *Card, cancelled, reason string) {
-	if env.Kind != agent.KindRequest || !slices.Contains(env.To, c.conn.ID()) {
-		return nil, "", ""
+// receive handles one envelope of the subscription. The gateway does not
+// authenticate `from`, and everything is broadcast: only what claims to
+// come from the fulfiller is looked at, and nothing from anyone else can
+// end or change a card.
+func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
+	switch env.Kind {
+	case agent.KindPresence:
+		c.presence(s, env)
+		return
+	case agent.KindReject, agent.KindChat:
+		c.outcome(s, env)
+		return
+	case agent.KindRequest:
+	default:
+		return
+	}
+	if !slices.Contains(env.To, c.conn.ID()) {
+		if env.From == c.opts.Fulfiller {
+			c.outcome(s, env) // perhaps the fulfilment of a proposal we approved
+		}
+		return
 	}
 	var req agent.RPCRequest
 	if json.Unmarshal(env.Payload, &req) != nil {
-		return nil, "", ""
+		return
 	}
 	if req.Method == agent.MethodToolsList && len(req.ID) > 0 {
 		payload, _ := orderedJSON([]string{"jsonrpc", "id", "result"}, map[string]json.RawMessage{
 			"jsonrpc": mustJSON("2.0"), "id": req.ID, "result": json.RawMessage(`{"tools":[]}`),
 		})
 		c.send(ctx, agent.Envelope{To: []string{env.From}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{env.ID}, Payload: payload})
-		return nil, "", ""
+		return
 	}
 	if req.Method != agent.MethodElicitationCreate && req.Method != agent.MethodCancelled {
-		return nil, "", ""
+		return
 	}
 	if env.From != c.opts.Fulfiller {
 		c.log.Warn("request from a participant that is not the fulfiller; ignored", "from", env.From, "method", req.Method, "envelope", env.ID)
-		return nil, "", ""
+		return
 	}
 	if req.Method == agent.MethodCancelled {
-		var p struct {
-			Reason string `json:"reason"`
-		}
-		_ = json.Unmarshal(req.Params, &p)
-		return nil, env.CorrelationID.First(), p.Reason
+		c.cancelled(s, env, req)
+		return
 	}
 	sum := sha256.Sum256(env.Payload)
-	if first, ok := seen.Get(env.ID); ok {
+	if first, ok := s.seen.Get(env.ID); ok {
 		// Only the first request with an id is shown. The fulfiller asks
 		// the same question again, byte for byte, after a reconnect,
 		// because our answer may have been lost (the gateway replays
 		// nothing): send the recorded answer again rather than ask the
 		// person twice. Anything else under a seen id is someone's attempt
 		// to put another call under a digest the person already saw.
-		switch a, answered := mem.get(env.ID); {
-		case first != sum:
+		switch a, answered := s.mem.get(env.ID); {
+		case first.sum != sum:
 			c.log.Warn("elicitation with an id seen before but a different content; ignored", "request", env.ID)
+			return
 		case answered:
 			c.log.Info("asked again about a request already answered; sending the answer again", "request", env.ID)
 			c.send(ctx, a)
-		default:
+			return
+		case !first.again:
 			c.log.Debug("asked again about a request already shown or dropped; ignored", "request", env.ID)
+			return
 		}
-		return nil, "", ""
+		// The card ended because the fulfiller left, and the fulfiller,
+		// back, still wants the answer: show it again.
 	}
-	seen.Add(env.ID, sum)
+	s.seen.Add(env.ID, seenPrompt{sum: sum})
 	card, err := ParseCard(env)
 	if err != nil {
 		c.log.Warn("elicitation not understood; ignored", "request", env.ID, "err", err)
-		return nil, "", ""
+		return
 	}
-	return card, "", ""
+	s.queue = append(s.queue, card)
+}
+
+// cancelled ends the card a notifications/cancelled names. It must come
+// from the participant that asked (the caller checked it is the
+// fulfiller), name a card that participant sent, and repeat its JSON-RPC
+// id: anything else is someone else's attempt to take a card away.
+func (c *Client) cancelled(s *session, env agent.Envelope, req agent.RPCRequest) {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+		Reason    string          `json:"reason"`
+	}
+	_ = json.Unmarshal(req.Params, &p)
+	rid := env.CorrelationID.First()
+	card := s.find(rid)
+	if card == nil {
+		return
+	}
+	if card.From != env.From || !sameValue(p.RequestID, card.RPCID) {
+		c.log.Warn("cancellation that does not match the card it names; ignored", "from", env.From, "request", rid, "envelope", env.ID)
+		return
+	}
+	c.end(s, rid, endOf(p.Reason))
+}
+
+// find returns the card with request id, shown or queued, or nil.
+func (s *session) find(requestID string) *Card {
+	if s.cur != nil && s.cur.card.RequestID == requestID {
+		return s.cur.card
+	}
+	if i := slices.IndexFunc(s.queue, func(q *Card) bool { return q.RequestID == requestID }); i >= 0 {
+		return s.queue[i]
+	}
+	return nil
+}
+
+// presence follows the fulfiller leaving and coming back. When it leaves,
+// its cards end: an answer sent now would reach nobody (the gateway
+// replays nothing). A fulfiller that comes back asks its open prompts
+// again, and receive then shows them again.
+func (c *Client) presence(s *session, env agent.Envelope) {
+	if !env.IsFromGateway() {
+		return
+	}
+	var p agent.PresencePayload
+	if json.Unmarshal(env.Payload, &p) != nil || p.Participant.ID != c.opts.Fulfiller {
+		return
+	}
+	switch p.Event {
+	case agent.PresenceLeave:
+		c.notify(Event{Kind: EventFulfillerLeft})
+		var ids []string
+		if s.cur != nil {
+			ids = append(ids, s.cur.card.RequestID)
+		}
+		for _, q := range s.queue {
+			ids = append(ids, q.RequestID)
+		}
+		for _, id := range ids {
+			if first, ok := s.seen.Peek(id); ok {
+				s.seen.Add(id, seenPrompt{sum: first.sum, again: true})
+			}
+			c.end(s, id, End{Cause: CauseFulfillerLeft})
+		}
+	case agent.PresenceJoin:
+		c.notify(Event{Kind: EventFulfillerJoined})
+	}
+}
+
+// outcome follows what the fulfiller does with a proposal this approver
+// approved: its fulfilment request to the tool owner (an mcp/request
+// correlated to the proposal that is not a prompt), or its mcp/reject and
+// the chat that explains it.
+func (c *Client) outcome(s *session, env agent.Envelope) {
+	if env.From != c.opts.Fulfiller {
+		return
+	}
+	switch env.Kind {
+	case agent.KindRequest:
+		w, ok := s.approved.Peek(env.CorrelationID.First())
+		if !ok || w.card.From != env.From {
+			return
+		}
+		var req agent.RPCRequest
+		if json.Unmarshal(env.Payload, &req) != nil || req.Method == agent.MethodElicitationCreate || req.Method == agent.MethodCancelled || len(req.ID) == 0 {
+			return
+		}
+		s.approved.Remove(w.card.Proposal.ID)
+		c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Fulfilled: true, Target: strings.Join(env.To, ", ")}})
+	case agent.KindReject:
+		w, ok := s.approved.Peek(env.CorrelationID.First())
+		if !ok || w.card.From != env.From || env.ID == "" {
+			return
+		}
+		var p struct {
+			Reason string `json:"reason"`
+		}
+		_ = json.Unmarshal(env.Payload, &p)
+		s.approved.Remove(w.card.Proposal.ID)
+		w.reason, w.explain = p.Reason, c.opts.Now().Add(explainWait)
+		s.rejects[env.ID] = w
+	case agent.KindChat:
+		w, ok := s.rejects[env.CorrelationID.First()]
+		if !ok || w.card.From != env.From {
+			return
+		}
+		var p struct {
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal(env.Payload, &p)
+		delete(s.rejects, env.CorrelationID.First())
+		c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Reason: w.reason, Message: p.Text}})
+	}
+}
+
+// nextExplain is when the first reject stops waiting for its explanation;
+// zero when none waits.
+func (c *Client) nextExplain(s *session) time.Time {
+	var next time.Time
+	for _, w := range s.rejects {
+		if next.IsZero() || w.explain.Before(next) {
+			next = w.explain
+		}
+	}
+	return next
+}
+
+// explainDue reports the rejects whose explanation did not come in time.
+func (c *Client) explainDue(s *session) {
+	now := c.opts.Now()
+	for id, w := range s.rejects {
+		if !now.Before(w.explain) {
+			delete(s.rejects, id)
+			c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Reason: w.reason}})
+		}
+	}
 }
 
 // seenLimit bounds the prompts Run remembers having shown. The gateway
@@ -285,10 +509,18 @@ func (c *Client) receive(ctx context.Context, env agent.Envelope, seen *lru.Cach
 // under.
 const seenLimit = 4096
 
-// newSeenPrompts makes the record of shown prompts: elicitation envelope
-// id → SHA-256 of its payload, least recently seen forgotten first.
-func newSeenPrompts(size int) *lru.Cache[string, [32]byte] {
-	c, err := lru.New[string, [32]byte](size)
+// seenPrompt is what Run remembers of a prompt it showed: the SHA-256 of
+// its payload, and whether it may be shown again (it ended because the
+// fulfiller left).
+type seenPrompt struct {
+	sum   [32]byte
+	again bool
+}
+
+// newSeenPrompts makes the record of shown prompts by elicitation envelope
+// id, least recently seen forgotten first.
+func newSeenPrompts(size int) *lru.Cache[string, seenPrompt] {
+	c, err := lru.New[string, seenPrompt](size)
 	if err != nil {
 		panic(err) // only for size <= 0, which callers never pass
 	}

@@ -37,12 +37,13 @@ func (u *gatedUI) Ask(ctx context.Context, c *approver.Card) (approver.Answer, e
 	}
 }
 
-func (u *gatedUI) Dropped(*approver.Card, string) {}
-
-func (u *gatedUI) Sent(_ *approver.Card, _ approver.Answer, err error) {
+func (u *gatedUI) Notify(ev approver.Event) {
+	if ev.Kind != approver.EventSent {
+		return
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.sent = append(u.sent, err)
+	u.sent = append(u.sent, ev.Err)
 }
 
 func (u *gatedUI) counts() (asked int, sent []error) {

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/term"
 
@@ -20,10 +23,14 @@ import (
 
 // Terminal is the interactive UI: it prints each card and reads the
 // person's choice as one key press (a approve, e edit then approve,
-// d decline, g delegate, c dismiss, q quit), with a live countdown to the
-// deadline while it waits. On a terminal the choice is read in raw mode;
-// elsewhere (a pipe, a test) a line is read and its first letter counts.
-// Free text — a reason, an edited value — is always read as a line.
+// d decline, g delegate, c dismiss, q quit — only those the card offers),
+// with a live countdown to the deadline while it waits. On a terminal the
+// whole card is answered in raw mode: the choice is one key, and free
+// text — a reason, an edited value — is read with line editing
+// (golang.org/x/term), so arrow keys move the cursor and what is sent is
+// exactly what the screen shows. Elsewhere (a pipe, a test) lines are
+// read and a choice's first letter counts. Control characters never leave
+// the client.
 type Terminal struct {
 	In  io.Reader
 	Out io.Writer
@@ -33,6 +40,10 @@ type Terminal struct {
 	// Flush discards typed-ahead input still queued in the terminal; nil
 	// does nothing. NewTerminal sets it for a tty.
 	Flush func()
+	// Size returns the terminal's width and height; nil or an error means
+	// unknown. NewTerminal sets it for a tty. The countdown line is kept
+	// within the width: a line that wraps cannot be redrawn in place.
+	Size  func() (width, height int, err error)
 	Color bool
 	Tick  time.Duration    // countdown refresh in raw mode [1s]
 	Now   func() time.Time // [time.Now]
@@ -41,9 +52,12 @@ type Terminal struct {
 	keys   chan byte // bytes from In; closed at EOF
 	skipLF bool      // the last line ended with \r: a \n right after it is part of it
 
-	mu       sync.Mutex // serialises output
-	onScreen string     // the raw-mode prompt on screen now, "" when none
-	above    []byte     // text written with Write that does not end a line yet
+	mu       sync.Mutex     // serialises output
+	raw      bool           // the terminal is in raw mode: \n does not return the carriage
+	onScreen string         // the raw-mode choice line on screen now, "" when none
+	midLine  bool           // line mode: a prompt waits for its line; output starts a new one
+	editor   *term.Terminal // the line being edited in raw mode, nil when none
+	above    []byte         // text written with Write that does not end a line yet
 }
 
 // NewTerminal makes a Terminal on in and out, in raw-key mode when in is a
@@ -65,6 +79,7 @@ func NewTerminal(in *os.File, out io.Writer, color bool) *Terminal {
 			return func() { _ = term.Restore(fd, st) }, nil
 		}
 		t.Flush = func() { flushInput(fd) }
+		t.Size = func() (int, int, error) { return term.GetSize(fd) }
 	}
 	return t
 }
@@ -95,25 +110,89 @@ func (t *Terminal) now() time.Time {
 	return time.Now()
 }
 
-func (t *Terminal) print(s string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, _ = io.WriteString(t.Out, s)
+// size is the terminal's width and height; 0, 0 when unknown.
+func (t *Terminal) size() (width, height int) {
+	if t.Size == nil {
+		return 0, 0
+	}
+	w, h, err := t.Size()
+	if err != nil || w <= 0 {
+		return 0, 0
+	}
+	return w, h
 }
 
-// showPrompt draws the raw-mode prompt line ("" clears it from memory when
-// raw mode ends).
+func (t *Terminal) setRaw(on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.raw = on
+}
+
+func (t *Terminal) isRaw() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.raw
+}
+
+// say prints text — whole lines, or a line-mode prompt — above whatever
+// prompt is live (the choice line with its countdown, or the line being
+// edited) and draws that prompt again. Everything but the prompts goes
+// through say, so that nothing garbles them.
+func (t *Terminal) say(text string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sayLocked(text)
+}
+
+func (t *Terminal) sayLocked(text string) {
+	switch {
+	case t.editor != nil:
+		// It moves the edited line out of the way and draws it again.
+		_, _ = t.editor.Write([]byte(text))
+	case t.onScreen != "":
+		_, _ = io.WriteString(t.Out, "\r\033[K"+crlf(text)+t.onScreen)
+	case t.raw:
+		_, _ = io.WriteString(t.Out, crlf(text))
+	default:
+		if t.midLine && text != "" {
+			text = "\n" + text
+		}
+		t.midLine = !strings.HasSuffix(text, "\n")
+		_, _ = io.WriteString(t.Out, text)
+	}
+}
+
+// lineRead notes that a line was read in line mode: the person's Enter
+// ended the prompt's line.
+func (t *Terminal) lineRead() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.midLine = false
+}
+
+// crlf ends lines with \r\n: in raw mode \n alone does not return the
+// carriage.
+func crlf(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") }
+
+// showPrompt draws the raw-mode choice line in place of the one on screen.
 func (t *Terminal) showPrompt(p string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.onScreen = p
-	if p != "" {
-		_, _ = io.WriteString(t.Out, "\r\033[K"+p)
-	}
+	_, _ = io.WriteString(t.Out, "\r\033[K"+p)
+}
+
+// endPrompt leaves the choice line on screen, followed by echo, and moves
+// to the next line.
+func (t *Terminal) endPrompt(echo string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onScreen = ""
+	_, _ = io.WriteString(t.Out, echo+"\r\n")
 }
 
 // Write prints other output — the demo's narration — on the same terminal
-// without garbling a card: whole lines go above the prompt line, which is
+// without garbling a card: whole lines go above the live prompt, which is
 // then drawn again. It makes a Terminal usable as an io.Writer.
 func (t *Terminal) Write(p []byte) (int, error) {
 	t.mu.Lock()
@@ -125,12 +204,8 @@ func (t *Terminal) Write(p []byte) (int, error) {
 	}
 	text := string(t.above[:i+1])
 	t.above = append(t.above[:0], t.above[i+1:]...)
-	if t.onScreen != "" {
-		// Raw mode: no newline translation, and the prompt is on screen.
-		text = "\r\033[K" + strings.ReplaceAll(text, "\n", "\r\n") + t.onScreen
-	}
-	_, err := io.WriteString(t.Out, text)
-	return len(p), err
+	t.sayLocked(text)
+	return len(p), nil
 }
 
 // drain discards keys typed before a card was shown: a key pressed for the
@@ -151,26 +226,90 @@ func (t *Terminal) drain() {
 	}
 }
 
+// action is one thing a card offers, chosen by key.
+type action struct {
+	key         byte
+	name, usage string
+}
+
+// actions are what card c offers, in the order the prompt lists them. A
+// card whose digest does not match the call shown cannot be approved, so
+// it does not offer it.
+func actions(c *Card) []action {
+	var acts []action
+	if c.Proposal == nil || c.DigestOK {
+		acts = append(acts, action{'a', "approve", "approve as shown"})
+		if len(c.Fields) > 0 {
+			acts = append(acts, action{'e', "edit", "change the editable arguments, then approve"})
+		}
+	}
+	acts = append(acts, action{'d', "decline", "decline, with a reason for the proposer"})
+	if len(c.Delegates) > 0 {
+		acts = append(acts, action{'g', "delegate", "hand to another approver"})
+	}
+	return append(acts, action{'c', "dismiss", "dismiss without deciding"}, action{'q', "quit", "quit"})
+}
+
+// offered returns the action key k chooses (y and n stand for a and d),
+// or false.
+func offered(acts []action, k byte) (byte, bool) {
+	switch k {
+	case 'y':
+		k = 'a'
+	case 'n':
+		k = 'd'
+	}
+	for _, a := range acts {
+		if a.key == k {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// help lists the actions the card offers, one line.
+func help(acts []action) string {
+	parts := make([]string, len(acts))
+	for i, a := range acts {
+		parts[i] = string(a.key) + " " + a.usage
+	}
+	return "  " + strings.Join(parts, " · ") + "\n"
+}
+
 // Ask implements UI.
 func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 	t.start()
 	t.drain()
+	if t.Raw != nil {
+		if restore, err := t.Raw(); err == nil {
+			t.setRaw(true)
+			defer func() { t.setRaw(false); restore() }()
+			// Keys typed before the card (half a line from a card that
+			// went away) must not choose for this one.
+			t.drain()
+		}
+	}
 	var b strings.Builder
 	c.Render(&b, t.now(), t.Color)
-	t.print(b.String())
+	t.say(b.String())
+	acts := actions(c)
 	for {
-		k, err := t.choice(ctx, c)
+		k, err := t.choice(ctx, c, acts)
 		if err != nil {
 			return Answer{}, err
 		}
-		switch k {
-		case 'a', 'y':
+		if k == 3 || k == 4 { // ctrl-C, ctrl-D
+			return Answer{}, ErrQuit
+		}
+		key, ok := offered(acts, k)
+		if !ok {
+			t.say(help(acts))
+			continue
+		}
+		switch key {
+		case 'a':
 			return Answer{Action: elicit.ActionAccept, Approve: true}, nil
 		case 'e':
-			if len(c.Fields) == 0 {
-				t.print("  nothing on this card is editable\n")
-				continue
-			}
 			edits, err := t.edit(ctx, c)
 			if err != nil {
 				return Answer{}, err
@@ -180,7 +319,7 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 				return Answer{}, err
 			}
 			return Answer{Action: elicit.ActionAccept, Approve: true, Reason: strings.TrimSpace(reason), Edits: edits}, nil
-		case 'd', 'n':
+		case 'd':
 			reason, err := t.line(ctx, "  reason, sent to the proposer (optional): ")
 			if err != nil {
 				return Answer{}, err
@@ -190,10 +329,6 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 			}
 			return Answer{Action: elicit.ActionAccept, Reason: reason}, nil
 		case 'g':
-			if len(c.Delegates) == 0 {
-				t.print("  nobody to hand this to\n")
-				continue
-			}
 			to, err := t.delegate(ctx, c)
 			if err != nil {
 				return Answer{}, err
@@ -204,49 +339,63 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 			return Answer{Action: elicit.ActionAccept, DelegateTo: to}, nil
 		case 'c':
 			return Answer{Action: elicit.ActionCancel}, nil
-		case 'q', 3, 4: // q, ctrl-C, ctrl-D
+		default: // q
 			return Answer{}, ErrQuit
-		default:
-			t.print("  a approve as shown · e change the editable arguments, then approve · d decline · g hand to another approver · c dismiss without deciding · q quit\n")
 		}
 	}
 }
 
-// prompt is the choice line with the time left.
-func (t *Terminal) prompt(c *Card) string {
-	var b strings.Builder
+// prompt is the choice line with the time left, fitted into width columns
+// (0: unknown, not fitted). The line must not wrap: the countdown redraws
+// it in place with \r, which only reaches back to the start of its last
+// row, so a wrapped line would leave a copy behind every second.
+func (t *Terminal) prompt(c *Card, acts []action, width int) string {
+	var names, keys []string
+	for _, a := range acts {
+		names = append(names, string(a.key)+" "+a.name)
+		keys = append(keys, string(a.key))
+	}
+	full := strings.Join(names, " · ") + " › "
+	short := strings.Join(keys, "/") + " › "
+	left := ""
 	if dl := c.Deadline(); !dl.IsZero() {
-		left := "[" + Countdown(dl, t.now()) + " left] "
-		b.WriteString(style(t.Color).yellow(left))
+		left = Countdown(dl, t.now())
 	}
-	b.WriteString("a approve")
-	if len(c.Fields) > 0 {
-		b.WriteString(" · e edit")
+	type form struct{ count, rest string }
+	forms := []form{{"", full}, {"", short}}
+	if left != "" {
+		forms = []form{{"[" + left + " left] ", full}, {"[" + left + " left] ", short}, {"[" + left + "] ", short}}
 	}
-	b.WriteString(" · d decline")
-	if len(c.Delegates) > 0 {
-		b.WriteString(" · g delegate")
-	}
-	b.WriteString(" · c dismiss · q quit › ")
-	return b.String()
-}
-
-// choice reads one key.
-func (t *Terminal) choice(ctx context.Context, c *Card) (byte, error) {
-	if t.Raw != nil {
-		if restore, err := t.Raw(); err == nil {
-			defer restore()
-			// Keys typed before the prompt (half a line from a card that
-			// went away) must not choose for this one.
-			t.drain()
-			return t.rawKey(ctx, c)
+	pick := forms[len(forms)-1]
+	fits := func(f form) bool { return width <= 0 || utf8.RuneCountInString(f.count+f.rest) < width }
+	for _, f := range forms {
+		if fits(f) {
+			pick = f
+			break
 		}
 	}
-	t.print(t.prompt(c))
+	if !fits(pick) {
+		r := []rune(pick.count + pick.rest)
+		pick = form{"", string(r[:max(width-1, 0)])}
+	}
+	if pick.count == "" {
+		return pick.rest
+	}
+	return style(t.Color).yellow(pick.count) + pick.rest
+}
+
+// choice reads one key: in raw mode a key press, else the first letter of
+// a line.
+func (t *Terminal) choice(ctx context.Context, c *Card, acts []action) (byte, error) {
+	if t.isRaw() {
+		return t.rawKey(ctx, c, acts)
+	}
+	t.say(t.prompt(c, acts, 0))
 	line, err := t.readLine(ctx)
 	if err != nil {
 		return 0, err
 	}
+	t.lineRead()
 	line = strings.TrimSpace(line)
 	if line == "" {
 		return '?', nil
@@ -255,9 +404,12 @@ func (t *Terminal) choice(ctx context.Context, c *Card) (byte, error) {
 }
 
 // rawKey waits for one key in raw mode, redrawing the countdown.
-func (t *Terminal) rawKey(ctx context.Context, c *Card) (byte, error) {
-	t.showPrompt(t.prompt(c))
-	defer t.showPrompt("")
+func (t *Terminal) rawKey(ctx context.Context, c *Card, acts []action) (byte, error) {
+	draw := func() {
+		w, _ := t.size()
+		t.showPrompt(t.prompt(c, acts, w))
+	}
+	draw()
 	tick := time.NewTicker(max(t.Tick, 10*time.Millisecond))
 	if t.Tick == 0 {
 		tick.Reset(time.Second)
@@ -266,28 +418,85 @@ func (t *Terminal) rawKey(ctx context.Context, c *Card) (byte, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			t.print("\r\n")
+			t.endPrompt("")
 			return 0, ctx.Err()
 		case <-tick.C:
-			t.showPrompt(t.prompt(c))
+			draw()
 		case b, ok := <-t.keys:
 			switch {
 			case !ok:
-				t.print("\r\n")
+				t.endPrompt("")
 				return 0, ErrQuit
 			case b == '\r' || b == '\n' || b == ' ':
 				continue
-			case b < ' ':
-				t.print("\r\n")
+			case b == 0x1b || b >= 0x80:
+				// An arrow or function key, or a non-ASCII letter: none
+				// is a choice, and the rest of its bytes must not be
+				// read as keys ("\x1b[D" would otherwise decline).
+				t.skipSequence(b)
+				t.endPrompt("")
+				return '?', nil
+			case b < ' ' || b == 0x7f:
+				t.endPrompt("")
 				return b, nil
 			}
-			t.print(string(rune(b)) + "\r\n")
+			t.endPrompt(string(rune(b)))
 			return lower(b), nil
 		}
 	}
 }
 
-// readLine reads up to the end of a line.
+// skipSequence reads the rest of the key that began with b: an escape
+// sequence (ESC [ … final, ESC O x, ESC x) or a UTF-8 encoded letter. The
+// terminal sends a key's bytes together; sequenceWait covers a slow link.
+func (t *Terminal) skipSequence(b byte) {
+	next := func() (byte, bool) {
+		select {
+		case k, ok := <-t.keys:
+			return k, ok
+		case <-time.After(sequenceWait):
+			return 0, false
+		}
+	}
+	if b >= 0x80 {
+		n := 1 // a continuation byte on its own: nothing follows
+		switch {
+		case b >= 0xf0:
+			n = 4
+		case b >= 0xe0:
+			n = 3
+		case b >= 0xc0:
+			n = 2
+		}
+		for range n - 1 {
+			if _, ok := next(); !ok {
+				return
+			}
+		}
+		return
+	}
+	k, ok := next()
+	if !ok {
+		return
+	}
+	switch k {
+	case '[':
+		// CSI: parameters and intermediates, then a final byte @ to ~.
+		for {
+			k, ok := next()
+			if !ok || (k >= 0x40 && k <= 0x7e) {
+				return
+			}
+		}
+	case 'O':
+		_, _ = next()
+	}
+}
+
+// sequenceWait is how long skipSequence waits for the next byte of a key.
+const sequenceWait = 30 * time.Millisecond
+
+// readLine reads up to the end of a line (line mode).
 func (t *Terminal) readLine(ctx context.Context) (string, error) {
 	var b []byte
 	for {
@@ -318,9 +527,101 @@ func (t *Terminal) readLine(ctx context.Context) (string, error) {
 	}
 }
 
+// line asks for free text. In raw mode it is edited on the terminal, and
+// what comes back is what the screen showed; either way control
+// characters are taken out.
 func (t *Terminal) line(ctx context.Context, prompt string) (string, error) {
-	t.print(prompt)
-	return t.readLine(ctx)
+	if t.isRaw() {
+		return t.editLine(ctx, prompt)
+	}
+	t.say(prompt)
+	s, err := t.readLine(ctx)
+	if err == nil {
+		t.lineRead()
+	}
+	return clean(s), err
+}
+
+// editLine reads one line with golang.org/x/term's line editor.
+func (t *Terminal) editLine(ctx context.Context, prompt string) (string, error) {
+	ed := term.NewTerminal(editIO{ctx: ctx, t: t}, prompt)
+	if w, h := t.size(); w > 0 {
+		_ = ed.SetSize(w, max(h, 1))
+	}
+	t.mu.Lock()
+	t.editor = ed
+	t.mu.Unlock()
+	s, err := ed.ReadLine()
+	t.mu.Lock()
+	t.editor = nil
+	t.mu.Unlock()
+	switch {
+	case err == nil || errors.Is(err, term.ErrPasteIndicator):
+		return clean(s), nil
+	case ctx.Err() != nil:
+		t.say("\n")
+		return "", ctx.Err()
+	case errors.Is(err, io.EOF): // ctrl-C, ctrl-D, or the input ended
+		t.say("\n")
+		return "", ErrQuit
+	}
+	return "", fmt.Errorf("read %q: %w", strings.TrimSpace(prompt), err)
+}
+
+// editIO is the line editor's terminal: keys from the Terminal's reader,
+// ending when the card goes away, and output straight to Out (say hands
+// other output to the editor while it is live, so the two do not mix).
+type editIO struct {
+	ctx context.Context
+	t   *Terminal
+}
+
+func (e editIO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	select {
+	case <-e.ctx.Done():
+		return 0, e.ctx.Err()
+	case b, ok := <-e.t.keys:
+		if !ok {
+			return 0, io.EOF
+		}
+		p[0] = b
+		n := 1
+		for n < len(p) {
+			select {
+			case b, ok := <-e.t.keys:
+				if !ok {
+					return n, nil
+				}
+				p[n] = b
+				n++
+			default:
+				return n, nil
+			}
+		}
+		return n, nil
+	}
+}
+
+func (e editIO) Write(p []byte) (int, error) { return e.t.Out.Write(p) }
+
+// escapeSequence matches ANSI escape sequences (CSI, SS3 and two-byte
+// ones), which a line read without an editor holds as typed.
+var escapeSequence = regexp.MustCompile(`\x1b(\[[0-?]*[ -/]*[@-~]|O.|[@-Z\\-_])`)
+
+// clean takes control characters out of typed text: escape sequences
+// whole, then every other control character (a line editor already acted
+// on them). They must never reach the proposer's chat or the audit log.
+func clean(s string) string {
+	s = escapeSequence.ReplaceAllString(s, "")
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, s)
 }
 
 // edit asks for each editable field; Enter keeps the proposed value.
@@ -333,7 +634,7 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 		}
 		label += ")"
 		for {
-			text, err := t.line(ctx, fmt.Sprintf("  %s [%s]: ", label, display(f.Default)))
+			text, err := t.line(ctx, fmt.Sprintf("  %s [%s]: ", printable(label), printable(display(f.Default))))
 			if err != nil {
 				return nil, err
 			}
@@ -342,7 +643,7 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 			}
 			v, err := ParseValue(f, text)
 			if err != nil {
-				t.print("  " + err.Error() + "\n")
+				t.say("  " + printable(err.Error()) + "\n")
 				continue
 			}
 			if !sameValue(v, f.Default) {
@@ -356,9 +657,11 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 
 // delegate asks whom to hand the card to; "" goes back to the choice.
 func (t *Terminal) delegate(ctx context.Context, c *Card) (string, error) {
+	var list strings.Builder
 	for i, d := range c.Delegates {
-		t.print(fmt.Sprintf("  %d) %s\n", i+1, d))
+		fmt.Fprintf(&list, "  %d) %s\n", i+1, printable(d))
 	}
+	t.say(list.String())
 	text, err := t.line(ctx, "  hand to (number or name, Enter to go back): ")
 	if err != nil {
 		return "", err
@@ -373,23 +676,38 @@ func (t *Terminal) delegate(ctx context.Context, c *Card) (string, error) {
 		}
 	}
 	if text != "" {
-		t.print("  " + text + " is not one of them\n")
+		t.say("  " + text + " is not one of them\n")
 	}
 	return "", nil
 }
 
-// Dropped implements UI.
-func (t *Terminal) Dropped(c *Card, reason string) {
-	t.print(fmt.Sprintf("%s %s — %s\n", style(t.Color).red("✗ withdrawn"), c.Summary(), DroppedReason(reason)))
-}
-
-// Sent implements UI.
-func (t *Terminal) Sent(c *Card, a Answer, err error) {
-	if err != nil {
-		t.print(fmt.Sprintf("%s %s: %v\n", style(t.Color).red("✗ not sent"), c.Summary(), err))
-		return
+// Notify implements UI: one line for each card that ended and why, each
+// answer, each outcome, and the fulfiller leaving or coming back.
+func (t *Terminal) Notify(ev Event) {
+	st := style(t.Color)
+	f := printable(ev.Fulfiller)
+	switch ev.Kind {
+	case EventEnded:
+		t.say(fmt.Sprintf("%s %s — %s\n", st.red("✗ ended"), ev.Card.Summary(), ev.End))
+	case EventSent:
+		if ev.Err != nil {
+			t.say(fmt.Sprintf("%s %s: %v\n", st.red("✗ not sent"), ev.Card.Summary(), ev.Err))
+			return
+		}
+		t.say(fmt.Sprintf("%s %s — %s\n", st.green("✓ sent"), printable(ev.Answer.Describe()), ev.Card.Summary()))
+	case EventOutcome:
+		mark := st.green("✓ outcome")
+		if !ev.Outcome.Fulfilled {
+			mark = st.red("✗ outcome")
+		}
+		t.say(fmt.Sprintf("%s %s — %s\n", mark, ev.Card.Summary(), ev.Outcome))
+	case EventFulfillerLeft:
+		t.say(st.red("⚠ "+f+" left the space") + ": its cards are closed until it is back\n")
+	case EventFulfillerJoined:
+		t.say(st.green("✓ "+f+" is in the space") + "\n")
+	case EventFulfillerAbsent:
+		t.say(st.yellow("⚠ "+f+" is not in the space") + ": cards appear when it joins\n")
 	}
-	t.print(fmt.Sprintf("%s %s — %s\n", style(t.Color).green("✓ sent"), a.Describe(), c.Summary()))
 }
 
 func lower(b byte) byte {

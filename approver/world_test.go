@@ -31,7 +31,15 @@ const policy = `package fulfiller
 
 default decision := {"action": "reject", "reason": "policy", "message": "not allowed"}
 
-decision := object.union(data.escalation, {"action": "escalate"}) if input.tool.name == "write_file"
+decision := object.union(data.escalation, {"action": "escalate"}) if {
+	input.tool.name == "write_file"
+	startswith(input.tool.arguments.path, "/srv/prod/")
+}
+
+decision := {"action": "reject", "reason": "policy", "message": "writes stay under /srv/prod"} if {
+	input.tool.name == "write_file"
+	not startswith(input.tool.arguments.path, "/srv/prod/")
+}
 `
 
 const writeCall = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`
@@ -44,6 +52,8 @@ type world struct {
 	srv   *space.Server
 	prop  *proposer.Proposer
 	files *toolserver.Files
+	ful   *fulfill.Fulfiller
+	bobGo chan struct{} // closed to let bob answer, in tests that have him
 	wg    *sync.WaitGroup
 	wire  *spacetest.Wire
 }
@@ -82,6 +92,7 @@ func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
 	el := elicit.New(fc, elicit.Config{Keys: keys})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el})
+	w.ful = ful
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, fcancel := context.WithCancel(ctx)
 	fulDone, elDone := make(chan struct{}), make(chan struct{})
@@ -108,7 +119,7 @@ func (w *world) join(id, token string) *agent.Client {
 // ends; the returned channel is closed when Run returns.
 func (w *world) approver(id string, ui approver.UI, opts approver.Options) <-chan struct{} {
 	c := w.join(id, "human-token")
-	sub := c.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	sub := c.Subscribe(approver.SubscribeOptions())
 	done := make(chan struct{})
 	client := approver.New(c, ui, opts)
 	w.wg.Add(1)

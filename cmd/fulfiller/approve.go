@@ -35,8 +35,11 @@ request (MCP elicitation/create) the fulfiller addresses to you as a card: who
 proposed what, on which server, the arguments, why the policy asks, the call's
 digest and the time left. Press a to approve, e to change the editable
 arguments and approve, d to decline (with a reason for the proposer), g to
-hand the request to another approver, c to dismiss it. A card disappears when
-the fulfiller no longer needs your answer.
+hand the request to another approver, c to dismiss it (only what the card
+allows is offered). A reason or an edited value is typed with line editing. A
+card that goes away says why (withdrawn by the proposer, deadline passed,
+decided by other approvers, cancelled by the operator, the fulfiller left), and
+after an approval you see the outcome: fulfilled, or rejected by the policy.
 
 With --key, every answer is signed with your private key (see "fulfiller keys
 generate"); the fulfiller needs the matching public key in --approver-keys.
@@ -137,7 +140,7 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 	// Subscribed from the join on: the fulfiller re-sends open prompts the
 	// moment we appear, and one read before a later Subscribe would be lost.
 	client, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id, JoinTimeout: fl.joinTimeout, Logger: log},
-		agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+		approver.SubscribeOptions())
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil

@@ -58,7 +58,7 @@ func TestDemoInteractiveInTmux(t *testing.T) {
 	run("send-keys", "-t", "demo", "a")
 	waitScreen("the answer", "✓ sent approved — demo-4-delete_path: coder → delete_path on fs")
 	waitScreen("the end of the story", "10 of 10 proposals ended as the policy says.")
-	if s := screen(); !strings.Contains(s, "└─ fulfilled  deleted 1 files under /srv/prod/db") || !strings.Contains(s, "✗ withdrawn demo-6-delete_path") {
+	if s := screen(); !strings.Contains(s, "└─ fulfilled  deleted 1 files under /srv/prod/db") || !strings.Contains(s, "✗ ended demo-6-delete_path: coder → delete_path on fs — withdrawn by the proposer") {
 		t.Errorf("screen:\n%s", s)
 	}
 }

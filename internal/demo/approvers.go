@@ -33,8 +33,19 @@ func (s simulated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, 
 	return approver.Answer{}, ctx.Err()
 }
 
-// Dropped implements approver.UI.
-func (simulated) Dropped(*approver.Card, string) {}
+// Notify implements approver.UI: the narrator tells the story instead.
+func (simulated) Notify(approver.Event) {}
 
-// Sent implements approver.UI.
-func (simulated) Sent(*approver.Card, approver.Answer, error) {}
+// noPresence hides the fulfiller's comings and goings from the person's
+// cards: in the demo the approvers join before the in-process fulfiller,
+// so "not in the space" and "is in the space" would only be noise.
+type noPresence struct{ approver.UI }
+
+// Notify implements approver.UI.
+func (u noPresence) Notify(ev approver.Event) {
+	switch ev.Kind {
+	case approver.EventFulfillerAbsent, approver.EventFulfillerJoined, approver.EventFulfillerLeft:
+		return
+	}
+	u.UI.Notify(ev)
+}

@@ -155,9 +155,9 @@ func Run(ctx context.Context, opts Options) error {
 		defer c.Close()
 		var ui approver.UI = simulated(id)
 		if id == alice && opts.Approver != nil {
-			ui = opts.Approver
+			ui = noPresence{opts.Approver}
 		}
-		sub := c.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+		sub := c.Subscribe(approver.SubscribeOptions())
 		a := approver.New(c, ui, approver.Options{Logger: opts.Logger})
 		wg.Add(1)
 		go func() { defer wg.Done(); defer sub.Close(); _ = a.Run(ctx, sub.C()) }()

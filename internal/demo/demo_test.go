@@ -86,12 +86,16 @@ func TestDemoInteractive(t *testing.T) {
 		"▌ approval requested — demo-4-delete_path",
 		"needs      2 approvals of oncall-alice, oncall-bob, oncall-carol",
 		"✓ sent approved — demo-4-delete_path: coder → delete_path on fs",
-		"✗ withdrawn demo-5-write_file: coder → write_file on fs — another approver declined",
-		"✗ withdrawn demo-6-delete_path: coder → delete_path on fs — the proposer withdrew it",
+		"✓ outcome demo-4-delete_path: coder → delete_path on fs — fulfilled: the call was sent to fs",
+		"✗ ended demo-5-write_file: coder → write_file on fs — decided by another approver: not approved",
+		"✗ ended demo-6-delete_path: coder → delete_path on fs — withdrawn by the proposer",
 	} {
 		if !strings.Contains(screen.String(), want) {
 			t.Errorf("the approver's screen lacks %q:\n%s", want, screen.String())
 		}
+	}
+	if strings.Contains(screen.String(), "in the space") {
+		t.Errorf("the demo's in-process fulfiller joining is news on the card:\n%s", screen.String())
 	}
 }
 
