@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/testenv"
+
 	"github.com/creack/pty"
 
 	"github.com/mewkit/fulfiller/agent"
@@ -25,7 +27,7 @@ import (
 func TestTerminalPTY(t *testing.T) {
 	master, slave, err := pty.Open()
 	if err != nil {
-		t.Skipf("no pseudo-terminal here: %v", err)
+		testenv.Missing(t, "no pseudo-terminal here: %v", err)
 	}
 	// Pollable copies, so that closing them ends the reads blocked on them
 	// and no goroutine outlives the test.
@@ -61,7 +63,7 @@ func ptyUI(t *testing.T, w *world, cols uint16, tune func(*approver.Terminal)) (
 	t.Helper()
 	master, slave, err := pty.Open()
 	if err != nil {
-		t.Skipf("no pseudo-terminal here: %v", err)
+		testenv.Missing(t, "no pseudo-terminal here: %v", err)
 	}
 	if err := pty.Setsize(master, &pty.Winsize{Rows: 24, Cols: cols}); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/testenv"
+
 	"github.com/creack/pty"
 
 	"github.com/mewkit/fulfiller/agent"
@@ -33,7 +35,7 @@ import (
 func TestApproveOnPTY(t *testing.T) {
 	master, slave, err := pty.Open()
 	if err != nil {
-		t.Skipf("no pseudo-terminal here: %v", err)
+		testenv.Missing(t, "no pseudo-terminal here: %v", err)
 	}
 	ptmx, tty := pollable(t, master), pollable(t, slave)
 	for _, name := range []string{"ID", "TOKEN", "KEY", "CONFIG", "APPROVERS", "APPROVER_KEYS", "POLICY", "DATA", "AUTO", "COLOR", "GATEWAY"} {

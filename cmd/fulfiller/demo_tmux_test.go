@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
 // TestDemoInteractiveInTmux runs the built binary's `demo --interactive` in
@@ -19,7 +21,7 @@ import (
 func TestDemoInteractiveInTmux(t *testing.T) {
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
-		t.Skip("tmux is not installed (apt-get install -y tmux); TestApproveOnPTY covers the card on a pty")
+		testenv.Missing(t, "tmux is not installed (apt-get install -y tmux)")
 	}
 	bin := fulfillerBinary(t)
 	// Unique per test process: TempDir's base name ("001") is the same in
