@@ -31,9 +31,15 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd, stderr := w.runFulfiller(bin, nil, "--http", addr, "--shutdown-timeout", "1s")
+	const apiToken = "shutdown-test-api-token"
+	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_HTTP_TOKEN=" + apiToken}, "--http", addr, "--shutdown-timeout", "1s")
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
+		req, err := http.NewRequest("GET", "http://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+apiToken)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return 0, err.Error()
 		}
