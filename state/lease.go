@@ -221,7 +221,7 @@ func (s *Store) WatchLapsed(ctx context.Context) (<-chan string, error) {
 		if !sweep() {
 			return
 		}
-		t := time.NewTicker(4 * s.cfg.Lease)
+		t := time.NewTicker(s.sweepEvery)
 		defer t.Stop()
 		for {
 			select {

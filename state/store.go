@@ -99,6 +99,10 @@ type Store struct {
 	rpcNext int64
 	rpcEnd  int64
 
+	// sweepEvery is how often WatchLapsed looks for orphaned work besides
+	// the lease events: 4 leases (tests set it higher to prove the events).
+	sweepEvery time.Duration
+
 	mu       sync.Mutex
 	closed   bool
 	lease    *lease
@@ -128,7 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("state: replicas %d out of range 1..5", cfg.Replicas)
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, stop: make(chan struct{})}
+	s := &Store{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, stop: make(chan struct{}), sweepEvery: 4 * cfg.Lease}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
