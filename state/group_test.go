@@ -182,7 +182,7 @@ func TestWatchLapsedReportsOrphansAtStart(t *testing.T) {
 
 func TestNextRPCIDUniqueAcrossMembers(t *testing.T) {
 	space := uniqueSpace(t)
-	const perMember = 3 * rpcBlock / 2
+	const perMember = rpcBlock + 100 // crosses a block boundary
 	var mu sync.Mutex
 	seen := map[int64]string{}
 	var wg sync.WaitGroup

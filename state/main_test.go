@@ -226,9 +226,23 @@ func backends(t *testing.T) []backend {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return openStore(t, Config{Mode: m, Space: space, Member: member, Replicas: 3}, mut...)
+			return dropOnCleanup(t, openStore(t, Config{Mode: m, Space: space, Member: member, Replicas: 3}, mut...))
 		}},
 	}
+}
+
+// dropOnCleanup deletes the store's buckets when the test ends: every
+// replicated bucket is a Raft group the shared cluster would otherwise keep
+// beating for the rest of the run.
+func dropOnCleanup(t *testing.T, s *Store) *Store {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, kind := range []string{"seen", "pending", "outbox", "members", "meta"} {
+			s.js.DeleteKeyValue(ctx, bucketName(kind, s.cfg.Space))
+		}
+	})
+	return s
 }
 
 func clusterStore(t *testing.T, space, member string, mut ...func(*Config)) *Store {
@@ -237,7 +251,7 @@ func clusterStore(t *testing.T, space, member string, mut ...func(*Config)) *Sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	return openStore(t, Config{Mode: m, Space: space, Member: member, Replicas: 3}, mut...)
+	return dropOnCleanup(t, openStore(t, Config{Mode: m, Space: space, Member: member, Replicas: 3}, mut...))
 }
 
 func ctxT(t *testing.T) context.Context {

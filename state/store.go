@@ -275,28 +275,31 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		c.History = 1
 		return s.bucket(ctx, c)
 	}
-	var err error
-	// seen: every key lives SeenTTL after its claim (bucket MaxAge), no
-	// markers (nobody watches it, and markers would double its writes).
-	if s.seen, err = open("seen", jetstream.KeyValueConfig{TTL: s.cfg.SeenTTL}); err != nil {
-		return err
+	// Created concurrently: in a cluster each is a round of the meta
+	// group, and start-up waits for all of them.
+	specs := []struct {
+		dst  *jetstream.KeyValue
+		kind string
+		cfg  jetstream.KeyValueConfig
+	}{
+		// seen: every key lives SeenTTL after its claim (bucket MaxAge), no
+		// markers (nobody watches it, and markers would double its writes).
+		{&s.seen, "seen", jetstream.KeyValueConfig{TTL: s.cfg.SeenTTL}},
+		// pending, outbox: no age; deletes leave markers that expire.
+		{&s.pending, "pending", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		{&s.outbox, "outbox", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		// members: per-key TTL (each member its own --lease); the expiry
+		// marker is what WatchLapsed sees.
+		{&s.members, "members", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		{&s.meta, "meta", jetstream.KeyValueConfig{}},
 	}
-	// pending, outbox: no age; deletes leave markers that expire.
-	if s.pending, err = open("pending", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}); err != nil {
-		return err
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, sp := range specs {
+		wg.Go(func() { *sp.dst, errs[i] = open(sp.kind, sp.cfg) })
 	}
-	if s.outbox, err = open("outbox", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}); err != nil {
-		return err
-	}
-	// members: per-key TTL (each member its own --lease); the expiry marker
-	// is what WatchLapsed sees.
-	if s.members, err = open("members", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}); err != nil {
-		return err
-	}
-	if s.meta, err = open("meta", jetstream.KeyValueConfig{}); err != nil {
-		return err
-	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // bucket creates or updates one bucket, choosing its replicas as Config
@@ -381,8 +384,10 @@ func isReplicasUnavailable(err error) bool {
 // Member returns this store's member id.
 func (s *Store) Member() string { return s.cfg.Member }
 
-// Ping checks that the store answers and its pending bucket has a leader
-// (quorum, in a cluster). For /readyz.
+// Ping checks that the store can accept a write now, for /readyz: it
+// writes this member's ping key in the meta bucket, which needs the
+// bucket's stream leader and, in a cluster, a quorum of its replicas.
+// (Stream info is no such check: a leaderless replica answers it.)
 func (s *Store) Ping(ctx context.Context) (err error) {
 	defer s.timed("ping", time.Now(), &err)
 	if s.isClosed() {
@@ -391,8 +396,13 @@ func (s *Store) Ping(ctx context.Context) (err error) {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("state: store connection %s", strings.ToLower(st.String()))
 	}
-	if _, err := s.pending.Status(ctx); err != nil {
-		return fmt.Errorf("state: store not answering: %w", err)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultOpTimeout)
+		defer cancel()
+	}
+	if _, err := s.meta.Put(ctx, "ping-"+key(s.cfg.Member), []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+		return fmt.Errorf("state: store not accepting writes: %w", err)
 	}
 	return nil
 }
