@@ -227,7 +227,9 @@ func (s *Store) WatchLapsed(ctx context.Context) (<-chan string, error) {
 			select {
 			case e, ok := <-w.Updates():
 				if !ok {
-					s.log.Warn("members watcher closed")
+					if ctx.Err() == nil {
+						s.log.Warn("members watcher closed; lapses are no longer reported")
+					}
 					return
 				}
 				if e == nil || e.Operation() == jetstream.KeyValuePut {
