@@ -12,7 +12,7 @@ import (
 )
 
 // waitFor reads ch until it yields want, or fails the test after a generous
-// timeout (the lease is 1s; a busy machine may take several).
+// timeout (the lease is 2s; a busy machine may take several).
 func waitFor(t *testing.T, ch <-chan string, want string) {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
@@ -37,7 +37,7 @@ func waitFor(t *testing.T, ch <-chan string, want string) {
 // race to adopt: every record ends with exactly one of them.
 func TestLapsedMemberIsAdoptedExactlyOnce(t *testing.T) {
 	space := uniqueSpace(t)
-	lease := func(c *Config) { c.Lease = time.Second; c.MaxPending = 10 }
+	lease := func(c *Config) { c.Lease = 2 * time.Second; c.MaxPending = 10 }
 	a := clusterStore(t, space, "A", lease)
 	b := clusterStore(t, space, "B", lease)
 	c := clusterStore(t, space, "C", lease)
@@ -60,8 +60,8 @@ func TestLapsedMemberIsAdoptedExactlyOnce(t *testing.T) {
 	var ids []string
 	for _, m := range ms {
 		ids = append(ids, m.ID)
-		if m.MaxPending != 10 || time.Duration(m.Lease) != time.Second {
-			t.Errorf("member %+v: want max_pending 10, lease 1s", m)
+		if m.MaxPending != 10 || time.Duration(m.Lease) != 2*time.Second {
+			t.Errorf("member %+v: want max_pending 10, lease 2s", m)
 		}
 	}
 	slices.Sort(ids)

@@ -65,7 +65,9 @@ func (s *Store) StartLease(ctx context.Context) error {
 	started := time.Now().UTC()
 	// Unconditional: after a restart the previous process's lease may still
 	// be live, and it is ours.
-	rev, err := s.writeLease(ctx, 0, started)
+	wctx, cancel := context.WithTimeout(ctx, defaultOpTimeout)
+	defer cancel()
+	rev, err := s.writeLease(wctx, 0, started)
 	if err != nil {
 		return err
 	}
@@ -88,12 +90,16 @@ func (s *Store) renew(ctx context.Context, l *lease, rev uint64, started time.Ti
 			return
 		case <-t.C:
 		}
-		r, err := s.writeLease(ctx, rev, started)
+		// A renewal slower than Lease/2 is as good as lost: give up on it
+		// and try again at the next tick, still within the lease.
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/2)
+		r, err := s.writeLease(wctx, rev, started)
 		if err != nil && isWrongLastSeq(err) {
 			s.log.Error("lease had lapsed; taking it again (peers may have adopted this member's work)", "member", s.cfg.Member)
 			s.obs.LeaseRenewed(err)
-			r, err = s.writeLease(ctx, 0, started)
+			r, err = s.writeLease(wctx, 0, started)
 		}
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("lease renewal failed", "err", err)
@@ -115,8 +121,6 @@ func (s *Store) writeLease(ctx context.Context, last uint64, started time.Time) 
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/3)
-	defer cancel()
 	// The KV API sets a key's TTL only on Create; a renewal is a publish to
 	// the key's subject with its own TTL, which is exactly what a KV write
 	// is underneath.
