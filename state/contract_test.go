@@ -166,6 +166,11 @@ func TestClaimReplayAfterManyIDs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 000 claims")
 	}
+	if raceEnabled {
+		// It tests retention, not concurrency, and under the race detector
+		// 100 000 writes through the embedded server take over a minute.
+		t.Skip("100 000 claims: run without -race")
+	}
 	s := openStore(t, Config{Mode: Mode{Kind: Memory}, Space: "flood", Member: "m"})
 	ctx := ctxT(t)
 	if won, err := s.Claim(ctx, "victim"); err != nil || !won {
