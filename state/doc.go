@@ -1,0 +1,29 @@
+// Package state is the one owner of fulfiller's pending-work persistence:
+// proposals waiting for a human, for a fulfilment slot or for a tool's
+// response; the "seen" proposal ids of DESIGN rule 5; answers not yet
+// delivered (the outbox); member leases for groups; and the JSON-RPC id
+// blocks of rule 11.
+//
+// Everything lives in NATS JetStream key-value buckets, in every mode:
+//
+//   - memory: an embedded, in-process NATS server whose buckets use
+//     JetStream memory storage. Nothing survives Close.
+//   - DIR: the same embedded server with file storage in DIR (created 0700),
+//     no port opened (in-process connection), and sync_interval "always":
+//     a write this package acknowledges has been fsynced.
+//   - nats://… or tls://…: an external NATS cluster shared by a group of
+//     fulfillers.
+//
+// Memory mode is not a second implementation: it runs the same code against
+// the same server with a different storage type, so its claim, CAS and TTL
+// semantics cannot diverge from the durable modes.
+//
+// Guarantees callers build on (see docs/state.md):
+//   - Claim is an atomic create-if-absent: among any number of members that
+//     claim one proposal id within SeenTTL, exactly one wins.
+//   - Update and Delete of a pending record are compare-and-set on the
+//     record's revision; a lost race is ErrConflict and nothing is written.
+//     This also fences a member whose lease lapsed and whose work was adopted.
+//   - A pending record's Request, once written, is never cleared or changed.
+//   - Adopt moves each record of a lapsed member to exactly one adopter.
+package state

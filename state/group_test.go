@@ -1,0 +1,332 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitFor reads ch until it yields want, or fails the test after a generous
+// timeout (the lease is 2s; a busy machine may take several).
+func waitFor(t *testing.T, ch <-chan string, want string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case got, ok := <-ch:
+			if !ok {
+				t.Fatalf("lapse channel closed before %q", want)
+			}
+			if got == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("%q not reported lapsed within 30s", want)
+		}
+	}
+}
+
+// TestLapsedMemberIsAdoptedExactlyOnce: A holds an open prompt, a
+// fulfilment in flight, a queued proposal and an undelivered answer, then
+// stops renewing without a goodbye (a crash). B and C both see A lapse and
+// race to adopt: every record ends with exactly one of them.
+func TestLapsedMemberIsAdoptedExactlyOnce(t *testing.T) {
+	space := uniqueSpace(t)
+	lease := func(c *Config) { c.Lease = 2 * time.Second; c.MaxPending = 10 }
+	a := clusterStore(t, space, "A", lease)
+	b := clusterStore(t, space, "B", lease)
+	c := clusterStore(t, space, "C", lease)
+	ctx := ctxT(t)
+
+	aCtx, crashA := context.WithCancel(ctx)
+	for _, s := range []*Store{a, b, c} {
+		lctx := ctx
+		if s == a {
+			lctx = aCtx
+		}
+		if err := s.StartLease(lctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := b.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range ms {
+		ids = append(ids, m.ID)
+		if m.MaxPending != 10 || time.Duration(m.Lease) != 2*time.Second {
+			t.Errorf("member %+v: want max_pending 10, lease 2s", m)
+		}
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"A", "B", "C"}) {
+		t.Fatalf("Members = %v, want A B C", ids)
+	}
+
+	prompt := samplePending("open-prompt", "A")
+	inflight := samplePending("in-flight", "A")
+	inflight.Phase = Fulfilling
+	inflight.Request = &Request{EnvelopeID: "req-1", RPCID: 5, Target: "tools", SentAt: time.Now().UTC()}
+	queued := samplePending("queued", "A")
+	queued.Phase = Queued
+	bs := samplePending("b-own", "B")
+	for _, p := range []*Pending{prompt, inflight, queued, bs} {
+		if err := a.Put(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Enqueue(ctx, "answered", []byte(`{"kind":"mcp/reject"}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := b.Adopt(ctx, "A"); !errors.Is(err, ErrMemberAlive) {
+		t.Fatalf("Adopt from a live member = %v, want ErrMemberAlive", err)
+	}
+
+	// Only the lease's expiry event can report A in time: no sweep runs.
+	b.sweepEvery, c.sweepEvery = time.Hour, time.Hour
+	bLapsed, err := b.WatchLapsed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cLapsed, err := c.WatchLapsed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashA()
+	waitFor(t, bLapsed, "A")
+	waitFor(t, cLapsed, "A")
+
+	var mu sync.Mutex
+	owner := map[string][]string{}
+	var wg sync.WaitGroup
+	for _, s := range []*Store{b, c} {
+		wg.Go(func() {
+			won, err := s.Adopt(ctx, "A")
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range won {
+				owner[p.ProposalID] = append(owner[p.ProposalID], s.Member())
+				if p.Owner != s.Member() {
+					t.Errorf("adopted %s has owner %s", p.ProposalID, p.Owner)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, id := range []string{"open-prompt", "in-flight", "queued"} {
+		if len(owner[id]) != 1 {
+			t.Errorf("%s adopted by %v, want exactly one member", id, owner[id])
+		}
+		p, err := b.Get(ctx, id)
+		if err != nil || len(owner[id]) == 1 && p.Owner != owner[id][0] {
+			t.Errorf("stored %s: %+v, %v", id, p, err)
+		}
+	}
+	if _, ok := owner["b-own"]; ok {
+		t.Error("B's own record was adopted")
+	}
+	got, _ := b.Get(ctx, "in-flight")
+	if got.Request == nil || got.Request.EnvelopeID != "req-1" {
+		t.Errorf("adopted in-flight record lost its request: %+v", got.Request)
+	}
+	bo, _ := b.Outbox(ctx)
+	co, _ := c.Outbox(ctx)
+	if len(bo)+len(co) != 1 {
+		t.Errorf("outbox after adoption: B %d, C %d; want exactly one answer", len(bo), len(co))
+	}
+
+	// A zombie A (its process resumed after the lapse) is fenced: its
+	// writes to adopted records conflict.
+	inflight.Phase = Queued
+	if err := a.Update(ctx, inflight); !errors.Is(err, ErrConflict) {
+		t.Errorf("zombie Update = %v, want ErrConflict", err)
+	}
+
+	// Graceful leave is reported too.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, bLapsed, "C")
+}
+
+// TestWatchLapsedReportsOrphansAtStart: work of a member that vanished
+// while nobody watched (its lease long gone) is reported when a watcher
+// starts.
+func TestWatchLapsedReportsOrphansAtStart(t *testing.T) {
+	space := uniqueSpace(t)
+	b := clusterStore(t, space, "B")
+	ctx := ctxT(t)
+	if err := b.Put(ctx, samplePending("orphan", "gone")); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := b.WatchLapsed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ch, "gone")
+	won, err := b.Adopt(ctx, "gone")
+	if err != nil || len(won) != 1 || won[0].ProposalID != "orphan" {
+		t.Fatalf("Adopt = %+v, %v", won, err)
+	}
+}
+
+func TestNextRPCIDUniqueAcrossMembers(t *testing.T) {
+	space := uniqueSpace(t)
+	const perMember = rpcBlock + 100 // crosses a block boundary
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	var wg sync.WaitGroup
+	for i := range 3 {
+		s := clusterStore(t, space, fmt.Sprintf("m%d", i))
+		wg.Go(func() {
+			ctx := ctxT(t)
+			for range perMember {
+				id, err := s.NextRPCID(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if prev, dup := seen[id]; dup {
+					t.Errorf("id %d given to %s and %s", id, prev, s.Member())
+				}
+				seen[id] = s.Member()
+				mu.Unlock()
+				if id <= 0 || id >= 1<<53 {
+					t.Errorf("id %d out of range", id)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != 3*perMember {
+		t.Fatalf("%d distinct ids, want %d", len(seen), 3*perMember)
+	}
+}
+
+// TestClusterNodeLoss: with one of three servers down the store keeps
+// working; with two down it fails clearly (Ping errors, writes fail); when
+// they return it works again without reopening, and nothing acknowledged
+// was lost.
+func TestClusterNodeLoss(t *testing.T) {
+	space := uniqueSpace(t)
+	s := clusterStore(t, space, "m")
+	ctx := ctxT(t)
+	if err := s.Put(ctx, samplePending("before", "m")); err != nil {
+		t.Fatal(err)
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 3*time.Second) }
+	op := func(id string) error {
+		c, cancel := short()
+		defer cancel()
+		if err := s.Ping(c); err != nil {
+			return err
+		}
+		if won, err := s.Claim(c, id); err != nil || !won {
+			return fmt.Errorf("claim %s: %v %v", id, won, err)
+		}
+		return s.Put(c, samplePending(id, "m"))
+	}
+
+	defer func() { // leave the shared cluster whole for later tests
+		for i := range 3 {
+			testCluster.mu.Lock()
+			down := testCluster.servers[i] == nil
+			testCluster.mu.Unlock()
+			if down {
+				if err := testCluster.start(i); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}()
+
+	testCluster.stop(0)
+	if err := eventually(45*time.Second, func() error { return op("one-down") }); err != nil {
+		t.Fatalf("store with one of three servers down: %v", err)
+	}
+
+	testCluster.stop(1)
+	if err := eventually(45*time.Second, func() error {
+		c, cancel := short()
+		defer cancel()
+		if s.Ping(c) == nil {
+			return errors.New("Ping still succeeds")
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("two of three down: %v", err)
+	}
+	c, cancel := short()
+	err := s.Put(c, samplePending("two-down", "m"))
+	cancel()
+	if err == nil {
+		t.Fatal("Put with two of three servers down succeeded")
+	}
+	if !strings.Contains(err.Error(), "state: put") {
+		t.Errorf("Put error does not say what failed: %v", err)
+	}
+
+	for _, i := range []int{0, 1} {
+		if err := testCluster.start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eventually(60*time.Second, func() error { return op("recovered") }); err != nil {
+		t.Fatalf("store after servers returned: %v", err)
+	}
+	for _, id := range []string{"before", "one-down", "recovered"} {
+		if _, err := s.Get(ctx, id); err != nil {
+			t.Errorf("Get(%s) after recovery: %v", id, err)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"short lease", Config{Mode: Mode{Kind: Memory}, Member: "m", Lease: 100 * time.Millisecond}, "lease"},
+		{"no member", Config{Mode: Mode{Kind: Memory}}, "member id"},
+		{"no mode", Config{Member: "m"}, "no mode"},
+		{"unreachable", Config{Mode: Mode{Kind: External, URLs: []string{"nats://127.0.0.1:1"}}, Member: "m"}, "connect to nats://127.0.0.1:1"},
+		{"missing creds", Config{Mode: Mode{Kind: External, URLs: []string{testCluster.urls()}}, Member: "m", Creds: "/nonexistent/x.creds"}, "creds file"},
+		{"dir is a file", Config{Mode: Mode{Kind: Dir, Dir: "/dev/null"}, Member: "m"}, "not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(ctx, tc.cfg)
+			if err == nil {
+				s.Close()
+				t.Fatal("Open succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Open error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestClosedStoreFailsClosed(t *testing.T) {
+	s := openStore(t, Config{Mode: Mode{Kind: Memory}, Member: "m"})
+	s.Close()
+	ctx := ctxT(t)
+	if err := s.Ping(ctx); err == nil {
+		t.Error("Ping on a closed store succeeded")
+	}
+	if won, err := s.Claim(ctx, "p"); err == nil || won {
+		t.Errorf("Claim on a closed store = %v, %v", won, err)
+	}
+}

@@ -1,0 +1,247 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Phase is where a pending proposal is in its journey.
+type Phase string
+
+// Phases of a pending proposal.
+const (
+	Deciding         Phase = "deciding"          // claimed, policy not yet settled
+	AwaitingApproval Phase = "awaiting_approval" // human prompts are open
+	Queued           Phase = "queued"            // waiting for a fulfilment slot
+	Fulfilling       Phase = "fulfilling"        // request written, response awaited
+)
+
+// Pending is one unanswered proposal as stored. Times are absolute (UTC) so
+// that a restart or an adopter keeps the original deadlines.
+type Pending struct {
+	ProposalID string          `json:"proposal_id"`
+	Envelope   json.RawMessage `json:"envelope"` // the proposal as received
+	Proposer   string          `json:"proposer"`
+	Received   time.Time       `json:"received"`
+	Size       int             `json:"size"` // bytes of the proposal frame
+
+	Decision   json.RawMessage `json:"decision,omitempty"` // the policy's decision
+	DecisionID string          `json:"decision_id,omitempty"`
+	Revision   string          `json:"revision,omitempty"` // policy revision that decided
+
+	Phase Phase  `json:"phase"`
+	Owner string `json:"owner"` // member deciding and answering it
+
+	ApprovalDeadline time.Time `json:"approval_deadline,omitzero"`
+	FulfilDeadline   time.Time `json:"fulfil_deadline,omitzero"`
+
+	Prompts   []Prompt   `json:"prompts,omitempty"`
+	Approvals []Approval `json:"approvals,omitempty"`
+	// Request is the fulfilment request, recorded before it is sent. Once
+	// set it is never cleared or changed (Update refuses): whoever resumes
+	// the proposal awaits its response and never sends it again.
+	Request *Request `json:"request,omitempty"`
+
+	// StoreRevision is the record's revision in the store, set by every
+	// read and write; Update and Delete compare against it.
+	StoreRevision uint64 `json:"-"`
+}
+
+// Prompt is one elicitation sent to one approver.
+type Prompt struct {
+	Approver   string    `json:"approver"`
+	EnvelopeID string    `json:"envelope_id"` // elicitation envelope id
+	RPCID      int64     `json:"rpc_id"`      // JSON-RPC id of elicitation/create
+	Chain      []string  `json:"chain,omitempty"`
+	Sent       time.Time `json:"sent"`
+}
+
+// Approval is one approver's answer counted so far.
+type Approval struct {
+	Approver          string          `json:"approver"`
+	Content           json.RawMessage `json:"content,omitempty"`
+	SignatureVerified bool            `json:"signature_verified"`
+	At                time.Time       `json:"at"`
+}
+
+// Request is a fulfilment request written to a tool owner.
+type Request struct {
+	EnvelopeID string    `json:"envelope_id"`
+	RPCID      int64     `json:"rpc_id"`
+	Target     string    `json:"target"` // the tool owner
+	SentAt     time.Time `json:"sent_at"`
+}
+
+// Put stores a new pending record (create-if-absent: ErrExists when the
+// proposal already has one) and sets p.StoreRevision.
+func (s *Store) Put(ctx context.Context, p *Pending) (err error) {
+	defer s.timed("put", time.Now(), &err)
+	if !utf8.ValidString(p.ProposalID) {
+		// JSON would store it altered, and the record would lose its key.
+		// Ids decoded from the wire are always valid UTF-8.
+		return fmt.Errorf("state: put: proposal id %q is not valid UTF-8", truncate(p.ProposalID))
+	}
+	val, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
+	}
+	rev, err := s.pending.Create(ctx, key(p.ProposalID), val)
+	if err != nil {
+		if isWrongLastSeq(err) {
+			return ErrExists
+		}
+		return fmt.Errorf("state: put %q: %w", truncate(p.ProposalID), err)
+	}
+	p.StoreRevision = rev
+	return nil
+}
+
+// Get returns the record of proposalID, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, proposalID string) (p *Pending, err error) {
+	defer s.timed("get", time.Now(), &err)
+	e, err := s.pending.Get(ctx, key(proposalID))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("state: get %q: %w", truncate(proposalID), err)
+	}
+	return decodePending(e)
+}
+
+// Update replaces the record if it is still at p.StoreRevision, and sets
+// p.StoreRevision to the new revision. ErrConflict when it changed (another
+// member adopted it, or a concurrent update won): reload and decide again.
+// ErrRequestRewritten when p would clear or change a Request already
+// written.
+func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
+	defer s.timed("update", time.Now(), &err)
+	k := key(p.ProposalID)
+	cur, err := s.pending.Get(ctx, k)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return ErrConflict // finished and deleted by someone else
+		}
+		return fmt.Errorf("state: update %q: %w", truncate(p.ProposalID), err)
+	}
+	if cur.Revision() != p.StoreRevision {
+		return ErrConflict
+	}
+	old, err := decodePending(cur)
+	if err != nil {
+		return err
+	}
+	if old.Request != nil && (p.Request == nil || !reflect.DeepEqual(*old.Request, *p.Request)) {
+		return ErrRequestRewritten
+	}
+	val, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
+	}
+	rev, err := s.pending.Update(ctx, k, val, p.StoreRevision)
+	if err != nil {
+		if isWrongLastSeq(err) {
+			return ErrConflict
+		}
+		return fmt.Errorf("state: update %q: %w", truncate(p.ProposalID), err)
+	}
+	p.StoreRevision = rev
+	return nil
+}
+
+// Delete removes the record when its proposal has ended, if it is still at
+// p.StoreRevision (else ErrConflict: someone else now owns it).
+func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
+	defer s.timed("delete", time.Now(), &err)
+	err = s.pending.Purge(ctx, key(p.ProposalID), jetstream.LastRevision(p.StoreRevision), jetstream.PurgeTTL(markerTTL))
+	if err != nil {
+		if isWrongLastSeq(err) {
+			return ErrConflict
+		}
+		return fmt.Errorf("state: delete %q: %w", truncate(p.ProposalID), err)
+	}
+	return nil
+}
+
+// List returns every pending record of the group (all members), for the
+// operator API, capacity ("busy" means the whole group is full) and
+// recovery.
+func (s *Store) List(ctx context.Context) (ps []*Pending, err error) {
+	defer s.timed("list", time.Now(), &err)
+	entries, err := snapshot(ctx, s.pending)
+	if err != nil {
+		return nil, fmt.Errorf("state: list pending: %w", err)
+	}
+	for _, e := range entries {
+		p, err := decodePending(e)
+		if err != nil {
+			s.log.Error("skipping unreadable pending record", "key", e.Key(), "err", err)
+			continue
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// Owned returns this member's pending records: what to resume after a
+// restart on the same store.
+func (s *Store) Owned(ctx context.Context) ([]*Pending, error) {
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var mine []*Pending
+	for _, p := range all {
+		if p.Owner == s.cfg.Member {
+			mine = append(mine, p)
+		}
+	}
+	return mine, nil
+}
+
+func decodePending(e jetstream.KeyValueEntry) (*Pending, error) {
+	var p Pending
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return nil, fmt.Errorf("state: decode record %s: %w", e.Key(), err)
+	}
+	p.StoreRevision = e.Revision()
+	return &p, nil
+}
+
+// snapshot reads the current value of every live key in a bucket with one
+// watcher (one consumer), rather than a round trip per key.
+func snapshot(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueEntry, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// A watcher on an unreachable store would wait forever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultOpTimeout)
+		defer cancel()
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var out []jetstream.KeyValueEntry
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("watcher closed")
+			}
+			if e == nil { // all current values delivered
+				return out, nil
+			}
+			out = append(out, e)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,470 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultSeenTTL = 24 * time.Hour
+	DefaultLease   = 5 * time.Second
+	// markerTTL is how long delete and expiry markers stay in a bucket: long
+	// enough for watchers (lease lapses) to see them, short enough that
+	// finished proposals do not leave one tombstone each forever.
+	markerTTL = time.Minute
+	// embeddedMaxPayload bounds one record in the embedded server. A pending
+	// record holds the proposal envelope (up to --max-frame, 1 MiB by
+	// default) plus its decision and prompts, so NATS's 1 MiB default is too
+	// small. External servers need max_payload set likewise (docs/state.md).
+	embeddedMaxPayload = 8 << 20
+	// defaultOpTimeout bounds a store operation whose context has no
+	// deadline (JetStream's own default for requests).
+	defaultOpTimeout = 5 * time.Second
+)
+
+// Errors callers branch on.
+var (
+	// ErrConflict: a compare-and-set lost its race (the record changed since
+	// it was read, or was adopted by another member). Nothing was written.
+	ErrConflict = errors.New("state: record changed since it was read")
+	// ErrExists: a create found the record already there.
+	ErrExists = errors.New("state: record exists")
+	// ErrNotFound: no such record.
+	ErrNotFound = errors.New("state: no such record")
+	// ErrRequestRewritten: an update would clear or change a fulfilment
+	// request already written (a tool call must not run twice).
+	ErrRequestRewritten = errors.New("state: the fulfilment request of a record is written once")
+	// ErrMemberAlive: Adopt was asked to take work from a member whose lease
+	// is live.
+	ErrMemberAlive = errors.New("state: member's lease is live")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("state: store closed")
+)
+
+// Config configures Open.
+type Config struct {
+	Mode Mode
+	// Creds is a NATS credentials file for External mode ("" for none).
+	Creds string
+	// Replicas of each bucket. 0: 1 for embedded modes; for External, keep
+	// an existing bucket's replicas, and create new buckets with 3, falling
+	// back to 1 (with a warning) on a server that is not clustered.
+	Replicas int
+	// Space is the MEW space; every bucket is per space.
+	Space string
+	// Member is this fulfiller's participant id (owner of its claims,
+	// records and lease). At most 180 bytes.
+	Member string
+	// SeenTTL is how long a proposal id stays "seen" (rule 5). 0: 24h.
+	// Shared by the group: the last member to open sets the bucket's age.
+	SeenTTL time.Duration
+	// Lease is how long this member's lease lives without renewal. 0: 5s.
+	// At least 1s (the server's TTL resolution).
+	Lease time.Duration
+	// MaxPending is this member's --max-pending, published in its lease so
+	// the group's capacity is the sum over live members.
+	MaxPending int
+	// Logger receives store and embedded-server events; nil discards.
+	Logger *slog.Logger
+	// Observer receives measurements; nil discards.
+	Observer Observer
+}
+
+// Store is pending state in NATS JetStream. Its methods are safe for
+// concurrent use.
+type Store struct {
+	cfg    Config
+	log    *slog.Logger
+	obs    Observer
+	ns     *server.Server // embedded server, nil in External mode
+	tmpDir string         // memory mode's store dir, removed on Close
+	nc     *nats.Conn
+	js     jetstream.JetStream
+
+	seen, pending, members, outbox, meta jetstream.KeyValue
+
+	rpcMu   sync.Mutex
+	rpcNext int64
+	rpcEnd  int64
+
+	// sweepEvery is how often WatchLapsed looks for orphaned work besides
+	// the lease events: 4 leases (tests set it higher to prove the events).
+	sweepEvery time.Duration
+
+	mu       sync.Mutex
+	closed   bool
+	lease    *lease
+	watchers sync.WaitGroup // WatchLapsed goroutines
+	stop     chan struct{}  // closed by Close: stops watchers
+}
+
+// Open starts (or connects to) the store and makes sure its buckets exist.
+// It fails when the store cannot be reached or written: fulfiller must not
+// start deciding without somewhere to keep its work.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.SeenTTL == 0 {
+		cfg.SeenTTL = DefaultSeenTTL
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Lease < time.Second {
+		return nil, fmt.Errorf("state: lease %v is under 1s", cfg.Lease)
+	}
+	if cfg.SeenTTL < time.Second {
+		return nil, fmt.Errorf("state: seen TTL %v is under 1s", cfg.SeenTTL)
+	}
+	if cfg.Member == "" || len(cfg.Member) > maxPlainID {
+		return nil, fmt.Errorf("state: member id must be 1..%d bytes", maxPlainID)
+	}
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
+		return nil, fmt.Errorf("state: replicas %d out of range 1..5", cfg.Replicas)
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, stop: make(chan struct{}), sweepEvery: 4 * cfg.Lease}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "state")
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	var err error
+	switch cfg.Mode.Kind {
+	case Memory, Dir:
+		err = s.startEmbedded()
+	case External:
+		err = s.connect()
+	default:
+		err = errors.New("state: no mode")
+	}
+	if err == nil {
+		s.js, err = jetstream.New(s.nc)
+	}
+	if err == nil {
+		err = s.openBuckets(ctx)
+	}
+	if err == nil {
+		// Reserve the first id block now, so a store that cannot hand out
+		// ids fails at start rather than on the first fulfilment.
+		err = s.reserveRPCBlock(ctx)
+	}
+	if err != nil {
+		s.shutdown()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) startEmbedded() error {
+	dir := s.cfg.Mode.Dir
+	if s.cfg.Mode.Kind == Memory {
+		// JetStream wants a store directory even when every stream is in
+		// memory; give it a private one.
+		tmp, err := os.MkdirTemp("", "fulfiller-state-")
+		if err != nil {
+			return fmt.Errorf("state: memory store dir: %w", err)
+		}
+		s.tmpDir, dir = tmp, tmp
+	} else if err := mkdirPrivate(dir, s.log); err != nil {
+		return err
+	}
+	opts := &server.Options{
+		ServerName: "fulfiller-" + key(s.cfg.Member),
+		DontListen: true,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoSigs:     true,
+		MaxPayload: embeddedMaxPayload,
+		// Every acknowledged write is fsynced before the ack: pending work
+		// is acknowledged to nobody until it is on disk. JetStream's default
+		// (sync every 2 minutes) lost acknowledged writes in Jepsen's
+		// analysis of NATS 2.12.1.
+		SyncAlways: s.cfg.Mode.Kind == Dir,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("state: embedded NATS server: %w", err)
+	}
+	ns.SetLoggerV2(serverLogger{s.log.With("component", "nats")}, false, false, false)
+	s.ns = ns
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		return fmt.Errorf("state: embedded NATS server in %s did not start", dir)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("fulfiller "+s.cfg.Member))
+	if err != nil {
+		return fmt.Errorf("state: connect to embedded NATS server: %w", err)
+	}
+	s.nc = nc
+	return nil
+}
+
+// mkdirPrivate creates dir 0700. An existing directory is left as the
+// operator made it, with a warning when others can read it: pending
+// proposals carry tool arguments.
+func mkdirPrivate(dir string, log *slog.Logger) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("state: create %s: %w", dir, err)
+		}
+		// MkdirAll's mode is filtered by the umask; make sure.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("state: chmod %s: %w", dir, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("state: %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("state: %s is not a directory", dir)
+	case fi.Mode().Perm()&0o077 != 0:
+		log.Warn("state directory is readable by others; pending proposals carry tool arguments", "dir", dir, "mode", fi.Mode().Perm().String())
+	}
+	return nil
+}
+
+func (s *Store) connect() error {
+	opts := []nats.Option{
+		nats.Name("fulfiller " + s.cfg.Member),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			s.log.Warn("store disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			s.log.Info("store reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+	}
+	if s.cfg.Creds != "" {
+		if _, err := os.Stat(s.cfg.Creds); err != nil {
+			return fmt.Errorf("state: creds file: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(s.cfg.Creds))
+	}
+	nc, err := nats.Connect(strings.Join(s.cfg.Mode.URLs, ","), opts...)
+	if err != nil {
+		return fmt.Errorf("state: connect to %s: %w", s.cfg.Mode, err)
+	}
+	s.nc = nc
+	return nil
+}
+
+// openBuckets creates or updates the five buckets.
+func (s *Store) openBuckets(ctx context.Context) error {
+	storage := jetstream.FileStorage
+	if s.cfg.Mode.Kind == Memory {
+		storage = jetstream.MemoryStorage
+	}
+	open := func(kind string, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+		c.Bucket = bucketName(kind, s.cfg.Space)
+		c.Description = "fulfiller " + kind + " for space " + s.cfg.Space
+		c.Storage = storage
+		c.History = 1
+		return s.bucket(ctx, c)
+	}
+	// Created concurrently: in a cluster each is a round of the meta
+	// group, and start-up waits for all of them.
+	specs := []struct {
+		dst  *jetstream.KeyValue
+		kind string
+		cfg  jetstream.KeyValueConfig
+	}{
+		// seen: every key lives SeenTTL after its claim (bucket MaxAge), no
+		// markers (nobody watches it, and markers would double its writes).
+		{&s.seen, "seen", jetstream.KeyValueConfig{TTL: s.cfg.SeenTTL}},
+		// pending, outbox: no age; deletes leave markers that expire.
+		{&s.pending, "pending", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		{&s.outbox, "outbox", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		// members: per-key TTL (each member its own --lease); the expiry
+		// marker is what WatchLapsed sees.
+		{&s.members, "members", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		{&s.meta, "meta", jetstream.KeyValueConfig{}},
+	}
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, sp := range specs {
+		wg.Go(func() { *sp.dst, errs[i] = open(sp.kind, sp.cfg) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// bucket creates or updates one bucket, choosing its replicas as Config
+// documents.
+func (s *Store) bucket(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	c.Replicas = s.cfg.Replicas
+	auto := c.Replicas == 0
+	if auto {
+		c.Replicas = 1
+		if s.cfg.Mode.Kind == External {
+			c.Replicas = 3
+			if kv, err := s.js.KeyValue(ctx, c.Bucket); err == nil {
+				if st, err := kv.Status(ctx); err == nil {
+					if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+						c.Replicas = si.StreamInfo().Config.Replicas
+					}
+				}
+			}
+		}
+	}
+	kv, err := s.js.CreateOrUpdateKeyValue(ctx, c)
+	if err != nil && auto && c.Replicas > 1 && isReplicasUnavailable(err) {
+		s.log.Warn("store has too few JetStream servers for 3 replicas; bucket created with 1: one server's loss loses pending work",
+			"bucket", c.Bucket, "err", err)
+		c.Replicas = 1
+		kv, err = s.js.CreateOrUpdateKeyValue(ctx, c)
+	}
+	if err != nil && errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		// Another member created it between our look and our create.
+		kv, err = s.js.CreateOrUpdateKeyValue(ctx, c)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state: bucket %s (replicas %d): %w", c.Bucket, c.Replicas, err)
+	}
+	return s.leaderReads(ctx, c.Bucket, kv)
+}
+
+// leaderReads turns off direct gets on a bucket's stream and binds to it
+// again. KV buckets allow direct gets, which followers may serve, so a read
+// right after a write can miss it (NATS documents no read-your-writes for
+// KV). Here a read decides whether a compare-and-set is attempted and
+// whether work is resumed, so reads go to the stream leader, which has
+// applied every write it acknowledged.
+func (s *Store) leaderReads(ctx context.Context, bucket string, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
+	st, err := s.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("state: bucket %s: %w", bucket, err)
+	}
+	cfg := st.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return kv, nil
+	}
+	cfg.AllowDirect = false
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("state: bucket %s: turn off direct gets: %w", bucket, err)
+	}
+	kv, err = s.js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("state: bucket %s: %w", bucket, err)
+	}
+	return kv, nil
+}
+
+// isReplicasUnavailable reports a create that failed for want of servers:
+// a non-clustered server refuses replicas > 1, a small cluster has too few
+// peers.
+func isReplicasUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10074, // replicas > 1 not supported in non-clustered mode
+			10005, // no suitable peers for placement
+			10023: // insufficient resources
+			return true
+		}
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "non-clustered") || strings.Contains(msg, "no suitable peers") ||
+		strings.Contains(msg, "insufficient resources")
+}
+
+// Member returns this store's member id.
+func (s *Store) Member() string { return s.cfg.Member }
+
+// Ping checks that the store can accept a write now, for /readyz: it
+// writes this member's ping key in the meta bucket, which needs the
+// bucket's stream leader and, in a cluster, a quorum of its replicas.
+// (Stream info is no such check: a leaderless replica answers it.)
+func (s *Store) Ping(ctx context.Context) (err error) {
+	defer s.timed("ping", time.Now(), &err)
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("state: store connection %s", strings.ToLower(st.String()))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultOpTimeout)
+		defer cancel()
+	}
+	if _, err := s.meta.Put(ctx, "ping-"+key(s.cfg.Member), []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+		return fmt.Errorf("state: store not accepting writes: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close stops the lease (removing it, so peers adopt at once, unless its
+// context was cancelled first, as in a crash) and the watchers, then closes
+// the connection and any embedded server.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	l := s.lease
+	s.mu.Unlock()
+	close(s.stop)
+	if l != nil {
+		<-l.done // renew removes the lease when it sees stop
+	}
+	s.watchers.Wait()
+	s.shutdown()
+	return nil
+}
+
+func (s *Store) shutdown() {
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.ns != nil {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+	}
+	if s.tmpDir != "" {
+		os.RemoveAll(s.tmpDir)
+	}
+}
+
+// serverLogger sends the embedded server's log to slog. Notices are debug:
+// the server is an implementation detail of fulfiller's own log.
+type serverLogger struct{ l *slog.Logger }
+
+func (g serverLogger) Noticef(format string, v ...any) { g.l.Debug(fmt.Sprintf(format, v...)) }
+func (g serverLogger) Warnf(format string, v ...any)   { g.l.Warn(fmt.Sprintf(format, v...)) }
+func (g serverLogger) Fatalf(format string, v ...any)  { g.l.Error(fmt.Sprintf(format, v...)) }
+func (g serverLogger) Errorf(format string, v ...any)  { g.l.Error(fmt.Sprintf(format, v...)) }
+func (g serverLogger) Debugf(format string, v ...any)  { g.l.Debug(fmt.Sprintf(format, v...)) }
+func (g serverLogger) Tracef(format string, v ...any)  {}
+
+// isWrongLastSeq reports a compare-and-set conflict from JetStream, in
+// either of its forms: 10071 (R=1 streams) or 10164 (replicated streams).
+func isWrongLastSeq(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
