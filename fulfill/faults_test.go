@@ -158,7 +158,9 @@ func TestFaultGatewayStallDuringDecision(t *testing.T) {
 	w := newWorld(t, worldOptions{agent: func(c *agent.Config) {
 		spacetest.Resilient(c)
 		if c.ID == "fulfiller" {
-			c.PingInterval, c.PongTimeout = 20*time.Millisecond, 200*time.Millisecond
+			// Short enough to notice the stall soon, long enough that a busy
+			// machine does not drop the link before the proposal arrives.
+			c.PingInterval, c.PongTimeout = 50*time.Millisecond, time.Second
 		}
 	}})
 	id := w.propose("p-slow", `{"method":"tools/call","params":{"name":"slow"}}`)

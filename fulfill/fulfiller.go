@@ -865,6 +865,7 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	prev, ok := f.transition(p, StateWithdrawn, notAnswered)
 	if !ok {
 		f.log.Info("late withdrawal ignored: the proposal was already answered", "proposal", pid, "state", p.State())
+		f.waitWritten(p) // keep the proposal's events in order: fulfilling first
 		f.mu.Lock()
 		ev := p.event(StageIgnored)
 		f.mu.Unlock()
