@@ -110,17 +110,32 @@ func TestAuditFailureStillRejects(t *testing.T) {
 	}
 }
 
-// eventsOf returns the harness's events for one proposal.
-func (h *harness) eventsOf(id string) []Event {
+// eventsWhere returns the harness's events that match keep, in order.
+func (h *harness) eventsWhere(keep func(Event) bool) []Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []Event
 	for _, e := range h.events {
-		if e.ProposalID == id {
+		if keep(e) {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// eventsOf returns the harness's events for one proposal.
+func (h *harness) eventsOf(id string) []Event {
+	return h.eventsWhere(func(e Event) bool { return e.ProposalID == id })
+}
+
+// eventsAt returns the harness's events of one stage, of any proposal.
+func (h *harness) eventsAt(stage Stage) []Event {
+	return h.eventsWhere(func(e Event) bool { return e.Stage == stage })
+}
+
+// stageEventsOf returns the harness's events of one stage for one proposal.
+func (h *harness) stageEventsOf(id string, stage Stage) []Event {
+	return h.eventsWhere(func(e Event) bool { return e.ProposalID == id && e.Stage == stage })
 }
 
 // TestDecisionIDGovernsEveryEvent (DESIGN rule 10): every event of a

@@ -20,17 +20,6 @@ func refusal(id, kind string) agent.Envelope {
 		Payload:       json.RawMessage(`{"error":"capability_violation","attempted_kind":"` + kind + `","your_capabilities":[{"kind":"chat"},{"id":"mcp-response","kind":"mcp/response"}]}`)}
 }
 
-// stageEventsOf returns the harness's events of one stage for one proposal.
-func (h *harness) stageEventsOf(id string, stage Stage) []Event {
-	var out []Event
-	for _, e := range h.eventsOf(id) {
-		if e.Stage == stage {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // A reject the gateway refused is reported undelivered, after the
 // rejected event of its write.
 func TestRefusedRejectReportedUndelivered(t *testing.T) {

@@ -7,19 +7,6 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 )
 
-// eventsAt returns the harness's events of one stage, of any proposal.
-func (h *harness) eventsAt(stage Stage) []Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []Event
-	for _, e := range h.events {
-		if e.Stage == stage {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // Participants that can end any proposal without being a known fulfiller
 // are reported at start and when they join; a known fellow fulfiller and
 // a tool server whose mcp/request covers only notifications are not.
