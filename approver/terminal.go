@@ -158,6 +158,12 @@ func (t *Terminal) sayLocked(text string) {
 			text = "\n" + text
 		}
 		t.midLine = !strings.HasSuffix(text, "\n")
+		if t.Raw != nil {
+			// A terminal may still be in raw mode while a card's end
+			// switches it back: \r\n shows the same in either mode, \n
+			// alone would staircase the narration.
+			text = crlf(text)
+		}
 		_, _ = io.WriteString(t.Out, text)
 	}
 }

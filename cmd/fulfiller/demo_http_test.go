@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,7 +24,7 @@ func TestDemoServesMetrics(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var out strings.Builder
+	var out lockedBuilder // the demo writes while the test reads
 	root := newRootCmd()
 	root.SetArgs([]string{"demo", "--color", "never", "--http", addr, "--hold"})
 	root.SetOut(&out)
@@ -83,4 +84,23 @@ func TestDemoServesMetrics(t *testing.T) {
 	if !strings.Contains(out.String(), "10 of 10 proposals ended as the policy says.") {
 		t.Fatalf("narration:\n%s", out.String())
 	}
+}
+
+// lockedBuilder is a strings.Builder that one goroutine may write while
+// another reads it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
