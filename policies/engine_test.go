@@ -67,13 +67,13 @@ func TestExamplePolicies(t *testing.T) {
 			name: "production write escalates with quorum 2 (destructive by default)",
 			in:   callInput(t, "coder", "write_file", `{"path":"/srv/prod/app.conf","content":"x"}`, ""),
 			want: Decision{Action: Escalate, Message: "write_file targets production (/srv/prod/app.conf)",
-				Approvers: []string{"oncall-alice", "oncall-bob", "oncall-carol"}, Quorum: 2, Timeout: 15 * time.Minute},
+				Approvers: []string{"oncall-alice", "oncall-bob", "oncall-carol"}, Quorum: 2, Timeout: 4 * time.Minute},
 		},
 		{
 			name: "production non-destructive escalates with quorum 1",
 			in:   callInput(t, "coder", "restart", `{"host":"web1.prod.example.com"}`, `{"destructiveHint":false}`),
 			want: Decision{Action: Escalate, Message: "restart targets production (web1.prod.example.com)",
-				Approvers: []string{"oncall-alice", "oncall-bob", "oncall-carol"}, Quorum: 1, Timeout: 15 * time.Minute},
+				Approvers: []string{"oncall-alice", "oncall-bob", "oncall-carol"}, Quorum: 1, Timeout: 4 * time.Minute},
 		},
 		{
 			name: "blocklisted proposer",

@@ -66,7 +66,7 @@ appear here, and the production delete waits for your answer.`,
 				// through the card UI, which keeps the prompt line intact.
 				opts.Approver, opts.Out = ui, ui
 				if !cmd.Flags().Changed("step-timeout") {
-					opts.Step = 15 * time.Minute // the example policy's approval deadline
+					opts.Step = 5 * time.Minute // past the example policy's approval deadline (4m)
 				}
 			}
 			return demo.Run(cmd.Context(), opts)
@@ -74,7 +74,7 @@ appear here, and the production delete waits for your answer.`,
 	}
 	cmd.Flags().StringVar(&color, "color", "auto", "colour the narration: auto (when stdout is a terminal), always or never")
 	cmd.Flags().StringVar(&logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
-	cmd.Flags().DurationVar(&step, "step-timeout", 10*time.Second, "how long to wait for each proposal's outcome (with --interactive: 15m)")
+	cmd.Flags().DurationVar(&step, "step-timeout", 10*time.Second, "how long to wait for each proposal's outcome (with --interactive: 5m, past the example approval deadline)")
 	cmd.Flags().BoolVar(&interactive, "interactive", false, "be oncall-alice yourself: answer the approval cards at this terminal")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the space and the fulfiller up after the story until interrupted (to curl --http; without --http-token-file a token is made and printed)")
 	of.register(cmd.Flags())
