@@ -22,6 +22,11 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) bool {
 	return cond()
 }
 
+// reloadWait bounds how long a test waits for a reload it expects. The
+// product reloads within a second; the bound is generous so that a busy
+// machine does not fail the test (waitFor returns as soon as it is seen).
+const reloadWait = 15 * time.Second
+
 func policyWithMessage(msg string) string {
 	return "package fulfiller\n\ndecision := {\"action\": \"fulfill\", \"message\": \"" + msg + "\"}\n"
 }
@@ -37,8 +42,9 @@ func startWatch(t *testing.T, e *Engine) {
 			t.Errorf("Watch: %v", err)
 		}
 	})
-	// Let the watcher register before the test changes files.
-	time.Sleep(50 * time.Millisecond)
+	// Let the watcher register before the test changes files: Watch has
+	// no ready signal, and an edit made before it watches is never seen.
+	time.Sleep(250 * time.Millisecond)
 }
 
 func TestWatchReloadsDirectory(t *testing.T) {
@@ -59,12 +65,13 @@ func TestWatchReloadsDirectory(t *testing.T) {
 	startWatch(t, e)
 	message := func() string { return e.Decide(t.Context(), &Input{}).Message }
 
-	// Change a file: the new decision is in force within a second.
+	// Change a file: the new decision is in force (within a second; the
+	// test allows more).
 	v1 := e.Revision()
 	writeFile(t, filepath.Join(dir, "main.rego"), policyWithMessage("v2"))
 	start := time.Now()
-	if !waitFor(t, time.Second, func() bool { return message() == "v2" }) {
-		t.Fatalf("after edit: message %q, want v2 within 1s", message())
+	if !waitFor(t, reloadWait, func() bool { return message() == "v2" }) {
+		t.Fatalf("after edit: message %q, want v2", message())
 	}
 	t.Logf("reload took %v", time.Since(start))
 	if e.Revision() == v1 {
@@ -77,8 +84,8 @@ func TestWatchReloadsDirectory(t *testing.T) {
 	// Break it: the old decision stays and the error names file:line.
 	v2 := e.Revision()
 	writeFile(t, filepath.Join(dir, "main.rego"), "package fulfiller\n\ndecision := {\"action\": \"fulfill\",\n")
-	if !waitFor(t, time.Second, func() bool { return e.LastReloadError() != nil }) {
-		t.Fatal("broken policy: no reload error within 1s")
+	if !waitFor(t, reloadWait, func() bool { return e.LastReloadError() != nil }) {
+		t.Fatal("broken policy: no reload error")
 	}
 	if want := filepath.Join(dir, "main.rego") + ":"; !strings.HasPrefix(e.LastReloadError().Error(), want) {
 		t.Errorf("LastReloadError = %v, want it to start with %s<line>", e.LastReloadError(), want)
@@ -97,21 +104,21 @@ func TestWatchReloadsDirectory(t *testing.T) {
 	if err := os.Rename(tmp, filepath.Join(dir, "main.rego")); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(t, time.Second, func() bool { return message() == "v3" }) {
+	if !waitFor(t, reloadWait, func() bool { return message() == "v3" }) {
 		t.Fatalf("after rename: message %q, want v3", message())
 	}
 	if e.LastReloadError() != nil {
 		t.Errorf("LastReloadError after fix = %v", e.LastReloadError())
 	}
 	writeFile(t, filepath.Join(dir, "newdir", "extra.rego"), "package fulfiller.extra\n\nx := 1\n")
-	if !waitFor(t, time.Second, func() bool { return len(e.Files()) == 3 }) {
+	if !waitFor(t, reloadWait, func() bool { return len(e.Files()) == 3 }) {
 		t.Errorf("file in new directory not loaded: %v", e.Files())
 	}
 
 	// Data changes are watched as well.
 	before := e.Revision()
 	writeFile(t, filepath.Join(dir, "data", "data.json"), `{"limit": 2}`)
-	if !waitFor(t, time.Second, func() bool { return e.Revision() != before }) {
+	if !waitFor(t, reloadWait, func() bool { return e.Revision() != before }) {
 		t.Error("data change not picked up")
 	}
 
@@ -131,7 +138,7 @@ func TestWatchNamedFile(t *testing.T) {
 	}
 	startWatch(t, e)
 	writeFile(t, filepath.Join(dir, "p.rego"), policyWithMessage("v2"))
-	if !waitFor(t, time.Second, func() bool { return e.Decide(t.Context(), &Input{}).Message == "v2" }) {
+	if !waitFor(t, reloadWait, func() bool { return e.Decide(t.Context(), &Input{}).Message == "v2" }) {
 		t.Fatal("named file change not picked up")
 	}
 	// Siblings that are not named are irrelevant.

@@ -75,7 +75,7 @@ func TestEvalExamples(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.input, func(t *testing.T) {
 			stdout, stderr, code := cli(t, "", "eval", "--policy", examplePolicies, "--data", exampleData,
-				"--input", filepath.Join(proposals, tc.input))
+				"--input", filepath.Join(proposals, tc.input), "--policy-timeout", "1m")
 			if code != 0 || stderr != "" {
 				t.Fatalf("exit %d, stderr %q", code, stderr)
 			}
@@ -132,8 +132,10 @@ func TestEvalFailsClosed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.dir, func(t *testing.T) {
+			// A minute, not the 100ms default: each case must fail closed
+			// for its own reason, never because a busy machine timed it out.
 			stdout, stderr, code := cli(t, "", "eval", "--policy", filepath.Join(testPolicies, tc.dir),
-				"--input", filepath.Join(proposals, "write-dev.json"))
+				"--input", filepath.Join(proposals, "write-dev.json"), "--policy-timeout", "1m")
 			if code != 0 {
 				t.Fatalf("exit %d, stderr %s", code, stderr)
 			}
