@@ -98,7 +98,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	engine, err := policies.Load(ctx, policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Logger: opts.Logger})
+	// A second per evaluation, not run's 100ms: the story is a
+	// walkthrough on whatever machine a newcomer has, and a busy one must
+	// not turn a step into a fail-closed reject.
+	engine, err := policies.Load(ctx, policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: time.Second, Logger: opts.Logger})
 	if err != nil {
 		return fmt.Errorf("demo: load example policies: %w", err)
 	}
