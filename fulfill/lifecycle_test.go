@@ -185,6 +185,9 @@ func TestWithdrawBeforeDecision(t *testing.T) {
 	waitFor(t, func() bool { return h.dec.count() == 1 })
 	h.deliver(agent.Envelope{ID: "w1", From: "coder", Kind: agent.KindWithdraw, CorrelationID: agent.CorrelationIDs{"p1"}, Payload: json.RawMessage(`{"reason":"no_longer_needed"}`)})
 	waitFor(t, func() bool { return len(h.f.Pending()) == 0 })
+	// The withdrawn event follows the state change: wait for it too, so
+	// the decision released below cannot be reported first.
+	waitFor(t, func() bool { return len(h.stageEventsOf("p1", StageWithdrawn)) == 1 })
 	close(dec.gate)
 	h.space.quiet(t, 100*time.Millisecond) // withdrawal is fire-and-forget: nothing goes back
 	want := []Stage{StageReceived, StageWithdrawn, StageDecided}
