@@ -85,6 +85,9 @@ type Config struct {
 	// Approvers are the humans asked by default (--approvers); they may
 	// hold mcp/reject to turn proposals down directly.
 	Approvers []string
+	// Store [nil: in this process only] keeps pending work across crashes
+	// and shares it with a group; see Store.
+	Store Store
 }
 
 func (c *Config) setDefaults() {

@@ -164,6 +164,20 @@ func (c *cluster) waitMetaLeader(d time.Duration) error {
 	return fmt.Errorf("no JetStream meta leader within %v", d)
 }
 
+// waitCurrent waits until server i has caught up with the JetStream meta
+// leader after a restart.
+func (c *cluster) waitCurrent(i int, d time.Duration) error {
+	return eventually(d, func() error {
+		c.mu.Lock()
+		s := c.servers[i]
+		c.mu.Unlock()
+		if s == nil || !s.JetStreamIsCurrent() {
+			return fmt.Errorf("server %d not current with the meta leader within %v", i, d)
+		}
+		return nil
+	})
+}
+
 // eventually polls cond until it returns nil or d passes; it returns the
 // last error. For waiting on the cluster, never for asserting timings.
 func eventually(d time.Duration, cond func() error) error {
