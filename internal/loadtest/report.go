@@ -16,8 +16,8 @@ func (r *Report) WriteText(w io.Writer) {
 		rate = fmt.Sprintf("%.0f/s", r.Rate)
 	}
 	fmt.Fprintf(w, "fulfiller bench: %d proposals from %d proposers over loopback WebSocket\n", r.Proposals, r.Proposers)
-	fmt.Fprintf(w, "  rate %s, window %d, max-pending %d, max-inflight %d, mix %s, policy %s\n",
-		rate, r.Window, r.MaxPending, r.MaxInflight, r.Mix, r.Revision)
+	fmt.Fprintf(w, "  rate %s, window %d, max-pending %d, max-inflight %d, mix %s, policy %s, state %s\n",
+		rate, r.Window, r.MaxPending, r.MaxInflight, r.Mix, r.Revision, r.State)
 	fmt.Fprintf(w, "sent            %d  (%s)\n", r.Sent, counts(r.SentByKind))
 	fmt.Fprintf(w, "sustained       %.0f proposals/s  (%d answered in %.2fs)\n", r.Throughput, r.Answered, r.Seconds)
 	fmt.Fprintf(w, "latency         %s  (sent → fulfilment mcp/request or mcp/reject seen by the proposer)\n", pct(r.Latency))
@@ -30,6 +30,12 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "duplicates      %d\n", r.Duplicates)
 	if r.CPUSeconds > 0 {
 		fmt.Fprintf(w, "CPU             %.2fs of the whole process, %.0fµs per proposal\n", r.CPUSeconds, r.CPUPerProposal)
+	}
+	if r.CPUShare != nil {
+		fmt.Fprintf(w, "fulfiller CPU per proposal: %.0f µs (%.0f%% of process CPU)\n", r.FulfillerCPUPerProposal, 100*r.CPUShare[ComponentFulfiller])
+		fmt.Fprintf(w, "CPU by component %s  (pprof label %s)\n", shares(r.CPUShare), LabelKey)
+	} else if r.ProfileError != "" {
+		fmt.Fprintf(w, "fulfiller CPU per proposal: not measured (%s)\n", r.ProfileError)
 	}
 	fmt.Fprintf(w, "peak memory     RSS %s (VmHWM, whole process), heap %s (sampled)\n", mib(r.PeakRSS), mib(r.PeakHeap))
 	if r.Stalled {
@@ -81,4 +87,68 @@ func counts(m map[string]int64) string {
 	return strings.Join(parts, ", ")
 }
 
+func shares(m map[string]float64) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// DurableTarget is the least share of the memory run's throughput a
+// durable store should keep (issue 14: durable ≥ 0.7 × memory).
+const DurableTarget = 0.7
+
+// StateComparison is the same load run twice: with no store (memory) and
+// with a durable one.
+type StateComparison struct {
+	Memory  *Report `json:"memory"`
+	Durable *Report `json:"durable"`
+	// ThroughputRatio is durable ÷ memory proposals/s; CPURatio is durable
+	// ÷ memory CPU per proposal (whole process).
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	CPURatio        float64 `json:"cpu_ratio"`
+	Target          float64 `json:"throughput_ratio_target"`
+}
+
+// CompareState builds the comparison of a memory run and a durable run.
+func CompareState(memory, durable *Report) *StateComparison {
+	c := &StateComparison{Memory: memory, Durable: durable, Target: DurableTarget}
+	if memory.Throughput > 0 {
+		c.ThroughputRatio = durable.Throughput / memory.Throughput
+	}
+	if memory.CPUPerProposal > 0 {
+		c.CPURatio = durable.CPUPerProposal / memory.CPUPerProposal
+	}
+	return c
+}
+
+// OK reports whether both runs answered every proposal exactly once.
+func (c *StateComparison) OK() bool { return c.Memory.OK() && c.Durable.OK() }
+
+// WriteText prints both reports and a table of what durability costs.
+func (c *StateComparison) WriteText(w io.Writer) {
+	c.Memory.WriteText(w)
+	fmt.Fprintln(w)
+	c.Durable.WriteText(w)
+	fmt.Fprintf(w, "\nthe cost of durability: --state memory vs --state %s, same load\n", c.Durable.State)
+	fmt.Fprintf(w, "  %-10s %12s %10s %10s %14s %14s %11s %11s\n", "state", "proposals/s", "p50", "p99", "CPU/proposal", "fulfiller CPU", "unanswered", "duplicates")
+	for _, r := range []*Report{c.Memory, c.Durable} {
+		name := "memory"
+		if r == c.Durable {
+			name = "durable"
+		}
+		d := func(v float64) time.Duration { return us(v).Round(time.Microsecond) }
+		fmt.Fprintf(w, "  %-10s %12.0f %10v %10v %13.0fµs %13.0fµs %11d %11d\n", name, r.Throughput,
+			d(r.Latency.P50), d(r.Latency.P99), r.CPUPerProposal, r.FulfillerCPUPerProposal, r.Unanswered, r.Duplicates)
+	}
+	verdict := "met"
+	if c.ThroughputRatio < c.Target {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(w, "  durable ÷ memory: throughput %.2f× (target ≥ %.2f: %s), CPU per proposal %.2f×\n",
+		c.ThroughputRatio, c.Target, verdict, c.CPURatio)
+}
