@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,6 +22,12 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--max-pending", "0"}, "--max-pending"},
 		{[]string{"bench", "--opa-bin", "/usr/bin/opa"}, "--opa-bin"},
 		{[]string{"bench", "--window", "0"}, "--window"},
+		{[]string{"bench", "--state", ""}, "--state"},
+		{[]string{"bench", "--state", "nats://user:secret@127.0.0.1:4222"}, "--state"},
+		{[]string{"bench", "--state", "http://127.0.0.1:4222"}, "--state"},
+		{[]string{"bench", "--state-compare"}, "--state-compare"},
+		{[]string{"bench", "--state", "/tmp/x", "--state-creds", "/tmp/creds"}, "--state-creds"},
+		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--vs-opa-server"}, "--state-compare"},
 	} {
 		_, stderr, code := cli(t, "", tc.args...)
 		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.flag) {
@@ -57,5 +66,76 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if rep.Outcomes["rejected:invalid"] != 30 {
 		t.Errorf("rejected:invalid %d, want 30 (10%% of 300)", rep.Outcomes["rejected:invalid"])
+	}
+}
+
+// The text report names the store and gives the fulfiller's own CPU per
+// proposal, positive and below the whole process's.
+func TestBenchTextFulfillerCPU(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "3000", "--proposers", "2",
+		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, ", state memory\n") {
+		t.Errorf("report does not say state memory:\n%s", stdout)
+	}
+	m := regexp.MustCompile(`(?m)^fulfiller CPU per proposal: (\d+) µs \((\d+)% of process CPU\)$`).FindStringSubmatch(stdout)
+	p := regexp.MustCompile(`(?m)^CPU +[0-9.]+s of the whole process, (\d+)µs per proposal$`).FindStringSubmatch(stdout)
+	if m == nil || p == nil {
+		t.Fatalf("no fulfiller or process CPU line:\n%s", stdout)
+	}
+	ful, _ := strconv.Atoi(m[1])
+	share, _ := strconv.Atoi(m[2])
+	proc, _ := strconv.Atoi(p[1])
+	if ful <= 0 || ful >= proc || share <= 0 || share >= 100 {
+		t.Errorf("fulfiller %dµs (%d%%), process %dµs per proposal: want 0 < fulfiller < process", ful, share, proc)
+	}
+}
+
+// --state-compare runs memory then the durable store on the same load and
+// reports both, each with every proposal answered once, and the ratio; the
+// store's fresh directory is gone afterwards.
+func TestBenchStateCompare(t *testing.T) {
+	dir := t.TempDir()
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "300", "--proposers", "2", "--json",
+		"--state", dir, "--state-compare",
+		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	type report struct {
+		State      string  `json:"state"`
+		Sent       int64   `json:"sent"`
+		Unanswered int64   `json:"unanswered"`
+		Duplicates int64   `json:"duplicates"`
+		Throughput float64 `json:"proposals_per_second"`
+		Latency    struct {
+			Count int     `json:"count"`
+			P50   float64 `json:"p50_us"`
+			P99   float64 `json:"p99_us"`
+		} `json:"latency"`
+	}
+	var c struct {
+		Memory, Durable *report
+		Ratio           float64 `json:"throughput_ratio"`
+		Target          float64 `json:"throughput_ratio_target"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &c); err != nil || c.Memory == nil || c.Durable == nil {
+		t.Fatalf("not one JSON comparison (%v):\n%s", err, stdout)
+	}
+	for _, r := range []*report{c.Memory, c.Durable} {
+		if r.Sent != 300 || r.Unanswered != 0 || r.Duplicates != 0 || r.Latency.Count != 300 || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 {
+			t.Errorf("report %+v", *r)
+		}
+	}
+	if c.Memory.State != "memory" || c.Durable.State != dir {
+		t.Errorf("states %q and %q, want memory and %q", c.Memory.State, c.Durable.State, dir)
+	}
+	if want := c.Durable.Throughput / c.Memory.Throughput; c.Ratio != want || c.Target != 0.7 {
+		t.Errorf("ratio %v (want %v), target %v", c.Ratio, want, c.Target)
+	}
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("left %v in --state %s (%v)", left, dir, err)
 	}
 }

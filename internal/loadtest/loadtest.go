@@ -275,9 +275,11 @@ func (w *world) stop() {
 
 func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *world, err error) {
 	w = &world{cfg: cfg, capture: &inputCapture{max: cfg.CaptureInputs}, idBase: "bench-"}
+	// Not w: every failure returns a nil w.
+	started := w
 	defer func() {
 		if err != nil {
-			w.stop()
+			started.stop()
 		}
 	}()
 	// Every component starts under its own pprof label, which the
