@@ -196,7 +196,18 @@ type Report struct {
 	// CPU profile was running, e.g. go test -cpuprofile).
 	CPUShare                map[string]float64 `json:"cpu_share,omitempty"`
 	FulfillerCPUPerProposal float64            `json:"fulfiller_cpu_us_per_proposal"`
-	ProfileError            string             `json:"profile_error,omitempty"`
+	// FulfillerCPUProRata adds to FulfillerCPUPerProposal the
+	// fulfiller's pro-rata part of ComponentOther (mostly GC background
+	// marking, which no goroutine label reaches): the labelled share
+	// among the labelled components, times CPUPerProposal. The truth lies
+	// between the two figures.
+	FulfillerCPUProRata float64 `json:"fulfiller_cpu_us_per_proposal_pro_rata"`
+	// ProfiledCPUSeconds is the CPU time the profile's samples account
+	// for. On a busy machine it falls short of CPUSeconds (the kernel's
+	// per-thread CPU timers fire once for several expiries); the shares
+	// assume the loss falls evenly on every component.
+	ProfiledCPUSeconds float64 `json:"profiled_cpu_seconds,omitempty"`
+	ProfileError       string  `json:"profile_error,omitempty"`
 
 	PeakRSS  uint64 `json:"peak_rss_bytes"`  // VmHWM of the whole process (space, tool, fulfiller, proposers)
 	PeakHeap uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
@@ -762,7 +773,11 @@ func (w *world) cpuShares(rep *Report, prof []byte) error {
 		}
 		rep.CPUShare[k] += float64(v) / float64(total)
 	}
+	rep.ProfiledCPUSeconds = time.Duration(total).Seconds()
 	rep.FulfillerCPUPerProposal = rep.CPUShare[ComponentFulfiller] * rep.CPUPerProposal
+	if labelledShare := 1 - rep.CPUShare[ComponentOther]; labelledShare > 0 {
+		rep.FulfillerCPUProRata = rep.FulfillerCPUPerProposal / labelledShare
+	}
 	return nil
 }
 

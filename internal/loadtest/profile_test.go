@@ -77,6 +77,10 @@ func checkCPUFigures(t *testing.T, r Report) {
 	if !(r.FulfillerCPUPerProposal > 0 && r.FulfillerCPUPerProposal < r.CPUPerProposal) {
 		t.Errorf("fulfiller CPU %.1fµs per proposal, process %.1fµs: want 0 < fulfiller < process", r.FulfillerCPUPerProposal, r.CPUPerProposal)
 	}
+	if !(r.FulfillerCPUProRata >= r.FulfillerCPUPerProposal && r.FulfillerCPUProRata < r.CPUPerProposal) || r.ProfiledCPUSeconds <= 0 {
+		t.Errorf("pro rata %.1fµs, direct %.1fµs, process %.1fµs, profiled %.2fs: want direct ≤ pro rata < process and a profile",
+			r.FulfillerCPUProRata, r.FulfillerCPUPerProposal, r.CPUPerProposal, r.ProfiledCPUSeconds)
+	}
 	var sum float64
 	for _, c := range []string{ComponentFulfiller, ComponentSpace, ComponentTool, ComponentProposers, ComponentOther} {
 		sum += r.CPUShare[c]

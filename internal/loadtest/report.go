@@ -33,7 +33,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.CPUShare != nil {
 		fmt.Fprintf(w, "fulfiller CPU per proposal: %.0f µs (%.0f%% of process CPU)\n", r.FulfillerCPUPerProposal, 100*r.CPUShare[ComponentFulfiller])
-		fmt.Fprintf(w, "CPU by component %s  (pprof label %s)\n", shares(r.CPUShare), LabelKey)
+		fmt.Fprintf(w, "  %.0f µs with its pro-rata part of the unlabelled runtime CPU (GC marking, scheduler)\n", r.FulfillerCPUProRata)
+		fmt.Fprintf(w, "CPU by component %s  (pprof label %s; the profile sampled %.2fs of the %.2fs)\n",
+			shares(r.CPUShare), LabelKey, r.ProfiledCPUSeconds, r.CPUSeconds)
 	} else if r.ProfileError != "" {
 		fmt.Fprintf(w, "fulfiller CPU per proposal: not measured (%s)\n", r.ProfileError)
 	}
