@@ -30,6 +30,7 @@ type benchFlags struct {
 	logLevel                     string
 	state, stateCreds            string
 	stateCompare                 bool
+	rounds                       int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -89,6 +90,7 @@ profile of the measured window labelled by component.`,
 	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory, `DIR` (a fresh embedded store inside it) or nats://host:port[,…]")
 	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for --state nats://…")
 	f.BoolVar(&fl.stateCompare, "state-compare", false, "run with --state memory first, then with --state, and compare")
+	f.IntVar(&fl.rounds, "rounds", 1, "with --state-compare: alternate the memory and durable runs this many times and give the median ratio")
 	f.StringVar(&fl.logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
 	return cmd
 }
@@ -104,10 +106,19 @@ func (fl *benchFlags) stateMode() (*state.Mode, error) {
 		return nil, usageErrorf("--state-creds needs --state nats://…")
 	}
 	if m.Kind == state.Memory {
+		if fl.rounds != 1 && !fl.stateCompare {
+			return nil, usageErrorf("--rounds needs --state-compare")
+		}
 		if fl.stateCompare {
 			return nil, usageErrorf("--state-compare needs --state DIR or nats://… to compare with memory")
 		}
 		return nil, nil
+	}
+	if fl.rounds < 1 {
+		return nil, usageErrorf("--rounds %d: must be at least 1", fl.rounds)
+	}
+	if fl.rounds > 1 && !fl.stateCompare {
+		return nil, usageErrorf("--rounds needs --state-compare")
 	}
 	if fl.stateCompare && fl.vsOPA {
 		return nil, usageErrorf("--state-compare with --vs-opa-server: run them one at a time")
@@ -232,29 +243,37 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 }
 
 // benchStateCompare runs cfg's load with no store, then with cfg.State,
-// and prints both and the cost of durability. Only the durable run writes
-// the CPU profile: two profiles in one file would not parse.
+// --rounds times, and prints them and the cost of durability. Only the
+// last durable run writes the CPU profile: two profiles in one file would
+// not parse.
 func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) error {
-	memCfg := cfg
-	memCfg.State, memCfg.StateCreds, memCfg.CPUProfile = nil, "", nil
-	mem, err := loadtest.Run(cmd.Context(), memCfg)
-	if err != nil {
-		if errors.Is(err, loadtest.ErrPolicy) {
-			return usageError(err)
+	var mems, durs []*loadtest.Report
+	for i := range fl.rounds {
+		memCfg := cfg
+		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile = nil, "", nil
+		mem, err := loadtest.Run(cmd.Context(), memCfg)
+		if err != nil {
+			if errors.Is(err, loadtest.ErrPolicy) {
+				return usageError(err)
+			}
+			return fmt.Errorf("memory run %d: %w", i+1, err)
 		}
-		return fmt.Errorf("memory run: %w", err)
+		durCfg := cfg
+		if i < fl.rounds-1 {
+			durCfg.CPUProfile = nil
+		}
+		dur, err := loadtest.Run(cmd.Context(), durCfg)
+		if err != nil {
+			return fmt.Errorf("durable run %d (--state %s): %w", i+1, cfg.State, err)
+		}
+		mems, durs = append(mems, &mem.Report), append(durs, &dur.Report)
 	}
-	dur, err := loadtest.Run(cmd.Context(), cfg)
-	if err != nil {
-		return fmt.Errorf("durable run (--state %s): %w", cfg.State, err)
-	}
-	c := loadtest.CompareState(&mem.Report, &dur.Report)
+	c := loadtest.CompareState(mems, durs)
 	if err := writeReport(cmd.OutOrStdout(), fl.jsonOut, c); err != nil {
 		return err
 	}
 	if !c.OK() {
-		return fmt.Errorf("bench failed: memory run %d unanswered, %d duplicates; durable run %d unanswered, %d duplicates",
-			c.Memory.Unanswered, c.Memory.Duplicates, c.Durable.Unanswered, c.Durable.Duplicates)
+		return errors.New("bench failed: a run left proposals unsent, unanswered or answered twice (see the table)")
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +186,29 @@ func TestRunWithExternalState(t *testing.T) {
 		if r := res.Report; !r.OK() || r.State != mode.String() {
 			t.Fatalf("run %d: report %+v", i, r)
 		}
+	}
+}
+
+// The comparison's ratio is the median of the rounds' own ratios, and the
+// text says when the durable store misses the target.
+func TestCompareState(t *testing.T) {
+	run := func(state string, tput, cpu float64) *Report {
+		return &Report{State: state, Proposals: 10, Sent: 10, Answered: 10, Throughput: tput, CPUPerProposal: cpu}
+	}
+	c := CompareState(
+		[]*Report{run("memory", 1000, 100), run("memory", 500, 100), run("memory", 1000, 100)},
+		[]*Report{run("/s", 600, 150), run("/s", 450, 120), run("/s", 100, 400)})
+	if c.Rounds != 3 || c.ThroughputRatio != 0.6 || c.CPURatio != 1.5 || !c.OK() {
+		t.Fatalf("rounds %d, throughput ratio %v (want 0.6 of 0.6, 0.9, 0.1), cpu ratio %v (want 1.5), ok %v",
+			c.Rounds, c.ThroughputRatio, c.CPURatio, c.OK())
+	}
+	var b bytes.Buffer
+	c.WriteText(&b)
+	if !strings.Contains(b.String(), "throughput 0.60× (target ≥ 0.70: MISSED), CPU per proposal 1.50×") {
+		t.Errorf("text:\n%s", b.String())
+	}
+	c.Durable[1].Unanswered = 1
+	if c.OK() {
+		t.Error("a comparison with an unanswered proposal is OK")
 	}
 }
