@@ -203,9 +203,9 @@ type Report struct {
 	// between the two figures.
 	FulfillerCPUProRata float64 `json:"fulfiller_cpu_us_per_proposal_pro_rata"`
 	// ProfiledCPUSeconds is the CPU time the profile's samples account
-	// for. On a busy machine it falls short of CPUSeconds (the kernel's
-	// per-thread CPU timers fire once for several expiries); the shares
-	// assume the loss falls evenly on every component.
+	// for. On a busy machine it falls well short of CPUSeconds (about half
+	// at load average 6); the shares assume the loss falls evenly on every
+	// component.
 	ProfiledCPUSeconds float64 `json:"profiled_cpu_seconds,omitempty"`
 	ProfileError       string  `json:"profile_error,omitempty"`
 
