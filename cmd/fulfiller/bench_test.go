@@ -75,7 +75,7 @@ func TestBenchJSON(t *testing.T) {
 // The text report names the store and gives the fulfiller's own CPU per
 // proposal, positive and below the whole process's.
 func TestBenchTextFulfillerCPU(t *testing.T) {
-	stdout, stderr, code := cli(t, "", "bench", "--proposals", "3000", "--proposers", "2",
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "1500", "--proposers", "2",
 		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
