@@ -100,7 +100,9 @@ profile of the measured window labelled by component.`,
 func (fl *benchFlags) stateMode() (*state.Mode, error) {
 	m, err := state.ParseMode(fl.state)
 	if err != nil {
-		return nil, usageErrorf("--state %q: %v", fl.state, err)
+		// Not the value itself: a URL may carry a password, which the
+		// state error names without echoing.
+		return nil, usageErrorf("--state: %v", err)
 	}
 	if fl.stateCreds != "" && m.Kind != state.External {
 		return nil, usageErrorf("--state-creds needs --state nats://…")

@@ -39,6 +39,15 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 	}
 }
 
+// A --state URL with a password in it is refused without echoing the
+// password to the terminal or a log.
+func TestBenchStateURLSecretNotEchoed(t *testing.T) {
+	_, stderr, code := cli(t, "", "bench", "--state", "nats://bench:hunter2@127.0.0.1:4222")
+	if code != 2 || strings.Contains(stderr, "hunter2") || !strings.Contains(stderr, "--state-creds") {
+		t.Fatalf("exit %d, stderr %q: want exit 2, pointing at --state-creds, without the password", code, stderr)
+	}
+}
+
 // A small run through the CLI: exit 0, and the JSON report says every
 // proposal was answered once.
 func TestBenchJSON(t *testing.T) {
