@@ -107,6 +107,16 @@ func (fl *benchFlags) stateMode() (*state.Mode, error) {
 	if fl.stateCreds != "" && m.Kind != state.External {
 		return nil, usageErrorf("--state-creds needs --state nats://…")
 	}
+	if fl.stateCreds != "" {
+		if st, err := os.Stat(fl.stateCreds); err != nil || st.IsDir() {
+			return nil, usageErrorf("--state-creds %q: not a readable file", fl.stateCreds)
+		}
+	}
+	if m.Kind == state.Dir {
+		if st, err := os.Stat(m.Dir); err == nil && !st.IsDir() {
+			return nil, usageErrorf("--state %q: not a directory", m.Dir)
+		}
+	}
 	if m.Kind == state.Memory {
 		if fl.rounds != 1 && !fl.stateCompare {
 			return nil, usageErrorf("--rounds needs --state-compare")

@@ -30,6 +30,8 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--vs-opa-server"}, "--state-compare"},
 		{[]string{"bench", "--state", "/tmp/x", "--rounds", "3"}, "--rounds"},
 		{[]string{"bench", "--rounds", "2"}, "--rounds"},
+		{[]string{"bench", "--state", "nats://127.0.0.1:4222", "--state-creds", "/nonexistent/bench.creds"}, "--state-creds"},
+		{[]string{"bench", "--state", "bench_test.go"}, "--state"},
 		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--rounds", "0"}, "--rounds"},
 	} {
 		_, stderr, code := cli(t, "", tc.args...)
