@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/mewkit/fulfiller/internal/loadtest"
+	"github.com/mewkit/fulfiller/state"
 )
 
 type benchFlags struct {
@@ -28,6 +28,9 @@ type benchFlags struct {
 	opaDecisions                 int
 	cpuProfile                   string
 	logLevel                     string
+	state, stateCreds            string
+	stateCompare                 bool
+	rounds                       int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -49,7 +52,18 @@ exits 1 when any proposal is unanswered or answered twice, so it can gate CI.
 
 With --vs-opa-server it also decides the policy inputs of the run with the
 embedded engine and with an OPA server sidecar (opa run --server, queried
-over HTTP) at the same concurrency, and prints both and the ratios.`,
+over HTTP) at the same concurrency, and prints both and the ratios.
+
+--state gives the fulfiller a state store as in run: memory (the default:
+none, pending work only in memory), a DIR (an embedded store synced to
+disk, in a fresh subdirectory of DIR removed after the run, so put DIR on
+the disk you mean to measure) or nats://host:port (the space
+"fulfiller-bench" on that cluster; proposal ids are unique per run).
+--state-compare runs the same load with memory first and then with
+--state, prints both and what durability costs (throughput ratio, target
+>= 0.7). Every report gives the fulfiller's own CPU per proposal, apart
+from the space, tool and proposers in the same process, from a CPU
+profile of the measured window labelled by component.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd, fl)
@@ -72,9 +86,56 @@ over HTTP) at the same concurrency, and prints both and the ratios.`,
 	f.BoolVar(&fl.vsOPA, "vs-opa-server", false, "also compare decision latency and throughput with an OPA server sidecar")
 	f.StringVar(&fl.opaBin, "opa-bin", "", "`PATH` of an opa binary for --vs-opa-server (default: build the embedded OPA version once with go install into the user cache)")
 	f.IntVar(&fl.opaDecisions, "opa-decisions", 20_000, "decisions per side and round for --vs-opa-server")
-	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE`")
+	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write the CPU profile of the measured window (first send to last answer; with --state-compare the durable run's) to `FILE`, goroutines labelled component=fulfiller|space|tool|proposers")
+	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory, `DIR` (a fresh embedded store inside it) or nats://host:port[,…]")
+	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for --state nats://…")
+	f.BoolVar(&fl.stateCompare, "state-compare", false, "run with --state memory first, then with --state, and compare")
+	f.IntVar(&fl.rounds, "rounds", 1, "with --state-compare: alternate the memory and durable runs this many times and give the median ratio")
 	f.StringVar(&fl.logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
 	return cmd
+}
+
+// stateMode parses --state: nil for memory (no store at all, as the
+// bench always ran), else the mode to open.
+func (fl *benchFlags) stateMode() (*state.Mode, error) {
+	m, err := state.ParseMode(fl.state)
+	if err != nil {
+		// Not the value itself: a URL may carry a password, which the
+		// state error names without echoing.
+		return nil, usageErrorf("--state: %v", err)
+	}
+	if fl.stateCreds != "" && m.Kind != state.External {
+		return nil, usageErrorf("--state-creds needs --state nats://…")
+	}
+	if fl.stateCreds != "" {
+		if st, err := os.Stat(fl.stateCreds); err != nil || st.IsDir() {
+			return nil, usageErrorf("--state-creds %q: not a readable file", fl.stateCreds)
+		}
+	}
+	if m.Kind == state.Dir {
+		if st, err := os.Stat(m.Dir); err == nil && !st.IsDir() {
+			return nil, usageErrorf("--state %q: not a directory", m.Dir)
+		}
+	}
+	if m.Kind == state.Memory {
+		if fl.rounds != 1 && !fl.stateCompare {
+			return nil, usageErrorf("--rounds needs --state-compare")
+		}
+		if fl.stateCompare {
+			return nil, usageErrorf("--state-compare needs --state DIR or nats://… to compare with memory")
+		}
+		return nil, nil
+	}
+	if fl.rounds < 1 {
+		return nil, usageErrorf("--rounds %d: must be at least 1", fl.rounds)
+	}
+	if fl.rounds > 1 && !fl.stateCompare {
+		return nil, usageErrorf("--rounds needs --state-compare")
+	}
+	if fl.stateCompare && fl.vsOPA {
+		return nil, usageErrorf("--state-compare with --vs-opa-server: run them one at a time")
+	}
+	return &m, nil
 }
 
 func (fl *benchFlags) validate() (loadtest.Mix, []loadtest.FileProposal, error) {
@@ -119,6 +180,10 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	if err != nil {
 		return err
 	}
+	stateMode, err := fl.stateMode()
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(os.Stderr, "text", fl.logLevel)
 	if err != nil {
 		return err
@@ -135,22 +200,25 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	if fl.progress || term.IsTerminal(int(os.Stderr.Fd())) {
 		progress = os.Stderr
 	}
+	var profile *os.File
 	if fl.cpuProfile != "" {
-		pf, err := os.Create(fl.cpuProfile)
-		if err != nil {
+		if profile, err = os.Create(fl.cpuProfile); err != nil {
 			return usageErrorf("--cpuprofile %v", err)
 		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer profile.Close()
 	}
 	cfg := loadtest.Config{
 		Policies: fl.policies, Data: fl.data,
 		Proposers: fl.proposers, Proposals: fl.proposals, Rate: fl.rate, Mix: mix, From: from, Window: fl.window,
 		MaxPending: fl.maxPending, MaxInflight: fl.maxInflight, StallTimeout: fl.stallTimeout,
 		Progress: progress, Logger: log,
+		State: stateMode, StateCreds: fl.stateCreds,
+	}
+	if profile != nil {
+		cfg.CPUProfile = profile
+	}
+	if fl.stateCompare {
+		return benchStateCompare(cmd, fl, cfg)
 	}
 	opaOpts := loadtest.OPAOptions{Bin: fl.opaBin, Decisions: fl.opaDecisions, Build: progress}
 	if fl.vsOPA {
@@ -176,19 +244,62 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 		}
 		rep.OPA = cmp
 	}
-	out := cmd.OutOrStdout()
-	if fl.jsonOut {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return fmt.Errorf("write report: %w", err)
-		}
-	} else {
-		rep.WriteText(out)
+	if err := writeReport(cmd.OutOrStdout(), fl.jsonOut, rep); err != nil {
+		return err
 	}
 	if !rep.OK() {
 		return fmt.Errorf("bench failed: %d of %d proposals sent, %d unanswered, %d duplicate answers",
 			rep.Sent, rep.Proposals, rep.Unanswered, rep.Duplicates)
+	}
+	return nil
+}
+
+// benchStateCompare runs cfg's load with no store, then with cfg.State,
+// --rounds times, and prints them and the cost of durability. Only the
+// last durable run writes the CPU profile: two profiles in one file would
+// not parse.
+func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) error {
+	var mems, durs []*loadtest.Report
+	for i := range fl.rounds {
+		memCfg := cfg
+		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile = nil, "", nil
+		mem, err := loadtest.Run(cmd.Context(), memCfg)
+		if err != nil {
+			if errors.Is(err, loadtest.ErrPolicy) {
+				return usageError(err)
+			}
+			return fmt.Errorf("memory run %d: %w", i+1, err)
+		}
+		durCfg := cfg
+		if i < fl.rounds-1 {
+			durCfg.CPUProfile = nil
+		}
+		dur, err := loadtest.Run(cmd.Context(), durCfg)
+		if err != nil {
+			return fmt.Errorf("durable run %d (--state %s): %w", i+1, cfg.State, err)
+		}
+		mems, durs = append(mems, &mem.Report), append(durs, &dur.Report)
+	}
+	c := loadtest.CompareState(mems, durs)
+	if err := writeReport(cmd.OutOrStdout(), fl.jsonOut, c); err != nil {
+		return err
+	}
+	if !c.OK() {
+		return errors.New("bench failed: a run left proposals unsent, unanswered or answered twice (see the table)")
+	}
+	return nil
+}
+
+// writeReport prints r as indented JSON or as its text.
+func writeReport(out io.Writer, jsonOut bool, r interface{ WriteText(io.Writer) }) error {
+	if !jsonOut {
+		r.WriteText(out)
+		return nil
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,11 +22,31 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--max-pending", "0"}, "--max-pending"},
 		{[]string{"bench", "--opa-bin", "/usr/bin/opa"}, "--opa-bin"},
 		{[]string{"bench", "--window", "0"}, "--window"},
+		{[]string{"bench", "--state", ""}, "--state"},
+		{[]string{"bench", "--state", "nats://user:secret@127.0.0.1:4222"}, "--state"},
+		{[]string{"bench", "--state", "http://127.0.0.1:4222"}, "--state"},
+		{[]string{"bench", "--state-compare"}, "--state-compare"},
+		{[]string{"bench", "--state", "/tmp/x", "--state-creds", "/tmp/creds"}, "--state-creds"},
+		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--vs-opa-server"}, "--state-compare"},
+		{[]string{"bench", "--state", "/tmp/x", "--rounds", "3"}, "--rounds"},
+		{[]string{"bench", "--rounds", "2"}, "--rounds"},
+		{[]string{"bench", "--state", "nats://127.0.0.1:4222", "--state-creds", "/nonexistent/bench.creds"}, "--state-creds"},
+		{[]string{"bench", "--state", "bench_test.go"}, "--state"},
+		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--rounds", "0"}, "--rounds"},
 	} {
 		_, stderr, code := cli(t, "", tc.args...)
 		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.flag) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line naming %s", tc.args, code, stderr, tc.flag)
 		}
+	}
+}
+
+// A --state URL with a password in it is refused without echoing the
+// password to the terminal or a log.
+func TestBenchStateURLSecretNotEchoed(t *testing.T) {
+	_, stderr, code := cli(t, "", "bench", "--state", "nats://bench:hunter2@127.0.0.1:4222")
+	if code != 2 || strings.Contains(stderr, "hunter2") || !strings.Contains(stderr, "--state-creds") {
+		t.Fatalf("exit %d, stderr %q: want exit 2, pointing at --state-creds, without the password", code, stderr)
 	}
 }
 
@@ -57,5 +80,81 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if rep.Outcomes["rejected:invalid"] != 30 {
 		t.Errorf("rejected:invalid %d, want 30 (10%% of 300)", rep.Outcomes["rejected:invalid"])
+	}
+}
+
+// The text report names the store and gives the fulfiller's own CPU per
+// proposal, positive and below the whole process's.
+func TestBenchTextFulfillerCPU(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "1500", "--proposers", "2",
+		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, ", state memory\n") {
+		t.Errorf("report does not say state memory:\n%s", stdout)
+	}
+	m := regexp.MustCompile(`(?m)^fulfiller CPU per proposal: (\d+) µs \((\d+)% of process CPU\)$`).FindStringSubmatch(stdout)
+	p := regexp.MustCompile(`(?m)^CPU +[0-9.]+s of the whole process, (\d+)µs per proposal$`).FindStringSubmatch(stdout)
+	if m == nil || p == nil {
+		t.Fatalf("no fulfiller or process CPU line:\n%s", stdout)
+	}
+	ful, _ := strconv.Atoi(m[1])
+	share, _ := strconv.Atoi(m[2])
+	proc, _ := strconv.Atoi(p[1])
+	if ful <= 0 || ful >= proc || share <= 0 || share >= 100 {
+		t.Errorf("fulfiller %dµs (%d%%), process %dµs per proposal: want 0 < fulfiller < process", ful, share, proc)
+	}
+}
+
+// --state-compare runs memory then the durable store on the same load and
+// reports both, each with every proposal answered once, and the ratio; the
+// store's fresh directory is gone afterwards.
+func TestBenchStateCompare(t *testing.T) {
+	dir := t.TempDir()
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "300", "--proposers", "2", "--json",
+		"--state", dir, "--state-compare", "--rounds", "2",
+		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	type report struct {
+		State      string  `json:"state"`
+		Sent       int64   `json:"sent"`
+		Unanswered int64   `json:"unanswered"`
+		Duplicates int64   `json:"duplicates"`
+		Throughput float64 `json:"proposals_per_second"`
+		Latency    struct {
+			Count int     `json:"count"`
+			P50   float64 `json:"p50_us"`
+			P99   float64 `json:"p99_us"`
+		} `json:"latency"`
+	}
+	var c struct {
+		Rounds          int
+		Memory, Durable []*report
+		Ratio           float64 `json:"throughput_ratio"`
+		Target          float64 `json:"throughput_ratio_target"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &c); err != nil || c.Rounds != 2 || len(c.Memory) != 2 || len(c.Durable) != 2 {
+		t.Fatalf("not one JSON comparison of 2 rounds (%v):\n%s", err, stdout)
+	}
+	for i := range 2 {
+		for _, r := range []*report{c.Memory[i], c.Durable[i]} {
+			if r.Sent != 300 || r.Unanswered != 0 || r.Duplicates != 0 || r.Latency.Count != 300 || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 {
+				t.Errorf("round %d: report %+v", i+1, *r)
+			}
+		}
+		if c.Memory[i].State != "memory" || c.Durable[i].State != dir {
+			t.Errorf("round %d: states %q and %q, want memory and %q", i+1, c.Memory[i].State, c.Durable[i].State, dir)
+		}
+	}
+	// The median of two is the lower ratio.
+	want := min(c.Durable[0].Throughput/c.Memory[0].Throughput, c.Durable[1].Throughput/c.Memory[1].Throughput)
+	if c.Ratio != want || c.Target != 0.7 {
+		t.Errorf("ratio %v (want %v), target %v", c.Ratio, want, c.Target)
+	}
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("left %v in --state %s (%v)", left, dir, err)
 	}
 }

@@ -30,12 +30,15 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -48,6 +51,7 @@ import (
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // Config describes one load run. Zero values take the defaults in
@@ -82,7 +86,20 @@ type Config struct {
 	// CaptureInputs is how many policy inputs to keep for the OPA
 	// comparison (the first ones the fulfiller decides) [0].
 	CaptureInputs int
-	Logger        *slog.Logger // component logs [discarded]
+
+	// State is where the fulfiller keeps pending work, as `run --state`
+	// takes it [nil: nowhere but its memory, fulfill.Config.Store nil].
+	// A run never reuses a store: with a directory it works in a fresh
+	// subdirectory that it removes afterwards; with an external NATS
+	// cluster it uses the space "fulfiller-bench" and proposal ids unique
+	// to the run.
+	State *state.Mode
+	// StateCreds is the NATS credentials file for an external State.
+	StateCreds string
+	// CPUProfile, when set, receives the CPU profile of the measured
+	// window (first send to the last answer), labelled by LabelKey.
+	CPUProfile io.Writer
+	Logger     *slog.Logger // component logs [discarded]
 }
 
 func (c *Config) setDefaults() error {
@@ -142,6 +159,7 @@ type Report struct {
 	MaxPending  int     `json:"max_pending"`
 	MaxInflight int     `json:"max_inflight"`
 	Revision    string  `json:"policy_revision"`
+	State       string  `json:"state"` // "memory", the directory or the NATS URLs
 
 	SentByKind map[string]int64 `json:"sent_by_kind"`
 	Sent       int64            `json:"sent"`
@@ -169,6 +187,27 @@ type Report struct {
 	// CPUPerProposal divides it by the answered proposals.
 	CPUSeconds     float64 `json:"cpu_seconds"`
 	CPUPerProposal float64 `json:"cpu_us_per_proposal"`
+	// CPUShare is each component's share of the CPU profile of the same
+	// window, by the goroutine label LabelKey (Component* values; shares
+	// add up to 1). FulfillerCPUPerProposal is the fulfiller's share of
+	// CPUPerProposal: the cost of the fulfiller itself (its socket, its
+	// decisions, its store), apart from the space, tool and proposers that
+	// share the process. ProfileError says why they are missing (another
+	// CPU profile was running, e.g. go test -cpuprofile).
+	CPUShare                map[string]float64 `json:"cpu_share,omitempty"`
+	FulfillerCPUPerProposal float64            `json:"fulfiller_cpu_us_per_proposal"`
+	// FulfillerCPUProRata adds to FulfillerCPUPerProposal the
+	// fulfiller's pro-rata part of ComponentOther (mostly GC background
+	// marking, which no goroutine label reaches): the labelled share
+	// among the labelled components, times CPUPerProposal. The truth lies
+	// between the two figures.
+	FulfillerCPUProRata float64 `json:"fulfiller_cpu_us_per_proposal_pro_rata"`
+	// ProfiledCPUSeconds is the CPU time the profile's samples account
+	// for. On a busy machine it falls well short of CPUSeconds (about half
+	// at load average 6); the shares assume the loss falls evenly on every
+	// component.
+	ProfiledCPUSeconds float64 `json:"profiled_cpu_seconds,omitempty"`
+	ProfileError       string  `json:"profile_error,omitempty"`
 
 	PeakRSS  uint64 `json:"peak_rss_bytes"`  // VmHWM of the whole process (space, tool, fulfiller, proposers)
 	PeakHeap uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
@@ -216,6 +255,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rep := w.drive(ctx)
 	w.stop()
 	rep.Revision = engine.Revision()
+	rep.State = "memory"
+	if cfg.State != nil {
+		rep.State = cfg.State.String()
+	}
 	rep.PeakRSS = peakRSS()
 	return &Result{Report: rep, Inputs: w.capture.inputs(), Engine: engine}, nil
 }
@@ -227,6 +270,9 @@ type world struct {
 	proposers []*wireProposer
 	capture   *inputCapture
 	cleanups  []func()
+	// idBase starts every proposal id: "bench-", or "bench-<nonce>-"
+	// where the store outlives the run and remembers ids as seen.
+	idBase string
 }
 
 func (w *world) defer_(f func()) { w.cleanups = append(w.cleanups, f) }
@@ -239,24 +285,32 @@ func (w *world) stop() {
 }
 
 func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *world, err error) {
-	w = &world{cfg: cfg, capture: &inputCapture{max: cfg.CaptureInputs}}
+	w = &world{cfg: cfg, capture: &inputCapture{max: cfg.CaptureInputs}, idBase: "bench-"}
+	// Not w: every failure returns a nil w.
+	started := w
 	defer func() {
 		if err != nil {
-			w.stop()
+			started.stop()
 		}
 	}()
+	// Every component starts under its own pprof label, which the
+	// goroutines it starts inherit, so the run's CPU profile tells the
+	// fulfiller's CPU from the rest of the process's (Report.CPUShare).
+	var srv *space.Server
 	// Room in every socket's queue for every frame the window allows
 	// (a proposal makes at most four: itself, request, response; or
 	// reject and chat), so the space never has to wait for a reader.
-	srv, err := space.New(space.Config{
-		Logger:            cfg.Logger,
-		QueueSize:         4*cfg.Window + 1024,
-		SlowClientTimeout: 30 * time.Second,
-		Tokens: map[string][]agent.Capability{
-			"fulfiller-token": capsFulfiller,
-			"proposer-token":  capsProposer,
-			"tool-token":      capsTool,
-		},
+	labelled(ctx, ComponentSpace, func(context.Context) {
+		srv, err = space.New(space.Config{
+			Logger:            cfg.Logger,
+			QueueSize:         4*cfg.Window + 1024,
+			SlowClientTimeout: 30 * time.Second,
+			Tokens: map[string][]agent.Capability{
+				"fulfiller-token": capsFulfiller,
+				"proposer-token":  capsProposer,
+				"tool-token":      capsTool,
+			},
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: start space: %w", err)
@@ -264,8 +318,10 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 	w.srv = srv
 	w.defer_(func() { _ = srv.Close() })
 
-	join := func(id, token string) (*agent.Client, error) {
-		c, err := agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token, Logger: cfg.Logger})
+	join := func(id, token, component string) (c *agent.Client, err error) {
+		labelled(ctx, component, func(context.Context) {
+			c, err = agent.Dial(ctx, agent.Config{URL: srv.URL(), ID: id, Token: token, Logger: cfg.Logger})
+		})
 		if err != nil {
 			return nil, fmt.Errorf("loadtest: %s joins: %w", id, err)
 		}
@@ -274,7 +330,7 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 	}
 
 	// The tool owner.
-	tc, err := join("fs", "tool-token")
+	tc, err := join("fs", "tool-token", ComponentTool)
 	if err != nil {
 		return nil, err
 	}
@@ -285,40 +341,57 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 	tsub := tc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}, Buffer: 4096})
 	tctx, stopTool := context.WithCancel(context.WithoutCancel(ctx))
 	tdone := make(chan struct{})
-	go func() { defer close(tdone); _ = toolserver.New(tc, cfg.Logger, files.Tools()...).Serve(tctx, tsub.C()) }()
+	labelled(ctx, ComponentTool, func(context.Context) {
+		go func() { defer close(tdone); _ = toolserver.New(tc, cfg.Logger, files.Tools()...).Serve(tctx, tsub.C()) }()
+	})
 	w.defer_(func() { stopTool(); <-tdone; tsub.Close() })
 
 	// The fulfiller, wired as `fulfiller run` wires it.
-	fc, err := join("fulfiller", "fulfiller-token")
+	fc, err := join("fulfiller", "fulfiller-token", ComponentFulfiller)
 	if err != nil {
 		return nil, err
 	}
-	sub := fc.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
-	el := elicit.New(fc, elicit.Config{Logger: cfg.Logger})
-	answers := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}, Buffer: 256})
-	ectx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
-	edone := make(chan struct{})
-	go func() { defer close(edone); _ = el.Run(ectx, answers.C()) }()
-	w.defer_(func() { el.Close(); stopElicit(); <-edone; answers.Close() })
-	ful := fulfill.New(fc, engine, fulfill.Config{
-		SpaceID:     space.DefaultSpaceID,
-		MaxPending:  cfg.MaxPending,
-		MaxInflight: cfg.MaxInflight,
-		Escalator:   el,
-		Observer:    w.capture,
-		Logger:      cfg.Logger,
-	})
+	var store fulfill.Store
+	if cfg.State != nil {
+		var st *state.Store
+		labelled(ctx, ComponentFulfiller, func(context.Context) { st, err = w.openStore(ctx) })
+		if err != nil {
+			return nil, err
+		}
+		store = st
+	}
+	var ful *fulfill.Fulfiller
+	fdone, edone := make(chan struct{}), make(chan struct{})
 	fctx, stopFul := context.WithCancel(context.WithoutCancel(ctx))
-	fdone := make(chan struct{})
-	go func() { defer close(fdone); _ = ful.Run(fctx, sub.C()) }()
-	w.defer_(func() { stopFul(); <-fdone; sub.Close() })
+	ectx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
+	labelled(ctx, ComponentFulfiller, func(context.Context) {
+		sub := fc.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
+		el := elicit.New(fc, elicit.Config{Logger: cfg.Logger})
+		answers := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}, Buffer: 256})
+		go func() { defer close(edone); _ = el.Run(ectx, answers.C()) }()
+		w.defer_(func() { el.Close(); stopElicit(); <-edone; answers.Close() })
+		ful = fulfill.New(fc, engine, fulfill.Config{
+			SpaceID:     space.DefaultSpaceID,
+			MaxPending:  cfg.MaxPending,
+			MaxInflight: cfg.MaxInflight,
+			Escalator:   el,
+			Observer:    w.capture,
+			Logger:      cfg.Logger,
+			Store:       store,
+		})
+		go func() { defer close(fdone); _ = ful.Run(fctx, sub.C()) }()
+		w.defer_(func() { stopFul(); <-fdone; sub.Close() })
+	})
 
 	if err := waitTool(ctx, ful, "read_file"); err != nil {
 		return nil, err
 	}
 
 	for i := range cfg.Proposers {
-		p, err := dialProposer(ctx, srv.URL(), "bench-"+strconv.Itoa(i), "proposer-token", cfg.StallTimeout)
+		var p *wireProposer
+		labelled(ctx, ComponentProposers, func(context.Context) {
+			p, err = dialProposer(ctx, srv.URL(), "bench-"+strconv.Itoa(i), "proposer-token", cfg.StallTimeout)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -326,6 +399,47 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 		w.defer_(p.close)
 	}
 	return w, nil
+}
+
+// benchSpace is the space of the state buckets on an external NATS
+// cluster: one set of buckets for every bench run, apart from any real
+// fulfiller's.
+const benchSpace = "fulfiller-bench"
+
+// openStore opens the run's own state store and starts its lease. A
+// directory store lives in a fresh subdirectory, removed when the run
+// stops, so that no run resumes (or is refused as seen) the proposals of
+// an earlier one; on an external cluster the buckets stay, and the
+// proposal ids carry a nonce instead.
+func (w *world) openStore(ctx context.Context) (*state.Store, error) {
+	mode, spaceID := *w.cfg.State, space.DefaultSpaceID
+	switch mode.Kind {
+	case state.Dir:
+		if err := os.MkdirAll(mode.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("loadtest: state directory: %w", err)
+		}
+		dir, err := os.MkdirTemp(mode.Dir, "bench-state-")
+		if err != nil {
+			return nil, fmt.Errorf("loadtest: state directory: %w", err)
+		}
+		w.defer_(func() { _ = os.RemoveAll(dir) })
+		mode.Dir = dir
+	case state.External:
+		spaceID = benchSpace
+		w.idBase = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+	}
+	st, err := state.Open(ctx, state.Config{Mode: mode, Creds: w.cfg.StateCreds, Space: spaceID,
+		Member: "fulfiller", MaxPending: w.cfg.MaxPending, Logger: w.cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: open state %s: %w", mode, err)
+	}
+	w.defer_(func() { _ = st.Close() })
+	// Close ends the lease; the run's context must not end it first, or
+	// the member would look crashed rather than gone.
+	if err := st.StartLease(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("loadtest: state lease: %w", err)
+	}
+	return st, nil
 }
 
 // waitTool waits until the fulfiller has discovered the tool owner, so
@@ -468,16 +582,22 @@ func (w *world) drive(ctx context.Context) Report {
 		rep.Mix = fmt.Sprintf("file: %d proposals", len(cfg.From))
 	}
 	heap := startHeapSampler(ctx, 50*time.Millisecond)
+	// The profile covers the same window as the CPU time, so that the
+	// components' shares of it apply to that time.
+	var prof bytes.Buffer
+	profErr := pprof.StartCPUProfile(&prof)
 	cpu0 := cpuTime()
 	t.start = time.Now()
 
 	receivers := make([]*receiver, len(w.proposers))
 	var rwg sync.WaitGroup
 	for i := range w.proposers {
-		r := &receiver{prefix: "bench-" + strconv.Itoa(i) + "-p", outcomes: map[string]int64{}, requests: map[string]int{}}
+		r := &receiver{prefix: w.idBase + strconv.Itoa(i) + "-p", outcomes: map[string]int64{}, requests: map[string]int{}}
 		receivers[i] = r
 		rwg.Add(1)
-		go func() { defer rwg.Done(); w.proposers[i].run(t, r) }()
+		labelled(ctx, ComponentProposers, func(context.Context) {
+			go func() { defer rwg.Done(); w.proposers[i].run(t, r) }()
+		})
 	}
 
 	sendCtx, stopSending := context.WithCancel(ctx)
@@ -486,43 +606,45 @@ func (w *world) drive(ctx context.Context) Report {
 	sentByKind := make([][numKinds]int64, len(w.proposers))
 	var swg sync.WaitGroup
 	for i, p := range w.proposers {
-		prefix := "bench-" + strconv.Itoa(i) + "-p"
+		prefix := w.idBase + strconv.Itoa(i) + "-p"
 		swg.Add(1)
-		go func() {
-			defer swg.Done()
-			for seq := i; seq < n; seq += len(w.proposers) {
-				select {
-				case t.window <- struct{}{}:
-				case <-sendCtx.Done():
-					return
-				}
-				if cfg.Rate > 0 {
-					due := time.Duration(float64(seq) / cfg.Rate * float64(time.Second))
-					if d := due - time.Since(t.start); d > 0 {
-						select {
-						case <-time.After(d):
-						case <-sendCtx.Done():
-							<-t.window
-							return
+		labelled(ctx, ComponentProposers, func(context.Context) {
+			go func() {
+				defer swg.Done()
+				for seq := i; seq < n; seq += len(w.proposers) {
+					select {
+					case t.window <- struct{}{}:
+					case <-sendCtx.Done():
+						return
+					}
+					if cfg.Rate > 0 {
+						due := time.Duration(float64(seq) / cfg.Rate * float64(time.Second))
+						if d := due - time.Since(t.start); d > 0 {
+							select {
+							case <-time.After(d):
+							case <-sendCtx.Done():
+								<-t.window
+								return
+							}
 						}
 					}
-				}
-				kind, to, payload := w.payload(seq, sched)
-				t.sent[seq].Store(int64(time.Since(t.start)) + 1)
-				if err := p.propose(prefix+strconv.Itoa(seq), to, payload); err != nil {
-					t.sent[seq].Store(0)
-					<-t.window
-					if sendCtx.Err() == nil {
-						err = fmt.Errorf("proposer %s: %w", p.id, err)
-						sendErr.CompareAndSwap(nil, &err)
-						stopSending()
+					kind, to, payload := w.payload(seq, sched)
+					t.sent[seq].Store(int64(time.Since(t.start)) + 1)
+					if err := p.propose(prefix+strconv.Itoa(seq), to, payload); err != nil {
+						t.sent[seq].Store(0)
+						<-t.window
+						if sendCtx.Err() == nil {
+							err = fmt.Errorf("proposer %s: %w", p.id, err)
+							sendErr.CompareAndSwap(nil, &err)
+							stopSending()
+						}
+						return
 					}
-					return
+					t.nSent.Add(1)
+					sentByKind[i][kind]++
 				}
-				t.nSent.Add(1)
-				sentByKind[i][kind]++
-			}
-		}()
+			}()
+		})
 	}
 	sendersDone := make(chan struct{})
 	go func() { swg.Wait(); close(sendersDone) }()
@@ -563,6 +685,9 @@ func (w *world) drive(ctx context.Context) Report {
 	}
 	tick.Stop()
 	cpu := cpuTime() - cpu0
+	if profErr == nil {
+		pprof.StopCPUProfile()
+	}
 	stopSending()
 	<-sendersDone
 	if ctx.Err() == nil {
@@ -613,7 +738,47 @@ func (w *world) drive(ctx context.Context) Report {
 	}
 	rep.Latency = lat.percentiles()
 	rep.ToolRoundTrip = toolLat.percentiles()
+	if profErr == nil {
+		profErr = w.cpuShares(&rep, prof.Bytes())
+	}
+	if profErr != nil {
+		rep.ProfileError = profErr.Error()
+	}
 	return rep
+}
+
+// cpuShares fills the report's CPU shares from the window's profile and
+// hands the profile to Config.CPUProfile.
+func (w *world) cpuShares(rep *Report, prof []byte) error {
+	if w.cfg.CPUProfile != nil {
+		if _, err := w.cfg.CPUProfile.Write(prof); err != nil {
+			return fmt.Errorf("write cpu profile: %w", err)
+		}
+	}
+	sums, err := cpuByLabel(prof, LabelKey)
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, v := range sums {
+		total += v
+	}
+	if total == 0 {
+		return errors.New("cpu profile: no samples")
+	}
+	rep.CPUShare = map[string]float64{}
+	for k, v := range sums {
+		if k == "" {
+			k = ComponentOther
+		}
+		rep.CPUShare[k] += float64(v) / float64(total)
+	}
+	rep.ProfiledCPUSeconds = time.Duration(total).Seconds()
+	rep.FulfillerCPUPerProposal = rep.CPUShare[ComponentFulfiller] * rep.CPUPerProposal
+	if labelledShare := 1 - rep.CPUShare[ComponentOther]; labelledShare > 0 {
+		rep.FulfillerCPUProRata = rep.FulfillerCPUPerProposal / labelledShare
+	}
+	return nil
 }
 
 // progress prints one line a second until done closes.

@@ -16,8 +16,8 @@ func (r *Report) WriteText(w io.Writer) {
 		rate = fmt.Sprintf("%.0f/s", r.Rate)
 	}
 	fmt.Fprintf(w, "fulfiller bench: %d proposals from %d proposers over loopback WebSocket\n", r.Proposals, r.Proposers)
-	fmt.Fprintf(w, "  rate %s, window %d, max-pending %d, max-inflight %d, mix %s, policy %s\n",
-		rate, r.Window, r.MaxPending, r.MaxInflight, r.Mix, r.Revision)
+	fmt.Fprintf(w, "  rate %s, window %d, max-pending %d, max-inflight %d, mix %s, policy %s, state %s\n",
+		rate, r.Window, r.MaxPending, r.MaxInflight, r.Mix, r.Revision, r.State)
 	fmt.Fprintf(w, "sent            %d  (%s)\n", r.Sent, counts(r.SentByKind))
 	fmt.Fprintf(w, "sustained       %.0f proposals/s  (%d answered in %.2fs)\n", r.Throughput, r.Answered, r.Seconds)
 	fmt.Fprintf(w, "latency         %s  (sent → fulfilment mcp/request or mcp/reject seen by the proposer)\n", pct(r.Latency))
@@ -30,6 +30,14 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "duplicates      %d\n", r.Duplicates)
 	if r.CPUSeconds > 0 {
 		fmt.Fprintf(w, "CPU             %.2fs of the whole process, %.0fµs per proposal\n", r.CPUSeconds, r.CPUPerProposal)
+	}
+	if r.CPUShare != nil {
+		fmt.Fprintf(w, "fulfiller CPU per proposal: %.0f µs (%.0f%% of process CPU)\n", r.FulfillerCPUPerProposal, 100*r.CPUShare[ComponentFulfiller])
+		fmt.Fprintf(w, "  %.0f µs with its pro-rata part of the unlabelled runtime CPU (GC marking, scheduler)\n", r.FulfillerCPUProRata)
+		fmt.Fprintf(w, "CPU by component %s  (pprof label %s; the profile sampled %.2fs of the %.2fs)\n",
+			shares(r.CPUShare), LabelKey, r.ProfiledCPUSeconds, r.CPUSeconds)
+	} else if r.ProfileError != "" {
+		fmt.Fprintf(w, "fulfiller CPU per proposal: not measured (%s)\n", r.ProfileError)
 	}
 	fmt.Fprintf(w, "peak memory     RSS %s (VmHWM, whole process), heap %s (sampled)\n", mib(r.PeakRSS), mib(r.PeakHeap))
 	if r.Stalled {
@@ -81,4 +89,105 @@ func counts(m map[string]int64) string {
 	return strings.Join(parts, ", ")
 }
 
+func shares(m map[string]float64) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// DurableTarget is the least share of the memory run's throughput a
+// durable store should keep (issue 14: durable ≥ 0.7 × memory).
+const DurableTarget = 0.7
+
+// StateComparison is the same load run with no store (memory) and with a
+// durable one, in alternating rounds.
+type StateComparison struct {
+	Rounds int `json:"rounds"`
+	// Memory and Durable are every run of each side in order; round i ran
+	// Memory[i] and then Durable[i].
+	Memory  []*Report `json:"memory"`
+	Durable []*Report `json:"durable"`
+	// ThroughputRatio is the median over the rounds of durable ÷ memory
+	// proposals/s within a round (two runs back to back see about the same
+	// load from other programs); CPURatio the same for the whole
+	// process's CPU per proposal.
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	CPURatio        float64 `json:"cpu_ratio"`
+	Target          float64 `json:"throughput_ratio_target"`
+}
+
+// CompareState builds the comparison of rounds of a memory run and a
+// durable run; memory and durable have one report per round.
+func CompareState(memory, durable []*Report) *StateComparison {
+	c := &StateComparison{Rounds: min(len(memory), len(durable)), Memory: memory, Durable: durable, Target: DurableTarget}
+	var tput, cpu []float64
+	for i := range c.Rounds {
+		m, d := memory[i], durable[i]
+		if m.Throughput > 0 {
+			tput = append(tput, d.Throughput/m.Throughput)
+		}
+		if m.CPUPerProposal > 0 {
+			cpu = append(cpu, d.CPUPerProposal/m.CPUPerProposal)
+		}
+	}
+	c.ThroughputRatio, c.CPURatio = median(tput), median(cpu)
+	return c
+}
+
+// median of vs (the lower middle one for an even count); 0 for none.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	vs = slices.Clone(vs)
+	slices.Sort(vs)
+	return vs[(len(vs)-1)/2]
+}
+
+// OK reports whether every run answered every proposal exactly once.
+func (c *StateComparison) OK() bool {
+	for _, r := range slices.Concat(c.Memory, c.Durable) {
+		if !r.OK() {
+			return false
+		}
+	}
+	return c.Rounds > 0
+}
+
+// WriteText prints the reports of a single round in full, then a table
+// of every run and what durability costs.
+func (c *StateComparison) WriteText(w io.Writer) {
+	if c.Rounds == 0 {
+		return
+	}
+	if c.Rounds == 1 {
+		c.Memory[0].WriteText(w)
+		fmt.Fprintln(w)
+		c.Durable[0].WriteText(w)
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "the cost of durability: --state memory vs --state %s, same load, %d alternating round(s)\n", c.Durable[0].State, c.Rounds)
+	fmt.Fprintf(w, "  %5s %-8s %12s %10s %10s %14s %14s %11s %11s\n", "round", "state", "proposals/s", "p50", "p99", "CPU/proposal", "fulfiller CPU", "unanswered", "duplicates")
+	d := func(v float64) time.Duration { return us(v).Round(time.Microsecond) }
+	for i := range c.Rounds {
+		for _, r := range []*Report{c.Memory[i], c.Durable[i]} {
+			name := "memory"
+			if r == c.Durable[i] {
+				name = "durable"
+			}
+			fmt.Fprintf(w, "  %5d %-8s %12.0f %10v %10v %13.0fµs %13.0fµs %11d %11d\n", i+1, name, r.Throughput,
+				d(r.Latency.P50), d(r.Latency.P99), r.CPUPerProposal, r.FulfillerCPUPerProposal, r.Unanswered, r.Duplicates)
+		}
+	}
+	verdict := "met"
+	if c.ThroughputRatio < c.Target {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(w, "  durable ÷ memory (median of rounds): throughput %.2f× (target ≥ %.2f: %s), CPU per proposal %.2f×\n",
+		c.ThroughputRatio, c.Target, verdict, c.CPURatio)
+}
