@@ -105,6 +105,8 @@ func (w *humanWorld) runFulfiller(bin string, extraEnv []string, extraArgs ...st
 	w.t.Helper()
 	args := append([]string{"run", "--gateway", w.Space.URL(), "--policy", w.Policy, "--approvers", "alice", "--log-format", "json"}, extraArgs...)
 	cmd := exec.CommandContext(w.Ctx, bin, args...)
+	// The default --state directory is relative: keep it out of the source.
+	cmd.Dir = w.t.TempDir()
 	cmd.Env = append(append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token"), extraEnv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
