@@ -480,14 +480,20 @@ func (c *Client) Queued() int { return c.cfg.Outbox.Len() }
 // permit is dropped and logged.
 func (c *Client) flush(s *session) {
 	envs := c.cfg.Outbox.Take()
+	done := func(Envelope) {}
+	if d, ok := c.cfg.Outbox.(OutboxDoner); ok {
+		done = d.Done
+	}
 	for i, env := range envs {
 		if !c.Can(env.Kind, env.Payload) {
 			c.log.Warn("kept envelope dropped: no longer permitted by our capabilities", slog.String("kind", env.Kind), slog.String("envelope", env.ID))
+			done(env)
 			continue
 		}
 		data, err := Encode(env)
 		if err != nil {
 			c.log.Warn("kept envelope dropped", slog.String("envelope", env.ID), slog.Any("error", err))
+			done(env)
 			continue
 		}
 		c.sent.add(env.ID)
@@ -499,6 +505,7 @@ func (c *Client) flush(s *session) {
 			}
 			return
 		}
+		done(env)
 		c.stats.sends.Add(1)
 		c.stats.resent.Add(1)
 		c.log.Info("kept envelope sent after the reconnect", slog.String("kind", env.Kind), slog.String("envelope", env.ID))

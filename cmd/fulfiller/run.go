@@ -216,11 +216,15 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	}
 	defer closeStore(log, store)
 	defer probeStore(opsRT.source, store, fl.state.spec)()
+	out, err := restoreOutbox(ctx, log, store, fl.pendingTTL)
+	if err != nil {
+		return fmt.Errorf("--state %s: %w", fl.state.spec, err)
+	}
 
 	client, err := agent.Dial(ctx, agent.Config{
 		URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id,
 		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout, Logger: log,
-		RPCIDs: rpcIDSource(store),
+		RPCIDs: rpcIDSource(store), Outbox: out,
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

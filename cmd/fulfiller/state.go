@@ -12,7 +12,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/outbox"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -195,4 +197,20 @@ func rpcIDSource(store *state.Store) func(context.Context) (int64, error) {
 		return nil
 	}
 	return store.NextRPCID
+}
+
+// restoreOutbox is agent.Config.Outbox for store: answers queued while the
+// gateway was unreachable are kept in the store, and those an earlier
+// process left there are sent on the first session while their proposal
+// may still wait (maxAge: --pending-ttl). nil (the in-memory outbox) for
+// --state memory.
+func restoreOutbox(ctx context.Context, log *slog.Logger, store *state.Store, maxAge time.Duration) (agent.Outbox, error) {
+	if store == nil {
+		return nil, nil
+	}
+	d := outbox.New(store, agent.DefaultOutboxSize, log)
+	if _, _, err := d.Restore(ctx, maxAge); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
