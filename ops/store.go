@@ -30,6 +30,12 @@ type StoreHealth interface {
 // could send at any rate.
 const DefaultProbeInterval = 2 * time.Second
 
+// probeTimeout is how long one ping may take before it counts as failed:
+// longer than the interval, so that one slow fsync on a busy disk does not
+// make the fulfiller unready, and as long as the store's own default
+// operation timeout.
+const probeTimeout = 5 * time.Second
+
 // StoreProbe pings the state store in the background and keeps the last
 // result for /readyz. Until the first probe has answered it reports the
 // store as not yet checked: readiness fails closed.
@@ -55,13 +61,14 @@ func NewStoreProbe(name string, p Pinger, interval time.Duration) *StoreProbe {
 	return &StoreProbe{name: name, p: p, interval: interval, last: errNotProbed}
 }
 
-// Run probes at once and then every interval until ctx is cancelled. Each
-// ping may take up to the interval; a slower one counts as failed.
+// Run probes at once and then every interval until ctx is cancelled. A
+// ping that takes longer than 5s counts as failed; a slow ping delays the
+// next one.
 func (sp *StoreProbe) Run(ctx context.Context) {
 	t := time.NewTicker(sp.interval)
 	defer t.Stop()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, sp.interval)
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		err := sp.p.Ping(pctx)
 		cancel()
 		if ctx.Err() != nil {
