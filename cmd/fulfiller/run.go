@@ -177,7 +177,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if err := fl.ops.check(log); err != nil {
 			return err
 		}
-		if _, err := fl.state.check(); err != nil {
+		if _, err := fl.state.check(log); err != nil {
 			return err
 		}
 		engine, err := fl.loadPolicy(ctx, log)

@@ -36,6 +36,8 @@ func TestStateFlagErrors(t *testing.T) {
 			`fulfiller: --state-creds is only for a nats:// or tls:// --state, not ` + dir},
 		{"missing creds file", []string{"--state", "nats://127.0.0.1:1", "--state-creds", filepath.Join(dir, "nope.creds")},
 			`fulfiller: --state-creds open ` + filepath.Join(dir, "nope.creds") + `: no such file or directory`},
+		{"creds is a directory", []string{"--state", "nats://127.0.0.1:1", "--state-creds", dir},
+			`fulfiller: --state-creds ` + dir + `: not a regular file`},
 		{"state is a file", []string{"--state", aFile}, `fulfiller: --state ` + aFile + `: not a directory`},
 		{"state under a file", []string{"--state", filepath.Join(aFile, "state")},
 			`fulfiller: --state stat ` + filepath.Join(aFile, "state") + `: not a directory`},
@@ -119,5 +121,19 @@ func TestRunStateMemoryWarns(t *testing.T) {
 	}
 	if strings.Contains(stderr, "state store open") {
 		t.Errorf("a store was opened:\n%s", stderr)
+	}
+}
+
+// TestStateCredsReadableByOthersWarns: a creds file (it holds a private
+// key seed) that group or others may read is accepted with a warning, as
+// token files are.
+func TestStateCredsReadableByOthersWarns(t *testing.T) {
+	creds := filepath.Join(t.TempDir(), "f.creds")
+	if err := os.WriteFile(creds, []byte("-----BEGIN NATS USER JWT-----\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--state", "nats://127.0.0.1:1", "--state-creds", creds, "--check")
+	if code != 0 || !strings.Contains(stderr, "--state-creds "+creds+" is readable by group or others (mode 0644): chmod 600 it") {
+		t.Fatalf("exit %d\n%s", code, stderr)
 	}
 }

@@ -60,9 +60,10 @@ func (s *stateFlags) mode() (state.Mode, error) {
 
 // check proves that open could use the flags, without creating or
 // starting anything: a DIR must be a directory that can be written, or be
-// creatable under the nearest existing parent; a creds file must be
-// readable. An external store is not contacted.
-func (s *stateFlags) check() (state.Mode, error) {
+// creatable under the nearest existing parent; a creds file must be a
+// readable regular file (with a warning when group or others may read it:
+// it holds a private key seed). An external store is not contacted.
+func (s *stateFlags) check(log *slog.Logger) (state.Mode, error) {
 	m, err := s.mode()
 	if err != nil {
 		return state.Mode{}, err
@@ -78,7 +79,16 @@ func (s *stateFlags) check() (state.Mode, error) {
 			if err != nil {
 				return state.Mode{}, usageErrorf("--state-creds %v", err)
 			}
+			fi, err := f.Stat()
 			_ = f.Close()
+			switch {
+			case err != nil:
+				return state.Mode{}, usageErrorf("--state-creds %v", err)
+			case !fi.Mode().IsRegular():
+				return state.Mode{}, usageErrorf("--state-creds %s: not a regular file", s.creds)
+			case fi.Mode().Perm()&0o077 != 0:
+				log.Warn(fmt.Sprintf("--state-creds %s is readable by group or others (mode %#o): chmod 600 it", s.creds, fi.Mode().Perm()))
+			}
 		}
 	}
 	return m, nil
@@ -131,7 +141,7 @@ type storeConfig struct {
 // lease is renewed until Close, which removes it, so that a graceful
 // shutdown still holds its work while it answers it.
 func (s *stateFlags) open(ctx context.Context, log *slog.Logger, cfg storeConfig) (*state.Store, error) {
-	m, err := s.check()
+	m, err := s.check(log)
 	if err != nil {
 		return nil, err
 	}
