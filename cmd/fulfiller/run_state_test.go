@@ -137,3 +137,18 @@ func TestStateCredsReadableByOthersWarns(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
 }
+
+// TestRunStoreUnreachable: an external store that cannot be reached stops
+// run before it joins anything: exit 1, one line naming --state and the
+// servers. --check does not contact the store, so it passes.
+func TestRunStoreUnreachable(t *testing.T) {
+	args := []string{"run", "--gateway", "ws://127.0.0.1:1", "--state", "nats://127.0.0.1:1"}
+	if _, stderr, code := cli(t, "", append(args, "--check")...); code != 0 {
+		t.Fatalf("check: exit %d\n%s", code, stderr)
+	}
+	_, stderr, code := cli(t, "", args...)
+	got := errorLines(stderr)
+	if code != 1 || !strings.HasPrefix(got, "fulfiller: --state nats://127.0.0.1:1: state: connect to nats://127.0.0.1:1: ") || strings.Count(got, "\n") != 1 {
+		t.Fatalf("exit %d, error %q", code, got)
+	}
+}
