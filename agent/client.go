@@ -30,6 +30,10 @@ var (
 	// ErrNoWelcome means the gateway did not welcome us in time, or
 	// welcomed someone else.
 	ErrNoWelcome = errors.New("no welcome from gateway")
+	// ErrNoRPCID means no JSON-RPC id could be had from Config.RPCIDs (the
+	// state store did not answer), so the request was not sent: sending
+	// it with an id that may have been used before is worse (rule 11).
+	ErrNoRPCID = errors.New("no JSON-RPC id available")
 )
 
 // Defaults for zero Config fields.
@@ -71,6 +75,13 @@ type Config struct {
 	// written, until the next session; nil keeps up to DefaultOutboxSize
 	// in memory.
 	Outbox Outbox
+	// RPCIDs hands out the JSON-RPC ids of every request sent through the
+	// Client (DESIGN rule 11: no peer sees an id twice). nil counts from 1
+	// in this process. A group of fulfillers passes its state store's
+	// NextRPCID, unique across the group and its restarts. An error (or an
+	// id outside 1..2^53-1) means no id: the request is not sent
+	// (ErrNoRPCID), and no id is ever reused instead.
+	RPCIDs func(ctx context.Context) (int64, error)
 
 	Logger *slog.Logger // default discard
 }
@@ -134,6 +145,10 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Outbox == nil {
 		c.Outbox = NewMemoryOutbox(DefaultOutboxSize)
+	}
+	if c.RPCIDs == nil {
+		var seq atomic.Int64
+		c.RPCIDs = func(context.Context) (int64, error) { return seq.Add(1), nil }
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -203,7 +218,6 @@ type Client struct {
 	wg     sync.WaitGroup // the supervisor goroutine
 
 	pending pendingCalls
-	rpcSeq  atomic.Int64
 	sent    sentLog       // recently written envelope ids, to tell refusals from forgeries
 	kick    chan struct{} // a queued envelope waits for the outbox to be flushed
 
@@ -372,6 +386,9 @@ func (c *Client) Send(ctx context.Context, env Envelope) (Envelope, error) {
 	if !c.Can(env.Kind, env.Payload) {
 		return env, fmt.Errorf("send %s: %w", env.Kind, ErrNotPermitted)
 	}
+	if err := checkRPCID(env); err != nil {
+		return env, err
+	}
 	data, err := Encode(env)
 	if err != nil {
 		return env, fmt.Errorf("send %s: encode: %w", env.Kind, err)
@@ -420,13 +437,16 @@ func (c *Client) SendOrQueue(ctx context.Context, env Envelope) (sent Envelope, 
 		if !c.Can(env.Kind, env.Payload) {
 			return env, false, fmt.Errorf("send %s: %w", env.Kind, ErrNotPermitted)
 		}
+		if err := checkRPCID(env); err != nil {
+			return env, false, err
+		}
 		return env, true, c.enqueue(env)
 	}
 	sent, err = c.Send(ctx, env)
 	switch {
 	case err == nil:
 		return sent, false, nil
-	case errors.Is(err, ErrNotPermitted), errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrNotPermitted), errors.Is(err, ErrClosed), errors.Is(err, ErrNoRPCID):
 		return sent, false, err
 	}
 	c.log.Info("envelope kept for re-sending after a reconnect", slog.String("kind", env.Kind), slog.String("envelope", env.ID), slog.Any("error", err))
@@ -460,14 +480,20 @@ func (c *Client) Queued() int { return c.cfg.Outbox.Len() }
 // permit is dropped and logged.
 func (c *Client) flush(s *session) {
 	envs := c.cfg.Outbox.Take()
+	done := func(Envelope) {}
+	if d, ok := c.cfg.Outbox.(OutboxDoner); ok {
+		done = d.Done
+	}
 	for i, env := range envs {
 		if !c.Can(env.Kind, env.Payload) {
 			c.log.Warn("kept envelope dropped: no longer permitted by our capabilities", slog.String("kind", env.Kind), slog.String("envelope", env.ID))
+			done(env)
 			continue
 		}
 		data, err := Encode(env)
 		if err != nil {
 			c.log.Warn("kept envelope dropped", slog.String("envelope", env.ID), slog.Any("error", err))
+			done(env)
 			continue
 		}
 		c.sent.add(env.ID)
@@ -479,6 +505,7 @@ func (c *Client) flush(s *session) {
 			}
 			return
 		}
+		done(env)
 		c.stats.sends.Add(1)
 		c.stats.resent.Add(1)
 		c.log.Info("kept envelope sent after the reconnect", slog.String("kind", env.Kind), slog.String("envelope", env.ID))

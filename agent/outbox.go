@@ -18,6 +18,15 @@ type Outbox interface {
 	Len() int
 }
 
+// OutboxDoner is implemented by an Outbox that must know when an
+// envelope it gave out on Take is no longer its concern: written to the
+// gateway, or dropped for good (our capabilities no longer permit it, it
+// cannot be encoded). A durable outbox then removes it from its store.
+// Envelopes put back after Take are not done.
+type OutboxDoner interface {
+	Done(env Envelope)
+}
+
 // MemoryOutbox is an Outbox in memory with a bound: when it is full, the
 // oldest envelope is dropped to make room, and counted in Dropped.
 type MemoryOutbox struct {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // Request sends an MCP request to one participant and waits for its answer:
@@ -19,7 +20,11 @@ import (
 // JSON-RPC error comes back in RPCResponse.Error, not as a Go error. ctx
 // bounds the whole call; the request keeps waiting across reconnects.
 func (c *Client) Request(ctx context.Context, to, method string, params any) (RPCResponse, error) {
-	req := RPCRequest{JSONRPC: "2.0", ID: c.NewRPCID(), Method: method}
+	id, err := c.RPCID(ctx)
+	if err != nil {
+		return RPCResponse{}, fmt.Errorf("request %s to %s: %w", method, to, err)
+	}
+	req := RPCRequest{JSONRPC: "2.0", ID: strconv.AppendInt(nil, id, 10), Method: method}
 	if params != nil {
 		raw, err := json.Marshal(params)
 		if err != nil {
@@ -34,21 +39,63 @@ func (c *Client) Request(ctx context.Context, to, method string, params any) (RP
 	return c.RequestEnvelope(ctx, Envelope{To: []string{to}, Kind: KindRequest, Payload: payload})
 }
 
-// NewRPCID returns a JSON-RPC id not used before by this Client, for
-// callers that build request payloads themselves.
+// NewRPCID returns a JSON-RPC id not used before, for callers that build
+// request payloads themselves; see NextRPCID for what "0" means.
 func (c *Client) NewRPCID() json.RawMessage {
 	return strconv.AppendInt(nil, c.NextRPCID(), 10)
 }
 
-// NextRPCID returns a JSON-RPC id (a positive integer) not used before by
-// this Client. Every request the process sends takes its id from here —
-// discovery, fulfilment and elicitation alike — so no peer ever sees an id
-// twice (MCP forbids reusing one in a session; DESIGN rule 11). The ids
-// fit in 53 bits, so JavaScript peers read them exactly; members of a
-// group (several fulfillers) can later be told apart by giving each its
-// own block of the high bits here.
+// maxRPCID keeps ids exact for JavaScript peers (2^53 - 1).
+const maxRPCID = 1<<53 - 1
+
+// RPCID returns a JSON-RPC id (a positive integer below 2^53) not used
+// before, from Config.RPCIDs. Every request the process sends takes its id
+// from there — discovery, fulfilment and elicitation alike — so no peer
+// ever sees an id twice (MCP forbids reusing one in a session; DESIGN rule
+// 11). When none can be had the error wraps ErrNoRPCID.
+func (c *Client) RPCID(ctx context.Context) (int64, error) {
+	id, err := c.cfg.RPCIDs(ctx)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%w: %w", ErrNoRPCID, err)
+	case id < 1 || id > maxRPCID:
+		return 0, fmt.Errorf("%w: the id source gave %d", ErrNoRPCID, id)
+	}
+	return id, nil
+}
+
+// rpcIDTimeout bounds NextRPCID's wait for Config.RPCIDs.
+const rpcIDTimeout = 5 * time.Second
+
+// NextRPCID is RPCID for callers that cannot take an error (fulfill.Space,
+// elicit.Conn): it waits at most rpcIDTimeout and returns 0 when no id can
+// be had. 0 is never a valid id here: Send and SendOrQueue refuse an
+// mcp/request whose JSON-RPC id is 0 (ErrNoRPCID), so the request is not
+// sent rather than sent with a reused id.
 func (c *Client) NextRPCID() int64 {
-	return c.rpcSeq.Add(1)
+	ctx, cancel := context.WithTimeout(c.ctx, rpcIDTimeout)
+	defer cancel()
+	id, err := c.RPCID(ctx)
+	if err != nil {
+		c.log.Error("no JSON-RPC id for a request; it will not be sent", slog.Any("error", err))
+		return 0
+	}
+	return id
+}
+
+// checkRPCID refuses an mcp/request whose JSON-RPC id is 0: the id
+// NextRPCID returns when it has none.
+func checkRPCID(env Envelope) error {
+	if env.Kind != KindRequest {
+		return nil
+	}
+	var p struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(env.Payload, &p) == nil && string(p.ID) == "0" {
+		return fmt.Errorf("send %s %s: %w", env.Kind, env.ID, ErrNoRPCID)
+	}
+	return nil
 }
 
 // RequestEnvelope is Request for callers that need control of the
@@ -72,7 +119,11 @@ func (c *Client) RequestEnvelope(ctx context.Context, env Envelope) (RPCResponse
 		return RPCResponse{}, fmt.Errorf("request to %s: payload is not a JSON-RPC request", env.To[0])
 	}
 	if len(req.ID) == 0 || string(req.ID) == "null" {
-		req.ID = c.NewRPCID()
+		id, err := c.RPCID(ctx)
+		if err != nil {
+			return RPCResponse{}, fmt.Errorf("request %s to %s: %w", req.Method, env.To[0], err)
+		}
+		req.ID = strconv.AppendInt(nil, id, 10)
 		if req.JSONRPC == "" {
 			req.JSONRPC = "2.0"
 		}

@@ -5,7 +5,7 @@
 // Routes (JSON unless noted):
 //
 //	GET    /healthz             200 {"status":"ok"} while the process serves HTTP
-//	GET    /readyz              200 when the agent has a welcome whose capabilities let it answer, a policy is loaded and the decision log (if any) can be written, else 503 with the reason
+//	GET    /readyz              200 when the agent has a welcome whose capabilities let it answer, a policy is loaded, the decision log (if any) can be written and the state store (if any) accepts writes, else 503 with the reason
 //	GET    /metrics             Prometheus text format
 //	GET    /v1/proposals        pending proposals, oldest first, with state, age and deadline
 //	GET    /v1/proposals/{id}   one pending proposal; 404 when it is not pending
@@ -115,6 +115,10 @@ type Readiness struct {
 	// DecisionLog is "ok" or "failing" with --decision-log; a failing log
 	// makes the fulfiller unready: it refuses to fulfil or escalate.
 	DecisionLog string `json:"decision_log,omitempty"`
+	// Store is "ok" or "failing" with a state store (not with --state
+	// memory); a store that does not accept writes makes the fulfiller
+	// unready: pending work cannot be kept.
+	Store string `json:"store,omitempty"`
 }
 
 // Capable is implemented by a Gateway that knows the capabilities the
@@ -187,6 +191,13 @@ func (h *Handler) Ready() Readiness {
 		if err := a.Healthy(); err != nil {
 			r.DecisionLog = "failing"
 			reasons = append(reasons, "the decision log cannot be written ("+err.Error()+"): fulfilments and escalations are refused")
+		}
+	}
+	if st := h.opts.Source.storeHealth(); st != nil {
+		r.Store = "ok"
+		if err := st.Healthy(); err != nil {
+			r.Store = "failing"
+			reasons = append(reasons, err.Error())
 		}
 	}
 	if len(reasons) > 0 {

@@ -44,7 +44,7 @@ type AuditLog interface {
 
 // Metrics holds fulfiller's Prometheus metrics in a registry of its own
 // (not the global default), so that tests and embedders can run several
-// side by side. It implements fulfill.Observer; pass ObserveApproval to
+// side by side. It implements fulfill.Observer and state.Observer; pass ObserveApproval to
 // elicit.Config.Observer for the approver metrics.
 type Metrics struct {
 	reg *prometheus.Registry
@@ -60,6 +60,13 @@ type Metrics struct {
 	undelivered *prometheus.CounterVec
 	spoofs      *prometheus.CounterVec
 	vetoHolders *prometheus.CounterVec
+
+	// The state store's measurements (state.Observer, see store.go).
+	claims        *prometheus.CounterVec
+	adopted       prometheus.Counter
+	leaseRenewals *prometheus.CounterVec
+	storeOpDur    *prometheus.HistogramVec
+	storeErrors   *prometheus.CounterVec
 
 	mu        sync.Mutex
 	escalated map[string]time.Time // proposal id → when humans were first asked
@@ -93,6 +100,7 @@ func NewMetrics(src *Source) *Metrics {
 		Help: "Answers that claimed another participant's name and were caught: withdraw (not from the proposer), response (a second, different fulfilment response, or one with a JSON-RPC id not ours), discovery (two different tools/list answers)."}, []string{"kind"}))
 	m.vetoHolders = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_veto_holders_seen_total",
 		Help: "Participants seen (at start and on each join) that can end any pending proposal (mcp/reject or mcp/request tools/call) without being a known fulfiller, by role: approver, outsider."}, []string{"role"}))
+	m.registerStore(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&liveCollector{src: src})
 	return m
@@ -202,6 +210,7 @@ type Source struct {
 	policy  Policy
 	counter Counter
 	audit   AuditLog
+	store   StoreHealth
 }
 
 // SetGateway makes the session known (after the agent has dialled).
@@ -215,6 +224,18 @@ func (s *Source) SetCounter(c Counter) { s.mu.Lock(); s.counter = c; s.mu.Unlock
 
 // SetAuditLog makes the decision log known (when --decision-log is set).
 func (s *Source) SetAuditLog(a AuditLog) { s.mu.Lock(); s.audit = a; s.mu.Unlock() }
+
+// SetStore makes the state store's health known (unless --state memory).
+func (s *Source) SetStore(h StoreHealth) { s.mu.Lock(); s.store = h; s.mu.Unlock() }
+
+func (s *Source) storeHealth() StoreHealth {
+	if s == nil {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.store
+}
 
 func (s *Source) auditLog() AuditLog {
 	if s == nil {
@@ -249,6 +270,7 @@ var (
 
 	descAuditFailures = prometheus.NewDesc("fulfiller_decision_log_write_failures_total", "Writes (or fsyncs) of the decision log that failed; while it fails, fulfilments and escalations are refused.", nil, nil)
 	descAuditFailing  = prometheus.NewDesc("fulfiller_decision_log_failing", "1 while the decision log cannot be written.", nil, nil)
+	descStoreFailing  = prometheus.NewDesc("fulfiller_state_store_failing", "1 while the state store does not accept writes (the last background probe failed); 0 when it does. Absent with --state memory.", nil, nil)
 	descAuditDropped  = prometheus.NewDesc("fulfiller_decision_log_records_dropped_total", "Decision log records lost because the log failed so long that its backlog filled up.", nil, nil)
 )
 
@@ -263,6 +285,7 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAuditFailures
 	ch <- descAuditFailing
 	ch <- descAuditDropped
+	ch <- descStoreFailing
 }
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -296,6 +319,9 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAuditFailures, prometheus.CounterValue, float64(a.WriteFailures()))
 		ch <- prometheus.MustNewConstMetric(descAuditFailing, prometheus.GaugeValue, boolFloat(a.Healthy() != nil))
 		ch <- prometheus.MustNewConstMetric(descAuditDropped, prometheus.CounterValue, float64(a.Dropped()))
+	}
+	if st := c.src.storeHealth(); st != nil {
+		ch <- prometheus.MustNewConstMetric(descStoreFailing, prometheus.GaugeValue, boolFloat(st.Healthy() != nil))
 	}
 }
 

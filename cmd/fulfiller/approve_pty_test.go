@@ -112,7 +112,7 @@ default decision := {"action": "reject", "reason": "policy"}
 		}()
 	}
 	command(strings.NewReader(""), io.Discard, "run", "--gateway", srv.URL(), "--token", "fulfiller-token",
-		"--policy", policy, "--approvers", "alice", "--approver-keys", keys, "--log-level", "error")
+		"--policy", policy, "--approvers", "alice", "--approver-keys", keys, "--log-level", "error", "--state", filepath.Join(t.TempDir(), "state"))
 	var screen syncBuffer
 	wg.Add(1)
 	go func() { defer wg.Done(); _, _ = io.Copy(&screen, ptmx) }()

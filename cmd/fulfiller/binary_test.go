@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,11 +29,20 @@ var built struct {
 	out  []byte
 }
 
-// TestMain removes the shared build when the tests are done.
+// TestMain removes the shared build when the tests are done, and fails
+// the run if a test left run's default state directory (relative to the
+// working directory: this package's source) behind: tests give --state.
 func TestMain(m *testing.M) {
+	_, err := os.Stat(defaultStateDir)
+	existed := err == nil
 	code := m.Run()
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
+	}
+	if _, err := os.Stat(defaultStateDir); err == nil && !existed {
+		fmt.Fprintf(os.Stderr, "a test left %s in the package directory: run it with --state or FULFILLER_STATE in a temporary directory\n", defaultStateDir)
+		_ = os.RemoveAll(defaultStateDir)
+		code = 1
 	}
 	os.Exit(code)
 }
@@ -105,6 +115,8 @@ func (w *humanWorld) runFulfiller(bin string, extraEnv []string, extraArgs ...st
 	w.t.Helper()
 	args := append([]string{"run", "--gateway", w.Space.URL(), "--policy", w.Policy, "--approvers", "alice", "--log-format", "json"}, extraArgs...)
 	cmd := exec.CommandContext(w.Ctx, bin, args...)
+	// The default --state directory is relative: keep it out of the source.
+	cmd.Dir = w.t.TempDir()
 	cmd.Env = append(append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token"), extraEnv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

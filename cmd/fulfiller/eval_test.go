@@ -18,7 +18,10 @@ func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, cod
 	return cliEnv(t, stdin, nil, args...)
 }
 
-// cliEnv is cli with exactly the FULFILLER_* variables in env set.
+// cliEnv is cli with exactly the FULFILLER_* variables in env set, and
+// FULFILLER_STATE, unless env sets it, naming a directory of the test's:
+// run's default state directory is relative to the working directory, the
+// package's source.
 func cliEnv(t *testing.T, stdin string, env map[string]string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	// Flags may also come from FULFILLER_* variables; keep the test's own.
@@ -27,6 +30,9 @@ func cliEnv(t *testing.T, stdin string, env map[string]string, args ...string) (
 			t.Setenv(name, "") // restored after the test
 			os.Unsetenv(name)
 		}
+	}
+	if _, ok := env[envName("state")]; !ok {
+		t.Setenv(envName("state"), filepath.Join(t.TempDir(), "state"))
 	}
 	for k, v := range env {
 		t.Setenv(k, v)

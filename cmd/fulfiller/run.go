@@ -42,6 +42,7 @@ type runFlags struct {
 	maxPendingBytes           sizeValue
 	maxPendingPerProposer     int
 	peerFulfillers            []string
+	state                     stateFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -87,6 +88,7 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.IntVar(&fl.maxPendingPerProposer, "max-pending-per-proposer", 0, "proposals one proposer may have pending at once; more are rejected busy (0: a quarter of --max-pending)")
 	f.StringSliceVar(&fl.peerFulfillers, "peer-fulfillers", nil, "the other fulfillers of the space (comma-separated participant ids): their rejects and fulfilments are expected; any other participant able to end proposals is warned about")
 	fl.ops.register(f)
+	fl.state.register(f)
 	f.BoolVar(&fl.check, "check", false, "validate everything run would open or parse (flags, config, token files, approver keys, decision log, --http address, policies and data), then exit without joining (0: all good, 2: what is wrong)")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -105,6 +107,9 @@ func (fl *runFlags) validate() error {
 		return usageErrorf("--id must not be empty")
 	}
 	if err := fl.ops.validate(); err != nil {
+		return err
+	}
+	if _, err := fl.state.mode(); err != nil {
 		return err
 	}
 	for name, v := range map[string]int{"--max-pending": fl.maxPending, "--max-inflight": fl.maxInflight} {
@@ -172,6 +177,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if err := fl.ops.check(log); err != nil {
 			return err
 		}
+		if _, err := fl.state.check(log); err != nil {
+			return err
+		}
 		engine, err := fl.loadPolicy(ctx, log)
 		if err != nil {
 			return err
@@ -195,10 +203,28 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	}
 	log.Info("policy loaded", "revision", engine.Revision(), "files", len(engine.Files()))
 	opsRT.source.SetPolicy(engine)
+	// The store opens before the join: nothing is decided without
+	// somewhere to keep it. Its lease outlives ctx (SIGTERM) so that peers
+	// do not adopt work this process is still answering; Close, deferred
+	// to run after the fulfiller and the client stopped, ends it.
+	store, err := fl.state.open(ctx, log, storeConfig{member: fl.id, space: fl.space, maxPending: fl.maxPending, observer: opsRT.metrics})
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+	defer closeStore(log, store)
+	defer probeStore(opsRT.source, store, fl.state.spec)()
+	out, err := restoreOutbox(ctx, log, store, fl.pendingTTL)
+	if err != nil {
+		return fmt.Errorf("--state %s: %w", fl.state.spec, err)
+	}
 
 	client, err := agent.Dial(ctx, agent.Config{
 		URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id,
 		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout, Logger: log,
+		RPCIDs: rpcIDSource(store), Outbox: out,
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -246,6 +272,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		MaxPendingPerProposer: fl.maxPendingPerProposer,
 		PeerFulfillers:        fl.peerFulfillers,
 		Approvers:             fl.approvers,
+		Store:                 fulfillStore(store),
 	})
 	opsRT.running(client, engine, ful)
 
