@@ -3,6 +3,7 @@ package fulfill
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
@@ -48,4 +49,119 @@ type Verdict struct {
 type Escalator interface {
 	Escalate(ctx context.Context, e Escalation, done func(Verdict))
 	Cancel(proposalID, reason string)
+}
+
+func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
+	if f.cfg.Escalator == nil {
+		f.reject(p, "policy", "the policy asks for human approval, but escalation is not configured on this fulfiller")
+		return
+	}
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = f.cfg.ApprovalTimeout
+	}
+	// Fail closed: no human is asked before the record that says so is
+	// written (and with it the decision before it). Not for a proposal
+	// withdrawn or expired meanwhile: nobody will be asked about it.
+	if p.State() != StateDeciding {
+		return
+	}
+	ev := p.event(StageEscalated)
+	ev.Target, ev.By, ev.Message = target, d.Approvers, d.Message
+	if err := f.record(ev); err != nil {
+		f.unrecorded(p, "escalation", err)
+		return
+	}
+	f.mu.Lock()
+	if p.State() != StateDeciding {
+		f.mu.Unlock()
+		return
+	}
+	p.state.Store(int32(StateAwaitingApproval))
+	p.target = target
+	p.deadline = time.Now().Add(timeout)
+	f.mu.Unlock()
+	f.announce(ev)
+
+	esc := Escalation{Proposal: p.env, DecisionID: p.governor().id, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline}
+	if p.tool != "" {
+		esc.Tool = f.toolInput(p, target, p.params)
+		if info, ok := f.catalog.tool(target, p.tool); ok {
+			esc.InputSchema = info.InputSchema
+		}
+	}
+	f.cfg.Escalator.Escalate(f.base, esc, func(v Verdict) { f.onVerdict(p, v) })
+}
+
+// onVerdict applies a human verdict (rule 7 of DESIGN.md).
+func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
+	if p.State() != StateAwaitingApproval {
+		return
+	}
+	switch {
+	case v.Superseded:
+		if _, ok := f.transition(p, StateSuperseded, notAnswered); ok {
+			ev := p.event(StageSuperseded)
+			ev.By, ev.Message = v.By, v.Message
+			f.emit(ev)
+		}
+		return
+	case !v.Approved:
+		reason := v.Reason
+		if reason == "" {
+			reason = "disagree"
+		}
+		f.reject(p, reason, v.Message)
+		return
+	}
+	ev := p.event(StageApproved)
+	ev.By = v.By
+	f.emit(ev)
+	f.mu.Lock()
+	p.approvedBy = v.By
+	f.mu.Unlock()
+	if v.Params == nil {
+		f.fulfil(p, p.target, p.params)
+		return
+	}
+	// Edited arguments: the edited call must pass the policy on its own.
+	in := f.input(p, v.Params, &policies.Approval{By: v.By, Content: v.Content})
+	d := f.decider.Decide(f.decideCtx, in)
+	p.decided(d.Revision, true) // a new decision: it governs what follows
+	dev := p.event(StageDecided)
+	dev.Decision, dev.Input = &d, in
+	f.emit(dev)
+	switch d.Action {
+	case policies.Fulfill:
+	case policies.Escalate:
+		if !approvalsSatisfy(v.By, d) {
+			f.reject(p, "policy", "the edited call needs other approval: "+d.Message)
+			return
+		}
+	default:
+		reason := d.Reason
+		if reason == "" {
+			reason = "policy"
+		}
+		f.reject(p, reason, d.Message)
+		return
+	}
+	target := p.target
+	if d.Target != "" {
+		target = d.Target
+	}
+	f.fulfil(p, target, v.Params)
+}
+
+// approvalsSatisfy reports whether the approvers who already approved meet
+// an escalate decision's approvers and quorum.
+func approvalsSatisfy(by []string, d policies.Decision) bool {
+	quorum := max(d.Quorum, 1)
+	n := 0
+	for _, who := range by {
+		if len(d.Approvers) == 0 || slices.Contains(d.Approvers, who) {
+			n++
+		}
+	}
+	return n >= quorum
 }
