@@ -15,7 +15,7 @@ func (f *Fulfiller) reject(p *proposal, reason, message string) {
 		return
 	}
 	if prev == StateAwaitingApproval {
-		f.cfg.Escalator.Cancel(p.env.ID, reason)
+		f.cfg.Escalator.Cancel(p.env.ID, escalationCancel(p, reason))
 	}
 	f.answerReject(p, reason, message)
 }
@@ -27,6 +27,15 @@ func (f *Fulfiller) reject(p *proposal, reason, message string) {
 // (DESIGN rule 9), and of an undelivered one otherwise. A refusal by the
 // gateway, which comes later as a system/error, is reported by onRefusal.
 func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
+	if p.fenced.Load() {
+		// Its record is another member's (or its end is not recorded):
+		// whoever holds the record answers, once.
+		f.log.Info("reject not sent: the proposal's record is not this member's", "proposal", p.env.ID, "reason", reason)
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.Message = ReasonAdopted, "not answered here ("+reason+"): the proposal's record is not this member's"
+		f.emit(ev)
+		return false
+	}
 	ev := p.event(StageRejected)
 	ev.Reason, ev.Message = reason, message
 	if err := f.record(ev); err != nil {
@@ -110,6 +119,7 @@ func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) 
 	}
 	f.mu.Unlock()
 	f.store.remove(p)
+	f.dropRecord(p)
 	for _, q := range next {
 		f.sendRequest(q)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // Escalation is what the Fulfiller hands to an Escalator when a policy says
@@ -28,6 +29,25 @@ type Escalation struct {
 	// DecisionID is the decision log's id of the decision that escalated
 	// (Decision.Revision is its revision): approval records carry it.
 	DecisionID string
+
+	// With a pending-work store (Config.Store), RecordPrompt must be
+	// called before each elicitation is sent and RecordApproval for each
+	// approval before it counts, so that a restart or an adopting group
+	// member asks the same prompts again and counts each approval once.
+	// An error means: do not send that prompt (count that approval) and
+	// end the escalation with reason "other"; an error wrapping
+	// state.ErrConflict means the proposal is another member's now, so
+	// its prompts are dropped without notifications/cancelled. Both are
+	// nil without a store.
+	RecordPrompt   func(state.Prompt) error
+	RecordApproval func(state.Approval) error
+	// Prompts and Approvals are what was recorded before a restart or an
+	// adoption: the Escalator asks the open prompts again with the same
+	// envelope and JSON-RPC ids (so an answer to the earlier copy counts,
+	// once) and counts the approvals as already given. Empty for a new
+	// escalation.
+	Prompts   []state.Prompt
+	Approvals []state.Approval
 }
 
 // Verdict is how an escalation ended.
@@ -81,13 +101,37 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 	p.target = target
 	p.deadline = time.Now().Add(timeout)
 	f.mu.Unlock()
+	// Recorded before any human is asked: a restart or an adopter asks
+	// them again, with the same deadline.
+	if err := f.saveRecord(p, func(r *state.Pending) {
+		g := p.governor()
+		r.Phase, r.Decision, r.DecisionID, r.Revision = state.AwaitingApproval, storeDecision(d, target, nil, nil), g.id, g.revision
+		r.ApprovalDeadline = p.deadline.UTC()
+	}); err != nil {
+		f.storeFailed(p, "escalation", err)
+		return
+	}
 	f.announce(ev)
+	f.askHumans(p, d, target, nil, nil)
+}
 
+// askHumans hands p to the Escalator; prompts and approvals are those
+// recorded before a restart or adoption (nil for a new escalation).
+func (f *Fulfiller) askHumans(p *proposal, d policies.Decision, target string, prompts []state.Prompt, approvals []state.Approval) {
 	esc := Escalation{Proposal: p.env, DecisionID: p.governor().id, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline}
 	if p.tool != "" {
 		esc.Tool = f.toolInput(p, target, p.params)
 		if info, ok := f.catalog.tool(target, p.tool); ok {
 			esc.InputSchema = info.InputSchema
+		}
+	}
+	if f.cfg.Store != nil {
+		esc.Prompts, esc.Approvals = prompts, approvals
+		esc.RecordPrompt = func(pr state.Prompt) error {
+			return f.saveRecord(p, func(r *state.Pending) { r.Prompts = append(r.Prompts, pr) })
+		}
+		esc.RecordApproval = func(a state.Approval) error {
+			return f.saveRecord(p, func(r *state.Pending) { r.Approvals = append(r.Approvals, a) })
 		}
 	}
 	f.cfg.Escalator.Escalate(f.base, esc, func(v Verdict) { f.onVerdict(p, v) })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // fulfil sends the fulfilment request, or queues it when --max-inflight
@@ -27,7 +28,18 @@ func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
 	if f.inflight >= f.cfg.MaxInflight || f.closing {
 		p.state.Store(int32(StateQueued))
 		f.queue = append(f.queue, p)
+		d, by := p.decision, p.approvedBy
 		f.mu.Unlock()
+		if err := f.saveRecord(p, func(r *state.Pending) {
+			// A dequeue may have recorded its request first: that
+			// record stands (a request written is never written again).
+			if r.Request == nil {
+				r.Phase, r.Decision = state.Queued, storeDecision(d, target, params, by)
+			}
+		}); err != nil {
+			f.storeFailed(p, "queued fulfilment", err)
+			return
+		}
 		f.emit(p.event(StageQueued))
 		return
 	}
@@ -71,6 +83,26 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 		Kind:          agent.KindRequest,
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
 		Payload:       agent.MustPayload(payload),
+	}
+	// Recorded before it is written (never written twice): whoever
+	// resumes the proposal awaits this request's response.
+	if err := f.saveRecord(p, func(r *state.Pending) {
+		r.Phase = state.Fulfilling
+		r.Request = &state.Request{EnvelopeID: p.requestID, RPCID: p.rpcID, Target: p.target, SentAt: p.requestSent.UTC()}
+		r.FulfilDeadline = p.requestSent.Add(f.cfg.FulfillTimeout).UTC()
+	}); err != nil {
+		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+			close(p.written)
+			if p.fenced.Load() {
+				ev := p.event(StageIgnored)
+				ev.Reason, ev.Message = ReasonAdopted, "fulfilment request not sent: the proposal's record belongs to another member now"
+				f.emit(ev)
+				return
+			}
+			f.log.Error("pending-work store cannot record the fulfilment request; not sent, proposal rejected", "proposal", p.env.ID, "err", err)
+			f.answerReject(p, policies.ReasonOther, storeUnavailable)
+		}
+		return
 	}
 	// Written ahead (fail closed): no call is carried out without its
 	// record. Observers that only watch hear of it once it is written.
@@ -220,6 +252,9 @@ func (f *Fulfiller) fulfilTimedOut(p *proposal) {
 
 // cancelRequest tells the tool owner to stop working on our request.
 func (f *Fulfiller) cancelRequest(p *proposal, reason string) {
+	if p.fenced.Load() {
+		return // the adopter awaits this request's response: do not cancel it
+	}
 	params := agent.MustPayload(cancelledParams{RequestID: p.rpcID, Reason: reason})
 	env := agent.Envelope{
 		To:            []string{p.target},

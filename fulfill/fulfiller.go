@@ -186,6 +186,9 @@ type Fulfiller struct {
 	cancelDecide context.CancelFunc
 	jobs         chan *proposal
 	wg           sync.WaitGroup
+
+	// group is what this member last read of its group (Config.Store).
+	group groupView
 }
 
 // New makes a Fulfiller. Nothing runs until Run.
@@ -256,6 +259,24 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	}
 	f.checkVetoHolders(f.space.Roster())
 
+	// The store's goroutines stop before shutdown, so that nothing is
+	// resumed or adopted after shutdown has answered what is here.
+	storeCtx, stopStore := context.WithCancel(f.base)
+	defer stopStore()
+	var storeWG sync.WaitGroup
+	if f.cfg.Store != nil {
+		f.refreshGroup(storeCtx) // a first view of the group before the first proposal
+		storeWG.Add(2)
+		go func() {
+			defer storeWG.Done()
+			f.watchGroup(storeCtx)
+		}()
+		go func() {
+			defer storeWG.Done()
+			f.recoverWork(storeCtx)
+		}()
+	}
+
 loop:
 	for {
 		select {
@@ -268,6 +289,8 @@ loop:
 			break loop
 		}
 	}
+	stopStore()
+	storeWG.Wait()
 	f.shutdown()
 	f.cancelDecide()
 	close(f.jobs)

@@ -64,6 +64,9 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	} else {
 		p.target = target
 	}
+	if f.cfg.Store != nil && !f.claim(p) {
+		return
+	}
 	f.emit(p.event(StageReceived))
 
 	if err != nil {
@@ -88,6 +91,11 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		f.mu.Unlock()
 		f.store.seen.Add(env.ID, struct{}{})
 		f.answerReject(p, "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", f.cfg.MaxPendingPerProposer))
+		return
+	case f.cfg.Store != nil && f.groupFull():
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("the group's pending work is full (%d proposals); propose again later", f.group.capacity.Load()))
 		return
 	case f.liveBytes+p.size() > f.cfg.MaxPendingBytes:
 		f.mu.Unlock()
@@ -171,7 +179,7 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 		return
 	}
 	if prev == StateAwaitingApproval {
-		f.cfg.Escalator.Cancel(pid, "withdrawn")
+		f.cfg.Escalator.Cancel(pid, escalationCancel(p, "withdrawn"))
 	}
 	ev := p.event(StageWithdrawn)
 	ev.Reason = reasonOf(env.Payload)
@@ -218,7 +226,7 @@ func (f *Fulfiller) supersede(env agent.Envelope, why string) {
 		return
 	}
 	if prev == StateAwaitingApproval {
-		f.cfg.Escalator.Cancel(p.env.ID, "superseded")
+		f.cfg.Escalator.Cancel(p.env.ID, escalationCancel(p, "superseded"))
 	}
 	ev := p.event(StageSuperseded)
 	ev.By, ev.Message = []string{env.From}, why
