@@ -138,7 +138,7 @@ func newStoreHarness(t *testing.T, id string, st *faultyStore, cfg Config, dec *
 	t.Helper()
 	space := newFakeSpace()
 	space.id = id
-	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "ask", Description: "needs a human"})
+	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "ask", Description: "needs a human"}, ToolInfo{Name: "soon", Description: "needs a human soon"})
 	cfg.Store = st
 	return newHarnessOn(t, space, cfg, dec)
 }
@@ -220,10 +220,10 @@ func (r *recEscalator) done(id string) func(Verdict) {
 }
 
 var storeDecisions = map[string]policies.Decision{
-	"add": {Action: policies.Fulfill},
-	"ask": {Action: policies.Escalate, Approvers: []string{"alice"}},
+	"add":  {Action: policies.Fulfill},
+	"ask":  {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
+	"soon": {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: 300 * time.Millisecond},
 }
-
 
 func callOf(tool string) string {
 	return fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":{"a":1}}}`, tool)
