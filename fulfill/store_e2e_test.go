@@ -216,7 +216,7 @@ func deliverAll(env agent.Envelope, ms ...*member) {
 // A group of two on one store: every proposal is answered exactly once by
 // the group, and nobody answers busy or duplicate.
 func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
-	mode := natsServer(t)
+	mode := natsCluster(t)
 	dec := map[string]policies.Decision{"add": {Action: policies.Fulfill}}
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: dec})
 	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: dec})
@@ -289,7 +289,7 @@ func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
 // fulfilled; the prompt is asked again with its ids and the approval
 // fulfils it once. A forged withdraw of the adopted prompt is ignored.
 func TestStoreAdoptionAfterCrash(t *testing.T) {
-	mode := natsServer(t)
+	mode := natsCluster(t)
 	a := newMember(t, mode, "ful-a", Config{Escalator: newRecEscalator(), MaxInflight: 1}, &fakeDecider{decisions: storeDecisions})
 	escB := newRecEscalator()
 	b := newMember(t, mode, "ful-b", Config{Escalator: escB}, &fakeDecider{decisions: storeDecisions})

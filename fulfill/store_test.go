@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/natstest"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -94,19 +93,16 @@ func openStore(t *testing.T, mode state.Mode, member string) *faultyStore {
 	return &faultyStore{Store: st}
 }
 
-// natsServer starts one JetStream server on loopback for a group's members.
-func natsServer(t *testing.T) state.Mode {
+// natsCluster starts a three-server JetStream cluster on loopback for a
+// group's members (buckets replicated 3 times, as in production).
+func natsCluster(t *testing.T) state.Mode {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true, MaxPayload: 8 << 20})
+	c, err := natstest.StartCluster(3, "fulfill-test", false)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("start NATS cluster: %v", err)
 	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	mode, err := state.ParseMode(srv.ClientURL())
+	t.Cleanup(c.Shutdown)
+	mode, err := state.ParseMode(c.URLs())
 	if err != nil {
 		t.Fatal(err)
 	}
