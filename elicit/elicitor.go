@@ -555,22 +555,46 @@ func (x *escalation) resume() (fulfill.Verdict, bool) {
 			handedOn[by] = true
 		}
 	}
-	var ask []*seat
+	var again []*seat
 	for _, pr := range x.esc.Prompts {
 		s := &seat{requestID: pr.EnvelopeID, rpcID: pr.RPCID, approver: pr.Approver, chain: pr.Chain, recorded: true}
 		s.open = !x.answered[pr.Approver] && !handedOn[pr.Approver]
+		if len(pr.Payload) > 0 {
+			s.prompt = agent.Envelope{ID: pr.EnvelopeID, To: []string{pr.Approver}, Kind: agent.KindRequest, Payload: pr.Payload}
+			s.delegates = offeredDelegates(pr.Payload)
+		}
 		x.seats[s.requestID] = s
 		x.order = append(x.order, s)
 		x.e.route(s.requestID, x, s.approver)
-		if s.open && x.e.online(s.approver) {
-			ask = append(ask, s)
+		if s.open {
+			again = append(again, s)
 		}
 	}
-	for _, s := range ask {
-		x.ask(s)
+	x.log.Info("escalation resumed", "prompts", len(x.esc.Prompts), "open", len(again), "approvals", len(x.approvals))
+	if v, end := x.settle(); end {
+		return v, end
 	}
-	x.log.Info("escalation resumed", "prompts", len(x.esc.Prompts), "asked_again", len(ask), "approvals", len(x.approvals))
-	return x.settle()
+	// Asked again exactly as first sent (askAgain re-sends s.prompt, or
+	// asks afresh a prompt recorded without its payload).
+	return x.askAgain("")
+}
+
+// offeredDelegates reads the delegate_to choices a recorded prompt
+// offered, so that a resumed prompt accepts the same delegations.
+func offeredDelegates(payload json.RawMessage) []string {
+	var p struct {
+		Params struct {
+			RequestedSchema struct {
+				Properties map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"requestedSchema"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return nil
+	}
+	return p.Params.RequestedSchema.Properties[FieldDelegateTo].Enum
 }
 
 func (x *escalation) tooFew(online []string) string {
@@ -618,7 +642,7 @@ func (x *escalation) ask(s *seat) {
 	if rec := x.esc.RecordPrompt; rec != nil && !s.recorded {
 		// Recorded before it is sent: a restart or an adopter asks it
 		// again with the same ids. Not recorded, not sent (fail closed).
-		if err := rec(state.Prompt{Approver: s.approver, EnvelopeID: s.requestID, RPCID: s.rpcID, Chain: s.chain, Sent: x.e.cfg.Now().UTC()}); err != nil {
+		if err := rec(state.Prompt{Approver: s.approver, EnvelopeID: s.requestID, RPCID: s.rpcID, Chain: s.chain, Sent: x.e.cfg.Now().UTC(), Payload: env.Payload}); err != nil {
 			s.open = false
 			x.storeErr = err
 			x.log.Error("elicitation not recorded in the pending-work store; not sent", "approver", s.approver, "request", s.requestID, "err", err)

@@ -132,6 +132,9 @@ func TestResumeAsksAgainWithSameIDsAndCountsApprovalsOnce(t *testing.T) {
 	if len(again) != 1 || again[0].ID != byApprover["bob"].ID || again[0].To[0] != "bob" {
 		t.Fatalf("asked again %v, want bob's prompt %s only", again, byApprover["bob"].ID)
 	}
+	if string(again[0].Payload) != string(byApprover["bob"].Payload) {
+		t.Errorf("bob's prompt re-sent as\n%s\nnot byte for byte as first sent\n%s", again[0].Payload, byApprover["bob"].Payload)
+	}
 	var req struct {
 		ID int64 `json:"id"`
 	}
