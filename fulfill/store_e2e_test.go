@@ -338,3 +338,24 @@ func TestStoreAdoptionAfterCrash(t *testing.T) {
 		t.Errorf("b's tools/calls = %v, want queued and open once each (inflight never again)", calls)
 	}
 }
+
+// Store unreachable while group peers are live: this member sends nothing
+// (a peer may hold the claim; a reject from us would fail the proposal at
+// its proposer), and decides nothing.
+func TestStoreUnreachableWithPeersSendsNothing(t *testing.T) {
+	mode := natsCluster(t)
+	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
+	newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
+	for deadline := time.Now().Add(15 * time.Second); !a.f.group.peers.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a never saw b's lease")
+		}
+	}
+	a.st.dead.Store(true)
+	a.deliver(proposalEnv("p1", "coder", callOf("add")))
+	a.waitStage(t, "p1", StageIgnored)
+	a.space.quiet(t, 200*time.Millisecond)
+	if n := a.dec.count(); n != 0 {
+		t.Errorf("decided %d times without a claim, want 0", n)
+	}
+}

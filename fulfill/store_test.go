@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,7 +86,8 @@ func openStore(t *testing.T, mode state.Mode, member string) *faultyStore {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := state.Open(ctx, state.Config{Mode: mode, Space: "lab", Member: member, MaxPending: 100, Lease: time.Second})
+	// Each test has buckets of its own (the cluster is shared).
+	st, err := state.Open(ctx, state.Config{Mode: mode, Space: t.Name(), Member: member, MaxPending: 100, Lease: time.Second})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -93,20 +95,37 @@ func openStore(t *testing.T, mode state.Mode, member string) *faultyStore {
 	return &faultyStore{Store: st}
 }
 
-// natsCluster starts a three-server JetStream cluster on loopback for a
-// group's members (buckets replicated 3 times, as in production).
+// natsCluster is a three-server JetStream cluster on loopback for groups'
+// members (buckets replicated 3 times, as in production), started by the
+// first test that needs it and shared by the package's tests (each has its
+// own buckets); TestMain stops it.
 func natsCluster(t *testing.T) state.Mode {
 	t.Helper()
-	c, err := natstest.StartCluster(3, "fulfill-test", false)
-	if err != nil {
-		t.Fatalf("start NATS cluster: %v", err)
+	sharedCluster.once.Do(func() {
+		sharedCluster.c, sharedCluster.err = natstest.StartCluster(3, "fulfill-test", natstest.Options{NoSync: true})
+	})
+	if sharedCluster.err != nil {
+		t.Fatalf("start NATS cluster: %v", sharedCluster.err)
 	}
-	t.Cleanup(c.Shutdown)
-	mode, err := state.ParseMode(c.URLs())
+	mode, err := state.ParseMode(sharedCluster.c.URLs())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return mode
+}
+
+var sharedCluster struct {
+	once sync.Once
+	c    *natstest.Cluster
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedCluster.c != nil {
+		sharedCluster.c.Shutdown()
+	}
+	os.Exit(code)
 }
 
 // member is one fulfiller of a group on a fake space of its own (every

@@ -17,7 +17,7 @@ import (
 var testCluster *natstest.Cluster
 
 func TestMain(m *testing.M) {
-	c, err := natstest.StartCluster(3, "state-test", os.Getenv("STATE_TEST_NATS_LOG") != "")
+	c, err := natstest.StartCluster(3, "state-test", natstest.Options{Log: os.Getenv("STATE_TEST_NATS_LOG") != ""})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start NATS cluster:", err)
 		os.Exit(1)

@@ -28,10 +28,19 @@ type Cluster struct {
 	servers []*server.Server // nil while stopped
 }
 
-// StartCluster starts n clustered servers named name-0… with file
-// storage synced always, and waits for a JetStream meta leader. Servers
-// log nothing unless log is set.
-func StartCluster(n int, name string, log bool) (*Cluster, error) {
+// Options tune StartCluster.
+type Options struct {
+	// Log lets the servers log to stderr.
+	Log bool
+	// NoSync leaves fsync to the servers' default interval instead of
+	// syncing every write: for tests of callers that do not test the
+	// servers' durability and would otherwise wait on a busy disk.
+	NoSync bool
+}
+
+// StartCluster starts n clustered servers with file storage (synced
+// always unless o.NoSync) and waits for a JetStream meta leader.
+func StartCluster(n int, name string, o Options) (*Cluster, error) {
 	root, err := os.MkdirTemp("", name+"-")
 	if err != nil {
 		return nil, err
@@ -58,8 +67,8 @@ func StartCluster(n int, name string, log bool) (*Cluster, error) {
 			JetStream:  true,
 			StoreDir:   fmt.Sprintf("%s/n%d", root, i),
 			NoSigs:     true,
-			NoLog:      !log,
-			SyncAlways: true,
+			NoLog:      !o.Log,
+			SyncAlways: !o.NoSync,
 			MaxPayload: MaxPayload,
 			Cluster:    server.ClusterOpts{Name: name, Host: "127.0.0.1", Port: ports[i][1]},
 			Routes:     routes,
