@@ -359,3 +359,33 @@ func TestStoreUnreachableWithPeersSendsNothing(t *testing.T) {
 		t.Errorf("decided %d times without a claim, want 0", n)
 	}
 }
+
+// Killed while the policy was still deciding: after the restart the
+// proposal is decided (its record had no decision yet) and fulfilled once.
+func TestStoreRestartWhileDeciding(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	gated := &fakeDecider{decisions: storeDecisions, gate: make(chan struct{})}
+	h := newStoreHarness(t, "fulfiller", st, Config{}, gated)
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	waitFor(t, func() bool { return gated.count() == 1 }) // recorded, being decided
+	h.space.dead.Store(true)
+	st.dead.Store(true)
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, &fakeDecider{decisions: storeDecisions})
+	req := h2.space.next(t)
+	if !isToolsCall(req) || req.CorrelationID.First() != "p1" {
+		t.Fatalf("sent %s %s, want the tools/call of p1", req.Kind, req.Payload)
+	}
+	h2.deliver(answerFor(t, req))
+	h2.waitStage(t, "p1", StageFulfilled)
+	h2.space.quiet(t, 100*time.Millisecond)
+	if got := h2.stages("p1"); got[0] != StageResumed {
+		t.Errorf("stages after restart %v, want resumed first", got)
+	}
+}
