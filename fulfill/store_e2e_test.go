@@ -389,3 +389,28 @@ func TestStoreRestartWhileDeciding(t *testing.T) {
 		t.Errorf("stages after restart %v, want resumed first", got)
 	}
 }
+
+// busy means the whole group is full: the group's pending records against
+// the sum of its live members' max pending (one member of 1 here), while
+// this Fulfiller's own --max-pending (1000) has room.
+func TestStoreBusyWhenGroupFull(t *testing.T) {
+	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller", func(c *state.Config) { c.MaxPending = 1 })
+	if err := st.StartLease(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	esc := newRecEscalator()
+	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
+	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	esc.next(t)
+	for deadline := time.Now().Add(15 * time.Second); !h.f.groupFull(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the group's pending work never read as full")
+		}
+	}
+	h.deliver(proposalEnv("p2", "coder", callOf("add")))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p2"}, `{"reason":"busy"}`)
+	chat := h.space.next(t)
+	if !jsonEqual(chat.Payload, `{"text":"the group's pending work is full (1 proposals); propose again later","format":"plain"}`) {
+		t.Errorf("chat %s", chat.Payload)
+	}
+}

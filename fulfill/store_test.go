@@ -82,12 +82,16 @@ func (s *faultyStore) Adopt(ctx context.Context, from string) ([]*state.Pending,
 }
 
 // openStore opens a store for member and closes it when the test ends.
-func openStore(t *testing.T, mode state.Mode, member string) *faultyStore {
+func openStore(t *testing.T, mode state.Mode, member string, tune ...func(*state.Config)) *faultyStore {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Each test has buckets of its own (the cluster is shared).
-	st, err := state.Open(ctx, state.Config{Mode: mode, Space: t.Name(), Member: member, MaxPending: 100, Lease: time.Second})
+	cfg := state.Config{Mode: mode, Space: t.Name(), Member: member, MaxPending: 100, Lease: time.Second}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	st, err := state.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
