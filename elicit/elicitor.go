@@ -3,6 +3,7 @@ package elicit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // Conn is what the Elicitor needs of the MEW session; *agent.Client has
@@ -373,6 +375,9 @@ type escalation struct {
 	answered  map[string]bool // approvers who answered (or handed on) a prompt
 	approvals []approval
 	lastErr   string // why a prompt could not be asked or counted, for the reject message
+	// storeErr is why a prompt or an approval could not be recorded
+	// (Escalation.RecordPrompt/RecordApproval): the escalation ends.
+	storeErr error
 }
 
 // seat is one elicitation request: one approver asked once.
@@ -383,6 +388,7 @@ type seat struct {
 	chain     []string // approvers who handed this request on, in order
 	delegates []string // whom the form offered as delegate_to
 	open      bool
+	recorded  bool // in the pending-work store (Escalation.RecordPrompt)
 	// prompt is the elicitation exactly as first sent: asking again
 	// re-sends it unchanged (same envelope id, JSON-RPC id and bytes), so
 	// the approver's client can tell it is the same question.
@@ -455,6 +461,9 @@ func (x *escalation) finish(v fulfill.Verdict) {
 	if v.Approved {
 		reason = "approved"
 	}
+	if errors.Is(x.storeErr, state.ErrConflict) {
+		reason = fulfill.DropReason // another member asks these prompts now
+	}
 	x.cancelOpen(reason)
 	x.mu.Lock()
 	if x.cancelReason != "" {
@@ -492,6 +501,9 @@ func (x *escalation) start() (fulfill.Verdict, bool) {
 	x.digest = digest
 	x.call = parseCall(x.esc.Method, x.esc.Params)
 	x.fields = editableFields(x.call, x.esc.InputSchema, d.Editable, x.log)
+	if len(x.esc.Prompts) > 0 || len(x.esc.Approvals) > 0 {
+		return x.resume()
+	}
 
 	var online []string
 	for _, a := range x.approvers {
@@ -517,6 +529,72 @@ func (x *escalation) start() (fulfill.Verdict, bool) {
 		x.ask(s)
 	}
 	return x.settle()
+}
+
+// resume takes up an escalation recorded before a restart or by a group
+// member whose lease lapsed: approvals already counted count again (once
+// each), and every prompt still open is asked again with its envelope and
+// JSON-RPC ids, so the approver's client sees the same question and an
+// answer to the earlier copy (sent to whoever asked it, seen by all) counts.
+func (x *escalation) resume() (fulfill.Verdict, bool) {
+	for _, a := range x.esc.Approvals {
+		if x.answered[a.Approver] {
+			continue // one approver counts once
+		}
+		params, callKey, err := applyEdits(x.call, x.fields, readForm(a.Content))
+		if err != nil {
+			x.log.Warn("recorded approval cannot be used; not counted", "approver", a.Approver, "err", err)
+			continue
+		}
+		x.approvals = append(x.approvals, approval{approver: a.Approver, key: callKey, params: params, content: a.Content})
+		x.answered[a.Approver] = true
+	}
+	handedOn := map[string]bool{}
+	for _, pr := range x.esc.Prompts {
+		for _, by := range pr.Chain {
+			handedOn[by] = true
+		}
+	}
+	var again []*seat
+	for _, pr := range x.esc.Prompts {
+		s := &seat{requestID: pr.EnvelopeID, rpcID: pr.RPCID, approver: pr.Approver, chain: pr.Chain, recorded: true}
+		s.open = !x.answered[pr.Approver] && !handedOn[pr.Approver]
+		if len(pr.Payload) > 0 {
+			s.prompt = agent.Envelope{ID: pr.EnvelopeID, To: []string{pr.Approver}, Kind: agent.KindRequest, Payload: pr.Payload}
+			s.delegates = offeredDelegates(pr.Payload)
+		}
+		x.seats[s.requestID] = s
+		x.order = append(x.order, s)
+		x.e.route(s.requestID, x, s.approver)
+		if s.open {
+			again = append(again, s)
+		}
+	}
+	x.log.Info("escalation resumed", "prompts", len(x.esc.Prompts), "open", len(again), "approvals", len(x.approvals))
+	if v, end := x.settle(); end {
+		return v, end
+	}
+	// Asked again exactly as first sent (askAgain re-sends s.prompt, or
+	// asks afresh a prompt recorded without its payload).
+	return x.askAgain("")
+}
+
+// offeredDelegates reads the delegate_to choices a recorded prompt
+// offered, so that a resumed prompt accepts the same delegations.
+func offeredDelegates(payload json.RawMessage) []string {
+	var p struct {
+		Params struct {
+			RequestedSchema struct {
+				Properties map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"requestedSchema"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return nil
+	}
+	return p.Params.RequestedSchema.Properties[FieldDelegateTo].Enum
 }
 
 func (x *escalation) tooFew(online []string) string {
@@ -561,6 +639,17 @@ func (x *escalation) ask(s *seat) {
 	payload := object{{"jsonrpc", "2.0"}, {"id", s.rpcID}, {"method", agent.MethodElicitationCreate}, {"params", params}}
 	env := agent.Envelope{ID: s.requestID, To: []string{s.approver}, Kind: agent.KindRequest, Payload: mustMarshal(payload)}
 	s.prompt = env
+	if rec := x.esc.RecordPrompt; rec != nil && !s.recorded {
+		// Recorded before it is sent: a restart or an adopter asks it
+		// again with the same ids. Not recorded, not sent (fail closed).
+		if err := rec(state.Prompt{Approver: s.approver, EnvelopeID: s.requestID, RPCID: s.rpcID, Chain: s.chain, Sent: x.e.cfg.Now().UTC(), Payload: env.Payload}); err != nil {
+			s.open = false
+			x.storeErr = err
+			x.log.Error("elicitation not recorded in the pending-work store; not sent", "approver", s.approver, "request", s.requestID, "err", err)
+			return
+		}
+		s.recorded = true
+	}
 	if err := x.e.send(env); err != nil {
 		s.open = false
 		x.lastErr = fmt.Sprintf("the request to %s could not be sent", s.approver)
@@ -583,6 +672,10 @@ func (x *escalation) ask(s *seat) {
 func (x *escalation) askAgain(who string) (fulfill.Verdict, bool) {
 	for _, s := range x.order {
 		if !s.open || (who != "" && s.approver != who) || !x.e.online(s.approver) {
+			continue
+		}
+		if s.prompt.ID == "" {
+			x.ask(s) // resumed while its approver was away: never sent by us
 			continue
 		}
 		if err := x.e.send(s.prompt); err != nil {
@@ -703,6 +796,16 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: fmt.Sprintf("%s's approval cannot be used: %v", s.approver, err)}, true
 	}
 	content, _, _ := SplitSignature(r.Content)
+	if rec := x.esc.RecordApproval; rec != nil {
+		// Recorded before it counts: after a restart it counts again,
+		// and a replay of this answer is "already answered".
+		if err := rec(state.Approval{Approver: s.approver, Content: content, SignatureVerified: key != nil, At: x.e.cfg.Now().UTC()}); err != nil {
+			x.storeErr = err
+			x.emit(ev)
+			x.log.Error("approval not recorded in the pending-work store; not counted", "approver", s.approver, "err", err)
+			return x.settle()
+		}
+	}
 	x.approvals = append(x.approvals, approval{approver: s.approver, key: callKey, params: params, content: content})
 	x.log.Info("approval received", "approver", s.approver, "edited", params != nil)
 	x.emit(ev)
@@ -726,6 +829,9 @@ func (x *escalation) delegate(s *seat, to string) (fulfill.Verdict, bool) {
 // settle decides whether the escalation is over: a quorum of distinct
 // approvers approved the same call, or no such quorum can come any more.
 func (x *escalation) settle() (fulfill.Verdict, bool) {
+	if x.storeErr != nil {
+		return fulfill.Verdict{Reason: "other", Message: "the pending-work store cannot record this approval request; propose again later"}, true
+	}
 	var keys []string
 	groups := map[string][]approval{}
 	approved := map[string]bool{}
@@ -810,6 +916,9 @@ func (x *escalation) cancelOpen(reason string) {
 			continue
 		}
 		s.open = false
+		if reason == fulfill.DropReason {
+			continue // the prompt is another member's now: not a word
+		}
 		params := object{{"requestId", s.rpcID}, {"reason", reason}}
 		payload := object{{"jsonrpc", "2.0"}, {"method", agent.MethodCancelled}, {"params", params}}
 		env := agent.Envelope{To: []string{s.approver}, Kind: agent.KindRequest, CorrelationID: agent.CorrelationIDs{s.requestID}, Payload: mustMarshal(payload)}

@@ -25,6 +25,7 @@ import (
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 )
 
 func TestMain(m *testing.M) {
@@ -76,6 +77,9 @@ type worldOptions struct {
 	// agent, when set, adjusts every participant's client settings
 	// (fault tests: fast reconnects).
 	agent func(*agent.Config)
+	// stateDir, when set, keeps the fulfiller's pending work in a DIR
+	// state store there (restart tests).
+	stateDir string
 }
 
 // world is a whole space on loopback: the in-process gateway, a file tool
@@ -96,6 +100,14 @@ type world struct {
 	wg       *sync.WaitGroup
 	join     func(id, token string) *agent.Client
 	agentCfg func(*agent.Config)
+
+	// The running fulfiller process: its store, and how to stop it.
+	opts      worldOptions
+	engine    *policies.Engine
+	log       *slog.Logger
+	store     *state.Store
+	stopFul   func()
+	killStore func()
 
 	wire   *spacetest.Wire
 	mu     sync.Mutex
@@ -173,16 +185,44 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		t.Fatal(err)
 	}
 
-	fc := join("fulfiller", "fulfiller-token")
+	w.opts, w.engine = opts, engine
+	w.log = slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w.startFulfiller()
+
+	w.coder = join("coder", "coder-token")
+	w.prop = spacetest.NewProposer(t, w.coder)
+	return w
+}
+
+// startFulfiller starts the fulfiller process: its agent, Elicitor and
+// Fulfiller (on a DIR state store when opts.stateDir is set).
+func (w *world) startFulfiller() {
+	t, opts, ctx, log := w.t, w.opts, w.ctx, w.log
+	var cfgStore fulfill.Store
+	if opts.stateDir != "" {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		st, err := state.Open(octx, state.Config{Mode: state.Mode{Kind: state.Dir, Dir: opts.stateDir}, Space: space.DefaultSpaceID, Member: "fulfiller", Lease: time.Second})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaseCtx, stopLease := context.WithCancel(ctx)
+		if err := st.StartLease(leaseCtx); err != nil {
+			t.Fatal(err)
+		}
+		w.store, cfgStore = st, st
+		w.killStore = func() { stopLease(); st.Close() }
+		t.Cleanup(w.killStore)
+	}
+	fc := w.join("fulfiller", "fulfiller-token")
 	w.fc = fc
-	log := slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, Logger: log, Observer: func(e elicit.Event) {
 		w.mu.Lock()
 		w.events = append(w.events, e)
 		w.mu.Unlock()
 	}})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log,
+	w.ful = fulfill.New(fc, w.engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log, Store: cfgStore,
 		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
 			w.mu.Lock()
 			w.fevs = append(w.fevs, e)
@@ -193,18 +233,30 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	fulDone, elDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(fulDone); _ = w.ful.Run(fctx, fulSub.C()) }()
 	go func() { defer close(elDone); _ = w.el.Run(ctx, elSub.C()) }()
-	t.Cleanup(func() {
-		fcancel()
-		<-fulDone
-		w.el.Close()
-		elSub.Close()
-		<-elDone
-	})
+	el := w.el
+	var once sync.Once
+	w.stopFul = func() {
+		once.Do(func() {
+			fcancel()
+			<-fulDone
+			el.Close()
+			elSub.Close()
+			<-elDone
+		})
+	}
+	t.Cleanup(w.stopFul)
 	waitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
+}
 
-	w.coder = join("coder", "coder-token")
-	w.prop = spacetest.NewProposer(t, w.coder)
-	return w
+// crashFulfiller stops the fulfiller process as kill -9 would: its store
+// and its link go first, so nothing it does on the way down is recorded
+// or reaches the space.
+func (w *world) crashFulfiller() {
+	w.t.Helper()
+	w.killStore()
+	w.fc.Close()
+	waitUntil(w.t, "the fulfiller to be gone", func() bool { _, here := w.coder.Participant("fulfiller"); return !here })
+	w.stopFul()
 }
 
 var waitUntil = spacetest.WaitUntil

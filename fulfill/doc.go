@@ -26,6 +26,39 @@
 // deliberate removals, so it only hands live entries to a queue that the
 // Fulfiller drains on its own goroutine.
 //
+// # Durable and shared pending work (Config.Store)
+//
+// With a Store (DESIGN "Durable and shared pending work") each stage is
+// recorded before the envelope that carries it out is written, and a
+// record that cannot be written stops that envelope (fail closed):
+//
+//   - receive.go: Store.Claim replaces the in-process seen set (rule 5) and
+//     picks the one group member that answers; a lost claim sends nothing.
+//     An unreachable store: see claim for what the proposer gets.
+//   - decide.go: the admitted proposal is Put (phase deciding) before it is
+//     decided; Put failing → reject "busy".
+//   - escalate.go: the decision and the approval deadline (phase
+//     awaiting_approval) before any human is asked; each prompt, with its
+//     exact payload, before it is sent and each approval before it counts
+//     (Escalation.RecordPrompt, RecordApproval).
+//   - fulfil.go: queued work with the params to fulfil; the Request
+//     (envelope id, JSON-RPC id, target, sent, deadline) before the
+//     tools/call is written. Update failing → no request; reject "other",
+//     or nothing when the record was adopted (state.ErrConflict).
+//   - answer.go: the record is deleted as the proposal ends and before its
+//     answer is written (see dropRecord): an answer goes out at most once,
+//     and a member whose work was adopted sends nothing more about it.
+//   - recover.go: on Run, this member's own records are resumed; then the
+//     work of members whose lease lapsed is adopted and resumed the same
+//     way (open prompts asked again from this member with the same ids, a
+//     request already written never written again but awaited until its
+//     deadline, expired prompts rejected "timeout" at once).
+//
+// "busy" means the whole group is full: the group's pending records
+// against the sum of its live members' --max-pending, both read about
+// once a second (watchGroup), never per proposal. The local --max-pending
+// bound still refuses too.
+//
 // # Lost links
 //
 // The gateway replays nothing. A fulfilment request is written at most

@@ -3,10 +3,12 @@ package fulfill
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // Escalation is what the Fulfiller hands to an Escalator when a policy says
@@ -27,6 +29,25 @@ type Escalation struct {
 	// DecisionID is the decision log's id of the decision that escalated
 	// (Decision.Revision is its revision): approval records carry it.
 	DecisionID string
+
+	// With a pending-work store (Config.Store), RecordPrompt must be
+	// called before each elicitation is sent and RecordApproval for each
+	// approval before it counts, so that a restart or an adopting group
+	// member asks the same prompts again and counts each approval once.
+	// An error means: do not send that prompt (count that approval) and
+	// end the escalation with reason "other"; an error wrapping
+	// state.ErrConflict means the proposal is another member's now, so
+	// its prompts are dropped without notifications/cancelled. Both are
+	// nil without a store.
+	RecordPrompt   func(state.Prompt) error
+	RecordApproval func(state.Approval) error
+	// Prompts and Approvals are what was recorded before a restart or an
+	// adoption: the Escalator asks the open prompts again with the same
+	// envelope and JSON-RPC ids (so an answer to the earlier copy counts,
+	// once) and counts the approvals as already given. Empty for a new
+	// escalation.
+	Prompts   []state.Prompt
+	Approvals []state.Approval
 }
 
 // Verdict is how an escalation ended.
@@ -48,4 +69,143 @@ type Verdict struct {
 type Escalator interface {
 	Escalate(ctx context.Context, e Escalation, done func(Verdict))
 	Cancel(proposalID, reason string)
+}
+
+func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
+	if f.cfg.Escalator == nil {
+		f.reject(p, "policy", "the policy asks for human approval, but escalation is not configured on this fulfiller")
+		return
+	}
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = f.cfg.ApprovalTimeout
+	}
+	// Fail closed: no human is asked before the record that says so is
+	// written (and with it the decision before it). Not for a proposal
+	// withdrawn or expired meanwhile: nobody will be asked about it.
+	if p.State() != StateDeciding {
+		return
+	}
+	ev := p.event(StageEscalated)
+	ev.Target, ev.By, ev.Message = target, d.Approvers, d.Message
+	if err := f.record(ev); err != nil {
+		f.unrecorded(p, "escalation", err)
+		return
+	}
+	f.mu.Lock()
+	if p.State() != StateDeciding {
+		f.mu.Unlock()
+		return
+	}
+	p.state.Store(int32(StateAwaitingApproval))
+	p.target = target
+	p.deadline = time.Now().Add(timeout)
+	f.mu.Unlock()
+	// Recorded before any human is asked: a restart or an adopter asks
+	// them again, with the same deadline.
+	if err := f.saveRecord(p, func(r *state.Pending) {
+		g := p.governor()
+		r.Phase, r.Decision, r.DecisionID, r.Revision = state.AwaitingApproval, storeDecision(d, target, nil, nil), g.id, g.revision
+		r.ApprovalDeadline = p.deadline.UTC()
+	}); err != nil {
+		f.storeFailed(p, "escalation", err)
+		return
+	}
+	f.announce(ev)
+	f.askHumans(p, d, target, nil, nil)
+}
+
+// askHumans hands p to the Escalator; prompts and approvals are those
+// recorded before a restart or adoption (nil for a new escalation).
+func (f *Fulfiller) askHumans(p *proposal, d policies.Decision, target string, prompts []state.Prompt, approvals []state.Approval) {
+	esc := Escalation{Proposal: p.env, DecisionID: p.governor().id, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline}
+	if p.tool != "" {
+		esc.Tool = f.toolInput(p, target, p.params)
+		if info, ok := f.catalog.tool(target, p.tool); ok {
+			esc.InputSchema = info.InputSchema
+		}
+	}
+	if f.cfg.Store != nil {
+		esc.Prompts, esc.Approvals = prompts, approvals
+		esc.RecordPrompt = func(pr state.Prompt) error {
+			return f.saveRecord(p, func(r *state.Pending) { r.Prompts = append(r.Prompts, pr) })
+		}
+		esc.RecordApproval = func(a state.Approval) error {
+			return f.saveRecord(p, func(r *state.Pending) { r.Approvals = append(r.Approvals, a) })
+		}
+	}
+	f.cfg.Escalator.Escalate(f.base, esc, func(v Verdict) { f.onVerdict(p, v) })
+}
+
+// onVerdict applies a human verdict (rule 7 of DESIGN.md).
+func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
+	if p.State() != StateAwaitingApproval {
+		return
+	}
+	switch {
+	case v.Superseded:
+		if _, ok := f.transition(p, StateSuperseded, notAnswered); ok {
+			ev := p.event(StageSuperseded)
+			ev.By, ev.Message = v.By, v.Message
+			f.emit(ev)
+		}
+		return
+	case !v.Approved:
+		reason := v.Reason
+		if reason == "" {
+			reason = "disagree"
+		}
+		f.reject(p, reason, v.Message)
+		return
+	}
+	ev := p.event(StageApproved)
+	ev.By = v.By
+	f.emit(ev)
+	f.mu.Lock()
+	p.approvedBy = v.By
+	f.mu.Unlock()
+	if v.Params == nil {
+		f.fulfil(p, p.target, p.params)
+		return
+	}
+	// Edited arguments: the edited call must pass the policy on its own.
+	in := f.input(p, v.Params, &policies.Approval{By: v.By, Content: v.Content})
+	d := f.decider.Decide(f.decideCtx, in)
+	p.decided(d.Revision, true) // a new decision: it governs what follows
+	dev := p.event(StageDecided)
+	dev.Decision, dev.Input = &d, in
+	f.emit(dev)
+	switch d.Action {
+	case policies.Fulfill:
+	case policies.Escalate:
+		if !approvalsSatisfy(v.By, d) {
+			f.reject(p, "policy", "the edited call needs other approval: "+d.Message)
+			return
+		}
+	default:
+		reason := d.Reason
+		if reason == "" {
+			reason = "policy"
+		}
+		f.reject(p, reason, d.Message)
+		return
+	}
+	target := p.target
+	if d.Target != "" {
+		target = d.Target
+	}
+	f.fulfil(p, target, v.Params)
+}
+
+// approvalsSatisfy reports whether the approvers who already approved meet
+// an escalate decision's approvers and quorum.
+func approvalsSatisfy(by []string, d policies.Decision) bool {
+	quorum := max(d.Quorum, 1)
+	n := 0
+	for _, who := range by {
+		if len(d.Approvers) == 0 || slices.Contains(d.Approvers, who) {
+			n++
+		}
+	}
+	return n >= quorum
 }

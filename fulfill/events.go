@@ -43,6 +43,11 @@ const (
 	// it can end any pending proposal and is not a known fulfiller
 	// (Reason: RoleApprover or RoleOutsider; Message: what it holds).
 	StageVetoHolder Stage = "veto_holder"
+	// StageResumed: a proposal taken from the pending-work store, after a
+	// restart on the same store or adopted from a group member whose
+	// lease lapsed (Message: which, and its phase). No second decision
+	// is logged for it (DESIGN rule 10).
+	StageResumed Stage = "resumed"
 )
 
 // Reasons of StageUndelivered.

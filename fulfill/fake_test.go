@@ -26,6 +26,7 @@ type fakeSpace struct {
 	sent   chan agent.Envelope
 	silent map[string]bool // never answer tools/list
 	rpcSeq atomic.Int64
+	dead   atomic.Bool // a crashed process: nothing reaches the wire
 }
 
 func newFakeSpace() *fakeSpace {
@@ -49,6 +50,9 @@ func (s *fakeSpace) ID() string { return s.id }
 func (s *fakeSpace) NextRPCID() int64 { return s.rpcSeq.Add(1) }
 
 func (s *fakeSpace) Send(_ context.Context, env agent.Envelope) (agent.Envelope, error) {
+	if s.dead.Load() {
+		return agent.Envelope{}, errors.New("test: process crashed")
+	}
 	agent.Stamp(&env, s.id, time.Now())
 	s.sent <- env
 	return env, nil

@@ -43,7 +43,7 @@ func (f *Fulfiller) Cancel(id, by string) error {
 		return fmt.Errorf("cancel %s: %w", id, ErrAnswered)
 	}
 	if prev == StateAwaitingApproval {
-		f.cfg.Escalator.Cancel(id, "cancelled")
+		f.cfg.Escalator.Cancel(id, escalationCancel(p, "cancelled"))
 	}
 	msg := "cancelled by the operator"
 	if by != "" {

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // State is where a proposal is in its lifecycle.
@@ -87,6 +89,21 @@ type proposal struct {
 	// spoofed is set once a forged answer to this proposal was recorded,
 	// so that a flood of them makes one decision-log line, not thousands.
 	spoofed atomic.Bool
+
+	// rec is the proposal's record in Config.Store (nil without a store,
+	// before it is written and after it is deleted); recMu orders the
+	// writes to it, recEnded says the proposal ended (no record may be
+	// written any more).
+	recMu    sync.Mutex
+	rec      *state.Pending
+	recEnded bool
+	// fenced is set when the record is not ours any more (adopted by
+	// another member) or its end could not be recorded: nothing more is
+	// sent about the proposal (see dropRecord).
+	fenced atomic.Bool
+	// resumed is set for proposals taken from the store (restart or
+	// adoption): their record exists already.
+	resumed bool
 }
 
 func (p *proposal) State() State { return State(p.state.Load()) }

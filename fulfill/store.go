@@ -2,7 +2,14 @@ package fulfill
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
 
+	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -36,3 +43,297 @@ type Store interface {
 }
 
 var _ Store = (*state.Store)(nil)
+
+// storeTimeout bounds one store operation, so that an unreachable store
+// fails a step (closed) instead of holding it.
+const storeTimeout = 10 * time.Second
+
+// DropReason, given to Escalator.Cancel, stops an escalation without a
+// word to its approvers: the proposal belongs to another member of the
+// group now, which has asked the same prompts again (same envelope ids),
+// and a notifications/cancelled from us would cancel its prompts too.
+const DropReason = "adopted_elsewhere"
+
+// storeUnavailable is the message of the reject a proposer gets when the
+// store cannot take a proposal this member is answering alone.
+const storeUnavailable = "pending-work store unavailable; propose again later"
+
+// storedDecision is what a record keeps of the decision that governs its
+// proposal, and of what the humans said, so that whoever resumes it acts on
+// it without deciding again (DESIGN rule 10: no second decision record).
+type storedDecision struct {
+	Action    policies.Action `json:"action"`
+	Reason    string          `json:"reason,omitempty"`
+	Message   string          `json:"message,omitempty"`
+	Target    string          `json:"target,omitempty"`
+	Approvers []string        `json:"approvers,omitempty"`
+	Quorum    int             `json:"quorum,omitempty"`
+	Timeout   time.Duration   `json:"timeout,omitempty"`
+	Editable  []string        `json:"editable,omitempty"`
+	Revision  string          `json:"revision,omitempty"`
+	// Route is the participant routing chose to carry the call out.
+	Route string `json:"route,omitempty"`
+	// Params are the params to fulfil once approved (edited or as
+	// proposed); ApprovedBy who approved them.
+	Params     json.RawMessage `json:"params,omitempty"`
+	ApprovedBy []string        `json:"approved_by,omitempty"`
+}
+
+func storeDecision(d policies.Decision, route string, params json.RawMessage, by []string) json.RawMessage {
+	b, _ := json.Marshal(storedDecision{Action: d.Action, Reason: d.Reason, Message: d.Message, Target: d.Target,
+		Approvers: d.Approvers, Quorum: d.Quorum, Timeout: d.Timeout, Editable: d.Editable, Revision: d.Revision,
+		Route: route, Params: params, ApprovedBy: by})
+	return b
+}
+
+func (s storedDecision) decision() policies.Decision {
+	return policies.Decision{Action: s.Action, Reason: s.Reason, Message: s.Message, Target: s.Target,
+		Approvers: s.Approvers, Quorum: s.Quorum, Timeout: s.Timeout, Editable: s.Editable, Revision: s.Revision}
+}
+
+func (f *Fulfiller) storeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(f.base, storeTimeout)
+}
+
+// claim wins p's id for this member (Store.Claim replaces the in-process
+// seen set for rule 5 and decides who in a group answers p). It reports
+// whether p is ours to handle. A lost claim sends nothing.
+//
+// When the store cannot say (unreachable), p is never decided nor
+// fulfilled. What its proposer gets depends on the group this member last
+// saw: alone (no live peer in the last successful Members, or none read
+// yet) this member is the only one that can answer, so it rejects "busy"
+// (propose again later); with live peers it sends nothing, because a peer
+// may hold the claim and be answering, and a reject from us would fail the
+// proposal at the reference SDK proposer (it fails on the first reject it
+// sees from anyone). The proposer then waits for its own timeout unless a
+// peer answers.
+func (f *Fulfiller) claim(p *proposal) bool {
+	ctx, cancel := f.storeContext()
+	won, err := f.cfg.Store.Claim(ctx, p.env.ID)
+	cancel()
+	switch {
+	case err != nil:
+		if f.group.peers.Load() {
+			f.log.Error("pending-work store unavailable: proposal not claimed; left to the group, nothing sent", "proposal", p.env.ID, "err", err)
+			ev := p.event(StageIgnored)
+			ev.Reason, ev.Message = ReasonStoreUnavailable, "claim failed: "+err.Error()
+			f.emit(ev)
+			return false
+		}
+		f.log.Error("pending-work store unavailable: proposal not claimed; rejected busy", "proposal", p.env.ID, "err", err)
+		f.emit(p.event(StageReceived))
+		f.answerReject(p, "busy", storeUnavailable)
+		return false
+	case !won:
+		f.store.seen.Add(p.env.ID, struct{}{})
+		f.log.Info("proposal claimed before (a replay, or another member of the group); ignored", "proposal", p.env.ID, "from", p.env.From)
+		f.emit(Event{Stage: StageIgnored, ProposalID: p.env.ID, Proposer: p.env.From, Method: p.method, Tool: p.tool, Reason: "duplicate", Message: "proposal id claimed before"})
+		return false
+	}
+	return true
+}
+
+// ReasonStoreUnavailable is the reason of a StageIgnored event for a
+// proposal left unanswered because the store could not claim it while
+// group peers were live (see claim).
+const ReasonStoreUnavailable = "store_unavailable"
+
+// ReasonAdopted is the reason of a StageIgnored event for a proposal this
+// member dropped without a word because its record belongs to another
+// member now (adopted after this member's lease lapsed).
+const ReasonAdopted = "adopted_elsewhere"
+
+// putRecord writes p's record (phase deciding) once p is admitted, before
+// anything about it is sent.
+func (f *Fulfiller) putRecord(p *proposal) error {
+	raw := p.env.Raw
+	if raw == nil {
+		var err error
+		if raw, err = json.Marshal(p.env); err != nil {
+			return fmt.Errorf("encode proposal %s: %w", p.env.ID, err)
+		}
+	}
+	r := &state.Pending{ProposalID: p.env.ID, Envelope: raw, Proposer: p.env.From, Received: p.received.UTC(),
+		Size: int(p.size()), Phase: state.Deciding, Owner: f.cfg.Store.Member()}
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	if p.recEnded {
+		return nil // ended (withdrawn) before its record was written: nothing to keep
+	}
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	if err := f.cfg.Store.Put(ctx, r); err != nil {
+		if errors.Is(err, state.ErrExists) {
+			p.fenced.Store(true) // someone else's record: not ours to answer
+		}
+		return fmt.Errorf("record proposal %s: %w", p.env.ID, err)
+	}
+	p.rec = r
+	return nil
+}
+
+// saveRecord applies change to a copy of p's record and writes it (compare
+// and set). Without a store it does nothing. state.ErrConflict means the
+// record is another member's now: p is fenced and nothing more may be sent
+// about it.
+func (f *Fulfiller) saveRecord(p *proposal, change func(r *state.Pending)) error {
+	if f.cfg.Store == nil {
+		return nil
+	}
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	if p.rec == nil {
+		if p.fenced.Load() {
+			return fmt.Errorf("record proposal %s: %w", p.env.ID, state.ErrConflict)
+		}
+		return fmt.Errorf("record proposal %s: it has no record", p.env.ID)
+	}
+	next := *p.rec
+	next.Prompts = slices.Clone(p.rec.Prompts)
+	next.Approvals = slices.Clone(p.rec.Approvals)
+	change(&next)
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	if err := f.cfg.Store.Update(ctx, &next); err != nil {
+		if errors.Is(err, state.ErrConflict) {
+			p.fenced.Store(true)
+			p.rec = nil
+		}
+		return fmt.Errorf("record proposal %s: %w", p.env.ID, err)
+	}
+	p.rec = &next
+	return nil
+}
+
+// dropRecord deletes p's record as p ends, before its answer (if any) is
+// written. Deleting first is what makes an answer go out at most once: a
+// record is resumed after a restart and adopted by peers, so an answer
+// written while its record lived could be written again by whoever resumes
+// it (and a reject followed by a resumed fulfilment would contradict it).
+// The cost is the window between the delete and the write: a crash there
+// leaves the proposer to its own timeout. The delete is also the fence: if
+// the record was adopted (state.ErrConflict) p is fenced and answerReject
+// sends nothing. If the store cannot be reached, the answer is held back
+// only while group peers are live (one of them may adopt the record and
+// answer); a member alone answers anyway, as with a failed claim, and the
+// record left behind is resumed when the store is back (the residual risk
+// of a second answer is logged).
+func (f *Fulfiller) dropRecord(p *proposal) {
+	if f.cfg.Store == nil {
+		return
+	}
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	p.recEnded = true
+	if p.rec == nil {
+		return
+	}
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	err := f.cfg.Store.Delete(ctx, p.rec)
+	p.rec = nil
+	switch {
+	case errors.Is(err, state.ErrConflict):
+		p.fenced.Store(true)
+		f.log.Warn("proposal adopted by another member of the group; this member sends nothing more about it", "proposal", p.env.ID)
+	case err != nil && f.group.peers.Load():
+		p.fenced.Store(true)
+		f.log.Error("end of proposal not recorded in the pending-work store; its answer is not sent, so that the member that adopts the record answers once", "proposal", p.env.ID, "err", err)
+	case err != nil:
+		f.log.Error("end of proposal not recorded in the pending-work store; answered anyway (no group peer could), the record is left for when the store is back", "proposal", p.env.ID, "err", err)
+	}
+}
+
+// dropAdopted ends p here without a word: its record is another member's.
+func (f *Fulfiller) dropAdopted(p *proposal) {
+	prev, ok := f.transition(p, StateSuperseded, notAnswered)
+	if !ok {
+		return
+	}
+	if prev == StateAwaitingApproval {
+		f.cfg.Escalator.Cancel(p.env.ID, DropReason)
+	}
+	ev := p.event(StageIgnored)
+	ev.Reason, ev.Message = ReasonAdopted, "the proposal's record belongs to another member now"
+	f.emit(ev)
+}
+
+// storeFailed ends p after a record it needed could not be written: fail
+// closed, nothing it was about to send goes out. Adopted → nothing at all;
+// otherwise a reject "other".
+func (f *Fulfiller) storeFailed(p *proposal, what string, err error) {
+	if p.fenced.Load() {
+		f.dropAdopted(p)
+		return
+	}
+	f.log.Error("pending-work store cannot record the proposal; "+what+" not sent, proposal rejected", "proposal", p.env.ID, "err", err)
+	f.reject(p, "other", storeUnavailable)
+}
+
+// escalationCancel is the reason to give Escalator.Cancel for p.
+func escalationCancel(p *proposal, reason string) string {
+	if p.fenced.Load() {
+		return DropReason
+	}
+	return reason
+}
+
+// groupView is what this member last read of its group, refreshed by
+// watchGroup: capacity for "busy" (the whole group full) and whether peers
+// are live (see claim).
+type groupView struct {
+	pending  atomic.Int64 // pending records of the group
+	capacity atomic.Int64 // sum of MaxPending over live members; 0: not read yet
+	peers    atomic.Bool  // a live member other than this one
+}
+
+// groupRefresh is how often watchGroup reads the group.
+const groupRefresh = time.Second
+
+// watchGroup refreshes f.group until ctx ends.
+func (f *Fulfiller) watchGroup(ctx context.Context) {
+	t := time.NewTicker(groupRefresh)
+	defer t.Stop()
+	for {
+		f.refreshGroup(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (f *Fulfiller) refreshGroup(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	ms, err := f.cfg.Store.Members(ctx)
+	if err != nil {
+		f.log.Warn("group members not read", "err", err)
+		return
+	}
+	var capacity int64
+	peers := false
+	for _, m := range ms {
+		capacity += int64(m.MaxPending)
+		if m.ID != f.cfg.Store.Member() {
+			peers = true
+		}
+	}
+	recs, err := f.cfg.Store.List(ctx)
+	if err != nil {
+		f.log.Warn("group pending work not read", "err", err)
+		return
+	}
+	f.group.peers.Store(peers)
+	f.group.pending.Store(int64(len(recs)))
+	f.group.capacity.Store(capacity)
+}
+
+// groupFull reports whether the whole group's pending work is at its
+// capacity, as last read.
+func (f *Fulfiller) groupFull() bool {
+	c := f.group.capacity.Load()
+	return c > 0 && f.group.pending.Load() >= c
+}

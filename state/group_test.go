@@ -240,23 +240,20 @@ func TestClusterNodeLoss(t *testing.T) {
 
 	defer func() { // leave the shared cluster whole for later tests
 		for i := range 3 {
-			testCluster.mu.Lock()
-			down := testCluster.servers[i] == nil
-			testCluster.mu.Unlock()
-			if down {
-				if err := testCluster.start(i); err != nil {
+			if testCluster.Down(i) {
+				if err := testCluster.Start(i); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 	}()
 
-	testCluster.stop(0)
+	testCluster.Stop(0)
 	if err := eventually(45*time.Second, func() error { return op("one-down") }); err != nil {
 		t.Fatalf("store with one of three servers down: %v", err)
 	}
 
-	testCluster.stop(1)
+	testCluster.Stop(1)
 	if err := eventually(45*time.Second, func() error {
 		c, cancel := short()
 		defer cancel()
@@ -280,10 +277,10 @@ func TestClusterNodeLoss(t *testing.T) {
 	// Back in the reverse order, as an operator bringing a cluster back
 	// would: the server that left last has the newest metadata.
 	for _, i := range []int{1, 0} {
-		if err := testCluster.start(i); err != nil {
+		if err := testCluster.Start(i); err != nil {
 			t.Fatal(err)
 		}
-		if err := testCluster.waitCurrent(i, 45*time.Second); err != nil {
+		if err := testCluster.WaitCurrent(i, 45*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -294,11 +291,11 @@ func TestClusterNodeLoss(t *testing.T) {
 		// docs/operations.md says so; here the test follows it, and the
 		// store must then recover on its own connection.
 		t.Logf("store still refusing writes after the servers returned (%v); restarting the survivor as the runbook says", err)
-		testCluster.stop(2)
-		if err := testCluster.start(2); err != nil {
+		testCluster.Stop(2)
+		if err := testCluster.Start(2); err != nil {
 			t.Fatal(err)
 		}
-		if err := testCluster.waitCurrent(2, 45*time.Second); err != nil {
+		if err := testCluster.WaitCurrent(2, 45*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		if err := eventually(60*time.Second, func() error { return op("recovered") }); err != nil {
@@ -323,7 +320,7 @@ func TestOpenErrors(t *testing.T) {
 		{"no member", Config{Mode: Mode{Kind: Memory}}, "member id"},
 		{"no mode", Config{Member: "m"}, "no mode"},
 		{"unreachable", Config{Mode: Mode{Kind: External, URLs: []string{"nats://127.0.0.1:1"}}, Member: "m"}, "connect to nats://127.0.0.1:1"},
-		{"missing creds", Config{Mode: Mode{Kind: External, URLs: []string{testCluster.urls()}}, Member: "m", Creds: "/nonexistent/x.creds"}, "creds file"},
+		{"missing creds", Config{Mode: Mode{Kind: External, URLs: []string{testCluster.URLs()}}, Member: "m", Creds: "/nonexistent/x.creds"}, "creds file"},
 		{"dir is a file", Config{Mode: Mode{Kind: Dir, Dir: "/dev/null"}, Member: "m"}, "not a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

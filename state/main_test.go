@@ -3,179 +3,29 @@ package state
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/mewkit/fulfiller/internal/natstest"
 )
 
 // testCluster is one three-server JetStream cluster on loopback, shared by
 // the package's tests (TestMain) to keep them fast. Tests that stop servers
 // restart them before they end.
-var testCluster *cluster
+var testCluster *natstest.Cluster
 
 func TestMain(m *testing.M) {
-	c, err := startCluster(3)
+	c, err := natstest.StartCluster(3, "state-test", natstest.Options{Log: os.Getenv("STATE_TEST_NATS_LOG") != ""})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start NATS cluster:", err)
 		os.Exit(1)
 	}
 	testCluster = c
 	code := m.Run()
-	c.shutdown()
+	c.Shutdown()
 	os.Exit(code)
-}
-
-type cluster struct {
-	mu      sync.Mutex
-	root    string
-	opts    []*server.Options
-	servers []*server.Server // nil while stopped
-}
-
-func startCluster(n int) (*cluster, error) {
-	root, err := os.MkdirTemp("", "state-cluster-")
-	if err != nil {
-		return nil, err
-	}
-	c := &cluster{root: root, opts: make([]*server.Options, n), servers: make([]*server.Server, n)}
-	// JetStream clustering wants every server's routes at start, so the
-	// ports are picked first (a free loopback port each, released just
-	// before the server binds it).
-	var routes []*url.URL
-	ports := make([][2]int, n)
-	for i := range n {
-		for j := range 2 {
-			if ports[i][j], err = freePort(); err != nil {
-				return nil, err
-			}
-		}
-		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i][1])})
-	}
-	for i := range n {
-		c.opts[i] = &server.Options{
-			ServerName: fmt.Sprintf("n%d", i),
-			Host:       "127.0.0.1",
-			Port:       ports[i][0],
-			JetStream:  true,
-			StoreDir:   fmt.Sprintf("%s/n%d", root, i),
-			NoSigs:     true,
-			NoLog:      os.Getenv("STATE_TEST_NATS_LOG") == "",
-			SyncAlways: true,
-			MaxPayload: embeddedMaxPayload,
-			Cluster:    server.ClusterOpts{Name: "state-test", Host: "127.0.0.1", Port: ports[i][1]},
-			Routes:     routes,
-		}
-	}
-	// Start them together: each waits for its peers to form the system
-	// account's routes.
-	errs := make(chan error, n)
-	for i := range n {
-		go func() { errs <- c.start(i) }()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			c.shutdown()
-			return nil, err
-		}
-	}
-	if err := c.waitMetaLeader(30 * time.Second); err != nil {
-		c.shutdown()
-		return nil, err
-	}
-	return c, nil
-}
-
-// start starts (or restarts) server i on its ports, so clients' URL lists
-// stay valid.
-func (c *cluster) start(i int) error {
-	o := c.opts[i].Clone()
-	s, err := server.NewServer(o)
-	if err != nil {
-		return err
-	}
-	if !o.NoLog {
-		s.ConfigureLogger()
-	}
-	s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		return fmt.Errorf("server %d did not start", i)
-	}
-	c.mu.Lock()
-	c.servers[i] = s
-	c.mu.Unlock()
-	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// stop kills server i without a graceful leave (lame duck skipped).
-func (c *cluster) stop(i int) {
-	c.mu.Lock()
-	s := c.servers[i]
-	c.servers[i] = nil
-	c.mu.Unlock()
-	if s != nil {
-		s.Shutdown()
-		s.WaitForShutdown()
-	}
-}
-
-func (c *cluster) shutdown() {
-	for i := range c.servers {
-		c.stop(i)
-	}
-	os.RemoveAll(c.root)
-}
-
-func (c *cluster) urls() string {
-	var us []string
-	for _, o := range c.opts {
-		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
-	}
-	return strings.Join(us, ",")
-}
-
-func (c *cluster) waitMetaLeader(d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		c.mu.Lock()
-		for _, s := range c.servers {
-			if s != nil && s.JetStreamIsLeader() {
-				c.mu.Unlock()
-				return nil
-			}
-		}
-		c.mu.Unlock()
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("no JetStream meta leader within %v", d)
-}
-
-// waitCurrent waits until server i has caught up with the JetStream meta
-// leader after a restart.
-func (c *cluster) waitCurrent(i int, d time.Duration) error {
-	return eventually(d, func() error {
-		c.mu.Lock()
-		s := c.servers[i]
-		c.mu.Unlock()
-		if s == nil || !s.JetStreamIsCurrent() {
-			return fmt.Errorf("server %d not current with the meta leader within %v", i, d)
-		}
-		return nil
-	})
 }
 
 // eventually polls cond until it returns nil or d passes; it returns the
@@ -236,7 +86,7 @@ func backends(t *testing.T) []backend {
 			return openStore(t, Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: space, Member: member}, mut...)
 		}},
 		{"cluster", func(t *testing.T, member string, mut ...func(*Config)) *Store {
-			m, err := ParseMode(testCluster.urls())
+			m, err := ParseMode(testCluster.URLs())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,7 +111,7 @@ func dropOnCleanup(t *testing.T, s *Store) *Store {
 
 func clusterStore(t *testing.T, space, member string, mut ...func(*Config)) *Store {
 	t.Helper()
-	m, err := ParseMode(testCluster.urls())
+	m, err := ParseMode(testCluster.URLs())
 	if err != nil {
 		t.Fatal(err)
 	}

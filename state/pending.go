@@ -61,6 +61,10 @@ type Prompt struct {
 	RPCID      int64     `json:"rpc_id"`      // JSON-RPC id of elicitation/create
 	Chain      []string  `json:"chain,omitempty"`
 	Sent       time.Time `json:"sent"`
+	// Payload is the elicitation/create payload as sent: whoever resumes
+	// the prompt sends it again byte for byte, which is how an approver's
+	// client knows it is the same question (and re-sends its answer).
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // Approval is one approver's answer counted so far.

@@ -1,0 +1,189 @@
+package elicit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
+)
+
+// storeLog stands in for the fulfiller's record of one escalation (the
+// pending-work store): what Escalation.RecordPrompt/RecordApproval got.
+type storeLog struct {
+	mu        sync.Mutex
+	prompts   []state.Prompt
+	approvals []state.Approval
+	fail      error
+}
+
+func (s *storeLog) hook(esc *fulfill.Escalation) {
+	esc.RecordPrompt = func(p state.Prompt) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.fail != nil {
+			return s.fail
+		}
+		s.prompts = append(s.prompts, p)
+		return nil
+	}
+	esc.RecordApproval = func(a state.Approval) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.fail != nil {
+			return s.fail
+		}
+		s.approvals = append(s.approvals, a)
+		return nil
+	}
+}
+
+func quorumEscalation() fulfill.Escalation {
+	return fulfill.Escalation{
+		Proposal: agent.Envelope{ID: "p1", From: "coder"},
+		Method:   "tools/call",
+		Params:   json.RawMessage(`{"name":"x","arguments":{}}`),
+		Decision: policies.Decision{Action: policies.Escalate, Approvers: []string{"alice", "bob"}, Quorum: 2},
+		Deadline: time.Now().Add(time.Hour),
+	}
+}
+
+func approve(from string, prompt agent.Envelope, rpc int64) agent.Envelope {
+	return agent.Envelope{ID: "a-" + from + "-" + prompt.ID, From: from, To: []string{"fulfiller"}, Kind: agent.KindResponse,
+		CorrelationID: agent.CorrelationIDs{prompt.ID},
+		Payload:       json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"action":"accept","content":{"approve":true}}}`, rpc))}
+}
+
+func waitSent(t *testing.T, c *fakeConn, n int) []agent.Envelope {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		got := append([]agent.Envelope(nil), c.sent...)
+		c.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d envelopes sent, want %d", len(got), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Every prompt is recorded before it is sent, and each approval before it
+// counts; after a restart the open prompt is asked again with the same
+// envelope and JSON-RPC ids, the approval given before it counts once (its
+// replay is "already answered"), and the other approver's answer to the
+// copy sent before the restart completes the quorum.
+func TestResumeAsksAgainWithSameIDsAndCountsApprovalsOnce(t *testing.T) {
+	conn := &fakeConn{roster: []string{"alice", "bob"}}
+	e := New(conn, Config{})
+	defer e.Close() // at the end: until then it is as dead as a killed process
+	log := &storeLog{}
+	esc := quorumEscalation()
+	log.hook(&esc)
+	e.Escalate(context.Background(), esc, func(v fulfill.Verdict) { t.Errorf("verdict before the restart: %+v", v) })
+	sent := waitSent(t, conn, 2)
+	log.mu.Lock()
+	if len(log.prompts) != 2 || log.prompts[0].EnvelopeID != sent[0].ID || log.prompts[1].EnvelopeID != sent[1].ID {
+		t.Fatalf("recorded %+v, sent %v %v", log.prompts, sent[0].ID, sent[1].ID)
+	}
+	log.mu.Unlock()
+	byApprover := map[string]agent.Envelope{sent[0].To[0]: sent[0], sent[1].To[0]: sent[1]}
+	rpcOf := map[string]int64{}
+	for _, p := range log.prompts {
+		rpcOf[p.Approver] = p.RPCID
+	}
+	aliceAnswer := approve("alice", byApprover["alice"], rpcOf["alice"])
+	e.Handle(aliceAnswer)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		log.mu.Lock()
+		n := len(log.approvals)
+		log.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alice's approval not recorded")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// kill -9: this Elicitor is gone without a word (no Close).
+
+	conn2 := &fakeConn{roster: []string{"alice", "bob"}}
+	e2 := New(conn2, Config{})
+	defer e2.Close()
+	resumed := quorumEscalation()
+	log.mu.Lock()
+	resumed.Prompts, resumed.Approvals = log.prompts, log.approvals
+	log.mu.Unlock()
+	log.hook(&resumed)
+	verdict := make(chan fulfill.Verdict, 1)
+	e2.Escalate(context.Background(), resumed, func(v fulfill.Verdict) { verdict <- v })
+	again := waitSent(t, conn2, 1)
+	if len(again) != 1 || again[0].ID != byApprover["bob"].ID || again[0].To[0] != "bob" {
+		t.Fatalf("asked again %v, want bob's prompt %s only", again, byApprover["bob"].ID)
+	}
+	if string(again[0].Payload) != string(byApprover["bob"].Payload) {
+		t.Errorf("bob's prompt re-sent as\n%s\nnot byte for byte as first sent\n%s", again[0].Payload, byApprover["bob"].Payload)
+	}
+	var req struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.Unmarshal(again[0].Payload, &req); err != nil || rpcOf["bob"] == 0 || req.ID != rpcOf["bob"] {
+		t.Errorf("bob's prompt re-sent with JSON-RPC id %d (%v), want %d", req.ID, err, rpcOf["bob"])
+	}
+	e2.Handle(aliceAnswer) // replayed: already counted
+	e2.Handle(approve("bob", byApprover["bob"], rpcOf["bob"]))
+	select {
+	case v := <-verdict:
+		if !v.Approved || len(v.By) != 2 || v.By[0] != "alice" || v.By[1] != "bob" {
+			t.Errorf("verdict %+v, want approved by alice and bob", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no verdict")
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.approvals) != 2 {
+		t.Errorf("approvals recorded %d, want 2 (alice once, bob)", len(log.approvals))
+	}
+}
+
+// A prompt that cannot be recorded is not sent; the escalation ends
+// "other". When the record is another member's (state.ErrConflict), the
+// prompts are dropped without notifications/cancelled.
+func TestPromptNotRecordedNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		sent int
+	}{{fmt.Errorf("store down"), 0}, {fmt.Errorf("adopted: %w", state.ErrConflict), 0}} {
+		conn := &fakeConn{roster: []string{"alice", "bob"}}
+		e := New(conn, Config{})
+		log := &storeLog{fail: tc.err}
+		esc := quorumEscalation()
+		log.hook(&esc)
+		verdict := make(chan fulfill.Verdict, 1)
+		e.Escalate(context.Background(), esc, func(v fulfill.Verdict) { verdict <- v })
+		select {
+		case v := <-verdict:
+			if v.Approved || v.Reason != "other" {
+				t.Errorf("%v: verdict %+v, want other", tc.err, v)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no verdict")
+		}
+		if got := conn.payloads(); len(got) != tc.sent {
+			t.Errorf("%v: sent %v", tc.err, got)
+		}
+		e.Close()
+	}
+}

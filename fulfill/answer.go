@@ -1,0 +1,213 @@
+package fulfill
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// reject ends p with an mcp/reject, unless it has already been answered.
+func (f *Fulfiller) reject(p *proposal, reason, message string) {
+	prev, ok := f.transition(p, StateRejected, notAnswered)
+	if !ok {
+		return
+	}
+	if prev == StateAwaitingApproval {
+		f.cfg.Escalator.Cancel(p.env.ID, escalationCancel(p, reason))
+	}
+	f.answerReject(p, reason, message)
+}
+
+// answerReject sends mcp/reject to the proposer, and a chat explaining it
+// when there is a message. It reports whether the reject was written.
+// The rejected record is written ahead (the decision log has it before the
+// proposer does); observers that only watch hear of it once it is written
+// (DESIGN rule 9), and of an undelivered one otherwise. A refusal by the
+// gateway, which comes later as a system/error, is reported by onRefusal.
+func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
+	if p.fenced.Load() {
+		// Its record is another member's (or its end is not recorded):
+		// whoever holds the record answers, once.
+		f.log.Info("reject not sent: the proposal's record is not this member's", "proposal", p.env.ID, "reason", reason)
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.Message = ReasonAdopted, "not answered here ("+reason+"): the proposal's record is not this member's"
+		f.emit(ev)
+		return false
+	}
+	ev := p.event(StageRejected)
+	ev.Reason, ev.Message = reason, message
+	if err := f.record(ev); err != nil {
+		// Denying is always safe: the reject goes out without its record
+		// rather than leave the proposer waiting.
+		f.log.Error("reject not recorded in the decision log; sending it anyway", "proposal", p.env.ID, "reason", reason, "err", err)
+	}
+	env := agent.Envelope{
+		ID:            agent.NewID(f.space.ID()),
+		To:            []string{p.env.From},
+		Kind:          agent.KindReject,
+		CorrelationID: agent.CorrelationIDs{p.env.ID},
+		Payload:       agent.MustPayload(rejectPayload{Reason: reason}),
+	}
+	// Tracked before the write: the refusal may be read before Send
+	// returns; it waits for written.
+	sent := &sentReject{p: p, written: make(chan struct{})}
+	f.rejects.Add(env.ID, sent)
+	rej, err := f.sendAndGet(env)
+	f.countShutdownAnswer(err == nil)
+	if err != nil {
+		f.rejects.Remove(env.ID)
+		close(sent.written)
+		f.log.Error("reject not delivered: not written", "proposal", p.env.ID, "reason", reason, "err", err)
+		f.undelivered(p, agent.KindReject, UndeliveredNotWritten, err.Error())
+		return false
+	}
+	f.announce(ev)
+	close(sent.written)
+	if message == "" {
+		return true
+	}
+	if _, err := f.sendAndGet(agent.Envelope{
+		To:            []string{p.env.From},
+		Kind:          agent.KindChat,
+		CorrelationID: agent.CorrelationIDs{rej.ID},
+		Payload:       agent.MustPayload(chatPayload{Text: message, Format: "plain"}),
+	}); err != nil {
+		f.log.Warn("reject explanation not sent", "proposal", p.env.ID, "err", err)
+	}
+	return true
+}
+
+func (f *Fulfiller) send(env agent.Envelope) error {
+	_, err := f.sendAndGet(env)
+	return err
+}
+
+func (f *Fulfiller) sendAndGet(env agent.Envelope) (agent.Envelope, error) {
+	ctx, cancel := f.sendContext()
+	defer cancel()
+	return f.space.Send(ctx, env)
+}
+
+// transition moves p into the terminal state to if allowed(current state),
+// releasing whatever p held: its fulfilment slot, its place in the pending
+// store. Exactly one caller can end a proposal; the others get ok=false.
+func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) (prev State, ok bool) {
+	f.mu.Lock()
+	prev = p.State()
+	if prev.Terminal() || !allowed(prev) {
+		f.mu.Unlock()
+		return prev, false
+	}
+	p.state.Store(int32(to))
+	f.live--
+	f.liveBytes -= p.size()
+	if f.byProposer[p.env.From]--; f.byProposer[p.env.From] <= 0 {
+		delete(f.byProposer, p.env.From)
+	}
+	var next []*proposal
+	if prev == StateFulfilling {
+		p.fulfilTimer.Stop()
+		if p.goneTimer != nil {
+			p.goneTimer.Stop()
+			p.goneTimer = nil
+		}
+		delete(f.byRequest, p.requestID)
+		f.inflight--
+		next = f.dequeueLocked()
+	}
+	f.mu.Unlock()
+	f.store.remove(p)
+	f.dropRecord(p)
+	for _, q := range next {
+		f.sendRequest(q)
+	}
+	return prev, true
+}
+
+// Payloads fulfiller writes. Structs keep the key order of PROTOCOL.md on
+// the wire, which makes envelopes easy to read and to compare.
+type (
+	rejectPayload struct {
+		Reason string `json:"reason"`
+	}
+	chatPayload struct {
+		Text   string `json:"text"`
+		Format string `json:"format"`
+	}
+	cancelledParams struct {
+		RequestID int64  `json:"requestId"`
+		Reason    string `json:"reason"`
+	}
+)
+
+func notAnswered(s State) bool { return !s.answered() }
+
+func isState(want State) func(State) bool { return func(s State) bool { return s == want } }
+
+func reasonOf(payload json.RawMessage) string {
+	var r struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(payload, &r)
+	return r.Reason
+}
+
+func (f *Fulfiller) emit(e Event) {
+	stamp(&e)
+	f.obs.Observe(e)
+}
+
+// record writes ahead the record of an answer, before the answer goes out
+// (see Recorder): it blocks while the Recorders write it. The observers
+// that only watch are told by announce once the answer is written, so an
+// answer that never left is never reported to them as sent.
+func (f *Fulfiller) record(e Event) error {
+	stamp(&e)
+	if r, ok := f.obs.(Recorder); ok {
+		return r.Record(e)
+	}
+	return nil
+}
+
+// announce tells the observers that are not Recorders of an answer that
+// was written; the Recorders had it from record.
+func (f *Fulfiller) announce(e Event) {
+	stamp(&e)
+	switch o := f.obs.(type) {
+	case Observers:
+		o.observeWatchers(e)
+	case Recorder:
+	default:
+		o.Observe(e)
+	}
+}
+
+// stamp fills what every event carries: its time, and a decision id even
+// for frames that never became a proposal (a duplicate id, another
+// fulfiller's proposal): nothing decided those, so the line is its own.
+func stamp(e *Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	if e.DecisionID == "" {
+		e.DecisionID = NewDecisionID()
+	}
+}
+
+// auditFailedMessage is the reject message while the decision log cannot
+// be written.
+const auditFailedMessage = "the decision log cannot be written, so this fulfiller neither fulfils nor escalates until it can; propose again later"
+
+// unrecorded refuses p because the record of what would happen next (an
+// escalation) could not be written: fail closed, reject "other".
+func (f *Fulfiller) unrecorded(p *proposal, what string, err error) {
+	f.log.Error("decision log cannot be written; "+what+" refused", "proposal", p.env.ID, "err", err)
+	f.reject(p, policies.ReasonOther, auditFailedMessage)
+}
+
+func (p *proposal) event(stage Stage) Event {
+	g := p.governor()
+	return Event{Stage: stage, ProposalID: p.env.ID, DecisionID: g.id, Revision: g.revision, Proposer: p.env.From, Method: p.method, Tool: p.tool, Target: p.target}
+}

@@ -1,0 +1,73 @@
+package fulfill
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// decide runs on a worker: ask the policy and act on its answer.
+func (f *Fulfiller) decide(p *proposal) {
+	if p.State().Terminal() {
+		return // withdrawn or expired while queued for a worker
+	}
+	if f.cfg.Store != nil && !p.resumed {
+		// Recorded before anything about it is sent: from here on a
+		// restart or a peer resumes it.
+		if err := f.putRecord(p); err != nil {
+			if p.fenced.Load() {
+				f.dropAdopted(p)
+				return
+			}
+			f.log.Error("pending-work store cannot record the proposal; rejected busy", "proposal", p.env.ID, "err", err)
+			if _, ok := f.transition(p, StateRejected, notAnswered); ok {
+				f.answerReject(p, "busy", storeUnavailable)
+			}
+			return
+		}
+	}
+	in := f.input(p, p.params, nil)
+	start := time.Now()
+	d := f.decider.Decide(f.decideCtx, in)
+	p.decided(d.Revision, false)
+	// The decision record is buffered, not awaited: the record of the
+	// answer that follows (fulfilling, escalated, rejected) is, and the
+	// log keeps its order, so that wait covers this line too.
+	ev := p.event(StageDecided)
+	ev.Decision, ev.Latency, ev.Input = &d, time.Since(start), in
+	if d.Err != nil {
+		f.log.Error("policy failed closed", "proposal", p.env.ID, "err", d.Err)
+	}
+	f.emit(ev)
+	f.mu.Lock()
+	p.decision = d
+	f.mu.Unlock()
+	f.act(p, d, p.params)
+}
+
+// act carries out a decision for p with the given params.
+func (f *Fulfiller) act(p *proposal, d policies.Decision, params json.RawMessage) {
+	switch d.Action {
+	case policies.Fulfill:
+		target, why := f.route(p, d)
+		if target == "" {
+			f.reject(p, "incapable", why)
+			return
+		}
+		f.fulfil(p, target, params)
+	case policies.Escalate:
+		target, why := f.route(p, d)
+		if target == "" {
+			f.reject(p, "incapable", why) // rule 1: nobody asked about a call nobody can carry out
+			return
+		}
+		f.escalate(p, d, target)
+	default:
+		reason := d.Reason
+		if reason == "" {
+			reason = "policy"
+		}
+		f.reject(p, reason, d.Message)
+	}
+}

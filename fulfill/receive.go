@@ -1,0 +1,272 @@
+package fulfill
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+)
+
+// handle routes one envelope from the space.
+func (f *Fulfiller) handle(env agent.Envelope) {
+	if env.From == f.space.ID() {
+		return // our own echo; the agent drops these too
+	}
+	switch env.Kind {
+	case agent.KindProposal:
+		f.onProposal(env)
+	case agent.KindWithdraw:
+		f.onWithdraw(env)
+	case agent.KindResponse:
+		f.onResponse(env)
+	case agent.KindRequest:
+		f.onOtherRequest(env)
+	case agent.KindReject:
+		f.onOtherReject(env)
+	case agent.KindWelcome:
+		if env.AddressedTo(f.space.ID()) {
+			f.catalog.reset()
+			for _, p := range f.space.Roster() {
+				f.catalog.refresh(f.base, p.ID)
+			}
+			f.checkOwners()
+		}
+	case agent.KindPresence:
+		f.onPresence(env)
+	case agent.KindError:
+		f.onRefusal(env)
+	}
+}
+
+func (f *Fulfiller) onProposal(env agent.Envelope) {
+	if env.ID == "" || env.From == "" {
+		f.log.Warn("proposal without id or from skipped", "id", env.ID, "from", env.From)
+		return
+	}
+	if f.store.known(env.ID) {
+		// Rule 5: never reject a replayed id: the reject would name the
+		// id and fail the original proposal at its proposer.
+		f.log.Warn("proposal id seen before; ignored", "proposal", env.ID, "from", env.From)
+		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Reason: "duplicate", Message: "proposal id seen before"})
+		return
+	}
+	c, err := parsePayload(env.Payload)
+	method := c.method
+	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: time.Now()}
+	if target, mine := f.addressee(env, p.tool); !mine {
+		f.log.Debug("proposal addressed to another fulfiller; left alone", "proposal", env.ID, "to", env.To)
+		f.store.seen.Add(env.ID, struct{}{})
+		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Method: method, Tool: p.tool, Reason: "addressed_elsewhere", Message: fmt.Sprintf("addressed to %v", env.To)})
+		return
+	} else {
+		p.target = target
+	}
+	if f.cfg.Store != nil && !f.claim(p) {
+		return
+	}
+	f.emit(p.event(StageReceived))
+
+	if err != nil {
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "invalid", err.Error())
+		return
+	}
+
+	f.mu.Lock()
+	switch {
+	case f.closing:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
+		return
+	case f.live >= f.cfg.MaxPending:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", f.cfg.MaxPending))
+		return
+	case f.byProposer[env.From] >= f.cfg.MaxPendingPerProposer:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", f.cfg.MaxPendingPerProposer))
+		return
+	case f.cfg.Store != nil && f.groupFull():
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("the group's pending work is full (%d proposals); propose again later", f.group.capacity.Load()))
+		return
+	case f.liveBytes+p.size() > f.cfg.MaxPendingBytes:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		f.answerReject(p, "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", f.liveBytes, f.cfg.MaxPendingBytes, p.size()))
+		return
+	}
+	f.live++
+	f.liveBytes += p.size()
+	f.byProposer[env.From]++
+	p.state.Store(int32(StateDeciding))
+	f.store.add(p)
+	f.mu.Unlock()
+
+	// Does not block while fewer than MaxPending proposals are live (the
+	// queue has room for all of them); only proposals withdrawn or expired
+	// while queued can crowd it, and workers drop those at once. On
+	// shutdown the proposal is in the store, so shutdown answers it.
+	select {
+	case f.jobs <- p:
+	case <-f.runCtx.Done():
+	}
+}
+
+// addressee applies the package's reading of `to` (see the package doc):
+// whether the proposal is ours to handle, and the participant it names as
+// target, if any.
+func (f *Fulfiller) addressee(env agent.Envelope, tool string) (target string, mine bool) {
+	if len(env.To) == 0 || slices.Contains(env.To, f.space.ID()) {
+		return "", true
+	}
+	sawFulfiller := false
+	for _, id := range env.To {
+		p, ok := f.space.Participant(id)
+		if !ok {
+			continue
+		}
+		if tool != "" {
+			if _, offers := f.catalog.tool(id, tool); offers {
+				return id, true
+			}
+		}
+		if agent.Permits(p.Capabilities, agent.KindRequest, json.RawMessage(`{"method":"tools/call"}`)) {
+			sawFulfiller = true
+			continue
+		}
+		return id, true
+	}
+	if sawFulfiller {
+		return "", false
+	}
+	return "", true // nobody named is here: ours, and routing will say incapable
+}
+
+func (f *Fulfiller) onWithdraw(env agent.Envelope) {
+	pid := env.CorrelationID.First()
+	p, ok := f.store.get(pid)
+	if !ok {
+		f.log.Debug("withdrawal of an unknown or finished proposal", "proposal", pid, "from", env.From)
+		return
+	}
+	if env.From != p.env.From {
+		f.log.Warn("withdrawal by someone other than the proposer ignored (spoof attempt?)",
+			"proposal", pid, "proposer", p.env.From, "from", env.From)
+		f.mu.Lock() // a decision worker may be setting p.target
+		ev := p.event(StageIgnored)
+		f.mu.Unlock()
+		ev.Reason, ev.Message = "spoofed_withdraw", "withdrawal from "+env.From
+		f.emit(ev)
+		return
+	}
+	prev, ok := f.transition(p, StateWithdrawn, notAnswered)
+	if !ok {
+		f.log.Info("late withdrawal ignored: the proposal was already answered", "proposal", pid, "state", p.State())
+		f.waitWritten(p) // keep the proposal's events in order: fulfilling first
+		f.mu.Lock()
+		ev := p.event(StageIgnored)
+		f.mu.Unlock()
+		ev.Reason, ev.Message = "late_withdraw", "withdrawn after it was "+p.State().String()
+		f.emit(ev)
+		return
+	}
+	if prev == StateAwaitingApproval {
+		f.cfg.Escalator.Cancel(pid, escalationCancel(p, "withdrawn"))
+	}
+	ev := p.event(StageWithdrawn)
+	ev.Reason = reasonOf(env.Payload)
+	f.emit(ev)
+}
+
+// onOtherRequest sees other participants' requests: a fulfilment of a
+// proposal we hold supersedes ours; a tools/list_changed refreshes discovery.
+func (f *Fulfiller) onOtherRequest(env agent.Envelope) {
+	var req agent.RPCRequest
+	if json.Unmarshal(env.Payload, &req) != nil {
+		return
+	}
+	switch req.Method {
+	case agent.MethodToolsListChanged:
+		f.catalog.refresh(f.base, env.From)
+		return
+	case agent.MethodElicitationCreate, agent.MethodCancelled:
+		return // asking or telling someone about a proposal is not fulfilling it
+	}
+	if strings.HasPrefix(req.Method, "notifications/") {
+		return // a notification (a tool server's progress, say) fulfils nothing
+	}
+	f.supersede(env, "fulfilled by "+env.From)
+}
+
+// onOtherReject: someone else already said no to a proposal we hold (an
+// approver answering directly, or another fulfiller). The proposer has its
+// answer; a second one from us would break rule 2.
+func (f *Fulfiller) onOtherReject(env agent.Envelope) {
+	f.supersede(env, "rejected by "+env.From+" ("+reasonOf(env.Payload)+")")
+}
+
+func (f *Fulfiller) supersede(env agent.Envelope, why string) {
+	p, ok := f.store.get(env.CorrelationID.First())
+	if !ok {
+		return
+	}
+	prev, ok := f.transition(p, StateSuperseded, notAnswered)
+	if !ok {
+		if p.State() == StateFulfilling {
+			f.log.Warn("proposal answered by another participant after our fulfilment request", "proposal", p.env.ID, "by", env.From)
+		}
+		return
+	}
+	if prev == StateAwaitingApproval {
+		f.cfg.Escalator.Cancel(p.env.ID, escalationCancel(p, "superseded"))
+	}
+	ev := p.event(StageSuperseded)
+	ev.By, ev.Message = []string{env.From}, why
+	ev.KnownFulfiller = f.knownFulfiller(env.From)
+	if !ev.KnownFulfiller {
+		f.log.Warn("a proposal was ended by a participant that is not a known fulfiller; nobody waits for our answer any more",
+			"proposal", p.env.ID, "by", env.From, "how", why)
+	}
+	f.emit(ev)
+}
+
+func (f *Fulfiller) onPresence(env agent.Envelope) {
+	var pr struct {
+		Event       string `json:"event"`
+		Participant struct {
+			ID string `json:"id"`
+		} `json:"participant"`
+	}
+	if json.Unmarshal(env.Payload, &pr) != nil || pr.Participant.ID == "" || pr.Participant.ID == f.space.ID() {
+		return
+	}
+	switch pr.Event {
+	case "join":
+		f.catalog.refresh(f.base, pr.Participant.ID)
+		if who, ok := f.space.Participant(pr.Participant.ID); ok {
+			f.checkVetoHolders([]agent.Participant{who})
+		}
+		f.releaseHeld(pr.Participant.ID)
+	case "leave":
+		f.catalog.drop(pr.Participant.ID)
+		f.mu.Lock()
+		var orphans []*proposal
+		for _, p := range f.byRequest {
+			if p.target == pr.Participant.ID {
+				orphans = append(orphans, p)
+			}
+		}
+		f.mu.Unlock()
+		for _, p := range orphans {
+			f.ownerLeft(p)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package fulfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/state"
+)
+
+// retryStore is how long recover waits before trying the store again.
+const retryStore = time.Second
+
+// recoverWork resumes this member's own unanswered proposals (a restart on the
+// same store), then adopts the work of group members whose lease lapsed,
+// until ctx ends. Adopted work is resumed exactly like a restart's, open
+// prompts asked again from this member.
+func (f *Fulfiller) recoverWork(ctx context.Context) {
+	for {
+		recs, err := f.cfg.Store.Owned(ctx)
+		if err == nil {
+			f.resume(recs, "restart")
+			break
+		}
+		f.log.Error("own pending work not read from the store; trying again", "err", err)
+		if !sleepCtx(ctx, retryStore) {
+			return
+		}
+	}
+	for {
+		lapsed, err := f.cfg.Store.WatchLapsed(ctx)
+		if err != nil {
+			f.log.Error("group leases not watched; trying again", "err", err)
+			if !sleepCtx(ctx, retryStore) {
+				return
+			}
+			continue
+		}
+		for from := range lapsed {
+			recs, err := f.cfg.Store.Adopt(ctx, from)
+			switch {
+			case errors.Is(err, state.ErrMemberAlive):
+				f.log.Debug("member reported lapsed is alive; nothing adopted", "member", from)
+			case err != nil:
+				f.log.Error("work of a lapsed member not adopted", "member", from, "err", err)
+			}
+			if len(recs) > 0 {
+				f.log.Warn("adopted the pending work of a member whose lease lapsed", "member", from, "proposals", len(recs))
+			}
+			f.resume(recs, "adopted from "+from)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// resume takes over records read from the store (DESIGN "Durable and
+// shared pending work", Restart): a fulfilment request already written is
+// never written again, its response awaited until its deadline; a prompt
+// whose deadline passed is rejected "timeout" at once; open prompts are
+// asked again with their ids; queued work is fulfilled; a proposal not yet
+// decided is decided (a stored decision is acted on, not taken again).
+func (f *Fulfiller) resume(recs []*state.Pending, how string) {
+	for _, r := range recs {
+		f.resumeOne(r, how)
+	}
+}
+
+func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
+	var env agent.Envelope
+	if err := json.Unmarshal(r.Envelope, &env); err != nil || env.ID != r.ProposalID || env.From == "" {
+		// Nobody can answer a proposal whose frame is lost; the record
+		// stays for an operator to look at.
+		f.log.Error("pending record with an unreadable proposal; not resumed", "proposal", r.ProposalID, "err", err)
+		return
+	}
+	env.Raw = r.Envelope
+	c, perr := parsePayload(env.Payload)
+	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: r.Received, rec: r, resumed: true}
+	if r.DecisionID != "" {
+		p.gov.Store(&governing{id: r.DecisionID, revision: r.Revision})
+	}
+	var sd storedDecision
+	decided := len(r.Decision) > 0 && json.Unmarshal(r.Decision, &sd) == nil
+
+	f.mu.Lock()
+	if _, here := f.store.get(env.ID); here || f.closing {
+		f.mu.Unlock()
+		return // adopted twice (a repeated report), or shutting down (the record stays)
+	}
+	f.live++
+	f.liveBytes += p.size()
+	f.byProposer[env.From]++
+	p.state.Store(int32(StateDeciding))
+	f.store.add(p)
+	f.mu.Unlock()
+	f.log.Info("pending proposal resumed", "proposal", env.ID, "phase", r.Phase, "how", how)
+	ev := p.event(StageResumed)
+	ev.Message = fmt.Sprintf("%s (%s)", how, r.Phase)
+	f.emit(ev)
+
+	switch {
+	case perr != nil:
+		f.reject(p, "invalid", perr.Error()) // cannot happen: it was admitted
+	case r.Request != nil:
+		f.awaitResumed(p, r)
+	case r.Phase == state.Queued && decided:
+		f.mu.Lock()
+		p.decision, p.approvedBy = sd.decision(), sd.ApprovedBy
+		f.mu.Unlock()
+		params := sd.Params
+		if params == nil {
+			params = p.params
+		}
+		f.fulfil(p, sd.Route, params)
+	case r.Phase == state.AwaitingApproval && decided:
+		f.mu.Lock()
+		p.decision, p.target, p.deadline = sd.decision(), sd.Route, r.ApprovalDeadline
+		p.state.Store(int32(StateAwaitingApproval))
+		f.mu.Unlock()
+		if !time.Now().Before(r.ApprovalDeadline) {
+			f.reject(p, "timeout", fmt.Sprintf("no approval by %s (the deadline passed while no fulfiller held the proposal)", r.ApprovalDeadline.Format(time.RFC3339)))
+			return
+		}
+		if f.cfg.Escalator == nil {
+			f.reject(p, "policy", "the policy asks for human approval, but escalation is not configured on this fulfiller")
+			return
+		}
+		f.askHumans(p, p.decision, sd.Route, r.Prompts, r.Approvals)
+	case decided:
+		f.mu.Lock()
+		p.decision = sd.decision()
+		f.mu.Unlock()
+		f.act(p, p.decision, p.params)
+	default:
+		select {
+		case f.jobs <- p:
+		case <-f.runCtx.Done():
+		}
+	}
+}
+
+// awaitResumed waits for the response to a fulfilment request written
+// before the restart (or by the lapsed member): it is never written again.
+// Its deadline is counted from when it was sent.
+func (f *Fulfiller) awaitResumed(p *proposal, r *state.Pending) {
+	deadline := r.FulfilDeadline
+	if deadline.IsZero() {
+		deadline = r.Request.SentAt.Add(f.cfg.FulfillTimeout)
+	}
+	f.mu.Lock()
+	p.target, p.requestID, p.rpcID, p.requestSent = r.Request.Target, r.Request.EnvelopeID, r.Request.RPCID, r.Request.SentAt
+	p.written = make(chan struct{})
+	close(p.written)
+	p.state.Store(int32(StateFulfilling))
+	f.inflight++
+	f.byRequest[p.requestID] = p
+	p.fulfilTimer = time.AfterFunc(time.Until(deadline), func() { f.fulfilTimedOut(p) })
+	f.mu.Unlock()
+}

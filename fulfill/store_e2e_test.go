@@ -1,0 +1,416 @@
+package fulfill
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
+)
+
+// answerFor is the tool owner's response to a fulfilment request.
+func answerFor(t *testing.T, req agent.Envelope) agent.Envelope {
+	t.Helper()
+	return agent.Envelope{ID: "resp-" + req.ID, From: "calculator", To: []string{req.From}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID},
+		Payload: json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}`, rpcID(t, req)))}
+}
+
+// A fulfilled proposal's id replayed after a restart on the same DIR store
+// runs nothing: the claim survives the restart (rule 5, SeenTTL window).
+func TestStoreReplayAfterRestartRunsNothing(t *testing.T) {
+	dir := t.TempDir()
+	mode := state.Mode{Kind: state.Dir, Dir: dir}
+	st := openStore(t, mode, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	req := h.space.next(t)
+	if !isToolsCall(req) {
+		t.Fatalf("sent %s %s, want the tools/call", req.Kind, req.Payload)
+	}
+	h.deliver(answerFor(t, req))
+	h.waitStage(t, "p1", StageFulfilled)
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, &fakeDecider{decisions: storeDecisions})
+	h2.deliver(proposalEnv("p1", "coder", callOf("add")))
+	h2.waitStage(t, "p1", StageIgnored)
+	h2.space.quiet(t, 200*time.Millisecond)
+	if n := h2.dec.count(); n != 0 {
+		t.Errorf("replay decided %d times, want 0", n)
+	}
+}
+
+// Store unreachable, member alone: no fulfilment, the proposer gets busy.
+func TestStoreUnreachableAloneRejectsBusy(t *testing.T) {
+	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+	st.dead.Store(true)
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"busy"}`)
+	chat := h.space.next(t)
+	if chat.Kind != agent.KindChat || !jsonEqual(chat.Payload, `{"text":"pending-work store unavailable; propose again later","format":"plain"}`) {
+		t.Errorf("chat = %s %s", chat.Kind, chat.Payload)
+	}
+	h.space.quiet(t, 100*time.Millisecond)
+	if n := h.dec.count(); n != 0 {
+		t.Errorf("decided %d times without a claim, want 0", n)
+	}
+}
+
+// The record of a fulfilment request cannot be written: the request is not
+// sent and the proposer gets reject "other".
+func TestStoreUpdateFailsNoRequest(t *testing.T) {
+	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+	st.failUpdate.Store(true)
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
+	for _, env := range drain(h.space, 200*time.Millisecond) {
+		if isToolsCall(env) {
+			t.Fatalf("tools/call written without its record: %s", env.Payload)
+		}
+	}
+	st.failUpdate.Store(false)
+	recs, err := st.List(t.Context())
+	if err != nil || len(recs) != 0 {
+		t.Errorf("records left = %d (%v), want 0", len(recs), err)
+	}
+}
+
+// Same for an escalation: no prompt without its record; reject "other".
+func TestStoreEscalationNotRecordedNoPrompt(t *testing.T) {
+	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
+	esc := newRecEscalator()
+	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
+	st.failUpdate.Store(true)
+	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
+	esc.mu.Lock()
+	n := len(esc.escs)
+	esc.mu.Unlock()
+	if n != 0 {
+		t.Errorf("escalator asked %d times, want 0", n)
+	}
+}
+
+// byKind sorts what one member sent: tools/calls and rejects by proposal.
+func byKind(t *testing.T, envs []agent.Envelope) (calls, rejects map[string]agent.Envelope, other []agent.Envelope) {
+	t.Helper()
+	calls, rejects = map[string]agent.Envelope{}, map[string]agent.Envelope{}
+	for _, env := range envs {
+		pid := env.CorrelationID.First()
+		switch {
+		case isToolsCall(env):
+			if _, dup := calls[pid]; dup {
+				t.Errorf("tools/call for %s written twice", pid)
+			}
+			calls[pid] = env
+		case env.Kind == agent.KindReject:
+			if _, dup := rejects[pid]; dup {
+				t.Errorf("reject for %s written twice", pid)
+			}
+			rejects[pid] = env
+		default:
+			other = append(other, env)
+		}
+	}
+	return calls, rejects, other
+}
+
+// Restart on the same DIR store (kill -9 while a prompt is open, a prompt
+// is about to expire and a fulfilment request is in flight): the expired
+// prompt is rejected "timeout" at once, the open prompt is asked again with
+// its recorded ids and an accept fulfils it once, the request in flight is
+// never written again and is rejected "timeout" at its deadline.
+func TestStoreRestartResumes(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	esc := newRecEscalator()
+	cfg := Config{Escalator: esc, FulfillTimeout: 3 * time.Second}
+	h := newStoreHarness(t, "fulfiller", st, cfg, &fakeDecider{decisions: storeDecisions})
+
+	h.deliver(proposalEnv("inflight", "coder", callOf("add")))
+	req := h.space.next(t)
+	if !isToolsCall(req) {
+		t.Fatalf("sent %s, want the tools/call", req.Payload)
+	}
+	h.deliver(proposalEnv("open", "coder", callOf("ask")))
+	if e := esc.next(t); e.Proposal.ID != "open" {
+		t.Fatalf("escalated %s", e.Proposal.ID)
+	}
+	h.deliver(proposalEnv("expiring", "coder", callOf("soon")))
+	soon := esc.next(t)
+	sentAt := time.Now()
+
+	// kill -9: nothing more reaches the wire or the store.
+	h.space.dead.Store(true)
+	st.dead.Store(true)
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for time.Now().Before(soon.Deadline) {
+		time.Sleep(10 * time.Millisecond) // the short prompt's deadline passes while down
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	esc2 := newRecEscalator()
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{Escalator: esc2, FulfillTimeout: 3 * time.Second}, &fakeDecider{decisions: storeDecisions})
+	e := esc2.next(t)
+	if e.Proposal.ID != "open" || len(e.Prompts) != 1 || e.Prompts[0].EnvelopeID != "elicit-open" || e.Prompts[0].RPCID != 7000 {
+		t.Fatalf("resumed escalation %s with prompts %+v, want open with elicit-open/7000", e.Proposal.ID, e.Prompts)
+	}
+	if time.Until(e.Deadline) < 30*time.Second {
+		t.Errorf("resumed deadline %v: not the recorded one (a minute after the proposal)", e.Deadline)
+	}
+	h2.waitStage(t, "expiring", StageRejected)
+	esc2.done("open")(Verdict{Approved: true, By: []string{"alice"}})
+	h2.waitStage(t, "open", StageFulfilling)
+	h2.waitStage(t, "inflight", StageRejected)
+	calls, rejects, other := byKind(t, drain(h2.space, 300*time.Millisecond))
+	if len(calls) != 1 || calls["open"].ID == "" {
+		t.Errorf("tools/calls after restart = %v, want exactly the approved one", calls)
+	}
+	if len(rejects) != 2 || !jsonEqual(rejects["expiring"].Payload, `{"reason":"timeout"}`) || !jsonEqual(rejects["inflight"].Payload, `{"reason":"timeout"}`) {
+		t.Errorf("rejects = %v, want timeout for expiring and inflight", rejects)
+	}
+	if since := time.Since(sentAt); since < 3*time.Second {
+		t.Errorf("in-flight request rejected after %v, before its fulfil timeout", since)
+	}
+	var cancelled bool
+	for _, env := range other {
+		if env.Kind == agent.KindRequest && env.CorrelationID.First() == req.ID {
+			cancelled = true
+			wantEnvelope(t, env, agent.KindRequest, []string{"calculator"}, []string{req.ID},
+				fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"timeout"}}`, rpcID(t, req)))
+		}
+	}
+	if !cancelled {
+		t.Errorf("the in-flight request was not cancelled at its owner; sent %v", other)
+	}
+	recs, err := st2.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs { // at most "open", awaiting its response
+		if r.ProposalID != "open" || r.Request == nil || r.Request.EnvelopeID != calls["open"].ID {
+			t.Errorf("record left: %s phase %s request %+v", r.ProposalID, r.Phase, r.Request)
+		}
+	}
+}
+
+// deliverAll broadcasts env to every member, as the gateway does.
+func deliverAll(env agent.Envelope, ms ...*member) {
+	for _, m := range ms {
+		m.deliver(env)
+	}
+}
+
+// A group of two on one store: every proposal is answered exactly once by
+// the group, and nobody answers busy or duplicate.
+func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
+	mode := natsCluster(t)
+	dec := map[string]policies.Decision{"add": {Action: policies.Fulfill}}
+	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: dec})
+	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: dec})
+	ids := make([]string, 12)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("p%d", i)
+		payload := callOf("add")
+		switch i % 3 {
+		case 1:
+			payload = callOf("delete") // default deny: reject policy
+		case 2:
+			payload = `{"method":"tools/call","params":{"name":""}}` // invalid
+		}
+		env := proposalEnv(ids[i], "coder", payload)
+		if i%2 == 0 {
+			deliverAll(env, a, b)
+		} else {
+			deliverAll(env, b, a)
+		}
+	}
+	answered := map[string]string{}
+	deadline := time.Now().Add(15 * time.Second)
+	var all []agent.Envelope
+	for len(answered) < len(ids) && time.Now().Before(deadline) {
+		for _, m := range []*member{a, b} {
+			for _, env := range drain(m.space, 20*time.Millisecond) {
+				all = append(all, env)
+				pid := env.CorrelationID.First()
+				if isToolsCall(env) || env.Kind == agent.KindReject {
+					if prev, dup := answered[pid]; dup {
+						t.Errorf("%s answered twice: by %s and %s", pid, prev, env.From)
+					}
+					answered[pid] = env.From
+					if isToolsCall(env) {
+						deliverAll(answerFor(t, env), a, b)
+					}
+				}
+				if env.Kind == agent.KindReject && (jsonEqual(env.Payload, `{"reason":"busy"}`) || jsonEqual(env.Payload, `{"reason":"duplicate"}`)) {
+					t.Errorf("%s rejected %s by %s", pid, env.Payload, env.From)
+				}
+			}
+		}
+	}
+	if len(answered) != len(ids) {
+		t.Fatalf("answered %d of %d: %v", len(answered), len(ids), answered)
+	}
+	for _, m := range []*member{a, b} {
+		for _, env := range drain(m.space, 200*time.Millisecond) {
+			if isToolsCall(env) || env.Kind == agent.KindReject {
+				t.Errorf("late second answer %s %s to %v by %s", env.Kind, env.Payload, env.CorrelationID, env.From)
+			}
+		}
+	}
+	if answeredBy := func(who string) int {
+		n := 0
+		for _, by := range answered {
+			if by == who {
+				n++
+			}
+		}
+		return n
+	}; answeredBy("ful-a") == 0 && answeredBy("ful-b") == 0 {
+		t.Error("nobody answered")
+	}
+}
+
+// Kill a member holding an open prompt, a fulfilment in flight and a
+// queued proposal: its peer adopts all three; the request in flight is
+// never written again and its response ends it; the queued one is
+// fulfilled; the prompt is asked again with its ids and the approval
+// fulfils it once. A forged withdraw of the adopted prompt is ignored.
+func TestStoreAdoptionAfterCrash(t *testing.T) {
+	mode := natsCluster(t)
+	a := newMember(t, mode, "ful-a", Config{Escalator: newRecEscalator(), MaxInflight: 1}, &fakeDecider{decisions: storeDecisions})
+	escB := newRecEscalator()
+	b := newMember(t, mode, "ful-b", Config{Escalator: escB}, &fakeDecider{decisions: storeDecisions})
+
+	// a claims all three (b sees each once a has claimed it).
+	claimedByA := func(env agent.Envelope) {
+		a.deliver(env)
+		a.waitStage(t, env.ID, StageReceived)
+		b.deliver(env)
+	}
+	claimedByA(proposalEnv("inflight", "coder", callOf("add")))
+	req := a.space.next(t)
+	if !isToolsCall(req) {
+		t.Fatalf("a sent %s", req.Payload)
+	}
+	claimedByA(proposalEnv("queued", "coder", callOf("add")))
+	a.waitStage(t, "queued", StageQueued)
+	claimedByA(proposalEnv("open", "coder", callOf("ask")))
+	a.harness.f.cfg.Escalator.(*recEscalator).next(t)
+	for _, id := range []string{"inflight", "queued", "open"} {
+		b.waitStage(t, id, StageIgnored)
+	}
+
+	a.crash()
+	e := escB.next(t)
+	if e.Proposal.ID != "open" || len(e.Prompts) != 1 || e.Prompts[0].EnvelopeID != "elicit-open" {
+		t.Fatalf("adopted escalation %s prompts %+v", e.Proposal.ID, e.Prompts)
+	}
+	b.waitStage(t, "inflight", StageResumed)
+	b.waitStage(t, "queued", StageFulfilling)
+
+	// A forged withdraw of the adopted proposal changes nothing.
+	b.deliver(agent.Envelope{ID: "w1", From: "mallory", Kind: agent.KindWithdraw, CorrelationID: agent.CorrelationIDs{"open"}, Payload: json.RawMessage(`{"reason":"x"}`)})
+	b.waitStage(t, "open", StageIgnored)
+
+	b.deliver(answerFor(t, req))
+	b.waitStage(t, "inflight", StageFulfilled)
+	escB.done("open")(Verdict{Approved: true, By: []string{"alice"}})
+	b.waitStage(t, "open", StageFulfilling)
+
+	calls, rejects, _ := byKind(t, drain(b.space, 300*time.Millisecond))
+	if len(rejects) != 0 {
+		t.Errorf("b rejected %v", rejects)
+	}
+	if len(calls) != 2 || calls["queued"].ID == "" || calls["open"].ID == "" {
+		t.Errorf("b's tools/calls = %v, want queued and open once each (inflight never again)", calls)
+	}
+}
+
+// Store unreachable while group peers are live: this member sends nothing
+// (a peer may hold the claim; a reject from us would fail the proposal at
+// its proposer), and decides nothing.
+func TestStoreUnreachableWithPeersSendsNothing(t *testing.T) {
+	mode := natsCluster(t)
+	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
+	newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
+	for deadline := time.Now().Add(15 * time.Second); !a.f.group.peers.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a never saw b's lease")
+		}
+	}
+	a.st.dead.Store(true)
+	a.deliver(proposalEnv("p1", "coder", callOf("add")))
+	a.waitStage(t, "p1", StageIgnored)
+	a.space.quiet(t, 200*time.Millisecond)
+	if n := a.dec.count(); n != 0 {
+		t.Errorf("decided %d times without a claim, want 0", n)
+	}
+}
+
+// Killed while the policy was still deciding: after the restart the
+// proposal is decided (its record had no decision yet) and fulfilled once.
+func TestStoreRestartWhileDeciding(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	gated := &fakeDecider{decisions: storeDecisions, gate: make(chan struct{})}
+	h := newStoreHarness(t, "fulfiller", st, Config{}, gated)
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	waitFor(t, func() bool { return gated.count() == 1 }) // recorded, being decided
+	h.space.dead.Store(true)
+	st.dead.Store(true)
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, &fakeDecider{decisions: storeDecisions})
+	req := h2.space.next(t)
+	if !isToolsCall(req) || req.CorrelationID.First() != "p1" {
+		t.Fatalf("sent %s %s, want the tools/call of p1", req.Kind, req.Payload)
+	}
+	h2.deliver(answerFor(t, req))
+	h2.waitStage(t, "p1", StageFulfilled)
+	h2.space.quiet(t, 100*time.Millisecond)
+	if got := h2.stages("p1"); got[0] != StageResumed {
+		t.Errorf("stages after restart %v, want resumed first", got)
+	}
+}
+
+// busy means the whole group is full: the group's pending records against
+// the sum of its live members' max pending (one member of 1 here), while
+// this Fulfiller's own --max-pending (1000) has room.
+func TestStoreBusyWhenGroupFull(t *testing.T) {
+	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller", func(c *state.Config) { c.MaxPending = 1 })
+	if err := st.StartLease(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	esc := newRecEscalator()
+	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
+	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	esc.next(t)
+	for deadline := time.Now().Add(15 * time.Second); !h.f.groupFull(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the group's pending work never read as full")
+		}
+	}
+	h.deliver(proposalEnv("p2", "coder", callOf("add")))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p2"}, `{"reason":"busy"}`)
+	chat := h.space.next(t)
+	if !jsonEqual(chat.Payload, `{"text":"the group's pending work is full (1 proposals); propose again later","format":"plain"}`) {
+		t.Errorf("chat %s", chat.Payload)
+	}
+}

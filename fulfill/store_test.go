@@ -1,0 +1,268 @@
+package fulfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/natstest"
+	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
+)
+
+// Tests of Config.Store run on real NATS JetStream (state.Open): an
+// embedded DIR or memory store for one member, a loopback server shared
+// by several members for a group. Faults are injected by faultyStore,
+// which cuts a member off its (real) store as a crash or an outage would.
+
+// faultyStore is a member's real store that can be cut off: dead fails
+// every call (a crashed process, an unreachable store); failUpdate fails
+// Update only.
+type faultyStore struct {
+	*state.Store
+	dead, failUpdate atomic.Bool
+}
+
+var errCut = errors.New("test: store connection cut")
+
+func (s *faultyStore) Claim(ctx context.Context, id string) (bool, error) {
+	if s.dead.Load() {
+		return false, errCut
+	}
+	return s.Store.Claim(ctx, id)
+}
+
+func (s *faultyStore) Put(ctx context.Context, p *state.Pending) error {
+	if s.dead.Load() {
+		return errCut
+	}
+	return s.Store.Put(ctx, p)
+}
+
+func (s *faultyStore) Update(ctx context.Context, p *state.Pending) error {
+	if s.dead.Load() || s.failUpdate.Load() {
+		return errCut
+	}
+	return s.Store.Update(ctx, p)
+}
+
+func (s *faultyStore) Delete(ctx context.Context, p *state.Pending) error {
+	if s.dead.Load() {
+		return errCut
+	}
+	return s.Store.Delete(ctx, p)
+}
+
+func (s *faultyStore) Members(ctx context.Context) ([]state.MemberInfo, error) {
+	if s.dead.Load() {
+		return nil, errCut
+	}
+	return s.Store.Members(ctx)
+}
+
+func (s *faultyStore) List(ctx context.Context) ([]*state.Pending, error) {
+	if s.dead.Load() {
+		return nil, errCut
+	}
+	return s.Store.List(ctx)
+}
+
+func (s *faultyStore) Adopt(ctx context.Context, from string) ([]*state.Pending, error) {
+	if s.dead.Load() {
+		return nil, errCut
+	}
+	return s.Store.Adopt(ctx, from)
+}
+
+// openStore opens a store for member and closes it when the test ends.
+func openStore(t *testing.T, mode state.Mode, member string, tune ...func(*state.Config)) *faultyStore {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Each test has buckets of its own (the cluster is shared).
+	cfg := state.Config{Mode: mode, Space: t.Name(), Member: member, MaxPending: 100, Lease: time.Second}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	st, err := state.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return &faultyStore{Store: st}
+}
+
+// natsCluster is a three-server JetStream cluster on loopback for groups'
+// members (buckets replicated 3 times, as in production), started by the
+// first test that needs it and shared by the package's tests (each has its
+// own buckets); TestMain stops it.
+func natsCluster(t *testing.T) state.Mode {
+	t.Helper()
+	sharedCluster.once.Do(func() {
+		sharedCluster.c, sharedCluster.err = natstest.StartCluster(3, "fulfill-test", natstest.Options{NoSync: true})
+	})
+	if sharedCluster.err != nil {
+		t.Fatalf("start NATS cluster: %v", sharedCluster.err)
+	}
+	mode, err := state.ParseMode(sharedCluster.c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mode
+}
+
+var sharedCluster struct {
+	once sync.Once
+	c    *natstest.Cluster
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedCluster.c != nil {
+		sharedCluster.c.Shutdown()
+	}
+	os.Exit(code)
+}
+
+// member is one fulfiller of a group on a fake space of its own (every
+// envelope the test delivers to it is what the gateway broadcast).
+type member struct {
+	*harness
+	st        *faultyStore
+	stopLease context.CancelFunc
+}
+
+func newMember(t *testing.T, mode state.Mode, id string, cfg Config, dec *fakeDecider) *member {
+	t.Helper()
+	st := openStore(t, mode, id)
+	leaseCtx, stopLease := context.WithCancel(context.Background())
+	t.Cleanup(stopLease)
+	if err := st.StartLease(leaseCtx); err != nil {
+		t.Fatalf("lease: %v", err)
+	}
+	return &member{harness: newStoreHarness(t, id, st, cfg, dec), st: st, stopLease: stopLease}
+}
+
+// newStoreHarness runs a Fulfiller named id on store st; the calculator
+// also offers "ask", which storeDecisions escalates.
+func newStoreHarness(t *testing.T, id string, st *faultyStore, cfg Config, dec *fakeDecider) *harness {
+	t.Helper()
+	space := newFakeSpace()
+	space.id = id
+	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "ask", Description: "needs a human"}, ToolInfo{Name: "soon", Description: "needs a human soon"})
+	cfg.Store = st
+	return newHarnessOn(t, space, cfg, dec)
+}
+
+// crash stops m as kill -9 would: nothing more reaches the wire or the
+// store, and its lease is no longer renewed.
+func (m *member) crash() {
+	m.space.dead.Store(true)
+	m.st.dead.Store(true)
+	m.stopLease()
+	m.shutdown()
+}
+
+// waitStage waits until the harness emitted stage for proposal id.
+func (h *harness) waitStage(t *testing.T, id string, stage Stage) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range h.stages(id) {
+			if s == stage {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%s: no %s event within 15s (stages %v)", id, stage, h.stages(id))
+}
+
+// recEscalator records escalations and, like elicit, records one prompt
+// (to alice) before "sending" it when the escalation is new.
+type recEscalator struct {
+	mu      sync.Mutex
+	escs    []Escalation
+	dones   map[string]func(Verdict)
+	cancels []string
+	asked   chan Escalation
+}
+
+func newRecEscalator() *recEscalator {
+	return &recEscalator{dones: map[string]func(Verdict){}, asked: make(chan Escalation, 16)}
+}
+
+func (r *recEscalator) Escalate(_ context.Context, e Escalation, done func(Verdict)) {
+	if e.RecordPrompt != nil && len(e.Prompts) == 0 {
+		pr := state.Prompt{Approver: "alice", EnvelopeID: "elicit-" + e.Proposal.ID, RPCID: 7000, Sent: time.Now().UTC()}
+		if err := e.RecordPrompt(pr); err != nil {
+			done(Verdict{Reason: "other", Message: err.Error()})
+			return
+		}
+	}
+	r.mu.Lock()
+	r.escs = append(r.escs, e)
+	r.dones[e.Proposal.ID] = done
+	r.mu.Unlock()
+	r.asked <- e
+}
+
+func (r *recEscalator) Cancel(id, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cancels = append(r.cancels, id+":"+reason)
+}
+
+func (r *recEscalator) next(t *testing.T) Escalation {
+	t.Helper()
+	select {
+	case e := <-r.asked:
+		return e
+	case <-time.After(15 * time.Second):
+		t.Fatal("no escalation within 15s")
+		return Escalation{}
+	}
+}
+
+func (r *recEscalator) done(id string) func(Verdict) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dones[id]
+}
+
+var storeDecisions = map[string]policies.Decision{
+	"add":  {Action: policies.Fulfill},
+	"ask":  {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
+	"soon": {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: 300 * time.Millisecond},
+}
+
+func callOf(tool string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":{"a":1}}}`, tool)
+}
+
+// sentKinds drains what was sent within d, by kind and correlation.
+func drain(s *fakeSpace, d time.Duration) []agent.Envelope {
+	var out []agent.Envelope
+	timeout := time.After(d)
+	for {
+		select {
+		case env := <-s.sent:
+			out = append(out, env)
+		case <-timeout:
+			return out
+		}
+	}
+}
+
+func isToolsCall(env agent.Envelope) bool {
+	var req agent.RPCRequest
+	return env.Kind == agent.KindRequest && json.Unmarshal(env.Payload, &req) == nil && req.Method == "tools/call"
+}

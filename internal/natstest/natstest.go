@@ -1,0 +1,194 @@
+// Package natstest starts real NATS JetStream servers for tests: a
+// cluster of servers on loopback, with servers that can be stopped (killed,
+// no graceful leave) and started again on the same ports and store
+// directories, so clients' URL lists stay valid.
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// MaxPayload is the servers' max_payload: pending records hold a proposal
+// frame of up to --max-frame (1 MiB by default) and more.
+const MaxPayload = 8 << 20
+
+// Cluster is n JetStream servers on loopback, clustered with each other.
+type Cluster struct {
+	mu      sync.Mutex
+	root    string
+	opts    []*server.Options
+	servers []*server.Server // nil while stopped
+}
+
+// Options tune StartCluster.
+type Options struct {
+	// Log lets the servers log to stderr.
+	Log bool
+	// NoSync leaves fsync to the servers' default interval instead of
+	// syncing every write: for tests of callers that do not test the
+	// servers' durability and would otherwise wait on a busy disk.
+	NoSync bool
+}
+
+// StartCluster starts n clustered servers with file storage (synced
+// always unless o.NoSync) and waits for a JetStream meta leader.
+func StartCluster(n int, name string, o Options) (*Cluster, error) {
+	root, err := os.MkdirTemp("", name+"-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{root: root, opts: make([]*server.Options, n), servers: make([]*server.Server, n)}
+	// JetStream clustering wants every server's routes at start, so the
+	// ports are picked first (a free loopback port each, released just
+	// before the server binds it).
+	var routes []*url.URL
+	ports := make([][2]int, n)
+	for i := range n {
+		for j := range 2 {
+			if ports[i][j], err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i][1])})
+	}
+	for i := range n {
+		c.opts[i] = &server.Options{
+			ServerName: fmt.Sprintf("n%d", i),
+			Host:       "127.0.0.1",
+			Port:       ports[i][0],
+			JetStream:  true,
+			StoreDir:   fmt.Sprintf("%s/n%d", root, i),
+			NoSigs:     true,
+			NoLog:      !o.Log,
+			SyncAlways: !o.NoSync,
+			MaxPayload: MaxPayload,
+			Cluster:    server.ClusterOpts{Name: name, Host: "127.0.0.1", Port: ports[i][1]},
+			Routes:     routes,
+		}
+	}
+	// Start them together: each waits for its peers to form the system
+	// account's routes.
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- c.Start(i) }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			c.Shutdown()
+			return nil, err
+		}
+	}
+	if err := c.WaitMetaLeader(30 * time.Second); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start starts (or restarts) server i on its ports.
+func (c *Cluster) Start(i int) error {
+	o := c.opts[i].Clone()
+	s, err := server.NewServer(o)
+	if err != nil {
+		return err
+	}
+	if !o.NoLog {
+		s.ConfigureLogger()
+	}
+	s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		return fmt.Errorf("server %d did not start", i)
+	}
+	c.mu.Lock()
+	c.servers[i] = s
+	c.mu.Unlock()
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Stop kills server i without a graceful leave (lame duck skipped).
+func (c *Cluster) Stop(i int) {
+	c.mu.Lock()
+	s := c.servers[i]
+	c.servers[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// Down reports whether server i is stopped.
+func (c *Cluster) Down(i int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.servers[i] == nil
+}
+
+// Shutdown stops every server and removes their storage.
+func (c *Cluster) Shutdown() {
+	for i := range c.servers {
+		c.Stop(i)
+	}
+	os.RemoveAll(c.root)
+}
+
+// URLs is the client URL list, comma-separated (a --state value).
+func (c *Cluster) URLs() string {
+	var us []string
+	for _, o := range c.opts {
+		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+	}
+	return strings.Join(us, ",")
+}
+
+// WaitMetaLeader waits until a server is the JetStream meta leader.
+func (c *Cluster) WaitMetaLeader(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		for _, s := range c.servers {
+			if s != nil && s.JetStreamIsLeader() {
+				c.mu.Unlock()
+				return nil
+			}
+		}
+		c.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("no JetStream meta leader within %v", d)
+}
+
+// WaitCurrent waits until server i has caught up with the JetStream meta
+// leader after a restart.
+func (c *Cluster) WaitCurrent(i int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c.mu.Lock()
+		s := c.servers[i]
+		c.mu.Unlock()
+		if s != nil && s.JetStreamIsCurrent() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server %d not current with the meta leader within %v", i, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
