@@ -66,7 +66,7 @@ tests; --count stops after that many answers.`,
 	f.StringVar(&fl.tokenFile, "token-file", "", "read your participant token from `FILE` (read once at start, trimmed; mode 0600)")
 	f.StringVar(&fl.id, "id", "", "your approver id, as the policies and the fulfiller's --approvers name you (required)")
 	f.StringVar(&fl.key, "key", "", "private key `FILE` to sign answers with (from fulfiller keys generate)")
-	f.StringSliceVar(&fl.fulfillers, "fulfiller", []string{"fulfiller"}, "participant `ID`s of the fulfiller whose requests to show: one, or the fulfillers of a group (comma-separated or repeated)")
+	f.StringArrayVar(&fl.fulfillers, "fulfiller", []string{"fulfiller"}, "participant `ID` of the fulfiller whose requests to show, or the ids of the fulfillers of a group (comma-separated or repeated)")
 	f.StringVar(&fl.auto, "auto", "", "answer every request without asking: accept or decline")
 	f.StringVar(&fl.reason, "reason", "", "with --auto: the reason sent with each answer")
 	f.IntVar(&fl.count, "count", 0, "stop after this many answers (0: run until interrupted)")
@@ -77,9 +77,16 @@ tests; --count stops after that many answers.`,
 }
 
 func (fl *approveFlags) validate() error {
-	for i, id := range fl.fulfillers {
-		fl.fulfillers[i] = strings.TrimSpace(id) // "a, b" as typed
+	// Split here, not by a StringSlice flag: an empty element ("a,,b", or
+	// --fulfiller "" from an unset variable) must be an error, not dropped.
+	given := strings.Join(fl.fulfillers, ",")
+	var ids []string
+	for _, v := range fl.fulfillers {
+		for id := range strings.SplitSeq(v, ",") {
+			ids = append(ids, strings.TrimSpace(id)) // "a, b" as typed
+		}
 	}
+	fl.fulfillers = ids
 	if fl.gateway == "" {
 		return usageErrorf("--gateway is required (ws://host:port of the MEW gateway)")
 	}
@@ -92,15 +99,12 @@ func (fl *approveFlags) validate() error {
 	case slices.Contains(fl.fulfillers, fl.id):
 		return usageErrorf("--id %q is the fulfiller's own id; approve joins as a human approver (is FULFILLER_ID set for the sidecar?)", fl.id)
 	}
-	if len(fl.fulfillers) == 0 {
-		return usageErrorf("--fulfiller is empty: name the fulfiller, or every fulfiller of the group")
-	}
 	for i, id := range fl.fulfillers {
 		switch {
 		case id == "":
-			return usageErrorf("--fulfiller %s: id %d is empty", strings.Join(fl.fulfillers, ","), i+1)
+			return usageErrorf("--fulfiller %q: id %d of the list is empty", given, i+1)
 		case slices.Contains(fl.fulfillers[:i], id):
-			return usageErrorf("--fulfiller %s: %s is listed twice", strings.Join(fl.fulfillers, ","), id)
+			return usageErrorf("--fulfiller %q: %s is listed twice", given, id)
 		}
 	}
 	switch fl.auto {
