@@ -46,11 +46,13 @@ type Options struct {
 	// Key signs every answer; nil sends them unsigned (fine only where the
 	// fulfiller has no key for this approver).
 	Key ed25519.PrivateKey
-	// Fulfiller is the participant whose elicitations are shown
-	// [fulfiller]. Requests from anyone else are ignored and logged: the
-	// gateway does not authenticate from, but a stranger's card should at
-	// least not look like the fulfiller's.
-	Fulfiller string
+	// Fulfillers are the participants whose elicitations are shown: one
+	// fulfiller, or every member of a group of fulfillers sharing a state
+	// store, any of which may ask, re-ask (adopt) or end a prompt
+	// [["fulfiller"]]. Requests from anyone else are ignored and logged:
+	// the gateway does not authenticate from, but a stranger's card should
+	// at least not look like the fulfiller's.
+	Fulfillers []string
 	// Limit stops Run after this many answers; 0 means no limit.
 	Limit int
 	// Remember is how many sent answers are kept to be sent again when
@@ -75,8 +77,8 @@ type Client struct {
 
 // New makes a Client. Feed it envelopes with Run.
 func New(conn Conn, ui UI, opts Options) *Client {
-	if opts.Fulfiller == "" {
-		opts.Fulfiller = "fulfiller"
+	if len(opts.Fulfillers) == 0 {
+		opts.Fulfillers = []string{"fulfiller"}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -92,7 +94,12 @@ func New(conn Conn, ui UI, opts Options) *Client {
 
 // asking is the card being shown.
 type asking struct {
-	card   *Card
+	card *Card
+	// from is the member of the group that asked it last, where the
+	// answer goes: card.From, or the member that adopted the prompt and
+	// asked it again. Kept here rather than in card because the UI reads
+	// card from its own goroutine.
+	from   string
 	cancel context.CancelCauseFunc
 	done   chan askResult
 }
@@ -128,6 +135,7 @@ type watch struct {
 	card    *Card
 	answer  Answer
 	reason  string    // the reject's reason, once it came
+	from    string    // who sent the reject: its explanation comes from them
 	explain time.Time // when to stop waiting for the reject's explanation
 }
 
@@ -153,8 +161,10 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	defer c.stopCurrent(s, context.Canceled)
 
 	if r, ok := c.conn.(roster); ok {
-		if _, here := r.Participant(c.opts.Fulfiller); !here {
-			c.notify(Event{Kind: EventFulfillerAbsent})
+		for _, id := range c.opts.Fulfillers {
+			if _, here := r.Participant(id); !here {
+				c.notify(Event{Kind: EventFulfillerAbsent, Fulfiller: id})
+			}
 		}
 	}
 	for {
@@ -193,6 +203,12 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 			continue
 		case r := <-done:
 			card := s.cur.card
+			if s.cur.from != card.From {
+				// Adopted: the answer goes to the member that asked last.
+				adopted := *card
+				adopted.From = s.cur.from
+				card = &adopted
+			}
 			s.cur = nil
 			var ended errEnded
 			switch {
@@ -231,9 +247,19 @@ type roster interface {
 	Participant(id string) (agent.Participant, bool)
 }
 
+// notify tells the UI about ev, naming the fulfiller concerned: the one
+// given, else the member that asked the card.
 func (c *Client) notify(ev Event) {
-	ev.Fulfiller = c.opts.Fulfiller
+	if ev.Fulfiller == "" && ev.Card != nil {
+		ev.Fulfiller = ev.Card.From
+	}
 	c.ui.Notify(ev)
+}
+
+// listed reports whether id is one of the fulfillers whose prompts are
+// shown.
+func (c *Client) listed(id string) bool {
+	return slices.Contains(c.opts.Fulfillers, id)
 }
 
 // stopCurrent ends the card being shown, if any, and waits for Ask to
@@ -251,9 +277,9 @@ func (c *Client) stopCurrent(s *session, cause error) {
 // reports why. It reports whether there was one.
 func (c *Client) end(s *session, requestID string, e End) bool {
 	if s.cur != nil && s.cur.card.RequestID == requestID {
-		card := s.cur.card
+		card, from := s.cur.card, s.cur.from
 		c.stopCurrent(s, errEnded{e})
-		c.notify(Event{Kind: EventEnded, Card: card, End: e})
+		c.notify(Event{Kind: EventEnded, Card: card, End: e, Fulfiller: from})
 		return true
 	}
 	i := slices.IndexFunc(s.queue, func(q *Card) bool { return q.RequestID == requestID })
@@ -270,7 +296,7 @@ func (c *Client) end(s *session, requestID string, e End) bool {
 // card's deadline.
 func (c *Client) ask(ctx context.Context, card *Card) *asking {
 	cctx, cancel := context.WithCancelCause(ctx)
-	a := &asking{card: card, cancel: cancel, done: make(chan askResult, 1)}
+	a := &asking{card: card, from: card.From, cancel: cancel, done: make(chan askResult, 1)}
 	go func() {
 		actx := cctx
 		if dl := card.Deadline(); !dl.IsZero() {
@@ -292,8 +318,9 @@ func (c *Client) ask(ctx context.Context, card *Card) *asking {
 
 // receive handles one envelope of the subscription. The gateway does not
 // authenticate `from`, and everything is broadcast: only what claims to
-// come from the fulfiller is looked at, and nothing from anyone else can
-// end or change a card.
+// come from a listed fulfiller is looked at, and nothing from anyone else
+// can end or change a card. The listed fulfillers are one group: any
+// member may ask, adopt (ask again) or end any prompt of the group.
 func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 	switch env.Kind {
 	case agent.KindPresence:
@@ -307,7 +334,7 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 		return
 	}
 	if !slices.Contains(env.To, c.conn.ID()) {
-		if env.From == c.opts.Fulfiller {
+		if c.listed(env.From) {
 			c.outcome(s, env) // perhaps the fulfilment of a proposal we approved
 		}
 		return
@@ -326,8 +353,8 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 	if req.Method != agent.MethodElicitationCreate && req.Method != agent.MethodCancelled {
 		return
 	}
-	if env.From != c.opts.Fulfiller {
-		c.log.Warn("request from a participant that is not the fulfiller; ignored", "from", env.From, "method", req.Method, "envelope", env.ID)
+	if !c.listed(env.From) {
+		c.log.Warn("request from a participant that is not a listed fulfiller; ignored", "from", env.From, "method", req.Method, "envelope", env.ID)
 		return
 	}
 	if req.Method == agent.MethodCancelled {
@@ -342,16 +369,24 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 		// nothing): send the recorded answer again rather than ask the
 		// person twice. Anything else under a seen id is someone's attempt
 		// to put another call under a digest the person already saw.
+		//
+		// In a group the member asking again may not be the one that asked
+		// first: it adopted the prompt of a member presumed gone, and
+		// re-sends the same envelope id and bytes from itself. The card
+		// stays one card, and the answer goes to the member asking now.
 		switch a, answered := s.mem.get(env.ID); {
 		case first.sum != sum:
 			c.log.Warn("elicitation with an id seen before but a different content; ignored", "request", env.ID)
 			return
 		case answered:
-			c.log.Info("asked again about a request already answered; sending the answer again", "request", env.ID)
+			c.log.Info("asked again about a request already answered; sending the answer again", "request", env.ID, "from", env.From)
+			a.To = []string{env.From}
 			c.send(ctx, a)
 			return
 		case !first.again:
-			c.log.Debug("asked again about a request already shown or dropped; ignored", "request", env.ID)
+			if !s.readdress(env.ID, env.From) {
+				c.log.Debug("asked again about a request already shown or dropped; ignored", "request", env.ID)
+			}
 			return
 		}
 		// The card ended because the fulfiller left, and the fulfiller,
@@ -363,13 +398,68 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 		c.log.Warn("elicitation not understood; ignored", "request", env.ID, "err", err)
 		return
 	}
+	if c.replace(s, card) {
+		return
+	}
 	s.queue = append(s.queue, card)
 }
 
+// readdress makes member from the one a shown or queued card answers to,
+// when that member asks it again. It reports whether the card is open.
+func (s *session) readdress(requestID, from string) bool {
+	if s.cur != nil && s.cur.card.RequestID == requestID {
+		s.cur.from = from
+		return true
+	}
+	if i := slices.IndexFunc(s.queue, func(q *Card) bool { return q.RequestID == requestID }); i >= 0 {
+		if s.queue[i].From != from {
+			// Queued cards are not the UI's yet: a copy can take their place.
+			adopted := *s.queue[i]
+			adopted.From = from
+			s.queue[i] = &adopted
+		}
+		return true
+	}
+	return false
+}
+
+// replace puts card in the place of an open card about the same call of
+// the same proposal that another member of the group asked under another
+// envelope id: the member asking now adopted the proposal, and the older
+// prompt will not be answered to. A queued card is swapped silently; a
+// shown one ends (CauseReasked) and card is shown next. It reports whether
+// card took a place. Two prompts about different calls under one proposal
+// id stay two cards: one is not what it claims, and the digest the person
+// signs tells them apart.
+func (c *Client) replace(s *session, card *Card) bool {
+	if card.Proposal == nil {
+		return false
+	}
+	same := func(old *Card, from string) bool {
+		return old.Proposal != nil && from != card.From &&
+			old.Proposal.ID == card.Proposal.ID && old.Proposal.Digest == card.Proposal.Digest
+	}
+	if i := slices.IndexFunc(s.queue, func(q *Card) bool { return same(q, q.From) }); i >= 0 {
+		c.log.Info("proposal asked again by another fulfiller of the group; the newer prompt replaces the older", "proposal", card.Proposal.ID, "request", card.RequestID, "replaced", s.queue[i].RequestID)
+		s.queue[i] = card
+		return true
+	}
+	if s.cur != nil && same(s.cur.card, s.cur.from) {
+		c.log.Info("proposal asked again by another fulfiller of the group; the newer prompt replaces the older", "proposal", card.Proposal.ID, "request", card.RequestID, "replaced", s.cur.card.RequestID)
+		c.end(s, s.cur.card.RequestID, End{Cause: CauseReasked})
+		s.queue = slices.Insert(s.queue, 0, card)
+		return true
+	}
+	return false
+}
+
 // cancelled ends the card a notifications/cancelled names. It must come
-// from the participant that asked (the caller checked it is the
-// fulfiller), name a card that participant sent, and repeat its JSON-RPC
-// id: anything else is someone else's attempt to take a card away.
+// from a listed fulfiller (the caller checked), name an open card and
+// repeat its JSON-RPC id: anything else is someone else's attempt to take
+// a card away. In a group any listed member may end a card, not only the
+// one that asked it: the members share the pending work (a member that
+// adopted a prompt, or the one whose operator API cancelled it, ends it),
+// and any listed id is already trusted to ask and re-ask.
 func (c *Client) cancelled(s *session, env agent.Envelope, req agent.RPCRequest) {
 	var p struct {
 		RequestID json.RawMessage `json:"requestId"`
@@ -381,7 +471,7 @@ func (c *Client) cancelled(s *session, env agent.Envelope, req agent.RPCRequest)
 	if card == nil {
 		return
 	}
-	if card.From != env.From || !sameValue(p.RequestID, card.RPCID) {
+	if !sameValue(p.RequestID, card.RPCID) {
 		c.log.Warn("cancellation that does not match the card it names; ignored", "from", env.From, "request", rid, "envelope", env.ID)
 		return
 	}
@@ -399,27 +489,31 @@ func (s *session) find(requestID string) *Card {
 	return nil
 }
 
-// presence follows the fulfiller leaving and coming back. When it leaves,
-// its cards end: an answer sent now would reach nobody (the gateway
-// replays nothing). A fulfiller that comes back asks its open prompts
-// again, and receive then shows them again.
+// presence follows the listed fulfillers leaving and coming back. When
+// one leaves, the cards it asked last end: an answer sent now would reach
+// nobody (the gateway replays nothing). A fulfiller that comes back, or
+// the member of its group that adopts its prompts, asks them again, and
+// receive then shows them again.
 func (c *Client) presence(s *session, env agent.Envelope) {
 	if !env.IsFromGateway() {
 		return
 	}
 	var p agent.PresencePayload
-	if json.Unmarshal(env.Payload, &p) != nil || p.Participant.ID != c.opts.Fulfiller {
+	if json.Unmarshal(env.Payload, &p) != nil || !c.listed(p.Participant.ID) {
 		return
 	}
+	who := p.Participant.ID
 	switch p.Event {
 	case agent.PresenceLeave:
-		c.notify(Event{Kind: EventFulfillerLeft})
+		c.notify(Event{Kind: EventFulfillerLeft, Fulfiller: who})
 		var ids []string
-		if s.cur != nil {
+		if s.cur != nil && s.cur.from == who {
 			ids = append(ids, s.cur.card.RequestID)
 		}
 		for _, q := range s.queue {
-			ids = append(ids, q.RequestID)
+			if q.From == who {
+				ids = append(ids, q.RequestID)
+			}
 		}
 		for _, id := range ids {
 			if first, ok := s.seen.Peek(id); ok {
@@ -428,22 +522,25 @@ func (c *Client) presence(s *session, env agent.Envelope) {
 			c.end(s, id, End{Cause: CauseFulfillerLeft})
 		}
 	case agent.PresenceJoin:
-		c.notify(Event{Kind: EventFulfillerJoined})
+		c.notify(Event{Kind: EventFulfillerJoined, Fulfiller: who})
 	}
 }
 
 // outcome follows what the fulfiller does with a proposal this approver
 // approved: its fulfilment request to the tool owner (an mcp/request
 // correlated to the proposal that is not a prompt), or its mcp/reject and
-// the chat that explains it.
+// the chat that explains it. In a group any member may carry it out (the
+// one that receives the answer, or one that adopted the proposal), so
+// the outcome is taken from any listed fulfiller; the reject and its
+// explanation must come from the same one.
 func (c *Client) outcome(s *session, env agent.Envelope) {
-	if env.From != c.opts.Fulfiller {
+	if !c.listed(env.From) {
 		return
 	}
 	switch env.Kind {
 	case agent.KindRequest:
 		w, ok := s.approved.Peek(env.CorrelationID.First())
-		if !ok || w.card.From != env.From {
+		if !ok {
 			return
 		}
 		var req agent.RPCRequest
@@ -451,10 +548,10 @@ func (c *Client) outcome(s *session, env agent.Envelope) {
 			return
 		}
 		s.approved.Remove(w.card.Proposal.ID)
-		c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Fulfilled: true, Target: strings.Join(env.To, ", ")}})
+		c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Fulfilled: true, Target: strings.Join(env.To, ", ")}, Fulfiller: env.From})
 	case agent.KindReject:
 		w, ok := s.approved.Peek(env.CorrelationID.First())
-		if !ok || w.card.From != env.From || env.ID == "" {
+		if !ok || env.ID == "" {
 			return
 		}
 		var p struct {
@@ -462,11 +559,11 @@ func (c *Client) outcome(s *session, env agent.Envelope) {
 		}
 		_ = json.Unmarshal(env.Payload, &p)
 		s.approved.Remove(w.card.Proposal.ID)
-		w.reason, w.explain = p.Reason, c.opts.Now().Add(explainWait)
+		w.reason, w.explain, w.from = p.Reason, c.opts.Now().Add(explainWait), env.From
 		s.rejects[env.ID] = w
 	case agent.KindChat:
 		w, ok := s.rejects[env.CorrelationID.First()]
-		if !ok || w.card.From != env.From {
+		if !ok || w.from != env.From {
 			return
 		}
 		var p struct {
@@ -474,7 +571,7 @@ func (c *Client) outcome(s *session, env agent.Envelope) {
 		}
 		_ = json.Unmarshal(env.Payload, &p)
 		delete(s.rejects, env.CorrelationID.First())
-		c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Reason: w.reason, Message: p.Text}})
+		c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Reason: w.reason, Message: p.Text}, Fulfiller: env.From})
 	}
 }
 
@@ -496,7 +593,7 @@ func (c *Client) explainDue(s *session) {
 	for id, w := range s.rejects {
 		if !now.Before(w.explain) {
 			delete(s.rejects, id)
-			c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Reason: w.reason}})
+			c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Reason: w.reason}, Fulfiller: w.from})
 		}
 	}
 }

@@ -18,8 +18,10 @@ const (
 	EventSent
 	// EventOutcome: what became of a proposal this approver approved.
 	EventOutcome
-	// EventFulfillerLeft: the fulfiller left the space; its cards ended
-	// (each with its own EventEnded) and come back if it asks again.
+	// EventFulfillerLeft: the fulfiller (Event.Fulfiller, one of a group)
+	// left the space; the cards it asked ended (each with its own
+	// EventEnded) and come back if it, or a member adopting them, asks
+	// again.
 	EventFulfillerLeft
 	// EventFulfillerJoined: the fulfiller is (back) in the space.
 	EventFulfillerJoined
@@ -38,14 +40,14 @@ type Event struct {
 	Answer    Answer  // EventSent, EventOutcome: what this approver answered
 	Err       error   // EventSent: why the answer was not sent
 	Outcome   Outcome // EventOutcome
-	Fulfiller string  // the fulfiller's participant id
+	Fulfiller string  // the participant id of the fulfiller concerned: the one that asked the card (last), sent the outcome, or left, joined or is absent
 }
 
 // Cause is why a card ended without this approver's answer.
 type Cause string
 
-// Causes. Each but CauseFulfillerLeft comes from the reason of the
-// fulfiller's notifications/cancelled; a reason the client does not know
+// Causes. Each but CauseFulfillerLeft and CauseReasked comes from the
+// reason of the fulfiller's notifications/cancelled; a reason the client does not know
 // is CauseOther, with the reason kept in End.Reason.
 const (
 	CauseWithdrawn     Cause = "withdrawn"      // the proposer withdrew the proposal
@@ -54,6 +56,7 @@ const (
 	CauseAnswered      Cause = "answered"       // another participant answered the proposal directly
 	CauseCancelled     Cause = "cancelled"      // an operator cancelled it (operator API)
 	CauseFulfillerLeft Cause = "fulfiller_left" // the fulfiller left the space
+	CauseReasked       Cause = "reasked"        // another fulfiller of the group asked it again, under a new prompt shown next
 	CauseShutdown      Cause = "shutdown"       // the fulfiller is shutting down
 	CauseIncapable     Cause = "incapable"      // too few approvers are left to reach the quorum
 	CauseOther         Cause = "other"          // anything else; End.Reason says what
@@ -119,6 +122,8 @@ func (e End) String() string {
 		return "cancelled by the operator"
 	case CauseFulfillerLeft:
 		return "the fulfiller left the space; the card comes back if it asks again"
+	case CauseReasked:
+		return "asked again by another fulfiller of the group; the new card follows"
 	case CauseShutdown:
 		return "the fulfiller is shutting down"
 	case CauseIncapable:

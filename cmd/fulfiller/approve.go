@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +20,8 @@ import (
 type approveFlags struct {
 	gateway, space, token, id string
 	tokenFile                 string
-	key, fulfiller            string
+	key                       string
+	fulfillers                []string
 	auto, reason              string
 	count                     int
 	joinTimeout               time.Duration
@@ -41,6 +44,11 @@ card that goes away says why (withdrawn by the proposer, deadline passed,
 decided by other approvers, cancelled by the operator, the fulfiller left), and
 after an approval you see the outcome: fulfilled, or rejected by the policy.
 
+--fulfiller names the fulfiller whose requests you answer; for a group of
+fulfillers sharing a state store, name every member (--fulfiller a,b,c): a
+member adopts a lapsed member's open requests and asks them again from its
+own id, and your answer goes to the member that asked last.
+
 With --key, every answer is signed with your private key (see "fulfiller keys
 generate"); the fulfiller needs the matching public key in --approver-keys.
 
@@ -58,7 +66,7 @@ tests; --count stops after that many answers.`,
 	f.StringVar(&fl.tokenFile, "token-file", "", "read your participant token from `FILE` (read once at start, trimmed; mode 0600)")
 	f.StringVar(&fl.id, "id", "", "your approver id, as the policies and the fulfiller's --approvers name you (required)")
 	f.StringVar(&fl.key, "key", "", "private key `FILE` to sign answers with (from fulfiller keys generate)")
-	f.StringVar(&fl.fulfiller, "fulfiller", "fulfiller", "participant id of the fulfiller whose requests to show")
+	f.StringArrayVar(&fl.fulfillers, "fulfiller", []string{"fulfiller"}, "participant `ID` of the fulfiller whose requests to show, or the ids of the fulfillers of a group (comma-separated or repeated)")
 	f.StringVar(&fl.auto, "auto", "", "answer every request without asking: accept or decline")
 	f.StringVar(&fl.reason, "reason", "", "with --auto: the reason sent with each answer")
 	f.IntVar(&fl.count, "count", 0, "stop after this many answers (0: run until interrupted)")
@@ -69,6 +77,16 @@ tests; --count stops after that many answers.`,
 }
 
 func (fl *approveFlags) validate() error {
+	// Split here, not by a StringSlice flag: an empty element ("a,,b", or
+	// --fulfiller "" from an unset variable) must be an error, not dropped.
+	given := strings.Join(fl.fulfillers, ",")
+	var ids []string
+	for _, v := range fl.fulfillers {
+		for id := range strings.SplitSeq(v, ",") {
+			ids = append(ids, strings.TrimSpace(id)) // "a, b" as typed
+		}
+	}
+	fl.fulfillers = ids
 	if fl.gateway == "" {
 		return usageErrorf("--gateway is required (ws://host:port of the MEW gateway)")
 	}
@@ -78,8 +96,16 @@ func (fl *approveFlags) validate() error {
 	switch {
 	case fl.id == "":
 		return usageErrorf("--id is required: the approver id you answer as")
-	case fl.id == fl.fulfiller:
+	case slices.Contains(fl.fulfillers, fl.id):
 		return usageErrorf("--id %q is the fulfiller's own id; approve joins as a human approver (is FULFILLER_ID set for the sidecar?)", fl.id)
+	}
+	for i, id := range fl.fulfillers {
+		switch {
+		case id == "":
+			return usageErrorf("--fulfiller %q: id %d of the list is empty", given, i+1)
+		case slices.Contains(fl.fulfillers[:i], id):
+			return usageErrorf("--fulfiller %q: %s is listed twice", given, id)
+		}
 	}
 	switch fl.auto {
 	case "", "accept", "decline":
@@ -155,6 +181,6 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 	if key != nil {
 		signing = "answers are signed: " + approver.PublicLine(fl.id, key)
 	}
-	fmt.Fprintf(out, "fulfiller approve: in the space at %s as %s; %s.\nWaiting for approval requests from %s. Ctrl-C to stop.\n", fl.gateway, fl.id, signing, fl.fulfiller)
-	return approver.New(client, ui, approver.Options{Key: key, Fulfiller: fl.fulfiller, Limit: fl.count, Logger: log}).Run(ctx, sub.C())
+	fmt.Fprintf(out, "fulfiller approve: in the space at %s as %s; %s.\nWaiting for approval requests from %s. Ctrl-C to stop.\n", fl.gateway, fl.id, signing, strings.Join(fl.fulfillers, ", "))
+	return approver.New(client, ui, approver.Options{Key: key, Fulfillers: fl.fulfillers, Limit: fl.count, Logger: log}).Run(ctx, sub.C())
 }
