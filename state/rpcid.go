@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // rpcBlock is how many JSON-RPC ids one reservation hands out. One store
@@ -52,6 +54,8 @@ func (s *Store) reserveLocked(ctx context.Context) (err error) {
 				return fmt.Errorf("state: corrupt rpc id counter %q", e.Value())
 			}
 			rev = e.Revision()
+		case transient(ctx, err):
+			continue
 		case !errNoEntry(err):
 			return fmt.Errorf("state: reserve rpc ids: %w", err)
 		}
@@ -69,10 +73,28 @@ func (s *Store) reserveLocked(ctx context.Context) (err error) {
 			s.rpcNext, s.rpcEnd = start, end
 			return nil
 		}
+		if transient(ctx, err) {
+			continue
+		}
 		if !isWrongLastSeq(err) {
 			return fmt.Errorf("state: reserve rpc ids: %w", err)
 		}
 		// Another member reserved a block first: read again.
 	}
 	return errors.New("state: reserve rpc ids: too much contention")
+}
+
+// transient reports an error worth one more try after a pause: a stream
+// without a responder for a moment, as while another member's Open
+// updates a bucket it shares. It waits the pause (false if ctx ends).
+func transient(ctx context.Context, err error) bool {
+	if !errors.Is(err, nats.ErrNoResponders) {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(100 * time.Millisecond):
+		return true
+	}
 }

@@ -320,21 +320,55 @@ func (s *Store) bucket(ctx context.Context, c jetstream.KeyValueConfig) (jetstre
 			}
 		}
 	}
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, c)
-	if err != nil && auto && c.Replicas > 1 && isReplicasUnavailable(err) {
-		s.log.Warn("store has too few JetStream servers for 3 replicas; bucket created with 1: one server's loss loses pending work",
-			"bucket", c.Bucket, "err", err)
-		c.Replicas = 1
-		kv, err = s.js.CreateOrUpdateKeyValue(ctx, c)
-	}
-	if err != nil && errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		// Another member created it between our look and our create.
-		kv, err = s.js.CreateOrUpdateKeyValue(ctx, c)
+	// A bucket another member (or an earlier run) made with the same
+	// limits is bound as it is: updating it would turn direct gets back on
+	// (the KV config cannot say otherwise) and, while the stream takes the
+	// update, leave its subjects without a responder for the members
+	// already using it.
+	//
+	// So a bucket is created only where none exists (create-only), and
+	// updated only when its limits differ (a changed --seen-ttl): nothing
+	// else ever turns direct gets back on once leaderReads turned them off.
+	kv, err := s.js.KeyValue(ctx, c.Bucket)
+	switch {
+	case err == nil && sameLimits(ctx, kv, c):
+		return s.leaderReads(ctx, c.Bucket, kv)
+	case err == nil:
+		kv, err = s.js.UpdateKeyValue(ctx, c)
+	default:
+		kv, err = s.js.CreateKeyValue(ctx, c)
+		if err != nil && auto && c.Replicas > 1 && isReplicasUnavailable(err) {
+			s.log.Warn("store has too few JetStream servers for 3 replicas; bucket created with 1: one server's loss loses pending work",
+				"bucket", c.Bucket, "err", err)
+			c.Replicas = 1
+			kv, err = s.js.CreateKeyValue(ctx, c)
+		}
+		if err != nil && (errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)) {
+			// Another member created it between our look and our
+			// create: use theirs.
+			kv, err = s.js.KeyValue(ctx, c.Bucket)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("state: bucket %s (replicas %d): %w", c.Bucket, c.Replicas, err)
 	}
 	return s.leaderReads(ctx, c.Bucket, kv)
+}
+
+// sameLimits reports whether an existing bucket already has the limits c
+// asks for (replicas are the operator's once the bucket exists).
+func sameLimits(ctx context.Context, kv jetstream.KeyValue, c jetstream.KeyValueConfig) bool {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return false
+	}
+	si, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return false
+	}
+	cfg := si.StreamInfo().Config
+	return cfg.MaxAge == c.TTL && cfg.SubjectDeleteMarkerTTL == c.LimitMarkerTTL &&
+		cfg.MaxMsgsPerSubject == int64(c.History) && cfg.Storage == c.Storage
 }
 
 // leaderReads turns off direct gets on a bucket's stream and binds to it
@@ -349,13 +383,16 @@ func (s *Store) leaderReads(ctx context.Context, bucket string, kv jetstream.Key
 		return nil, fmt.Errorf("state: bucket %s: %w", bucket, err)
 	}
 	cfg := st.CachedInfo().Config
-	if !cfg.AllowDirect {
-		return kv, nil
+	if cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("state: bucket %s: turn off direct gets: %w", bucket, err)
+		}
 	}
-	cfg.AllowDirect = false
-	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-		return nil, fmt.Errorf("state: bucket %s: turn off direct gets: %w", bucket, err)
-	}
+	// Bind again in every case: kv may have been bound while direct gets
+	// were on (our create, or another member's update between it and the
+	// look above), and such a handle sends its reads to the direct-get
+	// subjects, where nobody answers once they are off.
 	kv, err = s.js.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("state: bucket %s: %w", bucket, err)

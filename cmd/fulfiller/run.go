@@ -242,7 +242,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	sub := client.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
 	defer sub.Close()
 	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, Logger: log, Observer: opsRT.approvalObserver()})
-	answers := client.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256})
+	// In a group an approver answers the member that asked; when that
+	// member's work was adopted, the adopter must hear the answer too.
+	answers := client.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
 	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()

@@ -22,8 +22,8 @@ import (
 	"github.com/mewkit/fulfiller/internal/toolserver"
 )
 
-// restartPolicy fulfils "done" and "hang" at once and escalates "ask"
-// (30 s deadline) and "quick" (2 s deadline) to alice.
+// restartPolicy fulfils "done" and "hang" at once, escalates "ask" (30 s
+// deadline) and "quick" (2 s deadline) to alice and rejects "deny".
 const restartPolicy = `package fulfiller
 
 decision := {"action": "fulfill"} if input.tool.name in {"done", "hang"}
@@ -31,6 +31,8 @@ decision := {"action": "fulfill"} if input.tool.name in {"done", "hang"}
 decision := {"action": "escalate", "approvers": ["alice"], "timeout": "30s", "message": "may coder do it?"} if input.tool.name == "ask"
 
 decision := {"action": "escalate", "approvers": ["alice"], "timeout": "2s", "message": "quick?"} if input.tool.name == "quick"
+
+decision := {"action": "reject", "reason": "policy", "message": "never"} if input.tool.name == "deny"
 `
 
 // stateWorld is a space with a proposer (coder), a human (alice) who
@@ -83,7 +85,7 @@ func newStateWorld(t *testing.T) *stateWorld {
 	t.Cleanup(cancel)
 	w := &stateWorld{ctx: ctx, srv: srv, wire: spacetest.RecordWire(t, srv), policy: policy, calls: map[string]*atomic.Int32{}, t: t}
 	var tools []toolserver.Tool
-	for _, name := range []string{"done", "hang", "ask", "quick"} {
+	for _, name := range []string{"done", "hang", "ask", "quick", "deny"} {
 		n := &atomic.Int32{}
 		w.calls[name] = n
 		tools = append(tools, toolserver.Tool{Name: name, InputSchema: map[string]any{"type": "object"},
