@@ -141,8 +141,14 @@ func TestE2EForgedDiscoveryDetected(t *testing.T) {
 	// fs is a tool owner the test answers for: honestly, except that its
 	// first tools/list is held until mallory's forgery is on the wire.
 	const honest = `{"tools":[{"name":"write_file","description":"Write a file","annotations":{"destructiveHint":true}}]}`
-	fs := spacetest.Join(t, ctx, w.srv, "fs", "calc-token")
-	sub := fs.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	// Subscribed before the first envelope: the fulfiller asks fs for its
+	// tools as soon as it appears.
+	fs, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: w.srv.URL(), ID: "fs", Token: "calc-token"}, agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	sub := subs[0]
 	first := make(chan agent.Envelope, 1)
 	done := make(chan struct{})
 	go func() {
