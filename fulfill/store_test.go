@@ -81,13 +81,28 @@ func (s *faultyStore) Adopt(ctx context.Context, from string) ([]*state.Pending,
 	return s.Store.Adopt(ctx, from)
 }
 
+var spaces sync.Map // test name → its space
+
+// testSpace names t's buckets: t.Name() and a number unique to this run of
+// the test, so a repetition (-count) does not meet the last one's claims.
+func testSpace(t *testing.T) string {
+	if v, ok := spaces.Load(t); ok {
+		return v.(string)
+	}
+	v, _ := spaces.LoadOrStore(t, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano()))
+	return v.(string)
+}
+
 // openStore opens a store for member and closes it when the test ends.
 func openStore(t *testing.T, mode state.Mode, member string, tune ...func(*state.Config)) *faultyStore {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: five replicated buckets are five rounds of the cluster's
+	// meta group, slow on a loaded 2-core machine under -race.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	// Each test has buckets of its own (the cluster is shared).
-	cfg := state.Config{Mode: mode, Space: t.Name(), Member: member, MaxPending: 100, Lease: time.Second}
+	// Each test (and each -count repetition) has buckets of its own (the
+	// cluster is shared); a test's members share them.
+	cfg := state.Config{Mode: mode, Space: testSpace(t), Member: member, MaxPending: 100, Lease: time.Second}
 	for _, f := range tune {
 		f(&cfg)
 	}
