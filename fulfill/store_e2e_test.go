@@ -162,7 +162,10 @@ func TestStoreRestartResumes(t *testing.T) {
 
 	st2 := openStore(t, mode, "fulfiller")
 	esc2 := newRecEscalator()
-	h2 := newStoreHarness(t, "fulfiller", st2, Config{Escalator: esc2, FulfillTimeout: 3 * time.Second}, &fakeDecider{decisions: storeDecisions})
+	// A long fulfil timeout after the restart: the resumed request keeps
+	// the deadline recorded when it was sent (3s), while the approved call
+	// sent now must not time out on a slow machine before the test looks.
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{Escalator: esc2, FulfillTimeout: time.Minute}, &fakeDecider{decisions: storeDecisions})
 	e := esc2.next(t)
 	if e.Proposal.ID != "open" || len(e.Prompts) != 1 || e.Prompts[0].EnvelopeID != "elicit-open" || e.Prompts[0].RPCID != 7000 {
 		t.Fatalf("resumed escalation %s with prompts %+v, want open with elicit-open/7000", e.Proposal.ID, e.Prompts)
