@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // rpcBlock is how many JSON-RPC ids one reservation hands out. One store
@@ -86,9 +87,9 @@ func (s *Store) reserveLocked(ctx context.Context) (err error) {
 
 // transient reports an error worth one more try after a pause: a stream
 // without a responder for a moment, as while another member's Open
-// updates a bucket it shares. It waits the pause (false if ctx ends).
+// updates a bucket it shares or a new replicated stream elects its leader. It waits the pause (false if ctx ends).
 func transient(ctx context.Context, err error) bool {
-	if !errors.Is(err, nats.ErrNoResponders) {
+	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		return false
 	}
 	select {
