@@ -86,8 +86,22 @@ type humanWorld struct {
 // when the test ends; Ctx bounds the whole test.
 func newHumanWorld(t *testing.T) *humanWorld {
 	t.Helper()
-	policy := filepath.Join(t.TempDir(), "policy.rego")
-	if err := os.WriteFile(policy, []byte("package fulfiller\n\ndecision := {\"action\": \"escalate\", \"message\": \"a human decides\"}\n"), 0o644); err != nil {
+	srv, policy := newBinarySpace(t, "package fulfiller\n\ndecision := {\"action\": \"escalate\", \"message\": \"a human decides\"}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	w := &humanWorld{Ctx: ctx, Space: srv, Policy: policy, t: t}
+	w.join("alice", "human-token")
+	w.join("fs", "human-token")
+	return w
+}
+
+// newBinarySpace writes policy to a file and starts a space that knows the
+// binary tests' tokens: fulfiller-token (mcp/*), coder-token (propose and
+// withdraw) and human-token (answer); both last until the test ends.
+func newBinarySpace(t *testing.T, policy string) (*space.Server, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.rego")
+	if err := os.WriteFile(path, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
@@ -99,12 +113,7 @@ func newHumanWorld(t *testing.T) *humanWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	w := &humanWorld{Ctx: ctx, Space: srv, Policy: policy, t: t}
-	w.join("alice", "human-token")
-	w.join("fs", "human-token")
-	return w
+	return srv, path
 }
 
 // runFulfiller starts the binary as `fulfiller run` in this world: joined

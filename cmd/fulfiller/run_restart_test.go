@@ -68,19 +68,7 @@ func (l *lockedBuffer) String() string {
 
 func newStateWorld(t *testing.T) *stateWorld {
 	t.Helper()
-	policy := filepath.Join(t.TempDir(), "policy.rego")
-	if err := os.WriteFile(policy, []byte(restartPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
-		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
-		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
-		"human-token":     {{Kind: "mcp/response"}, {Kind: "chat"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	srv, policy := newBinarySpace(t, restartPolicy)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	w := &stateWorld{ctx: ctx, srv: srv, wire: spacetest.RecordWire(t, srv), policy: policy, calls: map[string]*atomic.Int32{}, t: t}
