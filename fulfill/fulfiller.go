@@ -275,6 +275,11 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 			defer storeWG.Done()
 			f.recoverWork(storeCtx)
 		}()
+		storeWG.Add(1)
+		go func() {
+			defer storeWG.Done()
+			f.watchRecords(storeCtx)
+		}()
 	}
 
 loop:

@@ -1,56 +1,339 @@
 package fulfill
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/state"
 )
 
-// Pending lists the proposals that still wait for something, oldest first.
+// ErrStoreUnavailable is wrapped by the operator methods' errors when the
+// pending-work store could not be read or written: the answer is unknown
+// (is the proposal pending elsewhere in the group?) rather than no.
+var ErrStoreUnavailable = errors.New("pending-work store unavailable")
+
+// member is this fulfiller's id as the owner of its work.
+func (f *Fulfiller) member() string {
+	if f.cfg.Store != nil {
+		return f.cfg.Store.Member()
+	}
+	return f.space.ID()
+}
+
+// Pending lists the proposals this member holds that still wait for
+// something, oldest first. It reads no store: GroupPending lists the
+// group's.
 func (f *Fulfiller) Pending() []Snapshot {
+	owner := f.member()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []Snapshot
 	for _, p := range f.store.all() {
-		if !p.State().Terminal() {
-			out = append(out, p.snapshot())
+		// A fenced proposal's record is another member's now: it is
+		// that member's to show.
+		if !p.State().Terminal() && !p.fenced.Load() {
+			s := p.snapshot()
+			s.Owner = owner
+			out = append(out, s)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Received.Before(out[j].Received) })
+	sortSnapshots(out)
 	return out
 }
 
-// Get returns one pending proposal.
+// Get returns one pending proposal this member holds.
 func (f *Fulfiller) Get(id string) (Snapshot, bool) {
 	p, ok := f.store.get(id)
-	if !ok || p.State().Terminal() {
+	if !ok || p.State().Terminal() || p.fenced.Load() {
 		return Snapshot{}, false
 	}
+	owner := f.member()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return p.snapshot(), true
+	s := p.snapshot()
+	s.Owner = owner
+	return s, true
 }
 
-// Cancel rejects a pending proposal on an operator's behalf, with reason
-// "other" and a message naming the operator action. A proposal whose
-// fulfilment request is already out cannot be cancelled this way.
+// GroupPending lists the group's pending work, oldest first (DESIGN
+// "Durable and shared pending work": the operator API of any member lists
+// it): the proposals this member holds, as Pending shows them, and with a
+// Store every other record in it, whichever member owns it (also a
+// member whose lease lapsed, until its work is adopted). Without a Store
+// it is Pending. When the store cannot be read it returns this member's
+// proposals with an error wrapping ErrStoreUnavailable: the list is then
+// incomplete.
+func (f *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
+	own := f.Pending()
+	if f.cfg.Store == nil {
+		return own, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	recs, err := f.cfg.Store.List(ctx)
+	if err != nil {
+		return own, fmt.Errorf("list the group's pending work: %w: %w", ErrStoreUnavailable, err)
+	}
+	here := make(map[string]bool, len(own))
+	for _, s := range own {
+		here[s.ID] = true
+	}
+	out := own
+	for _, r := range recs {
+		if !here[r.ProposalID] {
+			out = append(out, recordSnapshot(r))
+		}
+	}
+	sortSnapshots(out)
+	return out, nil
+}
+
+// GroupGet returns one pending proposal of the group: the one this member
+// holds, else its record in the Store. An error (wrapping
+// ErrStoreUnavailable) means the store could not say.
+func (f *Fulfiller) GroupGet(ctx context.Context, id string) (Snapshot, bool, error) {
+	if s, ok := f.Get(id); ok {
+		return s, true, nil
+	}
+	if f.cfg.Store == nil {
+		return Snapshot{}, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	r, err := f.cfg.Store.Get(ctx, id)
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		return Snapshot{}, false, nil
+	case err != nil:
+		return Snapshot{}, false, fmt.Errorf("read proposal %s: %w: %w", id, ErrStoreUnavailable, err)
+	}
+	return recordSnapshot(r), true, nil
+}
+
+func sortSnapshots(s []Snapshot) {
+	sort.SliceStable(s, func(i, j int) bool { return s[i].Received.Before(s[j].Received) })
+}
+
+// recordSnapshot shows a record of the store as the operator API shows a
+// proposal held here. Phases are named as the states are.
+func recordSnapshot(r *state.Pending) Snapshot {
+	s := Snapshot{ID: r.ProposalID, From: r.Proposer, State: string(r.Phase), Received: r.Received,
+		Deadline: r.ApprovalDeadline, Revision: r.Revision, Owner: r.Owner}
+	var env agent.Envelope
+	if json.Unmarshal(r.Envelope, &env) == nil {
+		if c, err := parsePayload(env.Payload); err == nil {
+			s.Method, s.Tool = c.method, c.tool
+		}
+	}
+	var sd storedDecision
+	if len(r.Decision) > 0 && json.Unmarshal(r.Decision, &sd) == nil {
+		s.Target = sd.Route
+	}
+	if r.Request != nil {
+		s.Target = r.Request.Target
+	}
+	return s
+}
+
+// Cancel rejects a pending proposal of the group on an operator's behalf,
+// with reason "other" and a message naming the operator action; its open
+// approval prompts are cancelled. A proposal whose fulfilment request is
+// out cannot be cancelled (ErrAnswered): the call may be running. With a
+// Store, a proposal another member holds is taken from it and ended here
+// (see cancelInGroup). ErrUnknownProposal: nobody in the group holds it.
 func (f *Fulfiller) Cancel(id, by string) error {
-	p, ok := f.store.get(id)
-	if !ok || p.State().Terminal() {
+	if p, ok := f.store.get(id); ok && !p.State().Terminal() && !p.fenced.Load() {
+		err := f.cancelHere(p, by)
+		if err != nil || !p.fenced.Load() {
+			return err
+		}
+		// Its record turned out to be another member's (taken or
+		// adopted meanwhile): nothing was sent here (answerReject is
+		// fenced). Cancel it where it is now.
+	}
+	if f.cfg.Store == nil {
 		return fmt.Errorf("cancel %s: %w", id, ErrUnknownProposal)
 	}
+	return f.cancelInGroup(id, by)
+}
+
+// cancelHere cancels a proposal this member holds.
+func (f *Fulfiller) cancelHere(p *proposal, by string) error {
 	prev, ok := f.transition(p, StateRejected, notAnswered)
 	if !ok {
-		return fmt.Errorf("cancel %s: %w", id, ErrAnswered)
+		return fmt.Errorf("cancel %s: %w", p.env.ID, ErrAnswered)
 	}
 	if prev == StateAwaitingApproval {
-		f.cfg.Escalator.Cancel(id, escalationCancel(p, "cancelled"))
+		f.cfg.Escalator.Cancel(p.env.ID, escalationCancel(p, "cancelled"))
 	}
+	f.answerReject(p, "other", operatorMessage(by))
+	return nil
+}
+
+func operatorMessage(by string) string {
 	msg := "cancelled by the operator"
 	if by != "" {
 		msg += " (" + by + ")"
 	}
-	f.answerReject(p, "other", msg)
+	return msg
+}
+
+// maxTakes bounds the retries of a take that keeps losing to the owner's
+// own writes (each prompt and approval it records is one).
+const maxTakes = 10
+
+// cancelInGroup cancels a proposal whose record this member does not hold
+// in memory: another live member's, a lapsed member's not yet adopted, or
+// one of its own that was never resumed. It takes the record by
+// compare-and-set (Store.Take). From then on the former owner can record
+// nothing more (no prompt, no approval, no fulfilment request: each
+// would be a write at the revision it knew) and so sends nothing more
+// about the proposal; WatchRecords tells it to drop the proposal at once.
+// Then it ends the proposal here as a local cancel does: the record is
+// deleted before the answer is written (at most one answer), the prompts
+// the owner recorded and that are still open get notifications/cancelled
+// from this member without being asked again (PromptCanceller), and the
+// proposer gets reject "other". A record whose fulfilment request is
+// written is refused with ErrAnswered, as locally.
+func (f *Fulfiller) cancelInGroup(id, by string) error {
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	var r *state.Pending
+	var err error
+	for range maxTakes {
+		if r, err = f.cfg.Store.Take(ctx, id); !errors.Is(err, state.ErrConflict) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		return fmt.Errorf("cancel %s: %w", id, ErrUnknownProposal)
+	case errors.Is(err, state.ErrFulfilling):
+		return fmt.Errorf("cancel %s: %w", id, ErrAnswered)
+	case errors.Is(err, state.ErrConflict):
+		return fmt.Errorf("cancel %s: the proposal kept changing while it was taken from its owner; try again: %w", id, err)
+	case err != nil:
+		return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, err)
+	}
+	if err := f.cfg.Store.Delete(ctx, r); err != nil {
+		if errors.Is(err, state.ErrConflict) {
+			// Taken again in between (a cancel on a third member): that
+			// member answers.
+			return fmt.Errorf("cancel %s: taken by another member of the group meanwhile: %w", id, err)
+		}
+		// The record is this member's now and nobody else acts on it:
+		// hold it here, as an adopter would, so that it is still
+		// answered once. The operator may cancel it again.
+		f.log.Error("proposal taken for an operator's cancel, but its end could not be recorded; resumed here instead, nothing sent", "proposal", id, "err", err)
+		f.resumeOne(r, "taken for an operator's cancel that could not be recorded")
+		return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, err)
+	}
+	p := takenProposal(r)
+	f.log.Info("proposal taken from the group's store to be cancelled by the operator", "proposal", id, "phase", r.Phase, "by", by)
+	if r.Phase == state.AwaitingApproval && len(r.Prompts) > 0 {
+		esc := Escalation{Proposal: p.env, DecisionID: r.DecisionID, Method: p.method, Params: p.params, Target: p.target,
+			Prompts: r.Prompts, Approvals: r.Approvals}
+		esc.Decision.Revision = r.Revision
+		if pc, ok := f.cfg.Escalator.(PromptCanceller); ok {
+			pc.CancelRecorded(esc, "cancelled")
+		} else {
+			// Their answers go to the former owner, which is fenced:
+			// they count for nothing, but the approvers still see them.
+			f.log.Warn("open prompts of a cancelled proposal not withdrawn: this fulfiller's escalator cannot cancel another member's prompts", "proposal", id, "prompts", len(r.Prompts))
+		}
+	}
+	if p.env.From == "" {
+		f.log.Error("cancelled proposal's record names no proposer; no reject sent", "proposal", id)
+		return nil
+	}
+	f.answerReject(p, "other", operatorMessage(by))
 	return nil
+}
+
+// takenProposal rebuilds, from its record, what answerReject needs of a
+// proposal taken from another member (and ended at once: it never enters
+// this member's pending store).
+func takenProposal(r *state.Pending) *proposal {
+	var env agent.Envelope
+	if err := json.Unmarshal(r.Envelope, &env); err != nil || env.ID != r.ProposalID || env.From == "" {
+		env = agent.Envelope{ID: r.ProposalID, From: r.Proposer}
+	}
+	c, _ := parsePayload(env.Payload)
+	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: r.Received, resumed: true}
+	p.state.Store(int32(StateRejected))
+	if r.DecisionID != "" {
+		p.gov.Store(&governing{id: r.DecisionID, revision: r.Revision})
+	}
+	var sd storedDecision
+	if len(r.Decision) > 0 && json.Unmarshal(r.Decision, &sd) == nil {
+		p.target = sd.Route
+	}
+	return p
+}
+
+// PromptCanceller is implemented by an Escalator that can withdraw the
+// prompts another member of the group asked, as recorded in the store
+// (esc.Prompts, with esc.Approvals saying who already answered), without
+// asking them first: each prompt still open gets notifications/cancelled
+// with reason, from this member. Escalator.Cancel serves the prompts an
+// Escalator asked itself; this serves an operator's cancel of a proposal
+// taken from another member. *elicit.Elicitor implements it.
+type PromptCanceller interface {
+	CancelRecorded(esc Escalation, reason string)
+}
+
+// watchRecords stops this member's work, at once and without a word, on
+// any proposal whose record someone else wrote: another member's operator
+// took it (Cancel there), or a peer adopted it while this member's lease
+// had lapsed. The fence alone (ErrConflict) would act only at this
+// member's next write of the record; until then the proposal would hold
+// its slot here, show in this member's list, and its prompts' deadline
+// would still cancel them at the approvers. Runs until ctx ends.
+func (f *Fulfiller) watchRecords(ctx context.Context) {
+	for {
+		changes, err := f.cfg.Store.WatchRecords(ctx)
+		if err != nil {
+			f.log.Warn("the group's pending records are not watched; trying again", "err", err)
+		} else {
+			for c := range changes {
+				f.recordChanged(c)
+			}
+		}
+		if !sleepCtx(ctx, retryStore) {
+			return
+		}
+	}
+}
+
+// recordChanged drops p when a change to its record is not this member's.
+// Every write of this member sets p.rec to the revision it wrote before it
+// releases p.recMu, so a newer revision seen under p.recMu is someone
+// else's. (Proposals with ids too long for a readable key are not named by
+// the watch: they learn at their next write.)
+func (f *Fulfiller) recordChanged(c state.RecordChange) {
+	if c.ProposalID == "" {
+		return
+	}
+	p, ok := f.store.get(c.ProposalID)
+	if !ok || p.State().Terminal() {
+		return
+	}
+	p.recMu.Lock()
+	theirs := p.rec != nil && c.Revision > p.rec.StoreRevision
+	if theirs {
+		p.fenced.Store(true)
+		p.rec = nil
+	}
+	p.recMu.Unlock()
+	if !theirs {
+		return
+	}
+	f.log.Warn("proposal's record written by another member of the group (taken for an operator's cancel there, or adopted); this member sends nothing more about it", "proposal", p.env.ID)
+	f.dropAdopted(p)
 }
 
 // Tools lists every tool discovered in the space.

@@ -158,6 +158,9 @@ type Snapshot struct {
 	Received time.Time `json:"received"`
 	Deadline time.Time `json:"deadline,omitzero"`
 	Revision string    `json:"revision,omitempty"`
+	// Owner is the member of the group holding the proposal (this
+	// fulfiller's id for its own work).
+	Owner string `json:"owner"`
 }
 
 func (p *proposal) snapshot() Snapshot {

@@ -40,6 +40,14 @@ type Store interface {
 	// Adopt moves that work to this member, each record to one adopter.
 	WatchLapsed(ctx context.Context) (<-chan string, error)
 	Adopt(ctx context.Context, from string) ([]*state.Pending, error)
+	// Get reads one record (state.ErrNotFound); Take moves it to this
+	// member by compare-and-set for an operator's cancel (refused with
+	// state.ErrFulfilling once its request is written); WatchRecords
+	// reports every write to the group's records, so that a member whose
+	// record was taken or adopted stops at once (see operator.go).
+	Get(ctx context.Context, proposalID string) (*state.Pending, error)
+	Take(ctx context.Context, proposalID string) (*state.Pending, error)
+	WatchRecords(ctx context.Context) (<-chan state.RecordChange, error)
 }
 
 var _ Store = (*state.Store)(nil)

@@ -7,9 +7,9 @@
 //	GET    /healthz             200 {"status":"ok"} while the process serves HTTP
 //	GET    /readyz              200 when the agent has a welcome whose capabilities let it answer, a policy is loaded, the decision log (if any) can be written and the state store (if any) accepts writes, else 503 with the reason
 //	GET    /metrics             Prometheus text format
-//	GET    /v1/proposals        pending proposals, oldest first, with state, age and deadline
-//	GET    /v1/proposals/{id}   one pending proposal; 404 when it is not pending
-//	DELETE /v1/proposals/{id}   reject it (reason "other", message naming the operator); 409 when already answered
+//	GET    /v1/proposals        the group's pending proposals, oldest first, with owner, state, age and deadline; with a "warning" when the store could not be read (then only this member's are listed)
+//	GET    /v1/proposals/{id}   one pending proposal of the group; 404 when it is not pending, 503 when the store cannot say
+//	DELETE /v1/proposals/{id}   reject it (reason "other", message naming the operator), from this member whichever member holds it; 409 when already answered, 503 when the store cannot be reached
 //	GET    /v1/policy           revision, files, whether it is the built-in default, last reload error
 //
 // /v1/ requires "Authorization: Bearer <token>" and is closed (401) when
@@ -19,6 +19,7 @@
 package ops
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -36,10 +37,12 @@ import (
 )
 
 // Operator is what the operator API needs of the lifecycle owner;
-// *fulfill.Fulfiller provides it.
+// *fulfill.Fulfiller provides it. Listing and showing read the group's
+// pending-work store, hence the context; an error wrapping
+// fulfill.ErrStoreUnavailable says the store could not be read.
 type Operator interface {
-	Pending() []fulfill.Snapshot
-	Get(id string) (fulfill.Snapshot, bool)
+	GroupPending(ctx context.Context) ([]fulfill.Snapshot, error)
+	GroupGet(ctx context.Context, id string) (fulfill.Snapshot, bool, error)
 	Cancel(id, by string) error
 }
 
@@ -249,20 +252,31 @@ type ProposalView struct {
 // ProposalList is the GET /v1/proposals body.
 type ProposalList struct {
 	Proposals []ProposalView `json:"proposals"`
+	// Warning says the list is incomplete: the group's store could not be
+	// read, so only this member's proposals are in it. An operator
+	// looking for a proposal must not take its absence for an answer.
+	Warning string `json:"warning,omitempty"`
 }
 
 func (h *Handler) view(s fulfill.Snapshot) ProposalView {
 	return ProposalView{Snapshot: s, AgeSeconds: h.opts.Now().Sub(s.Received).Seconds()}
 }
 
-func (h *Handler) list(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	op := h.operator()
 	if op == nil {
 		writeError(w, http.StatusServiceUnavailable, "the fulfiller is not running yet")
 		return
 	}
 	out := ProposalList{Proposals: []ProposalView{}}
-	for _, s := range op.Pending() {
+	// What this member holds is worth showing even when the store is
+	// not: 200 with the warning, rather than 503 and nothing.
+	snaps, err := op.GroupPending(r.Context())
+	if err != nil {
+		h.opts.Logger.Warn("operator API lists only this member's proposals", "err", err)
+		out.Warning = "only this member's proposals are listed: " + err.Error()
+	}
+	for _, s := range snaps {
 		out.Proposals = append(out.Proposals, h.view(s))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -274,7 +288,11 @@ func (h *Handler) show(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the fulfiller is not running yet")
 		return
 	}
-	s, ok := op.Get(r.PathValue("id"))
+	s, ok, err := op.GroupGet(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
 	if !ok {
 		writeError(w, http.StatusNotFound, "no pending proposal "+r.PathValue("id"))
 		return
@@ -305,6 +323,8 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no pending proposal "+id)
 	case errors.Is(err, fulfill.ErrAnswered):
 		writeError(w, http.StatusConflict, "proposal "+id+" was already answered (its fulfilment request is out)")
+	case errors.Is(err, fulfill.ErrStoreUnavailable):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	}

@@ -152,12 +152,12 @@ func TestOperatorCancelsPendingEscalation(t *testing.T) {
 		t.Fatalf("list: %d %v %s", code, err, body)
 	}
 	p := list.Proposals[0]
-	if p.ID != "p-1" || p.From != "coder" || p.Method != "tools/call" || p.Tool != "delete" || p.Target != "fs" ||
+	if p.ID != "p-1" || p.From != "coder" || p.Method != "tools/call" || p.Tool != "delete" || p.Target != "fs" || p.Owner != "fulfiller" ||
 		p.State != "awaiting_approval" || p.Revision != engine.Revision() || p.AgeSeconds < 0 ||
 		p.Deadline.Sub(p.Received) < 4*time.Minute || p.Deadline.Sub(p.Received) > 5*time.Minute+time.Second {
 		t.Fatalf("listed %+v", p)
 	}
-	if code, body := do(t, "GET", hs.URL+"/v1/proposals/p-1", token); code != 200 || !strings.Contains(body, `"state": "awaiting_approval"`) || !strings.Contains(body, `"age_seconds": `) {
+	if code, body := do(t, "GET", hs.URL+"/v1/proposals/p-1", token); code != 200 || !strings.Contains(body, `"state": "awaiting_approval"`) || !strings.Contains(body, `"owner": "fulfiller"`) || !strings.Contains(body, `"age_seconds": `) {
 		t.Fatalf("show: %d %s", code, body)
 	}
 	if code, body := do(t, "GET", hs.URL+"/v1/proposals/nope", token); code != 404 || compact(t, body) != `{"error":"no pending proposal nope"}` {

@@ -1,0 +1,207 @@
+package fulfill
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/state"
+)
+
+// Tests of the operator API in a group (DESIGN "Durable and shared pending
+// work": the operator API of any member lists and cancels the group's
+// pending work), on the package's shared NATS cluster.
+
+// withdrawingEscalator is a recEscalator that can also withdraw prompts
+// another member recorded (PromptCanceller), as elicit does.
+type withdrawingEscalator struct {
+	*recEscalator
+	wmu       sync.Mutex
+	withdrawn []Escalation
+	reasons   []string
+}
+
+func (w *withdrawingEscalator) CancelRecorded(esc Escalation, reason string) {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	w.withdrawn = append(w.withdrawn, esc)
+	w.reasons = append(w.reasons, reason)
+}
+
+func (r *recEscalator) cancelled() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.cancels)
+}
+
+// sentBy collects what m sends within d (from its fake space).
+func sentBy(m *member, d time.Duration) []agent.Envelope { return drain(m.space, d) }
+
+// Member B's operator cancels the prompt member A holds: B takes A's
+// record, the proposer gets exactly one mcp/reject (reason other) and its
+// chat, from B; the prompt A recorded is withdrawn from B without being
+// asked again; A drops the proposal without a word and frees its slot; a
+// later approval at A can record nothing and fulfils nothing; a replay of
+// the id runs nothing anywhere. Before the cancel, B lists A's proposal
+// with owner A.
+func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
+	mode := natsCluster(t)
+	escA := newRecEscalator()
+	a := newMember(t, mode, "ful-a", Config{Escalator: escA}, &fakeDecider{decisions: storeDecisions})
+	escB := &withdrawingEscalator{recEscalator: newRecEscalator()}
+	b := newMember(t, mode, "ful-b", Config{Escalator: escB}, &fakeDecider{decisions: storeDecisions})
+
+	a.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	esc := escA.next(t)
+	b.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	b.waitStage(t, "p1", StageIgnored) // lost the claim to a
+
+	// Listed from B: A's proposal, owner A, as A shows it.
+	own, ok := a.f.Get("p1")
+	if !ok || own.Owner != "ful-a" || own.State != "awaiting_approval" {
+		t.Fatalf("a.Get(p1) = %+v, %v", own, ok)
+	}
+	if _, ok := b.f.Get("p1"); ok {
+		t.Error("b.Get(p1) found it: b holds nothing")
+	}
+	list, err := b.f.GroupPending(t.Context())
+	if err != nil || len(list) != 1 {
+		t.Fatalf("b.GroupPending = %+v, %v; want p1", list, err)
+	}
+	got := list[0]
+	if got.ID != "p1" || got.Owner != "ful-a" || got.From != "coder" || got.Method != "tools/call" || got.Tool != "ask" ||
+		got.Target != "calculator" || got.State != "awaiting_approval" || !got.Deadline.Equal(own.Deadline) || !got.Received.Equal(own.Received) {
+		t.Errorf("b lists %+v, want a's %+v", got, own)
+	}
+	if one, ok, err := b.f.GroupGet(t.Context(), "p1"); err != nil || !ok || one != got {
+		t.Errorf("b.GroupGet(p1) = %+v, %v, %v; want %+v", one, ok, err, got)
+	}
+
+	if err := b.f.Cancel("p1", "alice via API"); err != nil {
+		t.Fatalf("b.Cancel(p1): %v", err)
+	}
+	// Exactly one answer, from B: the reject and its chat, nothing else.
+	bSent := sentBy(b, 300*time.Millisecond)
+	if len(bSent) != 2 {
+		t.Fatalf("b sent %d envelopes, want the reject and its chat: %v", len(bSent), bSent)
+	}
+	rej, chat := bSent[0], bSent[1]
+	if rej.Kind != agent.KindReject || !slices.Equal(rej.To, []string{"coder"}) || !slices.Equal(rej.CorrelationID, agent.CorrelationIDs{"p1"}) ||
+		!jsonEqual(rej.Payload, `{"reason":"other"}`) || rej.From != "ful-b" {
+		t.Errorf("b's reject = %+v", rej)
+	}
+	if chat.Kind != agent.KindChat || !slices.Equal(chat.CorrelationID, agent.CorrelationIDs{rej.ID}) ||
+		!jsonEqual(chat.Payload, `{"text":"cancelled by the operator (alice via API)","format":"plain"}`) {
+		t.Errorf("b's chat = %+v", chat)
+	}
+	// The prompt A recorded, withdrawn from B, and not asked again.
+	escB.wmu.Lock()
+	if len(escB.withdrawn) != 1 || escB.reasons[0] != "cancelled" || escB.withdrawn[0].Proposal.ID != "p1" ||
+		len(escB.withdrawn[0].Prompts) != 1 || escB.withdrawn[0].Prompts[0].EnvelopeID != "elicit-p1" ||
+		escB.withdrawn[0].DecisionID != esc.DecisionID {
+		t.Errorf("b withdrew %+v (reasons %v), want a's prompt elicit-p1 once, reason cancelled, decision %s", escB.withdrawn, escB.reasons, esc.DecisionID)
+	}
+	escB.wmu.Unlock()
+	escB.mu.Lock()
+	if len(escB.escs) != 0 {
+		t.Errorf("b asked the prompts again: %+v", escB.escs)
+	}
+	escB.mu.Unlock()
+
+	// A learns at once (WatchRecords): the proposal is dropped without a
+	// word (its prompts are B's to withdraw) and its slot is free.
+	waitFor(t, func() bool { return slices.Contains(escA.cancelled(), "p1:"+DropReason) })
+	waitFor(t, func() bool { n, _ := a.f.Counts(); return n == 0 })
+	if p := a.f.Pending(); len(p) != 0 {
+		t.Errorf("a still lists %+v", p)
+	}
+	// A late approval at A records nothing and fulfils nothing.
+	if err := esc.RecordApproval(state.Approval{Approver: "alice", At: time.Now().UTC()}); !errors.Is(err, state.ErrConflict) {
+		t.Errorf("a's RecordApproval after the take = %v, want state.ErrConflict", err)
+	}
+	escA.done("p1")(Verdict{Approved: true, By: []string{"alice"}})
+	if envs := sentBy(a, 300*time.Millisecond); len(envs) != 0 {
+		t.Errorf("a sent %d envelopes after b's cancel, want none: %v", len(envs), envs)
+	}
+	recs, err := b.st.List(t.Context())
+	if err != nil || len(recs) != 0 {
+		t.Errorf("records left: %+v, %v", recs, err)
+	}
+	if list, err := b.f.GroupPending(t.Context()); err != nil || len(list) != 0 {
+		t.Errorf("b lists %+v, %v after the cancel", list, err)
+	}
+	// Cancelled twice, or replayed: nothing more.
+	if err := b.f.Cancel("p1", "again"); !errors.Is(err, ErrUnknownProposal) {
+		t.Errorf("second cancel = %v, want ErrUnknownProposal", err)
+	}
+	deliverAll(proposalEnv("p1", "coder", callOf("ask")), a, b)
+	a.space.quiet(t, 200*time.Millisecond)
+	b.space.quiet(t, 10*time.Millisecond)
+}
+
+// A fulfilment request written cannot be taken back, from any member: B's
+// cancel is refused with ErrAnswered, as A's own is, and A's request goes
+// on to its response. An unknown id is ErrUnknownProposal. B's store
+// unreadable: B lists what it holds (nothing) and says so, and neither
+// shows nor cancels A's proposal.
+func TestGroupOperatorRefusals(t *testing.T) {
+	mode := natsCluster(t)
+	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
+	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
+
+	a.deliver(proposalEnv("p1", "coder", callOf("add")))
+	req := a.space.next(t)
+	if !isToolsCall(req) {
+		t.Fatalf("a sent %s %s, want the tools/call", req.Kind, req.Payload)
+	}
+	if s, ok, err := b.f.GroupGet(t.Context(), "p1"); err != nil || !ok || s.State != "fulfilling" || s.Owner != "ful-a" || s.Target != "calculator" {
+		t.Errorf("b.GroupGet(p1) = %+v, %v, %v; want fulfilling at calculator, owner ful-a", s, ok, err)
+	}
+	if err := b.f.Cancel("p1", "op"); !errors.Is(err, ErrAnswered) {
+		t.Errorf("b.Cancel of a fulfilment in flight = %v, want ErrAnswered", err)
+	}
+	if err := a.f.Cancel("p1", "op"); !errors.Is(err, ErrAnswered) {
+		t.Errorf("a.Cancel of its fulfilment in flight = %v, want ErrAnswered", err)
+	}
+	if err := b.f.Cancel("nobody-has-it", "op"); !errors.Is(err, ErrUnknownProposal) {
+		t.Errorf("b.Cancel of an unknown id = %v, want ErrUnknownProposal", err)
+	}
+	b.space.quiet(t, 200*time.Millisecond)
+
+	b.st.dead.Store(true)
+	list, err := b.f.GroupPending(t.Context())
+	if !errors.Is(err, ErrStoreUnavailable) || len(list) != 0 {
+		t.Errorf("b.GroupPending with its store cut = %+v, %v; want nothing and ErrStoreUnavailable", list, err)
+	}
+	if _, ok, err := b.f.GroupGet(t.Context(), "p1"); ok || !errors.Is(err, ErrStoreUnavailable) {
+		t.Errorf("b.GroupGet with its store cut = %v, %v; want ErrStoreUnavailable", ok, err)
+	}
+	if err := b.f.Cancel("p1", "op"); !errors.Is(err, ErrStoreUnavailable) {
+		t.Errorf("b.Cancel with its store cut = %v, want ErrStoreUnavailable", err)
+	}
+	b.st.dead.Store(false)
+
+	a.deliver(answerFor(t, req))
+	a.waitStage(t, "p1", StageFulfilled)
+	b.space.quiet(t, 100*time.Millisecond)
+}
+
+// faultyStore's cut reaches the operator's reads and takes too.
+
+func (s *faultyStore) Get(ctx context.Context, id string) (*state.Pending, error) {
+	if s.dead.Load() {
+		return nil, errCut
+	}
+	return s.Store.Get(ctx, id)
+}
+
+func (s *faultyStore) Take(ctx context.Context, id string) (*state.Pending, error) {
+	if s.dead.Load() {
+		return nil, errCut
+	}
+	return s.Store.Take(ctx, id)
+}
