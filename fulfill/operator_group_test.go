@@ -38,6 +38,17 @@ func (r *recEscalator) cancelled() []string {
 	return slices.Clone(r.cancels)
 }
 
+// waitLong waits for cond on the shared cluster: generous, for a loaded
+// machine under -race.
+func waitLong(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 15s", what)
+		}
+	}
+}
+
 // sentBy collects what m sends within d (from its fake space).
 func sentBy(m *member, d time.Duration) []agent.Envelope { return drain(m.space, d) }
 
@@ -114,8 +125,8 @@ func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
 
 	// A learns at once (WatchRecords): the proposal is dropped without a
 	// word (its prompts are B's to withdraw) and its slot is free.
-	waitFor(t, func() bool { return slices.Contains(escA.cancelled(), "p1:"+DropReason) })
-	waitFor(t, func() bool { n, _ := a.f.Counts(); return n == 0 })
+	waitLong(t, "a drops p1", func() bool { return slices.Contains(escA.cancelled(), "p1:"+DropReason) })
+	waitLong(t, "a frees p1's slot", func() bool { n, _ := a.f.Counts(); return n == 0 })
 	if p := a.f.Pending(); len(p) != 0 {
 		t.Errorf("a still lists %+v", p)
 	}
@@ -143,14 +154,18 @@ func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
 	b.space.quiet(t, 10*time.Millisecond)
 }
 
-// A fulfilment request written cannot be taken back, from any member: B's
-// cancel is refused with ErrAnswered, as A's own is, and A's request goes
-// on to its response. An unknown id is ErrUnknownProposal. B's store
-// unreadable: B lists what it holds (nothing) and says so, and neither
-// shows nor cancels A's proposal.
-func TestGroupOperatorRefusals(t *testing.T) {
+// No tool call runs after a cancel, and none is taken back: a fulfilment
+// request written cannot be cancelled from any member (B's cancel is
+// refused with ErrAnswered, as A's own is, and A's request goes on to its
+// response); a proposal A is still deciding is cancelled from B, and when
+// A's policy then says fulfil, A writes no tools/call and sends nothing.
+// An unknown id is ErrUnknownProposal. B's store unreadable: B lists what
+// it holds (nothing) and says so, and neither shows nor cancels A's
+// proposal.
+func TestGroupOperatorNoCallAfterCancel(t *testing.T) {
 	mode := natsCluster(t)
-	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
+	decA := &fakeDecider{decisions: storeDecisions}
+	a := newMember(t, mode, "ful-a", Config{}, decA)
 	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
 
 	a.deliver(proposalEnv("p1", "coder", callOf("add")))
@@ -188,6 +203,26 @@ func TestGroupOperatorRefusals(t *testing.T) {
 	a.deliver(answerFor(t, req))
 	a.waitStage(t, "p1", StageFulfilled)
 	b.space.quiet(t, 100*time.Millisecond)
+
+	// Cancelled while A decides: A's "fulfill" comes too late.
+	gate := make(chan struct{})
+	decA.mu.Lock()
+	decA.gate = gate
+	decA.mu.Unlock()
+	a.deliver(proposalEnv("p2", "coder", callOf("add")))
+	waitLong(t, "a deciding p2", func() bool { return decA.count() == 2 })
+	if err := b.f.Cancel("p2", "op"); err != nil {
+		t.Fatalf("b.Cancel of a proposal a is deciding: %v", err)
+	}
+	rej := b.space.next(t)
+	if rej.Kind != agent.KindReject || !slices.Equal(rej.CorrelationID, agent.CorrelationIDs{"p2"}) || !jsonEqual(rej.Payload, `{"reason":"other"}`) {
+		t.Errorf("b sent %+v, want the reject of p2", rej)
+	}
+	close(gate)
+	waitLong(t, "a drops p2", func() bool { n, _ := a.f.Counts(); return n == 0 })
+	if envs := sentBy(a, 300*time.Millisecond); len(envs) != 0 {
+		t.Errorf("a sent %v after b cancelled p2, want nothing (above all no tools/call)", envs)
+	}
 }
 
 // faultyStore's cut reaches the operator's reads and takes too.
