@@ -53,6 +53,11 @@
 //     way (open prompts asked again from this member with the same ids, a
 //     request already written never written again but awaited until its
 //     deadline, expired prompts rejected "timeout" at once).
+//   - operator.go: the operator API lists the group's records besides its
+//     own work, and cancels another member's proposal by taking its record
+//     (state.Store.Take) and ending it here; watchRecords drops, without a
+//     word, any proposal whose record another member wrote (taken or
+//     adopted), at once rather than at its next write.
 //
 // "busy" means the whole group is full: the group's pending records
 // against the sum of its live members' --max-pending, both read about
