@@ -7,6 +7,10 @@ import (
 	"github.com/mewkit/fulfiller/policies"
 )
 
+// storeWorkers is how many decide workers run with a store: enough
+// proposals in flight to share each sync of a durable store.
+const storeWorkers = 64
+
 // decide runs on a worker: ask the policy and act on its answer.
 func (f *Fulfiller) decide(p *proposal) {
 	if p.State().Terminal() {
@@ -28,8 +32,10 @@ func (f *Fulfiller) decide(p *proposal) {
 		}
 	}
 	in := f.input(p, p.params, nil)
+	f.evalSlots <- struct{}{}
 	start := time.Now()
 	d := f.decider.Decide(f.decideCtx, in)
+	<-f.evalSlots
 	p.decided(d.Revision, false)
 	// The decision record is buffered, not awaited: the record of the
 	// answer that follows (fulfilling, escalated, rejected) is, and the

@@ -185,6 +185,7 @@ type Fulfiller struct {
 	decideCtx    context.Context
 	cancelDecide context.CancelFunc
 	jobs         chan *proposal
+	evalSlots    chan struct{} // one per concurrent policy evaluation (DecideWorkers)
 	wg           sync.WaitGroup
 
 	// group is what this member last read of its group (Config.Store).
@@ -236,7 +237,16 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	defer f.stopSends()
 	f.runCtx = ctx
 
-	for range f.cfg.DecideWorkers {
+	// With a store a worker waits for its writes to reach the disk
+	// (shared syncs, milliseconds) between policy evaluations, so more
+	// workers keep the CPUs busy; evalSlots still bounds concurrent
+	// evaluations to DecideWorkers.
+	workers := f.cfg.DecideWorkers
+	if f.cfg.Store != nil {
+		workers = max(workers, storeWorkers)
+	}
+	f.evalSlots = make(chan struct{}, f.cfg.DecideWorkers)
+	for range workers {
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()

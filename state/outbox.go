@@ -41,7 +41,7 @@ func (s *Store) Enqueue(ctx context.Context, proposalID string, envelope []byte)
 		}
 		return fmt.Errorf("state: enqueue answer %q: %w", truncate(proposalID), err)
 	}
-	return nil
+	return s.synced(ctx)
 }
 
 // Ack removes a delivered answer. Acking an answer that is not queued is
@@ -51,7 +51,7 @@ func (s *Store) Ack(ctx context.Context, proposalID string) (err error) {
 	if err := s.outbox.Purge(ctx, key(proposalID), jetstream.PurgeTTL(markerTTL)); err != nil {
 		return fmt.Errorf("state: ack answer %q: %w", truncate(proposalID), err)
 	}
-	return nil
+	return s.synced(ctx) // else a restart could deliver it a second time
 }
 
 // Outbox returns this member's answers not yet acknowledged, oldest first.

@@ -104,6 +104,11 @@ func (s *Store) Put(ctx context.Context, p *Pending) (err error) {
 		return fmt.Errorf("state: put %q: %w", truncate(p.ProposalID), err)
 	}
 	p.StoreRevision = rev
+	s.remember(p)
+	// Not synced: nothing goes out on the strength of a new record alone;
+	// the synced write that precedes the first envelope about it (an
+	// update before a prompt or request, the delete before an answer)
+	// takes it to disk too.
 	return nil
 }
 
@@ -117,7 +122,11 @@ func (s *Store) Get(ctx context.Context, proposalID string) (p *Pending, err err
 		}
 		return nil, fmt.Errorf("state: get %q: %w", truncate(proposalID), err)
 	}
-	return decodePending(e)
+	p, err = decodePending(e)
+	if err == nil {
+		s.remember(p)
+	}
+	return p, err
 }
 
 // Update replaces the record if it is still at p.StoreRevision, and sets
@@ -128,21 +137,26 @@ func (s *Store) Get(ctx context.Context, proposalID string) (p *Pending, err err
 func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
 	defer s.timed("update", time.Now(), &err)
 	k := key(p.ProposalID)
-	cur, err := s.pending.Get(ctx, k)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return ErrConflict // finished and deleted by someone else
+	old, ok := s.known.Get(k)
+	if !ok || old.rev != p.StoreRevision {
+		// Not what this store last read or wrote: read it to check.
+		cur, err := s.pending.Get(ctx, k)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return ErrConflict // finished and deleted by someone else
+			}
+			return fmt.Errorf("state: update %q: %w", truncate(p.ProposalID), err)
 		}
-		return fmt.Errorf("state: update %q: %w", truncate(p.ProposalID), err)
+		if cur.Revision() != p.StoreRevision {
+			return ErrConflict
+		}
+		rec, err := decodePending(cur)
+		if err != nil {
+			return err
+		}
+		old = knownRecord{rev: rec.StoreRevision, request: rec.Request}
 	}
-	if cur.Revision() != p.StoreRevision {
-		return ErrConflict
-	}
-	old, err := decodePending(cur)
-	if err != nil {
-		return err
-	}
-	if old.Request != nil && (p.Request == nil || !reflect.DeepEqual(*old.Request, *p.Request)) {
+	if old.request != nil && (p.Request == nil || !reflect.DeepEqual(*old.request, *p.Request)) {
 		return ErrRequestRewritten
 	}
 	val, err := json.Marshal(p)
@@ -152,26 +166,54 @@ func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
 	rev, err := s.pending.Update(ctx, k, val, p.StoreRevision)
 	if err != nil {
 		if isWrongLastSeq(err) {
+			s.known.Remove(k)
 			return ErrConflict
 		}
 		return fmt.Errorf("state: update %q: %w", truncate(p.ProposalID), err)
 	}
 	p.StoreRevision = rev
-	return nil
+	s.remember(p)
+	return s.synced(ctx)
+}
+
+// knownRecord is what this store last read or wrote of a record at a
+// revision: enough for Update to refuse rewriting a fulfilment request
+// without reading the record again first. The compare-and-set on the
+// revision makes it exact: if the record changed since, the update fails.
+type knownRecord struct {
+	rev     uint64
+	request *Request
+}
+
+// knownRecords bounds the cache of knownRecord: past it Update reads the
+// record first, as it would without the cache.
+const knownRecords = 1 << 16
+
+func (s *Store) remember(p *Pending) {
+	var req *Request
+	if p.Request != nil {
+		r := *p.Request
+		req = &r
+	}
+	s.known.Add(key(p.ProposalID), knownRecord{rev: p.StoreRevision, request: req})
 }
 
 // Delete removes the record when its proposal has ended, if it is still at
 // p.StoreRevision (else ErrConflict: someone else now owns it).
 func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 	defer s.timed("delete", time.Now(), &err)
-	err = s.pending.Purge(ctx, key(p.ProposalID), jetstream.LastRevision(p.StoreRevision), jetstream.PurgeTTL(markerTTL))
+	k := key(p.ProposalID)
+	s.known.Remove(k)
+	err = s.pending.Purge(ctx, k, jetstream.LastRevision(p.StoreRevision), jetstream.PurgeTTL(markerTTL))
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return ErrConflict
 		}
 		return fmt.Errorf("state: delete %q: %w", truncate(p.ProposalID), err)
 	}
-	return nil
+	// Synced: a delete lost with the machine would resume an ended
+	// proposal and answer it a second time.
+	return s.synced(ctx)
 }
 
 // List returns every pending record of the group (all members), for the

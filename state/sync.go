@@ -1,0 +1,90 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// groupSync makes acknowledged writes of the embedded DIR store durable,
+// one sync shared by every writer waiting when it starts (group commit).
+//
+// The embedded server runs its single-replica file store without
+// SyncAlways: with it, JetStream fsyncs every write under the stream's
+// lock, one after the other, so concurrent proposals cannot share a sync
+// and a durable store did about a tenth of the memory store's work
+// (docs/performance.md). Without it a write is in the kernel (written with
+// write(2), JetStream's flush in place for R1 streams) when it is
+// acknowledged, and survives the process being killed; a sync of the
+// file system then makes it survive the machine too. So a write that must
+// survive before something goes out (a prompt, a fulfilment request, the
+// end of a record) waits for the next sync that starts after its
+// acknowledgement, and every writer that arrived meanwhile shares it.
+type groupSync struct {
+	flush   func() error // syncs the store's file system
+	mu      sync.Mutex
+	waiters []chan error // waiting for the next sync to start
+	running bool         // a goroutine is syncing; it takes the waiters
+	idle    sync.WaitGroup
+}
+
+func newGroupSync(flush func() error) *groupSync { return &groupSync{flush: flush} }
+
+// wait returns once a sync that started after the call has finished (its
+// error, if it failed), or when ctx ends.
+func (g *groupSync) wait(ctx context.Context) error {
+	ch := make(chan error, 1)
+	g.mu.Lock()
+	g.waiters = append(g.waiters, ch)
+	if !g.running {
+		g.running = true
+		g.idle.Add(1)
+		go g.loop()
+	}
+	g.mu.Unlock()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("state: sync: %w", ctx.Err())
+	}
+}
+
+// loop syncs while writers wait, each sync for all the writers waiting
+// when it starts, and ends when none is left: its owner is the last
+// waiter's call, and close waits for it.
+func (g *groupSync) loop() {
+	defer g.idle.Done()
+	for {
+		g.mu.Lock()
+		batch := g.waiters
+		g.waiters = nil
+		if len(batch) == 0 {
+			g.running = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		err := g.flush()
+		if err != nil {
+			err = fmt.Errorf("state: sync store to disk: %w", err)
+		}
+		for _, ch := range batch {
+			ch <- err
+		}
+	}
+}
+
+// close waits for a sync under way to finish.
+func (g *groupSync) close() { g.idle.Wait() }
+
+// synced returns once every write this store acknowledged before the call
+// is on disk (DIR mode; at once in the others).
+func (s *Store) synced(ctx context.Context) (err error) {
+	if s.durable == nil {
+		return nil
+	}
+	defer s.timed("sync", time.Now(), &err)
+	return s.durable.wait(ctx)
+}
