@@ -96,8 +96,7 @@ type Store struct {
 	// durable syncs the DIR store's writes to disk, shared by concurrent
 	// writers; nil in the other modes (memory keeps nothing; an external
 	// cluster syncs as its operator configures it).
-	durable   *groupSync
-	closeSync func() error
+	durable *groupSync
 	// known caches what this store last wrote or read of each record,
 	// so that Update need not read a record before writing it.
 	known *lru.Cache[string, knownRecord]
@@ -191,11 +190,11 @@ func (s *Store) startEmbedded() error {
 		if err := mkdirPrivate(dir, s.log); err != nil {
 			return err
 		}
-		flush, closeSync, err := fsSync(dir)
+		flush, release, err := fsSync(dir)
 		if err != nil {
 			return err
 		}
-		s.durable, s.closeSync = newGroupSync(flush), closeSync
+		s.durable = newGroupSync(flush, release)
 	}
 	opts := &server.Options{
 		ServerName: "fulfiller-" + key(s.cfg.Member),
@@ -498,7 +497,6 @@ func (s *Store) shutdown() {
 	}
 	if s.durable != nil {
 		s.durable.close()
-		s.closeSync()
 	}
 	if s.tmpDir != "" {
 		os.RemoveAll(s.tmpDir)

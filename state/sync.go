@@ -23,13 +23,16 @@ import (
 // acknowledgement, and every writer that arrived meanwhile shares it.
 type groupSync struct {
 	flush   func() error // syncs the store's file system
+	release func() error // releases what flush holds open
 	mu      sync.Mutex
 	waiters []chan error // waiting for the next sync to start
 	running bool         // a goroutine is syncing; it takes the waiters
 	idle    sync.WaitGroup
 }
 
-func newGroupSync(flush func() error) *groupSync { return &groupSync{flush: flush} }
+func newGroupSync(flush, release func() error) *groupSync {
+	return &groupSync{flush: flush, release: release}
+}
 
 // wait returns once a sync that started after the call has finished (its
 // error, if it failed), or when ctx ends.
@@ -76,8 +79,12 @@ func (g *groupSync) loop() {
 	}
 }
 
-// close waits for a sync under way to finish.
-func (g *groupSync) close() { g.idle.Wait() }
+// close waits for a sync under way to finish and releases the file
+// system handle.
+func (g *groupSync) close() {
+	g.idle.Wait()
+	g.release()
+}
 
 // synced returns once every write this store acknowledged before the call
 // is on disk (DIR mode; at once in the others).
