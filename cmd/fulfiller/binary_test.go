@@ -122,7 +122,11 @@ func newBinarySpace(t *testing.T, policy string) (*space.Server, string) {
 // extraArgs add to that. The test waits for and stops the process.
 func (w *humanWorld) runFulfiller(bin string, extraEnv []string, extraArgs ...string) (*exec.Cmd, *bytes.Buffer) {
 	w.t.Helper()
-	args := append([]string{"run", "--gateway", w.Space.URL(), "--policy", w.Policy, "--approvers", "alice", "--log-format", "json"}, extraArgs...)
+	// A generous --policy-timeout: on a loaded CI machine the first
+	// evaluation can pass the 100ms default, and a fail-closed reject would
+	// leave these tests waiting for a prompt that never comes.
+	args := append([]string{"run", "--gateway", w.Space.URL(), "--policy", w.Policy, "--approvers", "alice", "--log-format", "json",
+		"--policy-timeout", "1m"}, extraArgs...)
 	cmd := exec.CommandContext(w.Ctx, bin, args...)
 	// The default --state directory is relative: keep it out of the source.
 	cmd.Dir = w.t.TempDir()

@@ -91,11 +91,12 @@ func newStateWorld(t *testing.T) *stateWorld {
 }
 
 // start runs `fulfiller run` as member id on the given --state, with a
-// short fulfil timeout and lease.
+// short fulfil timeout and lease (and a generous --policy-timeout, as
+// humanWorld.runFulfiller).
 func (w *stateWorld) start(bin, id, state string, extra ...string) *os.Process {
 	w.t.Helper()
 	args := append([]string{"run", "--gateway", w.srv.URL(), "--id", id, "--policy", w.policy, "--approvers", "alice",
-		"--state", state, "--fulfill-timeout", "6s", "--log-format", "json"}, extra...)
+		"--state", state, "--fulfill-timeout", "6s", "--log-format", "json", "--policy-timeout", "1m"}, extra...)
 	cmd := exec.CommandContext(w.ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token")
 	cmd.Stderr = &w.logs

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -51,6 +52,8 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 
 	prop := w.coder()
 	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
+	frames, stopTap := srv.Tap(256)
+	defer stopTap()
 	for _, id := range []string{"p-1", "p-2", "p-3"} {
 		if _, err := prop.Propose(ctx, id, []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/x"}}}`)); err != nil {
 			t.Fatal(err)
@@ -60,6 +63,18 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 		_, body := get("/v1/proposals")
 		return strings.Count(body, `"state": "awaiting_approval"`) == 3
 	})
+	// The state changes before the prompt is written (its record first):
+	// the cancellations are owed once alice has the three prompts.
+	for asked := 0; asked < 3; {
+		select {
+		case f := <-frames:
+			if bytes.Contains(f, []byte(`"method":"elicitation/create"`)) && bytes.Contains(f, []byte(`"to":["alice"]`)) {
+				asked++
+			}
+		case <-ctx.Done():
+			t.Fatalf("alice was asked %d times, want 3", asked)
+		}
+	}
 
 	srv.Close()
 	waitUntilTrue(t, "the fulfiller notices the gateway is gone", func() bool {
