@@ -188,6 +188,14 @@ type Fulfiller struct {
 	evalSlots    chan struct{} // one per concurrent policy evaluation (DecideWorkers)
 	wg           sync.WaitGroup
 
+	// claims feeds the claim workers (with a store): a claim is a store
+	// round trip, kept off the reader (see onProposal). claiming holds the
+	// proposals between reader and admission, under mu, so that a
+	// withdrawal or a replay meanwhile finds them.
+	claims   chan claimJob
+	claiming map[string]*proposal
+	claimWG  sync.WaitGroup
+
 	// group is what this member last read of its group (Config.Store).
 	group groupView
 }
@@ -209,6 +217,9 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		// approvals while the policy is slow. --max-pending (rule 3) is
 		// the backpressure; this costs a pointer per pending proposal.
 		jobs: make(chan *proposal, cfg.MaxPending),
+
+		claims:   make(chan claimJob),
+		claiming: map[string]*proposal{},
 	}
 	f.byProposer = map[string]int{}
 	f.answered, _ = lru.New[string, *answeredRequest](answeredRequests)
@@ -254,6 +265,17 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 				f.decide(p)
 			}
 		}()
+	}
+	if f.cfg.Store != nil {
+		for range storeWorkers {
+			f.claimWG.Add(1)
+			go func() {
+				defer f.claimWG.Done()
+				for j := range f.claims {
+					f.claimAndAdmit(j)
+				}
+			}()
+		}
 	}
 	evictDone := make(chan struct{})
 	f.wg.Add(1)
@@ -304,6 +326,10 @@ loop:
 			break loop
 		}
 	}
+	// Proposals read before the loop ended are claimed and admitted
+	// (shutdown answers them), none after.
+	close(f.claims)
+	f.claimWG.Wait()
 	stopStore()
 	storeWG.Wait()
 	f.shutdown()

@@ -64,18 +64,77 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	} else {
 		p.target = target
 	}
-	if f.cfg.Store != nil && !f.claim(p) {
+	if f.cfg.Store != nil {
+		// Claimed off the reader: a claim is a store round trip, and the
+		// reader also carries the responses that end fulfilments.
+		f.mu.Lock()
+		if _, dup := f.claiming[env.ID]; dup {
+			f.mu.Unlock()
+			f.log.Warn("proposal id seen before; ignored", "proposal", env.ID, "from", env.From)
+			f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Reason: "duplicate", Message: "proposal id seen before"})
+			return
+		}
+		f.claiming[env.ID] = p
+		f.mu.Unlock()
+		// Blocks while every claim worker is busy: the reader then waits
+		// as it did for a claim of its own (backpressure on a flood).
+		f.claims <- claimJob{p: p, parseErr: err}
 		return
 	}
+	f.admit(p, err)
+}
+
+// claimJob is a proposal read from the space, waiting for its claim.
+type claimJob struct {
+	p        *proposal
+	parseErr error
+}
+
+// claimAndAdmit runs on a claim worker: a won claim admits the proposal,
+// unless its proposer withdrew it meanwhile.
+func (f *Fulfiller) claimAndAdmit(j claimJob) {
+	p := j.p
+	won := f.claim(p)
+	f.mu.Lock()
+	early := won && p.withdrawnEarly
+	if !won || early {
+		delete(f.claiming, p.env.ID)
+	}
+	f.mu.Unlock()
+	switch {
+	case !won:
+		return
+	case early:
+		f.store.seen.Add(p.env.ID, struct{}{})
+		f.emit(p.event(StageReceived))
+		ev := p.event(StageWithdrawn)
+		ev.Reason = p.withdrawReason
+		f.emit(ev)
+		return
+	}
+	f.admit(p, j.parseErr)
+}
+
+// admit takes a proposal that is this member's to answer: it is rejected
+// at once (invalid, shutting down, busy) or counted as pending and queued
+// for a decide worker. With a store it leaves f.claiming in the same
+// critical section that makes it pending (or answers it), so a withdrawal
+// always finds it in one of the two.
+func (f *Fulfiller) admit(p *proposal, err error) {
+	env := p.env
 	f.emit(p.event(StageReceived))
 
 	if err != nil {
+		f.mu.Lock()
+		delete(f.claiming, env.ID)
+		f.mu.Unlock()
 		f.store.seen.Add(env.ID, struct{}{})
 		f.answerReject(p, "invalid", err.Error())
 		return
 	}
 
 	f.mu.Lock()
+	delete(f.claiming, env.ID)
 	switch {
 	case f.closing:
 		f.mu.Unlock()
@@ -152,6 +211,23 @@ func (f *Fulfiller) addressee(env agent.Envelope, tool string) (target string, m
 
 func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	pid := env.CorrelationID.First()
+	f.mu.Lock()
+	if c, claiming := f.claiming[pid]; claiming && env.From == c.env.From {
+		// Not decided yet: the claim worker ends it once claimed.
+		c.withdrawnEarly, c.withdrawReason = true, reasonOf(env.Payload)
+		f.mu.Unlock()
+		f.log.Debug("proposal withdrawn while it was being claimed", "proposal", pid)
+		return
+	} else if claiming {
+		f.mu.Unlock()
+		f.log.Warn("withdrawal by someone other than the proposer ignored (spoof attempt?)",
+			"proposal", pid, "proposer", c.env.From, "from", env.From)
+		ev := Event{Stage: StageIgnored, ProposalID: pid, Proposer: c.env.From, Method: c.method, Tool: c.tool}
+		ev.Reason, ev.Message = "spoofed_withdraw", "withdrawal from "+env.From
+		f.emit(ev)
+		return
+	}
+	f.mu.Unlock()
 	p, ok := f.store.get(pid)
 	if !ok {
 		f.log.Debug("withdrawal of an unknown or finished proposal", "proposal", pid, "from", env.From)

@@ -3,6 +3,7 @@ package fulfill
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -415,5 +416,66 @@ func TestStoreBusyWhenGroupFull(t *testing.T) {
 	chat := h.space.next(t)
 	if !jsonEqual(chat.Payload, `{"text":"the group's pending work is full (1 proposals); propose again later","format":"plain"}`) {
 		t.Errorf("chat %s", chat.Payload)
+	}
+}
+
+// Claims are made off the reader: while one waits on a slow store, the
+// proposer's withdrawal of that proposal is honoured once the claim is
+// won (no decision, no tools/call, no answer; received then withdrawn in
+// the events), a withdrawal in someone else's name is ignored and the
+// proposal goes on, and a replay of an id still being claimed is ignored
+// as a duplicate rather than claimed twice.
+func TestStoreWithdrawWhileClaiming(t *testing.T) {
+	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
+	st.claimGate = make(chan struct{})
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+
+	withdraw := func(id, from string) {
+		h.deliver(agent.Envelope{ID: "w-" + id + "-" + from, From: from, Kind: agent.KindWithdraw,
+			CorrelationID: agent.CorrelationIDs{id}, Payload: json.RawMessage(`{"reason":"no_longer_needed"}`)})
+	}
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	withdraw("p1", "coder")
+	h.deliver(proposalEnv("p2", "coder", callOf("add")))
+	withdraw("p2", "mallory")
+	h.deliver(proposalEnv("p2", "coder", callOf("add"))) // a replay while p2 is claimed
+	// The reader went on while the claims wait: the spoof and the replay
+	// are already seen.
+	waitFor(t, func() bool {
+		return slices.Contains(h.stages("p2"), StageIgnored) && len(h.stages("p2")) == 2
+	})
+	close(st.claimGate)
+
+	h.waitStage(t, "p1", StageWithdrawn)
+	if got, want := h.stages("p1"), []Stage{StageReceived, StageWithdrawn}; !slices.Equal(got, want) {
+		t.Errorf("p1 stages %v, want %v", got, want)
+	}
+	// p2 is fulfilled once: exactly one tools/call, for p2.
+	var calls []agent.Envelope
+	for _, env := range drain(h.space, 500*time.Millisecond) {
+		if isToolsCall(env) {
+			calls = append(calls, env)
+		}
+		if env.Kind == agent.KindReject {
+			t.Errorf("reject sent: %s %s", env.CorrelationID, env.Payload)
+		}
+	}
+	if len(calls) != 1 || calls[0].CorrelationID.First() != "p2" {
+		t.Fatalf("tools/calls %v, want one for p2", calls)
+	}
+	if n := h.dec.count(); n != 1 {
+		t.Errorf("decided %d times, want 1 (p2 only)", n)
+	}
+	var reasons []string
+	h.mu.Lock()
+	for _, e := range h.events {
+		if e.ProposalID == "p2" && e.Stage == StageIgnored {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	h.mu.Unlock()
+	slices.Sort(reasons)
+	if !slices.Equal(reasons, []string{"duplicate", "spoofed_withdraw"}) {
+		t.Errorf("p2 ignored for %v, want a duplicate and a spoofed withdrawal", reasons)
 	}
 }

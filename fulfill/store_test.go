@@ -28,11 +28,21 @@ import (
 type faultyStore struct {
 	*state.Store
 	dead, failUpdate atomic.Bool
+	// claimGate, when set before the fulfiller runs, holds every Claim
+	// until a value is sent on it (a slow store).
+	claimGate chan struct{}
 }
 
 var errCut = errors.New("test: store connection cut")
 
 func (s *faultyStore) Claim(ctx context.Context, id string) (bool, error) {
+	if s.claimGate != nil {
+		select {
+		case <-s.claimGate:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 	if s.dead.Load() {
 		return false, errCut
 	}

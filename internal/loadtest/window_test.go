@@ -13,9 +13,9 @@ import (
 // the fulfilment request let more than 50 pile up and the quota said busy.
 func TestDefaultWindowStaysUnderTheExampleQuota(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreAnyFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"))
-	n := 5000
+	n := 2000
 	if testing.Short() {
-		n = 1000
+		n = 500
 	}
 	res, err := Run(t.Context(), Config{
 		Policies:  []string{"../../examples/policies"},
