@@ -211,9 +211,14 @@ func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 		}
 		return fmt.Errorf("state: delete %q: %w", truncate(p.ProposalID), err)
 	}
-	// Synced: a delete lost with the machine would resume an ended
-	// proposal and answer it a second time.
-	return s.synced(ctx)
+	// Not waited for: nothing that goes out depends on the end of a
+	// record being on disk (DESIGN syncs writes before a prompt or a
+	// fulfilment request). A delete lost with the machine within
+	// lazySync resumes an ended proposal after the restart, which can
+	// answer it a second time (docs/state.md); a process crash loses
+	// nothing (the write is in the kernel).
+	s.syncSoon()
+	return nil
 }
 
 // List returns every pending record of the group (all members), for the

@@ -27,8 +27,14 @@ type groupSync struct {
 	mu      sync.Mutex
 	waiters []chan error // waiting for the next sync to start
 	running bool         // a goroutine is syncing; it takes the waiters
+	lazy    *time.Timer  // a sync nobody waits for, armed by soon
+	closed  bool
 	idle    sync.WaitGroup
 }
+
+// lazySync bounds how long a write made durable by soon stays in the
+// kernel only: JetStream's own sync runs every two minutes.
+const lazySync = 50 * time.Millisecond
 
 func newGroupSync(flush, release func() error) *groupSync {
 	return &groupSync{flush: flush, release: release}
@@ -39,12 +45,11 @@ func newGroupSync(flush, release func() error) *groupSync {
 func (g *groupSync) wait(ctx context.Context) error {
 	ch := make(chan error, 1)
 	g.mu.Lock()
-	g.waiters = append(g.waiters, ch)
-	if !g.running {
-		g.running = true
-		g.idle.Add(1)
-		go g.loop()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
 	}
+	g.enqueueLocked(ch)
 	g.mu.Unlock()
 	select {
 	case err := <-ch:
@@ -52,6 +57,36 @@ func (g *groupSync) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("state: sync: %w", ctx.Err())
 	}
+}
+
+// enqueueLocked adds a waiter for the next sync and starts the loop if
+// none runs. Called with g.mu held.
+func (g *groupSync) enqueueLocked(ch chan error) {
+	g.waiters = append(g.waiters, ch)
+	if !g.running {
+		g.running = true
+		g.idle.Add(1)
+		go g.loop()
+	}
+}
+
+// soon makes a sync start within lazySync that nobody waits for: for
+// writes whose loss with the machine is tolerated but should not last
+// (see Store.Delete).
+func (g *groupSync) soon() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.lazy != nil {
+		return
+	}
+	g.lazy = time.AfterFunc(lazySync, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.lazy = nil
+		if !g.closed {
+			g.enqueueLocked(make(chan error, 1))
+		}
+	})
 }
 
 // loop syncs while writers wait, each sync for all the writers waiting
@@ -80,8 +115,15 @@ func (g *groupSync) loop() {
 }
 
 // close waits for a sync under way to finish and releases the file
-// system handle.
+// system handle; later waits fail with ErrClosed.
 func (g *groupSync) close() {
+	g.mu.Lock()
+	g.closed = true
+	if g.lazy != nil {
+		g.lazy.Stop()
+		g.lazy = nil
+	}
+	g.mu.Unlock()
 	g.idle.Wait()
 	g.release()
 }
@@ -94,4 +136,12 @@ func (s *Store) synced(ctx context.Context) (err error) {
 	}
 	defer s.timed("sync", time.Now(), &err)
 	return s.durable.wait(ctx)
+}
+
+// syncSoon has every write this store acknowledged before the call reach
+// the disk within lazySync (DIR mode), without waiting for it.
+func (s *Store) syncSoon() {
+	if s.durable != nil {
+		s.durable.soon()
+	}
 }

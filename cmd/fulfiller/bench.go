@@ -55,10 +55,11 @@ embedded engine and with an OPA server sidecar (opa run --server, queried
 over HTTP) at the same concurrency, and prints both and the ratios.
 
 --state gives the fulfiller a state store as in run: memory (the default:
-none, pending work only in memory), a DIR (an embedded store synced to
-disk, in a fresh subdirectory of DIR removed after the run, so put DIR on
-the disk you mean to measure) or nats://host:port (the space
-"fulfiller-bench" on that cluster; proposal ids are unique per run).
+the embedded store in memory, as run --state memory), a DIR (an embedded
+store synced to disk, in a fresh subdirectory of DIR removed after the
+run, so put DIR on the disk you mean to measure) or nats://host:port (the
+space "fulfiller-bench" on that cluster; proposal ids are unique per run).
+--state none runs with no store at all: the decision path alone.
 --state-compare runs the same load with memory first and then with
 --state, prints both and what durability costs (throughput ratio, target
 >= 0.7). Every report gives the fulfiller's own CPU per proposal, apart
@@ -87,17 +88,24 @@ profile of the measured window labelled by component.`,
 	f.StringVar(&fl.opaBin, "opa-bin", "", "`PATH` of an opa binary for --vs-opa-server (default: build the embedded OPA version once with go install into the user cache)")
 	f.IntVar(&fl.opaDecisions, "opa-decisions", 20_000, "decisions per side and round for --vs-opa-server")
 	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write the CPU profile of the measured window (first send to last answer; with --state-compare the durable run's) to `FILE`, goroutines labelled component=fulfiller|space|tool|proposers")
-	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory, `DIR` (a fresh embedded store inside it) or nats://host:port[,…]")
+	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory (embedded, in memory), `DIR` (a fresh embedded store inside it), nats://host:port[,…], or none (no store: the decision path alone)")
 	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for --state nats://…")
-	f.BoolVar(&fl.stateCompare, "state-compare", false, "run with --state memory first, then with --state, and compare")
+	f.BoolVar(&fl.stateCompare, "state-compare", false, "run with --state memory first, then with --state, and compare (what durability costs)")
 	f.IntVar(&fl.rounds, "rounds", 1, "with --state-compare: alternate the memory and durable runs this many times and give the median ratio")
 	f.StringVar(&fl.logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
 	return cmd
 }
 
-// stateMode parses --state: nil for memory (no store at all, as the
-// bench always ran), else the mode to open.
+// stateMode parses --state: nil for none (no store at all, the decision
+// path alone, as the bench measured before there was a store), else the
+// mode to open.
 func (fl *benchFlags) stateMode() (*state.Mode, error) {
+	if fl.state == "none" {
+		if fl.stateCompare || fl.rounds != 1 || fl.stateCreds != "" {
+			return nil, usageErrorf("--state none: no store, so no --state-compare, --rounds or --state-creds")
+		}
+		return nil, nil
+	}
 	m, err := state.ParseMode(fl.state)
 	if err != nil {
 		// Not the value itself: a URL may carry a password, which the
@@ -117,14 +125,8 @@ func (fl *benchFlags) stateMode() (*state.Mode, error) {
 			return nil, usageErrorf("--state %q: not a directory", m.Dir)
 		}
 	}
-	if m.Kind == state.Memory {
-		if fl.rounds != 1 && !fl.stateCompare {
-			return nil, usageErrorf("--rounds needs --state-compare")
-		}
-		if fl.stateCompare {
-			return nil, usageErrorf("--state-compare needs --state DIR or nats://… to compare with memory")
-		}
-		return nil, nil
+	if m.Kind == state.Memory && fl.stateCompare {
+		return nil, usageErrorf("--state-compare needs --state DIR or nats://… to compare with memory")
 	}
 	if fl.rounds < 1 {
 		return nil, usageErrorf("--rounds %d: must be at least 1", fl.rounds)
@@ -254,7 +256,7 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	return nil
 }
 
-// benchStateCompare runs cfg's load with no store, then with cfg.State,
+// benchStateCompare runs cfg's load with a memory store, then with cfg.State,
 // --rounds times, and prints them and the cost of durability. Only the
 // last durable run writes the CPU profile: two profiles in one file would
 // not parse.
@@ -262,7 +264,7 @@ func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) e
 	var mems, durs []*loadtest.Report
 	for i := range fl.rounds {
 		memCfg := cfg
-		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile = nil, "", nil
+		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile = &state.Mode{Kind: state.Memory}, "", nil
 		mem, err := loadtest.Run(cmd.Context(), memCfg)
 		if err != nil {
 			if errors.Is(err, loadtest.ErrPolicy) {

@@ -24,6 +24,8 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--window", "0"}, "--window"},
 		{[]string{"bench", "--state", ""}, "--state"},
 		{[]string{"bench", "--state", "nats://user:secret@127.0.0.1:4222"}, "--state"},
+		{[]string{"bench", "--state", "none", "--state-compare"}, "--state none"},
+		{[]string{"bench", "--state", "memory", "--state-compare"}, "--state-compare"},
 		{[]string{"bench", "--state", "http://127.0.0.1:4222"}, "--state"},
 		{[]string{"bench", "--state-compare"}, "--state-compare"},
 		{[]string{"bench", "--state", "/tmp/x", "--state-creds", "/tmp/creds"}, "--state-creds"},

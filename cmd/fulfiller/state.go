@@ -135,9 +135,11 @@ type storeConfig struct {
 	observer      state.Observer
 }
 
-// open opens the store the flags name and starts this member's lease. With
-// --state memory it returns nil: no store at all, pending work lives in
-// this process only (and run says so). ctx bounds the opening only: the
+// open opens the store the flags name and starts this member's lease.
+// --state memory is the same embedded JetStream store with memory storage
+// (DESIGN: the store fulfiller uses in every mode), so claims, records and
+// the operator API behave as in the other modes; nothing survives the
+// process, and run says so. ctx bounds the opening only: the
 // lease is renewed until Close, which removes it, so that a graceful
 // shutdown still holds its work while it answers it.
 func (s *stateFlags) open(ctx context.Context, log *slog.Logger, cfg storeConfig) (*state.Store, error) {
@@ -147,7 +149,6 @@ func (s *stateFlags) open(ctx context.Context, log *slog.Logger, cfg storeConfig
 	}
 	if m.Kind == state.Memory {
 		log.Warn("--state memory: pending work (open prompts, fulfilments in flight, queued answers) dies with this process, and no other fulfiller can share it")
-		return nil, nil
 	}
 	store, err := state.Open(ctx, state.Config{
 		Mode: m, Creds: s.creds, Space: cfg.space, Member: cfg.member,

@@ -88,7 +88,8 @@ type Config struct {
 	CaptureInputs int
 
 	// State is where the fulfiller keeps pending work, as `run --state`
-	// takes it [nil: nowhere but its memory, fulfill.Config.Store nil].
+	// takes it [nil: no store at all, fulfill.Config.Store nil; reported
+	// as "none"].
 	// A run never reuses a store: with a directory it works in a fresh
 	// subdirectory that it removes afterwards; with an external NATS
 	// cluster it uses the space "fulfiller-bench" and proposal ids unique
@@ -255,7 +256,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rep := w.drive(ctx)
 	w.stop()
 	rep.Revision = engine.Revision()
-	rep.State = "memory"
+	rep.State = "none"
 	if cfg.State != nil {
 		rep.State = cfg.State.String()
 	}

@@ -106,7 +106,7 @@ func TestRunReportsFulfillerCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := res.Report
-	if !r.OK() || r.State != "memory" {
+	if !r.OK() || r.State != "none" {
 		t.Fatalf("report %+v", r)
 	}
 	checkCPUFigures(t, r)

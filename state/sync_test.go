@@ -1,0 +1,138 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeFS is a file system whose syncs the test holds and counts.
+type fakeFS struct {
+	started  chan int      // the number of each sync as it starts
+	proceed  chan struct{} // a sync ends when it receives (nil: at once)
+	err      error
+	syncs    atomic.Int32
+	released atomic.Int32
+}
+
+func (f *fakeFS) flush() error {
+	n := int(f.syncs.Add(1))
+	if f.started != nil {
+		f.started <- n
+	}
+	if f.proceed != nil {
+		<-f.proceed
+	}
+	return f.err
+}
+
+func (f *fakeFS) release() error { f.released.Add(1); return nil }
+
+// A write acknowledged while a sync runs is not covered by it: its wait
+// returns after the next sync, which every writer waiting by then shares.
+func TestGroupSyncWaitsForASyncThatStartsAfterTheCall(t *testing.T) {
+	fs := &fakeFS{started: make(chan int, 8), proceed: make(chan struct{})}
+	g := newGroupSync(fs.flush, fs.release)
+	ctx := t.Context()
+
+	first := make(chan error, 1)
+	go func() { first <- g.wait(ctx) }()
+	if n := <-fs.started; n != 1 {
+		t.Fatalf("sync %d started, want 1", n)
+	}
+	// Five writers arrive while sync 1 runs.
+	var wg sync.WaitGroup
+	later := make(chan error, 5)
+	for range 5 {
+		wg.Add(1)
+		go func() { defer wg.Done(); later <- g.wait(ctx) }()
+	}
+	waitUntil(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == 5 })
+	fs.proceed <- struct{}{} // sync 1 ends
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-later:
+		t.Fatalf("a writer that arrived during sync 1 returned after it (%v)", err)
+	case n := <-fs.started:
+		if n != 2 {
+			t.Fatalf("sync %d started, want 2", n)
+		}
+	}
+	fs.proceed <- struct{}{} // sync 2, shared by all five
+	wg.Wait()
+	close(later)
+	for err := range later {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fs.syncs.Load(); n != 2 {
+		t.Errorf("%d syncs for six writers, want 2", n)
+	}
+	g.close()
+	if fs.released.Load() != 1 {
+		t.Error("close did not release the file system")
+	}
+	if err := g.wait(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("wait after close = %v, want ErrClosed", err)
+	}
+}
+
+// A failed sync fails every writer that shared it; a writer whose context
+// ends stops waiting.
+func TestGroupSyncErrors(t *testing.T) {
+	fs := &fakeFS{err: errors.New("EIO")}
+	g := newGroupSync(fs.flush, fs.release)
+	defer g.close()
+	if err := g.wait(t.Context()); err == nil || !errors.Is(err, fs.err) {
+		t.Errorf("wait = %v, want the sync's error", err)
+	}
+
+	held := &fakeFS{started: make(chan int, 1), proceed: make(chan struct{})}
+	h := newGroupSync(held.flush, held.release)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- h.wait(ctx) }()
+	<-held.started
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("wait with its context cancelled = %v", err)
+	}
+	close(held.proceed)
+	h.close()
+}
+
+// soon starts one sync within lazySync that nobody waits for, however
+// often it is called meanwhile, and none after close.
+func TestGroupSyncSoon(t *testing.T) {
+	fs := &fakeFS{}
+	g := newGroupSync(fs.flush, fs.release)
+	for range 100 {
+		g.soon()
+	}
+	waitUntil(t, func() bool { return fs.syncs.Load() == 1 })
+	time.Sleep(3 * lazySync)
+	if n := fs.syncs.Load(); n != 1 {
+		t.Errorf("%d syncs after 100 calls of soon, want 1", n)
+	}
+	g.soon() // armed again, then closed before it fires
+	g.close()
+	time.Sleep(3 * lazySync)
+	if n := fs.syncs.Load(); n != 1 {
+		t.Errorf("a sync ran after close (%d in all)", n)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+	}
+}
