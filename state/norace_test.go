@@ -1,5 +1,0 @@
-//go:build !race
-
-package state
-
-const raceEnabled = false
