@@ -16,21 +16,6 @@ func (f *Fulfiller) decide(p *proposal) {
 	if p.State().Terminal() {
 		return // withdrawn or expired while queued for a worker
 	}
-	if f.cfg.Store != nil && !p.resumed {
-		// Recorded before anything about it is sent: from here on a
-		// restart or a peer resumes it.
-		if err := f.putRecord(p); err != nil {
-			if p.fenced.Load() {
-				f.dropAdopted(p)
-				return
-			}
-			f.log.Error("pending-work store cannot record the proposal; rejected busy", "proposal", p.env.ID, "err", err)
-			if _, ok := f.transition(p, StateRejected, notAnswered); ok {
-				f.answerReject(p, "busy", storeUnavailable)
-			}
-			return
-		}
-	}
 	in := f.input(p, p.params, nil)
 	f.evalSlots <- struct{}{}
 	start := time.Now()

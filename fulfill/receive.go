@@ -169,6 +169,12 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	f.store.add(p)
 	f.mu.Unlock()
 
+	// Recorded before it waits for a decide worker (this is a claim
+	// worker): from here on a restart or a peer resumes it, however long
+	// the queue.
+	if f.cfg.Store != nil && !f.recordAdmitted(p) {
+		return
+	}
 	// Does not block while fewer than MaxPending proposals are live (the
 	// queue has room for all of them); only proposals withdrawn or expired
 	// while queued can crowd it, and workers drop those at once. On
@@ -177,6 +183,25 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	case f.jobs <- p:
 	case <-f.runCtx.Done():
 	}
+}
+
+// recordAdmitted writes the record of a proposal just admitted. If the
+// store cannot take it the proposal is rejected busy, or dropped without a
+// word when the record is someone else's; it reports whether p goes on.
+func (f *Fulfiller) recordAdmitted(p *proposal) bool {
+	err := f.putRecord(p)
+	switch {
+	case err == nil:
+		return true
+	case p.fenced.Load():
+		f.dropAdopted(p)
+	default:
+		f.log.Error("pending-work store cannot record the proposal; rejected busy", "proposal", p.env.ID, "err", err)
+		if _, ok := f.transition(p, StateRejected, notAnswered); ok {
+			f.answerReject(p, "busy", storeUnavailable)
+		}
+	}
+	return false
 }
 
 // addressee applies the package's reading of `to` (see the package doc):

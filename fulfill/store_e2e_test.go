@@ -479,3 +479,51 @@ func TestStoreWithdrawWhileClaiming(t *testing.T) {
 		t.Errorf("p2 ignored for %v, want a duplicate and a spoofed withdrawal", reasons)
 	}
 }
+
+// A proposal waiting for a decide worker is already recorded: killed with
+// every worker busy, the fulfiller resumes all of them after the restart,
+// the ones still queued included, and fulfils each once.
+func TestStoreRestartWhileQueuedForAWorker(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller", func(c *state.Config) { c.MaxPending = 1000 })
+	gated := &fakeDecider{decisions: storeDecisions, gate: make(chan struct{})}
+	cfg := Config{DecideWorkers: 1, MaxPendingPerProposer: 1000, MaxInflight: 1000}
+	h := newStoreHarness(t, "fulfiller", st, cfg, gated)
+	const n = storeWorkers + 2 // one deciding, the rest waiting for it, two in the queue
+	for i := range n {
+		h.deliver(proposalEnv(fmt.Sprintf("q%d", i), "coder", callOf("add")))
+	}
+	waitFor(t, func() bool { return gated.count() == 1 })
+	waitLong(t, "every proposal recorded", func() bool {
+		recs, err := st.List(t.Context())
+		return err == nil && len(recs) == n
+	})
+	h.space.dead.Store(true)
+	st.dead.Store(true)
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller", func(c *state.Config) { c.MaxPending = 1000 })
+	h2 := newStoreHarness(t, "fulfiller", st2, cfg, &fakeDecider{decisions: storeDecisions})
+	called := map[string]int{}
+	for len(called) < n {
+		req := h2.space.next(t)
+		if !isToolsCall(req) {
+			t.Fatalf("sent %s %s, want tools/calls", req.Kind, req.Payload)
+		}
+		called[req.CorrelationID.First()]++
+		h2.deliver(answerFor(t, req))
+	}
+	for _, env := range drain(h2.space, 200*time.Millisecond) {
+		if isToolsCall(env) {
+			called[env.CorrelationID.First()]++
+		}
+	}
+	for id, c := range called {
+		if c != 1 {
+			t.Errorf("%s called %d times", id, c)
+		}
+	}
+}
