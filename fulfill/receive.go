@@ -78,7 +78,14 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		f.mu.Unlock()
 		// Blocks while every claim worker is busy: the reader then waits
 		// as it did for a claim of its own (backpressure on a flood).
-		f.claims <- claimJob{p: p, parseErr: err}
+		// Once Run is stopping it claims here, so that shutdown finds
+		// the proposal and answers it.
+		j := claimJob{p: p, parseErr: err}
+		select {
+		case f.claims <- j:
+		case <-f.runCtx.Done():
+			f.claimAndAdmit(j)
+		}
 		return
 	}
 	f.admit(p, err)

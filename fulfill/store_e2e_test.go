@@ -451,6 +451,7 @@ func TestStoreWithdrawWhileClaiming(t *testing.T) {
 		t.Errorf("p1 stages %v, want %v", got, want)
 	}
 	// p2 is fulfilled once: exactly one tools/call, for p2.
+	h.waitStage(t, "p2", StageFulfilling)
 	var calls []agent.Envelope
 	for _, env := range drain(h.space, 500*time.Millisecond) {
 		if isToolsCall(env) {
