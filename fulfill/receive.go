@@ -46,7 +46,7 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		f.log.Warn("proposal without id or from skipped", "id", env.ID, "from", env.From)
 		return
 	}
-	if f.store.known(env.ID) {
+	if f.store.known(env.ID) || f.isClaiming(env.ID) {
 		// Rule 5: never reject a replayed id: the reject would name the
 		// id and fail the original proposal at its proposer.
 		f.log.Warn("proposal id seen before; ignored", "proposal", env.ID, "from", env.From)
@@ -68,12 +68,6 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		// Claimed off the reader: a claim is a store round trip, and the
 		// reader also carries the responses that end fulfilments.
 		f.mu.Lock()
-		if _, dup := f.claiming[env.ID]; dup {
-			f.mu.Unlock()
-			f.log.Warn("proposal id seen before; ignored", "proposal", env.ID, "from", env.From)
-			f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Reason: "duplicate", Message: "proposal id seen before"})
-			return
-		}
 		f.claiming[env.ID] = p
 		f.mu.Unlock()
 		// Blocks while every claim worker is busy: the reader then waits
@@ -91,42 +85,39 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	f.admit(p, err)
 }
 
+// isClaiming reports whether a proposal with this id waits for its claim:
+// a replay meanwhile is a duplicate. (One that slips between this check
+// and the store's is refused by the store's claim.)
+func (f *Fulfiller) isClaiming(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.claiming[id]
+	return ok
+}
+
 // claimJob is a proposal read from the space, waiting for its claim.
 type claimJob struct {
 	p        *proposal
 	parseErr error
 }
 
-// claimAndAdmit runs on a claim worker: a won claim admits the proposal,
-// unless its proposer withdrew it meanwhile.
+// claimAndAdmit runs on a claim worker: a won claim admits the proposal.
 func (f *Fulfiller) claimAndAdmit(j claimJob) {
-	p := j.p
-	won := f.claim(p)
-	f.mu.Lock()
-	early := won && p.withdrawnEarly
-	if !won || early {
-		delete(f.claiming, p.env.ID)
-	}
-	f.mu.Unlock()
-	switch {
-	case !won:
-		return
-	case early:
-		f.store.seen.Add(p.env.ID, struct{}{})
-		f.emit(p.event(StageReceived))
-		ev := p.event(StageWithdrawn)
-		ev.Reason = p.withdrawReason
-		f.emit(ev)
+	if !f.claim(j.p) {
+		f.mu.Lock()
+		delete(f.claiming, j.p.env.ID)
+		f.mu.Unlock()
 		return
 	}
-	f.admit(p, j.parseErr)
+	f.admit(j.p, j.parseErr)
 }
 
 // admit takes a proposal that is this member's to answer: it is rejected
-// at once (invalid, shutting down, busy) or counted as pending and queued
-// for a decide worker. With a store it leaves f.claiming in the same
-// critical section that makes it pending (or answers it), so a withdrawal
-// always finds it in one of the two.
+// at once (invalid, shutting down, busy), ended if its proposer withdrew
+// it while it was claimed, or counted as pending and queued for a decide
+// worker. With a store it leaves f.claiming in the same critical section
+// that makes it pending (or answers it), so a withdrawal always finds it
+// in one of the two.
 func (f *Fulfiller) admit(p *proposal, err error) {
 	env := p.env
 	f.emit(p.event(StageReceived))
@@ -143,6 +134,13 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	f.mu.Lock()
 	delete(f.claiming, env.ID)
 	switch {
+	case p.withdrawnEarly:
+		f.mu.Unlock()
+		f.store.seen.Add(env.ID, struct{}{})
+		ev := p.event(StageWithdrawn)
+		ev.Reason = p.withdrawReason
+		f.emit(ev)
+		return
 	case f.closing:
 		f.mu.Unlock()
 		f.store.seen.Add(env.ID, struct{}{})
@@ -244,23 +242,18 @@ func (f *Fulfiller) addressee(env agent.Envelope, tool string) (target string, m
 func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	pid := env.CorrelationID.First()
 	f.mu.Lock()
-	if c, claiming := f.claiming[pid]; claiming && env.From == c.env.From {
+	p, ok := f.claiming[pid]
+	if ok && env.From == p.env.From {
 		// Not decided yet: the claim worker ends it once claimed.
-		c.withdrawnEarly, c.withdrawReason = true, reasonOf(env.Payload)
+		p.withdrawnEarly, p.withdrawReason = true, reasonOf(env.Payload)
 		f.mu.Unlock()
 		f.log.Debug("proposal withdrawn while it was being claimed", "proposal", pid)
 		return
-	} else if claiming {
-		f.mu.Unlock()
-		f.log.Warn("withdrawal by someone other than the proposer ignored (spoof attempt?)",
-			"proposal", pid, "proposer", c.env.From, "from", env.From)
-		ev := Event{Stage: StageIgnored, ProposalID: pid, Proposer: c.env.From, Method: c.method, Tool: c.tool}
-		ev.Reason, ev.Message = "spoofed_withdraw", "withdrawal from "+env.From
-		f.emit(ev)
-		return
 	}
 	f.mu.Unlock()
-	p, ok := f.store.get(pid)
+	if !ok {
+		p, ok = f.store.get(pid)
+	}
 	if !ok {
 		f.log.Debug("withdrawal of an unknown or finished proposal", "proposal", pid, "from", env.From)
 		return
