@@ -94,11 +94,22 @@ func (f *Fulfiller) sendAndGet(env agent.Envelope) (agent.Envelope, error) {
 // releasing whatever p held: its fulfilment slot, its place in the pending
 // store. Exactly one caller can end a proposal; the others get ok=false.
 func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) (prev State, ok bool) {
+	prev, next, ok := f.end(p, to, allowed)
+	if ok {
+		f.release(p, next)
+	}
+	return prev, ok
+}
+
+// end is transition's part in memory: p's state, the pending counts and
+// its fulfilment slot, whose next holders it returns. From here on p no
+// longer counts as pending for anyone (input.pending included).
+func (f *Fulfiller) end(p *proposal, to State, allowed func(State) bool) (prev State, next []*proposal, ok bool) {
 	f.mu.Lock()
 	prev = p.State()
 	if prev.Terminal() || !allowed(prev) {
 		f.mu.Unlock()
-		return prev, false
+		return prev, nil, false
 	}
 	p.state.Store(int32(to))
 	f.live--
@@ -106,7 +117,6 @@ func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) 
 	if f.byProposer[p.env.From]--; f.byProposer[p.env.From] <= 0 {
 		delete(f.byProposer, p.env.From)
 	}
-	var next []*proposal
 	if prev == StateFulfilling {
 		p.fulfilTimer.Stop()
 		if p.goneTimer != nil {
@@ -119,11 +129,17 @@ func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) 
 	}
 	f.mu.Unlock()
 	f.store.remove(p)
+	return prev, next, true
+}
+
+// release is transition's part in the store, once end has ended p: the
+// end of its record, then the requests of the proposals next in line for
+// its fulfilment slot.
+func (f *Fulfiller) release(p *proposal, next []*proposal) {
 	f.dropRecord(p)
 	for _, q := range next {
 		f.sendRequest(q)
 	}
-	return prev, true
 }
 
 // Payloads fulfiller writes. Structs keep the key order of PROTOCOL.md on

@@ -180,29 +180,17 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 		f.emit(ev)
 		return
 	}
-	if p.responded.Swap(true) {
-		f.checkAnswered(cid, env) // the same answer again, or a forgery
+	f.waitWritten(p)
+	// Ended here, on the reader, so that what it reads next (a new
+	// proposal from the same proposer) no longer counts this one as
+	// pending; the store's part (the record's end, the request of a
+	// proposal queued for the freed slot) is not done on the reader, or
+	// every frame of the space would wait for those writes.
+	_, next, ok := f.end(p, StateFulfilled, isState(StateFulfilling))
+	if !ok {
 		return
 	}
 	f.answered.Add(cid, &answeredRequest{p: p, response: env.ID, digest: sha256.Sum256(env.Payload)})
-	// Ending the fulfilment writes to the store (the record's end, and
-	// the request of a proposal queued for the freed slot): not on the
-	// reader, or every frame of the space would wait for those writes.
-	// Once per proposal (responded), so a flood of answers starts no
-	// more goroutines than there are fulfilments in flight.
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		f.endFulfilment(p, env, resp)
-	}()
-}
-
-// endFulfilment ends p's fulfilment with its target's response env.
-func (f *Fulfiller) endFulfilment(p *proposal, env agent.Envelope, resp agent.RPCResponse) {
-	f.waitWritten(p)
-	if _, ok := f.transition(p, StateFulfilled, isState(StateFulfilling)); !ok {
-		return
-	}
 	ev := p.event(StageFulfilled)
 	ev.Result, ev.Latency = resp.Result, time.Since(p.requestSent)
 	if resp.Error != nil {
@@ -210,6 +198,11 @@ func (f *Fulfiller) endFulfilment(p *proposal, env agent.Envelope, resp agent.RP
 	}
 	ev.By = p.approvedBy
 	f.emit(ev)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.release(p, next)
+	}()
 }
 
 // Reasons of StageIgnored events about answers that claim to come from a

@@ -89,9 +89,6 @@ type proposal struct {
 	// spoofed is set once a forged answer to this proposal was recorded,
 	// so that a flood of them makes one decision-log line, not thousands.
 	spoofed atomic.Bool
-	// responded is set by the first valid response to the fulfilment
-	// request: that one ends the fulfilment (see onResponse).
-	responded atomic.Bool
 	// withdrawnEarly is set (under Fulfiller.mu) by the proposer's
 	// withdrawal while the proposal was being claimed; withdrawReason is
 	// the reason it gave.

@@ -103,7 +103,9 @@ func TestEvalExamples(t *testing.T) {
 
 func TestEvalStdinAndExplain(t *testing.T) {
 	env := `{"protocol":"mew/v0.4","id":"p","from":"coder","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/tmp/x"}}}}`
-	stdout, _, code := cli(t, env, "eval", "--policy", examplePolicies, "--data", exampleData, "--input", "-", "--explain")
+	// A minute, not the 100ms default: an explained evaluation on a loaded
+	// CI machine can take longer, and would fail closed.
+	stdout, _, code := cli(t, env, "eval", "--policy", examplePolicies, "--data", exampleData, "--input", "-", "--explain", "--policy-timeout", "1m")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -168,7 +170,7 @@ func TestEvalFailsClosed(t *testing.T) {
 // one line with " ; ".
 func TestEvalConflictAsOPAPrintsIt(t *testing.T) {
 	file := filepath.Join(testPolicies, "conflict", "policy.rego")
-	_, stderr, code := cli(t, "", "eval", "--policy", filepath.Dir(file), "--input", filepath.Join(proposals, "write-dev.json"))
+	_, stderr, code := cli(t, "", "eval", "--policy", filepath.Dir(file), "--input", filepath.Join(proposals, "write-dev.json"), "--policy-timeout", "1m")
 	want := "fulfiller: the policy failed, so this is the fail-closed reject: policy evaluation: " + file +
 		":6: eval_conflict_error: rule data.fulfiller.decision produced conflicting values:\n" +
 		`  {"action": "fulfill"} at ` + file + ":4\n" +
@@ -179,7 +181,7 @@ func TestEvalConflictAsOPAPrintsIt(t *testing.T) {
 }
 
 func TestEvalDefaultPolicy(t *testing.T) {
-	stdout, _, code := cli(t, "", "eval", "--input", filepath.Join(proposals, "read.json"))
+	stdout, _, code := cli(t, "", "eval", "--input", filepath.Join(proposals, "read.json"), "--policy-timeout", "1m")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
