@@ -257,25 +257,9 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 		workers = max(workers, storeWorkers)
 	}
 	f.evalSlots = make(chan struct{}, f.cfg.DecideWorkers)
-	for range workers {
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			for p := range f.jobs {
-				f.decide(p)
-			}
-		}()
-	}
+	startWorkers(&f.wg, workers, f.jobs, f.decide)
 	if f.cfg.Store != nil {
-		for range storeWorkers {
-			f.claimWG.Add(1)
-			go func() {
-				defer f.claimWG.Done()
-				for j := range f.claims {
-					f.claimAndAdmit(j)
-				}
-			}()
-		}
+		startWorkers(&f.claimWG, storeWorkers, f.claims, f.claimAndAdmit)
 	}
 	evictDone := make(chan struct{})
 	f.wg.Add(1)
@@ -368,6 +352,20 @@ func (f *Fulfiller) drainEvictions(done <-chan struct{}) {
 				f.reject(p, "timeout", fmt.Sprintf("not decided within %s", f.cfg.PendingTTL))
 			}
 		}
+	}
+}
+
+// startWorkers starts n goroutines that do work on what jobs carries
+// until it is closed; wg waits for them.
+func startWorkers[T any](wg *sync.WaitGroup, n int, jobs <-chan T, work func(T)) {
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				work(j)
+			}
+		}()
 	}
 }
 
