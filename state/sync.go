@@ -114,17 +114,19 @@ func (g *groupSync) loop() {
 	}
 }
 
-// close waits for a sync under way to finish and releases the file
-// system handle; later waits fail with ErrClosed.
+// close waits for a sync under way to finish, makes the one soon promised
+// now, and releases the file system handle; later waits fail with
+// ErrClosed.
 func (g *groupSync) close() {
 	g.mu.Lock()
 	g.closed = true
-	if g.lazy != nil {
-		g.lazy.Stop()
-		g.lazy = nil
-	}
+	promised := g.lazy != nil && g.lazy.Stop()
+	g.lazy = nil
 	g.mu.Unlock()
 	g.idle.Wait()
+	if promised {
+		_ = g.flush() // nobody to tell: as the timer's sync would have
+	}
 	g.release()
 }
 

@@ -108,7 +108,8 @@ func TestGroupSyncErrors(t *testing.T) {
 }
 
 // soon starts one sync within lazySync that nobody waits for, however
-// often it is called meanwhile, and none after close.
+// often it is called meanwhile; close makes a promised one at once, and
+// none starts after close.
 func TestGroupSyncSoon(t *testing.T) {
 	fs := &fakeFS{}
 	g := newGroupSync(fs.flush, fs.release)
@@ -120,10 +121,14 @@ func TestGroupSyncSoon(t *testing.T) {
 	if n := fs.syncs.Load(); n != 1 {
 		t.Errorf("%d syncs after 100 calls of soon, want 1", n)
 	}
-	g.soon() // armed again, then closed before it fires
+	g.soon() // armed again, then closed before it fires: close syncs
 	g.close()
+	if n := fs.syncs.Load(); n != 2 {
+		t.Errorf("%d syncs after close with a sync promised, want 2", n)
+	}
+	g.soon()
 	time.Sleep(3 * lazySync)
-	if n := fs.syncs.Load(); n != 1 {
+	if n := fs.syncs.Load(); n != 2 {
 		t.Errorf("a sync ran after close (%d in all)", n)
 	}
 }
