@@ -244,7 +244,7 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	f.mu.Lock()
 	p, ok := f.claiming[pid]
 	if ok && env.From == p.env.From {
-		// Not decided yet: the claim worker ends it once claimed.
+		// Not decided yet: admit ends it once it is claimed.
 		p.withdrawnEarly, p.withdrawReason = true, reasonOf(env.Payload)
 		f.mu.Unlock()
 		f.log.Debug("proposal withdrawn while it was being claimed", "proposal", pid)

@@ -9,8 +9,10 @@
 //   - memory: an embedded, in-process NATS server whose buckets use
 //     JetStream memory storage. Nothing survives Close.
 //   - DIR: the same embedded server with file storage in DIR (created 0700),
-//     no port opened (in-process connection), and sync_interval "always":
-//     a write this package acknowledges has been fsynced.
+//     no port opened (in-process connection). An acknowledged write is in
+//     the kernel (it survives the process); Update, Enqueue and Ack also
+//     wait for a sync of the file system shared by every writer waiting
+//     (see groupSync), and Delete starts one within 50 ms.
 //   - nats://… or tls://…: an external NATS cluster shared by a group of
 //     fulfillers.
 //

@@ -15,8 +15,8 @@ const (
 	// Memory is an embedded server with JetStream memory storage: nothing
 	// persists.
 	Memory Kind = iota + 1
-	// Dir is an embedded server with a file store in a directory, synced on
-	// every write.
+	// Dir is an embedded server with a file store in a directory, synced
+	// before what DESIGN requires on disk (see groupSync).
 	Dir
 	// External is a NATS cluster reached over the network.
 	External
