@@ -50,7 +50,7 @@ func TestGroupSyncWaitsForASyncThatStartsAfterTheCall(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); later <- g.wait(ctx) }()
 	}
-	waitUntil(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == 5 })
+	waitUntil(t, "five writers waiting", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == 5 })
 	fs.proceed <- struct{}{} // sync 1 ends
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestGroupSyncSoon(t *testing.T) {
 	for range 100 {
 		g.soon()
 	}
-	waitUntil(t, func() bool { return fs.syncs.Load() == 1 })
+	waitUntil(t, "the sync soon promised", func() bool { return fs.syncs.Load() == 1 })
 	time.Sleep(3 * lazySync)
 	if n := fs.syncs.Load(); n != 1 {
 		t.Errorf("%d syncs after 100 calls of soon, want 1", n)
@@ -133,11 +133,15 @@ func TestGroupSyncSoon(t *testing.T) {
 	}
 }
 
-func waitUntil(t *testing.T, cond func() bool) {
+// waitUntil fails t unless cond holds within 10s (eventually's polling).
+func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+	if err := eventually(10*time.Second, func() error {
+		if cond() {
+			return nil
 		}
+		return errors.New("not yet")
+	}); err != nil {
+		t.Fatalf("%s: not within 10s", what)
 	}
 }
