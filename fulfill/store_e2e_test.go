@@ -137,6 +137,8 @@ func TestStoreRestartResumes(t *testing.T) {
 	cfg := Config{Escalator: esc, FulfillTimeout: 3 * time.Second}
 	h := newStoreHarness(t, "fulfiller", st, cfg, &fakeDecider{decisions: storeDecisions})
 
+	// The request's deadline starts when it is sent, which is after this.
+	sentAt := time.Now()
 	h.deliver(proposalEnv("inflight", "coder", callOf("add")))
 	req := h.space.next(t)
 	if !isToolsCall(req) {
@@ -148,7 +150,6 @@ func TestStoreRestartResumes(t *testing.T) {
 	}
 	h.deliver(proposalEnv("expiring", "coder", callOf("soon")))
 	soon := esc.next(t)
-	sentAt := time.Now()
 
 	// kill -9: nothing more reaches the wire or the store.
 	h.space.dead.Store(true)
