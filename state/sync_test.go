@@ -83,6 +83,78 @@ func TestGroupSyncWaitsForASyncThatStartsAfterTheCall(t *testing.T) {
 	}
 }
 
+// Under load a sync waits syncLinger for more writers before it starts,
+// and they all share it; on a quiet store a write is synced at once.
+func TestGroupSyncLingersOnlyWhenBusy(t *testing.T) {
+	fs := &fakeFS{started: make(chan int, 8), proceed: make(chan struct{})}
+	g := newGroupSync(fs.flush, fs.release)
+	defer g.close()
+	var clock atomic.Int64 // nanoseconds since an arbitrary start
+	clock.Store(int64(time.Hour))
+	g.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	sleeps, wake := make(chan time.Duration), make(chan struct{})
+	g.sleep = func(d time.Duration) { sleeps <- d; <-wake }
+	ctx := t.Context()
+	waitFor := func(n int) {
+		t.Helper()
+		waitUntil(t, "writers waiting", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == n })
+	}
+	syncStarts := func(want int) {
+		t.Helper()
+		select {
+		case d := <-sleeps:
+			t.Fatalf("sync %d lingered %v on a quiet store", want, d)
+		case n := <-fs.started:
+			if n != want {
+				t.Fatalf("sync %d started, want %d", n, want)
+			}
+		}
+	}
+
+	a := make(chan error, 1)
+	go func() { a <- g.wait(ctx) }()
+	syncStarts(1) // the first write of a quiet store: no linger
+	later := make(chan error, 2)
+	go func() { later <- g.wait(ctx) }()
+	waitFor(1)
+	fs.proceed <- struct{}{} // sync 1 ends; a writer is waiting: busy
+	if err := <-a; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-sleeps:
+		if d != syncLinger {
+			t.Fatalf("lingered %v, want %v", d, syncLinger)
+		}
+	case n := <-fs.started:
+		t.Fatalf("sync %d started at once on a busy store", n)
+	}
+	go func() { later <- g.wait(ctx) }() // arrives during the linger
+	waitFor(2)
+	wake <- struct{}{}
+	if n := <-fs.started; n != 2 {
+		t.Fatalf("sync %d started, want 2", n)
+	}
+	fs.proceed <- struct{}{}
+	for range 2 {
+		if err := <-later; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fs.syncs.Load(); n != 2 {
+		t.Fatalf("%d syncs for three writers, want 2: the one that lingered is shared", n)
+	}
+
+	clock.Add(int64(syncBusy)) // quiet again
+	d := make(chan error, 1)
+	go func() { d <- g.wait(ctx) }()
+	syncStarts(3)
+	fs.proceed <- struct{}{}
+	if err := <-d; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A failed sync fails every writer that shared it; a writer whose context
 // ends stops waiting.
 func TestGroupSyncErrors(t *testing.T) {

@@ -210,6 +210,11 @@ type Report struct {
 	ProfiledCPUSeconds float64 `json:"profiled_cpu_seconds,omitempty"`
 	ProfileError       string  `json:"profile_error,omitempty"`
 
+	// StoreOps is the latency of each kind of state store operation in
+	// the run (claim, put, update, sync, delete, …): successful ones, from
+	// the first send to the end. Nil without a store.
+	StoreOps map[string]Percentiles `json:"store_ops,omitempty"`
+
 	PeakRSS  uint64 `json:"peak_rss_bytes"`  // VmHWM of the whole process (space, tool, fulfiller, proposers)
 	PeakHeap uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
 
@@ -270,6 +275,7 @@ type world struct {
 	srv       *space.Server
 	proposers []*wireProposer
 	capture   *inputCapture
+	storeOps  *storeOps // the store's operations, when the run has one
 	cleanups  []func()
 	// idBase starts every proposal id: "bench-", or "bench-<nonce>-"
 	// where the store outlives the run and remembers ids as seen.
@@ -286,7 +292,7 @@ func (w *world) stop() {
 }
 
 func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *world, err error) {
-	w = &world{cfg: cfg, capture: &inputCapture{max: cfg.CaptureInputs}, idBase: "bench-"}
+	w = &world{cfg: cfg, capture: &inputCapture{max: cfg.CaptureInputs}, storeOps: newStoreOps(), idBase: "bench-"}
 	// Not w: every failure returns a nil w.
 	started := w
 	defer func() {
@@ -430,7 +436,7 @@ func (w *world) openStore(ctx context.Context) (*state.Store, error) {
 		w.idBase = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
 	}
 	st, err := state.Open(ctx, state.Config{Mode: mode, Creds: w.cfg.StateCreds, Space: spaceID,
-		Member: "fulfiller", MaxPending: w.cfg.MaxPending, Logger: w.cfg.Logger})
+		Member: "fulfiller", MaxPending: w.cfg.MaxPending, Logger: w.cfg.Logger, Observer: w.storeOps})
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: open state %s: %w", mode, err)
 	}
@@ -588,6 +594,7 @@ func (w *world) drive(ctx context.Context) Report {
 	var prof bytes.Buffer
 	profErr := pprof.StartCPUProfile(&prof)
 	cpu0 := cpuTime()
+	w.storeOps.reset()
 	t.start = time.Now()
 
 	receivers := make([]*receiver, len(w.proposers))
@@ -739,6 +746,7 @@ func (w *world) drive(ctx context.Context) Report {
 	}
 	rep.Latency = lat.percentiles()
 	rep.ToolRoundTrip = toolLat.percentiles()
+	rep.StoreOps = w.storeOps.percentiles()
 	if profErr == nil {
 		profErr = w.cpuShares(&rep, prof.Bytes())
 	}

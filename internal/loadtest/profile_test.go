@@ -106,7 +106,7 @@ func TestRunReportsFulfillerCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := res.Report
-	if !r.OK() || r.State != "none" {
+	if !r.OK() || r.State != "none" || r.StoreOps != nil {
 		t.Fatalf("report %+v", r)
 	}
 	checkCPUFigures(t, r)
@@ -132,8 +132,16 @@ func TestRunWithDirState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := res.Report; !r.OK() || r.State != dir {
+		r := res.Report
+		if !r.OK() || r.State != dir {
 			t.Fatalf("run %d: report %+v", i, r)
+		}
+		// Where durability's cost goes: one claim per proposal, one synced
+		// update per fulfilment request, syncs shared by those updates.
+		ops := r.StoreOps
+		if ops["claim"].Count != int(r.Sent) || ops["update"].Count != int(r.Outcomes["fulfilled"]) ||
+			ops["sync"].Count < 1 || ops["sync"].Count > ops["update"].Count || ops["claim"].P50 <= 0 {
+			t.Errorf("run %d: store ops %+v for %d proposals, %d fulfilled", i, ops, r.Sent, r.Outcomes["fulfilled"])
 		}
 		left, err := os.ReadDir(dir)
 		if err != nil || len(left) != 0 {

@@ -39,6 +39,13 @@ func (r *Report) WriteText(w io.Writer) {
 	} else if r.ProfileError != "" {
 		fmt.Fprintf(w, "fulfiller CPU per proposal: not measured (%s)\n", r.ProfileError)
 	}
+	if len(r.StoreOps) > 0 {
+		fmt.Fprintln(w, "store ops       (latency of each successful operation of the state store)")
+		for _, op := range slices.Sorted(maps.Keys(r.StoreOps)) {
+			p := r.StoreOps[op]
+			fmt.Fprintf(w, "  %-8s %7d  %s\n", op, p.Count, pct(p))
+		}
+	}
 	fmt.Fprintf(w, "peak memory     RSS %s (VmHWM, whole process), heap %s (sampled)\n", mib(r.PeakRSS), mib(r.PeakHeap))
 	if r.Stalled {
 		fmt.Fprintln(w, "STALLED: nothing was answered for the stall timeout; the run was cut short")
