@@ -173,6 +173,7 @@ func TestClaimReplayAfterManyIDs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 000 claims")
 	}
+	t.Parallel() // a server process of its own
 	srv := startNATSProcess(t)
 	cfg := Config{Mode: Mode{Kind: External, URLs: []string{srv.url}}, Space: "flood", Member: "m"}
 	s := openStore(t, cfg)

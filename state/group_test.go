@@ -224,6 +224,8 @@ func TestNextRPCIDUniqueAcrossMembers(t *testing.T) {
 func TestClusterNodeLoss(t *testing.T) {
 	// A cluster of its own: it is taken down and brought back, and a
 	// cluster that recovers badly must not take the other tests with it.
+	// Mostly waiting for elections, so it runs beside the other tests.
+	t.Parallel()
 	cl, err := natstest.StartCluster(3, "node-loss", natstest.Options{Log: os.Getenv("STATE_TEST_NATS_LOG") != ""})
 	if err != nil {
 		t.Fatal(err)
