@@ -6,6 +6,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // reject ends p with an mcp/reject, unless it has already been answered.
@@ -28,12 +29,7 @@ func (f *Fulfiller) reject(p *proposal, reason, message string) {
 // gateway, which comes later as a system/error, is reported by onRefusal.
 func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 	if p.fenced.Load() {
-		// Its record is another member's (or its end is not recorded):
-		// whoever holds the record answers, once.
-		f.log.Info("reject not sent: the proposal's record is not this member's", "proposal", p.env.ID, "reason", reason)
-		ev := p.event(StageIgnored)
-		ev.Reason, ev.Message = ReasonAdopted, "not answered here ("+reason+"): the proposal's record is not this member's"
-		f.emit(ev)
+		f.notAnsweredHere(p, reason)
 		return false
 	}
 	ev := p.event(StageRejected)
@@ -43,8 +39,32 @@ func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 		// rather than leave the proposer waiting.
 		f.log.Error("reject not recorded in the decision log; sending it anyway", "proposal", p.env.ID, "reason", reason, "err", err)
 	}
+	rej := state.Reject{EnvelopeID: agent.NewID(f.space.ID()), Reason: reason, Message: message}
+	if !f.markAnswered(p, rej) {
+		f.notAnsweredHere(p, reason)
+		return false
+	}
+	return f.writeReject(p, ev, rej)
+}
+
+// notAnsweredHere reports a reject this member does not send: the
+// proposal's record is another member's (or its end could not be recorded
+// while peers may adopt it), and whoever holds the record answers, once.
+func (f *Fulfiller) notAnsweredHere(p *proposal, reason string) {
+	f.log.Info("reject not sent: the proposal's record is not this member's", "proposal", p.env.ID, "reason", reason)
+	ev := p.event(StageIgnored)
+	ev.Reason, ev.Message = ReasonAdopted, "not answered here ("+reason+"): the proposal's record is not this member's"
+	f.emit(ev)
+}
+
+// writeReject writes the reject rej (recorded by markAnswered, or resumed
+// from a record in phase Answered) and then ends p's record, whether or
+// not the write succeeded: an unwritten reject is the agent's outbox's to
+// deliver, and is reported undelivered.
+func (f *Fulfiller) writeReject(p *proposal, ev Event, rej state.Reject) bool {
+	reason, message := rej.Reason, rej.Message
 	env := agent.Envelope{
-		ID:            agent.NewID(f.space.ID()),
+		ID:            rej.EnvelopeID,
 		To:            []string{p.env.From},
 		Kind:          agent.KindReject,
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
@@ -54,7 +74,8 @@ func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 	// returns; it waits for written.
 	sent := &sentReject{p: p, written: make(chan struct{})}
 	f.rejects.Add(env.ID, sent)
-	rej, err := f.sendAndGet(env)
+	rej2, err := f.sendAndGet(env)
+	f.dropRecord(p)
 	f.countShutdownAnswer(err == nil)
 	if err != nil {
 		f.rejects.Remove(env.ID)
@@ -71,7 +92,7 @@ func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 	if _, err := f.sendAndGet(agent.Envelope{
 		To:            []string{p.env.From},
 		Kind:          agent.KindChat,
-		CorrelationID: agent.CorrelationIDs{rej.ID},
+		CorrelationID: agent.CorrelationIDs{rej2.ID},
 		Payload:       agent.MustPayload(chatPayload{Text: message, Format: "plain"}),
 	}); err != nil {
 		f.log.Warn("reject explanation not sent", "proposal", p.env.ID, "err", err)
@@ -96,7 +117,7 @@ func (f *Fulfiller) sendAndGet(env agent.Envelope) (agent.Envelope, error) {
 func (f *Fulfiller) transition(p *proposal, to State, allowed func(State) bool) (prev State, ok bool) {
 	prev, next, ok := f.end(p, to, allowed)
 	if ok {
-		f.release(p, next)
+		f.release(p, to, next)
 	}
 	return prev, ok
 }
@@ -133,10 +154,13 @@ func (f *Fulfiller) end(p *proposal, to State, allowed func(State) bool) (prev S
 }
 
 // release is transition's part in the store, once end has ended p: the
-// end of its record, then the requests of the proposals next in line for
-// its fulfilment slot.
-func (f *Fulfiller) release(p *proposal, next []*proposal) {
-	f.dropRecord(p)
+// end of its record (a rejected one's ends after its reject, in
+// answerReject), then the requests of the proposals next in line for its
+// fulfilment slot.
+func (f *Fulfiller) release(p *proposal, to State, next []*proposal) {
+	if to != StateRejected {
+		f.dropRecord(p)
+	}
 	for _, q := range next {
 		f.sendRequest(q)
 	}

@@ -45,9 +45,12 @@
 //     (envelope id, JSON-RPC id, target, sent, deadline) before the
 //     tools/call is written. Update failing → no request; reject "other",
 //     or nothing when the record was adopted (state.ErrConflict).
-//   - answer.go: the record is deleted as the proposal ends and before its
-//     answer is written (see dropRecord): an answer goes out at most once,
-//     and a member whose work was adopted sends nothing more about it.
+//   - answer.go: a reject is recorded (phase answered, with its envelope
+//     id) before it is written and the record deleted after (see
+//     markAnswered): a crash in between leaves a record whose resumer
+//     sends the same reject again, so a proposer is never left without
+//     its answer; a member whose work was adopted sends nothing more
+//     about it. Ends with nothing to send delete the record at once.
 //   - recover.go: on Run, this member's own records are resumed; then the
 //     work of members whose lease lapsed is adopted and resumed the same
 //     way (open prompts asked again from this member with the same ids, a

@@ -201,7 +201,7 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		f.release(p, next)
+		f.release(p, StateFulfilled, next)
 	}()
 }
 

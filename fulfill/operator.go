@@ -84,7 +84,9 @@ func (f *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 	}
 	out := own
 	for _, r := range recs {
-		if !here[r.ProposalID] {
+		// An answered record is not pending work: its reject is being
+		// written, and the record ends right after.
+		if !here[r.ProposalID] && r.Phase != state.Answered {
 			out = append(out, recordSnapshot(r))
 		}
 	}
@@ -194,11 +196,13 @@ const maxTakes = 10
 // would be a write at the revision it knew) and so sends nothing more
 // about the proposal; WatchRecords tells it to drop the proposal at once.
 // Then it ends the proposal here as a local cancel does: the record is
-// deleted before the answer is written (at most one answer), the prompts
-// the owner recorded and that are still open get notifications/cancelled
+// deleted before the answer is written (here a crash in between still
+// leaves the proposer to its own timeout; the other ends record the
+// reject first, see markAnswered), the prompts the owner recorded and that are still open get notifications/cancelled
 // from this member without being asked again (PromptCanceller), and the
 // proposer gets reject "other". A record whose fulfilment request is
-// written is refused with ErrAnswered, as locally.
+// written, or whose reject is being written, is refused with ErrAnswered,
+// as locally.
 func (f *Fulfiller) cancelInGroup(id, by string) error {
 	ctx, cancel := f.storeContext()
 	defer cancel()
@@ -212,7 +216,7 @@ func (f *Fulfiller) cancelInGroup(id, by string) error {
 	switch {
 	case errors.Is(err, state.ErrNotFound):
 		return fmt.Errorf("cancel %s: %w", id, ErrUnknownProposal)
-	case errors.Is(err, state.ErrFulfilling):
+	case errors.Is(err, state.ErrFulfilling), errors.Is(err, state.ErrAnswered):
 		return fmt.Errorf("cancel %s: %w", id, ErrAnswered)
 	case errors.Is(err, state.ErrConflict):
 		return fmt.Errorf("cancel %s: the proposal kept changing while it was taken from its owner; try again: %w", id, err)

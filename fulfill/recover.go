@@ -115,6 +115,8 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 	f.emit(ev)
 
 	switch {
+	case r.Phase == state.Answered && r.Reject != nil:
+		f.resendReject(p, *r.Reject)
 	case perr != nil:
 		f.reject(p, "invalid", perr.Error()) // cannot happen: it was admitted
 	case r.Request != nil:
@@ -153,6 +155,22 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		case <-f.runCtx.Done():
 		}
 	}
+}
+
+// resendReject sends again the reject recorded just before a crash (or
+// before the lapsed member's end): the same envelope, so that a proposer
+// that already has it sees a repeat, and one that does not is answered.
+// Nothing else is done for the proposal: it was decided.
+func (f *Fulfiller) resendReject(p *proposal, rej state.Reject) {
+	_, next, ok := f.end(p, StateRejected, notAnswered)
+	if !ok {
+		return
+	}
+	f.release(p, StateRejected, next)
+	f.log.Info("reject recorded before the restart sent again", "proposal", p.env.ID, "reason", rej.Reason, "envelope", rej.EnvelopeID)
+	ev := p.event(StageRejected)
+	ev.Reason, ev.Message = rej.Reason, rej.Message
+	f.writeReject(p, ev, rej)
 }
 
 // awaitResumed waits for the response to a fulfilment request written

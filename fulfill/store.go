@@ -31,6 +31,10 @@ type Store interface {
 	Put(ctx context.Context, p *state.Pending) error
 	Update(ctx context.Context, p *state.Pending) error
 	Delete(ctx context.Context, p *state.Pending) error
+	// MarkAnswered records, just before a reject is written, which reject
+	// ends p (phase state.Answered): whoever resumes the record sends the
+	// same reject again instead of leaving the proposer without one.
+	MarkAnswered(ctx context.Context, p *state.Pending) error
 	// List is the group's pending work; Owned is this member's.
 	List(ctx context.Context) ([]*state.Pending, error)
 	Owned(ctx context.Context) ([]*state.Pending, error)
@@ -214,19 +218,13 @@ func (f *Fulfiller) saveRecord(p *proposal, change func(r *state.Pending)) error
 	return nil
 }
 
-// dropRecord deletes p's record as p ends, before its answer (if any) is
-// written. Deleting first is what makes an answer go out at most once: a
-// record is resumed after a restart and adopted by peers, so an answer
-// written while its record lived could be written again by whoever resumes
-// it (and a reject followed by a resumed fulfilment would contradict it).
-// The cost is the window between the delete and the write: a crash there
-// leaves the proposer to its own timeout. The delete is also the fence: if
-// the record was adopted (state.ErrConflict) p is fenced and answerReject
-// sends nothing. If the store cannot be reached, the answer is held back
-// only while group peers are live (one of them may adopt the record and
-// answer); a member alone answers anyway, as with a failed claim, and the
-// record left behind is resumed when the store is back (the residual risk
-// of a second answer is logged).
+// dropRecord deletes p's record as p ends: at once when nothing is sent
+// about its end (fulfilled, withdrawn, superseded), after the reject when
+// there is one (see markAnswered). The delete is also the fence: if the
+// record was adopted (state.ErrConflict) p is fenced and nothing more is
+// sent about it. If the store cannot be reached, the record is left for
+// when it is back, where it is resumed (the residual risk of a second
+// answer is logged).
 func (f *Fulfiller) dropRecord(p *proposal) {
 	if f.cfg.Store == nil {
 		return
@@ -245,11 +243,58 @@ func (f *Fulfiller) dropRecord(p *proposal) {
 	case errors.Is(err, state.ErrConflict):
 		p.fenced.Store(true)
 		f.log.Warn("proposal adopted by another member of the group; this member sends nothing more about it", "proposal", p.env.ID)
-	case err != nil && f.group.peers.Load():
-		p.fenced.Store(true)
-		f.log.Error("end of proposal not recorded in the pending-work store; its answer is not sent, so that the member that adopts the record answers once", "proposal", p.env.ID, "err", err)
 	case err != nil:
-		f.log.Error("end of proposal not recorded in the pending-work store; answered anyway (no group peer could), the record is left for when the store is back", "proposal", p.env.ID, "err", err)
+		// Resumed when the store is back: an answered record sends its
+		// reject again (the same envelope), a fulfilled one waits for a
+		// response that already came and times out.
+		f.log.Error("end of proposal not recorded in the pending-work store; the record is left for when the store is back, which may answer it a second time", "proposal", p.env.ID, "err", err)
+	}
+}
+
+// markAnswered records, before p's reject is written, that this reject
+// ends p (state.Answered), and reports whether to send it. The record
+// stays until the reject is out (answerReject deletes it then): a crash in
+// between leaves a record whose resumer sends the same envelope again, so
+// the proposer is answered at least once, and never contradicted (a
+// resumed answered record is never decided, asked or fulfilled again).
+// Before, the record was deleted first and a crash in that window left
+// the proposer to its own timeout.
+//
+// The write is the fence, as the delete was: if the record is another
+// member's (state.ErrConflict) p is fenced and nothing is sent. If the
+// store cannot be reached, the reject is held back while group peers are
+// live (one of them may adopt the record and answer); a member alone
+// answers anyway, as with a failed claim.
+func (f *Fulfiller) markAnswered(p *proposal, rej state.Reject) bool {
+	if f.cfg.Store == nil {
+		return true
+	}
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	if p.rec == nil {
+		return !p.fenced.Load()
+	}
+	next := *p.rec
+	next.Phase, next.Reject = state.Answered, &rej
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	err := f.cfg.Store.MarkAnswered(ctx, &next)
+	switch {
+	case err == nil:
+		p.rec = &next
+		return true
+	case errors.Is(err, state.ErrConflict):
+		p.fenced.Store(true)
+		p.rec = nil
+		f.log.Warn("proposal adopted by another member of the group; this member sends nothing more about it", "proposal", p.env.ID)
+		return false
+	case f.group.peers.Load():
+		p.fenced.Store(true)
+		f.log.Error("end of proposal not recorded in the pending-work store; its reject is not sent, so that the member that adopts the record answers once", "proposal", p.env.ID, "err", err)
+		return false
+	default:
+		f.log.Error("end of proposal not recorded in the pending-work store; rejected anyway (no group peer could), the record is left for when the store is back", "proposal", p.env.ID, "err", err)
+		return true
 	}
 }
 

@@ -48,6 +48,56 @@ func TestStoreReplayAfterRestartRunsNothing(t *testing.T) {
 	}
 }
 
+// kill -9 after a reject is recorded and before it is written (the window
+// in which, when the record was deleted first, the proposer was left to
+// its own timeout): the restart sends that same reject — same envelope id,
+// reason and explanation — once, decides nothing again, and ends the
+// record. A replay of the proposal then runs nothing.
+func TestStoreRestartSendsARecordedReject(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	deny := map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "policy", Message: "no adding today"}}
+	st := openStore(t, mode, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: deny})
+	st.dieAfterAnswered.Store(true)
+	h.space.dead.Store(true) // nothing written from here: the process dies with the reject recorded
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	h.waitStage(t, "p1", StageUndelivered)
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	recs, err := st2.List(t.Context())
+	if err != nil || len(recs) != 1 || recs[0].Phase != state.Answered || recs[0].Reject == nil || recs[0].Reject.Reason != "policy" {
+		t.Fatalf("records after the crash = %+v (%v), want p1 answered with its reject", recs, err)
+	}
+	recorded := *recs[0].Reject
+	dec2 := &fakeDecider{decisions: storeDecisions} // would fulfil "add": must not be asked
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, dec2)
+	rej := h2.space.next(t)
+	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"policy"}`)
+	if rej.ID != recorded.EnvelopeID {
+		t.Errorf("reject sent again as %s, want the recorded envelope %s", rej.ID, recorded.EnvelopeID)
+	}
+	chat := h2.space.next(t)
+	if chat.Kind != agent.KindChat || !slices.Equal(chat.CorrelationID, agent.CorrelationIDs{rej.ID}) ||
+		!jsonEqual(chat.Payload, `{"text":"no adding today","format":"plain"}`) {
+		t.Errorf("explanation = %s %v %s", chat.Kind, chat.CorrelationID, chat.Payload)
+	}
+	h2.space.quiet(t, 200*time.Millisecond)
+	if n := dec2.count(); n != 0 {
+		t.Errorf("decided %d times after the restart, want 0", n)
+	}
+	waitFor(t, func() bool { // the answered record ends after the reject
+		recs, err := st2.List(t.Context())
+		return err == nil && len(recs) == 0
+	})
+	h2.deliver(proposalEnv("p1", "coder", callOf("add")))
+	h2.waitStage(t, "p1", StageIgnored)
+	h2.space.quiet(t, 100*time.Millisecond)
+}
+
 // Store unreachable, member alone: no fulfilment, the proposer gets busy.
 func TestStoreUnreachableAloneRejectsBusy(t *testing.T) {
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")

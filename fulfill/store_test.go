@@ -28,6 +28,8 @@ import (
 type faultyStore struct {
 	*state.Store
 	dead, failUpdate atomic.Bool
+	// dieAfterAnswered makes the store dead once a MarkAnswered succeeds.
+	dieAfterAnswered atomic.Bool
 	// claimGate, when set before the fulfiller runs, holds every Claim
 	// until a value is sent on it (a slow store).
 	claimGate chan struct{}
@@ -61,6 +63,17 @@ func (s *faultyStore) Update(ctx context.Context, p *state.Pending) error {
 		return errCut
 	}
 	return s.Store.Update(ctx, p)
+}
+
+func (s *faultyStore) MarkAnswered(ctx context.Context, p *state.Pending) error {
+	if s.dead.Load() {
+		return errCut
+	}
+	err := s.Store.MarkAnswered(ctx, p)
+	if err == nil && s.dieAfterAnswered.Load() {
+		s.dead.Store(true) // a crash right after the reject was recorded, before it is written
+	}
+	return err
 }
 
 func (s *faultyStore) Delete(ctx context.Context, p *state.Pending) error {

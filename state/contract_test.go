@@ -428,6 +428,52 @@ func assertSamePending(t *testing.T, got, want *Pending) {
 	}
 }
 
+// MarkAnswered moves a record to phase Answered with its reject, by
+// compare-and-set like Update: the record reads back with the reject, a
+// stale revision is ErrConflict, a record without a reject is refused,
+// an operator's Take refuses an answered record (its reject is being
+// written), and Delete then ends it.
+func TestMarkAnswered(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			s := b.open(t, "m1")
+			ctx := ctxT(t)
+			p := samplePending("p.9", "m1")
+			if err := s.Put(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			stale := *p
+			bad := *p
+			bad.Phase = Answered
+			if err := s.MarkAnswered(ctx, &bad); err == nil || errors.Is(err, ErrConflict) {
+				t.Errorf("MarkAnswered without a reject = %v, want a refusal", err)
+			}
+			ans := *p
+			ans.Phase, ans.Reject = Answered, &Reject{EnvelopeID: "rej-1", Reason: "policy", Message: "no"}
+			if err := s.MarkAnswered(ctx, &ans); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Get(ctx, "p.9")
+			if err != nil || got.Phase != Answered || got.Reject == nil || *got.Reject != *ans.Reject || got.StoreRevision != ans.StoreRevision {
+				t.Fatalf("Get after MarkAnswered = %+v, %v", got, err)
+			}
+			stale.Phase, stale.Reject = Answered, &Reject{EnvelopeID: "rej-2", Reason: "other"}
+			if err := s.MarkAnswered(ctx, &stale); !errors.Is(err, ErrConflict) {
+				t.Errorf("MarkAnswered at a stale revision = %v, want ErrConflict", err)
+			}
+			if _, err := s.Take(ctx, "p.9"); !errors.Is(err, ErrAnswered) {
+				t.Errorf("Take of an answered record = %v, want ErrAnswered", err)
+			}
+			if err := s.Delete(ctx, &ans); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Get(ctx, "p.9"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Get after Delete = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
 func TestOutbox(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {

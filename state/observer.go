@@ -7,8 +7,8 @@ import "time"
 // renewals). Calls are synchronous and must not block.
 type Observer interface {
 	// StoreOp reports one store operation ("claim", "put", "get",
-	// "update", "delete", "list", "outbox", "rpcid", "lease", "ping",
-	// "take"),
+	// "update", "answered", "delete", "list", "outbox", "rpcid", "lease",
+	// "ping", "take"),
 	// its duration and its error (nil on success, ErrConflict and
 	// ErrExists included).
 	StoreOp(op string, d time.Duration, err error)

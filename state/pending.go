@@ -21,6 +21,10 @@ const (
 	AwaitingApproval Phase = "awaiting_approval" // human prompts are open
 	Queued           Phase = "queued"            // waiting for a fulfilment slot
 	Fulfilling       Phase = "fulfilling"        // request written, response awaited
+	// Answered: its reject is about to be written (Reject says which);
+	// whoever resumes the record sends that reject again, never anything
+	// else, and ends the record.
+	Answered Phase = "answered"
 )
 
 // Pending is one unanswered proposal as stored. Times are absolute (UTC) so
@@ -48,10 +52,21 @@ type Pending struct {
 	// set it is never cleared or changed (Update refuses): whoever resumes
 	// the proposal awaits its response and never sends it again.
 	Request *Request `json:"request,omitempty"`
+	// Reject is the answer of a record in phase Answered.
+	Reject *Reject `json:"reject,omitempty"`
 
 	// StoreRevision is the record's revision in the store, set by every
 	// read and write; Update and Delete compare against it.
 	StoreRevision uint64 `json:"-"`
+}
+
+// Reject is the mcp/reject that ends a proposal, recorded before it is
+// written so that a crash between the two cannot leave the proposer
+// without its answer: the same envelope (same id) is sent again.
+type Reject struct {
+	EnvelopeID string `json:"envelope_id"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message,omitempty"` // the chat that explains it
 }
 
 // Prompt is one elicitation sent to one approver.
@@ -106,9 +121,8 @@ func (s *Store) Put(ctx context.Context, p *Pending) (err error) {
 	p.StoreRevision = rev
 	s.remember(p)
 	// Not synced: nothing goes out on the strength of a new record alone;
-	// the synced write that precedes the first envelope about it (an
-	// update before a prompt or request, the delete before an answer)
-	// takes it to disk too.
+	// the synced write that precedes a prompt or request about it takes
+	// it to disk too, and a reject needs no sync (DESIGN).
 	return nil
 }
 
@@ -136,6 +150,31 @@ func (s *Store) Get(ctx context.Context, proposalID string) (p *Pending, err err
 // written.
 func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
 	defer s.timed("update", time.Now(), &err)
+	if err := s.update(ctx, p); err != nil {
+		return err
+	}
+	return s.synced(ctx)
+}
+
+// MarkAnswered is Update for a record moving to phase Answered (p.Reject
+// set), just before its reject is written; the record is deleted after.
+// It does not wait for a sync: DESIGN syncs before prompts and requests,
+// and a reject is neither. A process crash keeps the write (it is in the
+// kernel); a sync follows within lazySync, as after Delete.
+func (s *Store) MarkAnswered(ctx context.Context, p *Pending) (err error) {
+	defer s.timed("answered", time.Now(), &err)
+	if p.Phase != Answered || p.Reject == nil || p.Reject.EnvelopeID == "" {
+		return fmt.Errorf("state: mark %q answered: phase %q with reject %+v", truncate(p.ProposalID), p.Phase, p.Reject)
+	}
+	if err := s.update(ctx, p); err != nil {
+		return err
+	}
+	s.syncSoon()
+	return nil
+}
+
+// update is Update's compare-and-set without the sync.
+func (s *Store) update(ctx context.Context, p *Pending) error {
 	k := key(p.ProposalID)
 	old, ok := s.known.Get(k)
 	if !ok || old.rev != p.StoreRevision {
@@ -173,7 +212,7 @@ func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
 	}
 	p.StoreRevision = rev
 	s.remember(p)
-	return s.synced(ctx)
+	return nil
 }
 
 // knownRecord is what this store last read or wrote of a record at a

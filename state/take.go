@@ -15,6 +15,10 @@ import (
 // back, by an operator or anyone else.
 var ErrFulfilling = errors.New("state: the record's fulfilment request is written")
 
+// ErrAnswered: Take found the record in phase Answered: its reject is
+// being written, and whoever resumes the record sends that reject again.
+var ErrAnswered = errors.New("state: the record's reject is being written")
+
 // Take moves the record of proposalID to this member by compare-and-set,
 // whoever owns it and whether or not that owner's lease is live: an
 // operator's cancel on any member of the group ends the proposal from
@@ -25,7 +29,8 @@ var ErrFulfilling = errors.New("state: the record's fulfilment request is writte
 // The former owner is fenced by the same compare-and-set that fences an
 // adopted member: its next Update or Delete of the record fails with
 // ErrConflict, so it can neither record a fulfilment request nor answer.
-// Take refuses (ErrFulfilling) a record whose Request is written, and
+// Take refuses (ErrAnswered) a record whose reject is being written, and
+// (ErrFulfilling) a record whose Request is written, and
 // since the owner records Request before it sends the call, a taken
 // record's call is never sent.
 //
@@ -37,7 +42,7 @@ func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err er
 	defer func() {
 		// A refused take is an answer, not a failing store.
 		measured := err
-		if errors.Is(measured, ErrFulfilling) {
+		if errors.Is(measured, ErrFulfilling) || errors.Is(measured, ErrAnswered) {
 			measured = nil
 		}
 		s.timed("take", start, &measured)
@@ -53,6 +58,9 @@ func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err er
 	p, err = decodePending(e)
 	if err != nil {
 		return nil, err
+	}
+	if p.Phase == Answered {
+		return nil, ErrAnswered
 	}
 	if p.Request != nil {
 		return nil, ErrFulfilling
