@@ -140,7 +140,7 @@ func TestRunWithDirState(t *testing.T) {
 		// update per fulfilment request, syncs shared by those updates.
 		ops := r.StoreOps
 		if ops["claim"].Count != int(r.Sent) || ops["update"].Count != int(r.Outcomes["fulfilled"]) ||
-			ops["sync"].Count < 1 || ops["sync"].Count > ops["update"].Count || ops["claim"].P50 <= 0 {
+			ops["sync"].Count < 1 || ops["sync"].Count > ops["update"].Count || ops["syncfs"].Count < 1 || ops["claim"].P50 <= 0 {
 			t.Errorf("run %d: store ops %+v for %d proposals, %d fulfilled", i, ops, r.Sent, r.Outcomes["fulfilled"])
 		}
 		left, err := os.ReadDir(dir)
