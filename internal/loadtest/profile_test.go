@@ -126,7 +126,7 @@ func TestRunWithDirState(t *testing.T) {
 		goleak.IgnoreCurrent())
 	dir := t.TempDir()
 	for i := range 2 {
-		cfg := smallConfig(200)
+		cfg := smallConfig(100)
 		cfg.State = &state.Mode{Kind: state.Dir, Dir: dir}
 		res, err := Run(t.Context(), cfg)
 		if err != nil {
