@@ -74,7 +74,7 @@ func (f *Fulfiller) writeReject(p *proposal, ev Event, rej state.Reject) bool {
 	// returns; it waits for written.
 	sent := &sentReject{p: p, written: make(chan struct{})}
 	f.rejects.Add(env.ID, sent)
-	rej2, err := f.sendAndGet(env)
+	out, err := f.sendAndGet(env)
 	f.dropRecord(p)
 	f.countShutdownAnswer(err == nil)
 	if err != nil {
@@ -92,7 +92,7 @@ func (f *Fulfiller) writeReject(p *proposal, ev Event, rej state.Reject) bool {
 	if _, err := f.sendAndGet(agent.Envelope{
 		To:            []string{p.env.From},
 		Kind:          agent.KindChat,
-		CorrelationID: agent.CorrelationIDs{rej2.ID},
+		CorrelationID: agent.CorrelationIDs{out.ID},
 		Payload:       agent.MustPayload(chatPayload{Text: message, Format: "plain"}),
 	}); err != nil {
 		f.log.Warn("reject explanation not sent", "proposal", p.env.ID, "err", err)

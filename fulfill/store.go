@@ -253,7 +253,7 @@ func (f *Fulfiller) dropRecord(p *proposal) {
 
 // markAnswered records, before p's reject is written, that this reject
 // ends p (state.Answered), and reports whether to send it. The record
-// stays until the reject is out (answerReject deletes it then): a crash in
+// stays until the reject is out (writeReject deletes it then): a crash in
 // between leaves a record whose resumer sends the same envelope again, so
 // the proposer is answered at least once, and never contradicted (a
 // resumed answered record is never decided, asked or fulfilled again).

@@ -18,9 +18,10 @@ import (
 // write(2), JetStream's flush in place for R1 streams) when it is
 // acknowledged, and survives the process being killed; a sync of the
 // file system then makes it survive the machine too. So a write that must
-// survive before something goes out (a prompt, a fulfilment request, the
-// end of a record) waits for the next sync that starts after its
-// acknowledgement, and every writer that arrived meanwhile shares it.
+// survive before something goes out (a prompt, a fulfilment request, an
+// answer queued for a later session) waits for the next sync that starts
+// after its acknowledgement, and every writer that arrived meanwhile
+// shares it.
 //
 // Under load a sync waits syncLinger before it starts, so that more
 // writers share it (PostgreSQL's commit_delay, MySQL's
