@@ -202,9 +202,7 @@ func (f *Fulfiller) recordAdmitted(p *proposal) bool {
 		f.dropAdopted(p)
 	default:
 		f.log.Error("pending-work store cannot record the proposal; rejected busy", "proposal", p.env.ID, "err", err)
-		if _, ok := f.transition(p, StateRejected, notAnswered); ok {
-			f.answerReject(p, "busy", storeUnavailable)
-		}
+		f.reject(p, "busy", storeUnavailable)
 	}
 	return false
 }

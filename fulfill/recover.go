@@ -162,11 +162,9 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 // that already has it sees a repeat, and one that does not is answered.
 // Nothing else is done for the proposal: it was decided.
 func (f *Fulfiller) resendReject(p *proposal, rej state.Reject) {
-	_, next, ok := f.end(p, StateRejected, notAnswered)
-	if !ok {
+	if _, ok := f.transition(p, StateRejected, notAnswered); !ok {
 		return
 	}
-	f.release(p, StateRejected, next)
 	f.log.Info("reject recorded before the restart sent again", "proposal", p.env.ID, "reason", rej.Reason, "envelope", rej.EnvelopeID)
 	ev := p.event(StageRejected)
 	ev.Reason, ev.Message = rej.Reason, rej.Message
