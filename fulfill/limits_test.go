@@ -125,7 +125,7 @@ func (lw *limitsWorld) decision(id string) policies.Decision {
 // normal proposal behind it is decided and fulfilled.
 func TestOversizedProposalIsNeverAnsweredAndSessionSurvives(t *testing.T) {
 	const maxFrame = 16 << 10
-	lw := newLimitsWorld(t, maxFrame, 0)
+	lw := newLimitsWorld(t, maxFrame, time.Minute)
 
 	big := lw.propose("p-big", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2,"pad":"`+strings.Repeat("x", 2*maxFrame)+`"}}}`)
 	normal := lw.propose("p-normal", `{"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":3}}}`)
