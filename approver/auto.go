@@ -47,11 +47,11 @@ func (u *Auto) Notify(ev Event) {
 	case EventOutcome:
 		u.printf("outcome    %s: %s\n", ev.Card.Summary(), ev.Outcome)
 	case EventFulfillerLeft:
-		u.printf("%s left the space\n", printable(ev.Fulfiller))
+		u.printf("%s left the space\n", Printable(ev.Fulfiller))
 	case EventFulfillerJoined:
-		u.printf("%s is in the space\n", printable(ev.Fulfiller))
+		u.printf("%s is in the space\n", Printable(ev.Fulfiller))
 	case EventFulfillerAbsent:
-		u.printf("%s is not in the space (yet)\n", printable(ev.Fulfiller))
+		u.printf("%s is not in the space (yet)\n", Printable(ev.Fulfiller))
 	}
 }
 

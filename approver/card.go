@@ -223,7 +223,7 @@ func (c *Card) Summary() string {
 	if server := c.server(); server != "" {
 		s += " on " + server
 	}
-	return printable(s)
+	return Printable(s)
 }
 
 func (c *Card) server() string {
@@ -253,13 +253,13 @@ func (c *Card) Arguments() json.RawMessage {
 func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 	st := style(color)
 	// Every value shown comes from others (proposer, tool owner, policy):
-	// printable keeps it from steering the terminal.
+	// Printable keeps it from steering the terminal.
 	line := func(label, value string) {
 		if value != "" {
 			fmt.Fprintf(w, "  %s %s\n", st.dim(fmt.Sprintf("%-10s", label)), value)
 		}
 	}
-	p := printable
+	p := Printable
 	fmt.Fprintln(w)
 	title := "approval requested"
 	if c.Proposal != nil {
@@ -335,12 +335,12 @@ func Countdown(deadline, now time.Time) string {
 	return fmt.Sprintf("%ds", int(d.Seconds()))
 }
 
-// printable makes text from others safe to put on a terminal. Control
-// characters (ESC, CR, backspace, C1) and bidirectional overrides would let
-// whoever wrote the text — a proposer, a tool's owner — move the cursor,
-// reorder or overwrite what the card shows (the digest, the arguments), so
-// each is shown escaped instead.
-func printable(s string) string {
+// Printable makes text from others safe to show a person, on a terminal or
+// a page. Control characters (ESC, CR, backspace, C1) and bidirectional
+// overrides would let whoever wrote the text — a proposer, a tool's owner —
+// move the cursor, reorder or overwrite what the card shows (the digest,
+// the arguments), so each is shown escaped instead.
+func Printable(s string) string {
 	unsafe := func(r rune) bool {
 		return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
 	}

@@ -30,8 +30,10 @@ type Conn interface {
 // stops, and Ask must then return promptly. Notify reports what happened
 // afterwards — a card ended and why, an answer sent, the outcome of an
 // approval, the fulfiller leaving or coming back — as data for the UI to
-// word. The Client calls Ask for one card at a time; Notify may be called
-// (from Run's goroutine) while Ask shows a card.
+// word. The Client calls Ask for at most Options.Open cards at once (one,
+// for the terminal card), each from a goroutine of its own, in arrival
+// order; Notify may be called (from Run's goroutine) while Ask shows a
+// card.
 type UI interface {
 	Ask(ctx context.Context, c *Card) (Answer, error)
 	Notify(ev Event)
@@ -55,6 +57,10 @@ type Options struct {
 	Fulfillers []string
 	// Limit stops Run after this many answers; 0 means no limit.
 	Limit int
+	// Open is how many cards the UI is shown at once [1]: one for the
+	// terminal card, which shows one card at a time; an inbox page shows
+	// every open prompt side by side. The rest wait, in arrival order.
+	Open int
 	// Remember is how many sent answers are kept to be sent again when
 	// the fulfiller asks the same question again after a reconnect [256].
 	// An answer is forgotten sooner when its prompt's deadline passes.
@@ -89,10 +95,13 @@ func New(conn Conn, ui UI, opts Options) *Client {
 	if opts.Remember <= 0 {
 		opts.Remember = 256
 	}
+	if opts.Open <= 0 {
+		opts.Open = 1
+	}
 	return &Client{conn: conn, ui: ui, opts: opts, log: opts.Logger}
 }
 
-// asking is the card being shown.
+// asking is a card being shown.
 type asking struct {
 	card *Card
 	// from is the member of the group that asked it last, where the
@@ -101,7 +110,7 @@ type asking struct {
 	// card from its own goroutine.
 	from   string
 	cancel context.CancelCauseFunc
-	done   chan askResult
+	done   chan askResult // Ask's result; buffered, written once
 }
 
 type askResult struct {
@@ -117,8 +126,11 @@ func (e errEnded) Error() string { return "card ended: " + e.end.String() }
 
 // session is Run's state; only Run's goroutine uses it.
 type session struct {
-	queue    []*Card
-	cur      *asking
+	queue []*Card   // cards not shown yet, in arrival order
+	open  []*asking // cards being shown, oldest first (at most Options.Open)
+	// wake wakes Run when one of open has its result: a card's goroutine
+	// writes its done, then signals here without blocking.
+	wake     chan struct{}
 	seen     *lru.Cache[string, seenPrompt]
 	mem      *memory
 	answered int
@@ -157,8 +169,9 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 		mem:      &memory{max: c.opts.Remember, now: c.opts.Now},
 		approved: approved,
 		rejects:  map[string]*watch{},
+		wake:     make(chan struct{}, 1),
 	}
-	defer c.stopCurrent(s, context.Canceled)
+	defer c.stopAll(s)
 
 	if r, ok := c.conn.(roster); ok {
 		for _, id := range c.opts.Fulfillers {
@@ -168,18 +181,14 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 		}
 	}
 	for {
-		for s.cur == nil && len(s.queue) > 0 {
+		for len(s.open) < c.opts.Open && len(s.queue) > 0 {
 			card := s.queue[0]
 			s.queue = s.queue[1:]
 			if dl := card.Deadline(); !dl.IsZero() && !c.opts.Now().Before(dl) {
 				c.notify(Event{Kind: EventEnded, Card: card, End: End{Cause: CauseDeadline}})
 				continue
 			}
-			s.cur = c.ask(ctx, card)
-		}
-		var done chan askResult
-		if s.cur != nil {
-			done = s.cur.done
+			s.open = append(s.open, c.ask(ctx, card, s.wake))
 		}
 		var explain *time.Timer
 		var explainC <-chan time.Time
@@ -201,44 +210,67 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 		case <-explainC:
 			c.explainDue(s)
 			continue
-		case r := <-done:
-			card := s.cur.card
-			if s.cur.from != card.From {
-				// Adopted: the answer goes to the member that asked last.
-				adopted := *card
-				adopted.From = s.cur.from
-				card = &adopted
+		case <-s.wake:
+			if explain != nil {
+				explain.Stop()
 			}
-			s.cur = nil
-			var ended errEnded
-			switch {
-			case errors.Is(r.err, ErrQuit):
+			if stop := c.collect(ctx, s); stop {
 				return nil
-			case errors.As(r.err, &ended):
-				// Reported where it ended.
-			case errors.Is(r.err, context.DeadlineExceeded):
-				c.notify(Event{Kind: EventEnded, Card: card, End: End{Cause: CauseDeadline}})
-			case r.err != nil:
-				if ctx.Err() != nil {
-					return nil
-				}
-				c.log.Warn("card not answered", "request", card.RequestID, "err", r.err)
-			default:
-				err := c.respond(ctx, card, r.a, s.mem)
-				c.notify(Event{Kind: EventSent, Card: card, Answer: r.a, Err: err})
-				if err != nil {
-					break
-				}
-				if r.a.approves() && card.Proposal != nil {
-					s.approved.Add(card.Proposal.ID, &watch{card: card, answer: r.a})
-				}
-				s.answered++
-				if c.opts.Limit > 0 && s.answered >= c.opts.Limit {
-					return nil
-				}
 			}
 		}
 	}
+}
+
+// collect handles the results of the open cards that have one, oldest
+// first. It reports whether Run must stop: the person quit, or Limit
+// answers were sent.
+func (c *Client) collect(ctx context.Context, s *session) (stop bool) {
+	for i := 0; i < len(s.open); {
+		a := s.open[i]
+		var r askResult
+		select {
+		case r = <-a.done:
+		default:
+			i++
+			continue
+		}
+		s.open = slices.Delete(s.open, i, i+1)
+		card := a.card
+		if a.from != card.From {
+			// Adopted: the answer goes to the member that asked last.
+			adopted := *card
+			adopted.From = a.from
+			card = &adopted
+		}
+		var ended errEnded
+		switch {
+		case errors.Is(r.err, ErrQuit):
+			return true
+		case errors.As(r.err, &ended):
+			// Reported where it ended.
+		case errors.Is(r.err, context.DeadlineExceeded):
+			c.notify(Event{Kind: EventEnded, Card: card, End: End{Cause: CauseDeadline}})
+		case r.err != nil:
+			if ctx.Err() != nil {
+				return true
+			}
+			c.log.Warn("card not answered", "request", card.RequestID, "err", r.err)
+		default:
+			err := c.respond(ctx, card, r.a, s.mem)
+			c.notify(Event{Kind: EventSent, Card: card, Answer: r.a, Err: err})
+			if err != nil {
+				break
+			}
+			if r.a.approves() && card.Proposal != nil {
+				s.approved.Add(card.Proposal.ID, &watch{card: card, answer: r.a})
+			}
+			s.answered++
+			if c.opts.Limit > 0 && s.answered >= c.opts.Limit {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // roster is what Run uses, when the Conn has it (*agent.Client does), to
@@ -262,24 +294,31 @@ func (c *Client) listed(id string) bool {
 	return slices.Contains(c.opts.Fulfillers, id)
 }
 
-// stopCurrent ends the card being shown, if any, and waits for Ask to
-// return.
-func (c *Client) stopCurrent(s *session, cause error) {
-	if s.cur == nil {
-		return
+// stopAll ends the cards being shown and waits for their Ask to return.
+func (c *Client) stopAll(s *session) {
+	for _, a := range s.open {
+		a.cancel(context.Canceled)
 	}
-	s.cur.cancel(cause)
-	<-s.cur.done
-	s.cur = nil
+	for _, a := range s.open {
+		<-a.done
+	}
+	s.open = nil
+}
+
+// shown returns the index in s.open of the card with request id, or -1.
+func (s *session) shown(requestID string) int {
+	return slices.IndexFunc(s.open, func(a *asking) bool { return a.card.RequestID == requestID })
 }
 
 // end removes the card with request id from the screen or the queue, and
 // reports why. It reports whether there was one.
 func (c *Client) end(s *session, requestID string, e End) bool {
-	if s.cur != nil && s.cur.card.RequestID == requestID {
-		card, from := s.cur.card, s.cur.from
-		c.stopCurrent(s, errEnded{e})
-		c.notify(Event{Kind: EventEnded, Card: card, End: e, Fulfiller: from})
+	if i := s.shown(requestID); i >= 0 {
+		a := s.open[i]
+		s.open = slices.Delete(s.open, i, i+1)
+		a.cancel(errEnded{e})
+		<-a.done
+		c.notify(Event{Kind: EventEnded, Card: a.card, End: e, Fulfiller: a.from})
 		return true
 	}
 	i := slices.IndexFunc(s.queue, func(q *Card) bool { return q.RequestID == requestID })
@@ -293,8 +332,8 @@ func (c *Client) end(s *session, requestID string, e End) bool {
 }
 
 // ask shows card in its own goroutine, with a context that ends at the
-// card's deadline.
-func (c *Client) ask(ctx context.Context, card *Card) *asking {
+// card's deadline, and signals wake when Ask returned.
+func (c *Client) ask(ctx context.Context, card *Card, wake chan<- struct{}) *asking {
 	cctx, cancel := context.WithCancelCause(ctx)
 	a := &asking{card: card, from: card.From, cancel: cancel, done: make(chan askResult, 1)}
 	go func() {
@@ -312,6 +351,10 @@ func (c *Client) ask(ctx context.Context, card *Card) *asking {
 			err = cause
 		}
 		a.done <- askResult{ans, err}
+		select {
+		case wake <- struct{}{}:
+		default: // Run is already woken, and looks at every open card
+		}
 	}()
 	return a
 }
@@ -407,8 +450,8 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 // readdress makes member from the one a shown or queued card answers to,
 // when that member asks it again. It reports whether the card is open.
 func (s *session) readdress(requestID, from string) bool {
-	if s.cur != nil && s.cur.card.RequestID == requestID {
-		s.cur.from = from
+	if i := s.shown(requestID); i >= 0 {
+		s.open[i].from = from
 		return true
 	}
 	if i := slices.IndexFunc(s.queue, func(q *Card) bool { return q.RequestID == requestID }); i >= 0 {
@@ -444,9 +487,10 @@ func (c *Client) replace(s *session, card *Card) bool {
 		s.queue[i] = card
 		return true
 	}
-	if s.cur != nil && same(s.cur.card, s.cur.from) {
-		c.log.Info("proposal asked again by another fulfiller of the group; the newer prompt replaces the older", "proposal", card.Proposal.ID, "request", card.RequestID, "replaced", s.cur.card.RequestID)
-		c.end(s, s.cur.card.RequestID, End{Cause: CauseReasked})
+	if i := slices.IndexFunc(s.open, func(a *asking) bool { return same(a.card, a.from) }); i >= 0 {
+		old := s.open[i].card.RequestID
+		c.log.Info("proposal asked again by another fulfiller of the group; the newer prompt replaces the older", "proposal", card.Proposal.ID, "request", card.RequestID, "replaced", old)
+		c.end(s, old, End{Cause: CauseReasked})
 		s.queue = slices.Insert(s.queue, 0, card)
 		return true
 	}
@@ -480,8 +524,8 @@ func (c *Client) cancelled(s *session, env agent.Envelope, req agent.RPCRequest)
 
 // find returns the card with request id, shown or queued, or nil.
 func (s *session) find(requestID string) *Card {
-	if s.cur != nil && s.cur.card.RequestID == requestID {
-		return s.cur.card
+	if i := s.shown(requestID); i >= 0 {
+		return s.open[i].card
 	}
 	if i := slices.IndexFunc(s.queue, func(q *Card) bool { return q.RequestID == requestID }); i >= 0 {
 		return s.queue[i]
@@ -507,8 +551,10 @@ func (c *Client) presence(s *session, env agent.Envelope) {
 	case agent.PresenceLeave:
 		c.notify(Event{Kind: EventFulfillerLeft, Fulfiller: who})
 		var ids []string
-		if s.cur != nil && s.cur.from == who {
-			ids = append(ids, s.cur.card.RequestID)
+		for _, a := range s.open {
+			if a.from == who {
+				ids = append(ids, a.card.RequestID)
+			}
 		}
 		for _, q := range s.queue {
 			if q.From == who {

@@ -152,16 +152,16 @@ type Outcome struct {
 func (o Outcome) String() string {
 	if o.Fulfilled {
 		if o.Target != "" {
-			return "fulfilled: the call was sent to " + printable(o.Target)
+			return "fulfilled: the call was sent to " + Printable(o.Target)
 		}
 		return "fulfilled"
 	}
-	s := "rejected (" + printable(o.Reason) + ")"
+	s := "rejected (" + Printable(o.Reason) + ")"
 	if o.Reason == "policy" {
 		s = "rejected by the policy"
 	}
 	if o.Message != "" {
-		s += ": " + printable(o.Message)
+		s += ": " + Printable(o.Message)
 	}
 	return s
 }

@@ -3,9 +3,11 @@ package approver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
@@ -319,5 +321,90 @@ func TestOutcomeOnlyFromTheFulfiller(t *testing.T) {
 	}
 	if got := ev.Outcome.String(); got != "rejected (timeout)" {
 		t.Errorf("said %q", got)
+	}
+}
+
+// chosenUI shows every card it is given until the test answers it by
+// request id (answer) or the card ends.
+type chosenUI struct {
+	*recUI
+	mu      sync.Mutex
+	answers map[string]chan approver.Answer
+}
+
+func (u *chosenUI) ch(requestID string) chan approver.Answer {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.answers[requestID] == nil {
+		u.answers[requestID] = make(chan approver.Answer, 1)
+	}
+	return u.answers[requestID]
+}
+
+func (u *chosenUI) Ask(ctx context.Context, c *approver.Card) (approver.Answer, error) {
+	u.recUI.mu.Lock()
+	u.asked = append(u.asked, c)
+	u.recUI.mu.Unlock()
+	u.shown <- c
+	select {
+	case a := <-u.ch(c.RequestID):
+		return a, nil
+	case <-ctx.Done():
+		return approver.Answer{}, ctx.Err()
+	}
+}
+
+// With Options.Open above one (the inbox page), that many cards are shown
+// at once and answered in any order; the rest wait in arrival order and
+// take the place of a card that ends.
+func TestOpenCardsSideBySide(t *testing.T) {
+	prompt := func(n int) agent.Envelope {
+		params := fmt.Sprintf(`{"name":"write_file","arguments":{"path":"/srv/prod/%d"}}`, n)
+		digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+		return agent.Envelope{ID: fmt.Sprintf("fulfiller-elicit-%d", n), From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest,
+			Payload: json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p-%d","from":"coder","method":"tools/call","params":%s,"digest":"%s","deadline":"2999-01-01T00:00:00Z"}}}}`, n, n, params, digest))}
+	}
+	ui := &chosenUI{recUI: newRecUI(nil), answers: map[string]chan approver.Answer{}}
+	conn := chanConn{sent: make(chan agent.Envelope, 4)}
+	in := make(chan agent.Envelope, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- approver.New(conn, ui, approver.Options{Open: 2}).Run(ctx, in) }()
+	defer func() { cancel(); <-done }()
+
+	for n := 1; n <= 3; n++ {
+		in <- prompt(n)
+	}
+	first, second := ui.card(t), ui.card(t)
+	if first.RequestID != "fulfiller-elicit-1" || second.RequestID != "fulfiller-elicit-2" {
+		t.Fatalf("shown %s and %s, want the first two in arrival order", first.RequestID, second.RequestID)
+	}
+	select {
+	case c := <-ui.shown:
+		t.Fatalf("a third card %s shown while two are open, want it to wait", c.RequestID)
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	// The second is answered before the first: its answer goes out alone.
+	ui.ch(second.RequestID) <- approver.Answer{Action: elicit.ActionAccept, Approve: true}
+	sent := <-conn.sent
+	if sent.CorrelationID.First() != second.RequestID {
+		t.Fatalf("answer correlated to %v, want %s", sent.CorrelationID, second.RequestID)
+	}
+	third := ui.card(t)
+	if third.RequestID != "fulfiller-elicit-3" {
+		t.Fatalf("shown %s after an answer, want the waiting third", third.RequestID)
+	}
+
+	// The fulfiller ends the first: only it goes, the third stays open.
+	in <- agent.Envelope{ID: "c-1", From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest, CorrelationID: agent.CorrelationIDs{first.RequestID},
+		Payload: json.RawMessage(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"withdrawn"}}`)}
+	ev := ui.event(t, approver.EventEnded)
+	if ev.Card.RequestID != first.RequestID || ev.End.Cause != approver.CauseWithdrawn {
+		t.Fatalf("ended %s (%s), want %s withdrawn", ev.Card.RequestID, ev.End.Cause, first.RequestID)
+	}
+	ui.ch(third.RequestID) <- approver.Answer{Action: elicit.ActionDecline}
+	if sent := <-conn.sent; sent.CorrelationID.First() != third.RequestID {
+		t.Fatalf("answer correlated to %v, want %s", sent.CorrelationID, third.RequestID)
 	}
 }

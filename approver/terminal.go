@@ -640,7 +640,7 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 		}
 		label += ")"
 		for {
-			text, err := t.line(ctx, fmt.Sprintf("  %s [%s]: ", printable(label), printable(display(f.Default))))
+			text, err := t.line(ctx, fmt.Sprintf("  %s [%s]: ", Printable(label), Printable(display(f.Default))))
 			if err != nil {
 				return nil, err
 			}
@@ -649,7 +649,7 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 			}
 			v, err := ParseValue(f, text)
 			if err != nil {
-				t.say("  " + printable(err.Error()) + "\n")
+				t.say("  " + Printable(err.Error()) + "\n")
 				continue
 			}
 			if !sameValue(v, f.Default) {
@@ -665,7 +665,7 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 func (t *Terminal) delegate(ctx context.Context, c *Card) (string, error) {
 	var list strings.Builder
 	for i, d := range c.Delegates {
-		fmt.Fprintf(&list, "  %d) %s\n", i+1, printable(d))
+		fmt.Fprintf(&list, "  %d) %s\n", i+1, Printable(d))
 	}
 	t.say(list.String())
 	text, err := t.line(ctx, "  hand to (number or name, Enter to go back): ")
@@ -691,7 +691,7 @@ func (t *Terminal) delegate(ctx context.Context, c *Card) (string, error) {
 // answer, each outcome, and the fulfiller leaving or coming back.
 func (t *Terminal) Notify(ev Event) {
 	st := style(t.Color)
-	f := printable(ev.Fulfiller)
+	f := Printable(ev.Fulfiller)
 	switch ev.Kind {
 	case EventEnded:
 		t.say(fmt.Sprintf("%s %s — %s\n", st.red("✗ ended"), ev.Card.Summary(), ev.End))
@@ -700,7 +700,7 @@ func (t *Terminal) Notify(ev Event) {
 			t.say(fmt.Sprintf("%s %s: %v\n", st.red("✗ not sent"), ev.Card.Summary(), ev.Err))
 			return
 		}
-		t.say(fmt.Sprintf("%s %s — %s\n", st.green("✓ sent"), printable(ev.Answer.Describe()), ev.Card.Summary()))
+		t.say(fmt.Sprintf("%s %s — %s\n", st.green("✓ sent"), Printable(ev.Answer.Describe()), ev.Card.Summary()))
 	case EventOutcome:
 		mark := st.green("✓ outcome")
 		if !ev.Outcome.Fulfilled {
