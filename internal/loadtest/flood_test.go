@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -30,6 +31,11 @@ func TestFlood(t *testing.T) {
 		Proposals:  n,
 		Window:     4096,
 		MaxPending: 1000,
+		// The run checks the answers' accounting, not the tool's speed:
+		// on a starved CI machine the in-process tool may take longer
+		// than the 30 s default, and a fulfil timeout is a legitimate
+		// second message (DESIGN rule 4) that would blur the count.
+		FulfillTimeout: 10 * time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -38,8 +44,8 @@ func TestFlood(t *testing.T) {
 	if r.Sent != int64(n) || r.SendError != "" {
 		t.Fatalf("sent %d of %d proposals (send error %q)", r.Sent, n, r.SendError)
 	}
-	if r.Unanswered != 0 || r.Duplicates != 0 || r.Stalled {
-		t.Fatalf("unanswered %d, duplicates %d, stalled %v; want 0, 0, false", r.Unanswered, r.Duplicates, r.Stalled)
+	if r.Unanswered != 0 || r.Duplicates != 0 || r.FulfilTimeouts != 0 || r.Stalled {
+		t.Fatalf("unanswered %d, duplicates %d %v, fulfil timeouts %d, stalled %v; want 0, 0, 0, false", r.Unanswered, r.Duplicates, r.DuplicateKinds, r.FulfilTimeouts, r.Stalled)
 	}
 	if !r.OK() {
 		t.Fatalf("report not OK: %+v", r)

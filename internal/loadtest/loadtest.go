@@ -73,6 +73,8 @@ type Config struct {
 
 	MaxPending  int // fulfill.Config.MaxPending [1000]
 	MaxInflight int // fulfill.Config.MaxInflight [64]
+	// FulfillTimeout is fulfill.Config.FulfillTimeout [30s].
+	FulfillTimeout time.Duration
 
 	// StallTimeout ends the run when no proposal was sent or answered for
 	// this long while some wait [30s]; those are then unanswered.
@@ -167,6 +169,12 @@ type Report struct {
 	Answered   int64            `json:"answered"`
 	Unanswered int64            `json:"unanswered"` // must be 0
 	Duplicates int64            `json:"duplicates"` // answers beyond one per proposal; must be 0
+	// DuplicateKinds counts the duplicates by what the extra answer was.
+	DuplicateKinds map[string]int64 `json:"duplicate_kinds,omitempty"`
+	// FulfilTimeouts counts fulfilled proposals whose tool did not answer
+	// within the fulfil timeout, which the fulfiller then rejected
+	// "timeout" (DESIGN rule 4): a slow tool, not a second answer.
+	FulfilTimeouts int64 `json:"fulfil_timeouts"`
 	// Outcomes counts first answers: "fulfilled" or "rejected:<reason>".
 	Outcomes   map[string]int64 `json:"outcomes"`
 	ToolErrors int64            `json:"tool_errors"` // fulfilled calls whose tool answered with an error
@@ -378,13 +386,14 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 		go func() { defer close(edone); _ = el.Run(ectx, answers.C()) }()
 		w.defer_(func() { el.Close(); stopElicit(); <-edone; answers.Close() })
 		ful = fulfill.New(fc, engine, fulfill.Config{
-			SpaceID:     space.DefaultSpaceID,
-			MaxPending:  cfg.MaxPending,
-			MaxInflight: cfg.MaxInflight,
-			Escalator:   el,
-			Observer:    w.capture,
-			Logger:      cfg.Logger,
-			Store:       store,
+			SpaceID:        space.DefaultSpaceID,
+			MaxPending:     cfg.MaxPending,
+			MaxInflight:    cfg.MaxInflight,
+			FulfillTimeout: cfg.FulfillTimeout,
+			Escalator:      el,
+			Observer:       w.capture,
+			Logger:         cfg.Logger,
+			Store:          store,
 		})
 		go func() { defer close(fdone); _ = ful.Run(fctx, sub.C()) }()
 		w.defer_(func() { stopFul(); <-fdone; sub.Close() })
@@ -558,7 +567,20 @@ type receiver struct {
 	toolLat    histogram // sent → tool's response, fulfilled proposals
 	outcomes   map[string]int64
 	requests   map[string]int // fulfilment request envelope id → seq
+	fulfilling map[int]string // seq → its fulfilment request's envelope id, until the tool answers
 	toolErrors int64
+	// fulfilTimeouts counts fulfilled proposals then rejected timeout;
+	// dups the answers beyond the first, by what they were.
+	fulfilTimeouts int64
+	dups           map[string]int64
+}
+
+// duplicate records an answer to a proposal already answered.
+func (r *receiver) duplicate(kind string) {
+	if r.dups == nil {
+		r.dups = map[string]int64{}
+	}
+	r.dups[kind]++
 }
 
 // payload is what proposal seq proposes.
@@ -600,7 +622,7 @@ func (w *world) drive(ctx context.Context) Report {
 	receivers := make([]*receiver, len(w.proposers))
 	var rwg sync.WaitGroup
 	for i := range w.proposers {
-		r := &receiver{prefix: w.idBase + strconv.Itoa(i) + "-p", outcomes: map[string]int64{}, requests: map[string]int{}}
+		r := &receiver{prefix: w.idBase + strconv.Itoa(i) + "-p", outcomes: map[string]int64{}, requests: map[string]int{}, fulfilling: map[int]string{}}
 		receivers[i] = r
 		rwg.Add(1)
 		labelled(ctx, ComponentProposers, func(context.Context) {
@@ -723,6 +745,13 @@ func (w *world) drive(ctx context.Context) Report {
 			rep.Outcomes[k] += v
 		}
 		rep.ToolErrors += r.toolErrors
+		rep.FulfilTimeouts += r.fulfilTimeouts
+		for k, v := range r.dups {
+			if rep.DuplicateKinds == nil {
+				rep.DuplicateKinds = map[string]int64{}
+			}
+			rep.DuplicateKinds[k] += v
+		}
 	}
 	for _, byKind := range sentByKind {
 		for k, v := range byKind {

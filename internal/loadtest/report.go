@@ -27,7 +27,14 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "tool errors     %d\n", r.ToolErrors)
 	}
 	fmt.Fprintf(w, "unanswered      %d\n", r.Unanswered)
-	fmt.Fprintf(w, "duplicates      %d\n", r.Duplicates)
+	fmt.Fprintf(w, "duplicates      %d", r.Duplicates)
+	if len(r.DuplicateKinds) > 0 {
+		fmt.Fprintf(w, "  (%s)", counts(r.DuplicateKinds))
+	}
+	fmt.Fprintln(w)
+	if r.FulfilTimeouts > 0 {
+		fmt.Fprintf(w, "fulfil timeouts %d  (fulfilled, then rejected timeout: the tool did not answer in time)\n", r.FulfilTimeouts)
+	}
 	if r.CPUSeconds > 0 {
 		fmt.Fprintf(w, "CPU             %.2fs of the whole process, %.0fµs per proposal\n", r.CPUSeconds, r.CPUPerProposal)
 	}

@@ -142,18 +142,35 @@ func (r *receiver) observe(t *tracker, frame []byte) {
 		if lat, first := t.answered(seq, now); first {
 			r.lat.record(lat)
 			r.outcomes["fulfilled"]++
-			r.requests[string(scan(frame, keyID))] = seq
+			id := string(scan(frame, keyID))
+			r.requests[id] = seq
+			r.fulfilling[seq] = id
+		} else {
+			r.duplicate("fulfilled")
 		}
 	case agent.KindReject:
 		seq, ok := r.seq(scan(frame, keyCorrelation))
 		if !ok {
 			return
 		}
+		reason := string(scan(frame, keyReason))
+		if id, ok := r.fulfilling[seq]; ok && reason == "timeout" {
+			// The tool did not answer within --fulfill-timeout: the
+			// fulfiller tells the proposer so (DESIGN rule 4). A slow
+			// tool, counted apart, not a second answer.
+			delete(r.fulfilling, seq)
+			delete(r.requests, id)
+			r.fulfilTimeouts++
+			t.release(seq)
+			return
+		}
 		if lat, first := t.answered(seq, now); first {
 			r.lat.record(lat)
-			r.outcomes["rejected:"+string(scan(frame, keyReason))]++
+			r.outcomes["rejected:"+reason]++
+		} else {
+			r.duplicate("rejected:" + reason)
 		}
-		t.release(seq) // also ends a fulfilment the fulfiller timed out
+		t.release(seq)
 	case agent.KindResponse:
 		cid := scan(frame, keyCorrelation)
 		seq, ok := r.requests[string(cid)]
@@ -161,6 +178,7 @@ func (r *receiver) observe(t *tracker, frame []byte) {
 			return
 		}
 		delete(r.requests, string(cid))
+		delete(r.fulfilling, seq)
 		t.release(seq)
 		r.toolLat.record(now - (t.sent[seq].Load() - 1))
 		if bytes.Contains(frame, []byte(`"isError":true`)) || bytes.Contains(frame, []byte(`"error":{`)) {
