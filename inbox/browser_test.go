@@ -1,0 +1,200 @@
+package inbox_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/accessibility"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/chromedp"
+
+	"github.com/mewkit/fulfiller/internal/testenv"
+)
+
+// updateScreenshots writes the screenshots the browser tests take into
+// docs/images, for the README and docs/approving.md:
+//
+//	go test ./inbox -run Screenshot -update-screenshots
+var updateScreenshots = flag.Bool("update-screenshots", false, "write the inbox screenshots into docs/images")
+
+// browser is one headless Chromium for the package's tests; each test
+// opens tabs of its own.
+var browser struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel func()
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if browser.cancel != nil {
+		browser.cancel()
+	}
+	os.Exit(code)
+}
+
+// chromium finds the browser: FULFILLER_TEST_CHROMIUM, else Debian's
+// chromium on the PATH (.ci/run installs it), else Chrome.
+func chromium() string {
+	if p := os.Getenv("FULFILLER_TEST_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// tab opens a new tab of width×height CSS pixels. The test fails if the
+// page logs an error to its console or throws, at any time until the test
+// ends.
+func tab(t *testing.T, width, height int64) context.Context {
+	t.Helper()
+	path := chromium()
+	if path == "" {
+		testenv.Missing(t, "Chromium for the browser tests: apt-get install chromium, or set FULFILLER_TEST_CHROMIUM")
+	}
+	browser.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(1280, 900))
+		if os.Geteuid() == 0 {
+			opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
+		}
+		actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, bcancel := chromedp.NewContext(actx)
+		browser.ctx, browser.cancel = bctx, func() { bcancel(); acancel() }
+		// The first Do starts the browser, bound to bctx: a context with a
+		// deadline here would close it when the deadline passed.
+		browser.err = chromedp.Do(bctx)
+	})
+	if browser.err != nil {
+		t.Fatalf("start %s: %v", path, browser.err)
+	}
+	ctx, cancel := chromedp.NewContext(browser.ctx)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, height)); err != nil {
+		cancel()
+		t.Fatalf("open a tab: %v", err)
+	}
+	var mu sync.Mutex
+	var problems []string
+	console := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				mu.Lock()
+				problems = append(problems, m.String()+" "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range problems {
+			t.Errorf("the page reported an error: %s", p)
+		}
+	})
+	return ctx
+}
+
+// do runs browser steps with a deadline, failing the test on error.
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// get runs one browser action that returns a value.
+func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// open loads the inbox from the URL it prints and waits for its first
+// snapshot.
+func (w *world) open(t *testing.T, ctx context.Context) {
+	t.Helper()
+	do(t, ctx, "open the inbox", chromedp.Navigate(w.pageURL()),
+		chromedp.WaitVisible(`//p[@id="who" and starts-with(normalize-space(), "answering as alice")]`))
+}
+
+// card is the XPath of the card of proposal id in state (open, outcome, …).
+func card(id, state string) string {
+	return fmt.Sprintf(`//article[@data-proposal=%q and @data-state=%q]`, id, state)
+}
+
+// button is the XPath of the button named name in the card of proposal
+// id in state.
+func button(id, state, name string) string {
+	return card(id, state) + fmt.Sprintf(`//button[normalize-space()=%q]`, name)
+}
+
+// status reads the status line of the card of id in state, once shown.
+func status(t *testing.T, ctx context.Context, id, state string) string {
+	t.Helper()
+	do(t, ctx, "the "+state+" card of "+id, chromedp.WaitVisible(card(id, state)))
+	return get(t, ctx, "its status", chromedp.Text(card(id, state)+`//p[contains(@class,"status")]`))
+}
+
+// accessibleNames lists the names the browser's accessibility tree gives
+// the controls of role inside the node at sel.
+func accessibleNames(t *testing.T, ctx context.Context, sel, role string) []string {
+	t.Helper()
+	nodes := get(t, ctx, "the node "+sel, chromedp.Nodes(sel))
+	ax := get(t, ctx, "the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (*accessibility.QueryAXTreeResult, error) {
+		r, err := cdp.Call(ctx, tg, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{BackendNodeID: nodes[0].BackendNodeID, Role: role})
+		return &r, err
+	})
+	var names []string
+	for _, n := range ax.Nodes {
+		if n.Ignored || n.Name == nil {
+			continue
+		}
+		names = append(names, strings.Trim(string(n.Name.Value), `"`))
+	}
+	return names
+}
+
+// screenshot takes a full-page screenshot, checks it, and writes it into
+// docs/images with -update-screenshots.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png := get(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	if len(png) < 1000 || string(png[1:4]) != "PNG" {
+		t.Fatalf("screenshot %s: %d bytes, not a PNG", name, len(png))
+	}
+	path := filepath.Join(t.TempDir(), name)
+	if *updateScreenshots {
+		path = filepath.Join("..", "docs", "images", name)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
