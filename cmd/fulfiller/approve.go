@@ -15,6 +15,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/inbox"
 )
 
 type approveFlags struct {
@@ -26,6 +27,7 @@ type approveFlags struct {
 	count                     int
 	joinTimeout               time.Duration
 	color, logLevel           string
+	web                       webFlags
 }
 
 func newApproveCmd() *cobra.Command {
@@ -52,6 +54,13 @@ own id, and your answer goes to the member that asked last.
 With --key, every answer is signed with your private key (see "fulfiller keys
 generate"); the fulfiller needs the matching public key in --approver-keys.
 
+--web ADDR (e.g. 127.0.0.1:8765) serves the requests as a live page in your
+browser instead of cards here: the first line printed
+is the page's address, with a secret that the page needs (it then keeps it in
+a cookie); without it every page answers 401. Plain HTTP is served only on
+loopback; give --web-tls-cert and --web-tls-key to serve it elsewhere. The
+same answers, signatures and recovery as the terminal card.
+
 --auto accept|decline answers every request without asking, for scripts and
 tests; --count stops after that many answers.`,
 		Args: cobra.NoArgs,
@@ -73,6 +82,7 @@ tests; --count stops after that many answers.`,
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
 	f.StringVar(&fl.color, "color", "auto", "colour the cards: auto (when stdout is a terminal), always or never")
 	f.StringVar(&fl.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fl.web.register(f, "answer in your browser: serve the approval inbox on `ADDR` (host:port, e.g. "+defaultWebAddr+")", false)
 	return cmd
 }
 
@@ -118,10 +128,13 @@ func (fl *approveFlags) validate() error {
 	if fl.count < 0 {
 		return usageErrorf("--count %d: must not be negative", fl.count)
 	}
-	return nil
+	if fl.web.addr != "" && fl.auto != "" {
+		return usageErrorf("--web and --auto: --auto answers without asking, so there is nothing to show")
+	}
+	return fl.web.validate()
 }
 
-func runApprove(cmd *cobra.Command, fl approveFlags) error {
+func runApprove(cmd *cobra.Command, fl approveFlags) (retErr error) {
 	if err := fl.validate(); err != nil {
 		return err
 	}
@@ -150,9 +163,34 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 		}
 	}
 
+	ctx := cmd.Context()
 	var ui approver.UI
-	switch fl.auto {
-	case "accept", "decline":
+	open := 1
+	switch {
+	case fl.web.addr != "":
+		signing := ""
+		if key != nil {
+			signing = "answers are signed"
+		}
+		in, err := inbox.New(inbox.Options{Approver: fl.id, Signing: signing, Fulfillers: fl.fulfillers, Logger: log})
+		if err != nil {
+			return err
+		}
+		var url string
+		var stop func() error
+		ctx, url, stop, err = serveWeb(ctx, &fl.web, in)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := stop(); err != nil && retErr == nil {
+				retErr = err
+			}
+		}()
+		// DESIGN: the page's address is the first line on stdout.
+		fmt.Fprintln(out, url)
+		ui, open = in, webCards
+	case fl.auto == "accept" || fl.auto == "decline":
 		ui = &approver.Auto{Approve: fl.auto == "accept", Reason: fl.reason, Out: out}
 	default:
 		if in, ok := cmd.InOrStdin().(*os.File); ok {
@@ -162,7 +200,6 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 		}
 	}
 
-	ctx := cmd.Context()
 	// Subscribed from the join on: the fulfiller re-sends open prompts the
 	// moment we appear, and one read before a later Subscribe would be lost.
 	client, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id, JoinTimeout: fl.joinTimeout, Logger: log},
@@ -182,5 +219,5 @@ func runApprove(cmd *cobra.Command, fl approveFlags) error {
 		signing = "answers are signed: " + approver.PublicLine(fl.id, key)
 	}
 	fmt.Fprintf(out, "fulfiller approve: in the space at %s as %s; %s.\nWaiting for approval requests from %s. Ctrl-C to stop.\n", fl.gateway, fl.id, signing, strings.Join(fl.fulfillers, ", "))
-	return approver.New(client, ui, approver.Options{Key: key, Fulfillers: fl.fulfillers, Limit: fl.count, Logger: log}).Run(ctx, sub.C())
+	return approver.New(client, ui, approver.Options{Key: key, Fulfillers: fl.fulfillers, Limit: fl.count, Open: open, Logger: log}).Run(ctx, sub.C())
 }

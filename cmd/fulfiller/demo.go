@@ -4,11 +4,13 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/inbox"
 	"github.com/mewkit/fulfiller/internal/demo"
 )
 
@@ -17,6 +19,7 @@ func newDemoCmd() *cobra.Command {
 	var step time.Duration
 	var interactive, hold bool
 	var of opsFlags
+	var web webFlags
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole story on this machine, with no setup",
@@ -27,9 +30,23 @@ example policies, and prints each proposal's journey to its outcome. It exits
 
 Escalations go to two simulated approvers, oncall-alice and oncall-bob. With
 --interactive you are oncall-alice: the approval cards of "fulfiller approve"
-appear here, and the production delete waits for your answer.`,
-		Args: cobra.NoArgs,
+appear here, and the production delete waits for your answer. With --web
+you answer in your browser instead, in the inbox of "fulfiller approve --web",
+served on `+defaultWebAddr+` (--web=ADDR for another address); its address is
+printed.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && cmd.Flags().Changed("web") && strings.Contains(args[0], ":") {
+				return usageErrorf("demo --web %s: write --web=%s (a bare --web serves on %s)", args[0], args[0], defaultWebAddr)
+			}
+			return cobra.NoArgs(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := web.validate(); err != nil {
+				return err
+			}
+			if web.addr != "" && interactive {
+				return usageErrorf("--web and --interactive: choose the browser or this terminal")
+			}
 			useColor, err := colorMode(color, os.Stdout)
 			if err != nil {
 				return err
@@ -55,6 +72,24 @@ appear here, and the production delete waits for your answer.`,
 			opts := demo.Options{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step, Hold: hold,
 				Observer: rt.observer(), ApprovalObserver: rt.approvalObserver(),
 				Started: func(r demo.Running) { rt.running(r.Gateway, r.Policy, r.Fulfiller) }}
+			ctx := cmd.Context()
+			if web.addr != "" {
+				in, err := inbox.New(inbox.Options{Approver: "oncall-alice", Fulfillers: []string{"fulfiller"}, Logger: log})
+				if err != nil {
+					return err
+				}
+				var url string
+				var stop func() error
+				ctx, url, stop, err = serveWeb(ctx, &web, in)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = stop() }()
+				opts.Approver, opts.ApproverCards, opts.ApproverURL = in, webCards, url
+				if !cmd.Flags().Changed("step-timeout") {
+					opts.Step = 5 * time.Minute // past the example policy's approval deadline (4m)
+				}
+			}
 			if interactive {
 				var ui *approver.Terminal
 				if in, ok := cmd.InOrStdin().(*os.File); ok {
@@ -69,7 +104,7 @@ appear here, and the production delete waits for your answer.`,
 					opts.Step = 5 * time.Minute // past the example policy's approval deadline (4m)
 				}
 			}
-			return demo.Run(cmd.Context(), opts)
+			return demo.Run(ctx, opts)
 		},
 	}
 	cmd.Flags().StringVar(&color, "color", "auto", "colour the narration: auto (when stdout is a terminal), always or never")
@@ -78,6 +113,7 @@ appear here, and the production delete waits for your answer.`,
 	cmd.Flags().BoolVar(&interactive, "interactive", false, "be oncall-alice yourself: answer the approval cards at this terminal")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the space and the fulfiller up after the story until interrupted (to curl --http; without --http-token-file a token is made and printed)")
 	of.register(cmd.Flags())
+	web.register(cmd.Flags(), "be oncall-alice in your browser: serve the approval inbox (a bare --web on "+defaultWebAddr+", else --web=`ADDR`)", true)
 	return cmd
 }
 

@@ -50,6 +50,13 @@ type Options struct {
 	// simulated alice, and the steps that wait for them accept whatever
 	// they decide.
 	Approver approver.UI
+	// ApproverCards is how many cards Approver shows at once
+	// (approver.Options.Open): 1 for the terminal card, more for the
+	// browser inbox.
+	ApproverCards int
+	// ApproverURL is where the person answers when it is not this
+	// terminal (the inbox page of demo --web); the header names it.
+	ApproverURL string
 }
 
 // Running is the demo's live fulfiller, for Options.Started.
@@ -157,11 +164,12 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		defer c.Close()
 		var ui approver.UI = simulated(id)
+		cards := 1
 		if id == alice && opts.Approver != nil {
-			ui = noPresence{opts.Approver}
+			ui, cards = noPresence{opts.Approver}, opts.ApproverCards
 		}
 		sub := c.Subscribe(approver.SubscribeOptions())
-		a := approver.New(c, ui, approver.Options{Logger: opts.Logger})
+		a := approver.New(c, ui, approver.Options{Logger: opts.Logger, Open: cards})
 		wg.Add(1)
 		go func() { defer wg.Done(); defer sub.Close(); _ = a.Run(ctx, sub.C()) }()
 	}
@@ -223,7 +231,7 @@ func Run(ctx context.Context, opts Options) error {
 		proposers[id] = p
 	}
 
-	n.header(srv.URL(), engine.Revision(), ful.Tools(), opts.Approver != nil)
+	n.header(srv.URL(), engine.Revision(), ful.Tools(), opts.Approver != nil, opts.ApproverURL)
 	var results []result
 	for i, s := range script() {
 		if opts.Approver != nil && s.human {

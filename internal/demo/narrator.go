@@ -192,7 +192,7 @@ func (n *narrator) paint(code, s string) string {
 	return code + s + ansiReset
 }
 
-func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, interactive bool) {
+func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, interactive bool, inboxURL string) {
 	fmt.Fprintln(n.out, n.paint(ansiBold, "fulfiller demo")+n.paint(ansiDim, " — an in-process MEW space at "+url))
 	fmt.Fprintf(n.out, "policy   examples/policies (revision %s)\n", short(revision))
 	byServer := map[string][]string{}
@@ -207,10 +207,15 @@ func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, intera
 		fmt.Fprintf(n.out, "tools    %-10s %s\n", s, strings.Join(byServer[s], ", "))
 	}
 	fmt.Fprintln(n.out, "agents   coder and mallory may only propose; fulfiller decides")
-	if interactive {
+	switch {
+	case interactive && inboxURL != "":
+		fmt.Fprintln(n.out, "humans   you are "+alice+": answer the approval requests in your browser at")
+		fmt.Fprintln(n.out, "         "+inboxURL)
+		fmt.Fprintln(n.out, "         "+bob+" is simulated; oncall-carol is away")
+	case interactive:
 		fmt.Fprintln(n.out, "humans   you are "+alice+": answer the approval cards below; "+bob+" is simulated; oncall-carol is away")
-	} else {
-		fmt.Fprintln(n.out, "humans   "+alice+" and "+bob+" answer approval requests (simulated; try --interactive); oncall-carol is away")
+	default:
+		fmt.Fprintln(n.out, "humans   "+alice+" and "+bob+" answer approval requests (simulated; try --interactive or --web); oncall-carol is away")
 	}
 	fmt.Fprintln(n.out)
 }
