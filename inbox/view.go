@@ -35,28 +35,28 @@ func (s State) closed() bool {
 // keeps control and bidirectional characters from reordering what the
 // person reads.
 type View struct {
-	ID          string          `json:"id"` // the elicitation's envelope id
-	Seq         uint64          `json:"seq"`
-	Fulfiller   string          `json:"fulfiller"`
-	Message     string          `json:"message"`
-	Proposal    string          `json:"proposal,omitempty"`
-	Proposer    string          `json:"proposer,omitempty"`
-	Method      string          `json:"method,omitempty"`
-	Tool        string          `json:"tool,omitempty"`
-	Server      string          `json:"server,omitempty"`
-	Description string          `json:"description,omitempty"`
-	Annotations []Annotation    `json:"annotations,omitempty"`
-	Arguments   string          `json:"arguments,omitempty"` // indented JSON
-	PolicyMsg   string          `json:"policy_message,omitempty"`
-	Approvers   []string        `json:"approvers,omitempty"`
-	Quorum      int             `json:"quorum,omitempty"`
-	DelegatedBy []string        `json:"delegated_by,omitempty"`
-	Digest      string          `json:"digest,omitempty"`
-	DigestOK    bool            `json:"digest_ok"`
-	Deadline    *time.Time      `json:"deadline,omitempty"`
-	Revision    string          `json:"revision,omitempty"`
-	Fields      []FieldView     `json:"fields,omitempty"`
-	Delegates   []string        `json:"delegates,omitempty"`
+	ID          string       `json:"id"` // the elicitation's envelope id
+	Seq         uint64       `json:"seq"`
+	Fulfiller   string       `json:"fulfiller"`
+	Message     string       `json:"message"`
+	Proposal    string       `json:"proposal,omitempty"`
+	Proposer    string       `json:"proposer,omitempty"`
+	Method      string       `json:"method,omitempty"`
+	Tool        string       `json:"tool,omitempty"`
+	Server      string       `json:"server,omitempty"`
+	Description string       `json:"description,omitempty"`
+	Annotations []Annotation `json:"annotations,omitempty"`
+	Arguments   string       `json:"arguments,omitempty"` // indented JSON
+	PolicyMsg   string       `json:"policy_message,omitempty"`
+	Approvers   []string     `json:"approvers,omitempty"`
+	Quorum      int          `json:"quorum,omitempty"`
+	DelegatedBy []string     `json:"delegated_by,omitempty"`
+	Digest      string       `json:"digest,omitempty"`
+	DigestOK    bool         `json:"digest_ok"`
+	Deadline    *time.Time   `json:"deadline,omitempty"`
+	Revision    string       `json:"revision,omitempty"`
+	Fields      []FieldView  `json:"fields,omitempty"`
+	Delegates   []string     `json:"delegates,omitempty"`
 
 	State        State  `json:"state"`
 	Answer       string `json:"answer,omitempty"`   // what this person answered, in words

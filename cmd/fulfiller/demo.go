@@ -32,7 +32,7 @@ Escalations go to two simulated approvers, oncall-alice and oncall-bob. With
 --interactive you are oncall-alice: the approval cards of "fulfiller approve"
 appear here, and the production delete waits for your answer. With --web
 you answer in your browser instead, in the inbox of "fulfiller approve --web",
-served on `+defaultWebAddr+` (--web=ADDR for another address); its address is
+served on ` + defaultWebAddr + ` (--web=ADDR for another address); its address is
 printed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 && cmd.Flags().Changed("web") && strings.Contains(args[0], ":") {
