@@ -65,6 +65,12 @@ func TestApproveUsageErrors(t *testing.T) {
 		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--auto", "maybe"}, `--auto "maybe": want accept or decline`},
 		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--reason", "x"}, "--reason is for --auto answers"},
 		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--key", "/nonexistent/alice.key"}, "--key open /nonexistent/alice.key: no such file or directory"},
+		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--web", "0.0.0.0:8765"}, "--web 0.0.0.0:8765: the inbox serves plain HTTP only on loopback"},
+		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--web", "8765"}, `--web "8765": want host:port`},
+		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--web", "127.0.0.1:8765", "--web-tls-cert", "c.pem"}, "--web-tls-cert and --web-tls-key go together"},
+		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--web", "[::]:8765", "--web-tls-cert", "/nonexistent/c.pem", "--web-tls-key", "/nonexistent/k.pem"}, "--web-tls-cert /nonexistent/c.pem"},
+		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--web-tls-cert", "c.pem"}, "--web-tls-cert and --web-tls-key are for --web"},
+		{[]string{"approve", "--gateway", "ws://127.0.0.1:1", "--id", "alice", "--web", "127.0.0.1:8765", "--auto", "accept"}, "--web and --auto"},
 	} {
 		_, errOut, code := cli(t, "", tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
