@@ -164,17 +164,23 @@ func readRecords(t *testing.T, path string) []map[string]any {
 	return out
 }
 
-// TestFloodEveryDecisionAndOutcomeLoggedOnce pushes 6 000 proposals
-// through a real Fulfiller as fast as it takes them and checks that the
-// log holds exactly the lines their journeys call for — one decision per
-// evaluated proposal, one line per outcome change — with none lost or
-// doubled, even with a buffer far smaller than the log.
+// TestFloodEveryDecisionAndOutcomeLoggedOnce pushes 6 000 proposals (600
+// with -short) through a real Fulfiller as fast as it takes them and
+// checks that the log holds exactly the lines their journeys call for —
+// one decision per evaluated proposal, one line per outcome change — with
+// none lost or doubled, even with a buffer far smaller than the log.
 func TestFloodEveryDecisionAndOutcomeLoggedOnce(t *testing.T) {
-	const n = 6000 // over 14 000 log lines: more than three buffers' worth
+	n := 6000 // over 14 000 log lines
+	if testing.Short() {
+		// Soak size off: 1 500 lines, still many times the buffer (checked
+		// below), from 16 decisions in flight at once.
+		n = 600
+	}
+	const bufferSize = 4096
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
 	// Interval sync: this test is about nothing lost or doubled under a
 	// flood; waiting for an fsync per answer would only make it slow.
-	log, err := decisionlog.Open(path, decisionlog.Options{Sync: decisionlog.SyncInterval, BufferSize: 4096, FlushInterval: time.Hour})
+	log, err := decisionlog.Open(path, decisionlog.Options{Sync: decisionlog.SyncInterval, BufferSize: bufferSize, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +203,13 @@ func TestFloodEveryDecisionAndOutcomeLoggedOnce(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < 10*bufferSize {
+		t.Fatalf("log of %d bytes: want many buffers' worth, so that the buffer fills and is written early again and again", fi.Size())
+	}
 	recs := readRecords(t, path)
 	if uint64(len(recs)) != want {
 		t.Fatalf("log has %d lines, want %d", len(recs), want)

@@ -53,9 +53,10 @@ func TestBenchStateURLSecretNotEchoed(t *testing.T) {
 }
 
 // A small run through the CLI: exit 0, and the JSON report says every
-// proposal was answered once.
+// proposal was answered once. The report's shape is the point, not
+// throughput: 100 proposals (10 of them invalid) show it.
 func TestBenchJSON(t *testing.T) {
-	stdout, stderr, code := cli(t, "", "bench", "--proposals", "300", "--proposers", "2", "--json",
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "100", "--proposers", "2", "--json",
 		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -77,11 +78,11 @@ func TestBenchJSON(t *testing.T) {
 	for _, v := range rep.Outcomes {
 		total += v
 	}
-	if rep.Sent != 300 || rep.Unanswered != 0 || rep.Duplicates != 0 || total != 300 || rep.Latency.Count != 300 {
+	if rep.Sent != 100 || rep.Unanswered != 0 || rep.Duplicates != 0 || total != 100 || rep.Latency.Count != 100 {
 		t.Fatalf("report %+v", rep)
 	}
-	if rep.Outcomes["rejected:invalid"] != 30 {
-		t.Errorf("rejected:invalid %d, want 30 (10%% of 300)", rep.Outcomes["rejected:invalid"])
+	if rep.Outcomes["rejected:invalid"] != 10 {
+		t.Errorf("rejected:invalid %d, want 10 (10%% of 100)", rep.Outcomes["rejected:invalid"])
 	}
 }
 
@@ -90,7 +91,11 @@ func TestBenchJSON(t *testing.T) {
 func TestBenchTextFulfillerCPU(t *testing.T) {
 	// No store: the CPU lines are the point, and a store's work would
 	// only make the run (and CI) longer; TestBenchStateCompare has both.
-	stdout, stderr, code := cli(t, "", "bench", "--proposals", "1500", "--proposers", "2", "--state", "none",
+	// 200 proposals: under -race a proposal costs 20-50 ms of CPU, so
+	// the profile gets hundreds of 10 ms samples (about half of them on a
+	// busy machine), the fulfiller about half; without -race a tenth, still
+	// tens of samples for the fulfiller, which is all the lines below need.
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "200", "--proposers", "2", "--state", "none",
 		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -114,10 +119,11 @@ func TestBenchTextFulfillerCPU(t *testing.T) {
 // --state-compare runs memory then the durable store on the same load and
 // reports both, each with every proposal answered once, and the ratio; the
 // store's fresh directory is gone afterwards. One round: the median of
-// several is internal/loadtest's TestCompareState.
+// several is internal/loadtest's TestCompareState. The output is the
+// point, not the ratio: 50 proposals a run.
 func TestBenchStateCompare(t *testing.T) {
 	dir := t.TempDir()
-	stdout, stderr, code := cli(t, "", "bench", "--proposals", "150", "--proposers", "2", "--json",
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "50", "--proposers", "2", "--json",
 		"--state", dir, "--state-compare", "--rounds", "1",
 		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
 	if code != 0 {
@@ -146,7 +152,7 @@ func TestBenchStateCompare(t *testing.T) {
 	}
 	for i := range 1 {
 		for _, r := range []*report{c.Memory[i], c.Durable[i]} {
-			if r.Sent != 150 || r.Unanswered != 0 || r.Duplicates != 0 || r.Latency.Count != 150 || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 {
+			if r.Sent != 50 || r.Unanswered != 0 || r.Duplicates != 0 || r.Latency.Count != 50 || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 {
 				t.Errorf("round %d: report %+v", i+1, *r)
 			}
 		}

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	_, err := os.Stat(defaultStateDir)
 	existed := err == nil
 	flag.Parse()
-	if !testing.Short() && flag.Lookup("test.run").Value.String() == "" {
+	if flag.Lookup("test.run").Value.String() == "" {
 		// The whole package runs: build the binary while the in-process
 		// tests that come first run (a minute of CI's critical path when
 		// the first binary test waited for it).
@@ -57,13 +57,11 @@ func TestMain(m *testing.M) {
 }
 
 // fulfillerBinary builds ./cmd/fulfiller once per test process (without
-// cgo, as a release is built) and returns its path. Tests that need it are
-// skipped with -short.
+// cgo, as a release is built) and returns its path. The tests that need it
+// run with -short too: they are the operator's view (crash, group, audit,
+// shutdown, the interactive demo), not soak runs, and CI runs -short.
 func fulfillerBinary(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	built.once.Do(buildBinary)
 	if built.err != nil {
 		t.Fatalf("go build: %v\n%s", built.err, built.out)

@@ -30,7 +30,17 @@ func opaForTest(t *testing.T) string {
 // The OPA server, given the same files, makes the same decision as the
 // embedded engine on every input the fulfiller decided, and it is gone
 // when the comparison returns.
+//
+// It is skipped with -short, and so in CI: it needs an opa binary, which
+// CI would have to build (minutes of a fresh 2-core machine) for this one
+// test of bench --vs-opa-server, a benchmark's comparison. The engine it
+// compares with is the same OPA version, embedded; what the fulfiller adds
+// on the way in, its own JSON parsing, is checked against OPA's in every
+// run (FuzzJSONToValue's seeds, policies' input tests).
 func TestCompareOPAAgreesAndStopsTheServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("benchmark comparison with an OPA server binary; go test without -short runs it (FULFILLER_TEST_OPA_BIN or fulfiller bench --vs-opa-server once)")
+	}
 	bin := opaForTest(t)
 	res, err := Run(t.Context(), Config{
 		Policies: []string{"../../examples/policies"}, Data: []string{"../../examples/policies/data.yaml"},
