@@ -114,13 +114,16 @@ func (in *Inbox) Close() {
 // person answers it there or ctx ends (the card went away; Notify says
 // why).
 func (in *Inbox) Ask(ctx context.Context, c *approver.Card) (approver.Answer, error) {
-	it := &item{card: c, view: viewOf(c), answer: make(chan approver.Answer, 1)}
+	// answer is read through this copy: the field is cleared, under mu,
+	// once the card can take no more answers.
+	answer := make(chan approver.Answer, 1)
+	it := &item{card: c, view: viewOf(c), answer: answer}
 	it.view.State = StateOpen
 	in.mu.Lock()
 	in.put(it)
 	in.mu.Unlock()
 	select {
-	case a := <-it.answer:
+	case a := <-answer:
 		return a, nil
 	case <-ctx.Done():
 		in.mu.Lock()
