@@ -51,8 +51,8 @@ func (a Answer) Describe() string {
 	return "approved"
 }
 
-// approves reports whether the answer approves the call (as edited).
-func (a Answer) approves() bool {
+// Approves reports whether the answer approves the call (as edited).
+func (a Answer) Approves() bool {
 	return a.Action == elicit.ActionAccept && a.Approve && a.DelegateTo == ""
 }
 
@@ -71,7 +71,7 @@ func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error)
 	default:
 		return agent.Envelope{}, fmt.Errorf("answer: unknown action %q", a.Action)
 	}
-	approving := a.approves()
+	approving := a.Approves()
 	if approving && c.Proposal != nil && !c.DigestOK {
 		return agent.Envelope{}, ErrDigestMismatch
 	}

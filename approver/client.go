@@ -261,7 +261,7 @@ func (c *Client) collect(ctx context.Context, s *session) (stop bool) {
 			if err != nil {
 				break
 			}
-			if r.a.approves() && card.Proposal != nil {
+			if r.a.Approves() && card.Proposal != nil {
 				s.approved.Add(card.Proposal.ID, &watch{card: card, answer: r.a})
 			}
 			s.answered++

@@ -172,7 +172,7 @@ func (in *Inbox) Notify(ev approver.Event) {
 		v.State, v.Cause, v.Note = StateEnded, string(ev.End.Cause), ev.End.String()
 	case approver.EventSent:
 		v.Answer = approver.Printable(ev.Answer.Describe())
-		v.Approved = approverApproves(ev.Answer)
+		v.Approved = ev.Answer.Approves()
 		if ev.Err != nil {
 			v.State, v.Note = StateFailed, "not sent: "+approver.Printable(ev.Err.Error())
 		} else {
@@ -189,11 +189,6 @@ func (in *Inbox) Notify(ev approver.Event) {
 		return
 	}
 	in.put(it)
-}
-
-// approverApproves reports whether a is an approval of the call.
-func approverApproves(a approver.Answer) bool {
-	return a.Action == "accept" && a.Approve && a.DelegateTo == ""
 }
 
 // put stores it as the latest state of its card and tells the pages. The

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,22 +90,7 @@ func TestApproveWebServesTheInbox(t *testing.T) {
 
 	// The page's feed shows the card; the page answers it.
 	spacetest.WaitUntil(t, "the card in the page's feed", func() bool {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/events", nil)
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		defer rcancel()
-		resp, err := browser.Do(req.WithContext(rctx))
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				return strings.Contains(line, `"id":"`+prompt.ID+`"`) && strings.Contains(line, `"state":"open"`)
-			}
-		}
-		return false
+		return slices.Contains(openCards(ctx, browser, base), prompt.ID)
 	})
 	req, _ := http.NewRequest(http.MethodPost, base+"/answer", strings.NewReader(`{"id":"`+prompt.ID+`","action":"approve"}`))
 	req.Header.Set("Content-Type", "application/json")
