@@ -159,8 +159,10 @@ func TestFaultGatewayStallDuringDecision(t *testing.T) {
 		spacetest.Resilient(c)
 		if c.ID == "fulfiller" {
 			// Short enough to notice the stall soon, long enough that a busy
-			// machine does not drop the link before the proposal arrives.
-			c.PingInterval, c.PongTimeout = 50*time.Millisecond, time.Second
+			// machine (CI under -race) does not drop the link before the
+			// proposal arrives: a proposal broadcast while the link is down
+			// is never seen.
+			c.PingInterval, c.PongTimeout = 50*time.Millisecond, 4*time.Second
 		}
 	}})
 	id := w.propose("p-slow", `{"method":"tools/call","params":{"name":"slow"}}`)

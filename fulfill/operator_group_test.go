@@ -14,7 +14,7 @@ import (
 
 // Tests of the operator API in a group (DESIGN "Durable and shared pending
 // work": the operator API of any member lists and cancels the group's
-// pending work), on the package's shared NATS cluster.
+// pending work), on the package's shared NATS server.
 
 // withdrawingEscalator is a recEscalator that can also withdraw prompts
 // another member recorded (PromptCanceller), as elicit does.
@@ -38,7 +38,7 @@ func (r *recEscalator) cancelled() []string {
 	return slices.Clone(r.cancels)
 }
 
-// waitLong waits for cond on the shared cluster: generous, for a loaded
+// waitLong waits for cond on the shared server: generous, for a loaded
 // machine under -race.
 func waitLong(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -60,7 +60,7 @@ func sentBy(m *member, d time.Duration) []agent.Envelope { return drain(m.space,
 // the id runs nothing anywhere. Before the cancel, B lists A's proposal
 // with owner A.
 func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
-	mode := natsCluster(t)
+	mode := natsServer(t)
 	escA := newRecEscalator()
 	a := newMember(t, mode, "ful-a", Config{Escalator: escA}, &fakeDecider{decisions: storeDecisions})
 	escB := &withdrawingEscalator{recEscalator: newRecEscalator()}
@@ -163,7 +163,7 @@ func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
 // it holds (nothing) and says so, and neither shows nor cancels A's
 // proposal.
 func TestGroupOperatorNoCallAfterCancel(t *testing.T) {
-	mode := natsCluster(t)
+	mode := natsServer(t)
 	decA := &fakeDecider{decisions: storeDecisions}
 	a := newMember(t, mode, "ful-a", Config{}, decA)
 	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})

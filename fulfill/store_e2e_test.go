@@ -187,19 +187,22 @@ func TestStoreRestartResumes(t *testing.T) {
 	cfg := Config{Escalator: esc, FulfillTimeout: 3 * time.Second}
 	h := newStoreHarness(t, "fulfiller", st, cfg, &fakeDecider{decisions: storeDecisions})
 
-	// The request's deadline starts when it is sent, which is after this.
-	sentAt := time.Now()
-	h.deliver(proposalEnv("inflight", "coder", callOf("add")))
-	req := h.space.next(t)
-	if !isToolsCall(req) {
-		t.Fatalf("sent %s, want the tools/call", req.Payload)
-	}
 	h.deliver(proposalEnv("open", "coder", callOf("ask")))
 	if e := esc.next(t); e.Proposal.ID != "open" {
 		t.Fatalf("escalated %s", e.Proposal.ID)
 	}
 	h.deliver(proposalEnv("expiring", "coder", callOf("soon")))
 	soon := esc.next(t)
+	// The request goes last, just before the crash: its 3s must not pass
+	// while a slow machine is still escalating the others (it would then
+	// end before the crash, and its cancel go to the dead process's wire).
+	// Its deadline starts when it is sent, which is after this.
+	sentAt := time.Now()
+	h.deliver(proposalEnv("inflight", "coder", callOf("add")))
+	req := h.space.next(t)
+	if !isToolsCall(req) {
+		t.Fatalf("sent %s, want the tools/call", req.Payload)
+	}
 
 	// kill -9: nothing more reaches the wire or the store.
 	h.space.dead.Store(true)
@@ -271,7 +274,7 @@ func deliverAll(env agent.Envelope, ms ...*member) {
 // A group of two on one store: every proposal is answered exactly once by
 // the group, and nobody answers busy or duplicate.
 func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
-	mode := natsCluster(t)
+	mode := natsServer(t)
 	dec := map[string]policies.Decision{"add": {Action: policies.Fulfill}}
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: dec})
 	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: dec})
@@ -344,7 +347,7 @@ func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
 // fulfilled; the prompt is asked again with its ids and the approval
 // fulfils it once. A forged withdraw of the adopted prompt is ignored.
 func TestStoreAdoptionAfterCrash(t *testing.T) {
-	mode := natsCluster(t)
+	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{Escalator: newRecEscalator(), MaxInflight: 1}, &fakeDecider{decisions: storeDecisions})
 	escB := newRecEscalator()
 	b := newMember(t, mode, "ful-b", Config{Escalator: escB}, &fakeDecider{decisions: storeDecisions})
@@ -398,7 +401,7 @@ func TestStoreAdoptionAfterCrash(t *testing.T) {
 // (a peer may hold the claim; a reject from us would fail the proposal at
 // its proposer), and decides nothing.
 func TestStoreUnreachableWithPeersSendsNothing(t *testing.T) {
-	mode := natsCluster(t)
+	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
 	newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
 	for deadline := time.Now().Add(15 * time.Second); !a.f.group.peers.Load(); time.Sleep(10 * time.Millisecond) {
