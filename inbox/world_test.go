@@ -26,14 +26,19 @@ import (
 	"github.com/mewkit/fulfiller/policies"
 )
 
-// policy escalates production writes (data.escalation says to whom) and
-// rejects writes anywhere else, so that an edit moving a write out of
-// /srv/prod is refused when the policy checks the edited call again.
+// policy escalates production writes (data.escalation says to whom; a
+// path in data.timeouts gets its own deadline) and rejects writes anywhere
+// else, so that an edit moving a write out of /srv/prod is refused when
+// the policy checks the edited call again.
 const policy = `package fulfiller
 
 default decision := {"action": "reject", "reason": "policy", "message": "not allowed"}
 
-decision := object.union(data.escalation, {"action": "escalate"}) if {
+escalation := object.union(data.escalation, {"timeout": data.timeouts[input.tool.arguments.path]}) if {
+	data.timeouts[input.tool.arguments.path]
+} else := data.escalation
+
+decision := object.union(escalation, {"action": "escalate"}) if {
 	input.tool.name == "write_file"
 	startswith(input.tool.arguments.path, "/srv/prod/")
 }
@@ -62,6 +67,7 @@ type world struct {
 
 type worldOptions struct {
 	escalation string
+	timeouts   string             // JSON object: path → the deadline of its escalation
 	keys       elicit.Keys        // the fulfiller's approver keys
 	key        ed25519.PrivateKey // alice's
 	humans     []string           // others in the space (as plain participants)
@@ -71,6 +77,9 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	t.Helper()
 	if o.escalation == "" {
 		o.escalation = alone
+	}
+	if o.timeouts == "" {
+		o.timeouts = "{}"
 	}
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
 		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
@@ -95,7 +104,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 
 	dir := t.TempDir()
 	_ = os.WriteFile(filepath.Join(dir, "p.rego"), []byte(policy), 0o644)
-	_ = os.WriteFile(filepath.Join(dir, "d.json"), []byte(`{"escalation":`+o.escalation+`}`), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "d.json"), []byte(`{"escalation":`+o.escalation+`,"timeouts":`+o.timeouts+`}`), 0o644)
 	engine, err := policies.Load(ctx, policies.Options{Timeout: time.Minute, Policies: []string{filepath.Join(dir, "p.rego")}, Data: []string{filepath.Join(dir, "d.json")}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
