@@ -1,6 +1,7 @@
 package approver
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -67,6 +68,10 @@ type Options struct {
 	Remember int
 	Logger   *slog.Logger     // [discard]
 	Now      func() time.Time // [time.Now]
+
+	// seenLimit replaces seenLimit in tests, which need not send
+	// thousands of prompts to see the bound work.
+	seenLimit int
 }
 
 // Client shows the elicitations addressed to one approver, one card at a
@@ -165,7 +170,7 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 		return fmt.Errorf("approver: %w", err)
 	}
 	s := &session{
-		seen:     newSeenPrompts(seenLimit),
+		seen:     newSeenPrompts(cmp.Or(c.opts.seenLimit, seenLimit)),
 		mem:      &memory{max: c.opts.Remember, now: c.opts.Now},
 		approved: approved,
 		rejects:  map[string]*watch{},

@@ -203,8 +203,13 @@ func promptEnv(id, path string) agent.Envelope {
 // the last remember answers, until the test ends; it returns what the
 // Client sent and the channel to hand it requests.
 func runAutoApprover(t *testing.T, remember int) (*recordingConn, chan<- agent.Envelope) {
+	return runAutoApproverWith(t, approver.Options{Remember: remember})
+}
+
+// runAutoApproverWith is runAutoApprover with the given options.
+func runAutoApproverWith(t *testing.T, o approver.Options) (*recordingConn, chan<- agent.Envelope) {
 	conn := &recordingConn{}
-	c := approver.New(conn, &approver.Auto{Approve: true}, approver.Options{Remember: remember})
+	c := approver.New(conn, &approver.Auto{Approve: true}, o)
 	in := make(chan agent.Envelope)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -250,16 +255,19 @@ func TestRecordedAnswerReplayedOnlyForTheSameQuestion(t *testing.T) {
 // forgotten: sent again it is a new question (shown and answered), where
 // an unbounded record would still ignore it.
 func TestSeenPromptsAreBounded(t *testing.T) {
-	conn, in := runAutoApprover(t, 1)
+	// The bound is SeenLimit; a small one shows the same behaviour without
+	// thousands of cards under -race.
+	const limit = 64
+	conn, in := runAutoApproverWith(t, approver.WithSeenLimit(approver.Options{Remember: 1}, limit))
 
 	oldest := promptEnv("el-0", "/0")
 	in <- oldest
-	for i := 1; i <= approver.SeenLimit; i++ {
+	for i := 1; i <= limit; i++ {
 		in <- promptEnv(fmt.Sprintf("el-%d", i), "/x")
 	}
-	spacetest.WaitUntil(t, "an answer to every prompt", func() bool { return conn.sentCount() == approver.SeenLimit+1 })
+	spacetest.WaitUntil(t, "an answer to every prompt", func() bool { return conn.sentCount() == limit+1 })
 	in <- oldest
-	spacetest.WaitUntil(t, "the forgotten prompt answered as new", func() bool { return conn.sentCount() == approver.SeenLimit+2 })
+	spacetest.WaitUntil(t, "the forgotten prompt answered as new", func() bool { return conn.sentCount() == limit+2 })
 	if got := conn.last().CorrelationID.First(); got != "el-0" {
 		t.Fatalf("last answer is to %s, want el-0", got)
 	}
