@@ -168,8 +168,9 @@ func TestClaimOneWinnerAcrossMembers(t *testing.T) {
 // TestClaimReplayAfterManyIDs is the red-team flood of issue 14: a fulfilled
 // proposal's id replayed after 100 000 other ids, and after a restart of
 // the store's server, is still seen. The server is a nats-server process
-// with a file store, as an operator runs it: it is not slowed by the race
-// detector. It is a soak run, skipped with -short; what keeps it passing,
+// with a file store, as an operator runs it (testenv.NATSServer; name a
+// nats-server binary in FULFILLER_TEST_NATS_SERVER_BIN to keep the race
+// detector out of it). It is a soak run, skipped with -short; what keeps it passing,
 // a seen bucket limited by age and not by count, is checked in every run by
 // TestSeenIsLimitedByAgeNotCount.
 func TestClaimReplayAfterManyIDs(t *testing.T) {

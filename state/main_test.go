@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/internal/natstest"
+	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
 // testCluster is one three-server JetStream cluster on loopback, shared by
@@ -17,6 +18,7 @@ import (
 var testCluster *natstest.Cluster
 
 func TestMain(m *testing.M) {
+	testenv.RunAsNATSServer()
 	c, err := natstest.StartCluster(3, "state-test", natstest.Options{Log: os.Getenv("STATE_TEST_NATS_LOG") != ""})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start NATS cluster:", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
 // The tests that run fulfiller as an operator does share one build of the
@@ -34,6 +35,7 @@ var built struct {
 // the run if a test left run's default state directory (relative to the
 // working directory: this package's source) behind: tests give --state.
 func TestMain(m *testing.M) {
+	testenv.RunAsNATSServer()
 	_, err := os.Stat(defaultStateDir)
 	existed := err == nil
 	flag.Parse()

@@ -1,9 +1,18 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // recorder captures what Missing does to a test.
@@ -32,40 +41,28 @@ func TestMissingFailsUnderCIAndSkipsElsewhere(t *testing.T) {
 	}
 }
 
-// TestNATSServerFindsTheBinary: the variable wins; without it PATH, then
-// the Go bin directory; with none, Missing (fail under CI, skip
-// elsewhere); a variable naming nothing is Missing too, not a fallback.
+func TestMain(m *testing.M) {
+	RunAsNATSServer()
+	os.Exit(m.Run())
+}
+
+// TestNATSServerFindsTheBinary: the variable wins; a variable naming
+// nothing is Missing (fail under CI, skip elsewhere), not a fallback;
+// unset, it is this test binary, run as nats-server.
 func TestNATSServerFindsTheBinary(t *testing.T) {
 	dir := t.TempDir()
-	mk := func(sub string) string {
-		d := filepath.Join(dir, sub)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(d, "nats-server")
-		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	fromEnv, onPath, inGobin := mk("env"), mk("path"), mk("gobin")
-	empty := filepath.Join(dir, "empty")
-	if err := os.Mkdir(empty, 0o755); err != nil {
+	fromEnv := filepath.Join(dir, "nats-server")
+	if err := os.WriteFile(fromEnv, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name, env, path, gobin, want string
+		name, env, want string
 	}{
-		{"variable", fromEnv, filepath.Dir(onPath), filepath.Dir(inGobin), fromEnv},
-		{"PATH", "", filepath.Dir(onPath), filepath.Dir(inGobin), onPath},
-		{"GOBIN", "", empty, filepath.Dir(inGobin), inGobin},
-		{"none", "", empty, empty, ""},
-		{"variable naming nothing", filepath.Join(dir, "nope"), filepath.Dir(onPath), filepath.Dir(inGobin), ""},
+		{"variable", fromEnv, fromEnv},
+		{"variable naming nothing", filepath.Join(dir, "nope"), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(NATSServerEnv, tc.env)
-			t.Setenv("PATH", tc.path)
-			t.Setenv("GOBIN", tc.gobin)
 			for _, ci := range []string{"true", ""} {
 				t.Setenv("CI", ci)
 				r := &recorder{TB: t}
@@ -76,5 +73,48 @@ func TestNATSServerFindsTheBinary(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNATSServerRunsTheTestBinary: unset, NATSServer's program is a real
+// nats-server with JetStream, configured by nats-server's own flags.
+func TestNATSServerRunsTheTestBinary(t *testing.T) {
+	t.Setenv(NATSServerEnv, "")
+	bin := NATSServer(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-a", "127.0.0.1", "-p", port, "-js", "-sd", t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	var nc *nats.Conn
+	for nc == nil {
+		if nc, err = nats.Connect("nats://"+addr, nats.Timeout(time.Second)); err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("no nats-server on %s: %v; it printed:\n%s", addr, err, out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		t.Fatalf("JetStream account info: %v", err)
+	}
+	if v := nc.ConnectedServerVersion(); v != server.VERSION {
+		t.Errorf("server version %s, want the module's %s", v, server.VERSION)
 	}
 }
