@@ -67,6 +67,7 @@ type Decision struct {
 	Quorum    int            // escalate: approvals needed; default 1
 	Timeout   time.Duration  // escalate: how long to wait; 0 = use the sidecar's default
 	Editable  []string       // escalate: argument names the approver may change
+	Grantable *Grantable     // escalate: the grant an approver may create; nil: none
 	Extra     map[string]any // unknown decision fields, kept for the decision log
 	Revision  string         // revision of the policy set that decided
 	Err       error          // why this is a fail-closed reject; nil for a policy's own decision
@@ -74,7 +75,7 @@ type Decision struct {
 
 // decisionFields are the decision keys the policy contract defines; any
 // other key is kept in Extra.
-var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable"}
+var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable", "grantable"}
 
 // MalformedDecisionError says how a policy's decision breaks the contract.
 type MalformedDecisionError struct {
@@ -165,6 +166,8 @@ func parseDecision(v ast.Value) (Decision, error) {
 			}
 		case "editable":
 			d.Editable, err = stringList(name, val.Value)
+		case "grantable":
+			d.Grantable, err = parseGrantable(val.Value)
 		case "quorum":
 			d.Quorum, err = intField(name, val.Value)
 			if err == nil && d.Quorum < 1 {
@@ -200,6 +203,9 @@ func parseDecision(v ast.Value) (Decision, error) {
 		// Report the first problem in key order, so that the message is the
 		// same every time for the same decision.
 		return Decision{}, errs[0]
+	}
+	if d.Grantable != nil && d.Action != Escalate {
+		return Decision{}, malformed("grantable", "only an escalate decision may offer a grant, this one is %s", d.Action)
 	}
 	switch d.Action {
 	case "":
@@ -333,6 +339,7 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 	add("quorum", d.Quorum, d.Quorum != 0)
 	add("timeout", formatDuration(d.Timeout), d.Timeout != 0)
 	add("editable", d.Editable, d.Editable != nil)
+	add("grantable", d.Grantable, d.Grantable != nil)
 	for _, k := range slices.Sorted(maps.Keys(d.Extra)) {
 		if k == "revision" || k == "error" || slices.Contains(decisionFields, k) {
 			continue
