@@ -1,0 +1,173 @@
+// Package grants is the model of a grant (DESIGN "Grants"): an approver's
+// "allow calls like this for a while", pinned to the approved call's
+// values of the fields the policy's offer names, until it expires or is
+// revoked. It decides which calls a grant covers; storing grants, offering
+// them on the approval form and showing them to policies as input.grants
+// are the state, elicit and fulfill packages' work.
+//
+// A grant is standing permission given on one human's word, so every
+// question here is answered narrowly: a value that cannot be compared
+// exactly does not match, and a prefix never matches a path that climbs out
+// of it.
+package grants
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gowebpki/jcs"
+
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// Call is what a grant is matched against: a tools/call proposal, as the
+// fulfiller resolved it.
+type Call struct {
+	Proposer  string
+	Tool      string
+	Server    string                     // the tool owner the call goes to
+	Arguments map[string]json.RawMessage // params.arguments
+}
+
+// Pin is one field a grant holds to the approved call's value.
+type Pin struct {
+	// Field is "server" or "arguments.NAME" (proposer and tool are the
+	// grant's own fields).
+	Field string `json:"field"`
+	// Value is the approved value, canonical JSON (RFC 8785); empty for a
+	// prefix pin.
+	Value json.RawMessage `json:"value,omitempty"`
+	// Prefix is what a string argument must start with, for a :prefix pin.
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// Grant is one approver's standing permission.
+type Grant struct {
+	ID        string    `json:"id"`
+	Proposer  string    `json:"proposer"`
+	Tool      string    `json:"tool"`
+	Server    string    `json:"server"` // where the approved call went; matched only when pinned
+	Pins      []Pin     `json:"pins,omitempty"`
+	GrantedBy string    `json:"granted_by"`
+	Created   time.Time `json:"created"`
+	Expires   time.Time `json:"expires"`
+	Revoked   bool      `json:"revoked,omitempty"`
+}
+
+// Errors of New.
+var (
+	ErrNotOffered = errors.New("grant not offered")
+	ErrBadTTL     = errors.New("grant duration not offered")
+)
+
+// New makes the grant an approver chose when approving call (as edited):
+// for ttl, which must be one of offer.Offers(), pinned to call's values
+// of offer.Scope. A pinned argument the approved call does not have cannot
+// be pinned, and makes no grant rather than a wider one.
+func New(id string, offer *policies.Grantable, call Call, ttl time.Duration, by string, now time.Time) (Grant, error) {
+	if offer == nil {
+		return Grant{}, ErrNotOffered
+	}
+	if !slices.Contains(offer.Offers(), ttl) {
+		return Grant{}, fmt.Errorf("%w: %s (offered %v)", ErrBadTTL, policies.FormatGrantDuration(ttl), offer.Offers())
+	}
+	g := Grant{ID: id, Proposer: call.Proposer, Tool: call.Tool, Server: call.Server, GrantedBy: by, Created: now, Expires: now.Add(ttl)}
+	if g.Proposer == "" || g.Tool == "" {
+		return Grant{}, errors.New("grant: the approved call has no proposer or tool")
+	}
+	for _, f := range offer.Scope {
+		switch {
+		case f.Path == "proposer" || f.Path == "tool":
+			continue // the grant's own fields
+		case f.Path == "server":
+			v, _ := json.Marshal(call.Server)
+			g.Pins = append(g.Pins, Pin{Field: f.Path, Value: v})
+		default:
+			name := strings.TrimPrefix(f.Path, "arguments.")
+			raw, ok := call.Arguments[name]
+			if !ok {
+				return Grant{}, fmt.Errorf("grant: the approved call has no argument %q to pin", name)
+			}
+			pin, err := pinArgument(f, raw)
+			if err != nil {
+				return Grant{}, err
+			}
+			g.Pins = append(g.Pins, pin)
+		}
+	}
+	return g, nil
+}
+
+// pinArgument pins one argument: its canonical value, or for a :prefix
+// field the directory a string value lies in (approving
+// /srv/app/config.yaml allows /srv/app/…, never /srv/apple). A value whose
+// directory is the root (or that has none) is pinned exactly: approving
+// /etc must not allow everything under /. Narrower, never wider.
+func pinArgument(f policies.GrantField, raw json.RawMessage) (Pin, error) {
+	var s string
+	if f.Prefix && json.Unmarshal(raw, &s) == nil {
+		if climbs(s) {
+			return Pin{}, fmt.Errorf("grant: %s %q has . or .. segments: no prefix can be pinned to it", f.Path, s)
+		}
+		if i := strings.LastIndexByte(s, '/'); i > 0 {
+			return Pin{Field: f.Path, Prefix: s[:i+1]}, nil
+		}
+	}
+	v, err := jcs.Transform(raw)
+	if err != nil {
+		return Pin{}, fmt.Errorf("grant: %s: %w", f.Path, err)
+	}
+	return Pin{Field: f.Path, Value: v}, nil
+}
+
+// Live reports whether g still matches anything at now.
+func (g Grant) Live(now time.Time) bool { return !g.Revoked && now.Before(g.Expires) }
+
+// Matches reports whether g covers c at now: live, the same proposer and
+// tool, and every pinned field equal (or, for a prefix, under the prefix).
+func (g Grant) Matches(c Call, now time.Time) bool {
+	if !g.Live(now) || c.Proposer != g.Proposer || c.Tool != g.Tool {
+		return false
+	}
+	for _, p := range g.Pins {
+		var raw json.RawMessage
+		if p.Field == "server" {
+			raw, _ = json.Marshal(c.Server)
+		} else {
+			var ok bool
+			if raw, ok = c.Arguments[strings.TrimPrefix(p.Field, "arguments.")]; !ok {
+				return false
+			}
+		}
+		if !p.matches(raw) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p Pin) matches(raw json.RawMessage) bool {
+	if p.Prefix != "" {
+		var s string
+		return json.Unmarshal(raw, &s) == nil && strings.HasPrefix(s, p.Prefix) && !climbs(s)
+	}
+	v, err := jcs.Transform(raw)
+	return err == nil && bytes.Equal(v, p.Value)
+}
+
+// climbs reports whether a path has "." or ".." segments, with which a
+// value under a prefix can name something outside it
+// (/srv/app/../../etc/passwd). Such a value never matches a prefix.
+func climbs(s string) bool {
+	for seg := range strings.SplitSeq(s, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
