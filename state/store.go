@@ -101,7 +101,7 @@ type Store struct {
 	// so that Update need not read a record before writing it.
 	known *lru.Cache[string, knownRecord]
 
-	seen, pending, members, outbox, meta jetstream.KeyValue
+	seen, pending, members, outbox, meta, grants jetstream.KeyValue
 
 	rpcMu   sync.Mutex
 	rpcNext int64
@@ -285,7 +285,7 @@ func (s *Store) connect() error {
 	return nil
 }
 
-// openBuckets creates or updates the five buckets.
+// openBuckets creates or updates the six buckets.
 func (s *Store) openBuckets(ctx context.Context) error {
 	storage := jetstream.FileStorage
 	if s.cfg.Mode.Kind == Memory {
@@ -315,6 +315,8 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		// marker is what WatchLapsed sees.
 		{&s.members, "members", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
 		{&s.meta, "meta", jetstream.KeyValueConfig{}},
+		// grants: per-key TTL (each grant until a while after its expiry).
+		{&s.grants, "grants", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
 	}
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
