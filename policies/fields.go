@@ -18,6 +18,7 @@ const (
 	fieldAgent
 	fieldApproval
 	fieldNow
+	fieldGrants
 
 	allFields fieldSet = 1<<iota - 1
 )
@@ -32,6 +33,7 @@ var fieldNames = map[string]fieldSet{
 	"agent":    fieldAgent,
 	"approval": fieldApproval,
 	"now":      fieldNow,
+	"grants":   fieldGrants,
 }
 
 func (s fieldSet) has(f fieldSet) bool { return s&f != 0 }

@@ -25,6 +25,10 @@ type Input struct {
 	Agent    AgentInfo       // the fulfiller itself; absent when zero
 	Approval *Approval       // set only when asked again after a human answered
 	Now      time.Time       // evaluation time; also what time.now_ns() returns
+	// Grants are the live grants that match the proposal's proposer and
+	// tool (DESIGN "Grants"), each a JSON object; nil leaves input.grants
+	// out. What a grant means is the policy's decision.
+	Grants []json.RawMessage
 }
 
 // Tool describes the tool a tools/call proposal names. Annotations are the
@@ -88,6 +92,7 @@ var (
 	keyBy           = ast.StringTerm("by")
 	keyContent      = ast.StringTerm("content")
 	keyNow          = ast.StringTerm("now")
+	keyGrants       = ast.StringTerm("grants")
 )
 
 // Value builds the input document as an ast.Value, the form the evaluator
@@ -106,7 +111,7 @@ func (in *Input) Value() (ast.Value, error) {
 // building the input.
 func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 	var slab termSlab
-	var buf [9][2]*ast.Term
+	var buf [10][2]*ast.Term
 	b := objBuilder{pairs: buf[:0], slab: &slab}
 
 	var p *jsonParser
@@ -201,6 +206,20 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 	}
 	if !in.Now.IsZero() && need.has(fieldNow) {
 		b.add(keyNow, ast.String(in.Now.UTC().Format(time.RFC3339Nano)))
+	}
+	if in.Grants != nil && need.has(fieldGrants) {
+		gs := make([]*ast.Term, len(in.Grants))
+		for i, g := range in.Grants {
+			v, err := jsonToValue(g)
+			if err != nil {
+				return nil, fmt.Errorf("grants[%d]: %w", i, err)
+			}
+			if _, ok := v.(ast.Object); !ok {
+				return nil, fmt.Errorf("grants[%d]: must be an object, got %s", i, ast.ValueName(v))
+			}
+			gs[i] = ast.NewTerm(v)
+		}
+		b.add(keyGrants, ast.NewArray(gs...))
 	}
 	return b.object(), nil
 }

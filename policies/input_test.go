@@ -149,6 +149,7 @@ func TestInputDocument(t *testing.T) {
 		Agent:    AgentInfo{ID: "fulfiller", Pending: 3, Inflight: 1, MaxPending: 1000},
 		Approval: &Approval{By: []string{"alice"}, Content: json.RawMessage(`{"approve":true}`)},
 		Now:      time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
+		Grants:   []json.RawMessage{json.RawMessage(`{"id":"g-1","tool":"write_file"}`)},
 	}
 	got, err := json.Marshal(in)
 	if err != nil {
@@ -157,6 +158,7 @@ func TestInputDocument(t *testing.T) {
 	// DESIGN.md's input document, field for field.
 	want := `{"agent":{"id":"fulfiller","inflight":1,"max_pending":1000,"pending":3},` +
 		`"approval":{"by":["alice"],"content":{"approve":true}},` +
+		`"grants":[{"id":"g-1","tool":"write_file"}],` +
 		`"method":"tools/call",` +
 		`"now":"2026-11-22T10:00:00Z",` +
 		`"params":{"arguments":{"path":"/etc/x"},"name":"write_file"},` +
@@ -166,6 +168,11 @@ func TestInputDocument(t *testing.T) {
 		`"tool":{"annotations":{"destructiveHint":true},"arguments":{"path":"/etc/x"},"description":"writes","name":"write_file","server":"fs"}}`
 	if string(got) != want {
 		t.Errorf("got  %s\nwant %s", got, want)
+	}
+
+	// A grant that is not an object is refused, never passed on.
+	if _, err := json.Marshal(&Input{Grants: []json.RawMessage{json.RawMessage(`"g-1"`)}}); err == nil || !strings.Contains(err.Error(), "grants[0]: must be an object") {
+		t.Errorf("a string grant: %v", err)
 	}
 
 	// Absent means absent.

@@ -93,7 +93,8 @@ func TestWatchReloadsDirectory(t *testing.T) {
 	if message() != "v2" || e.Revision() != v2 {
 		t.Errorf("after a broken edit: message %q revision %s, want v2 %s", message(), e.Revision(), v2)
 	}
-	if !strings.Contains(logs.String(), "policy reload failed") {
+	// The error is recorded just before it is logged: wait for the line.
+	if !waitFor(t, reloadWait, func() bool { return strings.Contains(logs.String(), "policy reload failed") }) {
 		t.Errorf("failure not logged: %s", logs.String())
 	}
 
