@@ -137,3 +137,76 @@ func decodeGrant(e jetstream.KeyValueEntry) (*Grant, error) {
 	g.StoreRevision = e.Revision()
 	return &g, nil
 }
+
+// GrantChange is one event of WatchGrants.
+type GrantChange struct {
+	// Grant is the grant as written; nil when it was removed (its record
+	// outlived its keep time) or is unreadable.
+	Grant *Grant
+	// ID is the removed grant's id, when Grant is nil.
+	ID string
+	// Current marks the end of the grants stored when the watch began:
+	// from then on every event is a change.
+	Current bool
+}
+
+// WatchGrants reports every stored grant, then a Current event, then every
+// change, until ctx ends or the store closes; then the channel is closed.
+// It is how a member keeps the group's grants in memory: a grant created
+// or revoked by another member reaches it within the watch's delivery
+// time, and a decision never waits on a store read. A closed channel while
+// ctx is live means the watch ended (a lost connection): call again, and
+// rebuild from its first events.
+func (s *Store) WatchGrants(ctx context.Context) (<-chan GrantChange, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	w, err := s.grants.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("state: watch grants: %w", err)
+	}
+	out := make(chan GrantChange, 64)
+	s.watchers.Add(1)
+	go func() {
+		defer s.watchers.Done()
+		defer close(out)
+		defer w.Stop()
+		for {
+			var c GrantChange
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				switch {
+				case e == nil:
+					c.Current = true
+				case e.Operation() != jetstream.KeyValuePut:
+					c.ID, _ = idOf(e.Key())
+				default:
+					g, err := decodeGrant(e)
+					if err != nil {
+						s.log.Warn("unreadable grant record skipped", "key", e.Key(), "err", err)
+						c.ID, _ = idOf(e.Key())
+					} else {
+						c.Grant = g
+					}
+				}
+			case <-ctx.Done():
+				return
+			case <-s.stop:
+				return
+			}
+			select {
+			case out <- c:
+			case <-ctx.Done():
+				return
+			case <-s.stop:
+				return
+			}
+		}
+	}()
+	return out, nil
+}

@@ -56,3 +56,58 @@ func TestGrants(t *testing.T) {
 		})
 	}
 }
+
+// A watch sees the stored grants, then Current, then every change made by
+// any member: a new grant and a revocation.
+func TestWatchGrants(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			a := b.open(t, "m1")
+			other := a
+			if b.name == "cluster" {
+				other = b.open(t, "m2")
+			}
+			ctx := ctxT(t)
+			exp := time.Now().Add(time.Hour)
+			if err := a.PutGrant(ctx, &Grant{ID: "g-1", Expires: exp, Doc: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			ch, err := a.WatchGrants(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := func() GrantChange {
+				t.Helper()
+				select {
+				case c, ok := <-ch:
+					if !ok {
+						t.Fatal("watch ended")
+					}
+					return c
+				case <-ctx.Done():
+					t.Fatal("no grant event")
+				}
+				return GrantChange{}
+			}
+			if c := next(); c.Grant == nil || c.Grant.ID != "g-1" {
+				t.Fatalf("first event %+v, want g-1", c)
+			}
+			if c := next(); !c.Current {
+				t.Fatalf("second event %+v, want Current", c)
+			}
+			if err := other.PutGrant(ctx, &Grant{ID: "g-2", Expires: exp, Doc: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			if c := next(); c.Grant == nil || c.Grant.ID != "g-2" || c.Grant.Revoked {
+				t.Fatalf("event %+v, want g-2 created", c)
+			}
+			if _, err := other.RevokeGrant(ctx, "g-1"); err != nil {
+				t.Fatal(err)
+			}
+			if c := next(); c.Grant == nil || c.Grant.ID != "g-1" || !c.Grant.Revoked {
+				t.Fatalf("event %+v, want g-1 revoked", c)
+			}
+		})
+	}
+}
