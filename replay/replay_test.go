@@ -51,13 +51,13 @@ var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
 // logBuilder writes a decision log with the real decisionlog writer.
 type logBuilder struct {
-	t   *testing.T
+	t   testing.TB
 	buf bytes.Buffer
 	log *decisionlog.Logger
 	n   int
 }
 
-func newLog(t *testing.T, opts decisionlog.Options) *logBuilder {
+func newLog(t testing.TB, opts decisionlog.Options) *logBuilder {
 	b := &logBuilder{t: t}
 	b.log = decisionlog.New(&b.buf, opts)
 	return b
