@@ -247,12 +247,12 @@ func (rp *replayer) run(r io.Reader) error {
 		if err := rp.ctx.Err(); err != nil {
 			return err
 		}
-		b, tooLong, err := readLine(br, rp.opts.MaxLine)
-		if len(b) == 0 && err == io.EOF {
+		b, size, tooLong, err := readLine(br, rp.opts.MaxLine)
+		if size == 0 && err == io.EOF {
 			break
 		}
 		n++
-		read += int64(len(b))
+		read += size
 		if err != nil && err != io.EOF {
 			return fmt.Errorf("line %d: %w", n, err)
 		}
@@ -275,13 +275,14 @@ func (rp *replayer) run(r io.Reader) error {
 	return nil
 }
 
-// readLine reads one line (without its newline) of at most max bytes. A
-// longer line is consumed and reported as tooLong, so one giant line
-// cannot exhaust memory. b includes the newline's length for progress.
-func readLine(br *bufio.Reader, max int) (b []byte, tooLong bool, err error) {
+// readLine reads one line of at most max bytes (and its newline), and says
+// how many bytes it consumed. A longer line is consumed and reported as
+// tooLong, so one giant line cannot exhaust memory.
+func readLine(br *bufio.Reader, max int) (b []byte, size int64, tooLong bool, err error) {
 	var buf []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
+		size += int64(len(chunk))
 		if !tooLong {
 			if len(buf)+len(chunk) > max+1 {
 				tooLong, buf = true, nil
@@ -295,9 +296,9 @@ func readLine(br *bufio.Reader, max int) (b []byte, tooLong bool, err error) {
 			continue
 		}
 		if tooLong {
-			return []byte{'\n'}, true, err
+			return nil, size, true, err
 		}
-		return buf, false, err
+		return buf, size, false, err
 	}
 }
 

@@ -368,8 +368,9 @@ func TestReplayForgedAnswerNotCounted(t *testing.T) {
 func TestReplayProgressAndCancel(t *testing.T) {
 	log := knownLog(t)
 	var calls []int64
+	var read int64
 	_, err := Replay(t.Context(), bytes.NewReader(log), engine(t, mixedPolicy), Options{
-		ProgressEvery: 10, OnProgress: func(lines, n int64) { calls = append(calls, lines) },
+		ProgressEvery: 10, OnProgress: func(lines, n int64) { calls, read = append(calls, lines), n },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -378,9 +379,38 @@ func TestReplayProgressAndCancel(t *testing.T) {
 	if len(calls) == 0 || calls[0] != 10 || calls[len(calls)-1] != total {
 		t.Errorf("progress calls %v, want 10 … %d", calls, total)
 	}
+	if read != int64(len(log)) {
+		t.Errorf("progress ends at %d bytes, want %d", read, len(log))
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if _, err := Replay(ctx, bytes.NewReader(log), engine(t, mixedPolicy), Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled replay: %v", err)
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	var out bytes.Buffer
+	update, done := ProgressBar(&out, 200)
+	update(10, 50)
+	update(40, 200)
+	done()
+	want := "\rreplay: [#######                       ]  25% 10 lines" +
+		"\rreplay: [##############################] 100% 40 lines\n"
+	if out.String() != want {
+		t.Errorf("bar %q, want %q", out.String(), want)
+	}
+	out.Reset()
+	update, done = ProgressBar(&out, 0) // stdin: size unknown
+	update(7, 99)
+	done()
+	if out.String() != "\rreplay: 7 lines\n" {
+		t.Errorf("bar without size %q", out.String())
+	}
+	out.Reset()
+	_, done = ProgressBar(&out, 10)
+	done()
+	if out.Len() != 0 {
+		t.Errorf("a bar never drawn printed %q", out.String())
 	}
 }

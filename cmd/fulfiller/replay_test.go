@@ -44,6 +44,14 @@ func TestReplayPretty(t *testing.T) {
 	if stdout != replayPretty {
 		t.Errorf("stdout:\n%s\nwant:\n%s", stdout, replayPretty)
 	}
+	// docs/replay.md's worked example is this output.
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "replay.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "    --policy cmd/fulfiller/testdata/replay/mixed\n"+replayPretty+"```") {
+		t.Error("docs/replay.md's worked example differs from the output")
+	}
 }
 
 func TestReplayJSON(t *testing.T) {
