@@ -321,8 +321,15 @@ func (rp *replayer) line(n int64, b []byte) error {
 		rp.malformed(n, err)
 		return nil
 	}
-	if rec.Type == "" || rec.ProposalID == "" {
-		rp.malformed(n, errors.New(`no "type" or "proposal_id"`))
+	if rec.Type == "" {
+		rp.malformed(n, errors.New(`no "type"`))
+		return nil
+	}
+	if rec.ProposalID == "" {
+		// An ignored frame may have had no id; a decision must have one.
+		if rec.Type == decisionlog.TypeDecision {
+			rp.malformed(n, errors.New(`decision without "proposal_id"`))
+		}
 		return nil
 	}
 	switch rec.Type {
@@ -512,14 +519,17 @@ func rankOf(a policies.Action) int {
 	return len(actionOrder)
 }
 
+// loggedDecision is what replay reads of a logged decision.
+type loggedDecision struct {
+	Action  policies.Action `json:"action"`
+	Reason  string          `json:"reason"`
+	Message string          `json:"message"`
+}
+
 // oldVerdict is the decision a record logged. A record whose decision
 // failed closed logged reject/policy with its error.
 func oldVerdict(rec *line) (Verdict, error) {
-	var res struct {
-		Action  policies.Action `json:"action"`
-		Reason  string          `json:"reason"`
-		Message string          `json:"message"`
-	}
+	var res loggedDecision
 	if len(rec.Result) > 0 && string(rec.Result) != "null" {
 		if err := json.Unmarshal(rec.Result, &res); err != nil {
 			return Verdict{}, fmt.Errorf("result: %w", err)

@@ -290,6 +290,7 @@ func TestReplayMalformed(t *testing.T) {
 	log.WriteString("not json\n")
 	log.Write(good)
 	log.WriteString(`{"type":"decision"}` + "\n")
+	log.WriteString(`{"decision_id":"x","type":"ignored","stage":"ignored","proposal_id":"","revision":null,"reason":"invalid"}` + "\n") // a frame without id: fine
 	log.WriteString(`{"type":"decision","proposal_id":"x","result":"fulfill","input":{}}` + "\n")
 	log.WriteString("\n")
 	log.WriteString(`{"type":"outcome","proposal_id":"p9"` + "\n") // cut off: no newline at the end
@@ -307,11 +308,11 @@ func TestReplayMalformed(t *testing.T) {
 	for _, m := range rep.Malformed.First {
 		nums = append(nums, m.Line)
 	}
-	if want := []int64{1, lines + 2, lines + 3, lines + 5, lines + 6}; !reflect.DeepEqual(nums, want) {
+	if want := []int64{1, lines + 2, lines + 4, lines + 6, lines + 7}; !reflect.DeepEqual(nums, want) {
 		t.Errorf("malformed lines %v, want %v (%+v)", nums, want, rep.Malformed.First)
 	}
-	if rep.Lines != lines+7 {
-		t.Errorf("lines %d, want %d", rep.Lines, lines+7)
+	if rep.Lines != lines+8 {
+		t.Errorf("lines %d, want %d", rep.Lines, lines+8)
 	}
 }
 
