@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/mewkit/fulfiller/approver"
 )
 
 // Printer writes a replay's output as it streams: Change for each change
@@ -84,7 +86,7 @@ func (p *prettyPrinter) Change(c Change) error {
 		tag = " [" + strings.Join(tags, ", ") + "]"
 	}
 	_, err := fmt.Fprintf(p.w, "  line %d %s %s %s: %s → %s%s%s\n",
-		c.Line, c.ProposalID, orDash(c.Proposer), orDash(c.Tool), c.Old.Action, c.New.Action, why(c.New), tag)
+		c.Line, approver.Printable(c.ProposalID), orDash(c.Proposer), orDash(c.Tool), c.Old.Action, c.New.Action, why(c.New), tag)
 	return err
 }
 
@@ -92,7 +94,7 @@ func (p *prettyPrinter) Change(c Change) error {
 func why(v Verdict) string {
 	var parts []string
 	if v.Reason != "" {
-		parts = append(parts, v.Reason)
+		parts = append(parts, approver.Printable(v.Reason))
 	}
 	if v.Error != "" {
 		parts = append(parts, "error: "+oneLine(v.Error))
@@ -105,15 +107,19 @@ func why(v Verdict) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
+// orDash shows a proposer's or tool's name, which the proposer chose:
+// control characters are escaped so that a name cannot rewrite the
+// terminal.
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return approver.Printable(s)
 }
 
+// oneLine folds an error onto one line, with control characters escaped.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return approver.Printable(strings.Join(strings.Fields(s), " "))
 }
 
 func (p *prettyPrinter) Finish(r *Report) error {

@@ -415,3 +415,24 @@ func TestProgressBar(t *testing.T) {
 		t.Errorf("a bar never drawn printed %q", out.String())
 	}
 }
+
+// TestPrettyEscapesControls: ids, names and messages in the log came from
+// proposers; the pretty output escapes their control characters, so a
+// proposal cannot rewrite the terminal of whoever reviews the replay.
+func TestPrettyEscapesControls(t *testing.T) {
+	var out bytes.Buffer
+	p, err := NewPrinter(&out, "pretty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Change{Line: 3, ProposalID: "p\x1b[2J1", Proposer: "cod\ber", Tool: "read\u202efile",
+		Old: Verdict{Action: policies.Escalate}, New: Verdict{Action: policies.Reject, Reason: "un\rsafe", Message: "m\x1b[1A", Error: "e\x07rr"}}
+	if err := p.Change(c); err != nil {
+		t.Fatal(err)
+	}
+	want := "changed decisions (line, proposal, proposer, tool: old → new, new reason):\n" +
+		`  line 3 p\x1b[2J1 cod\ber read\u202efile: escalate → reject (un\rsafe, error: e\arr)` + "\n"
+	if out.String() != want {
+		t.Errorf("got  %q\nwant %q", out.String(), want)
+	}
+}
