@@ -51,6 +51,7 @@ func subcommands() []*cobra.Command {
 		newBenchCmd(),
 		newEvalCmd(),
 		newTestCmd(),
+		newReplayCmd(),
 		newApproveCmd(),
 		newKeysCmd(),
 		newVersionCmd(),
