@@ -11,6 +11,9 @@
 //	GET    /v1/proposals/{id}   one pending proposal of the group; 404 when it is not pending, 503 when the store cannot say
 //	DELETE /v1/proposals/{id}   reject it (reason "other", message naming the operator), from this member whichever member holds it; 409 when already answered, 503 when the store cannot be reached
 //	GET    /v1/policy           revision, files, whether it is the built-in default, last reload error
+//	GET    /v1/grants           every grant kept (live, expired or revoked), oldest first, each with "live"
+//	GET    /v1/grants/{id}      one grant; 404 when there is none
+//	DELETE /v1/grants/{id}      revoke it: it stops matching at once (on every member of a group as their watch delivers); 404 when there is none
 //
 // /v1/ requires "Authorization: Bearer <token>" and is closed (401) when
 // no token is configured; the probes and /metrics stay open so that
@@ -55,7 +58,9 @@ type Options struct {
 	Metrics *Metrics
 	// Token guards /v1/ with a bearer token. Never logged. Without one
 	// the operator API is closed: every /v1/ request gets 401.
-	Token  string
+	Token string
+	// Grants, when set, is served on /v1/grants.
+	Grants Grants
 	Logger *slog.Logger
 	Now    func() time.Time // [time.Now]
 }
@@ -94,6 +99,9 @@ func NewHandler(opts Options) *Handler {
 	h.mux.Handle("GET /v1/proposals/{id}", h.auth(h.show))
 	h.mux.Handle("DELETE /v1/proposals/{id}", h.auth(h.cancel))
 	h.mux.Handle("GET /v1/policy", h.auth(h.policy))
+	h.mux.Handle("GET /v1/grants", h.auth(h.listGrants))
+	h.mux.Handle("GET /v1/grants/{id}", h.auth(h.showGrant))
+	h.mux.Handle("DELETE /v1/grants/{id}", h.auth(h.revokeGrant))
 	return h
 }
 

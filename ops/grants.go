@@ -1,0 +1,85 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/mewkit/fulfiller/grants"
+)
+
+// Grants is what the operator API reads and revokes of the grants;
+// *grants.Registry provides it.
+type Grants interface {
+	List() []grants.Grant
+	Revoke(ctx context.Context, id string) (grants.Grant, error)
+}
+
+// GrantView is one grant as GET /v1/grants shows it: the grant, and
+// whether it still matches anything now.
+type GrantView struct {
+	grants.Grant
+	Live bool `json:"live"`
+}
+
+// GrantList is the GET /v1/grants body: every grant the store still
+// keeps, live or not (expired and revoked ones for a day), oldest first.
+type GrantList struct {
+	Grants []GrantView `json:"grants"`
+}
+
+func (h *Handler) grantsOrUnavailable(w http.ResponseWriter) Grants {
+	if h.opts.Grants == nil {
+		writeError(w, http.StatusServiceUnavailable, "grants are not kept by this fulfiller")
+	}
+	return h.opts.Grants
+}
+
+func (h *Handler) listGrants(w http.ResponseWriter, _ *http.Request) {
+	g := h.grantsOrUnavailable(w)
+	if g == nil {
+		return
+	}
+	now := h.opts.Now()
+	out := GrantList{Grants: []GrantView{}}
+	for _, gr := range g.List() {
+		out.Grants = append(out.Grants, GrantView{Grant: gr, Live: gr.Live(now)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) showGrant(w http.ResponseWriter, r *http.Request) {
+	g := h.grantsOrUnavailable(w)
+	if g == nil {
+		return
+	}
+	id := r.PathValue("id")
+	for _, gr := range g.List() {
+		if gr.ID == id {
+			writeJSON(w, http.StatusOK, GrantView{Grant: gr, Live: gr.Live(h.opts.Now())})
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "no grant "+id)
+}
+
+func (h *Handler) revokeGrant(w http.ResponseWriter, r *http.Request) {
+	g := h.grantsOrUnavailable(w)
+	if g == nil {
+		return
+	}
+	id := r.PathValue("id")
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	gr, err := g.Revoke(ctx, id)
+	switch {
+	case err == nil:
+		h.opts.Logger.Info("grant revoked by the operator", "grant", id, "proposer", gr.Proposer, "tool", gr.Tool, "remote", r.RemoteAddr)
+		writeJSON(w, http.StatusOK, GrantView{Grant: gr, Live: false})
+	case errors.Is(err, grants.ErrUnknown):
+		writeError(w, http.StatusNotFound, "no grant "+id)
+	default:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
+}

@@ -1,0 +1,74 @@
+package ops_test
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/ops"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// The operator lists grants and revokes one: it stops matching at once,
+// stays listed (not live), and the API answers 401 without the token, 404
+// for an unknown grant, 503 when the fulfiller keeps no grants.
+func TestOperatorListsAndRevokesGrants(t *testing.T) {
+	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	d, err := policies.ParseDecision([]byte(`{"action":"escalate","grantable":{"max_ttl":"8h","scope":["proposer","tool","arguments.path:prefix"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := grants.Call{Proposer: "coder", Tool: "read_file", Server: "fs", Arguments: map[string]json.RawMessage{"path": json.RawMessage(`"/srv/app/config.yaml"`)}}
+	g, err := grants.New("g-1", d.Grantable, call, time.Hour, "alice", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := grants.NewRegistry(nil, nil)
+	if err := reg.Create(t.Context(), g); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ops.NewHandler(ops.Options{Token: token, Grants: reg, Now: func() time.Time { return now.Add(time.Minute) }}))
+	defer srv.Close()
+
+	if code, _ := do(t, "GET", srv.URL+"/v1/grants", ""); code != 401 {
+		t.Errorf("GET /v1/grants without the token: %d, want 401", code)
+	}
+	if code, _ := do(t, "DELETE", srv.URL+"/v1/grants/g-1", "wrong"); code != 401 {
+		t.Errorf("DELETE with a wrong token: %d, want 401", code)
+	}
+	if m := reg.Matching(call, now.Add(time.Minute)); len(m) != 1 {
+		t.Fatal("a refused revoke revoked the grant")
+	}
+	grant := `{"id":"g-1","proposer":"coder","tool":"read_file","server":"fs","pins":[{"field":"arguments.path","prefix":"/srv/app/"}],"granted_by":"alice","created":"2026-11-25T10:00:00Z","expires":"2026-11-25T11:00:00Z"`
+	code, body := do(t, "GET", srv.URL+"/v1/grants", token)
+	if want := `{"grants":[` + grant + `,"live":true}]}`; code != 200 || compact(t, body) != compact(t, want) {
+		t.Errorf("GET /v1/grants = %d %s\nwant %s", code, body, want)
+	}
+	if code, body := do(t, "GET", srv.URL+"/v1/grants/g-1", token); code != 200 || compact(t, body) != compact(t, grant+`,"live":true}`) {
+		t.Errorf("GET /v1/grants/g-1 = %d %s", code, body)
+	}
+	if code, _ := do(t, "GET", srv.URL+"/v1/grants/nope", token); code != 404 {
+		t.Errorf("GET an unknown grant: %d, want 404", code)
+	}
+	if code, _ := do(t, "DELETE", srv.URL+"/v1/grants/nope", token); code != 404 {
+		t.Errorf("DELETE an unknown grant: %d, want 404", code)
+	}
+	code, body = do(t, "DELETE", srv.URL+"/v1/grants/g-1", token)
+	if want := grant + `,"revoked":true,"live":false}`; code != 200 || compact(t, body) != compact(t, want) {
+		t.Errorf("DELETE /v1/grants/g-1 = %d %s\nwant %s", code, body, want)
+	}
+	if m := reg.Matching(call, now.Add(time.Minute)); len(m) != 0 {
+		t.Errorf("the revoked grant still matches: %+v", m)
+	}
+	if code, body := do(t, "GET", srv.URL+"/v1/grants", token); code != 200 || compact(t, body) != compact(t, `{"grants":[`+grant+`,"revoked":true,"live":false}]}`) {
+		t.Errorf("GET after the revoke = %d %s", code, body)
+	}
+
+	none := httptest.NewServer(ops.NewHandler(ops.Options{Token: token}))
+	defer none.Close()
+	if code, _ := do(t, "GET", none.URL+"/v1/grants", token); code != 503 {
+		t.Errorf("GET /v1/grants without grants: %d, want 503", code)
+	}
+}
