@@ -13,6 +13,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -42,6 +43,12 @@ type Config struct {
 	// Observer, when set, is told each step with each human. It is called
 	// synchronously and must be quick.
 	Observer func(Event)
+	// OfferGrants lets escalations whose decision is grantable (and whose
+	// quorum is 1: one person's word must not stand in for a two-person
+	// rule later) offer a grant on the form. Off until the fulfiller
+	// creates the grants approvers choose: a choice that does nothing must
+	// not be offered.
+	OfferGrants bool
 	// SendTimeout bounds one envelope write [10s].
 	SendTimeout time.Duration
 	Logger      *slog.Logger     // [discard]
@@ -387,6 +394,7 @@ type seat struct {
 	approver  string
 	chain     []string // approvers who handed this request on, in order
 	delegates []string // whom the form offered as delegate_to
+	grants    []string // the grant durations the form offered
 	open      bool
 	recorded  bool // in the pending-work store (Escalation.RecordPrompt)
 	// prompt is the elicitation exactly as first sent: asking again
@@ -562,6 +570,7 @@ func (x *escalation) resume() (fulfill.Verdict, bool) {
 		if len(pr.Payload) > 0 {
 			s.prompt = agent.Envelope{ID: pr.EnvelopeID, To: []string{pr.Approver}, Kind: agent.KindRequest, Payload: pr.Payload}
 			s.delegates = offeredDelegates(pr.Payload)
+			s.grants = offeredGrants(pr.Payload)
 		}
 		x.seats[s.requestID] = s
 		x.order = append(x.order, s)
@@ -595,6 +604,60 @@ func offeredDelegates(payload json.RawMessage) []string {
 		return nil
 	}
 	return p.Params.RequestedSchema.Properties[FieldDelegateTo].Enum
+}
+
+// offeredGrants reads the grant durations a recorded prompt offered, so
+// that a resumed prompt accepts the same choices (the stored decision is
+// not needed to know them).
+func offeredGrants(payload json.RawMessage) []string {
+	var p struct {
+		Params struct {
+			RequestedSchema struct {
+				Properties map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"requestedSchema"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return nil
+	}
+	var out []string
+	for _, g := range p.Params.RequestedSchema.Properties[FieldGrant].Enum {
+		if g != "" {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// grantOffers are the grant durations this escalation's form offers: none
+// unless grants are on, the decision is grantable and one approval decides.
+func (x *escalation) grantOffers() []string {
+	g := x.esc.Decision.Grantable
+	if !x.e.cfg.OfferGrants || g == nil || x.quorum != 1 {
+		return nil
+	}
+	var out []string
+	for _, d := range g.Offers() {
+		out = append(out, policies.FormatGrantDuration(d))
+	}
+	return out
+}
+
+// metaFor is the prompt's _meta: the proposal and policy as every prompt
+// has them, and, when a grant is offered, what it would pin, so that the
+// approver sees exactly how wide "calls like this" is.
+func (x *escalation) metaFor(s *seat) object {
+	m := meta(x.esc, x.digest, x.quorum, x.approvers, x.fields, s.chain)
+	if g := x.esc.Decision.Grantable; g != nil && len(s.grants) > 0 {
+		scope := make([]string, len(g.Scope))
+		for i, f := range g.Scope {
+			scope[i] = f.String()
+		}
+		m.add("grant", object{{"max_ttl", policies.FormatGrantDuration(g.MaxTTL)}, {"scope", scope}, {"offers", s.grants}})
+	}
+	return m
 }
 
 func (x *escalation) tooFew(online []string) string {
@@ -631,10 +694,11 @@ func (x *escalation) newSeat(approver string, chain []string) *seat {
 // ask sends the elicitation for s.
 func (x *escalation) ask(s *seat) {
 	s.delegates = x.delegatesFor(s.approver, s.chain)
+	s.grants = x.grantOffers()
 	params := object{
 		{"message", message(x.esc, x.call, x.digest, x.quorum, s.chain)},
-		{"requestedSchema", schema(x.fields, s.delegates)},
-		{"_meta", meta(x.esc, x.digest, x.quorum, x.approvers, x.fields, s.chain)},
+		{"requestedSchema", schema(x.fields, s.delegates, s.grants)},
+		{"_meta", x.metaFor(s)},
 	}
 	payload := object{{"jsonrpc", "2.0"}, {"id", s.rpcID}, {"method", agent.MethodElicitationCreate}, {"params", params}}
 	env := agent.Envelope{ID: s.requestID, To: []string{s.approver}, Kind: agent.KindRequest, Payload: mustMarshal(payload)}
@@ -790,6 +854,13 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		return x.delegate(s, f.delegateTo)
 	}
 	ev.Approve = true
+	if f.grantBad || (f.grant != "" && !slices.Contains(s.grants, f.grant)) {
+		// Fail closed: the approver asked for something the form did not
+		// offer (or a client invented the field): neither the grant nor
+		// the approval it came with is taken.
+		x.emit(ev)
+		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: fmt.Sprintf("%s's approval cannot be used: the grant %s was not offered", s.approver, clip(string(f.fields[FieldGrant]), 40))}, true
+	}
 	params, callKey, err := applyEdits(x.call, x.fields, f)
 	if err != nil {
 		x.emit(ev)

@@ -23,6 +23,9 @@ const (
 	FieldReason     = "reason"
 	FieldDelegateTo = "delegate_to"
 	FieldSignature  = "signature"
+	// FieldGrant is the grant an approver chooses with an approval
+	// (DESIGN "Grants"): "" for none, or one of the offered durations.
+	FieldGrant = "grant"
 )
 
 // Actions of an MCP elicitation answer (ElicitResult.action).
@@ -42,7 +45,7 @@ const maxMessageArgs = 160
 
 func isReserved(name string) bool {
 	switch name {
-	case FieldApprove, FieldReason, FieldDelegateTo, FieldSignature:
+	case FieldApprove, FieldReason, FieldDelegateTo, FieldSignature, FieldGrant:
 		return true
 	}
 	return false
@@ -235,8 +238,10 @@ func checkValue(f field, v json.RawMessage) error {
 	return nil
 }
 
-// schema builds the flat requestedSchema (MCP: primitives only).
-func schema(fields []field, delegates []string) object {
+// schema builds the flat requestedSchema (MCP: primitives only). grants,
+// when offered, are the durations a grant may last, "" (no grant) first
+// so that a client's default is none.
+func schema(fields []field, delegates, grants []string) object {
 	props := object{
 		{FieldApprove, object{{"type", "boolean"}, {"title", "Approve?"}}},
 		{FieldReason, object{{"type", "string"}, {"title", "Reason"}}},
@@ -246,6 +251,9 @@ func schema(fields []field, delegates []string) object {
 	}
 	if len(delegates) > 0 {
 		props.add(FieldDelegateTo, object{{"type", "string"}, {"title", "Delegate to"}, {"enum", delegates}})
+	}
+	if len(grants) > 0 {
+		props.add(FieldGrant, object{{"type", "string"}, {"title", "Also allow calls like this for"}, {"enum", append([]string{""}, grants...)}, {"default", ""}})
 	}
 	return object{{"type", "object"}, {"properties", props}, {"required", []string{FieldApprove}}}
 }
@@ -365,6 +373,8 @@ type form struct {
 	approve    bool
 	reason     string
 	delegateTo string
+	grant      string // the chosen grant duration; "" for none
+	grantBad   bool   // a grant field that is not a string
 	fields     map[string]json.RawMessage
 }
 
@@ -380,6 +390,9 @@ func readForm(content json.RawMessage) form {
 	}
 	if raw, ok := f.fields[FieldDelegateTo]; ok {
 		_ = json.Unmarshal(raw, &f.delegateTo)
+	}
+	if raw, ok := f.fields[FieldGrant]; ok {
+		f.grantBad = json.Unmarshal(raw, &f.grant) != nil
 	}
 	return f
 }

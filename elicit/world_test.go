@@ -80,6 +80,8 @@ type worldOptions struct {
 	// stateDir, when set, keeps the fulfiller's pending work in a DIR
 	// state store there (restart tests).
 	stateDir string
+	// offerGrants turns on Config.OfferGrants.
+	offerGrants bool
 }
 
 // world is a whole space on loopback: the in-process gateway, a file tool
@@ -216,7 +218,7 @@ func (w *world) startFulfiller() {
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
 	w.fc = fc
-	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, Logger: log, Observer: func(e elicit.Event) {
+	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, OfferGrants: opts.offerGrants, Logger: log, Observer: func(e elicit.Event) {
 		w.mu.Lock()
 		w.events = append(w.events, e)
 		w.mu.Unlock()

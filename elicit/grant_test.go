@@ -1,0 +1,96 @@
+package elicit_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// promptForm reads what an elicitation offers as its grant field and what
+// its _meta says a grant would pin.
+func promptForm(t *testing.T, raw []byte) (grant json.RawMessage, meta json.RawMessage) {
+	t.Helper()
+	var env struct {
+		Payload struct {
+			Params struct {
+				RequestedSchema struct {
+					Properties map[string]json.RawMessage `json:"properties"`
+				} `json:"requestedSchema"`
+				Meta map[string]json.RawMessage `json:"_meta"`
+			} `json:"params"`
+		} `json:"payload"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		t.Fatal(err)
+	}
+	return env.Payload.Params.RequestedSchema.Properties["grant"], env.Payload.Params.Meta["grant"]
+}
+
+const grantable = `"grantable":{"max_ttl":"1h","scope":["proposer","tool","arguments.path:prefix"]}`
+
+// A grantable decision with one approval needed offers the grant durations
+// up to max_ttl ("" first: none by default) and says what a grant pins; an
+// approval choosing an offered duration fulfils the call.
+func TestE2EGrantOffered(t *testing.T) {
+	w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
+	id := w.propose("p-write", writeCall)
+	ea := w.ask("alice")
+	field, meta := promptForm(t, ea.Raw)
+	if want := `{"type":"string","title":"Also allow calls like this for","enum":["","15m","1h"],"default":""}`; string(field) != want {
+		t.Errorf("grant field %s\nwant %s", field, want)
+	}
+	if want := `{"max_ttl":"1h","scope":["proposer","tool","arguments.path:prefix"],"offers":["15m","1h"]}`; string(meta) != want {
+		t.Errorf("_meta.grant %s\nwant %s", meta, want)
+	}
+	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h"}}`)
+	if out := w.outcome(id); !out.Fulfilled {
+		t.Fatalf("outcome %+v", out)
+	}
+	if got := w.answers(id); len(got) != 1 {
+		t.Fatalf("%d answers, want exactly the fulfilment request", len(got))
+	}
+}
+
+// A duration the form did not offer (or a grant that is not a string) is
+// not taken, and neither is the approval it came with: reject "other".
+func TestE2EGrantNotOfferedIsRefused(t *testing.T) {
+	for _, content := range []string{`{"approve":true,"grant":"9h"}`, `{"approve":true,"grant":3600}`} {
+		t.Run(content, func(t *testing.T) {
+			w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
+			id := w.propose("p-write", writeCall)
+			w.answer("alice", w.ask("alice"), `{"action":"accept","content":`+content+`}`)
+			out := w.outcome(id)
+			if !out.Rejected || out.Reason != "other" {
+				t.Fatalf("outcome %+v, want a reject other", out)
+			}
+			if chat := w.chat(id); !strings.Contains(chat, "alice's approval cannot be used: the grant") || !strings.Contains(chat, "was not offered") {
+				t.Errorf("chat %q", chat)
+			}
+			if got := w.answers(id); len(got) != 1 {
+				t.Errorf("%d answers, want exactly the reject", len(got))
+			}
+		})
+	}
+}
+
+// No grant is offered while grants are off, nor when two approvals are
+// needed; an approval that names one anyway is refused.
+func TestE2EGrantNotOfferedWhenOffOrQuorum(t *testing.T) {
+	for name, o := range map[string]worldOptions{
+		"grants off": {escalation: `{"approvers":["alice"],` + grantable + `}`},
+		"quorum 2":   {offerGrants: true, escalation: `{"approvers":["alice","bob"],"quorum":2,` + grantable + `}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, o)
+			id := w.propose("p-write", writeCall)
+			ea := w.ask("alice")
+			if field, meta := promptForm(t, ea.Raw); field != nil || meta != nil {
+				t.Fatalf("grant offered: field %s, _meta %s", field, meta)
+			}
+			w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h"}}`)
+			if out := w.outcome(id); !out.Rejected || out.Reason != "other" {
+				t.Fatalf("outcome %+v, want a reject other", out)
+			}
+		})
+	}
+}
