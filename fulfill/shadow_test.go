@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -222,4 +223,34 @@ func TestNoShadowNoEvents(t *testing.T) {
 	if evs := h.shadowEvents(); len(evs) != 0 {
 		t.Fatalf("shadow events without a shadow: %+v", evs)
 	}
+}
+
+// The re-evaluation after an approver's edit is a live decision too: the
+// shadow is asked about it, with the edited input, and its event carries
+// the re-evaluation's decision id. The shadow's rejects change nothing.
+func TestShadowReevaluatedAfterEdit(t *testing.T) {
+	edited := json.RawMessage(`{"name":"add","arguments":{"a":2,"b":2}}`)
+	esc := &fakeEscalator{verdict: &Verdict{Approved: true, By: []string{"alice"}, Params: edited}}
+	live := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate, Revision: "rev-1"}}}
+	shadow := &fakeDecider{} // rejects everything
+	h := newHarness(t, Config{Escalator: esc, Shadow: shadow}, live)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	req := h.space.next(t)
+	wantEnvelope(t, req, agent.KindRequest, []string{"calculator"}, []string{"p1"},
+		fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":2}}}`, rpcID(t, req)))
+	waitFor(t, func() bool { return len(h.stageEventsOf("p1", StageShadow)) == 2 })
+	decided, shadows := h.stageEventsOf("p1", StageDecided), h.stageEventsOf("p1", StageShadow)
+	if len(decided) != 2 {
+		t.Fatalf("%d decided events, want 2", len(decided))
+	}
+	// The worker takes them in order: the first decision, then the edit's.
+	for i := range 2 {
+		if shadows[i].DecisionID != decided[i].DecisionID || shadows[i].Shadow.Live != policies.Escalate || shadows[i].Shadow.ShadowAction() != "reject" {
+			t.Errorf("shadow %d: id %q %+v, want id %q, escalate → reject", i, shadows[i].DecisionID, shadows[i].Shadow, decided[i].DecisionID)
+		}
+	}
+	if in := shadow.lastInput(); in.Approval == nil || string(in.Params) != string(edited) {
+		t.Errorf("the shadow's second input: approval %+v params %s, want the edit", in.Approval, in.Params)
+	}
+	h.space.quiet(t, 50*time.Millisecond)
 }
