@@ -41,6 +41,9 @@ const (
 	TypeOutcome  = "outcome"  // the proposal moved towards (or reached) its end
 	TypeApproval = "approval" // one human answered an escalation
 	TypeIgnored  = "ignored"  // a proposal frame was deliberately left unanswered
+	// TypeShadow: the shadow policy (--shadow-policy) decided what the
+	// live decision with this decision_id decided; never acted on.
+	TypeShadow = "shadow"
 )
 
 // Record is one line of the decision log. Fields absent for a record type
@@ -85,6 +88,20 @@ type Record struct {
 	Action            string `json:"action,omitempty"`             // accept, decline or cancel
 	Approve           *bool  `json:"approve,omitempty"`            // accept with approve true
 	SignatureVerified *bool  `json:"signature_verified,omitempty"` // nil: the approver has no key, the gateway's word was taken
+
+	// Shadow records.
+	Shadow *Shadow `json:"shadow,omitempty"`
+}
+
+// Shadow is what the shadow policy made of the live decision a shadow
+// record's decision_id names (revision: the live one's).
+type Shadow struct {
+	Revision  string             `json:"revision"`        // the shadow policy's revision
+	Live      string             `json:"live"`            // the live decision's action
+	Result    *policies.Decision `json:"result"`          // the shadow's decision, as `fulfiller eval` prints it
+	Error     string             `json:"error,omitempty"` // why the shadow failed: error, timeout, panic
+	Agrees    bool               `json:"agrees"`          // no error, and the same action as the live decision
+	LatencyNS int64              `json:"latency_ns"`
 }
 
 // SyncMode says when records are forced to disk (--decision-log-sync).
@@ -584,6 +601,17 @@ func (l *Logger) fromEvent(e fulfill.Event) *Record {
 		r.Type, r.Reason, r.Message = TypeOutcome, e.Reason, e.Message
 	case fulfill.StageIgnored:
 		r.Type, r.Reason, r.Message = TypeIgnored, e.Reason, e.Message
+	case fulfill.StageShadow:
+		if e.Shadow == nil || e.Shadow.Dropped {
+			return nil // counted in the metrics; a line each would let a flood grow the log
+		}
+		d := e.Shadow.Decision
+		r.Type = TypeShadow
+		r.Shadow = &Shadow{Revision: d.Revision, Live: string(e.Shadow.Live), Result: &d,
+			Agrees: e.Shadow.Agrees, LatencyNS: e.Shadow.Latency.Nanoseconds()}
+		if d.Err != nil {
+			r.Shadow.Error = d.Err.Error()
+		}
 	default:
 		return nil
 	}

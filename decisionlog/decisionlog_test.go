@@ -400,3 +400,43 @@ func TestReopenAfterRotation(t *testing.T) {
 		t.Fatalf("mode %v, want 0600", fi.Mode().Perm())
 	}
 }
+
+// TestShadowRecords: a shadow decision is its own line, type and stage
+// "shadow", governed by the live decision it shadows (decision_id,
+// revision); a failed shadow carries its error; a dropped one is not
+// logged (the metrics count it).
+func TestShadowRecords(t *testing.T) {
+	var buf bytes.Buffer
+	log := decisionlog.New(&buf, decisionlog.Options{})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	const did = "0b5a5c2e-9c1f-4e0a-8d1c-3f1e2d3c4b5a"
+	ev := func(r fulfill.ShadowResult) fulfill.Event {
+		return fulfill.Event{Time: at, Stage: fulfill.StageShadow, ProposalID: "p-1", DecisionID: did, Revision: "sha256:live",
+			Proposer: "coder", Method: "tools/call", Tool: "add", Shadow: &r}
+	}
+	log.Observe(ev(fulfill.ShadowResult{Live: policies.Escalate, Latency: 1500,
+		Decision: policies.Decision{Action: policies.Fulfill, Revision: "sha256:shadow"}}))
+	log.Observe(ev(fulfill.ShadowResult{Live: policies.Fulfill, Latency: 2000, Agrees: true,
+		Decision: policies.Decision{Action: policies.Fulfill, Revision: "sha256:shadow"}}))
+	log.Observe(ev(fulfill.ShadowResult{Live: policies.Fulfill, Latency: 100000000,
+		Decision: policies.Decision{Action: policies.Reject, Reason: "policy", Revision: "sha256:shadow", Err: policies.ErrEvalTimeout}}))
+	log.Observe(ev(fulfill.ShadowResult{Live: policies.Fulfill, Dropped: true}))
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	head := `{"decision_id":"` + did + `","timestamp":"2026-11-22T10:00:00Z","type":"shadow","stage":"shadow","proposal_id":"p-1","revision":"sha256:live","proposer":"coder","method":"tools/call","tool":"add",`
+	want := []string{
+		`"shadow":{"revision":"sha256:shadow","live":"escalate","result":{"action":"fulfill","revision":"sha256:shadow"},"agrees":false,"latency_ns":1500}}`,
+		`"shadow":{"revision":"sha256:shadow","live":"fulfill","result":{"action":"fulfill","revision":"sha256:shadow"},"agrees":true,"latency_ns":2000}}`,
+		`"shadow":{"revision":"sha256:shadow","live":"fulfill","result":{"action":"reject","reason":"policy","revision":"sha256:shadow","error":"policy evaluation timed out"},"error":"policy evaluation timed out","agrees":false,"latency_ns":100000000}}`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), buf.String())
+	}
+	for i, l := range lines {
+		if l != head+want[i] {
+			t.Errorf("line %d:\n got %s\nwant …%s", i+1, l, want[i])
+		}
+	}
+}

@@ -31,6 +31,7 @@ func (f *Fulfiller) decide(p *proposal) {
 		f.log.Error("policy failed closed", "proposal", p.env.ID, "err", d.Err)
 	}
 	f.emit(ev)
+	f.shadow(p, in, d)
 	f.mu.Lock()
 	p.decision = d
 	f.mu.Unlock()

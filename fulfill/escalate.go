@@ -175,6 +175,7 @@ func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
 	dev := p.event(StageDecided)
 	dev.Decision, dev.Input = &d, in
 	f.emit(dev)
+	f.shadow(p, in, d)
 	switch d.Action {
 	case policies.Fulfill:
 	case policies.Escalate:

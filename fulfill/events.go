@@ -85,6 +85,7 @@ type Event struct {
 	Latency  time.Duration      // StageDecided: policy evaluation; StageFulfilled: tool round trip
 	Input    *policies.Input    // StageDecided: what the policy saw
 	Envelope string             // StageUndelivered: kind of the envelope that was lost
+	Shadow   *ShadowResult      // StageShadow: what the shadow policy decided
 
 	// KnownFulfiller is set on StageSuperseded when By names a fellow
 	// fulfiller (--peer-fulfillers): then supersession is the expected

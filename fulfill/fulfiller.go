@@ -83,6 +83,17 @@ type Config struct {
 	// Store [nil: in this process only] keeps pending work across crashes
 	// and shares it with a group; see Store.
 	Store Store
+
+	// Shadow [nil: none] is a second policy asked about every decision
+	// the live one makes (--shadow-policy). It is never acted on: its
+	// answers are StageShadow events. See shadowing.
+	Shadow Decider
+	// ShadowTimeout [policies.DefaultTimeout] bounds one shadow
+	// evaluation, like the live policy's timeout.
+	ShadowTimeout time.Duration
+	// ShadowQueue [64] is how many decisions may wait for the shadow;
+	// more are not shadowed (StageShadow with Dropped set).
+	ShadowQueue int
 }
 
 func (c *Config) setDefaults() {
@@ -146,6 +157,7 @@ type Fulfiller struct {
 	cfg     Config
 	space   Space
 	decider Decider
+	shadows *shadowing // nil without Config.Shadow
 	log     *slog.Logger
 	obs     Observer
 	store   *pendingStore
@@ -207,6 +219,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		cfg:       cfg,
 		space:     space,
 		decider:   decider,
+		shadows:   newShadowing(cfg.Shadow, cfg.ShadowTimeout, cfg.ShadowQueue),
 		log:       cfg.Logger,
 		obs:       cfg.Observer,
 		store:     newPendingStore(cfg.MaxPending, cfg.PendingTTL),
@@ -260,6 +273,19 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	startWorkers(&f.wg, workers, f.jobs, f.decide)
 	if f.cfg.Store != nil {
 		startWorkers(&f.claimWG, storeWorkers, f.claims, f.claimAndAdmit)
+	}
+	// The shadow stops after the decide workers, the last to hand it
+	// decisions; what is queued then is dropped and counted.
+	shadowCtx, stopShadow := context.WithCancel(f.base)
+	defer stopShadow()
+	shadowDone := make(chan struct{})
+	if f.shadows != nil {
+		go func() {
+			defer close(shadowDone)
+			f.runShadow(shadowCtx)
+		}()
+	} else {
+		close(shadowDone)
 	}
 	evictDone := make(chan struct{})
 	f.wg.Add(1)
@@ -321,6 +347,8 @@ loop:
 	close(f.jobs)
 	close(evictDone)
 	f.wg.Wait()
+	stopShadow()
+	<-shadowDone
 	f.cancelBase()
 	f.catalog.wait()
 	if owed, lost := f.ShutdownAnswers(); lost > 0 {

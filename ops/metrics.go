@@ -60,6 +60,8 @@ type Metrics struct {
 	undelivered *prometheus.CounterVec
 	spoofs      *prometheus.CounterVec
 	vetoHolders *prometheus.CounterVec
+	shadows     *prometheus.CounterVec
+	shadowDrops *prometheus.CounterVec
 
 	// The state store's measurements (state.Observer, see store.go).
 	claims        *prometheus.CounterVec
@@ -100,6 +102,12 @@ func NewMetrics(src *Source) *Metrics {
 		Help: "Answers that claimed another participant's name and were caught: withdraw (not from the proposer), response (a second, different fulfilment response, or one with a JSON-RPC id not ours), discovery (two different tools/list answers)."}, []string{"kind"}))
 	m.vetoHolders = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_veto_holders_seen_total",
 		Help: "Participants seen (at start and on each join) that can end any pending proposal (mcp/reject or mcp/request tools/call) without being a known fulfiller, by role: approver, outsider."}, []string{"role"}))
+	m.shadows = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_shadow_decisions_total",
+		Help: "Decisions of the shadow policy (--shadow-policy), by the live decision's action (fulfill, reject, escalate) and the shadow's (the same, or error): live != shadow is a disagreement."},
+		[]string{"live", "shadow"}))
+	m.shadowDrops = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_shadow_dropped_total",
+		Help: "Live decisions not shadowed because the shadow queue was full (or the fulfiller stopped), by the live decision's action."},
+		[]string{"live"}))
 	m.registerStore(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&liveCollector{src: src})
@@ -124,6 +132,14 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		}
 		if e.Input == nil || e.Input.Approval == nil { // a re-check after an edit is not a proposal's decision time
 			m.decisionDur.Observe(e.Latency.Seconds())
+		}
+	case fulfill.StageShadow:
+		switch r := e.Shadow; {
+		case r == nil:
+		case r.Dropped:
+			m.shadowDrops.WithLabelValues(string(r.Live)).Inc()
+		default:
+			m.shadows.WithLabelValues(string(r.Live), r.ShadowAction()).Inc()
 		}
 	case fulfill.StageEscalated:
 		m.mu.Lock()

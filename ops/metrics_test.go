@@ -86,3 +86,38 @@ func TestMetricsFromEvents(t *testing.T) {
 		t.Error("pending gauge without a source")
 	}
 }
+
+// TestShadowMetrics: shadow decisions are counted by (live → shadow)
+// action, a failed shadow as "error", drops apart; agreement and
+// disagreement are told apart by the labels.
+func TestShadowMetrics(t *testing.T) {
+	m := ops.NewMetrics(&ops.Source{})
+	shadow := func(live policies.Action, r fulfill.ShadowResult) {
+		r.Live = live
+		m.Observe(fulfill.Event{Stage: fulfill.StageShadow, ProposalID: "p", Shadow: &r})
+	}
+	shadow(policies.Fulfill, fulfill.ShadowResult{Decision: policies.Decision{Action: policies.Fulfill}, Agrees: true})
+	shadow(policies.Escalate, fulfill.ShadowResult{Decision: policies.Decision{Action: policies.Fulfill}})
+	shadow(policies.Escalate, fulfill.ShadowResult{Decision: policies.Decision{Action: policies.Fulfill}})
+	shadow(policies.Reject, fulfill.ShadowResult{Decision: policies.Decision{Action: policies.Reject, Err: policies.ErrEvalTimeout}})
+	shadow(policies.Reject, fulfill.ShadowResult{Dropped: true})
+
+	rec := httptest.NewRecorder()
+	ops.NewHandler(ops.Options{Source: &ops.Source{}, Metrics: m}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	var got []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "fulfiller_shadow_") {
+			got = append(got, line)
+		}
+	}
+	want := []string{
+		`fulfiller_shadow_decisions_total{live="escalate",shadow="fulfill"} 2`,
+		`fulfiller_shadow_decisions_total{live="fulfill",shadow="fulfill"} 1`,
+		`fulfiller_shadow_decisions_total{live="reject",shadow="error"} 1`,
+		`fulfiller_shadow_dropped_total{live="reject"} 1`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("shadow metrics:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

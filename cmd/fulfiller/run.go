@@ -25,6 +25,8 @@ type runFlags struct {
 	tokenFile                 string
 	cmd                       *cobra.Command // for warnConfig
 	policies, data            []string
+	shadowPolicies            []string
+	shadowData                []string
 	approvers                 []string
 	approverKeys              string
 	maxPending, maxInflight   int
@@ -72,6 +74,8 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.StringVar(&fl.id, "id", "fulfiller", "participant id to join as")
 	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable)")
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
+	f.StringArrayVar(&fl.shadowPolicies, "shadow-policy", nil, "Rego policy file or directory of a shadow policy (repeatable): asked about every decision beside --policy, logged and counted, never acted on")
+	f.StringArrayVar(&fl.shadowData, "shadow-data", nil, "JSON or YAML data document for the shadow policy (repeatable; default: the --data documents)")
 	f.IntVar(&fl.maxPending, "max-pending", 1000, "proposals that may wait at once; more are rejected busy")
 	f.DurationVar(&fl.pendingTTL, "pending-ttl", 10*time.Minute, "longest a proposal may wait before it is rejected timeout")
 	f.IntVar(&fl.maxInflight, "max-inflight", 64, "fulfilment requests outstanding at once; more wait in the queue")
@@ -117,6 +121,9 @@ func (fl *runFlags) validate() error {
 			return usageErrorf("%s %d: must be at least 1", name, v)
 		}
 	}
+	if len(fl.shadowData) > 0 && len(fl.shadowPolicies) == 0 {
+		return usageErrorf("--shadow-data needs --shadow-policy")
+	}
 	if fl.maxPendingPerProposer < 0 {
 		return usageErrorf("--max-pending-per-proposer %d: must be 0 (a quarter of --max-pending) or more", fl.maxPendingPerProposer)
 	}
@@ -141,6 +148,26 @@ func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger) (*policies
 	}
 	if engine.IsDefault() {
 		log.Warn("no --policy given: the built-in policy rejects every proposal")
+	}
+	return engine, nil
+}
+
+// loadShadow loads --shadow-policy and --shadow-data (default: --data),
+// or returns nil when no shadow policy is given. A broken shadow policy
+// is a usage error like a broken --policy: a shadow meant to be watched
+// must not silently be missing.
+func (fl *runFlags) loadShadow(ctx context.Context, log *slog.Logger) (*policies.Engine, error) {
+	if len(fl.shadowPolicies) == 0 {
+		return nil, nil
+	}
+	data := fl.shadowData
+	if len(data) == 0 {
+		data = fl.data
+	}
+	engine, err := policies.Load(ctx, policies.Options{Policies: fl.shadowPolicies, Data: data, Timeout: fl.policyTimeout,
+		Logger: log.With("policy", "shadow")})
+	if err != nil {
+		return nil, usageErrorf("--shadow-policy: %w", err)
 	}
 	return engine, nil
 }
@@ -184,6 +211,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if err != nil {
 			return err
 		}
+		if _, err := fl.loadShadow(ctx, log); err != nil {
+			return err
+		}
 		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys))
 		return nil
 	}
@@ -202,6 +232,15 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		return err
 	}
 	log.Info("policy loaded", "revision", engine.Revision(), "files", len(engine.Files()))
+	shadow, err := fl.loadShadow(ctx, log)
+	if err != nil {
+		return err
+	}
+	var shadowDecider fulfill.Decider // a nil *Engine in it would not be nil
+	if shadow != nil {
+		log.Info("shadow policy loaded; it is logged and counted, never acted on", "revision", shadow.Revision(), "files", len(shadow.Files()))
+		shadowDecider = shadow
+	}
 	opsRT.source.SetPolicy(engine)
 	// The store opens before the join: nothing is decided without
 	// somewhere to keep it. Its lease outlives ctx (SIGTERM) so that peers
@@ -275,6 +314,8 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		PeerFulfillers:        fl.peerFulfillers,
 		Approvers:             fl.approvers,
 		Store:                 fulfillStore(store),
+		Shadow:                shadowDecider,
+		ShadowTimeout:         fl.policyTimeout,
 	})
 	opsRT.running(client, engine, ful)
 
@@ -287,6 +328,17 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 			log.Error("policy watch stopped; hot reload is off", "err", err)
 		}
 	}()
+	if shadow != nil {
+		// Reloaded like the live policy: a broken change keeps the
+		// last good shadow (logged).
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := shadow.Watch(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("shadow policy watch stopped; its hot reload is off", "err", err)
+			}
+		}()
+	}
 	err = ful.Run(ctx, sub.C())
 	stopWatch()
 	wg.Wait()
