@@ -591,25 +591,18 @@ func (x *escalation) resume() (fulfill.Verdict, bool) {
 // offeredDelegates reads the delegate_to choices a recorded prompt
 // offered, so that a resumed prompt accepts the same delegations.
 func offeredDelegates(payload json.RawMessage) []string {
-	var p struct {
-		Params struct {
-			RequestedSchema struct {
-				Properties map[string]struct {
-					Enum []string `json:"enum"`
-				} `json:"properties"`
-			} `json:"requestedSchema"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(payload, &p) != nil {
-		return nil
-	}
-	return p.Params.RequestedSchema.Properties[FieldDelegateTo].Enum
+	return offeredEnum(payload, FieldDelegateTo)
 }
 
 // offeredGrants reads the grant durations a recorded prompt offered, so
 // that a resumed prompt accepts the same choices (the stored decision is
 // not needed to know them).
 func offeredGrants(payload json.RawMessage) []string {
+	return slices.DeleteFunc(offeredEnum(payload, FieldGrant), func(g string) bool { return g == "" })
+}
+
+// offeredEnum reads the enum of one field of a recorded prompt's form.
+func offeredEnum(payload json.RawMessage, name string) []string {
 	var p struct {
 		Params struct {
 			RequestedSchema struct {
@@ -622,13 +615,7 @@ func offeredGrants(payload json.RawMessage) []string {
 	if json.Unmarshal(payload, &p) != nil {
 		return nil
 	}
-	var out []string
-	for _, g := range p.Params.RequestedSchema.Properties[FieldGrant].Enum {
-		if g != "" {
-			out = append(out, g)
-		}
-	}
-	return out
+	return p.Params.RequestedSchema.Properties[name].Enum
 }
 
 // grantOffers are the grant durations this escalation's form offers: none
