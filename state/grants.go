@@ -167,46 +167,22 @@ func (s *Store) WatchGrants(ctx context.Context) (<-chan GrantChange, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: watch grants: %w", err)
 	}
-	out := make(chan GrantChange, 64)
-	s.watchers.Add(1)
-	go func() {
-		defer s.watchers.Done()
-		defer close(out)
-		defer w.Stop()
-		for {
-			var c GrantChange
-			select {
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				switch {
-				case e == nil:
-					c.Current = true
-				case e.Operation() != jetstream.KeyValuePut:
-					c.ID, _ = idOf(e.Key())
-				default:
-					g, err := decodeGrant(e)
-					if err != nil {
-						s.log.Warn("unreadable grant record skipped", "key", e.Key(), "err", err)
-						c.ID, _ = idOf(e.Key())
-					} else {
-						c.Grant = g
-					}
-				}
-			case <-ctx.Done():
-				return
-			case <-s.stop:
-				return
-			}
-			select {
-			case out <- c:
-			case <-ctx.Done():
-				return
-			case <-s.stop:
-				return
+	return forward(s, ctx, w, func(e jetstream.KeyValueEntry) (GrantChange, bool) {
+		var c GrantChange
+		switch {
+		case e == nil:
+			c.Current = true
+		case e.Operation() != jetstream.KeyValuePut:
+			c.ID, _ = idOf(e.Key())
+		default:
+			g, err := decodeGrant(e)
+			if err != nil {
+				s.log.Warn("unreadable grant record skipped", "key", e.Key(), "err", err)
+				c.ID, _ = idOf(e.Key())
+			} else {
+				c.Grant = g
 			}
 		}
-	}()
-	return out, nil
+		return c, true
+	}), nil
 }

@@ -121,7 +121,23 @@ func (s *Store) WatchRecords(ctx context.Context) (<-chan RecordChange, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: watch pending records: %w", err)
 	}
-	out := make(chan RecordChange, 64)
+	return forward(s, ctx, w, func(e jetstream.KeyValueEntry) (RecordChange, bool) {
+		if e == nil {
+			return RecordChange{}, false
+		}
+		c := RecordChange{Revision: e.Revision(), Removed: e.Operation() != jetstream.KeyValuePut}
+		c.ProposalID, _ = idOf(e.Key())
+		return c, true
+	}), nil
+}
+
+// forward turns a watcher's updates into events, conv deciding each one
+// (nil marks the end of the initial values; ok false drops it), on a
+// buffered channel closed when ctx ends, the store closes or the watch
+// ends. The goroutine it starts is the store's (Close waits for it).
+// The caller holds s.mu and has checked that the store is open.
+func forward[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, conv func(jetstream.KeyValueEntry) (T, bool)) <-chan T {
+	out := make(chan T, 64)
 	s.watchers.Add(1)
 	go func() {
 		defer s.watchers.Done()
@@ -133,11 +149,10 @@ func (s *Store) WatchRecords(ctx context.Context) (<-chan RecordChange, error) {
 				if !ok {
 					return
 				}
-				if e == nil {
+				c, ok := conv(e)
+				if !ok {
 					continue
 				}
-				c := RecordChange{Revision: e.Revision(), Removed: e.Operation() != jetstream.KeyValuePut}
-				c.ProposalID, _ = idOf(e.Key())
 				select {
 				case out <- c:
 				case <-ctx.Done():
@@ -152,5 +167,5 @@ func (s *Store) WatchRecords(ctx context.Context) (<-chan RecordChange, error) {
 			}
 		}
 	}()
-	return out, nil
+	return out
 }
