@@ -2,6 +2,7 @@ package policies
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -70,6 +71,21 @@ func (g Grantable) MarshalJSON() ([]byte, error) {
 		MaxTTL string   `json:"max_ttl"`
 		Scope  []string `json:"scope"`
 	}{formatDuration(g.MaxTTL), scope})
+}
+
+// UnmarshalJSON reads an offer as MarshalJSON writes it, as strictly as
+// a policy's (a stored decision must not widen on the way back).
+func (g *Grantable) UnmarshalJSON(b []byte) error {
+	v, err := jsonToValue(b)
+	if err != nil {
+		return fmt.Errorf("grantable: %w", err)
+	}
+	parsed, err := parseGrantable(v)
+	if err != nil {
+		return err
+	}
+	*g = *parsed
+	return nil
 }
 
 // parseGrantable reads a decision's grantable object strictly: a grant is

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -89,5 +90,22 @@ func TestGrantableOffers(t *testing.T) {
 	}
 	if got := FormatGrantDuration(90 * time.Minute); got != "1h30m" {
 		t.Errorf("FormatGrantDuration(90m) = %q", got)
+	}
+}
+
+// A stored decision's offer reads back exactly, and a stored offer that
+// would be malformed from a policy is refused on the way back too.
+func TestGrantableJSONRoundTrip(t *testing.T) {
+	in := Grantable{MaxTTL: 8 * time.Hour, Scope: []GrantField{{Path: "proposer"}, {Path: "tool"}, {Path: "arguments.path", Prefix: true}}}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Grantable
+	if err := json.Unmarshal(b, &out); err != nil || !reflect.DeepEqual(out, in) {
+		t.Fatalf("round trip of %s = %+v, %v", b, out, err)
+	}
+	if err := json.Unmarshal([]byte(`{"max_ttl":"8h","scope":["tool"]}`), &out); err == nil {
+		t.Error("a stored offer without proposer was read")
 	}
 }
