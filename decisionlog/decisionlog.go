@@ -44,6 +44,9 @@ const (
 	// TypeShadow: the shadow policy (--shadow-policy) decided what the
 	// live decision with this decision_id decided; never acted on.
 	TypeShadow = "shadow"
+	// TypeGrant: an approval created a grant (grant_id, by, message) or
+	// could not (message says why).
+	TypeGrant = "grant"
 )
 
 // Record is one line of the decision log. Fields absent for a record type
@@ -71,6 +74,7 @@ type Record struct {
 	Result      *policies.Decision `json:"result,omitempty"`
 	Error       string             `json:"error,omitempty"`       // why the decision failed closed
 	Reevaluated bool               `json:"reevaluated,omitempty"` // asked again after an approver edited the call
+	GrantID     string             `json:"grant_id,omitempty"`    // decision: the grant that let it through; grant: the grant made
 	LatencyNS   int64              `json:"latency_ns,omitempty"`
 
 	// Outcome records.
@@ -577,12 +581,15 @@ func (l *Logger) fromEvent(e fulfill.Event) *Record {
 				r.Error = e.Decision.Err.Error()
 			}
 		}
+		r.GrantID = e.GrantID
 		if e.Input != nil {
 			r.Reevaluated = e.Input.Approval != nil
 			r.Input, r.Erased = l.maskedInput(e.Input)
 		}
 	case fulfill.StageEscalated:
 		r.Type, r.By, r.Message = TypeOutcome, e.By, e.Message
+	case fulfill.StageGranted:
+		r.Type, r.By, r.Message, r.GrantID = TypeGrant, e.By, e.Message, e.GrantID
 	case fulfill.StageApproved, fulfill.StageFulfilling, fulfill.StageWithdrawn, fulfill.StageSuperseded:
 		r.Type, r.By, r.Reason, r.Message = TypeOutcome, e.By, e.Reason, e.Message
 	case fulfill.StageFulfilled:

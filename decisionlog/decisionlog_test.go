@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -438,5 +439,31 @@ func TestShadowRecords(t *testing.T) {
 		if l != head+want[i] {
 			t.Errorf("line %d:\n got %s\nwant …%s", i+1, l, want[i])
 		}
+	}
+}
+
+// A decision a grant let through names it, and a grant made is its own
+// line.
+func TestGrantRecords(t *testing.T) {
+	var buf bytes.Buffer
+	log := decisionlog.New(&buf, decisionlog.Options{})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	base := fulfill.Event{Time: at, ProposalID: "p-1", DecisionID: "d-1", Revision: "sha256:live", Proposer: "coder", Method: "tools/call", Tool: "write_file"}
+	granted := base
+	granted.Stage, granted.GrantID, granted.By, granted.Message = fulfill.StageGranted, "grant-1", []string{"alice"}, "calls like this allowed for 1h, until 2026-11-22T11:00:00Z"
+	log.Observe(granted)
+	decided := base
+	decided.Stage, decided.GrantID, decided.Decision = fulfill.StageDecided, "grant-1", &policies.Decision{Action: policies.Fulfill, Message: "granted", Revision: "sha256:live"}
+	log.Observe(decided)
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	head := `{"decision_id":"d-1","timestamp":"2026-11-22T10:00:00Z",`
+	want := []string{
+		head + `"type":"grant","stage":"granted","proposal_id":"p-1","revision":"sha256:live","proposer":"coder","method":"tools/call","tool":"write_file","grant_id":"grant-1","message":"calls like this allowed for 1h, until 2026-11-22T11:00:00Z","by":["alice"]}`,
+		head + `"type":"decision","stage":"decided","proposal_id":"p-1","revision":"sha256:live","proposer":"coder","method":"tools/call","tool":"write_file","result":{"action":"fulfill","message":"granted","revision":"sha256:live"},"grant_id":"grant-1"}`,
+	}
+	if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -912,7 +912,11 @@ func (x *escalation) settle() (fulfill.Verdict, bool) {
 				by[i] = a.approver
 			}
 			last := g[len(g)-1]
-			return fulfill.Verdict{Approved: true, By: by, Params: last.params, Content: last.content}, true
+			v := fulfill.Verdict{Approved: true, By: by, Params: last.params, Content: last.content}
+			if x.quorum == 1 { // checked against the offer when it was answered
+				v.Grant, _ = time.ParseDuration(readForm(last.content).grant)
+			}
+			return v, true
 		}
 		best = max(best, len(g))
 	}

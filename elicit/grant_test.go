@@ -2,6 +2,7 @@ package elicit_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -48,6 +49,39 @@ func TestE2EGrantOffered(t *testing.T) {
 	}
 	if got := w.answers(id); len(got) != 1 {
 		t.Fatalf("%d answers, want exactly the fulfilment request", len(got))
+	}
+	granted, ok := w.event(id, "granted")
+	if !ok || granted.GrantID == "" || !slices.Equal(granted.By, []string{"alice"}) || !strings.HasPrefix(granted.Message, "calls like this allowed for 1h") {
+		t.Fatalf("granted event %+v (found %v)", granted, ok)
+	}
+
+	// The next write under the same directory is fulfilled without asking
+	// anyone, and its decision names the grant; one elsewhere is asked.
+	next := w.propose("p-write-2", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/banner","content":"x"}}}`)
+	if out := w.outcome(next); !out.Fulfilled {
+		t.Fatalf("granted call: outcome %+v", out)
+	}
+	if d, _ := w.event(next, "decided"); d.GrantID != granted.GrantID {
+		t.Errorf("granted call decided with grant %q, want %q", d.GrantID, granted.GrantID)
+	}
+	if _, asked := w.event(next, "escalated"); asked {
+		t.Error("the granted call was escalated")
+	}
+	other := w.propose("p-write-3", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/other/x","content":"x"}}}`)
+	if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"p-write-3"`) { // outside the grant: asked
+		t.Errorf("alice was asked %s, want p-write-3", e.Payload)
+	}
+	if d, _ := w.event(other, "decided"); d.GrantID != "" {
+		t.Errorf("ungranted call decided with grant %q", d.GrantID)
+	}
+
+	// Revoked: asked again.
+	if _, err := w.grants.Revoke(t.Context(), granted.GrantID); err != nil {
+		t.Fatal(err)
+	}
+	w.propose("p-write-4", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/banner","content":"y"}}}`)
+	if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"p-write-4"`) {
+		t.Errorf("alice was asked %s, want p-write-4", e.Payload)
 	}
 }
 

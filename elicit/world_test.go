@@ -20,6 +20,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -45,6 +46,16 @@ decision := {"action": "fulfill"} if input.tool.name in {"add", "read_file"}
 
 decision := object.union(data.escalation, {"action": "escalate"}) if {
 	input.tool.name in {"write_file", "delete_path"}
+	not unsafe
+	not granted
+}
+
+# A grant lets non-destructive writes through, never deletes.
+decision := {"action": "fulfill", "message": "granted"} if granted
+
+granted if {
+	input.tool.name == "write_file"
+	count(input.grants) > 0
 	not unsafe
 }
 
@@ -80,7 +91,8 @@ type worldOptions struct {
 	// stateDir, when set, keeps the fulfiller's pending work in a DIR
 	// state store there (restart tests).
 	stateDir string
-	// offerGrants turns on Config.OfferGrants.
+	// offerGrants turns on Config.OfferGrants, and gives the fulfiller
+	// grants (in memory) to make.
 	offerGrants bool
 }
 
@@ -115,6 +127,7 @@ type world struct {
 	mu     sync.Mutex
 	events []elicit.Event
 	fevs   []fulfill.Event
+	grants *grants.Registry // with offerGrants
 }
 
 // human is an approver whose client the test drives by hand.
@@ -224,7 +237,10 @@ func (w *world) startFulfiller() {
 		w.mu.Unlock()
 	}})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	w.ful = fulfill.New(fc, w.engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log, Store: cfgStore,
+	if opts.offerGrants {
+		w.grants = grants.NewRegistry(nil, nil)
+	}
+	w.ful = fulfill.New(fc, w.engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log, Store: cfgStore, Grants: w.grants,
 		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
 			w.mu.Lock()
 			w.fevs = append(w.fevs, e)
@@ -450,6 +466,18 @@ func (w *world) eventsOf(kind elicit.EventKind) []elicit.Event {
 		}
 	}
 	return out
+}
+
+// event is the fulfiller's first event of stage for proposal id.
+func (w *world) event(id string, stage fulfill.Stage) (fulfill.Event, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range w.fevs {
+		if e.ProposalID == id && e.Stage == stage {
+			return e, true
+		}
+	}
+	return fulfill.Event{}, false
 }
 
 func (w *world) approvedBy(id string) []string {

@@ -27,6 +27,7 @@ func (f *Fulfiller) decide(p *proposal) {
 	// log keeps its order, so that wait covers this line too.
 	ev := p.event(StageDecided)
 	ev.Decision, ev.Latency, ev.Input = &d, time.Since(start), in
+	ev.GrantID = f.grantThatDecided(in, d)
 	if d.Err != nil {
 		f.log.Error("policy failed closed", "proposal", p.env.ID, "err", d.Err)
 	}

@@ -56,8 +56,12 @@ type Verdict struct {
 	By       []string        // approvers whose answers count
 	Params   json.RawMessage // edited params; nil when approved as proposed
 	Content  json.RawMessage // the approvers' form content, for input.approval
-	Reason   string          // when not approved: the wire reason (disagree, other, timeout, incapable, policy)
-	Message  string          // when not approved: the human's reason or why it failed
+	// Grant is how long the grant the approver chose with the approval
+	// lasts (the form offered it: the decision's grantable, quorum 1);
+	// 0: none.
+	Grant   time.Duration
+	Reason  string // when not approved: the wire reason (disagree, other, timeout, incapable, policy)
+	Message string // when not approved: the human's reason or why it failed
 	// Superseded is set when an approver answered the proposer directly
 	// (their own mcp/request or mcp/reject): we must not answer again.
 	Superseded bool
@@ -165,6 +169,7 @@ func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
 	p.approvedBy = v.By
 	f.mu.Unlock()
 	if v.Params == nil {
+		f.makeGrant(p, v, p.target, p.params)
 		f.fulfil(p, p.target, p.params)
 		return
 	}
@@ -195,6 +200,7 @@ func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
 	if d.Target != "" {
 		target = d.Target
 	}
+	f.makeGrant(p, v, target, v.Params)
 	f.fulfil(p, target, v.Params)
 }
 

@@ -48,6 +48,9 @@ const (
 	// lease lapsed (Message: which, and its phase). No second decision
 	// is logged for it (DESIGN rule 10).
 	StageResumed Stage = "resumed"
+	// StageGranted: an approver's approval created a grant (GrantID; By:
+	// who granted; Message: how long, or why it could not be made).
+	StageGranted Stage = "granted"
 )
 
 // Reasons of StageUndelivered.
@@ -86,6 +89,10 @@ type Event struct {
 	Input    *policies.Input    // StageDecided: what the policy saw
 	Envelope string             // StageUndelivered: kind of the envelope that was lost
 	Shadow   *ShadowResult      // StageShadow: what the shadow policy decided
+	// GrantID: StageDecided, the grant that let the proposal through (the
+	// policy fulfils it, and would not have without its grants);
+	// StageGranted, the grant made.
+	GrantID string
 
 	// KnownFulfiller is set on StageSuperseded when By names a fellow
 	// fulfiller (--peer-fulfillers): then supersession is the expected

@@ -13,6 +13,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -84,6 +85,10 @@ type Config struct {
 	// and shares it with a group; see Store.
 	Store Store
 
+	// Grants [nil: none] are the grants approvers made (DESIGN "Grants"):
+	// those covering a call are input.grants, and an approval that
+	// chooses a grant makes one here.
+	Grants *grants.Registry
 	// Shadow [nil: none] is a second policy asked about every decision
 	// the live one makes (--shadow-policy). It is never acted on: its
 	// answers are StageShadow events. See shadowing.

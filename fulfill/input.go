@@ -26,6 +26,7 @@ func (f *Fulfiller) input(p *proposal, params json.RawMessage, approval *policie
 	}
 	if p.tool != "" {
 		in.Tool = f.toolInput(p, p.target, params)
+		in.Grants = f.grantsCovering(p.env.From, in.Tool, in.Now)
 	}
 	if who, ok := f.space.Participant(p.env.From); ok {
 		in.Proposer = &policies.Participant{ID: who.ID, Capabilities: capsJSON(who.Capabilities)}

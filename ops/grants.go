@@ -30,10 +30,13 @@ type GrantList struct {
 }
 
 func (h *Handler) grantsOrUnavailable(w http.ResponseWriter) Grants {
-	if h.opts.Grants == nil {
-		writeError(w, http.StatusServiceUnavailable, "grants are not kept by this fulfiller")
+	h.mu.RLock()
+	g := h.grants
+	h.mu.RUnlock()
+	if g == nil {
+		writeError(w, http.StatusServiceUnavailable, "the fulfiller is not running yet")
 	}
-	return h.opts.Grants
+	return g
 }
 
 func (h *Handler) listGrants(w http.ResponseWriter, _ *http.Request) {

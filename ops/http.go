@@ -72,8 +72,9 @@ type Handler struct {
 	opts Options
 	mux  *http.ServeMux
 
-	mu sync.RWMutex
-	op Operator
+	mu     sync.RWMutex
+	op     Operator
+	grants Grants
 }
 
 // NewHandler builds the handler.
@@ -87,7 +88,7 @@ func NewHandler(opts Options) *Handler {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h := &Handler{opts: opts, mux: http.NewServeMux(), grants: opts.Grants}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -104,6 +105,9 @@ func NewHandler(opts Options) *Handler {
 	h.mux.Handle("DELETE /v1/grants/{id}", h.auth(h.revokeGrant))
 	return h
 }
+
+// SetGrants makes the fulfiller's grants known to the operator API.
+func (h *Handler) SetGrants(g Grants) { h.mu.Lock(); h.grants = g; h.mu.Unlock() }
 
 // SetOperator makes the fulfiller known to the operator API.
 func (h *Handler) SetOperator(op Operator) { h.mu.Lock(); h.op = op; h.mu.Unlock() }

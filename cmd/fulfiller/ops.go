@@ -235,12 +235,13 @@ func (rt *opsRuntime) approvalObserver() func(elicit.Event) {
 }
 
 // running makes the live parts known to /readyz, /metrics and /v1/.
-func (rt *opsRuntime) running(gw ops.Gateway, pol ops.Policy, ful *fulfill.Fulfiller) {
+func (rt *opsRuntime) running(gw ops.Gateway, pol ops.Policy, ful *fulfill.Fulfiller, g ops.Grants) {
 	rt.source.SetGateway(gw)
 	rt.source.SetPolicy(pol)
 	rt.source.SetCounter(ful)
 	if rt.handler != nil {
 		rt.handler.SetOperator(ful)
+		rt.handler.SetGrants(g)
 	}
 }
 

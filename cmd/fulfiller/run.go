@@ -16,6 +16,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -280,6 +281,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 
 	sub := client.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
 	defer sub.Close()
+	// OfferGrants stays off until fulfiller approve's card and inbox
+	// show the grant choice as one (today they would list it among the
+	// arguments): grants are kept, matched and served, but not yet made.
 	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, Logger: log, Observer: opsRT.approvalObserver()})
 	// In a group an approver answers the member that asked; when that
 	// member's work was adopted, the adopter must hear the answer too.
@@ -296,6 +300,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		answers.Close()
 	})
 	defer stopElicitor()
+	// Grants approvers make live in the store, mirrored in memory (the
+	// registry's watch is stopped with the policy watches, below).
+	grantReg := grants.NewRegistry(grantStore(store), log)
 	ful := fulfill.New(client, engine, fulfill.Config{
 		SpaceID:          fl.space,
 		MaxPending:       fl.maxPending,
@@ -314,10 +321,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		PeerFulfillers:        fl.peerFulfillers,
 		Approvers:             fl.approvers,
 		Store:                 fulfillStore(store),
+		Grants:                grantReg,
 		Shadow:                shadowDecider,
 		ShadowTimeout:         fl.policyTimeout,
 	})
-	opsRT.running(client, engine, ful)
+	opsRT.running(client, engine, ful, grantReg)
 
 	var wg sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -327,6 +335,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if err := engine.Watch(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("policy watch stopped; hot reload is off", "err", err)
 		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = grantReg.Run(watchCtx)
 	}()
 	if shadow != nil {
 		// Reloaded like the live policy: a broken change keeps the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/internal/outbox"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/state"
@@ -180,6 +181,15 @@ func closeStore(log *slog.Logger, store *state.Store) {
 // fulfillStore is store as fulfill.Config.Store: nil (in-process only)
 // for --state memory, never a typed nil.
 func fulfillStore(store *state.Store) fulfill.Store {
+	if store == nil {
+		return nil
+	}
+	return store
+}
+
+// grantStore is the store grants are kept in: the pending-work store, or
+// none (memory only, for this process) with --state memory.
+func grantStore(store *state.Store) grants.Store {
 	if store == nil {
 		return nil
 	}

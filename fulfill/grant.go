@@ -1,0 +1,98 @@
+package fulfill
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// grantCall is what grants are matched against for a tools/call.
+func grantCall(proposer string, t *policies.Tool) grants.Call {
+	c := grants.Call{Proposer: proposer, Tool: t.Name, Server: t.Server}
+	_ = json.Unmarshal(t.Arguments, &c.Arguments) // arguments that are not an object match no pin
+	return c
+}
+
+// grantsCovering are the live grants covering a call, as input.grants
+// (nil without grants: the field is then absent).
+func (f *Fulfiller) grantsCovering(proposer string, t *policies.Tool, now time.Time) []json.RawMessage {
+	if f.cfg.Grants == nil || t == nil || t.Name == "" {
+		return nil
+	}
+	var out []json.RawMessage
+	for _, g := range f.cfg.Grants.Matching(grantCall(proposer, t), now) {
+		b, err := json.Marshal(g)
+		if err != nil {
+			continue
+		}
+		out = append(out, b)
+	}
+	if out == nil {
+		out = []json.RawMessage{} // grants are on: the policy sees an empty list
+	}
+	return out
+}
+
+// grantThatDecided names the grant that let a fulfil decision through:
+// the policy fulfils with input.grants and would not without them. The
+// second evaluation is paid only for fulfils that had grants.
+func (f *Fulfiller) grantThatDecided(in *policies.Input, d policies.Decision) string {
+	if d.Action != policies.Fulfill || len(in.Grants) == 0 {
+		return ""
+	}
+	without := *in
+	without.Grants = []json.RawMessage{}
+	if f.decider.Decide(f.decideCtx, &without).Action == policies.Fulfill {
+		return "" // fulfilled on its own merits
+	}
+	var g struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(in.Grants[0], &g) // the oldest covering grant
+	return g.ID
+}
+
+// makeGrant records the grant an approver chose with their approval of p,
+// pinned to the call about to be fulfilled (after edits, the edited one).
+// A grant that cannot be made is reported and the approval still stands:
+// the human approved this call; the grant was extra.
+func (f *Fulfiller) makeGrant(p *proposal, v Verdict, target string, params json.RawMessage) {
+	if v.Grant <= 0 || f.cfg.Grants == nil {
+		return
+	}
+	ev := p.event(StageGranted)
+	ev.By = v.By
+	f.mu.Lock()
+	offer := p.decision.Grantable
+	f.mu.Unlock()
+	name, args := toolCall(params)
+	call := grantCall(p.env.From, &policies.Tool{Name: name, Server: target, Arguments: args})
+	// The id is the proposal's (in its space): a restart that makes the
+	// grant again finds it made.
+	sum := sha256.Sum256([]byte(f.cfg.SpaceID + "\x00" + p.env.ID))
+	id := "grant-" + hex.EncodeToString(sum[:8])
+	by := ""
+	if len(v.By) > 0 {
+		by = v.By[0]
+	}
+	g, err := grants.New(id, offer, call, v.Grant, by, time.Now().UTC())
+	if err == nil {
+		ctx, cancel := f.storeContext()
+		err = f.cfg.Grants.Create(ctx, g)
+		cancel()
+	}
+	if err != nil {
+		f.log.Warn("grant not made; the approval stands", "proposal", p.env.ID, "by", by, "err", err)
+		ev.Message = fmt.Sprintf("no grant made: %v", err)
+		f.emit(ev)
+		return
+	}
+	f.log.Info("grant made", "grant", g.ID, "proposal", p.env.ID, "by", by, "proposer", g.Proposer, "tool", g.Tool, "expires", g.Expires)
+	ev.GrantID, ev.Message = g.ID, fmt.Sprintf("calls like this allowed for %s, until %s", policies.FormatGrantDuration(v.Grant), g.Expires.Format(time.RFC3339))
+	f.emit(ev)
+}
