@@ -73,11 +73,18 @@ func (h *Handler) revokeGrant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	already := false // a second revoke is harmless, and not counted again
+	for _, gr := range g.List() {
+		already = already || (gr.ID == id && gr.Revoked)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	gr, err := g.Revoke(ctx, id)
 	switch {
 	case err == nil:
+		if h.opts.Metrics != nil && !already {
+			h.opts.Metrics.GrantRevoked()
+		}
 		h.opts.Logger.Info("grant revoked by the operator", "grant", id, "proposer", gr.Proposer, "tool", gr.Tool, "remote", r.RemoteAddr)
 		writeJSON(w, http.StatusOK, GrantView{Grant: gr, Live: false})
 	case errors.Is(err, grants.ErrUnknown):

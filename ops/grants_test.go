@@ -3,6 +3,7 @@ package ops_test
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,8 @@ func TestOperatorListsAndRevokesGrants(t *testing.T) {
 	if err := reg.Create(t.Context(), g); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(ops.NewHandler(ops.Options{Token: token, Grants: reg, Now: func() time.Time { return now.Add(time.Minute) }}))
+	metrics := ops.NewMetrics(&ops.Source{})
+	srv := httptest.NewServer(ops.NewHandler(ops.Options{Token: token, Grants: reg, Metrics: metrics, Now: func() time.Time { return now.Add(time.Minute) }}))
 	defer srv.Close()
 
 	if code, _ := do(t, "GET", srv.URL+"/v1/grants", ""); code != 401 {
@@ -62,6 +64,12 @@ func TestOperatorListsAndRevokesGrants(t *testing.T) {
 	if m := reg.Matching(call, now.Add(time.Minute)); len(m) != 0 {
 		t.Errorf("the revoked grant still matches: %+v", m)
 	}
+	if code, _ := do(t, "DELETE", srv.URL+"/v1/grants/g-1", token); code != 200 {
+		t.Errorf("a second revoke: %d, want 200 (harmless)", code)
+	}
+	if _, body := do(t, "GET", srv.URL+"/metrics", ""); !strings.Contains(body, `fulfiller_grants_total{event="revoked"} 1`+"\n") {
+		t.Errorf("revocations counted: %s", grepLines(body, "fulfiller_grants_total"))
+	}
 	if code, body := do(t, "GET", srv.URL+"/v1/grants", token); code != 200 || compact(t, body) != compact(t, `{"grants":[`+grant+`,"revoked":true,"live":false}]}`) {
 		t.Errorf("GET after the revoke = %d %s", code, body)
 	}
@@ -71,4 +79,15 @@ func TestOperatorListsAndRevokesGrants(t *testing.T) {
 	if code, _ := do(t, "GET", none.URL+"/v1/grants", token); code != 503 {
 		t.Errorf("GET /v1/grants without grants: %d, want 503", code)
 	}
+}
+
+// grepLines are the lines of body that start with prefix.
+func grepLines(body, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

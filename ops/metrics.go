@@ -62,6 +62,7 @@ type Metrics struct {
 	vetoHolders *prometheus.CounterVec
 	shadows     *prometheus.CounterVec
 	shadowDrops *prometheus.CounterVec
+	grants      *prometheus.CounterVec
 
 	// The state store's measurements (state.Observer, see store.go).
 	claims        *prometheus.CounterVec
@@ -108,6 +109,9 @@ func NewMetrics(src *Source) *Metrics {
 	m.shadowDrops = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_shadow_dropped_total",
 		Help: "Live decisions not shadowed because the shadow queue was full (or the fulfiller stopped), by the live decision's action."},
 		[]string{"live"}))
+	m.grants = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_grants_total",
+		Help: "Grants by event: created (an approval made one), failed (an approval chose one that could not be made), used (a fulfil only a grant allowed), revoked (by the operator API)."},
+		[]string{"event"}))
 	m.registerStore(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&liveCollector{src: src})
@@ -130,8 +134,17 @@ func (m *Metrics) Observe(e fulfill.Event) {
 			}
 			m.decisions.WithLabelValues(string(e.Decision.Action), failed).Inc()
 		}
+		if e.GrantID != "" {
+			m.grants.WithLabelValues("used").Inc()
+		}
 		if e.Input == nil || e.Input.Approval == nil { // a re-check after an edit is not a proposal's decision time
 			m.decisionDur.Observe(e.Latency.Seconds())
+		}
+	case fulfill.StageGranted:
+		if e.GrantID != "" {
+			m.grants.WithLabelValues("created").Inc()
+		} else {
+			m.grants.WithLabelValues("failed").Inc()
 		}
 	case fulfill.StageShadow:
 		switch r := e.Shadow; {
@@ -216,6 +229,9 @@ func (m *Metrics) ObserveApproval(e elicit.Event) {
 		m.answers.WithLabelValues("ignored").Inc()
 	}
 }
+
+// GrantRevoked counts a grant the operator revoked.
+func (m *Metrics) GrantRevoked() { m.grants.WithLabelValues("revoked").Inc() }
 
 // Source gives the live-state gauges what they read at scrape time. Its
 // fields may be set once, before the HTTP server starts, or left nil while

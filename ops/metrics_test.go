@@ -121,3 +121,32 @@ func TestShadowMetrics(t *testing.T) {
 		t.Errorf("shadow metrics:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// Grants are counted by what happened to them.
+func TestGrantMetrics(t *testing.T) {
+	m := ops.NewMetrics(&ops.Source{})
+	m.Observe(fulfill.Event{Stage: fulfill.StageGranted, ProposalID: "p1", GrantID: "grant-1"})
+	m.Observe(fulfill.Event{Stage: fulfill.StageGranted, ProposalID: "p2", Message: "no grant made: …"})
+	m.Observe(fulfill.Event{Stage: fulfill.StageDecided, ProposalID: "p3", GrantID: "grant-1", Decision: &policies.Decision{Action: policies.Fulfill}})
+	m.Observe(fulfill.Event{Stage: fulfill.StageDecided, ProposalID: "p4", Decision: &policies.Decision{Action: policies.Fulfill}})
+	m.GrantRevoked()
+
+	rec := httptest.NewRecorder()
+	ops.NewHandler(ops.Options{Source: &ops.Source{}, Metrics: m}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	var got []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "fulfiller_grants_") {
+			got = append(got, line)
+		}
+	}
+	want := []string{
+		`fulfiller_grants_total{event="created"} 1`,
+		`fulfiller_grants_total{event="failed"} 1`,
+		`fulfiller_grants_total{event="revoked"} 1`,
+		`fulfiller_grants_total{event="used"} 1`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("grant metrics:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
