@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,26 +42,13 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 	}
 	ctx, srv := w.Ctx, w.Space
 	wire := spacetest.RecordWire(t, srv)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	cmd, stderr := w.runFulfiller(bin, nil, "--http", addr, "--decision-log", "/dev/full")
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return httpGet(addr, path, "") }
 	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	prop := w.coder()
@@ -140,12 +125,7 @@ func TestRunBinaryDecisionLogRecoversWhenTheDiskHasRoom(t *testing.T) {
 	ctx, srv := w.Ctx, w.Space
 	frames, stopTap := srv.Tap(1024)
 	defer stopTap()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	cmd, stderr := w.runFulfiller(bin, nil, "--http", addr, "--decision-log", logPath)
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)

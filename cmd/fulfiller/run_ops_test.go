@@ -5,9 +5,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,12 +26,7 @@ func TestRunBinaryOperations(t *testing.T) {
 	ctx, srv := w.Ctx, w.Space
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "decisions.jsonl")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 
 	tokenFile, httpTokenFile := filepath.Join(dir, "token"), filepath.Join(dir, "http-token")
 	if err := os.WriteFile(tokenFile, []byte("fulfiller-token\n"), 0o600); err != nil {
@@ -47,19 +39,7 @@ func TestRunBinaryOperations(t *testing.T) {
 	// escalation below needs the capabilities only it grants).
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN="}, "--token-file", tokenFile, "--http-token-file", httpTokenFile,
 		"--http", addr, "--decision-log", logPath, "--mask", "params.arguments.path")
-	get := func(path, tok string) (int, string) {
-		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path, tok string) (int, string) { return httpGet(addr, path, tok) }
 	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz", ""); return code == 200 })
 
 	prop := w.coder()

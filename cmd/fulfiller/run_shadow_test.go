@@ -5,9 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,22 +34,9 @@ func TestRunBinaryShadowPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dir, "decisions.jsonl")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	cmd, stderr := w.runFulfiller(bin, nil, "--http", addr, "--decision-log", logPath, "--shadow-policy", shadowPath)
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return httpGet(addr, path, "") }
 	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	watcher := w.join("watcher", "human-token")

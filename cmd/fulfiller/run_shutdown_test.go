@@ -26,28 +26,10 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
 	ctx, srv := w.Ctx, w.Space
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	const apiToken = "shutdown-test-api-token"
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_HTTP_TOKEN=" + apiToken}, "--http", addr, "--shutdown-timeout", "1s")
-	get := func(path string) (int, string) {
-		req, err := http.NewRequest("GET", "http://"+addr+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+apiToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return httpGet(addr, path, apiToken) }
 	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	prop := w.coder()
@@ -84,7 +66,7 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("fulfiller run exited with %v after SIGTERM with the gateway down, want exit status 1\n%s", err, stderr)

@@ -105,3 +105,23 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// httpGet asks the binary's --http server at addr for path, with a bearer
+// token when tok is set: the status (0 when unreachable) and the body (the
+// error when unreachable).
+func httpGet(addr, path, tok string) (int, string) {
+	req, err := http.NewRequest("GET", "http://"+addr+path, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
