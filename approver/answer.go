@@ -22,6 +22,9 @@ type Answer struct {
 	Reason     string // accept: optional; the proposer sees it when the call is refused
 	Edits      []Edit // accept + approve: changed editable arguments
 	DelegateTo string // accept: hand the decision to this approver instead
+	// Grant, with an approval, is how long to allow calls like this one
+	// (one of Card.Grant.Offers); "" for no grant.
+	Grant string
 }
 
 // Edit is a new value for one editable argument.
@@ -41,14 +44,19 @@ func (a Answer) Describe() string {
 		return "handed to " + a.DelegateTo
 	case !a.Approve:
 		return "declined: " + a.Reason
-	case len(a.Edits) > 0:
+	}
+	s := "approved"
+	if len(a.Edits) > 0 {
 		var parts []string
 		for _, e := range a.Edits {
 			parts = append(parts, e.Name+"="+string(e.Value))
 		}
-		return "approved with " + strings.Join(parts, ", ")
+		s += " with " + strings.Join(parts, ", ")
 	}
-	return "approved"
+	if a.Grant != "" {
+		s += ", and calls like it for " + a.Grant
+	}
+	return s
 }
 
 // Approves reports whether the answer approves the call (as edited).
@@ -58,8 +66,9 @@ func (a Answer) Approves() bool {
 
 // Errors of Response.
 var (
-	ErrCannotSign     = errors.New("the request carries no call digest, so the answer cannot be signed")
-	ErrDigestMismatch = errors.New("the call digest does not match the call shown; refusing to approve it")
+	ErrCannotSign      = errors.New("the request carries no call digest, so the answer cannot be signed")
+	ErrDigestMismatch  = errors.New("the call digest does not match the call shown; refusing to approve it")
+	ErrGrantNotOffered = errors.New("that grant was not offered on this card")
 )
 
 // Response builds the mcp/response that answers the card. With a key, the
@@ -74,6 +83,9 @@ func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error)
 	approving := a.Approves()
 	if approving && c.Proposal != nil && !c.DigestOK {
 		return agent.Envelope{}, ErrDigestMismatch
+	}
+	if a.Grant != "" && (!approving || c.Grant == nil || !slices.Contains(c.Grant.Offers, a.Grant)) {
+		return agent.Envelope{}, fmt.Errorf("%w: %q", ErrGrantNotOffered, a.Grant)
 	}
 	var content []byte
 	if a.Action == elicit.ActionAccept {
@@ -127,6 +139,13 @@ func formContent(a Answer) ([]byte, error) {
 	if a.DelegateTo != "" {
 		keys = append(keys, elicit.FieldDelegateTo)
 		vals[elicit.FieldDelegateTo] = mustJSON(a.DelegateTo)
+	}
+	if a.Grant != "" {
+		if _, dup := vals[elicit.FieldGrant]; dup {
+			return nil, fmt.Errorf("answer: field %q given twice", elicit.FieldGrant)
+		}
+		keys = append(keys, elicit.FieldGrant)
+		vals[elicit.FieldGrant] = mustJSON(a.Grant)
 	}
 	return orderedJSON(keys, vals)
 }

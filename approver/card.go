@@ -21,6 +21,8 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/policies"
 )
 
 // Card is one elicitation addressed to this approver, read for a person.
@@ -32,6 +34,10 @@ type Card struct {
 
 	Fields    []Field  // editable arguments, in the form's order
 	Delegates []string // whom the decision may be handed to (delegate_to)
+	// Grant is the grant offered with an approval; nil when none is (or
+	// when the card cannot say what a grant would pin: a person is never
+	// asked to grant what they cannot see).
+	Grant *GrantOffer
 
 	// From params._meta; Proposal is nil when the request carries none.
 	Proposal    *Proposal
@@ -72,6 +78,18 @@ type Policy struct {
 	Quorum    int
 }
 
+// GrantOffer is a grant the fulfiller offers with an approval (DESIGN
+// "Grants"): "also allow calls like this for a while".
+type GrantOffer struct {
+	Offers []string // the durations the form accepts, shortest first
+	MaxTTL string   // the policy's bound, from _meta.grant
+	Scope  []string // the fields a grant pins, from _meta.grant
+	// Terms is what a grant made on the call as shown would allow, worked
+	// out as the fulfiller works it out: "coder → write_file, path under
+	// /srv/app/". Proposer text: escape it to show it.
+	Terms string
+}
+
 // Field is one argument the approver may change; Default is the proposed
 // value.
 type Field struct {
@@ -108,10 +126,11 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 				Deadline string          `json:"deadline"`
 				Revision string          `json:"revision"`
 			} `json:"proposal"`
-			Tool        *Tool    `json:"tool"`
-			Target      string   `json:"target"`
-			Policy      Policy   `json:"policy"`
-			DelegatedBy []string `json:"delegated_by"`
+			Tool        *Tool           `json:"tool"`
+			Target      string          `json:"target"`
+			Grant       json.RawMessage `json:"grant"`
+			Policy      Policy          `json:"policy"`
+			DelegatedBy []string        `json:"delegated_by"`
 		} `json:"_meta"`
 	}
 	if err := json.Unmarshal(req.Params, &p); err != nil {
@@ -119,7 +138,7 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 	}
 	c := &Card{RequestID: env.ID, RPCID: req.ID, From: env.From, Message: p.Message,
 		Tool: p.Meta.Tool, Target: p.Meta.Target, Policy: p.Meta.Policy, DelegatedBy: p.Meta.DelegatedBy}
-	fields, delegates, err := parseSchema(p.Schema)
+	fields, delegates, offers, err := parseSchema(p.Schema)
 	if err != nil {
 		return nil, err
 	}
@@ -136,27 +155,77 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 			c.DigestOK = true
 		}
 	}
+	c.Grant = c.grantOffer(offers, p.Meta.Grant)
 	return c, nil
 }
 
+// grantOffer reads the grant a card offers: the form's durations, and
+// from _meta.grant the policy's scope, from which the terms of a grant on
+// the call shown are worked out with the fulfiller's own rules. Without
+// the form's durations, a readable scope or a call that has every pinned
+// field, no grant is offered here (the fulfiller would refuse it, or the
+// person could not see what they give).
+func (c *Card) grantOffer(offers []string, meta json.RawMessage) *GrantOffer {
+	if len(offers) == 0 || len(meta) == 0 || c.Proposal == nil || c.Proposal.Method != agent.MethodToolsCall {
+		return nil
+	}
+	var m struct {
+		MaxTTL json.RawMessage `json:"max_ttl"`
+		Scope  json.RawMessage `json:"scope"`
+	}
+	if json.Unmarshal(meta, &m) != nil || m.MaxTTL == nil || m.Scope == nil {
+		return nil
+	}
+	var offer policies.Grantable
+	if err := json.Unmarshal([]byte(`{"max_ttl":`+string(m.MaxTTL)+`,"scope":`+string(m.Scope)+`}`), &offer); err != nil {
+		return nil
+	}
+	ttl, err := time.ParseDuration(offers[0])
+	if err != nil {
+		return nil
+	}
+	var args map[string]json.RawMessage
+	_ = json.Unmarshal(c.Arguments(), &args)
+	name := ""
+	if c.Tool != nil {
+		name = c.Tool.Name
+	}
+	if name == "" {
+		var p struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(c.Proposal.Params, &p)
+		name = p.Name
+	}
+	call := grants.Call{Proposer: c.Proposal.From, Tool: name, Server: c.server(), Arguments: args}
+	g, err := grants.New("", &offer, call, ttl, "", time.Time{})
+	if err != nil {
+		return nil
+	}
+	scope := make([]string, len(offer.Scope))
+	for i, f := range offer.Scope {
+		scope[i] = f.String()
+	}
+	return &GrantOffer{Offers: offers, MaxTTL: policies.FormatGrantDuration(offer.MaxTTL), Scope: scope, Terms: g.Terms()}
+}
+
 // parseSchema reads the flat requestedSchema: the editable fields (every
-// property but the fixed ones) in order, and the delegate_to choices.
-func parseSchema(raw json.RawMessage) ([]Field, []string, error) {
+// property but the fixed ones) in order, the delegate_to choices and the
+// grant durations offered.
+func parseSchema(raw json.RawMessage) (fields []Field, delegates, grantOffers []string, err error) {
 	var s struct {
 		Properties json.RawMessage `json:"properties"`
 	}
 	if err := json.Unmarshal(raw, &s); err != nil || len(s.Properties) == 0 {
-		return nil, nil, fmt.Errorf("%w: no requestedSchema properties", ErrNotElicitation)
+		return nil, nil, nil, fmt.Errorf("%w: no requestedSchema properties", ErrNotElicitation)
 	}
 	keys, props, err := orderedObject(s.Properties)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: requestedSchema: %v", ErrNotElicitation, err)
+		return nil, nil, nil, fmt.Errorf("%w: requestedSchema: %v", ErrNotElicitation, err)
 	}
 	if _, ok := props[elicit.FieldApprove]; !ok {
-		return nil, nil, fmt.Errorf("%w: the form has no %q field", ErrNotElicitation, elicit.FieldApprove)
+		return nil, nil, nil, fmt.Errorf("%w: the form has no %q field", ErrNotElicitation, elicit.FieldApprove)
 	}
-	var fields []Field
-	var delegates []string
 	for _, k := range keys {
 		var prop struct {
 			Type        string          `json:"type"`
@@ -169,11 +238,17 @@ func parseSchema(raw json.RawMessage) ([]Field, []string, error) {
 		case elicit.FieldApprove, elicit.FieldReason, elicit.FieldSignature:
 		case elicit.FieldDelegateTo:
 			delegates = prop.Enum
+		case elicit.FieldGrant:
+			for _, d := range prop.Enum {
+				if d != "" {
+					grantOffers = append(grantOffers, d)
+				}
+			}
 		default:
 			fields = append(fields, Field{Name: k, Type: prop.Type, Description: prop.Description, Enum: prop.Enum, Default: prop.Default})
 		}
 	}
-	return fields, delegates, nil
+	return fields, delegates, grantOffers, nil
 }
 
 // orderedObject reads a JSON object's keys in order and its values raw.
@@ -316,6 +391,9 @@ func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 	}
 	if len(c.Delegates) > 0 {
 		line("delegate", "to "+p(strings.Join(c.Delegates, ", ")))
+	}
+	if g := c.Grant; g != nil {
+		line("grantable", "allow "+p(g.Terms)+" for "+p(strings.Join(g.Offers, ", "))+st.dim(" (policy's limit "+p(g.MaxTTL)+")"))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +24,8 @@ import (
 
 // Terminal is the interactive UI: it prints each card and reads the
 // person's choice as one key press (a approve, e edit then approve,
-// d decline, g delegate, c dismiss, q quit — only those the card offers),
+// l approve and grant, d decline, g delegate, c dismiss, q quit — only
+// those the card offers),
 // with a live countdown to the deadline while it waits. On a terminal the
 // whole card is answered in raw mode: the choice is one key, and free
 // text — a reason, an edited value — is read with line editing
@@ -245,6 +247,9 @@ func actions(c *Card) []action {
 	var acts []action
 	if c.Proposal == nil || c.DigestOK {
 		acts = append(acts, action{'a', "approve", "approve as shown"})
+		if c.Grant != nil {
+			acts = append(acts, action{'l', "allow", "approve, and allow calls like this for a while"})
+		}
 		if len(c.Fields) > 0 {
 			acts = append(acts, action{'e', "edit", "change the editable arguments, then approve"})
 		}
@@ -315,6 +320,15 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 		switch key {
 		case 'a':
 			return Answer{Action: elicit.ActionAccept, Approve: true}, nil
+		case 'l':
+			d, err := t.grant(ctx, c)
+			if err != nil {
+				return Answer{}, err
+			}
+			if d == "" {
+				continue
+			}
+			return Answer{Action: elicit.ActionAccept, Approve: true, Grant: d}, nil
 		case 'e':
 			edits, err := t.edit(ctx, c)
 			if err != nil {
@@ -659,6 +673,33 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 		}
 	}
 	return edits, nil
+}
+
+// grant asks how long to allow calls like the card's; "" goes back to the
+// choice. The terms are shown again with the choices, so the person reads
+// what they give at the moment they give it.
+func (t *Terminal) grant(ctx context.Context, c *Card) (string, error) {
+	var list strings.Builder
+	fmt.Fprintf(&list, "  approve, and allow %s for:\n", Printable(c.Grant.Terms))
+	for i, d := range c.Grant.Offers {
+		fmt.Fprintf(&list, "  %d) %s\n", i+1, Printable(d))
+	}
+	t.say(list.String())
+	text, err := t.line(ctx, "  how long (number or duration, Enter to go back): ")
+	if err != nil {
+		return "", err
+	}
+	text = strings.TrimSpace(text)
+	if n, err := strconv.Atoi(text); err == nil && n >= 1 && n <= len(c.Grant.Offers) {
+		return c.Grant.Offers[n-1], nil
+	}
+	if slices.Contains(c.Grant.Offers, text) {
+		return text, nil
+	}
+	if text != "" {
+		t.say("  " + Printable(text) + " is not one of them\n")
+	}
+	return "", nil
 }
 
 // delegate asks whom to hand the card to; "" goes back to the choice.

@@ -16,6 +16,7 @@ import (
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -34,7 +35,17 @@ default decision := {"action": "reject", "reason": "policy", "message": "not all
 decision := object.union(data.escalation, {"action": "escalate"}) if {
 	input.tool.name == "write_file"
 	startswith(input.tool.arguments.path, "/srv/prod/")
+	not granted
 }
+
+# A grant an approver made lets the write through without asking.
+decision := {"action": "fulfill"} if {
+	input.tool.name == "write_file"
+	startswith(input.tool.arguments.path, "/srv/prod/")
+	granted
+}
+
+granted if count(input.grants) > 0
 
 decision := {"action": "reject", "reason": "policy", "message": "writes stay under /srv/prod"} if {
 	input.tool.name == "write_file"
@@ -59,6 +70,13 @@ type world struct {
 }
 
 func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
+	t.Helper()
+	return newWorldGrants(t, escalation, keys, false)
+}
+
+// newWorldGrants is newWorld whose fulfiller offers and honours grants
+// (in memory) when offerGrants is set.
+func newWorldGrants(t *testing.T, escalation string, keys elicit.Keys, offerGrants bool) *world {
 	t.Helper()
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
 		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
@@ -89,9 +107,13 @@ func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
 		t.Fatal(err)
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
-	el := elicit.New(fc, elicit.Config{Keys: keys})
+	el := elicit.New(fc, elicit.Config{Keys: keys, OfferGrants: offerGrants})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el})
+	var reg *grants.Registry
+	if offerGrants {
+		reg = grants.NewRegistry(nil, nil)
+	}
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, Grants: reg})
 	w.ful = ful
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, fcancel := context.WithCancel(ctx)
@@ -134,7 +156,12 @@ func (w *world) approver(id string, ui approver.UI, opts approver.Options) <-cha
 
 func (w *world) propose(id string) string {
 	w.t.Helper()
-	id, err := w.prop.Propose(w.ctx, id, nil, json.RawMessage(writeCall))
+	return w.proposeCall(id, writeCall)
+}
+
+func (w *world) proposeCall(id, call string) string {
+	w.t.Helper()
+	id, err := w.prop.Propose(w.ctx, id, nil, json.RawMessage(call))
 	if err != nil {
 		w.t.Fatal(err)
 	}

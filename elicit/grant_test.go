@@ -1,10 +1,13 @@
 package elicit_test
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mewkit/fulfiller/elicit"
 )
 
 // promptForm reads what an elicitation offers as its grant field and what
@@ -126,5 +129,46 @@ func TestE2EGrantNotOfferedWhenOffOrQuorum(t *testing.T) {
 				t.Fatalf("outcome %+v, want a reject other", out)
 			}
 		})
+	}
+}
+
+// In a signed setup a grant rides on the approval's signature: a forged
+// approval with a grant (another key's signature), and alice's own
+// approval with a grant added after she signed, are both forgeries and
+// make no grant. Her real approval without one fulfils the call and
+// grants nothing: the next write is asked about again.
+func TestE2EGrantWithBadSignatureHasNoEffect(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	_, otherPriv, _ := ed25519.GenerateKey(nil)
+	w := newWorld(t, worldOptions{offerGrants: true, keys: elicit.Keys{"alice": pub}, humans: []string{"alice"},
+		escalation: `{"approvers":["alice"],` + grantable + `}`})
+	id := w.propose("p-write", writeCall)
+	ea := w.ask("alice")
+	rpc := string(rpcID(t, ea))
+	forged := func(result string) string {
+		return `{"kind":"mcp/response","from":"alice","to":["fulfiller"],"correlation_id":["` + ea.ID + `"],"payload":{"jsonrpc":"2.0","id":` + rpc + `,"result":` + result + `}}`
+	}
+	otherSig, _ := elicit.Sign(otherPriv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true,"grant":"1h"}`))
+	w.forge("mallory", forged(`{"action":"accept","content":{"approve":true,"grant":"1h","signature":"`+otherSig+`"}}`))
+	plainSig, _ := elicit.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true}`))
+	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h","signature":"`+plainSig+`"}}`)
+	waitUntil(t, "two forgeries", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 2 })
+	if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {
+		t.Fatalf("after the forgeries: %+v %v, want still awaiting approval", s, ok)
+	}
+	if n := len(w.grants.List()); n != 0 {
+		t.Fatalf("%d grants after forged grants, want 0", n)
+	}
+
+	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"signature":"`+plainSig+`"}}`)
+	if out := w.outcome(id); !out.Fulfilled {
+		t.Fatalf("outcome %+v", out)
+	}
+	if _, granted := w.event(id, "granted"); granted || len(w.grants.List()) != 0 {
+		t.Fatalf("a grant was made: %+v", w.grants.List())
+	}
+	w.propose("p-write-2", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/banner","content":"x"}}}`)
+	if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"p-write-2"`) {
+		t.Errorf("alice was asked %s, want p-write-2", e.Payload)
 	}
 }

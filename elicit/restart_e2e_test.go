@@ -1,7 +1,9 @@
 package elicit_test
 
 import (
+	"strings"
 	"testing"
+	"time"
 )
 
 // kill -9 of the fulfiller while a prompt is open, then a restart on the
@@ -35,5 +37,45 @@ func TestE2ERestartAsksAgainAndFulfilsOnce(t *testing.T) {
 	w.marker()
 	if n := len(w.answers(id)); n != 1 {
 		t.Errorf("%d answers to %s on the wire, want the one fulfilment request", n, id)
+	}
+}
+
+// A grant lives in the state store: after kill -9 and a restart on the
+// same DIR, the next call it covers is fulfilled without a prompt, in the
+// grant's name; revoking it brings the prompt back.
+func TestE2EGrantSurvivesRestart(t *testing.T) {
+	w := newWorld(t, worldOptions{stateDir: t.TempDir(), offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
+	id := w.propose("p-write", writeCall)
+	w.answer("alice", w.ask("alice"), `{"action":"accept","content":{"approve":true,"grant":"1h"}}`)
+	if out := w.outcome(id); !out.Fulfilled {
+		t.Fatalf("outcome %+v", out)
+	}
+	granted, ok := w.event(id, "granted")
+	if !ok {
+		t.Fatal("no grant made")
+	}
+
+	w.crashFulfiller()
+	w.startFulfiller()
+
+	if got := w.grants.List(); len(got) != 1 || got[0].ID != granted.GrantID || !got[0].Live(time.Now()) {
+		t.Fatalf("grants after the restart: %+v, want %s live", got, granted.GrantID)
+	}
+	next := w.propose("p-write-2", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/banner","content":"x"}}}`)
+	if out := w.outcome(next); !out.Fulfilled {
+		t.Fatalf("granted call after the restart: outcome %+v", out)
+	}
+	if d, _ := w.event(next, "decided"); d.GrantID != granted.GrantID {
+		t.Errorf("decided with grant %q, want %q", d.GrantID, granted.GrantID)
+	}
+	if _, asked := w.event(next, "escalated"); asked {
+		t.Error("the granted call was escalated after the restart")
+	}
+	if _, err := w.grants.Revoke(t.Context(), granted.GrantID); err != nil {
+		t.Fatal(err)
+	}
+	w.propose("p-write-3", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/banner","content":"y"}}}`)
+	if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"p-write-3"`) {
+		t.Errorf("alice was asked %s, want p-write-3", e.Payload)
 	}
 }

@@ -237,8 +237,12 @@ func (w *world) startFulfiller() {
 		w.mu.Unlock()
 	}})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
+	var regStore grants.Store
+	if w.store != nil {
+		regStore = w.store // grants outlive the process with the rest
+	}
 	if opts.offerGrants {
-		w.grants = grants.NewRegistry(nil, nil)
+		w.grants = grants.NewRegistry(regStore, log)
 	}
 	w.ful = fulfill.New(fc, w.engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log, Store: cfgStore, Grants: w.grants,
 		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
@@ -251,12 +255,20 @@ func (w *world) startFulfiller() {
 	fulDone, elDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(fulDone); _ = w.ful.Run(fctx, fulSub.C()) }()
 	go func() { defer close(elDone); _ = w.el.Run(ctx, elSub.C()) }()
+	regDone := make(chan struct{})
+	if reg := w.grants; reg != nil {
+		go func() { defer close(regDone); _ = reg.Run(fctx) }()
+		<-reg.Ready()
+	} else {
+		close(regDone)
+	}
 	el := w.el
 	var once sync.Once
 	w.stopFul = func() {
 		once.Do(func() {
 			fcancel()
 			<-fulDone
+			<-regDone
 			el.Close()
 			elSub.Close()
 			<-elDone

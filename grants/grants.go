@@ -171,3 +171,25 @@ func climbs(s string) bool {
 	}
 	return false
 }
+
+// Terms says in a few words what g allows, for a person deciding whether
+// to make it or revoke it: "coder → write_file, path under /srv/app/".
+// Values come from the proposer: callers showing them on a terminal or a
+// page escape them as they escape any proposer text.
+func (g Grant) Terms() string {
+	parts := []string{g.Proposer + " → " + g.Tool}
+	for _, p := range g.Pins {
+		name := strings.TrimPrefix(p.Field, "arguments.")
+		if p.Prefix != "" {
+			parts = append(parts, fmt.Sprintf("%s under %s", name, p.Prefix))
+			continue
+		}
+		var s string
+		if json.Unmarshal(p.Value, &s) == nil {
+			parts = append(parts, fmt.Sprintf("%s = %s", name, s))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s = %s", name, p.Value))
+	}
+	return strings.Join(parts, ", ")
+}

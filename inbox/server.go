@@ -201,6 +201,9 @@ type answerRequest struct {
 	// approval only.
 	Edits      map[string]json.RawMessage `json:"edits"`
 	DelegateTo string                     `json:"delegate_to"`
+	// Grant, with an approval, is how long to allow calls like this one:
+	// one of the card's grant offers.
+	Grant string `json:"grant"`
 }
 
 // maxReason bounds a reason typed on the page: it travels in an
@@ -278,6 +281,9 @@ func (req answerRequest) answer(c *approver.Card) (approver.Answer, error) {
 	if len(req.Edits) > 0 && req.Action != "approve" {
 		return approver.Answer{}, errors.New("edits come only with an approval")
 	}
+	if req.Grant != "" && (req.Action != "approve" || c.Grant == nil || !slices.Contains(c.Grant.Offers, req.Grant)) {
+		return approver.Answer{}, fmt.Errorf("%w: %q", approver.ErrGrantNotOffered, req.Grant)
+	}
 	switch req.Action {
 	case "approve":
 		if c.Proposal != nil && !c.DigestOK {
@@ -287,7 +293,7 @@ func (req answerRequest) answer(c *approver.Card) (approver.Answer, error) {
 		if err != nil {
 			return approver.Answer{}, err
 		}
-		return approver.Answer{Action: elicit.ActionAccept, Approve: true, Reason: reason, Edits: edits}, nil
+		return approver.Answer{Action: elicit.ActionAccept, Approve: true, Reason: reason, Edits: edits, Grant: req.Grant}, nil
 	case "decline":
 		if reason == "" {
 			return approver.Answer{Action: elicit.ActionDecline}, nil

@@ -57,6 +57,7 @@ type View struct {
 	Revision    string       `json:"revision,omitempty"`
 	Fields      []FieldView  `json:"fields,omitempty"`
 	Delegates   []string     `json:"delegates,omitempty"`
+	Grant       *GrantView   `json:"grant,omitempty"`
 
 	State        State  `json:"state"`
 	Answer       string `json:"answer,omitempty"`   // what this person answered, in words
@@ -65,6 +66,15 @@ type View struct {
 	Note         string `json:"note,omitempty"`     // how it ended, or its outcome, in words
 	Outcome      string `json:"outcome,omitempty"`  // StateOutcome: fulfilled or rejected
 	RejectReason string `json:"reject_reason,omitempty"`
+}
+
+// GrantView is the grant a card offers with an approval (DESIGN
+// "Grants").
+type GrantView struct {
+	Offers []string `json:"offers"` // sent back as chosen: kept exact
+	Terms  string   `json:"terms"`  // what a grant would allow, in words
+	MaxTTL string   `json:"max_ttl"`
+	Scope  []string `json:"scope"`
 }
 
 // Annotation is one of the tool's annotations (readOnlyHint, …).
@@ -94,6 +104,13 @@ func viewOf(c *approver.Card) View {
 	}
 	for _, d := range c.Delegates {
 		v.Delegates = append(v.Delegates, d) // sent back as chosen: kept exact
+	}
+	if g := c.Grant; g != nil {
+		gv := &GrantView{Offers: g.Offers, Terms: p(g.Terms), MaxTTL: p(g.MaxTTL)}
+		for _, f := range g.Scope {
+			gv.Scope = append(gv.Scope, p(f))
+		}
+		v.Grant = gv
 	}
 	if pr := c.Proposal; pr != nil {
 		v.Proposal, v.Proposer, v.Method, v.Digest, v.Revision = p(pr.ID), p(pr.From), p(pr.Method), pr.Digest, p(pr.Revision)

@@ -18,6 +18,7 @@ import (
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/inbox"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
@@ -41,7 +42,17 @@ escalation := object.union(data.escalation, {"timeout": data.timeouts[input.tool
 decision := object.union(escalation, {"action": "escalate"}) if {
 	input.tool.name == "write_file"
 	startswith(input.tool.arguments.path, "/srv/prod/")
+	not granted
 }
+
+# A grant an approver made lets the write through without asking.
+decision := {"action": "fulfill"} if {
+	input.tool.name == "write_file"
+	startswith(input.tool.arguments.path, "/srv/prod/")
+	granted
+}
+
+granted if count(input.grants) > 0
 
 decision := {"action": "reject", "reason": "policy", "message": "writes stay under /srv/prod"} if {
 	input.tool.name == "write_file"
@@ -71,6 +82,7 @@ type worldOptions struct {
 	keys       elicit.Keys        // the fulfiller's approver keys
 	key        ed25519.PrivateKey // alice's
 	humans     []string           // others in the space (as plain participants)
+	grants     bool               // the fulfiller offers and honours grants
 }
 
 func newWorld(t *testing.T, o worldOptions) *world {
@@ -110,9 +122,13 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		t.Fatal(err)
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
-	el := elicit.New(fc, elicit.Config{Keys: o.keys})
+	el := elicit.New(fc, elicit.Config{Keys: o.keys, OfferGrants: o.grants})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el})
+	var reg *grants.Registry
+	if o.grants {
+		reg = grants.NewRegistry(nil, nil)
+	}
+	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, Grants: reg})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fulDone, elDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(fulDone); _ = w.ful.Run(ctx, fulSub.C()) }()

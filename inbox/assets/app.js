@@ -176,6 +176,7 @@ function facts(dl, v) {
   add("Policy", v.policy_message);
   add("Quorum", quorum(v));
   if (v.delegated_by) add("Handed on by", v.delegated_by.join(" → "));
+  if (v.grant) add("Grantable", `You may also allow ${v.grant.terms}, for up to ${v.grant.max_ttl}`);
   add("Asked by", v.fulfiller);
   add("Policy revision", v.revision);
 }
@@ -215,6 +216,7 @@ function actions(card, v) {
   if (!isOpen(v)) return;
   if (!v.proposal || v.digest_ok) {
     box.append(el("button", { type: "button", class: "primary", "aria-keyshortcuts": "a", onclick: () => send(v.id, { action: "approve" }, card) }, "Approve"));
+    if (v.grant) box.append(el("button", { type: "button", "aria-keyshortcuts": "l", onclick: () => grantForm(card, v) }, "Approve and allow…"));
     if (v.fields && v.fields.length) box.append(el("button", { type: "button", "aria-keyshortcuts": "e", onclick: () => editForm(card, v) }, "Edit"));
   }
   box.append(el("button", { type: "button", class: "danger", "aria-keyshortcuts": "d", onclick: () => declineForm(card, v) }, "Decline"));
@@ -258,6 +260,21 @@ function delegateForm(card, v) {
       el("button", { type: "button", class: "primary", onclick: () => send(v.id, { action: "delegate", delegate_to: to.value }, card, err) }, "Hand over"),
       back(card)));
   to.focus();
+}
+
+// grantForm approves the call and allows calls like it for a while: the
+// terms (exactly what the fulfiller will pin) are shown beside the choice
+// of how long.
+function grantForm(card, v) {
+  const ttl = el("select", { name: "grant" }, ...v.grant.offers.map((d) => el("option", { value: d, text: d })));
+  const err = errorLine();
+  $(".panel", card).replaceChildren(
+    el("p", { class: "grant-terms", text: `Approve this call, and allow ${v.grant.terms} without asking, for:` }),
+    labelled("Allow for", ttl, `Pinned: ${v.grant.scope.join(", ")}. Revoke it any time with fulfiller grants revoke.`),
+    err, el("div", { class: "actions" },
+      el("button", { type: "button", class: "primary", onclick: () => send(v.id, { action: "approve", grant: ttl.value }, card, err) }, "Approve and allow"),
+      back(card)));
+  ttl.focus();
 }
 
 // proposed is the argument's value as proposed (undefined when the form
@@ -390,6 +407,7 @@ document.addEventListener("keydown", (e) => {
       break;
     case "a": case "y": click("Approve"); break;
     case "e": click("Edit"); break;
+    case "l": click("Approve and allow…"); break;
     case "d": case "n": click("Decline"); break;
     case "g": click("Delegate"); break;
     case "c": click("Dismiss"); break;
