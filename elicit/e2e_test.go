@@ -457,11 +457,14 @@ func TestE2EErrorFromApproverClient(t *testing.T) {
 func TestE2EUnsignedDigestMismatch(t *testing.T) {
 	// A signature made for another call (another digest) does not count.
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, worldOptions{keys: elicit.Keys{"alice": pub}, humans: []string{"alice"}, escalation: `{"approvers":["alice"],"timeout":"500ms"}`})
+	// The deadline must outlast the answer's trip on a loaded machine:
+	// an answer after it would test nothing.
+	w := newWorld(t, worldOptions{keys: elicit.Keys{"alice": pub}, humans: []string{"alice"}, escalation: `{"approvers":["alice"],"timeout":"3s"}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
 	sig, _ := elicit.Sign(priv, ea.ID, strings.Repeat("0", 64), "accept", json.RawMessage(`{"approve":true}`))
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"signature":"`+sig+`"}}`)
+	waitUntil(t, "the forgery", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 1 })
 	if out := w.outcome(id); out.Reason != "timeout" {
 		t.Fatalf("outcome %+v", out)
 	}

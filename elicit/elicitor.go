@@ -13,6 +13,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -406,9 +407,10 @@ type seat struct {
 // approval is one accepted approve:true answer.
 type approval struct {
 	approver string
-	key      string          // the approved call: "" as proposed, else its canonical params
-	params   json.RawMessage // edited params; nil as proposed
-	content  json.RawMessage // canonical form content without the signature
+	key      string           // the approved call: "" as proposed, else its canonical params
+	params   json.RawMessage  // edited params; nil as proposed
+	content  json.RawMessage  // canonical form content without the signature
+	evidence *grants.Evidence // a signed answer, as signed
 }
 
 func (x *escalation) run(ctx context.Context) {
@@ -554,7 +556,11 @@ func (x *escalation) resume() (fulfill.Verdict, bool) {
 			x.log.Warn("recorded approval cannot be used; not counted", "approver", a.Approver, "err", err)
 			continue
 		}
-		x.approvals = append(x.approvals, approval{approver: a.Approver, key: callKey, params: params, content: a.Content})
+		ap := approval{approver: a.Approver, key: callKey, params: params, content: a.Content}
+		if a.Signature != "" {
+			ap.evidence = &grants.Evidence{Request: a.Request, Digest: x.digest, Action: ActionAccept, Content: a.Content, Signature: a.Signature}
+		}
+		x.approvals = append(x.approvals, ap)
 		x.answered[a.Approver] = true
 	}
 	handedOn := map[string]bool{}
@@ -853,18 +859,26 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		x.emit(ev)
 		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: fmt.Sprintf("%s's approval cannot be used: %v", s.approver, err)}, true
 	}
-	content, _, _ := SplitSignature(r.Content)
+	content, sig, _ := SplitSignature(r.Content)
+	var evidence *grants.Evidence
+	if key != nil {
+		evidence = &grants.Evidence{Request: s.requestID, Digest: x.digest, Action: r.Action, Content: content, Signature: sig}
+	}
 	if rec := x.esc.RecordApproval; rec != nil {
 		// Recorded before it counts: after a restart it counts again,
 		// and a replay of this answer is "already answered".
-		if err := rec(state.Approval{Approver: s.approver, Content: content, SignatureVerified: key != nil, At: x.e.cfg.Now().UTC()}); err != nil {
+		ra := state.Approval{Approver: s.approver, Content: content, SignatureVerified: key != nil, At: x.e.cfg.Now().UTC()}
+		if evidence != nil {
+			ra.Request, ra.Signature = evidence.Request, evidence.Signature
+		}
+		if err := rec(ra); err != nil {
 			x.storeErr = err
 			x.emit(ev)
 			x.log.Error("approval not recorded in the pending-work store; not counted", "approver", s.approver, "err", err)
 			return x.settle()
 		}
 	}
-	x.approvals = append(x.approvals, approval{approver: s.approver, key: callKey, params: params, content: content})
+	x.approvals = append(x.approvals, approval{approver: s.approver, key: callKey, params: params, content: content, evidence: evidence})
 	x.log.Info("approval received", "approver", s.approver, "edited", params != nil)
 	x.emit(ev)
 	return x.settle()
@@ -915,6 +929,7 @@ func (x *escalation) settle() (fulfill.Verdict, bool) {
 			v := fulfill.Verdict{Approved: true, By: by, Params: last.params, Content: last.content}
 			if x.quorum == 1 { // checked against the offer when it was answered
 				v.Grant, _ = time.ParseDuration(readForm(last.content).grant)
+				v.Evidence = last.evidence
 			}
 			return v, true
 		}

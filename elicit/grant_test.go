@@ -54,7 +54,7 @@ func TestE2EGrantOffered(t *testing.T) {
 		t.Fatalf("%d answers, want exactly the fulfilment request", len(got))
 	}
 	granted, ok := w.event(id, "granted")
-	if !ok || granted.GrantID == "" || !slices.Equal(granted.By, []string{"alice"}) || !strings.HasPrefix(granted.Message, "calls like this allowed for 1h") {
+	if !ok || granted.GrantID == "" || !slices.Equal(granted.By, []string{"alice"}) || !strings.HasPrefix(granted.Message, "coder → write_file, path under /srv/prod/ allowed for 1h, until ") {
 		t.Fatalf("granted event %+v (found %v)", granted, ok)
 	}
 

@@ -1,9 +1,13 @@
 package elicit_test
 
 import (
+	"crypto/ed25519"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/elicit"
 )
 
 // kill -9 of the fulfiller while a prompt is open, then a restart on the
@@ -42,11 +46,16 @@ func TestE2ERestartAsksAgainAndFulfilsOnce(t *testing.T) {
 
 // A grant lives in the state store: after kill -9 and a restart on the
 // same DIR, the next call it covers is fulfilled without a prompt, in the
-// grant's name; revoking it brings the prompt back.
+// grant's name, and the grant still carries alice's signed answer as
+// evidence; revoking it brings the prompt back.
 func TestE2EGrantSurvivesRestart(t *testing.T) {
-	w := newWorld(t, worldOptions{stateDir: t.TempDir(), offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	w := newWorld(t, worldOptions{stateDir: t.TempDir(), offerGrants: true, keys: elicit.Keys{"alice": pub},
+		escalation: `{"approvers":["alice"],` + grantable + `}`})
 	id := w.propose("p-write", writeCall)
-	w.answer("alice", w.ask("alice"), `{"action":"accept","content":{"approve":true,"grant":"1h"}}`)
+	ea := w.ask("alice")
+	sig, _ := elicit.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true,"grant":"1h"}`))
+	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h","signature":"`+sig+`"}}`)
 	if out := w.outcome(id); !out.Fulfilled {
 		t.Fatalf("outcome %+v", out)
 	}
@@ -58,8 +67,14 @@ func TestE2EGrantSurvivesRestart(t *testing.T) {
 	w.crashFulfiller()
 	w.startFulfiller()
 
-	if got := w.grants.List(); len(got) != 1 || got[0].ID != granted.GrantID || !got[0].Live(time.Now()) {
+	got := w.grants.List()
+	if len(got) != 1 || got[0].ID != granted.GrantID || !got[0].Live(time.Now()) {
 		t.Fatalf("grants after the restart: %+v, want %s live", got, granted.GrantID)
+	}
+	if ev := got[0].Evidence; ev == nil || ev.Request != ea.ID || ev.Digest != writeDigest || ev.Signature != sig ||
+		elicit.Verify(pub, ev.Request, ev.Digest, ev.Action, json.RawMessage(`{"approve":true,"grant":"1h","signature":"`+ev.Signature+`"}`)) != nil ||
+		string(ev.Content) != `{"approve":true,"grant":"1h"}` {
+		t.Errorf("grant evidence after the restart: %+v", got[0].Evidence)
 	}
 	next := w.propose("p-write-2", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/banner","content":"x"}}}`)
 	if out := w.outcome(next); !out.Fulfilled {

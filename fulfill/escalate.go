@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -59,9 +60,12 @@ type Verdict struct {
 	// Grant is how long the grant the approver chose with the approval
 	// lasts (the form offered it: the decision's grantable, quorum 1);
 	// 0: none.
-	Grant   time.Duration
-	Reason  string // when not approved: the wire reason (disagree, other, timeout, incapable, policy)
-	Message string // when not approved: the human's reason or why it failed
+	Grant time.Duration
+	// Evidence is the signed answer that chose the grant; nil when
+	// approvals are not signed.
+	Evidence *grants.Evidence
+	Reason   string // when not approved: the wire reason (disagree, other, timeout, incapable, policy)
+	Message  string // when not approved: the human's reason or why it failed
 	// Superseded is set when an approver answered the proposer directly
 	// (their own mcp/request or mcp/reject): we must not answer again.
 	Superseded bool

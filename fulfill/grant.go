@@ -82,6 +82,7 @@ func (f *Fulfiller) makeGrant(p *proposal, v Verdict, target string, params json
 	}
 	g, err := grants.New(id, offer, call, v.Grant, by, time.Now().UTC())
 	if err == nil {
+		g.Evidence = v.Evidence
 		ctx, cancel := f.storeContext()
 		err = f.cfg.Grants.Create(ctx, g)
 		cancel()
@@ -93,6 +94,6 @@ func (f *Fulfiller) makeGrant(p *proposal, v Verdict, target string, params json
 		return
 	}
 	f.log.Info("grant made", "grant", g.ID, "proposal", p.env.ID, "by", by, "proposer", g.Proposer, "tool", g.Tool, "expires", g.Expires)
-	ev.GrantID, ev.Message = g.ID, fmt.Sprintf("calls like this allowed for %s, until %s", policies.FormatGrantDuration(v.Grant), g.Expires.Format(time.RFC3339))
+	ev.GrantID, ev.Message = g.ID, fmt.Sprintf("%s allowed for %s, until %s", g.Terms(), policies.FormatGrantDuration(v.Grant), g.Expires.Format(time.RFC3339))
 	f.emit(ev)
 }

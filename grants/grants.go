@@ -57,6 +57,20 @@ type Grant struct {
 	Created   time.Time `json:"created"`
 	Expires   time.Time `json:"expires"`
 	Revoked   bool      `json:"revoked,omitempty"`
+	// Evidence is the approver's signed answer that made the grant, when
+	// approvals are signed: with their public key anyone can check that
+	// they chose it (elicit.Verify), and that it pins what their answer
+	// approved.
+	Evidence *Evidence `json:"evidence,omitempty"`
+}
+
+// Evidence is a signed approval as PROTOCOL.md's signature covers it.
+type Evidence struct {
+	Request   string          `json:"request"` // the elicitation's envelope id
+	Digest    string          `json:"digest"`  // the proposed call's digest
+	Action    string          `json:"action"`
+	Content   json.RawMessage `json:"content"` // the form content, without the signature
+	Signature string          `json:"signature"`
 }
 
 // Errors of New.
@@ -76,6 +90,7 @@ func New(id string, offer *policies.Grantable, call Call, ttl time.Duration, by 
 	if !slices.Contains(offer.Offers(), ttl) {
 		return Grant{}, fmt.Errorf("%w: %s (offered %v)", ErrBadTTL, policies.FormatGrantDuration(ttl), offer.Offers())
 	}
+	now = now.Truncate(time.Second) // read by people: whole seconds, and never longer than chosen
 	g := Grant{ID: id, Proposer: call.Proposer, Tool: call.Tool, Server: call.Server, GrantedBy: by, Created: now, Expires: now.Add(ttl)}
 	if g.Proposer == "" || g.Tool == "" {
 		return Grant{}, errors.New("grant: the approved call has no proposer or tool")

@@ -32,28 +32,53 @@ type Registry struct {
 	store Store
 	log   *slog.Logger
 
-	mu    sync.Mutex
-	byID  map[string]Grant
-	ready chan struct{} // closed once the store's grants are loaded
-	once  sync.Once
+	mu       sync.Mutex
+	byID     map[string]Grant
+	expired  map[string]bool // grants whose expiry was reported
+	onExpire func(Grant)
+	ready    chan struct{} // closed once the store's grants are loaded
+	once     sync.Once
 }
+
+// Keep is how long a grant that expired or was revoked stays listed (and
+// in the store, which removes it then): long enough to audit, bounded so
+// that years of grants do not pile up in memory.
+const Keep = 24 * time.Hour
+
+// expiryCheck bounds how long an expiry goes unnoticed by OnExpire when
+// no other grant expires sooner (a grant stops matching at its expiry
+// whatever this says: Matches compares the time itself).
+const expiryCheck = time.Minute
 
 // NewRegistry returns a registry over st (nil: memory only).
 func NewRegistry(st Store, log *slog.Logger) *Registry {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{store: st, log: log, byID: map[string]Grant{}, ready: make(chan struct{})}
+	r := &Registry{store: st, log: log, byID: map[string]Grant{}, expired: map[string]bool{}, ready: make(chan struct{})}
 	if st == nil {
 		r.once.Do(func() { close(r.ready) })
 	}
 	return r
 }
 
+// OnExpire sets fn to be called (from Run) once for each grant that
+// expires unrevoked; call it before Run.
+func (r *Registry) OnExpire(fn func(Grant)) { r.onExpire = fn }
+
 // Run mirrors the store's grants until ctx ends, watching again after a
-// lost connection. Without a store it returns at once.
+// lost connection, reports expiries to OnExpire's fn and forgets grants
+// Keep after they ended.
 func (r *Registry) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.expire(ctx)
+	}()
+	defer wg.Wait()
 	if r.store == nil {
+		<-ctx.Done()
 		return nil
 	}
 	for {
@@ -68,6 +93,54 @@ func (r *Registry) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// expire wakes at each grant's expiry (at least every expiryCheck) until
+// ctx ends.
+func (r *Registry) expire(ctx context.Context) {
+	for {
+		next := r.sweep(time.Now())
+		t := time.NewTimer(min(max(time.Until(next), 10*time.Millisecond), expiryCheck))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// sweep reports the grants expired at now, forgets those ended Keep ago,
+// and returns the next expiry (zero: none).
+func (r *Registry) sweep(now time.Time) (next time.Time) {
+	var ended []Grant
+	r.mu.Lock()
+	for id, g := range r.byID {
+		if g.Revoked || !now.Before(g.Expires) {
+			if now.Sub(g.Expires) > Keep {
+				delete(r.byID, id)
+				delete(r.expired, id)
+				continue
+			}
+			if !g.Revoked && !r.expired[id] {
+				r.expired[id] = true
+				ended = append(ended, g)
+			}
+			continue
+		}
+		if next.IsZero() || g.Expires.Before(next) {
+			next = g.Expires
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(ended, byCreated)
+	for _, g := range ended {
+		r.log.Info("grant expired", "grant", g.ID, "proposer", g.Proposer, "tool", g.Tool, "expired", g.Expires)
+		if r.onExpire != nil {
+			r.onExpire(g)
+		}
+	}
+	return next
 }
 
 // follow applies one watch: the stored grants replace what was known

@@ -110,7 +110,7 @@ func NewMetrics(src *Source) *Metrics {
 		Help: "Live decisions not shadowed because the shadow queue was full (or the fulfiller stopped), by the live decision's action."},
 		[]string{"live"}))
 	m.grants = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_grants_total",
-		Help: "Grants by event: created (an approval made one), failed (an approval chose one that could not be made), used (a fulfil only a grant allowed), revoked (by the operator API)."},
+		Help: "Grants by event: created (an approval made one), failed (an approval chose one that could not be made), used (a fulfil only a grant allowed), expired (reached its expiry unrevoked), revoked (by the operator API)."},
 		[]string{"event"}))
 	m.registerStore(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -232,6 +232,10 @@ func (m *Metrics) ObserveApproval(e elicit.Event) {
 
 // GrantRevoked counts a grant the operator revoked.
 func (m *Metrics) GrantRevoked() { m.grants.WithLabelValues("revoked").Inc() }
+
+// GrantExpired counts a grant that reached its expiry unrevoked (each
+// member of a group that knew it counts it).
+func (m *Metrics) GrantExpired() { m.grants.WithLabelValues("expired").Inc() }
 
 // Source gives the live-state gauges what they read at scrape time. Its
 // fields may be set once, before the HTTP server starts, or left nil while

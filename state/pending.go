@@ -87,7 +87,11 @@ type Approval struct {
 	Approver          string          `json:"approver"`
 	Content           json.RawMessage `json:"content,omitempty"`
 	SignatureVerified bool            `json:"signature_verified"`
-	At                time.Time       `json:"at"`
+	// Request and Signature, for a signed answer, keep the evidence a
+	// grant made from it carries after a restart.
+	Request   string    `json:"request,omitempty"`
+	Signature string    `json:"signature,omitempty"`
+	At        time.Time `json:"at"`
 }
 
 // Request is a fulfilment request written to a tool owner.

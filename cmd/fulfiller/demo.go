@@ -71,7 +71,7 @@ printed.`,
 			}
 			opts := demo.Options{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step, Hold: hold,
 				Observer: rt.observer(), ApprovalObserver: rt.approvalObserver(),
-				Started: func(r demo.Running) { rt.running(r.Gateway, r.Policy, r.Fulfiller, nil) }}
+				Started: func(r demo.Running) { rt.running(r.Gateway, r.Policy, r.Fulfiller, r.Grants) }}
 			ctx := cmd.Context()
 			if web.addr != "" {
 				in, err := inbox.New(inbox.Options{Approver: "oncall-alice", Fulfillers: []string{"fulfiller"}, Logger: log})

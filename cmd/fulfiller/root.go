@@ -52,6 +52,7 @@ func subcommands() []*cobra.Command {
 		newEvalCmd(),
 		newTestCmd(),
 		newReplayCmd(),
+		newGrantsCmd(),
 		newApproveCmd(),
 		newKeysCmd(),
 		newVersionCmd(),

@@ -281,10 +281,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 
 	sub := client.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
 	defer sub.Close()
-	// OfferGrants stays off until fulfiller approve's card and inbox
-	// show the grant choice as one (today they would list it among the
-	// arguments): grants are kept, matched and served, but not yet made.
-	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, Logger: log, Observer: opsRT.approvalObserver()})
+	// Grants are offered wherever the policy's decision is grantable: the
+	// policy, not a flag, decides whether people may grant.
+	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, OfferGrants: true, Logger: log, Observer: opsRT.approvalObserver()})
 	// In a group an approver answers the member that asked; when that
 	// member's work was adopted, the adopter must hear the answer too.
 	answers := client.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
@@ -303,6 +302,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	// Grants approvers make live in the store, mirrored in memory (the
 	// registry's watch is stopped with the policy watches, below).
 	grantReg := grants.NewRegistry(grantStore(store), log)
+	grantReg.OnExpire(func(grants.Grant) { opsRT.metrics.GrantExpired() })
 	ful := fulfill.New(client, engine, fulfill.Config{
 		SpaceID:          fl.space,
 		MaxPending:       fl.maxPending,

@@ -1,9 +1,9 @@
 # METADATA
 # title: Example approval policy
 # description: |
-#   Combines the example rules. Precedence: a deny (quotas.rego) beats an
-#   escalation (production.rego), which beats a fulfil (readonly.rego).
-#   Anything no rule speaks for is rejected.
+#   Combines the example rules. Precedence: a deny (quotas.rego) beats a
+#   human's grant, which beats an escalation (production.rego), which beats
+#   a fulfil (readonly.rego). Anything no rule speaks for is rejected.
 package fulfiller
 
 import data.fulfiller.production
@@ -19,6 +19,8 @@ default decision := {
 
 decision := quotas.deny if {
 	quotas.deny
+} else := production.granted if {
+	production.granted
 } else := production.escalate if {
 	production.escalate
 } else := {"action": "fulfill", "message": "read-only"} if {

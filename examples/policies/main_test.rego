@@ -55,3 +55,18 @@ test_anything_else_is_rejected if {
 test_empty_input_is_rejected if {
 	fulfiller.decision.action == "reject" with input as {}
 }
+
+test_grant_beats_escalate if {
+	d := fulfiller.decision with input as object.union(
+		call("coder", "read_file", {"readOnlyHint": true}, {"path": "/srv/prod/logs/app.log"}),
+		{"grants": [{"id": "grant-1", "proposer": "coder", "tool": "read_file", "granted_by": "oncall-alice", "expires": "2026-11-25T10:00:00Z"}]},
+	)
+	d.action == "fulfill"
+}
+
+test_deny_beats_grant if {
+	fulfiller.decision.reason == "policy" with input as object.union(
+		call("mallory", "read_file", {"readOnlyHint": true}, {"path": "/srv/prod/logs/app.log"}),
+		{"grants": [{"id": "grant-1", "proposer": "mallory", "tool": "read_file", "granted_by": "oncall-alice", "expires": "2026-11-25T10:00:00Z"}]},
+	)
+}

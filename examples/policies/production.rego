@@ -2,7 +2,9 @@
 # title: Production needs a human
 # description: |
 #   A call whose arguments point at production is escalated to the on-call
-#   approvers; destructive tools need two of them to agree.
+#   approvers; destructive tools need two of them to agree. For the others
+#   an approver may grant "calls like this for a while", and a live grant
+#   lets such a call through without asking.
 package fulfiller.production
 
 import data.fulfiller.tools
@@ -30,10 +32,43 @@ default quorum := 1
 # Destructive tools (the default, see tools.rego) need two approvals.
 quorum := 2 if tools.destructive
 
-escalate := {
+base := {
 	"action": "escalate",
 	"message": sprintf("%s targets production (%s)", [input.tool.name, concat(", ", sort(matches))]),
 	"approvers": data.settings.production.approvers,
 	"quorum": quorum,
 	"timeout": data.settings.production.timeout,
-} if count(matches) > 0
+}
+
+escalate := object.union(base, {"grantable": grantable}) if {
+	count(matches) > 0
+	grantable
+} else := base if count(matches) > 0
+
+# Grants (DESIGN "Grants") are offered for calls one approver decides —
+# never for destructive tools, whose two approvers a grant would bypass —
+# and only for calls with a path: a grant allows the proposer to call the
+# same tool under the approved path's directory (/srv/prod/logs/a.log:
+# anything under /srv/prod/logs/), for at most grant_max_ttl.
+grantable := {
+	"max_ttl": data.settings.production.grant_max_ttl,
+	"scope": ["proposer", "tool", "arguments.path:prefix"],
+} if {
+	quorum == 1
+	is_string(input.tool.arguments.path)
+}
+
+# A live grant covering this call (fulfiller passes only those, as
+# input.grants, oldest first) lets it through — checked again here, so a
+# grant made under an older, wider policy never lets a destructive call
+# through.
+granted := {
+	"action": "fulfill",
+	"message": sprintf("%s targets production; allowed by %s's grant %s until %s", [input.tool.name, g.granted_by, g.id, g.expires]),
+} if {
+	count(matches) > 0
+	grantable
+	some g in input.grants
+	g.proposer == input.proposer.id
+	g.tool == input.tool.name
+}

@@ -66,3 +66,56 @@ test_contains_words_are_plain_lower_case if {
 test_json_escaped_text_still_matches if {
 	production.escalate with input as call("write", {}, {"path": "/srv/prod/<x>\"y\""})
 }
+
+# Grants (DESIGN "Grants").
+
+grant := {
+	"id": "grant-1",
+	"proposer": "coder",
+	"tool": "read_file",
+	"granted_by": "oncall-alice",
+	"expires": "2026-11-25T10:00:00Z",
+}
+
+read_call(arguments) := object.union(call("read_file", {"readOnlyHint": true}, arguments), {"proposer": {"id": "coder"}})
+
+test_one_approver_call_with_a_path_is_grantable if {
+	production.escalate.grantable == {"max_ttl": "8h", "scope": ["proposer", "tool", "arguments.path:prefix"]} with input as read_call({"path": "/srv/prod/logs/app.log"})
+}
+
+test_destructive_call_is_never_grantable if {
+	e := production.escalate with input as call("delete_path", {}, {"path": "/srv/prod/db"})
+	e.quorum == 2
+	not e.grantable
+}
+
+test_call_without_a_path_is_not_grantable if {
+	e := production.escalate with input as call("restart", {"destructiveHint": false}, {"host": "web1.prod.example.com"})
+	e.quorum == 1
+	not e.grantable
+}
+
+test_live_grant_lets_the_call_through if {
+	production.granted == {
+		"action": "fulfill",
+		"message": "read_file targets production; allowed by oncall-alice's grant grant-1 until 2026-11-25T10:00:00Z",
+	} with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": [grant]})
+}
+
+test_no_grant_no_pass if {
+	not production.granted with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": []})
+	not production.granted with input as read_call({"path": "/srv/prod/logs/app.log"})
+}
+
+test_grant_never_passes_a_destructive_call if {
+	# A grant made under an older, wider policy: this one still asks two.
+	not production.granted with input as object.union(
+		object.union(call("delete_path", {}, {"path": "/srv/prod/db"}), {"proposer": {"id": "coder"}}),
+		{"grants": [object.union(grant, {"tool": "delete_path"})]},
+	)
+}
+
+test_grant_for_another_proposer_or_tool_does_not_pass if {
+	not production.granted with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": [object.union(grant, {"proposer": "mallory"})]})
+	not production.granted with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": [object.union(grant, {"tool": "read_secret"})]})
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/examples"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -64,6 +65,7 @@ type Running struct {
 	Gateway   *agent.Client
 	Policy    *policies.Engine
 	Fulfiller *fulfill.Fulfiller
+	Grants    *grants.Registry
 }
 
 // Capabilities of the demo's participants, as a space.yaml would grant them.
@@ -139,6 +141,9 @@ func Run(ctx context.Context, opts Options) error {
 	files := toolserver.NewFiles(map[string]string{
 		"/srv/app/config.yaml": "listen: :8080\nlog: info\n",
 		"/srv/prod/db/users":   "alice\nbob\n",
+		"/srv/prod/logs/app.log":   "12:00 started\n",
+		"/srv/prod/logs/error.log": "12:01 disk 91% full\n",
+		"/srv/prod/logs/debug.log": "12:02 cache warm\n",
 	})
 	for _, ts := range []struct {
 		id    string
@@ -188,11 +193,13 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.ApprovalObserver != nil {
 		elObs = func(e elicit.Event) { n.ObserveApproval(e); opts.ApprovalObserver(e) }
 	}
-	el := elicit.New(fc, elicit.Config{Logger: opts.Logger, Observer: elObs})
+	el := elicit.New(fc, elicit.Config{Logger: opts.Logger, Observer: elObs, OfferGrants: true})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	elDone := make(chan struct{})
 	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Observer: obs, Logger: opts.Logger, Escalator: el})
+	// The grants approvers make live as long as the demo (no store).
+	reg := grants.NewRegistry(nil, opts.Logger)
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Observer: obs, Logger: opts.Logger, Escalator: el, Grants: reg})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fulCtx, stopFul := context.WithCancel(ctx)
 	fulDone := make(chan struct{})
@@ -206,7 +213,7 @@ func Run(ctx context.Context, opts Options) error {
 	}()
 
 	if opts.Started != nil {
-		opts.Started(Running{Gateway: fc, Policy: engine, Fulfiller: ful})
+		opts.Started(Running{Gateway: fc, Policy: engine, Fulfiller: ful, Grants: reg})
 	}
 	if err := waitTools(ctx, ful, 6); err != nil {
 		return err
@@ -237,6 +244,9 @@ func Run(ctx context.Context, opts Options) error {
 		if opts.Approver != nil && s.human {
 			s.want = wantHuman
 		}
+		if s.revokeGrants {
+			revokeAll(ctx, reg, n)
+		}
 		r := play(ctx, i+1, s, proposers[s.from], n, opts.Step, opts.Approver != nil)
 		results = append(results, r)
 	}
@@ -255,6 +265,20 @@ func Run(ctx context.Context, opts Options) error {
 		return errors.New("demo: " + strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// revokeAll revokes every live grant, as an operator would, and says so.
+func revokeAll(ctx context.Context, reg *grants.Registry, n *narrator) {
+	for _, g := range reg.List() {
+		if !g.Live(time.Now()) {
+			continue
+		}
+		if _, err := reg.Revoke(ctx, g.ID); err != nil {
+			n.note(fmt.Sprintf("could not revoke %s: %v", g.ID, err))
+			continue
+		}
+		n.note(fmt.Sprintf("the operator revokes %s (%s): DELETE /v1/grants/%s", g.ID, g.Terms(), g.ID))
+	}
 }
 
 func waitTools(ctx context.Context, ful *fulfill.Fulfiller, want int) error {
@@ -282,6 +306,9 @@ type step struct {
 	withdraw bool
 	// human: with --interactive the person at the terminal decides.
 	human bool
+	// revokeGrants: before the proposal, the operator revokes every live
+	// grant (as DELETE /v1/grants/ID or fulfiller grants revoke would).
+	revokeGrants bool
 }
 
 // wantHuman accepts any answer: the person at the terminal decided.
@@ -294,6 +321,9 @@ func script() []step {
 		{title: "writing outside production, which no rule allows", from: "coder", payload: call("write_file", `{"path":"/srv/app/notes.txt","content":"hi"}`), want: "rejected:policy"},
 		{title: "deleting production data (destructive: two approvers)", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/db"}`), want: "fulfilled", human: true},
 		{title: "writing to production: an approver declines", from: "coder", payload: call("write_file", `{"path":"/srv/prod/motd","content":"down for maintenance"}`), want: "rejected:disagree"},
+		{title: "reading a production log: approved, and allowed for 1h", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/app.log"}`), want: "fulfilled", human: true},
+		{title: "the next production log read: the grant lets it through", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/error.log"}`), want: "fulfilled", human: true},
+		{title: "after the operator revokes the grant, people are asked again", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/debug.log"}`), want: "fulfilled", human: true, revokeGrants: true},
 		{title: "withdrawn while the approvers are asked", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/cache"}`), want: "withdrawn", withdraw: true},
 		{title: "a read-only tool nobody offers", from: "coder", payload: call("list_users", `{}`), want: "rejected:incapable"},
 		{title: "a blocklisted proposer", from: "mallory", payload: call("read_file", `{"path":"/srv/prod/db/users"}`), want: "rejected:policy"},

@@ -38,8 +38,16 @@ func TestDemoStoryCompletes(t *testing.T) {
 		"├─ withdrawn  by the proposer",
 		"cancelled  the prompt at oncall-alice (notifications/cancelled: withdrawn)",
 		"cancelled  the prompt at oncall-bob (notifications/cancelled: withdrawn)",
-		" 6  coder     delete_path  withdrawn           ✓",
-		"10 of 10 proposals ended as the policy says.",
+		// A grant: alice allows production log reads for 1h; the next
+		// read needs nobody and names the grant; after the operator
+		// revokes it, people are asked again.
+		"├─ granted    grant-",
+		" by oncall-alice: coder → read_file, path under /srv/prod/logs/ allowed for 1h, until ",
+		"├─ decided    fulfill: read_file targets production; allowed by oncall-alice's grant grant-",
+		"   ⚙ the operator revokes grant-",
+		"├─ answered   oncall-alice approves: logs are fine to read",
+		" 9  coder     delete_path  withdrawn           ✓",
+		"13 of 13 proposals ended as the policy says.",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("narration lacks %q", want)
@@ -60,23 +68,40 @@ func TestDemoInteractive(t *testing.T) {
 	defer typing.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// The cards the person answers, in the order they come, and the keys
+	// they press: approve the delete, approve the first log read with a
+	// grant for 1h (the second of 15m, 1h, 8h), approve the read asked
+	// about again after the revoke. The others end without them.
+	answers := []struct{ card, prompt, keys string }{
+		{"demo-4-delete_path", "a approve · d decline · c dismiss · q quit › ", "a\n"},
+		{"demo-6-read_file", "a approve · l allow · d decline · g delegate · c dismiss · q quit › ", "l\n2\n"},
+		{"demo-8-read_file", "a approve · l allow · d decline · g delegate · c dismiss · q quit › ", "a\n"},
+	}
 	go func() {
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(screen.String(), "a approve · d decline · c dismiss · q quit › ") && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+		deadline := time.Now().Add(45 * time.Second)
+		for _, a := range answers {
+			for time.Now().Before(deadline) {
+				s := screen.String()
+				if i := strings.Index(s, "▌ approval requested — "+a.card); i >= 0 && strings.Contains(s[i:], a.prompt) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			io.WriteString(typing, a.keys)
 		}
-		io.WriteString(typing, "a\n")
 	}()
 	err := Run(ctx, Options{Out: &out, Approver: &approver.Terminal{In: keys, Out: &screen}})
 	if err != nil {
-		t.Fatalf("demo failed: %v\n%s", err, out.String())
+		t.Fatalf("demo failed: %v\n%s\nthe approver's screen:\n%s", err, out.String(), screen.String())
 	}
 	for _, want := range []string{
 		"humans   you are oncall-alice: answer the approval cards below",
 		"├─ answered   oncall-alice approves",
 		"└─ fulfilled  deleted 1 files under /srv/prod/db (",
 		" 4  coder     delete_path  fulfilled           ✓",
-		"10 of 10 proposals ended as the policy says.",
+		"├─ granted    grant-",
+		"├─ decided    fulfill: read_file targets production; allowed by oncall-alice's grant grant-",
+		"13 of 13 proposals ended as the policy says.",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("narration lacks %q:\n%s", want, out.String())
@@ -86,9 +111,11 @@ func TestDemoInteractive(t *testing.T) {
 		"▌ approval requested — demo-4-delete_path",
 		"needs      2 approvals of oncall-alice, oncall-bob, oncall-carol",
 		"✓ sent approved — demo-4-delete_path: coder → delete_path on fs",
+		"grantable  allow coder → read_file, path under /srv/prod/logs/ for 15m, 1h, 8h (policy's limit 8h)",
+		"✓ sent approved, and calls like it for 1h — demo-6-read_file: coder → read_file on fs",
 		"✓ outcome demo-4-delete_path: coder → delete_path on fs — fulfilled: the call was sent to fs",
 		"✗ ended demo-5-write_file: coder → write_file on fs — decided by another approver: not approved",
-		"✗ ended demo-6-delete_path: coder → delete_path on fs — withdrawn by the proposer",
+		"✗ ended demo-9-delete_path: coder → delete_path on fs — withdrawn by the proposer",
 	} {
 		if !strings.Contains(screen.String(), want) {
 			t.Errorf("the approver's screen lacks %q:\n%s", want, screen.String())

@@ -262,11 +262,19 @@ func (n *narrator) describe(e fulfill.Event) string {
 		if d.Message != "" {
 			text += ": " + d.Message
 		}
+		if e.GrantID != "" {
+			text += " [grant " + e.GrantID + "]"
+		}
 		return fmt.Sprintf("%s %s %s", pad("decided"), n.paint(ansiCyan, text), n.paint(ansiDim, "(policy "+e.Latency.Round(time.Microsecond).String()+")"))
 	case fulfill.StageEscalated:
 		return pad("escalated") + " " + n.paint(ansiYellow, "to humans: "+strings.Join(e.By, ", "))
 	case fulfill.StageApproved:
 		return pad("approved") + " by " + strings.Join(e.By, ", ")
+	case fulfill.StageGranted:
+		if e.GrantID == "" {
+			return pad("granted") + " " + n.paint(ansiRed, e.Message)
+		}
+		return pad("granted") + " " + n.paint(ansiYellow, e.GrantID+" by "+strings.Join(e.By, ", ")+": "+e.Message)
 	case fulfill.StageQueued:
 		return pad("queued") + " waiting for a free fulfilment slot"
 	case fulfill.StageFulfilling:
@@ -367,4 +375,12 @@ func resultText(raw json.RawMessage) string {
 		return "tool failed: " + text
 	}
 	return text
+}
+
+// note tells something that happens between the steps (an operator's
+// action).
+func (n *narrator) note(text string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	fmt.Fprintf(n.out, "%s %s\n\n", n.paint(ansiBold, "   ⚙"), text)
 }
