@@ -139,8 +139,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	files := toolserver.NewFiles(map[string]string{
-		"/srv/app/config.yaml": "listen: :8080\nlog: info\n",
-		"/srv/prod/db/users":   "alice\nbob\n",
+		"/srv/app/config.yaml":     "listen: :8080\nlog: info\n",
+		"/srv/prod/db/users":       "alice\nbob\n",
 		"/srv/prod/logs/app.log":   "12:00 started\n",
 		"/srv/prod/logs/error.log": "12:01 disk 91% full\n",
 		"/srv/prod/logs/debug.log": "12:02 cache warm\n",
