@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/grants"
 )
 
 // promptForm reads what an elicitation offers as its grant field and what
@@ -170,5 +172,35 @@ func TestE2EGrantWithBadSignatureHasNoEffect(t *testing.T) {
 	w.propose("p-write-2", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/banner","content":"x"}}}`)
 	if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"p-write-2"`) {
 		t.Errorf("alice was asked %s, want p-write-2", e.Payload)
+	}
+}
+
+// A grant that expired asks again, and a grant covering a destructive
+// tool (made under an older, wider policy, say) lets nothing through the
+// policy that never honours grants for deletes.
+func TestE2EGrantExpiredOrDestructiveStillAsks(t *testing.T) {
+	w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
+	now := time.Now().UTC()
+	for _, g := range []grants.Grant{
+		{ID: "g-expired", Proposer: "coder", Tool: "write_file", Server: "fs", GrantedBy: "alice", Created: now.Add(-2 * time.Hour), Expires: now.Add(-time.Hour)},
+		{ID: "g-delete", Proposer: "coder", Tool: "delete_path", Server: "fs", GrantedBy: "alice", Created: now, Expires: now.Add(time.Hour)},
+	} {
+		if err := w.grants.Create(t.Context(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := w.propose("p-write", writeCall)
+	if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"p-write"`) {
+		t.Fatalf("alice was asked %s, want p-write", e.Payload)
+	}
+	if d, _ := w.event(write, "decided"); d.GrantID != "" || d.Decision.Action != "escalate" {
+		t.Errorf("write under an expired grant decided %+v (grant %q), want escalate", d.Decision, d.GrantID)
+	}
+	del := w.propose("p-delete", `{"method":"tools/call","params":{"name":"delete_path","arguments":{"path":"/srv/prod/cache"}}}`)
+	if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"p-delete"`) {
+		t.Fatalf("alice was asked %s, want p-delete", e.Payload)
+	}
+	if d, _ := w.event(del, "decided"); d.GrantID != "" || d.Decision.Action != "escalate" {
+		t.Errorf("delete under a grant decided %+v (grant %q), want escalate", d.Decision, d.GrantID)
 	}
 }
