@@ -468,3 +468,51 @@ func TestRemoteBundleAtLoad(t *testing.T) {
 		t.Errorf("404: %v, %v", err, obs.results)
 	}
 }
+
+// TestBundleFileReloadKeepsLastGood: a bundle file in --policy is watched
+// like a .rego file. Replaced by one signed with another key, it is
+// refused and the last good bundle keeps deciding (LastReloadError says
+// why); replaced by a good one, that one decides.
+func TestBundleFileReloadKeepsLastGood(t *testing.T) {
+	priv, pub := bundletest.RSAKey(t)
+	otherPriv, _ := bundletest.RSAKey(t)
+	verify, err := LoadBundleVerification(bundletest.WriteFile(t, "pub.pem", []byte(pub)), "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := func(action string) string {
+		return writeTree(t, map[string]string{"p.rego": "package fulfiller\n\ndecision := {\"action\": \"" + action + "\", \"reason\": \"policy\"}\n"})
+	}
+	path := filepath.Join(t.TempDir(), "policy.tar.gz")
+	replace := func(raw []byte) {
+		// As a deployment does: write beside, rename over.
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace(bundletest.Build(t, src("fulfill"), bundletest.Options{Revision: "v1", SigningKey: priv}))
+	e, err := Load(t.Context(), Options{Policies: []string{path}, Verification: verify, Timeout: evalTimeout, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- e.Watch(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	replace(bundletest.Build(t, src("escalate"), bundletest.Options{Revision: "v2", SigningKey: otherPriv}))
+	waitUntil(t, "the forged bundle refused", func() bool { return e.LastReloadError() != nil })
+	d := e.Decide(t.Context(), callInput(t, "coder", "read_file", `{}`, ""))
+	if err := e.LastReloadError(); d.Action != Fulfill || d.Revision != "v1" || !strings.Contains(err.Error(), path+": failed to verify JWT signature") {
+		t.Errorf("after the forged bundle: %+v, %v", d, err)
+	}
+	replace(bundletest.Build(t, src("reject"), bundletest.Options{Revision: "v3", SigningKey: priv}))
+	waitUntil(t, "v3 in force", func() bool { return e.Revision() == "v3" })
+	if d := e.Decide(t.Context(), callInput(t, "coder", "read_file", `{}`, "")); d.Action != Reject || e.LastReloadError() != nil {
+		t.Errorf("after v3: %+v, %v", d, e.LastReloadError())
+	}
+}

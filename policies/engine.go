@@ -22,9 +22,11 @@ const DefaultTimeout = 100 * time.Millisecond
 
 // Options configure an Engine.
 type Options struct {
-	// Policies are .rego files or directories (walked recursively;
-	// *_test.rego and hidden files in them are skipped). Empty means the
-	// embedded default policy, which rejects everything.
+	// Policies are .rego files, directories (walked recursively;
+	// *_test.rego and hidden files in them are skipped) and OPA bundles
+	// (.tar.gz or .tgz, as opa build writes them; their _test.rego files
+	// are skipped too). Empty, and no Remote, means the embedded default
+	// policy, which rejects everything.
 	Policies []string
 	// Data are JSON or YAML documents merged into data. A file is merged
 	// at the root; files under a directory are mounted at their
@@ -115,12 +117,15 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Revision identifies the loaded policy set by content ("sha256:…"). Each
-// Decision carries the revision that made it.
+// Revision identifies the loaded policy set: by content ("sha256:…") for
+// files, by the manifest's revision for a bundle, the parts joined by "+"
+// when there are several (see setRevision). Each Decision carries the
+// revision that made it.
 func (e *Engine) Revision() string { return e.cur.Load().revision }
 
-// Files lists the policy and data files of the loaded set, policies first.
-// The embedded default policy is not a file and is not listed.
+// Files lists the policy files, bundles (files and the Remote URL) and
+// data files of the loaded set, in that order. The embedded default
+// policy is not a file and is not listed.
 func (e *Engine) Files() []string { return slices.Clone(e.cur.Load().files) }
 
 // IsDefault reports whether the engine runs the embedded default policy.

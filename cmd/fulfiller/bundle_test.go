@@ -68,6 +68,7 @@ func TestBundleRefusedAtStart(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
+	emptyLog := bundletest.WriteFile(t, "decisions.jsonl", nil)
 	gw := []string{"run", "--gateway", "ws://127.0.0.1:1", "--join-timeout", "1s"}
 	key := []string{"--bundle-verification-key", pubFile}
 	badSig := ": failed to verify JWT signature: crypto/rsa: verification error\n"
@@ -79,6 +80,7 @@ func TestBundleRefusedAtStart(t *testing.T) {
 		{"forged file", append(append(gw, "--policy", forged), key...), "fulfiller: " + forged + badSig},
 		{"forged file, --check", append(append(gw, "--check", "--policy", forged), key...), "fulfiller: " + forged + badSig},
 		{"forged file, eval", append([]string{"eval", "--input", filepath.Join(proposals, "read.json"), "--policy", forged}, key...), "fulfiller: " + forged + badSig},
+		{"forged file, replay", append([]string{"replay", "--decision-log", emptyLog, "--policy", forged}, key...), "fulfiller: " + forged + badSig},
 		{"forged shadow", append(append(gw, "--check", "--shadow-policy", forged), key...), "fulfiller: --shadow-policy: " + forged + badSig},
 		{"unsigned file", append(append(gw, "--policy", unsigned), key...), "fulfiller: " + unsigned + ": bundle missing .signatures.json file\n"},
 		{"forged URL", append(append(gw, "--bundle-url", srv.URL+"/forged.tar.gz"), key...), "fulfiller: " + srv.URL + "/forged.tar.gz" + badSig},
