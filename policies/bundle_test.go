@@ -516,3 +516,20 @@ func TestBundleFileReloadKeepsLastGood(t *testing.T) {
 		t.Errorf("after v3: %+v, %v", d, e.LastReloadError())
 	}
 }
+
+// TestRemoteBundleNoDowngrade: a bundle server on https that redirects to
+// plain http is not followed, so the token does not travel in clear.
+func TestRemoteBundleNoDowngrade(t *testing.T) {
+	plain := newBundleServer(t, []byte("never fetched"))
+	tlsSrv := httptest.NewTLSServer(http.RedirectHandler(plain.URL+"/b.tar.gz", http.StatusFound))
+	t.Cleanup(tlsSrv.Close)
+	_, err := Load(t.Context(), Options{Logger: quietLogger(), Remote: &RemoteBundle{URL: tlsSrv.URL + "/b.tar.gz", Token: "tok", Client: tlsSrv.Client()}})
+	if err == nil || !strings.Contains(err.Error(), "refused a redirect from https to "+plain.URL+"/b.tar.gz") {
+		t.Errorf("Load: %v", err)
+	}
+	plain.mu.Lock()
+	defer plain.mu.Unlock()
+	if len(plain.requests) != 0 {
+		t.Errorf("the plain server was asked %d times", len(plain.requests))
+	}
+}

@@ -129,9 +129,12 @@ func (e *Engine) fetch(ctx context.Context, etag string) (b *loadedBundle, notMo
 		req.Header.Set("Authorization", "Bearer "+rb.Token)
 	}
 	req.Header.Set("Accept", "application/gzip, application/octet-stream")
-	client := rb.Client
-	if client == nil {
-		client = http.DefaultClient
+	client := http.Client{}
+	if rb.Client != nil {
+		client = *rb.Client
+	}
+	if client.CheckRedirect == nil {
+		client.CheckRedirect = checkRedirect
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -165,6 +168,19 @@ func (e *Engine) fetch(ctx context.Context, etag string) (b *loadedBundle, notMo
 	}
 	b.etag = resp.Header.Get("ETag")
 	return b, false, nil
+}
+
+// checkRedirect follows at most 10 redirects, as net/http does, and never
+// from https to http: that would hand the bearer token and the bundle to
+// anyone on the path.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
+		return fmt.Errorf("refused a redirect from https to %s", req.URL.Redacted())
+	}
+	return nil
 }
 
 // PollBundle downloads the Remote bundle every Poll (jittered) until ctx
