@@ -64,6 +64,9 @@ type Metrics struct {
 	shadowDrops *prometheus.CounterVec
 	grants      *prometheus.CounterVec
 
+	bundleDownloads *prometheus.CounterVec // see bundle.go
+	bundleSuccess   prometheus.Gauge
+
 	// The state store's measurements (state.Observer, see store.go).
 	claims        *prometheus.CounterVec
 	adopted       prometheus.Counter
@@ -113,6 +116,7 @@ func NewMetrics(src *Source) *Metrics {
 		Help: "Grants by event: created (an approval made one), failed (an approval chose one that could not be made), used (a fulfil only a grant allowed), expired (reached its expiry unrevoked), revoked (by the operator API)."},
 		[]string{"event"}))
 	m.registerStore(reg)
+	m.registerBundle(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&liveCollector{src: src})
 	return m

@@ -12,5 +12,10 @@
 // it. Without policies the engine runs an embedded policy that rejects
 // everything.
 //
+// OPA bundles (what opa build writes) load beside .rego files, read and
+// signature-checked with OPA's bundle package; a bundle served over HTTP
+// (RemoteBundle) is polled by PollBundle. A bundle's revision is its
+// manifest's.
+//
 // RunTests runs a policy's Rego unit tests as opa test does.
 package policies

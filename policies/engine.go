@@ -22,9 +22,11 @@ const DefaultTimeout = 100 * time.Millisecond
 
 // Options configure an Engine.
 type Options struct {
-	// Policies are .rego files or directories (walked recursively;
-	// *_test.rego and hidden files in them are skipped). Empty means the
-	// embedded default policy, which rejects everything.
+	// Policies are .rego files, directories (walked recursively;
+	// *_test.rego and hidden files in them are skipped) and OPA bundles
+	// (.tar.gz or .tgz, as opa build writes them; their _test.rego files
+	// are skipped too). Empty, and no Remote, means the embedded default
+	// policy, which rejects everything.
 	Policies []string
 	// Data are JSON or YAML documents merged into data. A file is merged
 	// at the root; files under a directory are mounted at their
@@ -35,6 +37,23 @@ type Options struct {
 	// Logger receives reload results and policy print() output (at debug
 	// level). slog.Default() when nil.
 	Logger *slog.Logger
+	// Verification checks the signatures of the OPA bundles in Policies
+	// and of Remote's. Nil: a signed bundle is refused and an unsigned
+	// one accepted, as opa run does without --verification-key.
+	Verification *BundleVerification
+	// MaxBundleBytes bounds each bundle, compressed and expanded;
+	// DefaultMaxBundleBytes when zero.
+	MaxBundleBytes int64
+	// Remote is a bundle served over HTTP(S), fetched by Load and then
+	// polled by PollBundle; nil for none.
+	Remote *RemoteBundle
+}
+
+func (o *Options) maxBundleBytes() int64 {
+	if o.MaxBundleBytes > 0 {
+		return o.MaxBundleBytes
+	}
+	return DefaultMaxBundleBytes
 }
 
 // ErrEvalTimeout is wrapped by the error of a decision whose evaluation ran
@@ -55,6 +74,8 @@ type Engine struct {
 
 	errMu   sync.Mutex
 	lastErr error
+
+	remote remoteState // guarded by reload, except err (errMu)
 }
 
 // Load reads and compiles the policies and data opts names. Errors name the
@@ -70,20 +91,41 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	opts.Data = slices.Clone(opts.Data)
 	e := &Engine{opts: opts, log: opts.Logger}
 	e.hook = logPrintHook{log: e.log}
-	set, err := buildSet(ctx, &e.opts, e.hook)
+	if opts.Remote != nil {
+		b, notModified, err := e.fetch(ctx, "")
+		if err == nil && notModified {
+			err = errors.New("304 Not Modified to a request without If-None-Match")
+		}
+		if err != nil {
+			e.observeDownload(bundleResult(err))
+			return nil, &LoadError{File: opts.Remote.URL, Err: err}
+		}
+		e.remote.cur = b
+	}
+	set, err := buildSet(ctx, &e.opts, e.hook, e.remote.cur)
 	if err != nil {
+		if opts.Remote != nil {
+			e.observeDownload(BundleRefused)
+		}
 		return nil, err
+	}
+	if opts.Remote != nil {
+		e.observeDownload(BundleOK)
+		e.remote.activated(e.remote.cur)
 	}
 	e.cur.Store(set)
 	return e, nil
 }
 
-// Revision identifies the loaded policy set by content ("sha256:…"). Each
-// Decision carries the revision that made it.
+// Revision identifies the loaded policy set: by content ("sha256:…") for
+// files, by the manifest's revision for a bundle, the parts joined by "+"
+// when there are several (see setRevision). Each Decision carries the
+// revision that made it.
 func (e *Engine) Revision() string { return e.cur.Load().revision }
 
-// Files lists the policy and data files of the loaded set, policies first.
-// The embedded default policy is not a file and is not listed.
+// Files lists the policy files, bundles (files and the Remote URL) and
+// data files of the loaded set, in that order. The embedded default
+// policy is not a file and is not listed.
 func (e *Engine) Files() []string { return slices.Clone(e.cur.Load().files) }
 
 // IsDefault reports whether the engine runs the embedded default policy.
@@ -95,10 +137,19 @@ func (e *Engine) Timeout() time.Duration { return e.opts.Timeout }
 // LastReloadError is the error of the most recent reload, or nil when it
 // succeeded (or none was tried). While it is set, the previous policy set
 // stays in force.
+//
+// With a Remote bundle it also reports the last download that failed or
+// was refused, until one succeeds (or the server answers 304).
 func (e *Engine) LastReloadError() error {
 	e.errMu.Lock()
 	defer e.errMu.Unlock()
-	return e.lastErr
+	switch {
+	case e.remote.err == nil:
+		return e.lastErr
+	case e.lastErr == nil:
+		return e.remote.err
+	}
+	return errors.Join(e.lastErr, e.remote.err)
 }
 
 // Reload rebuilds the policy set from disk. The new set is compiled next to
@@ -108,7 +159,7 @@ func (e *Engine) LastReloadError() error {
 func (e *Engine) Reload(ctx context.Context) error {
 	e.reload.Lock()
 	defer e.reload.Unlock()
-	set, err := buildSet(ctx, &e.opts, e.hook)
+	set, err := buildSet(ctx, &e.opts, e.hook, e.remote.cur)
 	e.errMu.Lock()
 	e.lastErr = err
 	e.errMu.Unlock()

@@ -90,18 +90,23 @@ type source struct {
 	prefix []string
 }
 
-// buildSet reads, parses and compiles everything opts names. It has no side
-// effects, so that a reload can build a new set next to the running one and
-// throw it away if it does not compile.
-func buildSet(ctx context.Context, opts *Options, hook print.Hook) (*policySet, error) {
+// buildSet reads, parses and compiles everything opts names, with remote,
+// the last good downloaded bundle (nil without --bundle-url). It has no
+// side effects, so that a reload can build a new set next to the running
+// one and throw it away if it does not compile.
+func buildSet(ctx context.Context, opts *Options, hook print.Hook, remote *loadedBundle) (*policySet, error) {
 	var regos []source
-	isDefault := len(opts.Policies) == 0
+	var bundles []*loadedBundle
+	isDefault := len(opts.Policies) == 0 && remote == nil
 	if isDefault {
 		regos = []source{{path: DefaultPolicyFile, data: defaultPolicy}}
 	} else {
 		var err error
-		if regos, err = readPolicies(opts.Policies); err != nil {
+		if regos, bundles, err = readPolicies(opts.Policies, opts); err != nil {
 			return nil, err
+		}
+		if remote != nil {
+			bundles = append(bundles, remote)
 		}
 	}
 	datas, err := readData(opts.Data)
@@ -111,9 +116,13 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook) (*policySet, 
 
 	// Every file is parsed before giving up, so that one run shows every
 	// parse error, as opa check does.
-	modules := make([]*ast.Module, 0, len(regos))
+	all := slices.Clone(regos)
+	for _, b := range bundles {
+		all = append(all, b.modules...)
+	}
+	modules := make([]*ast.Module, 0, len(all))
 	var parseErrs ast.Errors
-	for _, src := range regos {
+	for _, src := range all {
 		m, err := ast.ParseModuleWithOpts(src.path, string(src.data), parserOptions)
 		var errs ast.Errors
 		switch {
@@ -122,15 +131,28 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook) (*policySet, 
 		case errors.As(err, &errs):
 			parseErrs = append(parseErrs, inFile(errs, src.path)...)
 		default:
-			return nil, regoError(src.path, err, regos)
+			return nil, regoError(src.path, err, all)
 		}
 	}
 	if len(parseErrs) > 0 {
-		return nil, regoError("", parseErrs, regos)
+		return nil, regoError("", parseErrs, all)
 	}
-	data, err := mergeData(datas)
+	data, owner, err := mergeData(datas)
 	if err != nil {
 		return nil, err
+	}
+	if len(bundles) > 0 {
+		if err := checkOwnership(bundles, regos, modules[:len(regos)], data, owner); err != nil {
+			return nil, err
+		}
+		// A bundle's data is the policy's data beside --data: inside its
+		// roots only (checked by OPA's reader), where nothing else may
+		// write (checked above), so merging cannot clash.
+		for _, b := range bundles {
+			if err := mergeInto(data, b.data, "data", b.name, owner); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	args := []func(*rego.Rego){
@@ -148,7 +170,7 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook) (*policySet, 
 	}
 	pq, err := rego.New(args...).PrepareForEval(ctx)
 	if err != nil {
-		return nil, regoError("", err, regos)
+		return nil, regoError("", err, all)
 	}
 
 	set := &policySet{query: pq, isDefault: isDefault, need: inputFields(modules)}
@@ -157,11 +179,29 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook) (*policySet, 
 			set.files = append(set.files, src.path)
 		}
 	}
+	for _, b := range bundles {
+		set.files = append(set.files, b.name)
+	}
 	for _, src := range datas {
 		set.files = append(set.files, src.path)
 	}
-	set.revision = revision(regos, datas)
+	set.revision = setRevision(regos, datas, bundles)
 	return set, nil
+}
+
+// setRevision is the revision decisions carry: a content hash of the files
+// (see revision) and each bundle's manifest revision, joined by "+" when
+// there are several, so that a set that is one bundle reports exactly the
+// revision `opa build --revision` gave it.
+func setRevision(regos, datas []source, bundles []*loadedBundle) string {
+	var parts []string
+	for _, b := range bundles {
+		parts = append(parts, b.revision)
+	}
+	if len(regos) > 0 || len(datas) > 0 || len(bundles) == 0 {
+		parts = append(parts, revision(regos, datas))
+	}
+	return strings.Join(parts, "+")
 }
 
 // regoError turns parse and compile errors into a LoadError naming the
@@ -190,27 +230,37 @@ func regoError(file string, err error, srcs []source) error {
 	return &LoadError{File: file, Err: err}
 }
 
-// readPolicies reads the .rego files named by paths. Directories are walked
-// recursively; *_test.rego files are for `fulfiller test` only and hidden
-// files and directories (editor droppings, .git) are skipped there. A test
-// file named on its own is an error rather than silently nothing.
-func readPolicies(paths []string) ([]source, error) {
+// readPolicies reads the .rego files and OPA bundles named by paths.
+// Directories are walked recursively; *_test.rego files are for `fulfiller
+// test` only and hidden files and directories (editor droppings, .git) are
+// skipped there. A test file named on its own is an error rather than
+// silently nothing.
+func readPolicies(paths []string, opts *Options) ([]source, []*loadedBundle, error) {
 	var out []source
+	var bundles []*loadedBundle
 	for _, root := range paths {
 		info, err := os.Stat(root)
 		if err != nil {
-			return nil, &LoadError{File: root, Err: unwrapPathError(err)}
+			return nil, nil, &LoadError{File: root, Err: unwrapPathError(err)}
+		}
+		if !info.IsDir() && isBundle(root) {
+			b, err := readBundleFile(root, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			bundles = append(bundles, b)
+			continue
 		}
 		if !info.IsDir() {
 			if filepath.Ext(root) != ".rego" {
-				return nil, &LoadError{File: root, Err: errors.New("not a .rego file (data documents go in --data)")}
+				return nil, nil, &LoadError{File: root, Err: errors.New("not a .rego file or a .tar.gz bundle (data documents go in --data)")}
 			}
 			if isTestFile(root) {
-				return nil, &LoadError{File: root, Err: errors.New("a test file is for `fulfiller test`, not for evaluation")}
+				return nil, nil, &LoadError{File: root, Err: errors.New("a test file is for `fulfiller test`, not for evaluation")}
 			}
 			data, err := os.ReadFile(root)
 			if err != nil {
-				return nil, &LoadError{File: root, Err: unwrapPathError(err)}
+				return nil, nil, &LoadError{File: root, Err: unwrapPathError(err)}
 			}
 			out = append(out, source{path: root, data: data})
 			continue
@@ -223,13 +273,13 @@ func readPolicies(paths []string) ([]source, error) {
 			found++
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if found == 0 {
-			return nil, &LoadError{File: root, Err: errors.New("no .rego policy files in this directory")}
+			return nil, nil, &LoadError{File: root, Err: errors.New("no .rego policy files in this directory")}
 		}
 	}
-	return dedupe(out), nil
+	return dedupe(out), bundles, nil
 }
 
 // readData reads JSON and YAML documents. A file is merged at the root of
@@ -332,26 +382,26 @@ func unwrapPathError(err error) error {
 // mergeData parses every data document and deep-merges them into one
 // object. Two files that set the same leaf are an error naming both, rather
 // than one silently winning.
-func mergeData(srcs []source) (map[string]any, error) {
-	data := map[string]any{}
-	owner := map[string]string{} // top-level path of each leaf → file, for messages
+func mergeData(srcs []source) (data map[string]any, owner map[string]string, err error) {
+	data = map[string]any{}
+	owner = map[string]string{} // top-level path of each leaf → file, for messages
 	for _, src := range srcs {
 		doc, err := parseDataFile(src)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i := len(src.prefix) - 1; i >= 0; i-- {
 			doc = map[string]any{src.prefix[i]: doc}
 		}
 		obj, ok := doc.(map[string]any)
 		if !ok {
-			return nil, &LoadError{File: src.path, Err: errors.New("a data document must be a JSON/YAML object at its top level")}
+			return nil, nil, &LoadError{File: src.path, Err: errors.New("a data document must be a JSON/YAML object at its top level")}
 		}
 		if err := mergeInto(data, obj, "data", src.path, owner); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return data, nil
+	return data, owner, nil
 }
 
 func parseDataFile(src source) (any, error) {

@@ -21,6 +21,7 @@ type evalFlags struct {
 	input          string
 	explain        bool
 	policyTimeout  time.Duration
+	bundle         bundleFlags
 }
 
 func newEvalCmd() *cobra.Command {
@@ -55,6 +56,7 @@ used (the message names the file, and the line for Rego errors).`,
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
 	f.StringVar(&fl.input, "input", "", "proposal envelope or input document: a file, or - for stdin (required)")
 	f.BoolVar(&fl.explain, "explain", false, "also print which rules fired")
+	fl.bundle.registerVerification(f)
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", policies.DefaultTimeout, "longest the evaluation may take (then: reject policy)")
 	return cmd
 }
@@ -74,12 +76,16 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 	if err != nil {
 		return usageErrorf("--input %s: %v", name, err)
 	}
-	engine, err := policies.Load(ctx, policies.Options{
+	opts := policies.Options{
 		Policies: fl.policies,
 		Data:     fl.data,
 		Timeout:  fl.policyTimeout,
 		Logger:   newEvalLogger(stderr),
-	})
+	}
+	if err := fl.bundle.local(&opts); err != nil {
+		return err
+	}
+	engine, err := policies.Load(ctx, opts)
 	if err != nil {
 		return usageError(err)
 	}

@@ -20,6 +20,7 @@ type replayFlags struct {
 	policies, data []string
 	format         string
 	policyTimeout  time.Duration
+	bundle         bundleFlags
 	maxPending     int
 }
 
@@ -54,6 +55,7 @@ or a policy or data file cannot be used.`,
 	f.StringArrayVar(&fl.policies, "policy", nil, "candidate Rego policy file or directory (repeatable, required)")
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
 	f.StringVar(&fl.format, "format", "pretty", "output: pretty, or json (one document, for CI)")
+	fl.bundle.registerVerification(f)
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", policies.DefaultTimeout, "longest one evaluation may take (then: reject policy)")
 	f.IntVar(&fl.maxPending, "max-pending", replay.DefaultMaxPending, "most proposals held while awaiting their human answer (the oldest are evicted beyond)")
 	return cmd
@@ -96,12 +98,16 @@ func runReplay(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f
 		}
 		in, size = f, fi.Size()
 	}
-	engine, err := policies.Load(ctx, policies.Options{
+	popts := policies.Options{
 		Policies: fl.policies,
 		Data:     fl.data,
 		Timeout:  fl.policyTimeout,
 		Logger:   newEvalLogger(stderr),
-	})
+	}
+	if err := fl.bundle.local(&popts); err != nil {
+		return err
+	}
+	engine, err := policies.Load(ctx, popts)
 	if err != nil {
 		return usageError(err)
 	}

@@ -46,6 +46,7 @@ type runFlags struct {
 	maxPendingPerProposer     int
 	peerFulfillers            []string
 	state                     stateFlags
+	bundle                    bundleFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -94,6 +95,8 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.StringSliceVar(&fl.peerFulfillers, "peer-fulfillers", nil, "the other fulfillers of the space (comma-separated participant ids): their rejects and fulfilments are expected; any other participant able to end proposals is warned about")
 	fl.ops.register(f)
 	fl.state.register(f)
+	fl.bundle.registerVerification(f)
+	fl.bundle.registerRemote(f)
 	f.BoolVar(&fl.check, "check", false, "validate everything run would open or parse (flags, config, token files, approver keys, decision log, --http address, policies and data), then exit without joining (0: all good, 2: what is wrong)")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -115,6 +118,9 @@ func (fl *runFlags) validate() error {
 		return err
 	}
 	if _, err := fl.state.mode(); err != nil {
+		return err
+	}
+	if err := fl.bundle.validate(); err != nil {
 		return err
 	}
 	for name, v := range map[string]int{"--max-pending": fl.maxPending, "--max-inflight": fl.maxInflight} {
@@ -140,10 +146,15 @@ func (fl *runFlags) validate() error {
 	return nil
 }
 
-// loadPolicy loads --policy and --data as run and --check do, warning
-// when no policy is given: the built-in one rejects everything.
-func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger) (*policies.Engine, error) {
-	engine, err := policies.Load(ctx, policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log})
+// loadPolicy loads --policy, --data and --bundle-url as run and --check
+// do, warning when no policy is given: the built-in one rejects
+// everything. obs (nil for none) hears of the bundle downloads.
+func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger, obs policies.BundleObserver) (*policies.Engine, error) {
+	opts := policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log}
+	if err := fl.bundle.options(log, &opts, obs); err != nil {
+		return nil, err
+	}
+	engine, err := policies.Load(ctx, opts)
 	if err != nil {
 		return nil, usageError(err)
 	}
@@ -165,8 +176,11 @@ func (fl *runFlags) loadShadow(ctx context.Context, log *slog.Logger) (*policies
 	if len(data) == 0 {
 		data = fl.data
 	}
-	engine, err := policies.Load(ctx, policies.Options{Policies: fl.shadowPolicies, Data: data, Timeout: fl.policyTimeout,
-		Logger: log.With("policy", "shadow")})
+	opts := policies.Options{Policies: fl.shadowPolicies, Data: data, Timeout: fl.policyTimeout, Logger: log.With("policy", "shadow")}
+	if err := fl.bundle.local(&opts); err != nil { // --bundle-url is the live policy's
+		return nil, err
+	}
+	engine, err := policies.Load(ctx, opts)
 	if err != nil {
 		return nil, usageErrorf("--shadow-policy: %w", err)
 	}
@@ -208,7 +222,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if _, err := fl.state.check(log); err != nil {
 			return err
 		}
-		engine, err := fl.loadPolicy(ctx, log)
+		engine, err := fl.loadPolicy(ctx, log, nil)
 		if err != nil {
 			return err
 		}
@@ -228,7 +242,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	// and the elicitor has stopped, flush the decision log, then stop
 	// the HTTP server.
 	defer opsRT.close()
-	engine, err := fl.loadPolicy(ctx, log)
+	engine, err := fl.loadPolicy(ctx, log, opsRT.metrics)
 	if err != nil {
 		return err
 	}
@@ -335,6 +349,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if err := engine.Watch(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("policy watch stopped; hot reload is off", "err", err)
 		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = engine.PollBundle(watchCtx) // --bundle-url; logged and counted by the engine
 	}()
 	wg.Add(1)
 	go func() {
