@@ -117,7 +117,9 @@ func TestCardEndCauses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, approver.End{Cause: approver.CauseWithdrawn, Reason: "withdrawn"}, "withdrawn by the proposer"},
-		{"deadline", `{"approvers":["alice"],"timeout":"1s"}`, func(*world, string) {},
+		// 3s: long enough for the card to reach alice on a loaded machine
+		// (a card past its deadline is never shown).
+		{"deadline", `{"approvers":["alice"],"timeout":"3s"}`, func(*world, string) {},
 			approver.End{Cause: approver.CauseDeadline}, "the deadline passed"},
 		{"operator", oneApprover, func(w *world, id string) {
 			if err := w.ful.Cancel(id, "ops"); err != nil {
