@@ -1,0 +1,178 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/spacetest"
+	"github.com/mewkit/fulfiller/internal/toolserver"
+)
+
+// grantPolicy escalates log reads to alice, grantable for up to 1h under
+// the approved path's directory, and lets a read through on a grant.
+const grantPolicy = `package fulfiller
+
+decision := {"action": "fulfill", "message": "granted"} if {
+	input.tool.name == "read_log"
+	count(input.grants) > 0
+}
+
+decision := {
+	"action": "escalate",
+	"approvers": ["alice"],
+	"message": "may coder read this log?",
+	"grantable": {"max_ttl": "1h", "scope": ["proposer", "tool", "arguments.path:prefix"]},
+} if {
+	input.tool.name == "read_log"
+	count(input.grants) == 0
+}
+`
+
+// TestRunBinaryGrants is issue 16's grant story run as an operator would,
+// with the built binary on a DIR store: alice approves with a grant; the
+// next read under the same directory is fulfilled without a prompt and its
+// decision-log record names the grant; the grant survives SIGKILL and a
+// restart; `fulfiller grants list` shows it and `revoke` ends it, after
+// which alice is asked again.
+func TestRunBinaryGrants(t *testing.T) {
+	bin := fulfillerBinary(t)
+	srv, policy := newBinarySpace(t, grantPolicy)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	wire := spacetest.RecordWire(t, srv)
+	var reads atomic.Int32
+	spacetest.ServeTools(t, spacetest.Join(t, ctx, srv, "fs", "human-token"), toolserver.Tool{Name: "read_log",
+		InputSchema: map[string]any{"type": "object"},
+		Call: func(context.Context, json.RawMessage) (string, error) { reads.Add(1); return "log lines", nil }})
+	alice := spacetest.Join(t, ctx, srv, "alice", "human-token")
+	coder := spacetest.Join(t, ctx, srv, "coder", "coder-token")
+	prop := spacetest.NewProposer(t, coder)
+
+	dir := t.TempDir()
+	state, logPath, addr := filepath.Join(dir, "state"), filepath.Join(dir, "decisions.jsonl"), freeAddr(t)
+	var logs lockedBuffer
+	start := func() *os.Process {
+		cmd := exec.CommandContext(ctx, bin, "run", "--gateway", srv.URL(), "--policy", policy, "--approvers", "alice",
+			"--state", state, "--http", addr, "--decision-log", logPath, "--log-format", "json", "--policy-timeout", "1m")
+		cmd.Env = append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token", "FULFILLER_HTTP_TOKEN=op-secret")
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
+		return cmd.Process
+	}
+	read := func(id, path string) {
+		t.Helper()
+		if _, err := prop.Propose(ctx, id, []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"read_log","arguments":{"path":"`+path+`"}}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fulfilled := func(id string) {
+		t.Helper()
+		if out, err := prop.Wait(ctx, id); err != nil || !out.Fulfilled {
+			t.Fatalf("%s: %+v %v, want fulfilled\n%s", id, out, err, logs.String())
+		}
+	}
+	asked := func(id string) agent.Envelope {
+		t.Helper()
+		return wire.WaitFor(t, "the prompt about "+id, func(e agent.Envelope) bool {
+			return e.Kind == agent.KindRequest && strings.Contains(string(e.Payload), `"elicitation/create"`) && strings.Contains(string(e.Payload), `"id":"`+id+`"`)
+		})
+	}
+	promptsAbout := func(id string) int {
+		n := 0
+		for _, e := range wire.Envelopes() {
+			if e.Kind == agent.KindRequest && strings.Contains(string(e.Payload), `"elicitation/create"`) && strings.Contains(string(e.Payload), `"id":"`+id+`"`) {
+				n++
+			}
+		}
+		return n
+	}
+
+	first := start()
+	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	read("p-1", "/srv/logs/app.log")
+	prompt := asked("p-1")
+	if !strings.Contains(string(prompt.Payload), `"grant":{"type":"string","title":"Also allow calls like this for","enum":["","15m","1h"],"default":""}`) {
+		t.Fatalf("the prompt offers no grant: %s", prompt.Payload)
+	}
+	var req agent.RPCRequest
+	_ = json.Unmarshal(prompt.Payload, &req)
+	if _, err := alice.Send(ctx, agent.Envelope{To: []string{"fulfiller"}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{prompt.ID},
+		Payload: json.RawMessage(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":{"action":"accept","content":{"approve":true,"grant":"1h"}}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	fulfilled("p-1")
+	read("p-2", "/srv/logs/error.log")
+	fulfilled("p-2")
+
+	// kill -9, and the same DIR: the grant is still there.
+	if err := first.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	spacetest.WaitUntil(t, "the fulfiller gone", func() bool { _, ok := coder.Participant("fulfiller"); return !ok })
+	start()
+	spacetest.WaitUntil(t, "the fulfiller back", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	read("p-3", "/srv/logs/debug.log")
+	fulfilled("p-3")
+	for _, id := range []string{"p-2", "p-3"} {
+		if n := promptsAbout(id); n != 0 {
+			t.Errorf("%d prompts about %s, want none: the grant covers it", n, id)
+		}
+	}
+
+	env := map[string]string{"FULFILLER_HTTP": addr, "FULFILLER_HTTP_TOKEN": "op-secret"}
+	stdout, stderr, code := cliEnv(t, "", env, "grants", "list")
+	if code != 0 || !strings.Contains(stdout, "live   coder → read_log, path under /srv/logs/  alice") {
+		t.Fatalf("grants list: exit %d\n%s%s", code, stdout, stderr)
+	}
+	id := strings.Fields(strings.Split(stdout, "\n")[1])[0]
+	if stdout, stderr, code = cliEnv(t, "", env, "grants", "revoke", id); code != 0 || stdout != "revoked "+id+": coder → read_log, path under /srv/logs/\n" {
+		t.Fatalf("grants revoke: exit %d %q %q", code, stdout, stderr)
+	}
+	read("p-4", "/srv/logs/app.log")
+	asked("p-4")
+
+	// The decision log: the grant made on p-1's approval, and the
+	// decisions it allowed name it.
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byProposal := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var r struct {
+			Type, Stage string
+			ProposalID  string `json:"proposal_id"`
+			GrantID     string `json:"grant_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		byProposal[r.ProposalID] = append(byProposal[r.ProposalID], r.Stage+":"+r.GrantID)
+	}
+	if got := strings.Join(byProposal["p-1"], " "); !strings.Contains(got, "granted:"+id) {
+		t.Errorf("p-1's records %s lack granted:%s", got, id)
+	}
+	for _, p := range []string{"p-2", "p-3"} {
+		if got := byProposal[p]; len(got) == 0 || got[0] != "decided:"+id {
+			t.Errorf("%s's records %v, want decided:%s first", p, got, id)
+		}
+	}
+	if reads.Load() != 3 {
+		t.Errorf("read_log ran %d times, want 3", reads.Load())
+	}
+}
