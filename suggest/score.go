@@ -26,9 +26,8 @@ decision := {"action": "fulfill", "message": "suggested rule"} if data.fulfiller
 // Policy is the current policy a suggestion is scored with (--policy,
 // --data), loaded as eval and run load it.
 type Policy struct {
-	Paths   []string
-	Data    []string
-	Timeout time.Duration // per evaluation [policies.DefaultTimeout]
+	Paths []string
+	Data  []string
 }
 
 // Score is how a replay of the log scores a suggestion.
@@ -44,6 +43,9 @@ type Score struct {
 	NeedlessAsksAvoided int64 `json:"needless_asks_avoided"`
 	// AutoDecided: recorded escalations the policy would fulfil.
 	AutoDecided int64 `json:"auto_decided"`
+	// Errors counts evaluations that failed closed (a timeout: raise
+	// --policy-timeout); the counts above are then too low.
+	Errors int64 `json:"errors,omitempty"`
 }
 
 // Scores are a suggestion's replay scores.
@@ -61,14 +63,17 @@ type Scorer struct {
 	policy   *Policy
 	baseline *replay.Report
 	dir      string
+	timeout  time.Duration
 	log      *slog.Logger
 }
 
 // NewScorer prepares to score suggestions with the log open returns (it
-// is read once per replay). With a current policy, the policy is loaded
-// and the log replayed against it once, as the baseline: a policy that
-// does not load is an error naming its file.
-func NewScorer(ctx context.Context, open func() (io.ReadCloser, error), current *Policy, log *slog.Logger) (*Scorer, error) {
+// is read once per replay), each evaluation bounded by timeout
+// [policies.DefaultTimeout]; one that runs out fails closed and is counted
+// in Score.Errors. With a current policy, the policy is loaded and the log
+// replayed against it once, as the baseline: a policy that does not load
+// is an error naming its file.
+func NewScorer(ctx context.Context, open func() (io.ReadCloser, error), current *Policy, timeout time.Duration, log *slog.Logger) (*Scorer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -76,7 +81,7 @@ func NewScorer(ctx context.Context, open func() (io.ReadCloser, error), current 
 	if err != nil {
 		return nil, fmt.Errorf("scratch directory: %w", err)
 	}
-	sc := &Scorer{open: open, policy: current, dir: dir, log: log}
+	sc := &Scorer{open: open, policy: current, dir: dir, timeout: timeout, log: log}
 	if current != nil {
 		e, err := sc.load(ctx, current.Paths, true)
 		if err != nil {
@@ -94,33 +99,28 @@ func NewScorer(ctx context.Context, open func() (io.ReadCloser, error), current 
 // Close removes the scratch files.
 func (sc *Scorer) Close() error { return os.RemoveAll(sc.dir) }
 
-// ScoreAll scores every suggestion of res and moves those whose rule
-// alone would fulfil a call a human declined to res.Skipped: Learn
-// checks its pattern against the declines it kept, and the replay checks
-// the Rego itself against every decline in the log.
-func (sc *Scorer) ScoreAll(ctx context.Context, res *Result) ([]Scores, error) {
-	var kept []Suggestion
-	var scores []Scores
-	for i := range res.Suggestions {
-		s := &res.Suggestions[i]
-		sc2, err := sc.Score(ctx, s)
+// ScoreAll scores every suggestion of res (setting its Score) and moves
+// those whose rule alone would fulfil a call a human declined to
+// res.Skipped: Learn checks its pattern against the declines it kept,
+// and the replay checks the Rego itself against every decline in the log.
+func (sc *Scorer) ScoreAll(ctx context.Context, res *Result) error {
+	kept := []Suggestion{}
+	for _, s := range res.Suggestions {
+		score, err := sc.Score(ctx, &s)
 		if err != nil {
-			return nil, fmt.Errorf("score %s: %w", s.Name, err)
+			return fmt.Errorf("score %s: %w", s.Name, err)
 		}
-		if sc2.Alone.FalseApprovals > 0 {
+		if score.Alone.FalseApprovals > 0 {
 			res.Skipped = append(res.Skipped, Skipped{Proposer: s.Proposer, Tool: s.Tool, Server: s.Server,
 				Approvals: s.Approvals, Declines: s.Declines,
-				Reason: fmt.Sprintf("its replay fulfils %d proposals a human declined", sc2.Alone.FalseApprovals)})
+				Reason: fmt.Sprintf("its replay fulfils %d proposals a human declined", score.Alone.FalseApprovals)})
 			continue
 		}
-		kept = append(kept, *s)
-		scores = append(scores, sc2)
-	}
-	if kept == nil {
-		kept = []Suggestion{}
+		s.Score = &score
+		kept = append(kept, s)
 	}
 	res.Suggestions = kept
-	return scores, nil
+	return nil
 }
 
 // Score replays the log against s alone and, with a current policy,
@@ -149,7 +149,7 @@ func (sc *Scorer) Score(ctx context.Context, s *Suggestion) (Scores, error) {
 	out := Scores{Alone: Score{
 		Revision: rep.Revision, FalseApprovals: rep.Humans.FalseApprovals,
 		NeedlessAsksAvoided: rep.Humans.Approved - rep.Humans.NeedlessAsks,
-		AutoDecided:         autoDecided(rep),
+		AutoDecided:         autoDecided(rep), Errors: rep.NewErrors,
 	}}
 	if sc.policy == nil {
 		return out, nil
@@ -164,7 +164,7 @@ func (sc *Scorer) Score(ctx context.Context, s *Suggestion) (Scores, error) {
 	out.WithPolicy = &Score{
 		Revision: rep.Revision, FalseApprovals: rep.Humans.FalseApprovals,
 		NeedlessAsksAvoided: sc.baseline.Humans.NeedlessAsks - rep.Humans.NeedlessAsks,
-		AutoDecided:         autoDecided(rep),
+		AutoDecided:         autoDecided(rep), Errors: rep.NewErrors + sc.baseline.NewErrors,
 	}
 	return out, nil
 }
@@ -172,12 +172,9 @@ func (sc *Scorer) Score(ctx context.Context, s *Suggestion) (Scores, error) {
 // load loads paths, with the current policy's data when withData (the
 // rule alone needs none).
 func (sc *Scorer) load(ctx context.Context, paths []string, withData bool) (*policies.Engine, error) {
-	opts := policies.Options{Policies: paths, Logger: sc.log}
-	if sc.policy != nil {
-		opts.Timeout = sc.policy.Timeout
-		if withData {
-			opts.Data = sc.policy.Data
-		}
+	opts := policies.Options{Policies: paths, Timeout: sc.timeout, Logger: sc.log}
+	if sc.policy != nil && withData {
+		opts.Data = sc.policy.Data
 	}
 	return policies.Load(ctx, opts)
 }

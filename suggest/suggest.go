@@ -132,6 +132,10 @@ type Suggestion struct {
 	TestFile string `json:"test_file"`
 	Rule     []byte `json:"-"`
 	Test     []byte `json:"-"`
+	// Score is the replay's, set by Scorer.ScoreAll.
+	Score *Scores `json:"score,omitempty"`
+	// Tests counts the generated tests that passed, set by Check.
+	Tests int `json:"tests,omitempty"`
 }
 
 // Skipped is a group with human approvals that got no suggestion.
@@ -155,8 +159,8 @@ type Result struct {
 	// Edited counts approvals of a call a human edited first: the
 	// original call was not approved, so they are not evidence.
 	Edited int64 `json:"edited"`
-	// Masked counts answered escalations whose recorded input had
-	// erased values, not learnt from.
+	// Masked counts approvals whose recorded input had erased values,
+	// not learnt from (masked declines are).
 	Masked int64 `json:"masked"`
 	// Other counts answered escalations that were no tools/call or whose
 	// input could not be read, not learnt from.
@@ -374,7 +378,10 @@ func (l *learner) settle(h *held) {
 	case h.err != "":
 		l.res.Other++
 		return
-	case h.masked:
+	case h.masked && !h.declined:
+		// The approved value of an erased argument is unknown. A masked
+		// decline is still evidence against a pattern that covers what
+		// is left of it.
 		l.res.Masked++
 		return
 	}

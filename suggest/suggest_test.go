@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -278,18 +279,21 @@ func TestSuggestTwentyApprovals(t *testing.T) {
 
 	// Replay: no false approvals on the log it was learnt from.
 	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(log)), nil }
-	sc, err := NewScorer(t.Context(), open, nil, nil)
+	sc, err := NewScorer(t.Context(), open, nil, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sc.Close()
-	scores, err := sc.ScoreAll(t.Context(), res)
-	if err != nil {
+	if err := sc.ScoreAll(t.Context(), res); err != nil {
 		t.Fatal(err)
 	}
-	want := []Scores{{Alone: Score{Revision: scores[0].Alone.Revision, FalseApprovals: 0, NeedlessAsksAvoided: 20, AutoDecided: 20}}}
-	if !reflect.DeepEqual(scores, want) || len(res.Suggestions) != 1 {
-		t.Errorf("scores %+v, want %+v", scores, want)
+	if len(res.Suggestions) != 1 || res.Suggestions[0].Score == nil {
+		t.Fatalf("scored %+v", res.Suggestions)
+	}
+	got := *res.Suggestions[0].Score
+	want := Scores{Alone: Score{Revision: got.Alone.Revision, FalseApprovals: 0, NeedlessAsksAvoided: 20, AutoDecided: 20}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("score %+v, want %+v", got, want)
 	}
 }
 
@@ -315,18 +319,17 @@ decision := {"action": "escalate"} if {
 	if err := os.WriteFile(filepath.Join(dir, "main.rego"), []byte(current), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sc, err := NewScorer(t.Context(), open, &Policy{Paths: []string{dir}}, nil)
+	sc, err := NewScorer(t.Context(), open, &Policy{Paths: []string{dir}}, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sc.Close()
-	scores, err := sc.ScoreAll(t.Context(), res)
-	if err != nil {
+	if err := sc.ScoreAll(t.Context(), res); err != nil {
 		t.Fatal(err)
 	}
 	// escalate wins over the suggestion in this chain: the suggestion
 	// changes nothing, and the score says so.
-	if w := scores[0].WithPolicy; w == nil || w.AutoDecided != 0 || w.NeedlessAsksAvoided != 0 || w.FalseApprovals != 0 {
+	if w := res.Suggestions[0].Score.WithPolicy; w == nil || w.AutoDecided != 0 || w.NeedlessAsksAvoided != 0 || w.FalseApprovals != 0 {
 		t.Errorf("with policy %+v", w)
 	}
 	// Now with the escalation narrowed to what the suggestion does not
@@ -336,16 +339,15 @@ decision := {"action": "escalate"} if {
 	if err := os.WriteFile(filepath.Join(dir, "main.rego"), []byte(current), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sc2, err := NewScorer(t.Context(), open, &Policy{Paths: []string{dir}}, nil)
+	sc2, err := NewScorer(t.Context(), open, &Policy{Paths: []string{dir}}, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sc2.Close()
-	scores, err = sc2.ScoreAll(t.Context(), res)
-	if err != nil {
+	if err := sc2.ScoreAll(t.Context(), res); err != nil {
 		t.Fatal(err)
 	}
-	if w := scores[0].WithPolicy; w == nil || w.AutoDecided != 20 || w.NeedlessAsksAvoided != 20 || w.FalseApprovals != 0 {
+	if w := res.Suggestions[0].Score.WithPolicy; w == nil || w.AutoDecided != 20 || w.NeedlessAsksAvoided != 20 || w.FalseApprovals != 0 {
 		t.Errorf("with policy %+v", w)
 	}
 }
@@ -484,5 +486,77 @@ func TestIdent(t *testing.T) {
 	taken := map[string]bool{}
 	if a, b := uniqueName(taken, groupKey{"a", "b", "s1"}), uniqueName(taken, groupKey{"a", "b", "s2"}); a != "a_b" || b != "a_b_2" {
 		t.Errorf("names %q %q", a, b)
+	}
+}
+
+// TestMaskedDeclineCounts: a declined call whose input was masked still
+// cancels a pattern that covers what is left of it.
+func TestMaskedDeclineCounts(t *testing.T) {
+	b := newLog(t, decisionlog.Options{Mask: []string{"params.arguments.token"}})
+	for i := range 5 {
+		b.approved(fmt.Sprintf("p%d", i), "coder", "read_file", "fs", "alice", map[string]any{"path": fmt.Sprintf("/srv/app/%d", i)})
+	}
+	b.approved("masked-ok", "coder", "read_file", "fs", "alice", map[string]any{"path": "/srv/app/y", "token": "t"})
+	b.declined("masked", "coder", "read_file", "fs", map[string]any{"path": "/srv/app/x", "token": "secret"})
+	res := learn(t, b.bytes(), Options{})
+	if len(res.Suggestions) != 0 || res.Masked != 1 || len(res.Skipped) != 1 || res.Skipped[0].Reason != `a human declined "masked", which the pattern would cover` {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// TestScoreDropsFalseApprovals: a declined call Learn did not see (its
+// escalation was evicted from Learn's bounded map) but the rule covers is
+// caught by the replay, and the suggestion is dropped.
+func TestScoreDropsFalseApprovals(t *testing.T) {
+	b := newLog(t, decisionlog.Options{})
+	b.decide("evicted", "coder", "read_file", "fs", map[string]any{"path": "/srv/app/x"}, policies.Decision{Action: policies.Escalate})
+	for i := range 5 {
+		b.approved(fmt.Sprintf("p%d", i), "coder", "read_file", "fs", "alice", map[string]any{"path": fmt.Sprintf("/srv/app/%d", i)})
+	}
+	b.answer("evicted", "alice", "decline", false)
+	b.outcome("evicted", fulfill.StageRejected)
+	log := b.bytes()
+	res := learn(t, log, Options{MaxPending: 1})
+	if len(res.Suggestions) != 1 || res.Evicted != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(log)), nil }
+	sc, err := NewScorer(t.Context(), open, nil, 10*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if err := sc.ScoreAll(t.Context(), res); err != nil {
+		t.Fatal(err)
+	}
+	want := []Skipped{{Proposer: "coder", Tool: "read_file", Server: "fs", Approvals: 5,
+		Reason: "its replay fulfils 1 proposals a human declined"}}
+	if len(res.Suggestions) != 0 || !reflect.DeepEqual(res.Skipped, want) {
+		t.Errorf("suggestions %+v, skipped %+v", res.Suggestions, res.Skipped)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite cmd/fulfiller/testdata/suggest/decisions.jsonl")
+
+// TestCmdTestdata keeps the command's worked example log what repeatedLog
+// writes with the real decision logger (go test -run TestCmdTestdata
+// -update ./suggest/ rewrites it).
+func TestCmdTestdata(t *testing.T) {
+	path := filepath.Join("..", "cmd", "fulfiller", "testdata", "suggest", "decisions.jsonl")
+	log := repeatedLog(t)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, log, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, log) {
+		t.Errorf("%s is stale: run go test -run TestCmdTestdata -update ./suggest/", path)
 	}
 }

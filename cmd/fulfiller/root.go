@@ -52,6 +52,7 @@ func subcommands() []*cobra.Command {
 		newEvalCmd(),
 		newTestCmd(),
 		newReplayCmd(),
+		newSuggestCmd(),
 		newApproveCmd(),
 		newKeysCmd(),
 		newVersionCmd(),
