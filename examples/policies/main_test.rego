@@ -55,3 +55,19 @@ test_anything_else_is_rejected if {
 test_empty_input_is_rejected if {
 	fulfiller.decision.action == "reject" with input as {}
 }
+
+# A committed suggestion (fulfiller suggest) fulfils what it covers, after
+# deny and escalate.
+suggestion := {"coder_write_file": {"fulfill": true}}
+
+test_suggestion_fulfils if {
+	fulfiller.decision == {"action": "fulfill", "message": "suggested rule"} with input as call("coder", "write_file", {}, {"path": "/tmp/notes.txt"})
+		with data.fulfiller.suggested as suggestion
+}
+
+test_suggestion_never_beats_escalate_or_deny if {
+	fulfiller.decision.action == "escalate" with input as call("coder", "write_file", {}, {"path": "/srv/prod/app.conf"})
+		with data.fulfiller.suggested as suggestion
+	fulfiller.decision.action == "reject" with input as call("mallory", "write_file", {}, {"path": "/tmp/x"})
+		with data.fulfiller.suggested as suggestion
+}
