@@ -111,7 +111,7 @@ func ruleSource(s *Suggestion, source string) string {
 		more = fmt.Sprintf(" (and %d more)", n)
 	}
 	w("# Approved proposals: %s%s.", quoteAll(s.ProposalIDs), more)
-	w("# Declined calls of this proposer and tool: %d, none covered by this rule.", s.Declines)
+	w("# Declined calls of this proposer, tool and server: %d, none covered by this rule.", s.Declines)
 	w("#")
 	w("# Pattern (a call outside it is not fulfilled by this rule):")
 	for _, a := range s.Args {

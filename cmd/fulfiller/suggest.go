@@ -118,7 +118,7 @@ func runSuggest(ctx context.Context, stdout, stderr io.Writer, fl suggestFlags) 
 	if err != nil {
 		return err
 	}
-	res, err := suggest.Learn(ctx, r, suggest.Options{Min: fl.min, Source: fl.decisionLog})
+	res, err := suggest.Learn(ctx, r, suggest.Options{Min: fl.min, Source: filepath.Base(fl.decisionLog)})
 	r.Close()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", fl.decisionLog, err)

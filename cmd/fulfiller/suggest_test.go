@@ -28,7 +28,7 @@ const suggestPretty = `suggestion coder_read_file: "coder" calling "read_file" o
     arguments["path"]: under "/srv/app/" (20 distinct values approved)
     any other argument: not allowed
   replay, the rule alone: 0 false approvals, 20 needless asks avoided, 20 proposals auto-decided
-  replay, the current policy with the rule (sha256:576013373a396478): 0 false approvals, 20 needless asks avoided, 20 proposals auto-decided
+  replay, the current policy with the rule (sha256:1b74590b470c931d): 0 false approvals, 20 needless asks avoided, 20 proposals auto-decided
   wrote OUT/coder_read_file.rego and OUT/coder_read_file_test.rego (31 tests pass)
 
 no suggestion for "coder" calling "write_file" on "fs": 3 approvals, fewer than 5
