@@ -41,7 +41,8 @@ type Score struct {
 	// would fulfil instead of asking (with the current policy: fewer
 	// needless asks than the current policy alone).
 	NeedlessAsksAvoided int64 `json:"needless_asks_avoided"`
-	// AutoDecided: recorded escalations the policy would fulfil.
+	// AutoDecided: recorded escalations the policy would fulfil (with
+	// the current policy: how many more than the current policy alone).
 	AutoDecided int64 `json:"auto_decided"`
 	// Errors counts evaluations that failed closed (a timeout: raise
 	// --policy-timeout); the counts above are then too low.
@@ -164,7 +165,7 @@ func (sc *Scorer) Score(ctx context.Context, s *Suggestion) (Scores, error) {
 	out.WithPolicy = &Score{
 		Revision: rep.Revision, FalseApprovals: rep.Humans.FalseApprovals,
 		NeedlessAsksAvoided: sc.baseline.Humans.NeedlessAsks - rep.Humans.NeedlessAsks,
-		AutoDecided:         autoDecided(rep), Errors: rep.NewErrors + sc.baseline.NewErrors,
+		AutoDecided:         autoDecided(rep) - autoDecided(sc.baseline), Errors: rep.NewErrors + sc.baseline.NewErrors,
 	}
 	return out, nil
 }

@@ -209,3 +209,27 @@ func TestSuggestUsageErrors(t *testing.T) {
 		t.Errorf("broken policy: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestSuggestBesideExamplePolicy: the example policy already fulfils
+// reads, so the suggestion adds nothing beside it, and the output says so;
+// the false approval is the example policy's own (it reads /etc/shadow,
+// which alice declined), never the rule's.
+func TestSuggestBesideExamplePolicy(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "s")
+	examples := filepath.Join("..", "..", "examples", "policies")
+	stdout, stderr, code := cli(t, "", "suggest", "--decision-log", suggestLog, "--out", out, "--policy-timeout", "10s",
+		"--policy", examples, "--data", filepath.Join(examples, "data.yaml"))
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{
+		"  replay, the rule alone: 0 false approvals, 20 needless asks avoided, 20 proposals auto-decided\n",
+		": 1 false approval, 0 needless asks avoided, 0 proposals auto-decided\n" +
+			"  note: with the current policy the rule decides nothing: the policy does not consult\n" +
+			"    data.fulfiller.suggested, or decides these calls (e.g. escalates them) before it does\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+}
