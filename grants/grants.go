@@ -126,11 +126,11 @@ func New(id string, offer *policies.Grantable, call Call, ttl time.Duration, by 
 func pinArgument(f policies.GrantField, raw json.RawMessage) (Pin, error) {
 	var s string
 	if f.Prefix && json.Unmarshal(raw, &s) == nil {
-		if climbs(s) {
+		if Climbs(s) {
 			return Pin{}, fmt.Errorf("grant: %s %q has . or .. segments: no prefix can be pinned to it", f.Path, s)
 		}
-		if i := strings.LastIndexByte(s, '/'); i > 0 {
-			return Pin{Field: f.Path, Prefix: s[:i+1]}, nil
+		if dir, ok := Dir(s); ok {
+			return Pin{Field: f.Path, Prefix: dir}, nil
 		}
 	}
 	v, err := jcs.Transform(raw)
@@ -169,16 +169,27 @@ func (g Grant) Matches(c Call, now time.Time) bool {
 func (p Pin) matches(raw json.RawMessage) bool {
 	if p.Prefix != "" {
 		var s string
-		return json.Unmarshal(raw, &s) == nil && strings.HasPrefix(s, p.Prefix) && !climbs(s)
+		return json.Unmarshal(raw, &s) == nil && strings.HasPrefix(s, p.Prefix) && !Climbs(s)
 	}
 	v, err := jcs.Transform(raw)
 	return err == nil && bytes.Equal(v, p.Value)
 }
 
-// climbs reports whether a path has "." or ".." segments, with which a
+// Dir is the directory path s lies in, with its trailing slash
+// ("/srv/app/config.yaml" → "/srv/app/"), the widest prefix a value may
+// be generalised to. ok is false when that directory is the root or s has
+// none: approving /etc must not allow everything under /.
+func Dir(s string) (dir string, ok bool) {
+	if i := strings.LastIndexByte(s, '/'); i > 0 {
+		return s[:i+1], true
+	}
+	return "", false
+}
+
+// Climbs reports whether a path has "." or ".." segments, with which a
 // value under a prefix can name something outside it
 // (/srv/app/../../etc/passwd). Such a value never matches a prefix.
-func climbs(s string) bool {
+func Climbs(s string) bool {
 	for seg := range strings.SplitSeq(s, "/") {
 		if seg == "." || seg == ".." {
 			return true

@@ -20,7 +20,6 @@ package replay
 
 import (
 	"bufio"
-	"bytes"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -183,15 +182,6 @@ type Report struct {
 	first, reeval map[[2]policies.Action]int64
 }
 
-// line is a decision-log line as read back. Result is kept raw: the
-// logged decision is policies.Decision's JSON form (timeout "5m", error),
-// which Decision does not decode, and only its action, reason and message
-// matter here.
-type line struct {
-	decisionlog.Record
-	Result json.RawMessage `json:"result,omitempty"`
-}
-
 // proposal is what is kept of one proposal until it ends.
 type proposal struct {
 	id       string
@@ -247,7 +237,7 @@ func (rp *replayer) run(r io.Reader) error {
 		if err := rp.ctx.Err(); err != nil {
 			return err
 		}
-		b, size, tooLong, err := readLine(br, rp.opts.MaxLine)
+		b, size, tooLong, err := ReadLine(br, rp.opts.MaxLine)
 		if size == 0 && err == io.EOF {
 			break
 		}
@@ -275,10 +265,11 @@ func (rp *replayer) run(r io.Reader) error {
 	return nil
 }
 
-// readLine reads one line of at most max bytes (and its newline), and says
+// ReadLine reads one line of at most max bytes (and its newline), and says
 // how many bytes it consumed. A longer line is consumed and reported as
-// tooLong, so one giant line cannot exhaust memory.
-func readLine(br *bufio.Reader, max int) (b []byte, size int64, tooLong bool, err error) {
+// tooLong, so one giant line cannot exhaust memory. At the end of the
+// input it returns io.EOF, with the last line if it had no newline.
+func ReadLine(br *bufio.Reader, max int) (b []byte, size int64, tooLong bool, err error) {
 	var buf []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
@@ -312,18 +303,13 @@ func (rp *replayer) malformed(n int64, err error) {
 
 // line handles one line of the log.
 func (rp *replayer) line(n int64, b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return nil // a blank line (a trailing newline) is no record
-	}
-	var rec line
-	if err := json.Unmarshal(b, &rec); err != nil {
+	rec, err := DecodeRecord(b)
+	if err != nil {
 		rp.malformed(n, err)
 		return nil
 	}
-	if rec.Type == "" {
-		rp.malformed(n, errors.New(`no "type"`))
-		return nil
+	if rec == nil {
+		return nil // a blank line (a trailing newline) is no record
 	}
 	if rec.ProposalID == "" {
 		// An ignored frame may have had no id; a decision must have one.
@@ -334,34 +320,28 @@ func (rp *replayer) line(n int64, b []byte) error {
 	}
 	switch rec.Type {
 	case decisionlog.TypeDecision:
-		return rp.decision(n, &rec)
+		return rp.decision(n, rec)
 	case decisionlog.TypeApproval:
-		if p := rp.pending[rec.ProposalID]; p != nil && rec.Approve != nil && !*rec.Approve && rec.Action != "cancel" {
+		if p := rp.pending[rec.ProposalID]; p != nil && HumanDeclined(rec) {
 			p.declined = true
 		}
 	case decisionlog.TypeOutcome:
-		rp.outcome(&rec)
+		rp.outcome(rec)
 	}
 	return nil
 }
 
 // outcome settles a held proposal when its outcome ends the human part.
-func (rp *replayer) outcome(rec *line) {
+func (rp *replayer) outcome(rec *Record) {
 	p := rp.pending[rec.ProposalID]
 	if p == nil {
 		return
 	}
-	switch rec.Stage {
-	case "approved":
-		rp.score(p, true, false)
-	case "fulfilling", "fulfilled", "rejected", "withdrawn", "superseded", "undelivered":
-		// Humans approve only through "approved"; any other end is a
-		// decline if one was recorded, and otherwise no human verdict
-		// (a timeout, a withdrawal).
-		rp.score(p, false, p.declined)
-	default:
+	ended, approved := Ends(rec.Stage)
+	if !ended {
 		return // escalated: still waiting
 	}
+	rp.score(p, approved, !approved && p.declined)
 	rp.drop(p)
 }
 
@@ -400,7 +380,7 @@ func (rp *replayer) drop(p *proposal) {
 }
 
 // decision replays one decision record.
-func (rp *replayer) decision(n int64, rec *line) error {
+func (rp *replayer) decision(n int64, rec *Record) error {
 	held := rp.pending[rec.ProposalID]
 	if !rec.Reevaluated && held != nil {
 		rp.rep.Duplicates++
@@ -528,7 +508,7 @@ type loggedDecision struct {
 
 // oldVerdict is the decision a record logged. A record whose decision
 // failed closed logged reject/policy with its error.
-func oldVerdict(rec *line) (Verdict, error) {
+func oldVerdict(rec *Record) (Verdict, error) {
 	var res loggedDecision
 	if len(rec.Result) > 0 && string(rec.Result) != "null" {
 		if err := json.Unmarshal(rec.Result, &res); err != nil {

@@ -53,6 +53,7 @@ func subcommands() []*cobra.Command {
 		newTestCmd(),
 		newReplayCmd(),
 		newGrantsCmd(),
+		newSuggestCmd(),
 		newApproveCmd(),
 		newKeysCmd(),
 		newVersionCmd(),

@@ -25,4 +25,7 @@ decision := quotas.deny if {
 	production.escalate
 } else := {"action": "fulfill", "message": "read-only"} if {
 	readonly.fulfill
-}
+} else := {"action": "fulfill", "message": "suggested rule"} if data.fulfiller.suggested[_].fulfill
+
+# The last branch consults the reviewed `fulfiller suggest` rules committed
+# beside these files (package fulfiller.suggested.NAME; docs/suggest.md).

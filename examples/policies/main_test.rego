@@ -70,3 +70,19 @@ test_deny_beats_grant if {
 		{"grants": [{"id": "grant-1", "proposer": "mallory", "tool": "read_file", "granted_by": "oncall-alice", "expires": "2026-11-25T10:00:00Z"}]},
 	)
 }
+
+# A committed suggestion (fulfiller suggest) fulfils what it covers, after
+# deny and escalate.
+suggestion := {"coder_write_file": {"fulfill": true}}
+
+test_suggestion_fulfils if {
+	fulfiller.decision == {"action": "fulfill", "message": "suggested rule"} with input as call("coder", "write_file", {}, {"path": "/tmp/notes.txt"})
+		with data.fulfiller.suggested as suggestion
+}
+
+test_suggestion_never_beats_escalate_or_deny if {
+	fulfiller.decision.action == "escalate" with input as call("coder", "write_file", {}, {"path": "/srv/prod/app.conf"})
+		with data.fulfiller.suggested as suggestion
+	fulfiller.decision.action == "reject" with input as call("mallory", "write_file", {}, {"path": "/tmp/x"})
+		with data.fulfiller.suggested as suggestion
+}
