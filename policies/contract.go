@@ -186,8 +186,10 @@ func checkDecisionObject(t *ast.Term, isDecision, strict bool, report func(code 
 	if action.Value.Compare(ast.String(Reject)) == 0 && obj.Get(ast.InternedTerm("reason")) == nil {
 		report(ContractError, t.Location, "malformed decision: reason: a reject needs a reason code")
 	}
-	if g := obj.Get(ast.InternedTerm("grantable")); g != nil && isConstant(action) && action.Value.Compare(ast.String(Escalate)) != 0 {
-		report(ContractError, g.Location, fmt.Sprintf("malformed decision: grantable: only an escalate decision may offer a grant, this one is %v", action))
+	if g := obj.Get(ast.InternedTerm("grantable")); g != nil {
+		if s, ok := action.Value.(ast.String); ok && Action(s) != Escalate {
+			report(ContractError, g.Location, malformed("grantable", "only an escalate decision may offer a grant, this one is %s", string(s)).Error())
+		}
 	}
 	q, a := obj.Get(ast.InternedTerm("quorum")), obj.Get(ast.InternedTerm("approvers"))
 	if q != nil && a != nil && isConstant(q) && isConstant(a) {
