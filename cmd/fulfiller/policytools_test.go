@@ -376,4 +376,3 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
-
