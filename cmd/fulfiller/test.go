@@ -62,7 +62,7 @@ is wrong, or — as opa test --threshold — the coverage is under --threshold.`
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&fl.verbose, "verbose", "v", false, "print passing tests' output too, and the evaluation trace of failures")
-	f.StringVar(&fl.run, "run", "", "only run tests whose full name (data.pkg.test_x) matches this regular expression")
+	f.StringVarP(&fl.run, "run", "r", "", "only run tests whose full name (data.pkg.test_x) matches this regular expression, as opa test --run")
 	f.DurationVar(&fl.timeout, "timeout", 0, "longest one test may take (default 5s, 30s with --bench)")
 	f.BoolVarP(&fl.coverage, "coverage", "c", false, "report which lines of the policies the tests reached")
 	f.StringVarP(&fl.format, "format", "f", "pretty", "output format: pretty or json (json as opa test --format json)")
