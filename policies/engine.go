@@ -165,8 +165,14 @@ func (e *Engine) Reload(ctx context.Context) error {
 	e.errMu.Unlock()
 	old := e.cur.Load()
 	if err != nil {
-		e.log.Error("policy reload failed; the last good policy stays in force",
-			"error", err, "revision", old.revision)
+		attrs := []any{"error", err, "revision", old.revision}
+		var le *LoadError
+		if errors.As(err, &le) {
+			// Every error of the load, each whole with its source line
+			// and caret: "error" names only the first.
+			attrs = append(attrs, "errors", le.Details())
+		}
+		e.log.Error("policy reload failed; the last good policy stays in force", attrs...)
 		return err
 	}
 	e.cur.Store(set)

@@ -164,6 +164,8 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook, remote *loade
 		// Hand back the result term itself: decisions are read straight
 		// from the AST, which saves converting them to map[string]any.
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
+		// Every compile error at once, not OPA's first ten.
+		rego.CompilerHook(func(c *ast.Compiler) { c.SetErrorLimit(0) }),
 	}
 	for _, m := range modules {
 		args = append(args, rego.ParsedModule(m))

@@ -20,22 +20,38 @@ func (e *LoadError) Pretty() string {
 	if len(e.Rego) == 0 {
 		return e.Error()
 	}
-	var b strings.Builder
-	for i, ae := range e.Rego {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(headline(ae, e.File))
-		if ae.Details != nil {
-			for _, line := range ae.Details.Lines() {
-				b.WriteString("\n\t")
-				b.WriteString(line)
-			}
-		}
+	return strings.Join(e.Details(), "\n")
+}
+
+// Details is every error of the load, one string each, rendered as Pretty
+// renders them (a Rego error's string spans its headline, source line and
+// caret). The reload log carries them as a list, so that a log viewer
+// shows each error whole.
+func (e *LoadError) Details() []string {
+	if len(e.Rego) == 0 {
+		return []string{e.Error()}
+	}
+	out := make([]string, 0, len(e.Rego)+len(e.Other))
+	for _, ae := range e.Rego {
+		out = append(out, prettyError(ae, e.File))
 	}
 	for _, o := range e.Other {
-		b.WriteByte('\n')
-		b.WriteString(o.Error())
+		out = append(out, o.Error())
+	}
+	return out
+}
+
+// prettyError renders one Rego error: its headline, then the offending
+// source line and a caret under the spot when known (OPA's own
+// ast.ParserErrorDetail rendering, tab-indented).
+func prettyError(ae *ast.Error, fallbackFile string) string {
+	var b strings.Builder
+	b.WriteString(headline(ae, fallbackFile))
+	if ae.Details != nil {
+		for _, line := range ae.Details.Lines() {
+			b.WriteString("\n\t")
+			b.WriteString(line)
+		}
 	}
 	return b.String()
 }

@@ -4,19 +4,24 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/cover"
 	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/tester"
 	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/lineage"
 )
 
 // TestOptions configure RunTests.
@@ -26,8 +31,16 @@ type TestOptions struct {
 	Run string
 	// Verbose records the evaluation trace of failing tests.
 	Verbose bool
-	// Timeout bounds each test; 5s (opa test's default) when zero.
+	// Timeout bounds each test; 5s (opa test's default) when zero, 30s
+	// when benchmarking (as opa test --bench).
 	Timeout time.Duration
+	// Coverage measures which lines of the policies the tests reached,
+	// with OPA's cover package as opa test --coverage does (TestReport.Coverage).
+	Coverage bool
+	// Bench benchmarks each test instead of running it once, as
+	// opa test --bench does (TestResult.Bench). It cannot be combined with
+	// Coverage: the tracer would be measured along.
+	Bench bool
 }
 
 // TestStatus is the outcome of one test.
@@ -50,11 +63,20 @@ type TestResult struct {
 	Err      error  // set for TestError
 	Output   string // the test's print() output
 	Trace    string // evaluation trace, for failures when Verbose
+	// Bench is the benchmark of a passing test when TestOptions.Bench.
+	Bench *testing.BenchmarkResult
+
+	raw *tester.Result // as OPA reported it, for WriteJSON
 }
 
 // TestReport is the outcome of a RunTests call, in file and line order.
 type TestReport struct {
 	Results []TestResult
+	// Coverage is OPA's coverage report (the JSON of
+	// opa test --coverage) when TestOptions.Coverage; nil otherwise.
+	Coverage *cover.Report
+
+	modules map[string]*ast.Module // the loaded modules, to name rules in WriteCoverage
 }
 
 // Count returns how many tests ended with status s.
@@ -80,6 +102,12 @@ func (r TestReport) WriteText(w io.Writer, verbose bool) error {
 	var b bytes.Buffer
 	for _, t := range r.Results {
 		fmt.Fprintf(&b, "%-5s %s", t.Status, t.Name)
+		if t.Bench != nil {
+			// ns/op and the rest as go test -bench (and opa test --bench)
+			// print them.
+			fmt.Fprintf(&b, "\t%s\t%s\n", t.Bench.String(), t.Bench.MemString())
+			continue
+		}
 		if t.Status != TestSkip {
 			fmt.Fprintf(&b, " (%s)", t.Duration.Round(time.Microsecond))
 		}
@@ -123,6 +151,9 @@ func RunTests(ctx context.Context, paths []string, opts TestOptions) (TestReport
 	if len(paths) == 0 {
 		return TestReport{}, fmt.Errorf("no test paths given")
 	}
+	if opts.Coverage && opts.Bench {
+		return TestReport{}, errors.New("coverage is not measured while benchmarking")
+	}
 	if _, err := regexp.Compile(opts.Run); err != nil {
 		return TestReport{}, fmt.Errorf("test filter %q: %w", opts.Run, err)
 	}
@@ -144,26 +175,54 @@ func RunTests(ctx context.Context, paths []string, opts TestOptions) (TestReport
 	}
 	defer store.Abort(ctx, txn)
 
+	// No error limit: a policy author wants every error at once.
 	compiler := ast.NewCompiler().
+		SetErrorLimit(0).
 		WithPathConflictsCheck(storage.NonEmpty(ctx, store, txn)).
-		WithEnablePrintStatements(true).
+		// As opa test: print() is erased when benchmarking, so that
+		// what is measured is the policy.
+		WithEnablePrintStatements(!opts.Bench).
 		WithCapabilities(ast.CapabilitiesForThisVersion()).
 		WithUseTypeCheckAnnotations(true)
+	timeout := cmp.Or(opts.Timeout, 5*time.Second)
+	if opts.Bench && opts.Timeout == 0 {
+		timeout = 30 * time.Second
+	}
 	runner := tester.NewRunner().
 		SetCompiler(compiler).
 		SetStore(store).
 		SetModules(modules).
 		CapturePrintOutput(true).
 		EnableTracing(opts.Verbose).
-		SetTimeout(cmp.Or(opts.Timeout, 5*time.Second)).
+		SetTimeout(timeout).
 		Filter(opts.Run)
-	ch, err := runner.RunTests(ctx, txn)
+	var cov *cover.Cover
+	if opts.Coverage {
+		// The same tracer and supplementary passes (index_excluded,
+		// early_exit) as opa test --coverage, so the reports agree.
+		cov = cover.New()
+		runner.SetCoverageQueryTracer(cov).
+			SetCoverageRuns([]cover.Kind{cover.KindIndexExcluded, cover.KindEarlyExit})
+	}
+	var ch chan *tester.Result
+	if opts.Bench {
+		// testing.Benchmark reads the testing package's flags, which
+		// exist only once it is initialised (opa does the same).
+		testing.Init()
+		ch, err = runner.RunBenchmarks(ctx, txn, tester.BenchmarkOptions{ReportAllocations: true})
+	} else {
+		ch, err = runner.RunTests(ctx, txn)
+	}
 	if err != nil {
 		return TestReport{}, regoError("", err, nil)
 	}
-	var report TestReport
+	report := TestReport{modules: modules}
 	for r := range ch {
 		report.Results = append(report.Results, testResult(r, opts.Verbose))
+	}
+	if cov != nil {
+		rep := cov.Report(modules)
+		report.Coverage = &rep
 	}
 	// Results arrive in completion order; report them in source order.
 	slices.SortFunc(report.Results, func(a, b TestResult) int {
@@ -177,6 +236,7 @@ func testResult(r *tester.Result, verbose bool) TestResult {
 		Name:     r.Package + "." + r.Name,
 		Duration: r.Duration,
 		Output:   string(r.Output),
+		raw:      r,
 	}
 	if r.Location != nil {
 		t.Location = r.Location.String()
@@ -204,6 +264,14 @@ func testResult(r *tester.Result, verbose bool) TestResult {
 		var b bytes.Buffer
 		topdown.PrettyTraceWithLocation(&b, r.Trace)
 		t.Trace = b.String()
+	}
+	// As opa test -v: the JSON keeps the notes and failures of the
+	// trace, not every step.
+	r.Trace = lineage.Filter(r.Trace, func(e *topdown.Event) bool {
+		return e.Op == topdown.NoteOp || e.Op == topdown.FailOp
+	})
+	if t.Status == TestPass && r.BenchmarkResult != nil {
+		t.Bench = r.BenchmarkResult
 	}
 	return t
 }
@@ -256,4 +324,26 @@ func loaderError(err error) error {
 	le.More += len(other)
 	le.Other = other
 	return le
+}
+
+// WriteJSON prints the results as opa test --format json does: OPA's own
+// JSON of each test result, in source order.
+func (r TestReport) WriteJSON(w io.Writer) error {
+	ch := make(chan *tester.Result, len(r.Results))
+	for _, t := range r.Results {
+		ch <- t.raw
+	}
+	close(ch)
+	return tester.JSONReporter{Output: w}.Report(ch)
+}
+
+// WriteCoverageJSON prints the coverage report exactly as
+// opa test --coverage --format json does.
+func (r TestReport) WriteCoverageJSON(w io.Writer) error {
+	if r.Coverage == nil {
+		return errors.New("no coverage was measured")
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r.Coverage)
 }

@@ -51,6 +51,8 @@ func subcommands() []*cobra.Command {
 		newBenchCmd(),
 		newEvalCmd(),
 		newTestCmd(),
+		newCheckCmd(),
+		newFmtCmd(),
 		newReplayCmd(),
 		newGrantsCmd(),
 		newSuggestCmd(),

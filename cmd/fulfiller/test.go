@@ -6,15 +6,20 @@ import (
 	"io"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/cover"
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/policies"
 )
 
 type testFlags struct {
-	verbose bool
-	run     string
-	timeout time.Duration
+	verbose   bool
+	run       string
+	timeout   time.Duration
+	coverage  bool
+	format    string
+	bench     bool
+	threshold float64
 }
 
 func newTestCmd() *cobra.Command {
@@ -28,10 +33,23 @@ opa test does (a document under a subdirectory is mounted at that
 subdirectory's path under data). It prints PASS, FAIL or ERROR per test and
 a summary line "N passed, M failed".
 
+--coverage also reports, with OPA's coverage tracer, how much of the
+policies the tests reached: per file and in total, and every line no test
+reached, with the rule it belongs to. --format json prints what
+opa test --format json prints (with --coverage: the coverage report of
+opa test --coverage --format json, files with their covered and
+not_covered ranges and the coverage percentage). --bench benchmarks each
+test (ns/op, B/op, allocs/op, like opa test --bench). --threshold PCT
+fails a run whose total coverage is under PCT (it implies --coverage).
+
 Exit 0 when every test passed, 1 when any failed or errored, 2 when a file
-cannot be loaded or compiled (the message names the file and line).`,
+cannot be loaded or compiled (the message names the file and line), a flag
+is wrong, or — as opa test --threshold — the coverage is under --threshold.`,
 		Example: `  fulfiller test examples/policies
-  fulfiller test -v --run production examples/policies`,
+  fulfiller test -v --run production examples/policies
+  fulfiller test --coverage examples/policies
+  fulfiller test --coverage --threshold 90 examples/policies   # in CI
+  fulfiller test --bench examples/policies`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("name at least one policy file or directory to test")
@@ -44,28 +62,62 @@ cannot be loaded or compiled (the message names the file and line).`,
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&fl.verbose, "verbose", "v", false, "print passing tests' output too, and the evaluation trace of failures")
-	f.StringVar(&fl.run, "run", "", "only run tests whose full name (data.pkg.test_x) matches this regular expression")
-	f.DurationVar(&fl.timeout, "timeout", 5*time.Second, "longest one test may take")
+	f.StringVarP(&fl.run, "run", "r", "", "only run tests whose full name (data.pkg.test_x) matches this regular expression, as opa test --run")
+	f.DurationVar(&fl.timeout, "timeout", 0, "longest one test may take (default 5s, 30s with --bench)")
+	f.BoolVarP(&fl.coverage, "coverage", "c", false, "report which lines of the policies the tests reached")
+	f.StringVarP(&fl.format, "format", "f", "pretty", "output format: pretty or json (json as opa test --format json)")
+	f.BoolVar(&fl.bench, "bench", false, "benchmark each test (ns/op) instead of running it once")
+	f.Float64Var(&fl.threshold, "threshold", 0, "fail (exit 2) when total coverage is under this percentage; implies --coverage")
 	return cmd
 }
 
 func runPolicyTests(ctx context.Context, stdout, stderr io.Writer, paths []string, fl testFlags) error {
-	if fl.timeout <= 0 {
+	if fl.timeout < 0 {
 		return usageErrorf("--timeout %s: must be positive", fl.timeout)
 	}
-	report, err := policies.RunTests(ctx, paths, policies.TestOptions{Run: fl.run, Verbose: fl.verbose, Timeout: fl.timeout})
+	if fl.format != "pretty" && fl.format != "json" {
+		return usageErrorf("--format %q: want pretty or json", fl.format)
+	}
+	if fl.threshold < 0 || fl.threshold > 100 {
+		return usageErrorf("--threshold %g: want a percentage from 0 to 100", fl.threshold)
+	}
+	// As opa test: a threshold needs the coverage it compares with.
+	coverage := fl.coverage || fl.threshold > 0
+	if coverage && fl.bench {
+		return usageErrorf("--bench: coverage (--coverage, --threshold) is not measured while benchmarking")
+	}
+	report, err := policies.RunTests(ctx, paths, policies.TestOptions{
+		Run: fl.run, Verbose: fl.verbose, Timeout: fl.timeout, Coverage: coverage, Bench: fl.bench,
+	})
 	if err != nil {
 		return usageError(err)
 	}
 	if len(report.Results) == 0 {
 		fmt.Fprintln(stderr, "fulfiller: no test_ rules found")
 	}
-	if err := report.WriteText(stdout, fl.verbose); err != nil {
+	// Coverage is reported only when every test passed, as opa test
+	// does: lines reached by a failing test say little.
+	switch {
+	case fl.format == "json" && coverage && report.OK():
+		err = report.WriteCoverageJSON(stdout)
+	case fl.format == "json":
+		err = report.WriteJSON(stdout)
+	default:
+		err = report.WriteText(stdout, fl.verbose)
+		if err == nil && coverage && report.OK() {
+			err = report.WriteCoverage(stdout)
+		}
+	}
+	if err != nil {
 		return err
 	}
 	if !report.OK() {
 		n := report.Count(policies.TestFail) + report.Count(policies.TestError)
 		return failedQuietly(1, fmt.Errorf("%d tests failed", n))
+	}
+	if got := report.Coverage; got != nil && got.Coverage < fl.threshold {
+		// OPA's own error, and opa test's exit code for it.
+		return usageError(&cover.CoverageThresholdError{Coverage: got.Coverage, Threshold: fl.threshold})
 	}
 	return nil
 }

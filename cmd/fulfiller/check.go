@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mewkit/fulfiller/policies"
+)
+
+func newCheckCmd() *cobra.Command {
+	var strict bool
+	cmd := &cobra.Command{
+		Use:   "check [--strict] PATH...",
+		Short: "Parse and compile policies and check their decisions against the contract",
+		Long: `check parses and compiles every .rego file under each PATH (test files
+included) as opa check does, and reports every error at once, each as
+file:line:column: code: message with the source line and a caret under the
+spot. --strict compiles in OPA's strict mode (opa check --strict: unused
+variables, imports and arguments, deprecated built-ins and the like are
+errors).
+
+It also checks the decisions the policies write down against fulfiller's
+policy contract (fulfiller_contract_error): a data.fulfiller.decision rule
+whose object has no "action"; an "action" other than fulfill, reject or
+escalate; a reject without a reason or with a reason that is not a reason
+code; a "timeout" that is not a duration; a "quorum" larger than the
+approvers listed; a malformed "grantable"; a key that is not part of the
+contract (a warning, an error with --strict). It sees object literals — in
+the head of a decision rule, bound to its value in the body, or any object
+with a decision's "action" — and values written as constants; a value
+computed at run time (data, sprintf, another rule) is checked by the
+sidecar when it decides, and a malformed decision fails closed.
+
+Exit 0 when nothing is wrong (warnings are printed on stderr), 1 when the
+policies have errors, 2 when a PATH cannot be read or a flag is wrong.`,
+		Example: `  fulfiller check examples/policies
+  fulfiller check --strict examples/policies   # in CI`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("name at least one policy file or directory to check")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCheck(cmd.Context(), cmd.ErrOrStderr(), args, strict)
+		},
+	}
+	cmd.Flags().BoolVar(&strict, "strict", false, "compile in OPA's strict mode and make contract warnings errors")
+	return cmd
+}
+
+func runCheck(ctx context.Context, stderr io.Writer, paths []string, strict bool) error {
+	report, err := policies.Check(ctx, paths, policies.CheckOptions{Strict: strict})
+	if err != nil {
+		return usageError(err)
+	}
+	for _, w := range report.Warnings {
+		fmt.Fprintln(stderr, "fulfiller: warning: "+w)
+	}
+	if report.Problems != nil {
+		return &exitError{code: 1, err: report.Problems}
+	}
+	return nil
+}

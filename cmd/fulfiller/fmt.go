@@ -1,0 +1,98 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mewkit/fulfiller/policies"
+)
+
+type fmtFlags struct {
+	list, diff, write bool
+}
+
+func newFmtCmd() *cobra.Command {
+	var fl fmtFlags
+	cmd := &cobra.Command{
+		Use:   "fmt [-l|-d|-w] PATH...",
+		Short: "Format Rego policies as opa fmt does",
+		Long: `fmt formats the .rego files under each PATH (test files included, hidden
+files and directories skipped) with OPA's formatter, as opa fmt formats
+Rego v1. Without a flag it prints the formatted text of every file on
+stdout.
+
+  -l  list the files whose formatting differs (as opa fmt -l)
+  -d  print a unified diff of each such file against its formatted text
+  -w  rewrite such files in place (atomically, keeping their permissions)
+
+-l and -d may be combined with -w (list or diff, then fix).
+
+Exit 0 when done; 1 when -l or -d (without -w) found a file to format —
+so that CI can gate on it, as opa fmt --fail does — or a file does not
+parse (every parse error is printed with its line and a caret); 2 when a
+PATH cannot be read or a flag is wrong.`,
+		Example: `  fulfiller fmt -l examples/policies    # in CI: exit 1 lists what to format
+  fulfiller fmt -d examples/policies/main.rego
+  fulfiller fmt -w examples/policies`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("name at least one policy file or directory to format")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runFmt(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, fl)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&fl.list, "list", "l", false, "list files whose formatting differs")
+	f.BoolVarP(&fl.diff, "diff", "d", false, "print a unified diff of the formatting changes")
+	f.BoolVarP(&fl.write, "write", "w", false, "rewrite files whose formatting differs")
+	return cmd
+}
+
+func runFmt(stdout, stderr io.Writer, paths []string, fl fmtFlags) error {
+	files, err := policies.FormatFiles(paths)
+	if err != nil {
+		return usageError(err)
+	}
+	var broken, changed int
+	for _, f := range files {
+		if f.Err != nil {
+			broken++
+			printError(stderr, f.Err)
+			continue
+		}
+		switch {
+		case !fl.list && !fl.diff && !fl.write:
+			if _, err := stdout.Write(f.Formatted); err != nil {
+				return err
+			}
+			continue
+		case !f.Changed():
+			continue
+		}
+		changed++
+		if fl.list {
+			fmt.Fprintln(stdout, f.Path)
+		}
+		if fl.diff {
+			fmt.Fprint(stdout, policies.FormatDiff(f.Path, f.Old, f.Formatted))
+		}
+		if fl.write {
+			if err := f.Write(); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case broken > 0:
+		return failedQuietly(1, fmt.Errorf("%d files do not parse", broken))
+	case changed > 0 && (fl.list || fl.diff) && !fl.write:
+		return failedQuietly(1, errors.New("files need formatting"))
+	}
+	return nil
+}

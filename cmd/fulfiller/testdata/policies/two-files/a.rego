@@ -1,0 +1,5 @@
+package fulfiller
+
+decision := {"action": "fulfill"} if {
+	input.method ==
+}

@@ -1,0 +1,5 @@
+package fulfiller.helpers
+
+allow if {
+		input.x = = 1
+}

@@ -1,0 +1,3 @@
+package fulfiller.helpers
+
+read_only if input.method in {"tools/list", "resources/read"}
