@@ -41,11 +41,13 @@ func TestDemoServesMetrics(t *testing.T) {
 		return string(b)
 	}
 	want := []string{
-		"fulfiller_proposals_received_total 9\n",
-		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 3` + "\n",
+		"fulfiller_proposals_received_total 12\n",
+		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 6` + "\n",
 		`fulfiller_proposals_total{outcome="withdrawn",reason=""} 1` + "\n",
 		`fulfiller_proposals_total{outcome="ignored",reason="duplicate"} 1` + "\n",
-		`fulfiller_approver_answers_total{kind="accept"} 3` + "\n",
+		`fulfiller_approver_answers_total{kind="accept"} 5` + "\n",
+		`fulfiller_grants_total{event="created"} 1` + "\n",
+		`fulfiller_grants_total{event="used"} 1` + "\n",
 		"fulfiller_gateway_connected 1\n",
 	}
 	waitUntilTrue(t, "the story's counters", func() bool {
@@ -81,7 +83,7 @@ func TestDemoServesMetrics(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	if !strings.Contains(out.String(), "10 of 10 proposals ended as the policy says.") {
+	if !strings.Contains(out.String(), "13 of 13 proposals ended as the policy says.") {
 		t.Fatalf("narration:\n%s", out.String())
 	}
 }

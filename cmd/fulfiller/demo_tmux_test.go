@@ -59,8 +59,27 @@ func TestDemoInteractiveInTmux(t *testing.T) {
 	}
 	run("send-keys", "-t", "demo", "a")
 	waitScreen("the answer", "✓ sent approved — demo-4-delete_path: coder → delete_path on fs")
-	waitScreen("the end of the story", "10 of 10 proposals ended as the policy says.")
-	if s := screen(); !strings.Contains(s, "└─ fulfilled  deleted 1 files under /srv/prod/db") || !strings.Contains(s, "✗ ended demo-6-delete_path: coder → delete_path on fs — withdrawn by the proposer") {
+	// The first production log read: approve it and allow such reads for
+	// 1h (l, then the second duration); the next read needs nobody.
+	waitScreen("the log card", "▌ approval requested — demo-6-read_file")
+	waitScreen("the grant on offer", "grantable  allow coder → read_file, path under /srv/prod/logs/ for 15m, 1h, 8h")
+	run("send-keys", "-t", "demo", "l")
+	waitScreen("the durations", "how long (number or duration, Enter to go back):")
+	run("send-keys", "-t", "demo", "2", "Enter")
+	waitScreen("the grant sent", "✓ sent approved, and calls like it for 1h — demo-6-read_file: coder → read_file on fs")
+	// After the operator revokes the grant, the next read is asked again.
+	waitScreen("the card after the revoke", "▌ approval requested — demo-8-read_file")
+	deadline := time.Now().Add(20 * time.Second)
+	for s := screen(); !strings.Contains(s[strings.LastIndex(s, "▌ approval requested — demo-8-read_file"):], "g delegate · c dismiss · q quit ›"); s = screen() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the screen never showed demo-8's prompt:\n%s", s)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	run("send-keys", "-t", "demo", "a")
+	waitScreen("the end of the story", "13 of 13 proposals ended as the policy says.")
+	if s := screen(); !strings.Contains(s, "└─ fulfilled  deleted 1 files under /srv/prod/db") || !strings.Contains(s, "✗ ended demo-9-delete_path: coder → delete_path on fs — withdrawn by the proposer") ||
+		strings.Contains(s, "▌ approval requested — demo-7-read_file") {
 		t.Errorf("screen:\n%s", s)
 	}
 }
