@@ -116,11 +116,18 @@ func (s *fakeSpace) RequestEnvelope(ctx context.Context, env agent.Envelope) (ag
 // next returns the next envelope the Fulfiller sent, failing after a while.
 func (s *fakeSpace) next(t *testing.T) agent.Envelope {
 	t.Helper()
+	return s.nextWithin(t, 5*time.Second)
+}
+
+// nextWithin is next with a longer wait, for what follows a restart (a
+// resume from the store on a loaded machine takes its time).
+func (s *fakeSpace) nextWithin(t *testing.T, d time.Duration) agent.Envelope {
+	t.Helper()
 	select {
 	case env := <-s.sent:
 		return env
-	case <-time.After(5 * time.Second):
-		t.Fatal("nothing sent within 5s")
+	case <-time.After(d):
+		t.Fatalf("nothing sent within %s", d)
 		return agent.Envelope{}
 	}
 }

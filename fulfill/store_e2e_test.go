@@ -564,7 +564,7 @@ func TestStoreRestartWhileQueuedForAWorker(t *testing.T) {
 	h2 := newStoreHarness(t, "fulfiller", st2, cfg, &fakeDecider{decisions: storeDecisions})
 	called := map[string]int{}
 	for len(called) < n {
-		req := h2.space.next(t)
+		req := h2.space.nextWithin(t, 30*time.Second)
 		if !isToolsCall(req) {
 			t.Fatalf("sent %s %s, want tools/calls", req.Kind, req.Payload)
 		}

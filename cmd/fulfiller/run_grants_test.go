@@ -54,7 +54,7 @@ func TestRunBinaryGrants(t *testing.T) {
 	var reads atomic.Int32
 	spacetest.ServeTools(t, spacetest.Join(t, ctx, srv, "fs", "human-token"), toolserver.Tool{Name: "read_log",
 		InputSchema: map[string]any{"type": "object"},
-		Call: func(context.Context, json.RawMessage) (string, error) { reads.Add(1); return "log lines", nil }})
+		Call:        func(context.Context, json.RawMessage) (string, error) { reads.Add(1); return "log lines", nil }})
 	alice := spacetest.Join(t, ctx, srv, "alice", "human-token")
 	coder := spacetest.Join(t, ctx, srv, "coder", "coder-token")
 	prop := spacetest.NewProposer(t, coder)
