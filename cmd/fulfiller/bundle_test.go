@@ -26,8 +26,8 @@ func TestEvalBundleLikeDirectory(t *testing.T) {
 	for _, in := range inputs {
 		// A full input document fixes "now"; a bare envelope gets the
 		// clock, which the example policies do not read.
-		gotOut, gotErr, gotCode := cli(t, "", "eval", "--policy", path, "--input", in)
-		wantOut, _, wantCode := cli(t, "", "eval", "--policy", examplePolicies, "--data", exampleData, "--input", in)
+		gotOut, gotErr, gotCode := cli(t, "", "eval", "--policy", path, "--input", in, "--policy-timeout", "1m")
+		wantOut, _, wantCode := cli(t, "", "eval", "--policy", examplePolicies, "--data", exampleData, "--input", in, "--policy-timeout", "1m")
 		var got, want map[string]any
 		if err := json.Unmarshal([]byte(gotOut), &got); err != nil || gotCode != 0 || wantCode != 0 || gotErr != "" {
 			t.Fatalf("%s: exit %d, stdout %q, stderr %q", in, gotCode, gotOut, gotErr)
