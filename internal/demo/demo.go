@@ -58,6 +58,10 @@ type Options struct {
 	// ApproverURL is where the person answers when it is not this
 	// terminal (the inbox page of demo --web); the header names it.
 	ApproverURL string
+	// PolicyTimeout bounds one evaluation [1s: a walkthrough on whatever
+	// machine a newcomer has, not run's 100ms]. Tests under -race beside
+	// other packages give it longer.
+	PolicyTimeout time.Duration
 }
 
 // Running is the demo's live fulfiller, for Options.Started.
@@ -95,6 +99,9 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Step <= 0 {
 		opts.Step = 10 * time.Second
 	}
+	if opts.PolicyTimeout <= 0 {
+		opts.PolicyTimeout = time.Second
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -107,10 +114,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	// A second per evaluation, not run's 100ms: the story is a
-	// walkthrough on whatever machine a newcomer has, and a busy one must
-	// not turn a step into a fail-closed reject.
-	engine, err := policies.Load(ctx, policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: time.Second, Logger: opts.Logger})
+	// A second per evaluation by default, not run's 100ms: the story is
+	// a walkthrough on whatever machine a newcomer has, and a busy one
+	// must not turn a step into a fail-closed reject.
+	engine, err := policies.Load(ctx, policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: opts.PolicyTimeout, Logger: opts.Logger})
 	if err != nil {
 		return fmt.Errorf("demo: load example policies: %w", err)
 	}

@@ -15,7 +15,7 @@ func TestDemoStoryCompletes(t *testing.T) {
 	var out strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := Run(ctx, Options{Out: &out}); err != nil {
+	if err := Run(ctx, Options{Out: &out, PolicyTimeout: time.Minute}); err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
 	text := out.String()
@@ -90,7 +90,7 @@ func TestDemoInteractive(t *testing.T) {
 			io.WriteString(typing, a.keys)
 		}
 	}()
-	err := Run(ctx, Options{Out: &out, Approver: &approver.Terminal{In: keys, Out: &screen}})
+	err := Run(ctx, Options{Out: &out, Approver: &approver.Terminal{In: keys, Out: &screen}, PolicyTimeout: time.Minute})
 	if err != nil {
 		t.Fatalf("demo failed: %v\n%s\nthe approver's screen:\n%s", err, out.String(), screen.String())
 	}
