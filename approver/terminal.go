@@ -679,51 +679,37 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 // choice. The terms are shown again with the choices, so the person reads
 // what they give at the moment they give it.
 func (t *Terminal) grant(ctx context.Context, c *Card) (string, error) {
-	var list strings.Builder
-	fmt.Fprintf(&list, "  approve, and allow %s for:\n", Printable(c.Grant.Terms))
-	for i, d := range c.Grant.Offers {
-		fmt.Fprintf(&list, "  %d) %s\n", i+1, Printable(d))
-	}
-	t.say(list.String())
-	text, err := t.line(ctx, "  how long (number or duration, Enter to go back): ")
-	if err != nil {
-		return "", err
-	}
-	text = strings.TrimSpace(text)
-	if n, err := strconv.Atoi(text); err == nil && n >= 1 && n <= len(c.Grant.Offers) {
-		return c.Grant.Offers[n-1], nil
-	}
-	if slices.Contains(c.Grant.Offers, text) {
-		return text, nil
-	}
-	if text != "" {
-		t.say("  " + Printable(text) + " is not one of them\n")
-	}
-	return "", nil
+	header := fmt.Sprintf("  approve, and allow %s for:\n", Printable(c.Grant.Terms))
+	return t.choose(ctx, header, c.Grant.Offers, "  how long (number or duration, Enter to go back): ")
 }
 
 // delegate asks whom to hand the card to; "" goes back to the choice.
 func (t *Terminal) delegate(ctx context.Context, c *Card) (string, error) {
+	return t.choose(ctx, "", c.Delegates, "  hand to (number or name, Enter to go back): ")
+}
+
+// choose lists options numbered under header and reads one, by number or
+// as written; "" (Enter, or what is none of them) goes back.
+func (t *Terminal) choose(ctx context.Context, header string, options []string, prompt string) (string, error) {
 	var list strings.Builder
-	for i, d := range c.Delegates {
-		fmt.Fprintf(&list, "  %d) %s\n", i+1, Printable(d))
+	list.WriteString(header)
+	for i, o := range options {
+		fmt.Fprintf(&list, "  %d) %s\n", i+1, Printable(o))
 	}
 	t.say(list.String())
-	text, err := t.line(ctx, "  hand to (number or name, Enter to go back): ")
+	text, err := t.line(ctx, prompt)
 	if err != nil {
 		return "", err
 	}
 	text = strings.TrimSpace(text)
-	if n, err := strconv.Atoi(text); err == nil && n >= 1 && n <= len(c.Delegates) {
-		return c.Delegates[n-1], nil
+	if n, err := strconv.Atoi(text); err == nil && n >= 1 && n <= len(options) {
+		return options[n-1], nil
 	}
-	for _, d := range c.Delegates {
-		if d == text {
-			return d, nil
-		}
+	if slices.Contains(options, text) {
+		return text, nil
 	}
 	if text != "" {
-		t.say("  " + text + " is not one of them\n")
+		t.say("  " + Printable(text) + " is not one of them\n")
 	}
 	return "", nil
 }
