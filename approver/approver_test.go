@@ -13,6 +13,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
 const oneApprover = `{"approvers":["alice"],"message":"production writes need a human","editable":["path","content"]}`
@@ -30,15 +31,9 @@ func TestAutoApproveSigned(t *testing.T) {
 		return e.From == "alice" && e.Kind == agent.KindResponse && strings.Contains(string(e.Payload), `"action"`)
 	})
 	el := w.find("the elicitation", func(e agent.Envelope) bool { return e.ID == ans.CorrelationID.First() })
-	var resp struct {
-		Result struct {
-			Action  string          `json:"action"`
-			Content json.RawMessage `json:"content"`
-		} `json:"result"`
-	}
-	_ = json.Unmarshal(ans.Payload, &resp)
+	action, content := spacetest.ElicitResult(t, ans)
 	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
-	if err := elicit.Verify(pub, el.ID, digest, resp.Result.Action, resp.Result.Content); err != nil {
+	if err := elicit.Verify(pub, el.ID, digest, action, content); err != nil {
 		t.Errorf("alice's answer %s does not verify: %v", ans.Payload, err)
 	}
 	waitFor(t, "auto", out.String, "approved   p-write: coder → write_file on fs")

@@ -10,6 +10,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
 const grantableEscalation = `{"approvers":["alice"],"message":"production writes need a human","grantable":{"max_ttl":"1h","scope":["proposer","tool","arguments.path:prefix"]}}`
@@ -51,18 +52,12 @@ func TestTerminalApproveWithGrant(t *testing.T) {
 	ans := w.find("alice's answer", func(e agent.Envelope) bool {
 		return e.From == "alice" && e.Kind == agent.KindResponse && strings.Contains(string(e.Payload), `"action"`)
 	})
-	var resp struct {
-		Result struct {
-			Action  string          `json:"action"`
-			Content json.RawMessage `json:"content"`
-		} `json:"result"`
-	}
-	_ = json.Unmarshal(ans.Payload, &resp)
-	if !strings.HasPrefix(string(resp.Result.Content), `{"approve":true,"grant":"1h","signature":"`) {
-		t.Errorf("answer content %s", resp.Result.Content)
+	action, content := spacetest.ElicitResult(t, ans)
+	if !strings.HasPrefix(string(content), `{"approve":true,"grant":"1h","signature":"`) {
+		t.Errorf("answer content %s", content)
 	}
 	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
-	if err := elicit.Verify(pub, ans.CorrelationID.First(), digest, resp.Result.Action, resp.Result.Content); err != nil {
+	if err := elicit.Verify(pub, ans.CorrelationID.First(), digest, action, content); err != nil {
 		t.Errorf("the grant is not covered by alice's signature: %v", err)
 	}
 

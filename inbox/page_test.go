@@ -11,6 +11,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
 // A prompt appears on the page with what the person needs to decide, its
@@ -224,15 +225,9 @@ func TestBrowserSignedAnswersAndForgeryIgnored(t *testing.T) {
 	ans := w.find("alice's signed answer", func(e agent.Envelope) bool {
 		return e.From == "alice" && e.Kind == agent.KindResponse && strings.Contains(string(e.Payload), "signature")
 	})
-	var resp struct {
-		Result struct {
-			Action  string          `json:"action"`
-			Content json.RawMessage `json:"content"`
-		} `json:"result"`
-	}
-	_ = json.Unmarshal(ans.Payload, &resp)
+	action, content := spacetest.ElicitResult(t, ans)
 	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
-	if err := elicit.Verify(pub, prompt.ID, digest, resp.Result.Action, resp.Result.Content); err != nil {
+	if err := elicit.Verify(pub, prompt.ID, digest, action, content); err != nil {
 		t.Errorf("the page's answer %s does not verify: %v", ans.Payload, err)
 	}
 	if n := len(w.fulfilments(id)); n != 1 {

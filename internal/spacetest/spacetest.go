@@ -7,6 +7,7 @@ package spacetest
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"slices"
 	"strings"
@@ -246,4 +247,20 @@ func WaitText(t testing.TB, what string, get func() string, text string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// ElicitResult reads an elicitation answer's result (an mcp/response
+// payload): its action and its content as sent, signature included.
+func ElicitResult(t testing.TB, env agent.Envelope) (action string, content json.RawMessage) {
+	t.Helper()
+	var resp struct {
+		Result struct {
+			Action  string          `json:"action"`
+			Content json.RawMessage `json:"content"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(env.Payload, &resp); err != nil {
+		t.Fatalf("answer %s: %v", env.Payload, err)
+	}
+	return resp.Result.Action, resp.Result.Content
 }
