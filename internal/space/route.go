@@ -60,15 +60,16 @@ func (s *Server) spaceLocked(id string) *space {
 // broadcastLocked queues a frame to every open socket of the space, in join
 // order, skipping the session named except (presence joins go to the
 // others). A socket joined under two ids gets the frame twice, as in the
-// reference.
+// reference. The tap has the frame before any socket: a test that saw a
+// participant receive it finds it recorded.
 func (s *Server) broadcastLocked(sp *space, typ int, frame []byte, except string) {
+	s.tapLocked(sp, frame)
 	for _, id := range sp.order {
 		if id == except {
 			continue
 		}
 		sp.members[id].c.send(typ, frame)
 	}
-	s.tapLocked(sp, frame)
 }
 
 // isStreamFrame reports whether a frame is stream data (#<stream-id>#…),

@@ -27,55 +27,72 @@ const Timeout = 10 * time.Second
 
 // Wire records every envelope the space broadcasts in its default space,
 // in the order the space sent them.
+//
+// The space queues a broadcast to the tap before any socket sees it, and
+// every read of the record first takes in what the tap holds: once a
+// participant has received an envelope, the record has it too, so a test
+// can count envelopes right after a proposer resolves.
 type Wire struct {
 	mu     sync.Mutex
 	envs   []agent.Envelope
-	notify chan struct{}
+	frames <-chan []byte
 }
 
 // RecordWire starts recording srv's broadcasts until the test ends.
 func RecordWire(t testing.TB, srv *space.Server) *Wire {
 	t.Helper()
-	w := &Wire{notify: make(chan struct{}, 1)}
 	frames, stop := srv.Tap(1 << 14)
+	w := &Wire{frames: frames}
+	// Drain now and then, so that a long test that never looks does not
+	// fill the tap.
 	done := make(chan struct{})
 	quit := make(chan struct{})
 	go func() {
 		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
 		for {
 			select {
 			case <-quit:
 				return
-			case f, ok := <-frames:
-				if !ok {
-					return
-				}
-				env, err := agent.Decode(f)
-				if err != nil {
-					continue
-				}
+			case <-tick.C:
 				w.mu.Lock()
-				w.envs = append(w.envs, env)
+				w.drainLocked()
 				w.mu.Unlock()
-				select {
-				case w.notify <- struct{}{}:
-				default:
-				}
 			}
 		}
 	}()
 	t.Cleanup(func() {
 		close(quit)
-		stop()
 		<-done
+		stop()
 	})
 	return w
+}
+
+// drainLocked moves what the tap holds into the record, in order: only
+// one reader at a time (under w.mu) takes from the tap.
+func (w *Wire) drainLocked() {
+	for {
+		select {
+		case f, ok := <-w.frames:
+			if !ok {
+				return
+			}
+			if env, err := agent.Decode(f); err == nil {
+				w.envs = append(w.envs, env)
+			}
+		default:
+			return
+		}
+	}
 }
 
 // Envelopes returns what was recorded so far.
 func (w *Wire) Envelopes() []agent.Envelope {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.drainLocked()
 	return append([]agent.Envelope(nil), w.envs...)
 }
 
@@ -84,6 +101,8 @@ func (w *Wire) Envelopes() []agent.Envelope {
 func (w *Wire) WaitFor(t testing.TB, what string, pred func(agent.Envelope) bool) agent.Envelope {
 	t.Helper()
 	deadline := time.After(Timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	seen := 0
 	for {
 		envs := w.Envelopes()
@@ -93,8 +112,7 @@ func (w *Wire) WaitFor(t testing.TB, what string, pred func(agent.Envelope) bool
 			}
 		}
 		select {
-		case <-w.notify:
-		case <-time.After(20 * time.Millisecond):
+		case <-tick.C:
 		case <-deadline:
 			t.Fatalf("never saw %s on the wire", what)
 		}
