@@ -148,6 +148,9 @@ func (f *Fulfiller) end(p *proposal, to State, allowed func(State) bool) (prev S
 		f.inflight--
 		next = f.dequeueLocked()
 	}
+	if prev == StateTask {
+		f.endTaskLocked(p)
+	}
 	f.mu.Unlock()
 	f.store.remove(p)
 	return prev, next, true
@@ -183,6 +186,11 @@ type (
 )
 
 func notAnswered(s State) bool { return !s.answered() }
+
+// notAnsweredOrTask: a proposal running as a task has had no answer yet
+// either (its result is relayed at the end), but only its proposer, an
+// operator or its deadline may end it; see StateTask.
+func notAnsweredOrTask(s State) bool { return !s.answered() || s == StateTask }
 
 func isState(want State) func(State) bool { return func(s State) bool { return s == want } }
 

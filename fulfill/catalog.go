@@ -23,6 +23,33 @@ type ToolInfo struct {
 	Description string          `json:"description,omitempty"`
 	Annotations json.RawMessage `json:"annotations,omitempty"`
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	// Execution is the tool's execution block (MCP 2025-11-25), kept as
+	// sent: a malformed one must not cost the owner its other tools.
+	Execution json.RawMessage `json:"execution,omitempty"`
+}
+
+// Values of a tool's execution.taskSupport (MCP 2025-11-25, "Tool-Level
+// Negotiation").
+const (
+	TaskRequired  = "required"
+	TaskOptional  = "optional"
+	TaskForbidden = "forbidden"
+)
+
+// TaskSupport is the tool's execution.taskSupport: TaskRequired,
+// TaskOptional, or TaskForbidden — also when absent or unreadable, which
+// MCP says means the tool must not be called as a task.
+func (t ToolInfo) TaskSupport() string {
+	var e struct {
+		TaskSupport string `json:"taskSupport"`
+	}
+	if json.Unmarshal(t.Execution, &e) == nil {
+		switch e.TaskSupport {
+		case TaskRequired, TaskOptional:
+			return e.TaskSupport
+		}
+	}
+	return TaskForbidden
 }
 
 // catalog knows which participant offers which tool. It asks every

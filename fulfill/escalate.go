@@ -3,6 +3,7 @@ package fulfill
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
@@ -26,6 +27,10 @@ type Escalation struct {
 	Target      string // who will carry the call out
 	Decision    policies.Decision
 	Deadline    time.Time
+	// DeadlineByProposer: the proposal's own deadline hint, sooner than
+	// the policy's timeout, set Deadline (the approver is told: the
+	// proposer stops waiting then).
+	DeadlineByProposer bool
 
 	// DecisionID is the decision log's id of the decision that escalated
 	// (Decision.Revision is its revision): approval records carry it.
@@ -88,6 +93,17 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 	if timeout <= 0 {
 		timeout = f.cfg.ApprovalTimeout
 	}
+	deadline := time.Now().Add(timeout)
+	hint, hinted := deadlineHint(p)
+	hinted = hinted && hint.Before(deadline)
+	if hinted {
+		// No human is asked after the proposer has stopped listening.
+		if time.Until(hint) < minHintedDeadline {
+			f.reject(p, policies.ReasonTimeout, fmt.Sprintf("the proposal's own deadline (%s) leaves no time to ask a human", hint.UTC().Format(time.RFC3339)))
+			return
+		}
+		deadline = hint
+	}
 	// Fail closed: no human is asked before the record that says so is
 	// written (and with it the decision before it). Not for a proposal
 	// withdrawn or expired meanwhile: nobody will be asked about it.
@@ -95,7 +111,7 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 		return
 	}
 	ev := p.event(StageEscalated)
-	ev.Target, ev.By, ev.Message = target, d.Approvers, d.Message
+	ev.Target, ev.By, ev.Message, ev.Deadline = target, d.Approvers, d.Message, deadline
 	if err := f.record(ev); err != nil {
 		f.unrecorded(p, "escalation", err)
 		return
@@ -107,7 +123,8 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 	}
 	p.state.Store(int32(StateAwaitingApproval))
 	p.target = target
-	p.deadline = time.Now().Add(timeout)
+	p.deadline = deadline
+	p.deadlineHint = hinted
 	f.mu.Unlock()
 	// Recorded before any human is asked: a restart or an adopter asks
 	// them again, with the same deadline.
@@ -121,12 +138,17 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 	}
 	f.announce(ev)
 	f.askHumans(p, d, target, nil, nil)
+	f.sendStatus(p, ev)
 }
+
+// minHintedDeadline: a proposer's deadline sooner than this from now is
+// treated as passed — no human can read a card that fast.
+const minHintedDeadline = 2 * time.Second
 
 // askHumans hands p to the Escalator; prompts and approvals are those
 // recorded before a restart or adoption (nil for a new escalation).
 func (f *Fulfiller) askHumans(p *proposal, d policies.Decision, target string, prompts []state.Prompt, approvals []state.Approval) {
-	esc := Escalation{Proposal: p.env, DecisionID: p.governor().id, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline}
+	esc := Escalation{Proposal: p.env, DecisionID: p.governor().id, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline, DeadlineByProposer: p.deadlineHint}
 	if p.tool != "" {
 		esc.Tool = f.toolInput(p, target, p.params)
 		if info, ok := f.catalog.tool(target, p.tool); ok {

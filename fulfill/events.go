@@ -22,8 +22,11 @@ const (
 	StageApproved   Stage = "approved"   // humans approved (By set)
 	StageQueued     Stage = "queued"     // waiting for a free fulfilment slot
 	StageFulfilling Stage = "fulfilling" // our mcp/request to the tool owner was written
-	StageFulfilled  Stage = "fulfilled"  // the tool owner answered (Result or RPCError set)
-	StageRejected   Stage = "rejected"   // our mcp/reject was written (Reason, Message set)
+	// StageTask: the tool owner runs the call as an MCP task (Task set);
+	// reported again when the task's status changes.
+	StageTask       Stage = "task"
+	StageFulfilled  Stage = "fulfilled" // the tool owner answered (Result or RPCError set); for a task, its result was relayed
+	StageRejected   Stage = "rejected"  // our mcp/reject was written (Reason, Message set)
 	StageWithdrawn  Stage = "withdrawn"
 	StageSuperseded Stage = "superseded"
 	// StageUndelivered: an answer (mcp/reject, or the fulfilment
@@ -93,6 +96,12 @@ type Event struct {
 	// policy fulfils it, and would not have without its grants);
 	// StageGranted, the grant made.
 	GrantID string
+	// Task: StageTask, and the events that end a task (fulfilled,
+	// rejected, withdrawn): the MCP task the fulfilment became.
+	Task *TaskInfo
+	// Deadline: StageEscalated, when the humans stop being asked (the
+	// policy's timeout, or sooner the proposer's own deadline hint).
+	Deadline time.Time
 
 	// KnownFulfiller is set on StageSuperseded when By names a fellow
 	// fulfiller (--peer-fulfillers): then supersession is the expected

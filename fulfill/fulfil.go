@@ -25,6 +25,7 @@ func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
 	}
 	p.target = target
 	p.finalParams = params
+	p.taskAug = f.callsAsTask(p, target)
 	if f.inflight >= f.cfg.MaxInflight || f.closing {
 		p.state.Store(int32(StateQueued))
 		f.queue = append(f.queue, p)
@@ -40,7 +41,9 @@ func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
 			f.storeFailed(p, "queued fulfilment", err)
 			return
 		}
-		f.emit(p.event(StageQueued))
+		ev := p.event(StageQueued)
+		f.emit(ev)
+		f.sendStatus(p, ev)
 		return
 	}
 	f.startLocked(p)
@@ -82,13 +85,22 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 		To:            []string{p.target},
 		Kind:          agent.KindRequest,
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
-		Payload:       agent.MustPayload(payload),
 	}
+	if p.method == agent.MethodToolsCall {
+		payload.Params = requestParams(p.finalParams, p.taskAug, f.taskTimeout(p))
+	}
+	if p.taskAug {
+		// Not named after the proposal: its answer is a task handle,
+		// which an SDK proposer would take for the call's result. The
+		// task's end is relayed under the proposal's name (relay).
+		env.CorrelationID = nil
+	}
+	env.Payload = agent.MustPayload(payload)
 	// Recorded before it is written (never written twice): whoever
 	// resumes the proposal awaits this request's response.
 	if err := f.saveRecord(p, func(r *state.Pending) {
 		r.Phase = state.Fulfilling
-		r.Request = &state.Request{EnvelopeID: p.requestID, RPCID: p.rpcID, Target: p.target, SentAt: p.requestSent.UTC()}
+		r.Request = &state.Request{EnvelopeID: p.requestID, RPCID: p.rpcID, Target: p.target, SentAt: p.requestSent.UTC(), Task: p.taskAug}
 		r.FulfilDeadline = p.requestSent.Add(f.cfg.FulfillTimeout).UTC()
 	}); err != nil {
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
@@ -181,6 +193,11 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 		return
 	}
 	f.waitWritten(p)
+	if p.taskAug {
+		f.answered.Add(cid, &answeredRequest{p: p, response: env.ID, digest: sha256.Sum256(env.Payload)})
+		f.taskAnswered(p, env, resp)
+		return
+	}
 	// Ended here, on the reader, so that what it reads next (a new
 	// proposal from the same proposer) no longer counts this one as
 	// pending; the store's part (the record's end, the request of a

@@ -48,6 +48,13 @@ type Config struct {
 	PendingTTL     time.Duration // [10m] longest a proposal may wait before "timeout"
 	MaxInflight    int           // [64] fulfilment requests outstanding at once; more wait in a queue
 	FulfillTimeout time.Duration // [30s] wait for the tool owner's mcp/response
+	// TaskTimeout [1h] bounds an MCP task once its owner created it,
+	// when the decision sets no task_timeout; see task.go.
+	TaskTimeout time.Duration
+	// StatusChats: tell the proposer, in a chat correlated to its
+	// proposal with a machine-readable _meta, when it waits for humans,
+	// for a fulfilment slot, or on a task (see status.go).
+	StatusChats bool
 	// OwnerRejoinGrace [5s] is how long a tool owner that left during a
 	// fulfilment may take to come back before the proposal is rejected
 	// "incapable": a dropped link or a gateway restart is a leave too,
@@ -114,6 +121,9 @@ func (c *Config) setDefaults() {
 	if c.FulfillTimeout <= 0 {
 		c.FulfillTimeout = 30 * time.Second
 	}
+	if c.TaskTimeout <= 0 {
+		c.TaskTimeout = time.Hour
+	}
 	if c.OwnerRejoinGrace <= 0 {
 		c.OwnerRejoinGrace = 5 * time.Second
 	}
@@ -176,6 +186,7 @@ type Fulfiller struct {
 	inflight  int                  // fulfilment requests awaiting a response
 	queue     []*proposal          // approved, waiting for a fulfilment slot (FIFO)
 	byRequest map[string]*proposal // our fulfilment request envelope id → proposal
+	byTask    map[string]*proposal // taskKey(owner, task id) → proposal in StateTask
 	closing   bool
 	// sendsCtx bounds the sends made before shutdown; shutdown cancels
 	// it (stopSends), so that none of them holds shutdown up, and its own
@@ -229,6 +240,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		obs:       cfg.Observer,
 		store:     newPendingStore(cfg.MaxPending, cfg.PendingTTL),
 		byRequest: map[string]*proposal{},
+		byTask:    map[string]*proposal{},
 		rejects:   newRejectLog(),
 		// As many as may be live at once, so that the reader never waits
 		// for a worker: it must keep reading withdrawals, responses and
@@ -377,8 +389,8 @@ func (f *Fulfiller) drainEvictions(done <-chan struct{}) {
 			case s.Terminal():
 			case !ev.expired:
 				f.reject(p, "busy", "pending work was full")
-			case s == StateFulfilling:
-				f.store.readd(p) // its own fulfil timeout ends it
+			case s == StateFulfilling, s == StateTask:
+				f.store.readd(p) // its own fulfil timeout, or its task's deadline, ends it
 			case s == StateAwaitingApproval && time.Now().Before(p.deadline):
 				f.store.readd(p) // rule 8: the TTL never cuts a human prompt short
 			default:
@@ -445,6 +457,19 @@ func (f *Fulfiller) shutdown() {
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
 			f.cancelRequest(p, "shutdown")
 			f.answerReject(p, "other", "fulfiller is shutting down; the call was cancelled at "+p.target)
+		}
+	}
+	// Tasks are cancelled at their owners the same way.
+	f.mu.Lock()
+	var tasks []*proposal
+	for _, p := range f.byTask {
+		tasks = append(tasks, p)
+	}
+	f.mu.Unlock()
+	for _, p := range tasks {
+		if _, ok := f.transition(p, StateRejected, isState(StateTask)); ok {
+			f.cancelTask(p, p.task)
+			f.answerReject(p, "other", "fulfiller is shutting down; task "+p.task.id+" was cancelled at "+p.target)
 		}
 	}
 	// Stop tracking whatever is left so no timer fires after Run returns.

@@ -138,6 +138,9 @@ func recordSnapshot(r *state.Pending) Snapshot {
 	if r.Request != nil {
 		s.Target = r.Request.Target
 	}
+	if t := r.Task; t != nil {
+		s.Task = &TaskInfo{ID: t.ID, Spec: t.Spec, Status: t.Status, Created: t.Created, Deadline: t.Deadline}
+	}
 	return s
 }
 
@@ -165,12 +168,15 @@ func (f *Fulfiller) Cancel(id, by string) error {
 
 // cancelHere cancels a proposal this member holds.
 func (f *Fulfiller) cancelHere(p *proposal, by string) error {
-	prev, ok := f.transition(p, StateRejected, notAnswered)
+	prev, ok := f.transition(p, StateRejected, notAnsweredOrTask)
 	if !ok {
 		return fmt.Errorf("cancel %s: %w", p.env.ID, ErrAnswered)
 	}
 	if prev == StateAwaitingApproval {
 		f.cfg.Escalator.Cancel(p.env.ID, escalationCancel(p, "cancelled"))
+	}
+	if prev == StateTask {
+		f.cancelTask(p, p.task)
 	}
 	f.answerReject(p, "other", operatorMessage(by))
 	return nil

@@ -25,13 +25,19 @@ const (
 	StateAwaitingApproval
 	StateQueued
 	StateFulfilling
+	// StateTask: the tool owner answered a task-augmented fulfilment
+	// with an MCP task, which is followed to its end. The proposer has
+	// not had its answer yet (the relayed result is it), so a
+	// withdrawal, an operator's cancel and the task's deadline still end
+	// it; others' answers do not (see supersede).
+	StateTask
 	StateFulfilled
 	StateRejected
 	StateWithdrawn
 	StateSuperseded
 )
 
-var stateNames = [...]string{"received", "deciding", "awaiting_approval", "queued", "fulfilling", "fulfilled", "rejected", "withdrawn", "superseded"}
+var stateNames = [...]string{"received", "deciding", "awaiting_approval", "queued", "fulfilling", "task", "fulfilled", "rejected", "withdrawn", "superseded"}
 
 // String names the state as the operator API and logs show it.
 func (s State) String() string {
@@ -74,17 +80,24 @@ type proposal struct {
 	decision policies.Decision
 	target   string
 	deadline time.Time // approval deadline while awaiting approval
+	// deadlineHint: the proposer's own deadline hint set deadline.
+	deadlineHint bool
 
 	// Fulfilment request, once sent.
-	requestID    string // envelope id of our mcp/request
-	rpcID        int64
-	requestSent  time.Time
-	written      chan struct{} // closed once the request's write was reported (fulfilling or undelivered)
-	fulfilTimer  *time.Timer
-	goneTimer    *time.Timer // the tool owner left: its rejoin grace (under Fulfiller.mu)
-	held         bool        // the request waits for the owner to come back (under Fulfiller.mu)
-	approvedBy   []string
-	finalParams  json.RawMessage // params as fulfilled (edited by a human, or as proposed)
+	requestID   string // envelope id of our mcp/request
+	rpcID       int64
+	requestSent time.Time
+	written     chan struct{} // closed once the request's write was reported (fulfilling or undelivered)
+	fulfilTimer *time.Timer
+	goneTimer   *time.Timer // the tool owner left: its rejoin grace (under Fulfiller.mu)
+	held        bool        // the request waits for the owner to come back (under Fulfiller.mu)
+	approvedBy  []string
+	finalParams json.RawMessage // params as fulfilled (edited by a human, or as proposed)
+	// taskAug: the fulfilment request is task-augmented (the tool's
+	// taskSupport, or the decision's task); task is the task its owner
+	// made of it, once it answered with one (under Fulfiller.mu).
+	taskAug      bool
+	task         *runningTask
 	finishReason string
 	// spoofed is set once a forged answer to this proposal was recorded,
 	// so that a flood of them makes one decision-log line, not thousands.
@@ -163,6 +176,8 @@ type Snapshot struct {
 	Received time.Time `json:"received"`
 	Deadline time.Time `json:"deadline,omitzero"`
 	Revision string    `json:"revision,omitempty"`
+	// Task is the MCP task the fulfilment became, while it runs.
+	Task *TaskInfo `json:"task,omitempty"`
 	// Owner is the member of the group holding the proposal (this
 	// fulfiller's id for its own work).
 	Owner string `json:"owner"`
@@ -179,6 +194,7 @@ func (p *proposal) snapshot() Snapshot {
 		Received: p.received,
 		Deadline: p.deadline,
 		Revision: p.decision.Revision,
+		Task:     p.task.info(),
 	}
 }
 

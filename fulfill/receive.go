@@ -266,7 +266,7 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 		f.emit(ev)
 		return
 	}
-	prev, ok := f.transition(p, StateWithdrawn, notAnswered)
+	prev, ok := f.transition(p, StateWithdrawn, notAnsweredOrTask)
 	if !ok {
 		f.log.Info("late withdrawal ignored: the proposal was already answered", "proposal", pid, "state", p.State())
 		f.waitWritten(p) // keep the proposal's events in order: fulfilling first
@@ -282,7 +282,18 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	}
 	ev := p.event(StageWithdrawn)
 	ev.Reason = reasonOf(env.Payload)
+	if prev == StateTask {
+		ev.Task = p.task.info()
+	}
 	f.emit(ev)
+	if prev == StateTask {
+		// Off the reader: the owner's acknowledgement is awaited.
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.cancelTask(p, p.task)
+		}()
+	}
 }
 
 // onOtherRequest sees other participants' requests: a fulfilment of a
@@ -298,6 +309,11 @@ func (f *Fulfiller) onOtherRequest(env agent.Envelope) {
 		return
 	case agent.MethodElicitationCreate, agent.MethodCancelled:
 		return // asking or telling someone about a proposal is not fulfilling it
+	case methodTaskStatus, methodTaskStatusExt:
+		if env.AddressedTo(f.space.ID()) {
+			f.onTaskStatus(env, req.Params)
+		}
+		return
 	}
 	if strings.HasPrefix(req.Method, "notifications/") {
 		return // a notification (a tool server's progress, say) fulfils nothing
@@ -319,8 +335,8 @@ func (f *Fulfiller) supersede(env agent.Envelope, why string) {
 	}
 	prev, ok := f.transition(p, StateSuperseded, notAnswered)
 	if !ok {
-		if p.State() == StateFulfilling {
-			f.log.Warn("proposal answered by another participant after our fulfilment request", "proposal", p.env.ID, "by", env.From)
+		if s := p.State(); s == StateFulfilling || s == StateTask {
+			f.log.Warn("proposal answered by another participant after our fulfilment request", "proposal", p.env.ID, "by", env.From, "state", s)
 		}
 		return
 	}

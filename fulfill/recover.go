@@ -119,7 +119,19 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		f.resendReject(p, *r.Reject)
 	case perr != nil:
 		f.reject(p, "invalid", perr.Error()) // cannot happen: it was admitted
+	case r.Request != nil && r.Phase == state.Running && r.Task != nil:
+		if decided {
+			f.mu.Lock()
+			p.decision, p.approvedBy = sd.decision(), sd.ApprovedBy
+			f.mu.Unlock()
+		}
+		f.resumeTask(p, r)
 	case r.Request != nil:
+		if decided {
+			f.mu.Lock()
+			p.decision, p.approvedBy = sd.decision(), sd.ApprovedBy
+			f.mu.Unlock()
+		}
 		f.awaitResumed(p, r)
 	case r.Phase == state.Queued && decided:
 		f.mu.Lock()
@@ -181,6 +193,7 @@ func (f *Fulfiller) awaitResumed(p *proposal, r *state.Pending) {
 	}
 	f.mu.Lock()
 	p.target, p.requestID, p.rpcID, p.requestSent = r.Request.Target, r.Request.EnvelopeID, r.Request.RPCID, r.Request.SentAt
+	p.taskAug = r.Request.Task
 	p.written = make(chan struct{})
 	close(p.written)
 	p.state.Store(int32(StateFulfilling))

@@ -74,16 +74,18 @@ const storeUnavailable = "pending-work store unavailable; propose again later"
 // proposal, and of what the humans said, so that whoever resumes it acts on
 // it without deciding again (DESIGN rule 10: no second decision record).
 type storedDecision struct {
-	Action    policies.Action     `json:"action"`
-	Reason    string              `json:"reason,omitempty"`
-	Message   string              `json:"message,omitempty"`
-	Target    string              `json:"target,omitempty"`
-	Approvers []string            `json:"approvers,omitempty"`
-	Quorum    int                 `json:"quorum,omitempty"`
-	Timeout   time.Duration       `json:"timeout,omitempty"`
-	Editable  []string            `json:"editable,omitempty"`
-	Grantable *policies.Grantable `json:"grantable,omitempty"`
-	Revision  string              `json:"revision,omitempty"`
+	Action      policies.Action     `json:"action"`
+	Reason      string              `json:"reason,omitempty"`
+	Message     string              `json:"message,omitempty"`
+	Target      string              `json:"target,omitempty"`
+	Approvers   []string            `json:"approvers,omitempty"`
+	Quorum      int                 `json:"quorum,omitempty"`
+	Timeout     time.Duration       `json:"timeout,omitempty"`
+	Editable    []string            `json:"editable,omitempty"`
+	Grantable   *policies.Grantable `json:"grantable,omitempty"`
+	Task        bool                `json:"task,omitempty"`
+	TaskTimeout time.Duration       `json:"task_timeout,omitempty"`
+	Revision    string              `json:"revision,omitempty"`
 	// Route is the participant routing chose to carry the call out.
 	Route string `json:"route,omitempty"`
 	// Params are the params to fulfil once approved (edited or as
@@ -95,13 +97,14 @@ type storedDecision struct {
 func storeDecision(d policies.Decision, route string, params json.RawMessage, by []string) json.RawMessage {
 	b, _ := json.Marshal(storedDecision{Action: d.Action, Reason: d.Reason, Message: d.Message, Target: d.Target,
 		Approvers: d.Approvers, Quorum: d.Quorum, Timeout: d.Timeout, Editable: d.Editable, Grantable: d.Grantable, Revision: d.Revision,
-		Route: route, Params: params, ApprovedBy: by})
+		Task: d.Task, TaskTimeout: d.TaskTimeout, Route: route, Params: params, ApprovedBy: by})
 	return b
 }
 
 func (s storedDecision) decision() policies.Decision {
 	return policies.Decision{Action: s.Action, Reason: s.Reason, Message: s.Message, Target: s.Target,
-		Approvers: s.Approvers, Quorum: s.Quorum, Timeout: s.Timeout, Editable: s.Editable, Grantable: s.Grantable, Revision: s.Revision}
+		Approvers: s.Approvers, Quorum: s.Quorum, Timeout: s.Timeout, Editable: s.Editable, Grantable: s.Grantable, Revision: s.Revision,
+		Task: s.Task, TaskTimeout: s.TaskTimeout}
 }
 
 func (f *Fulfiller) storeContext() (context.Context, context.CancelFunc) {

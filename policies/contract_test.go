@@ -71,10 +71,10 @@ decision := {"action": "fulfill", "grantable": {"max_ttl": "1h", "scope": ["prop
 			errs: []string{`3:48: malformed decision: grantable: only an escalate decision may offer a grant, this one is fulfill`}},
 		{name: "unknown key is a warning", rules: `
 decision := {"action": "escalate", "aprovers": ["alice"]}`,
-			warns: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable); the sidecar keeps it only for the decision log`}},
+			warns: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout); the sidecar keeps it only for the decision log`}},
 		{name: "unknown key is an error when strict", strict: true, rules: `
 decision := {"action": "escalate", "aprovers": ["alice"]}`,
-			errs: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable); the sidecar keeps it only for the decision log`}},
+			errs: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout); the sidecar keeps it only for the decision log`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

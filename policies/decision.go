@@ -68,6 +68,12 @@ type Decision struct {
 	Timeout   time.Duration  // escalate: how long to wait; 0 = use the sidecar's default
 	Editable  []string       // escalate: argument names the approver may change
 	Grantable *Grantable     // escalate: the grant an approver may create; nil: none
+	// Task asks for a task-augmented call to a tool whose taskSupport is
+	// "optional" (a "required" one is always called as a task).
+	Task bool
+	// TaskTimeout bounds the task once the tool owner created it; 0: the
+	// sidecar's --task-timeout.
+	TaskTimeout time.Duration
 	Extra     map[string]any // unknown decision fields, kept for the decision log
 	Revision  string         // revision of the policy set that decided
 	Err       error          // why this is a fail-closed reject; nil for a policy's own decision
@@ -75,7 +81,7 @@ type Decision struct {
 
 // decisionFields are the decision keys the policy contract defines; any
 // other key is kept in Extra.
-var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable", "grantable"}
+var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable", "grantable", "task", "task_timeout"}
 
 // MalformedDecisionError says how a policy's decision breaks the contract.
 type MalformedDecisionError struct {
@@ -175,15 +181,15 @@ func parseDecision(v ast.Value) (Decision, error) {
 			}
 			quorumSet = true
 		case "timeout":
-			var s string
-			if s, err = stringField(name, val.Value); err == nil {
-				d.Timeout, err = time.ParseDuration(s)
-				if err != nil {
-					err = malformed(name, "%q is not a duration such as \"5m\" or \"90s\"", s)
-				} else if d.Timeout <= 0 {
-					err = malformed(name, "must be positive, got %q", s)
-				}
+			d.Timeout, err = durationField(name, val.Value)
+		case "task":
+			b, ok := val.Value.(ast.Boolean)
+			if !ok {
+				err = malformed(name, "must be true or false, got %s", ast.ValueName(val.Value))
 			}
+			d.Task = bool(b)
+		case "task_timeout":
+			d.TaskTimeout, err = durationField(name, val.Value)
 		default:
 			var x any
 			if x, err = ast.JSON(val.Value); err != nil {
@@ -203,6 +209,13 @@ func parseDecision(v ast.Value) (Decision, error) {
 		// Report the first problem in key order, so that the message is the
 		// same every time for the same decision.
 		return Decision{}, errs[0]
+	}
+	if (d.Task || d.TaskTimeout != 0) && d.Action == Reject {
+		field := "task"
+		if !d.Task {
+			field = "task_timeout"
+		}
+		return Decision{}, malformed(field, "only a fulfill or escalate decision may ask for a task, this one is reject")
 	}
 	if d.Grantable != nil && d.Action != Escalate {
 		return Decision{}, malformed("grantable", "only an escalate decision may offer a grant, this one is %s", d.Action)
@@ -224,6 +237,23 @@ func parseDecision(v ast.Value) (Decision, error) {
 		if len(d.Approvers) > 0 && d.Quorum > len(d.Approvers) {
 			return Decision{}, malformed("quorum", "%d approvals needed but only %d approvers named", d.Quorum, len(d.Approvers))
 		}
+	}
+	return d, nil
+}
+
+// durationField reads a positive duration written as Go and OPA write
+// them ("5m", "90s", "1h30m").
+func durationField(name string, v ast.Value) (time.Duration, error) {
+	s, err := stringField(name, v)
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, malformed(name, "%q is not a duration such as \"5m\" or \"90s\"", s)
+	}
+	if d <= 0 {
+		return 0, malformed(name, "must be positive, got %q", s)
 	}
 	return d, nil
 }
@@ -340,6 +370,8 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 	add("timeout", formatDuration(d.Timeout), d.Timeout != 0)
 	add("editable", d.Editable, d.Editable != nil)
 	add("grantable", d.Grantable, d.Grantable != nil)
+	add("task", d.Task, d.Task)
+	add("task_timeout", formatDuration(d.TaskTimeout), d.TaskTimeout != 0)
 	for _, k := range slices.Sorted(maps.Keys(d.Extra)) {
 		if k == "revision" || k == "error" || slices.Contains(decisionFields, k) {
 			continue

@@ -21,6 +21,10 @@ const (
 	AwaitingApproval Phase = "awaiting_approval" // human prompts are open
 	Queued           Phase = "queued"            // waiting for a fulfilment slot
 	Fulfilling       Phase = "fulfilling"        // request written, response awaited
+	// Running: the tool owner answered a task-augmented request with a
+	// task (Task says which); it is followed to its end, and its result
+	// relayed to the proposer.
+	Running Phase = "task"
 	// Answered: its reject is about to be written (Reject says which);
 	// whoever resumes the record sends that reject again, never anything
 	// else, and ends the record.
@@ -52,6 +56,9 @@ type Pending struct {
 	// set it is never cleared or changed (Update refuses): whoever resumes
 	// the proposal awaits its response and never sends it again.
 	Request *Request `json:"request,omitempty"`
+	// Task is the MCP task the tool owner made of the request, once it
+	// answered with one (phase Running).
+	Task *Task `json:"task,omitempty"`
 	// Reject is the answer of a record in phase Answered.
 	Reject *Reject `json:"reject,omitempty"`
 
@@ -100,6 +107,19 @@ type Request struct {
 	RPCID      int64     `json:"rpc_id"`
 	Target     string    `json:"target"` // the tool owner
 	SentAt     time.Time `json:"sent_at"`
+	// Task: the request was task-augmented; its answer may be a task.
+	Task bool `json:"task,omitempty"`
+}
+
+// Task is an MCP task (spec 2025-11-25, or the tasks extension of
+// 2026-07-28) that a fulfilment request became at its tool owner.
+type Task struct {
+	ID       string    `json:"id"`               // the owner's taskId
+	Spec     string    `json:"spec"`             // which revision's messages the owner speaks
+	Status   string    `json:"status"`           // last status seen (working, input_required, …)
+	Created  time.Time `json:"created"`          // when the owner's answer came
+	Deadline time.Time `json:"deadline"`         // cancelled and rejected "timeout" after this
+	Poll     int64     `json:"poll_ms,omitzero"` // the owner's suggested poll interval
 }
 
 // Put stores a new pending record (create-if-absent: ErrExists when the
