@@ -582,3 +582,17 @@ func TestTaskIDsAreUnguessable(t *testing.T) {
 	g.release <- outcome{}
 	g.release <- outcome{}
 }
+
+func TestJobsSamples(t *testing.T) {
+	h := newHarness(t, TaskOptions{Mode: TasksBoth, Silent: true}, Jobs{Step: time.Millisecond}.Tools()...)
+	payloadEqual(t, h.ask(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3}}}`),
+		`{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Tool migrate requires task-augmented execution"}}`)
+	id, _, _ := h.create(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3},"task":{}}}`)
+	payloadEqual(t, h.ask(`{"jsonrpc":"2.0","id":3,"method":"tasks/result","params":{"taskId":"`+id+`"}}`),
+		`{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"migrated 3 steps"}],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"`+id+`"}}}}`)
+	id, _, _ = h.create(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"migrate","arguments":{"steps":0},"task":{}}}`)
+	payloadEqual(t, h.ask(`{"jsonrpc":"2.0","id":5,"method":"tasks/result","params":{"taskId":"`+id+`"}}`),
+		`{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"bad arguments: steps must be an integer from 1 to 1000"}],"isError":true,"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"`+id+`"}}}}`)
+	payloadEqual(t, h.ask(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"build","arguments":{"target":"web"}}}`),
+		`{"jsonrpc":"2.0","id":6,"result":{"content":[{"type":"text","text":"built web"}]}}`)
+}
