@@ -3,10 +3,12 @@ package toolserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 var numberArgs = map[string]any{
@@ -156,4 +158,80 @@ func (f *Files) Tools() []Tool {
 			},
 		},
 	}
+}
+
+// Jobs is a pair of long-running tools for the task demo: migrate must run
+// as a task, build may. Each works in steps of Step (100ms when zero) and
+// stops at the step where its context ends.
+type Jobs struct {
+	Step time.Duration
+}
+
+// Tools returns migrate (taskSupport required; arguments {"steps": n},
+// 1 ≤ n ≤ 1000) and build (taskSupport optional; arguments
+// {"target": name}, three steps).
+func (j Jobs) Tools() []Tool {
+	return []Tool{
+		{
+			Name: "migrate", Description: "Run a database migration of the given number of steps",
+			InputSchema: map[string]any{
+				"type":       "object",
+				"properties": map[string]any{"steps": map[string]any{"type": "integer", "minimum": 1, "maximum": 1000}},
+				"required":   []string{"steps"},
+			},
+			Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": false},
+			TaskSupport: TaskRequired,
+			Call: func(ctx context.Context, raw json.RawMessage) (string, error) {
+				var a struct{ Steps *int }
+				if json.Unmarshal(raw, &a) != nil || a.Steps == nil || *a.Steps < 1 || *a.Steps > 1000 {
+					return "", badArgs("steps must be an integer from 1 to 1000")
+				}
+				if err := j.work(ctx, *a.Steps); err != nil {
+					return "", err
+				}
+				return "migrated " + strconv.Itoa(*a.Steps) + " steps", nil
+			},
+		},
+		{
+			Name: "build", Description: "Build a target",
+			InputSchema: map[string]any{
+				"type":       "object",
+				"properties": map[string]any{"target": map[string]any{"type": "string"}},
+				"required":   []string{"target"},
+			},
+			Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": false},
+			TaskSupport: TaskOptional,
+			Call: func(ctx context.Context, raw json.RawMessage) (string, error) {
+				var a struct{ Target string }
+				if json.Unmarshal(raw, &a) != nil || a.Target == "" {
+					return "", badArgs("target must be a non-empty string")
+				}
+				if err := j.work(ctx, 3); err != nil {
+					return "", err
+				}
+				return "built " + a.Target, nil
+			},
+		},
+	}
+}
+
+// work takes n steps of j.Step, giving up when ctx ends.
+func (j Jobs) work(ctx context.Context, n int) error {
+	step := j.Step
+	if step <= 0 {
+		step = 100 * time.Millisecond
+	}
+	timer := time.NewTimer(step)
+	defer timer.Stop()
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			timer.Reset(step)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped after %d of %d steps: %w", i, n, ctx.Err())
+		case <-timer.C:
+		}
+	}
+	return nil
 }

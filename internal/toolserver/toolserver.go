@@ -2,6 +2,11 @@
 // space: it answers tools/list and tools/call requests addressed to it.
 // `fulfiller demo`, `fulfiller bench` and the end-to-end tests use it as the
 // participant that owns the tools; it is a fixture, not a product.
+//
+// Tools that declare execution.taskSupport also run as MCP tasks, in
+// either revision of tasks: MCP 2025-11-25's and the
+// io.modelcontextprotocol/tasks extension's (see TasksMode), so that
+// fulfiller's task-following can be tested against a faithful receiver.
 package toolserver
 
 import (
@@ -11,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 )
@@ -21,15 +27,33 @@ type Tool struct {
 	Description string
 	InputSchema map[string]any
 	Annotations map[string]any // nil: none sent (MCP defaults apply)
+	// TaskSupport is the tool's execution.taskSupport: TaskOptional,
+	// TaskRequired, TaskForbidden, or "" to declare nothing (which MCP
+	// reads as forbidden).
+	TaskSupport string
 	// Call runs the tool. A returned error becomes a tool result with
-	// isError true, as MCP asks for failures of the tool itself.
+	// isError true, as MCP asks for failures of the tool itself, unless it
+	// is (or wraps) an *agent.RPCError: that one is answered as the
+	// JSON-RPC error, so a fixture can play a protocol-level failure (and a
+	// task's "failed" status).
 	Call func(ctx context.Context, args json.RawMessage) (string, error)
 }
+
+// Values of Tool.TaskSupport, as MCP spells them.
+const (
+	TaskOptional  = "optional"
+	TaskRequired  = "required"
+	TaskForbidden = "forbidden"
+)
 
 // JSON-RPC error codes the server answers with.
 const (
 	CodeMethodNotFound = -32601
 	CodeInvalidParams  = -32602
+	CodeInternal       = -32603
+	// CodeMissingCapability is the tasks extension's "Missing required
+	// client capability".
+	CodeMissingCapability = -32003
 )
 
 // Conn is what the server needs of its MEW session; *agent.Client has it.
@@ -48,6 +72,9 @@ type Server struct {
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // request envelope id → cancel
 	calls   int
+	opts    TaskOptions
+	tasks   map[string]*task // task id → task
+	now     func() time.Time // the clock of task timestamps and TTLs; tests replace it
 }
 
 // New makes a server for the given tools. log may be nil.
@@ -55,7 +82,8 @@ func New(conn Conn, log *slog.Logger, tools ...Tool) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{conn: conn, tools: map[string]Tool{}, log: log, running: map[string]context.CancelFunc{}}
+	s := &Server{conn: conn, tools: map[string]Tool{}, log: log, running: map[string]context.CancelFunc{},
+		tasks: map[string]*task{}, now: time.Now}
 	for _, t := range tools {
 		s.tools[t.Name] = t
 		s.order = append(s.order, t.Name)
@@ -63,8 +91,9 @@ func New(conn Conn, log *slog.Logger, tools ...Tool) *Server {
 	return s
 }
 
-// Serve answers requests from in until ctx ends or in closes. Each call
-// runs in its own goroutine, owned by Serve, which waits for them.
+// Serve answers requests from in until ctx ends or in closes. Each call,
+// and each task's run of its tool, is a goroutine owned by Serve, which
+// waits for them; ctx's end cancels them.
 func (s *Server) Serve(ctx context.Context, in <-chan agent.Envelope) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -107,6 +136,11 @@ func (s *Server) handle(ctx context.Context, env agent.Envelope) {
 		s.reply(ctx, env, req, map[string]any{"tools": s.list()}, nil)
 	case agent.MethodToolsCall:
 		s.call(ctx, env, req)
+	case MethodTasksGet, MethodTasksResult, MethodTasksCancel, MethodTasksUpdate:
+		if req.ID == nil {
+			return // not a request: there is no one to answer
+		}
+		s.taskMethod(ctx, env, req)
 	case agent.MethodCancelled:
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
@@ -137,16 +171,16 @@ func (s *Server) list() []map[string]any {
 		if t.Annotations != nil {
 			entry["annotations"] = t.Annotations
 		}
+		if t.TaskSupport != "" {
+			entry["execution"] = map[string]any{"taskSupport": t.TaskSupport}
+		}
 		out = append(out, entry)
 	}
 	return out
 }
 
 func (s *Server) call(ctx context.Context, env agent.Envelope, req agent.RPCRequest) {
-	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	}
+	var p callParams
 	if err := json.Unmarshal(req.Params, &p); err != nil {
 		s.reply(ctx, env, req, nil, &agent.RPCError{Code: CodeInvalidParams, Message: "params: " + err.Error()})
 		return
@@ -154,6 +188,15 @@ func (s *Server) call(ctx context.Context, env agent.Envelope, req agent.RPCRequ
 	t, ok := s.tools[p.Name]
 	if !ok {
 		s.reply(ctx, env, req, nil, &agent.RPCError{Code: CodeInvalidParams, Message: "Unknown tool: " + p.Name})
+		return
+	}
+	rev, asTask, rpcErr := s.taskRevision(t, p)
+	if rpcErr != nil {
+		s.reply(ctx, env, req, nil, rpcErr)
+		return
+	}
+	if asTask {
+		s.runTask(ctx, env, req, t, p, rev)
 		return
 	}
 	callCtx, cancel := context.WithCancel(ctx)
@@ -167,15 +210,44 @@ func (s *Server) call(ctx context.Context, env agent.Envelope, req agent.RPCRequ
 		s.mu.Unlock()
 		cancel()
 	}()
-	text, err := t.Call(callCtx, p.Arguments)
+	result, rpcErr := runTool(callCtx, t, p.Arguments)
 	if errors.Is(callCtx.Err(), context.Canceled) && ctx.Err() == nil {
 		return // cancelled by the requester: MCP says send nothing
 	}
-	result := callResult{Content: []textContent{{Type: "text", Text: text}}}
-	if err != nil {
-		result = callResult{Content: []textContent{{Type: "text", Text: err.Error()}}, IsError: true}
+	if rpcErr != nil {
+		s.reply(ctx, env, req, nil, rpcErr)
+		return
 	}
 	s.reply(ctx, env, req, result, nil)
+}
+
+// callParams is what tools/call carries, including both revisions' ways
+// of asking for a task.
+type callParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+	// Task is the 2025-11-25 task augmentation; nil when absent or null.
+	Task *struct {
+		TTL *float64 `json:"ttl"`
+	} `json:"task"`
+	Meta struct {
+		ClientCapabilities struct {
+			Extensions map[string]json.RawMessage `json:"extensions"`
+		} `json:"io.modelcontextprotocol/clientCapabilities"`
+	} `json:"_meta"`
+}
+
+// runTool runs t and turns what it returns into a CallToolResult or, for
+// an *agent.RPCError, the JSON-RPC error to answer with.
+func runTool(ctx context.Context, t Tool, args json.RawMessage) (callResult, *agent.RPCError) {
+	text, err := t.Call(ctx, args)
+	if err == nil {
+		return callResult{Content: []textContent{{Type: "text", Text: text}}}, nil
+	}
+	if rpcErr, ok := errors.AsType[*agent.RPCError](err); ok {
+		return callResult{}, rpcErr
+	}
+	return callResult{Content: []textContent{{Type: "text", Text: err.Error()}}, IsError: true}, nil
 }
 
 func (s *Server) reply(ctx context.Context, env agent.Envelope, req agent.RPCRequest, result any, rpcErr *agent.RPCError) {
@@ -199,6 +271,15 @@ func (s *Server) reply(ctx context.Context, env agent.Envelope, req agent.RPCReq
 type callResult struct {
 	Content []textContent `json:"content"`
 	IsError bool          `json:"isError,omitempty"`
+	Meta    *resultMeta   `json:"_meta,omitempty"`
+}
+
+// resultMeta is the _meta of a tasks/result answer, which names its task
+// because the CallToolResult itself does not.
+type resultMeta struct {
+	RelatedTask struct {
+		TaskID string `json:"taskId"`
+	} `json:"io.modelcontextprotocol/related-task"`
 }
 
 type textContent struct {
