@@ -60,7 +60,10 @@ type Proposal struct {
 	Params   json.RawMessage
 	Digest   string // full call digest; signatures cover it
 	Deadline time.Time
-	Revision string
+	// DeadlineByProposer: the deadline is the proposer's own, sooner than
+	// the policy's; the proposer stops waiting then.
+	DeadlineByProposer bool
+	Revision           string
 }
 
 // Tool describes the called tool, as its owner lists it.
@@ -124,6 +127,7 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 				Params   json.RawMessage `json:"params"`
 				Digest   string          `json:"digest"`
 				Deadline string          `json:"deadline"`
+				By       string          `json:"deadline_by"`
 				Revision string          `json:"revision"`
 			} `json:"proposal"`
 			Tool        *Tool           `json:"tool"`
@@ -150,6 +154,7 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 		}
 		if t, err := time.Parse(time.RFC3339Nano, mp.Deadline); err == nil {
 			c.Proposal.Deadline = t
+			c.Proposal.DeadlineByProposer = mp.By == "proposer"
 		}
 		if d, err := elicit.CallDigest(mp.Method, c.Proposal.Params); err == nil && d == mp.Digest {
 			c.DigestOK = true
@@ -380,7 +385,11 @@ func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 		line("digest", d)
 	}
 	if dl := c.Deadline(); !dl.IsZero() {
-		line("deadline", dl.Local().Format("15:04:05")+" ("+Countdown(dl, now)+" left)")
+		when := dl.Local().Format("15:04:05") + " (" + Countdown(dl, now) + " left)"
+		if c.Proposal != nil && c.Proposal.DeadlineByProposer {
+			when += " — set by the proposer, who stops waiting then"
+		}
+		line("deadline", when)
 	}
 	if len(c.Fields) > 0 {
 		var names []string

@@ -321,6 +321,11 @@ func meta(esc fulfill.Escalation, digest string, quorum int, approvers []string,
 		{"digest", digest},
 		{"deadline", esc.Deadline.UTC().Format(time.RFC3339Nano)},
 	}
+	if esc.DeadlineByProposer {
+		// The proposal's own deadline, sooner than the policy's: the
+		// proposer stops waiting then, so the card says so.
+		prop.add("deadline_by", "proposer")
+	}
 	if esc.Decision.Revision != "" {
 		prop.add("revision", esc.Decision.Revision)
 	}

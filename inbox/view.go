@@ -54,10 +54,12 @@ type View struct {
 	Digest      string       `json:"digest,omitempty"`
 	DigestOK    bool         `json:"digest_ok"`
 	Deadline    *time.Time   `json:"deadline,omitempty"`
-	Revision    string       `json:"revision,omitempty"`
-	Fields      []FieldView  `json:"fields,omitempty"`
-	Delegates   []string     `json:"delegates,omitempty"`
-	Grant       *GrantView   `json:"grant,omitempty"`
+	// DeadlineBy is "proposer" when the deadline is the proposer's own.
+	DeadlineBy string      `json:"deadline_by,omitempty"`
+	Revision   string      `json:"revision,omitempty"`
+	Fields     []FieldView `json:"fields,omitempty"`
+	Delegates  []string    `json:"delegates,omitempty"`
+	Grant      *GrantView  `json:"grant,omitempty"`
 
 	State        State  `json:"state"`
 	Answer       string `json:"answer,omitempty"`   // what this person answered, in words
@@ -117,6 +119,9 @@ func viewOf(c *approver.Card) View {
 		if !pr.Deadline.IsZero() {
 			dl := pr.Deadline.UTC()
 			v.Deadline = &dl
+			if pr.DeadlineByProposer {
+				v.DeadlineBy = "proposer"
+			}
 		}
 	}
 	if t := c.Tool; t != nil {

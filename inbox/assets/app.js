@@ -429,7 +429,7 @@ function tick() {
     const p = $(".countdown", card);
     if (!v || !inOpenList(v) || !v.deadline) { p.textContent = ""; continue; }
     const left = new Date(v.deadline).getTime() - now;
-    p.textContent = `${countdown(left)} left`;
+    p.textContent = `${countdown(left)} left` + (v.deadline_by === "proposer" ? " (the proposer stops waiting then)" : "");
     p.classList.toggle("late", left < 30000);
   }
 }
