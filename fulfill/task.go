@@ -459,14 +459,26 @@ var errTaskGone = errors.New("task not found")
 // taskRequest sends a task method to the task's owner and waits for the
 // answer, correlated to the task-augmented request.
 func (f *Fulfiller) taskRequest(t *runningTask, method string) (agent.RPCResponse, error) {
-	ctx, cancel := context.WithTimeout(f.sendsCtx, f.cfg.FulfillTimeout)
+	f.mu.Lock()
+	parent := f.stopCtx
+	if parent == nil {
+		parent = f.sendsCtx
+	}
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(parent, f.cfg.FulfillTimeout)
 	defer cancel()
-	return f.space.RequestEnvelope(ctx, agent.Envelope{
+	return f.space.RequestEnvelope(ctx, taskEnvelope(t, method, nil))
+}
+
+// taskEnvelope is a task method for t's owner, correlated to the
+// task-augmented request; id nil: RequestEnvelope gives it one.
+func taskEnvelope(t *runningTask, method string, id json.RawMessage) agent.Envelope {
+	return agent.Envelope{
 		To:            []string{t.owner},
 		Kind:          agent.KindRequest,
 		CorrelationID: agent.CorrelationIDs{t.request},
-		Payload:       agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", Method: method, Params: agent.MustPayload(map[string]string{"taskId": t.id})}),
-	})
+		Payload:       agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", ID: id, Method: method, Params: agent.MustPayload(map[string]string{"taskId": t.id})}),
+	}
 }
 
 // taskGet asks the owner where the task stands.
@@ -562,22 +574,20 @@ func (f *Fulfiller) relay(p *proposal, t *runningTask, result json.RawMessage, r
 }
 
 // cancelTask sends tasks/cancel for t, once whatever ends the proposal
-// (a withdrawal, an operator, the deadline, shutdown); the owner's
-// acknowledgement is only logged.
+// (a withdrawal, an operator, the deadline, shutdown). Its answer is not
+// awaited: cancellation is cooperative in both revisions, and nothing
+// about the proposal depends on it.
 func (f *Fulfiller) cancelTask(p *proposal, t *runningTask) {
 	if p.fenced.Load() {
 		return // the adopter follows the task now
 	}
 	t.cancelOnce.Do(func() {
-		resp, err := f.taskRequest(t, methodTasksCancel)
-		switch {
-		case err != nil:
-			f.log.Warn("tasks/cancel not answered", "proposal", p.env.ID, "task", t.id, "target", t.owner, "err", err)
-		case resp.Error != nil:
-			f.log.Info("tasks/cancel refused (the task may have ended)", "proposal", p.env.ID, "task", t.id, "err", resp.Error)
-		default:
-			f.log.Info("task cancelled at its owner", "proposal", p.env.ID, "task", t.id, "target", t.owner)
+		env := taskEnvelope(t, methodTasksCancel, json.RawMessage(strconv.FormatInt(f.space.NextRPCID(), 10)))
+		if err := f.send(env); err != nil {
+			f.log.Warn("tasks/cancel not sent", "proposal", p.env.ID, "task", t.id, "target", t.owner, "err", err)
+			return
 		}
+		f.log.Info("tasks/cancel sent", "proposal", p.env.ID, "task", t.id, "target", t.owner)
 	})
 }
 
