@@ -94,6 +94,8 @@ type worldOptions struct {
 	// offerGrants turns on Config.OfferGrants, and gives the fulfiller
 	// grants (in memory) to make.
 	offerGrants bool
+	// statusChats turns on fulfill.Config.StatusChats.
+	statusChats bool
 }
 
 // world is a whole space on loopback: the in-process gateway, a file tool
@@ -245,6 +247,7 @@ func (w *world) startFulfiller() {
 		w.grants = grants.NewRegistry(regStore, log)
 	}
 	w.ful = fulfill.New(fc, w.engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log, Store: cfgStore, Grants: w.grants,
+		StatusChats: opts.statusChats,
 		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
 			w.mu.Lock()
 			w.fevs = append(w.fevs, e)

@@ -60,23 +60,23 @@ func ValidReason(code string) bool {
 // Action Reject and Reason "policy".
 type Decision struct {
 	Action    Action
-	Reason    string         // reject: wire reason code
-	Message   string         // for humans: the chat explanation or the approval card
-	Target    string         // optional override of the participant that gets the request
-	Approvers []string       // escalate: who may answer; empty means the sidecar's default
-	Quorum    int            // escalate: approvals needed; default 1
-	Timeout   time.Duration  // escalate: how long to wait; 0 = use the sidecar's default
-	Editable  []string       // escalate: argument names the approver may change
-	Grantable *Grantable     // escalate: the grant an approver may create; nil: none
+	Reason    string        // reject: wire reason code
+	Message   string        // for humans: the chat explanation or the approval card
+	Target    string        // optional override of the participant that gets the request
+	Approvers []string      // escalate: who may answer; empty means the sidecar's default
+	Quorum    int           // escalate: approvals needed; default 1
+	Timeout   time.Duration // escalate: how long to wait; 0 = use the sidecar's default
+	Editable  []string      // escalate: argument names the approver may change
+	Grantable *Grantable    // escalate: the grant an approver may create; nil: none
 	// Task asks for a task-augmented call to a tool whose taskSupport is
 	// "optional" (a "required" one is always called as a task).
 	Task bool
 	// TaskTimeout bounds the task once the tool owner created it; 0: the
 	// sidecar's --task-timeout.
 	TaskTimeout time.Duration
-	Extra     map[string]any // unknown decision fields, kept for the decision log
-	Revision  string         // revision of the policy set that decided
-	Err       error          // why this is a fail-closed reject; nil for a policy's own decision
+	Extra       map[string]any // unknown decision fields, kept for the decision log
+	Revision    string         // revision of the policy set that decided
+	Err         error          // why this is a fail-closed reject; nil for a policy's own decision
 }
 
 // decisionFields are the decision keys the policy contract defines; any
