@@ -63,6 +63,8 @@ type Metrics struct {
 	shadows     *prometheus.CounterVec
 	shadowDrops *prometheus.CounterVec
 	grants      *prometheus.CounterVec
+	tasks       *prometheus.CounterVec
+	tasksNow    prometheus.Gauge
 
 	bundleDownloads *prometheus.CounterVec // see bundle.go
 	bundleSuccess   prometheus.Gauge
@@ -76,13 +78,14 @@ type Metrics struct {
 
 	mu        sync.Mutex
 	escalated map[string]time.Time // proposal id → when humans were first asked
+	running   map[string]struct{}  // proposal ids whose fulfilment runs as an MCP task
 }
 
 // NewMetrics registers every metric. The gauges that read live state call
 // src's functions at scrape time; each may be nil until known (see Source).
 func NewMetrics(src *Source) *Metrics {
 	reg := prometheus.NewRegistry()
-	m := &Metrics{reg: reg, escalated: map[string]time.Time{}}
+	m := &Metrics{reg: reg, escalated: map[string]time.Time{}, running: map[string]struct{}{}}
 	m.received = registered(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "fulfiller_proposals_received_total",
 		Help: "Proposals addressed to this fulfiller (duplicates and others' proposals excluded)."}))
 	m.proposals = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_proposals_total",
@@ -115,6 +118,10 @@ func NewMetrics(src *Source) *Metrics {
 	m.grants = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_grants_total",
 		Help: "Grants by event: created (an approval made one), failed (an approval chose one that could not be made), used (a fulfil only a grant allowed), expired (reached its expiry unrevoked), revoked (by the operator API)."},
 		[]string{"event"}))
+	m.tasks = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_tasks_total",
+		Help: "Fulfilments run as MCP tasks, by event: created (the tool owner answered with a task, or a restart or adoption follows it again), completed, failed, cancelled (by its owner) — each relayed to the proposer —, and timeout (past its deadline), withdrawn (by the proposer), stopped (operator cancel, shutdown, store fault, the owner lost it): each sent tasks/cancel or found it gone."},
+		[]string{"event"}))
+	m.tasksNow = registered(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "fulfiller_tasks_running", Help: "MCP tasks being followed now (they count toward --max-pending)."}))
 	m.registerStore(reg)
 	m.registerBundle(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -169,18 +176,35 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		m.escalationEnded(e, "approved")
 	case fulfill.StageFulfilling:
 		m.proposals.WithLabelValues("fulfilled", "").Inc()
+	case fulfill.StageTask:
+		m.mu.Lock()
+		if _, ok := m.running[e.ProposalID]; !ok {
+			m.running[e.ProposalID] = struct{}{}
+			m.tasksNow.Inc()
+			m.tasks.WithLabelValues("created").Inc()
+		}
+		m.mu.Unlock()
 	case fulfill.StageFulfilled:
 		status := "ok"
 		if len(e.RPCError) > 0 {
 			status = "error"
 		}
 		m.fulfilDur.WithLabelValues(status).Observe(e.Latency.Seconds())
+		if e.Task != nil {
+			m.taskEnded(e, e.Task.Status)
+		}
 	case fulfill.StageRejected:
 		m.escalationEnded(e, "rejected")
 		m.proposals.WithLabelValues("rejected", e.Reason).Inc()
+		if e.Reason == "timeout" {
+			m.taskEnded(e, "timeout")
+		} else {
+			m.taskEnded(e, "stopped")
+		}
 	case fulfill.StageWithdrawn:
 		m.escalationEnded(e, "withdrawn")
 		m.proposals.WithLabelValues("withdrawn", "").Inc()
+		m.taskEnded(e, "withdrawn")
 	case fulfill.StageSuperseded:
 		m.escalationEnded(e, "superseded")
 		m.proposals.WithLabelValues("superseded", "").Inc()
@@ -200,6 +224,18 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		// rejected and fulfilled above count only written answers; these
 		// never left, or the gateway refused them afterwards.
 		m.undelivered.WithLabelValues(e.Envelope, e.Reason).Inc()
+	}
+}
+
+// taskEnded counts the end of e's proposal's task, if it ran as one.
+func (m *Metrics) taskEnded(e fulfill.Event, event string) {
+	m.mu.Lock()
+	_, ok := m.running[e.ProposalID]
+	delete(m.running, e.ProposalID)
+	m.mu.Unlock()
+	if ok {
+		m.tasksNow.Dec()
+		m.tasks.WithLabelValues(event).Inc()
 	}
 }
 

@@ -47,6 +47,15 @@ func TestMetricsFromEvents(t *testing.T) {
 	ev(fulfill.StageRejected, "b", func(e *fulfill.Event) { e.Reason = "policy" })
 	ev(fulfill.StageUndelivered, "b", func(e *fulfill.Event) { e.Envelope, e.Reason = "mcp/reject", "refused" })
 	ev(fulfill.StageUndelivered, "c", func(e *fulfill.Event) { e.Envelope, e.Reason = "mcp/reject", "not_written" })
+	// Tasks: one completed (status events twice: counted once), one past
+	// its deadline, one withdrawn, one still running.
+	for _, id := range []string{"t1", "t2", "t3", "t4"} {
+		ev(fulfill.StageTask, id, func(e *fulfill.Event) { e.Task = &fulfill.TaskInfo{ID: "task-" + id, Status: "working"} })
+	}
+	ev(fulfill.StageTask, "t1", func(e *fulfill.Event) { e.Task = &fulfill.TaskInfo{ID: "task-t1", Status: "input_required"} })
+	ev(fulfill.StageFulfilled, "t1", func(e *fulfill.Event) { e.Task = &fulfill.TaskInfo{ID: "task-t1", Status: "completed"} })
+	ev(fulfill.StageRejected, "t2", func(e *fulfill.Event) { e.Reason = "timeout" })
+	ev(fulfill.StageWithdrawn, "t3", nil)
 	m.ObserveApproval(elicit.Event{Kind: elicit.EventForgery, Approver: "alice"})
 	m.ObserveApproval(elicit.Event{Kind: elicit.EventAnswered, Approver: "alice", Action: "accept", Approve: true})
 
@@ -70,6 +79,11 @@ func TestMetricsFromEvents(t *testing.T) {
 		`fulfiller_approver_answers_total{kind="accept"} 1`,
 		`fulfiller_approver_answers_total{kind="forgery"} 1`,
 		`fulfiller_gateway_connected 1`,
+		`fulfiller_tasks_total{event="created"} 4`,
+		`fulfiller_tasks_total{event="completed"} 1`,
+		`fulfiller_tasks_total{event="timeout"} 1`,
+		`fulfiller_tasks_total{event="withdrawn"} 1`,
+		`fulfiller_tasks_running 1`,
 		`fulfiller_gateway_reconnects_total 3`,
 		`fulfiller_gateway_sessions_lost_total 4`,
 		`fulfiller_policy_info{default="false",revision="sha256:abc"} 1`,

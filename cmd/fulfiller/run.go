@@ -33,6 +33,8 @@ type runFlags struct {
 	maxPending, maxInflight   int
 	pendingTTL                time.Duration
 	fulfillTimeout            time.Duration
+	taskTimeout               time.Duration
+	statusChats               bool
 	ownerRejoinGrace          time.Duration
 	approvalTimeout           time.Duration
 	policyTimeout             time.Duration
@@ -82,6 +84,8 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.DurationVar(&fl.pendingTTL, "pending-ttl", 10*time.Minute, "longest a proposal may wait before it is rejected timeout")
 	f.IntVar(&fl.maxInflight, "max-inflight", 64, "fulfilment requests outstanding at once; more wait in the queue")
 	f.DurationVar(&fl.fulfillTimeout, "fulfill-timeout", 30*time.Second, "wait for the tool owner's answer before cancelling and rejecting timeout")
+	f.DurationVar(&fl.taskTimeout, "task-timeout", time.Hour, "longest an MCP task (a task-augmented tool call) may run once its owner created it, when the decision sets no task_timeout; then tasks/cancel and reject timeout")
+	f.BoolVar(&fl.statusChats, "status-chats", true, "tell proposers in a chat (with a machine-readable _meta) when their proposal waits for humans, for a fulfilment slot, or on a task")
 	f.DurationVar(&fl.ownerRejoinGrace, "owner-rejoin-grace", 5*time.Second, "how long a tool owner that left mid-fulfilment may take to come back (a dropped link looks like a leave) before the proposal is rejected incapable")
 	f.DurationVar(&fl.approvalTimeout, "approval-timeout", 5*time.Minute, "a human's deadline when the policy sets none")
 	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated participant ids)")
@@ -137,7 +141,7 @@ func (fl *runFlags) validate() error {
 	if fl.maxPendingBytes < 1 {
 		return usageErrorf("--max-pending-bytes %s: must be positive", &fl.maxPendingBytes)
 	}
-	for name, v := range map[string]time.Duration{"--pending-ttl": fl.pendingTTL, "--fulfill-timeout": fl.fulfillTimeout, "--owner-rejoin-grace": fl.ownerRejoinGrace,
+	for name, v := range map[string]time.Duration{"--pending-ttl": fl.pendingTTL, "--fulfill-timeout": fl.fulfillTimeout, "--task-timeout": fl.taskTimeout, "--owner-rejoin-grace": fl.ownerRejoinGrace,
 		"--approval-timeout": fl.approvalTimeout, "--policy-timeout": fl.policyTimeout, "--join-timeout": fl.joinTimeout, "--shutdown-timeout": fl.shutdownTimeout} {
 		if v <= 0 {
 			return usageErrorf("%s %s: must be positive", name, v)
@@ -323,6 +327,8 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		PendingTTL:       fl.pendingTTL,
 		MaxInflight:      fl.maxInflight,
 		FulfillTimeout:   fl.fulfillTimeout,
+		TaskTimeout:      fl.taskTimeout,
+		StatusChats:      fl.statusChats,
 		OwnerRejoinGrace: fl.ownerRejoinGrace,
 		ApprovalTimeout:  fl.approvalTimeout,
 		ShutdownTimeout:  fl.shutdownTimeout,
