@@ -339,3 +339,26 @@ func TestTerminalFulfillerLeavesAndComesBack(t *testing.T) {
 		t.Fatalf("outcome %+v", o)
 	}
 }
+
+// A deadline the proposer set (its own hint, sooner than the policy's)
+// is shown as such: the approver knows the proposer stops waiting then.
+func TestCardShowsAProposersDeadline(t *testing.T) {
+	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
+	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	card := func(by string) string {
+		env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2030-01-01T00:01:00Z"` + by + `}}}}`)}
+		c, err := approver.ParseCard(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		c.Render(&b, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), false)
+		return b.String()
+	}
+	if got := card(`,"deadline_by":"proposer"`); !strings.Contains(got, "(1m00s left) — set by the proposer, who stops waiting then") {
+		t.Errorf("card:\n%s", got)
+	}
+	if got := card(""); strings.Contains(got, "proposer, who stops") || !strings.Contains(got, "(1m00s left)") {
+		t.Errorf("card without the hint:\n%s", got)
+	}
+}

@@ -495,3 +495,27 @@ func TestE2ETaskForgedCompletionIgnored(t *testing.T) {
 		t.Fatalf("outcome %+v %s", out, out.Result)
 	}
 }
+
+// A proposal that waits for a fulfilment slot (--max-inflight) is told so
+// in a status chat; one that never waited gets none.
+func TestE2EStatusChatWhenQueued(t *testing.T) {
+	w := newWorld(t, worldOptions{cfg: fulfill.Config{MaxInflight: 1, StatusChats: true}})
+	first := w.propose("p-hold", `{"method":"tools/call","params":{"name":"hold","arguments":{}}}`)
+	w.waitHeld()
+	second := w.propose("p-add", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`)
+	chat := w.onWire("the queued status", func(e agent.Envelope) bool {
+		return e.Kind == agent.KindChat && e.CorrelationID.First() == second
+	})
+	exact(t, chat, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["p-add"],"payload":{"text":"Allowed; waiting for a free fulfilment slot.","format":"plain","_meta":{"fulfiller/status":{"v":1,"proposal":"p-add","stage":"queued"}}}}`)
+	close(w.release)
+	for _, id := range []string{first, second} {
+		if out := w.outcome(id); !out.Fulfilled {
+			t.Fatalf("%s: %+v", id, out)
+		}
+	}
+	for _, e := range w.wire.Envelopes() {
+		if e.Kind == agent.KindChat && e.CorrelationID.First() == first {
+			t.Errorf("a status chat for a proposal that never waited: %s", e.Raw)
+		}
+	}
+}
