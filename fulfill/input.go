@@ -67,6 +67,7 @@ func (f *Fulfiller) toolInput(p *proposal, target string, params json.RawMessage
 	if info, ok := f.catalog.tool(server, name); ok {
 		t.Description = info.Description
 		t.Annotations = info.Annotations
+		t.Execution = info.Execution
 	}
 	return t
 }

@@ -68,8 +68,9 @@ func newTaskWorld(t *testing.T, mode toolserver.TasksMode, silent bool, stateDir
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
 		"fulfiller-token": capsFulfiller,
 		"coder-token":     capsProposer,
-		"calc-token":      capsTool,
-		"mallory-token":   capsFulfiller, // may send requests: forges in others' names
+		// A task owner may send notifications (status), nothing else.
+		"calc-token":    append(capsTool, agent.Capability{Kind: agent.KindRequest, Payload: map[string]any{"method": "notifications/*"}}),
+		"mallory-token": capsFulfiller, // may send requests: forges in others' names
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -429,8 +429,8 @@ func TestExplain(t *testing.T) {
 		}
 	}
 	for _, r := range x.Rules {
-		if r.Rule == "data.fulfiller.decision" && r.Location != filepath.Join("..", "examples", "policies", "main.rego")+":26" {
-			t.Errorf("decision fired at %s, want the fulfil branch at main.rego:26", r.Location)
+		if r.Rule == "data.fulfiller.decision" && r.Location != filepath.Join("..", "examples", "policies", "main.rego")+":30" {
+			t.Errorf("decision fired at %s, want the fulfil branch at main.rego:30", r.Location)
 		}
 		if strings.HasPrefix(r.Rule, "data.fulfiller.production.escalate") {
 			t.Errorf("escalate did not fire but is listed: %v", r)

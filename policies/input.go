@@ -39,6 +39,10 @@ type Tool struct {
 	Arguments   json.RawMessage // params.arguments
 	Description string
 	Annotations json.RawMessage
+	// Execution is the tool's execution block from tools/list (MCP
+	// 2025-11-25: taskSupport says whether it runs as a task), verbatim;
+	// nil when the owner gave none.
+	Execution json.RawMessage
 }
 
 // Participant is a member of the space.
@@ -79,6 +83,7 @@ var (
 	keyArguments    = ast.StringTerm("arguments")
 	keyDescription  = ast.StringTerm("description")
 	keyAnnotations  = ast.StringTerm("annotations")
+	keyExecution    = ast.StringTerm("execution")
 	keyProposer     = ast.StringTerm("proposer")
 	keyID           = ast.StringTerm("id")
 	keyCapabilities = ast.StringTerm("capabilities")
@@ -159,6 +164,13 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 				return nil, fmt.Errorf("tool.annotations: %w", err)
 			}
 			tb.add(keyAnnotations, v)
+		}
+		if t.Execution != nil {
+			v, err := cache.value(t.Execution)
+			if err != nil {
+				return nil, fmt.Errorf("tool.execution: %w", err)
+			}
+			tb.add(keyExecution, v)
 		}
 		b.add(keyTool, tb.object())
 	}

@@ -33,7 +33,7 @@ func TestRunTestsExamples(t *testing.T) {
 	}
 	// Results are in file and line order.
 	first := report.Results[0]
-	if !strings.HasSuffix(first.Location, "main_test.rego:13") {
+	if !strings.HasSuffix(first.Location, "jobs_test.rego:11") {
 		t.Errorf("first result %s at %s", first.Name, first.Location)
 	}
 }

@@ -3,9 +3,11 @@
 # description: |
 #   Combines the example rules. Precedence: a deny (quotas.rego) beats a
 #   human's grant, which beats an escalation (production.rego), which beats
-#   a fulfil (readonly.rego). Anything no rule speaks for is rejected.
+#   a job run as a task (jobs.rego), which beats a fulfil (readonly.rego).
+#   Anything no rule speaks for is rejected.
 package fulfiller
 
+import data.fulfiller.jobs
 import data.fulfiller.production
 import data.fulfiller.quotas
 import data.fulfiller.readonly
@@ -23,6 +25,8 @@ decision := quotas.deny if {
 	production.granted
 } else := production.escalate if {
 	production.escalate
+} else := jobs.fulfill if {
+	jobs.fulfill
 } else := {"action": "fulfill", "message": "read-only"} if {
 	readonly.fulfill
 } else := {"action": "fulfill", "message": "suggested rule"} if data.fulfiller.suggested[_].fulfill

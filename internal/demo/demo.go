@@ -77,6 +77,9 @@ var (
 	capsFulfiller = []agent.Capability{{Kind: "mcp/*"}, {Kind: "chat"}}
 	capsProposer  = []agent.Capability{{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}}
 	capsTool      = []agent.Capability{{Kind: "mcp/response"}, {Kind: "chat"}}
+	// A tool owner whose tools run as MCP tasks may also send status
+	// notifications (mcp/request notifications/*), nothing else.
+	capsTaskOwner = append(capsTool, agent.Capability{Kind: "mcp/request", Payload: map[string]any{"method": "notifications/*"}})
 	capsHuman     = []agent.Capability{{Kind: "mcp/response"}, {Kind: "chat"}}
 )
 
@@ -127,6 +130,7 @@ func Run(ctx context.Context, opts Options) error {
 		"coder-token":     capsProposer,
 		"mallory-token":   capsProposer,
 		"tool-token":      capsTool,
+		"jobs-token":      capsTaskOwner,
 		"human-token":     capsHuman,
 	}})
 	if err != nil {
@@ -153,10 +157,10 @@ func Run(ctx context.Context, opts Options) error {
 		"/srv/prod/logs/debug.log": "12:02 cache warm\n",
 	})
 	for _, ts := range []struct {
-		id    string
-		tools []toolserver.Tool
-	}{{"calculator", toolserver.Calculator()}, {"fs", files.Tools()}} {
-		c, err := join(ts.id, "tool-token")
+		id, token string
+		tools     []toolserver.Tool
+	}{{"calculator", "tool-token", toolserver.Calculator()}, {"fs", "tool-token", files.Tools()}, {"jobs", "jobs-token", toolserver.Jobs{Step: 100 * time.Millisecond}.Tools()}} {
+		c, err := join(ts.id, ts.token)
 		if err != nil {
 			return err
 		}
@@ -222,7 +226,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Started != nil {
 		opts.Started(Running{Gateway: fc, Policy: engine, Fulfiller: ful, Grants: reg})
 	}
-	if err := waitTools(ctx, ful, 6); err != nil {
+	if err := waitTools(ctx, ful, 8); err != nil {
 		return err
 	}
 
@@ -336,6 +340,7 @@ func script() []step {
 		{title: "a blocklisted proposer", from: "mallory", payload: call("read_file", `{"path":"/srv/prod/db/users"}`), want: "rejected:policy"},
 		{title: "a proposal without a method", from: "coder", payload: `{"params":{"name":"add"}}`, want: "rejected:invalid"},
 		{title: "the first proposal's id again", from: "coder", id: "demo-add", payload: call("delete_path", `{"path":"/"}`), want: "ignored"},
+		{title: "a database migration: run as an MCP task, followed to its end", from: "coder", payload: call("migrate", `{"steps":3}`), want: "fulfilled"},
 	}
 }
 

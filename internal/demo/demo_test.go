@@ -47,7 +47,14 @@ func TestDemoStoryCompletes(t *testing.T) {
 		"   ⚙ the operator revokes grant-",
 		"├─ answered   oncall-alice approves: logs are fine to read",
 		" 9  coder     delete_path  withdrawn           ✓",
-		"13 of 13 proposals ended as the policy says.",
+		// A migration: the jobs server runs it as an MCP task, whose
+		// result is relayed to the proposer.
+		"├─ decided    fulfill: long-running job, run as a task",
+		"├─ task       jobs runs it as MCP task ",
+		"└─ fulfilled  migrated 3 steps (",
+		", relayed to the proposer)",
+		"14  coder     migrate      fulfilled           ✓",
+		"14 of 14 proposals ended as the policy says.",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("narration lacks %q", want)
@@ -101,7 +108,7 @@ func TestDemoInteractive(t *testing.T) {
 		" 4  coder     delete_path  fulfilled           ✓",
 		"├─ granted    grant-",
 		"├─ decided    fulfill: read_file targets production; allowed by oncall-alice's grant grant-",
-		"13 of 13 proposals ended as the policy says.",
+		"14 of 14 proposals ended as the policy says.",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("narration lacks %q:\n%s", want, out.String())

@@ -279,11 +279,20 @@ func (n *narrator) describe(e fulfill.Event) string {
 		return pad("queued") + " waiting for a free fulfilment slot"
 	case fulfill.StageFulfilling:
 		return pad("fulfilling") + " mcp/request to " + e.Target
+	case fulfill.StageTask:
+		if e.Task == nil {
+			return ""
+		}
+		return pad("task") + " " + n.paint(ansiYellow, fmt.Sprintf("%s runs it as MCP task %s (%s, spec %s), followed until %s", e.Target, short(e.Task.ID)+"…", e.Task.Status, e.Task.Spec, e.Task.Deadline.Local().Format("15:04:05")))
 	case fulfill.StageFulfilled:
 		if e.RPCError != nil {
 			return pad("fulfilled") + " " + n.paint(ansiRed, "tool error "+string(e.RPCError))
 		}
-		return fmt.Sprintf("%s %s %s", pad("fulfilled"), n.paint(ansiGreen, resultText(e.Result)), n.paint(ansiDim, "("+e.Latency.Round(time.Microsecond).String()+")"))
+		relayed := ""
+		if e.Task != nil {
+			relayed = ", relayed to the proposer"
+		}
+		return fmt.Sprintf("%s %s %s", pad("fulfilled"), n.paint(ansiGreen, resultText(e.Result)), n.paint(ansiDim, "("+e.Latency.Round(time.Microsecond).String()+relayed+")"))
 	case fulfill.StageRejected:
 		return pad("rejected") + " " + n.paint(ansiRed, e.Reason)
 	case fulfill.StageWithdrawn:
