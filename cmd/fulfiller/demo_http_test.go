@@ -41,8 +41,10 @@ func TestDemoServesMetrics(t *testing.T) {
 		return string(b)
 	}
 	want := []string{
-		"fulfiller_proposals_received_total 12\n",
-		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 6` + "\n",
+		"fulfiller_proposals_received_total 13\n",
+		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 7` + "\n",
+		`fulfiller_tasks_total{event="completed"} 1` + "\n",
+		"fulfiller_tasks_running 0\n",
 		`fulfiller_proposals_total{outcome="withdrawn",reason=""} 1` + "\n",
 		`fulfiller_proposals_total{outcome="ignored",reason="duplicate"} 1` + "\n",
 		`fulfiller_approver_answers_total{kind="accept"} 5` + "\n",

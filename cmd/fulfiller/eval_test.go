@@ -122,7 +122,7 @@ func TestEvalStdinAndExplain(t *testing.T) {
 	joined := strings.Join(names, "\n")
 	for _, want := range []string{
 		"data.fulfiller.readonly.fulfill " + filepath.Join(examplePolicies, "readonly.rego") + ":",
-		"data.fulfiller.decision " + filepath.Join(examplePolicies, "main.rego") + ":26",
+		"data.fulfiller.decision " + filepath.Join(examplePolicies, "main.rego") + ":30",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("explanation lacks %q:\n%s", want, joined)
