@@ -304,7 +304,9 @@ func (f *Fulfiller) markAnswered(p *proposal, rej state.Reject) bool {
 
 // dropAdopted ends p here without a word: its record is another member's.
 func (f *Fulfiller) dropAdopted(p *proposal) {
-	prev, ok := f.transition(p, StateSuperseded, notAnswered)
+	// A task stops being followed here (without tasks/cancel: the
+	// adopter follows it now).
+	prev, ok := f.transition(p, StateSuperseded, notAnsweredOrTask)
 	if !ok {
 		return
 	}

@@ -560,6 +560,10 @@ func (f *Fulfiller) relay(p *proposal, t *runningTask, result json.RawMessage, r
 	if rpcErr != nil {
 		ev.RPCError = agent.MustPayload(rpcErr)
 	}
+	if p.fenced.Load() {
+		f.log.Info("task result not relayed: the proposal's record is another member's now", "proposal", p.env.ID, "task", taskID)
+		return
+	}
 	if err := f.send(req); err != nil {
 		f.log.Error("task result not relayed: request not written", "proposal", p.env.ID, "task", taskID, "err", err)
 		f.undelivered(p, agent.KindRequest, UndeliveredNotWritten, err.Error())

@@ -56,7 +56,9 @@ func TestOperatorAPIInAGroup(t *testing.T) {
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	g := &groupOperator{
 		own:    []fulfill.Snapshot{{ID: "p-a", From: "coder", Method: "tools/call", Tool: "add", State: "deciding", Received: at, Owner: "ful-b"}},
-		others: []fulfill.Snapshot{{ID: "p-b", From: "coder", Method: "tools/call", Tool: "delete", Target: "fs", State: "awaiting_approval", Received: at, Deadline: at.Add(time.Minute), Owner: "ful-a"}},
+		others: []fulfill.Snapshot{{ID: "p-b", From: "coder", Method: "tools/call", Tool: "delete", Target: "fs", State: "awaiting_approval", Received: at, Deadline: at.Add(time.Minute), Owner: "ful-a"},
+			{ID: "p-c", From: "coder", Method: "tools/call", Tool: "migrate", Target: "jobs", State: "task", Received: at, Owner: "ful-a",
+				Task: &fulfill.TaskInfo{ID: "T1", Spec: fulfill.TaskSpec2025, Status: "working", Created: at.Add(time.Second), Deadline: at.Add(time.Hour)}}},
 	}
 	h := ops.NewHandler(ops.Options{Token: token, Now: func() time.Time { return at.Add(2 * time.Second) }})
 	h.SetOperator(g)
@@ -72,7 +74,8 @@ func TestOperatorAPIInAGroup(t *testing.T) {
 			t.Errorf("%s %s = %d %s, want %d %s", method, path, code, compact(t, body), wantCode, compact(t, want))
 		}
 	}
-	check("GET", "/v1/proposals", 200, `{"proposals":[`+own+`,`+other+`]}`)
+	task := `{"id":"p-c","from":"coder","method":"tools/call","tool":"migrate","target":"jobs","state":"task","received":"2026-11-22T10:00:00Z","task":{"id":"T1","spec":"2025-11-25","status":"working","created":"2026-11-22T10:00:01Z","deadline":"2026-11-22T11:00:00Z"},"owner":"ful-a","age_seconds":2}`
+	check("GET", "/v1/proposals", 200, `{"proposals":[`+own+`,`+other+`,`+task+`]}`)
 	check("GET", "/v1/proposals/p-b", 200, other)
 	check("GET", "/v1/proposals/nope", 404, `{"error":"no pending proposal nope"}`)
 
