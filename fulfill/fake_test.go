@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,8 +26,11 @@ type fakeSpace struct {
 	tools  map[string][]ToolInfo
 	sent   chan agent.Envelope
 	silent map[string]bool // never answer tools/list
-	rpcSeq atomic.Int64
-	dead   atomic.Bool // a crashed process: nothing reaches the wire
+	// taskAnswer answers the task methods (tasks/get, tasks/result)
+	// sent with RequestEnvelope; nil: they fail.
+	taskAnswer func(req agent.RPCRequest) (agent.RPCResponse, error)
+	rpcSeq     atomic.Int64
+	dead       atomic.Bool // a crashed process: nothing reaches the wire
 }
 
 func newFakeSpace() *fakeSpace {
@@ -93,6 +97,16 @@ func (s *fakeSpace) setPresent(id string, present bool) {
 
 func (s *fakeSpace) RequestEnvelope(ctx context.Context, env agent.Envelope) (agent.RPCResponse, error) {
 	var req agent.RPCRequest
+	if err := json.Unmarshal(env.Payload, &req); err == nil && strings.HasPrefix(req.Method, "tasks/") {
+		s.mu.Lock()
+		answer := s.taskAnswer
+		s.mu.Unlock()
+		if answer == nil || s.dead.Load() {
+			<-ctx.Done()
+			return agent.RPCResponse{}, ctx.Err()
+		}
+		return answer(req)
+	}
 	if err := json.Unmarshal(env.Payload, &req); err != nil || req.Method != agent.MethodToolsList || len(env.To) != 1 {
 		return agent.RPCResponse{}, errors.New("unexpected request " + string(env.Payload))
 	}

@@ -2,8 +2,10 @@ package fulfill
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -580,5 +582,83 @@ func TestStoreRestartWhileQueuedForAWorker(t *testing.T) {
 		if c != 1 {
 			t.Errorf("%s called %d times", id, c)
 		}
+	}
+}
+
+// A member dies while a fulfilment runs as an MCP task: the member that
+// adopts its work follows the task (never calling the tool again) and
+// relays its result to the proposer, once.
+func TestStoreAdoptedTaskIsFollowed(t *testing.T) {
+	mode := natsServer(t)
+	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
+	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
+	working := `{"resultType":"complete","taskId":"T1","status":"working","createdAt":"2026-11-25T10:00:00Z","lastUpdatedAt":"2026-11-25T10:00:00Z","ttlMs":60000,"pollIntervalMs":100}`
+	a.space.mu.Lock()
+	a.space.taskAnswer = func(agent.RPCRequest) (agent.RPCResponse, error) {
+		return agent.RPCResponse{Result: json.RawMessage(working)}, nil
+	}
+	a.space.mu.Unlock()
+
+	env := proposalEnv("job", "coder", callOf("migrate"))
+	a.deliver(env)
+	a.waitStage(t, "job", StageReceived)
+	b.deliver(env)
+	req := a.space.next(t)
+	if !isToolsCall(req) || len(req.CorrelationID) != 0 || !strings.Contains(string(req.Payload), `"task":{"ttl":3600000}`) {
+		t.Fatalf("a sent %s (correlation %v), want the task-augmented tools/call", req.Payload, req.CorrelationID)
+	}
+	a.deliver(agent.Envelope{ID: "resp-1", From: "calculator", To: []string{"ful-a"}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{req.ID},
+		Payload: json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"resultType":"task","taskId":"T1","status":"working","createdAt":"2026-11-25T10:00:00Z","lastUpdatedAt":"2026-11-25T10:00:00Z","ttlMs":60000}}`, rpcID(t, req)))})
+	a.waitStage(t, "job", StageTask)
+	b.waitStage(t, "job", StageIgnored)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := a.st.Get(t.Context(), "job")
+		if err == nil && r.Phase == state.Running && r.Task != nil && r.Task.ID == "T1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task was never recorded: %+v %v", r, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	b.space.mu.Lock()
+	b.space.taskAnswer = func(req agent.RPCRequest) (agent.RPCResponse, error) {
+		if req.Method != "tasks/get" {
+			return agent.RPCResponse{}, fmt.Errorf("unexpected %s", req.Method)
+		}
+		return agent.RPCResponse{Result: json.RawMessage(`{"resultType":"complete","taskId":"T1","status":"completed","createdAt":"2026-11-25T10:00:00Z","lastUpdatedAt":"2026-11-25T10:00:09Z","ttlMs":60000,"result":{"content":[{"type":"text","text":"migrated"}]}}`)}, nil
+	}
+	b.space.mu.Unlock()
+	a.crash()
+	b.waitStage(t, "job", StageResumed)
+	b.waitStage(t, "job", StageFulfilled)
+
+	var relay, resp agent.Envelope
+	for _, e := range drain(b.space, 300*time.Millisecond) {
+		switch {
+		case isToolsCall(e):
+			t.Errorf("b called the tool again: %s", e.Payload)
+		case e.Kind == agent.KindRequest && e.CorrelationID.First() == "job":
+			relay = e
+		case e.Kind == agent.KindResponse:
+			resp = e
+		}
+	}
+	for _, c := range []struct {
+		env           agent.Envelope
+		kind, to, cid string
+		payload       string
+	}{
+		{relay, agent.KindRequest, "ful-b", "job", fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tasks/result","params":{"taskId":"T1"}}`, rpcID(t, relay))},
+		{resp, agent.KindResponse, "coder", relay.ID, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"migrated"}]}}`, rpcID(t, relay))},
+	} {
+		if c.env.Kind != c.kind || c.env.From != "ful-b" || len(c.env.To) != 1 || c.env.To[0] != c.to || c.env.CorrelationID.First() != c.cid || !jsonEqual(c.env.Payload, c.payload) {
+			t.Errorf("b sent %s %s to %v correlated %v: %s; want %s to %s correlated %s: %s", c.env.From, c.env.Kind, c.env.To, c.env.CorrelationID, c.env.Payload, c.kind, c.to, c.cid, c.payload)
+		}
+	}
+	if _, err := b.st.Get(t.Context(), "job"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("the record outlives the relayed result: %v", err)
 	}
 }

@@ -198,7 +198,8 @@ func newStoreHarness(t *testing.T, id string, st *faultyStore, cfg Config, dec *
 	t.Helper()
 	space := newFakeSpace()
 	space.id = id
-	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "ask", Description: "needs a human"}, ToolInfo{Name: "soon", Description: "needs a human soon"})
+	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "ask", Description: "needs a human"}, ToolInfo{Name: "soon", Description: "needs a human soon"},
+		ToolInfo{Name: "migrate", Description: "runs as an MCP task", Execution: json.RawMessage(`{"taskSupport":"required"}`)})
 	cfg.Store = st
 	return newHarnessOn(t, space, cfg, dec)
 }
@@ -280,9 +281,10 @@ func (r *recEscalator) done(id string) func(Verdict) {
 }
 
 var storeDecisions = map[string]policies.Decision{
-	"add":  {Action: policies.Fulfill},
-	"ask":  {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
-	"soon": {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: 300 * time.Millisecond},
+	"add":     {Action: policies.Fulfill},
+	"ask":     {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
+	"soon":    {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: 300 * time.Millisecond},
+	"migrate": {Action: policies.Fulfill},
 }
 
 func callOf(tool string) string {
