@@ -139,14 +139,7 @@ func (f *Fulfiller) end(p *proposal, to State, allowed func(State) bool) (prev S
 		delete(f.byProposer, p.env.From)
 	}
 	if prev == StateFulfilling {
-		p.fulfilTimer.Stop()
-		if p.goneTimer != nil {
-			p.goneTimer.Stop()
-			p.goneTimer = nil
-		}
-		delete(f.byRequest, p.requestID)
-		f.inflight--
-		next = f.dequeueLocked()
+		next = f.freeSlotLocked(p)
 	}
 	if prev == StateTask {
 		f.endTaskLocked(p)

@@ -305,6 +305,21 @@ func (f *Fulfiller) cancelRequest(p *proposal, reason string) {
 	}
 }
 
+// freeSlotLocked gives up p's fulfilment slot once its request was
+// answered or p ended (a task runs without one: --max-inflight bounds
+// calls in flight, --max-pending the tasks) and returns the queued
+// proposals that take it. Called with f.mu held.
+func (f *Fulfiller) freeSlotLocked(p *proposal) []*proposal {
+	p.fulfilTimer.Stop()
+	if p.goneTimer != nil {
+		p.goneTimer.Stop()
+		p.goneTimer = nil
+	}
+	delete(f.byRequest, p.requestID)
+	f.inflight--
+	return f.dequeueLocked()
+}
+
 // dequeueLocked starts queued fulfilments while slots are free. Called with
 // f.mu held; the caller sends the returned requests after unlocking.
 func (f *Fulfiller) dequeueLocked() []*proposal {

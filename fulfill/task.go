@@ -351,21 +351,6 @@ func (f *Fulfiller) taskAnswered(p *proposal, env agent.Envelope, resp agent.RPC
 	}()
 }
 
-// freeSlotLocked gives up p's fulfilment slot once its request was
-// answered (a task runs without one: --max-inflight bounds calls in
-// flight, --max-pending the tasks) and returns the queued proposals that
-// take it. Called with f.mu held.
-func (f *Fulfiller) freeSlotLocked(p *proposal) []*proposal {
-	p.fulfilTimer.Stop()
-	if p.goneTimer != nil {
-		p.goneTimer.Stop()
-		p.goneTimer = nil
-	}
-	delete(f.byRequest, p.requestID)
-	f.inflight--
-	return f.dequeueLocked()
-}
-
 // taskEvent reports the task's (new) status.
 func (f *Fulfiller) taskEvent(p *proposal, t *runningTask, message string) {
 	f.mu.Lock()
