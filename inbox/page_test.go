@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"slices"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -232,5 +233,24 @@ func TestBrowserSignedAnswersAndForgeryIgnored(t *testing.T) {
 	}
 	if n := len(w.fulfilments(id)); n != 1 {
 		t.Errorf("%d fulfilments, want 1", n)
+	}
+}
+
+// A proposal that says it stops waiting in two minutes, sooner than the
+// policy's deadline: the card's countdown runs to the proposer's deadline
+// and says the proposer stops waiting then.
+func TestBrowserProposersDeadlineShown(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := tab(t, 1280, 900)
+	w.open(t, ctx)
+	id, err := w.prop.Propose(w.ctx, "p-hint", nil, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"},"_meta":{"timeout_ms":120000}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	countdown := card(id, "open") + `//p[contains(@class,"countdown") and contains(., "left")]`
+	do(t, ctx, "the prompt's countdown", chromedp.WaitVisible(countdown))
+	text := get(t, ctx, "the countdown", chromedp.Text(countdown))
+	if !regexp.MustCompile(`^(1m[0-5][0-9]s|2m00s) left \(the proposer stops waiting then\)$`).MatchString(text) {
+		t.Errorf("the countdown says %q, want about 2m left and who set the deadline", text)
 	}
 }
