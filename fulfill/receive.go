@@ -283,7 +283,9 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 	ev := p.event(StageWithdrawn)
 	ev.Reason = reasonOf(env.Payload)
 	if prev == StateTask {
+		f.mu.Lock() // its follower may be writing the task's status
 		ev.Task = p.task.info()
+		f.mu.Unlock()
 	}
 	f.emit(ev)
 	if prev == StateTask {
