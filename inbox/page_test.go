@@ -3,8 +3,8 @@ package inbox_test
 import (
 	"crypto/ed25519"
 	"encoding/json"
-	"slices"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 

@@ -55,7 +55,7 @@ func (g *groupOperator) Cancel(string, string) error { return g.cancelErr }
 func TestOperatorAPIInAGroup(t *testing.T) {
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	g := &groupOperator{
-		own:    []fulfill.Snapshot{{ID: "p-a", From: "coder", Method: "tools/call", Tool: "add", State: "deciding", Received: at, Owner: "ful-b"}},
+		own: []fulfill.Snapshot{{ID: "p-a", From: "coder", Method: "tools/call", Tool: "add", State: "deciding", Received: at, Owner: "ful-b"}},
 		others: []fulfill.Snapshot{{ID: "p-b", From: "coder", Method: "tools/call", Tool: "delete", Target: "fs", State: "awaiting_approval", Received: at, Deadline: at.Add(time.Minute), Owner: "ful-a"},
 			{ID: "p-c", From: "coder", Method: "tools/call", Tool: "migrate", Target: "jobs", State: "task", Received: at, Owner: "ful-a",
 				Task: &fulfill.TaskInfo{ID: "T1", Spec: fulfill.TaskSpec2025, Status: "working", Created: at.Add(time.Second), Deadline: at.Add(time.Hour)}}},
