@@ -56,6 +56,7 @@ type taskWorld struct {
 	engine  *policies.Engine
 	dir     string // state store; "" for none
 	release chan struct{}
+	tune    func(*fulfill.Config)
 
 	ful     *fulfill.Fulfiller
 	fc      *agent.Client
@@ -63,7 +64,7 @@ type taskWorld struct {
 	stopFul func()
 }
 
-func newTaskWorld(t *testing.T, mode toolserver.TasksMode, silent bool, stateDir string) *taskWorld {
+func newTaskWorld(t *testing.T, mode toolserver.TasksMode, silent bool, stateDir string, tune ...func(*fulfill.Config)) *taskWorld {
 	t.Helper()
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
 		"fulfiller-token": capsFulfiller,
@@ -77,6 +78,9 @@ func newTaskWorld(t *testing.T, mode toolserver.TasksMode, silent bool, stateDir
 	}
 	t.Cleanup(func() { srv.Close() })
 	w := &taskWorld{t: t, ctx: context.Background(), srv: srv, wire: spacetest.RecordWire(t, srv), dir: stateDir, release: make(chan struct{})}
+	for _, f := range tune {
+		w.tune = f
+	}
 	calc := spacetest.Join(t, w.ctx, srv, "calculator", "calc-token")
 	w.tools = spacetest.ServeTools(t, calc,
 		toolserver.Tool{Name: "migrate", Description: "Migrates; ends when the test says so", TaskSupport: "required",
@@ -132,6 +136,9 @@ func (w *taskWorld) start() {
 	cfg := fulfill.Config{SpaceID: space.DefaultSpaceID, StatusChats: true, TaskTimeout: time.Minute}
 	if st != nil {
 		cfg.Store = st
+	}
+	if w.tune != nil {
+		w.tune(&cfg)
 	}
 	w.ful = fulfill.New(w.fc, w.engine, cfg)
 	sub := w.fc.Subscribe(agent.SubscribeOptions{All: true})
@@ -528,4 +535,51 @@ func TestE2EStatusChatWhenQueued(t *testing.T) {
 			t.Errorf("a status chat for a proposal that never waited: %s", e.Raw)
 		}
 	}
+}
+
+// A running task is pending work: it counts toward --max-pending (a new
+// proposal is rejected busy while it runs, though it holds no fulfilment
+// slot), an operator's cancel stops it at its owner (tasks/cancel) and
+// rejects "other", and so does shutdown.
+func TestE2ETaskIsPendingWork(t *testing.T) {
+	w := newTaskWorld(t, toolserver.TasksExtension, false, "", func(c *fulfill.Config) { c.MaxPending, c.MaxPendingPerProposer, c.MaxInflight = 1, 10, 1 })
+	first := w.propose("p-first", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":1}}}`)
+	_, firstTask := w.taskOf("migrate")
+	spacetest.WaitUntil(t, "the task state", func() bool { s, ok := w.ful.Get(first); return ok && s.State == "task" })
+	if pending, inflight := w.ful.Counts(); pending != 1 || inflight != 0 {
+		t.Errorf("counts %d pending, %d in flight; want the task pending and its slot free", pending, inflight)
+	}
+	busy := w.propose("p-busy", `{"method":"tools/call","params":{"name":"build","arguments":{"target":"app"}}}`)
+	if out := w.outcome(busy); !out.Rejected || out.Reason != "busy" {
+		t.Fatalf("a proposal while the task runs with --max-pending 1: %+v, want busy", out)
+	}
+
+	if err := w.ful.Cancel(first, "ops@example"); err != nil {
+		t.Fatal(err)
+	}
+	if out := w.outcome(first); !out.Rejected || out.Reason != "other" {
+		t.Fatalf("cancelled task: %+v, want reject other", out)
+	}
+	spacetest.WaitUntil(t, "the task cancelled at its owner", func() bool {
+		ti, ok := w.tools.Task(firstTask)
+		return ok && ti.Status == "cancelled" && ti.Cancels == 1
+	})
+
+	second := w.propose("p-second", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":1}}}`)
+	var secondTask string
+	spacetest.WaitUntil(t, "the second task", func() bool {
+		s, ok := w.ful.Get(second)
+		if ok && s.Task != nil {
+			secondTask = s.Task.ID
+		}
+		return secondTask != ""
+	})
+	w.stopFul()
+	if out := w.outcome(second); !out.Rejected || out.Reason != "other" {
+		t.Fatalf("a task at shutdown: %+v, want reject other", out)
+	}
+	spacetest.WaitUntil(t, "the task cancelled at shutdown", func() bool {
+		ti, ok := w.tools.Task(secondTask)
+		return ok && ti.Status == "cancelled" && ti.Cancels == 1
+	})
 }
