@@ -572,6 +572,19 @@ func (f *Fulfiller) cancelTask(p *proposal, t *runningTask) {
 	}
 	t.cancelOnce.Do(func() {
 		env := taskEnvelope(t, methodTasksCancel, json.RawMessage(strconv.FormatInt(f.space.NextRPCID(), 10)))
+		if q, ok := f.space.(Queuer); ok {
+			// Kept until the link is back, like notifications/cancelled:
+			// a task left running after its proposal ended is work
+			// nobody wants.
+			ctx, cancel := f.sendContext()
+			defer cancel()
+			if _, queued, err := q.SendOrQueue(ctx, env); err != nil {
+				f.log.Warn("tasks/cancel not sent", "proposal", p.env.ID, "task", t.id, "target", t.owner, "err", err)
+			} else if queued {
+				f.log.Warn("tasks/cancel kept until the link is back", "proposal", p.env.ID, "task", t.id, "target", t.owner)
+			}
+			return
+		}
 		if err := f.send(env); err != nil {
 			f.log.Warn("tasks/cancel not sent", "proposal", p.env.ID, "task", t.id, "target", t.owner, "err", err)
 			return
