@@ -83,6 +83,9 @@ type Record struct {
 	Message  string          `json:"message,omitempty"`
 	By       []string        `json:"by,omitempty"`        // approved/fulfilled: approvers; superseded: who answered instead; escalated: who is asked
 	RPCError json.RawMessage `json:"rpc_error,omitempty"` // fulfilled with status error: the JSON-RPC error object
+	// Task (task, and the fulfilled that relays a task's result): the MCP
+	// task the fulfilment became at its tool owner.
+	Task *fulfill.TaskInfo `json:"task,omitempty"`
 	// KnownFulfiller (superseded): whether By is a fellow fulfiller
 	// (--peer-fulfillers) or another participant that ended the proposal.
 	KnownFulfiller *bool `json:"known_fulfiller,omitempty"`
@@ -592,8 +595,10 @@ func (l *Logger) fromEvent(e fulfill.Event) *Record {
 		r.Type, r.By, r.Message, r.GrantID = TypeGrant, e.By, e.Message, e.GrantID
 	case fulfill.StageApproved, fulfill.StageFulfilling, fulfill.StageWithdrawn, fulfill.StageSuperseded:
 		r.Type, r.By, r.Reason, r.Message = TypeOutcome, e.By, e.Reason, e.Message
+	case fulfill.StageTask:
+		r.Type, r.Task, r.Message = TypeOutcome, e.Task, e.Message
 	case fulfill.StageFulfilled:
-		r.Type, r.By = TypeOutcome, e.By
+		r.Type, r.By, r.Task = TypeOutcome, e.By, e.Task
 		r.LatencyNS = e.Latency.Nanoseconds()
 		r.Status = "ok"
 		if len(e.RPCError) > 0 {

@@ -467,3 +467,33 @@ func TestGrantRecords(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A fulfilment that ran as an MCP task: the task's record, and the
+// fulfilled line that relayed its result, both name the task.
+func TestTaskRecords(t *testing.T) {
+	var buf bytes.Buffer
+	log := decisionlog.New(&buf, decisionlog.Options{})
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	base := fulfill.Event{Time: at, ProposalID: "p-1", DecisionID: "d-1", Revision: "sha256:live", Proposer: "coder", Method: "tools/call", Tool: "migrate", Target: "jobs"}
+	task := &fulfill.TaskInfo{ID: "T1", Spec: fulfill.TaskSpecExtension, Status: "working", Created: at, Deadline: at.Add(time.Hour)}
+	created := base
+	created.Stage, created.Task = fulfill.StageTask, task
+	log.Observe(created)
+	done := base
+	ended := *task
+	ended.Status = "completed"
+	done.Stage, done.Task, done.Result, done.Latency = fulfill.StageFulfilled, &ended, json.RawMessage(`{"content":[]}`), time.Second
+	log.Observe(done)
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	head := `{"decision_id":"d-1","timestamp":"2026-11-25T10:00:00Z",`
+	meta := `"proposal_id":"p-1","revision":"sha256:live","proposer":"coder","method":"tools/call","tool":"migrate","target":"jobs",`
+	want := []string{
+		head + `"type":"outcome","stage":"task",` + meta + `"task":{"id":"T1","spec":"2026-07-28","status":"working","created":"2026-11-25T10:00:00Z","deadline":"2026-11-25T11:00:00Z"}}`,
+		head + `"type":"outcome","stage":"fulfilled",` + meta + `"latency_ns":1000000000,"status":"ok","task":{"id":"T1","spec":"2026-07-28","status":"completed","created":"2026-11-25T10:00:00Z","deadline":"2026-11-25T11:00:00Z"}}`,
+	}
+	if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
