@@ -189,7 +189,14 @@ func (w *world) propose(id, payload string, to ...string) string {
 
 func (w *world) outcome(id string) proposer.Outcome {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), spacetest.Timeout)
+	return w.outcomeWithin(id, spacetest.Timeout)
+}
+
+// outcomeWithin is outcome with a wait of its own, for tests whose
+// answer waits on a reconnect (slow on a loaded machine).
+func (w *world) outcomeWithin(id string, d time.Duration) proposer.Outcome {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	out, err := w.prop.Wait(ctx, id)
 	if err != nil {

@@ -174,7 +174,9 @@ func TestFaultGatewayStallDuringDecision(t *testing.T) {
 	waitUntil(t, "the fulfilment to start", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "fulfilling" })
 	w.srv.SetStalled(false)
 
-	out := w.outcome(id)
+	// The answer waits for the reconnect: on a loaded CI machine under
+	// -race that alone has taken most of spacetest.Timeout.
+	out := w.outcomeWithin(id, 3*spacetest.Timeout)
 	if !out.Fulfilled || out.FulfilledBy != "fulfiller" {
 		t.Fatalf("outcome %+v", out)
 	}
