@@ -67,6 +67,9 @@ func TestMain(m *testing.M) {
 // the fulfiller itself (exec keeps the pid). The tests that need it run
 // with -short too: they are the operator's view (crash, group, audit,
 // shutdown, the interactive demo), not soak runs, and CI runs -short.
+// They run in parallel (t.Parallel) where they can: each has its own
+// space, directories and ports, and mostly waits on its processes (not
+// TestRunBinaryGrants, whose in-process CLI calls set the environment).
 func fulfillerBinary(t *testing.T) string {
 	t.Helper()
 	fulfillerScript.once.Do(func() {

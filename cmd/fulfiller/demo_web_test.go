@@ -23,6 +23,7 @@ import (
 // to be cancelled, and an approval there would leave it waiting out the
 // whole --step-timeout.
 func TestDemoWebWaitsForTheBrowser(t *testing.T) {
+	t.Parallel() // its own space and inbox; mostly waiting on the story
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	root := newRootCmd()
