@@ -108,30 +108,32 @@ func TestCardEndCauses(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		escalation string
-		end        func(w *world, id string)
+		end        func(t *testing.T, w *world, id string)
 		want       approver.End
 		text       string
 	}{
-		{"withdrawn", oneApprover, func(w *world, id string) {
+		{"withdrawn", oneApprover, func(t *testing.T, w *world, id string) {
 			if err := w.prop.Withdraw(w.ctx, id, "no_longer_needed"); err != nil {
 				t.Fatal(err)
 			}
 		}, approver.End{Cause: approver.CauseWithdrawn, Reason: "withdrawn"}, "withdrawn by the proposer"},
 		// 3s: long enough for the card to reach alice on a loaded machine
 		// (a card past its deadline is never shown).
-		{"deadline", `{"approvers":["alice"],"timeout":"3s"}`, func(*world, string) {},
+		{"deadline", `{"approvers":["alice"],"timeout":"3s"}`, func(*testing.T, *world, string) {},
 			approver.End{Cause: approver.CauseDeadline}, "the deadline passed"},
-		{"operator", oneApprover, func(w *world, id string) {
+		{"operator", oneApprover, func(t *testing.T, w *world, id string) {
 			if err := w.ful.Cancel(id, "ops"); err != nil {
 				t.Fatal(err)
 			}
 		}, approver.End{Cause: approver.CauseCancelled, Reason: "cancelled"}, "cancelled by the operator"},
-		{"another approver declined", `{"approvers":["alice","bob"]}`, func(w *world, _ string) { close(w.bobGo) },
+		{"another approver declined", `{"approvers":["alice","bob"]}`, func(_ *testing.T, w *world, _ string) { close(w.bobGo) },
 			approver.End{Cause: approver.CauseDecided, Reason: "disagree"}, "decided by another approver: not approved"},
-		{"another approver approved", `{"approvers":["alice","bob"]}`, func(w *world, _ string) { close(w.bobGo) },
+		{"another approver approved", `{"approvers":["alice","bob"]}`, func(_ *testing.T, w *world, _ string) { close(w.bobGo) },
 			approver.End{Cause: approver.CauseDecided, Reason: "approved", Approved: true}, "decided by other approvers: approved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A world each, and the deadline case waits 3 s: side by side.
+			t.Parallel()
 			w := newWorld(t, tc.escalation, nil)
 			if strings.Contains(tc.escalation, "bob") {
 				// Bob is in the space before the proposal (a prompt sent
@@ -145,7 +147,7 @@ func TestCardEndCauses(t *testing.T) {
 			w.approver("alice", ui, approver.Options{})
 			id := w.propose("p-write")
 			card := ui.card(t)
-			tc.end(w, id)
+			tc.end(t, w, id)
 			ev := ui.event(t, approver.EventEnded)
 			got := ev.End
 			if tc.want.Reason == "" {

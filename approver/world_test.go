@@ -113,7 +113,10 @@ func newWorldGrants(t *testing.T, escalation string, keys elicit.Keys, offerGran
 	if offerGrants {
 		reg = grants.NewRegistry(nil, nil)
 	}
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, Grants: reg})
+	// DiscoverySettle: nobody in these worlds forges a tools/list
+	// answer (fulfill's tests cover that), and the 500 ms default would
+	// be waited out by every world before its first proposal.
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, Grants: reg, DiscoverySettle: time.Millisecond})
 	w.ful = ful
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, fcancel := context.WithCancel(ctx)

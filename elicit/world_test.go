@@ -246,8 +246,11 @@ func (w *world) startFulfiller() {
 	if opts.offerGrants {
 		w.grants = grants.NewRegistry(regStore, log)
 	}
+	// DiscoverySettle: nobody in these worlds forges a tools/list
+	// answer (fulfill's tests cover that), and the 500 ms default would
+	// be waited out by every world before its first proposal.
 	w.ful = fulfill.New(fc, w.engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log, Store: cfgStore, Grants: w.grants,
-		StatusChats: opts.statusChats,
+		StatusChats: opts.statusChats, DiscoverySettle: time.Millisecond,
 		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
 			w.mu.Lock()
 			w.fevs = append(w.fevs, e)

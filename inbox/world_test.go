@@ -128,7 +128,10 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	if o.grants {
 		reg = grants.NewRegistry(nil, nil)
 	}
-	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, Grants: reg})
+	// DiscoverySettle: nobody in these worlds forges a tools/list
+	// answer (fulfill's tests cover that), and the 500 ms default would
+	// be waited out by every world before its first proposal.
+	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, Grants: reg, DiscoverySettle: time.Millisecond})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fulDone, elDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(fulDone); _ = w.ful.Run(ctx, fulSub.C()) }()

@@ -90,7 +90,7 @@ func TestApproveWebServesTheInbox(t *testing.T) {
 
 	// The page's feed shows the card; the page answers it.
 	spacetest.WaitUntil(t, "the card in the page's feed", func() bool {
-		return slices.Contains(openCards(ctx, browser, base), prompt.ID)
+		return slices.ContainsFunc(openCards(ctx, browser, base), func(c card) bool { return c.ID == prompt.ID })
 	})
 	req, _ := http.NewRequest(http.MethodPost, base+"/answer", strings.NewReader(`{"id":"`+prompt.ID+`","action":"approve"}`))
 	req.Header.Set("Content-Type", "application/json")

@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,35 +19,39 @@ import (
 	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
-// The tests that run fulfiller as an operator does share one build of the
-// binary: building it costs seconds, and every such test wants the same
-// program.
-var built struct {
+// asFulfiller, in this test binary's environment, makes TestMain run
+// fulfiller's main instead of the tests: the binary tests start this test
+// binary as the fulfiller (fulfillerBinary), so that CI compiles the
+// program's dependencies (OPA, the NATS server) once, with -race, rather
+// than a second time for a separate go build. The child is the same main
+// package a release is built from, race-checked besides.
+const asFulfiller = "FULFILLER_TEST_RUN_AS_FULFILLER"
+
+// fulfillerScript is the program the binary tests run as fulfiller,
+// written once per test process; TestMain removes it.
+var fulfillerScript struct {
 	once sync.Once
 	dir  string
-	bin  string
+	path string
 	err  error
-	out  []byte
 }
 
-// TestMain removes the shared build when the tests are done, and fails
-// the run if a test left run's default state directory (relative to the
-// working directory: this package's source) behind: tests give --state.
+// TestMain runs fulfiller itself when started as the fulfiller
+// (asFulfiller) or as nats-server; otherwise it runs the tests, removes
+// the fulfiller script, and fails the run if a test left run's default
+// state directory (relative to the working directory: this package's
+// source) behind: tests give --state.
 func TestMain(m *testing.M) {
 	testenv.RunAsNATSServer()
+	if os.Getenv(asFulfiller) != "" {
+		main()
+		return // main exits
+	}
 	_, err := os.Stat(defaultStateDir)
 	existed := err == nil
-	flag.Parse()
-	if flag.Lookup("test.run").Value.String() == "" {
-		// The whole package runs: build the binary while the in-process
-		// tests that come first run (a minute of CI's critical path when
-		// the first binary test waited for it).
-		go built.once.Do(buildBinary)
-	}
 	code := m.Run()
-	built.once.Do(func() {}) // waits for a build still under way
-	if built.dir != "" {
-		_ = os.RemoveAll(built.dir)
+	if fulfillerScript.dir != "" {
+		_ = os.RemoveAll(fulfillerScript.dir)
 	}
 	if _, err := os.Stat(defaultStateDir); err == nil && !existed {
 		fmt.Fprintf(os.Stderr, "a test left %s in the package directory: run it with --state or FULFILLER_STATE in a temporary directory\n", defaultStateDir)
@@ -58,27 +61,39 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fulfillerBinary builds ./cmd/fulfiller once per test process (without
-// cgo, as a release is built) and returns its path. The tests that need it
-// run with -short too: they are the operator's view (crash, group, audit,
+// fulfillerBinary returns the path of a program that runs fulfiller with
+// the arguments it is given: a script that execs this test binary with
+// asFulfiller set, so the process the test starts, signals and kills is
+// the fulfiller itself (exec keeps the pid). The tests that need it run
+// with -short too: they are the operator's view (crash, group, audit,
 // shutdown, the interactive demo), not soak runs, and CI runs -short.
+// They run in parallel (t.Parallel) where they can: each has its own
+// space, directories and ports, and mostly waits on its processes (not
+// TestRunBinaryGrants, whose in-process CLI calls set the environment).
 func fulfillerBinary(t *testing.T) string {
 	t.Helper()
-	built.once.Do(buildBinary)
-	if built.err != nil {
-		t.Fatalf("go build: %v\n%s", built.err, built.out)
+	fulfillerScript.once.Do(func() {
+		exe, err := os.Executable()
+		if err != nil {
+			fulfillerScript.err = fmt.Errorf("find the test binary: %w", err)
+			return
+		}
+		if fulfillerScript.dir, err = os.MkdirTemp("", "fulfiller-bin-"); err != nil {
+			fulfillerScript.err = err
+			return
+		}
+		path := filepath.Join(fulfillerScript.dir, "fulfiller")
+		script := fmt.Sprintf("#!/bin/sh\n%s=1 exec '%s' \"$@\"\n", asFulfiller, exe)
+		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+			fulfillerScript.err = fmt.Errorf("write %s: %w", path, err)
+			return
+		}
+		fulfillerScript.path = path
+	})
+	if fulfillerScript.err != nil {
+		t.Fatalf("fulfillerBinary: %v", fulfillerScript.err)
 	}
-	return built.bin
-}
-
-func buildBinary() {
-	if built.dir, built.err = os.MkdirTemp("", "fulfiller-bin-"); built.err != nil {
-		return
-	}
-	built.bin = filepath.Join(built.dir, "fulfiller")
-	build := exec.Command("go", "build", "-o", built.bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	built.out, built.err = build.CombinedOutput()
+	return fulfillerScript.path
 }
 
 // humanWorld is a space in which a fulfiller binary, run with Policy and

@@ -19,6 +19,7 @@ import (
 // approves the production delete with one key press. It needs tmux (CI has
 // TestApproveOnPTY instead, which needs nothing but a pty).
 func TestDemoInteractiveInTmux(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
 		testenv.Missing(t, "tmux is not installed (apt-get install -y tmux)")

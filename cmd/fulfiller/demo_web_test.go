@@ -17,7 +17,13 @@ import (
 // demo --web makes the person oncall-alice in the browser: the header
 // prints the inbox's address, the production delete waits there, and an
 // approval from the page lets the story finish with exit 0.
+//
+// The person approves every card but the one the proposer withdraws
+// (step 9), as someone watching would: that step waits for both prompts
+// to be cancelled, and an approval there would leave it waiting out the
+// whole --step-timeout.
 func TestDemoWebWaitsForTheBrowser(t *testing.T) {
+	t.Parallel() // its own space and inbox; mostly waiting on the story
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	root := newRootCmd()
@@ -38,8 +44,11 @@ func TestDemoWebWaitsForTheBrowser(t *testing.T) {
 	if resp, err := browser.Get(url); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %v %v", url, resp, err)
 	}
-	// Approve every prompt the page shows until the story ends.
+	// Approve every prompt the page shows until the story ends, but the
+	// withdrawn step's.
+	const withdrawn = "demo-9-delete_path"
 	answered := map[string]bool{}
+	sawWithdrawn := false
 	for {
 		select {
 		case err := <-done:
@@ -49,6 +58,9 @@ func TestDemoWebWaitsForTheBrowser(t *testing.T) {
 			if len(answered) == 0 {
 				t.Fatal("the demo ended without asking the browser")
 			}
+			if !sawWithdrawn {
+				t.Errorf("the browser never showed the card of %s, which the proposer withdraws", withdrawn)
+			}
 			if !strings.Contains(screen.String(), "fulfilled  deleted") {
 				t.Errorf("the production delete was not fulfilled after the browser's approval:\n%s", screen.String())
 			}
@@ -57,8 +69,12 @@ func TestDemoWebWaitsForTheBrowser(t *testing.T) {
 			t.Fatalf("the demo did not end\n%s", screen.String())
 		case <-time.After(200 * time.Millisecond):
 		}
-		for _, id := range openCards(ctx, browser, base) {
-			if answered[id] {
+		for _, card := range openCards(ctx, browser, base) {
+			id := card.ID
+			if card.Proposal == withdrawn {
+				sawWithdrawn = true
+			}
+			if answered[id] || card.Proposal == withdrawn {
 				continue
 			}
 			req, _ := http.NewRequest(http.MethodPost, base+"/answer", strings.NewReader(`{"id":"`+id+`","action":"approve"}`))
@@ -72,8 +88,11 @@ func TestDemoWebWaitsForTheBrowser(t *testing.T) {
 	}
 }
 
-// openCards reads the ids of the open cards from the page's feed.
-func openCards(ctx context.Context, c *http.Client, base string) []string {
+// card is what the test reads of one card in the page's feed.
+type card struct{ ID, Proposal, State string }
+
+// openCards reads the open cards from the page's feed.
+func openCards(ctx context.Context, c *http.Client, base string) []card {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(rctx, http.MethodGet, base+"/events", nil)
@@ -86,17 +105,15 @@ func openCards(ctx context.Context, c *http.Client, base string) []string {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		if line, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			var snap struct {
-				Items []struct{ ID, State string }
-			}
+			var snap struct{ Items []card }
 			_ = json.Unmarshal([]byte(line), &snap)
-			var ids []string
+			var open []card
 			for _, it := range snap.Items {
 				if it.State == "open" {
-					ids = append(ids, it.ID)
+					open = append(open, it)
 				}
 			}
-			return ids
+			return open
 		}
 	}
 	return nil

@@ -279,11 +279,17 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		return fmt.Errorf("--state %s: %w", fl.state.spec, err)
 	}
 
-	client, err := agent.Dial(ctx, agent.Config{
+	// Subscribed from the join on (DialSubscribed): a proposal sent the
+	// moment the fulfiller appears in the roster would otherwise arrive
+	// before Subscribe and never be answered. The second subscription is
+	// the elicitor's: in a group an approver answers the member that
+	// asked, and when that member's work was adopted, the adopter must
+	// hear the answer too.
+	client, subs, err := agent.DialSubscribed(ctx, agent.Config{
 		URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id,
 		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout, Logger: log,
 		RPCIDs: rpcIDSource(store), Outbox: out,
-	})
+	}, agent.SubscribeOptions{All: true, Buffer: 1024}, agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil
@@ -297,14 +303,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		log.Error("fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more", "reason", why)
 	}
 
-	sub := client.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
+	sub, answers := subs[0], subs[1]
 	defer sub.Close()
 	// Grants are offered wherever the policy's decision is grantable: the
 	// policy, not a flag, decides whether people may grant.
 	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, OfferGrants: true, Logger: log, Observer: opsRT.approvalObserver()})
-	// In a group an approver answers the member that asked; when that
-	// member's work was adopted, the adopter must hear the answer too.
-	answers := client.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
 	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()

@@ -27,6 +27,7 @@ import (
 // reason, no tool call and no prompt goes out, /readyz is 503 naming the
 // decision log, and the failure metric counts.
 func TestRunBinaryDecisionLogOnFullDisk(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	if _, err := os.Stat("/dev/full"); err != nil {
 		testenv.Missing(t, "no /dev/full")
 	}
@@ -91,6 +92,7 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 // ready again, and the next escalation goes out — without a restart.
 // Needs permission to mount a tmpfs (root); skipped otherwise.
 func TestRunBinaryDecisionLogRecoversWhenTheDiskHasRoom(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
 		testenv.Missing(t, "cannot mount a tmpfs here (needs root): %v", err)

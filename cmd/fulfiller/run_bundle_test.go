@@ -30,6 +30,7 @@ import (
 // reload, and the next proposal is still decided by v2. The token never
 // reaches the log.
 func TestRunBinaryBundleRollout(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	srv, _ := newBinarySpace(t, "package fulfiller\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -46,6 +46,7 @@ func startNATSServer(t *testing.T, w *stateWorld) string {
 // killed, the other asks it again within the lease and alice's approval
 // fulfils the call once.
 func TestRunGroupOfTwoAnswersOnceAndAdopts(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	w := newStateWorld(t)
 	url := startNATSServer(t, w)

@@ -21,6 +21,7 @@ import (
 // the shutdown reject still reaches the log (it is closed after the
 // fulfiller has answered everything), masked, before the listener stops.
 func TestRunBinaryOperations(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
 	ctx, srv := w.Ctx, w.Space

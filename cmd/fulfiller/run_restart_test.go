@@ -159,6 +159,7 @@ func (w *stateWorld) accept(elicitation agent.Envelope) {
 // prompt and a 2 s prompt are open and a call hangs, then started again on
 // the same DIR.
 func TestRunResumesAfterSIGKILL(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	w := newStateWorld(t)
 	began := time.Now()

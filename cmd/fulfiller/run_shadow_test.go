@@ -22,6 +22,7 @@ import (
 // request), the decision log has the shadow line governed by the live
 // decision, and /metrics counts the (reject → fulfill) disagreement.
 func TestRunBinaryShadowPolicy(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	srv, policy := newBinarySpace(t, "package fulfiller\n\ndecision := {\"action\": \"reject\", \"reason\": \"unsafe\"}\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -23,6 +23,7 @@ import (
 // was lost — the three rejects its proposers are owed and the three
 // prompt cancellations its approver is owed — and exits 1, not 0.
 func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
 	ctx, srv := w.Ctx, w.Space
@@ -103,6 +104,7 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 // know, fulfiller gets only chat and mcp/response. Start-up logs the
 // capabilities granted and that it cannot answer; /readyz stays 503.
 func TestRunBinaryWrongTokenSaysSo(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -24,6 +24,7 @@ import (
 // joined, with its original envelope id, and leaves the store once
 // written; a stopped run removes its lease.
 func TestRunBinarySendsAnswersQueuedBeforeARestart(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
 	dir := filepath.Join(t.TempDir(), "state")

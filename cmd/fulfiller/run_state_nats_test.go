@@ -23,6 +23,7 @@ import (
 // (and nothing secret); with the server back on its port and directory it
 // turns ready again without a restart of fulfiller.
 func TestRunBinaryReadinessFollowsTheNATSServer(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	natsBin := testenv.NATSServer(t)
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)

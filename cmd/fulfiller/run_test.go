@@ -18,6 +18,7 @@ import (
 // proposer must get reject "other" with an explanation, and the process must
 // exit 0.
 func TestRunBinaryAnswersPendingWorkOnSIGTERM(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
 	ctx, srv := w.Ctx, w.Space

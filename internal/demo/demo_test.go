@@ -12,6 +12,7 @@ import (
 )
 
 func TestDemoStoryCompletes(t *testing.T) {
+	t.Parallel() // a space and a temporary directory of its own
 	var out strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -70,6 +71,7 @@ func TestDemoStoryCompletes(t *testing.T) {
 // the other escalations end without them (declined by oncall-bob,
 // withdrawn), and their cards are taken away.
 func TestDemoInteractive(t *testing.T) {
+	t.Parallel() // mostly waiting: the story pauses for the person (3 s)
 	var out, screen syncBuffer
 	keys, typing := io.Pipe()
 	defer typing.Close()
