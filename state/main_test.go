@@ -65,7 +65,7 @@ func openStore(t *testing.T, cfg Config, mut ...func(*Config)) *Store {
 	for _, f := range mut {
 		f(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := Open(ctx, cfg)
 	if err != nil {
@@ -121,7 +121,7 @@ func clusterStore(t *testing.T, space, member string, mut ...func(*Config)) *Sto
 }
 
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -42,20 +42,39 @@ type Options struct {
 // always unless o.NoSync) and waits for a JetStream meta leader. One
 // server runs standalone: for callers that share a store between members
 // and do not test replication, at a third of the cost.
+//
+// The ports are picked before the servers bind them (JetStream
+// clustering wants every server's routes at start), so another process
+// can take one in between; a cluster that does not start is started
+// again on new ports, up to startAttempts times.
 func StartCluster(n int, name string, o Options) (*Cluster, error) {
+	var err error
+	for range startAttempts {
+		var c *Cluster
+		if c, err = startCluster(n, name, o); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+// startAttempts bounds StartCluster's retries on new ports.
+const startAttempts = 3
+
+func startCluster(n int, name string, o Options) (*Cluster, error) {
 	root, err := os.MkdirTemp("", name+"-")
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{root: root, opts: make([]*server.Options, n), servers: make([]*server.Server, n)}
-	// JetStream clustering wants every server's routes at start, so the
-	// ports are picked first (a free loopback port each, released just
-	// before the server binds it).
+	// A free loopback port each, released just before the server binds
+	// it.
 	var routes []*url.URL
 	ports := make([][2]int, n)
 	for i := range n {
 		for j := range 2 {
 			if ports[i][j], err = freePort(); err != nil {
+				os.RemoveAll(root)
 				return nil, err
 			}
 		}
@@ -84,11 +103,15 @@ func StartCluster(n int, name string, o Options) (*Cluster, error) {
 	for i := range n {
 		go func() { errs <- c.Start(i) }()
 	}
+	var startErr error
 	for range n {
-		if err := <-errs; err != nil {
-			c.Shutdown()
-			return nil, err
+		if err := <-errs; err != nil && startErr == nil {
+			startErr = err
 		}
+	}
+	if startErr != nil {
+		c.Shutdown()
+		return nil, startErr
 	}
 	if n == 1 {
 		return c, nil // standalone JetStream: no meta group to wait for
@@ -113,7 +136,8 @@ func (c *Cluster) Start(i int) error {
 		s.ConfigureLogger()
 	}
 	s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
+	if !s.ReadyForConnections(time.Minute) {
+		s.Shutdown()
 		return fmt.Errorf("server %d did not start", i)
 	}
 	c.mu.Lock()
