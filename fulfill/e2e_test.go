@@ -156,6 +156,11 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	w.fc = fc
 	cfg := opts.cfg
 	cfg.SpaceID = space.DefaultSpaceID
+	if cfg.DiscoverySettle == 0 {
+		// Nobody forges tools/list here except where a test sets its own
+		// settle (TestE2EForgedDiscoveryDetected): do not wait 500ms.
+		cfg.DiscoverySettle = time.Millisecond
+	}
 	w.ful = fulfill.New(fc, w.gate, cfg)
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, fcancel := context.WithCancel(ctx)

@@ -133,7 +133,7 @@ func (w *taskWorld) start() {
 		}
 	}
 	w.fc = spacetest.Join(t, w.ctx, w.srv, "fulfiller", "fulfiller-token")
-	cfg := fulfill.Config{SpaceID: space.DefaultSpaceID, StatusChats: true, TaskTimeout: time.Minute}
+	cfg := fulfill.Config{SpaceID: space.DefaultSpaceID, StatusChats: true, TaskTimeout: time.Minute, DiscoverySettle: time.Millisecond}
 	if st != nil {
 		cfg.Store = st
 	}
