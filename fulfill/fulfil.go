@@ -195,7 +195,7 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 	f.waitWritten(p)
 	if p.taskAug {
 		f.answered.Add(cid, &answeredRequest{p: p, response: env.ID, digest: sha256.Sum256(env.Payload)})
-		f.taskAnswered(p, env, resp)
+		f.taskAnswered(p, resp)
 		return
 	}
 	// Ended here, on the reader, so that what it reads next (a new

@@ -48,27 +48,33 @@ const (
 	TaskSpecExtension = "2026-07-28"
 )
 
-// MCP task methods and _meta keys.
+// MCP task methods, statuses and _meta keys, of both revisions.
 const (
-	methodTasksGet        = "tasks/get"
-	methodTasksResult     = "tasks/result"
-	methodTasksCancel     = "tasks/cancel"
-	methodTaskStatus      = "notifications/tasks/status" // 2025-11-25
-	methodTaskStatusExt   = "notifications/tasks"        // 2026-07-28 extension
-	metaClientCaps        = "io.modelcontextprotocol/clientCapabilities"
-	metaRelatedTask       = "io.modelcontextprotocol/related-task"
-	extensionTasks        = "io.modelcontextprotocol/tasks"
-	codeTaskCancelled     = -32603 // what a task its owner cancelled is relayed as
-	defaultTaskPoll       = time.Second
-	minTaskPoll           = 100 * time.Millisecond // a flood of status notifications cannot make more tasks/get than this
-	maxTaskPoll           = 30 * time.Second
-	taskStatusWorking     = "working"
-	taskStatusInput       = "input_required"
-	taskStatusCompleted   = "completed"
-	taskStatusFailed      = "failed"
-	taskStatusCancelled   = "cancelled"
-	taskRelayMessage      = "tasks/result"
-	taskNotFoundErrorCode = -32602
+	methodTasksGet      = "tasks/get"
+	methodTasksResult   = "tasks/result" // 2025-11-25; also the relay's method (see relay)
+	methodTasksCancel   = "tasks/cancel"
+	methodTaskStatus    = "notifications/tasks/status" // 2025-11-25
+	methodTaskStatusExt = "notifications/tasks"        // 2026-07-28 extension
+	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
+	extensionTasks      = "io.modelcontextprotocol/tasks"
+
+	taskStatusWorking   = "working"
+	taskStatusInput     = "input_required"
+	taskStatusCompleted = "completed"
+	taskStatusFailed    = "failed"
+	taskStatusCancelled = "cancelled"
+
+	codeTaskNotFound = -32602 // tasks/get of a task the owner does not know (both revisions)
+	codeTaskEnded    = -32603 // what a task that ended without a result is relayed as
+)
+
+// How often a task is polled: the owner's pollInterval, within these
+// bounds, else a backoff from defaultTaskPoll. minTaskPoll is also the
+// most a flood of status notifications can make the follower ask.
+const (
+	defaultTaskPoll = time.Second
+	minTaskPoll     = 100 * time.Millisecond
+	maxTaskPoll     = 30 * time.Second
 )
 
 // TaskInfo is a running task as events and the operator API show it.
@@ -292,7 +298,7 @@ func taskHandle(result json.RawMessage) (s taskState, spec string, ok bool) {
 // (on the reader, after the request's write was reported): a task is
 // followed; anything else is the call's outcome, relayed at once, since
 // the proposer saw no request named after its proposal.
-func (f *Fulfiller) taskAnswered(p *proposal, env agent.Envelope, resp agent.RPCResponse) {
+func (f *Fulfiller) taskAnswered(p *proposal, resp agent.RPCResponse) {
 	s, spec, isTask := taskHandle(resp.Result)
 	if resp.Error != nil || !isTask {
 		_, next, ok := f.end(p, StateFulfilled, isState(StateFulfilling))
@@ -473,7 +479,7 @@ func (f *Fulfiller) taskGet(p *proposal, t *runningTask) (taskState, error) {
 		return taskState{}, err
 	}
 	if resp.Error != nil {
-		if resp.Error.Code == taskNotFoundErrorCode {
+		if resp.Error.Code == codeTaskNotFound {
 			return taskState{}, fmt.Errorf("%w: %s", errTaskGone, resp.Error.Message)
 		}
 		return taskState{}, resp.Error
@@ -494,16 +500,16 @@ func (f *Fulfiller) finishTask(p *proposal, t *runningTask, s taskState) {
 		resp, err := f.taskRequest(t, methodTasksResult)
 		if err != nil {
 			f.log.Warn("task result not read", "proposal", p.env.ID, "task", t.id, "err", err)
-			rpcErr = &agent.RPCError{Code: -32603, Message: fmt.Sprintf("task %s %s at %s, and its result could not be read: %v", t.id, s.Status, t.owner, err)}
+			rpcErr = &agent.RPCError{Code: codeTaskEnded, Message: fmt.Sprintf("task %s %s at %s, and its result could not be read: %v", t.id, s.Status, t.owner, err)}
 		} else {
 			result, rpcErr = resp.Result, resp.Error
 		}
 	}
 	if s.Status == taskStatusCancelled && rpcErr == nil && len(result) == 0 {
-		rpcErr = &agent.RPCError{Code: codeTaskCancelled, Message: fmt.Sprintf("task %s was cancelled at %s", t.id, t.owner)}
+		rpcErr = &agent.RPCError{Code: codeTaskEnded, Message: fmt.Sprintf("task %s was cancelled at %s", t.id, t.owner)}
 	}
 	if s.Status == taskStatusFailed && rpcErr == nil && len(result) == 0 {
-		rpcErr = &agent.RPCError{Code: -32603, Message: fmt.Sprintf("task %s failed at %s: %s", t.id, t.owner, s.StatusMessage)}
+		rpcErr = &agent.RPCError{Code: codeTaskEnded, Message: fmt.Sprintf("task %s failed at %s: %s", t.id, t.owner, s.StatusMessage)}
 	}
 	f.mu.Lock()
 	t.status = s.Status
@@ -531,7 +537,7 @@ func (f *Fulfiller) relay(p *proposal, t *runningTask, result json.RawMessage, r
 		To:            []string{f.space.ID()},
 		Kind:          agent.KindRequest,
 		CorrelationID: agent.CorrelationIDs{p.env.ID},
-		Payload:       agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", ID: rpc, Method: taskRelayMessage, Params: agent.MustPayload(map[string]string{"taskId": taskID})}),
+		Payload:       agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", ID: rpc, Method: methodTasksResult, Params: agent.MustPayload(map[string]string{"taskId": taskID})}),
 	}
 	resp := agent.RPCResponse{JSONRPC: "2.0", ID: rpc, Error: rpcErr}
 	if rpcErr == nil {
