@@ -119,20 +119,17 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		f.resendReject(p, *r.Reject)
 	case perr != nil:
 		f.reject(p, "invalid", perr.Error()) // cannot happen: it was admitted
-	case r.Request != nil && r.Phase == state.Running && r.Task != nil:
-		if decided {
-			f.mu.Lock()
-			p.decision, p.approvedBy = sd.decision(), sd.ApprovedBy
-			f.mu.Unlock()
-		}
-		f.resumeTask(p, r)
 	case r.Request != nil:
-		if decided {
+		if decided { // its task_timeout, and who approved, for what follows
 			f.mu.Lock()
 			p.decision, p.approvedBy = sd.decision(), sd.ApprovedBy
 			f.mu.Unlock()
 		}
-		f.awaitResumed(p, r)
+		if r.Phase == state.Running && r.Task != nil {
+			f.resumeTask(p, r)
+		} else {
+			f.awaitResumed(p, r)
+		}
 	case r.Phase == state.Queued && decided:
 		f.mu.Lock()
 		p.decision, p.approvedBy = sd.decision(), sd.ApprovedBy
