@@ -19,7 +19,11 @@ var testCluster *natstest.Cluster
 
 func TestMain(m *testing.M) {
 	testenv.RunAsNATSServer()
-	c, err := natstest.StartCluster(3, "state-test", natstest.Options{Log: os.Getenv("STATE_TEST_NATS_LOG") != ""})
+	// NoSync: these tests check the store's contract, not the servers'
+	// fsync (TestClusterNodeLoss has a synced cluster of its own); a
+	// server stopped here is a process stop, whose writes the page cache
+	// keeps. Syncing every write made the package crawl on slow CI disks.
+	c, err := natstest.StartCluster(3, "state-test", natstest.Options{Log: os.Getenv("STATE_TEST_NATS_LOG") != "", NoSync: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start NATS cluster:", err)
 		os.Exit(1)
