@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -461,10 +463,7 @@ func (f *Fulfiller) shutdown() {
 	}
 	// Tasks are cancelled at their owners the same way.
 	f.mu.Lock()
-	var tasks []*proposal
-	for _, p := range f.byTask {
-		tasks = append(tasks, p)
-	}
+	tasks := slices.Collect(maps.Values(f.byTask))
 	f.mu.Unlock()
 	for _, p := range tasks {
 		if _, ok := f.transition(p, StateRejected, isState(StateTask)); ok {
