@@ -113,6 +113,7 @@ type task struct {
 	id, owner, tool string
 	rev             TasksMode
 	reqEnv          string // envelope id of the creating tools/call
+	seq             int    // creation order: createdAt ties under a test clock
 	createdAt       time.Time
 	ttl             time.Duration
 	cancel          context.CancelFunc
@@ -160,7 +161,7 @@ func (s *Server) Tasks() []TaskInfo {
 	for _, t := range s.tasks {
 		ts = append(ts, t)
 	}
-	slices.SortFunc(ts, func(a, b *task) int { return a.createdAt.Compare(b.createdAt) })
+	slices.SortFunc(ts, func(a, b *task) int { return a.seq - b.seq })
 	out := make([]TaskInfo, len(ts))
 	for i, t := range ts {
 		out[i] = t.info()
@@ -220,6 +221,8 @@ func (s *Server) runTask(ctx context.Context, env agent.Envelope, req agent.RPCR
 		createdAt: now, updatedAt: now, ttl: s.ttl(p, rev), cancel: cancel, done: make(chan struct{}),
 		status: StatusWorking,
 	}
+	s.made++
+	t.seq = s.made
 	s.tasks[t.id] = t
 	s.calls++
 	created := s.view(t, "task")

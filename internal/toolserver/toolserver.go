@@ -74,6 +74,7 @@ type Server struct {
 	calls   int
 	opts    TaskOptions
 	tasks   map[string]*task // task id → task
+	made    int              // tasks made so far, for their creation order
 	now     func() time.Time // the clock of task timestamps and TTLs; tests replace it
 }
 
