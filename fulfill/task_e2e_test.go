@@ -460,8 +460,11 @@ func TestE2ETaskSurvivesRestart(t *testing.T) {
 	w := newTaskWorld(t, toolserver.TasksExtension, false, t.TempDir())
 	id := w.propose("p-migrate", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3}}}`)
 	_, taskID := w.taskOf("migrate")
-	spacetest.WaitUntil(t, "the task recorded", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "task" })
-	time.Sleep(100 * time.Millisecond) // the record's write follows the state change
+	// The status chat follows the task's record: once it is on the wire,
+	// the record is written.
+	w.onWire("the task status chat", func(e agent.Envelope) bool {
+		return e.Kind == agent.KindChat && e.CorrelationID.First() == id && strings.Contains(string(e.Payload), `"stage":"task"`)
+	})
 	w.crash()
 	w.start()
 	spacetest.WaitUntil(t, "the task followed again", func() bool {
