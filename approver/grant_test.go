@@ -15,15 +15,17 @@ import (
 
 const grantableEscalation = `{"approvers":["alice"],"message":"production writes need a human","grantable":{"max_ttl":"1h","scope":["proposer","tool","arguments.path:prefix"]}}`
 
-// elicitations counts the elicitation/create requests on the wire.
+// elicitations counts the distinct elicitation/create requests on the
+// wire: a prompt asked again (to an approver who joined after it went out)
+// keeps its envelope id and counts once.
 func (w *world) elicitations() int {
-	n := 0
+	ids := map[string]bool{}
 	for _, e := range w.wire.Envelopes() {
 		if e.Kind == agent.KindRequest && strings.Contains(string(e.Payload), `"method":"elicitation/create"`) {
-			n++
+			ids[e.ID] = true
 		}
 	}
-	return n
+	return len(ids)
 }
 
 // The card says what a grant would allow and for how long; "l" and a
