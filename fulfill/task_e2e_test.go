@@ -225,19 +225,7 @@ func (w *taskWorld) taskOf(tool string) (req agent.Envelope, taskID string) {
 	resp := w.onWire("the task handle", func(e agent.Envelope) bool {
 		return e.From == "calculator" && e.Kind == agent.KindResponse && e.CorrelationID.First() == req.ID
 	})
-	var r struct {
-		Result struct {
-			TaskID string `json:"taskId"`
-			Task   struct {
-				TaskID string `json:"taskId"`
-			} `json:"task"`
-		} `json:"result"`
-	}
-	if err := json.Unmarshal(resp.Payload, &r); err != nil {
-		w.t.Fatal(err)
-	}
-	taskID = r.Result.TaskID + r.Result.Task.TaskID
-	if taskID == "" {
+	if taskID = toolserver.CreatedTaskID(resp.Payload); taskID == "" {
 		w.t.Fatalf("no task in %s", resp.Payload)
 	}
 	return req, taskID

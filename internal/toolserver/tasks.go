@@ -507,3 +507,22 @@ func (s *Server) taskResult(ctx context.Context, env agent.Envelope, req agent.R
 		s.reply(ctx, env, req, r, nil)
 	}
 }
+
+// CreatedTaskID reads the task id from the payload of a JSON-RPC response
+// carrying a CreateTaskResult of either revision (result.task.taskId, or
+// result.taskId); "" when it carries none. For callers that check what
+// the server answered.
+func CreatedTaskID(payload json.RawMessage) string {
+	var r struct {
+		Result struct {
+			TaskID string `json:"taskId"`
+			Task   struct {
+				TaskID string `json:"taskId"`
+			} `json:"task"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(payload, &r) != nil {
+		return ""
+	}
+	return r.Result.TaskID + r.Result.Task.TaskID
+}

@@ -169,19 +169,7 @@ func (h *harness) create(payload string) (taskID, envID string, answer json.RawM
 	envID = h.send(h.owner, payload)
 	env := h.next()
 	h.isResponse(env, envID, h.owner)
-	var r struct {
-		Result struct {
-			TaskID string `json:"taskId"`
-			Task   struct {
-				TaskID string `json:"taskId"`
-			} `json:"task"`
-		} `json:"result"`
-	}
-	if err := json.Unmarshal(env.Payload, &r); err != nil {
-		h.t.Fatal(err)
-	}
-	taskID = r.Result.TaskID + r.Result.Task.TaskID
-	if taskID == "" {
+	if taskID = CreatedTaskID(env.Payload); taskID == "" {
 		h.t.Fatalf("no task id in %s", env.Payload)
 	}
 	return taskID, envID, env.Payload
