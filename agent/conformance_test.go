@@ -129,7 +129,7 @@ func TestConformanceEveryLineDecodesOrIsSkipped(t *testing.T) {
 		"handshake-variants.jsonl": 17, "http-injection.jsonl": 4, "malformed-input.jsonl": 10,
 		"normalisation.jsonl": 6, "presence.jsonl": 17, "proposal-flow.jsonl": 31,
 		"proposal-flow.calculator.jsonl": 31, "proposal-flow.fulfiller.jsonl": 31, "proposal-flow.human.jsonl": 31,
-		"proposal-flow.proposer.jsonl": 31, "rejoin-same-socket.jsonl": 5, "system-kinds.jsonl": 4,
+		"proposal-flow.proposer.jsonl": 31, "rejoin-same-socket.jsonl": 5, "sdk-bridge.jsonl": 11, "system-kinds.jsonl": 4,
 		"welcome.jsonl": 5, "stream-frames.raw.txt": 7,
 		"transcript.jsonl recv": 432, "transcript.jsonl sent": 53,
 	})
@@ -414,10 +414,10 @@ func TestConformanceProposalFlowAsFulfiller(t *testing.T) {
 	var gotMine, gotAll []string
 	pend := pendingCalls{m: map[string]*call{}}
 	waits := map[string]<-chan callResult{
-		"fulfiller-req-1": pend.add("fulfiller-req-1", "calculator"),
-		"elicit-5":        pend.add("elicit-5", "human"),
-		"fulfiller-req-7": pend.add("fulfiller-req-7", "calculator"),
-		"elicit-6":        pend.add("elicit-6", "calculator"), // the human answers: not accepted
+		"fulfiller-req-1": pend.add("fulfiller-req-1", "calculator", json.RawMessage(`2`)),
+		"elicit-5":        pend.add("elicit-5", "human", json.RawMessage(`4`)),
+		"fulfiller-req-7": pend.add("fulfiller-req-7", "calculator", json.RawMessage(`7`)),
+		"elicit-6":        pend.add("elicit-6", "calculator", json.RawMessage(`6`)), // the human answers: not accepted
 	}
 	logs := &logBuffer{}
 	for i := range envs {
@@ -456,5 +456,99 @@ func TestConformanceProposalFlowAsFulfiller(t *testing.T) {
 	equal(t, "still pending", pend.len(), 1)
 	if !strings.Contains(logs.String(), "from=human") {
 		t.Fatalf("wrong answerer not logged: %s", logs)
+	}
+}
+
+// The reference SDK's answers (mew bridge in front of a real MCP server)
+// carry no jsonrpc and no id: each names its request by correlation_id
+// alone, and each must resolve the request it names (docs/design.md rule
+// 12). The request envelopes are the recording's own, as if we had sent
+// them; the one the bridge never answers stays pending.
+func TestConformanceSDKBridgeAnswersResolve(t *testing.T) {
+	envs := conformanceEnvelopes(t, "sdk-bridge.jsonl")
+	pend := pendingCalls{m: map[string]*call{}}
+	waits := map[string]<-chan callResult{}
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	for _, env := range envs {
+		switch env.Kind {
+		case KindRequest:
+			var req RPCRequest
+			if err := json.Unmarshal(env.Payload, &req); err != nil {
+				t.Fatal(err)
+			}
+			waits[env.ID] = pend.add(env.ID, env.To[0], req.ID)
+		case KindResponse:
+			if !pend.resolve(env, log) {
+				t.Errorf("SDK answer %s to %s not taken", env.ID, env.CorrelationID.First())
+			}
+		}
+	}
+	result := func(id string) RPCResponse {
+		t.Helper()
+		select {
+		case r := <-waits[id]:
+			if r.err != nil {
+				t.Fatalf("%s: %v", id, r.err)
+			}
+			return r.resp
+		default:
+			t.Fatalf("%s not answered", id)
+		}
+		return RPCResponse{}
+	}
+	if got := result("rec-tools-list"); !strings.HasPrefix(string(got.Result), `{"tools":[{"name":"read_file"`) || got.ID != nil {
+		t.Errorf("tools/list: %s (id %s)", got.Result, got.ID)
+	}
+	equal(t, "read", string(result("rec-call-ok").Result), `{"content":[{"type":"text","text":"hello from a real file\n"}],"structuredContent":{"content":"hello from a real file\n"}}`)
+	equal(t, "denied", string(result("rec-call-denied").Result), `{"content":[{"type":"text","text":"Access denied - path outside allowed directories: /etc/passwd not in /srv/files"}],"isError":true}`)
+	equal(t, "unknown tool", result("rec-call-unknown").Error, &RPCError{Code: -32603, Message: "Tool not found: no_such_tool"})
+	equal(t, "string id", string(result("rec-string-id").Result), `{"content":[{"type":"text","text":"Allowed directories:\n/srv/files"}],"structuredContent":{"content":"Allowed directories:\n/srv/files"}}`)
+	equal(t, "unhandled method left unanswered", pend.len(), 1)
+	if logs.String() != "" {
+		t.Errorf("honest SDK answers logged as suspicious: %s", logs)
+	}
+}
+
+// An answer that names our request and comes from its addressee but
+// carries another JSON-RPC id answers something else: it is not taken,
+// is logged, and the real answer still counts.
+func TestAnswerWithAnotherRPCIDNotTaken(t *testing.T) {
+	pend := pendingCalls{m: map[string]*call{}}
+	wait := pend.add("req-1", "fs", json.RawMessage(`41`))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	answer := func(id, payload string) bool {
+		return pend.resolve(Envelope{ID: id, From: "fs", Kind: KindResponse, CorrelationID: CorrelationIDs{"req-1"}, Payload: json.RawMessage(payload)}, log)
+	}
+	if answer("forged", `{"jsonrpc":"2.0","id":40,"result":{"content":[]}}`) {
+		t.Fatal("an answer with id 40 was taken for request 41")
+	}
+	if answer("forged-string", `{"jsonrpc":"2.0","id":"41","result":{}}`) {
+		t.Fatal(`an answer with id "41" was taken for request 41`)
+	}
+	if !strings.Contains(logs.String(), "another JSON-RPC id") || !strings.Contains(logs.String(), "envelope=forged") {
+		t.Fatalf("wrong id not logged: %s", logs)
+	}
+	if !answer("real", `{"jsonrpc":"2.0","id":41.0,"result":{"ok":true}}`) {
+		t.Fatal("the real answer (id 41.0) was not taken")
+	}
+	r := <-wait
+	equal(t, "result", string(r.resp.Result), `{"ok":true}`)
+}
+
+func TestSameRPCID(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{`7`, `7`, true}, {`7`, `7.0`, true}, {`7.50`, `7.5`, false}, {`"7"`, `7`, false},
+		{`"a"`, `"a"`, true}, {`"a"`, `"b"`, false}, {`1e999999999`, `1`, false},
+		{`1e999999999`, `1e999999999`, true}, {`null`, `null`, false}, {`{}`, `{}`, false},
+		{`9007199254740993`, `9007199254740992`, false},
+	} {
+		if got := SameRPCID(json.RawMessage(c.a), json.RawMessage(c.b)); got != c.same {
+			t.Errorf("SameRPCID(%s, %s) = %v, want %v", c.a, c.b, got, c.same)
+		}
 	}
 }

@@ -139,7 +139,7 @@ func (c *Client) RequestEnvelope(ctx context.Context, env Envelope) (RPCResponse
 
 	// Register before sending: the answer may arrive before our own echo,
 	// even before Send returns.
-	wait := c.pending.add(env.ID, env.To[0])
+	wait := c.pending.add(env.ID, env.To[0], req.ID)
 	defer c.pending.remove(env.ID)
 	if _, err := c.Send(ctx, env); err != nil {
 		return RPCResponse{}, fmt.Errorf("request %s to %s: %w", req.Method, env.To[0], err)
@@ -165,8 +165,9 @@ type pendingCalls struct {
 }
 
 type call struct {
-	to string
-	ch chan callResult // capacity 1: resolve never blocks
+	to    string
+	rpcID json.RawMessage // the request's JSON-RPC id, which an answer may echo
+	ch    chan callResult // capacity 1: resolve never blocks
 }
 
 type callResult struct {
@@ -174,10 +175,10 @@ type callResult struct {
 	err  error
 }
 
-func (p *pendingCalls) add(id, to string) <-chan callResult {
+func (p *pendingCalls) add(id, to string, rpcID json.RawMessage) <-chan callResult {
 	ch := make(chan callResult, 1)
 	p.mu.Lock()
-	p.m[id] = &call{to: to, ch: ch}
+	p.m[id] = &call{to: to, rpcID: rpcID, ch: ch}
 	p.mu.Unlock()
 	return ch
 }
@@ -199,7 +200,10 @@ func (p *pendingCalls) len() int {
 var errBadResponse = errors.New("malformed mcp/response payload")
 
 // resolve hands a response to the request it answers, if any. It reports
-// whether env answered a pending request.
+// whether env answered a pending request. An answer names its request by
+// correlation_id[0] and must come from the participant the request went
+// to; a JSON-RPC id in its payload is optional (reference-SDK peers send
+// none) but must be the request's when present (docs/design.md rule 12).
 func (p *pendingCalls) resolve(env Envelope, log *slog.Logger) bool {
 	id := env.CorrelationID.First()
 	if id == "" {
@@ -217,11 +221,20 @@ func (p *pendingCalls) resolve(env Envelope, log *slog.Logger) bool {
 			slog.String("request", id), slog.String("from", env.From), slog.String("want", c.to), slog.String("envelope", env.ID))
 		return false
 	}
+	var r callResult
+	resp, err := DecodeAnswer(env.Payload, c.rpcID)
+	if errors.Is(err, ErrWrongRPCID) {
+		// Not this request's answer: the real one may still come.
+		p.mu.Unlock()
+		log.Warn("ignored mcp/response with another JSON-RPC id (spoof attempt?)",
+			slog.String("request", id), slog.String("from", env.From), slog.String("envelope", env.ID), slog.Any("error", err))
+		return false
+	}
 	delete(p.m, id)
 	p.mu.Unlock()
-	var r callResult
-	if err := json.Unmarshal(env.Payload, &r.resp); err != nil {
-		r.err = fmt.Errorf("%w %s: %v", errBadResponse, env.ID, err)
+	r.resp = resp
+	if err != nil {
+		r.err = fmt.Errorf("%s: %w", env.ID, err)
 	}
 	c.ch <- r
 	return true

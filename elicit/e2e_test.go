@@ -531,3 +531,36 @@ func TestE2EDelegationChainLimit(t *testing.T) {
 		t.Errorf("approved by %v", by)
 	}
 }
+
+// An approver's client built on the reference SDK answers as every SDK
+// participant does: {"result": …} with no jsonrpc and no id (rule 12).
+// That answer counts; one that echoes another prompt's JSON-RPC id does
+// not, and is recorded as ignored.
+func TestE2ESDKStyleAnswerCountsAndWrongIDIsIgnored(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	id := w.propose("p-write", writeCall)
+	ea, _ := w.ask("alice"), w.ask("bob")
+	send := func(payload string) {
+		t.Helper()
+		if _, err := w.humans["alice"].client.Send(context.Background(), agent.Envelope{
+			To: []string{"fulfiller"}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{ea.ID}, Payload: json.RawMessage(payload),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":` + string(rpcID(t, ea)) + `0,"result":{"action":"accept","content":{"approve":true}}}`)
+	waitUntil(t, "the answer with another id to be ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
+	if ev := w.eventsOf(elicit.EventIgnored)[0]; ev.Approver != "alice" || !strings.Contains(ev.Reason, "another JSON-RPC id") {
+		t.Errorf("ignored %+v", ev)
+	}
+	if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {
+		t.Fatalf("after an answer with another id: %+v %v", s, ok)
+	}
+	send(`{"result":{"action":"accept","content":{"approve":true,"reason":"sdk"}}}`)
+	if out := w.outcome(id); !out.Fulfilled {
+		t.Fatalf("outcome %+v", out)
+	}
+	if by := w.approvedBy(id); !slices.Equal(by, []string{"alice"}) {
+		t.Errorf("approved by %v", by)
+	}
+}

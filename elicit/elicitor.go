@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -800,6 +801,12 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		x.log.Warn("answer ignored: "+why, "approver", s.approver, "request", rid, "envelope", env.ID)
 		x.emit(Event{Kind: EventIgnored, ProposalID: x.id, Approver: s.approver, From: env.From, RequestID: rid, Reason: why})
 		return fulfill.Verdict{}, false
+	}
+	// Matched by correlation and sender (rule 12): an approver's client
+	// built on the reference SDK echoes no JSON-RPC id; one that does
+	// must echo this prompt's.
+	if _, err := agent.DecodeAnswer(env.Payload, strconv.AppendInt(nil, s.rpcID, 10)); errors.Is(err, agent.ErrWrongRPCID) {
+		return ignore(err.Error())
 	}
 	key := x.e.cfg.Keys[s.approver]
 	a := parseAnswer(env.Payload)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -104,6 +105,7 @@ type catalog struct {
 // listWatch is one tools/list request of ours and the answer it got.
 type listWatch struct {
 	server     string
+	rpcID      json.RawMessage // the request's JSON-RPC id: an answer that carries an id must carry this one
 	digest     [sha256.Size]byte
 	answered   bool
 	conflicted bool
@@ -252,6 +254,16 @@ func (c *catalog) observe(ctx context.Context, env agent.Envelope) bool {
 		c.mu.Unlock()
 		return ok
 	}
+	if _, err := agent.DecodeAnswer(env.Payload, w.rpcID); errors.Is(err, agent.ErrWrongRPCID) {
+		// No answer to this request (the agent does not take it either),
+		// so it spoils nothing; but only a forger writes it.
+		server := w.server
+		c.mu.Unlock()
+		c.log.Warn("an answer to our tools/list request with another JSON-RPC id; ignored (spoof attempt)",
+			"participant", server, "request", request, "envelope", env.ID, "err", err)
+		c.onSpoof(server, request)
+		return true
+	}
 	digest := sha256.Sum256(env.Payload)
 	switch {
 	case !w.answered:
@@ -288,6 +300,7 @@ func (c *catalog) list(ctx context.Context, id string) (tools map[string]ToolInf
 	tools = map[string]ToolInfo{}
 	cursor := ""
 	for page := 0; page < maxListPages; page++ {
+		rpcID := json.RawMessage(strconv.FormatInt(c.space.NextRPCID(), 10))
 		params := map[string]any{}
 		if cursor != "" {
 			params["cursor"] = cursor
@@ -296,10 +309,10 @@ func (c *catalog) list(ctx context.Context, id string) (tools map[string]ToolInf
 			ID:      agent.NewID(c.space.ID()),
 			To:      []string{id},
 			Kind:    agent.KindRequest,
-			Payload: agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", ID: json.RawMessage(strconv.FormatInt(c.space.NextRPCID(), 10)), Method: agent.MethodToolsList, Params: agent.MustPayload(params)}),
+			Payload: agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", ID: rpcID, Method: agent.MethodToolsList, Params: agent.MustPayload(params)}),
 		}
 		c.mu.Lock()
-		c.watches.Add(env.ID, &listWatch{server: id})
+		c.watches.Add(env.ID, &listWatch{server: id, rpcID: rpcID})
 		c.mu.Unlock()
 		requests = append(requests, env.ID)
 		rctx, cancel := context.WithTimeout(ctx, c.timeout)

@@ -178,17 +178,23 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 			"proposal", p.env.ID, "target", p.target, "from", env.From)
 		return
 	}
-	var resp agent.RPCResponse
-	if err := json.Unmarshal(env.Payload, &resp); err != nil || string(resp.ID) != strconv.FormatInt(p.rpcID, 10) {
+	// Matched by correlation and sender, as MEW does (rule 12): the
+	// reference SDK's tool servers (mew bridge) echo no JSON-RPC id, so an
+	// id is checked only when the answer carries one.
+	resp, err := agent.DecodeAnswer(env.Payload, strconv.AppendInt(nil, p.rpcID, 10))
+	if err != nil {
 		if p.spoofed.Swap(true) {
-			f.log.Debug("another response with a wrong JSON-RPC id ignored", "proposal", p.env.ID, "envelope", env.ID)
+			f.log.Debug("another unusable response ignored", "proposal", p.env.ID, "envelope", env.ID, "err", err)
 			return // recorded once per proposal: a flood must not flood the decision log
 		}
-		f.log.Warn("response for our fulfilment with another JSON-RPC id; ignored (spoof attempt?)",
-			"proposal", p.env.ID, "target", p.target, "request", cid, "rpc_id", p.rpcID, "got", string(resp.ID), "envelope", env.ID)
+		f.log.Warn("response for our fulfilment ignored (spoof attempt?)",
+			"proposal", p.env.ID, "target", p.target, "request", cid, "rpc_id", p.rpcID, "envelope", env.ID, "err", err)
 		ev := p.event(StageIgnored)
 		ev.Reason, ev.By = ReasonWrongRPCID, []string{env.From}
-		ev.Message = fmt.Sprintf("response %s to fulfilment request %s has JSON-RPC id %s, not %d", env.ID, cid, resp.ID, p.rpcID)
+		ev.Message = fmt.Sprintf("response %s to fulfilment request %s: %v", env.ID, cid, err)
+		if !errors.Is(err, agent.ErrWrongRPCID) {
+			ev.Reason = ReasonMalformedResponse
+		}
 		f.emit(ev)
 		return
 	}
@@ -227,6 +233,7 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 const (
 	ReasonConflictingResponse = "conflicting_response" // a second, different response to a fulfilment request already answered
 	ReasonWrongRPCID          = "wrong_rpc_id"         // a response to our request with a JSON-RPC id that is not the request's
+	ReasonMalformedResponse   = "malformed_response"   // a response to our request that is not a JSON-RPC response object
 )
 
 // answeredRequest is a fulfilment request that got its response, kept so

@@ -57,3 +57,29 @@ func TestConflictingResponseRecorded(t *testing.T) {
 		t.Errorf("conflict event %+v result %s", e, e.Result)
 	}
 }
+
+// Reference-SDK tool servers (mew bridge) answer {"result": …} with no
+// jsonrpc and no id: matched by correlation and sender, such an answer
+// ends the fulfilment and is no spoof attempt (rule 12). So does one whose
+// id is null (JSON-RPC's "id unknown").
+func TestSDKStyleResponseFulfils(t *testing.T) {
+	for name, payload := range map[string]string{
+		"no id":   `{"result":{"content":[{"type":"text","text":"3"}]}}`,
+		"null id": `{"jsonrpc":"2.0","id":null,"result":{"content":[{"type":"text","text":"3"}]}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+			h.deliver(proposalEnv("p1", "coder", addCall))
+			req := h.space.next(t)
+			h.deliver(agent.Envelope{ID: "sdk-1", From: "calculator", To: []string{"fulfiller"}, Kind: agent.KindResponse,
+				CorrelationID: agent.CorrelationIDs{req.ID}, Payload: json.RawMessage(payload)})
+			waitFor(t, func() bool { return len(h.stageEventsOf("p1", StageFulfilled)) == 1 })
+			if e := h.stageEventsOf("p1", StageFulfilled)[0]; string(e.Result) != `{"content":[{"type":"text","text":"3"}]}` {
+				t.Errorf("fulfilled with %s", e.Result)
+			}
+			if ign := h.stageEventsOf("p1", StageIgnored); len(ign) != 0 {
+				t.Errorf("an honest SDK answer was recorded as ignored: %+v", ign)
+			}
+		})
+	}
+}
