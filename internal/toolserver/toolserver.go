@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/mewkit/fulfiller/agent"
 )
 
@@ -56,6 +57,47 @@ const (
 	CodeMissingCapability = -32003
 )
 
+// Style is how a server answers, as the two kinds of tool owner seen in
+// real MEW spaces do.
+type Style int
+
+const (
+	// StyleJSONRPC answers as an MCP server speaking JSON-RPC: every
+	// answer echoes jsonrpc and the request's id, tools/list carries
+	// annotations and execution, unknown methods get -32601, and
+	// notifications/cancelled stops the call.
+	StyleJSONRPC Style = iota
+	// StyleSDK answers as a participant built on the MEW reference SDK's
+	// MEWParticipant does — `mew bridge` in front of an MCP server, the
+	// template agents (recorded in the conformance file sdk-bridge.jsonl):
+	// payload {"result": …} or {"error": …} with no jsonrpc and no id, a
+	// uuid envelope id, tools/list with name, description and inputSchema
+	// only (the bridge drops annotations and execution), an unknown tool
+	// as error -32603 "Tool not found: NAME", and silence for every
+	// method it does not handle (tasks, notifications/cancelled: the call
+	// runs on and is answered).
+	StyleSDK
+)
+
+// ParseStyle reads a Style by name: "jsonrpc" or "sdk".
+func ParseStyle(name string) (Style, error) {
+	switch name {
+	case "jsonrpc":
+		return StyleJSONRPC, nil
+	case "sdk":
+		return StyleSDK, nil
+	}
+	return 0, fmt.Errorf("tool style %q: want jsonrpc or sdk", name)
+}
+
+// String names the style as ParseStyle reads it.
+func (s Style) String() string {
+	if s == StyleSDK {
+		return "sdk"
+	}
+	return "jsonrpc"
+}
+
 // Conn is what the server needs of its MEW session; *agent.Client has it.
 type Conn interface {
 	ID() string
@@ -76,6 +118,21 @@ type Server struct {
 	tasks   map[string]*task // task id → task
 	made    int              // tasks made so far, for their creation order
 	now     func() time.Time // the clock of task timestamps and TTLs; tests replace it
+	style   Style
+}
+
+// SetStyle makes the server answer in the given style; call it before
+// Serve.
+func (s *Server) SetStyle(st Style) {
+	s.mu.Lock()
+	s.style = st
+	s.mu.Unlock()
+}
+
+func (s *Server) sdk() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.style == StyleSDK
 }
 
 // New makes a server for the given tools. log may be nil.
@@ -132,6 +189,10 @@ func (s *Server) handle(ctx context.Context, env agent.Envelope) {
 		s.log.Warn("unreadable request", "id", env.ID, "err", err)
 		return
 	}
+	if s.sdk() {
+		s.handleSDK(ctx, env, req)
+		return
+	}
 	switch req.Method {
 	case agent.MethodToolsList:
 		s.reply(ctx, env, req, map[string]any{"tools": s.list()}, nil)
@@ -158,6 +219,57 @@ func (s *Server) handle(ctx context.Context, env agent.Envelope) {
 		}
 		s.reply(ctx, env, req, nil, &agent.RPCError{Code: CodeMethodNotFound, Message: "Method not found: " + req.Method})
 	}
+}
+
+// handleSDK answers as MEWParticipant.handleMCPRequest does: tools/list
+// and tools/call, nothing else.
+func (s *Server) handleSDK(ctx context.Context, env agent.Envelope, req agent.RPCRequest) {
+	switch req.Method {
+	case agent.MethodToolsList:
+		tools := make([]sdkTool, 0, len(s.order))
+		for _, name := range s.order {
+			t := s.tools[name]
+			schema := t.InputSchema
+			if schema == nil {
+				schema = map[string]any{"type": "object"}
+			}
+			tools = append(tools, sdkTool{Name: t.Name, Description: t.Description, InputSchema: schema})
+		}
+		s.reply(ctx, env, req, map[string]any{"tools": tools}, nil)
+	case agent.MethodToolsCall:
+		var p callParams
+		if err := json.Unmarshal(req.Params, &p); err != nil || len(req.Params) == 0 || string(req.Params) == "null" {
+			// The SDK destructures params and throws a TypeError.
+			s.reply(ctx, env, req, nil, &agent.RPCError{Code: CodeInternal, Message: "Cannot destructure property 'name' of 'params' as it is undefined."})
+			return
+		}
+		t, ok := s.tools[p.Name]
+		if !ok {
+			s.reply(ctx, env, req, nil, &agent.RPCError{Code: CodeInternal, Message: "Tool not found: " + p.Name})
+			return
+		}
+		s.mu.Lock()
+		s.calls++
+		s.mu.Unlock()
+		// No cancellation: the SDK hands notifications/cancelled to no
+		// one, and the bridge's call runs to its end and is answered.
+		result, rpcErr := runTool(ctx, t, p.Arguments)
+		if ctx.Err() != nil {
+			return
+		}
+		s.reply(ctx, env, req, result, rpcErr)
+	default:
+		// Handed to request handlers; the bridge has none: no answer,
+		// not even an error.
+	}
+}
+
+// sdkTool is a tools/list entry as the reference SDK lists it: the three
+// fields it keeps, in its order.
+type sdkTool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	InputSchema map[string]any `json:"inputSchema"`
 }
 
 func (s *Server) list() []map[string]any {
@@ -256,12 +368,18 @@ func (s *Server) reply(ctx context.Context, env agent.Envelope, req agent.RPCReq
 	if rpcErr == nil {
 		resp.Result = agent.MustPayload(result)
 	}
-	_, err := s.conn.Send(ctx, agent.Envelope{
+	out := agent.Envelope{
 		To:            []string{env.From},
 		Kind:          agent.KindResponse,
 		CorrelationID: agent.CorrelationIDs{env.ID},
 		Payload:       agent.MustPayload(resp),
-	})
+	}
+	if s.sdk() {
+		// payload: error ? {error} : {result}, under a uuid envelope id.
+		resp.JSONRPC, resp.ID = "", nil
+		out.ID, out.Payload = uuid.NewString(), agent.MustPayload(resp)
+	}
+	_, err := s.conn.Send(ctx, out)
 	if err != nil {
 		s.log.Warn("response not sent", "request", env.ID, "err", err)
 	}

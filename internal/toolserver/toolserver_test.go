@@ -10,9 +10,17 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 )
 
-type fakeConn struct{ sent chan agent.Envelope }
+type fakeConn struct {
+	sent chan agent.Envelope
+	id   string // "calculator" when empty
+}
 
-func (c *fakeConn) ID() string { return "calculator" }
+func (c *fakeConn) ID() string {
+	if c.id == "" {
+		return "calculator"
+	}
+	return c.id
+}
 func (c *fakeConn) Send(_ context.Context, env agent.Envelope) (agent.Envelope, error) {
 	c.sent <- env
 	return env, nil
