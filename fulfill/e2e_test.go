@@ -70,6 +70,11 @@ type worldOptions struct {
 	agent func(*agent.Config)
 	// policy replaces e2ePolicy.
 	policy string
+	// toolStyle is how the calculator answers: as an MCP server echoing
+	// JSON-RPC ids (the zero value) or as a reference-SDK participant.
+	toolStyle toolserver.Style
+	// extraTools are served by the calculator beside its own.
+	extraTools []toolserver.Tool
 }
 
 // gatedDecider is the real policy engine, except that proposals for the
@@ -134,8 +139,10 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 				return "", ctx.Err()
 			}
 		}})
+	tools = append(tools, opts.extraTools...)
 	w.calc = join("calculator", "calc-token")
 	w.tools = spacetest.ServeTools(t, w.calc, tools...)
+	w.tools.SetStyle(opts.toolStyle) // before the fulfiller joins and discovers
 
 	dir := t.TempDir()
 	if opts.policy == "" {

@@ -109,6 +109,27 @@ type Event struct {
 	KnownFulfiller bool
 }
 
+// SpoofKind says whether e reports a spoof attempt caught, and of what:
+// "withdraw" (a withdrawal not from the proposer), "response" (a
+// fulfilment response from a participant the request was not sent to, a
+// second, different one in its owner's name, or one carrying another
+// JSON-RPC id), "discovery" (two different tools/list answers); "" when
+// it reports none. Answers without a JSON-RPC id, as reference-SDK peers
+// send them, are honest answers and never counted.
+func (e Event) SpoofKind() string {
+	switch {
+	case e.Stage == StageDiscoveryConflict:
+		return "discovery"
+	case e.Stage != StageIgnored:
+		return ""
+	case e.Reason == ReasonSpoofedWithdraw:
+		return "withdraw"
+	case e.Reason == ReasonConflictingResponse, e.Reason == ReasonWrongRPCID, e.Reason == ReasonResponseFromOther:
+		return "response"
+	}
+	return ""
+}
+
 // Observer receives lifecycle events: the decision log, metrics and the demo
 // narration are observers. Observe is called synchronously on the hot path,
 // so it must be quick and must not call back into the Fulfiller.

@@ -174,8 +174,21 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 		return // not a fulfilment of ours (the agent matches its own requests)
 	}
 	if env.From != p.target {
-		f.log.Warn("response for our fulfilment from a participant it was not sent to; ignored",
-			"proposal", p.env.ID, "target", p.target, "from", env.From)
+		// Not taken. But a proposer on the reference SDK takes any
+		// response to the request that fulfils its proposal, from anyone:
+		// this one may have fooled it, so it is recorded (once per
+		// proposal) and counted as a spoof attempt.
+		if p.spoofed.Swap(true) {
+			f.log.Debug("another response from a participant the request was not sent to ignored", "proposal", p.env.ID, "from", env.From, "envelope", env.ID)
+			return
+		}
+		f.log.Warn("response for our fulfilment from a participant it was not sent to; ignored (spoof attempt?)",
+			"proposal", p.env.ID, "target", p.target, "from", env.From, "envelope", env.ID)
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.By = ReasonResponseFromOther, []string{env.From}
+		ev.Message = fmt.Sprintf("response %s to fulfilment request %s came from %s, not %s", env.ID, cid, env.From, p.target)
+		ev.Result = env.Payload
+		f.emit(ev)
 		return
 	}
 	// Matched by correlation and sender, as MEW does (rule 12): the
@@ -234,6 +247,8 @@ const (
 	ReasonConflictingResponse = "conflicting_response" // a second, different response to a fulfilment request already answered
 	ReasonWrongRPCID          = "wrong_rpc_id"         // a response to our request with a JSON-RPC id that is not the request's
 	ReasonMalformedResponse   = "malformed_response"   // a response to our request that is not a JSON-RPC response object
+	ReasonResponseFromOther   = "response_from_other"  // a response to our request from a participant it was not sent to
+	ReasonSpoofedWithdraw     = "spoofed_withdraw"     // a withdrawal from someone other than the proposer
 )
 
 // answeredRequest is a fulfilment request that got its response, kept so

@@ -262,7 +262,7 @@ func (f *Fulfiller) onWithdraw(env agent.Envelope) {
 		f.mu.Lock() // a decision worker may be setting p.target
 		ev := p.event(StageIgnored)
 		f.mu.Unlock()
-		ev.Reason, ev.Message = "spoofed_withdraw", "withdrawal from "+env.From
+		ev.Reason, ev.Message = ReasonSpoofedWithdraw, "withdrawal from "+env.From
 		f.emit(ev)
 		return
 	}

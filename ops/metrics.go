@@ -106,7 +106,7 @@ func NewMetrics(src *Source) *Metrics {
 		Help: "Answers that did not reach the space, by envelope kind (mcp/reject, mcp/request) and reason: not_written (no session, or our capabilities forbid it) or refused (the gateway answered system/error)."},
 		[]string{"kind", "reason"}))
 	m.spoofs = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_spoof_attempts_total",
-		Help: "Answers that claimed another participant's name and were caught: withdraw (not from the proposer), response (a second, different fulfilment response, or one with a JSON-RPC id not ours), discovery (two different tools/list answers)."}, []string{"kind"}))
+		Help: "Answers that claimed another participant's name and were caught: withdraw (not from the proposer), response (a fulfilment response from a participant the request was not sent to, a second, different one from its owner, or one with a JSON-RPC id not ours: answers without an id, as reference-SDK tool servers send them, are not), discovery (two different tools/list answers)."}, []string{"kind"}))
 	m.vetoHolders = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_veto_holders_seen_total",
 		Help: "Participants seen (at start and on each join) that can end any pending proposal (mcp/reject or mcp/request tools/call) without being a known fulfiller, by role: approver, outsider."}, []string{"role"}))
 	m.shadows = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_shadow_decisions_total",
@@ -210,14 +210,11 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		m.proposals.WithLabelValues("superseded", "").Inc()
 	case fulfill.StageIgnored:
 		m.proposals.WithLabelValues("ignored", e.Reason).Inc()
-		switch e.Reason {
-		case "spoofed_withdraw":
-			m.spoofs.WithLabelValues("withdraw").Inc()
-		case fulfill.ReasonConflictingResponse, fulfill.ReasonWrongRPCID:
-			m.spoofs.WithLabelValues("response").Inc()
+		if kind := e.SpoofKind(); kind != "" {
+			m.spoofs.WithLabelValues(kind).Inc()
 		}
 	case fulfill.StageDiscoveryConflict:
-		m.spoofs.WithLabelValues("discovery").Inc()
+		m.spoofs.WithLabelValues(e.SpoofKind()).Inc()
 	case fulfill.StageVetoHolder:
 		m.vetoHolders.WithLabelValues(e.Reason).Inc()
 	case fulfill.StageUndelivered:
