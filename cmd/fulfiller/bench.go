@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mewkit/fulfiller/internal/loadtest"
+	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -31,6 +32,7 @@ type benchFlags struct {
 	state, stateCreds            string
 	stateCompare                 bool
 	rounds                       int
+	toolStyle                    string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -49,6 +51,13 @@ It reports proposals/s sustained, latency from sending to the answer
 (p50/p90/p99/max), the tool round trip of fulfilled proposals, answers by
 outcome, unanswered proposals and duplicate answers, and peak memory. It
 exits 1 when any proposal is unanswered or answered twice, so it can gate CI.
+
+--tool-style says how the tool owner answers: jsonrpc (an MCP server that
+echoes JSON-RPC ids), sdk (as mew bridge and every participant built on
+the MEW reference SDK do: {"result": …} with no jsonrpc and no id), or
+compare (the same load with each, one after the other, and the ratio of
+their throughputs, target >= 0.9). Honest answers refused as spoof
+attempts fail the run.
 
 With --vs-opa-server it also decides the policy inputs of the run with the
 embedded engine and with an OPA server sidecar (opa run --server, queried
@@ -92,6 +101,7 @@ profile of the measured window labelled by component.`,
 	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for --state nats://…")
 	f.BoolVar(&fl.stateCompare, "state-compare", false, "run with --state memory first, then with --state, and compare (what durability costs)")
 	f.IntVar(&fl.rounds, "rounds", 1, "with --state-compare: alternate the memory and durable runs this many times and give the median ratio")
+	f.StringVar(&fl.toolStyle, "tool-style", "jsonrpc", "how the tool owner answers: jsonrpc (echoes JSON-RPC ids), sdk (as mew bridge: no jsonrpc, no id), or compare (both, one after the other)")
 	f.StringVar(&fl.logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
 	return cmd
 }
@@ -171,6 +181,13 @@ func (fl *benchFlags) validate() (loadtest.Mix, []loadtest.FileProposal, error) 
 			return loadtest.Mix{}, nil, usageErrorf("--from %v", err)
 		}
 	}
+	if fl.toolStyle != "compare" {
+		if _, err := toolserver.ParseStyle(fl.toolStyle); err != nil {
+			return loadtest.Mix{}, nil, usageErrorf("--tool-style %q: want jsonrpc, sdk or compare", fl.toolStyle)
+		}
+	} else if fl.stateCompare || fl.vsOPA {
+		return loadtest.Mix{}, nil, usageErrorf("--tool-style compare with --state-compare or --vs-opa-server: run them one at a time")
+	}
 	if len(fl.data) > 0 && len(fl.policies) == 0 {
 		return loadtest.Mix{}, nil, usageErrorf("--data needs --policy (the example policies bring their own data)")
 	}
@@ -219,6 +236,10 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	if profile != nil {
 		cfg.CPUProfile = profile
 	}
+	if fl.toolStyle == "compare" {
+		return benchToolCompare(cmd, fl, cfg)
+	}
+	cfg.ToolStyle, _ = toolserver.ParseStyle(fl.toolStyle) // checked by validate
 	if fl.stateCompare {
 		return benchStateCompare(cmd, fl, cfg)
 	}
@@ -250,8 +271,8 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 		return err
 	}
 	if !rep.OK() {
-		return fmt.Errorf("bench failed: %d of %d proposals sent, %d unanswered, %d duplicate answers",
-			rep.Sent, rep.Proposals, rep.Unanswered, rep.Duplicates)
+		return fmt.Errorf("bench failed: %d of %d proposals sent, %d unanswered, %d duplicate answers, %d honest answers refused as spoof attempts",
+			rep.Sent, rep.Proposals, rep.Unanswered, rep.Duplicates, rep.SpoofAttempts)
 	}
 	return nil
 }
@@ -288,6 +309,37 @@ func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) e
 	}
 	if !c.OK() {
 		return errors.New("bench failed: a run left proposals unsent, unanswered or answered twice (see the table)")
+	}
+	return nil
+}
+
+// benchToolCompare runs cfg's load with a tool owner that echoes
+// JSON-RPC ids and then with one that answers as the reference SDK does,
+// and prints both and the ratio of their throughputs. Only the SDK run
+// writes the CPU profile.
+func benchToolCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) error {
+	var reps []*loadtest.Report
+	for _, style := range []toolserver.Style{toolserver.StyleJSONRPC, toolserver.StyleSDK} {
+		c := cfg
+		c.ToolStyle = style
+		if style != toolserver.StyleSDK {
+			c.CPUProfile = nil
+		}
+		res, err := loadtest.Run(cmd.Context(), c)
+		if err != nil {
+			if errors.Is(err, loadtest.ErrPolicy) {
+				return usageError(err)
+			}
+			return fmt.Errorf("--tool-style %s run: %w", style, err)
+		}
+		reps = append(reps, &res.Report)
+	}
+	c := loadtest.CompareToolStyles(reps[0], reps[1])
+	if err := writeReport(cmd.OutOrStdout(), fl.jsonOut, c); err != nil {
+		return err
+	}
+	if !c.OK() {
+		return errors.New("bench failed: a run left proposals unsent, unanswered, answered twice, or refused honest answers (see the reports)")
 	}
 	return nil
 }

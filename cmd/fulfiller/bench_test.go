@@ -35,6 +35,8 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--state", "nats://127.0.0.1:4222", "--state-creds", "/nonexistent/bench.creds"}, "--state-creds"},
 		{[]string{"bench", "--state", "bench_test.go"}, "--state"},
 		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--rounds", "0"}, "--rounds"},
+		{[]string{"bench", "--tool-style", "bridge"}, "--tool-style"},
+		{[]string{"bench", "--tool-style", "compare", "--vs-opa-server"}, "--tool-style"},
 	} {
 		_, stderr, code := cli(t, "", tc.args...)
 		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.flag) {
@@ -166,5 +168,52 @@ func TestBenchStateCompare(t *testing.T) {
 	}
 	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
 		t.Errorf("left %v in --state %s (%v)", left, dir, err)
+	}
+}
+
+// --tool-style compare runs the load against a tool owner that echoes
+// JSON-RPC ids and one that answers as mew bridge does (no jsonrpc, no
+// id), through two fulfilment slots: both answer every proposal once,
+// with no fulfil timeout (each answer frees its slot) and no honest
+// answer refused as a spoof attempt. The ratio is reported; whether it
+// meets its target is the benchmark's business, not this test's.
+func TestBenchToolStyleCompare(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "bench", "--proposals", "200", "--proposers", "2", "--json", "--state", "none",
+		"--max-inflight", "2", "--tool-style", "compare",
+		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	type report struct {
+		ToolStyle      string           `json:"tool_style"`
+		Sent           int64            `json:"sent"`
+		Unanswered     int64            `json:"unanswered"`
+		Duplicates     int64            `json:"duplicates"`
+		FulfilTimeouts int64            `json:"fulfil_timeouts"`
+		SpoofAttempts  int64            `json:"spoof_attempts"`
+		Outcomes       map[string]int64 `json:"outcomes"`
+		ToolRoundTrip  struct {
+			Count int `json:"count"`
+		} `json:"tool_round_trip"`
+	}
+	var c struct {
+		JSONRPC, SDK *report
+		Ratio        float64 `json:"throughput_ratio"`
+		Target       float64 `json:"throughput_ratio_target"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &c); err != nil || c.JSONRPC == nil || c.SDK == nil {
+		t.Fatalf("not one JSON comparison (%v):\n%s", err, stdout)
+	}
+	for style, r := range map[string]*report{"jsonrpc": c.JSONRPC, "sdk": c.SDK} {
+		if r.ToolStyle != style || r.Sent != 200 || r.Unanswered != 0 || r.Duplicates != 0 || r.FulfilTimeouts != 0 || r.SpoofAttempts != 0 ||
+			r.Outcomes["fulfilled"] == 0 || r.Outcomes["rejected:timeout"] != 0 || r.ToolRoundTrip.Count != int(r.Outcomes["fulfilled"]) {
+			t.Errorf("%s: report %+v", style, *r)
+		}
+	}
+	if c.SDK.Outcomes["fulfilled"] != c.JSONRPC.Outcomes["fulfilled"] {
+		t.Errorf("fulfilled: sdk %d, jsonrpc %d: the same load must be decided the same", c.SDK.Outcomes["fulfilled"], c.JSONRPC.Outcomes["fulfilled"])
+	}
+	if c.Ratio <= 0 || c.Target != 0.9 {
+		t.Errorf("ratio %v, target %v", c.Ratio, c.Target)
 	}
 }

@@ -71,6 +71,10 @@ type Config struct {
 	// yet rejected or, when fulfilled, not yet answered by the tool.
 	Window int
 
+	// ToolStyle is how the tool owner answers [StyleJSONRPC: echoing
+	// JSON-RPC ids]; StyleSDK answers as mew bridge does, with no id.
+	ToolStyle toolserver.Style
+
 	MaxPending  int // fulfill.Config.MaxPending [1000]
 	MaxInflight int // fulfill.Config.MaxInflight [64]
 	// FulfillTimeout is fulfill.Config.FulfillTimeout [30s].
@@ -163,6 +167,7 @@ type Report struct {
 	MaxInflight int     `json:"max_inflight"`
 	Revision    string  `json:"policy_revision"`
 	State       string  `json:"state"` // "memory", the directory or the NATS URLs
+	ToolStyle   string  `json:"tool_style"` // how the tool owner answered: jsonrpc or sdk
 
 	SentByKind map[string]int64 `json:"sent_by_kind"`
 	Sent       int64            `json:"sent"`
@@ -178,6 +183,10 @@ type Report struct {
 	// Outcomes counts first answers: "fulfilled" or "rejected:<reason>".
 	Outcomes   map[string]int64 `json:"outcomes"`
 	ToolErrors int64            `json:"tool_errors"` // fulfilled calls whose tool answered with an error
+	// SpoofAttempts counts what the fulfiller caught as spoof attempts
+	// (fulfiller_spoof_attempts_total): nobody forges anything here, so
+	// any is an honest answer refused.
+	SpoofAttempts int64 `json:"spoof_attempts"`
 	Stalled    bool             `json:"stalled"`     // the run ended by StallTimeout
 	SendError  string           `json:"send_error,omitempty"`
 
@@ -231,7 +240,7 @@ type Report struct {
 
 // OK reports whether every proposal was sent and answered exactly once.
 func (r *Report) OK() bool {
-	return r.Unanswered == 0 && r.Duplicates == 0 && r.SendError == "" && r.Sent == int64(r.Proposals)
+	return r.Unanswered == 0 && r.Duplicates == 0 && r.SpoofAttempts == 0 && r.SendError == "" && r.Sent == int64(r.Proposals)
 }
 
 // Result is a Report plus what a comparison needs afterwards.
@@ -273,6 +282,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.State != nil {
 		rep.State = cfg.State.String()
 	}
+	rep.ToolStyle = cfg.ToolStyle.String()
+	rep.SpoofAttempts = w.spoofs.Load()
 	rep.PeakRSS = peakRSS()
 	return &Result{Report: rep, Inputs: w.capture.inputs(), Engine: engine}, nil
 }
@@ -288,9 +299,17 @@ type world struct {
 	// idBase starts every proposal id: "bench-", or "bench-<nonce>-"
 	// where the store outlives the run and remembers ids as seen.
 	idBase string
+	spoofs atomic.Int64 // spoof attempts the fulfiller caught
 }
 
 func (w *world) defer_(f func()) { w.cleanups = append(w.cleanups, f) }
+
+// observeSpoof counts the fulfiller's spoof attempts as its metrics do.
+func (w *world) observeSpoof(e fulfill.Event) {
+	if e.SpoofKind() != "" {
+		w.spoofs.Add(1)
+	}
+}
 
 func (w *world) stop() {
 	for _, f := range slices.Backward(w.cleanups) {
@@ -357,7 +376,9 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 	tctx, stopTool := context.WithCancel(context.WithoutCancel(ctx))
 	tdone := make(chan struct{})
 	labelled(ctx, ComponentTool, func(context.Context) {
-		go func() { defer close(tdone); _ = toolserver.New(tc, cfg.Logger, files.Tools()...).Serve(tctx, tsub.C()) }()
+		ts := toolserver.New(tc, cfg.Logger, files.Tools()...)
+		ts.SetStyle(cfg.ToolStyle)
+		go func() { defer close(tdone); _ = ts.Serve(tctx, tsub.C()) }()
 	})
 	w.defer_(func() { stopTool(); <-tdone; tsub.Close() })
 
@@ -391,7 +412,7 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 			MaxInflight:    cfg.MaxInflight,
 			FulfillTimeout: cfg.FulfillTimeout,
 			Escalator:      el,
-			Observer:       w.capture,
+			Observer:       fulfill.Observers{w.capture, fulfill.ObserverFunc(w.observeSpoof)},
 			Logger:         cfg.Logger,
 			Store:          store,
 		})

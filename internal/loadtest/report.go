@@ -16,8 +16,8 @@ func (r *Report) WriteText(w io.Writer) {
 		rate = fmt.Sprintf("%.0f/s", r.Rate)
 	}
 	fmt.Fprintf(w, "fulfiller bench: %d proposals from %d proposers over loopback WebSocket\n", r.Proposals, r.Proposers)
-	fmt.Fprintf(w, "  rate %s, window %d, max-pending %d, max-inflight %d, mix %s, policy %s, state %s\n",
-		rate, r.Window, r.MaxPending, r.MaxInflight, r.Mix, r.Revision, r.State)
+	fmt.Fprintf(w, "  rate %s, window %d, max-pending %d, max-inflight %d, mix %s, policy %s, state %s, tool style %s\n",
+		rate, r.Window, r.MaxPending, r.MaxInflight, r.Mix, r.Revision, r.State, r.ToolStyle)
 	fmt.Fprintf(w, "sent            %d  (%s)\n", r.Sent, counts(r.SentByKind))
 	fmt.Fprintf(w, "sustained       %.0f proposals/s  (%d answered in %.2fs)\n", r.Throughput, r.Answered, r.Seconds)
 	fmt.Fprintf(w, "latency         %s  (sent → fulfilment mcp/request or mcp/reject seen by the proposer)\n", pct(r.Latency))
@@ -27,6 +27,7 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "tool errors     %d\n", r.ToolErrors)
 	}
 	fmt.Fprintf(w, "unanswered      %d\n", r.Unanswered)
+	fmt.Fprintf(w, "spoof attempts  %d  (honest answers the fulfiller refused: must be 0)\n", r.SpoofAttempts)
 	fmt.Fprintf(w, "duplicates      %d", r.Duplicates)
 	if len(r.DuplicateKinds) > 0 {
 		fmt.Fprintf(w, "  (%s)", counts(r.DuplicateKinds))
@@ -204,4 +205,47 @@ func (c *StateComparison) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  durable ÷ memory (median of rounds): throughput %.2f× (target ≥ %.2f: %s), CPU per proposal %.2f×\n",
 		c.ThroughputRatio, c.Target, verdict, c.CPURatio)
+}
+
+// ToolStyleTarget is the least throughput a run whose tool owner answers
+// as the reference SDK does (no JSON-RPC id) should keep of the same run
+// with an id-echoing owner: the answer is matched by correlation either
+// way, so the two should cost the same.
+const ToolStyleTarget = 0.9
+
+// ToolStyleComparison is the same load run with each tool style.
+type ToolStyleComparison struct {
+	JSONRPC *Report `json:"jsonrpc"`
+	SDK     *Report `json:"sdk"`
+	// ThroughputRatio is SDK throughput over JSON-RPC throughput.
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	Target          float64 `json:"throughput_ratio_target"`
+}
+
+// CompareToolStyles compares a run with an id-echoing tool owner and one
+// with an SDK-style owner.
+func CompareToolStyles(jsonrpc, sdk *Report) *ToolStyleComparison {
+	c := &ToolStyleComparison{JSONRPC: jsonrpc, SDK: sdk, Target: ToolStyleTarget}
+	if jsonrpc.Throughput > 0 {
+		c.ThroughputRatio = sdk.Throughput / jsonrpc.Throughput
+	}
+	return c
+}
+
+// OK reports whether both runs answered every proposal exactly once and
+// refused no honest answer.
+func (c *ToolStyleComparison) OK() bool { return c.JSONRPC.OK() && c.SDK.OK() }
+
+// WriteText prints both reports and the ratio.
+func (c *ToolStyleComparison) WriteText(w io.Writer) {
+	c.JSONRPC.WriteText(w)
+	fmt.Fprintln(w)
+	c.SDK.WriteText(w)
+	fmt.Fprintln(w)
+	verdict := "met"
+	if c.ThroughputRatio < c.Target {
+		verdict = "NOT met"
+	}
+	fmt.Fprintf(w, "sdk / jsonrpc   throughput %.2f× (target ≥ %.1f×: %s); fulfil timeouts %d / %d, spoof attempts %d / %d\n",
+		c.ThroughputRatio, c.Target, verdict, c.SDK.FulfilTimeouts, c.JSONRPC.FulfilTimeouts, c.SDK.SpoofAttempts, c.JSONRPC.SpoofAttempts)
 }
