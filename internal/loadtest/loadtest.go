@@ -166,7 +166,7 @@ type Report struct {
 	MaxPending  int     `json:"max_pending"`
 	MaxInflight int     `json:"max_inflight"`
 	Revision    string  `json:"policy_revision"`
-	State       string  `json:"state"` // "memory", the directory or the NATS URLs
+	State       string  `json:"state"`      // "memory", the directory or the NATS URLs
 	ToolStyle   string  `json:"tool_style"` // how the tool owner answered: jsonrpc or sdk
 
 	SentByKind map[string]int64 `json:"sent_by_kind"`
@@ -186,9 +186,9 @@ type Report struct {
 	// SpoofAttempts counts what the fulfiller caught as spoof attempts
 	// (fulfiller_spoof_attempts_total): nobody forges anything here, so
 	// any is an honest answer refused.
-	SpoofAttempts int64 `json:"spoof_attempts"`
-	Stalled    bool             `json:"stalled"`     // the run ended by StallTimeout
-	SendError  string           `json:"send_error,omitempty"`
+	SpoofAttempts int64  `json:"spoof_attempts"`
+	Stalled       bool   `json:"stalled"` // the run ended by StallTimeout
+	SendError     string `json:"send_error,omitempty"`
 
 	Seconds    float64 `json:"seconds"`              // first send to last first answer
 	Throughput float64 `json:"proposals_per_second"` // answered / Seconds
