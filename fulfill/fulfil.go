@@ -26,9 +26,9 @@ func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
 	p.target = target
 	p.finalParams = params
 	p.taskAug = f.callsAsTask(p, target)
-	if f.inflight >= f.cfg.MaxInflight || f.closing {
+	if !f.slots.free(p.env.From) || f.closing {
 		p.state.Store(int32(StateQueued))
-		f.queue = append(f.queue, p)
+		f.slots.enqueue(p)
 		d, by := p.decision, p.approvedBy
 		f.mu.Unlock()
 		if err := f.saveRecord(p, func(r *state.Pending) {
@@ -53,7 +53,7 @@ func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
 
 // startLocked claims a fulfilment slot for p. Called with f.mu held.
 func (f *Fulfiller) startLocked(p *proposal) {
-	f.inflight++
+	f.slots.take(p.env.From)
 	p.state.Store(int32(StateFulfilling))
 	p.rpcID = f.space.NextRPCID()
 	p.requestID = agent.NewID(f.space.ID())
@@ -338,20 +338,19 @@ func (f *Fulfiller) freeSlotLocked(p *proposal) []*proposal {
 		p.goneTimer = nil
 	}
 	delete(f.byRequest, p.requestID)
-	f.inflight--
+	f.slots.give(p.env.From)
 	return f.dequeueLocked()
 }
 
-// dequeueLocked starts queued fulfilments while slots are free. Called with
+// dequeueLocked starts queued fulfilments while slots are free, the
+// proposers in turn (see slots). Called with
 // f.mu held; the caller sends the returned requests after unlocking.
 func (f *Fulfiller) dequeueLocked() []*proposal {
 	var started []*proposal
-	for len(f.queue) > 0 && f.inflight < f.cfg.MaxInflight && !f.closing {
-		q := f.queue[0]
-		f.queue[0] = nil
-		f.queue = f.queue[1:]
-		if q.State() != StateQueued {
-			continue
+	for !f.closing {
+		q := f.slots.next(func(q *proposal) bool { return q.State() == StateQueued })
+		if q == nil {
+			break
 		}
 		f.startLocked(q)
 		started = append(started, q)

@@ -45,11 +45,15 @@ type Decider interface {
 
 // Config tunes a Fulfiller. Zero values take the defaults in brackets.
 type Config struct {
-	SpaceID        string        // reported to policies as input.space.id
-	MaxPending     int           // [1000] proposals waiting at once; more are rejected "busy"
-	PendingTTL     time.Duration // [10m] longest a proposal may wait before "timeout"
-	MaxInflight    int           // [64] fulfilment requests outstanding at once; more wait in a queue
-	FulfillTimeout time.Duration // [30s] wait for the tool owner's mcp/response
+	SpaceID     string        // reported to policies as input.space.id
+	MaxPending  int           // [1000] proposals waiting at once; more are rejected "busy"
+	PendingTTL  time.Duration // [10m] longest a proposal may wait before "timeout"
+	MaxInflight int           // [64] fulfilment requests outstanding at once; more wait in a queue
+	// MaxInflightPerProposer [MaxInflight/4, at least 1] bounds the
+	// fulfilment slots one proposer holds at once, so that one sender's
+	// calls to a tool that hangs cannot make everyone else's wait.
+	MaxInflightPerProposer int
+	FulfillTimeout         time.Duration // [30s] wait for the tool owner's mcp/response
 	// TaskTimeout [1h] bounds an MCP task once its owner created it,
 	// when the decision sets no task_timeout; see task.go.
 	TaskTimeout time.Duration
@@ -147,6 +151,9 @@ func (c *Config) setDefaults() {
 	if c.MaxPendingPerProposer <= 0 {
 		c.MaxPendingPerProposer = max(c.MaxPending/4, 1)
 	}
+	if c.MaxInflightPerProposer <= 0 {
+		c.MaxInflightPerProposer = max(c.MaxInflight/4, 1)
+	}
 	if c.DecideWorkers <= 0 {
 		c.DecideWorkers = runtime.GOMAXPROCS(0)
 	}
@@ -185,8 +192,7 @@ type Fulfiller struct {
 
 	mu        sync.Mutex
 	live      int                  // proposals not yet in a terminal state
-	inflight  int                  // fulfilment requests awaiting a response
-	queue     []*proposal          // approved, waiting for a fulfilment slot (FIFO)
+	slots     *slots               // who holds the fulfilment slots, and who waits for one
 	byRequest map[string]*proposal // our fulfilment request envelope id → proposal
 	byTask    map[string]*proposal // taskKey(owner, task id) → proposal in StateTask
 	closing   bool
@@ -242,6 +248,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		obs:       cfg.Observer,
 		store:     newPendingStore(cfg.MaxPending, cfg.PendingTTL),
 		byRequest: map[string]*proposal{},
+		slots:     newSlots(cfg.MaxInflight, cfg.MaxInflightPerProposer),
 		byTask:    map[string]*proposal{},
 		rejects:   newRejectLog(),
 		// As many as may be live at once, so that the reader never waits

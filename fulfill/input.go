@@ -40,7 +40,7 @@ func (f *Fulfiller) input(p *proposal, params json.RawMessage, approval *policie
 	}
 	in.Space = sp
 	f.mu.Lock()
-	in.Agent = policies.AgentInfo{ID: f.space.ID(), Pending: f.live, Inflight: f.inflight, MaxPending: f.cfg.MaxPending}
+	in.Agent = policies.AgentInfo{ID: f.space.ID(), Pending: f.live, Inflight: f.slots.used, MaxPending: f.cfg.MaxPending}
 	f.mu.Unlock()
 	return in
 }

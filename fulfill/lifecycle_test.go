@@ -449,7 +449,7 @@ func TestHeldRequestOwnerNeverBack(t *testing.T) {
 // would drop the fulfiller.
 func TestReaderKeepsReadingWhileWorkersAreBusy(t *testing.T) {
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
-	h := newHarness(t, Config{DecideWorkers: 1, MaxPending: 100, MaxPendingPerProposer: 100}, dec)
+	h := newHarness(t, Config{DecideWorkers: 1, MaxPending: 100, MaxPendingPerProposer: 100, MaxInflightPerProposer: 64}, dec)
 	const n = 30
 	delivered := make(chan struct{})
 	go func() {

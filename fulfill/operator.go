@@ -353,5 +353,5 @@ func (f *Fulfiller) Tools() []ToolInfo { return f.catalog.all() }
 func (f *Fulfiller) Counts() (pending, inflight int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.live, f.inflight
+	return f.live, f.slots.used
 }

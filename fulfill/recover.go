@@ -194,7 +194,7 @@ func (f *Fulfiller) awaitResumed(p *proposal, r *state.Pending) {
 	p.written = make(chan struct{})
 	close(p.written)
 	p.state.Store(int32(StateFulfilling))
-	f.inflight++
+	f.slots.take(p.env.From)
 	f.byRequest[p.requestID] = p
 	p.fulfilTimer = time.AfterFunc(time.Until(deadline), func() { f.fulfilTimedOut(p) })
 	f.mu.Unlock()

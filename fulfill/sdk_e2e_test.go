@@ -257,3 +257,47 @@ func TestE2ESDKFloodThroughTwoSlots(t *testing.T) {
 		t.Errorf("fulfiller_spoof_attempts_total = %v", n)
 	}
 }
+
+// Security round 3, row 6: one proposer's twenty calls to a tool that
+// hangs filled all eight --max-inflight slots, and another proposer's
+// calls waited 19.5 s each. Its share is now a quarter of the slots: two
+// of its calls run, the rest wait their turn, and coder's call is
+// fulfilled at once.
+func TestE2EOneProposerCannotHoldEverySlot(t *testing.T) {
+	w := newWorld(t, worldOptions{cfg: fulfill.Config{MaxInflight: 8, FulfillTimeout: time.Minute}})
+	mallory := spacetest.Join(t, context.Background(), w.srv, "mallory", "coder-token")
+	for i := range 20 {
+		if _, err := mallory.Send(context.Background(), agent.Envelope{ID: fmt.Sprintf("m-hang-%02d", i), Kind: agent.KindProposal,
+			Payload: json.RawMessage(`{"method":"tools/call","params":{"name":"hold","arguments":{}}}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spacetest.WaitUntil(t, "mallory's calls to be decided", func() bool {
+		queued := 0
+		for _, s := range w.ful.Pending() {
+			if s.State == "queued" {
+				queued++
+			}
+		}
+		return queued == 18
+	})
+	<-w.held
+	<-w.held
+	id := w.propose("c-add", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`)
+	if out := w.outcome(id); !out.Fulfilled || string(out.Result) != `{"content":[{"type":"text","text":"3"}]}` {
+		t.Fatalf("coder's call behind mallory's: %+v", out)
+	}
+	holds := 0
+	for _, e := range w.wire.Envelopes() {
+		if e.From == "fulfiller" && e.Kind == agent.KindRequest && strings.HasPrefix(e.CorrelationID.First(), "m-hang-") {
+			holds++
+		}
+	}
+	if holds != 2 {
+		t.Errorf("%d of mallory's calls went out, want her share of 2", holds)
+	}
+	w.gone(id)
+	if _, inflight := w.ful.Counts(); inflight != 2 {
+		t.Errorf("%d slots held after coder's call was answered, want mallory's 2", inflight)
+	}
+}

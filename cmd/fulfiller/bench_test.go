@@ -102,7 +102,7 @@ func TestBenchTextFulfillerCPU(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if !strings.Contains(stdout, ", state none\n") {
+	if !strings.Contains(stdout, ", state none, tool style jsonrpc\n") {
 		t.Errorf("report does not say state none:\n%s", stdout)
 	}
 	m := regexp.MustCompile(`(?m)^fulfiller CPU per proposal: (\d+) µs \((\d+)% of process CPU\)$`).FindStringSubmatch(stdout)

@@ -46,6 +46,7 @@ type runFlags struct {
 	check                     bool
 	maxPendingBytes           sizeValue
 	maxPendingPerProposer     int
+	maxInflightPerProposer    int
 	peerFulfillers            []string
 	state                     stateFlags
 	bundle                    bundleFlags
@@ -96,6 +97,7 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
 	f.Var(&fl.maxPendingBytes, "max-pending-bytes", "frame bytes the pending proposals may hold at once, bytes or with a unit (256MiB); more are rejected busy")
 	f.IntVar(&fl.maxPendingPerProposer, "max-pending-per-proposer", 0, "proposals one proposer may have pending at once; more are rejected busy (0: a quarter of --max-pending)")
+	f.IntVar(&fl.maxInflightPerProposer, "max-inflight-per-proposer", 0, "fulfilment requests one proposer may have outstanding at once; more wait their turn (0: a quarter of --max-inflight)")
 	f.StringSliceVar(&fl.peerFulfillers, "peer-fulfillers", nil, "the other fulfillers of the space (comma-separated participant ids): their rejects and fulfilments are expected; any other participant able to end proposals is warned about")
 	fl.ops.register(f)
 	fl.state.register(f)
@@ -134,6 +136,9 @@ func (fl *runFlags) validate() error {
 	}
 	if len(fl.shadowData) > 0 && len(fl.shadowPolicies) == 0 {
 		return usageErrorf("--shadow-data needs --shadow-policy")
+	}
+	if fl.maxInflightPerProposer < 0 {
+		return usageErrorf("--max-inflight-per-proposer %d: must be 0 (a quarter of --max-inflight) or more", fl.maxInflightPerProposer)
 	}
 	if fl.maxPendingPerProposer < 0 {
 		return usageErrorf("--max-pending-per-proposer %d: must be 0 (a quarter of --max-pending) or more", fl.maxPendingPerProposer)
@@ -339,14 +344,15 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		Observer:         opsRT.observer(),
 		Logger:           log,
 
-		MaxPendingBytes:       int64(fl.maxPendingBytes),
-		MaxPendingPerProposer: fl.maxPendingPerProposer,
-		PeerFulfillers:        fl.peerFulfillers,
-		Approvers:             fl.approvers,
-		Store:                 fulfillStore(store),
-		Grants:                grantReg,
-		Shadow:                shadowDecider,
-		ShadowTimeout:         fl.policyTimeout,
+		MaxPendingBytes:        int64(fl.maxPendingBytes),
+		MaxPendingPerProposer:  fl.maxPendingPerProposer,
+		MaxInflightPerProposer: fl.maxInflightPerProposer,
+		PeerFulfillers:         fl.peerFulfillers,
+		Approvers:              fl.approvers,
+		Store:                  fulfillStore(store),
+		Grants:                 grantReg,
+		Shadow:                 shadowDecider,
+		ShadowTimeout:          fl.policyTimeout,
 	})
 	opsRT.running(client, engine, ful, grantReg)
 
