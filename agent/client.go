@@ -76,7 +76,7 @@ type Config struct {
 	// in memory.
 	Outbox Outbox
 	// RPCIDs hands out the JSON-RPC ids of every request sent through the
-	// Client (DESIGN rule 11: no peer sees an id twice). nil counts from 1
+	// Client (docs/design.md rule 11: no peer sees an id twice). nil counts from 1
 	// in this process. A group of fulfillers passes its state store's
 	// NextRPCID, unique across the group and its restarts. An error (or an
 	// id outside 1..2^53-1) means no id: the request is not sent
@@ -321,7 +321,7 @@ func (c *Client) Can(kind string, payload json.RawMessage) bool {
 
 // Roster returns the other participants present, sorted by id. The
 // entries are copies. It may include ghosts the gateway never announced
-// leaving (see the conformance notes on re-join).
+// leaving (see testdata/conformance/mew-v0.4/README.md on re-join).
 func (c *Client) Roster() []Participant {
 	c.mu.Lock()
 	defer c.mu.Unlock()

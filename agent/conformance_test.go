@@ -17,14 +17,14 @@ import (
 	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
-// The recorded traffic of the reference gateway lives beside the repository
-// (shared/ next to main/); see its README.
-const conformanceDir = "../../shared/conformance/mew-v0.4"
+// The recorded traffic of the reference gateway, kept in the repository;
+// see its README.
+const conformanceDir = "../testdata/conformance/mew-v0.4"
 
 func conformanceLines(t *testing.T, name string) [][]byte {
 	t.Helper()
 	if _, err := os.Stat(conformanceDir); errors.Is(err, os.ErrNotExist) {
-		testenv.Missing(t, "conformance recordings not found at %s (check out shared/ beside this repo)", conformanceDir)
+		testenv.Missing(t, "conformance recordings not found at %s (they are part of the repository)", conformanceDir)
 	}
 	f, err := os.Open(filepath.Join(conformanceDir, name))
 	if err != nil {
@@ -81,7 +81,7 @@ const (
 
 func TestConformanceEveryLineDecodesOrIsSkipped(t *testing.T) {
 	if _, err := os.Stat(conformanceDir); errors.Is(err, os.ErrNotExist) {
-		testenv.Missing(t, "conformance recordings not found at %s (check out shared/ beside this repo)", conformanceDir)
+		testenv.Missing(t, "conformance recordings not found at %s (they are part of the repository)", conformanceDir)
 	}
 	names, err := filepath.Glob(filepath.Join(conformanceDir, "*.jsonl"))
 	if err != nil {
@@ -129,8 +129,8 @@ func TestConformanceEveryLineDecodesOrIsSkipped(t *testing.T) {
 		"handshake-variants.jsonl": 17, "http-injection.jsonl": 4, "malformed-input.jsonl": 10,
 		"normalisation.jsonl": 6, "presence.jsonl": 17, "proposal-flow.jsonl": 31,
 		"proposal-flow.calculator.jsonl": 31, "proposal-flow.fulfiller.jsonl": 31, "proposal-flow.human.jsonl": 31,
-		"proposal-flow.proposer.jsonl": 31, "rejoin-same-socket.jsonl": 5, "sdk-bridge.jsonl": 11, "system-kinds.jsonl": 4,
-		"welcome.jsonl": 5, "stream-frames.raw.txt": 7,
+		"proposal-flow.proposer.jsonl": 31, "rejoin-same-socket.jsonl": 5, "system-kinds.jsonl": 4,
+		"welcome.jsonl": 5, "stream-frames.raw.txt": 7, "sdk-bridge.jsonl": 11,
 		"transcript.jsonl recv": 432, "transcript.jsonl sent": 53,
 	})
 	equal(t, "skipped", skipped, map[string]int{

@@ -3,7 +3,7 @@
 // in the space, and sends and receives envelopes for the rest of fulfiller.
 //
 // It speaks what the reference gateway really does (recorded in
-// shared/conformance/mew-v0.4), not only what the spec says: a join frame
+// testdata/conformance/mew-v0.4), not only what the spec says: a join frame
 // after the upgrade, broadcast of everything to everyone, no server pings.
 package agent
 

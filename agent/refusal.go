@@ -36,7 +36,7 @@ func (r Refusal) String() string {
 }
 
 // RefusalOf reports whether env is the gateway refusing an envelope sent
-// by self (the first shape of system/error in the conformance notes:
+// by self (the first shape of system/error in testdata/conformance/mew-v0.4/README.md:
 // from system:gateway, to self, correlation_id naming the envelope).
 // Errors without a correlation_id refuse nothing identifiable.
 //

@@ -51,7 +51,7 @@ const maxRPCID = 1<<53 - 1
 // RPCID returns a JSON-RPC id (a positive integer below 2^53) not used
 // before, from Config.RPCIDs. Every request the process sends takes its id
 // from there — discovery, fulfilment and elicitation alike — so no peer
-// ever sees an id twice (MCP forbids reusing one in a session; DESIGN rule
+// ever sees an id twice (MCP forbids reusing one in a session; docs/design.md rule
 // 11). When none can be had the error wraps ErrNoRPCID.
 func (c *Client) RPCID(ctx context.Context) (int64, error) {
 	id, err := c.cfg.RPCIDs(ctx)

@@ -72,7 +72,7 @@ var (
 )
 
 // Response builds the mcp/response that answers the card. With a key, the
-// answer is signed as PROTOCOL.md says (decline and cancel too, over {}),
+// answer is signed as docs/protocol.md says (decline and cancel too, over {}),
 // so that the fulfiller can tell it from a forgery.
 func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error) {
 	switch a.Action {

@@ -81,7 +81,7 @@ type Policy struct {
 	Quorum    int
 }
 
-// GrantOffer is a grant the fulfiller offers with an approval (DESIGN
+// GrantOffer is a grant the fulfiller offers with an approval (docs/design.md
 // "Grants"): "also allow calls like this for a while".
 type GrantOffer struct {
 	Offers []string // the durations the form accepts, shortest first

@@ -52,7 +52,7 @@ const (
 // Record is one line of the decision log. Fields absent for a record type
 // are left out, except revision, which is null where no policy decided.
 // decision_id is the id of the decision record that governs the proposal
-// (DESIGN rule 10): every line of a proposal carries the id of the
+// (docs/design.md rule 10): every line of a proposal carries the id of the
 // decision in force, so outcomes join their decision on it; a
 // re-evaluation after an approver's edit is a new decision with a new id.
 // proposal_id ties all lines of one proposal together.
@@ -557,7 +557,7 @@ func (l *Logger) Record(e fulfill.Event) error {
 // Observe implements fulfill.Observer: it writes a line for each decision
 // and each outcome change, without waiting for the disk. Received and
 // queued steps are progress, not outcomes, and are not logged (fulfilling
-// is: the fulfilment request is the proposer's answer under DESIGN rule 2).
+// is: the fulfilment request is the proposer's answer under docs/design.md rule 2).
 func (l *Logger) Observe(e fulfill.Event) {
 	if r := l.fromEvent(e); r != nil {
 		l.write(r)

@@ -43,7 +43,7 @@ unsafe if startswith(input.tool.arguments.path, "/etc/")
 // TestE2EEveryLineJoinsItsDecision runs a whole space — the in-process
 // gateway, a file tool server, the real engine, Fulfiller and Elicitor,
 // an approver answering by hand — through every kind of journey with the
-// decision log on, and checks DESIGN rule 10 on every line: proposal_id,
+// decision log on, and checks docs/design.md rule 10 on every line: proposal_id,
 // decision_id and revision are present; every line after a decision
 // record carries that record's decision_id and revision (a re-evaluation
 // after an edit governs what follows it); lines of a proposal that no

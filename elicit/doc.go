@@ -1,5 +1,5 @@
 // Package elicit asks humans about escalated proposals, with MCP
-// elicitation carried in MEW envelopes (PROTOCOL.md, "Escalation by MCP
+// elicitation carried in MEW envelopes (docs/protocol.md, "Escalation by MCP
 // elicitation"), and turns their answers into fulfil or reject.
 //
 // # What goes on the wire

@@ -58,7 +58,7 @@ type Config struct {
 }
 
 // Elicitor asks human approvers about escalated proposals with MCP
-// elicitation (PROTOCOL.md, "Escalation by MCP elicitation") and turns
+// elicitation (docs/protocol.md, "Escalation by MCP elicitation") and turns
 // their answers into a fulfill.Verdict. It implements fulfill.Escalator.
 //
 // Each open escalation has one goroutine that owns its state: the prompts
@@ -719,7 +719,7 @@ func (x *escalation) ask(s *seat) {
 }
 
 // askAgain recovers from a link that went down while the escalation was
-// open (PROTOCOL.md's gateway replays nothing). who joined the space again
+// open (docs/protocol.md's gateway replays nothing). who joined the space again
 // — or, when who is empty, we did, with a new welcome. Every prompt still
 // open at an approver who is here now is sent again unchanged; a listed
 // approver who is here, holds no open prompt and has not answered (they

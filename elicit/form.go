@@ -24,7 +24,7 @@ const (
 	FieldDelegateTo = "delegate_to"
 	FieldSignature  = "signature"
 	// FieldGrant is the grant an approver chooses with an approval
-	// (DESIGN "Grants"): "" for none, or one of the offered durations.
+	// (docs/design.md "Grants"): "" for none, or one of the offered durations.
 	FieldGrant = "grant"
 )
 
@@ -306,7 +306,7 @@ func clip(s string, n int) string {
 }
 
 // meta is params._meta: the proposal named without a correlation_id (see
-// PROTOCOL.md), and context for richer clients. Nothing in it is needed to
+// docs/protocol.md), and context for richer clients. Nothing in it is needed to
 // answer.
 func meta(esc fulfill.Escalation, digest string, quorum int, approvers []string, fields []field, delegatedBy []string) object {
 	params := json.RawMessage("null")

@@ -8,7 +8,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 )
 
-// DESIGN rule 11: over a run that discovers tools, fulfils, escalates and
+// docs/design.md rule 11: over a run that discovers tools, fulfils, escalates and
 // cancels prompts, no peer ever receives the same JSON-RPC id twice, and
 // every notifications/cancelled names the id of the request it cancels.
 // (Discovery, fulfilment and elicitation used to count separately, so the

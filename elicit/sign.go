@@ -15,7 +15,7 @@ import (
 )
 
 // SignatureDomain starts every signed approval, so that an approver's key
-// signs nothing else by accident (see PROTOCOL.md, "Signed approvals").
+// signs nothing else by accident (see docs/protocol.md, "Signed approvals").
 const SignatureDomain = "mew-approval/v1"
 
 // Errors of signature checks. They never carry the signature itself.

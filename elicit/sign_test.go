@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestSignatureVector is the test vector of PROTOCOL.md ("Signed
+// TestSignatureVector is the test vector of docs/protocol.md ("Signed
 // approvals"), reproduced there with two independent implementations.
 func TestSignatureVector(t *testing.T) {
 	const (

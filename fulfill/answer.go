@@ -25,7 +25,7 @@ func (f *Fulfiller) reject(p *proposal, reason, message string) {
 // when there is a message. It reports whether the reject was written.
 // The rejected record is written ahead (the decision log has it before the
 // proposer does); observers that only watch hear of it once it is written
-// (DESIGN rule 9), and of an undelivered one otherwise. A refusal by the
+// (docs/design.md rule 9), and of an undelivered one otherwise. A refusal by the
 // gateway, which comes later as a system/error, is reported by onRefusal.
 func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 	if p.fenced.Load() {
@@ -162,7 +162,7 @@ func (f *Fulfiller) release(p *proposal, to State, next []*proposal) {
 	}
 }
 
-// Payloads fulfiller writes. Structs keep the key order of PROTOCOL.md on
+// Payloads fulfiller writes. Structs keep the key order of docs/protocol.md on
 // the wire, which makes envelopes easy to read and to compare.
 type (
 	rejectPayload struct {

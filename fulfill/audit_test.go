@@ -138,7 +138,7 @@ func (h *harness) stageEventsOf(id string, stage Stage) []Event {
 	return h.eventsWhere(func(e Event) bool { return e.ProposalID == id && e.Stage == stage })
 }
 
-// TestDecisionIDGovernsEveryEvent (DESIGN rule 10): every event of a
+// TestDecisionIDGovernsEveryEvent (docs/design.md rule 10): every event of a
 // proposal carries the id of the decision in force — the first decision
 // adopts the proposal's id, events before it carry no revision — and a
 // re-evaluation after an approver's edit is a new decision whose id the

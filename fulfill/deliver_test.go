@@ -13,7 +13,7 @@ import (
 )
 
 // refusal is the gateway's capability violation for our envelope id, as
-// the reference gateway sends it (conformance README, "Errors").
+// the reference gateway sends it (testdata/conformance/mew-v0.4/README.md, "Errors").
 func refusal(id, kind string) agent.Envelope {
 	return agent.Envelope{ID: "error-1", From: agent.GatewayID, To: []string{"fulfiller"}, Kind: agent.KindError,
 		CorrelationID: agent.CorrelationIDs{id},

@@ -28,7 +28,7 @@
 //
 // # Durable and shared pending work (Config.Store)
 //
-// With a Store (DESIGN "Durable and shared pending work") each stage is
+// With a Store (docs/design.md "Durable and shared pending work") each stage is
 // recorded before the envelope that carries it out is written, and a
 // record that cannot be written stops that envelope (fail closed):
 //

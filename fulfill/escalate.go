@@ -167,7 +167,7 @@ func (f *Fulfiller) askHumans(p *proposal, d policies.Decision, target string, p
 	f.cfg.Escalator.Escalate(f.base, esc, func(v Verdict) { f.onVerdict(p, v) })
 }
 
-// onVerdict applies a human verdict (rule 7 of DESIGN.md).
+// onVerdict applies a human verdict (rule 7 of docs/design.md).
 func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
 	if p.State() != StateAwaitingApproval {
 		return

@@ -49,7 +49,7 @@ const (
 	// StageResumed: a proposal taken from the pending-work store, after a
 	// restart on the same store or adopted from a group member whose
 	// lease lapsed (Message: which, and its phase). No second decision
-	// is logged for it (DESIGN rule 10).
+	// is logged for it (docs/design.md rule 10).
 	StageResumed Stage = "resumed"
 	// StageGranted: an approver's approval created a grant (GrantID; By:
 	// who granted; Message: how long, or why it could not be made).
@@ -74,7 +74,7 @@ type Event struct {
 	Target     string
 
 	// DecisionID names the decision that governs the proposal at this
-	// step (DESIGN rule 10): minted once per proposal, adopted by the
+	// step (docs/design.md rule 10): minted once per proposal, adopted by the
 	// policy's first decision, replaced when the policy decides again
 	// after an approver's edit. Every event of a proposal carries it.
 	DecisionID string
@@ -138,7 +138,7 @@ type Observer interface {
 }
 
 // Recorder is an Observer whose records must be written before the answer
-// they describe goes out: the decision log (DESIGN rule 10, fail closed).
+// they describe goes out: the decision log (docs/design.md rule 10, fail closed).
 // The Fulfiller calls Record instead of Observe for the records of its
 // answers — escalated, fulfilling, rejected — and blocks on it before the
 // envelope goes out; the records before them (the decision) go to Observe,

@@ -98,7 +98,7 @@ type Config struct {
 	// and shares it with a group; see Store.
 	Store Store
 
-	// Grants [nil: none] are the grants approvers made (DESIGN "Grants"):
+	// Grants [nil: none] are the grants approvers made (docs/design.md "Grants"):
 	// those covering a call are input.grants, and an approval that
 	// chooses a grant makes one here.
 	Grants *grants.Registry

@@ -8,7 +8,7 @@ import (
 	"github.com/mewkit/fulfiller/policies"
 )
 
-// input builds the policy input document for p (DESIGN.md, Policy
+// input builds the policy input document for p (docs/design.md, Policy
 // contract). params are the proposal's params, or an approver's edit of
 // them; approval is set only when asking again after a human answered.
 // Fields that are not known are left out, never invented.

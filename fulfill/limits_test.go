@@ -121,7 +121,7 @@ func (lw *limitsWorld) decision(id string) policies.Decision {
 }
 
 // An oversized proposal is discarded unread by the fulfiller's agent
-// (DESIGN rule 6): it is never answered, the session survives it, and the
+// (docs/design.md rule 6): it is never answered, the session survives it, and the
 // normal proposal behind it is decided and fulfilled.
 func TestOversizedProposalIsNeverAnsweredAndSessionSurvives(t *testing.T) {
 	const maxFrame = 16 << 10

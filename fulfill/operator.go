@@ -59,7 +59,7 @@ func (f *Fulfiller) Get(id string) (Snapshot, bool) {
 	return s, true
 }
 
-// GroupPending lists the group's pending work, oldest first (DESIGN
+// GroupPending lists the group's pending work, oldest first (docs/design.md
 // "Durable and shared pending work": the operator API of any member lists
 // it): the proposals this member holds, as Pending shows them, and with a
 // Store every other record in it, whichever member owns it (also a

@@ -12,7 +12,7 @@ import (
 	"github.com/mewkit/fulfiller/state"
 )
 
-// Tests of the operator API in a group (DESIGN "Durable and shared pending
+// Tests of the operator API in a group (docs/design.md "Durable and shared pending
 // work": the operator API of any member lists and cancels the group's
 // pending work), on the package's shared NATS server.
 

@@ -72,7 +72,7 @@ type proposal struct {
 	removing atomic.Bool
 	cachedAt atomic.Int64
 
-	// gov is the decision that governs the proposal (DESIGN rule 10),
+	// gov is the decision that governs the proposal (docs/design.md rule 10),
 	// read by every event: atomic because events come from the reader,
 	// the workers and the timers alike. See governing.
 	gov atomic.Pointer[governing]
@@ -205,7 +205,7 @@ type call struct {
 	tool   string          // params.name of a tools/call
 }
 
-// parsePayload applies DESIGN.md's envelope validation (rule 1): the
+// parsePayload applies docs/design.md's envelope validation (rule 1): the
 // payload must be an object with a non-empty string method, and params,
 // when present, an object; a tools/call also needs a non-empty string
 // params.name and, when present, an object params.arguments. An object with

@@ -69,7 +69,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// resume takes over records read from the store (DESIGN "Durable and
+// resume takes over records read from the store (docs/design.md "Durable and
 // shared pending work", Restart): a fulfilment request already written is
 // never written again, its response awaited until its deadline; a prompt
 // whose deadline passed is rejected "timeout" at once; open prompts are

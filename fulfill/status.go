@@ -16,7 +16,7 @@ import (
 // those stages — and again when the stage changes — the proposer gets a
 // chat, addressed to it and correlated to the proposal, whose text is for
 // people and whose payload._meta[StatusMetaKey] is for programs
-// (docs/status.md). It is additive: a proposer that ignores chats loses
+// (docs/tasks.md#status-chats). It is additive: a proposer that ignores chats loses
 // nothing, and the reference SDK does nothing with a chat but count it.
 // A status chat is never an answer: rule 2's one answer is unchanged.
 

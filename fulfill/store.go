@@ -13,7 +13,7 @@ import (
 	"github.com/mewkit/fulfiller/state"
 )
 
-// Store is the persistence of pending work (DESIGN "Durable and shared
+// Store is the persistence of pending work (docs/design.md "Durable and shared
 // pending work"); *state.Store implements it. With a Store the Fulfiller
 // claims every proposal before it decides it, records each step before the
 // envelope that carries it out is written, resumes its own unanswered work
@@ -72,7 +72,7 @@ const storeUnavailable = "pending-work store unavailable; propose again later"
 
 // storedDecision is what a record keeps of the decision that governs its
 // proposal, and of what the humans said, so that whoever resumes it acts on
-// it without deciding again (DESIGN rule 10: no second decision record).
+// it without deciding again (docs/design.md rule 10: no second decision record).
 type storedDecision struct {
 	Action      policies.Action     `json:"action"`
 	Reason      string              `json:"reason,omitempty"`

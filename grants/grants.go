@@ -1,4 +1,4 @@
-// Package grants is the model of a grant (DESIGN "Grants"): an approver's
+// Package grants is the model of a grant (docs/design.md "Grants"): an approver's
 // "allow calls like this for a while", pinned to the approved call's
 // values of the fields the policy's offer names, until it expires or is
 // revoked. It decides which calls a grant covers; storing grants, offering
@@ -64,7 +64,7 @@ type Grant struct {
 	Evidence *Evidence `json:"evidence,omitempty"`
 }
 
-// Evidence is a signed approval as PROTOCOL.md's signature covers it.
+// Evidence is a signed approval as docs/protocol.md's signature covers it.
 type Evidence struct {
 	Request   string          `json:"request"` // the elicitation's envelope id
 	Digest    string          `json:"digest"`  // the proposed call's digest

@@ -16,7 +16,7 @@ import (
 )
 
 // A prompt appears on the page with what the person needs to decide, its
-// controls carry the names DESIGN gives them, and Approve sends exactly
+// controls carry the names docs/design.md gives them, and Approve sends exactly
 // one fulfilment; the card then shows the outcome. The same run takes the
 // desktop and phone screenshots of the docs.
 func TestBrowserApproveFulfilsOnce(t *testing.T) {

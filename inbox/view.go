@@ -70,7 +70,7 @@ type View struct {
 	RejectReason string `json:"reject_reason,omitempty"`
 }
 
-// GrantView is the grant a card offers with an approval (DESIGN
+// GrantView is the grant a card offers with an approval (docs/design.md
 // "Grants").
 type GrantView struct {
 	Offers []string `json:"offers"` // sent back as chosen: kept exact

@@ -144,7 +144,7 @@ type Capable interface {
 }
 
 // answerKinds are what fulfiller must be able to send to answer any
-// proposal (DESIGN rule 9): reject it, and fulfil a tool call.
+// proposal (docs/design.md rule 9): reject it, and fulfil a tool call.
 var answerKinds = []struct {
 	name, kind string
 	payload    json.RawMessage
@@ -174,7 +174,7 @@ func CannotAnswer(caps []agent.Capability) string {
 	return fmt.Sprintf("the capabilities the gateway granted (%s) do not permit %s: check the token", strings.Join(granted, ", "), strings.Join(missing, " or "))
 }
 
-// Ready reports readiness as /readyz does (DESIGN rule 9).
+// Ready reports readiness as /readyz does (docs/design.md rule 9).
 func (h *Handler) Ready() Readiness {
 	gw, pol, _ := h.opts.Source.get()
 	r := Readiness{Status: "ready", Gateway: "unknown"}

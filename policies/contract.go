@@ -19,7 +19,7 @@ const (
 var decisionRef = ast.MustParseRef(Query)
 
 // contractProblems checks a module statically against the decision
-// contract (DESIGN "Policy contract"), as far as the policy writes its
+// contract (docs/design.md "Policy contract"), as far as the policy writes its
 // decisions down literally:
 //
 //   - the value of a rule of data.fulfiller.decision that is an object

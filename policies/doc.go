@@ -3,7 +3,7 @@
 //
 // An Engine holds one compiled policy set at a time — .rego files plus JSON
 // and YAML data documents — prepared once for the query
-// data.fulfiller.decision (see DESIGN.md, "Policy contract"). Decide builds
+// data.fulfiller.decision (see docs/design.md, "Policy contract"). Decide builds
 // the input document straight into OPA's AST, evaluates it under a
 // deadline and reads the decision strictly; anything that goes wrong becomes
 // a reject with reason "policy" that says why (fail closed). Watch reloads

@@ -10,7 +10,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// Grantable is an escalate decision's offer of a grant (DESIGN "Grants"):
+// Grantable is an escalate decision's offer of a grant (docs/design.md "Grants"):
 // an approver who approves may also allow calls like the approved one for
 // up to MaxTTL, pinned to the approved call's values of the Scope fields.
 // The policy decides whether a grant may be offered and how wide; without

@@ -13,7 +13,7 @@ import (
 )
 
 // Input is what the policy sees as `input`. It mirrors the input document of
-// the policy contract in DESIGN.md. Fields left at their zero value are
+// the policy contract in docs/design.md. Fields left at their zero value are
 // absent from the document: the engine never invents what it does not know.
 type Input struct {
 	Proposal json.RawMessage // the envelope exactly as received
@@ -26,7 +26,7 @@ type Input struct {
 	Approval *Approval       // set only when asked again after a human answered
 	Now      time.Time       // evaluation time; also what time.now_ns() returns
 	// Grants are the live grants that match the proposal's proposer and
-	// tool (DESIGN "Grants"), each a JSON object; nil leaves input.grants
+	// tool (docs/design.md "Grants"), each a JSON object; nil leaves input.grants
 	// out. What a grant means is the policy's decision.
 	Grants []json.RawMessage
 }

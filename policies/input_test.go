@@ -155,7 +155,7 @@ func TestInputDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// DESIGN.md's input document, field for field.
+	// docs/design.md's input document, field for field.
 	want := `{"agent":{"id":"fulfiller","inflight":1,"max_pending":1000,"pending":3},` +
 		`"approval":{"by":["alice"],"content":{"approve":true}},` +
 		`"grants":[{"id":"g-1","tool":"write_file"}],` +

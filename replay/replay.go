@@ -2,7 +2,7 @@
 // a candidate policy and reports what would change: how many decisions
 // move from one action to another, which proposals change, and — where a
 // human answered an escalation — how the candidate scores against the
-// humans (DESIGN "Grants": progressive automation needs evidence before a
+// humans (docs/design.md "Grants": progressive automation needs evidence before a
 // policy author widens a policy).
 //
 // Each proposal's first decision record is decided again from the input it

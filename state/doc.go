@@ -1,6 +1,6 @@
 // Package state is the one owner of fulfiller's pending-work persistence:
 // proposals waiting for a human, for a fulfilment slot or for a tool's
-// response; the "seen" proposal ids of DESIGN rule 5; answers not yet
+// response; the "seen" proposal ids of docs/design.md rule 5; answers not yet
 // delivered (the outbox); member leases for groups; and the JSON-RPC id
 // blocks of rule 11.
 //

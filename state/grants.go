@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Grant is a stored grant (DESIGN "Grants"): the grants package's document,
+// Grant is a stored grant (docs/design.md "Grants"): the grants package's document,
 // opaque to the store, with the id and expiry the store needs. Grants live
 // in the store so that they survive restarts and a group shares them.
 type Grant struct {

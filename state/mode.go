@@ -16,7 +16,7 @@ const (
 	// persists.
 	Memory Kind = iota + 1
 	// Dir is an embedded server with a file store in a directory, synced
-	// before what DESIGN requires on disk (see groupSync).
+	// before what docs/design.md requires on disk (see groupSync).
 	Dir
 	// External is a NATS cluster reached over the network.
 	External

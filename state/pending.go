@@ -146,7 +146,7 @@ func (s *Store) Put(ctx context.Context, p *Pending) (err error) {
 	s.remember(p)
 	// Not synced: nothing goes out on the strength of a new record alone;
 	// the synced write that precedes a prompt or request about it takes
-	// it to disk too, and a reject needs no sync (DESIGN).
+	// it to disk too, and a reject needs no sync (docs/design.md).
 	return nil
 }
 
@@ -182,7 +182,7 @@ func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
 
 // MarkAnswered is Update for a record moving to phase Answered (p.Reject
 // set), just before its reject is written; the record is deleted after.
-// It does not wait for a sync: DESIGN syncs before prompts and requests,
+// It does not wait for a sync: docs/design.md syncs before prompts and requests,
 // and a reject is neither. A process crash keeps the write (it is in the
 // kernel); a sync follows within lazySync, as after Delete.
 func (s *Store) MarkAnswered(ctx context.Context, p *Pending) (err error) {
@@ -275,7 +275,7 @@ func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 		return fmt.Errorf("state: delete %q: %w", truncate(p.ProposalID), err)
 	}
 	// Not waited for: nothing that goes out depends on the end of a
-	// record being on disk (DESIGN syncs writes before a prompt or a
+	// record being on disk (docs/design.md syncs writes before a prompt or a
 	// fulfilment request). A delete lost with the machine within
 	// lazySync resumes an ended proposal after the restart, which can
 	// answer it a second time (docs/state.md); a process crash loses

@@ -22,7 +22,7 @@ var ErrAnswered = errors.New("state: the record's reject is being written")
 // Take moves the record of proposalID to this member by compare-and-set,
 // whoever owns it and whether or not that owner's lease is live: an
 // operator's cancel on any member of the group ends the proposal from
-// there (DESIGN "Durable and shared pending work": the operator API of any
+// there (docs/design.md "Durable and shared pending work": the operator API of any
 // member cancels the group's pending work). It returns the record as
 // taken (Owner this member, StoreRevision the new revision).
 //

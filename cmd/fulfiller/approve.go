@@ -187,7 +187,7 @@ func runApprove(cmd *cobra.Command, fl approveFlags) (retErr error) {
 				retErr = err
 			}
 		}()
-		// DESIGN: the page's address is the first line on stdout.
+		// docs/design.md: the page's address is the first line on stdout.
 		fmt.Fprintln(out, url)
 		ui, open = in, webCards
 	case fl.auto == "accept" || fl.auto == "decline":

@@ -18,7 +18,7 @@ import (
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
-// approve --web prints the page's URL as its first line (DESIGN "Approval
+// approve --web prints the page's URL as its first line (docs/design.md "Approval
 // inbox"); the page answers 401 without the URL's secret, shows the prompt
 // with it, and an approval posted from the page is the approver's answer
 // on the wire.

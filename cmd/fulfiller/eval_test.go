@@ -67,7 +67,7 @@ func decode(t *testing.T, out string) map[string]any {
 	return m
 }
 
-// TestEvalExamples: the documented decisions of examples/policies/README.md.
+// TestEvalExamples: the documented decisions of docs/policies.md.
 func TestEvalExamples(t *testing.T) {
 	tests := []struct {
 		input string

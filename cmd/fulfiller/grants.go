@@ -37,7 +37,7 @@ func newGrantsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "grants",
 		Short: "List and revoke the grants approvers made",
-		Long: `A grant is an approver's "allow calls like this for a while" (DESIGN "Grants"):
+		Long: `A grant is an approver's "allow calls like this for a while" (docs/design.md#grants-approvals-that-teach):
 while it is live, the calls it covers may be fulfilled without asking anyone,
 as far as the policy honours it. grants lists them and revokes them through a
 running fulfiller's operator API (run's --http and its token); a revoked grant

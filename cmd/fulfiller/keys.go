@@ -15,7 +15,7 @@ func newKeysCmd() *cobra.Command {
 	keys := &cobra.Command{
 		Use:   "keys",
 		Short: "Make the signing keys of human approvers",
-		Long: `Signed approvals (PROTOCOL.md): the gateway does not authenticate who sent
+		Long: `Signed approvals (docs/protocol.md#signed-approvals): the gateway does not authenticate who sent
 an envelope, so for approvers listed in the fulfiller's --approver-keys file
 an answer counts only when signed with that approver's private key.`,
 		Args: cobra.NoArgs,

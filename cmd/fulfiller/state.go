@@ -20,7 +20,7 @@ import (
 	"github.com/mewkit/fulfiller/state"
 )
 
-// stateFlags are run's state store flags (DESIGN "Durable and shared
+// stateFlags are run's state store flags (docs/design.md "Durable and shared
 // pending work"; docs/state.md).
 type stateFlags struct {
 	spec    string
@@ -138,7 +138,7 @@ type storeConfig struct {
 
 // open opens the store the flags name and starts this member's lease.
 // --state memory is the same embedded JetStream store with memory storage
-// (DESIGN: the store fulfiller uses in every mode), so claims, records and
+// (docs/design.md: the store fulfiller uses in every mode), so claims, records and
 // the operator API behave as in the other modes; nothing survives the
 // process, and run says so. ctx bounds the opening only: the
 // lease is renewed until Close, which removes it, so that a graceful

@@ -22,7 +22,7 @@ const defaultWebAddr = "127.0.0.1:8765"
 
 // register adds the flags. With bare, a bare --web serves on
 // defaultWebAddr, and an address must then be given as --web=ADDR (demo);
-// without it --web takes ADDR as its value, as DESIGN writes it (approve).
+// without it --web takes ADDR as its value, as docs/design.md writes it (approve).
 func (wf *webFlags) register(f *pflag.FlagSet, usage string, bare bool) {
 	f.StringVar(&wf.addr, "web", "", usage)
 	if bare {

@@ -45,7 +45,7 @@ escalate := object.union(base, {"grantable": grantable}) if {
 	grantable
 } else := base if count(matches) > 0
 
-# Grants (DESIGN "Grants") are offered for calls one approver decides —
+# Grants (docs/design.md "Grants") are offered for calls one approver decides —
 # never for destructive tools, whose two approvers a grant would bypass —
 # and only for calls with a path: a grant allows the proposer to call the
 # same tool under the approved path's directory (/srv/prod/logs/a.log:

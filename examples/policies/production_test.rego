@@ -67,7 +67,7 @@ test_json_escaped_text_still_matches if {
 	production.escalate with input as call("write", {}, {"path": "/srv/prod/<x>\"y\""})
 }
 
-# Grants (DESIGN "Grants").
+# Grants (docs/design.md "Grants").
 
 grant := {
 	"id": "grant-1",

@@ -34,7 +34,7 @@ func TestFlood(t *testing.T) {
 		// The run checks the answers' accounting, not the tool's speed:
 		// on a starved CI machine the in-process tool may take longer
 		// than the 30 s default, and a fulfil timeout is a legitimate
-		// second message (DESIGN rule 4) that would blur the count.
+		// second message (docs/design.md rule 4) that would blur the count.
 		FulfillTimeout: 10 * time.Minute,
 	})
 	if err != nil {

@@ -178,7 +178,7 @@ type Report struct {
 	DuplicateKinds map[string]int64 `json:"duplicate_kinds,omitempty"`
 	// FulfilTimeouts counts fulfilled proposals whose tool did not answer
 	// within the fulfil timeout, which the fulfiller then rejected
-	// "timeout" (DESIGN rule 4): a slow tool, not a second answer.
+	// "timeout" (docs/design.md rule 4): a slow tool, not a second answer.
 	FulfilTimeouts int64 `json:"fulfil_timeouts"`
 	// Outcomes counts first answers: "fulfilled" or "rejected:<reason>".
 	Outcomes   map[string]int64 `json:"outcomes"`

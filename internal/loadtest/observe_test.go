@@ -8,7 +8,7 @@ import (
 )
 
 // A fulfilled proposal whose tool does not answer in time is rejected
-// "timeout" after its fulfilment request (DESIGN rule 4): the bench
+// "timeout" after its fulfilment request (docs/design.md rule 4): the bench
 // counts that apart, as a slow tool, while any other second answer is a
 // duplicate, named by what it was.
 func TestObserveCountsFulfilTimeoutsApartFromDuplicates(t *testing.T) {

@@ -156,7 +156,7 @@ func (r *receiver) observe(t *tracker, frame []byte) {
 		reason := string(scan(frame, keyReason))
 		if id, ok := r.fulfilling[seq]; ok && reason == "timeout" {
 			// The tool did not answer within --fulfill-timeout: the
-			// fulfiller tells the proposer so (DESIGN rule 4). A slow
+			// fulfiller tells the proposer so (docs/design.md rule 4). A slow
 			// tool, counted apart, not a second answer.
 			delete(r.fulfilling, seq)
 			delete(r.requests, id)

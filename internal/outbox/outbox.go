@@ -1,7 +1,7 @@
 // Package outbox keeps the agent's outbox (agent.Outbox) in the state
 // store, so that answers queued while the link to the gateway is down
 // survive a restart of fulfiller and are sent after it, while their
-// proposal still matters (DESIGN "Durable and shared pending work").
+// proposal still matters (docs/design.md "Durable and shared pending work").
 //
 // It sits between agent and state because neither may import the other:
 // agent is also the approver's and proposer's client, and state must not

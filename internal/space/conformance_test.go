@@ -83,13 +83,13 @@ func readJSONL[T any](t testing.TB, path string) []T {
 	return out
 }
 
-// conformanceDir holds the recordings of the reference gateway; the repo is
-// checked out with shared/ beside it (as CI does).
-const conformanceDir = "../../../shared/conformance/mew-v0.4"
+// conformanceDir holds the recordings of the reference gateway, kept in the
+// repository (see its README).
+const conformanceDir = "../../testdata/conformance/mew-v0.4"
 
 func TestReplayReferenceTranscript(t *testing.T) {
 	if _, err := os.Stat(conformanceDir); err != nil {
-		testenv.Missing(t, "recordings not found at %s (check out shared/ beside this repo): %v", conformanceDir, err)
+		testenv.Missing(t, "recordings not found at %s (they are part of the repository): %v", conformanceDir, err)
 	}
 	entries := readJSONL[transcriptEntry](t, conformanceDir+"/transcript.jsonl")
 	exchanges := readJSONL[httpExchange](t, conformanceDir+"/http-responses.jsonl")

@@ -14,7 +14,7 @@
 // # What it copies from the reference gateway
 //
 // The behaviour follows the frames recorded from `@mew-protocol/mew` 0.11.0
-// in shared/conformance/mew-v0.4 (see the README there):
+// in testdata/conformance/mew-v0.4 (see the README there):
 //
 //   - the URL path and query and the Authorization header are ignored; the
 //     first frame must be a join frame ({"type":"join",…} or

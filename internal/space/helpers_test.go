@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// labTokens is the token setup of the recordings in shared/conformance.
+// labTokens is the token setup of the recordings in testdata/conformance.
 func labTokens() map[string][]agent.Capability {
 	k := func(kinds ...string) []agent.Capability {
 		caps := make([]agent.Capability, len(kinds))

@@ -18,7 +18,7 @@ import (
 
 // sdkRecording is mew bridge 0.11.0 in front of the reference filesystem
 // MCP server, as recorded from the reference gateway.
-const sdkRecording = "../../../shared/conformance/mew-v0.4/sdk-bridge.jsonl"
+const sdkRecording = "../../testdata/conformance/mew-v0.4/sdk-bridge.jsonl"
 
 // recordedFS plays the recorded filesystem server's tools that the
 // recording calls, with the texts it answered.
