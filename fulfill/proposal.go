@@ -103,6 +103,9 @@ type proposal struct {
 	// spoofed is set once a forged answer to this proposal was recorded,
 	// so that a flood of them makes one decision-log line, not thousands.
 	spoofed atomic.Bool
+	// impersonated is set once the proposer was told that an envelope
+	// in our name about this proposal was not ours (onImpersonation).
+	impersonated atomic.Bool
 	// withdrawnEarly is set (under Fulfiller.mu) by the proposer's
 	// withdrawal while the proposal was being claimed; withdrawReason is
 	// the reason it gave.

@@ -13,7 +13,10 @@ import (
 // handle routes one envelope from the space.
 func (f *Fulfiller) handle(env agent.Envelope) {
 	if env.From == f.space.ID() {
-		return // our own echo; the agent drops these too
+		// The agent drops our own echoes: one in our name that it
+		// delivers is someone else's (SubscribeOptions.Impersonations).
+		f.onImpersonation(env)
+		return
 	}
 	switch env.Kind {
 	case agent.KindProposal:
@@ -393,5 +396,37 @@ func (f *Fulfiller) onPresence(env agent.Envelope) {
 		for _, p := range orphans {
 			f.ownerLeft(p)
 		}
+	}
+}
+
+// onImpersonation handles an envelope in this fulfiller's name that it did
+// not send (DESIGN rule 14): a forged reject or answer. It is logged and
+// counted, and the proposer of the pending proposal it names is told, in
+// a status chat, that it was not this fulfiller's — once per proposal, so
+// that a flood of forgeries makes one chat each, not thousands.
+func (f *Fulfiller) onImpersonation(env agent.Envelope) {
+	ev := Event{Stage: StageImpersonated, Envelope: env.Kind, Message: env.ID}
+	var p *proposal
+	if pid := env.CorrelationID.First(); pid != "" {
+		if q, ok := f.store.get(pid); ok {
+			p = q
+		} else {
+			f.mu.Lock()
+			p = f.claiming[pid]
+			f.mu.Unlock()
+		}
+	}
+	f.log.Warn("an envelope in this fulfiller's name that it did not send (impersonation)",
+		"envelope", env.ID, "kind", env.Kind, "to", env.To, "correlation_id", env.CorrelationID.First())
+	// The first about a proposal joins it (a decision-log line); the
+	// rest are counted only.
+	first := p != nil && p.impersonated.CompareAndSwap(false, true)
+	if first {
+		g := p.governor()
+		ev.ProposalID, ev.DecisionID, ev.Revision, ev.Proposer, ev.Method, ev.Tool = p.env.ID, g.id, g.revision, p.env.From, p.method, p.tool
+	}
+	f.emit(ev)
+	if first {
+		f.sendImpersonated(p, env)
 	}
 }
