@@ -186,6 +186,9 @@ type Stats struct {
 	// ours the gateway had already accepted (we saw its echo): someone
 	// else wrote them, so they were dropped.
 	ForgedErrors uint64
+	// Impersonations counts envelopes in our name that we did not write
+	// (see SubscribeOptions.Impersonations).
+	Impersonations uint64
 	// Queued counts envelopes SendOrQueue kept for a later session;
 	// Resent those of them written after a reconnect.
 	Queued, Resent uint64
@@ -194,7 +197,7 @@ type Stats struct {
 type counters struct {
 	framesIn, envelopes, delivered, echoes, malformed, binary, oversized atomic.Uint64
 	sessionsLost, reconnects, attempts, sends                            atomic.Uint64
-	refused, forged, queued, resent                                      atomic.Uint64
+	refused, forged, queued, resent, impersonations                      atomic.Uint64
 }
 
 // Client is one participant's presence in a MEW space. It keeps the session
@@ -362,6 +365,7 @@ func (c *Client) Stats() Stats {
 		ReconnectAttempts: s.attempts.Load(),
 		Refused:           s.refused.Load(),
 		ForgedErrors:      s.forged.Load(),
+		Impersonations:    s.impersonations.Load(),
 		Queued:            s.queued.Load(),
 		Resent:            s.resent.Load(),
 	}
@@ -656,8 +660,17 @@ func (c *Client) closeGrace() time.Duration {
 // handle processes one envelope from the gateway.
 func (c *Client) handle(s *session, env Envelope) {
 	if env.From == c.cfg.ID {
-		c.stats.echoes.Add(1)
-		c.sent.echoed(env.ID)
+		if c.sent.echoed(env.ID) {
+			c.stats.echoes.Add(1)
+			return
+		}
+		// The gateway echoes each envelope we write once: one we never
+		// wrote, or a second echo, was written by someone else in our
+		// name. Subscribers that asked for them judge it.
+		c.stats.impersonations.Add(1)
+		c.log.Warn("an envelope in our name that we did not send (impersonation)",
+			slog.String("envelope", env.ID), slog.String("kind", env.Kind))
+		c.dispatch(env)
 		return
 	}
 	c.stats.envelopes.Add(1)

@@ -278,6 +278,7 @@ func TestSubscriptionFilters(t *testing.T) {
 	all := c.Subscribe(SubscribeOptions{All: true})
 	mcp := c.Subscribe(SubscribeOptions{All: true, Kinds: []string{"mcp/*"}})
 	chats := c.Subscribe(SubscribeOptions{Kinds: []string{KindChat}})
+	imp := c.Subscribe(SubscribeOptions{Impersonations: true, Kinds: []string{KindChat}})
 
 	for _, f := range []string{
 		chat("to-me", "x", "fulfiller"),
@@ -296,8 +297,13 @@ func TestSubscriptionFilters(t *testing.T) {
 	equal(t, "All", recvIDs(t, all, 8), []string{"to-me", "to-other", "no-to", "empty-to", "req-both", "req-other", "v03", "end"})
 	equal(t, "mcp/*", recvIDs(t, mcp, 2), []string{"req-both", "req-other"})
 	equal(t, "chat", recvIDs(t, chats, 5), []string{"to-me", "no-to", "empty-to", "v03", "end"})
+	// "echo" is in our name, but we never wrote it: an impersonation,
+	// delivered only to the subscription that asked for them.
+	equal(t, "Impersonations", recvIDs(t, imp, 6), []string{"to-me", "no-to", "empty-to", "echo", "v03", "end"})
 	quiet(t, mine)
-	statsEventually(t, c, func(st Stats) bool { return st.Echoes == 1 && st.Envelopes == 9 && st.Delivered == 6+8+2+5 })
+	statsEventually(t, c, func(st Stats) bool {
+		return st.Echoes == 0 && st.Impersonations == 1 && st.Envelopes == 9 && st.Delivered == 6+8+2+5+6
+	})
 }
 
 func TestSendStampsAndDropsOwnEcho(t *testing.T) {

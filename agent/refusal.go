@@ -96,6 +96,7 @@ func (l *sentLog) add(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.ids[id]; ok {
+		l.ids[id] = false // written again (a resend): its echo comes again
 		return
 	}
 	if old := l.ring[l.next]; old != "" {
@@ -106,12 +107,16 @@ func (l *sentLog) add(id string) {
 	l.ids[id] = false
 }
 
-func (l *sentLog) echoed(id string) {
+// echoed records the echo of id and reports whether it was expected: id
+// was written and its echo had not come yet.
+func (l *sentLog) echoed(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.ids[id]; ok {
+	if echoed, ok := l.ids[id]; ok && !echoed {
 		l.ids[id] = true
+		return true
 	}
+	return false
 }
 
 func (l *sentLog) state(id string) int {

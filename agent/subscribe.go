@@ -11,7 +11,8 @@ import (
 const DefaultSubscriptionBuffer = 256
 
 // SubscribeOptions select which received envelopes a subscription gets.
-// Own echoes are never delivered.
+// Own echoes are never delivered; envelopes in our name that we did not
+// write only with Impersonations.
 type SubscribeOptions struct {
 	// Kinds are exact kinds or globs like "mcp/*"; empty means all kinds.
 	Kinds []string
@@ -20,6 +21,12 @@ type SubscribeOptions struct {
 	// mcp/request by another fulfiller, answers to others) sets it; by
 	// default only envelopes addressed to us or to everyone arrive.
 	All bool
+	// Impersonations also delivers envelopes whose from is this Client's
+	// id but which it never wrote (an id it did not send, or a second
+	// echo of one it did): the gateway passes any from through, so they
+	// are another participant speaking in our name (docs/design.md rule 14).
+	// Only they carry our own id in from.
+	Impersonations bool
 	// Buffer is the channel capacity; default 256. A full buffer makes the
 	// Client wait (see Client): it never drops envelopes.
 	Buffer int
@@ -32,6 +39,7 @@ type Subscription struct {
 	ch    chan Envelope
 	kinds []string
 	all   bool
+	imp   bool
 
 	done      chan struct{} // closed by Close; unblocks a waiting delivery
 	closeOnce sync.Once
@@ -51,6 +59,7 @@ func (c *Client) Subscribe(opts SubscribeOptions) *Subscription {
 		ch:    make(chan Envelope, opts.Buffer),
 		kinds: slices.Clone(opts.Kinds),
 		all:   opts.All,
+		imp:   opts.Impersonations,
 		done:  make(chan struct{}),
 	}
 	c.mu.Lock()
@@ -93,6 +102,9 @@ func (c *Client) removeSub(s *Subscription) {
 
 // wants reports whether the subscription takes env; self is our own id.
 func (s *Subscription) wants(self string, env *Envelope) bool {
+	if env.From == self && !s.imp {
+		return false
+	}
 	if !s.all && !env.AddressedTo(self) {
 		return false
 	}

@@ -613,6 +613,11 @@ func (l *Logger) fromEvent(e fulfill.Event) *Record {
 		r.Type, r.Reason, r.Message = TypeOutcome, e.Reason, e.Message
 	case fulfill.StageIgnored:
 		r.Type, r.Reason, r.Message = TypeIgnored, e.Reason, e.Message
+	case fulfill.StageImpersonated:
+		if e.ProposalID == "" {
+			return nil // counted in the metrics; a line each would let a flood grow the log
+		}
+		r.Type, r.Reason, r.Message = TypeIgnored, "impersonation", "an "+e.Envelope+" in our name that we did not send: envelope "+e.Message
 	case fulfill.StageShadow:
 		if e.Shadow == nil || e.Shadow.Dropped {
 			return nil // counted in the metrics; a line each would let a flood grow the log

@@ -564,3 +564,31 @@ func TestE2ESDKStyleAnswerCountsAndWrongIDIsIgnored(t *testing.T) {
 		t.Errorf("approved by %v", by)
 	}
 }
+
+// Rule 13 (security round 3, item 4): after an approval the call sent is
+// the proposed one byte for byte, numbers beyond float64 included; after
+// an edit, the proposed text with only the edited argument replaced by
+// the approver's value, as the policy saw it again.
+func TestE2EApprovedCallKeepsTheProposedNumbers(t *testing.T) {
+	const args = `"content":"hi","a":9007199254740993,"c":123456789012345678901234567890,"d":1.50`
+	for name, tc := range map[string]struct{ answer, params string }{
+		"as proposed": {`{"action":"accept","content":{"approve":true}}`,
+			`{"name":"write_file","arguments":{"path":"/srv/prod/motd",` + args + `}}`},
+		"edited": {`{"action":"accept","content":{"approve":true,"path":"/srv/prod/motd.new"}}`,
+			`{"name":"write_file","arguments":{"path":"/srv/prod/motd.new",` + args + `}}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, worldOptions{escalation: `{"approvers":["alice"],"editable":["path"]}`})
+			id := w.propose("p-numbers", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd",`+args+`}}}`)
+			w.answer("alice", w.ask("alice"), tc.answer)
+			if out := w.outcome(id); !out.Fulfilled {
+				t.Fatalf("outcome %+v", out)
+			}
+			ans := w.answers(id)
+			if len(ans) != 1 {
+				t.Fatalf("%d answers, want the tools/call", len(ans))
+			}
+			exact(t, ans[0], `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["fs"],"kind":"mcp/request","correlation_id":["p-numbers"],"payload":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+tc.params+`}}`)
+		})
+	}
+}

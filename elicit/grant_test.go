@@ -3,6 +3,7 @@ package elicit_test
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -202,5 +203,40 @@ func TestE2EGrantExpiredOrDestructiveStillAsks(t *testing.T) {
 	}
 	if d, _ := w.event(del, "decided"); d.GrantID != "" || d.Decision.Action != "escalate" {
 		t.Errorf("delete under a grant decided %+v (grant %q), want escalate", d.Decision, d.GrantID)
+	}
+}
+
+// Security round 3, item 8: a grant pinned to arguments.path:prefix
+// /srv/app/ matched paths that a tool reads as paths outside it. Each of
+// these proposals is decided without the grant (input.grants empty) and
+// asked about; a plain path under the prefix still uses it.
+func TestE2EGrantPrefixRefusesAmbiguousPaths(t *testing.T) {
+	w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
+	now := time.Now().UTC()
+	g := grants.Grant{ID: "g-app", Proposer: "coder", Tool: "write_file", Server: "fs", GrantedBy: "alice",
+		Pins: []grants.Pin{{Field: "arguments.path", Prefix: "/srv/app/"}}, Created: now, Expires: now.Add(time.Hour)}
+	if err := w.grants.Create(t.Context(), g); err != nil {
+		t.Fatal(err)
+	}
+	for i, path := range []string{
+		`/srv/app/..\\..\\etc\\passwd`,
+		`/srv/app/%2e%2e/%2e%2e/etc/passwd`,
+		`/srv/app/x\n/etc/passwd`,
+	} {
+		id := fmt.Sprintf("p-ambiguous-%d", i)
+		w.propose(id, `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"`+path+`","content":"x"}}}`)
+		if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"`+id+`"`) {
+			t.Fatalf("%s: alice was asked %s, want %s", path, e.Payload, id)
+		}
+		if d, _ := w.event(id, "decided"); d.GrantID != "" || d.Decision.Action != "escalate" || len(d.Input.Grants) != 0 {
+			t.Errorf("%s decided %+v under grant %q with input.grants %v, want escalate with none", path, d.Decision, d.GrantID, d.Input.Grants)
+		}
+	}
+	ok := w.propose("p-plain", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/app/notes.txt","content":"x"}}}`)
+	if out := w.outcome(ok); !out.Fulfilled {
+		t.Fatalf("a plain path under the grant: outcome %+v", out)
+	}
+	if d, _ := w.event(ok, "decided"); d.GrantID != "g-app" {
+		t.Errorf("a plain path under the grant decided with grant %q, want g-app", d.GrantID)
 	}
 }

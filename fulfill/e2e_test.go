@@ -169,7 +169,7 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		cfg.DiscoverySettle = time.Millisecond
 	}
 	w.ful = fulfill.New(fc, w.gate, cfg)
-	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
+	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true, Impersonations: true})
 	fctx, fcancel := context.WithCancel(ctx)
 	w.stopFul, w.fulDone = fcancel, make(chan struct{})
 	go func() { defer close(w.fulDone); _ = w.ful.Run(fctx, fulSub.C()) }()

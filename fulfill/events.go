@@ -51,6 +51,11 @@ const (
 	// lease lapsed (Message: which, and its phase). No second decision
 	// is logged for it (docs/design.md rule 10).
 	StageResumed Stage = "resumed"
+	// StageImpersonated: an envelope in this fulfiller's name that it did
+	// not send (docs/design.md rule 14). Envelope is its kind, Message its id;
+	// ProposalID and Proposer name the pending proposal it correlates
+	// to, when there is one (that proposer is told in a status chat).
+	StageImpersonated Stage = "impersonated"
 	// StageGranted: an approver's approval created a grant (GrantID; By:
 	// who granted; Message: how long, or why it could not be made).
 	StageGranted Stage = "granted"

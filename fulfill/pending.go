@@ -10,7 +10,8 @@ import (
 
 // pendingStore holds the proposals that still wait for something, keyed by
 // proposal id, in an expirable LRU, and remembers recently finished ids so a
-// replayed proposal is recognised.
+// replayed proposal is recognised, each with the decision that governed it
+// so that the replay's ignored line joins that decision (rule 10).
 //
 // golang-lru v2.0.7's expirable cache calls its eviction callback with its
 // lock held, also for Remove, and its sweep goroutine never stops. So:
@@ -21,7 +22,7 @@ import (
 // Fulfiller, which a process makes once.
 type pendingStore struct {
 	cache *expirable.LRU[string, *proposal]
-	seen  *lru.Cache[string, struct{}]
+	seen  *lru.Cache[string, governing]
 	max   int
 	ttl   time.Duration
 
@@ -45,7 +46,7 @@ func newPendingStore(max int, ttl time.Duration) *pendingStore {
 	if seenSize < 1<<16 {
 		seenSize = 1 << 16
 	}
-	s.seen, _ = lru.New[string, struct{}](seenSize)
+	s.seen, _ = lru.New[string, governing](seenSize)
 	return s
 }
 
@@ -76,13 +77,23 @@ func (s *pendingStore) drain() []eviction {
 	return out
 }
 
-// known reports whether a proposal id is pending or was seen recently.
-func (s *pendingStore) known(id string) bool {
-	return s.cache.Contains(id) || s.seen.Contains(id)
+// known reports whether a proposal id is pending or was seen recently, and
+// the decision that governs it: a pending proposal's current one, a
+// finished proposal's last.
+func (s *pendingStore) known(id string) (governing, bool) {
+	if p, ok := s.cache.Peek(id); ok {
+		return *p.governor(), true
+	}
+	return s.seen.Get(id)
+}
+
+// markSeen remembers p's id, and the decision governing p now, for rule 5.
+func (s *pendingStore) markSeen(p *proposal) {
+	s.seen.Add(p.env.ID, *p.governor())
 }
 
 func (s *pendingStore) add(p *proposal) {
-	s.seen.Add(p.env.ID, struct{}{})
+	s.markSeen(p)
 	p.cachedAt.Store(time.Now().UnixNano())
 	s.cache.Add(p.env.ID, p)
 }
@@ -98,9 +109,12 @@ func (s *pendingStore) get(id string) (*proposal, bool) {
 	return s.cache.Peek(id)
 }
 
-// remove drops a proposal that has ended. Its id stays in the seen set.
+// remove drops a proposal that has ended. Its id stays in the seen set,
+// now with the decision that governed its end (a re-evaluation after an
+// edit replaces the first).
 func (s *pendingStore) remove(p *proposal) {
 	p.removing.Store(true)
+	s.markSeen(p)
 	s.cache.Remove(p.env.ID)
 }
 

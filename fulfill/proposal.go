@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
@@ -102,6 +103,9 @@ type proposal struct {
 	// spoofed is set once a forged answer to this proposal was recorded,
 	// so that a flood of them makes one decision-log line, not thousands.
 	spoofed atomic.Bool
+	// impersonated is set once the proposer was told that an envelope
+	// in our name about this proposal was not ours (onImpersonation).
+	impersonated atomic.Bool
 	// withdrawnEarly is set (under Fulfiller.mu) by the proposer's
 	// withdrawal while the proposal was being claimed; withdrawReason is
 	// the reason it gave.
@@ -225,6 +229,12 @@ func parsePayload(payload json.RawMessage) (call, error) {
 	if !isJSONObject(payload) {
 		return c, fmt.Errorf("proposal payload is not a JSON object")
 	}
+	if !utf8.Valid(payload) || loneSurrogate(payload) {
+		// Rule 13: decoders mend such text (Go and OPA with U+FFFD),
+		// tools may not, so the policy would decide other text than the
+		// tool owner gets.
+		return c, fmt.Errorf("proposal payload is not valid UTF-8")
+	}
 	s := scanner{dec: json.NewDecoder(bytes.NewReader(payload)), data: payload}
 	s.dec.UseNumber()
 	var (
@@ -320,6 +330,55 @@ func parsePayload(payload json.RawMessage) (call, error) {
 		c.tool = tool
 	}
 	return c, nil
+}
+
+// loneSurrogate reports whether a JSON text escapes half of a UTF-16
+// surrogate pair ("\ud800" alone): text no UTF-8 can hold, which Go's
+// decoder turns into U+FFFD and a JavaScript tool keeps. In valid JSON a
+// backslash occurs only inside strings, so no string tracking is needed.
+func loneSurrogate(data []byte) bool {
+	escaped := func(i int) (rune, bool) { // the \uXXXX at data[i:]
+		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range data[i+2 : i+6] {
+			switch {
+			case '0' <= c && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case 'a' <= c && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case 'A' <= c && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		r, ok := escaped(i)
+		if !ok {
+			i++ // another escape: skip the escaped byte (an escaped backslash too)
+			continue
+		}
+		switch {
+		case 0xD800 <= r && r < 0xDC00:
+			lo, ok := escaped(i + 6)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 11
+		case 0xDC00 <= r && r <= 0xDFFF:
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
 }
 
 // errDuplicateKey marks a payload with a key twice in one object.

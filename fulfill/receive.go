@@ -13,7 +13,10 @@ import (
 // handle routes one envelope from the space.
 func (f *Fulfiller) handle(env agent.Envelope) {
 	if env.From == f.space.ID() {
-		return // our own echo; the agent drops these too
+		// The agent drops our own echoes: one in our name that it
+		// delivers is someone else's (SubscribeOptions.Impersonations).
+		f.onImpersonation(env)
+		return
 	}
 	switch env.Kind {
 	case agent.KindProposal:
@@ -46,11 +49,16 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 		f.log.Warn("proposal without id or from skipped", "id", env.ID, "from", env.From)
 		return
 	}
-	if f.store.known(env.ID) || f.isClaiming(env.ID) {
+	g, seen := f.store.known(env.ID)
+	if !seen {
+		g, seen = f.claimingAs(env.ID)
+	}
+	if seen {
 		// Rule 5: never reject a replayed id: the reject would name the
-		// id and fail the original proposal at its proposer.
+		// id and fail the original proposal at its proposer. Its line
+		// carries the original's decision (rule 10).
 		f.log.Warn("proposal id seen before; ignored", "proposal", env.ID, "from", env.From)
-		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Reason: "duplicate", Message: "proposal id seen before"})
+		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, DecisionID: g.id, Revision: g.revision, Proposer: env.From, Reason: "duplicate", Message: "proposal id seen before"})
 		return
 	}
 	c, err := parsePayload(env.Payload)
@@ -58,8 +66,8 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: time.Now()}
 	if target, mine := f.addressee(env, p.tool); !mine {
 		f.log.Debug("proposal addressed to another fulfiller; left alone", "proposal", env.ID, "to", env.To)
-		f.store.seen.Add(env.ID, struct{}{})
-		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Method: method, Tool: p.tool, Reason: "addressed_elsewhere", Message: fmt.Sprintf("addressed to %v", env.To)})
+		f.store.markSeen(p)
+		f.emit(Event{Stage: StageIgnored, ProposalID: env.ID, DecisionID: p.governor().id, Proposer: env.From, Method: method, Tool: p.tool, Reason: "addressed_elsewhere", Message: fmt.Sprintf("addressed to %v", env.To)})
 		return
 	} else {
 		p.target = target
@@ -85,14 +93,17 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	f.admit(p, err)
 }
 
-// isClaiming reports whether a proposal with this id waits for its claim:
-// a replay meanwhile is a duplicate. (One that slips between this check
-// and the store's is refused by the store's claim.)
-func (f *Fulfiller) isClaiming(id string) bool {
+// claimingAs reports whether a proposal with this id waits for its claim,
+// and its decision: a replay meanwhile is a duplicate. (One that slips
+// between this check and the store's is refused by the store's claim.)
+func (f *Fulfiller) claimingAs(id string) (governing, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, ok := f.claiming[id]
-	return ok
+	p, ok := f.claiming[id]
+	if !ok {
+		return governing{}, false
+	}
+	return *p.governor(), true
 }
 
 // claimJob is a proposal read from the space, waiting for its claim.
@@ -126,7 +137,7 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 		f.mu.Lock()
 		delete(f.claiming, env.ID)
 		f.mu.Unlock()
-		f.store.seen.Add(env.ID, struct{}{})
+		f.store.markSeen(p)
 		f.answerReject(p, "invalid", err.Error())
 		return
 	}
@@ -136,34 +147,34 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	switch {
 	case p.withdrawnEarly:
 		f.mu.Unlock()
-		f.store.seen.Add(env.ID, struct{}{})
+		f.store.markSeen(p)
 		ev := p.event(StageWithdrawn)
 		ev.Reason = p.withdrawReason
 		f.emit(ev)
 		return
 	case f.closing:
 		f.mu.Unlock()
-		f.store.seen.Add(env.ID, struct{}{})
+		f.store.markSeen(p)
 		f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
 		return
 	case f.live >= f.cfg.MaxPending:
 		f.mu.Unlock()
-		f.store.seen.Add(env.ID, struct{}{})
+		f.store.markSeen(p)
 		f.answerReject(p, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", f.cfg.MaxPending))
 		return
 	case f.byProposer[env.From] >= f.cfg.MaxPendingPerProposer:
 		f.mu.Unlock()
-		f.store.seen.Add(env.ID, struct{}{})
+		f.store.markSeen(p)
 		f.answerReject(p, "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", f.cfg.MaxPendingPerProposer))
 		return
 	case f.cfg.Store != nil && f.groupFull():
 		f.mu.Unlock()
-		f.store.seen.Add(env.ID, struct{}{})
+		f.store.markSeen(p)
 		f.answerReject(p, "busy", fmt.Sprintf("the group's pending work is full (%d proposals); propose again later", f.group.capacity.Load()))
 		return
 	case f.liveBytes+p.size() > f.cfg.MaxPendingBytes:
 		f.mu.Unlock()
-		f.store.seen.Add(env.ID, struct{}{})
+		f.store.markSeen(p)
 		f.answerReject(p, "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", f.liveBytes, f.cfg.MaxPendingBytes, p.size()))
 		return
 	}
@@ -385,5 +396,37 @@ func (f *Fulfiller) onPresence(env agent.Envelope) {
 		for _, p := range orphans {
 			f.ownerLeft(p)
 		}
+	}
+}
+
+// onImpersonation handles an envelope in this fulfiller's name that it did
+// not send (docs/design.md rule 14): a forged reject or answer. It is logged and
+// counted, and the proposer of the pending proposal it names is told, in
+// a status chat, that it was not this fulfiller's — once per proposal, so
+// that a flood of forgeries makes one chat each, not thousands.
+func (f *Fulfiller) onImpersonation(env agent.Envelope) {
+	ev := Event{Stage: StageImpersonated, Envelope: env.Kind, Message: env.ID}
+	var p *proposal
+	if pid := env.CorrelationID.First(); pid != "" {
+		if q, ok := f.store.get(pid); ok {
+			p = q
+		} else {
+			f.mu.Lock()
+			p = f.claiming[pid]
+			f.mu.Unlock()
+		}
+	}
+	f.log.Warn("an envelope in this fulfiller's name that it did not send (impersonation)",
+		"envelope", env.ID, "kind", env.Kind, "to", env.To, "correlation_id", env.CorrelationID.First())
+	// The first about a proposal joins it (a decision-log line); the
+	// rest are counted only.
+	first := p != nil && p.impersonated.CompareAndSwap(false, true)
+	if first {
+		g := p.governor()
+		ev.ProposalID, ev.DecisionID, ev.Revision, ev.Proposer, ev.Method, ev.Tool = p.env.ID, g.id, g.revision, p.env.From, p.method, p.tool
+	}
+	f.emit(ev)
+	if first {
+		f.sendImpersonated(p, env)
 	}
 }

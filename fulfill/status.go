@@ -28,6 +28,10 @@ const (
 	StatusEscalated = "escalated" // waiting for humans (Approvers, Quorum, Deadline)
 	StatusQueued    = "queued"    // approved or allowed, waiting for a fulfilment slot
 	StatusTask      = "task"      // the tool owner runs the call as an MCP task (Task, Deadline)
+	// StatusImpersonated: an envelope in fulfiller's name about the
+	// proposal (Forged, ForgedKind) was not fulfiller's; the proposal is
+	// still pending and its real answer follows (docs/design.md rule 14).
+	StatusImpersonated = "impersonated"
 )
 
 // ProposalStatus is the machine-readable part of a status chat. New
@@ -43,6 +47,10 @@ type ProposalStatus struct {
 	// the deadline (it was sooner than the policy's).
 	DeadlineBy string    `json:"deadline_by,omitempty"`
 	Task       *TaskInfo `json:"task,omitempty"`
+	// Forged and ForgedKind: StatusImpersonated, the envelope id and
+	// kind that were not fulfiller's.
+	Forged     string `json:"forged,omitempty"`
+	ForgedKind string `json:"forged_kind,omitempty"`
 }
 
 type statusChat struct {
@@ -92,6 +100,29 @@ func (f *Fulfiller) sendStatus(p *proposal, ev Event) {
 		Payload:       agent.MustPayload(statusChat{Text: text, Format: "plain", Meta: map[string]ProposalStatus{StatusMetaKey: st}}),
 	}
 	if err := f.send(env); err != nil {
+		f.log.Warn("status chat not sent", "proposal", p.env.ID, "stage", st.Stage, "err", err)
+	}
+}
+
+// sendImpersonated tells p's proposer that env, in this fulfiller's name,
+// was not sent by it. Sent whether or not status chats are on: rule 14
+// wants the proposer told, and a proposer that believed a forged reject
+// would otherwise take the real answer that follows for a second one.
+// Best effort, like every status chat.
+func (f *Fulfiller) sendImpersonated(p *proposal, env agent.Envelope) {
+	if p.fenced.Load() {
+		return
+	}
+	st := ProposalStatus{Version: 1, Proposal: p.env.ID, Stage: StatusImpersonated, Forged: env.ID, ForgedKind: env.Kind}
+	text := fmt.Sprintf("The %s in %s's name (envelope %s) was not sent by %s: someone else wrote it. Your proposal is still pending; %s's answer follows.",
+		env.Kind, f.space.ID(), env.ID, f.space.ID(), f.space.ID())
+	chat := agent.Envelope{
+		To:            []string{p.env.From},
+		Kind:          agent.KindChat,
+		CorrelationID: agent.CorrelationIDs{p.env.ID},
+		Payload:       agent.MustPayload(statusChat{Text: text, Format: "plain", Meta: map[string]ProposalStatus{StatusMetaKey: st}}),
+	}
+	if err := f.send(chat); err != nil {
 		f.log.Warn("status chat not sent", "proposal", p.env.ID, "stage", st.Stage, "err", err)
 	}
 }

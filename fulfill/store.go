@@ -23,9 +23,11 @@ import (
 type Store interface {
 	// Member is this fulfiller's member id in the group.
 	Member() string
-	// Claim wins a proposal id for this member once for the whole group
-	// and SeenTTL (rule 5); a lost claim means send nothing.
-	Claim(ctx context.Context, proposalID string) (won bool, err error)
+	// ClaimDecision wins a proposal id for this member once for the
+	// whole group and SeenTTL (rule 5), recording the id of the decision
+	// that will govern it; a lost claim means send nothing, and returns
+	// the winner's decision id ("" when unknown) for the ignored line.
+	ClaimDecision(ctx context.Context, proposalID, decisionID string) (won bool, winner string, err error)
 	// Put records a newly claimed proposal; Update and Delete compare and
 	// set on p.StoreRevision (state.ErrConflict: someone else owns it now).
 	Put(ctx context.Context, p *state.Pending) error
@@ -126,7 +128,7 @@ func (f *Fulfiller) storeContext() (context.Context, context.CancelFunc) {
 // peer answers.
 func (f *Fulfiller) claim(p *proposal) bool {
 	ctx, cancel := f.storeContext()
-	won, err := f.cfg.Store.Claim(ctx, p.env.ID)
+	won, winner, err := f.cfg.Store.ClaimDecision(ctx, p.env.ID, p.governor().id)
 	cancel()
 	switch {
 	case err != nil:
@@ -142,9 +144,16 @@ func (f *Fulfiller) claim(p *proposal) bool {
 		f.answerReject(p, "busy", storeUnavailable)
 		return false
 	case !won:
-		f.store.seen.Add(p.env.ID, struct{}{})
+		// The line joins the winner's decision (rule 10); its revision
+		// is the winner's to log. A claim that recorded no decision
+		// (expired, or written by an older fulfiller) leaves the line
+		// its own id.
+		if winner != "" {
+			p.gov.Store(&governing{id: winner})
+		}
+		f.store.markSeen(p)
 		f.log.Info("proposal claimed before (a replay, or another member of the group); ignored", "proposal", p.env.ID, "from", p.env.From)
-		f.emit(Event{Stage: StageIgnored, ProposalID: p.env.ID, Proposer: p.env.From, Method: p.method, Tool: p.tool, Reason: "duplicate", Message: "proposal id claimed before"})
+		f.emit(Event{Stage: StageIgnored, ProposalID: p.env.ID, DecisionID: p.governor().id, Proposer: p.env.From, Method: p.method, Tool: p.tool, Reason: "duplicate", Message: "proposal id claimed before"})
 		return false
 	}
 	return true

@@ -662,3 +662,49 @@ func TestStoreAdoptedTaskIsFollowed(t *testing.T) {
 		t.Errorf("the record outlives the relayed result: %v", err)
 	}
 }
+
+// A replay of a fulfilled proposal's id after a restart loses its claim
+// and is ignored (rule 5); its line carries the decision id the original
+// claim recorded, the one its decision and fulfilment lines carry (rule
+// 10), not a fresh one.
+func TestStoreReplayAfterRestartJoinsTheOriginalDecision(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	req := h.space.next(t)
+	if !isToolsCall(req) {
+		t.Fatalf("sent %s %s, want the tools/call of p1", req.Kind, req.Payload)
+	}
+	h.deliver(answerFor(t, req))
+	h.waitStage(t, "p1", StageFulfilled)
+	original := h.eventOf(t, "p1", StageFulfilled).DecisionID
+	if original == "" || h.eventOf(t, "p1", StageDecided).DecisionID != original {
+		t.Fatalf("p1's lines do not share a decision id: decided %q, fulfilled %q", h.eventOf(t, "p1", StageDecided).DecisionID, original)
+	}
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, &fakeDecider{decisions: storeDecisions})
+	h2.deliver(proposalEnv("p1", "coder", callOf("add")))
+	h2.waitStage(t, "p1", StageIgnored)
+	ev := h2.eventOf(t, "p1", StageIgnored)
+	if ev.Reason != "duplicate" || ev.DecisionID != original {
+		t.Errorf("the replay's ignored event: reason %q decision %q, want duplicate under %q", ev.Reason, ev.DecisionID, original)
+	}
+	// Within the process the replay joins it too (the seen set).
+	h2.deliver(proposalEnv("p1", "coder", callOf("add")))
+	waitFor(t, func() bool { return len(h2.stages("p1")) == 2 })
+	for _, e := range h2.eventsOf("p1") {
+		if e.DecisionID != original {
+			t.Errorf("%s event under %q, want %q", e.Stage, e.DecisionID, original)
+		}
+	}
+	h2.space.quiet(t, 100*time.Millisecond)
+	if n := h2.dec.count(); n != 0 {
+		t.Errorf("the replay was decided %d times, want 0", n)
+	}
+}

@@ -37,18 +37,18 @@ type faultyStore struct {
 
 var errCut = errors.New("test: store connection cut")
 
-func (s *faultyStore) Claim(ctx context.Context, id string) (bool, error) {
+func (s *faultyStore) ClaimDecision(ctx context.Context, id, decision string) (bool, string, error) {
 	if s.claimGate != nil {
 		select {
 		case <-s.claimGate:
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return false, "", ctx.Err()
 		}
 	}
 	if s.dead.Load() {
-		return false, errCut
+		return false, "", errCut
 	}
-	return s.Store.Claim(ctx, id)
+	return s.Store.ClaimDecision(ctx, id, decision)
 }
 
 func (s *faultyStore) Put(ctx context.Context, p *state.Pending) error {

@@ -8,7 +8,7 @@
 // A grant is standing permission given on one human's word, so every
 // question here is answered narrowly: a value that cannot be compared
 // exactly does not match, and a prefix never matches a path that climbs out
-// of it.
+// of it or that a tool could read as another path (Ambiguous).
 package grants
 
 import (
@@ -19,6 +19,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 
@@ -126,8 +128,8 @@ func New(id string, offer *policies.Grantable, call Call, ttl time.Duration, by 
 func pinArgument(f policies.GrantField, raw json.RawMessage) (Pin, error) {
 	var s string
 	if f.Prefix && json.Unmarshal(raw, &s) == nil {
-		if Climbs(s) {
-			return Pin{}, fmt.Errorf("grant: %s %q has . or .. segments: no prefix can be pinned to it", f.Path, s)
+		if Ambiguous(s) {
+			return Pin{}, fmt.Errorf("grant: %s %q has . or .. segments, backslashes, percent-escapes or control characters: no prefix can be pinned to it", f.Path, s)
 		}
 		if dir, ok := Dir(s); ok {
 			return Pin{Field: f.Path, Prefix: dir}, nil
@@ -169,7 +171,7 @@ func (g Grant) Matches(c Call, now time.Time) bool {
 func (p Pin) matches(raw json.RawMessage) bool {
 	if p.Prefix != "" {
 		var s string
-		return json.Unmarshal(raw, &s) == nil && strings.HasPrefix(s, p.Prefix) && !Climbs(s)
+		return json.Unmarshal(raw, &s) == nil && strings.HasPrefix(s, p.Prefix) && !Ambiguous(s)
 	}
 	v, err := jcs.Transform(raw)
 	return err == nil && bytes.Equal(v, p.Value)
@@ -196,6 +198,33 @@ func Climbs(s string) bool {
 		}
 	}
 	return false
+}
+
+// Ambiguous reports whether a path is one that a prefix compared byte by
+// byte cannot vouch for, because a tool may read it as a path outside the
+// prefix: "." or ".." segments (Climbs); a backslash, a separator on
+// Windows and an escape elsewhere (/srv/app/..\..\etc/passwd); a
+// percent-escape, which a URL-minded tool decodes (/srv/app/%2e%2e/…);
+// control characters (a newline splits a path in line-based tools and
+// logs) and text that is not UTF-8. Such a value never matches a prefix,
+// and no prefix is pinned to one.
+func Ambiguous(s string) bool {
+	if Climbs(s) || strings.ContainsRune(s, '\\') || !utf8.ValidString(s) {
+		return true
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return true
+		}
+		if r == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // Terms says in a few words what g allows, for a person deciding whether

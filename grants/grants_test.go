@@ -50,6 +50,16 @@ func TestPrefixGrantCoversTheDirectoryOnly(t *testing.T) {
 		{call("coder", "read_file", "fs", `{"path":"/srv/apple/x"}`), false},
 		{call("coder", "read_file", "fs", `{"path":"/srv/app/../../etc/passwd"}`), false},
 		{call("coder", "read_file", "fs", `{"path":"/srv/app/./x"}`), false},
+		// Read as other paths by a tool (security round 3, item 8).
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/..\\..\\etc\\passwd"}`), false},
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/sub\\x"}`), false},
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/%2e%2e/%2e%2e/etc/passwd"}`), false},
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/%2F..%2Fetc"}`), false},
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/x\n/etc/passwd"}`), false},
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/x\u0000"}`), false},
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/x\u0085y"}`), false},
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/100%"}`), true},  // a percent sign that escapes nothing
+		{call("coder", "read_file", "fs", `{"path":"/srv/app/..x/y"}`), true}, // a name, not a segment
 		{call("coder", "read_file", "fs", `{"path":"/srv/app"}`), false},
 		{call("coder", "read_file", "fs", `{"path":["/srv/app/x"]}`), false},
 		{call("coder", "read_file", "fs", `{}`), false},
@@ -112,6 +122,11 @@ func TestNewRefuses(t *testing.T) {
 	}
 	if _, err := New("g", o, call("coder", "read_file", "fs", `{"path":"/srv/app/../etc/x"}`), time.Hour, "alice", t0); err == nil {
 		t.Error("a prefix was pinned to a path with .. segments")
+	}
+	for _, path := range []string{`/srv/app\\..\\x/f`, `/srv/%2e%2e/x/f`, `/srv/app\n/f`} {
+		if _, err := New("g", o, call("coder", "read_file", "fs", `{"path":"`+path+`"}`), time.Hour, "alice", t0); err == nil {
+			t.Errorf("a prefix was pinned to %s", path)
+		}
 	}
 	// A top-level path's directory is the root: pinned exactly instead.
 	g, err := New("g", o, call("coder", "read_file", "fs", `{"path":"/etc"}`), time.Hour, "alice", t0)

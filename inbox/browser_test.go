@@ -182,6 +182,36 @@ func accessibleNames(t *testing.T, ctx context.Context, sel, role string) []stri
 	return names
 }
 
+// accessibleField is a control as the accessibility tree gives it: what a
+// screen reader announces as its name, and then as its description.
+type accessibleField struct{ Name, Description string }
+
+// accessibleFields lists the controls of role inside the node at sel with
+// their accessible names and descriptions.
+func accessibleFields(t *testing.T, ctx context.Context, sel, role string) []accessibleField {
+	t.Helper()
+	nodes := get(t, ctx, "the node "+sel, chromedp.Nodes(sel))
+	ax := get(t, ctx, "the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (*accessibility.QueryAXTreeResult, error) {
+		r, err := cdp.Call(ctx, tg, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{BackendNodeID: nodes[0].BackendNodeID, Role: role})
+		return &r, err
+	})
+	var out []accessibleField
+	for _, n := range ax.Nodes {
+		if n.Ignored {
+			continue
+		}
+		var f accessibleField
+		if n.Name != nil {
+			f.Name = strings.Trim(string(n.Name.Value), `"`)
+		}
+		if n.Description != nil {
+			f.Description = strings.Trim(string(n.Description.Value), `"`)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // screenshot takes a full-page screenshot, checks it, and writes it into
 // docs/images with -update-screenshots.
 func screenshot(t *testing.T, ctx context.Context, name string) {

@@ -125,6 +125,12 @@ func TestBrowserDeclineWithReason(t *testing.T) {
 		chromedp.WaitVisible(card(id, "open")),
 		chromedp.KeyEvent("d"),
 		chromedp.WaitVisible(reason))
+	// docs/design.md "Approval inbox": the field is labelled Reason, and its hint
+	// is its description, not part of its name (security round 3, item 9).
+	want := []accessibleField{{Name: "Reason", Description: "Sent to the proposer with the refusal. Leave it empty to decline without one."}}
+	if got := accessibleFields(t, ctx, card(id, "open"), "textbox"); !slices.Equal(got, want) {
+		t.Errorf("the decline form's text fields %+v, want %+v", got, want)
+	}
 	// The driver sends the key's character as an event of its own, after
 	// the keydown that moved the focus to Reason (a real keyboard's is
 	// cancelled with the keydown): clear what it typed.

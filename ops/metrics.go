@@ -49,22 +49,23 @@ type AuditLog interface {
 type Metrics struct {
 	reg *prometheus.Registry
 
-	received    prometheus.Counter
-	proposals   *prometheus.CounterVec
-	decisions   *prometheus.CounterVec
-	decisionDur prometheus.Histogram
-	fulfilDur   *prometheus.HistogramVec
-	approvalDur *prometheus.HistogramVec
-	openEsc     prometheus.Gauge
-	answers     *prometheus.CounterVec
-	undelivered *prometheus.CounterVec
-	spoofs      *prometheus.CounterVec
-	vetoHolders *prometheus.CounterVec
-	shadows     *prometheus.CounterVec
-	shadowDrops *prometheus.CounterVec
-	grants      *prometheus.CounterVec
-	tasks       *prometheus.CounterVec
-	tasksNow    prometheus.Gauge
+	received       prometheus.Counter
+	proposals      *prometheus.CounterVec
+	decisions      *prometheus.CounterVec
+	decisionDur    prometheus.Histogram
+	fulfilDur      *prometheus.HistogramVec
+	approvalDur    *prometheus.HistogramVec
+	openEsc        prometheus.Gauge
+	answers        *prometheus.CounterVec
+	undelivered    *prometheus.CounterVec
+	spoofs         *prometheus.CounterVec
+	vetoHolders    *prometheus.CounterVec
+	impersonations *prometheus.CounterVec
+	shadows        *prometheus.CounterVec
+	shadowDrops    *prometheus.CounterVec
+	grants         *prometheus.CounterVec
+	tasks          *prometheus.CounterVec
+	tasksNow       prometheus.Gauge
 
 	bundleDownloads *prometheus.CounterVec // see bundle.go
 	bundleSuccess   prometheus.Gauge
@@ -107,6 +108,8 @@ func NewMetrics(src *Source) *Metrics {
 		[]string{"kind", "reason"}))
 	m.spoofs = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_spoof_attempts_total",
 		Help: "Answers that claimed another participant's name and were caught: withdraw (not from the proposer), response (a fulfilment response from a participant the request was not sent to, a second, different one from its owner, or one with a JSON-RPC id not ours: answers without an id, as reference-SDK tool servers send them, are not), discovery (two different tools/list answers)."}, []string{"kind"}))
+	m.impersonations = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_impersonations_total",
+		Help: "Envelopes in this fulfiller's name that it did not send (docs/design.md rule 14), by kind (mcp/reject, mcp/request, chat, …): another participant speaking as the fulfiller."}, []string{"kind"}))
 	m.vetoHolders = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_veto_holders_seen_total",
 		Help: "Participants seen (at start and on each join) that can end any pending proposal (mcp/reject or mcp/request tools/call) without being a known fulfiller, by role: approver, outsider."}, []string{"role"}))
 	m.shadows = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_shadow_decisions_total",
@@ -217,6 +220,8 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		m.spoofs.WithLabelValues(e.SpoofKind()).Inc()
 	case fulfill.StageVetoHolder:
 		m.vetoHolders.WithLabelValues(e.Reason).Inc()
+	case fulfill.StageImpersonated:
+		m.impersonations.WithLabelValues(e.Envelope).Inc()
 	case fulfill.StageUndelivered:
 		// rejected and fulfilled above count only written answers; these
 		// never left, or the gateway refused them afterwards.

@@ -14,6 +14,11 @@ type claim struct {
 	Member string    `json:"member"`
 	At     time.Time `json:"at"`
 	Nonce  string    `json:"nonce"`
+	// Decision is the id of the decision that governs the proposal (the
+	// winner mints it before its policy runs, and the first decision
+	// adopts it): a replay, or a peer, that loses the claim logs its
+	// ignored line under it (docs/design.md rule 10).
+	Decision string `json:"decision,omitempty"`
 }
 
 // Claim marks proposalID seen and reports whether this member is the one
@@ -26,21 +31,38 @@ type claim struct {
 // An error means the outcome is unknown; the caller must not act on the
 // proposal (fail closed).
 func (s *Store) Claim(ctx context.Context, proposalID string) (won bool, err error) {
+	won, _, err = s.ClaimDecision(ctx, proposalID, "")
+	return won, err
+}
+
+// ClaimDecision is Claim that records decisionID with the claim. A lost
+// claim returns the decision id the winning claim recorded (winner; ""
+// when it recorded none or the claim could not be read back, e.g. it
+// expired meanwhile), so that the loser's line joins the decision that
+// governs the proposal.
+func (s *Store) ClaimDecision(ctx context.Context, proposalID, decisionID string) (won bool, winner string, err error) {
 	defer s.timed("claim", time.Now(), &err)
-	c := claim{Member: s.cfg.Member, At: time.Now().UTC(), Nonce: rand.Text()}
+	c := claim{Member: s.cfg.Member, At: time.Now().UTC(), Nonce: rand.Text(), Decision: decisionID}
 	val, err := json.Marshal(c)
 	if err != nil {
-		return false, fmt.Errorf("state: claim: %w", err)
+		return false, "", fmt.Errorf("state: claim: %w", err)
 	}
 	k := key(proposalID)
 	_, err = s.seen.Create(ctx, k, val)
 	switch {
 	case err == nil:
 		s.obs.Claimed(true)
-		return true, nil
+		return true, decisionID, nil
 	case isWrongLastSeq(err):
 		s.obs.Claimed(false)
-		return false, nil
+		// Only a replay or a peer's claim pays for this read.
+		if e, gerr := s.seen.Get(ctx, k); gerr == nil {
+			var got claim
+			if json.Unmarshal(e.Value(), &got) == nil {
+				winner = got.Decision
+			}
+		}
+		return false, winner, nil
 	}
 	// The create may have been applied even though its ack was lost
 	// (timeout, reconnect). Look: if the key holds our nonce, it is ours.
@@ -49,10 +71,10 @@ func (s *Store) Claim(ctx context.Context, proposalID string) (won bool, err err
 		if json.Unmarshal(e.Value(), &got) == nil {
 			won := got.Nonce == c.Nonce
 			s.obs.Claimed(won)
-			return won, nil
+			return won, got.Decision, nil
 		}
 	}
-	return false, fmt.Errorf("state: claim %q: %w", truncate(proposalID), err)
+	return false, "", fmt.Errorf("state: claim %q: %w", truncate(proposalID), err)
 }
 
 // truncate keeps hostile ids from flooding error messages and logs.

@@ -21,8 +21,9 @@ func TestGrantsCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := time.Now().UTC().Truncate(time.Second)
-	// The proposer's path carries an escape sequence: it is shown escaped.
-	call := grants.Call{Proposer: "coder", Tool: "read_file", Server: "fs", Arguments: map[string]json.RawMessage{"path": json.RawMessage(`"/srv/prod/logs\u001b[2J/app.log"`)}}
+	// The proposer's name carries an escape sequence: it is shown escaped.
+	// (A path with one is never pinned to a prefix: grants.Ambiguous.)
+	call := grants.Call{Proposer: "coder\x1b[2J", Tool: "read_file", Server: "fs", Arguments: map[string]json.RawMessage{"path": json.RawMessage(`"/srv/prod/logs/app.log"`)}}
 	g, err := grants.New("grant-1", d.Grantable, call, time.Hour, "oncall-alice", created)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func TestGrantsCommand(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ID       STATE  ALLOWS") ||
-		!strings.HasPrefix(lines[1], `grant-1  live   coder → read_file, path under /srv/prod/logs\x1b[2J/  oncall-alice  `+expires+" (") {
+		!strings.HasPrefix(lines[1], `grant-1  live   coder\x1b[2J → read_file, path under /srv/prod/logs/  oncall-alice  `+expires+" (") {
 		t.Errorf("grants list:\n%s", stdout)
 	}
 	stdout, _, code = cliEnv(t, "", env, "grants", "list", "--format", "json")
@@ -52,10 +53,10 @@ func TestGrantsCommand(t *testing.T) {
 	}
 
 	stdout, stderr, code = cliEnv(t, "", env, "grants", "revoke", "grant-1")
-	if want := "revoked grant-1: coder → read_file, path under /srv/prod/logs\\x1b[2J/\n"; code != 0 || stdout != want {
+	if want := "revoked grant-1: coder\\x1b[2J → read_file, path under /srv/prod/logs/\n"; code != 0 || stdout != want {
 		t.Errorf("grants revoke: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
 	}
-	if reg.Matching(grants.Call{Proposer: "coder", Tool: "read_file", Arguments: map[string]json.RawMessage{"path": json.RawMessage(`"/srv/prod/logs\u001b[2J/x"`)}}, time.Now()) != nil {
+	if reg.Matching(grants.Call{Proposer: "coder\x1b[2J", Tool: "read_file", Arguments: map[string]json.RawMessage{"path": json.RawMessage(`"/srv/prod/logs/x"`)}}, time.Now()) != nil {
 		t.Error("the revoked grant still matches")
 	}
 	if stdout, _, code = cliEnv(t, "", env, "grants", "list"); code != 0 || stdout != "no grants\n" {

@@ -294,7 +294,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id,
 		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout, Logger: log,
 		RPCIDs: rpcIDSource(store), Outbox: out,
-	}, agent.SubscribeOptions{All: true, Buffer: 1024}, agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
+	}, agent.SubscribeOptions{All: true, Buffer: 1024, Impersonations: true}, agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil

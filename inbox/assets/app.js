@@ -227,11 +227,17 @@ function actions(card, v) {
 // ---- forms ----------------------------------------------------------------
 
 let uid = 0;
+// labelled is a form field: its label is the field's accessible name
+// alone ("Reason", as DESIGN names it), and the hint, outside the label,
+// is its description (aria-describedby), so that a screen reader, and a
+// test finding the field by name, hear the name without the hint.
 function labelled(text, input, hint) {
   input.id = input.id || `f${++uid}`;
   const l = el("label", { for: input.id }, el("span", { text }), input);
-  if (hint) l.append(el("span", { class: "hint", text: hint }));
-  return l;
+  if (!hint) return l;
+  const h = el("span", { class: "hint", id: `${input.id}-hint`, text: hint });
+  input.setAttribute("aria-describedby", h.id);
+  return el("div", { class: "field" }, l, h);
 }
 
 function errorLine() { return el("p", { class: "error", role: "alert" }); }
