@@ -17,6 +17,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/toolmeta"
 )
 
 // Space is what the Fulfiller needs of the MEW session; *agent.Client
@@ -112,6 +113,22 @@ type Config struct {
 	// ShadowQueue [64] is how many decisions may wait for the shadow;
 	// more are not shadowed (StageShadow with Dropped set).
 	ShadowQueue int
+	// ToolMetadata [nil: none] is the tool metadata the operator declared
+	// (--tool-metadata; DESIGN "Tool metadata the owner does not send"):
+	// its annotations are laid over each tool owner's in input.tool
+	// (and in approval prompts), the owner's kept as
+	// input.tool.owner_annotations. A *toolmeta.Watcher (hot-reloaded)
+	// or a *toolmeta.Metadata provides it.
+	ToolMetadata ToolMetadata
+}
+
+// ToolMetadata gives the annotations a policy sees for a tool: the
+// owner's (nil when it sent none) with the operator's declared keys laid
+// over them, and the declaration that applied (nil: none, and owner comes
+// back as it is). *toolmeta.Watcher and *toolmeta.Metadata provide it;
+// both declare nothing when nil.
+type ToolMetadata interface {
+	Annotate(server, tool string, owner json.RawMessage) (json.RawMessage, *toolmeta.Entry)
 }
 
 func (c *Config) setDefaults() {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/toolmeta"
 )
 
 // input builds the policy input document for p (docs/design.md, Policy
@@ -47,7 +48,10 @@ func (f *Fulfiller) input(p *proposal, params json.RawMessage, approval *policie
 
 // toolInput describes the called tool: name and arguments from params, and
 // server, description and annotations from its owner's tools/list when the
-// owner is known (the target named by `to`, else the only owner).
+// owner is known (the target named by `to`, else the only owner), with the
+// operator's declared annotations laid over the owner's. While the owner
+// is unknown nothing is declared either: an entry for the owner might have
+// applied, so no "*" entry is guessed in its place.
 func (f *Fulfiller) toolInput(p *proposal, target string, params json.RawMessage) *policies.Tool {
 	name, args := toolCall(params)
 	if name == "" {
@@ -66,10 +70,20 @@ func (f *Fulfiller) toolInput(p *proposal, target string, params json.RawMessage
 	t.Server = server
 	if info, ok := f.catalog.tool(server, name); ok {
 		t.Description = info.Description
-		t.Annotations = info.Annotations
+		t.OwnerAnnotations = info.Annotations
 		t.Execution = info.Execution
 	}
+	t.Annotations, _ = f.annotate(server, name, t.OwnerAnnotations)
 	return t
+}
+
+// annotate lays the operator's declared annotations (Config.ToolMetadata)
+// over the owner's.
+func (f *Fulfiller) annotate(server, tool string, owner json.RawMessage) (json.RawMessage, *toolmeta.Entry) {
+	if f.cfg.ToolMetadata == nil {
+		return owner, nil
+	}
+	return f.cfg.ToolMetadata.Annotate(server, tool, owner)
 }
 
 func capsJSON(caps []agent.Capability) json.RawMessage {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/state"
+	"github.com/mewkit/fulfiller/toolmeta"
 )
 
 // ErrStoreUnavailable is wrapped by the operator methods' errors when the
@@ -346,8 +347,44 @@ func (f *Fulfiller) recordChanged(c state.RecordChange) {
 	f.dropAdopted(p)
 }
 
-// Tools lists every tool discovered in the space.
+// Tools lists every tool discovered in the space, as its owner described
+// it.
 func (f *Fulfiller) Tools() []ToolInfo { return f.catalog.all() }
+
+// ToolView is a discovered tool as the operator API shows it (GET
+// /v1/tools): what policies see of it.
+type ToolView struct {
+	Name        string `json:"name"`
+	Server      string `json:"server"`
+	Description string `json:"description,omitempty"`
+	// Annotations are what policies see as input.tool.annotations: the
+	// owner's with the operator's declared keys laid over them.
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	// OwnerAnnotations are what the owner sent in tools/list, verbatim.
+	OwnerAnnotations json.RawMessage `json:"owner_annotations,omitempty"`
+	// Metadata is the --tool-metadata entry that applied, if any.
+	Metadata    *toolmeta.Ref   `json:"metadata,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	Execution   json.RawMessage `json:"execution,omitempty"`
+}
+
+// ToolViews lists every tool discovered in the space with the annotations
+// policies see for it, sorted by owner and name.
+func (f *Fulfiller) ToolViews() []ToolView {
+	tools := f.catalog.all()
+	out := make([]ToolView, len(tools))
+	for i, t := range tools {
+		v := ToolView{Name: t.Name, Server: t.Server, Description: t.Description, OwnerAnnotations: t.Annotations, InputSchema: t.InputSchema, Execution: t.Execution}
+		var e *toolmeta.Entry
+		v.Annotations, e = f.annotate(t.Server, t.Name, t.Annotations)
+		if e != nil {
+			ref := e.Ref
+			v.Metadata = &ref
+		}
+		out[i] = v
+	}
+	return out
+}
 
 // Counts reports pending and in-flight work, for metrics and /readyz.
 func (f *Fulfiller) Counts() (pending, inflight int) {

@@ -48,6 +48,8 @@ func (g *groupOperator) GroupGet(_ context.Context, id string) (fulfill.Snapshot
 
 func (g *groupOperator) Cancel(string, string) error { return g.cancelErr }
 
+func (g *groupOperator) ToolViews() []fulfill.ToolView { return nil }
+
 // The operator API of a group member: every proposal carries its owner;
 // with the store unreadable the list still shows this member's work, with
 // a warning that it is incomplete, and a proposal it does not hold is

@@ -11,6 +11,7 @@
 //	GET    /v1/proposals/{id}   one pending proposal of the group; 404 when it is not pending, 503 when the store cannot say
 //	DELETE /v1/proposals/{id}   reject it (reason "other", message naming the operator), from this member whichever member holds it; 409 when already answered, 503 when the store cannot be reached
 //	GET    /v1/policy           revision, files, whether it is the built-in default, last reload error
+//	GET    /v1/tools            every tool discovered in the space: owner, description, the annotations policies see (the owner's with --tool-metadata laid over them), the owner's own, and the --tool-metadata entry that applied
 //	GET    /v1/grants           every grant kept (live, expired or revoked), oldest first, each with "live"
 //	GET    /v1/grants/{id}      one grant; 404 when there is none
 //	DELETE /v1/grants/{id}      revoke it: it stops matching at once (on every member of a group as their watch delivers); 404 when there is none
@@ -47,6 +48,9 @@ type Operator interface {
 	GroupPending(ctx context.Context) ([]fulfill.Snapshot, error)
 	GroupGet(ctx context.Context, id string) (fulfill.Snapshot, bool, error)
 	Cancel(id, by string) error
+	// ToolViews lists the tools discovered in the space as policies see
+	// them (GET /v1/tools).
+	ToolViews() []fulfill.ToolView
 }
 
 // Options configure Handler.
@@ -100,6 +104,7 @@ func NewHandler(opts Options) *Handler {
 	h.mux.Handle("GET /v1/proposals/{id}", h.auth(h.show))
 	h.mux.Handle("DELETE /v1/proposals/{id}", h.auth(h.cancel))
 	h.mux.Handle("GET /v1/policy", h.auth(h.policy))
+	h.mux.Handle("GET /v1/tools", h.auth(h.tools))
 	h.mux.Handle("GET /v1/grants", h.auth(h.listGrants))
 	h.mux.Handle("GET /v1/grants/{id}", h.auth(h.showGrant))
 	h.mux.Handle("DELETE /v1/grants/{id}", h.auth(h.revokeGrant))
@@ -340,6 +345,24 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	}
+}
+
+// ToolList is the GET /v1/tools body.
+type ToolList struct {
+	Tools []fulfill.ToolView `json:"tools"`
+}
+
+func (h *Handler) tools(w http.ResponseWriter, _ *http.Request) {
+	op := h.operator()
+	if op == nil {
+		writeError(w, http.StatusServiceUnavailable, "the fulfiller is not running yet")
+		return
+	}
+	out := ToolList{Tools: op.ToolViews()}
+	if out.Tools == nil {
+		out.Tools = []fulfill.ToolView{}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // PolicyInfo is the GET /v1/policy body.

@@ -31,14 +31,20 @@ type Input struct {
 	Grants []json.RawMessage
 }
 
-// Tool describes the tool a tools/call proposal names. Annotations are the
-// tool owner's, verbatim from tools/list (nil when it gave none).
+// Tool describes the tool a tools/call proposal names.
 type Tool struct {
 	Name        string
 	Server      string          // participant id of the tool owner
 	Arguments   json.RawMessage // params.arguments
 	Description string
+	// Annotations are what policies decide on: the owner's annotations
+	// with the keys the operator declared (--tool-metadata) laid over
+	// them, the operator winning key by key; nil when neither gave any.
 	Annotations json.RawMessage
+	// OwnerAnnotations are the tool owner's annotations, verbatim from
+	// tools/list; nil when it gave none (a tool behind mew bridge never
+	// does).
+	OwnerAnnotations json.RawMessage
 	// Execution is the tool's execution block from tools/list (MCP
 	// 2025-11-25: taskSupport says whether it runs as a task), verbatim;
 	// nil when the owner gave none.
@@ -83,6 +89,7 @@ var (
 	keyArguments    = ast.StringTerm("arguments")
 	keyDescription  = ast.StringTerm("description")
 	keyAnnotations  = ast.StringTerm("annotations")
+	keyOwnerAnnot   = ast.StringTerm("owner_annotations")
 	keyExecution    = ast.StringTerm("execution")
 	keyProposer     = ast.StringTerm("proposer")
 	keyID           = ast.StringTerm("id")
@@ -140,7 +147,7 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 		b.add(keyParams, v)
 	}
 	if t := in.Tool; t != nil && need.has(fieldTool) {
-		var buf [5][2]*ast.Term
+		var buf [7][2]*ast.Term
 		tb := objBuilder{pairs: buf[:0], slab: &slab}
 		if t.Name != "" {
 			tb.add(keyName, ast.String(t.Name))
@@ -164,6 +171,13 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 				return nil, fmt.Errorf("tool.annotations: %w", err)
 			}
 			tb.add(keyAnnotations, v)
+		}
+		if t.OwnerAnnotations != nil {
+			v, err := cache.value(t.OwnerAnnotations)
+			if err != nil {
+				return nil, fmt.Errorf("tool.owner_annotations: %w", err)
+			}
+			tb.add(keyOwnerAnnot, v)
 		}
 		if t.Execution != nil {
 			v, err := cache.value(t.Execution)
@@ -491,25 +505,43 @@ var ErrNotProposal = errors.New(`neither an input document (an object with a "pr
 // bare mcp/proposal envelope, around which the documented input is built
 // with now (see InputFromEnvelope).
 func ParseEvalInput(raw []byte, now time.Time) (*Document, error) {
+	doc, _, err := ParseEvalInputWith(raw, now, nil)
+	return doc, err
+}
+
+// ParseEvalInputWith is ParseEvalInput, with complete (when not nil)
+// called on the input built around a bare envelope before it becomes the
+// document — to add what the caller knows that the envelope does not say,
+// such as the annotations the operator declared for the tool
+// (`fulfiller eval --tool-metadata`). A full input document is used as it
+// is; envelope says which of the two raw was.
+func ParseEvalInputWith(raw []byte, now time.Time, complete func(*Input) error) (doc *Document, envelope bool, err error) {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return nil, fmt.Errorf("line %d: %w", lineAt(raw, int(se.Offset)), err)
+			return nil, false, fmt.Errorf("line %d: %w", lineAt(raw, int(se.Offset)), err)
 		}
 		if _, err := jsonToValue(raw); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return nil, ErrNotProposal
+		return nil, false, ErrNotProposal
 	}
 	if _, ok := probe["proposal"]; ok {
-		return ParseDocument(raw)
+		doc, err := ParseDocument(raw)
+		return doc, false, err
 	}
 	in, err := InputFromEnvelope(raw, now)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
-	return in.Document()
+	if complete != nil {
+		if err := complete(in); err != nil {
+			return nil, true, err
+		}
+	}
+	doc, err = in.Document()
+	return doc, true, err
 }
 
 // InputFromEnvelope builds the input for a bare proposal envelope as the

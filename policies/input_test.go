@@ -143,7 +143,8 @@ func TestInputDocument(t *testing.T) {
 		Method:   "tools/call",
 		Params:   json.RawMessage(`{"name":"write_file","arguments":{"path":"/etc/x"}}`),
 		Tool: &Tool{Name: "write_file", Server: "fs", Arguments: json.RawMessage(`{"path":"/etc/x"}`),
-			Description: "writes", Annotations: json.RawMessage(`{"destructiveHint":true}`)},
+			Description: "writes", Annotations: json.RawMessage(`{"destructiveHint":true,"readOnlyHint":false}`),
+			OwnerAnnotations: json.RawMessage(`{"readOnlyHint":true}`)},
 		Proposer: &Participant{ID: "coder", Capabilities: json.RawMessage(`[{"kind":"mcp/proposal"}]`)},
 		Space:    &Space{ID: "dev", Participants: []Participant{{ID: "fs", Capabilities: json.RawMessage(`[]`)}}},
 		Agent:    AgentInfo{ID: "fulfiller", Pending: 3, Inflight: 1, MaxPending: 1000},
@@ -165,7 +166,8 @@ func TestInputDocument(t *testing.T) {
 		`"proposal":{"from":"coder","id":"p-1","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"arguments":{"path":"/etc/x"},"name":"write_file"}},"protocol":"mew/v0.4"},` +
 		`"proposer":{"capabilities":[{"kind":"mcp/proposal"}],"id":"coder"},` +
 		`"space":{"id":"dev","participants":[{"capabilities":[],"id":"fs"}]},` +
-		`"tool":{"annotations":{"destructiveHint":true},"arguments":{"path":"/etc/x"},"description":"writes","name":"write_file","server":"fs"}}`
+		`"tool":{"annotations":{"destructiveHint":true,"readOnlyHint":false},"arguments":{"path":"/etc/x"},"description":"writes","name":"write_file",` +
+		`"owner_annotations":{"readOnlyHint":true},"server":"fs"}}`
 	if string(got) != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
@@ -247,6 +249,24 @@ func TestParseEvalInput(t *testing.T) {
 	got, _ = json.Marshal(doc)
 	if !strings.HasPrefix(string(got), `{"method":"tools/list","now":"2026-11-22T10:00:00Z","proposal":`) || strings.Contains(string(got), `"params"`) || strings.Contains(string(got), `"tool"`) {
 		t.Errorf("tools/list: %s", got)
+	}
+
+	// What the caller knows beyond the envelope completes the input built
+	// around it; a full document is never completed.
+	doc, envelope, err := ParseEvalInputWith([]byte(env), testNow, func(in *Input) error {
+		in.Tool.Server, in.Tool.Annotations = "fs", json.RawMessage(`{"readOnlyHint":true}`)
+		return nil
+	})
+	if err != nil || !envelope {
+		t.Fatalf("completed envelope: %v (envelope %v)", err, envelope)
+	}
+	got, _ = json.Marshal(doc)
+	if !strings.HasSuffix(string(got), `"tool":{"annotations":{"readOnlyHint":true},"arguments":{"path":"/tmp/x"},"name":"read_file","server":"fs"}}`) {
+		t.Errorf("completed envelope: %s", got)
+	}
+	_, envelope, err = ParseEvalInputWith([]byte(full), testNow, func(*Input) error { return errors.New("called for a full document") })
+	if err != nil || envelope {
+		t.Errorf("full document: %v (envelope %v)", err, envelope)
 	}
 
 	for _, bad := range []struct{ in, msg string }{

@@ -8,12 +8,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/toolmeta"
 )
 
 func newCheckCmd() *cobra.Command {
 	var strict bool
+	var toolMetadata string
 	cmd := &cobra.Command{
-		Use:   "check [--strict] PATH...",
+		Use:   "check [--strict] [--tool-metadata FILE] PATH...",
 		Short: "Parse and compile policies and check their decisions against the contract",
 		Long: `check parses and compiles every .rego file under each PATH (test files
 included) as opa check does, and reports every error at once, each as
@@ -34,25 +36,45 @@ with a decision's "action" — and values written as constants; a value
 computed at run time (data, sprintf, another rule) is checked by the
 sidecar when it decides, and a malformed decision fails closed.
 
+--tool-metadata FILE (like run's flag, also FULFILLER_TOOL_METADATA or the
+config key tool-metadata) validates the tool-metadata file as run loads it:
+unknown keys, hints that are not true or false, bad glob patterns.
+
 Exit 0 when nothing is wrong (warnings are printed on stderr), 1 when the
-policies have errors, 2 when a PATH cannot be read or a flag is wrong.`,
+policies have errors, 2 when a PATH cannot be read, the tool-metadata file
+is invalid (one line naming the file, line and key) or a flag is wrong.`,
 		Example: `  fulfiller check examples/policies
-  fulfiller check --strict examples/policies   # in CI`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usageErrorf("name at least one policy file or directory to check")
-			}
-			return nil
-		},
+  fulfiller check --strict examples/policies   # in CI
+  fulfiller check --tool-metadata examples/tool-metadata.yaml examples/policies`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runCheck(cmd.Context(), cmd.ErrOrStderr(), args, strict)
+			return runCheck(cmd.Context(), cmd.ErrOrStderr(), args, strict, toolMetadata)
 		},
 	}
 	cmd.Flags().BoolVar(&strict, "strict", false, "compile in OPA's strict mode and make contract warnings errors")
+	cmd.Flags().StringVar(&toolMetadata, "tool-metadata", "", "also validate this tool-metadata `FILE` (as fulfiller run --tool-metadata)")
 	return cmd
 }
 
-func runCheck(ctx context.Context, stderr io.Writer, paths []string, strict bool) error {
+// runCheck checks the policies under paths and the tool-metadata file (if
+// any). The need for something to check is tested here, not in Args:
+// --tool-metadata may come from the environment or the config file,
+// which are applied after cobra checks the arguments.
+func runCheck(ctx context.Context, stderr io.Writer, paths []string, strict bool, toolMetadata string) error {
+	if len(paths) == 0 && toolMetadata == "" {
+		return usageErrorf("name at least one policy file or directory to check (or --tool-metadata FILE)")
+	}
+	if toolMetadata != "" {
+		meta, err := toolmeta.Load(toolMetadata)
+		if err != nil {
+			return usageErrorf("--tool-metadata %w", err)
+		}
+		if meta.Len() == 0 {
+			fmt.Fprintf(stderr, "fulfiller: warning: --tool-metadata %s declares no tools\n", toolMetadata)
+		}
+	}
+	if len(paths) == 0 {
+		return nil
+	}
 	report, err := policies.Check(ctx, paths, policies.CheckOptions{Strict: strict})
 	if err != nil {
 		return usageError(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/toolmeta"
 )
 
 type evalFlags struct {
@@ -22,6 +23,8 @@ type evalFlags struct {
 	explain        bool
 	policyTimeout  time.Duration
 	bundle         bundleFlags
+	toolMetadata   string
+	toolServer     string
 }
 
 func newEvalCmd() *cobra.Command {
@@ -36,6 +39,15 @@ the decision as one JSON object on stdout.
 eval builds the policy input around it: proposal, method, params, proposer.id,
 tool.name and tool.arguments for tools/call, and now — or a full policy input
 document (an object with a "proposal" key), which is evaluated as it is.
+
+--tool-metadata FILE lays the annotations the operator declares there over
+the tool's, as run --tool-metadata does, so that input.tool.annotations is
+what the sidecar would give the policy for a tool whose owner sends none (a
+tool behind mew bridge). The file's entries are per tool owner, which a
+bare envelope does not name: --tool-server ID says which participant owns
+the tool (the one run would route the call to); it also sets
+input.tool.server. Without it no entry applies. Both flags apply to a bare
+envelope only: a full input document is evaluated as it is.
 
 A policy that fails (no decision, a malformed or conflicting one, an error, the
 timeout) gives the fail-closed decision, reject with reason "policy", with the
@@ -58,6 +70,8 @@ used (the message names the file, and the line for Rego errors).`,
 	f.BoolVar(&fl.explain, "explain", false, "also print which rules fired")
 	fl.bundle.registerVerification(f)
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", policies.DefaultTimeout, "longest the evaluation may take (then: reject policy)")
+	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "tool-metadata `FILE` whose annotations are laid over the tool's, as run --tool-metadata does")
+	f.StringVar(&fl.toolServer, "tool-server", "", "participant `ID` that owns the called tool (input.tool.server; picks the --tool-metadata entries)")
 	return cmd
 }
 
@@ -72,9 +86,30 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 	if err != nil {
 		return err
 	}
-	doc, err := policies.ParseEvalInput(raw, time.Now())
+	var meta *toolmeta.Metadata
+	if fl.toolMetadata != "" {
+		if meta, err = toolmeta.Load(fl.toolMetadata); err != nil {
+			return usageErrorf("--tool-metadata %w", err)
+		}
+	}
+	unowned := false
+	doc, envelope, err := policies.ParseEvalInputWith(raw, time.Now(), func(in *policies.Input) error {
+		if in.Tool == nil {
+			return nil // not a tools/call: nothing to describe
+		}
+		in.Tool.Server = fl.toolServer
+		in.Tool.Annotations, _ = meta.Annotate(fl.toolServer, in.Tool.Name, nil)
+		unowned = meta != nil && fl.toolServer == ""
+		return nil
+	})
 	if err != nil {
 		return usageErrorf("--input %s: %v", name, err)
+	}
+	if !envelope && (fl.toolMetadata != "" || fl.toolServer != "") {
+		return usageErrorf("--tool-metadata and --tool-server complete a bare proposal envelope; --input %s is a full input document, evaluated as it is", name)
+	}
+	if unowned {
+		fmt.Fprintln(stderr, "fulfiller: warning: --tool-metadata: no --tool-server names the tool's owner, so no entry applies (give the participant run would route the call to)")
 	}
 	opts := policies.Options{
 		Policies: fl.policies,

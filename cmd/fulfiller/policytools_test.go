@@ -254,7 +254,7 @@ func TestCheckCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"check"}, "fulfiller: name at least one policy file or directory to check\n"},
+		{[]string{"check"}, "fulfiller: name at least one policy file or directory to check (or --tool-metadata FILE)\n"},
 		{[]string{"check", missing}, "fulfiller: " + missing + ": no such file or directory\n"},
 		{[]string{"check", exampleData}, "fulfiller: " + exampleData + ": not a .rego file\n"},
 		{[]string{"check", "--strcit", examplePolicies}, "fulfiller: unknown flag: --strcit\n"},

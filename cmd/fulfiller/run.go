@@ -19,6 +19,7 @@ import (
 	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/toolmeta"
 )
 
 type runFlags struct {
@@ -50,6 +51,7 @@ type runFlags struct {
 	peerFulfillers            []string
 	state                     stateFlags
 	bundle                    bundleFlags
+	toolMetadata              string
 }
 
 func newRunCmd() *cobra.Command {
@@ -81,6 +83,7 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
 	f.StringArrayVar(&fl.shadowPolicies, "shadow-policy", nil, "Rego policy file or directory of a shadow policy (repeatable): asked about every decision beside --policy, logged and counted, never acted on")
 	f.StringArrayVar(&fl.shadowData, "shadow-data", nil, "JSON or YAML data document for the shadow policy (repeatable; default: the --data documents)")
+	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "`FILE` (YAML or JSON) of tool annotations the operator declares per tool owner and tool name or pattern, laid over what the owners send (bridged tools send none); hot-reloaded")
 	f.IntVar(&fl.maxPending, "max-pending", 1000, "proposals that may wait at once; more are rejected busy")
 	f.DurationVar(&fl.pendingTTL, "pending-ttl", 10*time.Minute, "longest a proposal may wait before it is rejected timeout")
 	f.IntVar(&fl.maxInflight, "max-inflight", 64, "fulfilment requests outstanding at once; more wait in the queue")
@@ -103,7 +106,7 @@ are given up: the log says how many, and the exit code is 1.`,
 	fl.state.register(f)
 	fl.bundle.registerVerification(f)
 	fl.bundle.registerRemote(f)
-	f.BoolVar(&fl.check, "check", false, "validate everything run would open or parse (flags, config, token files, approver keys, decision log, --http address, policies and data), then exit without joining (0: all good, 2: what is wrong)")
+	f.BoolVar(&fl.check, "check", false, "validate everything run would open or parse (flags, config, token files, approver keys, decision log, --http address, policies, data and tool metadata), then exit without joining (0: all good, 2: what is wrong)")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -173,6 +176,20 @@ func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger, obs polici
 	return engine, nil
 }
 
+// loadToolMetadata loads --tool-metadata, or returns nil when none is
+// given. A file that does not validate is a usage error naming the file,
+// line and key, at start as in --check.
+func (fl *runFlags) loadToolMetadata(log *slog.Logger) (*toolmeta.Watcher, error) {
+	if fl.toolMetadata == "" {
+		return nil, nil
+	}
+	meta, err := toolmeta.Open(fl.toolMetadata, toolmeta.Options{Logger: log})
+	if err != nil {
+		return nil, usageErrorf("--tool-metadata %w", err)
+	}
+	return meta, nil
+}
+
 // loadShadow loads --shadow-policy and --shadow-data (default: --data),
 // or returns nil when no shadow policy is given. A broken shadow policy
 // is a usage error like a broken --policy: a shadow meant to be watched
@@ -238,7 +255,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if _, err := fl.loadShadow(ctx, log); err != nil {
 			return err
 		}
-		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys))
+		meta, err := fl.loadToolMetadata(log)
+		if err != nil {
+			return err
+		}
+		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys), "tool_metadata_entries", meta.Metadata().Len())
 		return nil
 	}
 	// The operations surface starts first, so that probes answer (503)
@@ -266,6 +287,15 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		shadowDecider = shadow
 	}
 	opsRT.source.SetPolicy(engine)
+	meta, err := fl.loadToolMetadata(log)
+	if err != nil {
+		return err
+	}
+	var toolMetadata fulfill.ToolMetadata // a nil *Watcher in it would not be nil
+	if meta != nil {
+		log.Info("tool metadata loaded", "file", fl.toolMetadata, "entries", meta.Metadata().Len())
+		toolMetadata = meta
+	}
 	// The store opens before the join: nothing is decided without
 	// somewhere to keep it. Its lease outlives ctx (SIGTERM) so that peers
 	// do not adopt work this process is still answering; Close, deferred
@@ -353,6 +383,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		Grants:                 grantReg,
 		Shadow:                 shadowDecider,
 		ShadowTimeout:          fl.policyTimeout,
+		ToolMetadata:           toolMetadata,
 	})
 	opsRT.running(client, engine, ful, grantReg)
 
@@ -375,6 +406,17 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		defer wg.Done()
 		_ = grantReg.Run(watchCtx)
 	}()
+	if meta != nil {
+		// Reloaded like the policy: a broken change keeps the last good
+		// metadata (logged by the watcher).
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := meta.Watch(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("tool metadata watch stopped; its hot reload is off", "err", err)
+			}
+		}()
+	}
 	if shadow != nil {
 		// Reloaded like the live policy: a broken change keeps the
 		// last good shadow (logged).

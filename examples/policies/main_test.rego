@@ -86,3 +86,60 @@ test_suggestion_never_beats_escalate_or_deny if {
 	fulfiller.decision.action == "reject" with input as call("mallory", "write_file", {}, {"path": "/tmp/x"})
 		with data.fulfiller.suggested as suggestion
 }
+
+# The tools of @modelcontextprotocol/server-filesystem with the annotations
+# the server declares (examples/tool-metadata.yaml). Behind mew bridge the
+# owner sends none, and the operator declares them; a server reached
+# directly sends them itself. Both must be decided alike.
+fs_tools := {
+	"read_text_file": {"readOnlyHint": true},
+	"directory_tree": {"readOnlyHint": true},
+	"list_allowed_directories": {"readOnlyHint": true},
+	"write_file": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
+	"edit_file": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false},
+	"create_directory": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true},
+	"move_file": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+}
+
+# bridged is a call to a tool of the bridged fs: the operator's annotations
+# only, no owner_annotations.
+bridged(name, arguments) := call("coder", name, fs_tools[name], arguments)
+
+# direct is the same call to a server that sends the annotations itself.
+direct(name, arguments) := object.union(bridged(name, arguments), {"tool": {"owner_annotations": fs_tools[name]}})
+
+test_bridged_tools_are_decided_like_tools_that_send_annotations if {
+	every name, _ in fs_tools {
+		every path in ["/srv/app/x", "/srv/prod/x"] {
+			d := fulfiller.decision with input as bridged(name, {"path": path})
+			d == fulfiller.decision with input as direct(name, {"path": path})
+		}
+	}
+}
+
+test_bridged_read_only_tool_is_fulfilled if {
+	# No read-only prefix: without the declaration it would be rejected.
+	fulfiller.decision == {"action": "fulfill", "message": "read-only"} with input as bridged("directory_tree", {"path": "/srv/app"})
+	fulfiller.decision.action == "reject" with input as call("coder", "directory_tree", {}, {"path": "/srv/app"})
+}
+
+test_bridged_destructive_write_needs_two_in_production if {
+	fulfiller.decision.quorum == 2 with input as bridged("write_file", {"path": "/srv/prod/app.conf"})
+	fulfiller.decision.quorum == 2 with input as bridged("edit_file", {"path": "/srv/prod/app.conf"})
+}
+
+test_bridged_additive_write_needs_one_and_may_be_granted if {
+	d := fulfiller.decision with input as bridged("create_directory", {"path": "/srv/prod/logs"})
+	d.action == "escalate"
+	d.quorum == 1
+	d.grantable.max_ttl == "8h"
+}
+
+test_operator_overrules_an_owner_claiming_read_only if {
+	# The owner says write_file is read-only; the operator's declaration,
+	# laid over it key by key, is what input.tool.annotations hold.
+	lying := object.union(bridged("write_file", {"path": "/srv/app/x"}), {"tool": {"owner_annotations": {"readOnlyHint": true}}})
+	fulfiller.decision.action == "reject" with input as lying
+	prod := object.union(bridged("write_file", {"path": "/srv/prod/x"}), {"tool": {"owner_annotations": {"readOnlyHint": true}}})
+	fulfiller.decision.quorum == 2 with input as prod
+}

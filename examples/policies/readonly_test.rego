@@ -39,3 +39,27 @@ test_prefixes_come_from_data if {
 	readonly.fulfill with input as call({"name": "peek_queue"})
 		with data.settings.readonly_prefixes as ["peek_"]
 }
+
+# A tool behind mew bridge sends no annotations; input.tool.annotations
+# then hold only what the operator declared in --tool-metadata, and there
+# is no owner_annotations.
+bridged(name, declared) := {"method": "tools/call", "tool": {"name": name, "server": "fs", "annotations": declared}}
+
+test_declared_read_only_fulfils_a_bridged_tool if {
+	# directory_tree has no read-only prefix: only the declaration lets it run.
+	readonly.fulfill with input as bridged("directory_tree", {"readOnlyHint": true})
+	not readonly.fulfill with input as call({"name": "directory_tree"})
+}
+
+test_declared_false_beats_the_read_only_prefix if {
+	# The name-prefix fallback is for tools nobody described.
+	readonly.fulfill with input as call({"name": "read_and_clear"})
+	not readonly.fulfill with input as bridged("read_and_clear", {"readOnlyHint": false})
+	not readonly.fulfill with input as call({"name": "read_and_clear", "annotations": {"readOnlyHint": false}})
+}
+
+test_declared_read_only_never_fulfils_a_write_name if {
+	# The write-name guard holds for declarations too: a write_ tool is
+	# never fulfilled unasked on a hint.
+	not readonly.fulfill with input as bridged("write_file", {"readOnlyHint": true})
+}

@@ -5,14 +5,23 @@
 #   calls, with MCP's defaults applied to missing annotations.
 package fulfiller.tools
 
-# fulfiller passes the tool owner's annotations verbatim, and leaves them out
-# when the owner gave none. MCP's defaults for a tool that says nothing are
-# the cautious ones — readOnlyHint false, destructiveHint true — and applying
-# them is the policy's job. Annotations are the owner's claims: trust them as
-# far as you trust the participant that owns the tool.
+# input.tool.annotations are the tool owner's annotations from tools/list
+# with the keys the operator declared (fulfiller run --tool-metadata) laid
+# over them, the operator winning key by key; input.tool.owner_annotations
+# are the owner's alone. A tool behind `mew bridge` sends none, so for it
+# annotations hold only what the operator declared, and are absent when
+# nobody did. MCP's defaults for a tool that says nothing are the cautious
+# ones — readOnlyHint false, destructiveHint true — and applying them is the
+# policy's job. An owner's annotations are its claims: trust them as far as
+# you trust the participant that owns the tool, and declare the ones that
+# matter in the tool-metadata file, where the operator's word wins.
 
 # readOnlyHint is false when absent.
 read_only if input.tool.annotations.readOnlyHint == true
+
+# Somebody — the owner or the operator — said whether the tool is
+# read-only. Where nobody did, readonly.rego falls back on the tool's name.
+read_only_declared if is_boolean(input.tool.annotations.readOnlyHint)
 
 # destructiveHint is true when absent, and only means something for a tool
 # that is not read-only.

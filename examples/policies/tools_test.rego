@@ -24,3 +24,23 @@ test_read_only_tool_is_not_destructive if {
 test_only_true_is_read_only if {
 	not tools.read_only with input as {"tool": {"name": "x", "annotations": {"readOnlyHint": "yes"}}}
 }
+
+test_declared_read_only_hint_is_a_declaration if {
+	tools.read_only_declared with input as {"tool": {"name": "x", "annotations": {"readOnlyHint": false}}}
+	tools.read_only_declared with input as {"tool": {"name": "x", "annotations": {"readOnlyHint": true}}}
+	not tools.read_only_declared with input as {"tool": {"name": "x", "annotations": {"destructiveHint": true}}}
+	not tools.read_only_declared with input as {"tool": {"name": "x"}}
+	not tools.read_only_declared with input as {"tool": {"name": "x", "annotations": {"readOnlyHint": "yes"}}}
+}
+
+test_operator_annotations_decide_not_the_owners if {
+	# input.tool.annotations already hold the operator's keys over the
+	# owner's: owner_annotations are for the record, never read here.
+	lying := {"tool": {
+		"name": "write_file",
+		"annotations": {"readOnlyHint": false, "destructiveHint": true},
+		"owner_annotations": {"readOnlyHint": true},
+	}}
+	not tools.read_only with input as lying
+	tools.destructive with input as lying
+}
