@@ -26,6 +26,7 @@ import (
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/toolmeta"
 )
 
 // Options configure a demo run.
@@ -92,6 +93,18 @@ const (
 
 // Run plays the story and returns nil when every step ended as the example
 // policies say it should.
+// ToolMetadata is what the demo's operator declares about the tools of
+// fs, which answers as mew bridge does and so sends no annotations
+// (fulfiller run --tool-metadata; docs/operations.md "Tool metadata"):
+// without it the example policies would take every fs tool for a
+// destructive one, as MCP's defaults say.
+const ToolMetadata = `fs:
+  read_file:   {annotations: {readOnlyHint: true}}
+  list_dir:    {annotations: {readOnlyHint: true}}
+  write_file:  {annotations: {readOnlyHint: false, destructiveHint: false}}
+  delete_path: {annotations: {readOnlyHint: false, destructiveHint: true}}
+`
+
 func Run(ctx context.Context, opts Options) error {
 	if opts.Out == nil {
 		opts.Out = os.Stdout
@@ -156,10 +169,15 @@ func Run(ctx context.Context, opts Options) error {
 		"/srv/prod/logs/error.log": "12:01 disk 91% full\n",
 		"/srv/prod/logs/debug.log": "12:02 cache warm\n",
 	})
+	// fs answers as mew bridge does in front of an MCP server (the
+	// reference SDK's way: no JSON-RPC id in its answers, no annotations
+	// in its tools/list), the others as MCP servers that echo ids.
 	for _, ts := range []struct {
 		id, token string
 		tools     []toolserver.Tool
-	}{{"calculator", "tool-token", toolserver.Calculator()}, {"fs", "tool-token", files.Tools()}, {"jobs", "jobs-token", toolserver.Jobs{Step: 100 * time.Millisecond}.Tools()}} {
+		style     toolserver.Style
+	}{{"calculator", "tool-token", toolserver.Calculator(), toolserver.StyleJSONRPC}, {"fs", "tool-token", files.Tools(), toolserver.StyleSDK},
+		{"jobs", "jobs-token", toolserver.Jobs{Step: 100 * time.Millisecond}.Tools(), toolserver.StyleJSONRPC}} {
 		c, err := join(ts.id, ts.token)
 		if err != nil {
 			return err
@@ -167,6 +185,7 @@ func Run(ctx context.Context, opts Options) error {
 		defer c.Close()
 		sub := c.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindRequest}})
 		server := toolserver.New(c, opts.Logger, ts.tools...)
+		server.SetStyle(ts.style)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = server.Serve(ctx, sub.C()) }()
 	}
@@ -210,7 +229,11 @@ func Run(ctx context.Context, opts Options) error {
 	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
 	// The grants approvers make live as long as the demo (no store).
 	reg := grants.NewRegistry(nil, opts.Logger)
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Observer: obs, Logger: opts.Logger, Escalator: el, Grants: reg})
+	meta, err := toolmeta.Parse("the demo's tool metadata", []byte(ToolMetadata))
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Observer: obs, Logger: opts.Logger, Escalator: el, Grants: reg, ToolMetadata: meta})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fulCtx, stopFul := context.WithCancel(ctx)
 	fulDone := make(chan struct{})
@@ -249,7 +272,7 @@ func Run(ctx context.Context, opts Options) error {
 		proposers[id] = p
 	}
 
-	n.header(srv.URL(), engine.Revision(), ful.Tools(), opts.Approver != nil, opts.ApproverURL)
+	n.header(srv.URL(), engine.Revision(), ful.Tools(), map[string]string{"fs": "answers as mew bridge does: no JSON-RPC ids, no annotations (declared by the operator's --tool-metadata)"}, opts.Approver != nil, opts.ApproverURL)
 	var results []result
 	for i, s := range script() {
 		if opts.Approver != nil && s.human {

@@ -2,13 +2,16 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/fulfill"
 )
 
 func TestDemoStoryCompletes(t *testing.T) {
@@ -150,4 +153,67 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// fs plays a tool server behind mew bridge: on the wire its answers carry
+// no jsonrpc and no id, and its tools/list no annotations; the demo's
+// operator declares them (ToolMetadata), so the policy still tells its
+// reads from its deletes, and every fs call the story makes is answered.
+func TestDemoFilesServerAnswersAsTheBridge(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var fsAnswers []string
+	var tools []fulfill.ToolView
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := Run(ctx, Options{Out: io.Discard, PolicyTimeout: time.Minute, Started: func(r Running) {
+		sub := r.Gateway.Subscribe(agent.SubscribeOptions{All: true})
+		go func() {
+			for env := range sub.C() {
+				if env.From == "fs" && env.Kind == agent.KindResponse {
+					mu.Lock()
+					fsAnswers = append(fsAnswers, string(env.Payload))
+					mu.Unlock()
+				}
+			}
+		}()
+		go func() {
+			for ctx.Err() == nil {
+				if v := r.Fulfiller.ToolViews(); len(v) >= 8 {
+					mu.Lock()
+					tools = v
+					mu.Unlock()
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(fsAnswers) < 6 {
+		t.Fatalf("fs answered %d times: %q", len(fsAnswers), fsAnswers)
+	}
+	for _, a := range fsAnswers {
+		if !strings.HasPrefix(a, `{"result":`) && !strings.HasPrefix(a, `{"error":`) || strings.Contains(a, `"jsonrpc"`) {
+			t.Errorf("fs answered %s, not as the bridge does", a)
+		}
+	}
+	found := 0
+	for _, v := range tools {
+		if v.Server != "fs" {
+			continue
+		}
+		found++
+		raw, _ := json.Marshal(v)
+		if strings.Contains(string(raw), `"owner_annotations"`) || !strings.Contains(string(raw), `"annotations":{`) {
+			t.Errorf("fs tool %s", raw)
+		}
+	}
+	if found != 4 {
+		t.Errorf("%d fs tools in %+v", found, tools)
+	}
 }

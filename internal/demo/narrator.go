@@ -192,7 +192,7 @@ func (n *narrator) paint(code, s string) string {
 	return code + s + ansiReset
 }
 
-func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, interactive bool, inboxURL string) {
+func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, notes map[string]string, interactive bool, inboxURL string) {
 	fmt.Fprintln(n.out, n.paint(ansiBold, "fulfiller demo")+n.paint(ansiDim, " — an in-process MEW space at "+url))
 	fmt.Fprintf(n.out, "policy   examples/policies (revision %s)\n", short(revision))
 	byServer := map[string][]string{}
@@ -205,6 +205,9 @@ func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, intera
 	}
 	for _, s := range servers {
 		fmt.Fprintf(n.out, "tools    %-10s %s\n", s, strings.Join(byServer[s], ", "))
+		if note := notes[s]; note != "" {
+			fmt.Fprintln(n.out, n.paint(ansiDim, "                    "+note))
+		}
 	}
 	fmt.Fprintln(n.out, "agents   coder and mallory may only propose; fulfiller decides")
 	switch {
