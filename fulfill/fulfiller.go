@@ -82,7 +82,7 @@ type Config struct {
 	// second, different (forged) answer is awaited before the owner's
 	// tools and their annotations are believed; see catalog.
 	DiscoverySettle time.Duration
-	// MaxPendingBytes [256 MiB] bounds the frame bytes of the proposals
+	// MaxPendingBytes [16 MiB] bounds the frame bytes of the proposals
 	// pending at once; more are rejected "busy".
 	MaxPendingBytes int64
 	// MaxPendingPerProposer [MaxPending/4, at least 1] bounds the
@@ -163,7 +163,7 @@ func (c *Config) setDefaults() {
 		c.DiscoverySettle = 500 * time.Millisecond
 	}
 	if c.MaxPendingBytes <= 0 {
-		c.MaxPendingBytes = 256 << 20
+		c.MaxPendingBytes = 16 << 20
 	}
 	if c.MaxPendingPerProposer <= 0 {
 		c.MaxPendingPerProposer = max(c.MaxPending/4, 1)

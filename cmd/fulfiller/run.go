@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -46,6 +47,7 @@ type runFlags struct {
 	ops                       opsFlags
 	check                     bool
 	maxPendingBytes           sizeValue
+	memoryLimit               sizeValue
 	maxPendingPerProposer     int
 	maxInflightPerProposer    int
 	peerFulfillers            []string
@@ -55,7 +57,7 @@ type runFlags struct {
 }
 
 func newRunCmd() *cobra.Command {
-	fl := runFlags{maxFrame: 1 << 20, maxPendingBytes: 256 << 20}
+	fl := runFlags{maxFrame: 1 << 20, maxPendingBytes: defaultMaxPendingBytes, memoryLimit: defaultMemoryLimit}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Join a MEW space and decide every proposal (the sidecar)",
@@ -98,7 +100,8 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
 	f.DurationVar(&fl.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to wait for a session to deliver the pending proposals' answers (then: exit 1, naming how many were lost)")
 	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
-	f.Var(&fl.maxPendingBytes, "max-pending-bytes", "frame bytes the pending proposals may hold at once, bytes or with a unit (256MiB); more are rejected busy")
+	f.Var(&fl.maxPendingBytes, "max-pending-bytes", "frame bytes the pending proposals may hold at once, bytes or with a unit (16MiB); more are rejected busy. Each pending byte costs about 15 in memory (its copies: decoded, policy input, prompts, store): docs/limits.md")
+	f.Var(&fl.memoryLimit, "memory-limit", "soft limit of the Go runtime's memory (debug.SetMemoryLimit), bytes or with a unit; 0: none. GOMEMLIMIT, when set, wins")
 	f.IntVar(&fl.maxPendingPerProposer, "max-pending-per-proposer", 0, "proposals one proposer may have pending at once; more are rejected busy (0: a quarter of --max-pending)")
 	f.IntVar(&fl.maxInflightPerProposer, "max-inflight-per-proposer", 0, "fulfilment requests one proposer may have outstanding at once; more wait their turn (0: a quarter of --max-inflight)")
 	f.StringSliceVar(&fl.peerFulfillers, "peer-fulfillers", nil, "the other fulfillers of the space (comma-separated participant ids): their rejects and fulfilments are expected; any other participant able to end proposals is warned about")
@@ -145,6 +148,9 @@ func (fl *runFlags) validate() error {
 	}
 	if fl.maxPendingPerProposer < 0 {
 		return usageErrorf("--max-pending-per-proposer %d: must be 0 (a quarter of --max-pending) or more", fl.maxPendingPerProposer)
+	}
+	if fl.memoryLimit < 0 {
+		return usageErrorf("--memory-limit %s: must be 0 (none) or more", &fl.memoryLimit)
 	}
 	if fl.maxPendingBytes < 1 {
 		return usageErrorf("--max-pending-bytes %s: must be positive", &fl.maxPendingBytes)
@@ -230,6 +236,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	// exactly when run would.
 	if fl.cmd != nil {
 		warnConfig(log, fl.cmd, joinToken, httpToken)
+	}
+	if !fl.check {
+		applyMemoryLimit(log, int64(fl.memoryLimit))
 	}
 	token, err := joinToken.resolve(log, fl.token, fl.tokenFile)
 	if err != nil {
@@ -447,4 +456,29 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	}
 	log.Info("stopped; every pending proposal was answered", "answers", owed)
 	return nil
+}
+
+// Defaults of --max-pending-bytes and --memory-limit, chosen together:
+// under them no proposer within the limits can push the process past
+// the ceiling docs/limits.md states (512 MiB). A pending proposal costs
+// about 15 times its frame in live memory (measured; docs/limits.md says
+// where), and frames refused busy cost their read and decode until the
+// collector takes them: the soft limit makes it take them before the
+// heap doubles, as it would by default (GOGC=100).
+const (
+	defaultMaxPendingBytes = 16 << 20
+	defaultMemoryLimit     = 448 << 20
+)
+
+// applyMemoryLimit sets the Go runtime's soft memory limit, unless the
+// operator set GOMEMLIMIT (the runtime has read it already: it wins).
+func applyMemoryLimit(log *slog.Logger, limit int64) {
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
+		log.Info("memory limit from GOMEMLIMIT", "GOMEMLIMIT", v)
+		return
+	}
+	if limit <= 0 {
+		return
+	}
+	debug.SetMemoryLimit(limit)
 }
