@@ -75,8 +75,8 @@ func TestPendingBytesLimitRefusesOnlyTheHeavySender(t *testing.T) {
 func TestPerProposerLimitDefaultsToAQuarter(t *testing.T) {
 	cfg := Config{MaxPending: 100}
 	cfg.setDefaults()
-	if cfg.MaxPendingPerProposer != 25 || cfg.MaxPendingBytes != 256<<20 {
-		t.Errorf("defaults: per proposer %d, bytes %d", cfg.MaxPendingPerProposer, cfg.MaxPendingBytes)
+	if cfg.MaxPendingPerProposer != 25 || cfg.MaxPendingBytes != 16<<20 || cfg.MaxInflightPerProposer != 16 {
+		t.Errorf("defaults: per proposer %d, bytes %d, slots per proposer %d", cfg.MaxPendingPerProposer, cfg.MaxPendingBytes, cfg.MaxInflightPerProposer)
 	}
 	cfg = Config{MaxPending: 2}
 	cfg.setDefaults()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -104,7 +105,14 @@ printed.`,
 					opts.Step = 5 * time.Minute // past the example policy's approval deadline (4m)
 				}
 			}
-			return demo.Run(ctx, opts)
+			err = demo.Run(ctx, opts)
+			if errors.Is(err, demo.ErrStopped) {
+				// q or ctrl-C at the card, or an interrupt: what the person
+				// asked for, so not a failure.
+				fmt.Fprintln(cmd.ErrOrStderr(), "fulfiller: demo stopped")
+				return nil
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&color, "color", "auto", "colour the narration: auto (when stdout is a terminal), always or never")

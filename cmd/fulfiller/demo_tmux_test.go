@@ -84,3 +84,47 @@ func TestDemoInteractiveInTmux(t *testing.T) {
 		t.Errorf("screen:\n%s", s)
 	}
 }
+
+// At the first card, q or ctrl-C ends the interactive demo at once and
+// cleanly (exit 0, a one-line note): before, ctrl-C left it waiting for
+// the proposal's outcome and q was ignored.
+func TestDemoInteractiveQuitsAtTheCard(t *testing.T) {
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		testenv.Missing(t, "tmux is not installed (apt-get install -y tmux)")
+	}
+	bin := fulfillerBinary(t)
+	for name, key := range map[string]string{"q": "q", "ctrl-C": "C-c"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			socket := "fulfiller-test-" + strconv.Itoa(os.Getpid()) + "-quit-" + strings.ReplaceAll(name, "-", "")
+			run := func(args ...string) string {
+				out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("tmux %v: %v\n%s", args, err, out)
+				}
+				return string(out)
+			}
+			run("new-session", "-d", "-s", "demo", "-x", "160", "-y", "50", "NO_COLOR=1 '"+bin+"' demo --interactive; echo \"exit=$?\"; sleep 60")
+			t.Cleanup(func() { _ = exec.Command(tmux, "-L", socket, "kill-server").Run() })
+			screen := func() string { return run("capture-pane", "-t", "demo", "-p", "-S", "-300") }
+			waitScreen := func(what, text string, within time.Duration) {
+				t.Helper()
+				deadline := time.Now().Add(within)
+				for !strings.Contains(screen(), text) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the screen never showed %s (%q):\n%s", what, text, screen())
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			waitScreen("the prompt", "left] a approve · d decline · c dismiss · q quit ›", 20*time.Second)
+			run("send-keys", "-t", "demo", key)
+			waitScreen("the exit", "exit=0", 10*time.Second)
+			s := screen()
+			if !strings.Contains(s, "fulfiller: demo stopped") || strings.Contains(s, "context canceled") || strings.Contains(s, " 5 writing to production") {
+				t.Errorf("after %s at the first card:\n%s", name, s)
+			}
+		})
+	}
+}

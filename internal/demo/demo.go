@@ -105,6 +105,11 @@ const ToolMetadata = `fs:
   delete_path: {annotations: {readOnlyHint: false, destructiveHint: true}}
 `
 
+// ErrStopped is what Run returns when the story was stopped before its
+// end: the person quit at the approval card (q, ctrl-C), or ctx ended
+// (an interrupt). The command exits cleanly on it.
+var ErrStopped = errors.New("demo stopped before the story ended")
+
 func Run(ctx context.Context, opts Options) error {
 	if opts.Out == nil {
 		opts.Out = os.Stdout
@@ -118,8 +123,14 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.PolicyTimeout <= 0 {
 		opts.PolicyTimeout = time.Second
 	}
+	outer := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// stopped is closed when the person quits at the card; the story
+	// then ends where it is, as on an interrupt.
+	stopped := make(chan struct{})
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { close(stopped); cancel() }) }
 
 	dir, err := os.MkdirTemp("", "fulfiller-demo-")
 	if err != nil {
@@ -205,8 +216,16 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		sub := c.Subscribe(approver.SubscribeOptions())
 		a := approver.New(c, ui, approver.Options{Logger: opts.Logger, Open: cards})
+		person := id == alice && opts.Approver != nil
 		wg.Add(1)
-		go func() { defer wg.Done(); defer sub.Close(); _ = a.Run(ctx, sub.C()) }()
+		go func() {
+			defer wg.Done()
+			defer sub.Close()
+			_ = a.Run(ctx, sub.C())
+			if person && ctx.Err() == nil {
+				stop() // the person quit: nobody is left to answer their cards
+			}
+		}()
 	}
 
 	n := newNarrator(opts.Out, opts.Color)
@@ -275,14 +294,28 @@ func Run(ctx context.Context, opts Options) error {
 	n.header(srv.URL(), engine.Revision(), ful.Tools(), map[string]string{"fs": "answers as mew bridge does: no JSON-RPC ids, no annotations (declared by the operator's --tool-metadata)"}, opts.Approver != nil, opts.ApproverURL)
 	var results []result
 	for i, s := range script() {
+		if ctx.Err() != nil {
+			break
+		}
 		if opts.Approver != nil && s.human {
-			s.want = wantHuman
+			s.want, s.title = wantHuman, s.yours
 		}
 		if s.revokeGrants {
 			revokeAll(ctx, reg, n)
 		}
 		r := play(ctx, i+1, s, proposers[s.from], n, opts.Step, opts.Approver != nil)
 		results = append(results, r)
+	}
+	if ctx.Err() != nil {
+		select {
+		case <-stopped:
+		default:
+			if outer.Err() == nil {
+				return ctx.Err()
+			}
+		}
+		n.note(fmt.Sprintf("stopped after %d of %d steps", max(len(results)-1, 0), len(script())))
+		return ErrStopped
 	}
 	n.summary(results)
 	if opts.Hold {
@@ -340,6 +373,9 @@ type step struct {
 	withdraw bool
 	// human: with --interactive the person at the terminal decides.
 	human bool
+	// yours is the title when the person decides: the scripted title
+	// tells what the simulated approvers do, which the person may not.
+	yours string
 	// revokeGrants: before the proposal, the operator revokes every live
 	// grant (as DELETE /v1/grants/ID or fulfiller grants revoke would).
 	revokeGrants bool
@@ -353,11 +389,15 @@ func script() []step {
 		{title: "a read-only calculation", from: "coder", id: "demo-add", payload: call("add", `{"a":2,"b":40}`), want: "fulfilled"},
 		{title: "reading a config file", from: "coder", payload: call("read_file", `{"path":"/srv/app/config.yaml"}`), want: "fulfilled"},
 		{title: "writing outside production, which no rule allows", from: "coder", payload: call("write_file", `{"path":"/srv/app/notes.txt","content":"hi"}`), want: "rejected:policy"},
-		{title: "deleting production data (destructive: two approvers)", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/db"}`), want: "fulfilled", human: true},
+		{title: "deleting production data (destructive: two approvers)", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/db"}`), want: "fulfilled", human: true,
+			yours: "deleting production data (destructive: two approvers, you and oncall-bob)"},
 		{title: "writing to production: an approver declines", from: "coder", payload: call("write_file", `{"path":"/srv/prod/motd","content":"down for maintenance"}`), want: "rejected:disagree"},
-		{title: "reading a production log: approved, and allowed for 1h", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/app.log"}`), want: "fulfilled", human: true},
-		{title: "the next production log read: the grant lets it through", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/error.log"}`), want: "fulfilled", human: true},
-		{title: "after the operator revokes the grant, people are asked again", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/debug.log"}`), want: "fulfilled", human: true, revokeGrants: true},
+		{title: "reading a production log: approved, and allowed for 1h", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/app.log"}`), want: "fulfilled", human: true,
+			yours: "reading a production log: you decide, and may allow reads like it for a while (l: approve and grant)"},
+		{title: "the next production log read: the grant lets it through", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/error.log"}`), want: "fulfilled", human: true,
+			yours: "the next production log read: a grant you made lets it through; without one you are asked again"},
+		{title: "after the operator revokes the grant, people are asked again", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/debug.log"}`), want: "fulfilled", human: true, revokeGrants: true,
+			yours: "after the operator revokes any grant, you are asked again"},
 		{title: "withdrawn while the approvers are asked", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/cache"}`), want: "withdrawn", withdraw: true},
 		{title: "a read-only tool nobody offers", from: "coder", payload: call("list_users", `{}`), want: "rejected:incapable"},
 		{title: "a blocklisted proposer", from: "mallory", payload: call("read_file", `{"path":"/srv/prod/db/users"}`), want: "rejected:policy"},
