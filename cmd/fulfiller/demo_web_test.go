@@ -118,3 +118,29 @@ func openCards(ctx context.Context, c *http.Client, base string) []card {
 	}
 	return nil
 }
+
+// An interrupt while demo --web waits for the browser (main cancels the
+// command's context on SIGINT) ends the demo cleanly: no error, a note,
+// where it used to exit 1 with "context canceled".
+func TestDemoWebInterruptedExitsCleanly(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root := newRootCmd()
+	root.SetArgs([]string{"demo", "--web=127.0.0.1:0", "--color", "never"})
+	var screen spacetest.Screen
+	root.SetOut(&screen)
+	root.SetErr(&screen)
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	spacetest.WaitText(t, "the story to reach the first card", screen.String, "writing outside production, which no rule allows")
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil || !strings.Contains(screen.String(), "fulfiller: demo stopped") {
+			t.Fatalf("after the interrupt: %v\n%s", err, screen.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the demo did not stop within 30s of the interrupt:\n%s", screen.String())
+	}
+}
