@@ -100,7 +100,7 @@ profile of the measured window labelled by component.`,
 	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory (embedded, in memory), `DIR` (a fresh embedded store inside it), nats://host:port[,…], or none (no store: the decision path alone)")
 	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for --state nats://…")
 	f.BoolVar(&fl.stateCompare, "state-compare", false, "run with --state memory first, then with --state, and compare (what durability costs)")
-	f.IntVar(&fl.rounds, "rounds", 1, "with --state-compare: alternate the memory and durable runs this many times and give the median ratio")
+	f.IntVar(&fl.rounds, "rounds", 1, "with --state-compare or --tool-style compare: run both this many times (alternating which goes first) and give the median ratio")
 	f.StringVar(&fl.toolStyle, "tool-style", "jsonrpc", "how the tool owner answers: jsonrpc (echoes JSON-RPC ids), sdk (as mew bridge: no jsonrpc, no id), or compare (both, one after the other)")
 	f.StringVar(&fl.logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
 	return cmd
@@ -111,7 +111,7 @@ profile of the measured window labelled by component.`,
 // mode to open.
 func (fl *benchFlags) stateMode() (*state.Mode, error) {
 	if fl.state == "none" {
-		if fl.stateCompare || fl.rounds != 1 || fl.stateCreds != "" {
+		if fl.stateCompare || (fl.rounds != 1 && fl.toolStyle != "compare") || fl.stateCreds != "" {
 			return nil, usageErrorf("--state none: no store, so no --state-compare, --rounds or --state-creds")
 		}
 		return nil, nil
@@ -141,8 +141,8 @@ func (fl *benchFlags) stateMode() (*state.Mode, error) {
 	if fl.rounds < 1 {
 		return nil, usageErrorf("--rounds %d: must be at least 1", fl.rounds)
 	}
-	if fl.rounds > 1 && !fl.stateCompare {
-		return nil, usageErrorf("--rounds needs --state-compare")
+	if fl.rounds > 1 && !fl.stateCompare && fl.toolStyle != "compare" {
+		return nil, usageErrorf("--rounds needs --state-compare or --tool-style compare")
 	}
 	if fl.stateCompare && fl.vsOPA {
 		return nil, usageErrorf("--state-compare with --vs-opa-server: run them one at a time")
@@ -318,23 +318,31 @@ func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) e
 // and prints both and the ratio of their throughputs. Only the SDK run
 // writes the CPU profile.
 func benchToolCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) error {
-	var reps []*loadtest.Report
-	for _, style := range []toolserver.Style{toolserver.StyleJSONRPC, toolserver.StyleSDK} {
-		c := cfg
-		c.ToolStyle = style
-		if style != toolserver.StyleSDK {
-			c.CPUProfile = nil
+	byStyle := map[toolserver.Style][]*loadtest.Report{}
+	for i := range fl.rounds {
+		// A second run in one process is slower than the first: the
+		// rounds alternate which style goes first.
+		order := []toolserver.Style{toolserver.StyleJSONRPC, toolserver.StyleSDK}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
 		}
-		res, err := loadtest.Run(cmd.Context(), c)
-		if err != nil {
-			if errors.Is(err, loadtest.ErrPolicy) {
-				return usageError(err)
+		for _, style := range order {
+			c := cfg
+			c.ToolStyle = style
+			if style != toolserver.StyleSDK || i < fl.rounds-1 {
+				c.CPUProfile = nil // the last SDK run's only: two profiles in one file would not parse
 			}
-			return fmt.Errorf("--tool-style %s run: %w", style, err)
+			res, err := loadtest.Run(cmd.Context(), c)
+			if err != nil {
+				if errors.Is(err, loadtest.ErrPolicy) {
+					return usageError(err)
+				}
+				return fmt.Errorf("--tool-style %s run %d: %w", style, i+1, err)
+			}
+			byStyle[style] = append(byStyle[style], &res.Report)
 		}
-		reps = append(reps, &res.Report)
 	}
-	c := loadtest.CompareToolStyles(reps[0], reps[1])
+	c := loadtest.CompareToolStyles(byStyle[toolserver.StyleJSONRPC], byStyle[toolserver.StyleSDK])
 	if err := writeReport(cmd.OutOrStdout(), fl.jsonOut, c); err != nil {
 		return err
 	}

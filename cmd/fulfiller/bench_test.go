@@ -32,6 +32,7 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--vs-opa-server"}, "--state-compare"},
 		{[]string{"bench", "--state", "/tmp/x", "--rounds", "3"}, "--rounds"},
 		{[]string{"bench", "--rounds", "2"}, "--rounds"},
+		{[]string{"bench", "--tool-style", "sdk", "--rounds", "2"}, "--rounds"},
 		{[]string{"bench", "--state", "nats://127.0.0.1:4222", "--state-creds", "/nonexistent/bench.creds"}, "--state-creds"},
 		{[]string{"bench", "--state", "bench_test.go"}, "--state"},
 		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--rounds", "0"}, "--rounds"},
@@ -179,7 +180,7 @@ func TestBenchStateCompare(t *testing.T) {
 // meets its target is the benchmark's business, not this test's.
 func TestBenchToolStyleCompare(t *testing.T) {
 	stdout, stderr, code := cli(t, "", "bench", "--proposals", "200", "--proposers", "2", "--json", "--state", "none",
-		"--max-inflight", "2", "--tool-style", "compare",
+		"--max-inflight", "2", "--tool-style", "compare", "--rounds", "2",
 		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -197,21 +198,24 @@ func TestBenchToolStyleCompare(t *testing.T) {
 		} `json:"tool_round_trip"`
 	}
 	var c struct {
-		JSONRPC, SDK *report
+		Rounds       int
+		JSONRPC, SDK []*report
 		Ratio        float64 `json:"throughput_ratio"`
 		Target       float64 `json:"throughput_ratio_target"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &c); err != nil || c.JSONRPC == nil || c.SDK == nil {
-		t.Fatalf("not one JSON comparison (%v):\n%s", err, stdout)
+	if err := json.Unmarshal([]byte(stdout), &c); err != nil || c.Rounds != 2 || len(c.JSONRPC) != 2 || len(c.SDK) != 2 {
+		t.Fatalf("not one JSON comparison of 2 rounds (%v):\n%s", err, stdout)
 	}
-	for style, r := range map[string]*report{"jsonrpc": c.JSONRPC, "sdk": c.SDK} {
-		if r.ToolStyle != style || r.Sent != 200 || r.Unanswered != 0 || r.Duplicates != 0 || r.FulfilTimeouts != 0 || r.SpoofAttempts != 0 ||
-			r.Outcomes["fulfilled"] == 0 || r.Outcomes["rejected:timeout"] != 0 || r.ToolRoundTrip.Count != int(r.Outcomes["fulfilled"]) {
-			t.Errorf("%s: report %+v", style, *r)
+	for i := range 2 {
+		for style, r := range map[string]*report{"jsonrpc": c.JSONRPC[i], "sdk": c.SDK[i]} {
+			if r.ToolStyle != style || r.Sent != 200 || r.Unanswered != 0 || r.Duplicates != 0 || r.FulfilTimeouts != 0 || r.SpoofAttempts != 0 ||
+				r.Outcomes["fulfilled"] == 0 || r.Outcomes["rejected:timeout"] != 0 || r.ToolRoundTrip.Count != int(r.Outcomes["fulfilled"]) {
+				t.Errorf("round %d, %s: report %+v", i+1, style, *r)
+			}
 		}
-	}
-	if c.SDK.Outcomes["fulfilled"] != c.JSONRPC.Outcomes["fulfilled"] {
-		t.Errorf("fulfilled: sdk %d, jsonrpc %d: the same load must be decided the same", c.SDK.Outcomes["fulfilled"], c.JSONRPC.Outcomes["fulfilled"])
+		if c.SDK[i].Outcomes["fulfilled"] != c.JSONRPC[i].Outcomes["fulfilled"] {
+			t.Errorf("round %d: fulfilled: sdk %d, jsonrpc %d: the same load must be decided the same", i+1, c.SDK[i].Outcomes["fulfilled"], c.JSONRPC[i].Outcomes["fulfilled"])
+		}
 	}
 	if c.Ratio <= 0 || c.Target != 0.9 {
 		t.Errorf("ratio %v, target %v", c.Ratio, c.Target)

@@ -213,39 +213,73 @@ func (c *StateComparison) WriteText(w io.Writer) {
 // way, so the two should cost the same.
 const ToolStyleTarget = 0.9
 
-// ToolStyleComparison is the same load run with each tool style.
+// ToolStyleComparison is the same load run with each tool style, in
+// rounds: a second run in one process is slower than the first (the
+// first's garbage, a warmer heap), so the rounds alternate which style
+// goes first, and the ratio is the median of the rounds'.
 type ToolStyleComparison struct {
-	JSONRPC *Report `json:"jsonrpc"`
-	SDK     *Report `json:"sdk"`
-	// ThroughputRatio is SDK throughput over JSON-RPC throughput.
+	Rounds  int       `json:"rounds"`
+	JSONRPC []*Report `json:"jsonrpc"`
+	SDK     []*Report `json:"sdk"`
+	// ThroughputRatio is the median over rounds of SDK throughput over
+	// JSON-RPC throughput.
 	ThroughputRatio float64 `json:"throughput_ratio"`
 	Target          float64 `json:"throughput_ratio_target"`
 }
 
-// CompareToolStyles compares a run with an id-echoing tool owner and one
-// with an SDK-style owner.
-func CompareToolStyles(jsonrpc, sdk *Report) *ToolStyleComparison {
-	c := &ToolStyleComparison{JSONRPC: jsonrpc, SDK: sdk, Target: ToolStyleTarget}
-	if jsonrpc.Throughput > 0 {
-		c.ThroughputRatio = sdk.Throughput / jsonrpc.Throughput
+// CompareToolStyles compares rounds of a run with an id-echoing tool owner
+// and one with an SDK-style owner; jsonrpc and sdk have one report per
+// round.
+func CompareToolStyles(jsonrpc, sdk []*Report) *ToolStyleComparison {
+	c := &ToolStyleComparison{Rounds: min(len(jsonrpc), len(sdk)), JSONRPC: jsonrpc, SDK: sdk, Target: ToolStyleTarget}
+	var ratios []float64
+	for i := range c.Rounds {
+		if jsonrpc[i].Throughput > 0 {
+			ratios = append(ratios, sdk[i].Throughput/jsonrpc[i].Throughput)
+		}
 	}
+	c.ThroughputRatio = median(ratios)
 	return c
 }
 
-// OK reports whether both runs answered every proposal exactly once and
+// OK reports whether every run answered every proposal exactly once and
 // refused no honest answer.
-func (c *ToolStyleComparison) OK() bool { return c.JSONRPC.OK() && c.SDK.OK() }
+func (c *ToolStyleComparison) OK() bool {
+	for _, r := range slices.Concat(c.JSONRPC, c.SDK) {
+		if !r.OK() {
+			return false
+		}
+	}
+	return c.Rounds > 0
+}
 
-// WriteText prints both reports and the ratio.
+// WriteText prints the first round's reports in full, then each round's
+// throughputs and the median ratio.
 func (c *ToolStyleComparison) WriteText(w io.Writer) {
-	c.JSONRPC.WriteText(w)
+	if c.Rounds == 0 {
+		return
+	}
+	c.JSONRPC[0].WriteText(w)
 	fmt.Fprintln(w)
-	c.SDK.WriteText(w)
+	c.SDK[0].WriteText(w)
 	fmt.Fprintln(w)
+	var timeouts, spoofs [2]int64
+	for i := range c.Rounds {
+		first := "jsonrpc"
+		if i%2 == 1 {
+			first = "sdk"
+		}
+		fmt.Fprintf(w, "round %d (%s first)  jsonrpc %.0f/s  sdk %.0f/s  ratio %.2f×\n", i+1, first,
+			c.JSONRPC[i].Throughput, c.SDK[i].Throughput, c.SDK[i].Throughput/max(c.JSONRPC[i].Throughput, 1e-9))
+		timeouts[0] += c.JSONRPC[i].FulfilTimeouts
+		timeouts[1] += c.SDK[i].FulfilTimeouts
+		spoofs[0] += c.JSONRPC[i].SpoofAttempts
+		spoofs[1] += c.SDK[i].SpoofAttempts
+	}
 	verdict := "met"
 	if c.ThroughputRatio < c.Target {
 		verdict = "NOT met"
 	}
-	fmt.Fprintf(w, "sdk / jsonrpc   throughput %.2f× (target ≥ %.1f×: %s); fulfil timeouts %d / %d, spoof attempts %d / %d\n",
-		c.ThroughputRatio, c.Target, verdict, c.SDK.FulfilTimeouts, c.JSONRPC.FulfilTimeouts, c.SDK.SpoofAttempts, c.JSONRPC.SpoofAttempts)
+	fmt.Fprintf(w, "sdk / jsonrpc   throughput %.2f× (median of %d rounds; target ≥ %.1f×: %s); fulfil timeouts %d / %d, spoof attempts %d / %d\n",
+		c.ThroughputRatio, c.Rounds, c.Target, verdict, timeouts[1], timeouts[0], spoofs[1], spoofs[0])
 }
