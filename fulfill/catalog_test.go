@@ -60,3 +60,28 @@ func TestCatalogResetStopsDiscoveriesOfTheLostSession(t *testing.T) {
 	c.refresh(context.Background(), "calculator")
 	waitFor(t, func() bool { return len(c.owners("add")) == 1 })
 }
+
+// A participant built on the reference SDK stays silent on a request it
+// does not handle: its discovery ends at the request's timeout and leaves
+// nothing behind — the slot is free for the next discovery, and nothing
+// is left in flight or believed about the silent participant.
+func TestCatalogSilentPeerCostsNothingLasting(t *testing.T) {
+	space := newFakeSpace()
+	space.silent = map[string]bool{"coder": true}
+	c := newCatalog(space, slog.New(slog.DiscardHandler), 20*time.Millisecond, time.Millisecond, 1)
+	defer c.wait()
+	c.refresh(context.Background(), "coder") // holds the only slot until it times out
+	c.refresh(context.Background(), "calculator")
+	waitFor(t, func() bool { return len(c.owners("add")) == 1 })
+	waitFor(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.inflight == 0
+	})
+	c.mu.Lock()
+	_, known := c.byServer["coder"]
+	c.mu.Unlock()
+	if known {
+		t.Error("tools believed for a participant that never answered")
+	}
+}
