@@ -100,6 +100,13 @@ func New(opts Options) (*Inbox, error) {
 func (in *Inbox) Secret() string { return in.secret }
 
 // Close ends every event stream; pages then show that the inbox is gone.
+// isClosed reports whether Close was called.
+func (in *Inbox) isClosed() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.closed
+}
+
 func (in *Inbox) Close() {
 	in.mu.Lock()
 	defer in.mu.Unlock()

@@ -260,3 +260,24 @@ func TestBrowserProposersDeadlineShown(t *testing.T) {
 		t.Errorf("the countdown says %q, want about 2m left and who set the deadline", text)
 	}
 }
+
+// When the approver client stops, the page says so and takes the answers
+// away, instead of "reconnecting…" forever: the inbox's last event tells
+// it (and a page that loses the stream without one gives up after a
+// while, saying the same).
+func TestBrowserClientStoppedIsSaid(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := tab(t, 1280, 900)
+	w.open(t, ctx)
+	id := w.propose("p-stop", "/srv/prod/motd")
+	do(t, ctx, "the prompt", chromedp.WaitVisible(button(id, "open", "Approve")))
+	w.inbox.Close()
+	do(t, ctx, "the notice", chromedp.WaitVisible(`#link.lost`))
+	text := get(t, ctx, "the notice", chromedp.Evaluate[string](`document.querySelector('#link').textContent`))
+	if !strings.HasPrefix(text, "The approver client (fulfiller approve --web) has stopped") {
+		t.Errorf("the page says %q", text)
+	}
+	if n := get(t, ctx, "buttons", chromedp.Evaluate[int](`document.querySelectorAll('[data-proposal] .actions button').length`)); n != 0 {
+		t.Errorf("%d answer buttons left after the client stopped", n)
+	}
+}

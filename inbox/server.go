@@ -137,7 +137,13 @@ func (in *Inbox) events(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-s.done:
-			// Dropped (too slow) or the inbox closed: the page reconnects.
+			// Dropped (too slow): the page reconnects to a fresh
+			// snapshot. Closed: the client is stopping, and a page left
+			// retrying would say "reconnecting…" forever; it is told.
+			if in.isClosed() {
+				writeEvent(w, sseEvent{name: "bye", data: []byte(`{"reason":"stopped"}`)})
+				flusher.Flush()
+			}
 			return
 		case ev := <-s.ch:
 			writeEvent(w, ev)

@@ -43,13 +43,37 @@ function connect() {
   es.addEventListener("item", (e) => { upsert(JSON.parse(e.data), snapshotSeen); refresh(); });
   es.addEventListener("remove", (e) => { remove(JSON.parse(e.data).id); refresh(); });
   es.addEventListener("presence", (e) => presence(JSON.parse(e.data)));
+  es.addEventListener("bye", () => {
+    // The approver client is stopping: nothing will answer here again.
+    es.close();
+    stopped("The approver client (fulfiller approve --web) has stopped: these cards can no longer be answered here. Start it again, then open the address it prints.");
+  });
+  es.onopen = () => { lostSince = 0; };
   es.onerror = () => {
     if (es.readyState === EventSource.CLOSED) {
       setLink("The inbox refused this page. Open the address `fulfiller approve --web` printed.", true);
-    } else {
-      setLink("Connection to the inbox lost; reconnecting…", true);
+      return;
     }
+    lostSince = lostSince || Date.now();
+    if (Date.now() - lostSince > giveUpAfter) {
+      // Still nothing: the client is gone, not a network blip.
+      es.close();
+      stopped("The inbox has not answered for " + Math.round(giveUpAfter / 1000) + " s: fulfiller approve --web has probably stopped. Start it again, then open the address it prints.");
+      return;
+    }
+    setLink("Connection to the inbox lost; reconnecting…", true);
   };
+}
+
+// lostSince is when the stream was lost (0: connected); after giveUpAfter
+// of retries the page says the client is gone instead of retrying on.
+let lostSince = 0;
+const giveUpAfter = 15000;
+
+// stopped says the inbox is gone for good and takes the answers away.
+function stopped(text) {
+  setLink(text, true);
+  for (const card of document.querySelectorAll("[data-proposal] .actions, [data-proposal] .panel")) card.replaceChildren();
 }
 
 function setLink(text, lost) {
