@@ -145,6 +145,9 @@ type session struct {
 	// waiting for their explanation, by reject envelope id.
 	approved *lru.Cache[string, *watch]
 	rejects  map[string]*watch
+	// peers are the other approvers' prompts and answers, for quorum
+	// progress and for who decided a card that ended.
+	peers *peers
 }
 
 // watch is an approval waiting for its outcome.
@@ -175,6 +178,7 @@ func (c *Client) Run(ctx context.Context, in <-chan agent.Envelope) error {
 		approved: approved,
 		rejects:  map[string]*watch{},
 		wake:     make(chan struct{}, 1),
+		peers:    newPeers(),
 	}
 	defer c.stopAll(s)
 
@@ -318,6 +322,9 @@ func (s *session) shown(requestID string) int {
 // end removes the card with request id from the screen or the queue, and
 // reports why. It reports whether there was one.
 func (c *Client) end(s *session, requestID string, e End) bool {
+	if card := s.find(requestID); card != nil && card.Proposal != nil {
+		e.By = s.peers.of(card.Proposal.ID)
+	}
 	if i := s.shown(requestID); i >= 0 {
 		a := s.open[i]
 		s.open = slices.Delete(s.open, i, i+1)
@@ -377,12 +384,19 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 	case agent.KindReject, agent.KindChat:
 		c.outcome(s, env)
 		return
+	case agent.KindResponse:
+		c.peerAnswer(s, env)
+		return
 	case agent.KindRequest:
 	default:
 		return
 	}
 	if !slices.Contains(env.To, c.conn.ID()) {
 		if c.listed(env.From) {
+			var req agent.RPCRequest
+			if json.Unmarshal(env.Payload, &req) == nil {
+				s.peers.prompt(env, req) // another approver's prompt: its answer tells the quorum's progress
+			}
 			c.outcome(s, env) // perhaps the fulfilment of a proposal we approved
 		}
 		return
@@ -741,4 +755,28 @@ func (c *Client) send(ctx context.Context, env agent.Envelope) error {
 	defer cancel()
 	_, err := c.conn.Send(sctx, env)
 	return err
+}
+
+// peerAnswer takes another approver's answer to a prompt seen in the
+// space and, when a card here is about the same proposal, tells the UI
+// how the others stand.
+func (c *Client) peerAnswer(s *session, env agent.Envelope) {
+	proposal, ok := s.peers.answer(env)
+	if !ok {
+		return
+	}
+	var card *Card
+	for _, a := range s.open {
+		if a.card.Proposal != nil && a.card.Proposal.ID == proposal {
+			card = a.card
+		}
+	}
+	for _, q := range s.queue {
+		if card == nil && q.Proposal != nil && q.Proposal.ID == proposal {
+			card = q
+		}
+	}
+	if card != nil {
+		c.notify(Event{Kind: EventPeers, Card: card, Peers: s.peers.of(proposal), Fulfiller: card.From})
+	}
 }

@@ -2,6 +2,8 @@ package approver
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/mewkit/fulfiller/agent"
 )
@@ -28,6 +30,10 @@ const (
 	// EventFulfillerAbsent: when Run starts, the fulfiller is not in the
 	// space, so no card can come until it joins.
 	EventFulfillerAbsent
+	// EventPeers: another approver answered about the proposal of a card
+	// still shown or queued here; Event.Peers is every answer seen so
+	// far (a quorum's progress, or who is against it).
+	EventPeers
 )
 
 // Event is one thing that happened to a card, or to the fulfiller, for a
@@ -41,6 +47,9 @@ type Event struct {
 	Err       error   // EventSent: why the answer was not sent
 	Outcome   Outcome // EventOutcome
 	Fulfiller string  // the participant id of the fulfiller concerned: the one that asked the card (last), sent the outcome, or left, joined or is absent
+	// Peers are the other approvers' answers about the card's proposal
+	// seen so far (EventPeers; and EventEnded, where they say who decided).
+	Peers []PeerAnswer
 }
 
 // Cause is why a card ended without this approver's answer.
@@ -69,6 +78,9 @@ type End struct {
 	Cause    Cause
 	Reason   string
 	Approved bool // CauseDecided: the others approved (else they declined or dismissed it)
+	// By are the other approvers' answers seen before the end: for
+	// CauseDecided, who decided and why.
+	By []PeerAnswer
 }
 
 // endOf reads the reason of a notifications/cancelled sent by the
@@ -113,7 +125,13 @@ func (e End) String() string {
 		return "the deadline passed"
 	case CauseDecided:
 		if e.Approved {
+			if n := Approvals(e.By); n > 0 {
+				return "decided by other approvers: approved (" + joinAnswers(e.By, PeerApproved) + ")"
+			}
 			return "decided by other approvers: approved"
+		}
+		if against := joinAnswers(e.By, PeerDeclined, PeerDismissed); against != "" {
+			return "decided by another approver: not approved (" + against + ")"
 		}
 		return "decided by another approver: not approved"
 	case CauseAnswered:
@@ -173,7 +191,7 @@ func (o Outcome) String() string {
 // fulfiller leaving and coming back).
 func SubscribeOptions() agent.SubscribeOptions {
 	return agent.SubscribeOptions{
-		Kinds: []string{agent.KindRequest, agent.KindReject, agent.KindChat, agent.KindPresence},
+		Kinds: []string{agent.KindRequest, agent.KindResponse, agent.KindReject, agent.KindChat, agent.KindPresence},
 		All:   true,
 	}
 }
@@ -193,6 +211,19 @@ func (k EventKind) String() string {
 		return "fulfiller_joined"
 	case EventFulfillerAbsent:
 		return "fulfiller_absent"
+	case EventPeers:
+		return "peers"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// joinAnswers says the answers of the given actions, in order.
+func joinAnswers(answers []PeerAnswer, actions ...string) string {
+	var parts []string
+	for _, a := range answers {
+		if slices.Contains(actions, a.Action) {
+			parts = append(parts, a.String())
+		}
+	}
+	return strings.Join(parts, "; ")
 }

@@ -1,9 +1,12 @@
 package approver_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -126,10 +129,13 @@ func TestCardEndCauses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, approver.End{Cause: approver.CauseCancelled, Reason: "cancelled"}, "cancelled by the operator"},
+		// Who decided, and why, as the space showed bob's answer.
 		{"another approver declined", `{"approvers":["alice","bob"]}`, func(_ *testing.T, w *world, _ string) { close(w.bobGo) },
-			approver.End{Cause: approver.CauseDecided, Reason: "disagree"}, "decided by another approver: not approved"},
+			approver.End{Cause: approver.CauseDecided, Reason: "disagree", By: []approver.PeerAnswer{{Approver: "bob", Action: approver.PeerDeclined, Reason: "frozen"}}},
+			"decided by another approver: not approved (bob declined: frozen)"},
 		{"another approver approved", `{"approvers":["alice","bob"]}`, func(_ *testing.T, w *world, _ string) { close(w.bobGo) },
-			approver.End{Cause: approver.CauseDecided, Reason: "approved", Approved: true}, "decided by other approvers: approved"},
+			approver.End{Cause: approver.CauseDecided, Reason: "approved", Approved: true, By: []approver.PeerAnswer{{Approver: "bob", Action: approver.PeerApproved, Reason: "frozen"}}},
+			"decided by other approvers: approved (bob approved: frozen)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A world each, and the deadline case waits 3 s: side by side.
@@ -155,7 +161,7 @@ func TestCardEndCauses(t *testing.T) {
 				// ("timeout"), whichever is first: the same cause.
 				got.Reason = ""
 			}
-			if ev.Card.RequestID != card.RequestID || got != tc.want || ev.Fulfiller != "fulfiller" {
+			if ev.Card.RequestID != card.RequestID || !reflect.DeepEqual(got, tc.want) || ev.Fulfiller != "fulfiller" {
 				t.Errorf("ended %+v of %s, want %+v of %s", ev.End, ev.Card.RequestID, tc.want, card.RequestID)
 			}
 			if got := ev.End.String(); got != tc.text {
@@ -415,5 +421,62 @@ func TestOpenCardsSideBySide(t *testing.T) {
 	ui.ch(third.RequestID) <- approver.Answer{Action: elicit.ActionDecline}
 	if sent := <-conn.sent; sent.CorrelationID.First() != third.RequestID {
 		t.Fatalf("answer correlated to %v, want %s", sent.CorrelationID, third.RequestID)
+	}
+}
+
+// With a quorum of two, bob's approval shows on alice's open card as the
+// quorum's progress (every approver sees every answer on the broadcast);
+// a forged answer in bob's name to a prompt that was not his, and an
+// answer from someone who was not asked, change nothing.
+func TestCardShowsTheQuorumsProgress(t *testing.T) {
+	w := newWorld(t, `{"approvers":["alice","bob"],"quorum":2}`, nil)
+	w.bobGo = make(chan struct{})
+	w.approver("bob", gated{w.bobGo, &approver.Auto{Approve: true, Reason: "looks fine"}}, approver.Options{})
+	ui := newRecUI(nil)
+	w.approver("alice", ui, approver.Options{})
+	id := w.propose("p-write")
+	card := ui.card(t)
+	if card.Policy.Quorum != 2 {
+		t.Fatalf("card quorum %d", card.Policy.Quorum)
+	}
+	w.join("mallory", "human-token")
+	// In bob's name, answering alice's prompt: not bob's prompt, so not
+	// bob's answer; and mallory answering in her own name was not asked.
+	for _, from := range []string{"bob", "mallory"} {
+		body := `{"from":"` + from + `","to":["fulfiller"],"kind":"mcp/response","correlation_id":["` + card.RequestID + `"],"payload":{"result":{"action":"decline","content":{"reason":"forged"}}}}`
+		url := strings.Replace(w.srv.URL(), "ws://", "http://", 1) + "/participants/mallory/messages"
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer human-token")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("forged post: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	close(w.bobGo)
+	ev := ui.event(t, approver.EventPeers)
+	want := []approver.PeerAnswer{{Approver: "bob", Action: approver.PeerApproved, Reason: "looks fine"}}
+	if ev.Card.RequestID != card.RequestID || !reflect.DeepEqual(ev.Peers, want) {
+		t.Fatalf("peers event %+v", ev)
+	}
+	if got := approver.Progress(ev.Card, ev.Peers); got != "1 of 2 approvals so far: bob approved: looks fine" {
+		t.Errorf("progress says %q", got)
+	}
+	if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {
+		t.Fatalf("after bob alone: %+v %v", s, ok)
+	}
+}
+
+// The terminal says the quorum's progress on a line of its own, with what
+// came from the space made printable.
+func TestTerminalSaysTheOthersAnswers(t *testing.T) {
+	var out bytes.Buffer
+	term := &approver.Terminal{Out: &out}
+	card := &approver.Card{RequestID: "e1", Proposal: &approver.Proposal{ID: "p1", From: "coder", Method: "tools/call"},
+		Tool: &approver.Tool{Name: "delete_path"}, Target: "fs", Policy: approver.Policy{Approvers: []string{"alice", "bob", "carol"}, Quorum: 2}}
+	term.Notify(approver.Event{Kind: approver.EventPeers, Card: card, Peers: []approver.PeerAnswer{{Approver: "bob", Action: approver.PeerApproved, Reason: "ok\x1b[2J"}}})
+	if got, want := out.String(), "· others p1: coder → delete_path on fs — 1 of 2 approvals so far: bob approved: ok\\x1b[2J\n"; got != want {
+		t.Errorf("terminal says %q, want %q", got, want)
 	}
 }

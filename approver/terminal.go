@@ -740,6 +740,8 @@ func (t *Terminal) Notify(ev Event) {
 		t.say(st.green("✓ "+f+" is in the space") + "\n")
 	case EventFulfillerAbsent:
 		t.say(st.yellow("⚠ "+f+" is not in the space") + ": cards appear when it joins\n")
+	case EventPeers:
+		t.say(fmt.Sprintf("%s %s — %s\n", st.dim("· others"), ev.Card.Summary(), Progress(ev.Card, ev.Peers)))
 	}
 }
 

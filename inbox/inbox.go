@@ -166,6 +166,14 @@ func (in *Inbox) Notify(ev approver.Event) {
 		return
 	}
 	it := in.items[ev.Card.RequestID]
+	if ev.Kind == approver.EventPeers {
+		if it != nil {
+			// Still open: the answer channel stays.
+			it.view.Peers, it.view.Approvals = peerWords(ev.Peers), approver.Approvals(ev.Peers)
+			in.put(it)
+		}
+		return
+	}
 	if it == nil {
 		// A card that ended while it waited its turn was never shown:
 		// show how it ended, so nothing a person was asked vanishes
@@ -177,6 +185,9 @@ func (in *Inbox) Notify(ev approver.Event) {
 	switch ev.Kind {
 	case approver.EventEnded:
 		v.State, v.Cause, v.Note = StateEnded, string(ev.End.Cause), ev.End.String()
+		if len(ev.End.By) > 0 {
+			v.Peers, v.Approvals = peerWords(ev.End.By), approver.Approvals(ev.End.By)
+		}
 	case approver.EventSent:
 		v.Answer = approver.Printable(ev.Answer.Describe())
 		v.Approved = ev.Answer.Approves()
@@ -324,4 +335,13 @@ func (in *Inbox) broadcast(event string, data any) {
 			s.close()
 		}
 	}
+}
+
+// peerWords says each of the other approvers' answers for the page.
+func peerWords(answers []approver.PeerAnswer) []string {
+	out := make([]string, len(answers))
+	for i, a := range answers {
+		out[i] = a.String()
+	}
+	return out
 }

@@ -281,3 +281,37 @@ func TestBrowserClientStoppedIsSaid(t *testing.T) {
 		t.Errorf("%d answer buttons left after the client stopped", n)
 	}
 }
+
+// A quorum card shows its progress as the other approvers answer, and a
+// card the others decide says who and why, as the broadcast showed it.
+func TestBrowserQuorumProgressAndWhoDecided(t *testing.T) {
+	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice","bob"],"quorum":2}`, humans: []string{"bob"}})
+	ctx := tab(t, 1280, 900)
+	w.open(t, ctx)
+	answer := func(id, payload string) {
+		t.Helper()
+		ask := w.elicitation("bob", id, nil)
+		if _, err := w.humans["bob"].Send(w.ctx, agent.Envelope{To: []string{"fulfiller"}, Kind: agent.KindResponse,
+			CorrelationID: agent.CorrelationIDs{ask.ID}, Payload: json.RawMessage(payload)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	facts := func(id, state string) string {
+		return get(t, ctx, "the card's facts", chromedp.Evaluate[string](`document.querySelector('[data-proposal="`+id+`"][data-state="`+state+`"] .facts').textContent`))
+	}
+
+	id := w.propose("p-quorum", "/srv/prod/motd")
+	do(t, ctx, "the prompt", chromedp.WaitVisible(button(id, "open", "Approve")))
+	answer(id, `{"result":{"action":"accept","content":{"approve":true,"reason":"fine by me"}}}`)
+	do(t, ctx, "the progress", chromedp.Poll[chromedp.Void](`document.querySelector('[data-proposal="`+id+`"] .facts').textContent.includes("approvals so far")`))
+	if got := facts(id, "open"); !strings.Contains(got, "2 of 2 approvers must approve (alice, bob) — 1 of 2 approvals so far: bob approved: fine by me") {
+		t.Errorf("the quorum card says %q", got)
+	}
+
+	id2 := w.propose("p-veto", "/srv/prod/banner")
+	do(t, ctx, "the second prompt", chromedp.WaitVisible(button(id2, "open", "Approve")))
+	answer(id2, `{"result":{"action":"decline","content":{"reason":"not during the freeze"}}}`)
+	if got := status(t, ctx, id2, "ended"); got != "Ended: decided by another approver: not approved (bob declined: not during the freeze)." {
+		t.Errorf("the vetoed card says %q", got)
+	}
+}

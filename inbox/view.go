@@ -60,6 +60,10 @@ type View struct {
 	Fields     []FieldView `json:"fields,omitempty"`
 	Delegates  []string    `json:"delegates,omitempty"`
 	Grant      *GrantView  `json:"grant,omitempty"`
+	// Peers are the other approvers' answers about the proposal seen so
+	// far, in words: a quorum's progress, or who is against it.
+	Peers     []string `json:"peers,omitempty"`
+	Approvals int      `json:"approvals,omitempty"` // how many of Peers approved
 
 	State        State  `json:"state"`
 	Answer       string `json:"answer,omitempty"`   // what this person answered, in words

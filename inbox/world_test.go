@@ -74,6 +74,9 @@ type world struct {
 	wire  *spacetest.Wire
 	inbox *inbox.Inbox
 	web   *httptest.Server
+	// humans are the other approvers' sessions (worldOptions.humans),
+	// which a test answers through by hand.
+	humans map[string]*agent.Client
 }
 
 type worldOptions struct {
@@ -144,8 +147,9 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		<-elDone
 	})
 	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
+	w.humans = map[string]*agent.Client{}
 	for _, h := range o.humans {
-		w.join(h, "human-token")
+		w.humans[h] = w.join(h, "human-token")
 	}
 
 	// Alice: the approver client with the inbox as its UI, as `fulfiller

@@ -208,7 +208,12 @@ function facts(dl, v) {
 function quorum(v) {
   if (!v.approvers || !v.approvers.length) return "";
   const q = v.quorum || 1;
-  return `${q} of ${v.approvers.length} approvers must approve (${v.approvers.join(", ")})`;
+  let s = `${q} of ${v.approvers.length} approvers must approve (${v.approvers.join(", ")})`;
+  if (v.peers && v.peers.length) {
+    s += q > 1 ? ` — ${v.approvals || 0} of ${q} approvals so far: ` : " — so far: ";
+    s += v.peers.join("; ");
+  }
+  return s;
 }
 
 function status(p, v) {
