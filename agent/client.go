@@ -41,6 +41,7 @@ const (
 	DefaultMaxFrame     = 1 << 20
 	DefaultJoinTimeout  = 10 * time.Second
 	DefaultPingInterval = 15 * time.Second
+	DefaultProbeAfter   = 60 * time.Second
 	DefaultPongTimeout  = 10 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultBackoffMin   = 100 * time.Millisecond
@@ -62,6 +63,10 @@ type Config struct {
 	JoinTimeout  time.Duration // dial, join and wait for the welcome; default 10s
 	PingInterval time.Duration // default 15s
 	PongTimeout  time.Duration // default 10s: no pong within this after a ping => session lost
+	// ProbeAfter [60s; negative: never] is how long a session may read
+	// nothing before the client sends itself a probe envelope, whose echo
+	// must come within PongTimeout (see probeIdle).
+	ProbeAfter time.Duration
 	WriteTimeout time.Duration // deadline of each frame written; default 10s
 
 	// BackoffMin and BackoffMax shape the reconnect schedule (see
@@ -135,6 +140,9 @@ func (c *Config) setDefaults() error {
 	setDefault(&c.MaxFrame, DefaultMaxFrame)
 	setDefault(&c.JoinTimeout, DefaultJoinTimeout)
 	setDefault(&c.PingInterval, DefaultPingInterval)
+	if c.ProbeAfter == 0 {
+		c.ProbeAfter = DefaultProbeAfter // negative: never
+	}
 	setDefault(&c.PongTimeout, DefaultPongTimeout)
 	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&c.BackoffMin, DefaultBackoffMin)
@@ -659,6 +667,7 @@ func (c *Client) closeGrace() time.Duration {
 
 // handle processes one envelope from the gateway.
 func (c *Client) handle(s *session, env Envelope) {
+	s.heard(&env)
 	if env.From == c.cfg.ID {
 		if c.sent.echoed(env.ID) {
 			c.stats.echoes.Add(1)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -32,6 +33,13 @@ type session struct {
 
 	readerDone chan struct{}
 	wg         sync.WaitGroup // reader and pinger
+
+	// lastIn is when the session last read an envelope (unix nanos);
+	// probe is the envelope id of a probe awaiting its echo, probeSent
+	// when it went out (unix nanos; 0: none out). See probe.
+	lastIn    atomic.Int64
+	probe     atomic.Value // string
+	probeSent atomic.Int64
 }
 
 // lose marks the session as gone; the supervisor reconnects.
@@ -174,10 +182,15 @@ func (c *Client) readLoop(s *session, idle time.Duration) {
 }
 
 // pingLoop pings the gateway, which never pings on its own; a missing pong
-// lets the read deadline expire.
+// lets the read deadline expire. It also probes an idle session (probe).
 func (c *Client) pingLoop(s *session) {
 	defer s.wg.Done()
-	t := time.NewTicker(c.cfg.PingInterval)
+	s.lastIn.Store(time.Now().UnixNano())
+	every := c.cfg.PingInterval
+	if c.cfg.ProbeAfter > 0 {
+		every = min(every, c.cfg.ProbeAfter)
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -188,7 +201,62 @@ func (c *Client) pingLoop(s *session) {
 				s.lose(fmt.Errorf("%w: ping: %w", ErrSessionLost, err))
 				return
 			}
+			c.probeIdle(s)
 		}
+	}
+}
+
+// probeIdle checks an idle session with an envelope to ourselves. A pong
+// only proves the socket: the reference gateway hands a participant id
+// to the last socket that joined with it and leaves the first one open,
+// deaf (testdata/conformance/mew-v0.4/README.md, "Sessions"), so a
+// fulfiller whose id someone else took would answer pings and never hear
+// another proposal. The gateway echoes every envelope to its sender: no
+// echo within PongTimeout means the session is gone, and the client
+// joins again (taking the id back). Only an idle session is probed (any
+// envelope read proves it), and only where our capabilities allow the
+// probe: an mcp/request notification addressed to ourselves, which other
+// participants ignore.
+func (c *Client) probeIdle(s *session) {
+	if c.cfg.ProbeAfter <= 0 {
+		return
+	}
+	now := time.Now()
+	if sent := s.probeSent.Load(); sent != 0 {
+		if now.Sub(time.Unix(0, sent)) > c.cfg.PongTimeout {
+			c.log.Error("the gateway did not echo our probe: this session no longer receives (another connection may have joined with our id); joining again")
+			s.lose(fmt.Errorf("%w: no echo of our probe within %s", ErrSessionLost, c.cfg.PongTimeout))
+		}
+		return
+	}
+	if now.Sub(time.Unix(0, s.lastIn.Load())) < c.cfg.ProbeAfter || !c.Can(KindRequest, probePayload) {
+		return
+	}
+	env := Envelope{ID: NewID(c.cfg.ID + "-probe"), To: []string{c.cfg.ID}, Kind: KindRequest, Payload: probePayload}
+	Stamp(&env, c.cfg.ID, now)
+	data, err := Encode(env)
+	if err != nil {
+		return
+	}
+	s.probe.Store(env.ID)
+	s.probeSent.Store(now.UnixNano())
+	c.sent.add(env.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+	defer cancel()
+	if err := s.write(ctx, data, c.cfg.WriteTimeout); err != nil {
+		s.lose(fmt.Errorf("%w: probe: %w", ErrSessionLost, err))
+	}
+}
+
+// probePayload is the probe's payload: a notification no MCP peer
+// handles, so whoever sees it ignores it.
+var probePayload = json.RawMessage(`{"jsonrpc":"2.0","method":"notifications/fulfiller/probe"}`)
+
+// heard notes an envelope read on s, and the echo of its probe.
+func (s *session) heard(env *Envelope) {
+	s.lastIn.Store(time.Now().UnixNano())
+	if id, _ := s.probe.Load().(string); id != "" && env.ID == id {
+		s.probeSent.Store(0)
 	}
 }
 
