@@ -66,7 +66,7 @@ type Config struct {
 	// ProbeAfter [60s; negative: never] is how long a session may read
 	// nothing before the client sends itself a probe envelope, whose echo
 	// must come within PongTimeout (see probeIdle).
-	ProbeAfter time.Duration
+	ProbeAfter   time.Duration
 	WriteTimeout time.Duration // deadline of each frame written; default 10s
 
 	// BackoffMin and BackoffMax shape the reconnect schedule (see
