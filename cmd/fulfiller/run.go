@@ -50,6 +50,7 @@ type runFlags struct {
 	peerFulfillers            []string
 	state                     stateFlags
 	bundle                    bundleFlags
+	gatewayAuthenticatesFrom  bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -100,6 +101,7 @@ many, and the exit code is 1.`,
 	f.Var(&fl.maxPendingBytes, "max-pending-bytes", "frame bytes the pending proposals may hold at once, bytes or with a unit (256MiB); more are rejected busy")
 	f.IntVar(&fl.maxPendingPerProposer, "max-pending-per-proposer", 0, "proposals one proposer may have pending at once; more are rejected busy (0: a quarter of --max-pending)")
 	f.IntVar(&fl.maxInflightPerProposer, "max-inflight-per-proposer", 0, "fulfilment requests one proposer may have outstanding at once; more wait their turn (0: a quarter of --max-inflight)")
+	f.BoolVar(&fl.gatewayAuthenticatesFrom, "gateway-authenticates-from", false, "state that the gateway authenticates senders (a participant cannot post in another's name), so a grant may be pinned to a proposer; without it grants are for anyone who may propose, and grants pinned to a proposer match nothing")
 	f.StringSliceVar(&fl.peerFulfillers, "peer-fulfillers", nil, "the other fulfillers of the space (comma-separated participant ids): their rejects and fulfilments are expected; any other participant able to end proposals is warned about")
 	fl.ops.register(f)
 	fl.state.register(f)
@@ -330,6 +332,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	// Grants approvers make live in the store, mirrored in memory (the
 	// registry's watch is stopped with the policy watches, below).
 	grantReg := grants.NewRegistry(grantStore(store), log)
+	grantReg.GatewayAuthenticatesFrom(fl.gatewayAuthenticatesFrom)
 	grantReg.OnExpire(func(grants.Grant) { opsRT.metrics.GrantExpired() })
 	ful := fulfill.New(client, engine, fulfill.Config{
 		SpaceID:          fl.space,

@@ -136,11 +136,13 @@ func TestRunBinaryGrants(t *testing.T) {
 
 	env := map[string]string{"FULFILLER_HTTP": addr, "FULFILLER_HTTP_TOKEN": "op-secret"}
 	stdout, stderr, code := cliEnv(t, "", env, "grants", "list")
-	if code != 0 || !strings.Contains(stdout, "live   coder → read_log, path under /srv/logs/  alice") {
+	// The gateway is not said to authenticate senders: the grant is for
+	// anyone who may propose, and says so.
+	if code != 0 || !strings.Contains(stdout, "live   anyone    anyone who may propose in this space → read_log, path under /srv/logs/  alice") {
 		t.Fatalf("grants list: exit %d\n%s%s", code, stdout, stderr)
 	}
 	id := strings.Fields(strings.Split(stdout, "\n")[1])[0]
-	if stdout, stderr, code = cliEnv(t, "", env, "grants", "revoke", id); code != 0 || stdout != "revoked "+id+": coder → read_log, path under /srv/logs/\n" {
+	if stdout, stderr, code = cliEnv(t, "", env, "grants", "revoke", id); code != 0 || stdout != "revoked "+id+": anyone who may propose in this space → read_log, path under /srv/logs/\n" {
 		t.Fatalf("grants revoke: exit %d %q %q", code, stdout, stderr)
 	}
 	read("p-4", "/srv/logs/app.log")
