@@ -28,7 +28,10 @@ func (w *world) elicitations() int {
 	return len(ids)
 }
 
-// The card says what a grant would allow and for how long; "l" and a
+// The card says what a grant would allow, who can use it and for how
+// long: the gateway is not said to authenticate senders, so the policy's
+// proposer pin is not offered and the card says "anyone who may propose
+// in this space" (docs/design.md "Proposer identity and grants"). "l" and a
 // choice approve with the grant, signed with the rest of the answer, and
 // the next write under the same directory needs nobody.
 func TestTerminalApproveWithGrant(t *testing.T) {
@@ -40,11 +43,11 @@ func TestTerminalApproveWithGrant(t *testing.T) {
 	w.approver("alice", &approver.Terminal{In: in, Out: &out}, approver.Options{Key: priv})
 	id := w.propose("p-write")
 	waitFor(t, "the card", out.String, "a approve · l allow · d decline · c dismiss · q quit › ")
-	if want := "grantable  allow coder → write_file, path under /srv/prod/ for 15m, 1h (policy's limit 1h)"; !strings.Contains(out.String(), want) {
+	if want := "grantable  allow anyone who may propose in this space → write_file, path under /srv/prod/ for 15m, 1h (policy's limit 1h)"; !strings.Contains(out.String(), want) {
 		t.Errorf("card lacks %q:\n%s", want, out.String())
 	}
 	io.WriteString(keys, "l\n")
-	waitFor(t, "the durations", out.String, "  approve, and allow coder → write_file, path under /srv/prod/ for:\n  1) 15m\n  2) 1h\n")
+	waitFor(t, "the durations", out.String, "  approve, and allow anyone who may propose in this space → write_file, path under /srv/prod/ for:\n  1) 15m\n  2) 1h\n")
 	io.WriteString(keys, "2\n")
 	if o := w.outcome(id); !o.Fulfilled {
 		t.Fatalf("outcome %+v", o)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/grants"
 )
@@ -46,7 +48,9 @@ func TestE2EGrantOffered(t *testing.T) {
 	if want := `{"type":"string","title":"Also allow calls like this for","enum":["","15m","1h"],"default":""}`; string(field) != want {
 		t.Errorf("grant field %s\nwant %s", field, want)
 	}
-	if want := `{"max_ttl":"1h","scope":["proposer","tool","arguments.path:prefix"],"offers":["15m","1h"]}`; string(meta) != want {
+	// The gateway is not said to authenticate senders: the policy's
+	// proposer pin is not offered (TestE2EGrantForgedProposer).
+	if want := `{"max_ttl":"1h","scope":["tool","arguments.path:prefix"],"offers":["15m","1h"]}`; string(meta) != want {
 		t.Errorf("_meta.grant %s\nwant %s", meta, want)
 	}
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h"}}`)
@@ -57,7 +61,7 @@ func TestE2EGrantOffered(t *testing.T) {
 		t.Fatalf("%d answers, want exactly the fulfilment request", len(got))
 	}
 	granted, ok := w.event(id, "granted")
-	if !ok || granted.GrantID == "" || !slices.Equal(granted.By, []string{"alice"}) || !strings.HasPrefix(granted.Message, "coder → write_file, path under /srv/prod/ allowed for 1h, until ") {
+	if !ok || granted.GrantID == "" || !slices.Equal(granted.By, []string{"alice"}) || !strings.HasPrefix(granted.Message, "anyone who may propose in this space → write_file, path under /srv/prod/ allowed for 1h, until ") {
 		t.Fatalf("granted event %+v (found %v)", granted, ok)
 	}
 
@@ -213,7 +217,7 @@ func TestE2EGrantExpiredOrDestructiveStillAsks(t *testing.T) {
 func TestE2EGrantPrefixRefusesAmbiguousPaths(t *testing.T) {
 	w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
 	now := time.Now().UTC()
-	g := grants.Grant{ID: "g-app", Proposer: "coder", Tool: "write_file", Server: "fs", GrantedBy: "alice",
+	g := grants.Grant{ID: "g-app", Tool: "write_file", Server: "fs", GrantedBy: "alice",
 		Pins: []grants.Pin{{Field: "arguments.path", Prefix: "/srv/app/"}}, Created: now, Expires: now.Add(time.Hour)}
 	if err := w.grants.Create(t.Context(), g); err != nil {
 		t.Fatal(err)
@@ -238,5 +242,94 @@ func TestE2EGrantPrefixRefusesAmbiguousPaths(t *testing.T) {
 	}
 	if d, _ := w.event(ok, "decided"); d.GrantID != "g-app" {
 		t.Errorf("a plain path under the grant decided with grant %q, want g-app", d.GrantID)
+	}
+}
+
+// Security round 3, item 3: "other" posts an mcp/proposal claiming to be
+// coder (the reference gateway does not authenticate from) for a call that
+// alice's grant covers. Without --gateway-authenticates-from the grant
+// was never pinned to coder — the card alice approved said, in words, that
+// anyone who may propose in this space can use it — so the forged call is
+// let through exactly as other's own is: what the grant always did in
+// effect, now what alice was shown. With the flag the grant is pinned to
+// coder as before: other's own call is asked about.
+func TestE2EGrantForgedProposer(t *testing.T) {
+	const secret = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/app/secret.key","content":"k"}}}`
+	for _, tc := range []struct {
+		name          string
+		authenticated bool
+		scope, terms  string
+		grantProposer string
+		otherGranted  bool // other's proposal in its own name
+	}{
+		{"without the flag", false, `["tool","arguments.path"]`, "anyone who may propose in this space → write_file, path = /srv/app/secret.key", "", true},
+		{"with the flag", true, `["proposer","tool","arguments.path"]`, "coder → write_file, path = /srv/app/secret.key", "coder", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, worldOptions{offerGrants: true, authenticatesFrom: tc.authenticated,
+				escalation: `{"approvers":["alice"],"grantable":{"max_ttl":"1h","scope":["proposer","tool","arguments.path"]}}`})
+			id := w.propose("p-1", secret)
+			ea := w.ask("alice")
+			_, meta := promptForm(t, ea.Raw)
+			if want := `{"max_ttl":"1h","scope":` + tc.scope + `,"offers":["15m","1h"]}`; string(meta) != want {
+				t.Errorf("_meta.grant %s\nwant %s", meta, want)
+			}
+			card, err := approver.ParseCard(ea)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if card.Grant == nil || card.Grant.Terms != tc.terms {
+				t.Fatalf("the card offers %+v, want terms %q", card.Grant, tc.terms)
+			}
+			w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h"}}`)
+			if out := w.outcome(id); !out.Fulfilled {
+				t.Fatalf("p-1: outcome %+v", out)
+			}
+			granted, ok := w.event(id, "granted")
+			if !ok || !strings.HasPrefix(granted.Message, tc.terms+" allowed for 1h, until ") {
+				t.Fatalf("granted event %+v (found %v)", granted, ok)
+			}
+			list := w.grants.List()
+			if len(list) != 1 || list[0].ID != granted.GrantID || list[0].Proposer != tc.grantProposer || list[0].Terms() != tc.terms {
+				t.Fatalf("grants %+v, want one with proposer %q", list, tc.grantProposer)
+			}
+
+			// other, in coder's name: the grant's terms are all that
+			// decide, and the call goes to fs under the grant.
+			w.forgeAs("other", "other-token", `{"id":"p-forged","from":"coder","kind":"mcp/proposal","payload":`+secret+`}`)
+			req := w.onWire("the forged proposal's fulfilment request", func(e agent.Envelope) bool {
+				return e.Kind == agent.KindRequest && e.From == "fulfiller" && e.CorrelationID.First() == "p-forged"
+			})
+			var rpc struct {
+				Method string          `json:"method"`
+				Params json.RawMessage `json:"params"`
+			}
+			if err := json.Unmarshal(req.Payload, &rpc); err != nil || !slices.Equal(req.To, []string{"fs"}) || rpc.Method != "tools/call" ||
+				string(rpc.Params) != `{"name":"write_file","arguments":{"path":"/srv/app/secret.key","content":"k"}}` {
+				t.Errorf("forged proposal's request %+v (payload %s), want tools/call to fs with the proposal's params", req, req.Payload)
+			}
+			if d, _ := w.event("p-forged", "decided"); d.GrantID != granted.GrantID || d.Decision.Action != "fulfill" || d.Proposer != "coder" {
+				t.Errorf("forged proposal decided %+v under grant %q by %q, want fulfill under %s", d.Decision, d.GrantID, d.Proposer, granted.GrantID)
+			}
+
+			// other, in its own name: covered only by a grant that does
+			// not rely on who proposes.
+			w.forgeAs("other", "other-token", `{"id":"p-other","kind":"mcp/proposal","payload":`+secret+`}`)
+			if tc.otherGranted {
+				w.onWire("other's fulfilment request", func(e agent.Envelope) bool {
+					return e.Kind == agent.KindRequest && e.From == "fulfiller" && e.CorrelationID.First() == "p-other"
+				})
+				if d, _ := w.event("p-other", "decided"); d.GrantID != granted.GrantID || d.Proposer != "other" {
+					t.Errorf("other's proposal decided %+v under grant %q, want %s", d.Decision, d.GrantID, granted.GrantID)
+				}
+				return
+			}
+			if e := w.ask("alice"); !strings.Contains(string(e.Payload), `"id":"p-other"`) || !strings.Contains(string(e.Payload), `"from":"other"`) {
+				t.Errorf("alice was asked %s, want p-other from other", e.Payload)
+			}
+			if d, _ := w.event("p-other", "decided"); d.GrantID != "" || d.Decision.Action != "escalate" || len(d.Input.Grants) != 0 {
+				t.Errorf("other's proposal decided %+v under grant %q with input.grants %v, want escalate with none", d.Decision, d.GrantID, d.Input.Grants)
+			}
+		})
 	}
 }

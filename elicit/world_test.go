@@ -96,6 +96,9 @@ type worldOptions struct {
 	offerGrants bool
 	// statusChats turns on fulfill.Config.StatusChats.
 	statusChats bool
+	// authenticatesFrom is run's --gateway-authenticates-from: grants
+	// may be pinned to a proposer.
+	authenticatesFrom bool
 }
 
 // world is a whole space on loopback: the in-process gateway, a file tool
@@ -155,6 +158,7 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		"tool-token":      capsTool,
 		"human-token":     capsHuman,
 		"mallory-token":   capsTool,
+		"other-token":     capsProposer,
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +249,7 @@ func (w *world) startFulfiller() {
 	}
 	if opts.offerGrants {
 		w.grants = grants.NewRegistry(regStore, log)
+		w.grants.GatewayAuthenticatesFrom(opts.authenticatesFrom)
 	}
 	// DiscoverySettle: nobody in these worlds forges a tools/list
 	// answer (fulfill's tests cover that), and the 500 ms default would
@@ -421,9 +426,15 @@ func (w *world) answer(who string, elicitation agent.Envelope, result string) ag
 // whatever from the body claims: the gateway does not check it.
 func (w *world) forge(poster, body string) {
 	w.t.Helper()
+	w.forgeAs(poster, "mallory-token", body)
+}
+
+// forgeAs is forge with poster's own token.
+func (w *world) forgeAs(poster, token, body string) {
+	w.t.Helper()
 	url := strings.Replace(w.srv.URL(), "ws://", "http://", 1) + "/participants/" + poster + "/messages"
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer mallory-token")
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -59,8 +59,10 @@ func (f *Fulfiller) notAnsweredHere(p *proposal, reason string) {
 
 // writeReject writes the reject rej (recorded by markAnswered, or resumed
 // from a record in phase Answered) and then ends p's record, whether or
-// not the write succeeded: an unwritten reject is the agent's outbox's to
-// deliver, and is reported undelivered.
+// not the write succeeded, and reports an unwritten reject undelivered —
+// except at shutdown, where an unwritten reject's record stays in the
+// store for the next run to send (keepAnswered): nobody here can send it
+// any more.
 func (f *Fulfiller) writeReject(p *proposal, ev Event, rej state.Reject) bool {
 	reason, message := rej.Reason, rej.Message
 	env := agent.Envelope{
@@ -75,8 +77,17 @@ func (f *Fulfiller) writeReject(p *proposal, ev Event, rej state.Reject) bool {
 	sent := &sentReject{p: p, written: make(chan struct{})}
 	f.rejects.Add(env.ID, sent)
 	out, err := f.sendAndGet(env)
-	f.dropRecord(p)
-	f.countShutdownAnswer(err == nil)
+	kept := err != nil && f.keepAnswered(p)
+	if !kept {
+		f.dropRecord(p)
+	}
+	f.countShutdownAnswer(err == nil, kept)
+	if kept {
+		f.rejects.Remove(env.ID)
+		close(sent.written)
+		f.log.Warn("reject not written at shutdown; kept in the state store for the next run to send", "proposal", p.env.ID, "reason", reason, "envelope", env.ID, "err", err)
+		return false
+	}
 	if err != nil {
 		f.rejects.Remove(env.ID)
 		close(sent.written)

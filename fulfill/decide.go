@@ -33,6 +33,7 @@ func (f *Fulfiller) decide(p *proposal) {
 	}
 	f.emit(ev)
 	f.shadow(p, in, d)
+	d.Grantable = f.grantOffer(d.Grantable)
 	f.mu.Lock()
 	p.decision = d
 	f.mu.Unlock()

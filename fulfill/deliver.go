@@ -7,6 +7,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // ErrUndelivered is wrapped by Run's error when answers owed at shutdown
@@ -101,26 +102,61 @@ func (f *Fulfiller) onRefusal(env agent.Envelope) {
 
 // ShutdownAnswers reports how many answers were owed once shutdown began
 // (rejects of pending proposals, of cancelled fulfilments, of proposals
-// arriving meanwhile) and how many of them were not written. Both are final
-// once Run has returned.
+// arriving meanwhile) and how many of them were neither written nor kept
+// for the next run (ShutdownKept). Both are final once Run has returned.
 func (f *Fulfiller) ShutdownAnswers() (owed, lost int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.owed, f.lost
 }
 
-// countShutdownAnswer counts a reject owed once shutdown has begun, and
-// whether it was written.
-func (f *Fulfiller) countShutdownAnswer(written bool) {
+// ShutdownKept reports how many of the answers owed at shutdown could not
+// be written and were left in the state store instead, for the next run on
+// it to send (keepAnswered). Final once Run has returned.
+func (f *Fulfiller) ShutdownKept() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.kept
+}
+
+// countShutdownAnswer counts a reject owed once shutdown has begun:
+// written, kept in the store for the next run, or lost.
+func (f *Fulfiller) countShutdownAnswer(written, kept bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.closing {
 		return
 	}
 	f.owed++
-	if !written {
+	switch {
+	case kept:
+		f.kept++
+	case !written:
 		f.lost++
 	}
+}
+
+// keepAnswered reports whether p's reject, which could not be written,
+// stays owed in the store: only at shutdown, with a store, and when p's
+// answered record (markAnswered) is in it. That record is then left
+// there instead of deleted, and forgotten here: the next run on the store
+// (or a peer adopting this member's work) resumes it and writes this very
+// envelope (resendReject), without deciding the proposal again. Outside
+// shutdown the process is still here to answer, so nothing is kept.
+func (f *Fulfiller) keepAnswered(p *proposal) bool {
+	f.mu.Lock()
+	closing := f.closing
+	f.mu.Unlock()
+	if !closing || f.cfg.Store == nil {
+		return false
+	}
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	if p.rec == nil || p.rec.Phase != state.Answered || p.rec.Reject == nil {
+		return false
+	}
+	p.rec, p.recEnded = nil, true
+	return true
 }
 
 // sendContext bounds one send: sendTimeout, and the shutdown deadline

@@ -222,8 +222,10 @@ type Fulfiller struct {
 	// rejects maps the envelope ids of recent rejects to their proposals,
 	// so that a refusal by the gateway (system/error) can be reported.
 	rejects *rejectLog
-	// owed and lost count the answers shutdown wrote and could not write.
-	owed, lost int
+	// owed counts the answers shutdown owed; lost those it could neither
+	// write nor keep, kept those left in the store for the next run
+	// (keepAnswered).
+	owed, lost, kept int
 	// liveBytes and byProposer count what live proposals hold, for
 	// --max-pending-bytes and --max-pending-per-proposer.
 	liveBytes  int64
@@ -504,8 +506,11 @@ func (f *Fulfiller) shutdown() {
 		}
 		delete(f.byRequest, id)
 	}
-	owed, lost := f.owed, f.lost
+	owed, lost, kept := f.owed, f.lost, f.kept
 	f.mu.Unlock()
+	if kept > 0 {
+		f.log.Warn("answers owed at shutdown could not be written; they are kept in the state store and sent by the next run on it", "kept", kept, "answers", owed)
+	}
 	if lost > 0 {
 		f.log.Error("answers owed at shutdown were not delivered", "undelivered", lost, "answers", owed)
 	}

@@ -38,6 +38,20 @@ func (f *Fulfiller) grantsCovering(proposer string, t *policies.Tool, now time.T
 	return out
 }
 
+// grantOffer is the grant a decision's offer makes possible here: the
+// policy's, without its "proposer" pin unless the gateway authenticates
+// senders (docs/design.md "Proposer identity and grants": a pin to a
+// claimed from would only pretend to narrow the grant). The decision log
+// keeps the policy's own offer; the prompt, its stored decision and the
+// grant made follow this one, so the approver is shown who can use the
+// grant ("anyone who may propose in this space") and gets exactly that.
+func (f *Fulfiller) grantOffer(g *policies.Grantable) *policies.Grantable {
+	if g == nil || (f.cfg.Grants != nil && f.cfg.Grants.AuthenticatesFrom()) {
+		return g
+	}
+	return g.WithoutProposer()
+}
+
 // grantThatDecided names the grant that let a fulfil decision through:
 // the policy fulfils with input.grants and would not without them. The
 // second evaluation is paid only for fulfils that had grants.

@@ -30,6 +30,9 @@ import (
 // Call is what a grant is matched against: a tools/call proposal, as the
 // fulfiller resolved it.
 type Call struct {
+	// Proposer is the proposal's from: a claim unless the gateway
+	// authenticates senders (docs/design.md "Proposer identity and
+	// grants"); the Registry decides whether a grant may rely on it.
 	Proposer  string
 	Tool      string
 	Server    string                     // the tool owner the call goes to
@@ -50,8 +53,15 @@ type Pin struct {
 
 // Grant is one approver's standing permission.
 type Grant struct {
-	ID        string    `json:"id"`
-	Proposer  string    `json:"proposer"`
+	ID string `json:"id"`
+	// Proposer is the proposer the grant is pinned to; empty when it is
+	// not pinned, and then anyone who may propose in the space can use it
+	// (docs/design.md "Proposer identity and grants": without
+	// --gateway-authenticates-from, from is a claim anyone can make, so a
+	// pin to it would only pretend to narrow the grant). Absent from the
+	// JSON then, so that a policy comparing it to input.proposer.id never
+	// takes an unpinned grant for a pinned one.
+	Proposer  string    `json:"proposer,omitempty"`
 	Tool      string    `json:"tool"`
 	Server    string    `json:"server"` // where the approved call went; matched only when pinned
 	Pins      []Pin     `json:"pins,omitempty"`
@@ -83,7 +93,8 @@ var (
 
 // New makes the grant an approver chose when approving call (as edited):
 // for ttl, which must be one of offer.Offers(), pinned to call's values
-// of offer.Scope. A pinned argument the approved call does not have cannot
+// of offer.Scope — to call's proposer only when the scope names
+// "proposer". A pinned argument the approved call does not have cannot
 // be pinned, and makes no grant rather than a wider one.
 func New(id string, offer *policies.Grantable, call Call, ttl time.Duration, by string, now time.Time) (Grant, error) {
 	if offer == nil {
@@ -93,14 +104,19 @@ func New(id string, offer *policies.Grantable, call Call, ttl time.Duration, by 
 		return Grant{}, fmt.Errorf("%w: %s (offered %v)", ErrBadTTL, policies.FormatGrantDuration(ttl), offer.Offers())
 	}
 	now = now.Truncate(time.Second) // read by people: whole seconds, and never longer than chosen
-	g := Grant{ID: id, Proposer: call.Proposer, Tool: call.Tool, Server: call.Server, GrantedBy: by, Created: now, Expires: now.Add(ttl)}
-	if g.Proposer == "" || g.Tool == "" {
-		return Grant{}, errors.New("grant: the approved call has no proposer or tool")
+	g := Grant{ID: id, Tool: call.Tool, Server: call.Server, GrantedBy: by, Created: now, Expires: now.Add(ttl)}
+	if g.Tool == "" {
+		return Grant{}, errors.New("grant: the approved call has no tool")
 	}
 	for _, f := range offer.Scope {
 		switch {
-		case f.Path == "proposer" || f.Path == "tool":
-			continue // the grant's own fields
+		case f.Path == "proposer":
+			if call.Proposer == "" {
+				return Grant{}, errors.New("grant: the approved call has no proposer to pin")
+			}
+			g.Proposer = call.Proposer
+		case f.Path == "tool":
+			continue // the grant's own field
 		case f.Path == "server":
 			v, _ := json.Marshal(call.Server)
 			g.Pins = append(g.Pins, Pin{Field: f.Path, Value: v})
@@ -142,13 +158,20 @@ func pinArgument(f policies.GrantField, raw json.RawMessage) (Pin, error) {
 	return Pin{Field: f.Path, Value: v}, nil
 }
 
-// Live reports whether g still matches anything at now.
+// Live reports whether g is neither expired nor revoked at now. A live
+// grant pinned to a proposer still matches nothing where proposers are
+// not authenticated (Registry.Usable).
 func (g Grant) Live(now time.Time) bool { return !g.Revoked && now.Before(g.Expires) }
 
-// Matches reports whether g covers c at now: live, the same proposer and
-// tool, and every pinned field equal (or, for a prefix, under the prefix).
+// ProposerPinned reports whether g is for one proposer's calls only.
+func (g Grant) ProposerPinned() bool { return g.Proposer != "" }
+
+// Matches reports whether g covers c at now: live, the same tool, the
+// same proposer when g is pinned to one, and every pinned field equal
+// (or, for a prefix, under the prefix). Whether c's proposer can be
+// relied on is the Registry's question (Matching), not this one's.
 func (g Grant) Matches(c Call, now time.Time) bool {
-	if !g.Live(now) || c.Proposer != g.Proposer || c.Tool != g.Tool {
+	if !g.Live(now) || c.Tool != g.Tool || (g.ProposerPinned() && c.Proposer != g.Proposer) {
 		return false
 	}
 	for _, p := range g.Pins {
@@ -227,12 +250,22 @@ func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
+// Anyone is who can use a grant not pinned to a proposer, in the words
+// the card, the inbox and the operator's listing use (docs/design.md
+// "Proposer identity and grants").
+const Anyone = "anyone who may propose in this space"
+
 // Terms says in a few words what g allows, for a person deciding whether
-// to make it or revoke it: "coder → write_file, path under /srv/app/".
-// Values come from the proposer: callers showing them on a terminal or a
-// page escape them as they escape any proposer text.
+// to make it or revoke it: "coder → write_file, path under /srv/app/",
+// or, not pinned to a proposer, "anyone who may propose in this space →
+// write_file, …". Values come from the proposer: callers showing them on
+// a terminal or a page escape them as they escape any proposer text.
 func (g Grant) Terms() string {
-	parts := []string{g.Proposer + " → " + g.Tool}
+	who := g.Proposer
+	if !g.ProposerPinned() {
+		who = Anyone
+	}
+	parts := []string{who + " → " + g.Tool}
 	for _, p := range g.Pins {
 		name := strings.TrimPrefix(p.Field, "arguments.")
 		if p.Prefix != "" {

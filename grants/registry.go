@@ -32,6 +32,11 @@ type Registry struct {
 	store Store
 	log   *slog.Logger
 
+	// authenticatedFrom: the operator says the gateway authenticates
+	// senders (--gateway-authenticates-from), so a proposal's from may
+	// be relied on and grants pinned to a proposer match.
+	authenticatedFrom bool
+
 	mu       sync.Mutex
 	byID     map[string]Grant
 	expired  map[string]bool // grants whose expiry was reported
@@ -60,6 +65,25 @@ func NewRegistry(st Store, log *slog.Logger) *Registry {
 		r.once.Do(func() { close(r.ready) })
 	}
 	return r
+}
+
+// GatewayAuthenticatesFrom tells the registry that the gateway
+// authenticates senders (run's --gateway-authenticates-from), so grants
+// pinned to a proposer may match; call it before Run. Without it (the
+// default) from is a claim any participant can make (docs/design.md
+// "Proposer identity and grants"): a grant pinned to a proposer matches
+// nothing — it would let through whoever claims that name — and is still
+// listed, with a warning when the store's grants are loaded.
+func (r *Registry) GatewayAuthenticatesFrom(on bool) { r.authenticatedFrom = on }
+
+// AuthenticatesFrom reports what GatewayAuthenticatesFrom set: whether
+// grants may be pinned to a proposer.
+func (r *Registry) AuthenticatesFrom() bool { return r.authenticatedFrom }
+
+// Usable reports whether g can match anything at now: live, and not
+// pinned to a proposer unless proposers are authenticated.
+func (r *Registry) Usable(g Grant, now time.Time) bool {
+	return g.Live(now) && (!g.ProposerPinned() || r.authenticatedFrom)
 }
 
 // OnExpire sets fn to be called (from Run) once for each grant that
@@ -159,7 +183,10 @@ func (r *Registry) follow(ctx context.Context) error {
 			r.mu.Lock()
 			r.byID, fresh, loading = fresh, nil, false
 			r.mu.Unlock()
-			r.once.Do(func() { close(r.ready) })
+			r.once.Do(func() {
+				r.warnPinned(time.Now())
+				close(r.ready)
+			})
 		case loading:
 			if g, ok := r.decode(c); ok {
 				fresh[g.ID] = g
@@ -191,6 +218,22 @@ func (r *Registry) decode(c state.GrantChange) (Grant, bool) {
 	}
 	g.Revoked = g.Revoked || c.Grant.Revoked
 	return g, true
+}
+
+// warnPinned warns, once at start, about each live grant pinned to a
+// proposer that matches nothing here because proposers are not
+// authenticated: an operator who relied on it learns why calls it used to
+// let through are asked about again.
+func (r *Registry) warnPinned(now time.Time) {
+	if r.authenticatedFrom {
+		return
+	}
+	for _, g := range r.List() {
+		if g.Live(now) && g.ProposerPinned() {
+			r.log.Warn("grant pinned to a proposer matches nothing: the gateway is not said to authenticate senders (--gateway-authenticates-from), so anyone could claim to be that proposer; revoke it, or run with the flag if the gateway does authenticate them",
+				"grant", g.ID, "proposer", g.Proposer, "tool", g.Tool, "expires", g.Expires)
+		}
+	}
 }
 
 // Ready is closed once the store's grants are known (at once without a
@@ -258,16 +301,17 @@ func (r *Registry) List() []Grant {
 	return out
 }
 
-// Matching are the live grants that cover c at now (Grant.Matches:
-// proposer, tool and every pinned value), oldest first: what policies see
-// as input.grants. Grants that share only the proposer and tool are left
-// out, so that no policy has to compare pinned values itself (and get a
-// prefix or a canonical number wrong).
+// Matching are the usable grants that cover c at now (Grant.Matches:
+// proposer when pinned, tool and every pinned value; Usable: a grant
+// pinned to a proposer only when proposers are authenticated), oldest
+// first: what policies see as input.grants. Grants that share only the
+// proposer and tool are left out, so that no policy has to compare pinned
+// values itself (and get a prefix or a canonical number wrong).
 func (r *Registry) Matching(c Call, now time.Time) []Grant {
 	var out []Grant
 	r.mu.Lock()
 	for _, g := range r.byID {
-		if g.Matches(c, now) {
+		if r.Usable(g, now) && g.Matches(c, now) {
 			out = append(out, g)
 		}
 	}

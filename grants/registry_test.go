@@ -1,8 +1,12 @@
 package grants
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +17,11 @@ func readFile(path string) Call {
 	return call("coder", "read_file", "fs", `{"path":"`+path+`"}`)
 }
 
+// newGrant is a grant for anyone's read_file under /srv/app/, as made
+// where the gateway does not authenticate senders.
 func newGrant(t *testing.T, id string, now time.Time) Grant {
 	t.Helper()
-	g, err := New(id, offer(t, "8h", "proposer", "tool", "arguments.path:prefix"), readFile("/srv/app/config.yaml"), time.Hour, "alice", now)
+	g, err := New(id, offer(t, "8h", "tool", "arguments.path:prefix"), readFile("/srv/app/config.yaml"), time.Hour, "alice", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,4 +125,93 @@ func TestRegistryOverAStore(t *testing.T) {
 	waitFor("a and c see the revocation", func() bool {
 		return len(a.Matching(readFile("/srv/app/x"), now)) == 0 && len(c.Matching(readFile("/srv/app/x"), now)) == 0
 	})
+}
+
+// A grant pinned to a proposer matches only that proposer, and only where
+// the operator says the gateway authenticates senders: elsewhere anyone
+// can post in coder's name, so the pin would let anyone through while
+// saying "coder". Such a grant stays listed, matches nothing, and is
+// warned about when the store's grants are loaded (security round 3,
+// item 3). A grant without the pin covers anyone's call.
+func TestRegistryProposerPins(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	st, err := state.Open(ctx, state.Config{Mode: state.Mode{Kind: state.Memory}, Space: "grants-pins", Member: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	pinned, err := New("g-pinned", offer(t, "8h", "proposer", "tool", "arguments.path:prefix"), readFile("/srv/app/config.yaml"), time.Hour, "alice", now)
+	if err != nil || pinned.Proposer != "coder" || !pinned.ProposerPinned() {
+		t.Fatalf("pinned grant %+v, %v", pinned, err)
+	}
+	anyone := newGrant(t, "g-anyone", now.Add(time.Second))
+	if anyone.Proposer != "" || anyone.ProposerPinned() {
+		t.Fatalf("grant without the pin %+v", anyone)
+	}
+	if want := "anyone who may propose in this space → read_file, path under /srv/app/"; anyone.Terms() != want {
+		t.Errorf("Terms = %q, want %q", anyone.Terms(), want)
+	}
+	if want := "coder → read_file, path under /srv/app/"; pinned.Terms() != want {
+		t.Errorf("Terms = %q, want %q", pinned.Terms(), want)
+	}
+	if b, _ := json.Marshal(anyone); bytes.Contains(b, []byte(`"proposer"`)) {
+		t.Errorf("a grant without the pin names a proposer: %s", b)
+	}
+	seed := NewRegistry(st, nil)
+	for _, g := range []Grant{pinned, anyone} {
+		if err := seed.Create(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start := func(authenticated bool) (*Registry, *bytes.Buffer) {
+		var logs bytes.Buffer
+		r := NewRegistry(st, slog.New(slog.NewTextHandler(&logs, nil)))
+		r.GatewayAuthenticatesFrom(authenticated)
+		done := make(chan struct{})
+		rctx, stop := context.WithCancel(ctx)
+		go func() { defer close(done); _ = r.Run(rctx) }()
+		t.Cleanup(func() { stop(); <-done })
+		select {
+		case <-r.Ready():
+		case <-ctx.Done():
+			t.Fatal("registry never ready")
+		}
+		return r, &logs
+	}
+	ids := func(gs []Grant) []string {
+		var out []string
+		for _, g := range gs {
+			out = append(out, g.ID)
+		}
+		return out
+	}
+	claimed := call("other", "read_file", "fs", `{"path":"/srv/app/secret.key"}`)
+	coder := readFile("/srv/app/secret.key")
+
+	r, logs := start(false)
+	for _, c := range []Call{coder, claimed} {
+		if got := ids(r.Matching(c, now)); len(got) != 1 || got[0] != "g-anyone" {
+			t.Errorf("unauthenticated: Matching(%s) = %v, want [g-anyone]", c.Proposer, got)
+		}
+	}
+	if r.Usable(pinned, now) || !r.Usable(anyone, now) || len(r.List()) != 2 {
+		t.Errorf("unauthenticated: usable pinned %v, anyone %v; listed %d", r.Usable(pinned, now), r.Usable(anyone, now), len(r.List()))
+	}
+	if got := logs.String(); strings.Count(got, "grant pinned to a proposer matches nothing") != 1 || !strings.Contains(got, "grant=g-pinned proposer=coder") {
+		t.Errorf("start-up warnings:\n%s", got)
+	}
+
+	r, logs = start(true)
+	if got := ids(r.Matching(coder, now)); len(got) != 2 || got[0] != "g-pinned" || got[1] != "g-anyone" {
+		t.Errorf("authenticated: Matching(coder) = %v, want [g-pinned g-anyone]", got)
+	}
+	if got := ids(r.Matching(claimed, now)); len(got) != 1 || got[0] != "g-anyone" {
+		t.Errorf("authenticated: Matching(other) = %v, want [g-anyone]", got)
+	}
+	if strings.Contains(logs.String(), "matches nothing") {
+		t.Errorf("warned although proposers are authenticated:\n%s", logs)
+	}
 }

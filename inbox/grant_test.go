@@ -15,8 +15,11 @@ import (
 
 const grantable = `{"approvers":["alice"],"message":"production writes need a human","grantable":{"max_ttl":"8h","scope":["proposer","tool","arguments.path:prefix"]}}`
 
-// A grantable prompt says on its card what a grant would allow; "Approve
-// and allow…" shows the terms and the durations, and the chosen one
+// A grantable prompt says on its card what a grant would allow and who
+// can use it — the gateway is not said to authenticate senders, so not
+// only coder: "anyone who may propose in this space" (docs/design.md
+// "Proposer identity and grants"); "Approve and allow…" shows the terms
+// and the durations, and the chosen one
 // travels signed with the approval. The next write under the same
 // directory is fulfilled without a prompt.
 func TestBrowserApproveWithGrant(t *testing.T) {
@@ -28,13 +31,13 @@ func TestBrowserApproveWithGrant(t *testing.T) {
 	prompt := w.elicitation("alice", id, nil)
 	do(t, ctx, "the prompt", chromedp.WaitVisible(card(id, "open")))
 	text := get(t, ctx, "the card's text", chromedp.Text(card(id, "open")))
-	if want := "You may also allow coder → write_file, path under /srv/prod/, for up to 8h"; !strings.Contains(text, want) {
+	if want := "You may also allow anyone who may propose in this space → write_file, path under /srv/prod/, for up to 8h"; !strings.Contains(text, want) {
 		t.Errorf("the card does not show the grant's terms (%q):\n%s", want, text)
 	}
 	do(t, ctx, "open the grant form", chromedp.Click(button(id, "open", "Approve and allow…")))
 	form := get(t, ctx, "the grant form", chromedp.Text(card(id, "open")+`//div[contains(@class,"panel")]`))
-	for _, want := range []string{"Approve this call, and allow coder → write_file, path under /srv/prod/ without asking, for:",
-		"Pinned: proposer, tool, arguments.path:prefix"} {
+	for _, want := range []string{"Approve this call, and allow anyone who may propose in this space → write_file, path under /srv/prod/ without asking, for:",
+		"Pinned: tool, arguments.path:prefix"} {
 		if !strings.Contains(form, want) {
 			t.Errorf("the grant form does not show %q:\n%s", want, form)
 		}

@@ -14,13 +14,26 @@ import (
 type Grants interface {
 	List() []grants.Grant
 	Revoke(ctx context.Context, id string) (grants.Grant, error)
+	// Usable reports whether a grant can match anything now: live, and
+	// not pinned to a proposer unless the gateway authenticates senders.
+	Usable(g grants.Grant, now time.Time) bool
 }
 
-// GrantView is one grant as GET /v1/grants shows it: the grant, and
-// whether it still matches anything now.
+// GrantView is one grant as GET /v1/grants shows it: the grant, whether
+// it is pinned to one proposer (its proposer field; otherwise anyone who
+// may propose in the space can use it), and whether it still matches
+// anything now — a grant pinned to a proposer does not where the gateway
+// is not said to authenticate senders (docs/design.md "Proposer identity
+// and grants"), and is then listed with proposer_pinned and live false
+// although neither expired nor revoked.
 type GrantView struct {
 	grants.Grant
-	Live bool `json:"live"`
+	ProposerPinned bool `json:"proposer_pinned"`
+	Live           bool `json:"live"`
+}
+
+func viewOfGrant(g Grants, gr grants.Grant, now time.Time) GrantView {
+	return GrantView{Grant: gr, ProposerPinned: gr.ProposerPinned(), Live: g.Usable(gr, now)}
 }
 
 // GrantList is the GET /v1/grants body: every grant the store still
@@ -47,7 +60,7 @@ func (h *Handler) listGrants(w http.ResponseWriter, _ *http.Request) {
 	now := h.opts.Now()
 	out := GrantList{Grants: []GrantView{}}
 	for _, gr := range g.List() {
-		out.Grants = append(out.Grants, GrantView{Grant: gr, Live: gr.Live(now)})
+		out.Grants = append(out.Grants, viewOfGrant(g, gr, now))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -60,7 +73,7 @@ func (h *Handler) showGrant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	for _, gr := range g.List() {
 		if gr.ID == id {
-			writeJSON(w, http.StatusOK, GrantView{Grant: gr, Live: gr.Live(h.opts.Now())})
+			writeJSON(w, http.StatusOK, viewOfGrant(g, gr, h.opts.Now()))
 			return
 		}
 	}
@@ -86,7 +99,7 @@ func (h *Handler) revokeGrant(w http.ResponseWriter, r *http.Request) {
 			h.opts.Metrics.GrantRevoked()
 		}
 		h.opts.Logger.Info("grant revoked by the operator", "grant", id, "proposer", gr.Proposer, "tool", gr.Tool, "remote", r.RemoteAddr)
-		writeJSON(w, http.StatusOK, GrantView{Grant: gr, Live: false})
+		writeJSON(w, http.StatusOK, GrantView{Grant: gr, ProposerPinned: gr.ProposerPinned(), Live: false})
 	case errors.Is(err, grants.ErrUnknown):
 		writeError(w, http.StatusNotFound, "no grant "+id)
 	default:

@@ -20,6 +20,23 @@ type Grantable struct {
 	Scope  []GrantField
 }
 
+// WithoutProposer is g without a "proposer" entry in its scope (nil for
+// nil): the offer as made where the gateway does not authenticate senders
+// (docs/design.md "Proposer identity and grants"), since a pin to a
+// claimed from would only pretend to narrow the grant. g is not changed.
+func (g *Grantable) WithoutProposer() *Grantable {
+	if g == nil {
+		return nil
+	}
+	out := &Grantable{MaxTTL: g.MaxTTL}
+	for _, f := range g.Scope {
+		if f.Path != "proposer" {
+			out.Scope = append(out.Scope, f)
+		}
+	}
+	return out
+}
+
 // GrantField is one field a grant pins to the approved call's value.
 type GrantField struct {
 	// Path is "proposer", "tool", "server" or "arguments.NAME".
@@ -141,9 +158,11 @@ func parseGrantable(v ast.Value) (*Grantable, error) {
 	return &g, nil
 }
 
-// parseScope reads the pinned fields. A grant always pins the proposer and
-// the tool (it is for one agent and one tool); the scope must say so, so
-// that a reader of the policy sees how wide the grant is.
+// parseScope reads the pinned fields. A grant always pins the tool; the
+// scope must say so, so that a reader of the policy sees how wide the
+// grant is. "proposer" pins the proposer where the gateway authenticates
+// senders, and is dropped elsewhere (Grantable.WithoutProposer): a scope
+// without it is a grant for anyone who may propose.
 func parseScope(list []string) ([]GrantField, error) {
 	const name = "grantable.scope"
 	var out []GrantField
@@ -175,10 +194,8 @@ func parseScope(list []string) ([]GrantField, error) {
 		seen[path] = true
 		out = append(out, f)
 	}
-	for _, must := range []string{"proposer", "tool"} {
-		if !seen[must] {
-			return nil, malformed(name, "must pin %s: a grant is for one proposer's calls of one tool", must)
-		}
+	if !seen["tool"] {
+		return nil, malformed(name, "must pin tool: a grant is for calls of one tool")
 	}
 	return out, nil
 }

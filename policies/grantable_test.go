@@ -20,6 +20,12 @@ func TestParseGrantable(t *testing.T) {
 	if !reflect.DeepEqual(d.Grantable, want) || d.Extra != nil {
 		t.Fatalf("Grantable = %+v (extra %v), want %+v", d.Grantable, d.Extra, want)
 	}
+	// A scope without proposer is a grant for anyone who may propose
+	// (docs/design.md "Proposer identity and grants").
+	if d, err := ParseDecision([]byte(`{"action":"escalate","grantable":{"max_ttl":"1h","scope":["tool","arguments.path"]}}`)); err != nil ||
+		!reflect.DeepEqual(d.Grantable.Scope, []GrantField{{Path: "tool"}, {Path: "arguments.path"}}) {
+		t.Fatalf("scope without proposer: %+v, %v", d.Grantable, err)
+	}
 	// A Rego set of scope fields arrives sorted: accepted like a list.
 	if d, err := ParseDecision([]byte(`{"action":"escalate","grantable":{"max_ttl":"1h","scope":["tool","proposer"]}}`)); err != nil || len(d.Grantable.Scope) != 2 {
 		t.Fatalf("two-field scope: %+v, %v", d.Grantable, err)
@@ -34,9 +40,8 @@ func TestParseGrantable(t *testing.T) {
 		{`{"action":"escalate","grantable":{"max_ttl":"forever","scope":["proposer","tool"]}}`, "grantable.max_ttl", "is not a duration"},
 		{`{"action":"escalate","grantable":{"max_ttl":"0s","scope":["proposer","tool"]}}`, "grantable.max_ttl", "must be positive"},
 		{`{"action":"escalate","grantable":{"max_ttl":"1h","scope":["proposer","tool"],"max_uses":3}}`, "grantable", "unknown key"},
-		{`{"action":"escalate","grantable":{"max_ttl":"1h","scope":["tool"]}}`, "grantable.scope", "must pin proposer"},
 		{`{"action":"escalate","grantable":{"max_ttl":"1h","scope":["proposer"]}}`, "grantable.scope", "must pin tool"},
-		{`{"action":"escalate","grantable":{"max_ttl":"1h","scope":[]}}`, "grantable.scope", "must pin proposer"},
+		{`{"action":"escalate","grantable":{"max_ttl":"1h","scope":[]}}`, "grantable.scope", "must pin tool"},
 		{`{"action":"escalate","grantable":{"max_ttl":"1h","scope":["proposer","tool","path"]}}`, "grantable.scope", "is not proposer, tool, server or arguments.NAME"},
 		{`{"action":"escalate","grantable":{"max_ttl":"1h","scope":["proposer","tool","arguments."]}}`, "grantable.scope", "top-level argument"},
 		{`{"action":"escalate","grantable":{"max_ttl":"1h","scope":["proposer","tool","arguments.a.b"]}}`, "grantable.scope", "top-level argument"},
@@ -105,7 +110,27 @@ func TestGrantableJSONRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(b, &out); err != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("round trip of %s = %+v, %v", b, out, err)
 	}
-	if err := json.Unmarshal([]byte(`{"max_ttl":"8h","scope":["tool"]}`), &out); err == nil {
-		t.Error("a stored offer without proposer was read")
+	if err := json.Unmarshal([]byte(`{"max_ttl":"8h","scope":["proposer"]}`), &out); err == nil {
+		t.Error("a stored offer without tool was read")
+	}
+}
+
+// Where the gateway does not authenticate senders the policy's proposer
+// pin is dropped from the offer, and only it; the policy's own offer is
+// left as it was (it is logged as decided).
+func TestGrantableWithoutProposer(t *testing.T) {
+	g := &Grantable{MaxTTL: time.Hour, Scope: []GrantField{{Path: "proposer"}, {Path: "tool"}, {Path: "arguments.path", Prefix: true}}}
+	got := g.WithoutProposer()
+	if want := (&Grantable{MaxTTL: time.Hour, Scope: []GrantField{{Path: "tool"}, {Path: "arguments.path", Prefix: true}}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("WithoutProposer = %+v, want %+v", got, want)
+	}
+	if len(g.Scope) != 3 || g.Scope[0].Path != "proposer" {
+		t.Errorf("the original offer changed: %+v", g)
+	}
+	if b, err := json.Marshal(got); err != nil || string(b) != `{"max_ttl":"1h","scope":["tool","arguments.path:prefix"]}` {
+		t.Errorf("as JSON %s, %v", b, err)
+	}
+	if (*Grantable)(nil).WithoutProposer() != nil {
+		t.Error("nil offer became an offer")
 	}
 }

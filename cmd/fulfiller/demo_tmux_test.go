@@ -63,7 +63,7 @@ func TestDemoInteractiveInTmux(t *testing.T) {
 	// The first production log read: approve it and allow such reads for
 	// 1h (l, then the second duration); the next read needs nobody.
 	waitScreen("the log card", "▌ approval requested — demo-6-read_file")
-	waitScreen("the grant on offer", "grantable  allow coder → read_file, path under /srv/prod/logs/ for 15m, 1h, 8h")
+	waitScreen("the grant on offer", "grantable  allow anyone who may propose in this space → read_file, path under /srv/prod/logs/ for 15m, 1h, 8h")
 	run("send-keys", "-t", "demo", "l")
 	waitScreen("the durations", "how long (number or duration, Enter to go back):")
 	run("send-keys", "-t", "demo", "2", "Enter")

@@ -58,7 +58,7 @@ grant, a wrong token), 2 for a bad flag.`,
 	var all bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the live grants (--all: also expired and revoked ones, kept for a day)",
+		Short: "List the grants not expired or revoked (--all: also those, kept for a day)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "pretty" && format != "json" {
@@ -75,8 +75,11 @@ grant, a wrong token), 2 for a bad flag.`,
 				return fmt.Errorf("grants list: %w", err)
 			}
 			shown := gs[:0:0]
+			now := time.Now()
 			for _, g := range gs {
-				if all || g.Live {
+				// A grant that only its proposer pin keeps from matching
+				// is listed: it is still there to revoke.
+				if all || g.Live || (!g.Revoked && now.Before(g.Expires)) {
 					shown = append(shown, g)
 				}
 			}
@@ -120,27 +123,44 @@ grant, a wrong token), 2 for a bad flag.`,
 }
 
 // writeGrants prints grants as a table. Proposer and argument values are
-// others' text: escaped like every card.
+// others' text: escaped like every card. PROPOSER says who can use each
+// grant: the one proposer it is pinned to, or anyone (docs/design.md
+// "Proposer identity and grants"); a pinned grant that this fulfiller
+// cannot rely on is "unusable", and a line under the table says why.
 func writeGrants(w io.Writer, gs []ops.GrantView, now time.Time) error {
 	if len(gs) == 0 {
 		_, err := fmt.Fprintln(w, "no grants")
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tALLOWS\tGRANTED BY\tEXPIRES")
+	fmt.Fprintln(tw, "ID\tSTATE\tPROPOSER\tALLOWS\tGRANTED BY\tEXPIRES")
+	unusable := false
 	for _, g := range gs {
 		st := "live"
 		switch {
 		case g.Revoked:
 			st = "revoked"
-		case !g.Live:
+		case !now.Before(g.Expires):
 			st = "expired"
+		case !g.Live:
+			st, unusable = "unusable", true
+		}
+		who := "anyone"
+		if g.ProposerPinned {
+			who = "pinned: " + approver.Printable(g.Proposer)
 		}
 		expires := g.Expires.UTC().Format(time.RFC3339)
-		if g.Live {
+		if st == "live" || st == "unusable" {
 			expires += " (" + approver.Countdown(g.Expires, now) + " left)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", approver.Printable(g.ID), st, approver.Printable(g.Terms()), approver.Printable(g.GrantedBy), expires)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", approver.Printable(g.ID), st, who, approver.Printable(g.Terms()), approver.Printable(g.GrantedBy), expires)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if unusable {
+		_, err := fmt.Fprintln(w, "unusable: pinned to a proposer, and the fulfiller does not run with --gateway-authenticates-from, so anyone could claim that name; it matches nothing (revoke it)")
+		return err
+	}
+	return nil
 }

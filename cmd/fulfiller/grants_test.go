@@ -15,6 +15,9 @@ import (
 // fulfiller grants list and revoke, against an operator API that keeps one
 // grant: the table, JSON, a revoke that takes effect at once, and the
 // exit codes for an unknown grant, a wrong token and a missing --http.
+// The grant is pinned to a proposer, and the fulfiller does not run with
+// --gateway-authenticates-from: it is listed as unusable, with why
+// (docs/design.md "Proposer identity and grants").
 func TestGrantsCommand(t *testing.T) {
 	d, err := policies.ParseDecision([]byte(`{"action":"escalate","grantable":{"max_ttl":"8h","scope":["proposer","tool","arguments.path:prefix"]}}`))
 	if err != nil {
@@ -42,13 +45,14 @@ func TestGrantsCommand(t *testing.T) {
 		t.Fatalf("grants list: exit %d, stderr %q", code, stderr)
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ID       STATE  ALLOWS") ||
-		!strings.HasPrefix(lines[1], `grant-1  live   coder\x1b[2J → read_file, path under /srv/prod/logs/  oncall-alice  `+expires+" (") {
+	if len(lines) != 3 || lines[0] != "ID       STATE     PROPOSER              ALLOWS                                                GRANTED BY    EXPIRES" ||
+		!strings.HasPrefix(lines[1], `grant-1  unusable  pinned: coder\x1b[2J  coder\x1b[2J → read_file, path under /srv/prod/logs/  oncall-alice  `+expires+" (") ||
+		lines[2] != "unusable: pinned to a proposer, and the fulfiller does not run with --gateway-authenticates-from, so anyone could claim that name; it matches nothing (revoke it)" {
 		t.Errorf("grants list:\n%s", stdout)
 	}
 	stdout, _, code = cliEnv(t, "", env, "grants", "list", "--format", "json")
 	var doc ops.GrantList
-	if code != 0 || json.Unmarshal([]byte(stdout), &doc) != nil || len(doc.Grants) != 1 || doc.Grants[0].ID != "grant-1" || !doc.Grants[0].Live {
+	if code != 0 || json.Unmarshal([]byte(stdout), &doc) != nil || len(doc.Grants) != 1 || doc.Grants[0].ID != "grant-1" || doc.Grants[0].Live || !doc.Grants[0].ProposerPinned {
 		t.Errorf("grants list --format json: exit %d\n%s", code, stdout)
 	}
 

@@ -226,7 +226,7 @@ func TestCheckCommand(t *testing.T) {
 		item(17, 13, ce, `malformed decision: reason: a reject needs a reason code`),
 	}
 	last := []string{
-		item(22, 42, ce, `malformed decision: grantable.scope: must pin proposer: a grant is for one proposer's calls of one tool`),
+		item(22, 42, ce, `malformed decision: grantable.scope: must pin tool: a grant is for calls of one tool`),
 		item(22, 42, ce, `malformed decision: grantable: only an escalate decision may offer a grant, this one is fulfill`),
 	}
 	strict := "fulfiller: " + item(5, 1, "rego_compile_error", "import data.fulfiller.helpers unused") +

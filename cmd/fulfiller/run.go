@@ -54,6 +54,7 @@ type runFlags struct {
 	state                     stateFlags
 	bundle                    bundleFlags
 	toolMetadata              string
+	gatewayAuthenticatesFrom  bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -67,8 +68,10 @@ with a reason, or escalate it. Without --policy every proposal is rejected.
 
 SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
 "other"), cancel running calls at their tool owners, leave the space, exit 0.
-When the gateway cannot be reached within --shutdown-timeout, the answers
-are given up: the log says how many, and the exit code is 1.`,
+When the gateway cannot be reached within --shutdown-timeout, the rejects
+are kept in the --state store and sent by the next run on it (with --state
+memory they are given up); cancellations are given up: the log says how
+many, and the exit code is 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl.cmd = cmd
@@ -98,12 +101,13 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" lines: those approvers' answers count only when signed")
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take (then: reject policy)")
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
-	f.DurationVar(&fl.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to wait for a session to deliver the pending proposals' answers (then: exit 1, naming how many were lost)")
+	f.DurationVar(&fl.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to wait for a session to deliver the pending proposals' answers (then: the rejects stay in the --state store for the next run, the rest is lost: exit 1, naming how many)")
 	f.Var(&fl.maxFrame, "max-frame", "read limit per frame, bytes or with a unit (512KiB, 1MiB); bigger frames are discarded")
 	f.Var(&fl.maxPendingBytes, "max-pending-bytes", "frame bytes the pending proposals may hold at once, bytes or with a unit (16MiB); more are rejected busy. Each pending byte costs about 15 in memory (its copies: decoded, policy input, prompts, store): docs/limits.md")
 	f.Var(&fl.memoryLimit, "memory-limit", "soft limit of the Go runtime's memory (debug.SetMemoryLimit), bytes or with a unit; 0: none. GOMEMLIMIT, when set, wins")
 	f.IntVar(&fl.maxPendingPerProposer, "max-pending-per-proposer", 0, "proposals one proposer may have pending at once; more are rejected busy (0: a quarter of --max-pending)")
 	f.IntVar(&fl.maxInflightPerProposer, "max-inflight-per-proposer", 0, "fulfilment requests one proposer may have outstanding at once; more wait their turn (0: a quarter of --max-inflight)")
+	f.BoolVar(&fl.gatewayAuthenticatesFrom, "gateway-authenticates-from", false, "state that the gateway authenticates senders (a participant cannot post in another's name), so a grant may be pinned to a proposer; without it grants are for anyone who may propose, and grants pinned to a proposer match nothing")
 	f.StringSliceVar(&fl.peerFulfillers, "peer-fulfillers", nil, "the other fulfillers of the space (comma-separated participant ids): their rejects and fulfilments are expected; any other participant able to end proposals is warned about")
 	fl.ops.register(f)
 	fl.state.register(f)
@@ -367,6 +371,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	// Grants approvers make live in the store, mirrored in memory (the
 	// registry's watch is stopped with the policy watches, below).
 	grantReg := grants.NewRegistry(grantStore(store), log)
+	grantReg.GatewayAuthenticatesFrom(fl.gatewayAuthenticatesFrom)
 	grantReg.OnExpire(func(grants.Grant) { opsRT.metrics.GrantExpired() })
 	ful := fulfill.New(client, engine, fulfill.Config{
 		SpaceID:          fl.space,
@@ -445,14 +450,23 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	stopElicitor()
 	client.Close()
 	owed, lost := ful.ShutdownAnswers()
+	kept := ful.ShutdownKept()
 	unsent := client.Queued()
 	if lost > 0 || unsent > 0 {
 		msg := fmt.Sprintf("stopped; %d of %d answers were not delivered and %d cancellations were not sent", lost, owed, unsent)
-		log.Error(msg, "undelivered", lost, "answers", owed, "cancellations_unsent", unsent)
+		if kept > 0 {
+			msg = fmt.Sprintf("stopped; %d answers could not be written and are kept in the state store, to be sent after a restart on it; %d of %d answers were lost and %d cancellations were not sent", kept, lost, owed, unsent)
+		}
+		log.Error(msg, "undelivered", lost, "kept", kept, "answers", owed, "cancellations_unsent", unsent)
 		return failedQuietly(1, errors.New(msg)) // the log line above says it
 	}
 	if err != nil {
 		return err
+	}
+	if kept > 0 {
+		// Not lost: the next run on this --state sends them (docs/operations.md).
+		log.Warn(fmt.Sprintf("stopped; %d of %d answers could not be written and are kept in the state store, to be sent after a restart on it", kept, owed), "kept", kept, "answers", owed)
+		return nil
 	}
 	log.Info("stopped; every pending proposal was answered", "answers", owed)
 	return nil

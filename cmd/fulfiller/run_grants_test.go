@@ -136,11 +136,13 @@ func TestRunBinaryGrants(t *testing.T) {
 
 	env := map[string]string{"FULFILLER_HTTP": addr, "FULFILLER_HTTP_TOKEN": "op-secret"}
 	stdout, stderr, code := cliEnv(t, "", env, "grants", "list")
-	if code != 0 || !strings.Contains(stdout, "live   coder → read_log, path under /srv/logs/  alice") {
+	// The gateway is not said to authenticate senders: the grant is for
+	// anyone who may propose, and says so.
+	if code != 0 || !strings.Contains(stdout, "live   anyone    anyone who may propose in this space → read_log, path under /srv/logs/  alice") {
 		t.Fatalf("grants list: exit %d\n%s%s", code, stdout, stderr)
 	}
 	id := strings.Fields(strings.Split(stdout, "\n")[1])[0]
-	if stdout, stderr, code = cliEnv(t, "", env, "grants", "revoke", id); code != 0 || stdout != "revoked "+id+": coder → read_log, path under /srv/logs/\n" {
+	if stdout, stderr, code = cliEnv(t, "", env, "grants", "revoke", id); code != 0 || stdout != "revoked "+id+": anyone who may propose in this space → read_log, path under /srv/logs/\n" {
 		t.Fatalf("grants revoke: exit %d %q %q", code, stdout, stderr)
 	}
 	read("p-4", "/srv/logs/app.log")
@@ -175,4 +177,94 @@ func TestRunBinaryGrants(t *testing.T) {
 	if reads.Load() != 3 {
 		t.Errorf("read_log ran %d times, want 3", reads.Load())
 	}
+}
+
+// TestRunBinaryGrantPinnedOnlyWithTheFlag (security round 3, item 3): run
+// with FULFILLER_GATEWAY_AUTHENTICATES_FROM (the operator states the
+// gateway authenticates senders), a grant is pinned to its proposer and
+// grants list says so. Restarted on the same store without the flag, that
+// grant matches nothing — anyone could post in coder's name — and run
+// warns about it at start; it is still listed, as unusable, and coder's
+// next read is asked about.
+func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
+	bin := fulfillerBinary(t)
+	srv, policy := newBinarySpace(t, grantPolicy)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wire := spacetest.RecordWire(t, srv)
+	spacetest.ServeTools(t, spacetest.Join(t, ctx, srv, "fs", "human-token"), toolserver.Tool{Name: "read_log",
+		InputSchema: map[string]any{"type": "object"},
+		Call:        func(context.Context, json.RawMessage) (string, error) { return "log lines", nil }})
+	alice := spacetest.Join(t, ctx, srv, "alice", "human-token")
+	coder := spacetest.Join(t, ctx, srv, "coder", "coder-token")
+	prop := spacetest.NewProposer(t, coder)
+	dir := t.TempDir()
+	state, addr := filepath.Join(dir, "state"), freeAddr(t)
+	start := func(env ...string) (*exec.Cmd, *lockedBuffer) {
+		var logs lockedBuffer
+		cmd := exec.CommandContext(ctx, bin, "run", "--gateway", srv.URL(), "--policy", policy, "--approvers", "alice",
+			"--state", state, "--http", addr, "--log-format", "json", "--policy-timeout", "1m")
+		cmd.Env = append(append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token", "FULFILLER_HTTP_TOKEN=op-secret"), env...)
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
+		return cmd, &logs
+	}
+	read := func(id string) {
+		t.Helper()
+		if _, err := prop.Propose(ctx, id, []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"read_log","arguments":{"path":"/srv/logs/`+id+`.log"}}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := func(id string) agent.Envelope {
+		t.Helper()
+		return wire.WaitFor(t, "the prompt about "+id, func(e agent.Envelope) bool {
+			return e.Kind == agent.KindRequest && strings.Contains(string(e.Payload), `"elicitation/create"`) && strings.Contains(string(e.Payload), `"id":"`+id+`"`)
+		})
+	}
+	env := map[string]string{"FULFILLER_HTTP": addr, "FULFILLER_HTTP_TOKEN": "op-secret"}
+
+	first, logs := start("FULFILLER_GATEWAY_AUTHENTICATES_FROM=true")
+	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	read("p-1")
+	prompt := asked("p-1")
+	if !strings.Contains(string(prompt.Payload), `"grant":{"max_ttl":"1h","scope":["proposer","tool","arguments.path:prefix"],"offers":["15m","1h"]}`) {
+		t.Fatalf("the prompt does not offer a grant pinned to coder: %s", prompt.Payload)
+	}
+	var req agent.RPCRequest
+	_ = json.Unmarshal(prompt.Payload, &req)
+	if _, err := alice.Send(ctx, agent.Envelope{To: []string{"fulfiller"}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{prompt.ID},
+		Payload: json.RawMessage(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":{"action":"accept","content":{"approve":true,"grant":"1h"}}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := prop.Wait(ctx, "p-1"); err != nil || !out.Fulfilled {
+		t.Fatalf("p-1: %+v %v, want fulfilled\n%s", out, err, logs.String())
+	}
+	stdout, stderr, code := cliEnv(t, "", env, "grants", "list")
+	if code != 0 || !strings.Contains(stdout, "live   pinned: coder  coder → read_log, path under /srv/logs/  alice") {
+		t.Fatalf("grants list with the flag: exit %d\n%s%s", code, stdout, stderr)
+	}
+	id := strings.Fields(strings.Split(stdout, "\n")[1])[0]
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, logs.String())
+	}
+
+	_, logs = start()
+	// Logged once the store's grants are loaded, which /readyz does not
+	// wait for.
+	waitUntilTrue(t, "the start-up warning about "+id, func() bool {
+		return strings.Contains(logs.String(), `"msg":"grant pinned to a proposer matches nothing`) && strings.Contains(logs.String(), `"grant":"`+id+`","proposer":"coder"`)
+	})
+	stdout, stderr, code = cliEnv(t, "", env, "grants", "list")
+	if code != 0 || !strings.Contains(stdout, id+"  unusable  pinned: coder  coder → read_log, path under /srv/logs/  alice") {
+		t.Errorf("grants list without the flag: exit %d\n%s%s", code, stdout, stderr)
+	}
+	read("p-2")
+	asked("p-2") // the pinned grant no longer lets it through
 }

@@ -49,7 +49,11 @@ escalate := object.union(base, {"grantable": grantable}) if {
 # never for destructive tools, whose two approvers a grant would bypass —
 # and only for calls with a path: a grant allows the proposer to call the
 # same tool under the approved path's directory (/srv/prod/logs/a.log:
-# anything under /srv/prod/logs/), for at most grant_max_ttl.
+# anything under /srv/prod/logs/), for at most grant_max_ttl. "proposer"
+# pins it to that proposer only where fulfiller runs with
+# --gateway-authenticates-from; elsewhere anyone can claim a proposer's name,
+# so fulfiller drops the pin and the grant is for anyone who may propose in
+# the space (the approver's card says so).
 grantable := {
 	"max_ttl": data.settings.production.grant_max_ttl,
 	"scope": ["proposer", "tool", "arguments.path:prefix"],
@@ -69,6 +73,12 @@ granted := {
 	count(matches) > 0
 	grantable
 	some g in input.grants
-	g.proposer == input.proposer.id
+	grant_for_proposer(g)
 	g.tool == input.tool.name
 }
+
+# A grant pinned to a proposer is for that proposer; one without a
+# proposer (no pin: the gateway does not authenticate senders) for anyone.
+grant_for_proposer(g) if g.proposer == input.proposer.id
+
+grant_for_proposer(g) if not g.proposer

@@ -102,6 +102,15 @@ test_live_grant_lets_the_call_through if {
 	} with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": [grant]})
 }
 
+test_grant_without_a_proposer_lets_anyone_through if {
+	unpinned := object.remove(grant, ["proposer"])
+	production.granted.action == "fulfill" with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": [unpinned]})
+	production.granted.action == "fulfill" with input as object.union(
+		object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"proposer": {"id": "other"}}),
+		{"grants": [unpinned]},
+	)
+}
+
 test_no_grant_no_pass if {
 	not production.granted with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": []})
 	not production.granted with input as read_call({"path": "/srv/prod/logs/app.log"})

@@ -46,7 +46,7 @@ func TestDemoStoryCompletes(t *testing.T) {
 		// read needs nobody and names the grant; after the operator
 		// revokes it, people are asked again.
 		"├─ granted    grant-",
-		" by oncall-alice: coder → read_file, path under /srv/prod/logs/ allowed for 1h, until ",
+		" by oncall-alice: anyone who may propose in this space → read_file, path under /srv/prod/logs/ allowed for 1h, until ",
 		"├─ decided    fulfill: read_file targets production; allowed by oncall-alice's grant grant-",
 		"   ⚙ the operator revokes grant-",
 		"├─ answered   oncall-alice approves: logs are fine to read",
@@ -123,7 +123,7 @@ func TestDemoInteractive(t *testing.T) {
 		"▌ approval requested — demo-4-delete_path",
 		"needs      2 approvals of oncall-alice, oncall-bob, oncall-carol",
 		"✓ sent approved — demo-4-delete_path: coder → delete_path on fs",
-		"grantable  allow coder → read_file, path under /srv/prod/logs/ for 15m, 1h, 8h (policy's limit 8h)",
+		"grantable  allow anyone who may propose in this space → read_file, path under /srv/prod/logs/ for 15m, 1h, 8h (policy's limit 8h)",
 		"✓ sent approved, and calls like it for 1h — demo-6-read_file: coder → read_file on fs",
 		"✓ outcome demo-4-delete_path: coder → delete_path on fs — fulfilled: the call was sent to fs",
 		"✗ ended demo-5-write_file: coder → write_file on fs — decided by another approver: not approved",

@@ -19,7 +19,7 @@ decision := {"action": "reject"} if input.method == "d"
 decision := d if {
 	input.method == "e"
 	x := 1
-	d := {"action": "fulfill", "grantable": {"max_ttl": "1h", "scope": ["tool"]}}
+	d := {"action": "fulfill", "grantable": {"max_ttl": "1h", "scope": []}}
 }
 
 # Computed values are the sidecar's to check when it decides.
