@@ -37,10 +37,15 @@ func TestBrowserApproveWithGrant(t *testing.T) {
 	do(t, ctx, "open the grant form", chromedp.Click(button(id, "open", "Approve and allow…")))
 	form := get(t, ctx, "the grant form", chromedp.Text(card(id, "open")+`//div[contains(@class,"panel")]`))
 	for _, want := range []string{"Approve this call, and allow anyone who may propose in this space → write_file, path under /srv/prod/ without asking, for:",
-		"Pinned: tool, arguments.path:prefix"} {
+		"The grant ends then; the operator can revoke it sooner (fulfiller grants revoke)."} {
 		if !strings.Contains(form, want) {
 			t.Errorf("the grant form does not show %q:\n%s", want, form)
 		}
+	}
+	// In words, never in the policy's syntax (a newcomer read
+	// "arguments.path:prefix" here).
+	if strings.Contains(form, "arguments.") || strings.Contains(form, ":prefix") {
+		t.Errorf("the grant form shows the policy's syntax:\n%s", form)
 	}
 	options := get(t, ctx, "the durations", chromedp.Text(card(id, "open")+`//select[@name="grant"]`))
 	if want := "15m1h8h"; strings.Join(strings.Fields(options), "") != want {

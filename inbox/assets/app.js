@@ -305,7 +305,7 @@ function grantForm(card, v) {
   const err = errorLine();
   $(".panel", card).replaceChildren(
     el("p", { class: "grant-terms", text: `Approve this call, and allow ${v.grant.terms} without asking, for:` }),
-    labelled("Allow for", ttl, `Pinned: ${v.grant.scope.join(", ")}. Revoke it any time with fulfiller grants revoke.`),
+    labelled("Allow for", ttl, "The grant ends then; the operator can revoke it sooner (fulfiller grants revoke)."),
     err, el("div", { class: "actions" },
       el("button", { type: "button", class: "primary", onclick: () => send(v.id, { action: "approve", grant: ttl.value }, card, err) }, "Approve and allow"),
       back(card)));
