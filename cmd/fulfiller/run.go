@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -165,10 +166,13 @@ func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger, obs polici
 	}
 	engine, err := policies.Load(ctx, opts)
 	if err != nil {
-		return nil, usageError(err)
+		return nil, loadFlagError(err, flagPaths{"--policy", fl.policies}, flagPaths{"--data", fl.data})
 	}
 	if engine.IsDefault() {
 		log.Warn("no --policy given: the built-in policy rejects every proposal")
+	}
+	if missing := engine.MissingData(); len(missing) > 0 {
+		log.Warn(fmt.Sprintf("the policies read %s, which no --data provides: such a read is undefined, so the rules that need it never match", strings.Join(missing, ", ")))
 	}
 	return engine, nil
 }
@@ -218,10 +222,13 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if err != nil {
 		return err
 	}
+	if token == "" {
+		return errNoToken
+	}
 	var keys elicit.Keys
 	if fl.approverKeys != "" {
 		if keys, err = elicit.LoadKeys(fl.approverKeys); err != nil {
-			return usageErrorf("--approver-keys %v", err)
+			return fileError("--approver-keys", err)
 		}
 	}
 	if fl.check {
