@@ -221,3 +221,20 @@ func TestConfigWarnings(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckWarnsAboutMissingData: the example policies without their
+// data.yaml read data.settings, which nothing provides; the blocklist
+// then never matches. --check (and run) warn on stderr, naming the path,
+// and still exit 0: a policy may read data it does not need yet. With
+// --data there is no warning.
+func TestCheckWarnsAboutMissingData(t *testing.T) {
+	const warning = `level=WARN msg="the policies read data.settings, which no --data provides: such a read is undefined, so the rules that need it never match"`
+	_, stderr, code := cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--policy", examplePolicies, "--check")
+	if code != 0 || !strings.Contains(stderr, warning) || !strings.Contains(stderr, `msg="configuration is valid"`) {
+		t.Errorf("without --data: exit %d, want 0 with the warning %s\n%s", code, warning, stderr)
+	}
+	_, stderr, code = cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--policy", examplePolicies, "--data", exampleData, "--check")
+	if code != 0 || strings.Contains(stderr, "level=WARN") {
+		t.Errorf("with --data: exit %d, want 0 and no warning\n%s", code, stderr)
+	}
+}
