@@ -66,7 +66,8 @@ SIGINT or SIGTERM: stop taking proposals, answer every pending one (reject
 "other"), cancel running calls at their tool owners, leave the space, exit 0.
 When the gateway cannot be reached within --shutdown-timeout, the answers
 are given up: the log says how many, and the exit code is 1.`,
-		Args: cobra.NoArgs,
+		Example: runExamples,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl.cmd = cmd
 			return runSidecar(cmd.Context(), fl)
@@ -309,8 +310,8 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		return fmt.Errorf("join %s as %s: %w", fl.gateway, fl.id, err)
 	}
 	defer client.Close()
-	// The agent's "joined space" line lists the capabilities granted.
-	log.Info("joined the space", "gateway", fl.gateway, "id", fl.id, "participants", len(client.Roster()))
+	// The agent's "joined space" line (gateway, id, the capabilities
+	// granted and who else is there) is the one line a join logs.
 	if why := ops.CannotAnswer(client.Capabilities()); why != "" {
 		log.Error("fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more", "reason", why)
 	}
