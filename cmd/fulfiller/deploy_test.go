@@ -166,7 +166,7 @@ func TestDeploySystemdUnit(t *testing.T) {
 		}
 	}
 	env := map[string]string{"FULFILLER_STATE": filepath.Join(root, "var/lib/fulfiller/state")} // as the config says (cliEnv would set its own)
-	for _, line := range strings.Split(string(envText), "\n") { // systemd's EnvironmentFile= syntax, as this file uses it
+	for _, line := range strings.Split(string(envText), "\n") {                                 // systemd's EnvironmentFile= syntax, as this file uses it
 		if line = strings.TrimSpace(line); line == "" || line[0] == '#' {
 			continue
 		}
