@@ -69,3 +69,40 @@ func TestOperatorAPIToken(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// TestOperatorAPIUnknownRoutes: a /v1/ path no route takes answers JSON
+// like every /v1/ error (the mux's own answers are plain text): 404, or
+// 405 with Allow when the path is a route's under another method; behind
+// the token like the routes, so that without it nothing is told.
+func TestOperatorAPIUnknownRoutes(t *testing.T) {
+	src := &ops.Source{}
+	src.SetPolicy(fakePolicy{})
+	hs := httptest.NewServer(ops.NewHandler(ops.Options{Source: src, Token: token}))
+	defer hs.Close()
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		allow, body  string
+	}{
+		{"GET", "/v1/nope", 404, "", `{"error":"no such route: /v1/nope (see docs/operations.md, \"The HTTP listener\")"}`},
+		{"GET", "/v1/proposals/p-1/extra", 404, "", `{"error":"no such route: /v1/proposals/p-1/extra (see docs/operations.md, \"The HTTP listener\")"}`},
+		{"GET", "/v1/", 404, "", `{"error":"no such route: /v1/ (see docs/operations.md, \"The HTTP listener\")"}`},
+		{"POST", "/v1/proposals", 405, "GET", `{"error":"POST is not allowed on /v1/proposals (allowed: GET)"}`},
+		{"PUT", "/v1/grants/g-1", 405, "GET, DELETE", `{"error":"PUT is not allowed on /v1/grants/g-1 (allowed: GET, DELETE)"}`},
+	} {
+		code, body := do(t, tc.method, hs.URL+tc.path, "")
+		if code != http.StatusUnauthorized || compact(t, body) != `{"error":"missing or wrong bearer token"}` {
+			t.Errorf("%s %s without the token: %d %s, want 401", tc.method, tc.path, code, body)
+		}
+		req, _ := http.NewRequest(tc.method, hs.URL+tc.path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if code, body := do(t, tc.method, hs.URL+tc.path, token); code != tc.code || compact(t, body) != tc.body || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d %s (Allow %q), want %d %s (Allow %q)", tc.method, tc.path, code, body, resp.Header.Get("Allow"), tc.code, tc.body, tc.allow)
+		}
+	}
+}

@@ -15,6 +15,7 @@
 //	GET    /v1/grants           every grant kept (live, expired or revoked), oldest first, each with "live"
 //	GET    /v1/grants/{id}      one grant; 404 when there is none
 //	DELETE /v1/grants/{id}      revoke it: it stops matching at once (on every member of a group as their watch delivers); 404 when there is none
+//	any other /v1/ request      404 {"error":…}, or 405 with Allow when the path is a route's under another method
 //
 // /v1/ requires "Authorization: Bearer <token>" and is closed (401) when
 // no token is configured; the probes and /metrics stay open so that
@@ -108,7 +109,32 @@ func NewHandler(opts Options) *Handler {
 	h.mux.Handle("GET /v1/grants", h.auth(h.listGrants))
 	h.mux.Handle("GET /v1/grants/{id}", h.auth(h.showGrant))
 	h.mux.Handle("DELETE /v1/grants/{id}", h.auth(h.revokeGrant))
+	// Any other /v1/ request: a JSON error like every /v1/ answer (the
+	// mux's own are plain text), behind the token like the routes.
+	h.mux.Handle(v1Fallback, h.auth(h.noRoute))
 	return h
+}
+
+// v1Fallback is the pattern of the /v1/ requests no route takes.
+const v1Fallback = "/v1/"
+
+// noRoute answers a /v1/ request no route takes: 405 with Allow when the
+// path is a route's with another method, else 404.
+func (h *Handler) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != v1Fallback && pattern != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", ")))
+		return
+	}
+	writeError(w, http.StatusNotFound, "no such route: "+r.URL.Path+" (see docs/operations.md, \"The HTTP listener\")")
 }
 
 // SetGrants makes the fulfiller's grants known to the operator API.

@@ -128,6 +128,13 @@ func (e *Engine) Revision() string { return e.cur.Load().revision }
 // policy is not a file and is not listed.
 func (e *Engine) Files() []string { return slices.Clone(e.cur.Load().files) }
 
+// MissingData lists the data documents the loaded policies read that
+// neither Options.Data, a bundle's data nor a rule of the policies
+// provides ("data.settings", "data.settings.blocklist"), sorted. Such a
+// read is undefined, so every rule that needs it silently never matches:
+// leaving out a --data file can turn a blocklist's reject into a fulfil.
+func (e *Engine) MissingData() []string { return slices.Clone(e.cur.Load().missing) }
+
 // IsDefault reports whether the engine runs the embedded default policy.
 func (e *Engine) IsDefault() bool { return e.cur.Load().isDefault }
 

@@ -44,6 +44,9 @@ type policySet struct {
 	files     []string // every file read, policies first
 	isDefault bool
 	need      fieldSet // the input fields the policies can read
+	// missing are the data documents the policies read that no data
+	// file provides (missingData).
+	missing []string
 }
 
 // LoadError is a policy or data file that cannot be used, with the line
@@ -155,6 +158,7 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook, remote *loade
 		}
 	}
 
+	var compiler *ast.Compiler
 	args := []func(*rego.Rego){
 		rego.Query(Query),
 		rego.Store(inmem.NewFromObjectWithOpts(data, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))),
@@ -164,8 +168,9 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook, remote *loade
 		// Hand back the result term itself: decisions are read straight
 		// from the AST, which saves converting them to map[string]any.
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
-		// Every compile error at once, not OPA's first ten.
-		rego.CompilerHook(func(c *ast.Compiler) { c.SetErrorLimit(0) }),
+		// Every compile error at once, not OPA's first ten; the compiler
+		// is kept for its compiled modules (missingData).
+		rego.CompilerHook(func(c *ast.Compiler) { c.SetErrorLimit(0); compiler = c }),
 	}
 	for _, m := range modules {
 		args = append(args, rego.ParsedModule(m))
@@ -176,6 +181,9 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook, remote *loade
 	}
 
 	set := &policySet{query: pq, isDefault: isDefault, need: inputFields(modules)}
+	if compiler != nil {
+		set.missing = missingData(compiler.Modules, data)
+	}
 	for _, src := range regos {
 		if !isDefault {
 			set.files = append(set.files, src.path)

@@ -51,7 +51,7 @@ func ParseMode(s string) (Mode, error) {
 	s = strings.TrimSpace(s)
 	switch {
 	case s == "":
-		return Mode{}, errors.New("state: empty; want memory, a directory, or nats://host:port")
+		return Mode{}, errors.New("empty; want memory, a directory, or nats://host:port")
 	case s == "memory":
 		return Mode{Kind: Memory}, nil
 	case strings.Contains(s, "://"):
@@ -71,20 +71,20 @@ func ParseMode(s string) (Mode, error) {
 func parseURL(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("state: bad URL %q: %w", s, err)
+		return "", fmt.Errorf("bad URL %q: %w", s, err)
 	}
 	if u.Scheme != "nats" && u.Scheme != "tls" {
-		return "", fmt.Errorf("state: URL %q: scheme must be nats:// or tls://", s)
+		return "", fmt.Errorf("URL %q: scheme must be nats:// or tls://", s)
 	}
 	if u.User != nil {
 		// Do not echo the URL: it holds a secret.
-		return "", fmt.Errorf("state: URL for host %q carries credentials; use --state-creds FILE instead", u.Hostname())
+		return "", fmt.Errorf("URL for host %q carries credentials; use --state-creds FILE instead", u.Hostname())
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return "", fmt.Errorf("state: URL %q has no host", s)
+		return "", fmt.Errorf("URL %q has no host", s)
 	}
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("state: URL %q: only scheme://host[:port] is accepted", s)
+		return "", fmt.Errorf("URL %q: only scheme://host[:port] is accepted", s)
 	}
 	return u.Scheme + "://" + u.Host, nil
 }

@@ -120,7 +120,7 @@ func (fl *benchFlags) stateMode() (*state.Mode, error) {
 	if err != nil {
 		// Not the value itself: a URL may carry a password, which the
 		// state error names without echoing.
-		return nil, usageErrorf("--state: %v", err)
+		return nil, usageErrorf("--state %v", err)
 	}
 	if fl.stateCreds != "" && m.Kind != state.External {
 		return nil, usageErrorf("--state-creds needs --state nats://…")

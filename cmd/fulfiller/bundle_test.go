@@ -77,12 +77,12 @@ func TestBundleRefusedAtStart(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"forged file", append(append(gw, "--policy", forged), key...), "fulfiller: " + forged + badSig},
-		{"forged file, --check", append(append(gw, "--check", "--policy", forged), key...), "fulfiller: " + forged + badSig},
-		{"forged file, eval", append([]string{"eval", "--input", filepath.Join(proposals, "read.json"), "--policy", forged}, key...), "fulfiller: " + forged + badSig},
+		{"forged file", append(append(gw, "--policy", forged), key...), "fulfiller: --policy " + forged + badSig},
+		{"forged file, --check", append(append(gw, "--check", "--policy", forged), key...), "fulfiller: --policy " + forged + badSig},
+		{"forged file, eval", append([]string{"eval", "--input", filepath.Join(proposals, "read.json"), "--policy", forged}, key...), "fulfiller: --policy " + forged + badSig},
 		{"forged file, replay", append([]string{"replay", "--decision-log", emptyLog, "--policy", forged}, key...), "fulfiller: " + forged + badSig},
 		{"forged shadow", append(append(gw, "--check", "--shadow-policy", forged), key...), "fulfiller: --shadow-policy: " + forged + badSig},
-		{"unsigned file", append(append(gw, "--policy", unsigned), key...), "fulfiller: " + unsigned + ": bundle missing .signatures.json file\n"},
+		{"unsigned file", append(append(gw, "--policy", unsigned), key...), "fulfiller: --policy " + unsigned + ": bundle missing .signatures.json file\n"},
 		{"forged URL", append(append(gw, "--bundle-url", srv.URL+"/forged.tar.gz"), key...), "fulfiller: " + srv.URL + "/forged.tar.gz" + badSig},
 		{"missing URL", append(gw, "--bundle-url", srv.URL+"/none.tar.gz"), "fulfiller: " + srv.URL + "/none.tar.gz: HTTP 404 Not Found\n"},
 		{"bad URL", append(gw, "--bundle-url", "ftp://x/b.tar.gz"), "fulfiller: --bundle-url \"ftp://x/b.tar.gz\": want https://host/path (or http:// on loopback)\n"},

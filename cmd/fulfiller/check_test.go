@@ -49,19 +49,19 @@ func TestCheckFailsExactlyWhenRunWould(t *testing.T) {
 		want string // the error; "" when run gets as far as joining
 	}{
 		{"missing log directory", []string{"--decision-log", filepath.Join(dir, "nodir", "d.jsonl")},
-			"fulfiller: --decision-log decision log: open " + filepath.Join(dir, "nodir", "d.jsonl") + ": no such file or directory\n"},
+			"fulfiller: --decision-log " + filepath.Join(dir, "nodir", "d.jsonl") + ": no such file or directory\n"},
 		{"log is a directory", []string{"--decision-log", dir},
-			"fulfiller: --decision-log decision log: open " + dir + ": is a directory\n"},
+			"fulfiller: --decision-log " + dir + ": is a directory\n"},
 		{"log under a file", []string{"--decision-log", filepath.Join(aFile, "d.jsonl")},
-			"fulfiller: --decision-log decision log: open " + filepath.Join(aFile, "d.jsonl") + ": not a directory\n"},
+			"fulfiller: --decision-log " + filepath.Join(aFile, "d.jsonl") + ": not a directory\n"},
 		{"address in use", []string{"--http", inUse},
-			"fulfiller: --http listen tcp " + inUse + ": bind: address already in use\n"},
+			"fulfiller: --http " + inUse + ": address already in use\n"},
 		{"all interfaces without a token", []string{"--http", ":0"},
 			"fulfiller: --http :0 is reachable from other machines and no token guards the operator API: set --http-token-file or FULFILLER_HTTP_TOKEN, or bind 127.0.0.1\n"},
 		{"empty token file", []string{"--token-file", emptyToken},
 			"fulfiller: --token-file " + emptyToken + ": the file is empty\n"},
 		{"missing http token file", []string{"--http-token-file", filepath.Join(dir, "nope")},
-			"fulfiller: --http-token-file stat " + filepath.Join(dir, "nope") + ": no such file or directory\n"},
+			"fulfiller: --http-token-file " + filepath.Join(dir, "nope") + ": no such file or directory\n"},
 		{"token twice", []string{"--token", "x", "--token-file", tokenFile},
 			"fulfiller: --token-file and --token (or FULFILLER_TOKEN) are both set: give one\n"},
 		{"bad approver keys", []string{"--approver-keys", badKeys}, "fulfiller: --approver-keys "},
@@ -104,25 +104,35 @@ func TestCheckFailsExactlyWhenRunWould(t *testing.T) {
 // /var/log/fulfiller/decisions.jsonl; where that directory does not exist
 // `run --check` fails on it just as `run` does, and with the log pointed
 // elsewhere the rest of the example is valid. --check creates nothing.
+// The example sets no token (it belongs in the environment): without
+// FULFILLER_TOKEN both refuse to start, as the join could never answer.
 func TestCheckExampleConfig(t *testing.T) {
 	if _, err := os.Stat("/var/log/fulfiller"); err == nil {
 		t.Skip("/var/log/fulfiller exists on this machine; run would create its log there")
 	}
 	t.Chdir("../..")
-	const want = "fulfiller: --decision-log decision log: open /var/log/fulfiller/decisions.jsonl: no such file or directory\n"
-	_, checkErr, code := cli(t, "", "run", "--config", "examples/fulfiller.yaml", "--check")
+	token := map[string]string{"FULFILLER_TOKEN": "test-token"}
+	const noToken = "fulfiller: no participant token: set FULFILLER_TOKEN or --token-file (without one the gateway grants only its default capabilities, which cannot answer a proposal)\n"
+	for _, args := range [][]string{{"--check"}, {"--gateway", "ws://127.0.0.1:1"}} {
+		_, stderr, code := cli(t, "", append([]string{"run", "--config", "examples/fulfiller.yaml"}, args...)...)
+		if got := errorLines(stderr); code != 2 || got != noToken {
+			t.Errorf("%q without a token: exit %d, error %q, want 2 and %q", args, code, got, noToken)
+		}
+	}
+	const want = "fulfiller: --decision-log /var/log/fulfiller/decisions.jsonl: no such file or directory\n"
+	_, checkErr, code := cliEnv(t, "", token, "run", "--config", "examples/fulfiller.yaml", "--check")
 	if got := errorLines(checkErr); code != 2 || got != want {
 		t.Errorf("--check: exit %d, error %q, want 2 and %q", code, got, want)
 	}
-	_, runErr, code := cli(t, "", "run", "--config", "examples/fulfiller.yaml", "--gateway", "ws://127.0.0.1:1")
+	_, runErr, code := cliEnv(t, "", token, "run", "--config", "examples/fulfiller.yaml", "--gateway", "ws://127.0.0.1:1")
 	if got := errorLines(runErr); code != 2 || got != want {
 		t.Errorf("run: exit %d, error %q, want 2 and %q", code, got, want)
 	}
 
 	logPath := filepath.Join(t.TempDir(), "decisions.jsonl")
-	_, stderr, code := cli(t, "", "run", "--config", "examples/fulfiller.yaml", "--check", "--decision-log", logPath, "--http", "127.0.0.1:0")
-	if code != 0 || !strings.Contains(stderr, `"msg":"configuration is valid"`) {
-		t.Fatalf("--check with the log elsewhere: exit %d\n%s", code, stderr)
+	_, stderr, code := cliEnv(t, "", token, "run", "--config", "examples/fulfiller.yaml", "--check", "--decision-log", logPath, "--http", "127.0.0.1:0")
+	if code != 0 || !strings.Contains(stderr, `"msg":"configuration is valid"`) || strings.Contains(stderr, `"level":"WARN"`) {
+		t.Fatalf("--check with the log elsewhere: exit %d, want 0 without warnings\n%s", code, stderr)
 	}
 	if _, err := os.Stat(logPath); !os.IsNotExist(err) {
 		t.Errorf("--check created the decision log (%v)", err)
@@ -209,5 +219,22 @@ func TestConfigWarnings(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckWarnsAboutMissingData: the example policies without their
+// data.yaml read data.settings, which nothing provides; the blocklist
+// then never matches. --check (and run) warn on stderr, naming the path,
+// and still exit 0: a policy may read data it does not need yet. With
+// --data there is no warning.
+func TestCheckWarnsAboutMissingData(t *testing.T) {
+	const warning = `level=WARN msg="the policies read data.settings, which no --data provides: such a read is undefined, so the rules that need it never match"`
+	_, stderr, code := cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--policy", examplePolicies, "--check")
+	if code != 0 || !strings.Contains(stderr, warning) || !strings.Contains(stderr, `msg="configuration is valid"`) {
+		t.Errorf("without --data: exit %d, want 0 with the warning %s\n%s", code, warning, stderr)
+	}
+	_, stderr, code = cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--policy", examplePolicies, "--data", exampleData, "--check")
+	if code != 0 || strings.Contains(stderr, "level=WARN") {
+		t.Errorf("with --data: exit %d, want 0 and no warning\n%s", code, stderr)
 	}
 }

@@ -45,7 +45,7 @@ func applyConfig(cmd *cobra.Command) error {
 		}
 		if v, ok := os.LookupEnv(envName(f.Name)); ok {
 			if err := flags.Set(f.Name, v); err != nil {
-				errs = append(errs, usageErrorf("%s=%q: %v", envName(f.Name), v, err))
+				errs = append(errs, flagValueError(envName(f.Name), f, v, err))
 			}
 			setSource(f, sourceEnv)
 			return
@@ -56,7 +56,7 @@ func applyConfig(cmd *cobra.Command) error {
 		}
 		for _, s := range configValues(v) {
 			if err := flags.Set(f.Name, s); err != nil {
-				errs = append(errs, usageErrorf("config %s: key %s: %v", path, f.Name, err))
+				errs = append(errs, flagValueError(fmt.Sprintf("config %s: key %s", path, f.Name), f, s, err))
 				return
 			}
 		}
@@ -78,7 +78,7 @@ func readConfigFile(path string, known map[string]bool) (map[string]any, error) 
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, usageErrorf("config %s: %v", path, err)
+		return nil, fileError("config", err)
 	}
 	var doc map[string]any
 	dec := yaml.NewDecoder(bytes.NewReader(raw))

@@ -122,7 +122,7 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 	}
 	engine, err := policies.Load(ctx, opts)
 	if err != nil {
-		return usageError(err)
+		return loadFlagError(err, flagPaths{"--policy", fl.policies}, flagPaths{"--data", fl.data})
 	}
 
 	var out any

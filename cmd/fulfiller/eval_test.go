@@ -37,6 +37,11 @@ func cliEnv(t *testing.T, stdin string, env map[string]string, args ...string) (
 	if _, ok := env[envName("state")]; !ok && len(args) > 0 && args[0] == "run" {
 		t.Setenv(envName("state"), filepath.Join(t.TempDir(), "state"))
 	}
+	// run refuses to start without a participant token; a test that is
+	// not about where the token comes from gets one from the environment.
+	if len(args) > 0 && args[0] == "run" && !namesToken(env, args) {
+		t.Setenv(envName("token"), "test-token")
+	}
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
@@ -49,6 +54,23 @@ func cliEnv(t *testing.T, stdin string, env map[string]string, args ...string) (
 	err := root.ExecuteContext(t.Context())
 	printError(&errOut, err)
 	return out.String(), errOut.String(), exitCode(err)
+}
+
+// namesToken reports whether a test's environment or arguments say where
+// run's token comes from (or name a config file, which may): then the
+// test's own choice stands.
+func namesToken(env map[string]string, args []string) bool {
+	for _, name := range []string{"token", "token-file", "config"} {
+		if _, ok := env[envName(name)]; ok {
+			return true
+		}
+		for _, a := range args {
+			if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 var (
@@ -205,9 +227,9 @@ func TestEvalUsageErrors(t *testing.T) {
 		{"broken policy", []string{"--policy", filepath.Join(testPolicies, "broken"), "--input", filepath.Join(proposals, "read.json")},
 			`^fulfiller: ` + regexp.QuoteMeta(broken) + `:5:1: rego_parse_error: unexpected } token\n\t}\n\t\^\n$`},
 		{"missing policy", []string{"--policy", "nope.rego", "--input", filepath.Join(proposals, "read.json")},
-			`^fulfiller: nope.rego: no such file or directory\n$`},
+			`^fulfiller: --policy nope.rego: no such file or directory\n$`},
 		{"missing data", []string{"--policy", examplePolicies, "--data", "nope.yaml", "--input", filepath.Join(proposals, "read.json")},
-			`^fulfiller: nope.yaml: no such file or directory\n$`},
+			`^fulfiller: --data nope.yaml: no such file or directory\n$`},
 		{"no input", []string{"--policy", examplePolicies},
 			`^fulfiller: --input is required`},
 		{"missing input", []string{"--input", "nope.json"},

@@ -53,6 +53,16 @@ func formatSize(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
+// durationsAsText makes the JSON handler write a time.Duration as the
+// text handler and every flag do ("1.5s", "10m0s"), not as a count of
+// nanoseconds that reads as a timestamp or a size.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
 // newLogger builds the process logger from --log-format and --log-level.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
@@ -64,6 +74,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
+		opts.ReplaceAttr = durationsAsText
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usageErrorf("--log-format %q: want text or json", format)

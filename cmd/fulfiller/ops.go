@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -84,13 +86,13 @@ func (o *opsFlags) check(log *slog.Logger) error {
 	}
 	if o.decisionLog != "" && o.decisionLog != "-" {
 		if err := checkAppendable(o.decisionLog); err != nil {
-			return decisionLogError(fmt.Errorf("decision log: %w", err))
+			return decisionLogError(err)
 		}
 	}
 	if o.http != "" {
 		ln, err := net.Listen("tcp", o.http)
 		if err != nil {
-			return usageErrorf("--http %v", err)
+			return listenError(o.http, err)
 		}
 		_ = ln.Close()
 	}
@@ -98,8 +100,31 @@ func (o *opsFlags) check(log *slog.Logger) error {
 }
 
 // decisionLogError is how a decision log that cannot be opened stops
-// fulfiller: a usage error naming the flag and the path.
-func decisionLogError(err error) error { return usageErrorf("--decision-log %v", err) }
+// fulfiller: a usage error naming the flag and the path once (decisionlog
+// prefixes its errors with "decision log: ", which the flag says already).
+func decisionLogError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Op == "open" {
+		return fileError("--decision-log", err)
+	}
+	return usageError(&wordedError{msg: "--decision-log " + strings.TrimPrefix(err.Error(), "decision log: "), cause: err})
+}
+
+// listenError is a usage error for an --http address that cannot be
+// bound: the address and the system's reason ("address already in use"),
+// without the system call's name.
+func listenError(addr string, err error) error {
+	msg := err.Error()
+	var se *os.SyscallError
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &se):
+		msg = se.Err.Error()
+	case errors.As(err, &oe):
+		msg = oe.Err.Error()
+	}
+	return usageError(&wordedError{msg: fmt.Sprintf("--http %s: %s", addr, msg), cause: err})
+}
 
 // checkAppendable proves path can be opened for appending as
 // decisionlog.Open does, without writing or creating anything: an existing
@@ -141,6 +166,12 @@ type opsRuntime struct {
 func (o *opsFlags) validate() error {
 	if _, err := decisionlog.ParseSyncMode(o.logSync); err != nil {
 		return usageErrorf("--decision-log-sync %v", err)
+	}
+	if o.http != "" {
+		_, port, err := net.SplitHostPort(o.http)
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || (port != "0" && n == 0) {
+			return usageErrorf("--http %q: want HOST:PORT, e.g. 127.0.0.1:9464 (0.0.0.0:9464 for every interface)", o.http)
+		}
 	}
 	return nil
 }
@@ -195,7 +226,7 @@ func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error
 		ln, err := net.Listen("tcp", o.http)
 		if err != nil {
 			rt.closeLog()
-			return nil, usageErrorf("--http %v", err)
+			return nil, listenError(o.http, err)
 		}
 		rt.addr = ln.Addr().String()
 		rt.handler = ops.NewHandler(ops.Options{Source: rt.source, Metrics: rt.metrics, Token: token, Logger: log})

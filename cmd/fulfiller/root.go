@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newRootCmd() *cobra.Command {
@@ -34,6 +36,10 @@ environment, the environment over the file.`,
 	root.SetVersionTemplate("fulfiller {{.Version}}\n")
 	root.PersistentFlags().String("config", "", "YAML file with flag values (keys are flag names)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		var iv *pflag.InvalidValueError
+		if errors.As(err, &iv) {
+			return flagValueError("--"+iv.GetFlag().Name, iv.GetFlag(), iv.GetValue(), err)
+		}
 		return usageError(err)
 	})
 	for _, sub := range subcommands() {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,7 +73,8 @@ When the gateway cannot be reached within --shutdown-timeout, the rejects
 are kept in the --state store and sent by the next run on it (with --state
 memory they are given up); cancellations are given up: the log says how
 many, and the exit code is 1.`,
-		Args: cobra.NoArgs,
+		Example: runExamples,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl.cmd = cmd
 			return runSidecar(cmd.Context(), fl)
@@ -178,10 +180,13 @@ func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger, obs polici
 	}
 	engine, err := policies.Load(ctx, opts)
 	if err != nil {
-		return nil, usageError(err)
+		return nil, loadFlagError(err, flagPaths{"--policy", fl.policies}, flagPaths{"--data", fl.data})
 	}
 	if engine.IsDefault() {
 		log.Warn("no --policy given: the built-in policy rejects every proposal")
+	}
+	if missing := engine.MissingData(); len(missing) > 0 {
+		log.Warn(fmt.Sprintf("the policies read %s, which no --data provides: such a read is undefined, so the rules that need it never match", strings.Join(missing, ", ")))
 	}
 	return engine, nil
 }
@@ -248,10 +253,13 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if err != nil {
 		return err
 	}
+	if token == "" {
+		return errNoToken
+	}
 	var keys elicit.Keys
 	if fl.approverKeys != "" {
 		if keys, err = elicit.LoadKeys(fl.approverKeys); err != nil {
-			return usageErrorf("--approver-keys %v", err)
+			return fileError("--approver-keys", err)
 		}
 	}
 	if fl.check {
@@ -345,8 +353,8 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		return fmt.Errorf("join %s as %s: %w", fl.gateway, fl.id, err)
 	}
 	defer client.Close()
-	// The agent's "joined space" line lists the capabilities granted.
-	log.Info("joined the space", "gateway", fl.gateway, "id", fl.id, "participants", len(client.Roster()))
+	// The agent's "joined space" line (gateway, id, the capabilities
+	// granted and who else is there) is the one line a join logs.
 	if why := ops.CannotAnswer(client.Capabilities()); why != "" {
 		log.Error("fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more", "reason", why)
 	}

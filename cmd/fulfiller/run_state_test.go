@@ -23,24 +23,24 @@ func TestStateFlagErrors(t *testing.T) {
 		want string // the whole error line
 	}{
 		{"password in the URL", []string{"--state", "nats://fulfiller:hunter2@nats.example:4222"},
-			`fulfiller: --state state: URL for host "nats.example" carries credentials; use --state-creds FILE instead`},
+			`fulfiller: --state URL for host "nats.example" carries credentials; use --state-creds FILE instead`},
 		{"token in the URL", []string{"--state", "nats://s3cr3t-token@nats.example:4222,nats://b:4222"},
-			`fulfiller: --state state: URL for host "nats.example" carries credentials; use --state-creds FILE instead`},
+			`fulfiller: --state URL for host "nats.example" carries credentials; use --state-creds FILE instead`},
 		{"wrong scheme", []string{"--state", "http://nats.example:4222"},
-			`fulfiller: --state state: URL "http://nats.example:4222": scheme must be nats:// or tls://`},
+			`fulfiller: --state URL "http://nats.example:4222": scheme must be nats:// or tls://`},
 		{"empty", []string{"--state", " "},
-			`fulfiller: --state state: empty; want memory, a directory, or nats://host:port`},
+			`fulfiller: --state empty; want memory, a directory, or nats://host:port`},
 		{"lease under a second", []string{"--lease", "500ms"}, `fulfiller: --lease 500ms: must be at least 1s`},
 		{"seen-ttl zero", []string{"--seen-ttl", "0s"}, `fulfiller: --seen-ttl 0s: must be at least 1s`},
 		{"creds without a cluster", []string{"--state", dir, "--state-creds", aFile},
 			`fulfiller: --state-creds is only for a nats:// or tls:// --state, not ` + dir},
 		{"missing creds file", []string{"--state", "nats://127.0.0.1:1", "--state-creds", filepath.Join(dir, "nope.creds")},
-			`fulfiller: --state-creds open ` + filepath.Join(dir, "nope.creds") + `: no such file or directory`},
+			`fulfiller: --state-creds ` + filepath.Join(dir, "nope.creds") + `: no such file or directory`},
 		{"creds is a directory", []string{"--state", "nats://127.0.0.1:1", "--state-creds", dir},
 			`fulfiller: --state-creds ` + dir + `: not a regular file`},
 		{"state is a file", []string{"--state", aFile}, `fulfiller: --state ` + aFile + `: not a directory`},
 		{"state under a file", []string{"--state", filepath.Join(aFile, "state")},
-			`fulfiller: --state stat ` + filepath.Join(aFile, "state") + `: not a directory`},
+			`fulfiller: --state ` + filepath.Join(aFile, "state") + `: not a directory`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

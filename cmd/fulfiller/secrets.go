@@ -21,6 +21,12 @@ var (
 	httpToken = secretFlag{flag: "http-token", fileFlag: "http-token-file"}
 )
 
+// errNoToken stops run (and --check) without a participant token: the
+// reference gateway still joins a participant without one, with its
+// default capabilities, which cannot send a reject or a fulfilment, so
+// such a run would never become ready.
+var errNoToken = usageErrorf("no participant token: set FULFILLER_TOKEN or --token-file (without one the gateway grants only its default capabilities, which cannot answer a proposal)")
+
 // resolve returns the secret: value (what the flag holds) or the contents
 // of file, trimmed. Both at once is a usage error, as is a file that
 // cannot be read or holds nothing. A file that group or others may read
@@ -35,14 +41,14 @@ func (s secretFlag) resolve(log *slog.Logger, value, file string) (string, error
 	}
 	fi, err := os.Stat(file)
 	if err != nil {
-		return "", usageErrorf("--%s %v", s.fileFlag, err)
+		return "", fileError("--"+s.fileFlag, err)
 	}
 	if !fi.Mode().IsRegular() {
 		return "", usageErrorf("--%s %s: not a regular file", s.fileFlag, file)
 	}
 	raw, err := os.ReadFile(file)
 	if err != nil {
-		return "", usageErrorf("--%s %v", s.fileFlag, err)
+		return "", fileError("--"+s.fileFlag, err)
 	}
 	token := strings.TrimSpace(string(raw))
 	if token == "" {

@@ -72,19 +72,19 @@ func (s *stateFlags) check(log *slog.Logger) (state.Mode, error) {
 	switch m.Kind {
 	case state.Dir:
 		if err := checkStateDir(m.Dir); err != nil {
-			return state.Mode{}, usageErrorf("--state %w", err)
+			return state.Mode{}, fileError("--state", err)
 		}
 	case state.External:
 		if s.creds != "" {
 			f, err := os.Open(s.creds)
 			if err != nil {
-				return state.Mode{}, usageErrorf("--state-creds %v", err)
+				return state.Mode{}, fileError("--state-creds", err)
 			}
 			fi, err := f.Stat()
 			_ = f.Close()
 			switch {
 			case err != nil:
-				return state.Mode{}, usageErrorf("--state-creds %v", err)
+				return state.Mode{}, fileError("--state-creds", err)
 			case !fi.Mode().IsRegular():
 				return state.Mode{}, usageErrorf("--state-creds %s: not a regular file", s.creds)
 			case fi.Mode().Perm()&0o077 != 0:

@@ -320,6 +320,11 @@ func Run(ctx context.Context, opts Options) error {
 	n.summary(results)
 	if opts.Hold {
 		fmt.Fprintln(opts.Out, "holding the space open (--hold); interrupt to exit")
+		// How to try `run` without MEW: this gateway, its space and the
+		// demo fulfiller's token (fixed, above), with an id of its own.
+		fmt.Fprintf(opts.Out, "try fulfiller run against this gateway, from the repository's root (a second fulfiller beside the demo's):\n"+
+			"  FULFILLER_TOKEN=fulfiller-token fulfiller run --gateway %s --space %s --id fulfiller-2 --peer-fulfillers fulfiller "+
+			"--policy examples/policies --data examples/policies/data.yaml --state memory --http 127.0.0.1:9465\n", srv.URL(), space.DefaultSpaceID)
 		<-ctx.Done()
 	}
 	var failed []string
