@@ -52,9 +52,8 @@ func TestFaultDropDuringEscalationAsksAgain(t *testing.T) {
 	w.srv.DropAll()
 	spacetest.Reconnected(t, w.srv, w.fc, w.humans["alice"].client, w.coder, w.fs)
 	again := w.askedAgain("alice", first)
-	if len(w.eventsOf(elicit.EventAskedAgain)) == 0 {
-		t.Error("no asked_again event")
-	}
+	// The event follows the write the envelope came from: wait for it.
+	waitUntil(t, "the asked_again event", func() bool { return len(w.eventsOf(elicit.EventAskedAgain)) > 0 })
 
 	w.answer("alice", again, `{"action":"accept","content":{"approve":true}}`)
 	if out := w.outcome(id); !out.Fulfilled || out.FulfilledBy != "fulfiller" {
