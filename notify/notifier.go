@@ -55,7 +55,8 @@ type Config struct {
 	// QueueSize bounds the jobs waiting per target; more drop the
 	// oldest [256].
 	QueueSize int
-	// Workers deliver each target's jobs [2].
+	// Workers deliver each target's jobs [1: in order, so that a
+	// receiver hears prompt.opened before prompt.ended].
 	Workers int
 	// Attempts per job, the first included [5].
 	Attempts int
@@ -92,7 +93,7 @@ func New(cfg Config) *Notifier {
 		cfg.QueueSize = 256
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 2
+		cfg.Workers = 1
 	}
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = 5
