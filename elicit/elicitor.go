@@ -387,6 +387,10 @@ type escalation struct {
 	// storeErr is why a prompt or an approval could not be recorded
 	// (Escalation.RecordPrompt/RecordApproval): the escalation ends.
 	storeErr error
+	// announced: EventOpened was emitted, so EventEnded is owed;
+	// outcome and outcomeWhy are what it will say.
+	announced           bool
+	outcome, outcomeWhy string
 }
 
 // seat is one elicitation request: one approver asked once.
@@ -418,10 +422,12 @@ func (x *escalation) run(ctx context.Context) {
 	defer x.e.wg.Done()
 	defer close(x.stopped)
 	defer x.e.forget(x)
+	defer x.announceEnd()
 	if v, end := x.start(); end {
 		x.finish(v)
 		return
 	}
+	x.announceOpen()
 	timer := time.NewTimer(x.esc.Deadline.Sub(x.e.cfg.Now()))
 	defer timer.Stop()
 	for {
@@ -444,9 +450,11 @@ func (x *escalation) run(ctx context.Context) {
 			reason := x.cancelReason
 			x.mu.Unlock()
 			x.cancelOpen(reason)
+			x.outcome, x.outcomeWhy = OutcomeCancelled, reason
 			return
 		case <-ctx.Done():
 			x.cancelOpen("shutdown")
+			x.outcome, x.outcomeWhy = OutcomeCancelled, "shutdown"
 			return
 		}
 	}
@@ -478,8 +486,13 @@ func (x *escalation) finish(v fulfill.Verdict) {
 	x.cancelOpen(reason)
 	x.mu.Lock()
 	if x.cancelReason != "" {
+		x.outcome, x.outcomeWhy = OutcomeCancelled, x.cancelReason
 		x.mu.Unlock()
 		return
+	}
+	x.outcome, x.outcomeWhy = reason, v.Message
+	if v.Approved {
+		x.outcomeWhy = ""
 	}
 	x.finished = true
 	x.mu.Unlock()
@@ -489,6 +502,65 @@ func (x *escalation) finish(v fulfill.Verdict) {
 		x.log.Info("not approved", "reason", v.Reason, "message", v.Message)
 	}
 	x.done(v)
+}
+
+// prompt describes the escalation for EventOpened and EventEnded; asked
+// are the approvers to name.
+func (x *escalation) prompt(asked []string) *Prompt {
+	p := &Prompt{Proposer: x.esc.Proposal.From, Method: x.esc.Method, Tool: x.call.tool, Target: x.esc.Target, Digest: x.digest,
+		Asked: asked, Quorum: x.quorum, Deadline: x.esc.Deadline, Resumed: len(x.esc.Prompts) > 0 || len(x.esc.Approvals) > 0}
+	if x.esc.Decision.NotifyArguments {
+		p.Arguments = callArguments(x.esc.Method, x.esc.Params)
+	}
+	return p
+}
+
+// callArguments are what a notification shows as the call's arguments:
+// a tools/call's params.arguments, another method's params.
+func callArguments(method string, params json.RawMessage) json.RawMessage {
+	if method != agent.MethodToolsCall {
+		return params
+	}
+	var p struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return nil
+	}
+	return p.Arguments
+}
+
+// announceOpen tells the observer the escalation is open, naming the
+// approvers whose prompts are open now.
+func (x *escalation) announceOpen() {
+	var asked []string
+	for _, s := range x.order {
+		if s.open && !slices.Contains(asked, s.approver) {
+			asked = append(asked, s.approver)
+		}
+	}
+	x.announced = true
+	x.emit(Event{Kind: EventOpened, ProposalID: x.id, Prompt: x.prompt(asked)})
+}
+
+// announceEnd tells the observer how an announced escalation ended. Not
+// when it was dropped for a group member that adopted it: for the people
+// waiting on it, it has not ended, and the adopter announces it again.
+func (x *escalation) announceEnd() {
+	if !x.announced || x.outcomeWhy == fulfill.DropReason || errors.Is(x.storeErr, state.ErrConflict) {
+		return
+	}
+	var asked []string
+	for _, s := range x.order {
+		if !slices.Contains(asked, s.approver) {
+			asked = append(asked, s.approver)
+		}
+	}
+	outcome := x.outcome
+	if outcome == "" {
+		outcome = OutcomeCancelled // every way out sets it; fail towards "no longer open"
+	}
+	x.emit(Event{Kind: EventEnded, ProposalID: x.id, Prompt: x.prompt(asked), Outcome: outcome, Reason: x.outcomeWhy})
 }
 
 // start works out whom to ask and asks them.

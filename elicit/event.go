@@ -1,6 +1,9 @@
 package elicit
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // EventKind names a step of asking humans.
 type EventKind string
@@ -15,7 +18,41 @@ const (
 	EventCancelled  EventKind = "cancelled"   // the open prompt at Approver was cancelled: Reason
 	EventIgnored    EventKind = "ignored"     // an answer did not count: Reason says why, From who sent it
 	EventForgery    EventKind = "forgery"     // an unsigned or badly signed answer for a keyed approver
+
+	// EventOpened and EventEnded are about the escalation as a whole
+	// (Approver is empty, Prompt is set): the notifier (run --notify)
+	// turns them into prompt.opened and prompt.ended.
+	EventOpened EventKind = "opened" // the first prompts went out (Prompt.Asked), or a resumed escalation asked again
+	EventEnded  EventKind = "ended"  // an opened escalation ended: Outcome says how, Reason why
 )
+
+// Outcomes of EventEnded besides a verdict's reject reason (disagree,
+// timeout, incapable, other, …).
+const (
+	OutcomeApproved  = "approved"  // the quorum approved
+	OutcomeCancelled = "cancelled" // the fulfiller stopped asking: Reason is why (withdrawn, superseded, shutdown, …)
+)
+
+// Prompt describes an escalation to people who are not in the space
+// (notifications): what is asked, of whom, until when. It never holds
+// the call's arguments unless the decision allowed it.
+type Prompt struct {
+	Proposer string
+	Method   string
+	Tool     string // tools/call: the tool's name
+	Target   string // the participant that carries the call out (the server)
+	Digest   string // the call digest (CallDigest), in full
+	// Asked are the approvers who were sent the prompt (EventOpened: the
+	// prompts open then; EventEnded: everyone asked along the way,
+	// delegates included).
+	Asked    []string
+	Quorum   int
+	Deadline time.Time
+	Resumed  bool // taken up after a restart or from a group member
+	// Arguments are the call's arguments (tools/call: params.arguments,
+	// else params), only when the decision says notify_arguments: true.
+	Arguments json.RawMessage
+}
 
 // Event is one step of one escalation, for narration, metrics and audit.
 // The decision itself (approved or rejected) is reported by fulfill's own
@@ -31,6 +68,12 @@ type Event struct {
 	Approve    bool   // EventAnswered: accept with approve true
 	Reason     string // the human's reason, why a prompt was cancelled, or why an answer was ignored
 	To         string // EventDelegated: the approver it went to
+
+	// Prompt: EventOpened and EventEnded, the escalation as a whole.
+	Prompt *Prompt
+	// Outcome: EventEnded, OutcomeApproved, OutcomeCancelled or the
+	// verdict's reject reason; Reason then carries the why.
+	Outcome string
 
 	// DecisionID and Revision name the decision that escalated
 	// (fulfill.Escalation), so that the decision log joins each human's

@@ -99,6 +99,8 @@ type worldOptions struct {
 	// authenticatesFrom is run's --gateway-authenticates-from: grants
 	// may be pinned to a proposer.
 	authenticatesFrom bool
+	// observe, when set, also hears the elicitor's events (a notifier).
+	observe func(elicit.Event)
 }
 
 // world is a whole space on loopback: the in-process gateway, a file tool
@@ -241,6 +243,9 @@ func (w *world) startFulfiller() {
 		w.mu.Lock()
 		w.events = append(w.events, e)
 		w.mu.Unlock()
+		if opts.observe != nil {
+			opts.observe(e)
+		}
 	}})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	var regStore grants.Store

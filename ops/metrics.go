@@ -66,6 +66,8 @@ type Metrics struct {
 	grants         *prometheus.CounterVec
 	tasks          *prometheus.CounterVec
 	tasksNow       prometheus.Gauge
+	notifications  *prometheus.CounterVec
+	notifyRetries  *prometheus.CounterVec
 
 	bundleDownloads *prometheus.CounterVec // see bundle.go
 	bundleSuccess   prometheus.Gauge
@@ -121,6 +123,11 @@ func NewMetrics(src *Source) *Metrics {
 	m.grants = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_grants_total",
 		Help: "Grants by event: created (an approval made one), failed (an approval chose one that could not be made), used (a fulfil only a grant allowed), expired (reached its expiry unrevoked), revoked (by the operator API)."},
 		[]string{"event"}))
+	m.notifications = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_notifications_total",
+		Help: "Notifications to approvers (run --notify) by target kind (webhook, slack, smtp) and result: sent, failed (attempts ran out, or refused for good), dropped (the queue was full, or fulfiller stopped first)."},
+		[]string{"target_kind", "result"}))
+	m.notifyRetries = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_notification_retries_total",
+		Help: "Notification attempts after a job's first, by target kind."}, []string{"target_kind"}))
 	m.tasks = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_tasks_total",
 		Help: "Fulfilments run as MCP tasks, by event: created (the tool owner answered with a task, or a restart or adoption follows it again), completed, failed, cancelled (by its owner) — each relayed to the proposer —, and timeout (past its deadline), withdrawn (by the proposer), stopped (operator cancel, shutdown, store fault, the owner lost it): each sent tasks/cancel or found it gone."},
 		[]string{"event"}))
@@ -278,6 +285,17 @@ func (m *Metrics) GrantRevoked() { m.grants.WithLabelValues("revoked").Inc() }
 // GrantExpired counts a grant that reached its expiry unrevoked (each
 // member of a group that knew it counts it).
 func (m *Metrics) GrantExpired() { m.grants.WithLabelValues("expired").Inc() }
+
+// Notification counts the end of one notification job (notify.Metrics).
+func (m *Metrics) Notification(targetKind, result string) {
+	m.notifications.WithLabelValues(targetKind, result).Inc()
+}
+
+// NotificationRetry counts a notification attempt after the first
+// (notify.Metrics).
+func (m *Metrics) NotificationRetry(targetKind string) {
+	m.notifyRetries.WithLabelValues(targetKind).Inc()
+}
 
 // Source gives the live-state gauges what they read at scrape time. Its
 // fields may be set once, before the HTTP server starts, or left nil while

@@ -58,6 +58,10 @@ func TestMetricsFromEvents(t *testing.T) {
 	ev(fulfill.StageWithdrawn, "t3", nil)
 	m.ObserveApproval(elicit.Event{Kind: elicit.EventForgery, Approver: "alice"})
 	m.ObserveApproval(elicit.Event{Kind: elicit.EventAnswered, Approver: "alice", Action: "accept", Approve: true})
+	m.Notification("webhook", "sent")
+	m.Notification("webhook", "sent")
+	m.Notification("smtp", "dropped")
+	m.NotificationRetry("webhook")
 
 	rec := httptest.NewRecorder()
 	ops.NewHandler(ops.Options{Source: src, Metrics: m}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -84,6 +88,9 @@ func TestMetricsFromEvents(t *testing.T) {
 		`fulfiller_tasks_total{event="timeout"} 1`,
 		`fulfiller_tasks_total{event="withdrawn"} 1`,
 		`fulfiller_tasks_running 1`,
+		`fulfiller_notifications_total{result="sent",target_kind="webhook"} 2`,
+		`fulfiller_notifications_total{result="dropped",target_kind="smtp"} 1`,
+		`fulfiller_notification_retries_total{target_kind="webhook"} 1`,
 		`fulfiller_gateway_reconnects_total 3`,
 		`fulfiller_gateway_sessions_lost_total 4`,
 		`fulfiller_policy_info{default="false",revision="sha256:abc"} 1`,

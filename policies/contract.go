@@ -127,7 +127,7 @@ func looksLikeDecision(obj ast.Object) bool {
 // stand-in action), so that every mistake is reported, not only the first;
 // when the whole object is constant it is also checked whole, which
 // catches the rules between keys (a reject without reason, a quorum larger
-// than the approvers, grantable on a fulfil).
+// than the approvers, grantable or notify_arguments on a fulfil).
 func checkDecisionObject(t *ast.Term, isDecision, strict bool, report func(code string, loc *ast.Location, msg string)) {
 	seen := map[string]bool{}
 	report = func(report func(string, *ast.Location, string)) func(string, *ast.Location, string) {
@@ -189,6 +189,11 @@ func checkDecisionObject(t *ast.Term, isDecision, strict bool, report func(code 
 	if g := obj.Get(ast.InternedTerm("grantable")); g != nil {
 		if s, ok := action.Value.(ast.String); ok && Action(s) != Escalate {
 			report(ContractError, g.Location, malformed("grantable", "only an escalate decision may offer a grant, this one is %s", string(s)).Error())
+		}
+	}
+	if n := obj.Get(ast.InternedTerm("notify_arguments")); n != nil && isConstant(n) && n.Value.Compare(ast.Boolean(true)) == 0 {
+		if s, ok := action.Value.(ast.String); ok && Action(s) != Escalate {
+			report(ContractError, n.Location, malformed("notify_arguments", "only an escalate decision notifies approvers, this one is %s", string(s)).Error())
 		}
 	}
 	q, a := obj.Get(ast.InternedTerm("quorum")), obj.Get(ast.InternedTerm("approvers"))

@@ -69,12 +69,18 @@ decision := {"action": "escalate", "quorum": 0, "timeout": 5, "approvers": ["a",
 		{name: "grantable on a fulfil", rules: `
 decision := {"action": "fulfill", "grantable": {"max_ttl": "1h", "scope": ["proposer", "tool"]}}`,
 			errs: []string{`3:48: malformed decision: grantable: only an escalate decision may offer a grant, this one is fulfill`}},
+		{name: "notify_arguments on a reject", rules: `
+decision := {"action": "reject", "reason": "policy", "notify_arguments": true}`,
+			errs: []string{`3:74: malformed decision: notify_arguments: only an escalate decision notifies approvers, this one is reject`}},
+		{name: "notify_arguments not a boolean", rules: `
+decision := {"action": "escalate", "notify_arguments": "yes"}`,
+			errs: []string{`3:56: malformed decision: notify_arguments: must be true or false, got string`}},
 		{name: "unknown key is a warning", rules: `
 decision := {"action": "escalate", "aprovers": ["alice"]}`,
-			warns: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout); the sidecar keeps it only for the decision log`}},
+			warns: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments); the sidecar keeps it only for the decision log`}},
 		{name: "unknown key is an error when strict", strict: true, rules: `
 decision := {"action": "escalate", "aprovers": ["alice"]}`,
-			errs: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout); the sidecar keeps it only for the decision log`}},
+			errs: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments); the sidecar keeps it only for the decision log`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -74,14 +74,19 @@ type Decision struct {
 	// TaskTimeout bounds the task once the tool owner created it; 0: the
 	// sidecar's --task-timeout.
 	TaskTimeout time.Duration
-	Extra       map[string]any // unknown decision fields, kept for the decision log
-	Revision    string         // revision of the policy set that decided
-	Err         error          // why this is a fail-closed reject; nil for a policy's own decision
+	// NotifyArguments (escalate only) lets the notifications sent to
+	// approvers' channels (run --notify) carry the call's arguments. Off
+	// by default: arguments may hold secrets, and a webhook, a chat
+	// channel or a mailbox keeps them beyond fulfiller's reach.
+	NotifyArguments bool
+	Extra           map[string]any // unknown decision fields, kept for the decision log
+	Revision        string         // revision of the policy set that decided
+	Err             error          // why this is a fail-closed reject; nil for a policy's own decision
 }
 
 // decisionFields are the decision keys the policy contract defines; any
 // other key is kept in Extra.
-var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable", "grantable", "task", "task_timeout"}
+var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable", "grantable", "task", "task_timeout", "notify_arguments"}
 
 // MalformedDecisionError says how a policy's decision breaks the contract.
 type MalformedDecisionError struct {
@@ -190,6 +195,12 @@ func parseDecision(v ast.Value) (Decision, error) {
 			d.Task = bool(b)
 		case "task_timeout":
 			d.TaskTimeout, err = durationField(name, val.Value)
+		case "notify_arguments":
+			b, ok := val.Value.(ast.Boolean)
+			if !ok {
+				err = malformed(name, "must be true or false, got %s", ast.ValueName(val.Value))
+			}
+			d.NotifyArguments = bool(b)
 		default:
 			var x any
 			if x, err = ast.JSON(val.Value); err != nil {
@@ -219,6 +230,11 @@ func parseDecision(v ast.Value) (Decision, error) {
 	}
 	if d.Grantable != nil && d.Action != Escalate {
 		return Decision{}, malformed("grantable", "only an escalate decision may offer a grant, this one is %s", d.Action)
+	}
+	if d.NotifyArguments && d.Action != Escalate {
+		// Only an escalation is announced to approvers; elsewhere the key
+		// would promise something nothing does.
+		return Decision{}, malformed("notify_arguments", "only an escalate decision notifies approvers, this one is %s", d.Action)
 	}
 	switch d.Action {
 	case "":
@@ -372,6 +388,7 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 	add("grantable", d.Grantable, d.Grantable != nil)
 	add("task", d.Task, d.Task)
 	add("task_timeout", formatDuration(d.TaskTimeout), d.TaskTimeout != 0)
+	add("notify_arguments", d.NotifyArguments, d.NotifyArguments)
 	for _, k := range slices.Sorted(maps.Keys(d.Extra)) {
 		if k == "revision" || k == "error" || slices.Contains(decisionFields, k) {
 			continue

@@ -28,6 +28,8 @@ func TestParseDecision(t *testing.T) {
 		{`{"action":"escalate","timeout":"1h30m","approvers":[]}`, Decision{Action: Escalate, Quorum: 1, Timeout: 90 * time.Minute, Approvers: []string{}}},
 		{`{"action":"fulfill","task":true,"task_timeout":"2h"}`, Decision{Action: Fulfill, Task: true, TaskTimeout: 2 * time.Hour}},
 		{`{"action":"escalate","task_timeout":"10m"}`, Decision{Action: Escalate, Quorum: 1, TaskTimeout: 10 * time.Minute}},
+		{`{"action":"escalate","notify_arguments":true}`, Decision{Action: Escalate, Quorum: 1, NotifyArguments: true}},
+		{`{"action":"escalate","notify_arguments":false}`, Decision{Action: Escalate, Quorum: 1}},
 		{`{"action":"fulfill","rule":"r1","score":0.5,"tags":["a"]}`,
 			Decision{Action: Fulfill, Extra: map[string]any{"rule": "r1", "score": json.Number("0.5"), "tags": []any{"a"}}}},
 	}
@@ -77,6 +79,8 @@ func TestParseDecision(t *testing.T) {
 		{`{"action":"fulfill","task_timeout":"soon"}`, "task_timeout", "is not a duration"},
 		{`{"action":"reject","reason":"policy","task":true}`, "task", "only a fulfill or escalate decision may ask for a task"},
 		{`{"action":"reject","reason":"policy","task_timeout":"1h"}`, "task_timeout", "only a fulfill or escalate decision may ask for a task"},
+		{`{"action":"escalate","notify_arguments":"yes"}`, "notify_arguments", "must be true or false"},
+		{`{"action":"fulfill","notify_arguments":true}`, "notify_arguments", "only an escalate decision notifies approvers"},
 		{`{"action":"escalate","editable":"path"}`, "editable", "must be a list of strings"},
 		{`{"action":"escalate","editable":[1]}`, "editable", "non-empty strings"},
 	}
@@ -137,6 +141,7 @@ func TestDecisionMarshalJSON(t *testing.T) {
 		{Decision{Action: Escalate, Quorum: 1, Timeout: 90 * time.Second}, `{"action":"escalate","quorum":1,"timeout":"1m30s"}`},
 		{Decision{Action: Escalate, Quorum: 1, Timeout: 2 * time.Hour}, `{"action":"escalate","quorum":1,"timeout":"2h"}`},
 		{Decision{Action: Fulfill, Task: true, TaskTimeout: 45 * time.Minute}, `{"action":"fulfill","task":true,"task_timeout":"45m"}`},
+		{Decision{Action: Escalate, Quorum: 1, NotifyArguments: true}, `{"action":"escalate","quorum":1,"notify_arguments":true}`},
 		{failClosed("sha256:r", fmt.Errorf("boom")),
 			`{"action":"reject","reason":"policy","message":"the policy could not decide this proposal","revision":"sha256:r","error":"boom"}`},
 	}

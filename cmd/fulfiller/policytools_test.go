@@ -214,7 +214,7 @@ func TestCheckCommand(t *testing.T) {
 		return p + ":" + strconv.Itoa(row) + ":" + strconv.Itoa(col) + ": " + code + ": " + msg + "\n\t" + line + "\n\t" + strings.Repeat(" ", indent) + "^\n"
 	}
 	const ce = "fulfiller_contract_error"
-	unknownKey := `decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout); the sidecar keeps it only for the decision log`
+	unknownKey := `decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments); the sidecar keeps it only for the decision log`
 	contract := []string{
 		item(7, 21, ce, `decision has no "action": every decision needs action fulfill, reject or escalate`),
 		item(9, 44, ce, `malformed decision: reason: "nope" is not a reason code (policy, busy, incapable, timeout, invalid, duplicate, resource_limit, unsafe, disagree, other, inappropriate, no_longer_needed)`),

@@ -56,6 +56,7 @@ type runFlags struct {
 	bundle                    bundleFlags
 	toolMetadata              string
 	gatewayAuthenticatesFrom  bool
+	notify                    notifyFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -115,6 +116,7 @@ many, and the exit code is 1.`,
 	fl.state.register(f)
 	fl.bundle.registerVerification(f)
 	fl.bundle.registerRemote(f)
+	fl.notify.register(f)
 	f.BoolVar(&fl.check, "check", false, "validate everything run would open or parse (flags, config, token files, approver keys, decision log, --http address, policies, data and tool metadata), then exit without joining (0: all good, 2: what is wrong)")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -280,6 +282,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if err != nil {
 			return err
 		}
+		if _, err := fl.notify.prepare(log, fl.flagSet()); err != nil {
+			return err
+		}
 		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys), "tool_metadata_entries", meta.Metadata().Len())
 		return nil
 	}
@@ -293,6 +298,15 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	// and the elicitor has stopped, flush the decision log, then stop
 	// the HTTP server.
 	defer opsRT.close()
+	// Before the join, so that a bad --notify stops run before it
+	// answers anything; deferred before the elicitor's stop, so it runs
+	// after it: the prompt.ended of the prompts cancelled at shutdown
+	// still go out.
+	notifier, err := fl.notify.start(log, fl.flagSet(), fl.space, opsRT.metrics)
+	if err != nil {
+		return err
+	}
+	defer notifier.close()
 	engine, err := fl.loadPolicy(ctx, log, opsRT.metrics)
 	if err != nil {
 		return err
@@ -363,7 +377,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	defer sub.Close()
 	// Grants are offered wherever the policy's decision is grantable: the
 	// policy, not a flag, decides whether people may grant.
-	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, OfferGrants: true, Logger: log, Observer: opsRT.approvalObserver()})
+	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, OfferGrants: true, Logger: log, Observer: notifier.observer(opsRT.approvalObserver())})
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
 	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()
