@@ -23,6 +23,8 @@ func TestRunCheckNotify(t *testing.T) {
 	directory := write("approvers.yaml", "alice: {name: Alice, email: alice@example.com, slack: U012AB3CD}\n", 0o644)
 	badDirectory := write("bad.yaml", "alice: {email: not-an-address}\n", 0o644)
 	password := write("smtp-password", "mail-pass-5678\n", 0o600)
+	// run refuses to start without a participant token (see check_test).
+	t.Setenv("FULFILLER_TOKEN", "test-token")
 	base := []string{"run", "--check", "--gateway=ws://127.0.0.1:1"}
 	cases := []struct {
 		args []string
