@@ -7,6 +7,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/lineage"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 )
 
@@ -17,6 +18,12 @@ type Explanation struct {
 	// were outvoted — an allow overridden by a deny — are listed too: they
 	// are part of why the decision came out as it did.
 	Rules []FiredRule `json:"rules"`
+	// Unmatched are the branches of data.fulfiller.decision — its rules
+	// and their else branches — that were tried and did not decide, in
+	// the order tried, each with the expression of its body that failed:
+	// why the decision is not one of theirs. Branches after the one that
+	// decided are never tried, so they are not listed.
+	Unmatched []UnmatchedBranch `json:"unmatched,omitempty"`
 	// Notes are the policy's print() output and trace() notes.
 	Notes []string `json:"notes,omitempty"`
 
@@ -28,6 +35,34 @@ type FiredRule struct {
 	Rule     string `json:"rule"`              // full path, e.g. data.fulfiller.readonly.fulfill
 	Location string `json:"location"`          // file:line of the rule
 	Default  bool   `json:"default,omitempty"` // the rule's default value was used
+}
+
+// UnmatchedBranch is a branch of the decision rule whose body failed.
+type UnmatchedBranch struct {
+	Location string `json:"location"`  // file:line of the branch (its else, for an else branch)
+	Failed   string `json:"failed"`    // the body's expression that failed, as written
+	FailedAt string `json:"failed_at"` // file:line of that expression
+}
+
+// FilteredTrace is the evaluation trace as opa eval --explain=MODE prints
+// it, filtered with OPA's own lineage helpers: "fails" (the expressions
+// that failed, with the rules around them), "notes" (trace() notes),
+// "full" (everything); ok is false for another mode.
+func (x Explanation) FilteredTrace(mode string) (trace string, ok bool) {
+	var events []*topdown.Event
+	switch mode {
+	case "fails":
+		events = lineage.Fails(x.events)
+	case "notes":
+		events = lineage.Notes(x.events)
+	case "full":
+		events = lineage.Full(x.events)
+	default:
+		return "", false
+	}
+	var b bytes.Buffer
+	topdown.PrettyTraceWithLocation(&b, events)
+	return b.String(), true
 }
 
 // Trace is the full evaluation trace in opa's pretty format, with
@@ -89,7 +124,29 @@ func (x *explainer) explanation() Explanation {
 	defer x.mu.Unlock()
 	out := Explanation{Rules: []FiredRule{}, Notes: x.prints, events: x.buf}
 	seen := map[string]bool{}
+	// The decision's branches entered, by the id of the query their
+	// body runs as; and those that exited (decided).
+	branches := map[uint64]*ast.Rule{}
+	var tried []uint64
+	exited := map[uint64]bool{}
+	firstFail := map[uint64]*topdown.Event{}
 	for _, ev := range x.buf {
+		if rule, ok := ev.Node.(*ast.Rule); ok && rule.Path().Equal(decisionPath) {
+			switch ev.Op {
+			case topdown.EnterOp:
+				if _, ok := branches[ev.QueryID]; !ok {
+					branches[ev.QueryID] = rule
+					tried = append(tried, ev.QueryID)
+				}
+			case topdown.ExitOp:
+				exited[ev.QueryID] = true
+			}
+		}
+		if _, ok := ev.Node.(*ast.Expr); ok && ev.Op == topdown.FailOp {
+			if _, ok := branches[ev.QueryID]; ok && firstFail[ev.QueryID] == nil {
+				firstFail[ev.QueryID] = ev
+			}
+		}
 		switch ev.Op {
 		case topdown.ExitOp:
 			rule, ok := ev.Node.(*ast.Rule)
@@ -114,5 +171,31 @@ func (x *explainer) explanation() Explanation {
 			out.Notes = append(out.Notes, msg)
 		}
 	}
+	for _, q := range tried {
+		fail := firstFail[q]
+		if exited[q] || fail == nil || branches[q].Default {
+			continue
+		}
+		// The expression as the author wrote it (quotas.deny), not as
+		// compiled (data.fulfiller.quotas.deny) — when its location's text
+		// is the expression: for a one-line `else := v if expr` the parser
+		// gives the expression the whole branch's text.
+		b := UnmatchedBranch{Failed: fail.Node.(*ast.Expr).String()}
+		if fail.Location != nil && len(fail.Location.Text) > 0 {
+			if _, err := ast.ParseExpr(string(fail.Location.Text)); err == nil {
+				b.Failed = string(fail.Location.Text)
+			}
+		}
+		if loc := branches[q].Location; loc != nil {
+			b.Location = loc.String()
+		}
+		if fail.Location != nil {
+			b.FailedAt = fail.Location.String()
+		}
+		out.Unmatched = append(out.Unmatched, b)
+	}
 	return out
 }
+
+// decisionPath is the rule fulfiller queries, data.fulfiller.decision.
+var decisionPath = ast.MustParseRef("data.fulfiller.decision")

@@ -40,9 +40,11 @@ sidecar when it decides, and a malformed decision fails closed.
 config key tool-metadata) validates the tool-metadata file as run loads it:
 unknown keys, hints that are not true or false, bad glob patterns.
 
-Exit 0 when nothing is wrong (warnings are printed on stderr), 1 when the
-policies have errors, 2 when a PATH cannot be read, the tool-metadata file
-is invalid (one line naming the file, line and key) or a flag is wrong.`,
+Exit codes are opa check's (v1.22) where opa has the case: 0 when nothing
+is wrong (warnings are printed on stderr), 1 when the policies have errors
+(contract errors too, which opa check does not see), a PATH cannot be read
+or a flag or argument is wrong; and 2 when the tool-metadata file, which
+only fulfiller reads, is invalid (one line naming the file, line and key).`,
 		Example: `  fulfiller check examples/policies
   fulfiller check --strict examples/policies   # in CI
   fulfiller check --tool-metadata examples/tool-metadata.yaml examples/policies`,
@@ -50,6 +52,7 @@ is invalid (one line naming the file, line and key) or a flag is wrong.`,
 			return runCheck(cmd.Context(), cmd.ErrOrStderr(), args, strict, toolMetadata)
 		},
 	}
+	cmd.SetFlagErrorFunc(opaFlagError)
 	cmd.Flags().BoolVar(&strict, "strict", false, "compile in OPA's strict mode and make contract warnings errors")
 	cmd.Flags().StringVar(&toolMetadata, "tool-metadata", "", "also validate this tool-metadata `FILE` (as fulfiller run --tool-metadata)")
 	return cmd
@@ -61,7 +64,7 @@ is invalid (one line naming the file, line and key) or a flag is wrong.`,
 // which are applied after cobra checks the arguments.
 func runCheck(ctx context.Context, stderr io.Writer, paths []string, strict bool, toolMetadata string) error {
 	if len(paths) == 0 && toolMetadata == "" {
-		return usageErrorf("name at least one policy file or directory to check (or --tool-metadata FILE)")
+		return opaUsageErrorf("name at least one policy file or directory to check (or --tool-metadata FILE)")
 	}
 	if toolMetadata != "" {
 		meta, err := toolmeta.Load(toolMetadata)
@@ -77,7 +80,8 @@ func runCheck(ctx context.Context, stderr io.Writer, paths []string, strict bool
 	}
 	report, err := policies.Check(ctx, paths, policies.CheckOptions{Strict: strict})
 	if err != nil {
-		return usageError(err)
+		// opa check: a path it cannot load is exit 1, as an error in it.
+		return &exitError{code: 1, err: err}
 	}
 	for _, w := range report.Warnings {
 		fmt.Fprintln(stderr, "fulfiller: warning: "+w)

@@ -48,7 +48,8 @@ func TestUnknownCommand(t *testing.T) {
 // TestRegoErrorsAsOPAPrintsThem: a policy with several compile errors
 // prints every one of them, each with file:line:column, the offending line
 // and a caret, as opa check does; the first line names the file and the
-// problem; exit 2. eval, test and run --check print the same.
+// problem. eval, test and run --check print the same; test exits 1, as
+// opa test does, the others 2.
 func TestRegoErrorsAsOPAPrintsThem(t *testing.T) {
 	dir := filepath.Join(testPolicies, "compile-errors")
 	file := filepath.Join(dir, "policy.rego")
@@ -58,14 +59,17 @@ func TestRegoErrorsAsOPAPrintsThem(t *testing.T) {
 		file + ":8:9: rego_unsafe_var_error: var level is unsafe\n" +
 		"\trisk := level if input.tool.name == \"write_file\"\n" +
 		"\t        ^\n"
-	for _, args := range [][]string{
-		{"eval", "--policy", dir, "--input", filepath.Join(proposals, "read.json")},
-		{"test", dir},
-		{"run", "--gateway", "ws://127.0.0.1:1", "--policy", dir, "--check"},
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"eval", "--policy", dir, "--input", filepath.Join(proposals, "read.json")}, 2},
+		{[]string{"test", dir}, 1},
+		{[]string{"run", "--gateway", "ws://127.0.0.1:1", "--policy", dir, "--check"}, 2},
 	} {
-		stdout, stderr, code := cli(t, "", args...)
-		if code != 2 || stdout != "" || stderr != want {
-			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", args, code, stdout, stderr, want)
+		stdout, stderr, code := cli(t, "", tc.args...)
+		if code != tc.code || stdout != "" || stderr != want {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit %d and:\n%s", tc.args, code, stdout, stderr, tc.code, want)
 		}
 	}
 }

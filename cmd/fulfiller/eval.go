@@ -20,7 +20,9 @@ import (
 type evalFlags struct {
 	policies, data []string
 	input          string
-	explain        bool
+	explain        string
+	printInput     bool
+	tools          string
 	policyTimeout  time.Duration
 	bundle         bundleFlags
 	toolMetadata   string
@@ -30,7 +32,7 @@ type evalFlags struct {
 func newEvalCmd() *cobra.Command {
 	var fl evalFlags
 	cmd := &cobra.Command{
-		Use:   "eval --policy PATH [--data PATH] --input FILE|-",
+		Use:   "eval --policy PATH [--data PATH] --input FILE|- [--tools FILE] [--explain[=MODE]] [--print-input]",
 		Short: "Decide one proposal offline and print the decision as JSON",
 		Long: `eval decides one proposal with the policies, as the sidecar would, and prints
 the decision as one JSON object on stdout.
@@ -46,13 +48,31 @@ what the sidecar would give the policy for a tool whose owner sends none (a
 tool behind mew bridge). The file's entries are per tool owner, which a
 bare envelope does not name: --tool-server ID says which participant owns
 the tool (the one run would route the call to); it also sets
-input.tool.server. Without it no entry applies. Both flags apply to a bare
-envelope only: a full input document is evaluated as it is.
+input.tool.server. Without it no entry applies.
+
+--tools FILE fills input.tool from the tool owner's tools/list answer, as
+run does from the answer it got: description, owner_annotations,
+execution, and the annotations (the owner's, with --tool-metadata's laid
+over them). FILE holds what the tool server answers — the MCP result
+({"tools": [...]}), its JSON-RPC response, or the mcp/response envelope
+(whose from names the owner; otherwise give --tool-server). These flags
+complete a bare envelope only: a full input document is evaluated as it is.
+
+--print-input prints the input document eval built instead of deciding,
+exactly as the policy would see it, so that
+  opa eval -I -d POLICY_DIR data.fulfiller.decision < input.json
+gives the same decision.
 
 A policy that fails (no decision, a malformed or conflicting one, an error, the
 timeout) gives the fail-closed decision, reject with reason "policy", with the
-cause in "error"; that is still a decision and eval exits 0. --explain adds
-the rules that fired. Without --policy the built-in deny-all policy decides.
+cause in "error"; that is still a decision and eval exits 0. Without
+--policy the built-in deny-all policy decides.
+
+--explain adds "explanation": the rules that fired ("rules") and, for
+each branch of data.fulfiller.decision that was tried and did not decide
+(a rule, or one of its else branches), the expression of its body that
+failed ("unmatched"). --explain=fails, =notes or =full also print OPA's
+trace on stderr, filtered as opa eval --explain=MODE filters it.
 
 Exit 0 when a decision was made, 2 when a policy, data or input file cannot be
 used (the message names the file, and the line for Rego errors).`,
@@ -67,7 +87,10 @@ used (the message names the file, and the line for Rego errors).`,
 	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable)")
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
 	f.StringVar(&fl.input, "input", "", "proposal envelope or input document: a file, or - for stdin (required)")
-	f.BoolVar(&fl.explain, "explain", false, "also print which rules fired")
+	f.StringVar(&fl.explain, "explain", "", "also explain the decision: `MODE` rules (the default: rules that fired, branches that did not), or fails, notes, full (and OPA's trace on stderr)")
+	f.Lookup("explain").NoOptDefVal = "rules"
+	f.BoolVar(&fl.printInput, "print-input", false, "print the input document the policy would see, instead of deciding (for opa eval -I)")
+	f.StringVar(&fl.tools, "tools", "", "the tool owner's tools/list answer `FILE` (result, JSON-RPC response or mcp/response envelope) that fills input.tool, as run does")
 	fl.bundle.registerVerification(f)
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", policies.DefaultTimeout, "longest the evaluation may take (then: reject policy)")
 	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "tool-metadata `FILE` whose annotations are laid over the tool's, as run --tool-metadata does")
@@ -82,6 +105,17 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 	if fl.policyTimeout <= 0 {
 		return usageErrorf("--policy-timeout %s: must be positive", fl.policyTimeout)
 	}
+	switch fl.explain {
+	case "true": // --explain=true, from when it was a boolean flag
+		fl.explain = "rules"
+	case "false":
+		fl.explain = ""
+	}
+	switch fl.explain {
+	case "", "rules", "fails", "notes", "full":
+	default:
+		return usageErrorf("--explain %q: want rules, fails, notes or full", fl.explain)
+	}
 	raw, name, err := readEvalInput(fl.input, stdin)
 	if err != nil {
 		return err
@@ -92,24 +126,68 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 			return usageErrorf("--tool-metadata %w", err)
 		}
 	}
-	unowned := false
+	server := fl.toolServer
+	var list *policies.ToolsList
+	if fl.tools != "" {
+		b, err := os.ReadFile(fl.tools)
+		if err != nil {
+			return usageErrorf("--tools %w", err)
+		}
+		if list, err = policies.ParseToolsList(b); err != nil {
+			return usageErrorf("--tools %s: %w", fl.tools, err)
+		}
+		switch {
+		case list.From != "" && server != "" && list.From != server:
+			return usageErrorf("--tools %s is %s's answer, but --tool-server says the tool's owner is %s", fl.tools, list.From, server)
+		case list.From == "" && server == "":
+			return usageErrorf("--tools %s does not say who answered it (not an mcp/response envelope): give --tool-server ID, the tool's owner", fl.tools)
+		case server == "":
+			server = list.From // the owner, as run knows it from whom it asked
+		}
+	}
+	unowned, unlisted := false, ""
 	doc, envelope, err := policies.ParseEvalInputWith(raw, time.Now(), func(in *policies.Input) error {
 		if in.Tool == nil {
 			return nil // not a tools/call: nothing to describe
 		}
-		in.Tool.Server = fl.toolServer
-		in.Tool.Annotations, _ = meta.Annotate(fl.toolServer, in.Tool.Name, nil)
-		unowned = meta != nil && fl.toolServer == ""
+		in.Tool.Server = server
+		if list != nil {
+			// As run's catalog: what the owner listed for this tool.
+			if t, ok := list.Tool(in.Tool.Name); ok {
+				in.Tool.Description = t.Description
+				in.Tool.OwnerAnnotations = t.Annotations
+				in.Tool.Execution = t.Execution
+			} else {
+				unlisted = in.Tool.Name
+			}
+		}
+		in.Tool.Annotations, _ = meta.Annotate(server, in.Tool.Name, in.Tool.OwnerAnnotations)
+		unowned = meta != nil && server == ""
 		return nil
 	})
 	if err != nil {
 		return usageErrorf("--input %s: %v", name, err)
 	}
-	if !envelope && (fl.toolMetadata != "" || fl.toolServer != "") {
-		return usageErrorf("--tool-metadata and --tool-server complete a bare proposal envelope; --input %s is a full input document, evaluated as it is", name)
+	if !envelope && (fl.toolMetadata != "" || fl.toolServer != "" || fl.tools != "") {
+		flags := "--tool-metadata and --tool-server"
+		if fl.tools != "" {
+			flags = "--tools, --tool-metadata and --tool-server"
+		}
+		return usageErrorf("%s complete a bare proposal envelope; --input %s is a full input document, evaluated as it is", flags, name)
 	}
 	if unowned {
 		fmt.Fprintln(stderr, "fulfiller: warning: --tool-metadata: no --tool-server names the tool's owner, so no entry applies (give the participant run would route the call to)")
+	}
+	if unlisted != "" {
+		fmt.Fprintf(stderr, "fulfiller: warning: --tools %s does not list %s, so the policy sees no description or annotations from its owner\n", fl.tools, unlisted)
+	}
+	if fl.printInput {
+		b, err := json.MarshalIndent(doc, "", "  ")
+		if err != nil {
+			return fmt.Errorf("print input: %w", err)
+		}
+		_, err = stdout.Write(append(b, '\n'))
+		return err
 	}
 	opts := policies.Options{
 		Policies: fl.policies,
@@ -127,10 +205,14 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 
 	var out any
 	var d policies.Decision
-	if fl.explain {
+	if fl.explain != "" {
 		var x policies.Explanation
 		d, x = engine.ExplainDocument(ctx, doc)
 		out = policies.ExplainedDecision{Decision: d, Explanation: x}
+		if trace, ok := x.FilteredTrace(fl.explain); ok {
+			// On stderr: stdout stays one JSON object.
+			fmt.Fprint(stderr, trace)
+		}
 	} else {
 		d = engine.DecideDocument(ctx, doc)
 		out = d

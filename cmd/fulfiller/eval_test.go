@@ -273,10 +273,10 @@ func TestTestCommand(t *testing.T) {
 			t.Errorf("per-test lines:\n%s", stdout)
 		}
 	})
-	t.Run("failing test exits 1", func(t *testing.T) {
+	t.Run("failing test exits 2", func(t *testing.T) {
 		stdout, stderr, code := cli(t, "", "test", filepath.Join(testPolicies, "failing"))
-		if code != 1 {
-			t.Errorf("exit %d, want 1", code)
+		if code != 2 {
+			t.Errorf("exit %d, want 2 (opa test's)", code)
 		}
 		for _, want := range []string{
 			"PASS  data.fulfiller_test.test_fulfils (",
@@ -294,7 +294,7 @@ func TestTestCommand(t *testing.T) {
 	})
 	t.Run("verbose prints the trace of failures", func(t *testing.T) {
 		stdout, _, code := cli(t, "", "test", "-v", filepath.Join(testPolicies, "failing"))
-		if code != 1 || !strings.Contains(stdout, "Fail data.fulfiller.decision.action = \"reject\"") {
+		if code != 2 || !strings.Contains(stdout, "Fail data.fulfiller.decision.action = \"reject\"") {
 			t.Errorf("exit %d, stdout:\n%s", code, stdout)
 		}
 	})
@@ -304,18 +304,18 @@ func TestTestCommand(t *testing.T) {
 			t.Errorf("exit %d, stdout:\n%s", code, stdout)
 		}
 	})
-	t.Run("load error exits 2", func(t *testing.T) {
+	t.Run("load error exits 1", func(t *testing.T) {
 		_, stderr, code := cli(t, "", "test", filepath.Join(testPolicies, "broken"))
 		want := "fulfiller: " + filepath.Join(testPolicies, "broken", "policy.rego") + ":5:1: rego_parse_error: unexpected } token\n\t}\n\t^\n"
-		if code != 2 || stderr != want {
-			t.Errorf("exit %d, stderr %q, want 2 and %q", code, stderr, want)
+		if code != 1 || stderr != want {
+			t.Errorf("exit %d, stderr %q, want 1 (opa test's) and %q", code, stderr, want)
 		}
 	})
 	t.Run("usage", func(t *testing.T) {
-		if _, _, code := cli(t, "", "test"); code != 2 {
-			t.Errorf("no paths: exit %d, want 2", code)
+		if _, _, code := cli(t, "", "test"); code != 1 {
+			t.Errorf("no paths: exit %d, want 1", code)
 		}
-		if _, stderr, code := cli(t, "", "test", "--run", "(", examplePolicies); code != 2 || !strings.Contains(stderr, "test filter") {
+		if _, stderr, code := cli(t, "", "test", "--run", "(", examplePolicies); code != 1 || !strings.Contains(stderr, "test filter") {
 			t.Errorf("bad --run: exit %d %q", code, stderr)
 		}
 	})

@@ -133,9 +133,9 @@ func TestTestThreshold(t *testing.T) {
 	if _, stderr, code := cli(t, "", "test", "--coverage", "--threshold", "100", examplePolicies); code != 0 || stderr != "" {
 		t.Errorf("examples at 100: exit %d, stderr %q", code, stderr)
 	}
-	// Failing tests are exit 1 whatever the coverage.
-	if _, _, code := cli(t, "", "test", "--threshold", "1", filepath.Join(testPolicies, "failing")); code != 1 {
-		t.Errorf("failing tests: exit %d, want 1", code)
+	// Failing tests are exit 2 whatever the coverage, as in opa test.
+	if _, _, code := cli(t, "", "test", "--threshold", "1", filepath.Join(testPolicies, "failing")); code != 2 {
+		t.Errorf("failing tests: exit %d, want 2", code)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -147,8 +147,8 @@ func TestTestThreshold(t *testing.T) {
 		{[]string{"--format", "xml"}, "fulfiller: --format \"xml\": want pretty or json\n"},
 	} {
 		stdout, stderr, code := cli(t, "", append(append([]string{"test"}, tc.args...), gapsPolicy)...)
-		if code != 2 || stderr != tc.want || stdout != "" {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, stdout, stderr, tc.want)
+		if code != 1 || stderr != tc.want || stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 1 (opa test's) and %q", tc.args, code, stdout, stderr, tc.want)
 		}
 	}
 }
@@ -157,7 +157,7 @@ func TestTestThreshold(t *testing.T) {
 // order, and the exit code still says whether they passed.
 func TestTestJSON(t *testing.T) {
 	stdout, stderr, code := cli(t, "", "test", "--format", "json", filepath.Join(testPolicies, "failing"))
-	if code != 1 || stderr != "" {
+	if code != 2 || stderr != "" {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	var results []tester.Result
@@ -173,7 +173,7 @@ func TestTestJSON(t *testing.T) {
 	// With --coverage but failing tests: the results, not a coverage
 	// report (as opa test, which reports failures instead).
 	stdout, _, code = cli(t, "", "test", "--coverage", "--format", "json", filepath.Join(testPolicies, "failing"))
-	if code != 1 || !strings.HasPrefix(stdout, "[\n") {
+	if code != 2 || !strings.HasPrefix(stdout, "[\n") {
 		t.Errorf("coverage of failing tests: exit %d:\n%s", code, stdout)
 	}
 }
@@ -259,8 +259,8 @@ func TestCheckCommand(t *testing.T) {
 		{[]string{"check", exampleData}, "fulfiller: " + exampleData + ": not a .rego file\n"},
 		{[]string{"check", "--strcit", examplePolicies}, "fulfiller: unknown flag: --strcit\n"},
 	} {
-		if stdout, stderr, code := cli(t, "", tc.args...); code != 2 || stdout != "" || stderr != tc.want {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, stdout, stderr, tc.want)
+		if stdout, stderr, code := cli(t, "", tc.args...); code != 1 || stdout != "" || stderr != tc.want {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 1 (opa check's) and %q", tc.args, code, stdout, stderr, tc.want)
 		}
 	}
 }
@@ -277,10 +277,10 @@ func TestTwoErrorsInTwoFiles(t *testing.T) {
 		code int
 	}{
 		{[]string{"eval", "--policy", dir, "--input", filepath.Join(proposals, "read.json")}, 2},
-		{[]string{"test", dir}, 2},
+		{[]string{"test", dir}, 1},
 		{[]string{"check", dir}, 1},
 		{[]string{"replay", "--decision-log", replayLog, "--policy", dir}, 2},
-		{[]string{"fmt", "-l", dir}, 1},
+		{[]string{"fmt", "-l", dir}, 2},
 	} {
 		stdout, stderr, code := cli(t, "", tc.args...)
 		want := "fulfiller: " + both
@@ -294,14 +294,20 @@ func TestTwoErrorsInTwoFiles(t *testing.T) {
 	}
 }
 
-// TestFmtCommand: -l lists what opa fmt -l lists (checked by hand against
-// the opa binary on the same directories), -d prints a unified diff, -w
-// rewrites, and a plain fmt prints the formatted text.
+// TestFmtCommand: -l lists what opa fmt -l lists (TestExitCodesMatchOPA
+// compares it with opa's), -d prints a unified diff, -w rewrites, a plain
+// fmt prints the formatted text; a difference is exit 0, and 2 with
+// --fail, as in opa fmt.
 func TestFmtCommand(t *testing.T) {
 	p, pt := filepath.Join(unformatted, "policy.rego"), filepath.Join(unformatted, "policy_test.rego")
 	stdout, stderr, code := cli(t, "", "fmt", "-l", unformatted)
-	if code != 1 || stderr != "" || stdout != p+"\n"+pt+"\n" {
+	if code != 0 || stderr != "" || stdout != p+"\n"+pt+"\n" {
 		t.Errorf("-l: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	// --fail: every file listed all the same (opa stops at the first).
+	stdout, stderr, code = cli(t, "", "fmt", "-l", "--fail", unformatted)
+	if code != 2 || stderr != "" || stdout != p+"\n"+pt+"\n" {
+		t.Errorf("-l --fail: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	for _, dir := range []string{examplePolicies, gapsPolicy, contractPolicy} {
 		if stdout, stderr, code := cli(t, "", "fmt", "-l", dir); code != 0 || stdout != "" || stderr != "" {
@@ -320,7 +326,7 @@ func TestFmtCommand(t *testing.T) {
 		"-    input.method == \"tools/list\"\n" +
 		"+\tinput.method == \"tools/list\"\n" +
 		" }\n"
-	if stdout, stderr, code := cli(t, "", "fmt", "-d", p); code != 1 || stderr != "" || stdout != wantDiff {
+	if stdout, stderr, code := cli(t, "", "fmt", "-d", p); code != 0 || stderr != "" || stdout != wantDiff {
 		t.Errorf("-d: exit %d, stderr %q, stdout:\n%s\nwant:\n%s", code, stderr, stdout, wantDiff)
 	}
 
@@ -328,6 +334,9 @@ func TestFmtCommand(t *testing.T) {
 		"decision := {\"action\": \"fulfill\"} if {\n\tinput.method == \"tools/list\"\n}\n"
 	if stdout, stderr, code := cli(t, "", "fmt", p); code != 0 || stderr != "" || stdout != formatted {
 		t.Errorf("plain: exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+	if stdout, stderr, code := cli(t, "", "fmt", "--fail", p); code != 2 || stderr != "" || stdout != formatted {
+		t.Errorf("plain --fail: exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
 	}
 
 	// -w on a copy: rewritten in place, permissions kept, nothing left
@@ -362,8 +371,8 @@ func TestFmtCommand(t *testing.T) {
 		{[]string{"fmt", "-l", missing}, "fulfiller: " + missing + ": no such file or directory\n"},
 		{[]string{"fmt", "-x", dir}, "fulfiller: unknown shorthand flag: 'x' in -x\n"},
 	} {
-		if stdout, stderr, code := cli(t, "", tc.args...); code != 2 || stdout != "" || stderr != tc.want {
-			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, stdout, stderr, tc.want)
+		if stdout, stderr, code := cli(t, "", tc.args...); code != 1 || stdout != "" || stderr != tc.want {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 1 (opa fmt's) and %q", tc.args, code, stdout, stderr, tc.want)
 		}
 	}
 }
