@@ -30,6 +30,7 @@ type runFlags struct {
 	shadowData                []string
 	approvers                 []string
 	approverKeys              string
+	promptKey                 string
 	maxPending, maxInflight   int
 	pendingTTL                time.Duration
 	fulfillTimeout            time.Duration
@@ -91,6 +92,7 @@ are given up: the log says how many, and the exit code is 1.`,
 	f.DurationVar(&fl.approvalTimeout, "approval-timeout", 5*time.Minute, "a human's deadline when the policy sets none")
 	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated participant ids)")
 	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" lines: those approvers' answers count only when signed")
+	f.StringVar(&fl.promptKey, "prompt-key", "", "private key `FILE` (fulfiller keys generate --prompt) that signs every approval prompt; approvers pin its public key with approve --fulfiller-keys")
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take (then: reject policy)")
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
 	f.DurationVar(&fl.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to wait for a session to deliver the pending proposals' answers (then: exit 1, naming how many were lost)")
@@ -224,6 +226,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 			return usageErrorf("--approver-keys %v", err)
 		}
 	}
+	// docs/design.md "Proposer identity and grants": signed prompts.
+	promptKey, err := loadPromptKey(fl.promptKey, fl.id, log)
+	if err != nil {
+		return err
+	}
 	if fl.check {
 		if err := fl.ops.check(log); err != nil {
 			return err
@@ -312,7 +319,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	defer sub.Close()
 	// Grants are offered wherever the policy's decision is grantable: the
 	// policy, not a flag, decides whether people may grant.
-	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, OfferGrants: true, Logger: log, Observer: opsRT.approvalObserver()})
+	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, PromptKey: promptKey, OfferGrants: true, Logger: log, Observer: opsRT.approvalObserver()})
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
 	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()
