@@ -71,19 +71,27 @@ into each approver's --fulfiller-keys file (docs/protocol.md#signed-prompts).`,
 	return keys
 }
 
-// loadPromptKey reads run's --prompt-key ("" : none) and says at start
-// which line approvers pin, so an operator can hand it out.
-func loadPromptKey(path, id string, log *slog.Logger) (ed25519.PrivateKey, error) {
+// loadPromptKey reads run's --prompt-key ("": none), as run and --check
+// do.
+func loadPromptKey(path string) (ed25519.PrivateKey, error) {
 	if path == "" {
-		log.Warn("prompts are not signed (no --prompt-key): approvers' clients cannot tell the fulfiller's prompts from forged ones, since the gateway does not authenticate from")
 		return nil, nil
 	}
 	key, err := approver.LoadKey(path)
 	if err != nil {
 		return nil, usageErrorf("--prompt-key %v", err)
 	}
-	log.Info("prompts are signed; approvers pin this line with --fulfiller-keys", "line", approver.PublicLine(id, key))
 	return key, nil
+}
+
+// logPromptKey says at start whether prompts are signed and, when they
+// are, which line approvers pin, so that an operator can hand it out.
+func logPromptKey(log *slog.Logger, id string, key ed25519.PrivateKey) {
+	if key == nil {
+		log.Warn("prompts are not signed (no --prompt-key): approvers' clients cannot tell the fulfiller's prompts from forged ones, since the gateway does not authenticate from")
+		return
+	}
+	log.Info("prompts are signed; approvers pin this line with --fulfiller-keys", "line", approver.PublicLine(id, key))
 }
 
 // loadFulfillerKeys reads approve's --fulfiller-keys ("": none). Every

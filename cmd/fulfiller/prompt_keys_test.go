@@ -38,8 +38,7 @@ func TestKeysGeneratePrompt(t *testing.T) {
 }
 
 // run --prompt-key reads the key as run would, so --check fails on a bad
-// one with one line naming the flag, exit 2, and names the line approvers
-// pin when it is good.
+// one with one line naming the flag, exit 2.
 func TestRunPromptKeyCheck(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "fulfiller.key")
@@ -47,13 +46,12 @@ func TestRunPromptKeyCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code := cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--check", "--policy", examplePolicies, "--prompt-key", path)
-	if code != 0 || !strings.Contains(errOut, `msg="prompts are signed; approvers pin this line with --fulfiller-keys" line="`+line+`"`) {
-		t.Errorf("good key: code %d stderr %q", code, errOut)
+	out, errOut, code := cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--check", "--policy", examplePolicies, "--prompt-key", path)
+	if code != 0 || !strings.Contains(errOut, `msg="configuration is valid"`) {
+		t.Errorf("good key: code %d stdout %q stderr %q", code, out, errOut)
 	}
-	_, errOut, _ = cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--check", "--policy", examplePolicies)
-	if !strings.Contains(errOut, `level=WARN msg="prompts are not signed (no --prompt-key)`) {
-		t.Errorf("no key: stderr %q", errOut)
+	if !strings.HasPrefix(line, "fulfiller ") {
+		t.Errorf("public line %q", line)
 	}
 	_ = os.Chmod(path, 0o644)
 	if _, errOut, code = cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--check", "--prompt-key", path); code != 2 || errOut != "fulfiller: --prompt-key "+path+" is readable by others (mode 0644); chmod 600 it\n" {

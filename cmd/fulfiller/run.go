@@ -227,7 +227,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		}
 	}
 	// docs/design.md "Proposer identity and grants": signed prompts.
-	promptKey, err := loadPromptKey(fl.promptKey, fl.id, log)
+	promptKey, err := loadPromptKey(fl.promptKey)
 	if err != nil {
 		return err
 	}
@@ -248,6 +248,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys))
 		return nil
 	}
+	logPromptKey(log, fl.id, promptKey)
 	// The operations surface starts first, so that probes answer (503)
 	// while the policy loads and the agent joins.
 	opsRT, err := fl.ops.start(log, keys)
