@@ -52,6 +52,8 @@ func (u *Auto) Notify(ev Event) {
 		u.printf("%s is in the space\n", Printable(ev.Fulfiller))
 	case EventFulfillerAbsent:
 		u.printf("%s is not in the space (yet)\n", Printable(ev.Fulfiller))
+	case EventRefused:
+		u.printf("dropped    a prompt claiming to come from %s (%s): %s\n", Printable(ev.Fulfiller), Printable(ev.Request), Printable(errText(ev.Err)))
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/elicit"
 )
 
 // Conn is what the Client needs of the approver's MEW session;
@@ -49,6 +50,12 @@ type Options struct {
 	// Key signs every answer; nil sends them unsigned (fine only where the
 	// fulfiller has no key for this approver).
 	Key ed25519.PrivateKey
+	// FulfillerKeys pins the fulfillers' prompt keys (--fulfiller-keys).
+	// When set, only prompts whose signature verifies under the key of the
+	// fulfiller that signed them are shown; any other is dropped and
+	// reported (EventRefused), and leaves no trace a later prompt could
+	// collide with. Empty: prompts are taken on the gateway's word.
+	FulfillerKeys elicit.Keys
 	// Fulfillers are the participants whose elicitations are shown: one
 	// fulfiller, or every member of a group of fulfillers sharing a state
 	// store, any of which may ask, re-ask (adopt) or end a prompt
@@ -423,6 +430,16 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 		c.cancelled(s, env, req)
 		return
 	}
+	if len(c.opts.FulfillerKeys) > 0 {
+		// Checked before anything is remembered of the prompt: a forgery
+		// must not take an id the real prompt will arrive under
+		// (docs/design.md "Proposer identity and grants").
+		if _, err := elicit.VerifyPrompt(c.opts.FulfillerKeys, env.ID, c.conn.ID(), env.Payload); err != nil {
+			c.log.Warn("elicitation whose signature does not verify under the pinned fulfiller keys; dropped, never shown", "from", env.From, "request", env.ID, "err", err)
+			c.notify(Event{Kind: EventRefused, Fulfiller: env.From, Request: env.ID, Err: err})
+			return
+		}
+	}
 	sum := sha256.Sum256(env.Payload)
 	if first, ok := s.seen.Get(env.ID); ok {
 		// Only the first request with an id is shown. The fulfiller asks
@@ -437,7 +454,17 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 		// re-sends the same envelope id and bytes from itself. The card
 		// stays one card, and the answer goes to the member asking now.
 		switch a, answered := s.mem.get(env.ID); {
+		case first.contested:
+			c.log.Warn("elicitation under a contested id; ignored", "from", env.From, "request", env.ID)
+			return
 		case first.sum != sum:
+			// Two different prompts under one id: one of them is not the
+			// fulfiller's, and which one cannot be told here. An open card
+			// is contested whichever came first (the forgery may arrive
+			// before the real prompt while the link comes back).
+			if c.contest(s, env.ID, env.From, env.ID) {
+				return
+			}
 			c.log.Warn("elicitation with an id seen before but a different content; ignored", "request", env.ID)
 			return
 		case answered:
@@ -454,16 +481,60 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 		// The card ended because the fulfiller left, and the fulfiller,
 		// back, still wants the answer: show it again.
 	}
-	s.seen.Add(env.ID, seenPrompt{sum: sum})
 	card, err := ParseCard(env)
 	if err != nil {
+		s.seen.Add(env.ID, seenPrompt{sum: sum})
 		c.log.Warn("elicitation not understood; ignored", "request", env.ID, "err", err)
 		return
 	}
+	if open := s.withRPCID(card.RPCID); open != nil {
+		// A new envelope id under the JSON-RPC id of an open card: the
+		// fulfiller never does this (docs/design.md rule 11), and an answer
+		// repeats the JSON-RPC id, so it cannot be told which prompt it
+		// answers. Neither is shown as approvable.
+		s.seen.Add(env.ID, seenPrompt{sum: sum, contested: true})
+		c.contest(s, open.RequestID, env.From, env.ID)
+		return
+	}
+	s.seen.Add(env.ID, seenPrompt{sum: sum})
 	if c.replace(s, card) {
 		return
 	}
 	s.queue = append(s.queue, card)
+}
+
+// contest marks the open card with request id contested: another prompt
+// (envelope other, from from) reused its envelope id or JSON-RPC id with
+// different content. Its answers are disabled for good: the card ends
+// (CauseContested, in words for the person), nothing is sent, and every
+// later prompt under its id is ignored. It reports whether such a card
+// was open.
+func (c *Client) contest(s *session, requestID, from, other string) bool {
+	if s.find(requestID) == nil {
+		return false
+	}
+	c.log.Error("two different prompts under one id: someone else sent a prompt in the fulfiller's name; the card is contested and cannot be answered", "request", requestID, "other", other, "from", from)
+	if first, ok := s.seen.Peek(requestID); ok {
+		s.seen.Add(requestID, seenPrompt{sum: first.sum, contested: true})
+	}
+	c.end(s, requestID, End{Cause: CauseContested})
+	return true
+}
+
+// withRPCID returns the open card (shown or queued) whose JSON-RPC id is
+// id, or nil.
+func (s *session) withRPCID(id json.RawMessage) *Card {
+	for _, a := range s.open {
+		if sameValue(a.card.RPCID, id) {
+			return a.card
+		}
+	}
+	for _, q := range s.queue {
+		if sameValue(q.RPCID, id) {
+			return q
+		}
+	}
+	return nil
 }
 
 // readdress makes member from the one a shown or queued card answers to,
@@ -672,11 +743,13 @@ func (c *Client) explainDue(s *session) {
 const seenLimit = 4096
 
 // seenPrompt is what Run remembers of a prompt it showed: the SHA-256 of
-// its payload, and whether it may be shown again (it ended because the
-// fulfiller left).
+// its payload, whether it may be shown again (it ended because the
+// fulfiller left), and whether it is contested (another prompt came under
+// its id with other content: nothing under that id is shown again).
 type seenPrompt struct {
-	sum   [32]byte
-	again bool
+	sum       [32]byte
+	again     bool
+	contested bool
 }
 
 // newSeenPrompts makes the record of shown prompts by elicitation envelope

@@ -34,6 +34,11 @@ const (
 	// still shown or queued here; Event.Peers is every answer seen so
 	// far (a quorum's progress, or who is against it).
 	EventPeers
+	// EventRefused: a prompt claiming to come from Event.Fulfiller was
+	// dropped, never shown, because its signature does not verify under
+	// the pinned fulfiller keys (Options.FulfillerKeys); Event.Request is
+	// its envelope id and Event.Err why. Someone may be forging prompts.
+	EventRefused
 )
 
 // Event is one thing that happened to a card, or to the fulfiller, for a
@@ -46,7 +51,8 @@ type Event struct {
 	Answer    Answer  // EventSent, EventOutcome: what this approver answered
 	Err       error   // EventSent: why the answer was not sent
 	Outcome   Outcome // EventOutcome
-	Fulfiller string  // the participant id of the fulfiller concerned: the one that asked the card (last), sent the outcome, or left, joined or is absent
+	Fulfiller string  // the participant id of the fulfiller concerned: the one that asked the card (last), sent the outcome, or left, joined or is absent; EventRefused: the one the prompt claims to come from
+	Request   string  // EventRefused: the envelope id of the prompt dropped
 	// Peers are the other approvers' answers about the card's proposal
 	// seen so far (EventPeers; and EventEnded, where they say who decided).
 	Peers []PeerAnswer
@@ -55,7 +61,7 @@ type Event struct {
 // Cause is why a card ended without this approver's answer.
 type Cause string
 
-// Causes. Each but CauseFulfillerLeft and CauseReasked comes from the
+// Causes. Each but CauseFulfillerLeft, CauseReasked and CauseContested comes from the
 // reason of the fulfiller's notifications/cancelled; a reason the client does not know
 // is CauseOther, with the reason kept in End.Reason.
 const (
@@ -68,7 +74,12 @@ const (
 	CauseReasked       Cause = "reasked"        // another fulfiller of the group asked it again, under a new prompt shown next
 	CauseShutdown      Cause = "shutdown"       // the fulfiller is shutting down
 	CauseIncapable     Cause = "incapable"      // too few approvers are left to reach the quorum
-	CauseOther         Cause = "other"          // anything else; End.Reason says what
+	// CauseContested: another prompt came under this card's envelope id
+	// or JSON-RPC id with different content. One of the two is not the
+	// fulfiller's and the client cannot tell which, so the card takes no
+	// answer (docs/design.md "Proposer identity and grants").
+	CauseContested Cause = "contested"
+	CauseOther     Cause = "other" // anything else; End.Reason says what
 )
 
 // End is why a card ended: the cause, the raw reason of the fulfiller's
@@ -146,6 +157,8 @@ func (e End) String() string {
 		return "the fulfiller is shutting down"
 	case CauseIncapable:
 		return "too few approvers are left to decide it"
+	case CauseContested:
+		return ContestedText
 	}
 	switch e.Reason {
 	case "":
@@ -155,6 +168,10 @@ func (e End) String() string {
 	}
 	return "ended by the fulfiller (" + e.Reason + ")"
 }
+
+// ContestedText says, for a person, why a contested card cannot be
+// answered and what to do.
+const ContestedText = "contested: someone else sent a different prompt under this id, so this card may not show what the fulfiller asks; it cannot be answered here (nothing was sent). Ask the operator"
 
 // Outcome is what became of a proposal after this approver approved it:
 // fulfilled (the fulfiller sent the call to the tool's owner), or rejected
@@ -213,6 +230,8 @@ func (k EventKind) String() string {
 		return "fulfiller_absent"
 	case EventPeers:
 		return "peers"
+	case EventRefused:
+		return "refused"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

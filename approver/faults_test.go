@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -191,11 +193,13 @@ func (c *recordingConn) last() agent.Envelope {
 }
 
 // promptEnv is an elicitation from the fulfiller to alice with its own
-// envelope id and call.
+// envelope id and call. Its JSON-RPC id is promptRPCID(id): the
+// fulfiller never gives two prompts one JSON-RPC id (docs/design.md
+// rule 11), and a client takes two open prompts under one for a forgery.
 func promptEnv(id, path string) agent.Envelope {
 	params := `{"name":"write_file","arguments":{"path":"` + path + `"}}`
 	digest, _ := elicit.CallDigest("tools/call", []byte(params))
-	payload := `{"jsonrpc":"2.0","id":7,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}},"required":["approve"]},"_meta":{"proposal":{"id":"p","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `"}}}}`
+	payload := `{"jsonrpc":"2.0","id":` + promptRPCID(id) + `,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}},"required":["approve"]},"_meta":{"proposal":{"id":"p","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `"}}}}`
 	return agent.Envelope{ID: id, From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest, Payload: []byte(payload)}
 }
 
@@ -271,4 +275,12 @@ func TestSeenPromptsAreBounded(t *testing.T) {
 	if got := conn.last().CorrelationID.First(); got != "el-0" {
 		t.Fatalf("last answer is to %s, want el-0", got)
 	}
+}
+
+// promptRPCID is the JSON-RPC id promptEnv gives the prompt with envelope
+// id id: one of its own for each envelope id.
+func promptRPCID(id string) string {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return strconv.FormatUint(uint64(h.Sum32()%1_000_000)+1, 10)
 }

@@ -58,11 +58,11 @@ func groupPrompt(from, id, proposal, path string) agent.Envelope {
 	return env
 }
 
-// cancelOf is member from's notifications/cancelled of prompt (JSON-RPC
-// id 7, as promptEnv sends) with reason.
+// cancelOf is member from's notifications/cancelled of prompt (its
+// JSON-RPC id, as promptEnv gave it) with reason.
 func cancelOf(from string, prompt agent.Envelope, reason string) agent.Envelope {
 	return agent.Envelope{From: from, To: []string{"alice"}, Kind: agent.KindRequest, CorrelationID: agent.CorrelationIDs{prompt.ID},
-		Payload: json.RawMessage(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"` + reason + `"}}`)}
+		Payload: json.RawMessage(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + promptRPCID(prompt.ID) + `,"reason":"` + reason + `"}}`)}
 }
 
 // runGroupApprover runs a Client for the group ful-a, ful-b with ui until

@@ -19,8 +19,24 @@ import (
 // approver) and the line that goes into the fulfiller's --approver-keys
 // file.
 func GenerateKey(id string, rand io.Reader) (privatePEM []byte, publicLine string, err error) {
+	return generateKey(id, rand,
+		fmt.Sprintf("# fulfiller approver key of %s. Keep it secret: whoever holds it approves as %s.\n", id, id),
+		"approver", "# The fulfiller's --approver-keys file needs this line:\n")
+}
+
+// GeneratePromptKey makes the key pair a fulfiller signs its prompts with
+// (fulfiller run --prompt-key): the same format as an approver's key. It
+// returns the private key as a PEM file and the line that goes into each
+// approver's --fulfiller-keys file.
+func GeneratePromptKey(fulfillerID string, rand io.Reader) (privatePEM []byte, publicLine string, err error) {
+	return generateKey(fulfillerID, rand,
+		fmt.Sprintf("# fulfiller prompt key of %s. Keep it secret: whoever holds it asks approvers in %s's name.\n", fulfillerID, fulfillerID),
+		"fulfiller", "# Each approver's --fulfiller-keys file needs this line:\n")
+}
+
+func generateKey(id string, rand io.Reader, header, what, lineHeader string) (privatePEM []byte, publicLine string, err error) {
 	if id == "" || strings.ContainsAny(id, " \t\r\n#") {
-		return nil, "", fmt.Errorf("approver id %q: must be non-empty, without spaces or #", id)
+		return nil, "", fmt.Errorf("%s id %q: must be non-empty, without spaces or #", what, id)
 	}
 	pub, priv, err := ed25519.GenerateKey(rand)
 	if err != nil {
@@ -32,8 +48,8 @@ func GenerateKey(id string, rand io.Reader) (privatePEM []byte, publicLine strin
 	}
 	publicLine = id + " " + elicit.EncodePublicKey(pub)
 	var b strings.Builder
-	fmt.Fprintf(&b, "# fulfiller approver key of %s. Keep it secret: whoever holds it approves as %s.\n", id, id)
-	fmt.Fprintf(&b, "# The fulfiller's --approver-keys file needs this line:\n# %s\n", publicLine)
+	b.WriteString(header)
+	fmt.Fprintf(&b, "%s# %s\n", lineHeader, publicLine)
 	if err := pem.Encode(&b, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
 		return nil, "", err
 	}
@@ -48,20 +64,35 @@ func WriteKeyFile(path, id string, rand io.Reader) (publicLine string, err error
 	if err != nil {
 		return "", err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	return line, writeNew(path, data)
+}
+
+// WritePromptKeyFile is WriteKeyFile for a fulfiller's prompt key
+// (GeneratePromptKey).
+func WritePromptKeyFile(path, fulfillerID string, rand io.Reader) (publicLine string, err error) {
+	data, line, err := GeneratePromptKey(fulfillerID, rand)
 	if err != nil {
 		return "", err
+	}
+	return line, writeNew(path, data)
+}
+
+// writeNew writes data to a new file at path, readable by its owner only.
+func writeNew(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		os.Remove(path)
-		return "", err
+		return err
 	}
 	if err := f.Close(); err != nil {
 		os.Remove(path)
-		return "", err
+		return err
 	}
-	return line, nil
+	return nil
 }
 
 // LoadKey reads a private key file written by WriteKeyFile (any PKCS #8

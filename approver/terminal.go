@@ -721,6 +721,10 @@ func (t *Terminal) Notify(ev Event) {
 	f := Printable(ev.Fulfiller)
 	switch ev.Kind {
 	case EventEnded:
+		if ev.End.Cause == CauseContested {
+			t.say(fmt.Sprintf("%s %s — %s\n", st.red("⚠ contested"), ev.Card.Summary(), ev.End))
+			return
+		}
 		t.say(fmt.Sprintf("%s %s — %s\n", st.red("✗ ended"), ev.Card.Summary(), ev.End))
 	case EventSent:
 		if ev.Err != nil {
@@ -742,7 +746,17 @@ func (t *Terminal) Notify(ev Event) {
 		t.say(st.yellow("⚠ "+f+" is not in the space") + ": cards appear when it joins\n")
 	case EventPeers:
 		t.say(fmt.Sprintf("%s %s — %s\n", st.dim("· others"), ev.Card.Summary(), Progress(ev.Card, ev.Peers)))
+	case EventRefused:
+		t.say(st.red("⚠ dropped a prompt") + " claiming to come from " + f + " (" + Printable(ev.Request) + "): " + Printable(errText(ev.Err)) + "; not shown. Someone may be forging prompts: tell the operator\n")
 	}
+}
+
+// errText is err's message, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func lower(b byte) byte {

@@ -78,11 +78,23 @@ func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
 // (in memory) when offerGrants is set.
 func newWorldGrants(t *testing.T, escalation string, keys elicit.Keys, offerGrants bool) *world {
 	t.Helper()
+	return newWorldConfig(t, escalation, elicit.Config{Keys: keys, OfferGrants: offerGrants})
+}
+
+// newWorldConfig is newWorld whose elicitor has cfg (approver keys, a
+// prompt key, grants).
+func newWorldConfig(t *testing.T, escalation string, cfg elicit.Config) *world {
+	t.Helper()
+	offerGrants := cfg.OfferGrants
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
 		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
 		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
 		"tool-token":      {{Kind: "mcp/response"}, {Kind: "chat"}},
 		"human-token":     {{Kind: "mcp/response"}, {Kind: "chat"}},
+		// mallory may send requests (as a tool owner or an agent with
+		// tools may), and writes them in others' names: the gateway does
+		// not authenticate from.
+		"mallory-token": {{Kind: "mcp/request"}, {Kind: "chat"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +119,7 @@ func newWorldGrants(t *testing.T, escalation string, keys elicit.Keys, offerGran
 		t.Fatal(err)
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
-	el := elicit.New(fc, elicit.Config{Keys: keys, OfferGrants: offerGrants})
+	el := elicit.New(fc, cfg)
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	var reg *grants.Registry
 	if offerGrants {

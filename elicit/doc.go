@@ -73,4 +73,14 @@
 // over the elicitation envelope id, the call digest, the action and the
 // canonical (RFC 8785) content; anything else is ignored and logged as a
 // forgery attempt. See Sign, Verify and CallDigest.
+//
+// # Signed prompts
+//
+// Prompts in the fulfiller's name are a claim too. With Config.PromptKey
+// (--prompt-key), every elicitation/create carries an Ed25519 signature in
+// params._meta["fulfiller/signature"] over its envelope id, JSON-RPC id,
+// approver, call digest and canonical params, and approver clients that pin
+// the key show only prompts that verify (docs/design.md "Proposer identity
+// and grants"). The prompt is signed before it is recorded, so asking it
+// again re-sends the same signed bytes. See SignPrompt and VerifyPrompt.
 package elicit

@@ -2,6 +2,7 @@ package elicit
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,12 @@ type Config struct {
 	// (--approver-keys). Answers of other approvers are taken on the
 	// gateway's word.
 	Keys Keys
+	// PromptKey, when set, signs every elicitation/create
+	// (--prompt-key): approvers' clients that pin its public key
+	// (--fulfiller-keys) show only prompts whose signature verifies, since
+	// the gateway does not authenticate from (docs/design.md "Proposer
+	// identity and grants").
+	PromptKey ed25519.PrivateKey
 	// Observer, when set, is told each step with each human. It is called
 	// synchronously and must be quick.
 	Observer func(Event)
@@ -761,10 +768,24 @@ func (x *escalation) newSeat(approver string, chain []string) *seat {
 func (x *escalation) ask(s *seat) {
 	s.delegates = x.delegatesFor(s.approver, s.chain)
 	s.grants = x.grantOffers()
+	m := x.metaFor(s)
 	params := object{
 		{"message", message(x.esc, x.call, x.digest, x.quorum, s.chain)},
 		{"requestedSchema", schema(x.fields, s.delegates, s.grants)},
-		{"_meta", x.metaFor(s)},
+		{"_meta", m},
+	}
+	if key := x.e.cfg.PromptKey; key != nil {
+		// Signed as sent, before it is recorded: a restart or an adopter
+		// re-sends these bytes, and the signature still names this signer.
+		sig, err := SignPrompt(key, s.requestID, mustMarshal(s.rpcID), s.approver, x.digest, mustMarshal(params))
+		if err != nil {
+			s.open = false
+			x.lastErr = fmt.Sprintf("the request to %s could not be signed", s.approver)
+			x.log.Error("elicitation not signed; not sent", "approver", s.approver, "request", s.requestID, "err", err)
+			return
+		}
+		m.add(MetaPromptSignature, object{{"signer", x.e.conn.ID()}, {"signature", sig}})
+		params[2].value = m
 	}
 	payload := object{{"jsonrpc", "2.0"}, {"id", s.rpcID}, {"method", agent.MethodElicitationCreate}, {"params", params}}
 	env := agent.Envelope{ID: s.requestID, To: []string{s.approver}, Kind: agent.KindRequest, Payload: mustMarshal(payload)}

@@ -216,3 +216,140 @@ func LoadKeys(path string) (Keys, error) {
 	}
 	return keys, err
 }
+
+// PromptSignatureDomain starts every signed prompt: a fulfiller's prompt
+// key signs nothing that could be read as an approval or anything else
+// (see docs/protocol.md, "Signed prompts").
+const PromptSignatureDomain = "mew-prompt/v1"
+
+// MetaPromptSignature is the key in an elicitation's params._meta that
+// carries its signature: {"signer": "<fulfiller id>", "signature":
+// "<base64url>"}. It is the one member left out of the signed params.
+const MetaPromptSignature = "fulfiller/signature"
+
+// Errors of prompt signature checks.
+var (
+	ErrPromptUnsigned     = errors.New("the prompt is not signed")
+	ErrPromptUnknownKey   = errors.New("the prompt is signed by a fulfiller whose key is not pinned")
+	ErrPromptBadSignature = errors.New("the prompt's signature does not verify")
+)
+
+// PromptSigningBytes are the exact bytes a fulfiller signs for one
+// elicitation/create, with no trailing newline:
+//
+//	mew-prompt/v1\n<elicitation envelope id>\n<JSON-RPC id>\n<approver>\n<call digest>\n<canonical params>
+//
+// The JSON-RPC id is written as canonical JSON (7, or "abc" with its
+// quotes); params are the request's params without
+// _meta["fulfiller/signature"]. The envelope id, the JSON-RPC id and the
+// approver are outside params, so they are named: a signed prompt cannot
+// be replayed under other ids or to another approver.
+func PromptSigningBytes(requestID string, rpcID json.RawMessage, approver, digest string, params json.RawMessage) ([]byte, error) {
+	id, err := Canonical(rpcID)
+	if err != nil {
+		return nil, fmt.Errorf("prompt JSON-RPC id: %w", err)
+	}
+	if len(id) == 0 || (id[0] != '"' && (id[0] < '0' || id[0] > '9') && id[0] != '-') {
+		return nil, errors.New("prompt JSON-RPC id: not a string or a number")
+	}
+	p, err := Canonical(params)
+	if err != nil {
+		return nil, fmt.Errorf("prompt params: %w", err)
+	}
+	if len(p) == 0 || p[0] != '{' {
+		return nil, fmt.Errorf("prompt params: %w", errNotObject)
+	}
+	for _, part := range []string{requestID, approver, digest} {
+		if strings.ContainsAny(part, "\n") {
+			return nil, errors.New("prompt: an id or digest holds a newline")
+		}
+	}
+	var b bytes.Buffer
+	for _, part := range []string{PromptSignatureDomain, requestID, string(id), approver, digest} {
+		b.WriteString(part)
+		b.WriteByte('\n')
+	}
+	b.Write(p)
+	return b.Bytes(), nil
+}
+
+// SignPrompt signs an elicitation's params (without a signature) for the
+// approver it is addressed to, and returns the signature as base64url
+// without padding, for _meta["fulfiller/signature"].signature.
+func SignPrompt(key ed25519.PrivateKey, requestID string, rpcID json.RawMessage, approver, digest string, params json.RawMessage) (string, error) {
+	msg, err := PromptSigningBytes(requestID, rpcID, approver, digest, params)
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(ed25519.Sign(key, msg)), nil
+}
+
+// VerifyPrompt checks the signature of an elicitation/create payload (as
+// received) sent under envelope id requestID to approver, against the
+// pinned fulfiller keys. It returns the fulfiller whose key signed it.
+// The params must be canonicalizable (no duplicate keys), so that what
+// is verified is what the approver's client reads; the call digest signed
+// is params._meta.proposal.digest, the one the card shows.
+func VerifyPrompt(keys Keys, requestID, approver string, payload json.RawMessage) (signer string, err error) {
+	var req struct {
+		ID     json.RawMessage `json:"id"`
+		Params json.RawMessage `json:"params"`
+	}
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return "", fmt.Errorf("prompt: %w", err)
+	}
+	if _, err := Canonical(req.Params); err != nil {
+		return "", fmt.Errorf("prompt params: %w", err)
+	}
+	var params map[string]json.RawMessage
+	if err := json.Unmarshal(req.Params, &params); err != nil || params == nil {
+		return "", fmt.Errorf("prompt params: %w", errNotObject)
+	}
+	var meta map[string]json.RawMessage
+	if err := json.Unmarshal(params["_meta"], &meta); err != nil || meta == nil {
+		return "", ErrPromptUnsigned
+	}
+	raw, ok := meta[MetaPromptSignature]
+	if !ok {
+		return "", ErrPromptUnsigned
+	}
+	var sig struct {
+		Signer    string `json:"signer"`
+		Signature string `json:"signature"`
+	}
+	if err := json.Unmarshal(raw, &sig); err != nil || sig.Signature == "" {
+		return "", fmt.Errorf("%w: _meta[%q] is not {signer, signature}", ErrPromptBadSignature, MetaPromptSignature)
+	}
+	pub, ok := keys[sig.Signer]
+	if !ok {
+		return "", fmt.Errorf("%w (%q)", ErrPromptUnknownKey, sig.Signer)
+	}
+	var proposal struct {
+		Proposal struct {
+			Digest string `json:"digest"`
+		} `json:"proposal"`
+	}
+	_ = json.Unmarshal(params["_meta"], &proposal)
+	delete(meta, MetaPromptSignature)
+	m, err := json.Marshal(meta)
+	if err != nil {
+		return "", fmt.Errorf("prompt params: %w", err)
+	}
+	params["_meta"] = m
+	rest, err := json.Marshal(params)
+	if err != nil {
+		return "", fmt.Errorf("prompt params: %w", err)
+	}
+	s, err := base64.RawURLEncoding.DecodeString(sig.Signature)
+	if err != nil || len(s) != ed25519.SignatureSize {
+		return "", fmt.Errorf("%w: not %d bytes of base64url", ErrPromptBadSignature, ed25519.SignatureSize)
+	}
+	msg, err := PromptSigningBytes(requestID, req.ID, approver, proposal.Proposal.Digest, rest)
+	if err != nil {
+		return "", err
+	}
+	if !ed25519.Verify(pub, msg, s) {
+		return "", ErrPromptBadSignature
+	}
+	return sig.Signer, nil
+}

@@ -3,6 +3,8 @@ package elicit
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -118,5 +120,83 @@ func TestLoadKeysNamesFileAndLine(t *testing.T) {
 	_, err := LoadKeys(path)
 	if err == nil || err.Error() != path+":2: key of bob: not base64url without padding" {
 		t.Errorf("error %v", err)
+	}
+}
+
+// promptVectorParams are the params of the prompt test vector of
+// docs/protocol.md ("Signed prompts"), as a fulfiller writes them.
+const promptVectorParams = `{"message":"coder wants to call delete_all on fs with {\"confirm\":true,\"path\":\"/var/data\"}. Call digest 029cd4a2f365.","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean","title":"Approve?"}},"required":["approve"]},"_meta":{"proposal":{"id":"p-delete-1","from":"coder","method":"tools/call","params":{"name":"delete_all","arguments":{"path":"/var/data","confirm":true}},"digest":"029cd4a2f3650372e27e288716794b68dfb21e188c737b1feddc399affd4ee32","deadline":"2026-11-22T10:05:00Z"}}}`
+
+// TestPromptSignatureVector is the prompt test vector of docs/protocol.md
+// ("Signed prompts"); the signature was also computed with Python's
+// cryptography package over the bytes written out by hand.
+func TestPromptSignatureVector(t *testing.T) {
+	const (
+		wantPub    = "gTl3Dqh9F19Wo1Rmw0x-zMuNipG07jeiXfYPW4_Js5Q"
+		digest     = "029cd4a2f3650372e27e288716794b68dfb21e188c737b1feddc399affd4ee32"
+		requestID  = "fulfiller-elicit-7"
+		wantCanon  = `{"_meta":{"proposal":{"deadline":"2026-11-22T10:05:00Z","digest":"029cd4a2f3650372e27e288716794b68dfb21e188c737b1feddc399affd4ee32","from":"coder","id":"p-delete-1","method":"tools/call","params":{"arguments":{"confirm":true,"path":"/var/data"},"name":"delete_all"}}},"message":"coder wants to call delete_all on fs with {\"confirm\":true,\"path\":\"/var/data\"}. Call digest 029cd4a2f365.","requestedSchema":{"properties":{"approve":{"title":"Approve?","type":"boolean"}},"required":["approve"],"type":"object"}}`
+		wantSHA256 = "fffa888551f9282b3f926c4cbd6d55eba7076b616a629d1bc1edadd28a467c66"
+		wantSig    = "QxVXrBEaNAEX6yc_NNJmHoUVBSeCqm2hwU82EPtDNFtp-baeefuR3b5B-FZ3BeYfXC-OoyPRhXZoZDcUxAt3Bw"
+	)
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{0x02}, 32))
+	pub := key.Public().(ed25519.PublicKey)
+	if got := EncodePublicKey(pub); got != wantPub {
+		t.Errorf("public key %s, want %s", got, wantPub)
+	}
+	msg, err := PromptSigningBytes(requestID, json.RawMessage(`7`), "alice", digest, json.RawMessage(promptVectorParams))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "mew-prompt/v1\nfulfiller-elicit-7\n7\nalice\n" + digest + "\n" + wantCanon; string(msg) != want {
+		t.Errorf("signed bytes\n%s\nwant\n%s", msg, want)
+	}
+	if sum := sha256.Sum256(msg); hex.EncodeToString(sum[:]) != wantSHA256 {
+		t.Errorf("SHA-256 of the signed bytes %x, want %s", sum, wantSHA256)
+	}
+	sig, err := SignPrompt(key, requestID, json.RawMessage(`7`), "alice", digest, json.RawMessage(promptVectorParams))
+	if err != nil || sig != wantSig {
+		t.Fatalf("signature %s %v, want %s", sig, err, wantSig)
+	}
+
+	keys := Keys{"fulfiller": pub}
+	signed := func(params string) json.RawMessage {
+		return json.RawMessage(`{"jsonrpc":"2.0","id":7,"method":"elicitation/create","params":` + params + `}`)
+	}
+	sigMeta := `"fulfiller/signature":{"signer":"fulfiller","signature":"` + wantSig + `"}`
+	good := strings.Replace(promptVectorParams, `"_meta":{`, `"_meta":{`+sigMeta+`,`, 1)
+	if signer, err := VerifyPrompt(keys, requestID, "alice", signed(good)); err != nil || signer != "fulfiller" {
+		t.Fatalf("verify: %q %v", signer, err)
+	}
+	// The signature is found wherever it sits in _meta, and the key order
+	// and spacing of the rest do not matter (canonical JSON).
+	if _, err := VerifyPrompt(keys, requestID, "alice", signed(strings.Replace(promptVectorParams, `"deadline":"2026-11-22T10:05:00Z"}}`, `"deadline":"2026-11-22T10:05:00Z"}, `+sigMeta+` }`, 1))); err != nil {
+		t.Errorf("signature last in _meta: %v", err)
+	}
+	other, _, _ := ed25519.GenerateKey(nil)
+	for name, tc := range map[string]struct {
+		keys             Keys
+		requestID, alice string
+		payload          json.RawMessage
+		want             error
+	}{
+		"other envelope id":  {keys, "fulfiller-elicit-8", "alice", signed(good), ErrPromptBadSignature},
+		"other approver":     {keys, requestID, "bob", signed(good), ErrPromptBadSignature},
+		"other JSON-RPC id":  {keys, requestID, "alice", json.RawMessage(strings.Replace(string(signed(good)), `"id":7`, `"id":8`, 1)), ErrPromptBadSignature},
+		"other call":         {keys, requestID, "alice", signed(strings.Replace(good, `/var/data"`, `/etc/sudoers"`, 1)), ErrPromptBadSignature},
+		"other message":      {keys, requestID, "alice", signed(strings.Replace(good, `Call digest`, `Digest`, 1)), ErrPromptBadSignature},
+		"unsigned":           {keys, requestID, "alice", signed(promptVectorParams), ErrPromptUnsigned},
+		"signer not pinned":  {keys, requestID, "alice", signed(strings.Replace(good, `"signer":"fulfiller"`, `"signer":"mallory"`, 1)), ErrPromptUnknownKey},
+		"another key pinned": {Keys{"fulfiller": other}, requestID, "alice", signed(good), ErrPromptBadSignature},
+	} {
+		if _, err := VerifyPrompt(tc.keys, tc.requestID, tc.alice, tc.payload); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+	// A duplicate key would let the client read another value than the
+	// one verified.
+	dup := strings.Replace(good, `"message":"coder`, `"message":"x","message":"coder`, 1)
+	if _, err := VerifyPrompt(keys, requestID, "alice", signed(dup)); !errors.Is(err, ErrNotCanonicalizable) {
+		t.Errorf("duplicate key: %v, want ErrNotCanonicalizable", err)
 	}
 }

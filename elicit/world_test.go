@@ -2,6 +2,7 @@ package elicit_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -101,6 +102,8 @@ type worldOptions struct {
 	authenticatesFrom bool
 	// observe, when set, also hears the elicitor's events (a notifier).
 	observe func(elicit.Event)
+	// promptKey signs the fulfiller's prompts (Config.PromptKey).
+	promptKey ed25519.PrivateKey
 }
 
 // world is a whole space on loopback: the in-process gateway, a file tool
@@ -239,7 +242,7 @@ func (w *world) startFulfiller() {
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
 	w.fc = fc
-	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, OfferGrants: opts.offerGrants, Logger: log, Observer: func(e elicit.Event) {
+	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, PromptKey: opts.promptKey, OfferGrants: opts.offerGrants, Logger: log, Observer: func(e elicit.Event) {
 		w.mu.Lock()
 		w.events = append(w.events, e)
 		w.mu.Unlock()

@@ -101,7 +101,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
 		"tool-token":      {{Kind: "mcp/response"}, {Kind: "chat"}},
 		"human-token":     {{Kind: "mcp/response"}, {Kind: "chat"}},
-		"mallory-token":   {{Kind: "mcp/response"}, {Kind: "chat"}},
+		"mallory-token":   {{Kind: "mcp/response"}, {Kind: "mcp/request"}, {Kind: "chat"}},
 	}})
 	if err != nil {
 		t.Fatal(err)

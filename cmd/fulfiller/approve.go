@@ -22,6 +22,7 @@ type approveFlags struct {
 	gateway, space, token, id string
 	tokenFile                 string
 	key                       string
+	fulfillerKeys             string
 	fulfillers                []string
 	auto, reason              string
 	count                     int
@@ -54,6 +55,12 @@ own id, and your answer goes to the member that asked last.
 With --key, every answer is signed with your private key (see "fulfiller keys
 generate"); the fulfiller needs the matching public key in --approver-keys.
 
+With --fulfiller-keys, only requests signed by the fulfiller's prompt key
+(fulfiller run --prompt-key) are shown; any other claiming to come from the
+fulfiller is dropped with a notice. Without it, a request that reuses an open
+card's ids with other content marks that card contested: it cannot be answered,
+and the operator must be asked (the gateway does not authenticate senders).
+
 --web ADDR (e.g. 127.0.0.1:8765) serves the requests as a live page in your
 browser instead of cards here: the first line printed
 is the page's address, with a secret that the page needs (it then keeps it in
@@ -75,6 +82,7 @@ tests; --count stops after that many answers.`,
 	f.StringVar(&fl.tokenFile, "token-file", "", "read your participant token from `FILE` (read once at start, trimmed; mode 0600)")
 	f.StringVar(&fl.id, "id", "", "your approver id, as the policies and the fulfiller's --approvers name you (required)")
 	f.StringVar(&fl.key, "key", "", "private key `FILE` to sign answers with (from fulfiller keys generate)")
+	f.StringVar(&fl.fulfillerKeys, "fulfiller-keys", "", "`FILE` of \"<fulfiller id> <base64url Ed25519 public key>\" lines (fulfiller keys generate --prompt): show only requests signed by those keys")
 	f.StringArrayVar(&fl.fulfillers, "fulfiller", []string{"fulfiller"}, "participant `ID` of the fulfiller whose requests to show, or the ids of the fulfillers of a group (comma-separated or repeated)")
 	f.StringVar(&fl.auto, "auto", "", "answer every request without asking: accept or decline")
 	f.StringVar(&fl.reason, "reason", "", "with --auto: the reason sent with each answer")
@@ -163,6 +171,11 @@ func runApprove(cmd *cobra.Command, fl approveFlags) (retErr error) {
 		}
 	}
 
+	fulKeys, err := loadFulfillerKeys(fl.fulfillerKeys, fl.fulfillers)
+	if err != nil {
+		return err
+	}
+
 	ctx := cmd.Context()
 	var ui approver.UI
 	open := 1
@@ -218,6 +231,10 @@ func runApprove(cmd *cobra.Command, fl approveFlags) (retErr error) {
 	if key != nil {
 		signing = "answers are signed: " + approver.PublicLine(fl.id, key)
 	}
-	fmt.Fprintf(out, "fulfiller approve: in the space at %s as %s; %s.\nWaiting for approval requests from %s. Ctrl-C to stop.\n", fl.gateway, fl.id, signing, strings.Join(fl.fulfillers, ", "))
-	return approver.New(client, ui, approver.Options{Key: key, Fulfillers: fl.fulfillers, Limit: fl.count, Open: open, Logger: log}).Run(ctx, sub.C())
+	prompts := "requests are not signed (no --fulfiller-keys)"
+	if fulKeys != nil {
+		prompts = "only requests signed by the pinned fulfiller keys are shown"
+	}
+	fmt.Fprintf(out, "fulfiller approve: in the space at %s as %s; %s; %s.\nWaiting for approval requests from %s. Ctrl-C to stop.\n", fl.gateway, fl.id, signing, prompts, strings.Join(fl.fulfillers, ", "))
+	return approver.New(client, ui, approver.Options{Key: key, FulfillerKeys: fulKeys, Fulfillers: fl.fulfillers, Limit: fl.count, Open: open, Logger: log}).Run(ctx, sub.C())
 }

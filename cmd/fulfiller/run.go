@@ -33,6 +33,7 @@ type runFlags struct {
 	shadowData                []string
 	approvers                 []string
 	approverKeys              string
+	promptKey                 string
 	maxPending, maxInflight   int
 	pendingTTL                time.Duration
 	fulfillTimeout            time.Duration
@@ -102,6 +103,7 @@ many, and the exit code is 1.`,
 	f.DurationVar(&fl.approvalTimeout, "approval-timeout", 5*time.Minute, "a human's deadline when the policy sets none")
 	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated participant ids)")
 	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" lines: those approvers' answers count only when signed")
+	f.StringVar(&fl.promptKey, "prompt-key", "", "private key `FILE` (fulfiller keys generate --prompt) that signs every approval prompt; approvers pin its public key with approve --fulfiller-keys")
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take (then: reject policy)")
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
 	f.DurationVar(&fl.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to wait for a session to deliver the pending proposals' answers (then: the rejects stay in the --state store for the next run, the rest is lost: exit 1, naming how many)")
@@ -264,6 +266,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 			return fileError("--approver-keys", err)
 		}
 	}
+	// docs/design.md "Proposer identity and grants": signed prompts.
+	promptKey, err := loadPromptKey(fl.promptKey)
+	if err != nil {
+		return err
+	}
 	if fl.check {
 		if err := fl.ops.check(log); err != nil {
 			return err
@@ -288,6 +295,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys), "tool_metadata_entries", meta.Metadata().Len())
 		return nil
 	}
+	logPromptKey(log, fl.id, promptKey)
 	// The operations surface starts first, so that probes answer (503)
 	// while the policy loads and the agent joins.
 	opsRT, err := fl.ops.start(log, keys)
@@ -377,7 +385,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	defer sub.Close()
 	// Grants are offered wherever the policy's decision is grantable: the
 	// policy, not a flag, decides whether people may grant.
-	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, OfferGrants: true, Logger: log, Observer: notifier.observer(opsRT.approvalObserver())})
+	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, PromptKey: promptKey, OfferGrants: true, Logger: log, Observer: notifier.observer(opsRT.approvalObserver())})
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
 	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()

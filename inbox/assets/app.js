@@ -234,7 +234,12 @@ function status(p, v) {
       text = `You ${v.answer}. Outcome: ${v.note}.`;
       p.classList.add(v.outcome === "fulfilled" ? "ok" : "bad");
       break;
-    case "ended": text = `Ended: ${v.note}.`; p.classList.add("bad"); break;
+    case "ended":
+      // A contested card (docs/design.md "Proposer identity and grants"):
+      // said as a warning, not as one more way a prompt ends.
+      text = v.cause === "contested" ? `⚠ ${v.note}.` : `Ended: ${v.note}.`;
+      p.classList.add("bad");
+      break;
   }
   p.textContent = text;
 }

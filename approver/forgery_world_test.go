@@ -1,0 +1,237 @@
+package approver_test
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/spacetest"
+)
+
+// forge posts an envelope as mallory through the gateway's HTTP API,
+// which forwards the body's "id" and "from" as they are: the gateway
+// does not authenticate from.
+func (w *world) forge(body string) {
+	w.t.Helper()
+	url := strings.Replace(w.srv.URL(), "ws://", "http://", 1) + "/participants/mallory/messages"
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer mallory-token")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		w.t.Fatalf("forged post: %s", resp.Status)
+	}
+}
+
+// forgedPrompt is the intruder's elicitation/create: in the fulfiller's
+// name, under the real prompt's envelope id and JSON-RPC id, showing a
+// write of /tmp/notes.txt with that call's own digest, so that the card
+// looks consistent.
+func forgedPrompt(t *testing.T, real agent.Envelope) string {
+	t.Helper()
+	var req struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if err := json.Unmarshal(real.Payload, &req); err != nil {
+		t.Fatal(err)
+	}
+	call := `{"name":"write_file","arguments":{"path":"/tmp/notes.txt","content":"hi"}}`
+	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(call))
+	return `{"protocol":"mew/v0.4","id":"` + real.ID + `","from":"fulfiller","to":["alice"],"kind":"mcp/request","payload":{"jsonrpc":"2.0","id":` + string(req.ID) + `,"method":"elicitation/create","params":{` +
+		`"message":"coder wants to call write_file on fs with {\"path\":\"/tmp/notes.txt\",\"content\":\"hi\"}: production writes need a human. Call digest ` + digest[:12] + `.",` +
+		`"requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean","title":"Approve?"},"reason":{"type":"string","title":"Reason"}},"required":["approve"]},` +
+		`"_meta":{"proposal":{"id":"p-write","from":"coder","method":"tools/call","params":` + call + `,"digest":"` + digest + `","deadline":"2999-01-01T00:00:00Z"},"tool":{"name":"write_file","server":"fs"},"target":"fs",` +
+		`"policy":{"message":"production writes need a human","approvers":["alice"],"quorum":1}}}}}`
+}
+
+// approverReordered runs alice's approver.Client as approver does, but
+// when forgedFirst is set her client sees the forgery before the real
+// prompt, as a client coming back from a lost link may: the first prompt
+// from the gateway is held until another arrives under its envelope id,
+// and then handed over after it. Both are the frames the gateway
+// delivered.
+func (w *world) approverReordered(ui approver.UI, opts approver.Options, forgedFirst bool) {
+	c := w.join("alice", "human-token")
+	sub := c.Subscribe(approver.SubscribeOptions())
+	in := make(chan agent.Envelope)
+	client := approver.New(c, ui, opts)
+	w.wg.Add(2)
+	go func() {
+		defer w.wg.Done()
+		defer sub.Close()
+		_ = client.Run(w.ctx, in)
+	}()
+	go func() {
+		defer w.wg.Done()
+		var held *agent.Envelope
+		pass := func(e agent.Envelope) bool {
+			select {
+			case in <- e:
+				return true
+			case <-w.ctx.Done():
+				return false
+			}
+		}
+		for {
+			var env agent.Envelope
+			select {
+			case env = <-sub.C():
+			case <-w.ctx.Done():
+				return
+			}
+			prompt := env.Kind == agent.KindRequest && strings.Contains(string(env.Payload), `"elicitation/create"`)
+			switch {
+			case forgedFirst && prompt && held == nil:
+				held = &env
+				forgedFirst = false
+				continue
+			case held != nil && prompt && env.ID == held.ID:
+				if !pass(env) || !pass(*held) {
+					return
+				}
+				held = nil
+				continue
+			}
+			if !pass(env) {
+				return
+			}
+		}
+	}()
+}
+
+// The attack of security round 3, row 2, with no keys: whichever of the
+// real prompt and the forgery alice's client sees first, the card is
+// contested and takes no answer, nothing is sent, and the proposal still
+// waits for a human (the operator settles it).
+func TestWorldForgedPromptContested(t *testing.T) {
+	for _, forgedFirst := range []bool{false, true} {
+		name := "forgery after the real prompt"
+		if forgedFirst {
+			name = "forgery before the real prompt"
+		}
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, `{"approvers":["alice"],"message":"production writes need a human"}`, nil)
+			ui := newHoldUI()
+			w.approverReordered(ui, approver.Options{}, forgedFirst)
+			id := w.propose("p-write")
+			real := w.find("the real prompt", func(e agent.Envelope) bool {
+				return e.From == "fulfiller" && strings.Contains(string(e.Payload), `"elicitation/create"`)
+			})
+			if !forgedFirst {
+				ui.card(t)
+			}
+			w.forge(forgedPrompt(t, real))
+			if forgedFirst {
+				ui.card(t)
+			}
+			ev := ui.event(t, approver.EventEnded)
+			if ev.Card.RequestID != real.ID || ev.End.Cause != approver.CauseContested {
+				t.Fatalf("ended %s (%s), want %s contested", ev.Card.RequestID, ev.End.Cause, real.ID)
+			}
+			want := "/srv/prod/motd"
+			if forgedFirst {
+				want = "/tmp/notes.txt"
+			}
+			if got := argumentsPath(ev.Card); got != want {
+				t.Errorf("contested card shows %s, want %s (what alice saw)", got, want)
+			}
+			// The fulfiller asks again when alice's link comes back: still
+			// contested, never a card.
+			w.srv.Drop("alice")
+			spacetest.WaitUntil(t, "the prompt asked again", func() bool {
+				n := 0
+				for _, e := range w.wire.Envelopes() {
+					if e.From == "fulfiller" && e.ID == real.ID && bytes.Equal(e.Payload, real.Payload) {
+						n++
+					}
+				}
+				return n >= 2
+			})
+			w.propose("p-later-marker") // a later prompt: alice's client has handled the re-ask before it
+			later := ui.card(t)
+			if later.Proposal == nil || later.Proposal.ID != "p-later-marker" {
+				t.Fatalf("shown %s, want the p-later-marker card", later.RequestID)
+			}
+			for _, e := range w.wire.Envelopes() {
+				if e.From == "alice" && e.Kind == agent.KindResponse && e.CorrelationID.First() == real.ID {
+					t.Errorf("alice answered the contested prompt: %s", e.Raw)
+				}
+			}
+			if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {
+				t.Errorf("proposal %+v %v, want still awaiting approval", s, ok)
+			}
+		})
+	}
+}
+
+// The same attack with approver keys and signed prompts (--approver-keys,
+// --prompt-key, and --fulfiller-keys on alice's client): the forgery is
+// never shown, whichever comes first; the real card is, alice's signed
+// approval counts, and the real call runs once (the red team's 2/2:
+// the forged card had taken the real one's place, and alice's signed
+// answer was logged as a forgery).
+func TestWorldForgedPromptWithSignedPrompts(t *testing.T) {
+	for _, forgedFirst := range []bool{false, true} {
+		name := "forgery after the real prompt"
+		if forgedFirst {
+			name = "forgery before the real prompt"
+		}
+		t.Run(name, func(t *testing.T) {
+			alicePub, aliceKey, _ := ed25519.GenerateKey(nil)
+			promptPub, promptKey, _ := ed25519.GenerateKey(nil)
+			w := newWorldConfig(t, `{"approvers":["alice"],"message":"production writes need a human"}`,
+				elicit.Config{Keys: elicit.Keys{"alice": alicePub}, PromptKey: promptKey})
+			ui := newHoldUI()
+			w.approverReordered(ui, approver.Options{Key: aliceKey, FulfillerKeys: elicit.Keys{"fulfiller": promptPub}}, forgedFirst)
+			id := w.propose("p-write")
+			real := w.find("the real prompt", func(e agent.Envelope) bool {
+				return e.From == "fulfiller" && strings.Contains(string(e.Payload), `"elicitation/create"`)
+			})
+			var c *approver.Card
+			if !forgedFirst {
+				c = ui.card(t)
+			}
+			w.forge(forgedPrompt(t, real))
+			refused := ui.event(t, approver.EventRefused)
+			if refused.Request != real.ID {
+				t.Errorf("refused %s, want the forgery under %s", refused.Request, real.ID)
+			}
+			if forgedFirst {
+				c = ui.card(t)
+			}
+			if got := argumentsPath(c); got != "/srv/prod/motd" || c.RequestID != real.ID {
+				t.Fatalf("shown %s %s, want the real card", c.RequestID, got)
+			}
+			ui.release <- approve
+			if out := w.outcome(id); !out.Fulfilled {
+				t.Fatalf("outcome %+v, want fulfilled", out)
+			}
+			ans := w.find("alice's answer", func(e agent.Envelope) bool {
+				return e.From == "alice" && e.Kind == agent.KindResponse && e.CorrelationID.First() == real.ID
+			})
+			action, content := spacetest.ElicitResult(t, ans)
+			if err := elicit.Verify(alicePub, real.ID, c.Proposal.Digest, action, content); err != nil {
+				t.Errorf("alice's answer does not verify: %v", err)
+			}
+			w.fulfilledOnWire(id)
+			if got := ui.askedIDs(); len(got) != 1 {
+				t.Errorf("alice was shown %v, want the real card only", got)
+			}
+			for _, ev := range ui.snapshot() {
+				if ev.Kind == approver.EventEnded {
+					t.Errorf("card ended (%s)", ev.End.Cause)
+				}
+			}
+		})
+	}
+}
