@@ -338,24 +338,66 @@ func snapshot(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueE
 		ctx, cancel = context.WithTimeout(ctx, defaultOpTimeout)
 		defer cancel()
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	// A watcher's consumer may sit on a replica that lags the stream's
+	// leader: its "all current values" marker can come before a value
+	// the leader already acknowledged (seen as Members missing a member
+	// whose lease was written). The leader says how many keys hold a
+	// value; the snapshot waits, briefly, until the watcher has shown
+	// that many.
+	want := uint64(0)
+	if st, err := kv.Status(ctx); err == nil {
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			want = bs.StreamInfo().State.NumSubjects
+		}
+	}
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer w.Stop()
-	var out []jetstream.KeyValueEntry
+	latest := map[string]jetstream.KeyValueEntry{}
+	var order []string
+	caughtUp := false
+	var lag <-chan time.Time
 	for {
+		if caughtUp && uint64(len(latest)) >= want {
+			break
+		}
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
 				return nil, errors.New("watcher closed")
 			}
-			if e == nil { // all current values delivered
-				return out, nil
+			if e == nil { // all current values delivered, as this replica knows them
+				caughtUp = true
+				if uint64(len(latest)) < want {
+					t := time.NewTimer(snapshotLag)
+					defer t.Stop()
+					lag = t.C
+				}
+				continue
 			}
-			out = append(out, e)
+			if _, seen := latest[e.Key()]; !seen {
+				order = append(order, e.Key())
+			}
+			latest[e.Key()] = e
+		case <-lag:
+			// A key the leader counted may have been removed since
+			// (expired, purged): what the watcher has is the snapshot.
+			caughtUp, want = true, 0
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
+	var out []jetstream.KeyValueEntry
+	for _, k := range order {
+		if e := latest[k]; e.Operation() == jetstream.KeyValuePut {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
+
+// snapshotLag bounds how long a snapshot waits for a lagging replica to
+// show the keys its leader counts.
+const snapshotLag = 2 * time.Second
