@@ -88,8 +88,8 @@ type Decision struct {
 	// not change.
 	EscalateTo []Tier
 	Extra      map[string]any // unknown decision fields, kept for the decision log
-	Revision        string         // revision of the policy set that decided
-	Err             error          // why this is a fail-closed reject; nil for a policy's own decision
+	Revision   string         // revision of the policy set that decided
+	Err        error          // why this is a fail-closed reject; nil for a policy's own decision
 }
 
 // decisionFields are the decision keys the policy contract defines; any
