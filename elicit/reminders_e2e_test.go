@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,5 +267,41 @@ func TestE2EWithdrawnStopsReminders(t *testing.T) {
 	}
 	if w.el.Open() != 0 {
 		t.Errorf("%d escalations still open", w.el.Open())
+	}
+}
+
+// The reminders and tiers are kept with the escalation's record: after
+// kill -9 and a restart on the same DIR state store they count from when
+// the escalation first asked, not from the restart. A tier whose time
+// passed while the fulfiller was down is asked at once, with the
+// unchanged deadline; a reminder whose time passed is not sent late.
+func TestE2ETierSurvivesRestart(t *testing.T) {
+	w := newWorld(t, worldOptions{stateDir: t.TempDir(), escalation: tieredEscalation})
+	id := w.propose("p-write", writeCall)
+	ea := w.ask("alice")
+	deadline := deadlineOf(t, ea)
+	w.crashFulfiller()
+	if len(w.eventsOf(elicit.EventReminded)) != 0 {
+		t.Fatal("the crash came after the reminder: the test cannot tell what the restart does")
+	}
+	waitPast(deadline.Add(-10*time.Second + 700*time.Millisecond)) // past the reminder and the tier
+	w.startFulfiller()
+
+	if again := w.ask("alice"); again.ID != ea.ID || string(again.Payload) != string(ea.Payload) {
+		t.Errorf("alice asked again as %s %s", again.ID, again.Payload)
+	}
+	eb := w.ask("bob")
+	if got := deadlineOf(t, eb); !got.Equal(deadline) {
+		t.Errorf("bob's deadline %s, want alice's %s", got, deadline)
+	}
+	if !strings.Contains(string(eb.Payload), `"policy":{"message":"production writes need a human","approvers":["alice","bob"],"quorum":1}`) {
+		t.Errorf("bob's prompt does not list both approvers: %s", eb.Payload)
+	}
+	w.answer("bob", eb, `{"action":"accept","content":{"approve":true}}`)
+	if out := w.outcome(id); !out.Fulfilled {
+		t.Fatalf("outcome %+v", out)
+	}
+	if n := len(w.eventsOf(elicit.EventReminded)); n != 0 {
+		t.Errorf("%d reminders sent late after the restart", n)
 	}
 }
