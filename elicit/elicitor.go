@@ -1200,6 +1200,18 @@ func (x *escalation) settle() (fulfill.Verdict, bool) {
 			pending[s.approver] = true
 		}
 	}
+	// Tiers still to come can bring the quorum too: the escalation waits
+	// for them rather than giving up before they are asked.
+	for _, st := range x.plan {
+		if st.tier == nil {
+			continue
+		}
+		for _, a := range st.tier.Approvers {
+			if a != x.esc.Proposal.From && !approved[a] && !x.answered[a] {
+				pending[a] = true
+			}
+		}
+	}
 	if best+len(pending) >= x.quorum {
 		return fulfill.Verdict{}, false
 	}

@@ -305,3 +305,25 @@ func TestE2ETierSurvivesRestart(t *testing.T) {
 		t.Errorf("%d reminders sent late after the restart", n)
 	}
 }
+
+// A tier still to come can bring the quorum: when alice's client cannot
+// show the prompt, the escalation waits for bob's tier instead of giving
+// up, and bob's approval decides.
+func TestE2ETierStillToComeKeepsTheEscalationOpen(t *testing.T) {
+	w := newWorld(t, worldOptions{escalation: tieredEscalation})
+	id := w.propose("p-write", writeCall)
+	ea := w.ask("alice")
+	payload := `{"jsonrpc":"2.0","id":` + string(rpcID(t, ea)) + `,"error":{"code":-32601,"message":"elicitation not supported"}}`
+	if _, err := w.humans["alice"].client.Send(context.Background(), agent.Envelope{To: []string{"fulfiller"}, Kind: agent.KindResponse,
+		CorrelationID: agent.CorrelationIDs{ea.ID}, Payload: json.RawMessage(payload)}); err != nil {
+		t.Fatal(err)
+	}
+	eb := w.ask("bob")
+	w.answer("bob", eb, `{"action":"accept","content":{"approve":true}}`)
+	if out := w.outcome(id); !out.Fulfilled {
+		t.Fatalf("outcome %+v", out)
+	}
+	if by := w.approvedBy(id); !slices.Equal(by, []string{"bob"}) {
+		t.Errorf("approved by %v", by)
+	}
+}
