@@ -362,3 +362,30 @@ func TestCardShowsAProposersDeadline(t *testing.T) {
 		t.Errorf("card without the hint:\n%s", got)
 	}
 }
+
+// A card says who else has been asked: with one approval needed, any of
+// the approvers the prompt lists (an escalate_to tier's prompt lists
+// the earlier approvers too); with more, how many of whom.
+func TestCardShowsWhoElseIsAsked(t *testing.T) {
+	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
+	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	card := func(policy string) string {
+		env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2030-01-01T00:01:00Z"},"policy":` + policy + `}}}`)}
+		c, err := approver.ParseCard(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		c.Render(&b, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), false)
+		return b.String()
+	}
+	if got := card(`{"approvers":["alice","oncall-lead"],"quorum":1}`); !strings.Contains(got, "\n  asked      any 1 of alice, oncall-lead\n") || strings.Contains(got, "needs") {
+		t.Errorf("card:\n%s", got)
+	}
+	if got := card(`{"approvers":["alice","bob","oncall-lead"],"quorum":2}`); !strings.Contains(got, "\n  needs      2 approvals of alice, bob, oncall-lead\n") || strings.Contains(got, "asked") {
+		t.Errorf("card:\n%s", got)
+	}
+	if got := card(`{"approvers":["alice"],"quorum":1}`); strings.Contains(got, "asked") || strings.Contains(got, "needs") {
+		t.Errorf("a card for its only approver names nobody else:\n%s", got)
+	}
+}

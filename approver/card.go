@@ -376,6 +376,10 @@ func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 	line("policy", p(c.Policy.Message))
 	if c.Policy.Quorum > 1 {
 		line("needs", fmt.Sprintf("%d approvals of %s", c.Policy.Quorum, p(strings.Join(c.Policy.Approvers, ", "))))
+	} else if len(c.Policy.Approvers) > 1 {
+		// Who else has been asked (a decision's escalate_to adds
+		// approvers as it goes): any one of them decides.
+		line("asked", "any 1 of "+p(strings.Join(c.Policy.Approvers, ", ")))
 	}
 	if c.Proposal != nil {
 		d := p(elicit.ShortDigest(c.Proposal.Digest))

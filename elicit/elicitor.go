@@ -1,6 +1,7 @@
 package elicit
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -381,6 +382,11 @@ type escalation struct {
 	cancelReason string
 	finished     bool // done has been (or is being) called
 
+	// plan is what the decision's reminders and escalate_to still have to
+	// do, earliest first; each step is done once, at x.since + at.
+	plan  []step
+	since time.Time // when the reminders and tiers count from
+
 	call      call
 	digest    string
 	approvers []string // who may answer: the decision's approvers, else the defaults
@@ -437,8 +443,20 @@ func (x *escalation) run(ctx context.Context) {
 	x.announceOpen()
 	timer := time.NewTimer(x.esc.Deadline.Sub(x.e.cfg.Now()))
 	defer timer.Stop()
+	// The reminders and tiers share one timer, set to whichever is next:
+	// this goroutine owns it, so nothing fires after the escalation ends.
+	sched := time.NewTimer(time.Hour)
+	sched.Stop() // no stale fire since Go 1.23: Reset sets it afresh
+	defer sched.Stop()
+	x.schedule(sched)
 	for {
 		select {
+		case <-sched.C:
+			if v, end := x.due(); end {
+				x.finish(v)
+				return
+			}
+			x.schedule(sched)
 		case env := <-x.inbox:
 			if v, end := x.answer(env); end {
 				x.finish(v)
@@ -464,6 +482,148 @@ func (x *escalation) run(ctx context.Context) {
 			x.outcome, x.outcomeWhy = OutcomeCancelled, "shutdown"
 			return
 		}
+	}
+}
+
+// step is one reminder (tier nil) or one tier of escalate_to.
+type step struct {
+	at   time.Duration
+	tier *policies.Tier
+}
+
+// plan lays out the decision's reminders and tiers in time order, from
+// since (the escalation's start; after a restart, when its first prompt
+// was sent). Steps not before the deadline are dropped, with a log line:
+// the prompt has ended by then (the policy's timeout is checked when it
+// is written, but the deadline may be --approval-timeout or the
+// proposer's own, sooner one). Steps whose time passed while the
+// escalation was not held (a restart) are returned as passed: their
+// tiers are asked at once; their reminders are not sent late.
+func (x *escalation) makePlan(since, now time.Time) (passed []step) {
+	d := x.esc.Decision
+	x.since = since
+	var all []step
+	for _, r := range d.Reminders {
+		all = append(all, step{at: r})
+	}
+	for i := range d.EscalateTo {
+		all = append(all, step{at: d.EscalateTo[i].After, tier: &d.EscalateTo[i]})
+	}
+	// Stable: at the same time, reminders (listed first) go before the
+	// tier, so a reminder is not also sent to those just asked.
+	slices.SortStableFunc(all, func(a, b step) int { return cmp.Compare(a.at, b.at) })
+	for _, st := range all {
+		when := since.Add(st.at)
+		switch {
+		case !when.Before(x.esc.Deadline):
+			what := "reminder"
+			if st.tier != nil {
+				what = "escalate_to tier"
+			}
+			x.log.Warn(what+" not before the deadline; it will not happen", "after", st.at, "deadline", x.esc.Deadline)
+		case !when.After(now):
+			passed = append(passed, st)
+		default:
+			x.plan = append(x.plan, st)
+		}
+	}
+	return passed
+}
+
+// schedule sets t to the next step of the plan; t has fired or is new.
+func (x *escalation) schedule(t *time.Timer) {
+	if len(x.plan) == 0 {
+		return
+	}
+	t.Reset(x.since.Add(x.plan[0].at).Sub(x.e.cfg.Now()))
+}
+
+// due does every step whose time has come.
+func (x *escalation) due() (fulfill.Verdict, bool) {
+	now := x.e.cfg.Now()
+	for len(x.plan) > 0 && !x.since.Add(x.plan[0].at).After(now) {
+		st := x.plan[0]
+		x.plan = x.plan[1:]
+		if st.tier == nil {
+			x.remind(st.at)
+			continue
+		}
+		x.escalateTo(*st.tier, true)
+	}
+	return x.settle()
+}
+
+// remind announces the escalation again (prompt.reminder) to the
+// approvers still waited for. Nothing goes on the wire: an approver's
+// client already shows the open prompt, and asking it again with the
+// same ids is ignored by design (approver.Client shows a question once).
+func (x *escalation) remind(at time.Duration) {
+	waiting := x.waitingFor()
+	if len(waiting) == 0 {
+		return
+	}
+	x.log.Info("reminder: the prompt is still open", "after", at, "waiting_for", waiting)
+	x.emit(Event{Kind: EventReminded, ProposalID: x.id, Prompt: x.prompt(waiting)})
+}
+
+// waitingFor are the approvers whose answer could still come: those with
+// an open prompt, then listed approvers not asked yet (away from the
+// space) who have not answered; never the proposer.
+func (x *escalation) waitingFor() []string {
+	var out []string
+	for _, s := range x.order {
+		if s.open && !slices.Contains(out, s.approver) {
+			out = append(out, s.approver)
+		}
+	}
+	for _, a := range x.approvers {
+		if a != x.esc.Proposal.From && !x.answered[a] && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// escalateTo makes a tier's approvers approvers of this escalation too:
+// each counts toward the same quorum, once, and the deadline stays.
+// Those in the space are asked now; the others when they come in (a
+// listed approver who joins is asked: askAgain). Their prompts, and
+// every prompt sent from now on, list all the approvers so far in
+// _meta.policy.approvers. announce: tell the observer (prompt.escalated);
+// not for a tier whose time passed during a restart, which the resumed
+// escalation's prompt.opened already names.
+func (x *escalation) escalateTo(t policies.Tier, announce bool) {
+	var added []string
+	for _, a := range t.Approvers {
+		if !slices.Contains(x.approvers, a) {
+			added = append(added, a)
+		}
+	}
+	if len(added) == 0 {
+		return
+	}
+	x.approvers = append(slices.Clone(x.approvers), added...)
+	var asked []*seat
+	for _, a := range added {
+		switch {
+		case a == x.esc.Proposal.From:
+			x.log.Warn("the proposer is listed as an approver of its own proposal; not asked", "approver", a)
+			x.emit(Event{Kind: EventSkipped, ProposalID: x.id, Approver: a, Reason: "the proposer cannot approve its own proposal"})
+		case x.answered[a] || x.holdsOpen(a):
+			// Already asked as a delegate: one prompt each.
+		case !x.e.online(a):
+			x.log.Info("escalated to an approver not in the space; asked when they come in", "approver", a)
+			x.emit(Event{Kind: EventSkipped, ProposalID: x.id, Approver: a, Reason: "not in the space"})
+		default:
+			asked = append(asked, x.newSeat(a, nil))
+		}
+	}
+	x.log.Info("escalated", "after", t.After, "approvers", added, "deadline", x.esc.Deadline)
+	if announce {
+		x.emit(Event{Kind: EventEscalated, ProposalID: x.id, Prompt: x.prompt(added)})
+	}
+	for _, s := range asked {
+		x.ask(s)
 	}
 }
 
@@ -594,6 +754,7 @@ func (x *escalation) start() (fulfill.Verdict, bool) {
 	if len(x.esc.Prompts) > 0 || len(x.esc.Approvals) > 0 {
 		return x.resume()
 	}
+	x.makePlan(x.started, x.started)
 
 	var online []string
 	for _, a := range x.approvers {
@@ -627,6 +788,25 @@ func (x *escalation) start() (fulfill.Verdict, bool) {
 // JSON-RPC ids, so the approver's client sees the same question and an
 // answer to the earlier copy (sent to whoever asked it, seen by all) counts.
 func (x *escalation) resume() (fulfill.Verdict, bool) {
+	// The reminders and tiers count from when the escalation first asked
+	// (its earliest recorded prompt): a restart does not start them over.
+	since := x.started
+	for _, pr := range x.esc.Prompts {
+		if !pr.Sent.IsZero() && pr.Sent.Before(since) {
+			since = pr.Sent
+		}
+	}
+	for _, st := range x.makePlan(since, x.started) {
+		if st.tier != nil {
+			// Listed before the prompts are taken up, so that askAgain
+			// asks those of them who hold no prompt yet.
+			for _, a := range st.tier.Approvers {
+				if !slices.Contains(x.approvers, a) {
+					x.approvers = append(slices.Clone(x.approvers), a)
+				}
+			}
+		}
+	}
 	for _, a := range x.esc.Approvals {
 		if x.answered[a.Approver] {
 			continue // one approver counts once
@@ -1039,6 +1219,18 @@ func (x *escalation) settle() (fulfill.Verdict, bool) {
 	for _, s := range x.order {
 		if s.open && !approved[s.approver] {
 			pending[s.approver] = true
+		}
+	}
+	// Tiers still to come can bring the quorum too: the escalation waits
+	// for them rather than giving up before they are asked.
+	for _, st := range x.plan {
+		if st.tier == nil {
+			continue
+		}
+		for _, a := range st.tier.Approvers {
+			if a != x.esc.Proposal.From && !approved[a] && !x.answered[a] {
+				pending[a] = true
+			}
 		}
 	}
 	if best+len(pending) >= x.quorum {

@@ -19,11 +19,21 @@ const (
 	EventIgnored    EventKind = "ignored"     // an answer did not count: Reason says why, From who sent it
 	EventForgery    EventKind = "forgery"     // an unsigned or badly signed answer for a keyed approver
 
-	// EventOpened and EventEnded are about the escalation as a whole
-	// (Approver is empty, Prompt is set): the notifier (run --notify)
-	// turns them into prompt.opened and prompt.ended.
+	// EventOpened, EventReminded, EventEscalated and EventEnded are about
+	// the escalation as a whole (Approver is empty, Prompt is set): the
+	// notifier (run --notify) turns them into prompt.opened,
+	// prompt.reminder, prompt.escalated and prompt.ended.
 	EventOpened EventKind = "opened" // the first prompts went out (Prompt.Asked), or a resumed escalation asked again
-	EventEnded  EventKind = "ended"  // an opened escalation ended: Outcome says how, Reason why
+	// EventReminded: a reminder time of the decision came while the
+	// escalation was open; Prompt.Asked are the approvers still waited
+	// for.
+	EventReminded EventKind = "reminded"
+	// EventEscalated: a tier of the decision's escalate_to came while
+	// the escalation was open; Prompt.Asked are that tier's approvers
+	// (asked now, or when they come into the space), Prompt.Deadline the
+	// escalation's unchanged deadline.
+	EventEscalated EventKind = "escalated"
+	EventEnded     EventKind = "ended" // an opened escalation ended: Outcome says how, Reason why
 )
 
 // Outcomes of EventEnded besides a verdict's reject reason (disagree,
@@ -43,8 +53,9 @@ type Prompt struct {
 	Target   string // the participant that carries the call out (the server)
 	Digest   string // the call digest (CallDigest), in full
 	// Asked are the approvers who were sent the prompt (EventOpened: the
-	// prompts open then; EventEnded: everyone asked along the way,
-	// delegates included).
+	// prompts open then; EventReminded: those still waited for;
+	// EventEscalated: the tier's approvers; EventEnded: everyone asked
+	// along the way, delegates and tiers included).
 	Asked    []string
 	Quorum   int
 	Deadline time.Time
@@ -69,7 +80,8 @@ type Event struct {
 	Reason     string // the human's reason, why a prompt was cancelled, or why an answer was ignored
 	To         string // EventDelegated: the approver it went to
 
-	// Prompt: EventOpened and EventEnded, the escalation as a whole.
+	// Prompt: EventOpened, EventReminded, EventEscalated and EventEnded,
+	// the escalation as a whole.
 	Prompt *Prompt
 	// Outcome: EventEnded, OutcomeApproved, OutcomeCancelled or the
 	// verdict's reject reason; Reason then carries the why.

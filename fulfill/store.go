@@ -89,8 +89,12 @@ type storedDecision struct {
 	TaskTimeout time.Duration       `json:"task_timeout,omitempty"`
 	// NotifyArguments survives a restart: the notifications of a resumed
 	// escalation show the arguments only when the decision allowed it.
-	NotifyArguments bool   `json:"notify_arguments,omitempty"`
-	Revision        string `json:"revision,omitempty"`
+	NotifyArguments bool `json:"notify_arguments,omitempty"`
+	// Reminders and EscalateTo survive a restart: the resumed escalation
+	// keeps its schedule (docs/design.md "Reaching approvers").
+	Reminders  []time.Duration `json:"reminders,omitempty"`
+	EscalateTo []policies.Tier `json:"escalate_to,omitempty"`
+	Revision   string          `json:"revision,omitempty"`
 	// Route is the participant routing chose to carry the call out.
 	Route string `json:"route,omitempty"`
 	// Params are the params to fulfil once approved (edited or as
@@ -102,14 +106,14 @@ type storedDecision struct {
 func storeDecision(d policies.Decision, route string, params json.RawMessage, by []string) json.RawMessage {
 	b, _ := json.Marshal(storedDecision{Action: d.Action, Reason: d.Reason, Message: d.Message, Target: d.Target,
 		Approvers: d.Approvers, Quorum: d.Quorum, Timeout: d.Timeout, Editable: d.Editable, Grantable: d.Grantable, Revision: d.Revision,
-		Task: d.Task, TaskTimeout: d.TaskTimeout, NotifyArguments: d.NotifyArguments, Route: route, Params: params, ApprovedBy: by})
+		Task: d.Task, TaskTimeout: d.TaskTimeout, NotifyArguments: d.NotifyArguments, Reminders: d.Reminders, EscalateTo: d.EscalateTo, Route: route, Params: params, ApprovedBy: by})
 	return b
 }
 
 func (s storedDecision) decision() policies.Decision {
 	return policies.Decision{Action: s.Action, Reason: s.Reason, Message: s.Message, Target: s.Target,
 		Approvers: s.Approvers, Quorum: s.Quorum, Timeout: s.Timeout, Editable: s.Editable, Grantable: s.Grantable, Revision: s.Revision,
-		Task: s.Task, TaskTimeout: s.TaskTimeout, NotifyArguments: s.NotifyArguments}
+		Task: s.Task, TaskTimeout: s.TaskTimeout, NotifyArguments: s.NotifyArguments, Reminders: s.Reminders, EscalateTo: s.EscalateTo}
 }
 
 func (f *Fulfiller) storeContext() (context.Context, context.CancelFunc) {

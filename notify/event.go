@@ -11,9 +11,8 @@ import (
 // Type names what an event announces.
 type Type string
 
-// The event types. Reminder and Escalated are defined for receivers to
-// switch on but are not sent yet: they come with escalation reminders and
-// tiers (docs/design.md, "Reaching approvers").
+// The event types. Reminder and Escalated come from a decision's
+// reminders and escalate_to (docs/design.md, "Reaching approvers").
 const (
 	PromptOpened    Type = "prompt.opened"
 	PromptReminder  Type = "prompt.reminder"
@@ -59,6 +58,10 @@ func eventOf(e elicit.Event, space, inbox string) (Event, bool) {
 	switch e.Kind {
 	case elicit.EventOpened:
 		typ = PromptOpened
+	case elicit.EventReminded:
+		typ = PromptReminder
+	case elicit.EventEscalated:
+		typ = PromptEscalated
 	case elicit.EventEnded:
 		typ = PromptEnded
 	default:

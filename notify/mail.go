@@ -117,7 +117,7 @@ func (m *Mail) Message(ev Event, to []string) (*gomail.Msg, error) {
 		subject = fmt.Sprintf("[fulfiller] %s: %s", ending(ev), what(ev))
 		fmt.Fprintf(&b, "The prompt is closed: %s.\n\n%s.\n", ending(ev), what(ev))
 	default:
-		subject = "[fulfiller] approval needed: " + what(ev)
+		subject = "[fulfiller] " + strings.ToLower(headline(ev.Type)) + ": " + what(ev)
 		fmt.Fprintf(&b, "%s, and needs %d approval(s) from: %s.\n\n", what(ev), ev.Quorum, m.names(ev.Approvers))
 		fmt.Fprintf(&b, "Answer before %s.\n", deadline(ev.Deadline))
 	}

@@ -53,7 +53,7 @@ func (s *Slack) Message(ev Event) *slack.WebhookMessage {
 	case PromptEnded:
 		fmt.Fprintf(&b, "*Prompt ended: %s.* %s.", esc(ending(ev)), esc(what(ev)))
 	default:
-		fmt.Fprintf(&b, "*Approval needed:* %s.", esc(what(ev)))
+		fmt.Fprintf(&b, "*%s:* %s.", headline(ev.Type), esc(what(ev)))
 		fmt.Fprintf(&b, "\nAsked: %s (%d needed) · until %s", s.mentions(ev.Approvers), ev.Quorum, deadline(ev.Deadline))
 	}
 	fmt.Fprintf(&b, "\nProposal `%s` · call digest `%s`", esc(ev.Proposal), ev.Digest)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/notify"
 )
 
@@ -94,6 +95,36 @@ func TestLoadDirectory(t *testing.T) {
 		_, err := notify.LoadDirectory(writeFile(t, "dir.yaml", text))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", text, err, want)
+		}
+	}
+}
+
+// A reminder and an escalation read as such, and mention the approvers
+// they are for; the deadline is the prompt's, unchanged.
+func TestSlackReminderAndEscalated(t *testing.T) {
+	bodies := make(chan string, 4)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies <- string(b)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	dir := notify.Directory{"lead": {Slack: "U0LEAD"}}
+	tg := target(t, "slack://"+strings.TrimPrefix(srv.URL, "https://")+"/services/T0/B0/key", notify.Options{Directory: dir, HTTPClient: srv.Client()})
+	n := notify.New(notify.Config{Targets: []notify.Target{tg}})
+	run(t, n)
+	rem := opened("")
+	rem.Kind, rem.Prompt.Asked = elicit.EventReminded, []string{"alice"}
+	n.Observe(rem)
+	esc := opened("")
+	esc.Kind, esc.Prompt.Asked = elicit.EventEscalated, []string{"lead"}
+	n.Observe(esc)
+	for _, want := range []string{
+		`{"text":"*Reminder: approval still needed:* coder wants to call write_file on fs.\nAsked: alice (1 needed) · until 2026-11-22 10:15:00 UTC\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`,
+		`{"text":"*Escalated to you: approval needed:* coder wants to call write_file on fs.\nAsked: \u003c@U0LEAD\u003e (1 needed) · until 2026-11-22 10:15:00 UTC\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`,
+	} {
+		if got := <-bodies; got != want {
+			t.Errorf("\n got %s\nwant %s", got, want)
 		}
 	}
 }

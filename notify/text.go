@@ -70,3 +70,15 @@ func arguments(raw json.RawMessage) string {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	return string(b)
 }
+
+// headline says what an open prompt's event asks of its reader: a
+// reminder and an escalation read differently from the first call.
+func headline(t Type) string {
+	switch t {
+	case PromptReminder:
+		return "Reminder: approval still needed"
+	case PromptEscalated:
+		return "Escalated to you: approval needed"
+	}
+	return "Approval needed"
+}

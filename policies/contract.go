@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -196,6 +197,7 @@ func checkDecisionObject(t *ast.Term, isDecision, strict bool, report func(code 
 			report(ContractError, n.Location, malformed("notify_arguments", "only an escalate decision notifies approvers, this one is %s", string(s)).Error())
 		}
 	}
+	checkReachingObject(obj, action, report)
 	q, a := obj.Get(ast.InternedTerm("quorum")), obj.Get(ast.InternedTerm("approvers"))
 	if q != nil && a != nil && isConstant(q) && isConstant(a) {
 		probe := ast.NewObject(ast.Item(ast.InternedTerm("action"), ast.StringTerm(string(Escalate))),
@@ -226,4 +228,36 @@ func isConstant(t *ast.Term) bool {
 		return !v.Until(func(k, e *ast.Term) bool { return !isConstant(k) || !isConstant(e) })
 	}
 	return false
+}
+
+// checkReachingObject reports what parseDecision would refuse between
+// reminders or escalate_to and the keys they depend on (the action, the
+// timeout, the approvers), on what of them is constant.
+func checkReachingObject(obj ast.Object, action *ast.Term, report func(code string, loc *ast.Location, msg string)) {
+	for _, name := range []string{"reminders", "escalate_to"} {
+		val := obj.Get(ast.InternedTerm(name))
+		if val == nil || !isConstant(val) {
+			continue
+		}
+		if s, ok := action.Value.(ast.String); ok && Action(s) != Escalate {
+			what := "prompts to remind of"
+			if name == "escalate_to" {
+				what = "approvers to escalate to"
+			}
+			report(ContractError, val.Location, malformed(name, "only an escalate decision has %s, this one is %s", what, string(s)).Error())
+			continue
+		}
+		probe := ast.NewObject(ast.Item(ast.InternedTerm("action"), ast.StringTerm(string(Escalate))), ast.Item(ast.InternedTerm(name), val))
+		for _, other := range []string{"timeout", "approvers"} {
+			if o := obj.Get(ast.InternedTerm(other)); o != nil && isConstant(o) {
+				probe.Insert(ast.InternedTerm(other), o)
+			}
+		}
+		if _, err := parseDecision(probe); err != nil {
+			var me *MalformedDecisionError
+			if errors.As(err, &me) && strings.HasPrefix(me.Field, name) {
+				report(ContractError, val.Location, err.Error())
+			}
+		}
+	}
 }

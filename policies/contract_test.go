@@ -75,12 +75,35 @@ decision := {"action": "reject", "reason": "policy", "notify_arguments": true}`,
 		{name: "notify_arguments not a boolean", rules: `
 decision := {"action": "escalate", "notify_arguments": "yes"}`,
 			errs: []string{`3:56: malformed decision: notify_arguments: must be true or false, got string`}},
+		{name: "reminders and tiers within the timeout", rules: `
+decision := {"action": "escalate", "approvers": ["alice"], "timeout": "4m", "reminders": ["2m"], "escalate_to": [{"after": "3m", "approvers": ["lead"]}]}`},
+		{name: "a reminder that is no duration", rules: `
+decision := {"action": "escalate", "reminders": ["2 minutes"]}`,
+			errs: []string{`3:49: malformed decision: reminders: "2 minutes" is not a duration such as "5m" or "90s"`}},
+		{name: "a reminder at the timeout, the rest computed", rules: `
+decision := {"action": "escalate", "timeout": "4m", "reminders": ["4m"], "message": input.m}`,
+			errs: []string{`3:66: malformed decision: reminders: 4m is not before the timeout 4m: the prompt has ended by then`}},
+		{name: "tiers out of order", rules: `
+decision := {"action": "escalate", "escalate_to": [{"after": "3m", "approvers": ["lead"]}, {"after": "1m", "approvers": ["cto"]}]}`,
+			errs: []string{`3:51: malformed decision: escalate_to[1].after: 1m is not after the previous tier's 3m: tiers come in increasing after`}},
+		{name: "a tier after the timeout", rules: `
+decision := {"action": "escalate", "timeout": "4m", "escalate_to": [{"after": "5m", "approvers": ["lead"]}]}`,
+			errs: []string{`3:68: malformed decision: escalate_to[0].after: 5m is not before the timeout 4m: the prompt has ended by then`}},
+		{name: "a tier without approvers", rules: `
+decision := {"action": "escalate", "escalate_to": [{"after": "1m", "approvers": []}]}`,
+			errs: []string{`3:51: malformed decision: escalate_to[0].approvers: must name at least one approver`}},
+		{name: "a tier naming an approver already asked", rules: `
+decision := {"action": "escalate", "approvers": ["alice", "lead"], "escalate_to": [{"after": "1m", "approvers": ["lead"]}]}`,
+			errs: []string{`3:83: malformed decision: escalate_to[0].approvers: "lead" is already an approver of the escalation`}},
+		{name: "reminders on a fulfil", rules: `
+decision := {"action": "fulfill", "reminders": ["1m"]}`,
+			errs: []string{`3:48: malformed decision: reminders: only an escalate decision has prompts to remind of, this one is fulfill`}},
 		{name: "unknown key is a warning", rules: `
 decision := {"action": "escalate", "aprovers": ["alice"]}`,
-			warns: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments); the sidecar keeps it only for the decision log`}},
+			warns: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments, reminders, escalate_to); the sidecar keeps it only for the decision log`}},
 		{name: "unknown key is an error when strict", strict: true, rules: `
 decision := {"action": "escalate", "aprovers": ["alice"]}`,
-			errs: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments); the sidecar keeps it only for the decision log`}},
+			errs: []string{`3:36: decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments, reminders, escalate_to); the sidecar keeps it only for the decision log`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

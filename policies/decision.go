@@ -79,14 +79,22 @@ type Decision struct {
 	// by default: arguments may hold secrets, and a webhook, a chat
 	// channel or a mailbox keeps them beyond fulfiller's reach.
 	NotifyArguments bool
-	Extra           map[string]any // unknown decision fields, kept for the decision log
-	Revision        string         // revision of the policy set that decided
-	Err             error          // why this is a fail-closed reject; nil for a policy's own decision
+	// Reminders (escalate only) are the times after the escalation
+	// started at which a prompt still open is announced again
+	// (prompt.reminder), shortest first.
+	Reminders []time.Duration
+	// EscalateTo (escalate only) are the tiers asked too while the
+	// escalation is still open, in increasing After; the deadline does
+	// not change.
+	EscalateTo []Tier
+	Extra      map[string]any // unknown decision fields, kept for the decision log
+	Revision   string         // revision of the policy set that decided
+	Err        error          // why this is a fail-closed reject; nil for a policy's own decision
 }
 
 // decisionFields are the decision keys the policy contract defines; any
 // other key is kept in Extra.
-var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable", "grantable", "task", "task_timeout", "notify_arguments"}
+var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable", "grantable", "task", "task_timeout", "notify_arguments", "reminders", "escalate_to"}
 
 // MalformedDecisionError says how a policy's decision breaks the contract.
 type MalformedDecisionError struct {
@@ -201,6 +209,10 @@ func parseDecision(v ast.Value) (Decision, error) {
 				err = malformed(name, "must be true or false, got %s", ast.ValueName(val.Value))
 			}
 			d.NotifyArguments = bool(b)
+		case "reminders":
+			d.Reminders, err = parseReminders(val.Value)
+		case "escalate_to":
+			d.EscalateTo, err = parseEscalateTo(val.Value)
 		default:
 			var x any
 			if x, err = ast.JSON(val.Value); err != nil {
@@ -235,6 +247,15 @@ func parseDecision(v ast.Value) (Decision, error) {
 		// Only an escalation is announced to approvers; elsewhere the key
 		// would promise something nothing does.
 		return Decision{}, malformed("notify_arguments", "only an escalate decision notifies approvers, this one is %s", d.Action)
+	}
+	if d.Reminders != nil && d.Action != Escalate && d.Action != "" {
+		return Decision{}, malformed("reminders", "only an escalate decision has prompts to remind of, this one is %s", d.Action)
+	}
+	if d.EscalateTo != nil && d.Action != Escalate && d.Action != "" {
+		return Decision{}, malformed("escalate_to", "only an escalate decision has approvers to escalate to, this one is %s", d.Action)
+	}
+	if err := checkReaching(d); err != nil {
+		return Decision{}, err
 	}
 	switch d.Action {
 	case "":
@@ -389,6 +410,14 @@ func (d Decision) MarshalJSON() ([]byte, error) {
 	add("task", d.Task, d.Task)
 	add("task_timeout", formatDuration(d.TaskTimeout), d.TaskTimeout != 0)
 	add("notify_arguments", d.NotifyArguments, d.NotifyArguments)
+	if d.Reminders != nil {
+		rs := make([]string, len(d.Reminders))
+		for i, r := range d.Reminders {
+			rs[i] = formatDuration(r)
+		}
+		add("reminders", rs, true)
+	}
+	add("escalate_to", d.EscalateTo, d.EscalateTo != nil)
 	for _, k := range slices.Sorted(maps.Keys(d.Extra)) {
 		if k == "revision" || k == "error" || slices.Contains(decisionFields, k) {
 			continue

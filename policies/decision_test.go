@@ -30,6 +30,11 @@ func TestParseDecision(t *testing.T) {
 		{`{"action":"escalate","task_timeout":"10m"}`, Decision{Action: Escalate, Quorum: 1, TaskTimeout: 10 * time.Minute}},
 		{`{"action":"escalate","notify_arguments":true}`, Decision{Action: Escalate, Quorum: 1, NotifyArguments: true}},
 		{`{"action":"escalate","notify_arguments":false}`, Decision{Action: Escalate, Quorum: 1}},
+		{`{"action":"escalate","approvers":["alice"],"timeout":"4m","reminders":["2m","30s"],"escalate_to":[{"after":"1m","approvers":["lead"]},{"after":"3m","approvers":["cto","vp"]}]}`,
+			Decision{Action: Escalate, Quorum: 1, Approvers: []string{"alice"}, Timeout: 4 * time.Minute, Reminders: []time.Duration{30 * time.Second, 2 * time.Minute},
+				EscalateTo: []Tier{{After: time.Minute, Approvers: []string{"lead"}}, {After: 3 * time.Minute, Approvers: []string{"cto", "vp"}}}}},
+		// Without a timeout the deadline is the sidecar's: known only when it runs.
+		{`{"action":"escalate","reminders":["1h"],"escalate_to":[]}`, Decision{Action: Escalate, Quorum: 1, Reminders: []time.Duration{time.Hour}, EscalateTo: []Tier{}}},
 		{`{"action":"fulfill","rule":"r1","score":0.5,"tags":["a"]}`,
 			Decision{Action: Fulfill, Extra: map[string]any{"rule": "r1", "score": json.Number("0.5"), "tags": []any{"a"}}}},
 	}
@@ -83,6 +88,26 @@ func TestParseDecision(t *testing.T) {
 		{`{"action":"fulfill","notify_arguments":true}`, "notify_arguments", "only an escalate decision notifies approvers"},
 		{`{"action":"escalate","editable":"path"}`, "editable", "must be a list of strings"},
 		{`{"action":"escalate","editable":[1]}`, "editable", "non-empty strings"},
+		{`{"action":"escalate","reminders":"10m"}`, "reminders", "must be a list of durations"},
+		{`{"action":"escalate","reminders":["ten minutes"]}`, "reminders", `"ten minutes" is not a duration`},
+		{`{"action":"escalate","reminders":["0s"]}`, "reminders", "must be positive"},
+		{`{"action":"escalate","reminders":[600]}`, "reminders", "must be a string"},
+		{`{"action":"escalate","reminders":["10m","600s"]}`, "reminders", "10m is listed twice"},
+		{`{"action":"escalate","timeout":"5m","reminders":["5m"]}`, "reminders", "5m is not before the timeout 5m"},
+		{`{"action":"fulfill","reminders":["1m"]}`, "reminders", "only an escalate decision has prompts to remind of, this one is fulfill"},
+		{`{"action":"escalate","escalate_to":{"after":"1m","approvers":["lead"]}}`, "escalate_to", "must be a list of"},
+		{`{"action":"escalate","escalate_to":["lead"]}`, "escalate_to[0]", "must be an object with after and approvers"},
+		{`{"action":"escalate","escalate_to":[{"approvers":["lead"]}]}`, "escalate_to[0].after", "missing"},
+		{`{"action":"escalate","escalate_to":[{"after":"1m"}]}`, "escalate_to[0].approvers", "missing"},
+		{`{"action":"escalate","escalate_to":[{"after":"1m","approvers":[]}]}`, "escalate_to[0].approvers", "must name at least one approver"},
+		{`{"action":"escalate","escalate_to":[{"after":"1m","approvers":[""]}]}`, "escalate_to[0].approvers", "non-empty strings"},
+		{`{"action":"escalate","escalate_to":[{"after":"-1m","approvers":["lead"]}]}`, "escalate_to[0].after", "must be positive"},
+		{`{"action":"escalate","escalate_to":[{"after":"1m","approvers":["lead"],"notify":true}]}`, "escalate_to[0]", "unknown key"},
+		{`{"action":"escalate","escalate_to":[{"after":"2m","approvers":["a"]},{"after":"1m","approvers":["b"]}]}`, "escalate_to[1].after", "1m is not after the previous tier's 2m"},
+		{`{"action":"escalate","escalate_to":[{"after":"1m","approvers":["a"]},{"after":"2m","approvers":["a"]}]}`, "escalate_to[1].approvers", `"a" is already in an earlier tier`},
+		{`{"action":"escalate","approvers":["a"],"escalate_to":[{"after":"1m","approvers":["a"]}]}`, "escalate_to[0].approvers", `"a" is already an approver of the escalation`},
+		{`{"action":"escalate","timeout":"4m","escalate_to":[{"after":"4m","approvers":["lead"]}]}`, "escalate_to[0].after", "4m is not before the timeout 4m"},
+		{`{"action":"reject","reason":"policy","escalate_to":[{"after":"1m","approvers":["lead"]}]}`, "escalate_to", "only an escalate decision has approvers to escalate to, this one is reject"},
 	}
 	for _, tc := range malformed {
 		t.Run(tc.doc, func(t *testing.T) {
@@ -142,6 +167,8 @@ func TestDecisionMarshalJSON(t *testing.T) {
 		{Decision{Action: Escalate, Quorum: 1, Timeout: 2 * time.Hour}, `{"action":"escalate","quorum":1,"timeout":"2h"}`},
 		{Decision{Action: Fulfill, Task: true, TaskTimeout: 45 * time.Minute}, `{"action":"fulfill","task":true,"task_timeout":"45m"}`},
 		{Decision{Action: Escalate, Quorum: 1, NotifyArguments: true}, `{"action":"escalate","quorum":1,"notify_arguments":true}`},
+		{Decision{Action: Escalate, Quorum: 1, Reminders: []time.Duration{90 * time.Second, 10 * time.Minute}, EscalateTo: []Tier{{After: 15 * time.Minute, Approvers: []string{"lead"}}}},
+			`{"action":"escalate","quorum":1,"reminders":["1m30s","10m"],"escalate_to":[{"after":"15m","approvers":["lead"]}]}`},
 		{failClosed("sha256:r", fmt.Errorf("boom")),
 			`{"action":"reject","reason":"policy","message":"the policy could not decide this proposal","revision":"sha256:r","error":"boom"}`},
 	}
@@ -158,7 +185,8 @@ func TestDecisionMarshalJSON(t *testing.T) {
 
 func TestDecisionRoundTrip(t *testing.T) {
 	// What the eval command prints can be read back by ParseDecision.
-	d := Decision{Action: Escalate, Approvers: []string{"a", "b"}, Quorum: 2, Timeout: 5 * time.Minute, Editable: []string{"path"}, Extra: map[string]any{"k": "v"}}
+	d := Decision{Action: Escalate, Approvers: []string{"a", "b"}, Quorum: 2, Timeout: 5 * time.Minute, Editable: []string{"path"}, Extra: map[string]any{"k": "v"},
+		Reminders: []time.Duration{time.Minute}, EscalateTo: []Tier{{After: 2 * time.Minute, Approvers: []string{"c"}}}}
 	b, _ := json.Marshal(d)
 	back, err := ParseDecision(b)
 	if err != nil {
@@ -166,5 +194,25 @@ func TestDecisionRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, d) {
 		t.Errorf("got %#v, want %#v", back, d)
+	}
+}
+
+// A tier survives the pending-work store's JSON exactly, and a stored
+// tier that does not read as a policy's is refused, not widened.
+func TestTierJSON(t *testing.T) {
+	in := []Tier{{After: 90 * time.Second, Approvers: []string{"lead", "cto"}}}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `[{"after":"1m30s","approvers":["lead","cto"]}]` {
+		t.Errorf("marshalled %s", b)
+	}
+	var back []Tier
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, in) {
+		t.Errorf("back %#v, %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`[{"after":"1m","approvers":[]}]`), &back); err == nil || !strings.Contains(err.Error(), "must name at least one approver") {
+		t.Errorf("empty tier read back: %v", err)
 	}
 }

@@ -214,7 +214,7 @@ func TestCheckCommand(t *testing.T) {
 		return p + ":" + strconv.Itoa(row) + ":" + strconv.Itoa(col) + ": " + code + ": " + msg + "\n\t" + line + "\n\t" + strings.Repeat(" ", indent) + "^\n"
 	}
 	const ce = "fulfiller_contract_error"
-	unknownKey := `decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments); the sidecar keeps it only for the decision log`
+	unknownKey := `decision key "aprovers" is not part of the contract (action, reason, message, target, approvers, quorum, timeout, editable, grantable, task, task_timeout, notify_arguments, reminders, escalate_to); the sidecar keeps it only for the decision log`
 	contract := []string{
 		item(7, 21, ce, `decision has no "action": every decision needs action fulfill, reject or escalate`),
 		item(9, 44, ce, `malformed decision: reason: "nope" is not a reason code (policy, busy, incapable, timeout, invalid, duplicate, resource_limit, unsafe, disagree, other, inappropriate, no_longer_needed)`),
@@ -384,4 +384,34 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestCheckReminders: check reports bad reminders and escalate_to tiers
+// with file, line and column like the other contract errors, and exits 1;
+// the same fields written right pass.
+func TestCheckReminders(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "policy.rego")
+	src := `package fulfiller
+
+default decision := {"action": "reject", "reason": "policy"}
+
+decision := {"action": "escalate", "approvers": ["alice"], "timeout": "4m", "reminders": ["2m"], "escalate_to": [{"after": "3m", "approvers": ["lead"]}]} if input.x == 1
+
+decision := {"action": "escalate", "timeout": "4m", "reminders": ["4m"]} if input.x == 2
+
+decision := {"action": "escalate", "escalate_to": [{"after": "3m", "approvers": ["lead"]}, {"after": "1m", "approvers": []}]} if input.x == 3
+`
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "fulfiller: " +
+		p + `:7:66: fulfiller_contract_error: malformed decision: reminders: 4m is not before the timeout 4m: the prompt has ended by then` + "\n" +
+		"\t" + `decision := {"action": "escalate", "timeout": "4m", "reminders": ["4m"]} if input.x == 2` + "\n\t" + strings.Repeat(" ", 65) + "^\n" +
+		p + `:9:51: fulfiller_contract_error: malformed decision: escalate_to[1].approvers: must name at least one approver` + "\n" +
+		"\t" + `decision := {"action": "escalate", "escalate_to": [{"after": "3m", "approvers": ["lead"]}, {"after": "1m", "approvers": []}]} if input.x == 3` + "\n\t" + strings.Repeat(" ", 50) + "^\n"
+	stdout, stderr, code := cli(t, "", "check", p)
+	if code != 1 || stdout != "" || stderr != want {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 1 and:\n%s", code, stdout, stderr, want)
+	}
 }
