@@ -56,16 +56,10 @@ func DecodePasskey(s string) (Passkey, error) {
 		return Passkey{}, errors.New("want `<rp id>,<origin>,<credential id>,<COSE public key>`")
 	}
 	p := Passkey{RPID: f[0], Origin: f[1]}
-	if p.RPID == "" || strings.ContainsAny(p.RPID, "/:") {
-		return Passkey{}, fmt.Errorf("rp id %q is not a domain name", p.RPID)
+	if err := CheckRelyingParty(p.RPID, p.Origin); err != nil {
+		return Passkey{}, err
 	}
-	u, err := url.Parse(p.Origin)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
-		return Passkey{}, fmt.Errorf("origin %q is not scheme://host[:port]", p.Origin)
-	}
-	if h := u.Hostname(); h != p.RPID && !strings.HasSuffix(h, "."+p.RPID) {
-		return Passkey{}, fmt.Errorf("origin %s is not within rp id %s", p.Origin, p.RPID)
-	}
+	var err error
 	if p.CredentialID, err = base64.RawURLEncoding.DecodeString(f[2]); err != nil || len(p.CredentialID) == 0 {
 		return Passkey{}, errors.New("credential id is not base64url without padding")
 	}
@@ -76,6 +70,23 @@ func DecodePasskey(s string) (Passkey, error) {
 		return Passkey{}, fmt.Errorf("public key is not a COSE key: %w", err)
 	}
 	return p, nil
+}
+
+// CheckRelyingParty checks that rpID is a host name and origin a
+// scheme://host[:port] within it, as WebAuthn requires of a credential's
+// relying party.
+func CheckRelyingParty(rpID, origin string) error {
+	if rpID == "" || strings.ContainsAny(rpID, "/:") {
+		return fmt.Errorf("rp id %q is not a domain name", rpID)
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
+		return fmt.Errorf("origin %q is not scheme://host[:port]", origin)
+	}
+	if h := u.Hostname(); h != rpID && !strings.HasSuffix(h, "."+rpID) {
+		return fmt.Errorf("origin %s is not within rp id %s", origin, rpID)
+	}
+	return nil
 }
 
 // PasskeyChallenge is the WebAuthn challenge an approver's passkey signs
