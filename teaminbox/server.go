@@ -550,8 +550,11 @@ func (s *Server) answerFinish(r *http.Request, raw json.RawMessage) (any, error)
 		return nil, fail(http.StatusBadRequest, "the passkey's answer is not JSON")
 	}
 	a.Signature = compact.String()
-	if s.tamper != nil {
-		s.tamper(&a)
+	s.mu.Lock()
+	tamper := s.tamper
+	s.mu.Unlock()
+	if tamper != nil {
+		tamper(&a)
 	}
 	if !s.UI(who).deliver(c.requestID, a) {
 		return nil, fail(http.StatusConflict, "the card is no longer open")
