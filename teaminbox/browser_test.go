@@ -283,3 +283,55 @@ func TestTeamInboxPasskeyApproval(t *testing.T) {
 		t.Fatalf("forgeries: %+v", f)
 	}
 }
+
+// TestTeamInboxCannotForge: the server changing an answer after the
+// passkey signed it (here: the approval's reason) makes the fulfiller
+// record a forgery and fulfil nothing; bob's session cannot answer
+// alice's card (403, nothing sent); an enrolment link works once.
+func TestTeamInboxCannotForge(t *testing.T) {
+	w := newWorld(t)
+	alice := browserTab(t)
+	w.enrol(t, alice, "alice")
+	bob := browserTab(t)
+	w.enrol(t, bob, "bob")
+	p := w.startFulfiller()
+	w.inbox.SetTamper(func(a *approver.Answer) { a.Reason = "changed by the relay" })
+
+	p.propose("p-2", "/srv/prod/motd")
+	do(t, alice, "the card", chromedp.WaitVisible(card("p-2", "open")))
+	// Bob's page asks to answer alice's card: refused before anything is
+	// signed or sent.
+	status := get(t, bob, "bob answers alice's card", chromedp.Evaluate[int](`(async () => {
+		const id = "`+w.requestOf(t, "p-2")+`";
+		const r = await fetch("/api/answer/begin", {method: "POST", headers: {"Content-Type": "application/json"},
+			body: JSON.stringify({request: id, action: "accept", approve: true})});
+		return r.status;
+	})()`, chromedp.EvalAsValue, chromedp.EvalAwaitPromise))
+	if status != 403 {
+		t.Fatalf("bob's answer to alice's card: HTTP %d, want 403", status)
+	}
+	do(t, alice, "approve", chromedp.Click(card("p-2", "open")+`//button[normalize-space()="Approve"]`))
+	spacetest.WaitUntil(t, "the forgery", func() bool { return len(forgeries()) == 1 })
+	if f := forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-2" {
+		t.Fatalf("forgery event %+v", f)
+	}
+	if n := w.fulfilments("p-2"); n != 0 {
+		t.Fatalf("%d fulfilments of a tampered approval", n)
+	}
+	rid := w.requestOf(t, "p-2")
+	for _, env := range w.wire.Envelopes() {
+		if env.From == "bob" && env.Kind == agent.KindResponse && env.CorrelationID.First() == rid {
+			t.Fatalf("bob's session sent %s", env.Payload)
+		}
+	}
+}
+
+// requestOf is the elicitation envelope id of the prompt about proposal.
+func (w *world) requestOf(t *testing.T, proposal string) string {
+	t.Helper()
+	env := w.wire.WaitFor(t, "the prompt of "+proposal, func(env agent.Envelope) bool {
+		return env.From == "fulfiller" && env.Kind == agent.KindRequest && strings.Contains(string(env.Payload), `"elicitation/create"`) &&
+			strings.Contains(string(env.Payload), `"id":"`+proposal+`"`)
+	})
+	return env.ID
+}
