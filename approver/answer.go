@@ -25,6 +25,11 @@ type Answer struct {
 	// Grant, with an approval, is how long to allow calls like this one
 	// (one of Card.Grant.Offers); "" for no grant.
 	Grant string
+	// Signature, when set, is content.signature made elsewhere (a passkey's
+	// WebAuthn assertion, made in the approver's browser) and is sent
+	// as is instead of signing with Options.Key: the client relaying it
+	// holds no key of the approver's.
+	Signature string
 }
 
 // Edit is a new value for one editable argument.
@@ -94,7 +99,9 @@ func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error)
 			return agent.Envelope{}, err
 		}
 	}
-	if key != nil {
+	if a.Signature != "" {
+		content = withSignature(content, a.Signature)
+	} else if key != nil {
 		if c.Proposal == nil || c.Proposal.Digest == "" {
 			return agent.Envelope{}, ErrCannotSign
 		}

@@ -50,6 +50,10 @@ type Config struct {
 	// the gateway does not authenticate from (docs/design.md "Proposer
 	// identity and grants").
 	PromptKey ed25519.PrivateKey
+	// Passkeys are the approvers whose answers must carry a WebAuthn
+	// assertion over the approval digest (--approver-keys lines
+	// `<id> webauthn <credential>`; docs/protocol.md, "Signed approvals").
+	Passkeys Passkeys
 	// Observer, when set, is told each step with each human. It is called
 	// synchronously and must be quick.
 	Observer func(Event)
@@ -111,19 +115,19 @@ func New(conn Conn, cfg Config) *Elicitor {
 	}
 	e := &Elicitor{conn: conn, cfg: cfg, log: cfg.Logger, open: map[string]*escalation{}, routes: map[string]route{}}
 	e.base, e.stop = context.WithCancel(context.Background())
-	if len(cfg.Keys) == 0 {
+	if len(cfg.keyed()) == 0 {
 		e.log.Warn("no approver keys configured: approvals are taken on the gateway's word, and the gateway does not authenticate from, so an approval is only as trustworthy as the gateway and everyone in the space (see --approver-keys)")
 	} else {
 		var unkeyed []string
 		for _, id := range cfg.DefaultApprovers {
-			if _, ok := cfg.Keys[id]; !ok {
+			if !slices.Contains(cfg.keyed(), id) {
 				unkeyed = append(unkeyed, id)
 			}
 		}
 		if len(unkeyed) > 0 {
 			e.log.Warn("approvers without a key: their answers are taken on the gateway's word", "approvers", unkeyed)
 		}
-		e.log.Info("signed approvals required", "approvers", cfg.Keys.IDs())
+		e.log.Info("signed approvals required", "approvers", cfg.keyed())
 	}
 	return e
 }
@@ -1081,13 +1085,13 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 	if _, err := agent.DecodeAnswer(env.Payload, strconv.AppendInt(nil, s.rpcID, 10)); errors.Is(err, agent.ErrWrongRPCID) {
 		return ignore(err.Error())
 	}
-	key := x.e.cfg.Keys[s.approver]
+	verify := x.e.cfg.verifier(s.approver)
 	a := parseAnswer(env.Payload)
 	if a.outcome == outcomeIgnored {
 		return ignore(a.why)
 	}
 	if a.outcome == outcomeError {
-		if key != nil {
+		if verify != nil {
 			// An error cannot be signed: taking it would let anyone close
 			// a keyed approver's prompt.
 			return ignore("an error answer cannot be signed, and " + s.approver + " must sign")
@@ -1100,8 +1104,8 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		return x.settle()
 	}
 	r := result{Action: a.action, Content: a.content}
-	if key != nil {
-		if err := Verify(key, s.requestID, x.digest, r.Action, r.Content); err != nil {
+	if verify != nil {
+		if err := verify(s.requestID, x.digest, r.Action, r.Content); err != nil {
 			x.log.Warn("forgery attempt: answer for a keyed approver is unsigned or badly signed; ignored",
 				"approver", s.approver, "request", rid, "from", env.From, "envelope", env.ID, "action", r.Action, "err", err)
 			x.emit(Event{Kind: EventForgery, ProposalID: x.id, Approver: s.approver, From: env.From, RequestID: rid, Action: r.Action, Reason: err.Error()})
@@ -1141,13 +1145,13 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 	}
 	content, sig, _ := SplitSignature(r.Content)
 	var evidence *grants.Evidence
-	if key != nil {
+	if verify != nil {
 		evidence = &grants.Evidence{Request: s.requestID, Digest: x.digest, Action: r.Action, Content: content, Signature: sig}
 	}
 	if rec := x.esc.RecordApproval; rec != nil {
 		// Recorded before it counts: after a restart it counts again,
 		// and a replay of this answer is "already answered".
-		ra := state.Approval{Approver: s.approver, Content: content, SignatureVerified: key != nil, At: x.e.cfg.Now().UTC()}
+		ra := state.Approval{Approver: s.approver, Content: content, SignatureVerified: verify != nil, At: x.e.cfg.Now().UTC()}
 		if evidence != nil {
 			ra.Request, ra.Signature = evidence.Request, evidence.Signature
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/inbox"
 	"github.com/mewkit/fulfiller/internal/demo"
 )
@@ -62,7 +63,7 @@ printed.`,
 			if made {
 				of.httpToken = rand.Text()
 			}
-			rt, err := of.start(log, nil)
+			rt, err := of.start(log, elicit.ApproverKeys{})
 			if err != nil {
 				return err
 			}

@@ -179,7 +179,7 @@ func (o *opsFlags) validate() error {
 // start opens the decision log and starts the listener. Both fail as
 // usage errors naming the flag: a path that cannot be written or an
 // address that cannot be bound is a configuration mistake.
-func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error) {
+func (o *opsFlags) start(log *slog.Logger, keys elicit.ApproverKeys) (*opsRuntime, error) {
 	token, err := o.prepare(log)
 	if err != nil {
 		return nil, err
@@ -190,7 +190,7 @@ func (o *opsFlags) start(log *slog.Logger, keys elicit.Keys) (*opsRuntime, error
 		syncMode, _ := decisionlog.ParseSyncMode(o.logSync)
 		dl, err := decisionlog.Open(o.decisionLog, decisionlog.Options{
 			Mask:   o.mask,
-			Keyed:  func(a string) bool { _, ok := keys[a]; return ok },
+			Keyed:  keys.Has,
 			Sync:   syncMode,
 			Logger: log,
 		})

@@ -102,7 +102,7 @@ many, and the exit code is 1.`,
 	f.DurationVar(&fl.ownerRejoinGrace, "owner-rejoin-grace", 5*time.Second, "how long a tool owner that left mid-fulfilment may take to come back (a dropped link looks like a leave) before the proposal is rejected incapable")
 	f.DurationVar(&fl.approvalTimeout, "approval-timeout", 5*time.Minute, "a human's deadline when the policy sets none")
 	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated participant ids)")
-	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" lines: those approvers' answers count only when signed")
+	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" or \"<approver id> webauthn <credential>\" lines: those approvers' answers count only when signed")
 	f.StringVar(&fl.promptKey, "prompt-key", "", "private key `FILE` (fulfiller keys generate --prompt) that signs every approval prompt; approvers pin its public key with approve --fulfiller-keys")
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take (then: reject policy)")
 	f.DurationVar(&fl.joinTimeout, "join-timeout", 10*time.Second, "wait for the gateway's welcome")
@@ -260,9 +260,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if token == "" {
 		return errNoToken
 	}
-	var keys elicit.Keys
+	var keys elicit.ApproverKeys
 	if fl.approverKeys != "" {
-		if keys, err = elicit.LoadKeys(fl.approverKeys); err != nil {
+		if keys, err = elicit.LoadApproverKeys(fl.approverKeys); err != nil {
 			return fileError("--approver-keys", err)
 		}
 	}
@@ -292,7 +292,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if _, err := fl.notify.prepare(log, fl.flagSet()); err != nil {
 			return err
 		}
-		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys), "tool_metadata_entries", meta.Metadata().Len())
+		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys.IDs()), "tool_metadata_entries", meta.Metadata().Len())
 		return nil
 	}
 	logPromptKey(log, fl.id, promptKey)
@@ -385,7 +385,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	defer sub.Close()
 	// Grants are offered wherever the policy's decision is grantable: the
 	// policy, not a flag, decides whether people may grant.
-	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys, PromptKey: promptKey, OfferGrants: true, Logger: log, Observer: notifier.observer(opsRT.approvalObserver())})
+	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys.Ed25519, Passkeys: keys.Passkeys, PromptKey: promptKey, OfferGrants: true, Logger: log, Observer: notifier.observer(opsRT.approvalObserver())})
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
 	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()

@@ -1,0 +1,170 @@
+"use strict";
+// The team inbox page: enrol, sign in, list your cards, answer them with
+// your passkey. The server builds each challenge from the answer's signed
+// approval bytes; the passkey signs it; fulfiller checks the signature.
+
+const b64u = {
+  enc(buf) {
+    let s = "";
+    for (const b of new Uint8Array(buf)) s += String.fromCharCode(b);
+    return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  },
+  dec(str) {
+    const s = atob(str.replace(/-/g, "+").replace(/_/g, "/"));
+    return Uint8Array.from(s, (c) => c.charCodeAt(0));
+  },
+};
+
+const $ = (id) => document.getElementById(id);
+function say(text) { $("status").textContent = text; }
+
+async function api(path, body) {
+  const r = await fetch(path, {
+    method: body === undefined ? "GET" : "POST",
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  const data = await r.json();
+  if (!r.ok) {
+    const e = new Error(data.error || r.statusText);
+    e.status = r.status;
+    throw e;
+  }
+  return data;
+}
+
+function requestOptions(pk) {
+  const o = { challenge: b64u.dec(pk.challenge), timeout: pk.timeout, rpId: pk.rpId, userVerification: pk.userVerification };
+  o.allowCredentials = (pk.allowCredentials || []).map((c) => ({ type: c.type, id: b64u.dec(c.id) }));
+  return o;
+}
+
+function assertionJSON(cred) {
+  const r = cred.response;
+  const out = {
+    id: cred.id, rawId: b64u.enc(cred.rawId), type: cred.type,
+    response: {
+      authenticatorData: b64u.enc(r.authenticatorData),
+      clientDataJSON: b64u.enc(r.clientDataJSON),
+      signature: b64u.enc(r.signature),
+    },
+  };
+  if (r.userHandle) out.response.userHandle = b64u.enc(r.userHandle);
+  return out;
+}
+
+async function enrol(token) {
+  const begin = await api("/api/enrol/begin", { token });
+  const pk = begin.publicKey;
+  const cred = await navigator.credentials.create({ publicKey: {
+    rp: pk.rp, challenge: b64u.dec(pk.challenge), timeout: pk.timeout,
+    user: { id: b64u.dec(pk.user.id), name: pk.user.name, displayName: pk.user.displayName },
+    pubKeyCredParams: pk.pubKeyCredParams, attestation: pk.attestation, authenticatorSelection: pk.authenticatorSelection,
+  } });
+  const credential = {
+    id: cred.id, rawId: b64u.enc(cred.rawId), type: cred.type,
+    response: { clientDataJSON: b64u.enc(cred.response.clientDataJSON), attestationObject: b64u.enc(cred.response.attestationObject) },
+  };
+  const done = await api("/api/enrol/finish", { ceremony: begin.ceremony, credential });
+  history.replaceState(null, "", "/");
+  say("Passkey enrolled for " + done.approver + ".");
+  start();
+}
+
+async function login(approver) {
+  const begin = await api("/api/login/begin", { approver });
+  const cred = await navigator.credentials.get({ publicKey: requestOptions(begin.publicKey) });
+  await api("/api/login/finish", { ceremony: begin.ceremony, credential: assertionJSON(cred) });
+  say("");
+  start();
+}
+
+async function answer(card, action, approve, reason) {
+  try {
+    const begin = await api("/api/answer/begin", { request: card.request, action, approve, reason });
+    const cred = await navigator.credentials.get({ publicKey: requestOptions(begin.publicKey) });
+    const done = await api("/api/answer/finish", { ceremony: begin.ceremony, credential: assertionJSON(cred) });
+    say("Sent: " + done.sent);
+  } catch (e) {
+    say("Not sent: " + e.message);
+  }
+  refresh();
+}
+
+function el(tag, text, attrs) {
+  const e = document.createElement(tag);
+  if (text !== undefined) e.textContent = text;
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+function render(cards) {
+  const box = $("cards");
+  box.replaceChildren();
+  if (cards.length === 0) box.append(el("p", "Nothing waits for you."));
+  for (const c of cards) {
+    const a = el("article", undefined, { "data-proposal": c.proposal, "data-request": c.request, "data-state": c.state });
+    a.append(el("h2", c.summary));
+    if (c.message) a.append(el("p", c.message));
+    a.append(el("pre", c.arguments));
+    a.append(el("p", "Call digest " + c.digest, { class: "digest" }));
+    if (c.deadline) a.append(el("p", "Deadline " + c.deadline));
+    if (c.progress) a.append(el("p", c.progress, { class: "progress" }));
+    else if (c.quorum > 1) a.append(el("p", "Needs " + c.quorum + " approvals.", { class: "progress" }));
+    if (c.status) a.append(el("p", c.status, { class: "card-status" }));
+    if (c.outcome) a.append(el("p", c.outcome, { class: "outcome" }));
+    if (c.state === "open") {
+      const row = el("div", undefined, { class: "actions" });
+      const approve = el("button", "Approve", { type: "button" });
+      approve.disabled = !c.digest_ok;
+      approve.onclick = () => answer(c, "accept", true, "");
+      const decline = el("button", "Decline", { type: "button" });
+      decline.onclick = () => {
+        const label = el("label", "Reason", { for: "reason-" + c.request });
+        const field = el("textarea", undefined, { id: "reason-" + c.request, maxlength: "2000" });
+        const send = el("button", "Send", { type: "button" });
+        send.onclick = () => field.value ? answer(c, "accept", false, field.value) : answer(c, "decline", false, "");
+        a.append(label, field, send);
+        field.focus();
+      };
+      row.append(approve, decline);
+      a.append(row);
+    }
+    box.append(a);
+  }
+}
+
+let timer = null;
+async function refresh() {
+  try {
+    const data = await api("/api/cards");
+    $("who").textContent = data.approver;
+    $("login").hidden = true;
+    // Keep an open Decline form: re-render only when nothing is typed.
+    if (!document.activeElement || document.activeElement.tagName !== "TEXTAREA") render(data.cards);
+  } catch (e) {
+    if (e.status === 401) { $("login").hidden = false; $("cards").replaceChildren(); return; }
+    say(e.message);
+  }
+  clearTimeout(timer);
+  timer = setTimeout(refresh, 1000);
+}
+
+function start() {
+  $("enrol").hidden = true;
+  refresh();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-button").onclick = () => login($("login-id").value).catch((e) => say("Sign-in failed: " + e.message));
+  // The enrolment token is in the fragment: browsers never send it in a
+  // request line or a Referer, so it stays out of every log.
+  const token = location.pathname === "/enrol" ? location.hash.slice(1) : "";
+  if (token) {
+    $("enrol").hidden = false;
+    $("enrol-button").onclick = () => enrol(token).catch((e) => say("Enrolment failed: " + e.message));
+    return;
+  }
+  start();
+});

@@ -1,0 +1,337 @@
+package teaminbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/webauthn"
+	"github.com/chromedp/chromedp"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/space"
+	"github.com/mewkit/fulfiller/internal/spacetest"
+	"github.com/mewkit/fulfiller/internal/testenv"
+	"github.com/mewkit/fulfiller/internal/toolserver"
+	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/teaminbox"
+)
+
+const policy = `package fulfiller
+
+default decision := {"action": "reject", "reason": "policy", "message": "not allowed"}
+
+decision := {"action": "escalate", "approvers": ["alice"], "message": "production writes need a human"} if {
+	input.tool.name == "write_file"
+	startswith(input.tool.arguments.path, "/srv/prod/")
+}
+`
+
+// world: a space with a file server, the team inbox joined as alice and
+// bob (after they enrol), and the real fulfiller started once the
+// passkeys are known (it reads --approver-keys at start, as run does).
+type world struct {
+	t      *testing.T
+	ctx    context.Context
+	srv    *space.Server
+	wire   *spacetest.Wire
+	inbox  *teaminbox.Server
+	dir    string
+	origin string
+	wg     sync.WaitGroup
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
+		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
+		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
+		"tool-token":      {{Kind: "mcp/response"}, {Kind: "chat"}},
+		"human-token":     {{Kind: "mcp/response"}, {Kind: "chat"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &world{t: t, ctx: ctx, srv: srv, wire: spacetest.RecordWire(t, srv), dir: t.TempDir()}
+	t.Cleanup(func() { cancel(); w.wg.Wait(); srv.Close() })
+	files := toolserver.NewFiles(map[string]string{"/srv/prod/motd": "hello"})
+	spacetest.ServeTools(t, spacetest.Join(t, ctx, srv, "fs", "tool-token"), files.Tools()...)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// WebAuthn needs a secure context: http://localhost is one.
+	w.origin = "http://localhost:" + strings.TrimPrefix(ln.Addr().String(), "127.0.0.1:")
+	w.inbox, err = teaminbox.New(teaminbox.Options{Dir: w.dir, RPID: "localhost", Origin: w.origin, Enrolled: w.join})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewUnstartedServer(w.inbox.Handler())
+	_ = web.Listener.Close()
+	web.Listener = ln
+	web.Start()
+	t.Cleanup(web.Close)
+	return w
+}
+
+// join runs the approver client of id with the team inbox as its face,
+// as inbox serve does for each enrolled approver.
+func (w *world) join(id string) {
+	c := spacetest.Join(w.t, w.ctx, w.srv, id, "human-token")
+	sub := c.Subscribe(approver.SubscribeOptions())
+	client := approver.New(c, w.inbox.UI(id), approver.Options{Open: 64})
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer sub.Close()
+		_ = client.Run(w.ctx, sub.C())
+	}()
+}
+
+// startFulfiller starts the real fulfiller with the passkeys enrolled so
+// far as its --approver-keys, and returns the proposer's session.
+func (w *world) startFulfiller() *spacetestProposer {
+	t := w.t
+	keys, err := elicit.LoadApproverKeys(filepath.Join(w.dir, teaminbox.PasskeysFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(pdir, "p.rego"), []byte(policy), 0o644)
+	engine, err := policies.Load(w.ctx, policies.Options{Timeout: time.Minute, Policies: []string{filepath.Join(pdir, "p.rego")}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := spacetest.Join(t, w.ctx, w.srv, "fulfiller", "fulfiller-token")
+	el := elicit.New(fc, elicit.Config{Keys: keys.Ed25519, Passkeys: keys.Passkeys, Observer: w.observe})
+	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, DiscoverySettle: time.Millisecond})
+	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
+	ctx, cancel := context.WithCancel(w.ctx)
+	fulDone, elDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(fulDone); _ = ful.Run(ctx, fulSub.C()) }()
+	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
+	t.Cleanup(func() { cancel(); <-fulDone; el.Close(); elSub.Close(); <-elDone })
+	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
+	return &spacetestProposer{w: w, c: spacetest.Join(t, w.ctx, w.srv, "coder", "coder-token")}
+}
+
+var events struct {
+	mu   sync.Mutex
+	list []elicit.Event
+}
+
+func (w *world) observe(ev elicit.Event) {
+	events.mu.Lock()
+	events.list = append(events.list, ev)
+	events.mu.Unlock()
+}
+
+func forgeries() []elicit.Event {
+	events.mu.Lock()
+	defer events.mu.Unlock()
+	var out []elicit.Event
+	for _, e := range events.list {
+		if e.Kind == elicit.EventForgery {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+type spacetestProposer struct {
+	w *world
+	c *agent.Client
+}
+
+// propose sends a write_file proposal of path with envelope id id.
+func (p *spacetestProposer) propose(id, path string) {
+	pr := spacetest.NewProposer(p.w.t, p.c)
+	call, _ := json.Marshal(map[string]any{"method": "tools/call", "params": map[string]any{"name": "write_file", "arguments": map[string]any{"path": path, "content": "hi"}}})
+	if _, err := pr.Propose(p.w.ctx, id, nil, call); err != nil {
+		p.w.t.Fatal(err)
+	}
+}
+
+// fulfilments counts the fulfiller's tools/call requests for proposal id.
+func (w *world) fulfilments(id string) int {
+	n := 0
+	for _, env := range w.wire.Envelopes() {
+		if env.From == "fulfiller" && env.Kind == agent.KindRequest && len(env.To) == 1 && env.To[0] == "fs" &&
+			strings.Contains(string(env.Payload), `"tools/call"`) && env.CorrelationID.First() == id {
+			n++
+		}
+	}
+	return n
+}
+
+// --- the browser ---
+
+func chromium() string {
+	if p := os.Getenv("FULFILLER_TEST_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// browserTab starts a headless Chromium with a virtual authenticator
+// (CTAP2, internal, resident keys, user presence simulated): the
+// passkey of one person.
+func browserTab(t *testing.T) context.Context {
+	t.Helper()
+	path := chromium()
+	if path == "" {
+		testenv.Missing(t, "Chromium for the browser tests: apt-get install chromium, or set FULFILLER_TEST_CHROMIUM")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(390, 844))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); acancel() })
+	// The first Do starts the browser, bound to ctx: a context with a
+	// deadline here would close it when the deadline passed.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	do(t, ctx, "start the browser and add a virtual authenticator", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		if _, err := cdp.Call(ctx, tg, webauthn.Enable, webauthn.EnableParams{}); err != nil {
+			return chromedp.Void{}, err
+		}
+		_, err := cdp.Call(ctx, tg, webauthn.AddVirtualAuthenticator, webauthn.AddVirtualAuthenticatorParams{Options: &webauthn.VirtualAuthenticatorOptions{
+			Protocol: webauthn.AuthenticatorProtocolCtap2, Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
+			HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
+		}})
+		return chromedp.Void{}, err
+	})
+	return ctx
+}
+
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+func card(id, state string) string {
+	return `//article[@data-proposal="` + id + `" and @data-state="` + state + `"]`
+}
+
+// enrol opens the one-time link the operator made for id and enrols the
+// tab's passkey; the page is then signed in as id.
+func (w *world) enrol(t *testing.T, ctx context.Context, id string) {
+	t.Helper()
+	token, err := teaminbox.CreateEnrolment(w.dir, id, 10*time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "enrol "+id, chromedp.Navigate(w.origin+"/enrol#"+token),
+		chromedp.Click(`//button[normalize-space()="Enrol passkey"]`),
+		chromedp.WaitVisible(`//span[@id="who" and normalize-space()="`+id+`"]`))
+}
+
+// TestTeamInboxPasskeyApproval: alice enrols through her one-time link,
+// approves with her passkey, and the call is
+// fulfilled exactly once; the link does not work twice.
+func TestTeamInboxPasskeyApproval(t *testing.T) {
+	w := newWorld(t)
+	alice := browserTab(t)
+	w.enrol(t, alice, "alice")
+	p := w.startFulfiller()
+
+	p.propose("p-1", "/srv/prod/motd")
+	do(t, alice, "the card", chromedp.WaitVisible(card("p-1", "open")))
+	do(t, alice, "approve", chromedp.Click(card("p-1", "open")+`//button[normalize-space()="Approve"]`))
+	spacetest.WaitUntil(t, "the fulfilment", func() bool { return w.fulfilments("p-1") == 1 })
+	do(t, alice, "the card answered", chromedp.WaitVisible(card("p-1", "sent")))
+	if f := forgeries(); len(f) != 0 {
+		t.Fatalf("forgeries: %+v", f)
+	}
+}
+
+// TestTeamInboxCannotForge: the server changing an answer after the
+// passkey signed it (here: the approval's reason) makes the fulfiller
+// record a forgery and fulfil nothing; bob's session cannot answer
+// alice's card (403, nothing sent); an enrolment link works once.
+func TestTeamInboxCannotForge(t *testing.T) {
+	w := newWorld(t)
+	alice := browserTab(t)
+	w.enrol(t, alice, "alice")
+	bob := browserTab(t)
+	w.enrol(t, bob, "bob")
+	p := w.startFulfiller()
+	w.inbox.SetTamper(func(a *approver.Answer) { a.Reason = "changed by the relay" })
+
+	p.propose("p-2", "/srv/prod/motd")
+	do(t, alice, "the card", chromedp.WaitVisible(card("p-2", "open")))
+	// Bob's page asks to answer alice's card: refused before anything is
+	// signed or sent.
+	status := get(t, bob, "bob answers alice's card", chromedp.Evaluate[int](`(async () => {
+		const id = "`+w.requestOf(t, "p-2")+`";
+		const r = await fetch("/api/answer/begin", {method: "POST", headers: {"Content-Type": "application/json"},
+			body: JSON.stringify({request: id, action: "accept", approve: true})});
+		return r.status;
+	})()`, chromedp.EvalAsValue, chromedp.EvalAwaitPromise))
+	if status != 403 {
+		t.Fatalf("bob's answer to alice's card: HTTP %d, want 403", status)
+	}
+	do(t, alice, "approve", chromedp.Click(card("p-2", "open")+`//button[normalize-space()="Approve"]`))
+	spacetest.WaitUntil(t, "the forgery", func() bool { return len(forgeries()) == 1 })
+	if f := forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-2" {
+		t.Fatalf("forgery event %+v", f)
+	}
+	if n := w.fulfilments("p-2"); n != 0 {
+		t.Fatalf("%d fulfilments of a tampered approval", n)
+	}
+	rid := w.requestOf(t, "p-2")
+	for _, env := range w.wire.Envelopes() {
+		if env.From == "bob" && env.Kind == agent.KindResponse && env.CorrelationID.First() == rid {
+			t.Fatalf("bob's session sent %s", env.Payload)
+		}
+	}
+}
+
+// requestOf is the elicitation envelope id of the prompt about proposal.
+func (w *world) requestOf(t *testing.T, proposal string) string {
+	t.Helper()
+	env := w.wire.WaitFor(t, "the prompt of "+proposal, func(env agent.Envelope) bool {
+		return env.From == "fulfiller" && env.Kind == agent.KindRequest && strings.Contains(string(env.Payload), `"elicitation/create"`) &&
+			strings.Contains(string(env.Payload), `"id":"`+proposal+`"`)
+	})
+	return env.ID
+}
