@@ -19,14 +19,7 @@ import (
 // client probes itself; with no echo it joins again and takes its id
 // back, and hears the space again.
 func TestProbeNoticesASessionTakenOver(t *testing.T) {
-	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
-		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
-		"chat-token":      {{Kind: "chat"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := probeSpace(t)
 	ctx := context.Background()
 	cfg := agent.Config{ID: "fulfiller", Token: "fulfiller-token", ProbeAfter: 50 * time.Millisecond, PongTimeout: 200 * time.Millisecond}
 	spacetest.Resilient(&cfg)
@@ -61,14 +54,7 @@ func TestProbeNoticesASessionTakenOver(t *testing.T) {
 // A session that hears the space is never probed: nothing extra goes on
 // the wire while envelopes arrive.
 func TestNoProbeWhileTheSpaceTalks(t *testing.T) {
-	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
-		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
-		"chat-token":      {{Kind: "chat"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := probeSpace(t)
 	ctx := context.Background()
 	wire := spacetest.RecordWire(t, srv)
 	cfg := agent.Config{ID: "fulfiller", Token: "fulfiller-token", ProbeAfter: 300 * time.Millisecond, PingInterval: 20 * time.Millisecond}
@@ -88,4 +74,19 @@ func TestNoProbeWhileTheSpaceTalks(t *testing.T) {
 	if st := fc.Stats(); st.Reconnects != 0 {
 		t.Errorf("stats %+v", st)
 	}
+}
+
+// probeSpace is a space where fulfiller-token may send mcp/* (so the
+// client may probe) and chat-token only chat.
+func probeSpace(t *testing.T) *space.Server {
+	t.Helper()
+	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
+		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
+		"chat-token":      {{Kind: "chat"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
 }
