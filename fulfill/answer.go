@@ -157,6 +157,9 @@ func (f *Fulfiller) end(p *proposal, to State, allowed func(State) bool) (prev S
 	}
 	f.mu.Unlock()
 	f.store.remove(p)
+	if to != StateSuperseded {
+		f.store.markEnded(p.env.ID)
+	}
 	return prev, next, true
 }
 

@@ -23,6 +23,10 @@ import (
 type pendingStore struct {
 	cache *expirable.LRU[string, *proposal]
 	seen  *lru.Cache[string, governing]
+	// ended are the ids of proposals this process ended (seen also holds
+	// those it left to another member): a record of one of them read
+	// later is stale, never work to resume.
+	ended *lru.Cache[string, struct{}]
 	max   int
 	ttl   time.Duration
 
@@ -47,6 +51,7 @@ func newPendingStore(max int, ttl time.Duration) *pendingStore {
 		seenSize = 1 << 16
 	}
 	s.seen, _ = lru.New[string, governing](seenSize)
+	s.ended, _ = lru.New[string, struct{}](seenSize)
 	return s
 }
 
@@ -120,4 +125,15 @@ func (s *pendingStore) remove(p *proposal) {
 
 func (s *pendingStore) all() []*proposal {
 	return s.cache.Values()
+}
+
+// markEnded remembers that this process answered (or saw withdrawn) the
+// proposal id: not one it left to another member, which may come back.
+func (s *pendingStore) markEnded(id string) {
+	s.ended.Add(id, struct{}{})
+}
+
+// endedHere reports whether this process ended the proposal id.
+func (s *pendingStore) endedHere(id string) bool {
+	return s.ended.Contains(id)
 }

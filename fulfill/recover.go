@@ -103,6 +103,14 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		f.mu.Unlock()
 		return // adopted twice (a repeated report), or shutting down (the record stays)
 	}
+	if f.store.endedHere(env.ID) {
+		// Our own record of a proposal this process already ended: a
+		// listing read before the end was written (a startup scan racing
+		// the first proposals). Resuming it would decide it a second time.
+		f.mu.Unlock()
+		f.log.Debug("record of a proposal ended here read late; not resumed", "proposal", env.ID, "phase", r.Phase)
+		return
+	}
 	f.live++
 	f.liveBytes += p.size()
 	f.byProposer[env.From]++
