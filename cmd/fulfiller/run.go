@@ -508,10 +508,12 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 // about 15 times its frame in live memory (measured; docs/limits.md says
 // where), and frames refused busy cost their read and decode until the
 // collector takes them: the soft limit makes it take them before the
-// heap doubles, as it would by default (GOGC=100).
+// heap doubles, as it would by default (GOGC=100). At 448 MiB the attack
+// of docs/limits.md peaked at 473–485 MiB, too near the ceiling; at 384
+// MiB, 448–455 MiB.
 const (
 	defaultMaxPendingBytes = 16 << 20
-	defaultMemoryLimit     = 448 << 20
+	defaultMemoryLimit     = 384 << 20
 )
 
 // applyMemoryLimit sets the Go runtime's soft memory limit, unless the
