@@ -176,19 +176,10 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 	if env.From != p.target {
 		// Not taken. But a proposer on the reference SDK takes any
 		// response to the request that fulfils its proposal, from anyone:
-		// this one may have fooled it, so it is recorded (once per
-		// proposal) and counted as a spoof attempt.
-		if p.spoofed.Swap(true) {
-			f.log.Debug("another response from a participant the request was not sent to ignored", "proposal", p.env.ID, "from", env.From, "envelope", env.ID)
-			return
-		}
-		f.log.Warn("response for our fulfilment from a participant it was not sent to; ignored (spoof attempt?)",
-			"proposal", p.env.ID, "target", p.target, "from", env.From, "envelope", env.ID)
-		ev := p.event(StageIgnored)
-		ev.Reason, ev.By = ReasonResponseFromOther, []string{env.From}
-		ev.Message = fmt.Sprintf("response %s to fulfilment request %s came from %s, not %s", env.ID, cid, env.From, p.target)
-		ev.Result = env.Payload
-		f.emit(ev)
+		// this one may have fooled it, so it is recorded and counted as a
+		// spoof attempt.
+		f.ignoreResponse(p, env, ReasonResponseFromOther,
+			fmt.Sprintf("response %s to fulfilment request %s came from %s, not %s", env.ID, cid, env.From, p.target), env.Payload)
 		return
 	}
 	// Matched by correlation and sender, as MEW does (rule 12): the
@@ -196,19 +187,11 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 	// id is checked only when the answer carries one.
 	resp, err := agent.DecodeAnswer(env.Payload, strconv.AppendInt(nil, p.rpcID, 10))
 	if err != nil {
-		if p.spoofed.Swap(true) {
-			f.log.Debug("another unusable response ignored", "proposal", p.env.ID, "envelope", env.ID, "err", err)
-			return // recorded once per proposal: a flood must not flood the decision log
-		}
-		f.log.Warn("response for our fulfilment ignored (spoof attempt?)",
-			"proposal", p.env.ID, "target", p.target, "request", cid, "rpc_id", p.rpcID, "envelope", env.ID, "err", err)
-		ev := p.event(StageIgnored)
-		ev.Reason, ev.By = ReasonWrongRPCID, []string{env.From}
-		ev.Message = fmt.Sprintf("response %s to fulfilment request %s: %v", env.ID, cid, err)
+		reason := ReasonWrongRPCID
 		if !errors.Is(err, agent.ErrWrongRPCID) {
-			ev.Reason = ReasonMalformedResponse
+			reason = ReasonMalformedResponse
 		}
-		f.emit(ev)
+		f.ignoreResponse(p, env, reason, fmt.Sprintf("response %s to fulfilment request %s: %v", env.ID, cid, err), nil)
 		return
 	}
 	f.waitWritten(p)
@@ -239,6 +222,22 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 		defer f.wg.Done()
 		f.release(p, StateFulfilled, next)
 	}()
+}
+
+// ignoreResponse records a response to p's fulfilment request that is not
+// taken (from another participant, another JSON-RPC id, unreadable) as a
+// StageIgnored event: once per proposal, so that a flood of them does not
+// flood the decision log; the rest are only logged at debug.
+func (f *Fulfiller) ignoreResponse(p *proposal, env agent.Envelope, reason, message string, result json.RawMessage) {
+	if p.spoofed.Swap(true) {
+		f.log.Debug("another response for our fulfilment ignored", "proposal", p.env.ID, "from", env.From, "envelope", env.ID, "reason", reason)
+		return
+	}
+	f.log.Warn("response for our fulfilment ignored (spoof attempt?)",
+		"proposal", p.env.ID, "target", p.target, "from", env.From, "envelope", env.ID, "reason", reason, "detail", message)
+	ev := p.event(StageIgnored)
+	ev.Reason, ev.By, ev.Message, ev.Result = reason, []string{env.From}, message, result
+	f.emit(ev)
 }
 
 // Reasons of StageIgnored events about answers that claim to come from a
