@@ -1,7 +1,6 @@
 package elicit
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 
@@ -198,37 +196,30 @@ func (k ApproverKeys) IDs() []string {
 // skipped. An approver listed twice, of either kind, is an error.
 func ParseApproverKeys(r io.Reader) (ApproverKeys, error) {
 	keys := ApproverKeys{Ed25519: Keys{}, Passkeys: Passkeys{}}
-	sc := bufio.NewScanner(r)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) > 0 && keys.Has(f[0]) {
-			return ApproverKeys{}, &KeyFileError{Line: n, Err: fmt.Errorf("approver %s is listed twice", f[0])}
+	err := scanKeyLines(r, func(f []string) error {
+		if keys.Has(f[0]) {
+			return fmt.Errorf("approver %s is listed twice", f[0])
 		}
 		switch {
 		case len(f) == 2:
 			pub, err := DecodePublicKey(f[1])
 			if err != nil {
-				return ApproverKeys{}, &KeyFileError{Line: n, Err: fmt.Errorf("key of %s: %w", f[0], err)}
+				return fmt.Errorf("key of %s: %w", f[0], err)
 			}
 			keys.Ed25519[f[0]] = pub
 		case len(f) == 3 && f[1] == KeyTypeWebAuthn:
 			p, err := DecodePasskey(f[2])
 			if err != nil {
-				return ApproverKeys{}, &KeyFileError{Line: n, Err: fmt.Errorf("passkey of %s: %w", f[0], err)}
+				return fmt.Errorf("passkey of %s: %w", f[0], err)
 			}
 			keys.Passkeys[f[0]] = p
 		default:
-			return ApproverKeys{}, &KeyFileError{Line: n, Err: fmt.Errorf("want `<approver id> <base64url Ed25519 public key>` or `<approver id> webauthn <credential>`, got %d fields", len(f))}
+			return fmt.Errorf("want `<approver id> <base64url Ed25519 public key>` or `<approver id> webauthn <credential>`, got %d fields", len(f))
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return ApproverKeys{}, &KeyFileError{Line: n + 1, Err: err}
+		return nil
+	})
+	if err != nil {
+		return ApproverKeys{}, err
 	}
 	return keys, nil
 }
@@ -236,17 +227,7 @@ func ParseApproverKeys(r io.Reader) (ApproverKeys, error) {
 // LoadApproverKeys reads the approver keys file at path (ParseApproverKeys).
 // Errors name the file, and the line when one is wrong.
 func LoadApproverKeys(path string) (ApproverKeys, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return ApproverKeys{}, err
-	}
-	defer f.Close()
-	keys, err := ParseApproverKeys(f)
-	var ke *KeyFileError
-	if errors.As(err, &ke) {
-		ke.File = path
-	}
-	return keys, err
+	return loadKeyFile(path, ParseApproverKeys)
 }
 
 // verifier returns how an approver's answers are checked: nil when the

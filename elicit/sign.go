@@ -174,47 +174,69 @@ func (e *KeyFileError) Unwrap() error { return e.Err }
 // entry could be the stale one.
 func ParseKeys(r io.Reader) (Keys, error) {
 	keys := Keys{}
-	sc := bufio.NewScanner(r)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
+	err := scanKeyLines(r, func(f []string) error {
 		if len(f) != 2 {
-			return nil, &KeyFileError{Line: n, Err: fmt.Errorf("want `<approver id> <base64url Ed25519 public key>`, got %d fields", len(f))}
+			return fmt.Errorf("want `<approver id> <base64url Ed25519 public key>`, got %d fields", len(f))
 		}
 		pub, err := DecodePublicKey(f[1])
 		if err != nil {
-			return nil, &KeyFileError{Line: n, Err: fmt.Errorf("key of %s: %w", f[0], err)}
+			return fmt.Errorf("key of %s: %w", f[0], err)
 		}
 		if _, dup := keys[f[0]]; dup {
-			return nil, &KeyFileError{Line: n, Err: fmt.Errorf("approver %s is listed twice", f[0])}
+			return fmt.Errorf("approver %s is listed twice", f[0])
 		}
 		keys[f[0]] = pub
-	}
-	if err := sc.Err(); err != nil {
-		return nil, &KeyFileError{Line: n + 1, Err: err}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return keys, nil
 }
 
-// LoadKeys reads the approver keys file at path. Errors name the file, and
-// the line when one is wrong.
-func LoadKeys(path string) (Keys, error) {
+// scanKeyLines calls line with the fields of each line of a keys file
+// that is neither blank nor a # comment; an error it returns, or one
+// reading, comes back as a *KeyFileError naming the line.
+func scanKeyLines(r io.Reader, line func(fields []string) error) error {
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		if err := line(strings.Fields(text)); err != nil {
+			return &KeyFileError{Line: n, Err: err}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return &KeyFileError{Line: n + 1, Err: err}
+	}
+	return nil
+}
+
+// loadKeyFile opens path and parses it with parse; a *KeyFileError gets
+// the file's name.
+func loadKeyFile[K any](path string, parse func(io.Reader) (K, error)) (K, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		var zero K
+		return zero, err
 	}
 	defer f.Close()
-	keys, err := ParseKeys(f)
+	keys, err := parse(f)
 	var ke *KeyFileError
 	if errors.As(err, &ke) {
 		ke.File = path
 	}
 	return keys, err
+}
+
+// LoadKeys reads the approver keys file at path. Errors name the file, and
+// the line when one is wrong.
+func LoadKeys(path string) (Keys, error) {
+	return loadKeyFile(path, ParseKeys)
 }
 
 // PromptSignatureDomain starts every signed prompt: a fulfiller's prompt
