@@ -83,12 +83,3 @@ func (s *slots) next(waiting func(*proposal) bool) *proposal {
 	}
 	return nil
 }
-
-// waiting is how many calls are queued.
-func (s *slots) waiting() int {
-	n := 0
-	for _, q := range s.queued {
-		n += len(q)
-	}
-	return n
-}

@@ -68,3 +68,12 @@ func join(ids []string) string {
 	}
 	return out
 }
+
+// waiting is how many calls are queued.
+func (s *slots) waiting() int {
+	n := 0
+	for _, q := range s.queued {
+		n += len(q)
+	}
+	return n
+}
