@@ -76,6 +76,13 @@ type Engine struct {
 	lastErr error
 
 	remote remoteState // guarded by reload, except err (errMu)
+
+	// watchTrace, when set (by tests, before Watch starts), hears what
+	// Watch does: "watching" once its watches are in place, "ignored"
+	// with the name of an event that cannot change the policy set. It
+	// lets a test wait for "the watcher
+	// saw this and did nothing" instead of sleeping.
+	watchTrace func(what, name string)
 }
 
 // Load reads and compiles the policies and data opts names. Errors name the

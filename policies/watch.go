@@ -40,6 +40,7 @@ func (e *Engine) Watch(ctx context.Context) error {
 	}
 	t.addAll(w, e)
 	e.log.Debug("watching policy files", "policies", e.opts.Policies, "data", e.opts.Data)
+	e.traceWatch("watching", "")
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -52,6 +53,7 @@ func (e *Engine) Watch(ctx context.Context) error {
 				return nil
 			}
 			if !t.relevant(ev.Name) {
+				e.traceWatch("ignored", ev.Name)
 				continue
 			}
 			if ev.Has(fsnotify.Create) {
@@ -73,6 +75,12 @@ func (e *Engine) Watch(ctx context.Context) error {
 			// a directory restored): watch what exists now.
 			t.addAll(w, e)
 		}
+	}
+}
+
+func (e *Engine) traceWatch(what, name string) {
+	if e.watchTrace != nil {
+		e.watchTrace(what, name)
 	}
 }
 

@@ -31,8 +31,20 @@ func policyWithMessage(msg string) string {
 	return "package fulfiller\n\ndecision := {\"action\": \"fulfill\", \"message\": \"" + msg + "\"}\n"
 }
 
-func startWatch(t *testing.T, e *Engine) {
+// watchEvent is one thing Watch did (see Engine.watchTrace).
+type watchEvent struct{ what, name string }
+
+// startWatch runs e.Watch until the test ends and returns what it does,
+// once its watches are in place: an edit made before then is never seen.
+func startWatch(t *testing.T, e *Engine) <-chan watchEvent {
 	t.Helper()
+	events := make(chan watchEvent, 1024)
+	e.watchTrace = func(what, name string) {
+		select {
+		case events <- watchEvent{what, name}:
+		default: // a test reads far fewer; never block the watcher
+		}
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- e.Watch(ctx) }()
@@ -42,9 +54,25 @@ func startWatch(t *testing.T, e *Engine) {
 			t.Errorf("Watch: %v", err)
 		}
 	})
-	// Let the watcher register before the test changes files: Watch has
-	// no ready signal, and an edit made before it watches is never seen.
-	time.Sleep(250 * time.Millisecond)
+	awaitWatch(t, events, "watching", "")
+	return events
+}
+
+// awaitWatch waits until Watch reports what (for a name ending in
+// suffix), skipping its other events.
+func awaitWatch(t *testing.T, events <-chan watchEvent, what, suffix string) {
+	t.Helper()
+	timeout := time.After(reloadWait)
+	for {
+		select {
+		case ev := <-events:
+			if ev.what == what && strings.HasSuffix(ev.name, suffix) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("Watch never reported %s %s", what, suffix)
+		}
+	}
 }
 
 func TestWatchReloadsDirectory(t *testing.T) {
@@ -62,7 +90,7 @@ func TestWatchReloadsDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startWatch(t, e)
+	events := startWatch(t, e)
 	message := func() string { return e.Decide(t.Context(), &Input{}).Message }
 
 	// Change a file: the new decision is in force (within a second; the
@@ -123,9 +151,10 @@ func TestWatchReloadsDirectory(t *testing.T) {
 		t.Error("data change not picked up")
 	}
 
-	// Test files do not trigger reloads and are not loaded.
+	// Test files do not trigger reloads and are not loaded: the watcher
+	// sees the write and sets it aside.
 	writeFile(t, filepath.Join(dir, "main_test.rego"), "not rego at all")
-	time.Sleep(3 * watchDebounce)
+	awaitWatch(t, events, "ignored", "main_test.rego")
 	if e.LastReloadError() != nil {
 		t.Errorf("a _test.rego broke the policy: %v", e.LastReloadError())
 	}
@@ -137,14 +166,14 @@ func TestWatchNamedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startWatch(t, e)
+	events := startWatch(t, e)
 	writeFile(t, filepath.Join(dir, "p.rego"), policyWithMessage("v2"))
 	if !waitFor(t, reloadWait, func() bool { return e.Decide(t.Context(), &Input{}).Message == "v2" }) {
 		t.Fatal("named file change not picked up")
 	}
 	// Siblings that are not named are irrelevant.
 	writeFile(t, filepath.Join(dir, "other.rego"), "still not rego")
-	time.Sleep(3 * watchDebounce)
+	awaitWatch(t, events, "ignored", "other.rego")
 	if e.LastReloadError() != nil {
 		t.Errorf("unrelated file caused a reload error: %v", e.LastReloadError())
 	}
