@@ -80,8 +80,8 @@ type Engine struct {
 	// watchTrace, when set (by tests, before Watch starts), hears what
 	// Watch does: "watching" once its watches are in place, "ignored"
 	// with the name of an event that cannot change the policy set. It
-	// lets a test wait for "the watcher
-	// saw this and did nothing" instead of sleeping.
+	// lets a test wait for "the watcher saw this and did nothing"
+	// instead of sleeping.
 	watchTrace func(what, name string)
 }
 
