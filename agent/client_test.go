@@ -15,6 +15,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 const waitLimit = 5 * time.Second
@@ -124,27 +126,13 @@ func quiet(t *testing.T, s *Subscription) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // statsEventually waits for counters that are updated just after the
 // event a test observes.
 func statsEventually(t *testing.T, c *Client, ok func(Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for st := c.Stats(); !ok(st); st = c.Stats() {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats = %+v", st)
-		}
-		time.Sleep(2 * time.Millisecond)
+	var st Stats
+	if !poll.Within(poll.Limit, func() bool { st = c.Stats(); return ok(st) }) {
+		t.Fatalf("stats = %+v", st)
 	}
 }
 
@@ -651,7 +639,7 @@ func TestSendAndRequestWaitForReconnect(t *testing.T) {
 
 	h.gw.set(func(g *testGateway) { g.refuse = true })
 	h.gw.DropAll()
-	eventually(t, "the session is lost", func() bool { return !c.Connected() })
+	poll.Until(t, "the session is lost", func() bool { return !c.Connected() })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -686,7 +674,7 @@ func TestBlockedConsumerIsNotADeadLink(t *testing.T) {
 	sub := c.Subscribe(SubscribeOptions{Buffer: 1})
 	h.gw.SendTo("fulfiller", websocket.TextMessage, chat("m0", "x"))
 	h.gw.SendTo("fulfiller", websocket.TextMessage, chat("m1", "x"))
-	eventually(t, "the buffer is full", func() bool { return len(sub.C()) == 1 })
+	poll.Until(t, "the buffer is full", func() bool { return len(sub.C()) == 1 })
 	// Far longer than PingInterval+PongTimeout with the read loop waiting
 	// on m1. The next frames arrive only now, so reading them needs the
 	// socket again.
@@ -727,11 +715,11 @@ func TestCloseReleasesWaiters(t *testing.T) {
 		_, err := c.Request(context.Background(), "calculator", MethodToolsList, nil)
 		reqErr <- err
 	}()
-	eventually(t, "the request is pending", func() bool { return c.pending.len() == 1 })
+	poll.Until(t, "the request is pending", func() bool { return c.pending.len() == 1 })
 
 	h.gw.set(func(g *testGateway) { g.refuse = true })
 	h.gw.DropAll()
-	eventually(t, "the session is lost", func() bool { return !c.Connected() })
+	poll.Until(t, "the session is lost", func() bool { return !c.Connected() })
 	sendErr := make(chan error, 1)
 	go func() {
 		_, err := c.Send(context.Background(), Envelope{Kind: KindChat, Payload: json.RawMessage(`{"text":"x"}`)})

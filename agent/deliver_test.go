@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // The reconnect schedule: three fast retries at about BackoffMin, then
@@ -60,7 +62,7 @@ func TestSendOrQueueResendsAfterReconnect(t *testing.T) {
 	c := h.dial("fulfiller", nil)
 	h.gw.set(func(g *testGateway) { g.refuse = true })
 	h.gw.DropAll()
-	eventually(t, "the session is lost", func() bool { return !c.Connected() })
+	poll.Until(t, "the session is lost", func() bool { return !c.Connected() })
 
 	cancel := Envelope{To: []string{"calculator"}, Kind: KindRequest, CorrelationID: CorrelationIDs{"req-1"},
 		Payload: json.RawMessage(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"timeout"}}`)}

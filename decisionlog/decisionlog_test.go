@@ -19,6 +19,7 @@ import (
 	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -121,7 +122,7 @@ func runWorld(t *testing.T, log *decisionlog.Logger, props []agent.Envelope, wan
 	for _, p := range props {
 		in <- p
 	}
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d records", want), func() bool { return log.Records() >= want })
+	poll.Until(t, fmt.Sprintf("%d records", want), func() bool { return log.Records() >= want })
 	close(stopFwd)
 	<-fwdDone
 	cancel()
@@ -129,17 +130,6 @@ func runWorld(t *testing.T, log *decisionlog.Logger, props []agent.Envelope, wan
 		t.Fatalf("Run: %v", err)
 	}
 	return sp
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func readRecords(t *testing.T, path string) []map[string]any {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/testenv"
 
 	"github.com/mewkit/fulfiller/decisionlog"
@@ -98,7 +99,7 @@ func TestFullDiskFailsThenRecoversByItself(t *testing.T) {
 	}
 
 	d.setFull(false)
-	waitFor(t, 10*time.Second, "the log to heal", func() bool { return log.Healthy() == nil })
+	poll.Until(t, "the log to heal", func() bool { return log.Healthy() == nil })
 	got := d.lines()
 	var ids []string
 	for _, l := range got {

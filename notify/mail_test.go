@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/testenv"
 	"github.com/mewkit/fulfiller/notify"
 )
@@ -239,7 +240,7 @@ func TestMailToApproversOverSTARTTLS(t *testing.T) {
 	if strings.Contains(text, "Arguments") || strings.Contains(text, "/srv/prod/motd") {
 		t.Errorf("the arguments are in the mail without notify_arguments:\n%s", text)
 	}
-	waitFor(t, "the send counted", func() bool { return c.get("smtp sent") == 1 })
+	poll.Until(t, "the send counted", func() bool { return c.get("smtp sent") == 1 })
 
 	// With notify_arguments they are in it.
 	n.Observe(opened(`{"path":"/srv/prod/motd"}`))
@@ -257,5 +258,5 @@ func TestMailWrongPasswordFails(t *testing.T) {
 	n := notify.New(notify.Config{Targets: []notify.Target{tg}, Metrics: c, Attempts: 2, Backoff: time.Millisecond})
 	run(t, n)
 	n.Observe(opened(""))
-	waitFor(t, "the failure counted", func() bool { return c.get("smtp failed") == 1 })
+	poll.Until(t, "the failure counted", func() bool { return c.get("smtp failed") == 1 })
 }

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/notify"
 )
 
@@ -170,7 +171,7 @@ func TestWebhookSignedExactBody(t *testing.T) {
 	if strings.Join(r.events, ",") != "prompt.opened,prompt.ended" {
 		t.Errorf("X-Fulfiller-Event headers %v", r.events)
 	}
-	waitFor(t, "the sends counted", func() bool { return c.get("webhook sent") == 2 })
+	poll.Until(t, "the sends counted", func() bool { return c.get("webhook sent") == 2 })
 }
 
 func TestWebhookArgumentsOnlyWhenTheDecisionSaysSo(t *testing.T) {
@@ -191,7 +192,7 @@ func TestWebhookWrongSecretIsRefusedNotRetried(t *testing.T) {
 	n := notify.New(notify.Config{Targets: []notify.Target{target(t, srv.URL, notify.Options{Secret: []byte("another")})}, Metrics: c, Backoff: time.Millisecond})
 	run(t, n)
 	n.Observe(opened(""))
-	waitFor(t, "the failure counted", func() bool { return c.get("webhook failed") == 1 })
+	poll.Until(t, "the failure counted", func() bool { return c.get("webhook failed") == 1 })
 	if a := r.attempts.Load(); a != 1 {
 		t.Errorf("%d attempts; a 401 is not retried", a)
 	}
@@ -210,7 +211,7 @@ func TestRetriesUntilDelivered(t *testing.T) {
 	run(t, n)
 	n.Observe(opened(""))
 	r.wait(t, 1)
-	waitFor(t, "the send counted", func() bool { return c.get("webhook sent") == 1 })
+	poll.Until(t, "the send counted", func() bool { return c.get("webhook sent") == 1 })
 	if a := r.attempts.Load(); a != 3 {
 		t.Errorf("%d attempts, want 3 (two failures, then delivered)", a)
 	}
@@ -228,7 +229,7 @@ func TestRetriesGiveUp(t *testing.T) {
 	n := notify.New(notify.Config{Targets: []notify.Target{target(t, srv.URL, notify.Options{Secret: []byte("k")})}, Metrics: c, Attempts: 4, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
 	run(t, n)
 	n.Observe(opened(""))
-	waitFor(t, "the failure counted", func() bool { return c.get("webhook failed") == 1 })
+	poll.Until(t, "the failure counted", func() bool { return c.get("webhook failed") == 1 })
 	if a := r.attempts.Load(); a != 4 {
 		t.Errorf("%d attempts, want the 4 configured", a)
 	}
@@ -276,17 +277,6 @@ func TestFullQueueDropsOldest(t *testing.T) {
 	release <- struct{}{}
 	if id := <-arrived; id != "p5" {
 		t.Errorf("then %s, want p5", id)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/notify"
 )
 
@@ -47,7 +48,7 @@ func TestSlackWebhookMessage(t *testing.T) {
 	if got := <-bodies; got != wantEnded {
 		t.Errorf("prompt.ended\n got %s\nwant %s", got, wantEnded)
 	}
-	waitFor(t, "the sends counted", func() bool { return c.get("slack sent") == 2 })
+	poll.Until(t, "the sends counted", func() bool { return c.get("slack sent") == 2 })
 }
 
 func TestParseTargetRefuses(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -35,19 +36,6 @@ func (f *flakyStore) Ping(context.Context) error {
 func (f *flakyStore) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
 
 func (f *flakyStore) count() int { f.mu.Lock(); defer f.mu.Unlock(); return f.pings }
-
-// waitFor polls cond until it holds, failing the test after a generous
-// minute (busy 2-core machines).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestReadyzFollowsTheStoreProbe: /readyz is 503 until the store has
 // been probed, 503 naming the store while its pings fail, and ready again
@@ -81,12 +69,12 @@ func TestReadyzFollowsTheStoreProbe(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	failing := `{"gateway":"connected","reason":"the state store (nats://nats-0:4222,nats://nats-1:4222) does not accept writes: state: store connection reconnecting","revision":"sha256:abc","status":"not_ready","store":"failing"}`
-	waitFor(t, "readyz naming the failing store", func() bool { code, body := ready(); return code == 503 && body == failing })
+	poll.Until(t, "readyz naming the failing store", func() bool { code, body := ready(); return code == 503 && body == failing })
 	if !strings.Contains(scrape(t, m), "fulfiller_state_store_failing 1\n") {
 		t.Errorf("failing gauge not 1:\n%s", scrape(t, m))
 	}
 	fs.set(nil)
-	waitFor(t, "ready once the store takes writes", func() bool {
+	poll.Until(t, "ready once the store takes writes", func() bool {
 		code, body := ready()
 		return code == 200 && body == `{"gateway":"connected","revision":"sha256:abc","status":"ready","store":"ok"}`
 	})
@@ -94,7 +82,7 @@ func TestReadyzFollowsTheStoreProbe(t *testing.T) {
 		t.Errorf("failing gauge not 0:\n%s", scrape(t, m))
 	}
 	fs.set(errors.New("boom"))
-	waitFor(t, "unready again", func() bool { code, _ := ready(); return code == 503 })
+	poll.Until(t, "unready again", func() bool { code, _ := ready(); return code == 503 })
 }
 
 // TestReadyzFollowsARealNATSServer: the probe over a real external store.
@@ -151,15 +139,15 @@ func TestReadyzFollowsARealNATSServer(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	readiness := func() ops.Readiness { return h.Ready() }
-	waitFor(t, "ready", func() bool { return readiness().Status == "ready" })
+	poll.Until(t, "ready", func() bool { return readiness().Status == "ready" })
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	waitFor(t, "not ready with the server down", func() bool {
+	poll.Until(t, "not ready with the server down", func() bool {
 		r := readiness()
 		return r.Status == "not_ready" && r.Store == "failing" && strings.HasPrefix(r.Reason, "the state store ("+url+") does not accept writes: ")
 	})
 	ns = start()
-	waitFor(t, "ready again with the server back", func() bool { return readiness().Status == "ready" })
+	poll.Until(t, "ready again with the server back", func() bool { return readiness().Status == "ready" })
 	if out := scrape(t, m); !strings.Contains(out, `fulfiller_state_op_errors_total{op="ping"}`) {
 		t.Errorf("failed pings not counted:\n%s", out)
 	}
@@ -192,7 +180,7 @@ func TestMetricsFollowTheStore(t *testing.T) {
 	if err := store.StartLease(leaseCtx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a lease renewal", func() bool {
+	poll.Until(t, "a lease renewal", func() bool {
 		return strings.Contains(scrape(t, m), `fulfiller_state_lease_renewals_total{result="ok"}`)
 	})
 	// A renewal slower than Lease/2 on a loaded machine is a real failure

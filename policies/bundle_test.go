@@ -18,6 +18,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 
 	"github.com/mewkit/fulfiller/internal/bundletest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestBundleDecidesLikeDirectory: the example policies built into a bundle
@@ -338,14 +339,6 @@ func (d *downloads) count(result string) int {
 	return n
 }
 
-// waitUntil fails the test unless cond comes to hold within reloadWait.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if !waitFor(t, reloadWait, cond) {
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 // TestRemoteBundle: a signed bundle served over HTTP is fetched at load,
 // polled with If-None-Match (304 changes nothing), and a new revision is
 // in force for the next decision. A failed download, a 500, a bundle
@@ -391,14 +384,14 @@ func TestRemoteBundle(t *testing.T) {
 	go func() { done <- e.PollBundle(ctx) }()
 
 	// Unchanged: 304 to If-None-Match, nothing rebuilt.
-	waitUntil(t, "a 304", func() bool { return obs.count(BundleNotModified) > 0 })
+	poll.Until(t, "a 304", func() bool { return obs.count(BundleNotModified) > 0 })
 	if inm := srv.last().Header.Get("If-None-Match"); inm == "" || e.Revision() != "v1" {
 		t.Errorf("If-None-Match %q, revision %q", inm, e.Revision())
 	}
 
 	// Rollout.
 	srv.serve(v2)
-	waitUntil(t, "v2 in force", func() bool { return e.Revision() == "v2" })
+	poll.Until(t, "v2 in force", func() bool { return e.Revision() == "v2" })
 	if d := decide(); d.Action != Reject || d.Revision != "v2" || e.LastReloadError() != nil {
 		t.Fatalf("after rollout: %+v, %v", d, e.LastReloadError())
 	}
@@ -423,7 +416,7 @@ func TestRemoteBundle(t *testing.T) {
 	} {
 		before := obs.count(broken.result)
 		broken.apply()
-		waitUntil(t, broken.name+" reported", func() bool {
+		poll.Until(t, broken.name+" reported", func() bool {
 			err := e.LastReloadError()
 			return err != nil && strings.Contains(err.Error(), broken.want)
 		})
@@ -439,7 +432,7 @@ func TestRemoteBundle(t *testing.T) {
 
 	// Roll-back to v1, replayed: accepted, and logged as a roll-back.
 	srv.serve(v1)
-	waitUntil(t, "v1 again", func() bool { return e.Revision() == "v1" })
+	poll.Until(t, "v1 again", func() bool { return e.Revision() == "v1" })
 	if e.LastReloadError() != nil || !strings.Contains(log.String(), `msg="policy bundle rolled back to a revision in force before"`) {
 		t.Errorf("after roll-back: %v\n%s", e.LastReloadError(), log.String())
 	}
@@ -505,13 +498,13 @@ func TestBundleFileReloadKeepsLastGood(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	replace(bundletest.Build(t, src("escalate"), bundletest.Options{Revision: "v2", SigningKey: otherPriv}))
-	waitUntil(t, "the forged bundle refused", func() bool { return e.LastReloadError() != nil })
+	poll.Until(t, "the forged bundle refused", func() bool { return e.LastReloadError() != nil })
 	d := e.Decide(t.Context(), callInput(t, "coder", "read_file", `{}`, ""))
 	if err := e.LastReloadError(); d.Action != Fulfill || d.Revision != "v1" || !strings.Contains(err.Error(), path+": failed to verify JWT signature") {
 		t.Errorf("after the forged bundle: %+v, %v", d, err)
 	}
 	replace(bundletest.Build(t, src("reject"), bundletest.Options{Revision: "v3", SigningKey: priv}))
-	waitUntil(t, "v3 in force", func() bool { return e.Revision() == "v3" })
+	poll.Until(t, "v3 in force", func() bool { return e.Revision() == "v3" })
 	if d := e.Decide(t.Context(), callInput(t, "coder", "read_file", `{}`, "")); d.Action != Reject || e.LastReloadError() != nil {
 		t.Errorf("after v3: %+v, %v", d, e.LastReloadError())
 	}

@@ -7,24 +7,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, cond func() bool) bool {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return cond()
-}
+	"github.com/mewkit/fulfiller/internal/poll"
+)
 
 // reloadWait bounds how long a test waits for a reload it expects. The
 // product reloads within a second; the bound is generous so that a busy
-// machine does not fail the test (waitFor returns as soon as it is seen).
+// machine does not fail the test (the wait ends as soon as it is seen).
 const reloadWait = 15 * time.Second
 
 func policyWithMessage(msg string) string {
@@ -98,7 +87,7 @@ func TestWatchReloadsDirectory(t *testing.T) {
 	v1 := e.Revision()
 	writeFile(t, filepath.Join(dir, "main.rego"), policyWithMessage("v2"))
 	start := time.Now()
-	if !waitFor(t, reloadWait, func() bool { return message() == "v2" }) {
+	if !poll.Within(reloadWait, func() bool { return message() == "v2" }) {
 		t.Fatalf("after edit: message %q, want v2", message())
 	}
 	t.Logf("reload took %v", time.Since(start))
@@ -112,7 +101,7 @@ func TestWatchReloadsDirectory(t *testing.T) {
 	// Break it: the old decision stays and the error names file:line.
 	v2 := e.Revision()
 	writeFile(t, filepath.Join(dir, "main.rego"), "package fulfiller\n\ndecision := {\"action\": \"fulfill\",\n")
-	if !waitFor(t, reloadWait, func() bool { return e.LastReloadError() != nil }) {
+	if !poll.Within(reloadWait, func() bool { return e.LastReloadError() != nil }) {
 		t.Fatal("broken policy: no reload error")
 	}
 	if want := filepath.Join(dir, "main.rego") + ":"; !strings.HasPrefix(e.LastReloadError().Error(), want) {
@@ -122,7 +111,7 @@ func TestWatchReloadsDirectory(t *testing.T) {
 		t.Errorf("after a broken edit: message %q revision %s, want v2 %s", message(), e.Revision(), v2)
 	}
 	// The error is recorded just before it is logged: wait for the line.
-	if !waitFor(t, reloadWait, func() bool { return strings.Contains(logs.String(), "policy reload failed") }) {
+	if !poll.Within(reloadWait, func() bool { return strings.Contains(logs.String(), "policy reload failed") }) {
 		t.Errorf("failure not logged: %s", logs.String())
 	}
 
@@ -133,21 +122,21 @@ func TestWatchReloadsDirectory(t *testing.T) {
 	if err := os.Rename(tmp, filepath.Join(dir, "main.rego")); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(t, reloadWait, func() bool { return message() == "v3" }) {
+	if !poll.Within(reloadWait, func() bool { return message() == "v3" }) {
 		t.Fatalf("after rename: message %q, want v3", message())
 	}
 	if e.LastReloadError() != nil {
 		t.Errorf("LastReloadError after fix = %v", e.LastReloadError())
 	}
 	writeFile(t, filepath.Join(dir, "newdir", "extra.rego"), "package fulfiller.extra\n\nx := 1\n")
-	if !waitFor(t, reloadWait, func() bool { return len(e.Files()) == 3 }) {
+	if !poll.Within(reloadWait, func() bool { return len(e.Files()) == 3 }) {
 		t.Errorf("file in new directory not loaded: %v", e.Files())
 	}
 
 	// Data changes are watched as well.
 	before := e.Revision()
 	writeFile(t, filepath.Join(dir, "data", "data.json"), `{"limit": 2}`)
-	if !waitFor(t, reloadWait, func() bool { return e.Revision() != before }) {
+	if !poll.Within(reloadWait, func() bool { return e.Revision() != before }) {
 		t.Error("data change not picked up")
 	}
 
@@ -168,7 +157,7 @@ func TestWatchNamedFile(t *testing.T) {
 	}
 	events := startWatch(t, e)
 	writeFile(t, filepath.Join(dir, "p.rego"), policyWithMessage("v2"))
-	if !waitFor(t, reloadWait, func() bool { return e.Decide(t.Context(), &Input{}).Message == "v2" }) {
+	if !poll.Within(reloadWait, func() bool { return e.Decide(t.Context(), &Input{}).Message == "v2" }) {
 		t.Fatal("named file change not picked up")
 	}
 	// Siblings that are not named are irrelevant.

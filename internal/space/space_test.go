@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // Most wire behaviour is checked frame by frame against the reference
@@ -238,7 +239,7 @@ func TestDropAllThenRejoin(t *testing.T) {
 			t.Fatalf("%s: got %v, want 1006 (no close frame)", c.name, err)
 		}
 	}
-	waitFor(t, func() bool { return len(s.Participants()) == 0 })
+	poll.Until(t, "every participant gone", func() bool { return len(s.Participants()) == 0 })
 
 	a2, b2 := dial(t, s, "a", nil), dial(t, s, "b", nil)
 	a2.join("a", "")
@@ -247,17 +248,6 @@ func TestDropAllThenRejoin(t *testing.T) {
 	}
 	if got := s.Participants(); len(got) != 2 {
 		t.Fatalf("Participants() = %v", got)
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(readTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -439,7 +429,7 @@ send:
 	case <-time.After(readTimeout):
 		t.Fatal("slow reader was never dropped")
 	}
-	waitFor(t, func() bool { return len(s.Participants()) == 2 })
+	poll.Until(t, "two participants", func() bool { return len(s.Participants()) == 2 })
 }
 
 func TestHealth(t *testing.T) {
@@ -515,10 +505,10 @@ func TestStallHandlesFramesInArrivalOrder(t *testing.T) {
 
 	s.SetStalled(true)
 	old.close()
-	waitUntil(t, "the old socket's close to be read", queued(1))
+	poll.Until(t, "the old socket's close to be read", queued(1))
 	fresh := dial(t, s, "x-new", nil)
 	fresh.send(`{"type":"join","participantId":"x","space":"fulfiller-lab"}`)
-	waitUntil(t, "the new join to be read", queued(2))
+	poll.Until(t, "the new join to be read", queued(2))
 	s.SetStalled(false)
 
 	if env := fresh.readEnvelope(); env.Kind != agent.KindWelcome {
@@ -532,16 +522,5 @@ func TestStallHandlesFramesInArrivalOrder(t *testing.T) {
 	obs.send(`{"id":"after","kind":"chat","payload":{"text":"still there?"}}`)
 	if env := fresh.readEnvelope(); env.ID != "after" {
 		t.Fatalf("new session got %+v, want the chat: it was ended by the old socket's leave", env)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
