@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // clock is a settable time for task timestamps and TTLs.
@@ -475,20 +476,15 @@ func TestTaskSilentLeavesPolling(t *testing.T) {
 	h := newHarness(t, TaskOptions{Mode: TasksExtension, Silent: true}, g.tool("migrate", TaskRequired, true))
 	id, _, _ := h.create(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"migrate",` + extCap + `}}`)
 	g.release <- outcome{text: "migrated"}
-	deadline := time.Now().Add(5 * time.Second)
-	for n := 2; ; n++ {
+	n := 1
+	poll.Until(t, "the task to complete", func() bool {
+		n++
 		var r struct{ Result struct{ Status string } }
 		if err := json.Unmarshal(h.ask(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tasks/get","params":{"taskId":"%s"}}`, n, id)), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Result.Status == StatusCompleted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task still %q", r.Result.Status)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return r.Result.Status == StatusCompleted
+	})
 	h.quiet() // every envelope so far was an answer read by ask
 }
 
@@ -533,13 +529,7 @@ func TestTaskForgottenAfterTTL(t *testing.T) {
 	id, _, _ := h.create(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"migrate","task":{"ttl":60000}}}`)
 	<-g.started
 	resultReq := h.send(h.owner, `{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"`+id+`"}}`)
-	deadline := time.Now().Add(5 * time.Second)
-	for !h.waiting(id) {
-		if time.Now().After(deadline) {
-			t.Fatal("tasks/result never started waiting")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, "tasks/result to start waiting", func() bool { return h.waiting(id) })
 	h.clk.advance(59 * time.Second)
 	if h.status(id) != StatusWorking {
 		t.Fatal("forgotten before its ttl")
