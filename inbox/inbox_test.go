@@ -17,6 +17,7 @@ import (
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/inbox"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // promptCard is a card as the fulfiller's elicitation makes it: a
@@ -60,19 +61,13 @@ func serve(t *testing.T) *served {
 		}
 	}()
 	t.Cleanup(func() { cancel(); in.Close(); s.srv.Close() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Until(t, "the card to open", func() bool {
 		if err := in.Answer("nonexistent", approver.Answer{}); err == nil {
 			t.Fatal("answered a card that does not exist")
 		}
-		if _, err := s.get(t, "/?token="+in.Secret(), nil); err == nil && s.open(t) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the card never opened")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		_, err := s.get(t, "/?token="+in.Secret(), nil)
+		return err == nil && s.open(t)
+	})
 	return s
 }
 
