@@ -16,7 +16,7 @@ import (
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -121,9 +121,9 @@ func newWorldConfig(t *testing.T, escalation string, cfg elicit.Config) *world {
 	fc := w.join("fulfiller", "fulfiller-token")
 	el := elicit.New(fc, cfg)
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	var reg *grants.Registry
+	var reg *grantstore.Registry
 	if offerGrants {
-		reg = grants.NewRegistry(nil, nil)
+		reg = grantstore.NewRegistry(nil, nil)
 	}
 	// DiscoverySettle: nobody in these worlds forges a tools/list
 	// answer (fulfill's tests cover that), and the 500 ms default would

@@ -21,7 +21,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -137,7 +137,7 @@ type world struct {
 	mu     sync.Mutex
 	events []elicit.Event
 	fevs   []fulfill.Event
-	grants *grants.Registry // with offerGrants
+	grants *grantstore.Registry // with offerGrants
 }
 
 // human is an approver whose client the test drives by hand.
@@ -251,12 +251,12 @@ func (w *world) startFulfiller() {
 		}
 	}})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	var regStore grants.Store
+	var regStore grantstore.Store
 	if w.store != nil {
 		regStore = w.store // grants outlive the process with the rest
 	}
 	if opts.offerGrants {
-		w.grants = grants.NewRegistry(regStore, log)
+		w.grants = grantstore.NewRegistry(regStore, log)
 		w.grants.GatewayAuthenticatesFrom(opts.authenticatesFrom)
 	}
 	// DiscoverySettle: nobody in these worlds forges a tools/list

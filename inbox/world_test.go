@@ -18,7 +18,7 @@ import (
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/inbox"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
@@ -127,9 +127,9 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	fc := w.join("fulfiller", "fulfiller-token")
 	el := elicit.New(fc, elicit.Config{Keys: o.keys, OfferGrants: o.grants})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	var reg *grants.Registry
+	var reg *grantstore.Registry
 	if o.grants {
-		reg = grants.NewRegistry(nil, nil)
+		reg = grantstore.NewRegistry(nil, nil)
 	}
 	// DiscoverySettle: nobody in these worlds forges a tools/list
 	// answer (fulfill's tests cover that), and the 500 ms default would

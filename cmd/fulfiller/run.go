@@ -19,6 +19,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/toolmeta"
@@ -400,7 +401,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	defer stopElicitor()
 	// Grants approvers make live in the store, mirrored in memory (the
 	// registry's watch is stopped with the policy watches, below).
-	grantReg := grants.NewRegistry(grantStore(store), log)
+	grantReg := grantstore.NewRegistry(grantStore(store), log)
 	grantReg.GatewayAuthenticatesFrom(fl.gatewayAuthenticatesFrom)
 	grantReg.OnExpire(func(grants.Grant) { opsRT.metrics.GrantExpired() })
 	ful := fulfill.New(client, engine, fulfill.Config{
