@@ -6,7 +6,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // Auto answers every card at once, without a person: `fulfiller approve
@@ -25,11 +25,11 @@ type Auto struct {
 func (u *Auto) Ask(_ context.Context, c *Card) (Answer, error) {
 	switch {
 	case u.Approve:
-		return Answer{Action: elicit.ActionAccept, Approve: true, Reason: u.Reason}, nil
+		return Answer{Action: approval.ActionAccept, Approve: true, Reason: u.Reason}, nil
 	case u.Reason != "":
-		return Answer{Action: elicit.ActionAccept, Reason: u.Reason}, nil
+		return Answer{Action: approval.ActionAccept, Reason: u.Reason}, nil
 	}
-	return Answer{Action: elicit.ActionDecline}, nil
+	return Answer{Action: approval.ActionDecline}, nil
 }
 
 // Notify implements UI: one line for each card that ended, each answer

@@ -20,9 +20,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // Card is one elicitation addressed to this approver, read for a person.
@@ -156,7 +156,7 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 			c.Proposal.Deadline = t
 			c.Proposal.DeadlineByProposer = mp.By == "proposer"
 		}
-		if d, err := elicit.CallDigest(mp.Method, c.Proposal.Params); err == nil && d == mp.Digest {
+		if d, err := approval.CallDigest(mp.Method, c.Proposal.Params); err == nil && d == mp.Digest {
 			c.DigestOK = true
 		}
 	}
@@ -181,7 +181,7 @@ func (c *Card) grantOffer(offers []string, meta json.RawMessage) *GrantOffer {
 	if json.Unmarshal(meta, &m) != nil || m.MaxTTL == nil || m.Scope == nil {
 		return nil
 	}
-	var offer policies.Grantable
+	var offer decision.Grantable
 	if err := json.Unmarshal([]byte(`{"max_ttl":`+string(m.MaxTTL)+`,"scope":`+string(m.Scope)+`}`), &offer); err != nil {
 		return nil
 	}
@@ -211,7 +211,7 @@ func (c *Card) grantOffer(offers []string, meta json.RawMessage) *GrantOffer {
 	for i, f := range offer.Scope {
 		scope[i] = f.String()
 	}
-	return &GrantOffer{Offers: offers, MaxTTL: policies.FormatGrantDuration(offer.MaxTTL), Scope: scope, Terms: g.Terms()}
+	return &GrantOffer{Offers: offers, MaxTTL: decision.FormatGrantDuration(offer.MaxTTL), Scope: scope, Terms: g.Terms()}
 }
 
 // parseSchema reads the flat requestedSchema: the editable fields (every
@@ -228,8 +228,8 @@ func parseSchema(raw json.RawMessage) (fields []Field, delegates, grantOffers []
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: requestedSchema: %v", ErrNotElicitation, err)
 	}
-	if _, ok := props[elicit.FieldApprove]; !ok {
-		return nil, nil, nil, fmt.Errorf("%w: the form has no %q field", ErrNotElicitation, elicit.FieldApprove)
+	if _, ok := props[approval.FieldApprove]; !ok {
+		return nil, nil, nil, fmt.Errorf("%w: the form has no %q field", ErrNotElicitation, approval.FieldApprove)
 	}
 	for _, k := range keys {
 		var prop struct {
@@ -240,10 +240,10 @@ func parseSchema(raw json.RawMessage) (fields []Field, delegates, grantOffers []
 		}
 		_ = json.Unmarshal(props[k], &prop)
 		switch k {
-		case elicit.FieldApprove, elicit.FieldReason, elicit.FieldSignature:
-		case elicit.FieldDelegateTo:
+		case approval.FieldApprove, approval.FieldReason, approval.FieldSignature:
+		case approval.FieldDelegateTo:
 			delegates = prop.Enum
-		case elicit.FieldGrant:
+		case approval.FieldGrant:
 			for _, d := range prop.Enum {
 				if d != "" {
 					grantOffers = append(grantOffers, d)
@@ -382,7 +382,7 @@ func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 		line("asked", "any 1 of "+p(strings.Join(c.Policy.Approvers, ", ")))
 	}
 	if c.Proposal != nil {
-		d := p(elicit.ShortDigest(c.Proposal.Digest))
+		d := p(approval.ShortDigest(c.Proposal.Digest))
 		if !c.DigestOK {
 			d += " " + st.red("⚠ does not match the call shown: this card cannot be approved")
 		}

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // Terminal is the interactive UI: it prints each card and reads the
@@ -319,7 +319,7 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 		}
 		switch key {
 		case 'a':
-			return Answer{Action: elicit.ActionAccept, Approve: true}, nil
+			return Answer{Action: approval.ActionAccept, Approve: true}, nil
 		case 'l':
 			d, err := t.grant(ctx, c)
 			if err != nil {
@@ -328,7 +328,7 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 			if d == "" {
 				continue
 			}
-			return Answer{Action: elicit.ActionAccept, Approve: true, Grant: d}, nil
+			return Answer{Action: approval.ActionAccept, Approve: true, Grant: d}, nil
 		case 'e':
 			edits, err := t.edit(ctx, c)
 			if err != nil {
@@ -338,16 +338,16 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 			if err != nil {
 				return Answer{}, err
 			}
-			return Answer{Action: elicit.ActionAccept, Approve: true, Reason: strings.TrimSpace(reason), Edits: edits}, nil
+			return Answer{Action: approval.ActionAccept, Approve: true, Reason: strings.TrimSpace(reason), Edits: edits}, nil
 		case 'd':
 			reason, err := t.line(ctx, "  reason, sent to the proposer (optional): ")
 			if err != nil {
 				return Answer{}, err
 			}
 			if reason = strings.TrimSpace(reason); reason == "" {
-				return Answer{Action: elicit.ActionDecline}, nil
+				return Answer{Action: approval.ActionDecline}, nil
 			}
-			return Answer{Action: elicit.ActionAccept, Reason: reason}, nil
+			return Answer{Action: approval.ActionAccept, Reason: reason}, nil
 		case 'g':
 			to, err := t.delegate(ctx, c)
 			if err != nil {
@@ -356,9 +356,9 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 			if to == "" {
 				continue
 			}
-			return Answer{Action: elicit.ActionAccept, DelegateTo: to}, nil
+			return Answer{Action: approval.ActionAccept, DelegateTo: to}, nil
 		case 'c':
-			return Answer{Action: elicit.ActionCancel}, nil
+			return Answer{Action: approval.ActionCancel}, nil
 		default: // q
 			return Answer{}, ErrQuit
 		}
@@ -779,7 +779,7 @@ func sameValue(a, b json.RawMessage) bool {
 	if b == nil {
 		return false
 	}
-	x, errX := elicit.Canonical(a)
-	y, errY := elicit.Canonical(b)
+	x, errX := approval.Canonical(a)
+	y, errY := approval.Canonical(b)
 	return errX == nil && errY == nil && bytes.Equal(x, y)
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
@@ -69,14 +70,14 @@ type world struct {
 	wire  *spacetest.Wire
 }
 
-func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
+func newWorld(t *testing.T, escalation string, keys approval.Keys) *world {
 	t.Helper()
 	return newWorldGrants(t, escalation, keys, false)
 }
 
 // newWorldGrants is newWorld whose fulfiller offers and honours grants
 // (in memory) when offerGrants is set.
-func newWorldGrants(t *testing.T, escalation string, keys elicit.Keys, offerGrants bool) *world {
+func newWorldGrants(t *testing.T, escalation string, keys approval.Keys, offerGrants bool) *world {
 	t.Helper()
 	return newWorldConfig(t, escalation, elicit.Config{Keys: keys, OfferGrants: offerGrants})
 }

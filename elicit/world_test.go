@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grantstore"
@@ -84,7 +85,7 @@ const writeDigest = "56dcae76b714dbaa642acc38da0ecd147d6fe2a25a07e5745b5fac7f2c0
 type worldOptions struct {
 	escalation string   // data.escalation as JSON
 	humans     []string // approvers who join the space
-	keys       elicit.Keys
+	keys       approval.Keys
 	approvers  []string // --approvers
 	// agent, when set, adjusts every participant's client settings
 	// (fault tests: fast reconnects).

@@ -73,7 +73,7 @@ type Grant struct {
 	Revoked   bool      `json:"revoked,omitempty"`
 	// Evidence is the approver's signed answer that made the grant, when
 	// approvals are signed: with their public key anyone can check that
-	// they chose it (elicit.Verify), and that it pins what their answer
+	// they chose it (approval.Verify), and that it pins what their answer
 	// approved.
 	Evidence *Evidence `json:"evidence,omitempty"`
 }

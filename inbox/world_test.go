@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
@@ -82,7 +83,7 @@ type world struct {
 type worldOptions struct {
 	escalation string
 	timeouts   string             // JSON object: path → the deadline of its escalation
-	keys       elicit.Keys        // the fulfiller's approver keys
+	keys       approval.Keys      // the fulfiller's approver keys
 	key        ed25519.PrivateKey // alice's
 	humans     []string           // others in the space (as plain participants)
 	grants     bool               // the fulfiller offers and honours grants

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grants"
@@ -261,9 +262,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if token == "" {
 		return errNoToken
 	}
-	var keys elicit.ApproverKeys
+	var keys approval.ApproverKeys
 	if fl.approverKeys != "" {
-		if keys, err = elicit.LoadApproverKeys(fl.approverKeys); err != nil {
+		if keys, err = approval.LoadApproverKeys(fl.approverKeys); err != nil {
 			return fileError("--approver-keys", err)
 		}
 	}
