@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // Auto answers every card at once, without a person: `fulfiller approve
@@ -47,13 +48,13 @@ func (u *Auto) Notify(ev Event) {
 	case EventOutcome:
 		u.printf("outcome    %s: %s\n", ev.Card.Summary(), ev.Outcome)
 	case EventFulfillerLeft:
-		u.printf("%s left the space\n", Printable(ev.Fulfiller))
+		u.printf("%s left the space\n", printable.String(ev.Fulfiller))
 	case EventFulfillerJoined:
-		u.printf("%s is in the space\n", Printable(ev.Fulfiller))
+		u.printf("%s is in the space\n", printable.String(ev.Fulfiller))
 	case EventFulfillerAbsent:
-		u.printf("%s is not in the space (yet)\n", Printable(ev.Fulfiller))
+		u.printf("%s is not in the space (yet)\n", printable.String(ev.Fulfiller))
 	case EventRefused:
-		u.printf("dropped    a prompt claiming to come from %s (%s): %s\n", Printable(ev.Fulfiller), Printable(ev.Request), Printable(errText(ev.Err)))
+		u.printf("dropped    a prompt claiming to come from %s (%s): %s\n", printable.String(ev.Fulfiller), printable.String(ev.Request), printable.String(errText(ev.Err)))
 	}
 }
 

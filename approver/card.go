@@ -13,16 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // Card is one elicitation addressed to this approver, read for a person.
@@ -303,7 +301,7 @@ func (c *Card) Summary() string {
 	if server := c.server(); server != "" {
 		s += " on " + server
 	}
-	return Printable(s)
+	return printable.String(s)
 }
 
 func (c *Card) server() string {
@@ -333,13 +331,13 @@ func (c *Card) Arguments() json.RawMessage {
 func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 	st := style(color)
 	// Every value shown comes from others (proposer, tool owner, policy):
-	// Printable keeps it from steering the terminal.
+	// printable.String keeps it from steering the terminal.
 	line := func(label, value string) {
 		if value != "" {
 			fmt.Fprintf(w, "  %s %s\n", st.dim(fmt.Sprintf("%-10s", label)), value)
 		}
 	}
-	p := Printable
+	p := printable.String
 	fmt.Fprintln(w)
 	title := "approval requested"
 	if c.Proposal != nil {
@@ -424,30 +422,6 @@ func Countdown(deadline, now time.Time) string {
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	}
 	return fmt.Sprintf("%ds", int(d.Seconds()))
-}
-
-// Printable makes text from others safe to show a person, on a terminal or
-// a page. Control characters (ESC, CR, backspace, C1) and bidirectional
-// overrides would let whoever wrote the text — a proposer, a tool's owner —
-// move the cursor, reorder or overwrite what the card shows (the digest,
-// the arguments), so each is shown escaped instead.
-func Printable(s string) string {
-	unsafe := func(r rune) bool {
-		return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
-	}
-	if !strings.ContainsFunc(s, unsafe) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if unsafe(r) {
-			q := strconv.QuoteRuneToASCII(r)
-			b.WriteString(q[1 : len(q)-1])
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // pretty indents JSON for reading, keeping the proposer's key order.
