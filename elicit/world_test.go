@@ -78,7 +78,7 @@ var (
 // writeCall is the proposal most tests escalate.
 const writeCall = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`
 
-// writeDigest is CallDigest of writeCall, computed independently (sha256 of
+// writeDigest is approval.CallDigest of writeCall, computed independently (sha256 of
 // the canonical JSON written out by hand).
 const writeDigest = "56dcae76b714dbaa642acc38da0ecd147d6fe2a25a07e5745b5fac7f2c0c0264"
 

@@ -30,8 +30,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mewkit/fulfiller/logrecord"
 	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/logrecord"
 )
 
 // Decider decides recorded inputs with the candidate policy.
