@@ -12,12 +12,12 @@ import (
 	"strings"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // Answer is what the person decided about one card.
 type Answer struct {
-	Action     string // elicit.ActionAccept, ActionDecline or ActionCancel
+	Action     string // approval.ActionAccept, ActionDecline or ActionCancel
 	Approve    bool   // accept: approve the call (as edited)
 	Reason     string // accept: optional; the proposer sees it when the call is refused
 	Edits      []Edit // accept + approve: changed editable arguments
@@ -41,9 +41,9 @@ type Edit struct {
 // Describe says in a few words what the answer does, for the person.
 func (a Answer) Describe() string {
 	switch {
-	case a.Action == elicit.ActionCancel:
+	case a.Action == approval.ActionCancel:
 		return "dismissed"
-	case a.Action == elicit.ActionDecline:
+	case a.Action == approval.ActionDecline:
 		return "declined"
 	case a.DelegateTo != "":
 		return "handed to " + a.DelegateTo
@@ -66,7 +66,7 @@ func (a Answer) Describe() string {
 
 // Approves reports whether the answer approves the call (as edited).
 func (a Answer) Approves() bool {
-	return a.Action == elicit.ActionAccept && a.Approve && a.DelegateTo == ""
+	return a.Action == approval.ActionAccept && a.Approve && a.DelegateTo == ""
 }
 
 // Errors of Response.
@@ -81,7 +81,7 @@ var (
 // so that the fulfiller can tell it from a forgery.
 func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error) {
 	switch a.Action {
-	case elicit.ActionAccept, elicit.ActionDecline, elicit.ActionCancel:
+	case approval.ActionAccept, approval.ActionDecline, approval.ActionCancel:
 	default:
 		return agent.Envelope{}, fmt.Errorf("answer: unknown action %q", a.Action)
 	}
@@ -93,7 +93,7 @@ func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error)
 		return agent.Envelope{}, fmt.Errorf("%w: %q", ErrGrantNotOffered, a.Grant)
 	}
 	var content []byte
-	if a.Action == elicit.ActionAccept {
+	if a.Action == approval.ActionAccept {
 		var err error
 		if content, err = formContent(a); err != nil {
 			return agent.Envelope{}, err
@@ -105,7 +105,7 @@ func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error)
 		if c.Proposal == nil || c.Proposal.Digest == "" {
 			return agent.Envelope{}, ErrCannotSign
 		}
-		sig, err := elicit.Sign(key, c.RequestID, c.Proposal.Digest, a.Action, content)
+		sig, err := approval.Sign(key, c.RequestID, c.Proposal.Digest, a.Action, content)
 		if err != nil {
 			return agent.Envelope{}, fmt.Errorf("sign: %w", err)
 		}
@@ -130,11 +130,11 @@ func Response(c *Card, a Answer, key ed25519.PrivateKey) (agent.Envelope, error)
 
 // formContent is an accept's content: approve, reason, edits, delegate_to.
 func formContent(a Answer) ([]byte, error) {
-	keys := []string{elicit.FieldApprove}
-	vals := map[string]json.RawMessage{elicit.FieldApprove: mustJSON(a.Approve && a.DelegateTo == "")}
+	keys := []string{approval.FieldApprove}
+	vals := map[string]json.RawMessage{approval.FieldApprove: mustJSON(a.Approve && a.DelegateTo == "")}
 	if a.Reason != "" {
-		keys = append(keys, elicit.FieldReason)
-		vals[elicit.FieldReason] = mustJSON(a.Reason)
+		keys = append(keys, approval.FieldReason)
+		vals[approval.FieldReason] = mustJSON(a.Reason)
 	}
 	for _, e := range a.Edits {
 		if _, dup := vals[e.Name]; dup {
@@ -144,15 +144,15 @@ func formContent(a Answer) ([]byte, error) {
 		vals[e.Name] = e.Value
 	}
 	if a.DelegateTo != "" {
-		keys = append(keys, elicit.FieldDelegateTo)
-		vals[elicit.FieldDelegateTo] = mustJSON(a.DelegateTo)
+		keys = append(keys, approval.FieldDelegateTo)
+		vals[approval.FieldDelegateTo] = mustJSON(a.DelegateTo)
 	}
 	if a.Grant != "" {
-		if _, dup := vals[elicit.FieldGrant]; dup {
-			return nil, fmt.Errorf("answer: field %q given twice", elicit.FieldGrant)
+		if _, dup := vals[approval.FieldGrant]; dup {
+			return nil, fmt.Errorf("answer: field %q given twice", approval.FieldGrant)
 		}
-		keys = append(keys, elicit.FieldGrant)
-		vals[elicit.FieldGrant] = mustJSON(a.Grant)
+		keys = append(keys, approval.FieldGrant)
+		vals[approval.FieldGrant] = mustJSON(a.Grant)
 	}
 	return orderedJSON(keys, vals)
 }

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -20,7 +20,7 @@ const oneApprover = `{"approvers":["alice"],"message":"production writes need a 
 
 func TestAutoApproveSigned(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, oneApprover, elicit.Keys{"alice": pub})
+	w := newWorld(t, oneApprover, approval.Keys{"alice": pub})
 	var out screen
 	w.approver("alice", &approver.Auto{Approve: true, Out: &out}, approver.Options{Key: priv})
 	id := w.propose("p-write")
@@ -32,8 +32,8 @@ func TestAutoApproveSigned(t *testing.T) {
 	})
 	el := w.find("the elicitation", func(e agent.Envelope) bool { return e.ID == ans.CorrelationID.First() })
 	action, content := spacetest.ElicitResult(t, ans)
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
-	if err := elicit.Verify(pub, el.ID, digest, action, content); err != nil {
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
+	if err := approval.Verify(pub, el.ID, digest, action, content); err != nil {
 		t.Errorf("alice's answer %s does not verify: %v", ans.Payload, err)
 	}
 	waitFor(t, "auto", out.String, "approved   p-write: coder → write_file on fs")
@@ -41,7 +41,7 @@ func TestAutoApproveSigned(t *testing.T) {
 
 func TestAutoDeclineWithReasonSigned(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, oneApprover, elicit.Keys{"alice": pub})
+	w := newWorld(t, oneApprover, approval.Keys{"alice": pub})
 	w.approver("alice", &approver.Auto{Reason: "frozen for the release"}, approver.Options{Key: priv})
 	id := w.propose("p-write")
 	if o := w.outcome(id); o.Reason != "disagree" {
@@ -54,7 +54,7 @@ func TestAutoDeclineWithReasonSigned(t *testing.T) {
 
 func TestAutoDeclineSigned(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, oneApprover, elicit.Keys{"alice": pub})
+	w := newWorld(t, oneApprover, approval.Keys{"alice": pub})
 	w.approver("alice", &approver.Auto{}, approver.Options{Key: priv, Limit: 1})
 	id := w.propose("p-write")
 	if o := w.outcome(id); o.Reason != "disagree" {
@@ -198,7 +198,7 @@ func TestKeyFile(t *testing.T) {
 	if got := approver.PublicLine("alice", key); got != line || !strings.HasPrefix(line, "alice ") {
 		t.Errorf("public line %q, want %q", got, line)
 	}
-	keys, err := elicit.ParseKeys(strings.NewReader(line + "\n"))
+	keys, err := approval.ParseKeys(strings.NewReader(line + "\n"))
 	if err != nil || !keys["alice"].Equal(key.Public()) {
 		t.Errorf("the printed line is not a keys file line: %v", err)
 	}
@@ -249,10 +249,10 @@ func TestResponseRefusesDigestMismatch(t *testing.T) {
 	if c.DigestOK {
 		t.Fatal("a wrong digest was taken as right")
 	}
-	if _, err := approver.Response(c, approver.Answer{Action: elicit.ActionAccept, Approve: true}, nil); err != approver.ErrDigestMismatch {
+	if _, err := approver.Response(c, approver.Answer{Action: approval.ActionAccept, Approve: true}, nil); err != approver.ErrDigestMismatch {
 		t.Errorf("approve: %v", err)
 	}
-	r, err := approver.Response(c, approver.Answer{Action: elicit.ActionDecline}, nil)
+	r, err := approver.Response(c, approver.Answer{Action: approval.ActionDecline}, nil)
 	if err != nil || string(r.Payload) != `{"jsonrpc":"2.0","id":3,"result":{"action":"decline"}}` || r.CorrelationID.First() != "fulfiller-elicit-1" || r.To[0] != "fulfiller" {
 		t.Errorf("decline %s %v", r.Payload, err)
 	}
@@ -264,7 +264,7 @@ func TestResponseRefusesDigestMismatch(t *testing.T) {
 // bidirectional overrides are shown escaped.
 func TestRenderEscapesControlCharacters(t *testing.T) {
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p\r\u001b[2Kq","from":"cod\u202eer","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2030-01-01T00:00:00Z"},"tool":{"name":"write_file","server":"fs","description":"writes\r\u001b[Kread-only"},"policy":{"message":"ok\u0007"}}}}`)}
 	c, err := approver.ParseCard(env)
 	if err != nil {
@@ -344,7 +344,7 @@ func TestTerminalFulfillerLeavesAndComesBack(t *testing.T) {
 // is shown as such: the approver knows the proposer stops waiting then.
 func TestCardShowsAProposersDeadline(t *testing.T) {
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	card := func(by string) string {
 		env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2030-01-01T00:01:00Z"` + by + `}}}}`)}
 		c, err := approver.ParseCard(env)
@@ -368,7 +368,7 @@ func TestCardShowsAProposersDeadline(t *testing.T) {
 // the earlier approvers too); with more, how many of whom.
 func TestCardShowsWhoElseIsAsked(t *testing.T) {
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	card := func(policy string) string {
 		env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2030-01-01T00:01:00Z"},"policy":` + policy + `}}}`)}
 		c, err := approver.ParseCard(env)

@@ -6,7 +6,8 @@ import (
 	"io"
 	"sync"
 
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // Auto answers every card at once, without a person: `fulfiller approve
@@ -25,11 +26,11 @@ type Auto struct {
 func (u *Auto) Ask(_ context.Context, c *Card) (Answer, error) {
 	switch {
 	case u.Approve:
-		return Answer{Action: elicit.ActionAccept, Approve: true, Reason: u.Reason}, nil
+		return Answer{Action: approval.ActionAccept, Approve: true, Reason: u.Reason}, nil
 	case u.Reason != "":
-		return Answer{Action: elicit.ActionAccept, Reason: u.Reason}, nil
+		return Answer{Action: approval.ActionAccept, Reason: u.Reason}, nil
 	}
-	return Answer{Action: elicit.ActionDecline}, nil
+	return Answer{Action: approval.ActionDecline}, nil
 }
 
 // Notify implements UI: one line for each card that ended, each answer
@@ -47,13 +48,13 @@ func (u *Auto) Notify(ev Event) {
 	case EventOutcome:
 		u.printf("outcome    %s: %s\n", ev.Card.Summary(), ev.Outcome)
 	case EventFulfillerLeft:
-		u.printf("%s left the space\n", Printable(ev.Fulfiller))
+		u.printf("%s left the space\n", printable.String(ev.Fulfiller))
 	case EventFulfillerJoined:
-		u.printf("%s is in the space\n", Printable(ev.Fulfiller))
+		u.printf("%s is in the space\n", printable.String(ev.Fulfiller))
 	case EventFulfillerAbsent:
-		u.printf("%s is not in the space (yet)\n", Printable(ev.Fulfiller))
+		u.printf("%s is not in the space (yet)\n", printable.String(ev.Fulfiller))
 	case EventRefused:
-		u.printf("dropped    a prompt claiming to come from %s (%s): %s\n", Printable(ev.Fulfiller), Printable(ev.Request), Printable(errText(ev.Err)))
+		u.printf("dropped    a prompt claiming to come from %s (%s): %s\n", printable.String(ev.Fulfiller), printable.String(ev.Request), printable.String(errText(ev.Err)))
 	}
 }
 

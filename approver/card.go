@@ -13,16 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // Card is one elicitation addressed to this approver, read for a person.
@@ -156,7 +154,7 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 			c.Proposal.Deadline = t
 			c.Proposal.DeadlineByProposer = mp.By == "proposer"
 		}
-		if d, err := elicit.CallDigest(mp.Method, c.Proposal.Params); err == nil && d == mp.Digest {
+		if d, err := approval.CallDigest(mp.Method, c.Proposal.Params); err == nil && d == mp.Digest {
 			c.DigestOK = true
 		}
 	}
@@ -181,7 +179,7 @@ func (c *Card) grantOffer(offers []string, meta json.RawMessage) *GrantOffer {
 	if json.Unmarshal(meta, &m) != nil || m.MaxTTL == nil || m.Scope == nil {
 		return nil
 	}
-	var offer policies.Grantable
+	var offer decision.Grantable
 	if err := json.Unmarshal([]byte(`{"max_ttl":`+string(m.MaxTTL)+`,"scope":`+string(m.Scope)+`}`), &offer); err != nil {
 		return nil
 	}
@@ -211,7 +209,7 @@ func (c *Card) grantOffer(offers []string, meta json.RawMessage) *GrantOffer {
 	for i, f := range offer.Scope {
 		scope[i] = f.String()
 	}
-	return &GrantOffer{Offers: offers, MaxTTL: policies.FormatGrantDuration(offer.MaxTTL), Scope: scope, Terms: g.Terms()}
+	return &GrantOffer{Offers: offers, MaxTTL: decision.FormatGrantDuration(offer.MaxTTL), Scope: scope, Terms: g.Terms()}
 }
 
 // parseSchema reads the flat requestedSchema: the editable fields (every
@@ -228,8 +226,8 @@ func parseSchema(raw json.RawMessage) (fields []Field, delegates, grantOffers []
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: requestedSchema: %v", ErrNotElicitation, err)
 	}
-	if _, ok := props[elicit.FieldApprove]; !ok {
-		return nil, nil, nil, fmt.Errorf("%w: the form has no %q field", ErrNotElicitation, elicit.FieldApprove)
+	if _, ok := props[approval.FieldApprove]; !ok {
+		return nil, nil, nil, fmt.Errorf("%w: the form has no %q field", ErrNotElicitation, approval.FieldApprove)
 	}
 	for _, k := range keys {
 		var prop struct {
@@ -240,10 +238,10 @@ func parseSchema(raw json.RawMessage) (fields []Field, delegates, grantOffers []
 		}
 		_ = json.Unmarshal(props[k], &prop)
 		switch k {
-		case elicit.FieldApprove, elicit.FieldReason, elicit.FieldSignature:
-		case elicit.FieldDelegateTo:
+		case approval.FieldApprove, approval.FieldReason, approval.FieldSignature:
+		case approval.FieldDelegateTo:
 			delegates = prop.Enum
-		case elicit.FieldGrant:
+		case approval.FieldGrant:
 			for _, d := range prop.Enum {
 				if d != "" {
 					grantOffers = append(grantOffers, d)
@@ -303,7 +301,7 @@ func (c *Card) Summary() string {
 	if server := c.server(); server != "" {
 		s += " on " + server
 	}
-	return Printable(s)
+	return printable.String(s)
 }
 
 func (c *Card) server() string {
@@ -333,13 +331,13 @@ func (c *Card) Arguments() json.RawMessage {
 func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 	st := style(color)
 	// Every value shown comes from others (proposer, tool owner, policy):
-	// Printable keeps it from steering the terminal.
+	// printable.String keeps it from steering the terminal.
 	line := func(label, value string) {
 		if value != "" {
 			fmt.Fprintf(w, "  %s %s\n", st.dim(fmt.Sprintf("%-10s", label)), value)
 		}
 	}
-	p := Printable
+	p := printable.String
 	fmt.Fprintln(w)
 	title := "approval requested"
 	if c.Proposal != nil {
@@ -382,7 +380,7 @@ func (c *Card) Render(w io.Writer, now time.Time, color bool) {
 		line("asked", "any 1 of "+p(strings.Join(c.Policy.Approvers, ", ")))
 	}
 	if c.Proposal != nil {
-		d := p(elicit.ShortDigest(c.Proposal.Digest))
+		d := p(approval.ShortDigest(c.Proposal.Digest))
 		if !c.DigestOK {
 			d += " " + st.red("⚠ does not match the call shown: this card cannot be approved")
 		}
@@ -424,30 +422,6 @@ func Countdown(deadline, now time.Time) string {
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	}
 	return fmt.Sprintf("%ds", int(d.Seconds()))
-}
-
-// Printable makes text from others safe to show a person, on a terminal or
-// a page. Control characters (ESC, CR, backspace, C1) and bidirectional
-// overrides would let whoever wrote the text — a proposer, a tool's owner —
-// move the cursor, reorder or overwrite what the card shows (the digest,
-// the arguments), so each is shown escaped instead.
-func Printable(s string) string {
-	unsafe := func(r rune) bool {
-		return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
-	}
-	if !strings.ContainsFunc(s, unsafe) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if unsafe(r) {
-			q := strconv.QuoteRuneToASCII(r)
-			b.WriteString(q[1 : len(q)-1])
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // pretty indents JSON for reading, keeping the proposer's key order.

@@ -16,7 +16,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // Conn is what the Client needs of the approver's MEW session;
@@ -55,7 +55,7 @@ type Options struct {
 	// fulfiller that signed them are shown; any other is dropped and
 	// reported (EventRefused), and leaves no trace a later prompt could
 	// collide with. Empty: prompts are taken on the gateway's word.
-	FulfillerKeys elicit.Keys
+	FulfillerKeys approval.Keys
 	// Fulfillers are the participants whose elicitations are shown: one
 	// fulfiller, or every member of a group of fulfillers sharing a state
 	// store, any of which may ask, re-ask (adopt) or end a prompt
@@ -434,7 +434,7 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 		// Checked before anything is remembered of the prompt: a forgery
 		// must not take an id the real prompt will arrive under
 		// (docs/design.md "Proposer identity and grants").
-		if _, err := elicit.VerifyPrompt(c.opts.FulfillerKeys, env.ID, c.conn.ID(), env.Payload); err != nil {
+		if _, err := approval.VerifyPrompt(c.opts.FulfillerKeys, env.ID, c.conn.ID(), env.Payload); err != nil {
 			c.log.Warn("elicitation whose signature does not verify under the pinned fulfiller keys; dropped, never shown", "from", env.From, "request", env.ID, "err", err)
 			c.notify(Event{Kind: EventRefused, Fulfiller: env.From, Request: env.ID, Err: err})
 			return

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -33,7 +33,7 @@ const (
 func attackPrompt(t *testing.T, path string, key ed25519.PrivateKey, signer string) agent.Envelope {
 	t.Helper()
 	call := `{"name":"write_file","arguments":{"path":"` + path + `","content":"x"}}`
-	digest, err := elicit.CallDigest("tools/call", json.RawMessage(call))
+	digest, err := approval.CallDigest("tools/call", json.RawMessage(call))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func attackPrompt(t *testing.T, path string, key ed25519.PrivateKey, signer stri
 		`"_meta":{"proposal":{"id":"p-notes","from":"coder","method":"tools/call","params":` + call + `,"digest":"` + digest + `","deadline":"2999-01-01T00:00:00Z"},` +
 		`"tool":{"name":"write_file","server":"fs"},"target":"fs","policy":{"message":"writes outside /srv need a human","approvers":["alice"],"quorum":1}}}`
 	if key != nil {
-		sig, err := elicit.SignPrompt(key, attackRequestID, json.RawMessage(attackRPCID), "alice", digest, json.RawMessage(params))
+		sig, err := approval.SignPrompt(key, attackRequestID, json.RawMessage(attackRPCID), "alice", digest, json.RawMessage(params))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +230,7 @@ func TestSignedPromptsForgeryNeverShown(t *testing.T) {
 				order = "before"
 			}
 			t.Run(name+"/"+order, func(t *testing.T) {
-				conn, ui, in := runHeld(t, approver.Options{Key: aliceKey, FulfillerKeys: elicit.Keys{"fulfiller": fulPub}})
+				conn, ui, in := runHeld(t, approver.Options{Key: aliceKey, FulfillerKeys: approval.Keys{"fulfiller": fulPub}})
 				real := attackPrompt(t, "/etc/sudoers", fulKey, "fulfiller")
 				if forgedFirst {
 					in <- forged
@@ -251,7 +251,7 @@ func TestSignedPromptsForgeryNeverShown(t *testing.T) {
 				spacetest.WaitUntil(t, "the answer", func() bool { return conn.sentCount() == 1 })
 				ans := conn.last()
 				action, content := spacetest.ElicitResult(t, ans)
-				if err := elicit.Verify(alicePub, attackRequestID, c.Proposal.Digest, action, content); err != nil || action != elicit.ActionAccept || ans.CorrelationID.First() != attackRequestID {
+				if err := approval.Verify(alicePub, attackRequestID, c.Proposal.Digest, action, content); err != nil || action != approval.ActionAccept || ans.CorrelationID.First() != attackRequestID {
 					t.Fatalf("answer %v %s: %v", ans.CorrelationID, ans.Payload, err)
 				}
 				for _, ev := range ui.snapshot() {
@@ -303,7 +303,7 @@ func TestTerminalContestedCard(t *testing.T) {
 // visible line on the terminal, never a card.
 func TestTerminalSignedPromptRefusedNotice(t *testing.T) {
 	fulPub, _, _ := ed25519.GenerateKey(nil)
-	conn, out, in := runTerminal(t, approver.Options{FulfillerKeys: elicit.Keys{"fulfiller": fulPub}})
+	conn, out, in := runTerminal(t, approver.Options{FulfillerKeys: approval.Keys{"fulfiller": fulPub}})
 	in <- attackPrompt(t, "/tmp/notes.txt", nil, "")
 	waitFor(t, "the notice", out.String, "⚠ dropped a prompt claiming to come from fulfiller (fulfiller-elicit-5f3a9c): the prompt is not signed; not shown. Someone may be forging prompts: tell the operator\n")
 	if strings.Contains(out.String(), "approval requested") || conn.sentCount() != 0 {

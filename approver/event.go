@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // EventKind says what an Event reports.
@@ -187,16 +188,16 @@ type Outcome struct {
 func (o Outcome) String() string {
 	if o.Fulfilled {
 		if o.Target != "" {
-			return "fulfilled: the call was sent to " + Printable(o.Target)
+			return "fulfilled: the call was sent to " + printable.String(o.Target)
 		}
 		return "fulfilled"
 	}
-	s := "rejected (" + Printable(o.Reason) + ")"
+	s := "rejected (" + printable.String(o.Reason) + ")"
 	if o.Reason == "policy" {
 		s = "rejected by the policy"
 	}
 	if o.Message != "" {
-		s += ": " + Printable(o.Message)
+		s += ": " + printable.String(o.Message)
 	}
 	return s
 }

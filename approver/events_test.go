@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -220,7 +220,7 @@ func TestFulfillerLeavesAndComesBack(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		round++
-		return approver.Answer{Action: elicit.ActionAccept, Approve: true}, round == 2
+		return approver.Answer{Action: approval.ActionAccept, Approve: true}, round == 2
 	})
 	w.approver("alice", ui, approver.Options{})
 	id := w.propose("p-write")
@@ -263,7 +263,7 @@ func TestApprovalOutcome(t *testing.T) {
 	t.Run("fulfilled", func(t *testing.T) {
 		w := newWorld(t, oneApprover, nil)
 		ui := newRecUI(func(*approver.Card) (approver.Answer, bool) {
-			return approver.Answer{Action: elicit.ActionAccept, Approve: true}, true
+			return approver.Answer{Action: approval.ActionAccept, Approve: true}, true
 		})
 		w.approver("alice", ui, approver.Options{})
 		w.propose("p-write")
@@ -278,7 +278,7 @@ func TestApprovalOutcome(t *testing.T) {
 	t.Run("rejected by the policy after an edit", func(t *testing.T) {
 		w := newWorld(t, oneApprover, nil)
 		ui := newRecUI(func(*approver.Card) (approver.Answer, bool) {
-			return approver.Answer{Action: elicit.ActionAccept, Approve: true, Edits: []approver.Edit{{Name: "path", Value: json.RawMessage(`"/tmp/motd"`)}}}, true
+			return approver.Answer{Action: approval.ActionAccept, Approve: true, Edits: []approver.Edit{{Name: "path", Value: json.RawMessage(`"/tmp/motd"`)}}}, true
 		})
 		w.approver("alice", ui, approver.Options{})
 		id := w.propose("p-write")
@@ -309,10 +309,10 @@ func (c chanConn) Send(_ context.Context, env agent.Envelope) (agent.Envelope, e
 // reject with no explanation is reported once the wait for its chat ends.
 func TestOutcomeOnlyFromTheFulfiller(t *testing.T) {
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	prompt := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p-1","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2999-01-01T00:00:00Z"}}}}`)}
 	ui := newRecUI(func(*approver.Card) (approver.Answer, bool) {
-		return approver.Answer{Action: elicit.ActionAccept, Approve: true}, true
+		return approver.Answer{Action: approval.ActionAccept, Approve: true}, true
 	})
 	conn := chanConn{sent: make(chan agent.Envelope, 4)}
 	in := make(chan agent.Envelope, 4)
@@ -370,7 +370,7 @@ func (u *chosenUI) Ask(ctx context.Context, c *approver.Card) (approver.Answer, 
 func TestOpenCardsSideBySide(t *testing.T) {
 	prompt := func(n int) agent.Envelope {
 		params := fmt.Sprintf(`{"name":"write_file","arguments":{"path":"/srv/prod/%d"}}`, n)
-		digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+		digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 		return agent.Envelope{ID: fmt.Sprintf("fulfiller-elicit-%d", n), From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest,
 			Payload: json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p-%d","from":"coder","method":"tools/call","params":%s,"digest":"%s","deadline":"2999-01-01T00:00:00Z"}}}}`, n, n, params, digest))}
 	}
@@ -401,7 +401,7 @@ func TestOpenCardsSideBySide(t *testing.T) {
 	}
 
 	// The second is answered before the first: its answer goes out alone.
-	ui.ch(second.RequestID) <- approver.Answer{Action: elicit.ActionAccept, Approve: true}
+	ui.ch(second.RequestID) <- approver.Answer{Action: approval.ActionAccept, Approve: true}
 	sent := <-conn.sent
 	if sent.CorrelationID.First() != second.RequestID {
 		t.Fatalf("answer correlated to %v, want %s", sent.CorrelationID, second.RequestID)
@@ -418,7 +418,7 @@ func TestOpenCardsSideBySide(t *testing.T) {
 	if ev.Card.RequestID != first.RequestID || ev.End.Cause != approver.CauseWithdrawn {
 		t.Fatalf("ended %s (%s), want %s withdrawn", ev.Card.RequestID, ev.End.Cause, first.RequestID)
 	}
-	ui.ch(third.RequestID) <- approver.Answer{Action: elicit.ActionDecline}
+	ui.ch(third.RequestID) <- approver.Answer{Action: approval.ActionDecline}
 	if sent := <-conn.sent; sent.CorrelationID.First() != third.RequestID {
 		t.Fatalf("answer correlated to %v, want %s", sent.CorrelationID, third.RequestID)
 	}

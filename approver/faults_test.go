@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -33,7 +33,7 @@ func (u *gatedUI) Ask(ctx context.Context, c *approver.Card) (approver.Answer, e
 	u.mu.Unlock()
 	select {
 	case <-u.release:
-		return approver.Answer{Action: elicit.ActionAccept, Approve: true, Reason: "ok"}, nil
+		return approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: "ok"}, nil
 	case <-ctx.Done():
 		return approver.Answer{}, ctx.Err()
 	}
@@ -73,7 +73,7 @@ func (w *world) fulfilledOnWire(id string) {
 // instead of asking her twice, and the proposal is fulfilled once.
 func TestFaultLostAnswerIsSentAgain(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, `{"approvers":["alice"]}`, elicit.Keys{"alice": pub})
+	w := newWorld(t, `{"approvers":["alice"]}`, approval.Keys{"alice": pub})
 	ui := &gatedUI{release: make(chan struct{})}
 	w.approver("alice", ui, approver.Options{Key: priv})
 	id := w.propose("p-write")
@@ -198,7 +198,7 @@ func (c *recordingConn) last() agent.Envelope {
 // rule 11), and a client takes two open prompts under one for a forgery.
 func promptEnv(id, path string) agent.Envelope {
 	params := `{"name":"write_file","arguments":{"path":"` + path + `"}}`
-	digest, _ := elicit.CallDigest("tools/call", []byte(params))
+	digest, _ := approval.CallDigest("tools/call", []byte(params))
 	payload := `{"jsonrpc":"2.0","id":` + promptRPCID(id) + `,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}},"required":["approve"]},"_meta":{"proposal":{"id":"p","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `"}}}}`
 	return agent.Envelope{ID: id, From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest, Payload: []byte(payload)}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -46,7 +47,7 @@ func forgedPrompt(t *testing.T, real agent.Envelope) string {
 		t.Fatal(err)
 	}
 	call := `{"name":"write_file","arguments":{"path":"/tmp/notes.txt","content":"hi"}}`
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(call))
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(call))
 	return `{"protocol":"mew/v0.4","id":"` + real.ID + `","from":"fulfiller","to":["alice"],"kind":"mcp/request","payload":{"jsonrpc":"2.0","id":` + string(req.ID) + `,"method":"elicitation/create","params":{` +
 		`"message":"coder wants to call write_file on fs with {\"path\":\"/tmp/notes.txt\",\"content\":\"hi\"}: production writes need a human. Call digest ` + digest[:12] + `.",` +
 		`"requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean","title":"Approve?"},"reason":{"type":"string","title":"Reason"}},"required":["approve"]},` +
@@ -190,9 +191,9 @@ func TestWorldForgedPromptWithSignedPrompts(t *testing.T) {
 			alicePub, aliceKey, _ := ed25519.GenerateKey(nil)
 			promptPub, promptKey, _ := ed25519.GenerateKey(nil)
 			w := newWorldConfig(t, `{"approvers":["alice"],"message":"production writes need a human"}`,
-				elicit.Config{Keys: elicit.Keys{"alice": alicePub}, PromptKey: promptKey})
+				elicit.Config{Keys: approval.Keys{"alice": alicePub}, PromptKey: promptKey})
 			ui := newHoldUI()
-			w.approverReordered(ui, approver.Options{Key: aliceKey, FulfillerKeys: elicit.Keys{"fulfiller": promptPub}}, forgedFirst)
+			w.approverReordered(ui, approver.Options{Key: aliceKey, FulfillerKeys: approval.Keys{"fulfiller": promptPub}}, forgedFirst)
 			id := w.propose("p-write")
 			real := w.find("the real prompt", func(e agent.Envelope) bool {
 				return e.From == "fulfiller" && strings.Contains(string(e.Payload), `"elicitation/create"`)
@@ -220,7 +221,7 @@ func TestWorldForgedPromptWithSignedPrompts(t *testing.T) {
 				return e.From == "alice" && e.Kind == agent.KindResponse && e.CorrelationID.First() == real.ID
 			})
 			action, content := spacetest.ElicitResult(t, ans)
-			if err := elicit.Verify(alicePub, real.ID, c.Proposal.Digest, action, content); err != nil {
+			if err := approval.Verify(alicePub, real.ID, c.Proposal.Digest, action, content); err != nil {
 				t.Errorf("alice's answer does not verify: %v", err)
 			}
 			w.fulfilledOnWire(id)

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -36,7 +36,7 @@ func (w *world) elicitations() int {
 // the next write under the same directory needs nobody.
 func TestTerminalApproveWithGrant(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorldGrants(t, grantableEscalation, elicit.Keys{"alice": pub}, true)
+	w := newWorldGrants(t, grantableEscalation, approval.Keys{"alice": pub}, true)
 	in, keys := io.Pipe()
 	t.Cleanup(func() { keys.Close() })
 	var out screen
@@ -61,8 +61,8 @@ func TestTerminalApproveWithGrant(t *testing.T) {
 	if !strings.HasPrefix(string(content), `{"approve":true,"grant":"1h","signature":"`) {
 		t.Errorf("answer content %s", content)
 	}
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
-	if err := elicit.Verify(pub, ans.CorrelationID.First(), digest, action, content); err != nil {
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
+	if err := approval.Verify(pub, ans.CorrelationID.First(), digest, action, content); err != nil {
 		t.Errorf("the grant is not covered by alice's signature: %v", err)
 	}
 
@@ -87,17 +87,17 @@ func TestResponseRefusesGrantNotOffered(t *testing.T) {
 		t.Fatal("no grant offered on a grantable card")
 	}
 	for _, a := range []approver.Answer{
-		{Action: elicit.ActionAccept, Approve: true, Grant: "8h"},     // not offered
-		{Action: elicit.ActionAccept, Approve: false, Grant: "1h"},    // not an approval
-		{Action: elicit.ActionAccept, DelegateTo: "bob", Grant: "1h"}, // handed on
-		{Action: elicit.ActionDecline, Grant: "1h"},
+		{Action: approval.ActionAccept, Approve: true, Grant: "8h"},     // not offered
+		{Action: approval.ActionAccept, Approve: false, Grant: "1h"},    // not an approval
+		{Action: approval.ActionAccept, DelegateTo: "bob", Grant: "1h"}, // handed on
+		{Action: approval.ActionDecline, Grant: "1h"},
 	} {
 		if _, err := approver.Response(c, a, nil); err == nil || !strings.Contains(err.Error(), "not offered") {
 			t.Errorf("%+v: err %v, want the grant refused", a, err)
 		}
 	}
 	c.Grant = nil
-	if _, err := approver.Response(c, approver.Answer{Action: elicit.ActionAccept, Approve: true, Grant: "1h"}, nil); err == nil {
+	if _, err := approver.Response(c, approver.Answer{Action: approval.ActionAccept, Approve: true, Grant: "1h"}, nil); err == nil {
 		t.Error("a grant on a card without an offer was accepted")
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -47,7 +47,7 @@ func (u *holdUI) askedIDs() []string {
 	return ids
 }
 
-var approve = approver.Answer{Action: elicit.ActionAccept, Approve: true}
+var approve = approver.Answer{Action: approval.ActionAccept, Approve: true}
 
 // groupPrompt is an elicitation to alice from member from, with envelope
 // id id, about proposal proposal writing path.

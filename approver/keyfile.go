@@ -11,7 +11,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // GenerateKey makes an approver's key pair. It returns the private key as
@@ -46,7 +46,7 @@ func generateKey(id string, rand io.Reader, header, what, lineHeader string) (pr
 	if err != nil {
 		return nil, "", fmt.Errorf("encode key: %w", err)
 	}
-	publicLine = id + " " + elicit.EncodePublicKey(pub)
+	publicLine = id + " " + approval.EncodePublicKey(pub)
 	var b strings.Builder
 	b.WriteString(header)
 	fmt.Fprintf(&b, "%s# %s\n", lineHeader, publicLine)
@@ -130,5 +130,5 @@ func LoadKey(path string) (ed25519.PrivateKey, error) {
 
 // PublicLine is the --approver-keys line for a private key.
 func PublicLine(id string, key ed25519.PrivateKey) string {
-	return id + " " + elicit.EncodePublicKey(key.Public().(ed25519.PublicKey))
+	return id + " " + approval.EncodePublicKey(key.Public().(ed25519.PublicKey))
 }

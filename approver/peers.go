@@ -8,6 +8,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // PeerAnswer is another approver's answer to a proposal this approver is
@@ -36,12 +37,12 @@ const (
 // String says it for a person: "oncall-bob declined: frozen". What came
 // from the space is made printable: it may hold terminal escapes.
 func (p PeerAnswer) String() string {
-	s := Printable(p.Approver) + " " + p.Action
+	s := printable.String(p.Approver) + " " + p.Action
 	if p.Action == PeerDelegated && p.DelegateTo != "" {
-		s += " to " + Printable(p.DelegateTo)
+		s += " to " + printable.String(p.DelegateTo)
 	}
 	if p.Reason != "" {
-		s += ": " + Printable(p.Reason)
+		s += ": " + printable.String(p.Reason)
 	}
 	return s
 }

@@ -19,7 +19,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // Terminal is the interactive UI: it prints each card and reads the
@@ -319,7 +320,7 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 		}
 		switch key {
 		case 'a':
-			return Answer{Action: elicit.ActionAccept, Approve: true}, nil
+			return Answer{Action: approval.ActionAccept, Approve: true}, nil
 		case 'l':
 			d, err := t.grant(ctx, c)
 			if err != nil {
@@ -328,7 +329,7 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 			if d == "" {
 				continue
 			}
-			return Answer{Action: elicit.ActionAccept, Approve: true, Grant: d}, nil
+			return Answer{Action: approval.ActionAccept, Approve: true, Grant: d}, nil
 		case 'e':
 			edits, err := t.edit(ctx, c)
 			if err != nil {
@@ -338,16 +339,16 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 			if err != nil {
 				return Answer{}, err
 			}
-			return Answer{Action: elicit.ActionAccept, Approve: true, Reason: strings.TrimSpace(reason), Edits: edits}, nil
+			return Answer{Action: approval.ActionAccept, Approve: true, Reason: strings.TrimSpace(reason), Edits: edits}, nil
 		case 'd':
 			reason, err := t.line(ctx, "  reason, sent to the proposer (optional): ")
 			if err != nil {
 				return Answer{}, err
 			}
 			if reason = strings.TrimSpace(reason); reason == "" {
-				return Answer{Action: elicit.ActionDecline}, nil
+				return Answer{Action: approval.ActionDecline}, nil
 			}
-			return Answer{Action: elicit.ActionAccept, Reason: reason}, nil
+			return Answer{Action: approval.ActionAccept, Reason: reason}, nil
 		case 'g':
 			to, err := t.delegate(ctx, c)
 			if err != nil {
@@ -356,9 +357,9 @@ func (t *Terminal) Ask(ctx context.Context, c *Card) (Answer, error) {
 			if to == "" {
 				continue
 			}
-			return Answer{Action: elicit.ActionAccept, DelegateTo: to}, nil
+			return Answer{Action: approval.ActionAccept, DelegateTo: to}, nil
 		case 'c':
-			return Answer{Action: elicit.ActionCancel}, nil
+			return Answer{Action: approval.ActionCancel}, nil
 		default: // q
 			return Answer{}, ErrQuit
 		}
@@ -654,7 +655,7 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 		}
 		label += ")"
 		for {
-			text, err := t.line(ctx, fmt.Sprintf("  %s [%s]: ", Printable(label), Printable(display(f.Default))))
+			text, err := t.line(ctx, fmt.Sprintf("  %s [%s]: ", printable.String(label), printable.String(display(f.Default))))
 			if err != nil {
 				return nil, err
 			}
@@ -663,7 +664,7 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 			}
 			v, err := ParseValue(f, text)
 			if err != nil {
-				t.say("  " + Printable(err.Error()) + "\n")
+				t.say("  " + printable.String(err.Error()) + "\n")
 				continue
 			}
 			if !sameValue(v, f.Default) {
@@ -679,7 +680,7 @@ func (t *Terminal) edit(ctx context.Context, c *Card) ([]Edit, error) {
 // choice. The terms are shown again with the choices, so the person reads
 // what they give at the moment they give it.
 func (t *Terminal) grant(ctx context.Context, c *Card) (string, error) {
-	header := fmt.Sprintf("  approve, and allow %s for:\n", Printable(c.Grant.Terms))
+	header := fmt.Sprintf("  approve, and allow %s for:\n", printable.String(c.Grant.Terms))
 	return t.choose(ctx, header, c.Grant.Offers, "  how long (number or duration, Enter to go back): ")
 }
 
@@ -694,7 +695,7 @@ func (t *Terminal) choose(ctx context.Context, header string, options []string, 
 	var list strings.Builder
 	list.WriteString(header)
 	for i, o := range options {
-		fmt.Fprintf(&list, "  %d) %s\n", i+1, Printable(o))
+		fmt.Fprintf(&list, "  %d) %s\n", i+1, printable.String(o))
 	}
 	t.say(list.String())
 	text, err := t.line(ctx, prompt)
@@ -709,7 +710,7 @@ func (t *Terminal) choose(ctx context.Context, header string, options []string, 
 		return text, nil
 	}
 	if text != "" {
-		t.say("  " + Printable(text) + " is not one of them\n")
+		t.say("  " + printable.String(text) + " is not one of them\n")
 	}
 	return "", nil
 }
@@ -718,7 +719,7 @@ func (t *Terminal) choose(ctx context.Context, header string, options []string, 
 // answer, each outcome, and the fulfiller leaving or coming back.
 func (t *Terminal) Notify(ev Event) {
 	st := style(t.Color)
-	f := Printable(ev.Fulfiller)
+	f := printable.String(ev.Fulfiller)
 	switch ev.Kind {
 	case EventEnded:
 		if ev.End.Cause == CauseContested {
@@ -731,7 +732,7 @@ func (t *Terminal) Notify(ev Event) {
 			t.say(fmt.Sprintf("%s %s: %v\n", st.red("✗ not sent"), ev.Card.Summary(), ev.Err))
 			return
 		}
-		t.say(fmt.Sprintf("%s %s — %s\n", st.green("✓ sent"), Printable(ev.Answer.Describe()), ev.Card.Summary()))
+		t.say(fmt.Sprintf("%s %s — %s\n", st.green("✓ sent"), printable.String(ev.Answer.Describe()), ev.Card.Summary()))
 	case EventOutcome:
 		mark := st.green("✓ outcome")
 		if !ev.Outcome.Fulfilled {
@@ -747,7 +748,7 @@ func (t *Terminal) Notify(ev Event) {
 	case EventPeers:
 		t.say(fmt.Sprintf("%s %s — %s\n", st.dim("· others"), ev.Card.Summary(), Progress(ev.Card, ev.Peers)))
 	case EventRefused:
-		t.say(st.red("⚠ dropped a prompt") + " claiming to come from " + f + " (" + Printable(ev.Request) + "): " + Printable(errText(ev.Err)) + "; not shown. Someone may be forging prompts: tell the operator\n")
+		t.say(st.red("⚠ dropped a prompt") + " claiming to come from " + f + " (" + printable.String(ev.Request) + "): " + printable.String(errText(ev.Err)) + "; not shown. Someone may be forging prompts: tell the operator\n")
 	}
 }
 
@@ -779,7 +780,7 @@ func sameValue(a, b json.RawMessage) bool {
 	if b == nil {
 		return false
 	}
-	x, errX := elicit.Canonical(a)
-	y, errY := elicit.Canonical(b)
+	x, errX := approval.Canonical(a)
+	y, errY := approval.Canonical(b)
 	return errX == nil && errY == nil && bytes.Equal(x, y)
 }

@@ -13,10 +13,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -69,14 +70,14 @@ type world struct {
 	wire  *spacetest.Wire
 }
 
-func newWorld(t *testing.T, escalation string, keys elicit.Keys) *world {
+func newWorld(t *testing.T, escalation string, keys approval.Keys) *world {
 	t.Helper()
 	return newWorldGrants(t, escalation, keys, false)
 }
 
 // newWorldGrants is newWorld whose fulfiller offers and honours grants
 // (in memory) when offerGrants is set.
-func newWorldGrants(t *testing.T, escalation string, keys elicit.Keys, offerGrants bool) *world {
+func newWorldGrants(t *testing.T, escalation string, keys approval.Keys, offerGrants bool) *world {
 	t.Helper()
 	return newWorldConfig(t, escalation, elicit.Config{Keys: keys, OfferGrants: offerGrants})
 }
@@ -121,9 +122,9 @@ func newWorldConfig(t *testing.T, escalation string, cfg elicit.Config) *world {
 	fc := w.join("fulfiller", "fulfiller-token")
 	el := elicit.New(fc, cfg)
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	var reg *grants.Registry
+	var reg *grantstore.Registry
 	if offerGrants {
-		reg = grants.NewRegistry(nil, nil)
+		reg = grantstore.NewRegistry(nil, nil)
 	}
 	// DiscoverySettle: nobody in these worlds forges a tools/list
 	// answer (fulfill's tests cover that), and the 500 ms default would

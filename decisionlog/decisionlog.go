@@ -32,84 +32,9 @@ import (
 
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/logrecord"
 	"github.com/mewkit/fulfiller/policies"
 )
-
-// Record types, in the "type" field of each line.
-const (
-	TypeDecision = "decision" // the policy answered (result, input, latency)
-	TypeOutcome  = "outcome"  // the proposal moved towards (or reached) its end
-	TypeApproval = "approval" // one human answered an escalation
-	TypeIgnored  = "ignored"  // a proposal frame was deliberately left unanswered
-	// TypeShadow: the shadow policy (--shadow-policy) decided what the
-	// live decision with this decision_id decided; never acted on.
-	TypeShadow = "shadow"
-	// TypeGrant: an approval created a grant (grant_id, by, message) or
-	// could not (message says why).
-	TypeGrant = "grant"
-)
-
-// Record is one line of the decision log. Fields absent for a record type
-// are left out, except revision, which is null where no policy decided.
-// decision_id is the id of the decision record that governs the proposal
-// (docs/design.md rule 10): every line of a proposal carries the id of the
-// decision in force, so outcomes join their decision on it; a
-// re-evaluation after an approver's edit is a new decision with a new id.
-// proposal_id ties all lines of one proposal together.
-type Record struct {
-	DecisionID string    `json:"decision_id"`
-	Timestamp  time.Time `json:"timestamp"`
-	Type       string    `json:"type"`
-	Stage      string    `json:"stage"`
-	ProposalID string    `json:"proposal_id"`
-	Revision   *string   `json:"revision"` // the policy revision of that decision; null: no policy decided
-	Proposer   string    `json:"proposer,omitempty"`
-	Method     string    `json:"method,omitempty"`
-	Tool       string    `json:"tool,omitempty"`
-	Target     string    `json:"target,omitempty"`
-
-	// Decision records.
-	Input       json.RawMessage    `json:"input,omitempty"`
-	Erased      []string           `json:"erased,omitempty"` // masked input paths, as in OPA ("/input/params/arguments/password")
-	Result      *policies.Decision `json:"result,omitempty"`
-	Error       string             `json:"error,omitempty"`       // why the decision failed closed
-	Reevaluated bool               `json:"reevaluated,omitempty"` // asked again after an approver edited the call
-	GrantID     string             `json:"grant_id,omitempty"`    // decision: the grant that let it through; grant: the grant made
-	LatencyNS   int64              `json:"latency_ns,omitempty"`
-
-	// Outcome records.
-	Status   string          `json:"status,omitempty"` // fulfilled: ok or error; rejected with reason timeout: timeout
-	Reason   string          `json:"reason,omitempty"` // rejected: the wire reason; withdrawn: the proposer's; ignored: why; undelivered: refused or not_written
-	Message  string          `json:"message,omitempty"`
-	By       []string        `json:"by,omitempty"`        // approved/fulfilled: approvers; superseded: who answered instead; escalated: who is asked
-	RPCError json.RawMessage `json:"rpc_error,omitempty"` // fulfilled with status error: the JSON-RPC error object
-	// Task (task, and the fulfilled that relays a task's result): the MCP
-	// task the fulfilment became at its tool owner.
-	Task *fulfill.TaskInfo `json:"task,omitempty"`
-	// KnownFulfiller (superseded): whether By is a fellow fulfiller
-	// (--peer-fulfillers) or another participant that ended the proposal.
-	KnownFulfiller *bool `json:"known_fulfiller,omitempty"`
-
-	// Approval records.
-	Approver          string `json:"approver,omitempty"`
-	Action            string `json:"action,omitempty"`             // accept, decline or cancel
-	Approve           *bool  `json:"approve,omitempty"`            // accept with approve true
-	SignatureVerified *bool  `json:"signature_verified,omitempty"` // nil: the approver has no key, the gateway's word was taken
-
-	// Shadow records.
-	Shadow *Shadow `json:"shadow,omitempty"`
-}
-
-// Shadow is what the shadow policy made of the live decision a shadow
-// record's decision_id names (revision: the live one's).
-type Shadow struct {
-	Revision  string             `json:"revision"`        // the shadow policy's revision
-	Live      string             `json:"live"`            // the live decision's action
-	Result    *policies.Decision `json:"result"`          // the shadow's decision, as `fulfiller eval` prints it
-	Error     string             `json:"error,omitempty"` // why the shadow failed: error, timeout, panic
-	Agrees    bool               `json:"agrees"`          // no error, and the same action as the live decision
-	LatencyNS int64              `json:"latency_ns"`
-}
 
 // SyncMode says when records are forced to disk (--decision-log-sync).
 type SyncMode string
@@ -368,7 +293,7 @@ func (l *Logger) commit() error {
 
 // add appends a formatted line and returns its sequence number, or 0 when
 // it was not appended (closed, or dropped while failing).
-func (l *Logger) add(line []byte, r *Record) (uint64, error) {
+func (l *Logger) add(line []byte, r *logrecord.Record) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for !l.closed && l.failing == nil && len(l.buf) > 0 && len(l.buf)+len(line) > l.opts.MaxBacklog {
@@ -516,7 +441,7 @@ func (l *Logger) Close() error {
 }
 
 // format encodes one record as a line.
-func (l *Logger) format(r *Record) []byte {
+func (l *Logger) format(r *logrecord.Record) []byte {
 	if r.DecisionID == "" {
 		r.DecisionID = fulfill.NewDecisionID() // a line with nothing to join: its own
 	}
@@ -531,7 +456,7 @@ func (l *Logger) format(r *Record) []byte {
 }
 
 // write appends one record without waiting for it to reach the disk.
-func (l *Logger) write(r *Record) {
+func (l *Logger) write(r *logrecord.Record) {
 	_, _ = l.add(l.format(r), r)
 }
 
@@ -565,15 +490,15 @@ func (l *Logger) Observe(e fulfill.Event) {
 }
 
 // fromEvent makes the record of e, or nil when e is not logged.
-func (l *Logger) fromEvent(e fulfill.Event) *Record {
-	r := &Record{
+func (l *Logger) fromEvent(e fulfill.Event) *logrecord.Record {
+	r := &logrecord.Record{
 		DecisionID: e.DecisionID, Revision: revision(e.Revision),
 		Timestamp: e.Time.UTC(), Stage: string(e.Stage), ProposalID: e.ProposalID,
 		Proposer: e.Proposer, Method: e.Method, Tool: e.Tool, Target: e.Target,
 	}
 	switch e.Stage {
 	case fulfill.StageDecided:
-		r.Type = TypeDecision
+		r.Type = logrecord.TypeDecision
 		r.LatencyNS = e.Latency.Nanoseconds()
 		if e.Decision != nil {
 			r.Result = e.Decision
@@ -590,41 +515,41 @@ func (l *Logger) fromEvent(e fulfill.Event) *Record {
 			r.Input, r.Erased = l.maskedInput(e.Input)
 		}
 	case fulfill.StageEscalated:
-		r.Type, r.By, r.Message = TypeOutcome, e.By, e.Message
+		r.Type, r.By, r.Message = logrecord.TypeOutcome, e.By, e.Message
 	case fulfill.StageGranted:
-		r.Type, r.By, r.Message, r.GrantID = TypeGrant, e.By, e.Message, e.GrantID
+		r.Type, r.By, r.Message, r.GrantID = logrecord.TypeGrant, e.By, e.Message, e.GrantID
 	case fulfill.StageApproved, fulfill.StageFulfilling, fulfill.StageWithdrawn, fulfill.StageSuperseded:
-		r.Type, r.By, r.Reason, r.Message = TypeOutcome, e.By, e.Reason, e.Message
+		r.Type, r.By, r.Reason, r.Message = logrecord.TypeOutcome, e.By, e.Reason, e.Message
 	case fulfill.StageTask:
-		r.Type, r.Task, r.Message = TypeOutcome, e.Task, e.Message
+		r.Type, r.Task, r.Message = logrecord.TypeOutcome, taskOf(e.Task), e.Message
 	case fulfill.StageFulfilled:
-		r.Type, r.By, r.Task = TypeOutcome, e.By, e.Task
+		r.Type, r.By, r.Task = logrecord.TypeOutcome, e.By, taskOf(e.Task)
 		r.LatencyNS = e.Latency.Nanoseconds()
 		r.Status = "ok"
 		if len(e.RPCError) > 0 {
 			r.Status, r.RPCError = "error", e.RPCError
 		}
 	case fulfill.StageRejected:
-		r.Type, r.Reason, r.Message = TypeOutcome, e.Reason, e.Message
+		r.Type, r.Reason, r.Message = logrecord.TypeOutcome, e.Reason, e.Message
 		if e.Reason == policies.ReasonTimeout {
 			r.Status = "timeout"
 		}
 	case fulfill.StageUndelivered:
-		r.Type, r.Reason, r.Message = TypeOutcome, e.Reason, e.Message
+		r.Type, r.Reason, r.Message = logrecord.TypeOutcome, e.Reason, e.Message
 	case fulfill.StageIgnored:
-		r.Type, r.Reason, r.Message = TypeIgnored, e.Reason, e.Message
+		r.Type, r.Reason, r.Message = logrecord.TypeIgnored, e.Reason, e.Message
 	case fulfill.StageImpersonated:
 		if e.ProposalID == "" {
 			return nil // counted in the metrics; a line each would let a flood grow the log
 		}
-		r.Type, r.Reason, r.Message = TypeIgnored, "impersonation", "an "+e.Envelope+" in our name that we did not send: envelope "+e.Message
+		r.Type, r.Reason, r.Message = logrecord.TypeIgnored, "impersonation", "an "+e.Envelope+" in our name that we did not send: envelope "+e.Message
 	case fulfill.StageShadow:
 		if e.Shadow == nil || e.Shadow.Dropped {
 			return nil // counted in the metrics; a line each would let a flood grow the log
 		}
 		d := e.Shadow.Decision
-		r.Type = TypeShadow
-		r.Shadow = &Shadow{Revision: d.Revision, Live: string(e.Shadow.Live), Result: &d,
+		r.Type = logrecord.TypeShadow
+		r.Shadow = &logrecord.Shadow{Revision: d.Revision, Live: string(e.Shadow.Live), Result: &d,
 			Agrees: e.Shadow.Agrees, LatencyNS: e.Shadow.Latency.Nanoseconds()}
 		if d.Err != nil {
 			r.Shadow.Error = d.Err.Error()
@@ -649,7 +574,7 @@ func revision(rev string) *string {
 // ObserveApproval takes elicit's events (elicit.Config.Observer): a line
 // for each human answer that counted and each forged one.
 func (l *Logger) ObserveApproval(e elicit.Event) {
-	r := &Record{Type: TypeApproval, Stage: string(e.Kind), Timestamp: e.Time.UTC(), ProposalID: e.ProposalID,
+	r := &logrecord.Record{Type: logrecord.TypeApproval, Stage: string(e.Kind), Timestamp: e.Time.UTC(), ProposalID: e.ProposalID,
 		DecisionID: e.DecisionID, Revision: revision(e.Revision), Approver: e.Approver, Action: e.Action, Reason: e.Reason}
 	if r.Timestamp.IsZero() {
 		r.Timestamp = time.Now().UTC()
@@ -671,4 +596,12 @@ func (l *Logger) ObserveApproval(e elicit.Event) {
 		return
 	}
 	l.write(r)
+}
+
+// taskOf is the task as the log writes it (nil for none).
+func taskOf(t *fulfill.TaskInfo) *logrecord.Task {
+	if t == nil {
+		return nil
+	}
+	return &logrecord.Task{ID: t.ID, Spec: t.Spec, Status: t.Status, Created: t.Created, Deadline: t.Deadline}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // outcome is what one approver's answer amounts to, before the escalation
@@ -56,16 +57,16 @@ func parseAnswer(payload json.RawMessage) answerPayload {
 	}
 	a := answerPayload{action: r.Action, content: r.Content}
 	switch r.Action {
-	case ActionAccept, ActionDecline, ActionCancel:
+	case approval.ActionAccept, approval.ActionDecline, approval.ActionCancel:
 	default:
 		a.why = fmt.Sprintf("unknown action %q", r.Action)
 		return a
 	}
 	a.form = readForm(r.Content)
 	switch {
-	case r.Action == ActionCancel:
+	case r.Action == approval.ActionCancel:
 		a.outcome = outcomeCancel
-	case r.Action == ActionDecline || (a.form.delegateTo == "" && !a.form.approve):
+	case r.Action == approval.ActionDecline || (a.form.delegateTo == "" && !a.form.approve):
 		a.outcome = outcomeDecline
 	case a.form.delegateTo != "":
 		a.outcome = outcomeDelegate

@@ -72,7 +72,8 @@
 // (--approver-keys), an answer counts only with a valid Ed25519 signature
 // over the elicitation envelope id, the call digest, the action and the
 // canonical (RFC 8785) content; anything else is ignored and logged as a
-// forgery attempt. See Sign, Verify and CallDigest.
+// forgery attempt. See approval.Sign, approval.Verify and
+// approval.CallDigest.
 //
 // # Signed prompts
 //
@@ -82,5 +83,6 @@
 // approver, call digest and canonical params, and approver clients that pin
 // the key show only prompts that verify (docs/design.md "Proposer identity
 // and grants"). The prompt is signed before it is recorded, so asking it
-// again re-sends the same signed bytes. See SignPrompt and VerifyPrompt.
+// again re-sends the same signed bytes. See approval.SignPrompt and
+// approval.VerifyPrompt.
 package elicit

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 )
 
@@ -174,7 +175,7 @@ func TestE2EForgedAnswerForKeyedApprover(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	otherPub, otherPriv, _ := ed25519.GenerateKey(nil)
 	_ = otherPub
-	w := newWorld(t, worldOptions{keys: elicit.Keys{"alice": pub}, humans: []string{"alice"}, escalation: `{"approvers":["alice"]}`})
+	w := newWorld(t, worldOptions{keys: approval.Keys{"alice": pub}, humans: []string{"alice"}, escalation: `{"approvers":["alice"]}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
 	rpc := string(rpcID(t, ea))
@@ -184,7 +185,7 @@ func TestE2EForgedAnswerForKeyedApprover(t *testing.T) {
 	// Mallory writes answers that claim to come from alice: unsigned, and
 	// signed with a key that is not alice's. A forged decline must not
 	// veto either.
-	badSig, _ := elicit.Sign(otherPriv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true}`))
+	badSig, _ := approval.Sign(otherPriv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true}`))
 	w.forge("mallory", forged(`{"action":"accept","content":{"approve":true}}`))
 	w.forge("mallory", forged(`{"action":"accept","content":{"approve":true,"signature":"`+badSig+`"}}`))
 	w.forge("mallory", forged(`{"action":"decline"}`))
@@ -200,7 +201,7 @@ func TestE2EForgedAnswerForKeyedApprover(t *testing.T) {
 		t.Error("a signature was logged")
 	}
 	// Alice's real, signed answer counts.
-	sig, err := elicit.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true,"reason":"ok"}`))
+	sig, err := approval.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true,"reason":"ok"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,10 +460,10 @@ func TestE2EUnsignedDigestMismatch(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	// The deadline must outlast the answer's trip on a loaded machine:
 	// an answer after it would test nothing.
-	w := newWorld(t, worldOptions{keys: elicit.Keys{"alice": pub}, humans: []string{"alice"}, escalation: `{"approvers":["alice"],"timeout":"3s"}`})
+	w := newWorld(t, worldOptions{keys: approval.Keys{"alice": pub}, humans: []string{"alice"}, escalation: `{"approvers":["alice"],"timeout":"3s"}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
-	sig, _ := elicit.Sign(priv, ea.ID, strings.Repeat("0", 64), "accept", json.RawMessage(`{"approve":true}`))
+	sig, _ := approval.Sign(priv, ea.ID, strings.Repeat("0", 64), "accept", json.RawMessage(`{"approve":true}`))
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"signature":"`+sig+`"}}`)
 	waitUntil(t, "the forgery", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 1 })
 	if out := w.outcome(id); out.Reason != "timeout" {

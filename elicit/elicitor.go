@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/policies"
@@ -43,7 +44,7 @@ type Config struct {
 	// Keys are the approvers whose answers must be signed
 	// (--approver-keys). Answers of other approvers are taken on the
 	// gateway's word.
-	Keys Keys
+	Keys approval.Keys
 	// PromptKey, when set, signs every elicitation/create
 	// (--prompt-key): approvers' clients that pin its public key
 	// (--fulfiller-keys) show only prompts whose signature verifies, since
@@ -53,7 +54,7 @@ type Config struct {
 	// Passkeys are the approvers whose answers must carry a WebAuthn
 	// assertion over the approval digest (--approver-keys lines
 	// `<id> webauthn <credential>`; docs/protocol.md, "Signed approvals").
-	Passkeys Passkeys
+	Passkeys approval.Passkeys
 	// Observer, when set, is told each step with each human. It is called
 	// synchronously and must be quick.
 	Observer func(Event)
@@ -399,7 +400,7 @@ type escalation struct {
 	seats     map[string]*seat // by elicitation envelope id
 	order     []*seat
 	answered  map[string]bool // approvers who answered (or handed on) a prompt
-	approvals []approval
+	approvals []approved
 	lastErr   string // why a prompt could not be asked or counted, for the reject message
 	// storeErr is why a prompt or an approval could not be recorded
 	// (Escalation.RecordPrompt/RecordApproval): the escalation ends.
@@ -426,8 +427,8 @@ type seat struct {
 	prompt agent.Envelope
 }
 
-// approval is one accepted approve:true answer.
-type approval struct {
+// approved is one accepted approve:true answer.
+type approved struct {
 	approver string
 	key      string           // the approved call: "" as proposed, else its canonical params
 	params   json.RawMessage  // edited params; nil as proposed
@@ -748,7 +749,7 @@ func (x *escalation) start() (fulfill.Verdict, bool) {
 	if len(x.approvers) == 0 {
 		return fulfill.Verdict{Reason: "incapable", Message: "the policy asks for human approval, but names no approvers and none are configured (--approvers)"}, true
 	}
-	digest, err := CallDigest(x.esc.Method, x.esc.Params)
+	digest, err := approval.CallDigest(x.esc.Method, x.esc.Params)
 	if err != nil {
 		return fulfill.Verdict{Reason: "invalid", Message: "the call cannot be shown to an approver: " + err.Error()}, true
 	}
@@ -820,9 +821,9 @@ func (x *escalation) resume() (fulfill.Verdict, bool) {
 			x.log.Warn("recorded approval cannot be used; not counted", "approver", a.Approver, "err", err)
 			continue
 		}
-		ap := approval{approver: a.Approver, key: callKey, params: params, content: a.Content}
+		ap := approved{approver: a.Approver, key: callKey, params: params, content: a.Content}
 		if a.Signature != "" {
-			ap.evidence = &grants.Evidence{Request: a.Request, Digest: x.digest, Action: ActionAccept, Content: a.Content, Signature: a.Signature}
+			ap.evidence = &grants.Evidence{Request: a.Request, Digest: x.digest, Action: approval.ActionAccept, Content: a.Content, Signature: a.Signature}
 		}
 		x.approvals = append(x.approvals, ap)
 		x.answered[a.Approver] = true
@@ -861,14 +862,14 @@ func (x *escalation) resume() (fulfill.Verdict, bool) {
 // offeredDelegates reads the delegate_to choices a recorded prompt
 // offered, so that a resumed prompt accepts the same delegations.
 func offeredDelegates(payload json.RawMessage) []string {
-	return offeredEnum(payload, FieldDelegateTo)
+	return offeredEnum(payload, approval.FieldDelegateTo)
 }
 
 // offeredGrants reads the grant durations a recorded prompt offered, so
 // that a resumed prompt accepts the same choices (the stored decision is
 // not needed to know them).
 func offeredGrants(payload json.RawMessage) []string {
-	return slices.DeleteFunc(offeredEnum(payload, FieldGrant), func(g string) bool { return g == "" })
+	return slices.DeleteFunc(offeredEnum(payload, approval.FieldGrant), func(g string) bool { return g == "" })
 }
 
 // offeredEnum reads the enum of one field of a recorded prompt's form.
@@ -961,14 +962,14 @@ func (x *escalation) ask(s *seat) {
 	if key := x.e.cfg.PromptKey; key != nil {
 		// Signed as sent, before it is recorded: a restart or an adopter
 		// re-sends these bytes, and the signature still names this signer.
-		sig, err := SignPrompt(key, s.requestID, mustMarshal(s.rpcID), s.approver, x.digest, mustMarshal(params))
+		sig, err := approval.SignPrompt(key, s.requestID, mustMarshal(s.rpcID), s.approver, x.digest, mustMarshal(params))
 		if err != nil {
 			s.open = false
 			x.lastErr = fmt.Sprintf("the request to %s could not be signed", s.approver)
 			x.log.Error("elicitation not signed; not sent", "approver", s.approver, "request", s.requestID, "err", err)
 			return
 		}
-		m.add(MetaPromptSignature, object{{"signer", x.e.conn.ID()}, {"signature", sig}})
+		m.add(approval.MetaPromptSignature, object{{"signer", x.e.conn.ID()}, {"signature", sig}})
 		params[2].value = m
 	}
 	payload := object{{"jsonrpc", "2.0"}, {"id", s.rpcID}, {"method", agent.MethodElicitationCreate}, {"params", params}}
@@ -1136,14 +1137,14 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 		// offer (or a client invented the field): neither the grant nor
 		// the approval it came with is taken.
 		x.emit(ev)
-		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: fmt.Sprintf("%s's approval cannot be used: the grant %s was not offered", s.approver, clip(string(f.fields[FieldGrant]), 40))}, true
+		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: fmt.Sprintf("%s's approval cannot be used: the grant %s was not offered", s.approver, clip(string(f.fields[approval.FieldGrant]), 40))}, true
 	}
 	params, callKey, err := applyEdits(x.call, x.fields, f)
 	if err != nil {
 		x.emit(ev)
 		return fulfill.Verdict{Reason: "other", By: []string{s.approver}, Message: fmt.Sprintf("%s's approval cannot be used: %v", s.approver, err)}, true
 	}
-	content, sig, _ := SplitSignature(r.Content)
+	content, sig, _ := approval.SplitSignature(r.Content)
 	var evidence *grants.Evidence
 	if verify != nil {
 		evidence = &grants.Evidence{Request: s.requestID, Digest: x.digest, Action: r.Action, Content: content, Signature: sig}
@@ -1162,7 +1163,7 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 			return x.settle()
 		}
 	}
-	x.approvals = append(x.approvals, approval{approver: s.approver, key: callKey, params: params, content: content, evidence: evidence})
+	x.approvals = append(x.approvals, approved{approver: s.approver, key: callKey, params: params, content: content, evidence: evidence})
 	x.log.Info("approval received", "approver", s.approver, "edited", params != nil)
 	x.emit(ev)
 	return x.settle()
@@ -1189,7 +1190,7 @@ func (x *escalation) settle() (fulfill.Verdict, bool) {
 		return fulfill.Verdict{Reason: "other", Message: "the pending-work store cannot record this approval request; propose again later"}, true
 	}
 	var keys []string
-	groups := map[string][]approval{}
+	groups := map[string][]approved{}
 	approved := map[string]bool{}
 	for _, a := range x.approvals {
 		if approved[a.approver] {

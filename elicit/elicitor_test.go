@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -61,7 +62,7 @@ func TestNewWarnsOnceWithoutKeys(t *testing.T) {
 		t.Errorf("warned %d times:\n%s", n, logs.String())
 	}
 	logs.Reset()
-	New(&fakeConn{}, Config{DefaultApprovers: []string{"alice", "bob"}, Keys: Keys{"alice": make([]byte, 32)}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	New(&fakeConn{}, Config{DefaultApprovers: []string{"alice", "bob"}, Keys: approval.Keys{"alice": make([]byte, 32)}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if !strings.Contains(logs.String(), `approvers without a key: their answers are taken on the gateway's word" approvers=[bob]`) {
 		t.Errorf("logs:\n%s", logs.String())
 	}

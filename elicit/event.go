@@ -51,7 +51,7 @@ type Prompt struct {
 	Method   string
 	Tool     string // tools/call: the tool's name
 	Target   string // the participant that carries the call out (the server)
-	Digest   string // the call digest (CallDigest), in full
+	Digest   string // the call digest (approval.CallDigest), in full
 	// Asked are the approvers who were sent the prompt (EventOpened: the
 	// prompts open then; EventReminded: those still waited for;
 	// EventEscalated: the tier's approvers; EventEnded: everyone asked

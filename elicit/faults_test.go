@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
@@ -144,7 +145,7 @@ func TestFaultApproverLeavesNobodyElseTimesOut(t *testing.T) {
 func TestFaultReplayedSignedAnswerCountsOnce(t *testing.T) {
 	alicePub, alicePriv, _ := ed25519.GenerateKey(nil)
 	bobPub, bobPriv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, worldOptions{keys: elicit.Keys{"alice": alicePub, "bob": bobPub}, escalation: `{"approvers":["alice","bob"],"quorum":2}`})
+	w := newWorld(t, worldOptions{keys: approval.Keys{"alice": alicePub, "bob": bobPub}, escalation: `{"approvers":["alice","bob"],"quorum":2}`})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
 	id2 := w.propose("p-write-2", writeCall)
@@ -152,7 +153,7 @@ func TestFaultReplayedSignedAnswerCountsOnce(t *testing.T) {
 	w.ask("bob")
 
 	sign := func(priv ed25519.PrivateKey, prompt agent.Envelope) string {
-		sig, err := elicit.Sign(priv, prompt.ID, writeDigest, "accept", json.RawMessage(`{"approve":true}`))
+		sig, err := approval.Sign(priv, prompt.ID, writeDigest, "accept", json.RawMessage(`{"approve":true}`))
 		if err != nil {
 			t.Fatal(err)
 		}

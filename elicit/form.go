@@ -13,26 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/fulfill"
-)
-
-// Names of the form's fields, in requestedSchema and in an answer's content.
-// Editable arguments with one of these names cannot be offered for editing.
-const (
-	FieldApprove    = "approve"
-	FieldReason     = "reason"
-	FieldDelegateTo = "delegate_to"
-	FieldSignature  = "signature"
-	// FieldGrant is the grant an approver chooses with an approval
-	// (docs/design.md "Grants"): "" for none, or one of the offered durations.
-	FieldGrant = "grant"
-)
-
-// Actions of an MCP elicitation answer (ElicitResult.action).
-const (
-	ActionAccept  = "accept"
-	ActionDecline = "decline"
-	ActionCancel  = "cancel"
 )
 
 // MaxDelegationHops bounds how often one request may be handed on, so a
@@ -45,7 +27,7 @@ const maxMessageArgs = 160
 
 func isReserved(name string) bool {
 	switch name {
-	case FieldApprove, FieldReason, FieldDelegateTo, FieldSignature, FieldGrant:
+	case approval.FieldApprove, approval.FieldReason, approval.FieldDelegateTo, approval.FieldSignature, approval.FieldGrant:
 		return true
 	}
 	return false
@@ -243,19 +225,19 @@ func checkValue(f field, v json.RawMessage) error {
 // so that a client's default is none.
 func schema(fields []field, delegates, grants []string) object {
 	props := object{
-		{FieldApprove, object{{"type", "boolean"}, {"title", "Approve?"}}},
-		{FieldReason, object{{"type", "string"}, {"title", "Reason"}}},
+		{approval.FieldApprove, object{{"type", "boolean"}, {"title", "Approve?"}}},
+		{approval.FieldReason, object{{"type", "string"}, {"title", "Reason"}}},
 	}
 	for _, f := range fields {
 		props.add(f.name, f.schema)
 	}
 	if len(delegates) > 0 {
-		props.add(FieldDelegateTo, object{{"type", "string"}, {"title", "Delegate to"}, {"enum", delegates}})
+		props.add(approval.FieldDelegateTo, object{{"type", "string"}, {"title", "Delegate to"}, {"enum", delegates}})
 	}
 	if len(grants) > 0 {
-		props.add(FieldGrant, object{{"type", "string"}, {"title", "Also allow calls like this for"}, {"enum", append([]string{""}, grants...)}, {"default", ""}})
+		props.add(approval.FieldGrant, object{{"type", "string"}, {"title", "Also allow calls like this for"}, {"enum", append([]string{""}, grants...)}, {"default", ""}})
 	}
-	return object{{"type", "object"}, {"properties", props}, {"required", []string{FieldApprove}}}
+	return object{{"type", "object"}, {"properties", props}, {"required", []string{approval.FieldApprove}}}
 }
 
 // message is the short sentence every MCP client shows: who proposed what,
@@ -290,7 +272,7 @@ func message(esc fulfill.Escalation, c call, digest string, quorum int, delegate
 	if quorum > 1 {
 		fmt.Fprintf(&b, " Needs %d approvals.", quorum)
 	}
-	fmt.Fprintf(&b, " Call digest %s.", ShortDigest(digest))
+	fmt.Fprintf(&b, " Call digest %s.", approval.ShortDigest(digest))
 	return b.String()
 }
 
@@ -386,17 +368,17 @@ type form struct {
 func readForm(content json.RawMessage) form {
 	var f form
 	_ = json.Unmarshal(content, &f.fields)
-	if raw, ok := f.fields[FieldApprove]; ok {
+	if raw, ok := f.fields[approval.FieldApprove]; ok {
 		f.approve = string(bytes.TrimSpace(raw)) == "true"
 	}
-	if raw, ok := f.fields[FieldReason]; ok {
+	if raw, ok := f.fields[approval.FieldReason]; ok {
 		_ = json.Unmarshal(raw, &f.reason)
 		f.reason = strings.TrimSpace(f.reason)
 	}
-	if raw, ok := f.fields[FieldDelegateTo]; ok {
+	if raw, ok := f.fields[approval.FieldDelegateTo]; ok {
 		_ = json.Unmarshal(raw, &f.delegateTo)
 	}
-	if raw, ok := f.fields[FieldGrant]; ok {
+	if raw, ok := f.fields[approval.FieldGrant]; ok {
 		f.grantBad = json.Unmarshal(raw, &f.grant) != nil
 	}
 	return f
@@ -417,8 +399,8 @@ func applyEdits(c call, fields []field, content form) (params json.RawMessage, k
 			return nil, "", err
 		}
 		if f.proposed != nil {
-			a, errA := Canonical(v)
-			b, errB := Canonical(f.proposed)
+			a, errA := approval.Canonical(v)
+			b, errB := approval.Canonical(f.proposed)
 			if errA == nil && errB == nil && bytes.Equal(a, b) {
 				continue
 			}
@@ -450,7 +432,7 @@ func applyEdits(c call, fields []field, content form) (params json.RawMessage, k
 	if err != nil {
 		return nil, "", err
 	}
-	canon, err := Canonical(params)
+	canon, err := approval.Canonical(params)
 	if err != nil {
 		return nil, "", fmt.Errorf("edited params: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/grants"
@@ -147,7 +148,7 @@ func TestE2EGrantNotOfferedWhenOffOrQuorum(t *testing.T) {
 func TestE2EGrantWithBadSignatureHasNoEffect(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	_, otherPriv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, worldOptions{offerGrants: true, keys: elicit.Keys{"alice": pub}, humans: []string{"alice"},
+	w := newWorld(t, worldOptions{offerGrants: true, keys: approval.Keys{"alice": pub}, humans: []string{"alice"},
 		escalation: `{"approvers":["alice"],` + grantable + `}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
@@ -155,9 +156,9 @@ func TestE2EGrantWithBadSignatureHasNoEffect(t *testing.T) {
 	forged := func(result string) string {
 		return `{"kind":"mcp/response","from":"alice","to":["fulfiller"],"correlation_id":["` + ea.ID + `"],"payload":{"jsonrpc":"2.0","id":` + rpc + `,"result":` + result + `}}`
 	}
-	otherSig, _ := elicit.Sign(otherPriv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true,"grant":"1h"}`))
+	otherSig, _ := approval.Sign(otherPriv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true,"grant":"1h"}`))
 	w.forge("mallory", forged(`{"action":"accept","content":{"approve":true,"grant":"1h","signature":"`+otherSig+`"}}`))
-	plainSig, _ := elicit.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true}`))
+	plainSig, _ := approval.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true}`))
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h","signature":"`+plainSig+`"}}`)
 	waitUntil(t, "two forgeries", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 2 })
 	if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {

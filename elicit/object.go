@@ -115,3 +115,25 @@ func decodeObject(b []byte) (object, error) {
 	}
 	return o, nil
 }
+
+// marshal is json.Marshal without HTML escaping: messages and arguments
+// are shown to people and compared byte for byte in tests, and `<`, `>`,
+// `&` need no escaping in JSON.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// mustMarshal is marshal for values built from JSON-safe types only.
+func mustMarshal(v any) json.RawMessage {
+	b, err := marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("elicit: value does not marshal: %v", err))
+	}
+	return b
+}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // With a prompt key, every elicitation/create carries the fulfiller's
@@ -16,7 +16,7 @@ import (
 // it (docs/design.md "Proposer identity and grants").
 func TestE2EPromptsAreSigned(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	keys := elicit.Keys{"fulfiller": pub}
+	keys := approval.Keys{"fulfiller": pub}
 	w := newWorld(t, worldOptions{stateDir: t.TempDir(), promptKey: priv})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -25,13 +25,13 @@ func TestE2EPromptsAreSigned(t *testing.T) {
 			t.Errorf("%s's prompt carries no signature in _meta: %s", who, e)
 		}
 	}
-	if signer, err := elicit.VerifyPrompt(keys, ea.ID, "alice", ea.Payload); err != nil || signer != "fulfiller" {
+	if signer, err := approval.VerifyPrompt(keys, ea.ID, "alice", ea.Payload); err != nil || signer != "fulfiller" {
 		t.Fatalf("alice's prompt: signer %q, %v", signer, err)
 	}
-	if _, err := elicit.VerifyPrompt(keys, eb.ID, "bob", eb.Payload); err != nil {
+	if _, err := approval.VerifyPrompt(keys, eb.ID, "bob", eb.Payload); err != nil {
 		t.Fatalf("bob's prompt: %v", err)
 	}
-	if _, err := elicit.VerifyPrompt(keys, ea.ID, "bob", ea.Payload); !errors.Is(err, elicit.ErrPromptBadSignature) {
+	if _, err := approval.VerifyPrompt(keys, ea.ID, "bob", ea.Payload); !errors.Is(err, approval.ErrPromptBadSignature) {
 		t.Errorf("alice's prompt verified for bob: %v", err)
 	}
 
@@ -41,7 +41,7 @@ func TestE2EPromptsAreSigned(t *testing.T) {
 	if again.ID != ea.ID || string(again.Payload) != string(ea.Payload) {
 		t.Fatalf("asked again as %s %s, not as first asked", again.ID, again.Payload)
 	}
-	if _, err := elicit.VerifyPrompt(keys, again.ID, "alice", again.Payload); err != nil {
+	if _, err := approval.VerifyPrompt(keys, again.ID, "alice", again.Payload); err != nil {
 		t.Fatalf("prompt asked again: %v", err)
 	}
 	w.answer("alice", again, `{"action":"accept","content":{"approve":true}}`)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // kill -9 of the fulfiller while a prompt is open, then a restart on the
@@ -50,11 +50,11 @@ func TestE2ERestartAsksAgainAndFulfilsOnce(t *testing.T) {
 // evidence; revoking it brings the prompt back.
 func TestE2EGrantSurvivesRestart(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, worldOptions{stateDir: t.TempDir(), offerGrants: true, keys: elicit.Keys{"alice": pub},
+	w := newWorld(t, worldOptions{stateDir: t.TempDir(), offerGrants: true, keys: approval.Keys{"alice": pub},
 		escalation: `{"approvers":["alice"],` + grantable + `}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
-	sig, _ := elicit.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true,"grant":"1h"}`))
+	sig, _ := approval.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true,"grant":"1h"}`))
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h","signature":"`+sig+`"}}`)
 	if out := w.outcome(id); !out.Fulfilled {
 		t.Fatalf("outcome %+v", out)
@@ -72,7 +72,7 @@ func TestE2EGrantSurvivesRestart(t *testing.T) {
 		t.Fatalf("grants after the restart: %+v, want %s live", got, granted.GrantID)
 	}
 	if ev := got[0].Evidence; ev == nil || ev.Request != ea.ID || ev.Digest != writeDigest || ev.Signature != sig ||
-		elicit.Verify(pub, ev.Request, ev.Digest, ev.Action, json.RawMessage(`{"approve":true,"grant":"1h","signature":"`+ev.Signature+`"}`)) != nil ||
+		approval.Verify(pub, ev.Request, ev.Digest, ev.Action, json.RawMessage(`{"approve":true,"grant":"1h","signature":"`+ev.Signature+`"}`)) != nil ||
 		string(ev.Content) != `{"approve":true,"grant":"1h"}` {
 		t.Errorf("grant evidence after the restart: %+v", got[0].Evidence)
 	}

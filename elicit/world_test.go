@@ -19,9 +19,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -77,14 +78,14 @@ var (
 // writeCall is the proposal most tests escalate.
 const writeCall = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`
 
-// writeDigest is CallDigest of writeCall, computed independently (sha256 of
+// writeDigest is approval.CallDigest of writeCall, computed independently (sha256 of
 // the canonical JSON written out by hand).
 const writeDigest = "56dcae76b714dbaa642acc38da0ecd147d6fe2a25a07e5745b5fac7f2c0c0264"
 
 type worldOptions struct {
 	escalation string   // data.escalation as JSON
 	humans     []string // approvers who join the space
-	keys       elicit.Keys
+	keys       approval.Keys
 	approvers  []string // --approvers
 	// agent, when set, adjusts every participant's client settings
 	// (fault tests: fast reconnects).
@@ -137,7 +138,7 @@ type world struct {
 	mu     sync.Mutex
 	events []elicit.Event
 	fevs   []fulfill.Event
-	grants *grants.Registry // with offerGrants
+	grants *grantstore.Registry // with offerGrants
 }
 
 // human is an approver whose client the test drives by hand.
@@ -251,12 +252,12 @@ func (w *world) startFulfiller() {
 		}
 	}})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	var regStore grants.Store
+	var regStore grantstore.Store
 	if w.store != nil {
 		regStore = w.store // grants outlive the process with the rest
 	}
 	if opts.offerGrants {
-		w.grants = grants.NewRegistry(regStore, log)
+		w.grants = grantstore.NewRegistry(regStore, log)
 		w.grants.GatewayAuthenticatesFrom(opts.authenticatesFrom)
 	}
 	// DiscoverySettle: nobody in these worlds forges a tools/list

@@ -15,7 +15,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/toolmeta"
 )
@@ -102,7 +102,7 @@ type Config struct {
 	// Grants [nil: none] are the grants approvers made (docs/design.md "Grants"):
 	// those covering a call are input.grants, and an approval that
 	// chooses a grant makes one here.
-	Grants *grants.Registry
+	Grants *grantstore.Registry
 	// Shadow [nil: none] is a second policy asked about every decision
 	// the live one makes (--shadow-policy). It is never acted on: its
 	// answers are StageShadow events. See shadowing.

@@ -1,9 +1,11 @@
 // Package grants is the model of a grant (docs/design.md "Grants"): an approver's
 // "allow calls like this for a while", pinned to the approved call's
 // values of the fields the policy's offer names, until it expires or is
-// revoked. It decides which calls a grant covers; storing grants, offering
-// them on the approval form and showing them to policies as input.grants
-// are the state, elicit and fulfill packages' work.
+// revoked. It decides which calls a grant covers; keeping grants (in
+// JetStream, for a group) is package grantstore's work, offering them on
+// the approval form and showing them to policies as input.grants the
+// elicit and fulfill packages'. It depends on no store and no policy
+// engine, so that the approver's client can show what a grant would pin.
 //
 // A grant is standing permission given on one human's word, so every
 // question here is answered narrowly: a value that cannot be compared
@@ -24,7 +26,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
 // Call is what a grant is matched against: a tools/call proposal, as the
@@ -71,7 +73,7 @@ type Grant struct {
 	Revoked   bool      `json:"revoked,omitempty"`
 	// Evidence is the approver's signed answer that made the grant, when
 	// approvals are signed: with their public key anyone can check that
-	// they chose it (elicit.Verify), and that it pins what their answer
+	// they chose it (approval.Verify), and that it pins what their answer
 	// approved.
 	Evidence *Evidence `json:"evidence,omitempty"`
 }
@@ -96,12 +98,12 @@ var (
 // of offer.Scope — to call's proposer only when the scope names
 // "proposer". A pinned argument the approved call does not have cannot
 // be pinned, and makes no grant rather than a wider one.
-func New(id string, offer *policies.Grantable, call Call, ttl time.Duration, by string, now time.Time) (Grant, error) {
+func New(id string, offer *decision.Grantable, call Call, ttl time.Duration, by string, now time.Time) (Grant, error) {
 	if offer == nil {
 		return Grant{}, ErrNotOffered
 	}
 	if !slices.Contains(offer.Offers(), ttl) {
-		return Grant{}, fmt.Errorf("%w: %s (offered %v)", ErrBadTTL, policies.FormatGrantDuration(ttl), offer.Offers())
+		return Grant{}, fmt.Errorf("%w: %s (offered %v)", ErrBadTTL, decision.FormatGrantDuration(ttl), offer.Offers())
 	}
 	now = now.Truncate(time.Second) // read by people: whole seconds, and never longer than chosen
 	g := Grant{ID: id, Tool: call.Tool, Server: call.Server, GrantedBy: by, Created: now, Expires: now.Add(ttl)}
@@ -141,7 +143,7 @@ func New(id string, offer *policies.Grantable, call Call, ttl time.Duration, by 
 // /srv/app/config.yaml allows /srv/app/…, never /srv/apple). A value whose
 // directory is the root (or that has none) is pinned exactly: approving
 // /etc must not allow everything under /. Narrower, never wider.
-func pinArgument(f policies.GrantField, raw json.RawMessage) (Pin, error) {
+func pinArgument(f decision.GrantField, raw json.RawMessage) (Pin, error) {
 	var s string
 	if f.Prefix && json.Unmarshal(raw, &s) == nil {
 		if Ambiguous(s) {

@@ -6,19 +6,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
 var t0 = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 
-func offer(t *testing.T, maxTTL string, scope ...string) *policies.Grantable {
+func offer(t *testing.T, maxTTL string, scope ...string) *decision.Grantable {
 	t.Helper()
-	b, _ := json.Marshal(map[string]any{"action": "escalate", "grantable": map[string]any{"max_ttl": maxTTL, "scope": scope}})
-	d, err := policies.ParseDecision(b)
-	if err != nil {
+	b, _ := json.Marshal(map[string]any{"max_ttl": maxTTL, "scope": scope})
+	var g decision.Grantable
+	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
 	}
-	return d.Grantable
+	return &g
 }
 
 func call(proposer, tool, server string, args string) Call {

@@ -9,7 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -24,7 +24,7 @@ const grantable = `{"approvers":["alice"],"message":"production writes need a hu
 // directory is fulfilled without a prompt.
 func TestBrowserApproveWithGrant(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, worldOptions{escalation: grantable, keys: elicit.Keys{"alice": pub}, key: priv, grants: true})
+	w := newWorld(t, worldOptions{escalation: grantable, keys: approval.Keys{"alice": pub}, key: priv, grants: true})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
 	id := w.propose("p-motd", "/srv/prod/motd")
@@ -64,8 +64,8 @@ func TestBrowserApproveWithGrant(t *testing.T) {
 	if !strings.HasPrefix(string(content), `{"approve":true,"grant":"1h","signature":"`) {
 		t.Errorf("answer content %s", content)
 	}
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
-	if err := elicit.Verify(pub, prompt.ID, digest, action, content); err != nil {
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
+	if err := approval.Verify(pub, prompt.ID, digest, action, content); err != nil {
 		t.Errorf("the grant is not covered by the signature: %v", err)
 	}
 

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // Options configure an Inbox.
@@ -189,10 +190,10 @@ func (in *Inbox) Notify(ev approver.Event) {
 			v.Peers, v.Approvals = peerWords(ev.End.By), approver.Approvals(ev.End.By)
 		}
 	case approver.EventSent:
-		v.Answer = approver.Printable(ev.Answer.Describe())
+		v.Answer = printable.String(ev.Answer.Describe())
 		v.Approved = ev.Answer.Approves()
 		if ev.Err != nil {
-			v.State, v.Note = StateFailed, "not sent: "+approver.Printable(ev.Err.Error())
+			v.State, v.Note = StateFailed, "not sent: "+printable.String(ev.Err.Error())
 		} else {
 			v.State, v.Note = StateAnswered, ""
 		}
@@ -202,7 +203,7 @@ func (in *Inbox) Notify(ev approver.Event) {
 		if ev.Outcome.Fulfilled {
 			v.Outcome = "fulfilled"
 		}
-		v.RejectReason = approver.Printable(ev.Outcome.Reason)
+		v.RejectReason = printable.String(ev.Outcome.Reason)
 	default:
 		return
 	}
@@ -271,7 +272,7 @@ func (in *Inbox) Answer(requestID string, a approver.Answer) error {
 	it.answer <- a // buffered, and only ever sent once: answer is nil after
 	it.answer = nil
 	it.view.State = StateSending
-	it.view.Answer = approver.Printable(a.Describe())
+	it.view.Answer = printable.String(a.Describe())
 	in.publish(it)
 	return nil
 }
@@ -306,7 +307,7 @@ func (in *Inbox) subscribe() (*subscriber, []byte, error) {
 	}
 	s := newSubscriber()
 	in.subs[s] = struct{}{}
-	snap := snapshot{Approver: approver.Printable(in.opts.Approver), Signing: in.opts.Signing, Fulfillers: in.presence, Now: in.opts.Now().UTC()}
+	snap := snapshot{Approver: printable.String(in.opts.Approver), Signing: in.opts.Signing, Fulfillers: in.presence, Now: in.opts.Now().UTC()}
 	for _, id := range in.order {
 		snap.Items = append(snap.Items, in.items[id].view)
 	}

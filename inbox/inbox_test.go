@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/inbox"
 	"github.com/mewkit/fulfiller/internal/poll"
 )
@@ -26,7 +26,7 @@ import (
 func promptCard(t *testing.T) *approver.Card {
 	t.Helper()
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd","count":1}}`
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	c, err := approver.ParseCard(agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest,
 		Payload: json.RawMessage(`{"jsonrpc":"2.0","id":7,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{` +
 			`"approve":{"type":"boolean"},"reason":{"type":"string"},"path":{"type":"string","default":"/srv/prod/motd"},"count":{"type":"integer","default":1},` +
@@ -242,7 +242,7 @@ func TestAnswerIsCheckedAgainstTheCard(t *testing.T) {
 		t.Fatalf("valid answer: %d %s", code, body)
 	}
 	a := <-s.answer
-	want := approver.Answer{Action: elicit.ActionAccept, Approve: true, Reason: "ok", Edits: []approver.Edit{{Name: "count", Value: json.RawMessage("3")}}}
+	want := approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: "ok", Edits: []approver.Edit{{Name: "count", Value: json.RawMessage("3")}}}
 	if fmt.Sprint(a) != fmt.Sprint(want) {
 		t.Errorf("answer %+v, want %+v", a, want)
 	}

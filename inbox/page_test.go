@@ -11,7 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -207,7 +207,7 @@ func TestBrowserWithdrawAndDeadlineEndTheCard(t *testing.T) {
 // stays open until alice answers.
 func TestBrowserSignedAnswersAndForgeryIgnored(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	w := newWorld(t, worldOptions{keys: elicit.Keys{"alice": pub}, key: priv})
+	w := newWorld(t, worldOptions{keys: approval.Keys{"alice": pub}, key: priv})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
 	id := w.propose("p-signed", "/srv/prod/motd")
@@ -233,8 +233,8 @@ func TestBrowserSignedAnswersAndForgeryIgnored(t *testing.T) {
 		return e.From == "alice" && e.Kind == agent.KindResponse && strings.Contains(string(e.Payload), "signature")
 	})
 	action, content := spacetest.ElicitResult(t, ans)
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
-	if err := elicit.Verify(pub, prompt.ID, digest, action, content); err != nil {
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}`))
+	if err := approval.Verify(pub, prompt.ID, digest, action, content); err != nil {
 		t.Errorf("the page's answer %s does not verify: %v", ans.Payload, err)
 	}
 	if n := len(w.fulfilments(id)); n != 1 {

@@ -20,8 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 )
 
 //go:embed assets
@@ -299,21 +299,21 @@ func (req answerRequest) answer(c *approver.Card) (approver.Answer, error) {
 		if err != nil {
 			return approver.Answer{}, err
 		}
-		return approver.Answer{Action: elicit.ActionAccept, Approve: true, Reason: reason, Edits: edits, Grant: req.Grant}, nil
+		return approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: reason, Edits: edits, Grant: req.Grant}, nil
 	case "decline":
 		if reason == "" {
-			return approver.Answer{Action: elicit.ActionDecline}, nil
+			return approver.Answer{Action: approval.ActionDecline}, nil
 		}
 		// MCP's decline carries no content: a reason for the proposer
 		// travels as an accept that does not approve.
-		return approver.Answer{Action: elicit.ActionAccept, Reason: reason}, nil
+		return approver.Answer{Action: approval.ActionAccept, Reason: reason}, nil
 	case "delegate":
 		if !slices.Contains(c.Delegates, req.DelegateTo) {
 			return approver.Answer{}, fmt.Errorf("%q is not an approver this prompt may be handed to", req.DelegateTo)
 		}
-		return approver.Answer{Action: elicit.ActionAccept, DelegateTo: req.DelegateTo}, nil
+		return approver.Answer{Action: approval.ActionAccept, DelegateTo: req.DelegateTo}, nil
 	case "dismiss":
-		return approver.Answer{Action: elicit.ActionCancel}, nil
+		return approver.Answer{Action: approval.ActionCancel}, nil
 	}
 	return approver.Answer{}, fmt.Errorf("unknown action %q: want approve, decline, delegate or dismiss", req.Action)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // State is where a card stands, as the page shows it.
@@ -31,7 +32,7 @@ func (s State) closed() bool {
 
 // View is a card as the page receives it (JSON). Every text that comes
 // from others (proposer, tool owner, policy) went through
-// approver.Printable: the page inserts text, never HTML, and the escape
+// printable.String: the page inserts text, never HTML, and the escape
 // keeps control and bidirectional characters from reordering what the
 // person reads.
 type View struct {
@@ -99,7 +100,7 @@ type FieldView struct {
 }
 
 func viewOf(c *approver.Card) View {
-	p := approver.Printable
+	p := printable.String
 	v := View{ID: c.RequestID, Fulfiller: p(c.From), Message: p(c.Message), DigestOK: c.DigestOK,
 		PolicyMsg: p(c.Policy.Message), Quorum: c.Policy.Quorum}
 	for _, a := range c.Policy.Approvers {
@@ -179,7 +180,7 @@ func annotations(raw json.RawMessage) []Annotation {
 			return out
 		}
 		name, _ := k.(string)
-		out = append(out, Annotation{Name: approver.Printable(name), Value: approver.Printable(string(v))})
+		out = append(out, Annotation{Name: printable.String(name), Value: printable.String(string(v))})
 	}
 	return out
 }

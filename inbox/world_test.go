@@ -15,10 +15,11 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/inbox"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
@@ -82,7 +83,7 @@ type world struct {
 type worldOptions struct {
 	escalation string
 	timeouts   string             // JSON object: path → the deadline of its escalation
-	keys       elicit.Keys        // the fulfiller's approver keys
+	keys       approval.Keys      // the fulfiller's approver keys
 	key        ed25519.PrivateKey // alice's
 	humans     []string           // others in the space (as plain participants)
 	grants     bool               // the fulfiller offers and honours grants
@@ -127,9 +128,9 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	fc := w.join("fulfiller", "fulfiller-token")
 	el := elicit.New(fc, elicit.Config{Keys: o.keys, OfferGrants: o.grants})
 	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	var reg *grants.Registry
+	var reg *grantstore.Registry
 	if o.grants {
-		reg = grants.NewRegistry(nil, nil)
+		reg = grantstore.NewRegistry(nil, nil)
 	}
 	// DiscoverySettle: nobody in these worlds forges a tools/list
 	// answer (fulfill's tests cover that), and the 500 ms default would

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 )
 
@@ -72,7 +73,7 @@ func eventOf(e elicit.Event, space, inbox string) (Event, bool) {
 		return Event{}, false
 	}
 	ev := Event{Type: typ, Time: e.Time.UTC(), Space: space, Proposal: e.ProposalID, Proposer: p.Proposer, Method: p.Method, Tool: p.Tool, Server: p.Target,
-		Digest: elicit.ShortDigest(p.Digest), Approvers: append([]string{}, p.Asked...), Quorum: p.Quorum, Deadline: p.Deadline.UTC(), Resumed: p.Resumed,
+		Digest: approval.ShortDigest(p.Digest), Approvers: append([]string{}, p.Asked...), Quorum: p.Quorum, Deadline: p.Deadline.UTC(), Resumed: p.Resumed,
 		URL: cardURL(inbox, e.ProposalID), Arguments: p.Arguments}
 	if typ == PromptEnded {
 		ev.Outcome, ev.Reason = e.Outcome, e.Reason

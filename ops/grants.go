@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 )
 
 // Grants is what the operator API reads and revokes of the grants;
-// *grants.Registry provides it.
+// *grantstore.Registry provides it.
 type Grants interface {
 	List() []grants.Grant
 	Revoke(ctx context.Context, id string) (grants.Grant, error)
@@ -100,7 +101,7 @@ func (h *Handler) revokeGrant(w http.ResponseWriter, r *http.Request) {
 		}
 		h.opts.Logger.Info("grant revoked by the operator", "grant", id, "proposer", gr.Proposer, "tool", gr.Tool, "remote", r.RemoteAddr)
 		writeJSON(w, http.StatusOK, GrantView{Grant: gr, ProposerPinned: gr.ProposerPinned(), Live: false})
-	case errors.Is(err, grants.ErrUnknown):
+	case errors.Is(err, grantstore.ErrUnknown):
 		writeError(w, http.StatusNotFound, "no grant "+id)
 	default:
 		writeError(w, http.StatusServiceUnavailable, err.Error())

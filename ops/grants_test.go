@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -28,7 +29,7 @@ func TestOperatorListsAndRevokesGrants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := grants.NewRegistry(nil, nil)
+	reg := grantstore.NewRegistry(nil, nil)
 	reg.GatewayAuthenticatesFrom(true)
 	if err := reg.Create(t.Context(), g); err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func TestOperatorShowsWhetherAGrantIsPinnedToAProposer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := grants.NewRegistry(nil, nil)
+	reg := grantstore.NewRegistry(nil, nil)
 	for _, g := range []grants.Grant{pinned, anyone} {
 		if err := reg.Create(t.Context(), g); err != nil {
 			t.Fatal(err)

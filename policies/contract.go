@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/mewkit/fulfiller/decision"
 )
 
 // Error codes of the contract checks, in the place OPA's rego_*_error
@@ -115,7 +117,7 @@ func looksLikeDecision(obj ast.Object) bool {
 			return true
 		}
 	}
-	for _, k := range decisionFields {
+	for _, k := range decision.Fields {
 		if k != "action" && obj.Get(ast.InternedTerm(k)) != nil {
 			return true
 		}
@@ -157,12 +159,12 @@ func checkDecisionObject(t *ast.Term, isDecision, strict bool, report func(code 
 			continue // a computed key; the sidecar checks it at run time
 		}
 		val := obj.Get(key)
-		if !slices.Contains(decisionFields, string(name)) {
+		if !slices.Contains(decision.Fields, string(name)) {
 			code := ContractWarning
 			if strict {
 				code = ContractError
 			}
-			report(code, key.Location, fmt.Sprintf("decision key %q is not part of the contract (%s); the sidecar keeps it only for the decision log", string(name), strings.Join(decisionFields, ", ")))
+			report(code, key.Location, fmt.Sprintf("decision key %q is not part of the contract (%s); the sidecar keeps it only for the decision log", string(name), strings.Join(decision.Fields, ", ")))
 			continue
 		}
 		if !isConstant(val) {

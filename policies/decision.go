@@ -1,115 +1,75 @@
 package policies
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/mewkit/fulfiller/decision"
 )
 
-// Action is what the policy decided to do with a proposal.
-type Action string
+// The values a policy decides are package decision's, so that what only
+// reads decisions (the approver's client, replay, suggest) need not link
+// OPA; the engine names them here as the results of Decide.
+type (
+	// Action is decision.Action: what the policy decided to do.
+	Action = decision.Action
+	// Decision is decision.Decision: the outcome of evaluating the policy
+	// for one input.
+	Decision = decision.Decision
+	// MalformedDecisionError is decision.MalformedDecisionError: how a
+	// policy's decision breaks the contract.
+	MalformedDecisionError = decision.MalformedDecisionError
+	// Grantable is decision.Grantable: an escalate decision's offer of a
+	// grant.
+	Grantable = decision.Grantable
+	// GrantField is decision.GrantField: one field a grant pins.
+	GrantField = decision.GrantField
+	// Tier is decision.Tier: one step of an escalate decision's
+	// escalate_to.
+	Tier = decision.Tier
+)
 
-// The three actions a policy may decide.
+// The three actions a policy may decide (decision.Fulfill, …).
 const (
-	Fulfill  Action = "fulfill"
-	Reject   Action = "reject"
-	Escalate Action = "escalate"
+	Fulfill  = decision.Fulfill
+	Reject   = decision.Reject
+	Escalate = decision.Escalate
 )
 
-// Reason codes a reject may carry on the wire (MEW v0.4 mcp/reject).
+// Reason codes a reject may carry on the wire (decision.ReasonPolicy, …).
 const (
-	ReasonPolicy         = "policy"
-	ReasonBusy           = "busy"
-	ReasonIncapable      = "incapable"
-	ReasonTimeout        = "timeout"
-	ReasonInvalid        = "invalid"
-	ReasonDuplicate      = "duplicate"
-	ReasonResourceLimit  = "resource_limit"
-	ReasonUnsafe         = "unsafe"
-	ReasonDisagree       = "disagree"
-	ReasonOther          = "other"
-	ReasonInappropriate  = "inappropriate"
-	ReasonNoLongerNeeded = "no_longer_needed"
+	ReasonPolicy         = decision.ReasonPolicy
+	ReasonBusy           = decision.ReasonBusy
+	ReasonIncapable      = decision.ReasonIncapable
+	ReasonTimeout        = decision.ReasonTimeout
+	ReasonInvalid        = decision.ReasonInvalid
+	ReasonDuplicate      = decision.ReasonDuplicate
+	ReasonResourceLimit  = decision.ReasonResourceLimit
+	ReasonUnsafe         = decision.ReasonUnsafe
+	ReasonDisagree       = decision.ReasonDisagree
+	ReasonOther          = decision.ReasonOther
+	ReasonInappropriate  = decision.ReasonInappropriate
+	ReasonNoLongerNeeded = decision.ReasonNoLongerNeeded
 )
 
-// ValidReason reports whether code is a reject reason fulfiller may send.
-// Receivers tolerate unknown reasons, but a policy that invents one is far
-// more likely to contain a typo than a new protocol feature.
-func ValidReason(code string) bool {
-	switch code {
-	case ReasonPolicy, ReasonBusy, ReasonIncapable, ReasonTimeout, ReasonInvalid,
-		ReasonDuplicate, ReasonResourceLimit, ReasonUnsafe, ReasonDisagree,
-		ReasonOther, ReasonInappropriate, ReasonNoLongerNeeded:
-		return true
-	}
-	return false
-}
+// ValidReason reports whether code is a reject reason fulfiller may send
+// (decision.ValidReason).
+func ValidReason(code string) bool { return decision.ValidReason(code) }
 
-// Decision is the outcome of evaluating the policy for one input.
-//
-// A Decision with a non-nil Err is a fail-closed reject: the policy did not
-// produce a usable decision, and Err says why. Such decisions always have
-// Action Reject and Reason "policy".
-type Decision struct {
-	Action    Action
-	Reason    string        // reject: wire reason code
-	Message   string        // for humans: the chat explanation or the approval card
-	Target    string        // optional override of the participant that gets the request
-	Approvers []string      // escalate: who may answer; empty means the sidecar's default
-	Quorum    int           // escalate: approvals needed; default 1
-	Timeout   time.Duration // escalate: how long to wait; 0 = use the sidecar's default
-	Editable  []string      // escalate: argument names the approver may change
-	Grantable *Grantable    // escalate: the grant an approver may create; nil: none
-	// Task asks for a task-augmented call to a tool whose taskSupport is
-	// "optional" (a "required" one is always called as a task).
-	Task bool
-	// TaskTimeout bounds the task once the tool owner created it; 0: the
-	// sidecar's --task-timeout.
-	TaskTimeout time.Duration
-	// NotifyArguments (escalate only) lets the notifications sent to
-	// approvers' channels (run --notify) carry the call's arguments. Off
-	// by default: arguments may hold secrets, and a webhook, a chat
-	// channel or a mailbox keeps them beyond fulfiller's reach.
-	NotifyArguments bool
-	// Reminders (escalate only) are the times after the escalation
-	// started at which a prompt still open is announced again
-	// (prompt.reminder), shortest first.
-	Reminders []time.Duration
-	// EscalateTo (escalate only) are the tiers asked too while the
-	// escalation is still open, in increasing After; the deadline does
-	// not change.
-	EscalateTo []Tier
-	Extra      map[string]any // unknown decision fields, kept for the decision log
-	Revision   string         // revision of the policy set that decided
-	Err        error          // why this is a fail-closed reject; nil for a policy's own decision
-}
+// FormatGrantDuration writes a grant duration as the form offers it
+// (decision.FormatGrantDuration).
+func FormatGrantDuration(d time.Duration) string { return decision.FormatGrantDuration(d) }
 
-// decisionFields are the decision keys the policy contract defines; any
-// other key is kept in Extra.
-var decisionFields = []string{"action", "reason", "message", "target", "approvers", "quorum", "timeout", "editable", "grantable", "task", "task_timeout", "notify_arguments", "reminders", "escalate_to"}
+// formatDuration prints durations the way people write them in policies
+// (decision.FormatDuration).
+func formatDuration(d time.Duration) string { return decision.FormatDuration(d) }
 
-// MalformedDecisionError says how a policy's decision breaks the contract.
-type MalformedDecisionError struct {
-	Field string // the offending key, or "" for the decision as a whole
-	Msg   string
-}
-
-// Error names the field and the problem.
-func (e *MalformedDecisionError) Error() string {
-	if e.Field == "" {
-		return "malformed decision: " + e.Msg
-	}
-	return fmt.Sprintf("malformed decision: %s: %s", e.Field, e.Msg)
-}
-
+// malformed is a MalformedDecisionError naming field.
 func malformed(field, format string, args ...any) error {
 	return &MalformedDecisionError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
@@ -360,89 +320,4 @@ func intField(name string, v ast.Value) (int, error) {
 		return 0, malformed(name, "must be an integer, got %s", n)
 	}
 	return int(f), nil
-}
-
-// MarshalJSON writes the decision as the eval output and decision log show
-// it: the contract's fields in a fixed order, then unknown fields sorted by
-// name, then revision and error. Empty fields are left out, as in the
-// policy contract. Unknown fields named revision or error cannot shadow the
-// engine's own.
-func (d Decision) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	first := true
-	field := func(name string, v any) error {
-		val, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("decision field %s: %w", name, err)
-		}
-		// The name is JSON-encoded, not strconv.Quote'd: Go quoting writes
-		// escapes such as \x7f that are not JSON, and unknown field names
-		// come from the policy.
-		key, err := json.Marshal(name)
-		if err != nil {
-			return fmt.Errorf("decision field name %q: %w", name, err)
-		}
-		if !first {
-			b.WriteByte(',')
-		}
-		first = false
-		b.Write(key)
-		b.WriteByte(':')
-		b.Write(val)
-		return nil
-	}
-	var err error
-	add := func(name string, v any, present bool) {
-		if present && err == nil {
-			err = field(name, v)
-		}
-	}
-	add("action", d.Action, true)
-	add("reason", d.Reason, d.Reason != "")
-	add("message", d.Message, d.Message != "")
-	add("target", d.Target, d.Target != "")
-	add("approvers", d.Approvers, d.Approvers != nil)
-	add("quorum", d.Quorum, d.Quorum != 0)
-	add("timeout", formatDuration(d.Timeout), d.Timeout != 0)
-	add("editable", d.Editable, d.Editable != nil)
-	add("grantable", d.Grantable, d.Grantable != nil)
-	add("task", d.Task, d.Task)
-	add("task_timeout", formatDuration(d.TaskTimeout), d.TaskTimeout != 0)
-	add("notify_arguments", d.NotifyArguments, d.NotifyArguments)
-	if d.Reminders != nil {
-		rs := make([]string, len(d.Reminders))
-		for i, r := range d.Reminders {
-			rs[i] = formatDuration(r)
-		}
-		add("reminders", rs, true)
-	}
-	add("escalate_to", d.EscalateTo, d.EscalateTo != nil)
-	for _, k := range slices.Sorted(maps.Keys(d.Extra)) {
-		if k == "revision" || k == "error" || slices.Contains(decisionFields, k) {
-			continue
-		}
-		add(k, d.Extra[k], true)
-	}
-	add("revision", d.Revision, d.Revision != "")
-	if d.Err != nil {
-		add("error", d.Err.Error(), true)
-	}
-	if err != nil {
-		return nil, err
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
-
-// formatDuration prints durations the way people write them in policies:
-// "5m" rather than Go's "5m0s".
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	for _, suffix := range []string{"m0s", "h0m"} {
-		if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
-			s = s[:len(s)-len(suffix)+1]
-		}
-	}
-	return s
 }

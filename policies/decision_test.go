@@ -3,7 +3,6 @@ package policies
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -122,7 +121,6 @@ func TestParseDecision(t *testing.T) {
 		})
 	}
 }
-
 func TestParseDecisionFromRegoSet(t *testing.T) {
 	// Rego sets arrive sorted; they are as good as arrays for lists.
 	e := loadInline(t, `package fulfiller
@@ -135,54 +133,6 @@ decision := {"action": "escalate", "approvers": {"bob", "alice"}, "editable": {"
 		t.Errorf("approvers %v editable %v", d.Approvers, d.Editable)
 	}
 }
-
-func TestValidReason(t *testing.T) {
-	for _, r := range strings.Fields("policy busy incapable timeout invalid duplicate resource_limit unsafe disagree other inappropriate no_longer_needed") {
-		if !ValidReason(r) {
-			t.Errorf("ValidReason(%q) = false", r)
-		}
-	}
-	for _, r := range []string{"", "Policy", "denied", "rate_limited"} {
-		if ValidReason(r) {
-			t.Errorf("ValidReason(%q) = true", r)
-		}
-	}
-}
-
-func TestDecisionMarshalJSON(t *testing.T) {
-	tests := []struct {
-		d    Decision
-		want string
-	}{
-		{Decision{Action: Fulfill, Revision: "sha256:1"}, `{"action":"fulfill","revision":"sha256:1"}`},
-		{Decision{Action: Reject, Reason: "busy", Message: "later"}, `{"action":"reject","reason":"busy","message":"later"}`},
-		{
-			Decision{Action: Escalate, Message: "m", Target: "fs", Approvers: []string{"a", "b"}, Quorum: 2,
-				Timeout: 15 * time.Minute, Editable: []string{"path"},
-				Extra:    map[string]any{"zeta": 1, "alpha": []any{"x"}, "revision": "forged", "error": "forged"},
-				Revision: "sha256:abc"},
-			`{"action":"escalate","message":"m","target":"fs","approvers":["a","b"],"quorum":2,"timeout":"15m","editable":["path"],"alpha":["x"],"zeta":1,"revision":"sha256:abc"}`,
-		},
-		{Decision{Action: Escalate, Quorum: 1, Timeout: 90 * time.Second}, `{"action":"escalate","quorum":1,"timeout":"1m30s"}`},
-		{Decision{Action: Escalate, Quorum: 1, Timeout: 2 * time.Hour}, `{"action":"escalate","quorum":1,"timeout":"2h"}`},
-		{Decision{Action: Fulfill, Task: true, TaskTimeout: 45 * time.Minute}, `{"action":"fulfill","task":true,"task_timeout":"45m"}`},
-		{Decision{Action: Escalate, Quorum: 1, NotifyArguments: true}, `{"action":"escalate","quorum":1,"notify_arguments":true}`},
-		{Decision{Action: Escalate, Quorum: 1, Reminders: []time.Duration{90 * time.Second, 10 * time.Minute}, EscalateTo: []Tier{{After: 15 * time.Minute, Approvers: []string{"lead"}}}},
-			`{"action":"escalate","quorum":1,"reminders":["1m30s","10m"],"escalate_to":[{"after":"15m","approvers":["lead"]}]}`},
-		{failClosed("sha256:r", fmt.Errorf("boom")),
-			`{"action":"reject","reason":"policy","message":"the policy could not decide this proposal","revision":"sha256:r","error":"boom"}`},
-	}
-	for _, tc := range tests {
-		got, err := json.Marshal(tc.d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != tc.want {
-			t.Errorf("got  %s\nwant %s", got, tc.want)
-		}
-	}
-}
-
 func TestDecisionRoundTrip(t *testing.T) {
 	// What the eval command prints can be read back by ParseDecision.
 	d := Decision{Action: Escalate, Approvers: []string{"a", "b"}, Quorum: 2, Timeout: 5 * time.Minute, Editable: []string{"path"}, Extra: map[string]any{"k": "v"},
@@ -194,25 +144,5 @@ func TestDecisionRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, d) {
 		t.Errorf("got %#v, want %#v", back, d)
-	}
-}
-
-// A tier survives the pending-work store's JSON exactly, and a stored
-// tier that does not read as a policy's is refused, not widened.
-func TestTierJSON(t *testing.T) {
-	in := []Tier{{After: 90 * time.Second, Approvers: []string{"lead", "cto"}}}
-	b, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != `[{"after":"1m30s","approvers":["lead","cto"]}]` {
-		t.Errorf("marshalled %s", b)
-	}
-	var back []Tier
-	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, in) {
-		t.Errorf("back %#v, %v", back, err)
-	}
-	if err := json.Unmarshal([]byte(`[{"after":"1m","approvers":[]}]`), &back); err == nil || !strings.Contains(err.Error(), "must name at least one approver") {
-		t.Errorf("empty tier read back: %v", err)
 	}
 }

@@ -217,6 +217,19 @@ func (e *Engine) DecideDocument(ctx context.Context, doc *Document) Decision {
 	return e.eval(ctx, e.cur.Load(), doc.value, doc.now(), nil)
 }
 
+// DecideJSON is ParseDocument then DecideDocument: it decides a complete
+// input document given as JSON, such as a decision log's "input". The
+// error is ParseDocument's (input is no JSON object), and then nothing was
+// decided. It lets replay decide with an Engine through its Decider
+// interface, without linking OPA's types.
+func (e *Engine) DecideJSON(ctx context.Context, input []byte) (Decision, error) {
+	doc, err := ParseDocument(input)
+	if err != nil {
+		return Decision{}, err
+	}
+	return e.DecideDocument(ctx, doc), nil
+}
+
 // Explain decides like Decide and also records which rules fired. It traces
 // the evaluation, which makes it several times slower: it is meant for
 // `fulfiller eval --explain` and for decision logs that ask for it, not for

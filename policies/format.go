@@ -31,6 +31,13 @@ func Format(path string, src []byte) ([]byte, error) {
 	return out, nil
 }
 
+// RefKey reports whether name can be written as a ref's dotted key
+// (x.name) in Rego v1: a variable-compatible string that is no keyword.
+// Anything else must be written x["name"].
+func RefKey(name string) bool {
+	return ast.IsVarCompatibleString(name) && !ast.IsKeywordInRegoVersion(name, ast.RegoV1)
+}
+
 // diffContext is how many unchanged lines stand around a change, as in
 // diff -u and gofmt -d.
 const diffContext = 3

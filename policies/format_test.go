@@ -60,3 +60,17 @@ func TestFormattedWriteThroughSymlink(t *testing.T) {
 		t.Errorf("mode %v", info.Mode())
 	}
 }
+
+// RefKey says which names suggest may write as args.NAME: Rego v1
+// identifiers that are no keyword.
+func TestRefKey(t *testing.T) {
+	for name, want := range map[string]bool{
+		"path": true, "max_depth": true, "_x1": true,
+		"if": false, "contains": false, "every": false, "in": false,
+		"1st": false, "with-dash": false, "": false, "dotted.name": false, "naïve": false,
+	} {
+		if got := RefKey(name); got != want {
+			t.Errorf("RefKey(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

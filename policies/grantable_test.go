@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -74,63 +73,5 @@ func TestGrantableMarshalJSON(t *testing.T) {
 	b, err := d.MarshalJSON()
 	if err != nil || string(b) != doc {
 		t.Fatalf("MarshalJSON = %s, %v; want %s", b, err, doc)
-	}
-}
-
-func TestGrantableOffers(t *testing.T) {
-	h := time.Hour
-	for _, tc := range []struct {
-		max  time.Duration
-		want []time.Duration
-	}{
-		{10 * time.Minute, []time.Duration{10 * time.Minute}},
-		{h, []time.Duration{15 * time.Minute, h}},
-		{8 * h, []time.Duration{15 * time.Minute, h, 8 * h}},
-		{2 * h, []time.Duration{15 * time.Minute, h, 2 * h}},
-		{30 * 24 * h, []time.Duration{15 * time.Minute, h, 8 * h, 24 * h, 168 * h, 720 * h}},
-	} {
-		if got := (Grantable{MaxTTL: tc.max}).Offers(); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("Offers(max %v) = %v, want %v", tc.max, got, tc.want)
-		}
-	}
-	if got := FormatGrantDuration(90 * time.Minute); got != "1h30m" {
-		t.Errorf("FormatGrantDuration(90m) = %q", got)
-	}
-}
-
-// A stored decision's offer reads back exactly, and a stored offer that
-// would be malformed from a policy is refused on the way back too.
-func TestGrantableJSONRoundTrip(t *testing.T) {
-	in := Grantable{MaxTTL: 8 * time.Hour, Scope: []GrantField{{Path: "proposer"}, {Path: "tool"}, {Path: "arguments.path", Prefix: true}}}
-	b, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out Grantable
-	if err := json.Unmarshal(b, &out); err != nil || !reflect.DeepEqual(out, in) {
-		t.Fatalf("round trip of %s = %+v, %v", b, out, err)
-	}
-	if err := json.Unmarshal([]byte(`{"max_ttl":"8h","scope":["proposer"]}`), &out); err == nil {
-		t.Error("a stored offer without tool was read")
-	}
-}
-
-// Where the gateway does not authenticate senders the policy's proposer
-// pin is dropped from the offer, and only it; the policy's own offer is
-// left as it was (it is logged as decided).
-func TestGrantableWithoutProposer(t *testing.T) {
-	g := &Grantable{MaxTTL: time.Hour, Scope: []GrantField{{Path: "proposer"}, {Path: "tool"}, {Path: "arguments.path", Prefix: true}}}
-	got := g.WithoutProposer()
-	if want := (&Grantable{MaxTTL: time.Hour, Scope: []GrantField{{Path: "tool"}, {Path: "arguments.path", Prefix: true}}}); !reflect.DeepEqual(got, want) {
-		t.Errorf("WithoutProposer = %+v, want %+v", got, want)
-	}
-	if len(g.Scope) != 3 || g.Scope[0].Path != "proposer" {
-		t.Errorf("the original offer changed: %+v", g)
-	}
-	if b, err := json.Marshal(got); err != nil || string(b) != `{"max_ttl":"1h","scope":["tool","arguments.path:prefix"]}` {
-		t.Errorf("as JSON %s, %v", b, err)
-	}
-	if (*Grantable)(nil).WithoutProposer() != nil {
-		t.Error("nil offer became an offer")
 	}
 }

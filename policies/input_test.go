@@ -300,3 +300,18 @@ func TestDecideDocument(t *testing.T) {
 		t.Error("array accepted as a document")
 	}
 }
+
+// DecideJSON decides a logged input as DecideDocument does, and refuses
+// what is no input document without deciding it (replay counts those).
+func TestDecideJSON(t *testing.T) {
+	e := loadExamples(t)
+	d, err := e.DecideJSON(t.Context(), []byte(`{"proposal":{},"method":"tools/call","tool":{"name":"read_file","arguments":{}},"proposer":{"id":"coder"}}`))
+	if err != nil || d.Action != Fulfill || d.Revision != e.Revision() {
+		t.Errorf("decision = %+v, %v", d, err)
+	}
+	for _, bad := range []string{`[1]`, `"x"`, `{"proposal":`} {
+		if d, err := e.DecideJSON(t.Context(), []byte(bad)); err == nil || d.Action != "" {
+			t.Errorf("DecideJSON(%s) = %+v, %v; want no decision and an error", bad, d, err)
+		}
+	}
+}

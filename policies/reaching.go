@@ -1,46 +1,12 @@
 package policies
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
-
-// Tier is one step of an escalate decision's escalate_to (docs/design.md
-// "Reaching approvers"): when the escalation is still open After it
-// started, Approvers are asked too. They are further approvers of the
-// same escalation: each approval counts once toward the same quorum, and
-// the deadline does not move.
-type Tier struct {
-	After     time.Duration
-	Approvers []string
-}
-
-// MarshalJSON writes the tier as the policy wrote it ("after": "15m").
-func (t Tier) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		After     string   `json:"after"`
-		Approvers []string `json:"approvers"`
-	}{formatDuration(t.After), t.Approvers})
-}
-
-// UnmarshalJSON reads a tier as MarshalJSON writes it, as strictly as a
-// policy's: a stored decision must not come back asking someone else.
-func (t *Tier) UnmarshalJSON(b []byte) error {
-	v, err := jsonToValue(b)
-	if err != nil {
-		return fmt.Errorf("escalate_to: %w", err)
-	}
-	parsed, err := parseTier("escalate_to[0]", v)
-	if err != nil {
-		return err
-	}
-	*t = parsed
-	return nil
-}
 
 // parseReminders reads a decision's reminders: a list (or set) of
 // positive durations after the escalation started, each at most once.

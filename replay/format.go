@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // Printer writes a replay's output as it streams: Change for each change
@@ -86,7 +86,7 @@ func (p *prettyPrinter) Change(c Change) error {
 		tag = " [" + strings.Join(tags, ", ") + "]"
 	}
 	_, err := fmt.Fprintf(p.w, "  line %d %s %s %s: %s → %s%s%s\n",
-		c.Line, approver.Printable(c.ProposalID), orDash(c.Proposer), orDash(c.Tool), c.Old.Action, c.New.Action, why(c.New), tag)
+		c.Line, printable.String(c.ProposalID), orDash(c.Proposer), orDash(c.Tool), c.Old.Action, c.New.Action, why(c.New), tag)
 	return err
 }
 
@@ -94,7 +94,7 @@ func (p *prettyPrinter) Change(c Change) error {
 func why(v Verdict) string {
 	var parts []string
 	if v.Reason != "" {
-		parts = append(parts, approver.Printable(v.Reason))
+		parts = append(parts, printable.String(v.Reason))
 	}
 	if v.Error != "" {
 		parts = append(parts, "error: "+oneLine(v.Error))
@@ -114,12 +114,12 @@ func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return approver.Printable(s)
+	return printable.String(s)
 }
 
 // oneLine folds an error onto one line, with control characters escaped.
 func oneLine(s string) string {
-	return approver.Printable(strings.Join(strings.Fields(s), " "))
+	return printable.String(strings.Join(strings.Fields(s), " "))
 }
 
 func (p *prettyPrinter) Finish(r *Report) error {

@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 
-	"github.com/mewkit/fulfiller/decisionlog"
+	"github.com/mewkit/fulfiller/logrecord"
 )
 
 // Record is a decision-log line as read back. Result is kept raw: the
-// logged decision is policies.Decision's JSON form (timeout "5m", error),
+// logged decision is decision.Decision's JSON form (timeout "5m", error),
 // which Decision does not decode, and only parts of it matter to readers.
 type Record struct {
-	decisionlog.Record
+	logrecord.Record
 	Result json.RawMessage `json:"result,omitempty"`
 }
 
@@ -39,7 +39,7 @@ func DecodeRecord(b []byte) (*Record, error) {
 // approve), and not a cancel, which only withdraws that approver's
 // attention.
 func HumanDeclined(rec *Record) bool {
-	return rec.Type == decisionlog.TypeApproval && rec.Approve != nil && !*rec.Approve && rec.Action != "cancel"
+	return rec.Type == logrecord.TypeApproval && rec.Approve != nil && !*rec.Approve && rec.Action != "cancel"
 }
 
 // Ends reports whether an outcome stage ends the human part of a

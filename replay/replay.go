@@ -6,8 +6,8 @@
 // policy author widens a policy).
 //
 // Each proposal's first decision record is decided again from the input it
-// recorded (its "input" field, evaluated as it is with
-// policies.Engine.DecideDocument), so "now", pending counts and
+// recorded (its "input" field, evaluated as it is by a Decider, such as
+// policies.Engine.DecideJSON), so "now", pending counts and
 // participants are as they were. Masked inputs (the record's "erased"
 // paths) are replayed as recorded, without the erased values; the report
 // counts them because their new decision may differ for that reason alone.
@@ -30,9 +30,23 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mewkit/fulfiller/decisionlog"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/logrecord"
 )
+
+// Decider decides recorded inputs with the candidate policy.
+// *policies.Engine is one; replay takes this interface, not the engine,
+// so that it does not link the policy engine itself (docs/design.md
+// "Layout": dependencies point one way).
+type Decider interface {
+	// Revision names the policy set that decides, for the report.
+	Revision() string
+	// DecideJSON decides a complete input document, given as JSON, as it
+	// is. An error means input is no input document (not a JSON
+	// object): nothing was decided. A policy that cannot decide is a
+	// fail-closed reject with Err set, not an error.
+	DecideJSON(ctx context.Context, input []byte) (decision.Decision, error)
+}
 
 // Defaults for Options.
 const (
@@ -70,7 +84,7 @@ type Options struct {
 
 // Verdict is one decision as the report shows it.
 type Verdict struct {
-	Action  policies.Action `json:"action"`
+	Action  decision.Action `json:"action"`
 	Reason  string          `json:"reason,omitempty"`
 	Message string          `json:"message,omitempty"`
 	Error   string          `json:"error,omitempty"` // the decision failed closed (reject/policy) because of this
@@ -93,8 +107,8 @@ type Change struct {
 // Transition counts the decisions that went from one action to another
 // (or stayed).
 type Transition struct {
-	Old   policies.Action `json:"old"`
-	New   policies.Action `json:"new"`
+	Old   decision.Action `json:"old"`
+	New   decision.Action `json:"new"`
 	Count int64           `json:"count"`
 }
 
@@ -179,13 +193,13 @@ type Report struct {
 	Malformed Malformed `json:"malformed"`
 	Pending   Pending   `json:"pending"`
 
-	first, reeval map[[2]policies.Action]int64
+	first, reeval map[[2]decision.Action]int64
 }
 
 // proposal is what is kept of one proposal until it ends.
 type proposal struct {
 	id       string
-	old, new policies.Action
+	old, new decision.Action
 	declined bool // a human declined
 	elem     *list.Element
 }
@@ -193,7 +207,7 @@ type proposal struct {
 // replayer holds one run's state.
 type replayer struct {
 	ctx     context.Context
-	engine  *policies.Engine
+	engine  Decider
 	opts    Options
 	rep     *Report
 	pending map[string]*proposal
@@ -203,7 +217,7 @@ type replayer struct {
 // Replay reads a decision log from r and re-decides its proposals with
 // engine. Malformed lines are counted, never fatal; the error is a read
 // error of r, ctx's, or OnChange's.
-func Replay(ctx context.Context, r io.Reader, engine *policies.Engine, opts Options) (*Report, error) {
+func Replay(ctx context.Context, r io.Reader, engine Decider, opts Options) (*Report, error) {
 	if opts.MaxPending <= 0 {
 		opts.MaxPending = DefaultMaxPending
 	}
@@ -219,8 +233,8 @@ func Replay(ctx context.Context, r io.Reader, engine *policies.Engine, opts Opti
 			Revision:  engine.Revision(),
 			Malformed: Malformed{First: []MalformedLine{}},
 			Pending:   Pending{Max: opts.MaxPending},
-			first:     map[[2]policies.Action]int64{},
-			reeval:    map[[2]policies.Action]int64{},
+			first:     map[[2]decision.Action]int64{},
+			reeval:    map[[2]decision.Action]int64{},
 		},
 		pending: map[string]*proposal{},
 		order:   list.New(),
@@ -313,19 +327,19 @@ func (rp *replayer) line(n int64, b []byte) error {
 	}
 	if rec.ProposalID == "" {
 		// An ignored frame may have had no id; a decision must have one.
-		if rec.Type == decisionlog.TypeDecision {
+		if rec.Type == logrecord.TypeDecision {
 			rp.malformed(n, errors.New(`decision without "proposal_id"`))
 		}
 		return nil
 	}
 	switch rec.Type {
-	case decisionlog.TypeDecision:
+	case logrecord.TypeDecision:
 		return rp.decision(n, rec)
-	case decisionlog.TypeApproval:
+	case logrecord.TypeApproval:
 		if p := rp.pending[rec.ProposalID]; p != nil && HumanDeclined(rec) {
 			p.declined = true
 		}
-	case decisionlog.TypeOutcome:
+	case logrecord.TypeOutcome:
 		rp.outcome(rec)
 	}
 	return nil
@@ -347,7 +361,7 @@ func (rp *replayer) outcome(rec *Record) {
 
 // score counts one proposal's candidate decision against the humans.
 func (rp *replayer) score(p *proposal, approved, declined bool) {
-	if p.old != policies.Escalate {
+	if p.old != decision.Escalate {
 		return
 	}
 	h := &rp.rep.Humans
@@ -355,7 +369,7 @@ func (rp *replayer) score(p *proposal, approved, declined bool) {
 	case approved:
 		h.Answered++
 		h.Approved++
-		if p.new == policies.Fulfill {
+		if p.new == decision.Fulfill {
 			h.Agreements++
 		} else {
 			h.NeedlessAsks++
@@ -364,9 +378,9 @@ func (rp *replayer) score(p *proposal, approved, declined bool) {
 		h.Answered++
 		h.Declined++
 		switch p.new {
-		case policies.Fulfill:
+		case decision.Fulfill:
 			h.FalseApprovals++
-		case policies.Reject:
+		case decision.Reject:
 			h.Agreements++
 		default:
 			h.AskedAgain++
@@ -395,12 +409,11 @@ func (rp *replayer) decision(n int64, rec *Record) error {
 		rp.rep.NoInput++
 		return nil
 	}
-	doc, err := policies.ParseDocument(rec.Input)
+	d, err := rp.engine.DecideJSON(rp.ctx, rec.Input)
 	if err != nil {
 		rp.rep.NoInput++
 		return nil
 	}
-	d := rp.engine.DecideDocument(rp.ctx, doc)
 	if err := rp.ctx.Err(); err != nil {
 		return err // a cancelled evaluation is a fail-closed reject, not a finding
 	}
@@ -411,7 +424,7 @@ func (rp *replayer) decision(n int64, rec *Record) error {
 	}
 	masked := len(rec.Erased) > 0
 	changed := nv.Action != old.Action
-	key := [2]policies.Action{old.Action, nv.Action}
+	key := [2]decision.Action{old.Action, nv.Action}
 	if rec.Reevaluated {
 		re := &rp.rep.Reevaluations
 		re.Replayed++
@@ -471,10 +484,10 @@ func (rp *replayer) finish() {
 }
 
 // actionOrder sorts actions from most to least permissive.
-var actionOrder = map[policies.Action]int{policies.Fulfill: 0, policies.Escalate: 1, policies.Reject: 2}
+var actionOrder = map[decision.Action]int{decision.Fulfill: 0, decision.Escalate: 1, decision.Reject: 2}
 
-func transitions(m map[[2]policies.Action]int64) []Transition {
-	keys := slices.SortedFunc(maps.Keys(m), func(a, b [2]policies.Action) int {
+func transitions(m map[[2]decision.Action]int64) []Transition {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b [2]decision.Action) int {
 		for i := range 2 {
 			if c := rankOf(a[i]) - rankOf(b[i]); c != 0 {
 				return c
@@ -492,7 +505,7 @@ func transitions(m map[[2]policies.Action]int64) []Transition {
 	return out
 }
 
-func rankOf(a policies.Action) int {
+func rankOf(a decision.Action) int {
 	if r, ok := actionOrder[a]; ok {
 		return r
 	}
@@ -501,7 +514,7 @@ func rankOf(a policies.Action) int {
 
 // loggedDecision is what replay reads of a logged decision.
 type loggedDecision struct {
-	Action  policies.Action `json:"action"`
+	Action  decision.Action `json:"action"`
 	Reason  string          `json:"reason"`
 	Message string          `json:"message"`
 }
@@ -521,7 +534,7 @@ func oldVerdict(rec *Record) (Verdict, error) {
 			return Verdict{}, errors.New("decision record without result or error")
 		}
 		// Fail closed, as the sidecar did.
-		v.Action, v.Reason = policies.Reject, policies.ReasonPolicy
+		v.Action, v.Reason = decision.Reject, decision.ReasonPolicy
 	}
 	return v, nil
 }

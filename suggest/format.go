@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // CheckFormat validates an output format: "pretty" or "json".
@@ -20,21 +18,19 @@ func CheckFormat(format string) error {
 	return fmt.Errorf("format %q: want pretty or json", format)
 }
 
-// Check runs the generated tests of s, written in dir, in-process with
-// OPA's tester (what `fulfiller test` and `opa test` run), and records how
-// many passed in s.Tests. A failing test is an error: the files must not
-// be handed to a policy author as they are.
-func Check(ctx context.Context, dir string, s *Suggestion) error {
-	rep, err := policies.RunTests(ctx, []string{filepath.Join(dir, s.RuleFile), filepath.Join(dir, s.TestFile)}, policies.TestOptions{})
+// Check runs the generated tests of s, written in dir, with rego (what
+// `fulfiller test` and `opa test` run), and records how many passed in
+// s.Tests. A failing test is an error: the files must not be handed to a
+// policy author as they are.
+func Check(ctx context.Context, rego Rego, dir string, s *Suggestion) error {
+	passed, failures, err := rego.Test(ctx, []string{filepath.Join(dir, s.RuleFile), filepath.Join(dir, s.TestFile)})
 	if err != nil {
 		return fmt.Errorf("generated tests of %s: %w", s.Name, err)
 	}
-	if !rep.OK() {
-		var b strings.Builder
-		_ = rep.WriteText(&b, false)
-		return fmt.Errorf("generated tests of %s fail:\n%s", s.Name, b.String())
+	if failures != "" {
+		return fmt.Errorf("generated tests of %s fail:\n%s", s.Name, failures)
 	}
-	s.Tests = rep.Count(policies.TestPass)
+	s.Tests = passed
 	return nil
 }
 

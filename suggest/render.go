@@ -8,10 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/format"
-
-	"github.com/mewkit/fulfiller/decisionlog"
+	"github.com/mewkit/fulfiller/logrecord"
 	"github.com/mewkit/fulfiller/replay"
 )
 
@@ -61,8 +58,8 @@ func quoteAll(ss []string) string {
 }
 
 // render writes s's rule and test files.
-func render(s *Suggestion, p pattern, g *group, source string) error {
-	rule, err := formatted(s.RuleFile, ruleSource(s, source))
+func render(rego Rego, s *Suggestion, p pattern, g *group, source string) error {
+	rule, err := formatted(rego, s.RuleFile, ruleSource(rego, s, source))
 	if err != nil {
 		return err
 	}
@@ -70,7 +67,7 @@ func render(s *Suggestion, p pattern, g *group, source string) error {
 	if err != nil {
 		return err
 	}
-	test, err := formatted(s.TestFile, tests)
+	test, err := formatted(rego, s.TestFile, tests)
 	if err != nil {
 		return err
 	}
@@ -80,18 +77,15 @@ func render(s *Suggestion, p pattern, g *group, source string) error {
 
 // formatted parses src as Rego v1 and formats it as opa fmt does, so the
 // files pass opa fmt unchanged; a parse error here is a bug.
-func formatted(name, src string) ([]byte, error) {
-	if _, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{RegoVersion: ast.RegoV1}); err != nil {
-		return nil, fmt.Errorf("generated %s does not parse: %w", name, err)
-	}
-	b, err := format.SourceWithOpts(name, []byte(src), format.Opts{RegoVersion: ast.RegoV1})
+func formatted(rego Rego, name, src string) ([]byte, error) {
+	b, err := rego.Format(name, []byte(src))
 	if err != nil {
-		return nil, fmt.Errorf("format %s: %w", name, err)
+		return nil, fmt.Errorf("generated %s does not format: %w", name, err)
 	}
 	return b, nil
 }
 
-func ruleSource(s *Suggestion, source string) string {
+func ruleSource(rego Rego, s *Suggestion, source string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	w("# Suggested by `fulfiller suggest` from the decision log %s.", quote(source))
@@ -147,14 +141,14 @@ func ruleSource(s *Suggestion, source string) string {
 			if a.Optional {
 				w("\tobject.get(args, %s, %s) == %s", name, litJSON(a.Value), litJSON(a.Value))
 			} else {
-				w("\t%s == %s", argRef(w, i, a.Name), litJSON(a.Value))
+				w("\t%s == %s", argRef(rego, w, i, a.Name), litJSON(a.Value))
 			}
 		case Prefix:
 			prefixes = true
 			if a.Optional {
 				w("\tunder(object.get(args, %s, %s), %s)", name, lit(a.Prefix), lit(a.Prefix))
 			} else {
-				w("\tunder(%s, %s)", argRef(w, i, a.Name), lit(a.Prefix))
+				w("\tunder(%s, %s)", argRef(rego, w, i, a.Name), lit(a.Prefix))
 			}
 		}
 	}
@@ -181,8 +175,8 @@ func ruleSource(s *Suggestion, source string) string {
 // opa fmt rewrites a ref's string key with Go quoting, which Rego cannot
 // read back for control characters; a variable's value it leaves as
 // written.
-func argRef(w func(string, ...any), i int, name string) string {
-	if ast.IsVarCompatibleString(name) && !ast.IsKeywordInRegoVersion(name, ast.RegoV1) && name != "input" && name != "data" {
+func argRef(rego Rego, w func(string, ...any), i int, name string) string {
+	if rego.RefKey(name) && name != "input" && name != "data" {
 		return "args." + name
 	}
 	v := fmt.Sprintf("arg_%d", i+1)
@@ -302,9 +296,9 @@ func decodeInput(c *call) (map[string]any, error) {
 }
 
 // recordOf is a decision record holding in, to read it as Learn does.
-func recordOf(in map[string]any) decisionlog.Record {
+func recordOf(in map[string]any) logrecord.Record {
 	b, _ := json.Marshal(in)
-	return decisionlog.Record{ProposalID: "test", Input: b}
+	return logrecord.Record{ProposalID: "test", Input: b}
 }
 
 // outsideCases are calls just outside the pattern, made from an approved

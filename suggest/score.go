@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/replay"
 )
 
@@ -60,6 +60,7 @@ type Scores struct {
 
 // Scorer replays a decision log against suggestions.
 type Scorer struct {
+	rego     Rego
 	open     func() (io.ReadCloser, error)
 	policy   *Policy
 	baseline *replay.Report
@@ -68,13 +69,13 @@ type Scorer struct {
 	log      *slog.Logger
 }
 
-// NewScorer prepares to score suggestions with the log open returns (it
-// is read once per replay), each evaluation bounded by timeout
-// [policies.DefaultTimeout]; one that runs out fails closed and is counted
-// in Score.Errors. With a current policy, the policy is loaded and the log
+// NewScorer prepares to score suggestions, loading policies with rego,
+// with the log open returns (it is read once per replay), each evaluation
+// bounded by timeout; one that runs out fails closed and is counted in
+// Score.Errors. With a current policy, the policy is loaded and the log
 // replayed against it once, as the baseline: a policy that does not load
 // is an error naming its file.
-func NewScorer(ctx context.Context, open func() (io.ReadCloser, error), current *Policy, timeout time.Duration, log *slog.Logger) (*Scorer, error) {
+func NewScorer(ctx context.Context, rego Rego, open func() (io.ReadCloser, error), current *Policy, timeout time.Duration, log *slog.Logger) (*Scorer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -82,7 +83,7 @@ func NewScorer(ctx context.Context, open func() (io.ReadCloser, error), current 
 	if err != nil {
 		return nil, fmt.Errorf("scratch directory: %w", err)
 	}
-	sc := &Scorer{open: open, policy: current, dir: dir, timeout: timeout, log: log}
+	sc := &Scorer{rego: rego, open: open, policy: current, dir: dir, timeout: timeout, log: log}
 	if current != nil {
 		e, err := sc.load(ctx, current.Paths, true)
 		if err != nil {
@@ -172,15 +173,15 @@ func (sc *Scorer) Score(ctx context.Context, s *Suggestion) (Scores, error) {
 
 // load loads paths, with the current policy's data when withData (the
 // rule alone needs none).
-func (sc *Scorer) load(ctx context.Context, paths []string, withData bool) (*policies.Engine, error) {
-	opts := policies.Options{Policies: paths, Timeout: sc.timeout, Logger: sc.log}
+func (sc *Scorer) load(ctx context.Context, paths []string, withData bool) (replay.Decider, error) {
+	p := Policy{Paths: paths}
 	if sc.policy != nil && withData {
-		opts.Data = sc.policy.Data
+		p.Data = sc.policy.Data
 	}
-	return policies.Load(ctx, opts)
+	return sc.rego.Load(ctx, p, sc.timeout, sc.log)
 }
 
-func (sc *Scorer) replay(ctx context.Context, e *policies.Engine) (*replay.Report, error) {
+func (sc *Scorer) replay(ctx context.Context, e replay.Decider) (*replay.Report, error) {
 	r, err := sc.open()
 	if err != nil {
 		return nil, err
@@ -192,7 +193,7 @@ func (sc *Scorer) replay(ctx context.Context, e *policies.Engine) (*replay.Repor
 // autoDecided counts the recorded escalations the replayed policy fulfils.
 func autoDecided(rep *replay.Report) int64 {
 	for _, t := range rep.Transitions {
-		if t.Old == policies.Escalate && t.New == policies.Fulfill {
+		if t.Old == decision.Escalate && t.New == decision.Fulfill {
 			return t.Count
 		}
 	}

@@ -39,9 +39,9 @@ import (
 
 	"github.com/gowebpki/jcs"
 
-	"github.com/mewkit/fulfiller/decisionlog"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/logrecord"
 	"github.com/mewkit/fulfiller/replay"
 )
 
@@ -85,6 +85,8 @@ type Options struct {
 	// MaxCases bounds the approved (and the declined) calls kept per
 	// group as test cases [DefaultMaxCases].
 	MaxCases int
+	// Rego formats the rules written (required).
+	Rego Rego
 }
 
 // Kind says how a suggestion constrains an argument.
@@ -242,6 +244,9 @@ type learner struct {
 // decisions support. Malformed lines are counted, never fatal; the error
 // is a read error of r or ctx's.
 func Learn(ctx context.Context, r io.Reader, opts Options) (*Result, error) {
+	if opts.Rego == nil {
+		return nil, errors.New("suggest: Options.Rego is nil: nothing to write the rules with")
+	}
 	if opts.Min <= 0 {
 		opts.Min = DefaultMin
 	}
@@ -306,7 +311,7 @@ func (l *learner) line(b []byte) {
 	}
 	h := l.pending[rec.ProposalID]
 	switch rec.Type {
-	case decisionlog.TypeDecision:
+	case logrecord.TypeDecision:
 		if h != nil {
 			if rec.Reevaluated {
 				h.edited = true // a human edited the call before approving it
@@ -316,11 +321,11 @@ func (l *learner) line(b []byte) {
 		if !rec.Reevaluated {
 			l.decision(rec)
 		}
-	case decisionlog.TypeApproval:
+	case logrecord.TypeApproval:
 		if h != nil && replay.HumanDeclined(rec) {
 			h.declined = true
 		}
-	case decisionlog.TypeOutcome:
+	case logrecord.TypeOutcome:
 		if h == nil {
 			return
 		}
@@ -341,9 +346,9 @@ func (l *learner) line(b []byte) {
 // decision holds a first decision that escalated.
 func (l *learner) decision(rec *replay.Record) {
 	var res struct {
-		Action policies.Action `json:"action"`
+		Action decision.Action `json:"action"`
 	}
-	if len(rec.Result) == 0 || json.Unmarshal(rec.Result, &res) != nil || res.Action != policies.Escalate {
+	if len(rec.Result) == 0 || json.Unmarshal(rec.Result, &res) != nil || res.Action != decision.Escalate {
 		return
 	}
 	h := &held{masked: len(rec.Erased) > 0}
@@ -569,7 +574,7 @@ func (l *learner) suggest() {
 		}
 		s.Package = "fulfiller.suggested." + s.Name
 		s.RuleFile, s.TestFile = s.Name+".rego", s.Name+"_test.rego"
-		if err := render(&s, p, g, l.opts.Source); err != nil {
+		if err := render(l.opts.Rego, &s, p, g, l.opts.Source); err != nil {
 			skip(fmt.Sprintf("cannot write the rule: %v", err))
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/replay"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -150,8 +152,37 @@ func repeatedLog(t testing.TB) []byte {
 	return b.bytes()
 }
 
+// policyRego is the Rego toolchain cmd/fulfiller wires into suggest:
+// package policies (OPA), which suggest itself does not link.
+type policyRego struct{}
+
+func (policyRego) Format(name string, src []byte) ([]byte, error) { return policies.Format(name, src) }
+
+func (policyRego) RefKey(name string) bool { return policies.RefKey(name) }
+
+func (policyRego) Load(ctx context.Context, p Policy, timeout time.Duration, log *slog.Logger) (replay.Decider, error) {
+	e, err := policies.Load(ctx, policies.Options{Policies: p.Paths, Data: p.Data, Timeout: timeout, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (policyRego) Test(ctx context.Context, paths []string) (int, string, error) {
+	rep, err := policies.RunTests(ctx, paths, policies.TestOptions{})
+	if err != nil {
+		return 0, "", err
+	}
+	var failures strings.Builder
+	if !rep.OK() {
+		_ = rep.WriteText(&failures, false)
+	}
+	return rep.Count(policies.TestPass), failures.String(), nil
+}
+
 func learn(t *testing.T, log []byte, opts Options) *Result {
 	t.Helper()
+	opts.Rego = policyRego{}
 	res, err := Learn(t.Context(), bytes.NewReader(log), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +310,7 @@ func TestSuggestTwentyApprovals(t *testing.T) {
 
 	// Replay: no false approvals on the log it was learnt from.
 	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(log)), nil }
-	sc, err := NewScorer(t.Context(), open, nil, 10*time.Second, nil)
+	sc, err := NewScorer(t.Context(), policyRego{}, open, nil, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +350,7 @@ decision := {"action": "escalate"} if {
 	if err := os.WriteFile(filepath.Join(dir, "main.rego"), []byte(current), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sc, err := NewScorer(t.Context(), open, &Policy{Paths: []string{dir}}, 10*time.Second, nil)
+	sc, err := NewScorer(t.Context(), policyRego{}, open, &Policy{Paths: []string{dir}}, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +370,7 @@ decision := {"action": "escalate"} if {
 	if err := os.WriteFile(filepath.Join(dir, "main.rego"), []byte(current), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sc2, err := NewScorer(t.Context(), open, &Policy{Paths: []string{dir}}, 10*time.Second, nil)
+	sc2, err := NewScorer(t.Context(), policyRego{}, open, &Policy{Paths: []string{dir}}, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +490,7 @@ func TestSuggestMalformedAndBounds(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := Learn(ctx, bytes.NewReader(log), Options{}); err == nil {
+	if _, err := Learn(ctx, bytes.NewReader(log), Options{Rego: policyRego{}}); err == nil {
 		t.Error("Learn with a cancelled context succeeded")
 	}
 	// With room for one pending escalation, interleaved proposals are
@@ -521,7 +552,7 @@ func TestScoreDropsFalseApprovals(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(log)), nil }
-	sc, err := NewScorer(t.Context(), open, nil, 10*time.Second, nil)
+	sc, err := NewScorer(t.Context(), policyRego{}, open, nil, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,5 +589,13 @@ func TestCmdTestdata(t *testing.T) {
 	}
 	if !bytes.Equal(got, log) {
 		t.Errorf("%s is stale: run go test -run TestCmdTestdata -update ./suggest/", path)
+	}
+}
+
+// Learn without a Rego toolchain says so instead of writing nothing (or
+// panicking on the first suggestion).
+func TestLearnNeedsRego(t *testing.T) {
+	if _, err := Learn(t.Context(), strings.NewReader(""), Options{}); err == nil || !strings.Contains(err.Error(), "Options.Rego is nil") {
+		t.Errorf("Learn without Rego: %v", err)
 	}
 }

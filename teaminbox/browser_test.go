@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
@@ -107,7 +108,7 @@ func (w *world) join(id string) {
 // far as its --approver-keys, and returns the proposer's session.
 func (w *world) startFulfiller() *spacetestProposer {
 	t := w.t
-	keys, err := elicit.LoadApproverKeys(filepath.Join(w.dir, teaminbox.PasskeysFile))
+	keys, err := approval.LoadApproverKeys(filepath.Join(w.dir, teaminbox.PasskeysFile))
 	if err != nil {
 		t.Fatal(err)
 	}

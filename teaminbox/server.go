@@ -18,8 +18,8 @@ import (
 	"github.com/go-webauthn/webauthn/protocol"
 	"github.com/go-webauthn/webauthn/protocol/webauthncose"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 )
 
 // Options configure a Server.
@@ -49,7 +49,7 @@ type Server struct {
 	log  *slog.Logger
 
 	mu         sync.Mutex
-	passkeys   elicit.Passkeys
+	passkeys   approval.Passkeys
 	ceremonies map[string]ceremony // by random id
 	sessions   map[string]session  // by cookie value
 	uis        map[string]*UI      // by approver id
@@ -82,7 +82,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if err := elicit.CheckRelyingParty(opts.RPID, opts.Origin); err != nil {
+	if err := approval.CheckRelyingParty(opts.RPID, opts.Origin); err != nil {
 		return nil, err
 	}
 	keys, err := LoadPasskeys(opts.Dir)
@@ -96,7 +96,7 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Enrolled() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return elicit.ApproverKeys{Passkeys: s.passkeys}.IDs()
+	return approval.ApproverKeys{Passkeys: s.passkeys}.IDs()
 }
 
 // UI is the face of one approver's client: the cards addressed to them.
@@ -342,7 +342,7 @@ func (s *Server) enrolFinish(r *http.Request, raw json.RawMessage) (any, error) 
 	if err != nil {
 		return nil, fail(http.StatusForbidden, "%v", err)
 	}
-	pk := elicit.Passkey{RPID: s.opts.RPID, Origin: s.opts.Origin, CredentialID: pcc.RawID,
+	pk := approval.Passkey{RPID: s.opts.RPID, Origin: s.opts.Origin, CredentialID: pcc.RawID,
 		PublicKey: pcc.Response.AttestationObject.AuthData.AttData.CredentialPublicKey}
 	if err := appendPasskey(s.opts.Dir, who, pk); err != nil {
 		return nil, fmt.Errorf("record the passkey: %w", err)
@@ -355,7 +355,7 @@ func (s *Server) enrolFinish(r *http.Request, raw json.RawMessage) (any, error) 
 		s.opts.Enrolled(who)
 	}
 	s.signIn(writerOf(r), who)
-	line := fmt.Sprintf("%s %s %s", who, elicit.KeyTypeWebAuthn, elicit.EncodePasskey(pk))
+	line := fmt.Sprintf("%s %s %s", who, approval.KeyTypeWebAuthn, approval.EncodePasskey(pk))
 	return map[string]string{"approver": who, "keys_line": line}, nil
 }
 
@@ -481,14 +481,14 @@ func (s *Server) answerBegin(r *http.Request, raw json.RawMessage) (any, error) 
 		return nil, fail(http.StatusBadRequest, "the reason is longer than 2000 bytes")
 	}
 	a := approver.Answer{Action: in.Action, Approve: in.Approve, Reason: in.Reason}
-	if in.Action != elicit.ActionAccept {
+	if in.Action != approval.ActionAccept {
 		a.Approve, a.Reason = false, ""
 	}
 	content, err := answerContent(card, a)
 	if err != nil {
 		return nil, fail(http.StatusBadRequest, "%v", err)
 	}
-	challenge, err := elicit.PasskeyChallenge(card.RequestID, card.Proposal.Digest, a.Action, content)
+	challenge, err := approval.PasskeyChallenge(card.RequestID, card.Proposal.Digest, a.Action, content)
 	if err != nil {
 		return nil, fail(http.StatusBadRequest, "%v", err)
 	}

@@ -21,7 +21,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 )
 
 // Files of the inbox's directory (Options.Dir):
@@ -107,10 +107,10 @@ func useEnrolment(dir, token string, now time.Time) (string, error) {
 
 // LoadPasskeys reads the enrolled passkeys of dir (none when the file is
 // not there yet).
-func LoadPasskeys(dir string) (elicit.Passkeys, error) {
-	keys, err := elicit.LoadApproverKeys(filepath.Join(dir, PasskeysFile))
+func LoadPasskeys(dir string) (approval.Passkeys, error) {
+	keys, err := approval.LoadApproverKeys(filepath.Join(dir, PasskeysFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return elicit.Passkeys{}, nil
+		return approval.Passkeys{}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -121,15 +121,15 @@ func LoadPasskeys(dir string) (elicit.Passkeys, error) {
 // appendPasskey adds an enrolled passkey to dir's passkeys file, replacing
 // the approver's earlier one (a re-enrolment is how a lost key is
 // replaced).
-func appendPasskey(dir, approver string, p elicit.Passkey) error {
+func appendPasskey(dir, approver string, p approval.Passkey) error {
 	keys, err := LoadPasskeys(dir)
 	if err != nil {
 		return err
 	}
 	keys[approver] = p
 	out := []byte("# Enrolled by fulfiller inbox serve: --approver-keys lines.\n")
-	for _, id := range (elicit.ApproverKeys{Passkeys: keys}).IDs() {
-		out = fmt.Appendf(out, "%s %s %s\n", id, elicit.KeyTypeWebAuthn, elicit.EncodePasskey(keys[id]))
+	for _, id := range (approval.ApproverKeys{Passkeys: keys}).IDs() {
+		out = fmt.Appendf(out, "%s %s %s\n", id, approval.KeyTypeWebAuthn, approval.EncodePasskey(keys[id]))
 	}
 	tmp := filepath.Join(dir, PasskeysFile+".tmp")
 	if err := os.WriteFile(tmp, out, 0o600); err != nil {

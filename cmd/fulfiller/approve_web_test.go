@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
@@ -81,7 +81,7 @@ func TestApproveWebServesTheInbox(t *testing.T) {
 	answers := ful.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}, All: true})
 	defer answers.Close()
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
-	digest, _ := elicit.CallDigest("tools/call", json.RawMessage(params))
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	prompt, err := ful.Send(ctx, agent.Envelope{To: []string{"alice"}, Kind: agent.KindRequest,
 		Payload: json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}},"required":["approve"]},"_meta":{"proposal":{"id":"p-1","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `"}}}}`)})
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/inbox"
 	"github.com/mewkit/fulfiller/internal/demo"
 )
@@ -63,7 +63,7 @@ printed.`,
 			if made {
 				of.httpToken = rand.Text()
 			}
-			rt, err := of.start(log, elicit.ApproverKeys{})
+			rt, err := of.start(log, approval.ApproverKeys{})
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/ops"
+	"github.com/mewkit/fulfiller/printable"
 )
 
 // grantsFlags are what both grants subcommands need to reach the API.
@@ -112,9 +113,9 @@ grant, a wrong token), 2 for a bad flag.`,
 			defer cancel()
 			g, err := c.RevokeGrant(ctx, args[0])
 			if err != nil {
-				return fmt.Errorf("grants revoke %s: %w", approver.Printable(args[0]), err)
+				return fmt.Errorf("grants revoke %s: %w", printable.String(args[0]), err)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked %s: %s\n", g.ID, approver.Printable(g.Terms()))
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked %s: %s\n", g.ID, printable.String(g.Terms()))
 			return err
 		},
 	}
@@ -147,13 +148,13 @@ func writeGrants(w io.Writer, gs []ops.GrantView, now time.Time) error {
 		}
 		who := "anyone"
 		if g.ProposerPinned {
-			who = "pinned: " + approver.Printable(g.Proposer)
+			who = "pinned: " + printable.String(g.Proposer)
 		}
 		expires := g.Expires.UTC().Format(time.RFC3339)
 		if st == "live" || st == "unusable" {
 			expires += " (" + approver.Countdown(g.Expires, now) + " left)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", approver.Printable(g.ID), st, who, approver.Printable(g.Terms()), approver.Printable(g.GrantedBy), expires)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable.String(g.ID), st, who, printable.String(g.Terms()), printable.String(g.GrantedBy), expires)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -31,7 +32,7 @@ func TestGrantsCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := grants.NewRegistry(nil, nil)
+	reg := grantstore.NewRegistry(nil, nil)
 	if err := reg.Create(t.Context(), g); err != nil {
 		t.Fatal(err)
 	}

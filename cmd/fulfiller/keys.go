@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 )
 
 func newKeysCmd() *cobra.Command {
@@ -98,11 +98,11 @@ func logPromptKey(log *slog.Logger, id string, key ed25519.PrivateKey) {
 // fulfiller whose prompts are shown must have a key there: a prompt from
 // one without would be dropped, and the person would wait for cards that
 // never come.
-func loadFulfillerKeys(path string, fulfillers []string) (elicit.Keys, error) {
+func loadFulfillerKeys(path string, fulfillers []string) (approval.Keys, error) {
 	if path == "" {
 		return nil, nil
 	}
-	keys, err := elicit.LoadKeys(path)
+	keys, err := approval.LoadKeys(path)
 	if err != nil {
 		return nil, usageErrorf("--fulfiller-keys %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
@@ -179,7 +180,7 @@ func (o *opsFlags) validate() error {
 // start opens the decision log and starts the listener. Both fail as
 // usage errors naming the flag: a path that cannot be written or an
 // address that cannot be bound is a configuration mistake.
-func (o *opsFlags) start(log *slog.Logger, keys elicit.ApproverKeys) (*opsRuntime, error) {
+func (o *opsFlags) start(log *slog.Logger, keys approval.ApproverKeys) (*opsRuntime, error) {
 	token, err := o.prepare(log)
 	if err != nil {
 		return nil, err

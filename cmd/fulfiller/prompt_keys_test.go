@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 )
 
 // keys generate --prompt makes a fulfiller's prompt key, in the approver
@@ -31,7 +31,7 @@ func TestKeysGeneratePrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := elicit.ParseKeys(strings.NewReader(out))
+	keys, err := approval.ParseKeys(strings.NewReader(out))
 	if err != nil || !keys["fulfiller"].Equal(key.Public()) {
 		t.Errorf("the printed line is not the key's: %v", err)
 	}

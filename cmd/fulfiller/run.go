@@ -16,9 +16,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/toolmeta"
@@ -260,9 +262,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if token == "" {
 		return errNoToken
 	}
-	var keys elicit.ApproverKeys
+	var keys approval.ApproverKeys
 	if fl.approverKeys != "" {
-		if keys, err = elicit.LoadApproverKeys(fl.approverKeys); err != nil {
+		if keys, err = approval.LoadApproverKeys(fl.approverKeys); err != nil {
 			return fileError("--approver-keys", err)
 		}
 	}
@@ -400,7 +402,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	defer stopElicitor()
 	// Grants approvers make live in the store, mirrored in memory (the
 	// registry's watch is stopped with the policy watches, below).
-	grantReg := grants.NewRegistry(grantStore(store), log)
+	grantReg := grantstore.NewRegistry(grantStore(store), log)
 	grantReg.GatewayAuthenticatesFrom(fl.gatewayAuthenticatesFrom)
 	grantReg.OnExpire(func(grants.Grant) { opsRT.metrics.GrantExpired() })
 	ful := fulfill.New(client, engine, fulfill.Config{

@@ -14,7 +14,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/internal/outbox"
 	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/state"
@@ -189,7 +189,7 @@ func fulfillStore(store *state.Store) fulfill.Store {
 
 // grantStore is the store grants are kept in: the pending-work store, or
 // none (memory only, for this process) with --state memory.
-func grantStore(store *state.Store) grants.Store {
+func grantStore(store *state.Store) grantstore.Store {
 	if store == nil {
 		return nil
 	}

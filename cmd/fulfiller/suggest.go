@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/replay"
 	"github.com/mewkit/fulfiller/suggest"
 )
 
@@ -104,7 +107,7 @@ func runSuggest(ctx context.Context, stdout, stderr io.Writer, fl suggestFlags) 
 	}
 	// Load the current policy first: a policy that does not load is a
 	// usage error whatever the log holds.
-	scorer, err := suggest.NewScorer(ctx, open, current, fl.policyTimeout, newEvalLogger(stderr))
+	scorer, err := suggest.NewScorer(ctx, suggestRego{}, open, current, fl.policyTimeout, newEvalLogger(stderr))
 	if err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {
@@ -118,7 +121,7 @@ func runSuggest(ctx context.Context, stdout, stderr io.Writer, fl suggestFlags) 
 	if err != nil {
 		return err
 	}
-	res, err := suggest.Learn(ctx, r, suggest.Options{Min: fl.min, Source: filepath.Base(fl.decisionLog)})
+	res, err := suggest.Learn(ctx, r, suggest.Options{Min: fl.min, Source: filepath.Base(fl.decisionLog), Rego: suggestRego{}})
 	r.Close()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", fl.decisionLog, err)
@@ -169,7 +172,7 @@ func writeSuggestions(ctx context.Context, dir string, ss []suggest.Suggestion) 
 				return fmt.Errorf("write %s: %w", p, err)
 			}
 		}
-		if err := suggest.Check(ctx, dir, s); err != nil {
+		if err := suggest.Check(ctx, suggestRego{}, dir, s); err != nil {
 			return err
 		}
 	}
@@ -184,4 +187,33 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// suggestRego is suggest's Rego toolchain, made of package policies:
+// suggest writes, replays and tests Rego without linking OPA itself.
+type suggestRego struct{}
+
+func (suggestRego) Format(name string, src []byte) ([]byte, error) { return policies.Format(name, src) }
+
+func (suggestRego) RefKey(name string) bool { return policies.RefKey(name) }
+
+func (suggestRego) Load(ctx context.Context, p suggest.Policy, timeout time.Duration, log *slog.Logger) (replay.Decider, error) {
+	e, err := policies.Load(ctx, policies.Options{Policies: p.Paths, Data: p.Data, Timeout: timeout, Logger: log})
+	if err != nil {
+		return nil, err // not a nil *Engine in a non-nil Decider
+	}
+	return e, nil
+}
+
+func (suggestRego) Test(ctx context.Context, paths []string) (passed int, failures string, err error) {
+	rep, err := policies.RunTests(ctx, paths, policies.TestOptions{})
+	if err != nil {
+		return 0, "", err
+	}
+	if !rep.OK() {
+		var b strings.Builder
+		_ = rep.WriteText(&b, false)
+		failures = b.String()
+	}
+	return rep.Count(policies.TestPass), failures, nil
 }

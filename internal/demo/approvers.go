@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"slices"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/elicit"
 )
 
 // simulated is a scripted human approver: it answers the approve card the
@@ -26,14 +26,14 @@ func (s simulated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, 
 	_ = json.Unmarshal(c.Arguments(), &args)
 	switch {
 	case tool == "delete_path" && args.Path == "/srv/prod/db":
-		return approver.Answer{Action: elicit.ActionAccept, Approve: true, Reason: "the migration is done; the old data can go"}, nil
+		return approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: "the migration is done; the old data can go"}, nil
 	case tool == "write_file" && string(s) == bob:
-		return approver.Answer{Action: elicit.ActionAccept, Reason: "production is frozen for the release; write to staging"}, nil
+		return approver.Answer{Action: approval.ActionAccept, Reason: "production is frozen for the release; write to staging"}, nil
 	case tool == "read_file" && string(s) == alice && args.Path == "/srv/prod/logs/app.log" && c.Grant != nil && slices.Contains(c.Grant.Offers, "1h"):
 		// Tired of being asked about logs: allow reading them for an hour.
-		return approver.Answer{Action: elicit.ActionAccept, Approve: true, Grant: "1h"}, nil
+		return approver.Answer{Action: approval.ActionAccept, Approve: true, Grant: "1h"}, nil
 	case tool == "read_file" && string(s) == alice:
-		return approver.Answer{Action: elicit.ActionAccept, Approve: true, Reason: "logs are fine to read"}, nil
+		return approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: "logs are fine to read"}, nil
 	}
 	<-ctx.Done() // not answering: the prompt stays open until it is cancelled
 	return approver.Answer{}, ctx.Err()

@@ -21,7 +21,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/examples"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -70,7 +70,7 @@ type Running struct {
 	Gateway   *agent.Client
 	Policy    *policies.Engine
 	Fulfiller *fulfill.Fulfiller
-	Grants    *grants.Registry
+	Grants    *grantstore.Registry
 }
 
 // Capabilities of the demo's participants, as a space.yaml would grant them.
@@ -247,7 +247,7 @@ func Run(ctx context.Context, opts Options) error {
 	elDone := make(chan struct{})
 	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
 	// The grants approvers make live as long as the demo (no store).
-	reg := grants.NewRegistry(nil, opts.Logger)
+	reg := grantstore.NewRegistry(nil, opts.Logger)
 	meta, err := toolmeta.Parse("the demo's tool metadata", []byte(ToolMetadata))
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -340,7 +340,7 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 // revokeAll revokes every live grant, as an operator would, and says so.
-func revokeAll(ctx context.Context, reg *grants.Registry, n *narrator) {
+func revokeAll(ctx context.Context, reg *grantstore.Registry, n *narrator) {
 	for _, g := range reg.List() {
 		if !g.Live(time.Now()) {
 			continue

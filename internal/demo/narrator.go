@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 )
@@ -94,7 +95,7 @@ func (n *narrator) describeApproval(e elicit.Event) string {
 			text = n.paint(ansiRed, e.Approver+"'s client failed: "+e.Reason)
 		case e.Approve:
 			text = n.paint(ansiGreen, e.Approver+" approves")
-		case e.Action == elicit.ActionCancel:
+		case e.Action == approval.ActionCancel:
 			text = n.paint(ansiRed, e.Approver+" dismisses the prompt")
 		default:
 			text = n.paint(ansiRed, e.Approver+" declines")

@@ -1,4 +1,4 @@
-package elicit
+package approval
 
 import (
 	"bytes"
@@ -53,7 +53,7 @@ func Canonical(doc []byte) ([]byte, error) {
 // its first 12 digits, and a signed approval covers all of it, so an answer
 // cannot be replayed for a look-alike call.
 func CallDigest(method string, params json.RawMessage) (string, error) {
-	m, err := marshal(method)
+	m, err := marshalString(method)
 	if err != nil {
 		return "", err
 	}
@@ -82,28 +82,6 @@ func ShortDigest(digest string) string {
 		return digest[:12]
 	}
 	return digest
-}
-
-// marshal is json.Marshal without HTML escaping: messages and arguments
-// are shown to people and compared byte for byte in tests, and `<`, `>`,
-// `&` need no escaping in JSON.
-func marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
-// mustMarshal is marshal for values built from JSON-safe types only.
-func mustMarshal(v any) json.RawMessage {
-	b, err := marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("elicit: value does not marshal: %v", err))
-	}
-	return b
 }
 
 // loneSurrogate reports whether a valid JSON document has a \u escape of a
@@ -154,4 +132,17 @@ func hexRune(h []byte) rune {
 		}
 	}
 	return r
+}
+
+// marshalString is a JSON string without HTML escaping (`<`, `>`, `&`
+// need none in JSON): the method is digested as the fulfiller's elicit
+// package writes it in the prompt.
+func marshalString(s string) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -1,4 +1,4 @@
-package elicit
+package approval
 
 import (
 	"bufio"
@@ -17,6 +17,9 @@ import (
 // SignatureDomain starts every signed approval, so that an approver's key
 // signs nothing else by accident (see docs/protocol.md, "Signed approvals").
 const SignatureDomain = "mew-approval/v1"
+
+// errNotObject means a JSON value that must be an object is not one.
+var errNotObject = errors.New("not a JSON object")
 
 // Errors of signature checks. They never carry the signature itself.
 var (

@@ -1,4 +1,4 @@
-package elicit
+package approval
 
 import (
 	"bytes"

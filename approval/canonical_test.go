@@ -1,4 +1,4 @@
-package elicit
+package approval
 
 import (
 	"bytes"
@@ -102,5 +102,34 @@ func TestCallDigestWithoutParams(t *testing.T) {
 	d, err := CallDigest("tools/list", nil)
 	if err != nil || d != "0085df17a487b81ca08f6e4e33e9f8f387ae2163dd4492b5b8db8334a5edb23f" {
 		t.Errorf("digest %s %v", d, err)
+	}
+}
+
+// TestCanonicalRefusesUnpairedSurrogates pins the FuzzCanonical finding: a
+// high surrogate escape followed by any other \u escape was paired with it
+// anyway, so different documents shared one canonical form.
+func TestCanonicalRefusesUnpairedSurrogates(t *testing.T) {
+	for _, tc := range []struct {
+		doc string
+		ok  bool
+	}{
+		{`"\ud800\u0000"`, false},
+		{`{"path":"a\ud800\u002fetc"}`, false},
+		{`{"path":"a\ud800\u0041etc"}`, false},
+		{`"\udc00\ud800"`, false},
+		{`"\ud800"`, false},
+		{`"x\ud800y"`, false},
+		{`"\ud800\udc00"`, true},
+		{`"\uD83D\uDE00 \u00e9"`, true},
+		{`"\\ud800"`, true}, // an escaped backslash, then text
+		{`{"\\\\":"\\u0000","k":"\"\ud83d\ude00"}`, true},
+	} {
+		_, err := Canonical([]byte(tc.doc))
+		if (err == nil) != tc.ok {
+			t.Errorf("Canonical(%s): err %v, want ok=%v", tc.doc, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrNotCanonicalizable) {
+			t.Errorf("Canonical(%s): %v does not wrap ErrNotCanonicalizable", tc.doc, err)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package elicit
+package approval
 
 import (
 	"bytes"
@@ -228,25 +228,4 @@ func ParseApproverKeys(r io.Reader) (ApproverKeys, error) {
 // Errors name the file, and the line when one is wrong.
 func LoadApproverKeys(path string) (ApproverKeys, error) {
 	return loadKeyFile(path, ParseApproverKeys)
-}
-
-// verifier returns how an approver's answers are checked: nil when the
-// approver has no key (the gateway's word is taken).
-func (c *Config) verifier(approver string) func(requestID, digest, action string, content json.RawMessage) error {
-	if p, ok := c.Passkeys[approver]; ok {
-		return func(requestID, digest, action string, content json.RawMessage) error {
-			return VerifyPasskey(p, requestID, digest, action, content)
-		}
-	}
-	if key := c.Keys[approver]; key != nil {
-		return func(requestID, digest, action string, content json.RawMessage) error {
-			return Verify(key, requestID, digest, action, content)
-		}
-	}
-	return nil
-}
-
-// keyed returns the approvers of either kind of key, sorted.
-func (c *Config) keyed() []string {
-	return ApproverKeys{Ed25519: c.Keys, Passkeys: c.Passkeys}.IDs()
 }

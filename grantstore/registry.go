@@ -1,4 +1,9 @@
-package grants
+// Package grantstore keeps a fulfiller's grants (package grants): a
+// Registry mirrors in memory what the JetStream store (package state)
+// holds, so that a group shares its grants and a decision never waits on
+// the store, and reports expiries. The grant itself, and which calls it
+// covers, are package grants', which depends on neither.
+package grantstore
 
 import (
 	"context"
@@ -11,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -38,9 +44,9 @@ type Registry struct {
 	authenticatedFrom bool
 
 	mu       sync.Mutex
-	byID     map[string]Grant
+	byID     map[string]grants.Grant
 	expired  map[string]bool // grants whose expiry was reported
-	onExpire func(Grant)
+	onExpire func(grants.Grant)
 	ready    chan struct{} // closed once the store's grants are loaded
 	once     sync.Once
 }
@@ -60,7 +66,7 @@ func NewRegistry(st Store, log *slog.Logger) *Registry {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{store: st, log: log, byID: map[string]Grant{}, expired: map[string]bool{}, ready: make(chan struct{})}
+	r := &Registry{store: st, log: log, byID: map[string]grants.Grant{}, expired: map[string]bool{}, ready: make(chan struct{})}
 	if st == nil {
 		r.once.Do(func() { close(r.ready) })
 	}
@@ -82,13 +88,13 @@ func (r *Registry) AuthenticatesFrom() bool { return r.authenticatedFrom }
 
 // Usable reports whether g can match anything at now: live, and not
 // pinned to a proposer unless proposers are authenticated.
-func (r *Registry) Usable(g Grant, now time.Time) bool {
+func (r *Registry) Usable(g grants.Grant, now time.Time) bool {
 	return g.Live(now) && (!g.ProposerPinned() || r.authenticatedFrom)
 }
 
 // OnExpire sets fn to be called (from Run) once for each grant that
 // expires unrevoked; call it before Run.
-func (r *Registry) OnExpire(fn func(Grant)) { r.onExpire = fn }
+func (r *Registry) OnExpire(fn func(grants.Grant)) { r.onExpire = fn }
 
 // Run mirrors the store's grants until ctx ends, watching again after a
 // lost connection, reports expiries to OnExpire's fn and forgets grants
@@ -137,7 +143,7 @@ func (r *Registry) expire(ctx context.Context) {
 // sweep reports the grants expired at now, forgets those ended Keep ago,
 // and returns the next expiry (zero: none).
 func (r *Registry) sweep(now time.Time) (next time.Time) {
-	var ended []Grant
+	var ended []grants.Grant
 	r.mu.Lock()
 	for id, g := range r.byID {
 		if g.Revoked || !now.Before(g.Expires) {
@@ -175,7 +181,7 @@ func (r *Registry) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fresh := map[string]Grant{}
+	fresh := map[string]grants.Grant{}
 	loading := true
 	for c := range ch {
 		switch {
@@ -207,14 +213,14 @@ func (r *Registry) follow(ctx context.Context) error {
 
 // decode reads a stored grant. An unreadable one is dropped (fail closed:
 // a grant that cannot be read exactly allows nothing).
-func (r *Registry) decode(c state.GrantChange) (Grant, bool) {
+func (r *Registry) decode(c state.GrantChange) (grants.Grant, bool) {
 	if c.Grant == nil {
-		return Grant{}, false
+		return grants.Grant{}, false
 	}
-	var g Grant
+	var g grants.Grant
 	if err := json.Unmarshal(c.Grant.Doc, &g); err != nil || g.ID != c.Grant.ID {
 		r.log.Warn("unreadable grant ignored", "grant", c.Grant.ID, "err", err)
-		return Grant{}, false
+		return grants.Grant{}, false
 	}
 	g.Revoked = g.Revoked || c.Grant.Revoked
 	return g, true
@@ -243,7 +249,7 @@ func (r *Registry) Ready() <-chan struct{} { return r.ready }
 
 // Create stores g and makes it known here at once (the other members
 // learn it from their watch).
-func (r *Registry) Create(ctx context.Context, g Grant) error {
+func (r *Registry) Create(ctx context.Context, g grants.Grant) error {
 	if r.store != nil {
 		doc, err := json.Marshal(g)
 		if err != nil {
@@ -261,17 +267,17 @@ func (r *Registry) Create(ctx context.Context, g Grant) error {
 
 // Revoke revokes the grant id here at once and in the store; ErrUnknown
 // when there is no such grant.
-func (r *Registry) Revoke(ctx context.Context, id string) (Grant, error) {
+func (r *Registry) Revoke(ctx context.Context, id string) (grants.Grant, error) {
 	if r.store != nil {
 		sg, err := r.store.RevokeGrant(ctx, id)
 		if errors.Is(err, state.ErrNotFound) {
-			return Grant{}, ErrUnknown
+			return grants.Grant{}, ErrUnknown
 		} else if err != nil {
-			return Grant{}, fmt.Errorf("revoke grant %s: %w", id, err)
+			return grants.Grant{}, fmt.Errorf("revoke grant %s: %w", id, err)
 		}
 		g, ok := r.decode(state.GrantChange{Grant: sg})
 		if !ok {
-			return Grant{}, fmt.Errorf("revoke grant %s: unreadable record", id)
+			return grants.Grant{}, fmt.Errorf("revoke grant %s: unreadable record", id)
 		}
 		r.mu.Lock()
 		r.byID[id] = g
@@ -282,7 +288,7 @@ func (r *Registry) Revoke(ctx context.Context, id string) (Grant, error) {
 	defer r.mu.Unlock()
 	g, ok := r.byID[id]
 	if !ok {
-		return Grant{}, ErrUnknown
+		return grants.Grant{}, ErrUnknown
 	}
 	g.Revoked = true
 	r.byID[id] = g
@@ -290,9 +296,9 @@ func (r *Registry) Revoke(ctx context.Context, id string) (Grant, error) {
 }
 
 // List returns every known grant, live or not, oldest first.
-func (r *Registry) List() []Grant {
+func (r *Registry) List() []grants.Grant {
 	r.mu.Lock()
-	out := make([]Grant, 0, len(r.byID))
+	out := make([]grants.Grant, 0, len(r.byID))
 	for _, g := range r.byID {
 		out = append(out, g)
 	}
@@ -301,14 +307,14 @@ func (r *Registry) List() []Grant {
 	return out
 }
 
-// Matching are the usable grants that cover c at now (Grant.Matches:
+// Matching are the usable grants that cover c at now (grants.Grant.Matches:
 // proposer when pinned, tool and every pinned value; Usable: a grant
 // pinned to a proposer only when proposers are authenticated), oldest
 // first: what policies see as input.grants. Grants that share only the
 // proposer and tool are left out, so that no policy has to compare pinned
 // values itself (and get a prefix or a canonical number wrong).
-func (r *Registry) Matching(c Call, now time.Time) []Grant {
-	var out []Grant
+func (r *Registry) Matching(c grants.Call, now time.Time) []grants.Grant {
+	var out []grants.Grant
 	r.mu.Lock()
 	for _, g := range r.byID {
 		if r.Usable(g, now) && g.Matches(c, now) {
@@ -320,7 +326,7 @@ func (r *Registry) Matching(c Call, now time.Time) []Grant {
 	return out
 }
 
-func byCreated(a, b Grant) int {
+func byCreated(a, b grants.Grant) int {
 	if c := a.Created.Compare(b.Created); c != 0 {
 		return c
 	}

@@ -1,4 +1,4 @@
-package grants
+package grantstore
 
 import (
 	"bytes"
@@ -10,18 +10,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/state"
 )
 
-func readFile(path string) Call {
+func offer(t *testing.T, maxTTL string, scope ...string) *decision.Grantable {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"max_ttl": maxTTL, "scope": scope})
+	var g decision.Grantable
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	return &g
+}
+
+func call(proposer, tool, server string, args string) grants.Call {
+	var a map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(args), &a); err != nil {
+		panic(err)
+	}
+	return grants.Call{Proposer: proposer, Tool: tool, Server: server, Arguments: a}
+}
+
+func readFile(path string) grants.Call {
 	return call("coder", "read_file", "fs", `{"path":"`+path+`"}`)
 }
 
 // newGrant is a grant for anyone's read_file under /srv/app/, as made
 // where the gateway does not authenticate senders.
-func newGrant(t *testing.T, id string, now time.Time) Grant {
+func newGrant(t *testing.T, id string, now time.Time) grants.Grant {
 	t.Helper()
-	g, err := New(id, offer(t, "8h", "tool", "arguments.path:prefix"), readFile("/srv/app/config.yaml"), time.Hour, "alice", now)
+	g, err := grants.New(id, offer(t, "8h", "tool", "arguments.path:prefix"), readFile("/srv/app/config.yaml"), time.Hour, "alice", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +162,7 @@ func TestRegistryProposerPins(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Now()
-	pinned, err := New("g-pinned", offer(t, "8h", "proposer", "tool", "arguments.path:prefix"), readFile("/srv/app/config.yaml"), time.Hour, "alice", now)
+	pinned, err := grants.New("g-pinned", offer(t, "8h", "proposer", "tool", "arguments.path:prefix"), readFile("/srv/app/config.yaml"), time.Hour, "alice", now)
 	if err != nil || pinned.Proposer != "coder" || !pinned.ProposerPinned() {
 		t.Fatalf("pinned grant %+v, %v", pinned, err)
 	}
@@ -160,7 +180,7 @@ func TestRegistryProposerPins(t *testing.T) {
 		t.Errorf("a grant without the pin names a proposer: %s", b)
 	}
 	seed := NewRegistry(st, nil)
-	for _, g := range []Grant{pinned, anyone} {
+	for _, g := range []grants.Grant{pinned, anyone} {
 		if err := seed.Create(ctx, g); err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +201,7 @@ func TestRegistryProposerPins(t *testing.T) {
 		}
 		return r, &logs
 	}
-	ids := func(gs []Grant) []string {
+	ids := func(gs []grants.Grant) []string {
 		var out []string
 		for _, g := range gs {
 			out = append(out, g.ID)
@@ -192,7 +212,7 @@ func TestRegistryProposerPins(t *testing.T) {
 	coder := readFile("/srv/app/secret.key")
 
 	r, logs := start(false)
-	for _, c := range []Call{coder, claimed} {
+	for _, c := range []grants.Call{coder, claimed} {
 		if got := ids(r.Matching(c, now)); len(got) != 1 || got[0] != "g-anyone" {
 			t.Errorf("unauthenticated: Matching(%s) = %v, want [g-anyone]", c.Proposer, got)
 		}
