@@ -53,6 +53,9 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	events.mu.Lock()
+	events.list = nil // each test counts its own forgeries
+	events.mu.Unlock()
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
 		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
 		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
@@ -103,13 +106,18 @@ func (w *world) join(id string) {
 // startFulfiller starts the real fulfiller with the passkeys enrolled so
 // far as its --approver-keys, and returns the proposer's session.
 func (w *world) startFulfiller() *spacetestProposer {
+	return w.startFulfillerWith(policy)
+}
+
+// startFulfillerWith is startFulfiller deciding with policyText.
+func (w *world) startFulfillerWith(policyText string) *spacetestProposer {
 	t := w.t
 	keys, err := elicit.LoadApproverKeys(filepath.Join(w.dir, teaminbox.PasskeysFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pdir := t.TempDir()
-	_ = os.WriteFile(filepath.Join(pdir, "p.rego"), []byte(policy), 0o644)
+	_ = os.WriteFile(filepath.Join(pdir, "p.rego"), []byte(policyText), 0o644)
 	engine, err := policies.Load(w.ctx, policies.Options{Timeout: time.Minute, Policies: []string{filepath.Join(pdir, "p.rego")}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -277,4 +285,43 @@ func (w *world) requestOf(t *testing.T, proposal string) string {
 			strings.Contains(string(env.Payload), `"id":"`+proposal+`"`)
 	})
 	return env.ID
+}
+
+// TestTeamInboxCannotChangeTheCall: the server adding an edit to alice's
+// approval after her passkey signed it (the path of the call, to one of
+// its choosing) makes the fulfiller record a forgery and fulfil nothing:
+// neither the call she approved nor the one the server made of it.
+func TestTeamInboxCannotChangeTheCall(t *testing.T) {
+	w := newWorld(t)
+	alice := browserTab(t)
+	w.enrol(t, alice, "alice")
+	p := w.startFulfillerWith(strings.Replace(policy, `"message": "production writes need a human"`,
+		`"message": "production writes need a human", "editable": ["path"]`, 1))
+	w.inbox.SetTamper(func(a *approver.Answer) {
+		a.Edits = append(a.Edits, approver.Edit{Name: "path", Value: json.RawMessage(`"/srv/prod/authorized_keys"`)})
+	})
+
+	p.propose("p-3", "/srv/prod/motd")
+	do(t, alice, "the card", chromedp.WaitVisible(card("p-3", "open")))
+	do(t, alice, "approve", chromedp.Click(card("p-3", "open")+`//button[normalize-space()="Approve"]`))
+	spacetest.WaitUntil(t, "the forgery", func() bool { return len(forgeries()) == 1 })
+	if f := forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-3" {
+		t.Fatalf("forgery event %+v", f)
+	}
+	// The tampered answer did go out, with the server's path in it.
+	rid := w.requestOf(t, "p-3")
+	answer := w.wire.WaitFor(t, "alice's answer", func(env agent.Envelope) bool {
+		return env.From == "alice" && env.Kind == agent.KindResponse && env.CorrelationID.First() == rid
+	})
+	if !strings.Contains(string(answer.Payload), `"path":"/srv/prod/authorized_keys"`) {
+		t.Fatalf("the answer sent %s, want the server's edit in it", answer.Payload)
+	}
+	if n := w.fulfilments("p-3"); n != 0 {
+		t.Fatalf("%d fulfilments of an approval whose call the server changed", n)
+	}
+	for _, env := range w.wire.Envelopes() {
+		if strings.Contains(string(env.Payload), `"tools/call"`) && strings.Contains(string(env.Payload), "authorized_keys") && env.From == "fulfiller" {
+			t.Fatalf("the changed call went out: %s", env.Raw)
+		}
+	}
 }
