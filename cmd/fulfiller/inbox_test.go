@@ -288,8 +288,10 @@ func TestInboxBinaryPasskeyRoundTrip(t *testing.T) {
 	if _, err := prop.Propose(w.ctx, "p-1", []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`)); err != nil {
 		t.Fatal(err)
 	}
+	// She follows a notification's link to the card.
 	card := `//article[@data-proposal="p-1" and @data-state="open"]`
-	browsertest.Do(t, phone, "the card", chromedp.WaitVisible(card))
+	browsertest.Do(t, phone, "the card the link names", chromedp.Navigate(w.origin+"/#proposal=p-1"),
+		chromedp.WaitVisible(`//article[@data-proposal="p-1" and @data-state="open" and contains(@class, "linked")]`))
 	browsertest.Do(t, phone, "approve", chromedp.Click(card+`//button[normalize-space()="Approve"]`))
 	out, err := prop.Wait(w.ctx, "p-1")
 	if err != nil || !out.Fulfilled {
