@@ -199,6 +199,12 @@ func (s *Server) post(f func(r *http.Request, in json.RawMessage) (any, error)) 
 		var he *httpError
 		switch {
 		case errors.As(err, &he):
+			if he.status == http.StatusForbidden || he.status == http.StatusUnauthorized {
+				// Refusals are what an attack looks like (a used link, a
+				// passkey that does not verify, another's card): the
+				// operator sees them. The message never holds a token.
+				s.log.Warn("team inbox refused a request", "path", r.URL.Path, "status", he.status, "approver", s.sessionOf(r), "why", he.msg)
+			}
 			writeJSON(w, he.status, map[string]string{"error": he.msg})
 		case err != nil:
 			s.log.Error("team inbox request failed", "path", r.URL.Path, "err", err)

@@ -224,6 +224,9 @@ func TestInboxServeAndEnrolLink(t *testing.T) {
 	if code, msg := w.enrolBegin(link + "x"); code != http.StatusForbidden || msg != teaminbox.ErrEnrolment.Error() {
 		t.Fatalf("enrol begin with another token: %d %q", code, msg)
 	}
+	// The refusal is logged for the operator, without the token.
+	spacetest.WaitText(t, "inbox serve's log", w.logs.String,
+		`"msg":"team inbox refused a request","component":"team inbox","path":"/api/enrol/begin","status":403,"approver":"","why":"`+teaminbox.ErrEnrolment.Error()+`"}`)
 	if strings.Contains(w.logs.String(), strings.SplitN(link, "#", 2)[1]) {
 		t.Errorf("the inbox logged the enrolment token:\n%s", w.logs.String())
 	}
