@@ -237,8 +237,10 @@ func TestTeamInboxPasskeyApproval(t *testing.T) {
 
 // TestTeamInboxCannotForge: the server changing an answer after the
 // passkey signed it (here: the approval's reason) makes the fulfiller
-// record a forgery and fulfil nothing; bob's session cannot answer
-// alice's card (403, nothing sent); an enrolment link works once.
+// record a forgery and fulfil nothing; bob's page does not show alice's
+// card and his session cannot answer it (403, nothing sent). That an
+// enrolment link works once is TestInboxBinaryPasskeyRoundTrip's
+// (cmd/fulfiller).
 func TestTeamInboxCannotForge(t *testing.T) {
 	w := newWorld(t)
 	alice := browserTab(t)
@@ -260,6 +262,12 @@ func TestTeamInboxCannotForge(t *testing.T) {
 	})()`, chromedp.EvalAsValue, chromedp.EvalAwaitPromise))
 	if status != 403 {
 		t.Fatalf("bob's answer to alice's card: HTTP %d, want 403", status)
+	}
+	// Nor does bob's page show it: each approver sees only their prompts.
+	bobCards := get(t, bob, "bob's cards", chromedp.Evaluate[string](`(async () => JSON.stringify(await (await fetch("/api/cards")).json()))()`,
+		chromedp.EvalAsValue, chromedp.EvalAwaitPromise))
+	if bobCards != `{"approver":"bob","cards":[]}` {
+		t.Fatalf("bob's cards: %s", bobCards)
 	}
 	do(t, alice, "approve", chromedp.Click(card("p-2", "open")+`//button[normalize-space()="Approve"]`))
 	spacetest.WaitUntil(t, "the forgery", func() bool { return len(forgeries()) == 1 })
