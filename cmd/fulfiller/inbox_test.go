@@ -295,6 +295,10 @@ func TestInboxBinaryPasskeyRoundTrip(t *testing.T) {
 	card := `//article[@data-proposal="p-1" and @data-state="open"]`
 	browsertest.Do(t, phone, "the card the link names", chromedp.Navigate(w.origin+"/#proposal=p-1"),
 		chromedp.WaitVisible(`//article[@data-proposal="p-1" and @data-state="open" and contains(@class, "linked")]`))
+	// At phone width (390 px) the page does not scroll sideways.
+	if wide := browsertest.Get(t, phone, "the page's width", chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`)); wide {
+		t.Errorf("the page is wider than the phone's %d px", browsertest.Get(t, phone, "the width", chromedp.Evaluate[int](`window.innerWidth`)))
+	}
 	browsertest.Do(t, phone, "approve", chromedp.Click(card+`//button[normalize-space()="Approve"]`))
 	out, err := prop.Wait(w.ctx, "p-1")
 	if err != nil || !out.Fulfilled {

@@ -56,6 +56,9 @@ func PasskeyTab(t testing.TB) context.Context {
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("start %s: %v", path, err)
 	}
+	// A headless window is at least 500 px wide: the viewport is what
+	// makes it a phone's.
+	Do(t, ctx, "emulate a phone's viewport", chromedp.EmulateViewport(390, 844))
 	Do(t, ctx, "add a virtual authenticator", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
 		if _, err := cdp.Call(ctx, tg, webauthn.Enable, webauthn.EnableParams{}); err != nil {
 			return chromedp.Void{}, err
