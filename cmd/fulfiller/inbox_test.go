@@ -357,3 +357,26 @@ func TestInboxBinaryPasskeyRoundTrip(t *testing.T) {
 		t.Errorf("a forgery was logged:\n%s", w.logs.String())
 	}
 }
+
+// TestInboxEnrolNamesWhomToSendTo: with --approver-directory, enrol says
+// to whom the link goes (the address listed), and prints only the link on
+// stdout, for scripts.
+func TestInboxEnrolNamesWhomToSendTo(t *testing.T) {
+	dir := t.TempDir()
+	directory := filepath.Join(dir, "approvers.yaml")
+	if err := os.WriteFile(directory, []byte("alice: {email: alice@example.com}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := cli(t, "", "inbox", "enrol", "alice", "--inbox-dir", filepath.Join(dir, "inbox"), "--origin", "https://inbox.example.com/",
+		"--approver-directory", directory, "--expires", "1h")
+	if code != 0 || !regexp.MustCompile(`^https://inbox\.example\.com/enrol#[A-Za-z0-9_-]{43}\n$`).MatchString(stdout) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if !regexp.MustCompile(`^A one-time enrolment link for alice, until \d{4}-\d\d-\d\d \d\d:\d\d UTC: whoever opens it first enrols a passkey as alice, so give it to alice \(alice@example\.com\) only\.\n$`).MatchString(stderr) {
+		t.Errorf("stderr %q", stderr)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "inbox", "enrol"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("enrol/ holds %v (%v), want one pending link", entries, err)
+	}
+}
