@@ -7,15 +7,12 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
 
 	"github.com/mewkit/fulfiller/agent"
@@ -23,9 +20,9 @@ import (
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/browsertest"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
-	"github.com/mewkit/fulfiller/internal/testenv"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/teaminbox"
@@ -57,6 +54,9 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	events.mu.Lock()
+	events.list = nil // each test counts its own forgeries
+	events.mu.Unlock()
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
 		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
 		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
@@ -107,13 +107,18 @@ func (w *world) join(id string) {
 // startFulfiller starts the real fulfiller with the passkeys enrolled so
 // far as its --approver-keys, and returns the proposer's session.
 func (w *world) startFulfiller() *spacetestProposer {
+	return w.startFulfillerWith(policy)
+}
+
+// startFulfillerWith is startFulfiller deciding with policyText.
+func (w *world) startFulfillerWith(policyText string) *spacetestProposer {
 	t := w.t
 	keys, err := approval.LoadApproverKeys(filepath.Join(w.dir, teaminbox.PasskeysFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pdir := t.TempDir()
-	_ = os.WriteFile(filepath.Join(pdir, "p.rego"), []byte(policy), 0o644)
+	_ = os.WriteFile(filepath.Join(pdir, "p.rego"), []byte(policyText), 0o644)
 	engine, err := policies.Load(w.ctx, policies.Options{Timeout: time.Minute, Policies: []string{filepath.Join(pdir, "p.rego")}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -183,70 +188,16 @@ func (w *world) fulfilments(id string) int {
 
 // --- the browser ---
 
-func chromium() string {
-	if p := os.Getenv("FULFILLER_TEST_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// browserTab starts a headless Chromium with a virtual authenticator
-// (CTAP2, internal, resident keys, user presence simulated): the
-// passkey of one person.
-func browserTab(t *testing.T) context.Context {
-	t.Helper()
-	path := chromium()
-	if path == "" {
-		testenv.Missing(t, "Chromium for the browser tests: apt-get install chromium, or set FULFILLER_TEST_CHROMIUM")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(390, 844))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); acancel() })
-	// The first Do starts the browser, bound to ctx: a context with a
-	// deadline here would close it when the deadline passed.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", path, err)
-	}
-	do(t, ctx, "start the browser and add a virtual authenticator", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		if _, err := cdp.Call(ctx, tg, webauthn.Enable, webauthn.EnableParams{}); err != nil {
-			return chromedp.Void{}, err
-		}
-		_, err := cdp.Call(ctx, tg, webauthn.AddVirtualAuthenticator, webauthn.AddVirtualAuthenticatorParams{Options: &webauthn.VirtualAuthenticatorOptions{
-			Protocol: webauthn.AuthenticatorProtocolCtap2, Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
-			HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
-		}})
-		return chromedp.Void{}, err
-	})
-	return ctx
-}
-
-func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+// The browser: one headless Chromium with a virtual authenticator per
+// person (internal/browsertest).
+var (
+	browserTab = browsertest.PasskeyTab
+	do         = browsertest.Do
+)
 
 func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	return v
+	return browsertest.Get(t, ctx, what, a)
 }
 
 func card(id, state string) string {
@@ -287,8 +238,10 @@ func TestTeamInboxPasskeyApproval(t *testing.T) {
 
 // TestTeamInboxCannotForge: the server changing an answer after the
 // passkey signed it (here: the approval's reason) makes the fulfiller
-// record a forgery and fulfil nothing; bob's session cannot answer
-// alice's card (403, nothing sent); an enrolment link works once.
+// record a forgery and fulfil nothing; bob's page does not show alice's
+// card and his session cannot answer it (403, nothing sent). That an
+// enrolment link works once is TestInboxBinaryPasskeyRoundTrip's
+// (cmd/fulfiller).
 func TestTeamInboxCannotForge(t *testing.T) {
 	w := newWorld(t)
 	alice := browserTab(t)
@@ -310,6 +263,12 @@ func TestTeamInboxCannotForge(t *testing.T) {
 	})()`, chromedp.EvalAsValue, chromedp.EvalAwaitPromise))
 	if status != 403 {
 		t.Fatalf("bob's answer to alice's card: HTTP %d, want 403", status)
+	}
+	// Nor does bob's page show it: each approver sees only their prompts.
+	bobCards := get(t, bob, "bob's cards", chromedp.Evaluate[string](`(async () => JSON.stringify(await (await fetch("/api/cards")).json()))()`,
+		chromedp.EvalAsValue, chromedp.EvalAwaitPromise))
+	if bobCards != `{"approver":"bob","cards":[]}` {
+		t.Fatalf("bob's cards: %s", bobCards)
 	}
 	do(t, alice, "approve", chromedp.Click(card("p-2", "open")+`//button[normalize-space()="Approve"]`))
 	spacetest.WaitUntil(t, "the forgery", func() bool { return len(forgeries()) == 1 })
@@ -335,4 +294,43 @@ func (w *world) requestOf(t *testing.T, proposal string) string {
 			strings.Contains(string(env.Payload), `"id":"`+proposal+`"`)
 	})
 	return env.ID
+}
+
+// TestTeamInboxCannotChangeTheCall: the server adding an edit to alice's
+// approval after her passkey signed it (the path of the call, to one of
+// its choosing) makes the fulfiller record a forgery and fulfil nothing:
+// neither the call she approved nor the one the server made of it.
+func TestTeamInboxCannotChangeTheCall(t *testing.T) {
+	w := newWorld(t)
+	alice := browserTab(t)
+	w.enrol(t, alice, "alice")
+	p := w.startFulfillerWith(strings.Replace(policy, `"message": "production writes need a human"`,
+		`"message": "production writes need a human", "editable": ["path"]`, 1))
+	w.inbox.SetTamper(func(a *approver.Answer) {
+		a.Edits = append(a.Edits, approver.Edit{Name: "path", Value: json.RawMessage(`"/srv/prod/authorized_keys"`)})
+	})
+
+	p.propose("p-3", "/srv/prod/motd")
+	do(t, alice, "the card", chromedp.WaitVisible(card("p-3", "open")))
+	do(t, alice, "approve", chromedp.Click(card("p-3", "open")+`//button[normalize-space()="Approve"]`))
+	spacetest.WaitUntil(t, "the forgery", func() bool { return len(forgeries()) == 1 })
+	if f := forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-3" {
+		t.Fatalf("forgery event %+v", f)
+	}
+	// The tampered answer did go out, with the server's path in it.
+	rid := w.requestOf(t, "p-3")
+	answer := w.wire.WaitFor(t, "alice's answer", func(env agent.Envelope) bool {
+		return env.From == "alice" && env.Kind == agent.KindResponse && env.CorrelationID.First() == rid
+	})
+	if !strings.Contains(string(answer.Payload), `"path":"/srv/prod/authorized_keys"`) {
+		t.Fatalf("the answer sent %s, want the server's edit in it", answer.Payload)
+	}
+	if n := w.fulfilments("p-3"); n != 0 {
+		t.Fatalf("%d fulfilments of an approval whose call the server changed", n)
+	}
+	for _, env := range w.wire.Envelopes() {
+		if strings.Contains(string(env.Payload), `"tools/call"`) && strings.Contains(string(env.Payload), "authorized_keys") && env.From == "fulfiller" {
+			t.Fatalf("the changed call went out: %s", env.Raw)
+		}
+	}
 }

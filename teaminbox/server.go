@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -30,8 +31,12 @@ type Options struct {
 	// Enrolled is called (synchronously) after an approver enrolled, so
 	// that the caller can join the space for them.
 	Enrolled func(approver string)
-	Logger   *slog.Logger     // [discard]
-	Now      func() time.Time // [time.Now]
+	// Approvers, when not empty, are the only approvers who may enrol,
+	// sign in and be joined (--approver-directory): an enrolment link for
+	// anyone else is refused even if someone made one.
+	Approvers []string
+	Logger    *slog.Logger     // [discard]
+	Now       func() time.Time // [time.Now]
 }
 
 // How long things last.
@@ -50,9 +55,10 @@ type Server struct {
 
 	mu         sync.Mutex
 	passkeys   approval.Passkeys
-	ceremonies map[string]ceremony // by random id
-	sessions   map[string]session  // by cookie value
-	uis        map[string]*UI      // by approver id
+	ceremonies map[string]ceremony   // by random id
+	sessions   map[string]session    // by cookie value
+	uis        map[string]*UI        // by approver id
+	onEnrol    func(approver string) // Run's: join the space for them
 
 	// tamper, in tests, changes an answer after its assertion was made:
 	// what a compromised inbox server would try.
@@ -83,6 +89,9 @@ func New(opts Options) (*Server, error) {
 		opts.Now = time.Now
 	}
 	if err := approval.CheckRelyingParty(opts.RPID, opts.Origin); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	keys, err := LoadPasskeys(opts.Dir)
@@ -190,6 +199,12 @@ func (s *Server) post(f func(r *http.Request, in json.RawMessage) (any, error)) 
 		var he *httpError
 		switch {
 		case errors.As(err, &he):
+			if he.status == http.StatusForbidden || he.status == http.StatusUnauthorized {
+				// Refusals are what an attack looks like (a used link, a
+				// passkey that does not verify, another's card): the
+				// operator sees them. The message never holds a token.
+				s.log.Warn("team inbox refused a request", "path", r.URL.Path, "status", he.status, "approver", s.sessionOf(r), "why", he.msg)
+			}
 			writeJSON(w, he.status, map[string]string{"error": he.msg})
 		case err != nil:
 			s.log.Error("team inbox request failed", "path", r.URL.Path, "err", err)
@@ -289,6 +304,10 @@ func (s *Server) enrolBegin(r *http.Request, raw json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, fail(http.StatusForbidden, "%v", err)
 	}
+	if !s.allowed(who) {
+		s.log.Warn("an enrolment link for an approver not in the approver directory was refused", "approver", who)
+		return nil, fail(http.StatusForbidden, "%v", ErrEnrolment)
+	}
 	challenge := randomID()
 	id := s.newCeremony(ceremony{kind: "enrol", challenge: challenge, approver: who, token: in.Token})
 	return map[string]any{"ceremony": id, "approver": who, "publicKey": protocol.PublicKeyCredentialCreationOptions{
@@ -354,6 +373,12 @@ func (s *Server) enrolFinish(r *http.Request, raw json.RawMessage) (any, error) 
 	if s.opts.Enrolled != nil {
 		s.opts.Enrolled(who)
 	}
+	s.mu.Lock()
+	join := s.onEnrol
+	s.mu.Unlock()
+	if join != nil {
+		join(who)
+	}
 	s.signIn(writerOf(r), who)
 	line := fmt.Sprintf("%s %s %s", who, approval.KeyTypeWebAuthn, approval.EncodePasskey(pk))
 	return map[string]string{"approver": who, "keys_line": line}, nil
@@ -396,7 +421,7 @@ func (s *Server) loginBegin(r *http.Request, raw json.RawMessage) (any, error) {
 	_ = json.Unmarshal(raw, &in)
 	challenge := randomID()
 	opts, ok := s.requestOptions(challenge, in.Approver)
-	if !ok {
+	if !ok || !s.allowed(in.Approver) {
 		return nil, fail(http.StatusForbidden, "%s has no passkey here: ask the operator for an enrolment link", in.Approver)
 	}
 	id := s.newCeremony(ceremony{kind: "login", challenge: challenge, approver: in.Approver})

@@ -38,6 +38,11 @@ const (
 // approverID is what an approver id may be here: it names files.
 var approverID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// ValidApproverID reports whether id can be enrolled here: letters,
+// digits, '.', '_' and '-', at most 64, starting with a letter or digit
+// (it names files in the inbox's directory).
+func ValidApproverID(id string) bool { return approverID.MatchString(id) }
+
 // ErrEnrolment is any failure of an enrolment token: unknown, used or
 // expired alike, so that the answer tells a guesser nothing.
 var ErrEnrolment = errors.New("the enrolment link is unknown, used or expired")

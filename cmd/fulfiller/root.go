@@ -63,6 +63,7 @@ func subcommands() []*cobra.Command {
 		newGrantsCmd(),
 		newSuggestCmd(),
 		newApproveCmd(),
+		newInboxCmd(),
 		newKeysCmd(),
 		newVersionCmd(),
 	}

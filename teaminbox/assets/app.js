@@ -99,6 +99,18 @@ function el(tag, text, attrs) {
   return e;
 }
 
+// A notification's link names its card in the fragment (#proposal=ID):
+// the page marks that card, and scrolls it into view once (again when
+// another link is followed into the open page).
+let linked = "";
+let scrolled = false;
+function follow() {
+  linked = new URLSearchParams(location.hash.slice(1)).get("proposal") || "";
+  scrolled = false;
+}
+follow();
+window.addEventListener("hashchange", () => { follow(); refresh(); });
+
 function render(cards) {
   const box = $("cards");
   box.replaceChildren();
@@ -132,6 +144,11 @@ function render(cards) {
       a.append(row);
     }
     box.append(a);
+    if (linked && c.proposal === linked) {
+      a.classList.add("linked");
+      if (!scrolled) a.scrollIntoView({ block: "start" });
+      scrolled = true;
+    }
   }
 }
 
