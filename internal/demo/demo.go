@@ -249,6 +249,9 @@ func Run(ctx context.Context, opts Options) error {
 		Policy:       policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: opts.PolicyTimeout},
 		ToolMetadata: metaFile,
 		State:        &sidecar.StateConfig{Mode: state.Mode{Kind: state.Memory}},
+		// As run's --status-chats (on by default): proposers hear when
+		// theirs waits for humans, a fulfilment slot or a task.
+		Fulfill: fulfill.Config{StatusChats: true},
 		Ops:          opts.Ops,
 		Observer:     obs,
 		ApprovalObserver: func(e elicit.Event) {

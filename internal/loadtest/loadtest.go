@@ -439,6 +439,10 @@ func (w *world) newSidecar(url string) (*sidecar.Sidecar, error) {
 			MaxPending:     cfg.MaxPending,
 			MaxInflight:    cfg.MaxInflight,
 			FulfillTimeout: cfg.FulfillTimeout,
+			// As run's --status-chats (on by default): a proposal that
+			// waits for a fulfilment slot is told so, which is a frame
+			// the space relays to every participant.
+			StatusChats: true,
 		},
 		Observer: fulfill.Observers{w.capture, fulfill.ObserverFunc(w.observeSpoof)},
 		Logger:   cfg.Logger,
