@@ -355,7 +355,6 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 			MaxPendingPerProposer:  fl.maxPendingPerProposer,
 			MaxInflightPerProposer: fl.maxInflightPerProposer,
 			PeerFulfillers:         fl.peerFulfillers,
-			Approvers:              fl.approvers,
 		},
 		Approvers: fl.approvers, Keys: keys, PromptKey: promptKey,
 		GatewayAuthenticatesFrom: fl.gatewayAuthenticatesFrom,

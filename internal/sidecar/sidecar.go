@@ -71,9 +71,12 @@ type Config struct {
 	// always have one (memory at least).
 	State *StateConfig
 
-	// Fulfill is the lifecycle's limits and timeouts. The sidecar sets
-	// its SpaceID, Escalator, Observer, Logger, Store, Grants, Shadow,
-	// ShadowTimeout (Policy.Timeout) and ToolMetadata.
+	// Fulfill is the lifecycle's limits and timeouts (zero values:
+	// fulfill's defaults, which are run's flag defaults except
+	// StatusChats, on in run). The sidecar sets its SpaceID, Escalator,
+	// Observer, Logger, Store, Grants, Shadow, ShadowTimeout
+	// (Policy.Timeout) and ToolMetadata, and its Approvers when nil
+	// (Approvers).
 	Fulfill fulfill.Config
 
 	// Approvers are asked when an escalating decision names none.
@@ -201,8 +204,8 @@ func (s *Sidecar) unwind() {
 func (s *Sidecar) Start(ctx context.Context) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("sidecar: started twice")
+	if s.started || s.stopped {
+		return errors.New("sidecar: started twice, or after Stop")
 	}
 	s.started = true
 	defer func() {
@@ -440,6 +443,7 @@ func (s *Sidecar) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.started || s.stopped {
+		s.stopped = true // a Start after it fails
 		return s.stopErr
 	}
 	s.stopped = true
