@@ -251,9 +251,9 @@ func Run(ctx context.Context, opts Options) error {
 		State:        &sidecar.StateConfig{Mode: state.Mode{Kind: state.Memory}},
 		// As run's --status-chats (on by default): proposers hear when
 		// theirs waits for humans, a fulfilment slot or a task.
-		Fulfill: fulfill.Config{StatusChats: true},
-		Ops:          opts.Ops,
-		Observer:     obs,
+		Fulfill:  fulfill.Config{StatusChats: true},
+		Ops:      opts.Ops,
+		Observer: obs,
 		ApprovalObserver: func(e elicit.Event) {
 			n.ObserveApproval(e)
 			if opts.ApprovalObserver != nil {
