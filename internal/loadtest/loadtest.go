@@ -387,7 +387,7 @@ func startWorld(ctx context.Context, cfg Config) (w *world, err error) {
 	if err != nil {
 		return nil, err
 	}
-	labelled(ctx, ComponentFulfiller, func(context.Context) { err = sc.Start(ctx) })
+	labelled(ctx, ComponentFulfiller, func(lctx context.Context) { err = sc.Start(lctx) })
 	if err != nil {
 		var se *sidecar.StartError
 		if errors.As(err, &se) && se.Part == sidecar.PartPolicy {
