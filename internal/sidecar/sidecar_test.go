@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decisionlog"
-	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -227,8 +225,6 @@ func TestStopReleasesEverything(t *testing.T) {
 	}
 	shadow := w.cfg.Policy
 	w.cfg.Shadow, w.cfg.ToolMetadata, w.cfg.Notify = &shadow, meta, []notify.Target{target}
-	var events sync.Map
-	w.cfg.Observer = fulfill.ObserverFunc(func(e fulfill.Event) { events.Store(e.Stage, true) })
 	sc, err := New(w.cfg)
 	if err != nil {
 		t.Fatal(err)
