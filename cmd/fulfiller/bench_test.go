@@ -72,10 +72,19 @@ func TestBenchJSON(t *testing.T) {
 		Latency    struct {
 			Count int `json:"count"`
 		} `json:"latency"`
-		PeakRSS uint64 `json:"peak_rss_bytes"`
+		PeakRSS  uint64 `json:"peak_rss_bytes"`
+		State    string `json:"state"`
+		StoreOps map[string]struct {
+			Count int `json:"count"`
+		} `json:"store_ops"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, stdout)
+	}
+	// Without --state the bench's fulfiller is run --state memory's: every
+	// proposal is claimed in the store.
+	if rep.State != "memory" || rep.StoreOps["claim"].Count != 100 {
+		t.Errorf("state %q, store ops %+v: want memory and 100 claims", rep.State, rep.StoreOps)
 	}
 	var total int64
 	for _, v := range rep.Outcomes {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/inbox"
 	"github.com/mewkit/fulfiller/internal/demo"
+	"github.com/mewkit/fulfiller/internal/sidecar"
 )
 
 func newDemoCmd() *cobra.Command {
@@ -63,17 +63,20 @@ printed.`,
 			if made {
 				of.httpToken = rand.Text()
 			}
-			rt, err := of.start(log, approval.ApproverKeys{})
+			opsCfg, err := of.config(log)
 			if err != nil {
 				return err
 			}
-			defer rt.close() // after demo.Run has stopped the fulfiller
+			// The fulfiller is run's sidecar (internal/sidecar), with its
+			// decision log and listener, and a memory store as run --state
+			// memory.
+			opts := demo.Options{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step, Hold: hold, Ops: opsCfg}
 			if made {
-				fmt.Fprintf(cmd.OutOrStdout(), "Operator API token for this demo: %s\n  curl -H 'Authorization: Bearer %s' http://%s/v1/proposals\n\n", of.httpToken, of.httpToken, rt.addr)
+				out := cmd.OutOrStdout()
+				opts.Started = func(r demo.Running) {
+					fmt.Fprintf(out, "Operator API token for this demo: %s\n  curl -H 'Authorization: Bearer %s' http://%s/v1/proposals\n\n", of.httpToken, of.httpToken, r.Sidecar.OpsAddr())
+				}
 			}
-			opts := demo.Options{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step, Hold: hold,
-				Observer: rt.observer(), ApprovalObserver: rt.approvalObserver(),
-				Started: func(r demo.Running) { rt.running(r.Gateway, r.Policy, r.Fulfiller, r.Grants) }}
 			ctx := cmd.Context()
 			if web.addr != "" {
 				in, err := inbox.New(inbox.Options{Approver: "oncall-alice", Fulfillers: []string{"fulfiller"}, Logger: log})
@@ -112,6 +115,15 @@ printed.`,
 				// asked for, so not a failure.
 				fmt.Fprintln(cmd.ErrOrStderr(), "fulfiller: demo stopped")
 				return nil
+			}
+			var se *sidecar.StartError
+			if errors.As(err, &se) {
+				switch se.Part {
+				case sidecar.PartDecisionLog:
+					return decisionLogError(se.Err)
+				case sidecar.PartHTTP:
+					return listenError(of.http, se.Err)
+				}
 			}
 			return err
 		},

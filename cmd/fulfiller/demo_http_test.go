@@ -13,8 +13,9 @@ import (
 )
 
 // TestDemoServesMetrics runs `fulfiller demo --http ADDR --hold` and reads
-// /metrics while it holds: the counters show the story's proposals. The
-// operator API answers with the token the demo made and printed.
+// /metrics while it holds: the counters show the story's proposals, and
+// that they went through the memory store. The operator API answers with
+// the token the demo made and printed.
 func TestDemoServesMetrics(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,6 +52,10 @@ func TestDemoServesMetrics(t *testing.T) {
 		`fulfiller_grants_total{event="created"} 1` + "\n",
 		`fulfiller_grants_total{event="used"} 1` + "\n",
 		"fulfiller_gateway_connected 1\n",
+		// The demo's fulfiller is run --state memory's: every proposal it
+		// received was claimed in the store, which the probe finds healthy.
+		`fulfiller_state_claims_total{result="won"} 13` + "\n",
+		"fulfiller_state_store_failing 0\n",
 	}
 	waitUntilTrue(t, "the story's counters", func() bool {
 		m := metrics()

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"net/url"
 	"slices"
@@ -10,7 +8,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/notify"
 )
 
@@ -103,51 +100,6 @@ func checkInboxURL(raw string) error {
 		return usageErrorf("--inbox-url %s://%s: no credentials, query or fragment: the link is mailed and posted to chat, and a token in it would go with it", u.Scheme, u.Host)
 	}
 	return nil
-}
-
-// notifier is the started notifier: observe goes into the elicitor's
-// observer, stop (deferred after the elicitor stops) lets the last
-// prompt.ended go out within the drain and waits for the workers.
-type notifier struct {
-	n    *notify.Notifier
-	stop func()
-}
-
-// start makes and starts the notifier; nil without --notify.
-func (n *notifyFlags) start(log *slog.Logger, fs *pflag.FlagSet, space string, metrics notify.Metrics) (*notifier, error) {
-	targets, err := n.prepare(log, fs)
-	if err != nil || len(targets) == 0 {
-		return nil, err
-	}
-	names := make([]string, len(targets))
-	for i, t := range targets {
-		names[i] = t.Kind() + " " + t.String()
-	}
-	nt := notify.New(notify.Config{Targets: targets, Space: space, InboxURL: n.inboxURL, Metrics: metrics, Logger: log.With("component", "notify")})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = nt.Run(ctx) }()
-	log.Info(fmt.Sprintf("notifying approvers through %d targets", len(targets)), "targets", names)
-	return &notifier{n: nt, stop: func() { cancel(); <-done }}, nil
-}
-
-// observer adds the notifier (when there is one) to the elicitor's
-// observer.
-func (nt *notifier) observer(next func(elicit.Event)) func(elicit.Event) {
-	if nt == nil {
-		return next
-	}
-	return func(e elicit.Event) {
-		next(e)
-		nt.n.Observe(e)
-	}
-}
-
-// close stops the notifier; nil-safe.
-func (nt *notifier) close() {
-	if nt != nil {
-		nt.stop()
-	}
 }
 
 // flagSet is run's flags, nil when run is called without its command

@@ -1,29 +1,21 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/spf13/pflag"
 
-	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/decisionlog"
-	"github.com/mewkit/fulfiller/elicit"
-	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/ops"
+	"github.com/mewkit/fulfiller/internal/sidecar"
 )
 
 // opsFlags are the operations flags run and demo share: the decision log
@@ -47,7 +39,7 @@ func (o *opsFlags) register(f *pflag.FlagSet) {
 }
 
 // prepare resolves the operator API's token and checks the --http address
-// against it. start and check both go through here, so --check refuses
+// against it. config and check both go through here, so --check refuses
 // exactly what run refuses.
 func (o *opsFlags) prepare(log *slog.Logger) (token string, err error) {
 	if err := o.validate(); err != nil {
@@ -146,24 +138,8 @@ func checkAppendable(path string) error {
 	return nil
 }
 
-// opsRuntime is the started operations surface. Its observers go into
-// fulfill.Config and elicit.Config; close shuts it down in the order the
-// design asks for: after fulfill.Run has returned, flush and close the
-// decision log, then stop the HTTP server.
-type opsRuntime struct {
-	log     *slog.Logger
-	dlog    *decisionlog.Logger
-	metrics *ops.Metrics
-	source  *ops.Source
-	handler *ops.Handler
-	server  *http.Server
-	addr    string // the listener's address, once bound
-	served  chan struct{}
-	stopHUP func()
-}
-
-// validate checks the flags start would refuse, so that run --check and
-// run fail alike.
+// validate checks the flags the sidecar would refuse, so that run
+// --check and run fail alike.
 func (o *opsFlags) validate() error {
 	if _, err := decisionlog.ParseSyncMode(o.logSync); err != nil {
 		return usageErrorf("--decision-log-sync %v", err)
@@ -177,133 +153,17 @@ func (o *opsFlags) validate() error {
 	return nil
 }
 
-// start opens the decision log and starts the listener. Both fail as
-// usage errors naming the flag: a path that cannot be written or an
-// address that cannot be bound is a configuration mistake.
-func (o *opsFlags) start(log *slog.Logger, keys approval.ApproverKeys) (*opsRuntime, error) {
+// config is the sidecar's operations surface as the flags give it,
+// after the checks --check makes too (prepare): the token resolved, the
+// address allowed.
+func (o *opsFlags) config(log *slog.Logger) (sidecar.OpsConfig, error) {
 	token, err := o.prepare(log)
 	if err != nil {
-		return nil, err
+		return sidecar.OpsConfig{}, err
 	}
-	rt := &opsRuntime{log: log, source: &ops.Source{}, stopHUP: func() {}}
-	rt.metrics = ops.NewMetrics(rt.source)
-	if o.decisionLog != "" {
-		syncMode, _ := decisionlog.ParseSyncMode(o.logSync)
-		dl, err := decisionlog.Open(o.decisionLog, decisionlog.Options{
-			Mask:   o.mask,
-			Keyed:  keys.Has,
-			Sync:   syncMode,
-			Logger: log,
-		})
-		if err != nil {
-			return nil, decisionLogError(err)
-		}
-		rt.dlog = dl
-		// A log that cannot be written makes the fulfiller unready and
-		// counts in the metrics (it also refuses to fulfil, see fulfill.Recorder).
-		rt.source.SetAuditLog(dl)
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		done := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case <-hup:
-					if err := dl.Reopen(); err != nil {
-						log.Error("decision log not reopened; still writing to the old file", "err", err)
-					} else {
-						log.Info("decision log reopened", "path", o.decisionLog)
-					}
-				case <-done:
-					return
-				}
-			}
-		}()
-		rt.stopHUP = func() { signal.Stop(hup); close(done) }
-	} else if len(o.mask) > 0 {
+	syncMode, _ := decisionlog.ParseSyncMode(o.logSync) // checked by prepare
+	if o.decisionLog == "" && len(o.mask) > 0 {
 		log.Warn("--mask has no effect without --decision-log")
 	}
-	if o.http != "" {
-		ln, err := net.Listen("tcp", o.http)
-		if err != nil {
-			rt.closeLog()
-			return nil, listenError(o.http, err)
-		}
-		rt.addr = ln.Addr().String()
-		rt.handler = ops.NewHandler(ops.Options{Source: rt.source, Metrics: rt.metrics, Token: token, Logger: log})
-		rt.server = &http.Server{Handler: rt.handler, ReadHeaderTimeout: 10 * time.Second}
-		rt.served = make(chan struct{})
-		go func() {
-			defer close(rt.served)
-			if err := rt.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server stopped", "err", err)
-			}
-		}()
-		log.Info("serving health, metrics and the operator API", "addr", rt.addr, "token", token != "")
-		if token == "" {
-			log.Warn("the operator API (/v1/) is closed: every request gets 401 until a token is set with --http-token-file or FULFILLER_HTTP_TOKEN")
-		}
-	}
-	return rt, nil
-}
-
-// observer is what fulfill.Config.Observer gets.
-func (rt *opsRuntime) observer() fulfill.Observer {
-	obs := fulfill.Observers{rt.metrics}
-	if rt.dlog != nil {
-		obs = append(obs, rt.dlog)
-	}
-	return obs
-}
-
-// approvalObserver is what elicit.Config.Observer gets.
-func (rt *opsRuntime) approvalObserver() func(elicit.Event) {
-	return func(e elicit.Event) {
-		rt.metrics.ObserveApproval(e)
-		if rt.dlog != nil {
-			rt.dlog.ObserveApproval(e)
-		}
-	}
-}
-
-// running makes the live parts known to /readyz, /metrics and /v1/.
-func (rt *opsRuntime) running(gw ops.Gateway, pol ops.Policy, ful *fulfill.Fulfiller, g ops.Grants) {
-	rt.source.SetGateway(gw)
-	rt.source.SetPolicy(pol)
-	rt.source.SetCounter(ful)
-	if rt.handler != nil {
-		rt.handler.SetOperator(ful)
-		rt.handler.SetGrants(g)
-	}
-}
-
-// closeLog flushes and closes the decision log.
-func (rt *opsRuntime) closeLog() {
-	rt.stopHUP()
-	if rt.dlog == nil {
-		return
-	}
-	if err := rt.dlog.Close(); err != nil {
-		rt.log.Error("decision log: records may be missing", "err", err)
-	}
-}
-
-// stopHTTP stops the listener, letting requests in progress finish.
-func (rt *opsRuntime) stopHTTP() {
-	if rt.server == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := rt.server.Shutdown(ctx); err != nil {
-		rt.log.Warn("http server shutdown", "err", err)
-		_ = rt.server.Close()
-	}
-	<-rt.served
-}
-
-// close shuts everything down in order; call it after fulfill.Run returned.
-func (rt *opsRuntime) close() {
-	rt.closeLog()
-	rt.stopHTTP()
+	return sidecar.OpsConfig{DecisionLog: o.decisionLog, Mask: o.mask, Sync: syncMode, HTTP: o.http, HTTPToken: token}, nil
 }

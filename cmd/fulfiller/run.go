@@ -9,20 +9,15 @@ import (
 	"net/url"
 	"os"
 	"runtime/debug"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/grantstore"
-	"github.com/mewkit/fulfiller/ops"
+	"github.com/mewkit/fulfiller/internal/sidecar"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 	"github.com/mewkit/fulfiller/toolmeta"
 )
 
@@ -176,30 +171,38 @@ func (fl *runFlags) validate() error {
 	return nil
 }
 
-// loadPolicy loads --policy, --data and --bundle-url as run and --check
-// do, warning when no policy is given: the built-in one rejects
-// everything. obs (nil for none) hears of the bundle downloads.
-func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger, obs policies.BundleObserver) (*policies.Engine, error) {
+// policyOptions is how --policy, --data and --bundle-url load, as run
+// and --check load them. obs (nil for none) hears of the bundle
+// downloads; run's sidecar gives its metrics.
+func (fl *runFlags) policyOptions(log *slog.Logger, obs policies.BundleObserver) (policies.Options, error) {
 	opts := policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log}
 	if err := fl.bundle.options(log, &opts, obs); err != nil {
+		return policies.Options{}, err
+	}
+	return opts, nil
+}
+
+// policyError names the flag of a policy load's error.
+func (fl *runFlags) policyError(err error) error {
+	return loadFlagError(err, flagPaths{"--policy", fl.policies}, flagPaths{"--data", fl.data})
+}
+
+// loadPolicy loads the live policy as the sidecar does, for --check.
+func (fl *runFlags) loadPolicy(ctx context.Context, log *slog.Logger) (*policies.Engine, error) {
+	opts, err := fl.policyOptions(log, nil)
+	if err != nil {
 		return nil, err
 	}
-	engine, err := policies.Load(ctx, opts)
+	engine, err := sidecar.LoadPolicy(ctx, opts, log)
 	if err != nil {
-		return nil, loadFlagError(err, flagPaths{"--policy", fl.policies}, flagPaths{"--data", fl.data})
-	}
-	if engine.IsDefault() {
-		log.Warn("no --policy given: the built-in policy rejects every proposal")
-	}
-	if missing := engine.MissingData(); len(missing) > 0 {
-		log.Warn(fmt.Sprintf("the policies read %s, which no --data provides: such a read is undefined, so the rules that need it never match", strings.Join(missing, ", ")))
+		return nil, fl.policyError(err)
 	}
 	return engine, nil
 }
 
-// loadToolMetadata loads --tool-metadata, or returns nil when none is
-// given. A file that does not validate is a usage error naming the file,
-// line and key, at start as in --check.
+// loadToolMetadata loads --tool-metadata for --check, or returns nil when
+// none is given. A file that does not validate is a usage error naming
+// the file, line and key, in --check as at start.
 func (fl *runFlags) loadToolMetadata(log *slog.Logger) (*toolmeta.Watcher, error) {
 	if fl.toolMetadata == "" {
 		return nil, nil
@@ -211,11 +214,9 @@ func (fl *runFlags) loadToolMetadata(log *slog.Logger) (*toolmeta.Watcher, error
 	return meta, nil
 }
 
-// loadShadow loads --shadow-policy and --shadow-data (default: --data),
-// or returns nil when no shadow policy is given. A broken shadow policy
-// is a usage error like a broken --policy: a shadow meant to be watched
-// must not silently be missing.
-func (fl *runFlags) loadShadow(ctx context.Context, log *slog.Logger) (*policies.Engine, error) {
+// shadowOptions is how --shadow-policy and --shadow-data (default:
+// --data) load; nil when no shadow policy is given.
+func (fl *runFlags) shadowOptions(log *slog.Logger) (*policies.Options, error) {
 	if len(fl.shadowPolicies) == 0 {
 		return nil, nil
 	}
@@ -227,9 +228,23 @@ func (fl *runFlags) loadShadow(ctx context.Context, log *slog.Logger) (*policies
 	if err := fl.bundle.local(&opts); err != nil { // --bundle-url is the live policy's
 		return nil, err
 	}
-	engine, err := policies.Load(ctx, opts)
+	return &opts, nil
+}
+
+// shadowError is a broken shadow policy's error: a usage error like a
+// broken --policy, since a shadow meant to be watched must not silently
+// be missing.
+func shadowError(err error) error { return usageErrorf("--shadow-policy: %w", err) }
+
+// loadShadow loads the shadow policy for --check; nil when none is given.
+func (fl *runFlags) loadShadow(ctx context.Context, log *slog.Logger) (*policies.Engine, error) {
+	opts, err := fl.shadowOptions(log)
+	if err != nil || opts == nil {
+		return nil, err
+	}
+	engine, err := policies.Load(ctx, *opts)
 	if err != nil {
-		return nil, usageErrorf("--shadow-policy: %w", err)
+		return nil, shadowError(err)
 	}
 	return engine, nil
 }
@@ -246,9 +261,9 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if err != nil {
 		return err
 	}
-	// Everything below up to the join is shared with --check: each step
-	// opens or parses with the function run itself uses, so --check fails
-	// exactly when run would.
+	// Everything below up to the sidecar's start is shared with --check:
+	// each step opens or parses with the function run itself uses, so
+	// --check fails exactly when run would.
 	if fl.cmd != nil {
 		warnConfig(log, fl.cmd, joinToken, httpToken)
 	}
@@ -280,7 +295,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if _, err := fl.state.check(log); err != nil {
 			return err
 		}
-		engine, err := fl.loadPolicy(ctx, log, nil)
+		engine, err := fl.loadPolicy(ctx, log)
 		if err != nil {
 			return err
 		}
@@ -298,210 +313,91 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		return nil
 	}
 	logPromptKey(log, fl.id, promptKey)
-	// The operations surface starts first, so that probes answer (503)
-	// while the policy loads and the agent joins.
-	opsRT, err := fl.ops.start(log, keys)
+	opsCfg, err := fl.ops.config(log)
 	if err != nil {
 		return err
 	}
-	// Deferred first, so it runs last: after fulfill.Run has returned
-	// and the elicitor has stopped, flush the decision log, then stop
-	// the HTTP server.
-	defer opsRT.close()
-	// Before the join, so that a bad --notify stops run before it
-	// answers anything; deferred before the elicitor's stop, so it runs
-	// after it: the prompt.ended of the prompts cancelled at shutdown
-	// still go out.
-	notifier, err := fl.notify.start(log, fl.flagSet(), fl.space, opsRT.metrics)
+	targets, err := fl.notify.prepare(log, fl.flagSet())
 	if err != nil {
 		return err
 	}
-	defer notifier.close()
-	engine, err := fl.loadPolicy(ctx, log, opsRT.metrics)
+	// The bundle's downloads are counted by the sidecar's metrics (its
+	// Observer is left nil for the sidecar to fill in).
+	policy, err := fl.policyOptions(log, nil)
 	if err != nil {
 		return err
 	}
-	log.Info("policy loaded", "revision", engine.Revision(), "files", len(engine.Files()))
-	shadow, err := fl.loadShadow(ctx, log)
+	shadow, err := fl.shadowOptions(log)
 	if err != nil {
 		return err
 	}
-	var shadowDecider fulfill.Decider // a nil *Engine in it would not be nil
-	if shadow != nil {
-		log.Info("shadow policy loaded; it is logged and counted, never acted on", "revision", shadow.Revision(), "files", len(shadow.Files()))
-		shadowDecider = shadow
-	}
-	opsRT.source.SetPolicy(engine)
-	meta, err := fl.loadToolMetadata(log)
+	stateMode, err := fl.state.check(log)
 	if err != nil {
 		return err
 	}
-	var toolMetadata fulfill.ToolMetadata // a nil *Watcher in it would not be nil
-	if meta != nil {
-		log.Info("tool metadata loaded", "file", fl.toolMetadata, "entries", meta.Metadata().Len())
-		toolMetadata = meta
-	}
-	// The store opens before the join: nothing is decided without
-	// somewhere to keep it. Its lease outlives ctx (SIGTERM) so that peers
-	// do not adopt work this process is still answering; Close, deferred
-	// to run after the fulfiller and the client stopped, ends it.
-	store, err := fl.state.open(ctx, log, storeConfig{member: fl.id, space: fl.space, maxPending: fl.maxPending, observer: opsRT.metrics})
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return err
-	}
-	defer closeStore(log, store)
-	defer probeStore(opsRT.source, store, fl.state.spec)()
-	out, err := restoreOutbox(ctx, log, store, fl.pendingTTL)
-	if err != nil {
-		return fmt.Errorf("--state %s: %w", fl.state.spec, err)
-	}
+	sc, err := sidecar.New(sidecar.Config{
+		Gateway: fl.gateway, Space: fl.space, Token: token, ID: fl.id,
+		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout,
+		Policy: policy, Shadow: shadow, ToolMetadata: fl.toolMetadata,
+		State: &sidecar.StateConfig{Mode: stateMode, Creds: fl.state.creds, Lease: fl.state.lease, SeenTTL: fl.state.seenTTL},
+		Fulfill: fulfill.Config{
+			MaxPending:       fl.maxPending,
+			PendingTTL:       fl.pendingTTL,
+			MaxInflight:      fl.maxInflight,
+			FulfillTimeout:   fl.fulfillTimeout,
+			TaskTimeout:      fl.taskTimeout,
+			StatusChats:      fl.statusChats,
+			OwnerRejoinGrace: fl.ownerRejoinGrace,
+			ApprovalTimeout:  fl.approvalTimeout,
+			ShutdownTimeout:  fl.shutdownTimeout,
 
-	// Subscribed from the join on (DialSubscribed): a proposal sent the
-	// moment the fulfiller appears in the roster would otherwise arrive
-	// before Subscribe and never be answered. The second subscription is
-	// the elicitor's: in a group an approver answers the member that
-	// asked, and when that member's work was adopted, the adopter must
-	// hear the answer too.
-	client, subs, err := agent.DialSubscribed(ctx, agent.Config{
-		URL: fl.gateway, Space: fl.space, Token: token, ID: fl.id,
-		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout, Logger: log,
-		RPCIDs: rpcIDSource(store), Outbox: out,
-	}, agent.SubscribeOptions{All: true, Buffer: 1024, Impersonations: true}, agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return fmt.Errorf("join %s as %s: %w", fl.gateway, fl.id, err)
-	}
-	defer client.Close()
-	// The agent's "joined space" line (gateway, id, the capabilities
-	// granted and who else is there) is the one line a join logs.
-	if why := ops.CannotAnswer(client.Capabilities()); why != "" {
-		log.Error("fulfiller cannot answer proposals; /readyz reports not ready until the gateway grants more", "reason", why)
-	}
-
-	sub, answers := subs[0], subs[1]
-	defer sub.Close()
-	// Grants are offered wherever the policy's decision is grantable: the
-	// policy, not a flag, decides whether people may grant.
-	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: fl.approvers, Keys: keys.Ed25519, Passkeys: keys.Passkeys, PromptKey: promptKey, OfferGrants: true, Logger: log, Observer: notifier.observer(opsRT.approvalObserver())})
-	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
-	elicitDone := make(chan struct{})
-	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()
-	stopElicitor := sync.OnceFunc(func() {
-		// After the fulfiller has answered everything: its Cancels have
-		// told the approvers already.
-		elicitor.Close()
-		stopElicit()
-		<-elicitDone
-		answers.Close()
+			MaxPendingBytes:        int64(fl.maxPendingBytes),
+			MaxPendingPerProposer:  fl.maxPendingPerProposer,
+			MaxInflightPerProposer: fl.maxInflightPerProposer,
+			PeerFulfillers:         fl.peerFulfillers,
+		},
+		Approvers: fl.approvers, Keys: keys, PromptKey: promptKey,
+		GatewayAuthenticatesFrom: fl.gatewayAuthenticatesFrom,
+		Ops:                      opsCfg,
+		Notify:                   targets, InboxURL: fl.notify.inboxURL,
+		Logger: log,
 	})
-	defer stopElicitor()
-	// Grants approvers make live in the store, mirrored in memory (the
-	// registry's watch is stopped with the policy watches, below).
-	grantReg := grantstore.NewRegistry(grantStore(store), log)
-	grantReg.GatewayAuthenticatesFrom(fl.gatewayAuthenticatesFrom)
-	grantReg.OnExpire(func(grants.Grant) { opsRT.metrics.GrantExpired() })
-	ful := fulfill.New(client, engine, fulfill.Config{
-		SpaceID:          fl.space,
-		MaxPending:       fl.maxPending,
-		PendingTTL:       fl.pendingTTL,
-		MaxInflight:      fl.maxInflight,
-		FulfillTimeout:   fl.fulfillTimeout,
-		TaskTimeout:      fl.taskTimeout,
-		StatusChats:      fl.statusChats,
-		OwnerRejoinGrace: fl.ownerRejoinGrace,
-		ApprovalTimeout:  fl.approvalTimeout,
-		ShutdownTimeout:  fl.shutdownTimeout,
-		Escalator:        elicitor,
-		Observer:         opsRT.observer(),
-		Logger:           log,
-
-		MaxPendingBytes:        int64(fl.maxPendingBytes),
-		MaxPendingPerProposer:  fl.maxPendingPerProposer,
-		MaxInflightPerProposer: fl.maxInflightPerProposer,
-		PeerFulfillers:         fl.peerFulfillers,
-		Approvers:              fl.approvers,
-		Store:                  fulfillStore(store),
-		Grants:                 grantReg,
-		Shadow:                 shadowDecider,
-		ShadowTimeout:          fl.policyTimeout,
-		ToolMetadata:           toolMetadata,
-	})
-	opsRT.running(client, engine, ful, grantReg)
-
-	var wg sync.WaitGroup
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := engine.Watch(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
-			log.Error("policy watch stopped; hot reload is off", "err", err)
-		}
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = engine.PollBundle(watchCtx) // --bundle-url; logged and counted by the engine
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = grantReg.Run(watchCtx)
-	}()
-	if meta != nil {
-		// Reloaded like the policy: a broken change keeps the last good
-		// metadata (logged by the watcher).
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := meta.Watch(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("tool metadata watch stopped; its hot reload is off", "err", err)
-			}
-		}()
-	}
-	if shadow != nil {
-		// Reloaded like the live policy: a broken change keeps the
-		// last good shadow (logged).
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := shadow.Watch(watchCtx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("shadow policy watch stopped; its hot reload is off", "err", err)
-			}
-		}()
-	}
-	err = ful.Run(ctx, sub.C())
-	stopWatch()
-	wg.Wait()
-	// Cancellations that waited for a session (fulfilments' and
-	// prompts') are lost when the client closes: count them after.
-	stopElicitor()
-	client.Close()
-	owed, lost := ful.ShutdownAnswers()
-	kept := ful.ShutdownKept()
-	unsent := client.Queued()
-	if lost > 0 || unsent > 0 {
-		msg := fmt.Sprintf("stopped; %d of %d answers were not delivered and %d cancellations were not sent", lost, owed, unsent)
-		if kept > 0 {
-			msg = fmt.Sprintf("stopped; %d answers could not be written and are kept in the state store, to be sent after a restart on it; %d of %d answers were lost and %d cancellations were not sent", kept, lost, owed, unsent)
-		}
-		log.Error(msg, "undelivered", lost, "kept", kept, "answers", owed, "cancellations_unsent", unsent)
-		return failedQuietly(1, errors.New(msg)) // the log line above says it
-	}
 	if err != nil {
 		return err
 	}
-	if kept > 0 {
-		// Not lost: the next run on this --state sends them (docs/operations.md).
-		log.Warn(fmt.Sprintf("stopped; %d of %d answers could not be written and are kept in the state store, to be sent after a restart on it", kept, owed), "kept", kept, "answers", owed)
+	return fl.sidecarError(sc.Run(ctx), stateMode)
+}
+
+// sidecarError names the flag or file to blame for the sidecar's error:
+// what it could not open or load is a usage error (exit 2) as in
+// --check; answers lost at shutdown exit 1 quietly, the log having said
+// how many.
+func (fl *runFlags) sidecarError(err error, m state.Mode) error {
+	var se *sidecar.StartError
+	var sh *sidecar.ShutdownError
+	switch {
+	case err == nil:
 		return nil
+	case errors.As(err, &sh):
+		return failedQuietly(1, err)
+	case !errors.As(err, &se):
+		return err
 	}
-	log.Info("stopped; every pending proposal was answered", "answers", owed)
-	return nil
+	switch se.Part {
+	case sidecar.PartDecisionLog:
+		return decisionLogError(se.Err)
+	case sidecar.PartHTTP:
+		return listenError(fl.ops.http, se.Err)
+	case sidecar.PartPolicy:
+		return fl.policyError(se.Err)
+	case sidecar.PartShadow:
+		return shadowError(se.Err)
+	case sidecar.PartToolMetadata:
+		return usageErrorf("--tool-metadata %w", se.Err)
+	case sidecar.PartState:
+		return fmt.Errorf("--state %s: %w", m, se.Err)
+	}
+	return err
 }
 
 // Defaults of --max-pending-bytes and --memory-limit, chosen together:

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,11 +11,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grantstore"
-	"github.com/mewkit/fulfiller/internal/outbox"
-	"github.com/mewkit/fulfiller/ops"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -127,111 +121,4 @@ func checkStateDir(dir string) error {
 		}
 		parent = filepath.Dir(parent)
 	}
-}
-
-// storeConfig is what open passes to state.Open besides the flags.
-type storeConfig struct {
-	member, space string
-	maxPending    int
-	observer      state.Observer
-}
-
-// open opens the store the flags name and starts this member's lease.
-// --state memory is the same embedded JetStream store with memory storage
-// (docs/design.md: the store fulfiller uses in every mode), so claims, records and
-// the operator API behave as in the other modes; nothing survives the
-// process, and run says so. ctx bounds the opening only: the
-// lease is renewed until Close, which removes it, so that a graceful
-// shutdown still holds its work while it answers it.
-func (s *stateFlags) open(ctx context.Context, log *slog.Logger, cfg storeConfig) (*state.Store, error) {
-	m, err := s.check(log)
-	if err != nil {
-		return nil, err
-	}
-	if m.Kind == state.Memory {
-		log.Warn("--state memory: pending work (open prompts, fulfilments in flight, queued answers) dies with this process, and no other fulfiller can share it")
-	}
-	store, err := state.Open(ctx, state.Config{
-		Mode: m, Creds: s.creds, Space: cfg.space, Member: cfg.member,
-		MaxPending: cfg.maxPending, Lease: s.lease, SeenTTL: s.seenTTL,
-		Observer: cfg.observer, Logger: log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("--state %s: %w", m, err)
-	}
-	if err := store.StartLease(context.WithoutCancel(ctx)); err != nil {
-		_ = store.Close()
-		return nil, fmt.Errorf("--state %s: %w", m, err)
-	}
-	log.Info("state store open", "state", m.String(), "member", cfg.member, "lease", s.lease, "seen_ttl", s.seenTTL)
-	return store, nil
-}
-
-// closeStore closes the store after the fulfiller and the client have
-// stopped: the lease is removed, so peers adopt anything left at once.
-func closeStore(log *slog.Logger, store *state.Store) {
-	if store == nil {
-		return
-	}
-	if err := store.Close(); err != nil {
-		log.Error("state store close", "err", err)
-	}
-}
-
-// fulfillStore is store as fulfill.Config.Store: nil (in-process only)
-// for --state memory, never a typed nil.
-func fulfillStore(store *state.Store) fulfill.Store {
-	if store == nil {
-		return nil
-	}
-	return store
-}
-
-// grantStore is the store grants are kept in: the pending-work store, or
-// none (memory only, for this process) with --state memory.
-func grantStore(store *state.Store) grantstore.Store {
-	if store == nil {
-		return nil
-	}
-	return store
-}
-
-// probeStore makes the store's health known to /readyz and the metrics,
-// probed in the background; stop ends the probe (before the store closes).
-func probeStore(src *ops.Source, store *state.Store, name string) (stop func()) {
-	if store == nil {
-		return func() {}
-	}
-	probe := ops.NewStoreProbe(name, store, 0)
-	src.SetStore(probe)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); probe.Run(ctx) }()
-	return func() { cancel(); <-done }
-}
-
-// rpcIDSource is agent.Config.RPCIDs for store: ids unique across the
-// group and restarts (rule 11); nil, the in-process counter, for --state
-// memory.
-func rpcIDSource(store *state.Store) func(context.Context) (int64, error) {
-	if store == nil {
-		return nil
-	}
-	return store.NextRPCID
-}
-
-// restoreOutbox is agent.Config.Outbox for store: answers queued while the
-// gateway was unreachable are kept in the store, and those an earlier
-// process left there are sent on the first session while their proposal
-// may still wait (maxAge: --pending-ttl). nil (the in-memory outbox) for
-// --state memory.
-func restoreOutbox(ctx context.Context, log *slog.Logger, store *state.Store, maxAge time.Duration) (agent.Outbox, error) {
-	if store == nil {
-		return nil, nil
-	}
-	d := outbox.New(store, agent.DefaultOutboxSize, log)
-	if _, _, err := d.Restore(ctx, maxAge); err != nil {
-		return nil, err
-	}
-	return d, nil
 }

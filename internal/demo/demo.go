@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -23,10 +24,11 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/internal/proposer"
+	"github.com/mewkit/fulfiller/internal/sidecar"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/toolmeta"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // Options configure a demo run.
@@ -34,13 +36,15 @@ type Options struct {
 	Out    io.Writer    // narration; default os.Stdout
 	Color  bool         // ANSI colours in the narration
 	Logger *slog.Logger // component logs; default: discarded
-	// Observer, when set, also sees every lifecycle event (the CLI uses
-	// it for metrics and the decision log).
+	// Ops is the fulfiller's decision log and operations listener
+	// (demo --http, --decision-log), as run's.
+	Ops sidecar.OpsConfig
+	// Observer, when set, also sees every lifecycle event.
 	Observer fulfill.Observer
 	// ApprovalObserver, when set, also sees every elicitation event.
 	ApprovalObserver func(elicit.Event)
-	// Started, when set, is called once the fulfiller runs, with what
-	// the CLI's health checks, metrics and operator API read.
+	// Started, when set, is called once the fulfiller runs, with its
+	// live parts.
 	Started func(Running)
 	// Hold keeps the space and the fulfiller up after the story until ctx
 	// ends, so that /metrics and the operator API can be looked at.
@@ -71,6 +75,9 @@ type Running struct {
 	Policy    *policies.Engine
 	Fulfiller *fulfill.Fulfiller
 	Grants    *grantstore.Registry
+	// Sidecar is the whole fulfiller: its store, metrics and operations
+	// address.
+	Sidecar *sidecar.Sidecar
 }
 
 // Capabilities of the demo's participants, as a space.yaml would grant them.
@@ -141,14 +148,6 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	// A second per evaluation by default, not run's 100ms: the story is
-	// a walkthrough on whatever machine a newcomer has, and a busy one
-	// must not turn a step into a fail-closed reject.
-	engine, err := policies.Load(ctx, policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: opts.PolicyTimeout, Logger: opts.Logger})
-	if err != nil {
-		return fmt.Errorf("demo: load example policies: %w", err)
-	}
-
 	srv, err := space.New(space.Config{Logger: opts.Logger, Tokens: map[string][]agent.Capability{
 		"fulfiller-token": capsFulfiller,
 		"coder-token":     capsProposer,
@@ -229,44 +228,53 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	n := newNarrator(opts.Out, opts.Color)
-	fc, err := join("fulfiller", "fulfiller-token")
-	if err != nil {
-		return err
+	// The fulfiller is the sidecar `fulfiller run` starts, wired by the
+	// same package, with a memory store as run --state memory: seen ids,
+	// claims, records and grants go through the store as they do for an
+	// operator. fs's annotations come from a tool metadata file, as
+	// --tool-metadata gives them.
+	metaFile := filepath.Join(dir, "tool-metadata.yaml")
+	if err := os.WriteFile(metaFile, []byte(ToolMetadata), 0o600); err != nil {
+		return fmt.Errorf("demo: %w", err)
 	}
-	defer fc.Close()
 	obs := fulfill.Observers{n}
 	if opts.Observer != nil {
 		obs = append(obs, opts.Observer)
 	}
-	elObs := n.ObserveApproval
-	if opts.ApprovalObserver != nil {
-		elObs = func(e elicit.Event) { n.ObserveApproval(e); opts.ApprovalObserver(e) }
-	}
-	el := elicit.New(fc, elicit.Config{Logger: opts.Logger, Observer: elObs, OfferGrants: true})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	elDone := make(chan struct{})
-	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
-	// The grants approvers make live as long as the demo (no store).
-	reg := grantstore.NewRegistry(nil, opts.Logger)
-	meta, err := toolmeta.Parse("the demo's tool metadata", []byte(ToolMetadata))
+	sc, err := sidecar.New(sidecar.Config{
+		Gateway: srv.URL(), Space: space.DefaultSpaceID, Token: "fulfiller-token", ID: "fulfiller",
+		// A second per evaluation by default, not run's 100ms: the story
+		// is a walkthrough on whatever machine a newcomer has, and a busy
+		// one must not turn a step into a fail-closed reject.
+		Policy:       policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: opts.PolicyTimeout},
+		ToolMetadata: metaFile,
+		State:        &sidecar.StateConfig{Mode: state.Mode{Kind: state.Memory}},
+		// As run's --status-chats (on by default): proposers hear when
+		// theirs waits for humans, a fulfilment slot or a task.
+		Fulfill:  fulfill.Config{StatusChats: true},
+		Ops:      opts.Ops,
+		Observer: obs,
+		ApprovalObserver: func(e elicit.Event) {
+			n.ObserveApproval(e)
+			if opts.ApprovalObserver != nil {
+				opts.ApprovalObserver(e)
+			}
+		},
+		Logger: opts.Logger,
+	})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Observer: obs, Logger: opts.Logger, Escalator: el, Grants: reg, ToolMetadata: meta})
-	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
-	fulCtx, stopFul := context.WithCancel(ctx)
-	fulDone := make(chan struct{})
-	go func() { defer close(fulDone); _ = ful.Run(fulCtx, fulSub.C()) }()
-	defer func() {
-		stopFul()
-		<-fulDone
-		el.Close()
-		elSub.Close()
-		<-elDone
-	}()
+	if err := sc.Start(ctx); err != nil {
+		return fmt.Errorf("demo: start the fulfiller: %w", err)
+	}
+	// Stopped before the approvers, tools and space (deferred after
+	// them): it answers what is pending while they are still there.
+	defer func() { _ = sc.Stop() }()
+	engine, ful, reg := sc.Policy(), sc.Fulfiller(), sc.Grants()
 
 	if opts.Started != nil {
-		opts.Started(Running{Gateway: fc, Policy: engine, Fulfiller: ful, Grants: reg})
+		opts.Started(Running{Gateway: sc.Client(), Policy: engine, Fulfiller: ful, Grants: reg, Sidecar: sc})
 	}
 	if err := waitTools(ctx, ful, 8); err != nil {
 		return err

@@ -4,8 +4,9 @@
 //
 // One Run starts, in this process, an in-process MEW space
 // (internal/space), the sample file server as tool owner "fs"
-// (internal/toolserver), the fulfiller exactly as `fulfiller run` wires it
-// (agent, policies, fulfill, elicit) and N proposers, each its own
+// (internal/toolserver), the fulfiller as `fulfiller run` starts it (the
+// same internal/sidecar: agent, policies, store, elicit, grants, fulfill,
+// metrics) and N proposers, each its own
 // WebSocket participant. The proposers send proposals over loopback and
 // watch the space for each one's answer:
 //
@@ -46,8 +47,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/sidecar"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
@@ -267,14 +268,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	engine, err := policies.Load(ctx, policies.Options{Policies: cfg.Policies, Data: cfg.Data, Logger: cfg.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
-	}
-	w, err := startWorld(ctx, cfg, engine)
+	w, err := startWorld(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	engine := w.sidecar.Policy()
 	rep := w.drive(ctx)
 	w.stop()
 	rep.Revision = engine.Revision()
@@ -295,6 +293,7 @@ type world struct {
 	proposers []*wireProposer
 	capture   *inputCapture
 	storeOps  *storeOps // the store's operations, when the run has one
+	sidecar   *sidecar.Sidecar
 	cleanups  []func()
 	// idBase starts every proposal id: "bench-", or "bench-<nonce>-"
 	// where the store outlives the run and remembers ids as seen.
@@ -318,7 +317,7 @@ func (w *world) stop() {
 	w.cleanups = nil
 }
 
-func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *world, err error) {
+func startWorld(ctx context.Context, cfg Config) (w *world, err error) {
 	w = &world{cfg: cfg, capture: &inputCapture{max: cfg.CaptureInputs}, storeOps: newStoreOps(), idBase: "bench-"}
 	// Not w: every failure returns a nil w.
 	started := w
@@ -382,43 +381,26 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 	})
 	w.defer_(func() { stopTool(); <-tdone; tsub.Close() })
 
-	// The fulfiller, wired as `fulfiller run` wires it.
-	fc, err := join("fulfiller", "fulfiller-token", ComponentFulfiller)
+	// The fulfiller: `fulfiller run`'s sidecar, built by the same package
+	// (internal/sidecar), joined to the in-process space.
+	sc, err := w.newSidecar(srv.URL())
 	if err != nil {
 		return nil, err
 	}
-	var store fulfill.Store
-	if cfg.State != nil {
-		var st *state.Store
-		labelled(ctx, ComponentFulfiller, func(context.Context) { st, err = w.openStore(ctx) })
-		if err != nil {
-			return nil, err
+	labelled(ctx, ComponentFulfiller, func(lctx context.Context) { err = sc.Start(lctx) })
+	if err != nil {
+		var se *sidecar.StartError
+		if errors.As(err, &se) && se.Part == sidecar.PartPolicy {
+			return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 		}
-		store = st
+		if errors.As(err, &se) && se.Part == sidecar.PartState {
+			return nil, fmt.Errorf("loadtest: open state %s: %w", cfg.State, err)
+		}
+		return nil, fmt.Errorf("loadtest: start the fulfiller: %w", err)
 	}
-	var ful *fulfill.Fulfiller
-	fdone, edone := make(chan struct{}), make(chan struct{})
-	fctx, stopFul := context.WithCancel(context.WithoutCancel(ctx))
-	ectx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
-	labelled(ctx, ComponentFulfiller, func(context.Context) {
-		sub := fc.Subscribe(agent.SubscribeOptions{All: true, Buffer: 1024})
-		el := elicit.New(fc, elicit.Config{Logger: cfg.Logger})
-		answers := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}, Buffer: 256})
-		go func() { defer close(edone); _ = el.Run(ectx, answers.C()) }()
-		w.defer_(func() { el.Close(); stopElicit(); <-edone; answers.Close() })
-		ful = fulfill.New(fc, engine, fulfill.Config{
-			SpaceID:        space.DefaultSpaceID,
-			MaxPending:     cfg.MaxPending,
-			MaxInflight:    cfg.MaxInflight,
-			FulfillTimeout: cfg.FulfillTimeout,
-			Escalator:      el,
-			Observer:       fulfill.Observers{w.capture, fulfill.ObserverFunc(w.observeSpoof)},
-			Logger:         cfg.Logger,
-			Store:          store,
-		})
-		go func() { defer close(fdone); _ = ful.Run(fctx, sub.C()) }()
-		w.defer_(func() { stopFul(); <-fdone; sub.Close() })
-	})
+	w.sidecar = sc
+	w.defer_(func() { _ = sc.Stop() })
+	ful := sc.Fulfiller()
 
 	if err := waitTool(ctx, ful, "read_file"); err != nil {
 		return nil, err
@@ -443,40 +425,49 @@ func startWorld(ctx context.Context, cfg Config, engine *policies.Engine) (w *wo
 // fulfiller's.
 const benchSpace = "fulfiller-bench"
 
-// openStore opens the run's own state store and starts its lease. A
-// directory store lives in a fresh subdirectory, removed when the run
-// stops, so that no run resumes (or is refused as seen) the proposals of
-// an earlier one; on an external cluster the buckets stay, and the
-// proposal ids carry a nonce instead.
-func (w *world) openStore(ctx context.Context) (*state.Store, error) {
-	mode, spaceID := *w.cfg.State, space.DefaultSpaceID
-	switch mode.Kind {
-	case state.Dir:
-		if err := os.MkdirAll(mode.Dir, 0o700); err != nil {
-			return nil, fmt.Errorf("loadtest: state directory: %w", err)
+// newSidecar configures the run's fulfiller. Its store is the run's
+// own: a directory store lives in a fresh subdirectory, removed when the
+// run stops, so that no run resumes (or is refused as seen) the
+// proposals of an earlier one; on an external cluster the buckets stay,
+// in a space of their own, and the proposal ids carry a nonce instead.
+func (w *world) newSidecar(url string) (*sidecar.Sidecar, error) {
+	cfg := w.cfg
+	sc := sidecar.Config{
+		Gateway: url, Space: space.DefaultSpaceID, Token: "fulfiller-token", ID: "fulfiller",
+		Policy: policies.Options{Policies: cfg.Policies, Data: cfg.Data},
+		Fulfill: fulfill.Config{
+			MaxPending:     cfg.MaxPending,
+			MaxInflight:    cfg.MaxInflight,
+			FulfillTimeout: cfg.FulfillTimeout,
+			// As run's --status-chats (on by default): a proposal that
+			// waits for a fulfilment slot is told so, which is a frame
+			// the space relays to every participant.
+			StatusChats: true,
+		},
+		Observer: fulfill.Observers{w.capture, fulfill.ObserverFunc(w.observeSpoof)},
+		Logger:   cfg.Logger,
+	}
+	if cfg.State != nil {
+		mode := *cfg.State
+		st := &sidecar.StateConfig{Mode: mode, Creds: cfg.StateCreds, Observer: w.storeOps}
+		switch mode.Kind {
+		case state.Dir:
+			if err := os.MkdirAll(mode.Dir, 0o700); err != nil {
+				return nil, fmt.Errorf("loadtest: state directory: %w", err)
+			}
+			dir, err := os.MkdirTemp(mode.Dir, "bench-state-")
+			if err != nil {
+				return nil, fmt.Errorf("loadtest: state directory: %w", err)
+			}
+			w.defer_(func() { _ = os.RemoveAll(dir) })
+			st.Mode.Dir = dir
+		case state.External:
+			st.Space = benchSpace
+			w.idBase = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
 		}
-		dir, err := os.MkdirTemp(mode.Dir, "bench-state-")
-		if err != nil {
-			return nil, fmt.Errorf("loadtest: state directory: %w", err)
-		}
-		w.defer_(func() { _ = os.RemoveAll(dir) })
-		mode.Dir = dir
-	case state.External:
-		spaceID = benchSpace
-		w.idBase = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+		sc.State = st
 	}
-	st, err := state.Open(ctx, state.Config{Mode: mode, Creds: w.cfg.StateCreds, Space: spaceID,
-		Member: "fulfiller", MaxPending: w.cfg.MaxPending, Logger: w.cfg.Logger, Observer: w.storeOps})
-	if err != nil {
-		return nil, fmt.Errorf("loadtest: open state %s: %w", mode, err)
-	}
-	w.defer_(func() { _ = st.Close() })
-	// Close ends the lease; the run's context must not end it first, or
-	// the member would look crashed rather than gone.
-	if err := st.StartLease(context.WithoutCancel(ctx)); err != nil {
-		return nil, fmt.Errorf("loadtest: state lease: %w", err)
-	}
-	return st, nil
+	return sidecar.New(sc)
 }
 
 // waitTool waits until the fulfiller has discovered the tool owner, so

@@ -153,6 +153,27 @@ func TestRunWithDirState(t *testing.T) {
 	}
 }
 
+// With --state memory (bench's default) the run's fulfiller is run --state
+// memory's, wired by internal/sidecar: every proposal is claimed in the
+// store and every fulfilment request is recorded there before it goes
+// out.
+func TestRunWithMemoryStateGoesThroughTheStore(t *testing.T) {
+	cfg := smallConfig(100)
+	cfg.State = &state.Mode{Kind: state.Memory}
+	cfg.Window = 16
+	res, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Report
+	if !r.OK() || r.State != "memory" {
+		t.Fatalf("report %+v", r)
+	}
+	if ops := r.StoreOps; ops["claim"].Count != int(r.Sent) || ops["update"].Count != int(r.Outcomes["fulfilled"]) {
+		t.Errorf("store ops %+v for %d proposals, %d fulfilled: want a claim each and an update per fulfilment", ops, r.Sent, r.Outcomes["fulfilled"])
+	}
+}
+
 // A state directory that cannot be made fails the run before any load,
 // naming it.
 func TestRunWithBadDirState(t *testing.T) {
