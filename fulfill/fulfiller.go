@@ -442,7 +442,8 @@ func startWorkers[T any](wg *sync.WaitGroup, n int, jobs <-chan T, work func(T))
 	}
 }
 
-// shutdown answers every proposal not yet answered with "other", and
+// shutdown hands this member's pending work over to the group when a
+// peer is live (handOver); it answers every proposal left with "other", and
 // cancels the fulfilments still running at their tool owners (their
 // proposers get reject "other": no response will come). All its sends
 // share one deadline, --shutdown-timeout, so a gateway outage cannot hold
@@ -459,6 +460,10 @@ func (f *Fulfiller) shutdown() {
 	// request written after its proposal was answered would run a call
 	// nobody waits for.
 	f.stopSends()
+	// In a group with a live peer, the pending work is the group's to
+	// answer, not ours to reject (a rolling restart): see handOver.
+	// What it could not hand over is answered below.
+	f.handOver(ctx)
 	const why = "fulfiller is shutting down; propose again later"
 	for _, p := range f.store.all() {
 		f.reject(p, "other", why)
