@@ -253,6 +253,9 @@ type Fulfiller struct {
 
 	// group is what this member last read of its group (Config.Store).
 	group groupView
+	// peerResps keeps responses to the group's other members' requests,
+	// for an adoption that follows them (see peerResponses).
+	peerResps *peerResponses
 }
 
 // New makes a Fulfiller. Nothing runs until Run.
@@ -278,6 +281,8 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 
 		claims:   make(chan claimJob),
 		claiming: map[string]*proposal{},
+
+		peerResps: newPeerResponses(),
 	}
 	f.byProposer = map[string]int{}
 	f.answered, _ = lru.New[string, *answeredRequest](answeredRequests)

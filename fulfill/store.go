@@ -390,12 +390,15 @@ func (f *Fulfiller) refreshGroup(ctx context.Context) {
 	}
 	var capacity int64
 	peers := false
+	var ids []string
 	for _, m := range ms {
 		capacity += int64(m.MaxPending)
 		if m.ID != f.cfg.Store.Member() {
 			peers = true
+			ids = append(ids, m.ID)
 		}
 	}
+	f.peerResps.sawMembers(ids)
 	recs, err := f.cfg.Store.List(ctx)
 	if err != nil {
 		f.log.Warn("group pending work not read", "err", err)
