@@ -300,7 +300,8 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 
 // Run handles envelopes from in until ctx ends or in is closed, then shuts
 // down: it stops taking proposals, rejects every one not yet answered with
-// reason "other", and waits for its goroutines. It returns nil after a
+// reason "other" (in a group with a live peer it hands them over to the
+// group instead, see handOver), and waits for its goroutines. It returns nil after a
 // clean shutdown.
 func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	f.base, f.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
