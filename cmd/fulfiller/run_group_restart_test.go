@@ -169,10 +169,13 @@ func TestRunGroupRollingRestart(t *testing.T) {
 	stop("ful-a", a)
 
 	// The processes have exited: whatever they sent is on the wire.
-	want := map[string]struct{ kind, from string }{
-		"p1-ask": {agent.KindRequest, "ful-b"}, "p1-two": {agent.KindRequest, "ful-b"}, "p1-slow": {agent.KindRequest, "ful-a"},
-		"p1-cancel": {agent.KindReject, "ful-b"},
-		"p2-ask":    {agent.KindRequest, "ful-a"}, "p2-slow": {agent.KindRequest, "ful-b"},
+	want := map[string]struct{ kind, from, call string }{
+		"p1-ask":    {agent.KindRequest, "ful-b", `{"name":"ask","arguments":{"gate":""}}`},
+		"p1-two":    {agent.KindRequest, "ful-b", `{"name":"ask","arguments":{"gate":""}}`},
+		"p1-slow":   {agent.KindRequest, "ful-a", `{"name":"slow","arguments":{"gate":"p1-slow"}}`},
+		"p1-cancel": {agent.KindReject, "ful-b", ""},
+		"p2-ask":    {agent.KindRequest, "ful-a", `{"name":"ask","arguments":{"gate":""}}`},
+		"p2-slow":   {agent.KindRequest, "ful-b", `{"name":"slow","arguments":{"gate":"p2-slow"}}`},
 	}
 	for id, wt := range want {
 		answers := w.answersTo(id)
@@ -188,8 +191,8 @@ func TestRunGroupRollingRestart(t *testing.T) {
 			continue
 		}
 		var call agent.RPCRequest
-		if err := json.Unmarshal(env.Payload, &call); err != nil || call.Method != "tools/call" || !slices.Equal(env.To, []string{"fs"}) {
-			t.Errorf("%s: request %+v (%v), want tools/call to fs", id, env, err)
+		if err := json.Unmarshal(env.Payload, &call); err != nil || call.Method != "tools/call" || !jsonEqual(call.Params, json.RawMessage(wt.call)) || !slices.Equal(env.To, []string{"fs"}) {
+			t.Errorf("%s: request %s to %v (%v), want tools/call %s to fs", id, env.Payload, env.To, err, wt.call)
 		}
 	}
 	for _, env := range w.wire.Envelopes() {
