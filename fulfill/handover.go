@@ -109,7 +109,9 @@ func (f *Fulfiller) handOverOne(p *proposal) bool {
 	if prev == StateAwaitingApproval {
 		f.cfg.Escalator.Cancel(p.env.ID, DropReason)
 	}
+	f.mu.Lock() // as in dropAdopted
 	ev := p.event(StageIgnored)
+	f.mu.Unlock()
 	ev.Reason, ev.Message = ReasonHandedOver, "handed over at shutdown to a live member of the group, which adopts it"
 	f.emit(ev)
 	return true

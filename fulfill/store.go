@@ -329,7 +329,11 @@ func (f *Fulfiller) dropAdopted(p *proposal) {
 	if prev == StateAwaitingApproval {
 		f.cfg.Escalator.Cancel(p.env.ID, DropReason)
 	}
+	// Under f.mu: a proposal resumed a moment ago may still be getting
+	// its target and deadline (resumeOne), and the event reads them.
+	f.mu.Lock()
 	ev := p.event(StageIgnored)
+	f.mu.Unlock()
 	ev.Reason, ev.Message = ReasonAdopted, "the proposal's record belongs to another member now"
 	f.emit(ev)
 }
