@@ -155,11 +155,15 @@ func (f *Fulfiller) end(p *proposal, to State, allowed func(State) bool) (prev S
 	if prev == StateTask {
 		f.endTaskLocked(p)
 	}
-	f.mu.Unlock()
-	f.store.remove(p)
+	// Under f.mu, ended first: resumeOne checks under f.mu that a record
+	// it was handed is neither pending here nor ended here, and between a
+	// removal and its mark outside the lock it found neither and decided
+	// the proposal a second time (TestResumeNeverRacesAnEnd).
 	if to != StateSuperseded {
 		f.store.markEnded(p.env.ID)
 	}
+	f.store.remove(p)
+	f.mu.Unlock()
 	return prev, next, true
 }
 

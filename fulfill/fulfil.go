@@ -168,6 +168,11 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 	}
 	f.mu.Lock()
 	p, ok := f.byRequest[cid]
+	if !ok {
+		// Under f.mu, as awaitResumed registers an adopted request and
+		// looks here: a response is either matched or kept for it.
+		f.peerResps.keep(cid, env)
+	}
 	f.mu.Unlock()
 	if !ok {
 		f.checkAnswered(cid, env)

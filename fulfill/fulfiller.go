@@ -253,6 +253,9 @@ type Fulfiller struct {
 
 	// group is what this member last read of its group (Config.Store).
 	group groupView
+	// peerResps keeps responses to the group's other members' requests,
+	// for an adoption that follows them (see peerResponses).
+	peerResps *peerResponses
 }
 
 // New makes a Fulfiller. Nothing runs until Run.
@@ -278,6 +281,8 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 
 		claims:   make(chan claimJob),
 		claiming: map[string]*proposal{},
+
+		peerResps: newPeerResponses(),
 	}
 	f.byProposer = map[string]int{}
 	f.answered, _ = lru.New[string, *answeredRequest](answeredRequests)
@@ -295,7 +300,8 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 
 // Run handles envelopes from in until ctx ends or in is closed, then shuts
 // down: it stops taking proposals, rejects every one not yet answered with
-// reason "other", and waits for its goroutines. It returns nil after a
+// reason "other" (in a group with a live peer it hands them over to the
+// group instead, see handOver), and waits for its goroutines. It returns nil after a
 // clean shutdown.
 func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	f.base, f.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
@@ -442,7 +448,8 @@ func startWorkers[T any](wg *sync.WaitGroup, n int, jobs <-chan T, work func(T))
 	}
 }
 
-// shutdown answers every proposal not yet answered with "other", and
+// shutdown hands this member's pending work over to the group when a
+// peer is live (handOver); it answers every proposal left with "other", and
 // cancels the fulfilments still running at their tool owners (their
 // proposers get reject "other": no response will come). All its sends
 // share one deadline, --shutdown-timeout, so a gateway outage cannot hold
@@ -459,6 +466,10 @@ func (f *Fulfiller) shutdown() {
 	// request written after its proposal was answered would run a call
 	// nobody waits for.
 	f.stopSends()
+	// In a group with a live peer, the pending work is the group's to
+	// answer, not ours to reject (a rolling restart): see handOver.
+	// What it could not hand over is answered below.
+	f.handOver(ctx)
 	const why = "fulfiller is shutting down; propose again later"
 	for _, p := range f.store.all() {
 		f.reject(p, "other", why)

@@ -213,12 +213,21 @@ const maxTakes = 10
 func (f *Fulfiller) cancelInGroup(id, by string) error {
 	ctx, cancel := f.storeContext()
 	defer cancel()
+	// Marked ended here before the take: once taken the record is this
+	// member's, and a scan of its own records (the start-up resume)
+	// that read it would resume the proposal it is cancelling: seen as
+	// a cancelled proposal's prompt asked again. Unmarked if the
+	// cancel does not happen after all.
+	f.store.markEnded(id)
 	var r *state.Pending
 	var err error
 	for range maxTakes {
 		if r, err = f.cfg.Store.Take(ctx, id); !errors.Is(err, state.ErrConflict) {
 			break
 		}
+	}
+	if err != nil {
+		f.cancelUndone(ctx, id)
 	}
 	switch {
 	case errors.Is(err, state.ErrNotFound):
@@ -233,13 +242,15 @@ func (f *Fulfiller) cancelInGroup(id, by string) error {
 	if err := f.cfg.Store.Delete(ctx, r); err != nil {
 		if errors.Is(err, state.ErrConflict) {
 			// Taken again in between (a cancel on a third member): that
-			// member answers.
+			// member answers; not ended here.
+			f.store.unmarkEnded(id)
 			return fmt.Errorf("cancel %s: taken by another member of the group meanwhile: %w", id, err)
 		}
 		// The record is this member's now and nobody else acts on it:
 		// hold it here, as an adopter would, so that it is still
 		// answered once. The operator may cancel it again.
 		f.log.Error("proposal taken for an operator's cancel, but its end could not be recorded; resumed here instead, nothing sent", "proposal", id, "err", err)
+		f.store.unmarkEnded(id)
 		f.resumeOne(r, "taken for an operator's cancel that could not be recorded")
 		return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, err)
 	}
@@ -263,6 +274,17 @@ func (f *Fulfiller) cancelInGroup(id, by string) error {
 	}
 	f.answerReject(p, "other", operatorMessage(by))
 	return nil
+}
+
+// cancelUndone unmarks a proposal cancelInGroup marked ended but did not
+// take; if its record is this member's own (a previous run's, never
+// resumed) and the start-up resume skipped it meanwhile, it is resumed
+// now (resumeOne does nothing for one held here already).
+func (f *Fulfiller) cancelUndone(ctx context.Context, id string) {
+	f.store.unmarkEnded(id)
+	if r, err := f.cfg.Store.Get(ctx, id); err == nil && r.Owner == f.cfg.Store.Member() {
+		f.resumeOne(r, "restart")
+	}
 }
 
 // takenProposal rebuilds, from its record, what answerReject needs of a

@@ -238,5 +238,75 @@ func (s *faultyStore) Take(ctx context.Context, id string) (*state.Pending, erro
 	if s.dead.Load() {
 		return nil, errCut
 	}
-	return s.Store.Take(ctx, id)
+	r, err := s.Store.Take(ctx, id)
+	if err == nil && s.scanAfterTake != nil {
+		s.scanAfterTake <- struct{}{} // the start-up scan lists now…
+		<-s.scanListed                // …and the cancel goes on once it has
+	}
+	return r, err
+}
+
+// Owned is the start-up scan's listing. With scanAfterTake set it lists
+// only after a Take (while the taken record is this member's, before the
+// cancel deletes it) and returns that listing only when scanRelease is
+// closed: a scan that read a record a moment before it ended here.
+func (s *faultyStore) Owned(ctx context.Context) ([]*state.Pending, error) {
+	if s.scanAfterTake == nil {
+		return s.Store.Owned(ctx)
+	}
+	<-s.scanAfterTake
+	recs, err := s.Store.Owned(ctx)
+	close(s.scanListed)
+	<-s.scanRelease
+	return recs, err
+}
+
+// TestGroupOperatorCancelIsNotResumedByTheStartupScan: a member that has
+// just started cancels another member's proposal; the take makes the
+// record its own for a moment, and its start-up scan of its own records
+// reads it then. The scan must not resume the proposal it is cancelling
+// (seen in the rolling-restart binary test: the cancelled proposal's
+// prompt resumed on the canceller, and a data race between that resume
+// and the record watch's drop). One reject, nothing resumed or asked.
+func TestGroupOperatorCancelIsNotResumedByTheStartupScan(t *testing.T) {
+	mode := natsServer(t)
+	escA := newRecEscalator()
+	a := newMember(t, mode, "ful-a", Config{Escalator: escA}, &fakeDecider{decisions: storeDecisions})
+	a.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	escA.next(t)
+
+	st := openStore(t, mode, "ful-b")
+	st.scanAfterTake, st.scanListed, st.scanRelease = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	leaseCtx, stopLease := context.WithCancel(context.Background())
+	t.Cleanup(stopLease)
+	if err := st.StartLease(leaseCtx); err != nil {
+		t.Fatal(err)
+	}
+	escB := &withdrawingEscalator{recEscalator: newRecEscalator()}
+	b := &member{harness: newStoreHarness(t, "ful-b", st, Config{Escalator: escB}, &fakeDecider{decisions: storeDecisions}), st: st, stopLease: stopLease}
+
+	if err := b.f.Cancel("p1", "ops"); err != nil {
+		t.Fatalf("b.Cancel(p1): %v", err)
+	}
+	close(st.scanRelease) // the scan's listing, read while b held the record, arrives now
+	// The record watch and the scan have run once the group's view says
+	// p1 is gone and b's recovery has moved on to watching leases.
+	waitLong(t, "b's start-up scan done", func() bool {
+		list, err := b.f.GroupPending(t.Context())
+		return err == nil && len(list) == 0
+	})
+	sent := sentBy(b, 300*time.Millisecond)
+	if len(sent) != 2 || sent[0].Kind != agent.KindReject || sent[0].CorrelationID.First() != "p1" || sent[1].Kind != agent.KindChat {
+		t.Fatalf("b sent %v, want p1's reject and its chat only", sent)
+	}
+	for _, s := range b.stages("p1") {
+		if s == StageResumed {
+			t.Errorf("b resumed p1, which it cancelled (stages %v)", b.stages("p1"))
+		}
+	}
+	select {
+	case e := <-escB.asked:
+		t.Errorf("b asked about %s, a proposal it cancelled", e.Proposal.ID)
+	default:
+	}
 }

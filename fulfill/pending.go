@@ -133,6 +133,12 @@ func (s *pendingStore) markEnded(id string) {
 	s.ended.Add(id, struct{}{})
 }
 
+// unmarkEnded forgets markEnded(id): an end that did not happen after
+// all (an operator's cancel whose take was refused).
+func (s *pendingStore) unmarkEnded(id string) {
+	s.ended.Remove(id)
+}
+
 // endedHere reports whether this process ended the proposal id.
 func (s *pendingStore) endedHere(id string) bool {
 	return s.ended.Contains(id)

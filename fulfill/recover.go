@@ -205,5 +205,12 @@ func (f *Fulfiller) awaitResumed(p *proposal, r *state.Pending) {
 	f.slots.take(p.env.From)
 	f.byRequest[p.requestID] = p
 	p.fulfilTimer = time.AfterFunc(time.Until(deadline), func() { f.fulfilTimedOut(p) })
+	// Its response may have come while no member held the proposal (the
+	// former owner had stopped reading, this one had not adopted yet).
+	late, came := f.peerResps.take(p.requestID)
 	f.mu.Unlock()
+	if came {
+		f.log.Info("response to an adopted fulfilment request came before the adoption; taken now", "proposal", p.env.ID, "request", p.requestID)
+		f.onResponse(late)
+	}
 }

@@ -329,7 +329,11 @@ func (f *Fulfiller) dropAdopted(p *proposal) {
 	if prev == StateAwaitingApproval {
 		f.cfg.Escalator.Cancel(p.env.ID, DropReason)
 	}
+	// Under f.mu: a proposal resumed a moment ago may still be getting
+	// its target and deadline (resumeOne), and the event reads them.
+	f.mu.Lock()
 	ev := p.event(StageIgnored)
+	f.mu.Unlock()
 	ev.Reason, ev.Message = ReasonAdopted, "the proposal's record belongs to another member now"
 	f.emit(ev)
 }
@@ -390,12 +394,15 @@ func (f *Fulfiller) refreshGroup(ctx context.Context) {
 	}
 	var capacity int64
 	peers := false
+	var ids []string
 	for _, m := range ms {
 		capacity += int64(m.MaxPending)
 		if m.ID != f.cfg.Store.Member() {
 			peers = true
+			ids = append(ids, m.ID)
 		}
 	}
+	f.peerResps.sawMembers(ids)
 	recs, err := f.cfg.Store.List(ctx)
 	if err != nil {
 		f.log.Warn("group pending work not read", "err", err)

@@ -33,6 +33,10 @@ type faultyStore struct {
 	// claimGate, when set before the fulfiller runs, holds every Claim
 	// until a value is sent on it (a slow store).
 	claimGate chan struct{}
+	// scanAfterTake, scanListed and scanRelease, when set before the
+	// fulfiller runs, time its start-up scan around an operator's take
+	// (see Owned).
+	scanAfterTake, scanListed, scanRelease chan struct{}
 }
 
 var errCut = errors.New("test: store connection cut")

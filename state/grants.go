@@ -79,7 +79,7 @@ func (s *Store) RevokeGrant(ctx context.Context, id string) (g *Grant, err error
 // TTL, which only forgets them).
 func (s *Store) Grants(ctx context.Context) (gs []*Grant, err error) {
 	defer s.timed("grant", time.Now(), &err)
-	entries, err := snapshot(ctx, s.grants)
+	entries, err := s.snapshot(ctx, s.grants)
 	if err != nil {
 		return nil, fmt.Errorf("state: list grants: %w", err)
 	}

@@ -150,7 +150,7 @@ func (s *Store) leave(rev uint64) {
 // Members returns the members whose lease is live, this one included.
 func (s *Store) Members(ctx context.Context) (ms []MemberInfo, err error) {
 	defer s.timed("list", time.Now(), &err)
-	entries, err := snapshot(ctx, s.members)
+	entries, err := s.snapshot(ctx, s.members)
 	if err != nil {
 		return nil, fmt.Errorf("state: list members: %w", err)
 	}
@@ -292,7 +292,7 @@ func (s *Store) orphanOwners(ctx context.Context) ([]string, error) {
 }
 
 func (s *Store) allAnswers(ctx context.Context) ([]*Answer, error) {
-	entries, err := snapshot(ctx, s.outbox)
+	entries, err := s.snapshot(ctx, s.outbox)
 	if err != nil {
 		return nil, fmt.Errorf("state: list outbox: %w", err)
 	}

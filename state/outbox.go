@@ -57,7 +57,7 @@ func (s *Store) Ack(ctx context.Context, proposalID string) (err error) {
 // Outbox returns this member's answers not yet acknowledged, oldest first.
 func (s *Store) Outbox(ctx context.Context) (as []*Answer, err error) {
 	defer s.timed("outbox", time.Now(), &err)
-	entries, err := snapshot(ctx, s.outbox)
+	entries, err := s.snapshot(ctx, s.outbox)
 	if err != nil {
 		return nil, fmt.Errorf("state: list outbox: %w", err)
 	}

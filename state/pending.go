@@ -1,11 +1,15 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -289,7 +293,7 @@ func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 // recovery.
 func (s *Store) List(ctx context.Context) (ps []*Pending, err error) {
 	defer s.timed("list", time.Now(), &err)
-	entries, err := snapshot(ctx, s.pending)
+	entries, err := s.snapshot(ctx, s.pending)
 	if err != nil {
 		return nil, fmt.Errorf("state: list pending: %w", err)
 	}
@@ -329,75 +333,73 @@ func decodePending(e jetstream.KeyValueEntry) (*Pending, error) {
 	return &p, nil
 }
 
-// snapshot reads the current value of every live key in a bucket with one
-// watcher (one consumer), rather than a round trip per key.
-func snapshot(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueEntry, error) {
+// snapshot reads the current value of every live key in a bucket, as the
+// bucket's stream leader has it, in the order the values were written.
+//
+// Not through a watcher: a watcher's consumer is placed on any replica of
+// the stream (nats-server's createGroupForConsumer picks an R1 consumer's
+// peer at random), and a follower may not yet have applied a write the
+// leader acknowledged. Such a snapshot missed a lease just written
+// (Members = [A] with A, B and C live) and returned a record's previous
+// revision and owner (TestReadsAreCurrent). Callers decide adoption,
+// recovery and what the operator sees on it, so it reads what the leader
+// has: the keys from its stream info, then each key's last value by a
+// get, which the leader answers (direct gets are off, see leaderReads).
+func (s *Store) snapshot(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueEntry, error) {
 	if _, ok := ctx.Deadline(); !ok {
-		// A watcher on an unreachable store would wait forever.
+		// An unreachable store would otherwise be waited on forever.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultOpTimeout)
 		defer cancel()
 	}
-	// A watcher's consumer may sit on a replica that lags the stream's
-	// leader: its "all current values" marker can come before a value
-	// the leader already acknowledged (seen as Members missing a member
-	// whose lease was written). The leader says how many keys hold a
-	// value; the snapshot waits, briefly, until the watcher has shown
-	// that many.
-	want := uint64(0)
-	if st, err := kv.Status(ctx); err == nil {
-		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-			want = bs.StreamInfo().State.NumSubjects
-		}
-	}
-	w, err := kv.WatchAll(ctx)
+	st, err := s.js.Stream(ctx, "KV_"+kv.Bucket())
 	if err != nil {
 		return nil, err
 	}
-	defer w.Stop()
-	latest := map[string]jetstream.KeyValueEntry{}
-	var order []string
-	caughtUp := false
-	var lag <-chan time.Time
-	for {
-		if caughtUp && uint64(len(latest)) >= want {
-			break
-		}
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("watcher closed")
-			}
-			if e == nil { // all current values delivered, as this replica knows them
-				caughtUp = true
-				if uint64(len(latest)) < want {
-					t := time.NewTimer(snapshotLag)
-					defer t.Stop()
-					lag = t.C
-				}
-				continue
-			}
-			if _, seen := latest[e.Key()]; !seen {
-				order = append(order, e.Key())
-			}
-			latest[e.Key()] = e
-		case <-lag:
-			// A key the leader counted may have been removed since
-			// (expired, purged): what the watcher has is the snapshot.
-			caughtUp, want = true, 0
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	prefix := "$KV." + kv.Bucket() + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, err
 	}
-	var out []jetstream.KeyValueEntry
-	for _, k := range order {
-		if e := latest[k]; e.Operation() == jetstream.KeyValuePut {
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subj, prefix))
+	}
+	// One get per key, a few at a time: on an external cluster each is a
+	// round trip to the leader.
+	entries := make([]jetstream.KeyValueEntry, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, snapshotReaders)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			e, err := kv.Get(ctx, k)
+			switch {
+			case err == nil:
+				entries[i] = e
+			case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+				// Only a delete or purge marker left, or removed since
+				// the stream info: not a live key.
+			default:
+				errs[i] = fmt.Errorf("get %q: %w", truncate(k), err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := entries[:0]
+	for _, e := range entries {
+		if e != nil {
 			out = append(out, e)
 		}
 	}
+	slices.SortFunc(out, func(x, y jetstream.KeyValueEntry) int { return cmp.Compare(x.Revision(), y.Revision()) })
 	return out, nil
 }
 
-// snapshotLag bounds how long a snapshot waits for a lagging replica to
-// show the keys its leader counts.
-const snapshotLag = 2 * time.Second
+// snapshotReaders bounds a snapshot's concurrent gets.
+const snapshotReaders = 16

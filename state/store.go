@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -413,6 +414,13 @@ func (s *Store) leaderReads(ctx context.Context, bucket string, kv jetstream.Key
 		if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("state: bucket %s: turn off direct gets: %w", bucket, err)
 		}
+		// While a replicated stream takes an update its subjects can be
+		// without a responder: a write right after Open failed with "no
+		// response from stream" (TestLapsedMemberIsAdoptedExactlyOnce,
+		// once reads no longer took a consumer's creation to answer).
+		if err := s.awaitPublishes(ctx, bucket); err != nil {
+			return nil, err
+		}
 	}
 	// Bind again in every case: kv may have been bound while direct gets
 	// were on (our create, or another member's update between it and the
@@ -424,6 +432,32 @@ func (s *Store) leaderReads(ctx context.Context, bucket string, kv jetstream.Key
 	}
 	return kv, nil
 }
+
+// awaitPublishes waits until bucket's stream answers a write: a publish
+// to a probe key that expects a last sequence no key can have, which the
+// stream refuses (wrong last sequence) without storing anything. Only
+// "no response from stream" (nothing stored either) is waited out.
+func (s *Store) awaitPublishes(ctx context.Context, bucket string) error {
+	for {
+		m := nats.NewMsg("$KV." + bucket + "." + probeKey)
+		_, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(math.MaxUint64))
+		switch {
+		case err == nil:
+			return fmt.Errorf("state: bucket %s: a probe that must be refused was stored", bucket)
+		case !errors.Is(err, jetstream.ErrNoStreamResponse):
+			return nil // answered: the refusal expected, or another error the writes will report
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("state: bucket %s does not answer writes: %w", bucket, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// probeKey is the key awaitPublishes writes to (and never stores): not a
+// key any record, lease or grant can have (theirs are ids or hashes).
+const probeKey = "_probe"
 
 // isReplicasUnavailable reports a create that failed for want of servers:
 // a non-clustered server refuses replicas > 1, a small cluster has too few

@@ -185,11 +185,27 @@ func TestGroupSyncErrors(t *testing.T) {
 func TestGroupSyncSoon(t *testing.T) {
 	fs := &fakeFS{}
 	g := newGroupSync(fs.flush, fs.release)
-	for range 100 {
+	// What is armed says what will run: a timer is the one sync
+	// promised, and nothing else starts a sync unasked.
+	armed := func() *time.Timer {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.lazy
+	}
+	g.soon()
+	first := armed()
+	for range 99 {
 		g.soon()
+		if armed() != first {
+			t.Fatal("soon armed a second sync while one was promised")
+		}
 	}
 	waitUntil(t, "the sync soon promised", func() bool { return fs.syncs.Load() == 1 })
-	time.Sleep(3 * lazySync)
+	waitUntil(t, "the sync soon promised to end", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.lazy == nil && !g.running && len(g.waiters) == 0
+	})
 	if n := fs.syncs.Load(); n != 1 {
 		t.Errorf("%d syncs after 100 calls of soon, want 1", n)
 	}
@@ -199,9 +215,8 @@ func TestGroupSyncSoon(t *testing.T) {
 		t.Errorf("%d syncs after close with a sync promised, want 2", n)
 	}
 	g.soon()
-	time.Sleep(3 * lazySync)
-	if n := fs.syncs.Load(); n != 2 {
-		t.Errorf("a sync ran after close (%d in all)", n)
+	if armed() != nil {
+		t.Error("soon after close promised a sync")
 	}
 }
 

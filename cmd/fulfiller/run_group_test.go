@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -59,20 +60,13 @@ func TestRunGroupOfTwoAnswersOnceAndAdopts(t *testing.T) {
 	prop := spacetest.NewProposer(t, coder)
 
 	procs := map[string]*os.Process{}
+	addrs := map[string]string{}
 	for _, id := range []string{"ful-a", "ful-b"} {
-		procs[id] = w.start(bin, id, url, "--lease", "2s")
+		addrs[id] = freeAddr(t)
+		procs[id] = w.start(bin, id, url, "--lease", "2s", "--http", addrs[id])
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, a := coder.Participant("ful-a")
-		_, b := coder.Participant("ful-b")
-		if a && b {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the members did not both join:\n%s", w.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	for _, id := range []string{"ful-a", "ful-b"} {
+		waitJoined(t, w, id)
 	}
 
 	var ids []string
@@ -93,20 +87,6 @@ func TestRunGroupOfTwoAnswersOnceAndAdopts(t *testing.T) {
 			t.Errorf("%s: %+v, want fulfilled %v (else reject policy)", id, out, want)
 		}
 	}
-	time.Sleep(time.Second) // room for a second answer, if one were coming
-	for _, id := range ids {
-		if n := len(w.answersTo(id)); n != 1 {
-			t.Errorf("%s has %d answers from the group, want 1: %v", id, n, w.answersTo(id))
-		}
-	}
-	for _, env := range w.wire.Envelopes() {
-		if env.Kind == agent.KindReject && (reasonOf(env) == "busy" || reasonOf(env) == "duplicate") {
-			t.Errorf("a member said %s: %+v", reasonOf(env), env)
-		}
-	}
-	if got := w.calls["done"].Load(); got != 8 {
-		t.Errorf("done ran %d times, want 8", got)
-	}
 
 	// The member that asks about p-ask dies; the other asks again.
 	w.propose(prop, "p-ask", "ask")
@@ -125,13 +105,47 @@ func TestRunGroupOfTwoAnswersOnceAndAdopts(t *testing.T) {
 	if err != nil || !out.Fulfilled {
 		t.Fatalf("p-ask after alice accepted the adopter's prompt: %+v %v\n%s", out, err, w.logs.String())
 	}
-	time.Sleep(time.Second)
-	if got := w.calls["ask"].Load(); got != 1 {
-		t.Errorf("ask ran %d times, want 1", got)
+	// The proposer has its answer; the survivor ends p-ask once it has
+	// read the response too (else, alone, it would answer it "other" as
+	// it stops). Once it has exited, whatever the group sent is on the
+	// wire: no second answer can still be coming.
+	spacetest.WaitUntil(t, again.From+" has nothing pending", func() bool {
+		_, m := httpGet(addrs[again.From], "/metrics", "")
+		return strings.Contains(m, "\nfulfiller_proposals_pending 0\n")
+	})
+	if err := procs[again.From].Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
 	}
-	if n := len(w.answersTo("p-ask")); n != 1 {
-		t.Errorf("p-ask has %d answers, want 1: %v", n, w.answersTo("p-ask"))
+	if st, err := procs[again.From].Wait(); err != nil || !st.Success() {
+		t.Fatalf("%s after SIGTERM: %v %v", again.From, st, err)
 	}
+	for _, id := range append(ids, "p-ask") {
+		if n := len(w.answersTo(id)); n != 1 {
+			t.Errorf("%s has %d answers from the group, want 1: %v", id, n, w.answersTo(id))
+		}
+	}
+	for _, env := range w.wire.Envelopes() {
+		if env.Kind == agent.KindReject && (reasonOf(env) == "busy" || reasonOf(env) == "duplicate") {
+			t.Errorf("a member said %s: %+v", reasonOf(env), env)
+		}
+	}
+	for tool, want := range map[string]int32{"done": 8, "ask": 1} {
+		if got := w.calls[tool].Load(); got != want {
+			t.Errorf("%s ran %d times, want %d", tool, got, want)
+		}
+	}
+}
+
+// waitJoined waits for the gateway's presence event of id joining.
+func waitJoined(t *testing.T, w *stateWorld, id string) {
+	t.Helper()
+	w.wire.WaitFor(t, id+" joins", func(env agent.Envelope) bool {
+		var p struct {
+			Event       string
+			Participant struct{ ID string }
+		}
+		return env.Kind == agent.KindPresence && json.Unmarshal(env.Payload, &p) == nil && p.Event == "join" && p.Participant.ID == id
+	})
 }
 
 func reasonOf(env agent.Envelope) string {

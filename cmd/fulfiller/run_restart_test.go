@@ -22,11 +22,11 @@ import (
 	"github.com/mewkit/fulfiller/internal/toolserver"
 )
 
-// restartPolicy fulfils "done" and "hang" at once, escalates "ask" (30 s
+// restartPolicy fulfils "done", "hang" and "slow" at once, escalates "ask" (30 s
 // deadline) and "quick" (2 s deadline) to alice and rejects "deny".
 const restartPolicy = `package fulfiller
 
-decision := {"action": "fulfill"} if input.tool.name in {"done", "hang"}
+decision := {"action": "fulfill"} if input.tool.name in {"done", "hang", "slow"}
 
 decision := {"action": "escalate", "approvers": ["alice"], "timeout": "30s", "message": "may coder do it?"} if input.tool.name == "ask"
 
@@ -37,6 +37,9 @@ decision := {"action": "reject", "reason": "policy", "message": "never"} if inpu
 
 // stateWorld is a space with a proposer (coder), a human (alice) who
 // answers by hand, and a tool owner (fs) that counts the calls it ran.
+// Its tool "slow" answers a call only when the test releases the call's
+// arguments.gate (release), so that a call is in flight for as long as a
+// test needs.
 type stateWorld struct {
 	ctx    context.Context
 	srv    *space.Server
@@ -46,7 +49,26 @@ type stateWorld struct {
 	alice  *agent.Client
 	logs   lockedBuffer
 	t      *testing.T
+
+	gateMu sync.Mutex
+	gates  map[string]chan struct{}
 }
+
+// gate is the channel the "slow" call with arguments.gate name waits on.
+func (w *stateWorld) gate(name string) chan struct{} {
+	w.gateMu.Lock()
+	defer w.gateMu.Unlock()
+	if w.gates == nil {
+		w.gates = map[string]chan struct{}{}
+	}
+	if w.gates[name] == nil {
+		w.gates[name] = make(chan struct{})
+	}
+	return w.gates[name]
+}
+
+// release lets the "slow" calls with arguments.gate name answer.
+func (w *stateWorld) release(name string) { close(w.gate(name)) }
 
 // lockedBuffer collects the fulfillers' logs for a failure message.
 type lockedBuffer struct {
@@ -73,14 +95,22 @@ func newStateWorld(t *testing.T) *stateWorld {
 	t.Cleanup(cancel)
 	w := &stateWorld{ctx: ctx, srv: srv, wire: spacetest.RecordWire(t, srv), policy: policy, calls: map[string]*atomic.Int32{}, t: t}
 	var tools []toolserver.Tool
-	for _, name := range []string{"done", "hang", "ask", "quick", "deny"} {
+	for _, name := range []string{"done", "hang", "ask", "quick", "deny", "slow"} {
 		n := &atomic.Int32{}
 		w.calls[name] = n
 		tools = append(tools, toolserver.Tool{Name: name, InputSchema: map[string]any{"type": "object"},
-			Call: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			Call: func(ctx context.Context, args json.RawMessage) (string, error) {
 				n.Add(1)
-				if name == "hang" {
+				switch name {
+				case "hang":
 					<-ctx.Done()
+				case "slow":
+					var a struct{ Gate string }
+					_ = json.Unmarshal(args, &a)
+					select {
+					case <-w.gate(a.Gate):
+					case <-ctx.Done():
+					}
 				}
 				return name + " ran", nil
 			}})
