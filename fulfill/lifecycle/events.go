@@ -1,0 +1,230 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event is something that happened to the core: a frame read, the result
+// of an effect the shell carried out, a timer. Each is handled by Step,
+// one at a time.
+type Event interface{ event() }
+
+// Proposed: an mcp/proposal was read. Invalid is validation's verdict
+// (rule 1), done by the shell's parser before the event.
+type Proposed struct {
+	ID, From string
+	Envelope json.RawMessage
+	Params   json.RawMessage
+	Invalid  string
+	Size     int
+}
+
+// Stored is the result of the Write with the same ID and Seq.
+type Stored struct {
+	ID  string
+	Seq uint64
+	Rev uint64 // the record's revision after the write
+	Err error  // nil, ErrExists, ErrConflict, or any other error: unavailable
+}
+
+// Decided is the policy's answer (after routing: Target is the route,
+// Incapable why there is none) to the Decide with the same ID.
+type Decided struct {
+	ID        string
+	Decision  Decision
+	Incapable string
+	Again     bool // the re-check of an edited call (rule 7)
+}
+
+// Sent is the outcome of writing a SendReject or SendRequest.
+type Sent struct {
+	ID         string
+	EnvelopeID string
+	Err        error
+}
+
+// TimerKind says what a timer is for.
+type TimerKind int
+
+// Timer kinds.
+const (
+	TimerDeadline TimerKind = iota // the proposal's Deadline
+	TimerRetry                     // try a failed store write again
+	TimerResend                    // write a reject that could not be written again
+)
+
+// Fired: the timer a Schedule asked for went off. Timers are never
+// cancelled: one that no longer matches the proposal's state is ignored.
+type Fired struct {
+	ID   string
+	At   time.Time
+	Kind TimerKind
+}
+
+// WithdrawnBy: an mcp/withdraw naming proposal ID, from From.
+type WithdrawnBy struct{ ID, From, Reason string }
+
+// Responded: an mcp/response whose correlation_id[0] is RequestID.
+// HasRPCID is false for reference-SDK answers, which carry no id (rule 12).
+type Responded struct {
+	RequestID string
+	From      string
+	HasRPCID  bool
+	RPCID     int64
+}
+
+// AnswerAction is what an approver's elicitation answer says.
+type AnswerAction string
+
+// Answer actions (MCP elicitation result.action).
+const (
+	Accept  AnswerAction = "accept"
+	Decline AnswerAction = "decline"
+	Cancel  AnswerAction = "cancel"
+)
+
+// PromptAnswered: an answer to the prompt whose envelope id is PromptID.
+// Verified is the shell's signature check (true when the approver has no
+// key); Params the edited params of an accept, nil when unedited.
+type PromptAnswered struct {
+	PromptID string
+	From     string
+	Action   AnswerAction
+	Approve  bool
+	Verified bool
+	Params   json.RawMessage
+	Reason   string
+}
+
+// SupersededBy: another participant answered proposal ID (its own
+// mcp/request or mcp/reject naming it).
+type SupersededBy struct{ ID, By string }
+
+// Resumed hands the core records from the store: its own at start, or a
+// lapsed member's it adopted.
+type Resumed struct {
+	Records []Proposal
+	How     string
+}
+
+// Closing: shutdown; every open proposal is answered "other".
+type Closing struct{}
+
+// PeersChanged says whether other group members are live (a claim the
+// store cannot take is then left to them).
+type PeersChanged struct{ Peers bool }
+
+func (Proposed) event()       {}
+func (Stored) event()         {}
+func (Decided) event()        {}
+func (Sent) event()           {}
+func (Fired) event()          {}
+func (WithdrawnBy) event()    {}
+func (Responded) event()      {}
+func (PromptAnswered) event() {}
+func (SupersededBy) event()   {}
+func (Resumed) event()        {}
+func (Closing) event()        {}
+func (PeersChanged) event()   {}
+
+// Effect is what the shell must carry out. The shell carries out the
+// effects of one proposal one after the other, in the order Step
+// returned them (a crash may cut that sequence anywhere, never reorder
+// it), and reports Write, Decide, SendReject and SendRequest back as
+// events. Effects of different proposals are independent.
+type Effect interface{ effect() }
+
+// Write persists Record (nil: delete) with compare-and-set on Rev;
+// Create claims the proposal id (create-if-absent, group-wide). Its
+// result is a Stored with the same ID and Seq. At most one Write per
+// proposal is outstanding.
+type Write struct {
+	ID     string
+	Seq    uint64
+	Record *Proposal
+	Create bool
+	Rev    uint64
+}
+
+// Decide asks the policy (and routing). Params and Approvals are set for
+// the re-check of an edited call.
+type Decide struct {
+	ID        string
+	Params    json.RawMessage
+	Approvals []Approval
+	Again     bool
+}
+
+// SendReject writes an mcp/reject (then a chat when Message is set); its
+// result is a Sent. The envelope id is the recorded one: re-sent, it is
+// the same envelope.
+type SendReject struct {
+	ID, To, EnvelopeID, Reason, Message string
+}
+
+// SendRequest writes the fulfilment mcp/request; its result is a Sent.
+type SendRequest struct {
+	ID, To, EnvelopeID string
+	RPCID              int64
+	Params             json.RawMessage
+}
+
+// SendCancel writes notifications/cancelled for a fulfilment request.
+type SendCancel struct {
+	ID, To, RequestEnvelopeID string
+	RPCID                     int64
+	Reason                    string
+}
+
+// Ask sends (again) the open prompts of a proposal, each to its approver.
+type Ask struct {
+	ID       string
+	Prompts  []Prompt
+	Deadline time.Time
+}
+
+// CancelAsk cancels open prompts (notifications/cancelled to each);
+// Reason DropReason cancels nothing on the wire: another member asks the
+// same prompts now. The shell drops an Ask of the proposal it has not
+// carried out yet: nothing is asked after the proposal ended.
+type CancelAsk struct {
+	ID      string
+	Prompts []Prompt
+	Reason  string
+}
+
+// DropReason is CancelAsk's reason when the proposal is another member's.
+const DropReason = "adopted_elsewhere"
+
+// Schedule asks for a Fired at At.
+type Schedule struct {
+	ID   string
+	At   time.Time
+	Kind TimerKind
+}
+
+// Log is a decision-log line, written ahead: the shell writes it before
+// the effects after it.
+type Log struct{ Line Line }
+
+// Line is a decision-log line.
+type Line struct {
+	Stage      string `json:"stage"`
+	ProposalID string `json:"proposal_id"`
+	DecisionID string `json:"decision_id"`
+	Revision   string `json:"revision,omitempty"`
+	Action     Action `json:"action,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Message    string `json:"message,omitempty"`
+}
+
+func (Write) effect()       {}
+func (Decide) effect()      {}
+func (SendReject) effect()  {}
+func (SendRequest) effect() {}
+func (SendCancel) effect()  {}
+func (Ask) effect()         {}
+func (CancelAsk) effect()   {}
+func (Schedule) effect()    {}
+func (Log) effect()         {}
