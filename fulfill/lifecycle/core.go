@@ -56,6 +56,9 @@ type entry struct {
 	// was being written: it is taken once the claim says the proposal is
 	// this member's, so that its line carries the claim's decision.
 	early *earlyEnd
+	// retried: a write was tried again after an error (which may have
+	// been applied all the same); reloading: a Reload is outstanding.
+	retried, reloading bool
 }
 
 type earlyEnd struct {
@@ -132,6 +135,12 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.closing()
 	case PeersChanged:
 		c.peers = ev.Peers
+	case Reloaded:
+		s.reloaded(ev)
+	case Released:
+		if e, ok := c.props[ev.ID]; ok {
+			s.fenced(e)
+		}
 	default:
 		panic(fmt.Sprintf("lifecycle: unknown event %T", ev))
 	}
@@ -192,7 +201,7 @@ func (s *step) queueWrite(e *entry, w pendingWrite) {
 }
 
 func (s *step) issue(e *entry) {
-	if e.writing || len(e.writes) == 0 {
+	if e.writing || e.reloading || len(e.writes) == 0 {
 		return
 	}
 	w := e.writes[0]
@@ -217,25 +226,71 @@ func (s *step) stored(ev Stored) {
 		s.then(e, w)
 		s.issue(e)
 		s.forgetIfDone(e)
-	case w.create && ev.Err == ErrExists:
-		// Claimed before: a replay, or another member decides it.
-		e.outcome = Dropped // not ended here: a record of it may come to this member later
-		s.log(e, "ignored", func(l *Line) { l.Reason = "duplicate" })
-		s.forget(e)
-	case ev.Err == ErrConflict:
-		s.fenced(e)
+	case w.create && ev.Err == ErrExists && !e.retried:
+		s.duplicate(e)
+	case ev.Err == ErrExists || ev.Err == ErrConflict:
+		// Another member's now, or an earlier try of this very write
+		// that failed was applied after all (a store timeout does not
+		// say which): the record says.
+		s.reload(e)
 	case w.create && !s.now.Before(e.p.Deadline):
-		// Never claimed by its deadline: no record, nothing to answer
-		// exactly once; left to the group or the proposer's timeout.
-		e.outcome = Dropped
-		s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
-		s.forget(e)
+		// Not claimed by its deadline, as far as this member knows: the
+		// record says whether a try was applied after all.
+		e.retried = true
+		s.reload(e)
 	default:
+		e.retried = true // an error may hide an applied write
 		// Unavailable: nothing is sent before its record is written, so
 		// the write is tried again (a claim too: a proposal is never
 		// answered without a record, which could answer it twice).
 		e.retryAt = s.now.Add(c.cfg.RetryAfter)
 		s.emit(Schedule{ID: e.p.ID, At: e.retryAt, Kind: TimerRetry})
+	}
+}
+
+func (s *step) reload(e *entry) {
+	e.reloading = true
+	s.emit(Reload{ID: e.p.ID})
+}
+
+// duplicate drops e: its id was claimed before, by a replay's original
+// or by another member.
+func (s *step) duplicate(e *entry) {
+	e.outcome = Dropped // not ended here: a record of it may come to this member later
+	s.log(e, "ignored", func(l *Line) { l.Reason = "duplicate" })
+	s.forget(e)
+}
+
+// reloaded settles a write that found the record changed: ours (an
+// earlier try applied, or taken back), someone else's, or gone.
+func (s *step) reloaded(ev Reloaded) {
+	c := s.c
+	e, ok := c.props[ev.ID]
+	if !ok || !e.reloading {
+		return
+	}
+	e.reloading = false
+	w := e.writes[0]
+	switch r := ev.Record; {
+	case r != nil && r.Owner == c.cfg.Member && r.Rev != e.p.Rev:
+		s.resume(*r, "reloaded")
+	case r != nil && r.Owner == c.cfg.Member:
+		s.issue(e)
+	case r == nil && w.rec == nil && !w.create:
+		// The delete was applied by an earlier try.
+		e.writes = e.writes[1:]
+		s.issue(e)
+		s.forgetIfDone(e)
+	case w.create && !e.claimed && r == nil && !s.now.Before(e.p.Deadline):
+		// No try was applied: nothing to answer exactly once; left to
+		// the group or to the proposer's own timeout.
+		e.outcome = Dropped
+		s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
+		s.forget(e)
+	case w.create && !e.claimed:
+		s.duplicate(e)
+	default:
+		s.fenced(e)
 	}
 }
 
@@ -584,12 +639,10 @@ func (s *step) fired(ev Fired) {
 			// Never claimed (the store was unreachable): no record, so
 			// nothing can be answered exactly once; left to the group
 			// or to the proposer's own timeout.
-			if e.writing {
+			if e.writing || e.reloading {
 				return // the claim's result decides (then sees the deadline)
 			}
-			e.outcome = Dropped
-			s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
-			s.forget(e)
+			s.reload(e) // a failed try may have been applied all the same
 			return
 		}
 		switch p.Phase {

@@ -108,6 +108,20 @@ type Resumed struct {
 	How     string
 }
 
+// Reloaded is the record Reload read (nil: there is none).
+type Reloaded struct {
+	ID     string
+	Record *Proposal
+}
+
+// Released: this member's lease on the proposal's record lapsed (or an
+// operator took it) and another member holds it now. The shell stops
+// carrying out the proposal's effects not yet carried out before it
+// steps the core with this, and before the record is adopted: a lease
+// protocol's guarantee (a member that cannot renew stops acting before
+// its lease lapses), without which no store write can fence a send.
+type Released struct{ ID string }
+
 // Closing: shutdown; every open proposal is answered "other".
 type Closing struct{}
 
@@ -126,6 +140,8 @@ func (PromptAnswered) event() {}
 func (SupersededBy) event()   {}
 func (Resumed) event()        {}
 func (Closing) event()        {}
+func (Reloaded) event()       {}
+func (Released) event()       {}
 func (PeersChanged) event()   {}
 
 // Effect is what the shell must carry out. The shell carries out the
@@ -146,6 +162,10 @@ type Write struct {
 	Create bool
 	Rev    uint64
 }
+
+// Reload reads the proposal's record (its Rev set); its result is a
+// Reloaded.
+type Reload struct{ ID string }
 
 // Decide asks the policy (and routing). Params and Approvals are set for
 // the re-check of an edited call.
@@ -221,6 +241,7 @@ type Line struct {
 
 func (Write) effect()       {}
 func (Decide) effect()      {}
+func (Reload) effect()      {}
 func (SendReject) effect()  {}
 func (SendRequest) effect() {}
 func (SendCancel) effect()  {}

@@ -27,7 +27,7 @@ var (
 // replays it.
 func TestSimulation(t *testing.T) {
 	if *flagSeed != 0 {
-		if err := simulate(*flagSeed, *flagSteps, testing.Verbose()); err != nil {
+		if err := simulate(*flagSeed, *flagSteps, testing.Verbose(), map[string]int{}); err != nil {
 			t.Fatalf("seed %d: %v", *flagSeed, err)
 		}
 		return
@@ -40,14 +40,46 @@ func TestSimulation(t *testing.T) {
 		}
 	}
 	failed := 0
+	covered := map[string]int{}
 	for seed := uint64(1); seed <= uint64(n); seed++ {
-		if err := simulate(seed, *flagSteps, false); err != nil {
+		if err := simulate(seed, *flagSteps, false, covered); err != nil {
 			t.Errorf("seed %d: %v\n  replay: go test ./fulfill/lifecycle -run 'TestSimulation$' -seed %d -v", seed, err, seed)
 			if failed++; failed >= 3 {
 				t.FailNow()
 			}
 		}
 	}
+	// The schedules must reach every path the invariants are about; a
+	// change to the world that stops reaching one fails here.
+	var missing []string
+	for _, k := range mustCover {
+		if covered[k] == 0 {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("%d seeds never reached: %v", n, missing)
+	}
+	keys := make([]string, 0, len(covered))
+	for k := range covered {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Logf("%-32s %d", k, covered[k])
+	}
+}
+
+// mustCover are the paths (decision-log stages and reasons, and world
+// events) that the seeds of one run must reach.
+var mustCover = []string{
+	"fulfilled", "queued", "approved", "withdrawn", "resumed", "escalated",
+	"rejected/timeout", "rejected/disagree", "rejected/invalid", "rejected/busy", "rejected/incapable",
+	"rejected/policy", "rejected/other",
+	"ignored/duplicate", "ignored/adopted_elsewhere", "ignored/spoofed_withdraw", "ignored/forged_answer",
+	"ignored/response_from_other", "ignored/wrong_rpc_id", "ignored/late_withdraw", "ignored/store_unavailable",
+	"world/crash", "world/adopt", "world/release", "world/ambiguous_write", "world/reload", "world/shutdown",
+	"world/resent_reject", "world/edit_rechecked",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -70,12 +102,13 @@ type frame struct {
 }
 
 type member struct {
-	id    string
-	core  *Core
-	alive bool
-	inc   int
-	inbox []frame
-	ops   map[string][]Effect // per proposal, in order
+	id      string
+	core    *Core
+	alive   bool
+	closing bool
+	inc     int
+	inbox   []frame
+	ops     map[string][]Effect // per proposal, in order
 	// timers are the Schedules not yet fired.
 	timers []Fired
 	// withdrawnHere: this incarnation ended the proposal as withdrawn.
@@ -133,6 +166,7 @@ type sim struct {
 	promptPlan map[string]string
 	quiescing  bool
 	violation  error // the first invariant broken since the last check
+	covered    map[string]int
 }
 
 type simIDs struct {
@@ -146,9 +180,9 @@ func (i simIDs) DecisionID() string { i.s.ids++; return fmt.Sprintf("d%d", i.s.i
 
 var errUnavailable = errors.New("store unavailable")
 
-func simulate(seed uint64, steps int, verbose bool) (err error) {
+func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err error) {
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		truth: map[string]*truth{}, views: map[string]*view{}, verbose: verbose, decided: map[string]Action{},
+		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
 		toolPlan: map[string]string{}, promptPlan: map[string]string{},
 		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
@@ -183,6 +217,7 @@ func (s *sim) tracef(format string, args ...any) {
 func (s *sim) start(m *member) {
 	m.inc++
 	m.alive = true
+	m.closing = false
 	m.ops = map[string][]Effect{}
 	m.timers = nil
 	m.inbox = nil
@@ -238,6 +273,11 @@ func (s *sim) deliver(m *member, ev Event) {
 		case Log:
 			s.lines = append(s.lines, e.Line)
 			l := e.Line
+			if l.Reason != "" && (l.Stage == "rejected" || l.Stage == "ignored") {
+				s.covered[l.Stage+"/"+l.Reason]++
+			} else {
+				s.covered[l.Stage]++
+			}
 			if l.Stage == "withdrawn" {
 				m.withdrawnHere[l.ProposalID] = true
 			}
@@ -262,6 +302,8 @@ func (s *sim) deliver(m *member, ev Event) {
 		case Write:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case Decide:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case Reload:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case SendReject:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
@@ -321,11 +363,15 @@ func (s *sim) act() {
 				return
 			}
 		case r < 95:
-			if s.crash() {
+			if s.rng.IntN(3) == 0 && s.crash() {
+				return
+			}
+		case r < 96:
+			if s.restart() {
 				return
 			}
 		case r < 97:
-			if s.restart() {
+			if s.rng.IntN(4) == 0 && s.shutdown() {
 				return
 			}
 		case r < 98:
@@ -577,10 +623,23 @@ func (s *sim) carryOut(m *member, e Effect) {
 		rev, err := s.write(m, e)
 		s.tracef("%s write %s seq %d create %v delete %v: rev %d err %v", m.id, e.ID, e.Seq, e.Create, e.Record == nil, rev, err)
 		s.deliver(m, Stored{ID: e.ID, Seq: e.Seq, Rev: rev, Err: err})
+	case Reload:
+		var rec *Proposal
+		if st := s.store.recs[e.ID]; st != nil {
+			rec = &Proposal{}
+			if err := json.Unmarshal(st.data, rec); err != nil {
+				panic(err)
+			}
+			rec.Rev = st.rev
+		}
+		s.tracef("%s reloads %s: %v", m.id, e.ID, rec != nil)
+		s.covered["world/reload"]++
+		s.deliver(m, Reloaded{ID: e.ID, Record: rec})
 	case Decide:
 		t := s.truth[e.ID]
 		policy := t.policy
 		if e.Again {
+			s.covered["world/edit_rechecked"]++
 			var args struct {
 				Arguments struct{ Policy string } `json:"arguments"`
 			}
@@ -638,6 +697,14 @@ func (s *sim) carryOut(m *member, e Effect) {
 // errors for a share of the writes (which then did not happen).
 func (s *sim) write(m *member, w Write) (uint64, error) {
 	if s.rng.Float64() < s.failRate {
+		return 0, errUnavailable
+	}
+	// A timeout after the write was applied: the member cannot tell.
+	if s.rng.Float64() < s.failRate/3 {
+		if _, err := s.write(m, w); err == nil {
+			s.tracef("  %s's write %s applied, reported failed", m.id, w.ID)
+			s.covered["world/ambiguous_write"]++
+		}
 		return 0, errUnavailable
 	}
 	st := &s.store
@@ -718,6 +785,7 @@ func (s *sim) crash() bool {
 
 func (s *sim) down(m *member) {
 	s.tracef("%s crashes", m.id)
+	s.covered["world/crash"]++
 	ids := make([]string, 0, len(m.ops))
 	for id := range m.ops {
 		ids = append(ids, id)
@@ -746,14 +814,40 @@ func (s *sim) down(m *member) {
 	s.updatePeers()
 }
 
+// restart starts a member that is down, or one shutting down again
+// (its process ends, whatever it was still doing).
 func (s *sim) restart() bool {
 	for _, m := range s.members {
+		if m.alive && m.closing {
+			s.down(m)
+		}
 		if !m.alive {
 			s.start(m)
 			return true
 		}
 	}
 	return false
+}
+
+// shutdown: SIGTERM; the member answers everything it holds and keeps
+// running until it is restarted.
+func (s *sim) shutdown() bool {
+	if s.quiescing {
+		return false
+	}
+	ms := s.alive()
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	if m.closing {
+		return false
+	}
+	m.closing = true
+	s.tracef("%s shuts down", m.id)
+	s.covered["world/shutdown"]++
+	s.deliver(m, Closing{})
+	return true
 }
 
 // loseMember: a member's lease lapses (it crashed, or it is cut off but
@@ -769,10 +863,19 @@ func (s *sim) loseMember() bool {
 	if !to.alive {
 		return false
 	}
-	if from.alive && s.rng.IntN(2) == 0 {
+	switch {
+	case !from.alive:
+		s.tracef("%s's lease lapses", from.id)
+	case s.rng.IntN(2) == 0:
 		s.down(from)
-	} else {
+	default:
 		s.tracef("%s's lease lapses while it runs", from.id)
+		// It stops acting on its records first (see Released).
+		for _, r := range s.owned(from.id) {
+			delete(from.ops, r.ID)
+			s.covered["world/release"]++
+			s.deliver(from, Released{ID: r.ID})
+		}
 	}
 	s.adopt(from.id, to)
 	return true
@@ -788,6 +891,9 @@ func (s *sim) adopt(from string, to *member) {
 		recs[i].Rev = s.store.rev
 	}
 	s.tracef("%s adopts %d records of %s", to.id, len(recs), from)
+	if len(recs) > 0 {
+		s.covered["world/adopt"]++
+	}
 	if len(recs) > 0 {
 		s.deliver(to, Resumed{Records: recs, How: "adopted from " + from})
 	}
@@ -846,6 +952,9 @@ func (s *sim) onWire(f frame, m *member) {
 		}
 		v.requests = append(v.requests, f)
 	case "reject":
+		if len(v.rejects) > 0 && v.rejects[0].id == f.id {
+			s.covered["world/resent_reject"]++
+		}
 		if len(v.rejects) > 0 && v.rejects[0].id != f.id {
 			s.fail("two rejects for %s: %s (%s) and %s (%s)", f.pid, v.rejects[0].id, v.rejects[0].reason, f.id, f.reason)
 		}
