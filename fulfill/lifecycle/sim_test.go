@@ -141,6 +141,7 @@ type truth struct {
 	promptEnded  map[string]bool // cancelled, or answered by its approver
 	decisionIDs  map[string]bool // ids its answers may carry
 	withdrawSent bool
+	accepts      map[string]bool // approvers who sent a signed accept
 }
 
 type sim struct {
@@ -424,7 +425,7 @@ func (s *sim) propose() bool {
 	}
 	id := fmt.Sprintf("p%d", len(s.order)+1)
 	t := &truth{from: []string{"coder", "coder2"}[s.rng.IntN(2)], policy: policies[s.rng.IntN(len(policies))], invalid: s.rng.IntN(10) == 0,
-		cancels: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{}}
+		cancels: map[string]bool{}, accepts: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{}}
 	s.truth[id] = t
 	s.order = append(s.order, id)
 	s.tracef("%s proposes %s (%s, invalid %v)", t.from, id, t.policy, t.invalid)
@@ -538,7 +539,11 @@ func (s *sim) approverAnswers() bool {
 		s.promptPlan[f.id] = "decline"
 	}
 	if a.from == f.to && a.verified {
-		s.truth[f.pid].promptEnded[f.id] = true
+		t := s.truth[f.pid]
+		t.promptEnded[f.id] = true
+		if a.action == Accept && a.approve {
+			t.accepts[a.from] = true
+		}
 	}
 	s.tracef("%s answers prompt %s (%s)", a.from, f.id, plan)
 	s.broadcast(a)
@@ -946,6 +951,9 @@ func (s *sim) onWire(f frame, m *member) {
 		}
 		if t.invalid || t.policy == "reject" || t.policy == "incapable" {
 			s.fail("fulfilment request for %s, which is %s (invalid %v)", f.pid, t.policy, t.invalid)
+		}
+		if quorum := map[string]int{"escalate": 1, "escalate2": 2}[t.policy]; len(t.accepts) < quorum {
+			s.fail("fulfilment request for %s with %d approvals from its approvers, %d needed", f.pid, len(t.accepts), quorum)
 		}
 		if !s.logged(f.pid, "fulfilling", "") {
 			s.fail("fulfilment request for %s without a fulfilling line before it", f.pid)
