@@ -11,7 +11,7 @@
 // # The package fulfill today (what this core replaces)
 //
 // A pending proposal (fulfill.proposal) is changed from these goroutines,
-// through f.mu (about 60 Lock sites in fulfill), p.recMu (held across store
+// through f.mu (53 Lock sites in fulfill), p.recMu (held across store
 // I/O) and atomics (p.state, p.gov, p.fenced, p.removing):
 //
 //   - the reader (Run → handle): proposals, withdrawals, responses,
