@@ -7,11 +7,16 @@ import (
 	"time"
 )
 
-type counterIDs struct{ n int }
+// counterIDs mints ids from a counter; prefix keeps two processes' ids
+// apart.
+type counterIDs struct {
+	prefix string
+	n      int
+}
 
-func (c *counterIDs) EnvelopeID() string { c.n++; return fmt.Sprintf("e%d", c.n) }
+func (c *counterIDs) EnvelopeID() string { c.n++; return fmt.Sprintf("%se%d", c.prefix, c.n) }
 func (c *counterIDs) RPCID() int64       { c.n++; return int64(c.n) }
-func (c *counterIDs) DecisionID() string { c.n++; return fmt.Sprintf("d%d", c.n) }
+func (c *counterIDs) DecisionID() string { c.n++; return fmt.Sprintf("%sd%d", c.prefix, c.n) }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
