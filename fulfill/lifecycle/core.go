@@ -791,16 +791,21 @@ func (s *step) closing() {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		e := c.props[id]
-		if e.outcome != Open || !e.claimed {
-			continue
-		}
-		if e.p.Phase == Fulfilling {
-			s.commitReject(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target)
-			continue
-		}
-		s.commitReject(e, "other", "fulfiller is shutting down; propose again later")
+		s.closeOne(c.props[id])
 	}
+}
+
+// closeOne answers e "other" at shutdown, cancelling its request at the
+// owner if one went out.
+func (s *step) closeOne(e *entry) {
+	if e.outcome != Open || !e.claimed {
+		return
+	}
+	if e.p.Phase == Fulfilling {
+		s.commitReject(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target)
+		return
+	}
+	s.commitReject(e, "other", "fulfiller is shutting down; propose again later")
 }
 
 // resume takes over a record read from the store (docs/design.md
@@ -841,6 +846,10 @@ func (s *step) resume(r Proposal, how string) {
 	}
 	for _, pr := range p.Prompts {
 		c.byPrompt[pr.EnvelopeID] = p.ID
+	}
+	if c.closing {
+		// Adopted while shutting down: answered like the rest.
+		defer s.closeOne(e)
 	}
 	switch p.Phase {
 	case Answered:
@@ -961,16 +970,19 @@ func newIDSet(max int) *idSet { return &idSet{max: max, ids: map[string]struct{}
 
 func (s *idSet) has(id string) bool { _, ok := s.ids[id]; return ok }
 
-func (s *idSet) add(id string) {
+// add puts id in the set and returns the id it let go of, if any.
+func (s *idSet) add(id string) (evicted string) {
 	if s.has(id) {
-		return
+		return ""
 	}
 	s.ids[id] = struct{}{}
 	s.order = append(s.order, id)
 	if len(s.order) > s.max {
-		delete(s.ids, s.order[0])
+		evicted = s.order[0]
+		delete(s.ids, evicted)
 		s.order = s.order[1:]
 	}
+	return evicted
 }
 
 type withdrawal struct{ from, reason string }
@@ -988,15 +1000,10 @@ func (w *withdrawalSet) put(id, from, reason string) {
 	if _, ok := w.by[k]; ok {
 		return
 	}
-	w.ids.add(k)
-	w.by[k] = withdrawal{from, reason}
-	for len(w.by) > len(w.ids.ids) {
-		for k := range w.by {
-			if !w.ids.has(k) {
-				delete(w.by, k)
-			}
-		}
+	if old := w.ids.add(k); old != "" {
+		delete(w.by, old)
 	}
+	w.by[k] = withdrawal{from, reason}
 }
 
 func (w *withdrawalSet) get(id, from string) (withdrawal, bool) {
