@@ -125,6 +125,8 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.responded(ev)
 	case PromptAnswered:
 		s.answered(ev)
+	case Verdict:
+		s.verdict(ev)
 	case SupersededBy:
 		s.superseded(ev)
 	case Resumed:
@@ -335,7 +337,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			return
 		}
 		e.asked = true
-		s.emit(Ask{ID: e.p.ID, Prompts: openPrompts(e.p), Deadline: e.p.Deadline})
+		s.emit(Ask{ID: e.p.ID, Prompts: openPrompts(e.p), Deadline: e.p.Deadline, Quorum: max(e.p.Decision.Quorum, 1)})
 	}
 }
 
@@ -782,6 +784,41 @@ func (s *step) answered(ev PromptAnswered) {
 	}
 }
 
+func (s *step) verdict(ev Verdict) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding {
+		return
+	}
+	p := e.p
+	e.asked = false // the escalator ended, and cancelled what it had open
+	switch {
+	case ev.Superseded:
+		s.endQuietly(e, Superseded, "superseded", "answered by "+fmt.Sprint(ev.By))
+	case !ev.Approved:
+		reason := ev.Reason
+		if reason == "" {
+			reason = "disagree"
+		}
+		s.commitReject(e, reason, ev.Message)
+	default:
+		p.Approvals, p.ApprovedBy = nil, slices.Clone(ev.By)
+		for i, by := range ev.By {
+			a := Approval{Approver: by}
+			if i == len(ev.By)-1 {
+				a.Params = ev.Params
+			}
+			p.Approvals = append(p.Approvals, a)
+		}
+		s.log(e, "approved", nil)
+		if ev.Params != nil {
+			e.deciding, e.again = true, true
+			s.emit(Decide{ID: p.ID, Params: ev.Params, Approvals: slices.Clone(p.Approvals), Again: true})
+			return
+		}
+		s.commitFulfil(e, p.Decision.Target, p.Params)
+	}
+}
+
 func (s *step) closing() {
 	c := s.c
 	c.closing = true
@@ -874,7 +911,7 @@ func (s *step) resume(r Proposal, how string) {
 			s.commitReject(e, "timeout", "no approval by "+p.Deadline.UTC().Format(time.RFC3339)+" (the deadline passed while no fulfiller held the proposal)")
 			return
 		}
-		s.emit(Ask{ID: p.ID, Prompts: openPrompts(p), Deadline: p.Deadline})
+		s.emit(Ask{ID: p.ID, Prompts: openPrompts(p), Deadline: p.Deadline, Quorum: max(p.Decision.Quorum, 1)})
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	case Queued:
 		s.commitFulfil(e, p.Decision.Target, p.FinalArgs)

@@ -97,6 +97,21 @@ type PromptAnswered struct {
 	Reason   string
 }
 
+// Verdict: the shell's own escalator (elicit: quorum, signatures,
+// delegation, reminders, tiers) ended proposal ID's escalation, instead
+// of the core counting PromptAnswered. The escalator cancels its own
+// prompts still open. By are the approvers whose answers count; Params
+// the edited params of an approval, nil when approved as proposed.
+type Verdict struct {
+	ID         string
+	Approved   bool
+	By         []string
+	Params     json.RawMessage
+	Reason     string // when not approved: the wire reason (disagree when empty)
+	Message    string
+	Superseded bool // an approver answered the proposer directly
+}
+
 // SupersededBy: another participant answered proposal ID (its own
 // mcp/request or mcp/reject naming it).
 type SupersededBy struct{ ID, By string }
@@ -137,6 +152,7 @@ func (Fired) event()          {}
 func (WithdrawnBy) event()    {}
 func (Responded) event()      {}
 func (PromptAnswered) event() {}
+func (Verdict) event()        {}
 func (SupersededBy) event()   {}
 func (Resumed) event()        {}
 func (Closing) event()        {}
@@ -202,6 +218,7 @@ type Ask struct {
 	ID       string
 	Prompts  []Prompt
 	Deadline time.Time
+	Quorum   int // approvals needed (at least 1)
 }
 
 // CancelAsk cancels open prompts (notifications/cancelled to each);

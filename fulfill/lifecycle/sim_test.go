@@ -79,7 +79,7 @@ var mustCover = []string{
 	"ignored/duplicate", "ignored/adopted_elsewhere", "ignored/spoofed_withdraw", "ignored/forged_answer",
 	"ignored/response_from_other", "ignored/wrong_rpc_id", "ignored/late_withdraw", "ignored/store_unavailable",
 	"world/crash", "world/adopt", "world/release", "world/ambiguous_write", "world/reload", "world/shutdown",
-	"world/resent_reject", "world/edit_rechecked",
+	"world/resent_reject", "world/edit_rechecked", "world/verdict",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -113,6 +113,21 @@ type member struct {
 	timers []Fired
 	// withdrawnHere: this incarnation ended the proposal as withdrawn.
 	withdrawnHere map[string]bool
+	// esc is the member's own escalator, in seeds where one (not the
+	// core) counts the answers: lost with the process, like elicit's
+	// memory (its approvals are asked for again).
+	esc *toyEscalator
+}
+
+// toyEscalator turns answers to the prompts its member asked into a
+// Verdict, as elicit does: the approver's own signed answer counts, a
+// decline or cancel ends it, a quorum of accepts approves it; then it
+// cancels the prompts it still has open.
+type toyEscalator struct {
+	prompts   map[string]Prompt           // envelope id → prompt
+	of        map[string]string           // envelope id → proposal
+	quorum    map[string]int              // proposal → approvals needed
+	approvals map[string]map[string]frame // proposal → approver → accept
 }
 
 type stored struct {
@@ -166,6 +181,7 @@ type sim struct {
 	toolPlan   map[string]string
 	promptPlan map[string]string
 	quiescing  bool
+	escalator  bool  // the members' own escalator counts answers (Verdict), not the core
 	violation  error // the first invariant broken since the last check
 	covered    map[string]int
 }
@@ -188,6 +204,7 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
 		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"}}
+	s.escalator = s.rng.IntN(2) == 0
 	nMembers := 1 + s.rng.IntN(2)
 	for i := range nMembers {
 		m := &member{id: fmt.Sprintf("m%d", i+1)}
@@ -223,6 +240,9 @@ func (s *sim) start(m *member) {
 	m.timers = nil
 	m.inbox = nil
 	m.withdrawnHere = map[string]bool{}
+	if s.escalator {
+		m.esc = &toyEscalator{prompts: map[string]Prompt{}, of: map[string]string{}, quorum: map[string]int{}, approvals: map[string]map[string]frame{}}
+	}
 	m.core = New(Config{Member: m.id, MaxPending: s.cfg.MaxPending, MaxInflight: s.cfg.MaxInflight, PendingTTL: s.cfg.PendingTTL,
 		FulfillTimeout: s.cfg.FulfillTimeout, ApprovalTimeout: s.cfg.ApprovalTimeout, RetryAfter: s.cfg.RetryAfter, Approvers: s.cfg.Approvers}, simIDs{s, m.id})
 	s.tracef("%s starts (incarnation %d)", m.id, m.inc)
@@ -582,6 +602,10 @@ func (s *sim) deliverFrame() bool {
 	case "response":
 		s.deliver(m, Responded{RequestID: f.corr, From: f.from, HasRPCID: f.hasRPC, RPCID: f.rpc})
 	case "answer":
+		if m.esc != nil {
+			s.escalate(m, f)
+			break
+		}
 		s.deliver(m, PromptAnswered{PromptID: f.corr, From: f.from, Action: f.action, Approve: f.approve, Verified: f.verified, Params: f.params, Reason: "no"})
 	case "reject", "request":
 		if f.member != "" && f.corr != "" {
@@ -684,10 +708,19 @@ func (s *sim) carryOut(m *member, e Effect) {
 	case SendCancel:
 		s.broadcast(frame{kind: "cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
 	case Ask:
+		if m.esc != nil {
+			m.esc.quorum[e.ID] = e.Quorum
+			for _, p := range e.Prompts {
+				m.esc.prompts[p.EnvelopeID], m.esc.of[p.EnvelopeID] = p, e.ID
+			}
+		}
 		for _, p := range e.Prompts {
 			s.broadcast(frame{kind: "prompt", id: p.EnvelopeID, from: m.id, to: p.Approver, pid: e.ID, rpc: p.RPCID, member: m.id, inc: m.inc})
 		}
 	case CancelAsk:
+		if m.esc != nil {
+			m.esc.forget(e.ID)
+		}
 		if e.Reason == DropReason {
 			return
 		}
@@ -695,6 +728,68 @@ func (s *sim) carryOut(m *member, e Effect) {
 			s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: p.Approver, corr: p.EnvelopeID, pid: e.ID, member: m.id, inc: m.inc})
 		}
 	}
+}
+
+// escalate hands an answer to m's escalator.
+func (s *sim) escalate(m *member, f frame) {
+	x := m.esc
+	pr, ok := x.prompts[f.corr]
+	if !ok || f.from != pr.Approver || !f.verified {
+		return // not its prompt, or not its approver's signed answer
+	}
+	pid := x.of[f.corr]
+	var v *Verdict
+	switch {
+	case f.action == Cancel:
+		v = &Verdict{ID: pid, Reason: "other", Message: "the approver cancelled"}
+	case f.action != Accept || !f.approve:
+		v = &Verdict{ID: pid, Reason: "disagree", Message: "no"}
+	default:
+		if x.approvals[pid] == nil {
+			x.approvals[pid] = map[string]frame{}
+		}
+		x.approvals[pid][f.from] = f
+		if len(x.approvals[pid]) < x.quorum[pid] {
+			return
+		}
+		v = &Verdict{ID: pid, Approved: true}
+		for by := range x.approvals[pid] {
+			v.By = append(v.By, by)
+		}
+		sort.Strings(v.By)
+		for _, by := range v.By {
+			if p := x.approvals[pid][by].params; p != nil {
+				v.Params = p
+			}
+		}
+	}
+	// Its prompts still open are cancelled by the escalator itself.
+	var open []string
+	for id, p := range x.prompts {
+		if x.of[id] == pid && id != f.corr {
+			if _, answered := x.approvals[pid][p.Approver]; !answered {
+				open = append(open, id)
+			}
+		}
+	}
+	sort.Strings(open)
+	for _, id := range open {
+		s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: x.prompts[id].Approver, corr: id, pid: pid, member: m.id, inc: m.inc})
+	}
+	x.forget(pid)
+	s.covered["world/verdict"]++
+	s.deliver(m, *v)
+}
+
+func (x *toyEscalator) forget(pid string) {
+	for id := range x.of {
+		if x.of[id] == pid {
+			delete(x.of, id)
+			delete(x.prompts, id)
+		}
+	}
+	delete(x.quorum, pid)
+	delete(x.approvals, pid)
 }
 
 // write applies a Write to the shared store: compare-and-set, a claim
