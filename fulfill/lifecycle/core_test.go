@@ -163,3 +163,36 @@ func TestClaimThatNeverLands(t *testing.T) {
 		t.Fatalf("logged %+v with %d pending", l, c.Pending())
 	}
 }
+
+// An approval with edited params, from the shell's escalator, is decided
+// again (rule 7) under a new decision id, and the edited call is the one
+// fulfilled; no prompt is cancelled by the core (the escalator did).
+func TestVerdictWithAnEditIsDecidedAgain(t *testing.T) {
+	c := testCore()
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder", Params: []byte(`{"name":"w","arguments":{"path":"/a"}}`)}))
+	c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
+	w := only[Write](t, c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Escalate, Target: "fs", Approvers: []string{"alice"}}}))
+	if w.Record.Phase != AwaitingApproval || len(w.Record.Prompts) != 1 || w.Record.Prompts[0].Approver != "alice" {
+		t.Fatalf("recorded %+v before asking", w.Record)
+	}
+	ask := only[Ask](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	if ask.Quorum != 1 || ask.Prompts[0].EnvelopeID != w.Record.Prompts[0].EnvelopeID {
+		t.Fatalf("asked %+v, recorded %+v", ask, w.Record.Prompts)
+	}
+	edited := []byte(`{"name":"w","arguments":{"path":"/b"}}`)
+	effs := c.Step(t0, Verdict{ID: "p1", Approved: true, By: []string{"alice"}, Params: edited})
+	same(t, kinds(effs), []string{"Decide"})
+	if d := only[Decide](t, effs); !d.Again || string(d.Params) != string(edited) {
+		t.Fatalf("decided again with %+v", d)
+	}
+	effs = c.Step(t0, Decided{ID: "p1", Again: true, Decision: Decision{Action: Fulfill, Target: "fs"}})
+	same(t, kinds(effs), []string{"write fulfilling"})
+	w = only[Write](t, effs)
+	if string(w.Record.FinalArgs) != string(edited) || w.Record.DecisionID == claim.Record.DecisionID {
+		t.Fatalf("recorded params %s under decision %s (claimed as %s)", w.Record.FinalArgs, w.Record.DecisionID, claim.Record.DecisionID)
+	}
+	req := only[SendRequest](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 3}))
+	if string(req.Params) != string(edited) || req.To != "fs" {
+		t.Fatalf("requested %+v", req)
+	}
+}
