@@ -292,13 +292,10 @@ func (s *sim) deliver(m *member, ev Event) {
 	for _, e := range effs {
 		switch e := e.(type) {
 		case Log:
-			s.lines = append(s.lines, e.Line)
+			// What the incarnation took in memory counts at once; the
+			// line itself is written in order with the proposal's other
+			// effects, and a crash may lose it.
 			l := e.Line
-			if l.Reason != "" && (l.Stage == "rejected" || l.Stage == "ignored") {
-				s.covered[l.Stage+"/"+l.Reason]++
-			} else {
-				s.covered[l.Stage]++
-			}
 			if l.Stage == "withdrawn" {
 				m.withdrawnHere[l.ProposalID] = true
 			}
@@ -308,16 +305,7 @@ func (s *sim) deliver(m *member, ev Event) {
 				// that still applies is taken again (and logged again).
 				delete(m.withdrawnHere, l.ProposalID)
 			}
-			if l.Stage == "decided" {
-				if t := s.truth[l.ProposalID]; t != nil {
-					if prev, ok := s.decided[l.DecisionID]; ok && prev != l.Action {
-						s.fail("decision %s logged as %s and as %s", l.DecisionID, prev, l.Action)
-					}
-					s.decided[l.DecisionID] = l.Action
-					t.decisionIDs[l.DecisionID] = true
-				}
-			}
-			s.tracef("  %s log %s %s %s %s", m.id, l.Stage, l.ProposalID, l.DecisionID, l.Reason)
+			m.ops[l.ProposalID] = append(m.ops[l.ProposalID], e)
 		case Schedule:
 			m.timers = append(m.timers, Fired{ID: e.ID, At: e.At, Kind: e.Kind})
 		case Write:
@@ -648,6 +636,8 @@ func (s *sim) runOp() bool {
 // core with the result.
 func (s *sim) carryOut(m *member, e Effect) {
 	switch e := e.(type) {
+	case Log:
+		s.writeLine(m, e.Line)
 	case Write:
 		rev, err := s.write(m, e)
 		s.tracef("%s write %s seq %d create %v delete %v: rev %d err %v", m.id, e.ID, e.Seq, e.Create, e.Record == nil, rev, err)
@@ -728,6 +718,26 @@ func (s *sim) carryOut(m *member, e Effect) {
 			s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: p.Approver, corr: p.EnvelopeID, pid: e.ID, member: m.id, inc: m.inc})
 		}
 	}
+}
+
+// writeLine writes a decision-log line.
+func (s *sim) writeLine(m *member, l Line) {
+	s.lines = append(s.lines, l)
+	if l.Reason != "" && (l.Stage == "rejected" || l.Stage == "ignored") {
+		s.covered[l.Stage+"/"+l.Reason]++
+	} else {
+		s.covered[l.Stage]++
+	}
+	if l.Stage == "decided" {
+		if t := s.truth[l.ProposalID]; t != nil {
+			if prev, ok := s.decided[l.DecisionID]; ok && prev != l.Action {
+				s.fail("decision %s logged as %s and as %s", l.DecisionID, prev, l.Action)
+			}
+			s.decided[l.DecisionID] = l.Action
+			t.decisionIDs[l.DecisionID] = true
+		}
+	}
+	s.tracef("  %s log %s %s %s %s", m.id, l.Stage, l.ProposalID, l.DecisionID, l.Reason)
 }
 
 // escalate hands an answer to m's escalator.
@@ -897,6 +907,8 @@ func (s *sim) down(m *member) {
 			continue
 		}
 		switch e := q[0].(type) {
+		case Log:
+			s.writeLine(m, e.Line)
 		case Write:
 			rev, err := s.write(m, e)
 			s.tracef("  %s's write %s happened before the crash: rev %d err %v", m.id, e.ID, rev, err)
