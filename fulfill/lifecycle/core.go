@@ -133,6 +133,8 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		for _, r := range ev.Records {
 			s.resume(r, ev.How)
 		}
+	case Cancelled:
+		s.cancelled(ev)
 	case Closing:
 		s.closing()
 	case PeersChanged:
@@ -817,6 +819,31 @@ func (s *step) verdict(ev Verdict) {
 		}
 		s.commitFulfil(e, p.Decision.Target, p.Params)
 	}
+}
+
+func (s *step) cancelled(ev Cancelled) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || !e.claimed || e.p.Phase == Fulfilling || e.p.Phase == Answered {
+		l := Line{Stage: "ignored", ProposalID: ev.ID, Reason: "cancel_refused", Message: "cancel by " + ev.By}
+		if ok {
+			l.DecisionID = e.p.DecisionID
+			if e.outcome == Open && !e.claimed {
+				l.Message += ": not claimed yet"
+			} else {
+				l.Message += ": already answered"
+			}
+		} else {
+			l.DecisionID = s.c.ids.DecisionID()
+			l.Message += ": not held here"
+		}
+		s.emit(Log{Line: l})
+		return
+	}
+	msg := "cancelled by the operator"
+	if ev.By != "" {
+		msg += " (" + ev.By + ")"
+	}
+	s.commitReject(e, "other", msg)
 }
 
 func (s *step) closing() {

@@ -196,3 +196,26 @@ func TestVerdictWithAnEditIsDecidedAgain(t *testing.T) {
 		t.Fatalf("requested %+v", req)
 	}
 }
+
+// An operator's cancel rejects a proposal not yet answered "other" and
+// is refused once the request is committed (the call may be running).
+func TestOperatorCancel(t *testing.T) {
+	c := testCore()
+	for _, id := range []string{"p1", "p2"} {
+		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+	}
+	w := only[Write](t, c.Step(t0, Decided{ID: "p2", Decision: Decision{Action: Fulfill, Target: "fs"}}))
+	c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 2})
+
+	effs := c.Step(t0, Cancelled{ID: "p1", By: "ops"})
+	same(t, kinds(effs), []string{"write answered"})
+	if r := only[Write](t, effs).Record.Reject; r.Reason != "other" || r.Message != "cancelled by the operator (ops)" {
+		t.Fatalf("cancel committed %+v", r)
+	}
+	effs = c.Step(t0, Cancelled{ID: "p2", By: "ops"})
+	same(t, kinds(effs), nil)
+	if l := only[Log](t, effs).Line; l.Reason != "cancel_refused" || l.Message != "cancel by ops: already answered" {
+		t.Fatalf("logged %+v", l)
+	}
+}

@@ -137,6 +137,14 @@ type Reloaded struct {
 // its lease lapses), without which no store write can fence a send.
 type Released struct{ ID string }
 
+// Cancelled: an operator cancels proposal ID (By names them). A proposal
+// not yet answered is rejected "other"; one whose request or reject is
+// committed is not (a Log line with reason cancel_refused says so, which
+// is the operator API's answer). To cancel another member's proposal,
+// the shell takes its record (the holder gets Released), resumes it here
+// and then posts Cancelled.
+type Cancelled struct{ ID, By string }
+
 // Closing: shutdown; every open proposal is answered "other".
 type Closing struct{}
 
@@ -158,6 +166,7 @@ func (Resumed) event()        {}
 func (Closing) event()        {}
 func (Reloaded) event()       {}
 func (Released) event()       {}
+func (Cancelled) event()      {}
 func (PeersChanged) event()   {}
 
 // Effect is what the shell must carry out. The shell carries out the

@@ -79,7 +79,7 @@ var mustCover = []string{
 	"ignored/duplicate", "ignored/adopted_elsewhere", "ignored/spoofed_withdraw", "ignored/forged_answer",
 	"ignored/response_from_other", "ignored/wrong_rpc_id", "ignored/late_withdraw", "ignored/store_unavailable",
 	"world/crash", "world/adopt", "world/release", "world/ambiguous_write", "world/reload", "world/shutdown",
-	"world/resent_reject", "world/edit_rechecked", "world/verdict",
+	"world/resent_reject", "world/edit_rechecked", "world/verdict", "world/cancel", "world/take", "ignored/cancel_refused",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -384,7 +384,10 @@ func (s *sim) act() {
 				return
 			}
 		case r < 98:
-			if s.loseMember() {
+			if s.rng.IntN(2) == 0 && s.loseMember() {
+				return
+			}
+			if s.operatorCancels() {
 				return
 			}
 		default:
@@ -738,6 +741,45 @@ func (s *sim) writeLine(m *member, l Line) {
 		}
 	}
 	s.tracef("  %s log %s %s %s %s", m.id, l.Stage, l.ProposalID, l.DecisionID, l.Reason)
+}
+
+// operatorCancels: an operator cancels a proposal through one member's
+// API: held there, it is cancelled there; held by another member, its
+// record is taken (refused once its request or reject is committed):
+// the holder is released, the taker resumes and cancels it.
+func (s *sim) operatorCancels() bool {
+	if s.quiescing || len(s.order) == 0 {
+		return false
+	}
+	ms := s.alive()
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	id := s.order[s.rng.IntN(len(s.order))]
+	s.tracef("operator cancels %s at %s", id, m.id)
+	s.covered["world/cancel"]++
+	if st := s.store.recs[id]; st != nil {
+		var r Proposal
+		_ = json.Unmarshal(st.data, &r)
+		if r.Owner != m.id && r.Phase != Fulfilling && r.Phase != Answered {
+			for _, h := range s.members {
+				if h.id == r.Owner && h.alive {
+					delete(h.ops, id)
+					s.deliver(h, Released{ID: id})
+				}
+			}
+			r.Owner = m.id
+			data, _ := json.Marshal(r)
+			s.store.rev++
+			s.store.recs[id] = &stored{data: data, rev: s.store.rev}
+			r.Rev = s.store.rev
+			s.covered["world/take"]++
+			s.deliver(m, Resumed{Records: []Proposal{r}, How: "taken by the operator"})
+		}
+	}
+	s.deliver(m, Cancelled{ID: id, By: "ops"})
+	return true
 }
 
 // escalate hands an answer to m's escalator.
