@@ -68,10 +68,15 @@
 //	                           Answered (reject committed) → (deleted)
 //
 // Events: Proposed, Stored, Reloaded, Decided, Sent, Fired (deadline,
-// retry, resend), WithdrawnBy, Responded, PromptAnswered, SupersededBy,
-// Resumed, Released, Closing, PeersChanged. Effects: Write (claim, update,
-// delete; compare-and-set), Reload, Decide, SendReject, SendRequest,
-// SendCancel, Ask, CancelAsk, Schedule, Log.
+// retry, resend), WithdrawnBy, Responded, PromptAnswered (the core counts
+// answers) or Verdict (the shell's escalator does), SupersededBy,
+// Cancelled (operator), Resumed (restart, adoption, operator take),
+// Released (lease lost, record taken), Closing, PeersChanged. Effects:
+// Write (claim, update, delete; compare-and-set), Reload, Decide,
+// SendReject, SendRequest, SendCancel, Ask, CancelAsk, Schedule, Log.
+// Loop (shell.go) is the shell: one goroutine steps the Core, each
+// proposal's effects run in order on a goroutine of their own and come
+// back as events, timers run on a Clock that tests control.
 //
 // # Exactly once, and the order of effects
 //
@@ -133,24 +138,30 @@
 //     fenced and storedDecision go.
 //   - receive.go, decide.go: the reader posts Proposed, WithdrawnBy,
 //     Responded, SupersededBy; claim workers and decide workers become
-//     the Loop's lanes; policies.Decision is mapped to Decision (the
-//     rest in Extra).
+//     the Loop's lanes (the Policy bounds its own concurrency, as
+//     evalSlots does); policies.Decision is mapped to Decision (the rest
+//     in Extra).
 //   - escalate.go: Ask calls Escalator.Escalate with the recorded
-//     prompts; the verdict comes back as an event (a Verdict event next
-//     to PromptAnswered, so elicit keeps quorum, signatures, reminders and
-//     tiers); RecordPrompt and RecordApproval become writes of the
-//     Proposal; proposal.deadline, Escalation.Deadline and
-//     Pending.ApprovalDeadline become Proposal.Deadline.
+//     prompts; its verdict comes back as a Verdict event (elicit keeps
+//     quorum, signatures, reminders and tiers); RecordPrompt and
+//     RecordApproval become writes of the Proposal; proposal.deadline,
+//     Escalation.Deadline and Pending.ApprovalDeadline become
+//     Proposal.Deadline.
+//   - state: the core needs the claim and the record to be one write
+//     (the claim is the record). state.ClaimDecision (seen bucket) and
+//     Put (pending bucket) are two, so today a crash between them leaves
+//     a claimed proposal that nobody answers and a replay cannot revive.
 //   - fulfil.go, answer.go: SendRequest, SendReject, SendCancel; slots
 //     and the queue are the Core's; fulfilTimer is a Schedule.
 //   - pending.go: the LRU stays the bound on pending work (DESIGN), its
 //     TTL a Schedule per proposal; seen and ended are the Core's sets.
-//   - task.go, status.go, the owner-rejoin grace and held requests,
-//     operator.go's cancel: events and effects still to add to the core.
+//   - operator.go: Cancel posts Cancelled (after a take, Resumed first);
+//     Pending lists Core.Open.
+//   - task.go, status.go, the owner-rejoin grace and held requests:
+//     events and effects still to add to the core.
 //
 // What the core does not model yet: MCP tasks, held requests and the
 // owner-rejoin grace, status chats, grants, reminders and tiers (the
-// shell's, carried in Decision.Extra), operator cancel across the group
-// (Released covers the member that loses the record), per-proposer and
-// byte limits, and the group-wide "busy".
+// shell's, carried in Decision.Extra), per-proposer and byte limits, and
+// the group-wide "busy".
 package lifecycle
