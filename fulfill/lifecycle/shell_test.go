@@ -176,13 +176,22 @@ type nopJournal struct{}
 
 func (nopJournal) Log(context.Context, Line) {}
 
+type chanJournal chan Line
+
+func (j chanJournal) Log(_ context.Context, l Line) { j <- l }
+
 var runs atomic.Int64
 
 func startLoop(t *testing.T, store Store, wire Wire, clock Clock, d Decision) (post func(Event), stop func()) {
 	t.Helper()
+	return startLoopWith(t, store, wire, clock, d, nopJournal{})
+}
+
+func startLoopWith(t *testing.T, store Store, wire Wire, clock Clock, d Decision, journal Journal) (post func(Event), stop func()) {
+	t.Helper()
 	core := New(Config{Member: "m1", MaxPending: 10, MaxInflight: 4, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
 		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}}, &counterIDs{prefix: fmt.Sprintf("run%d-", runs.Add(1))})
-	loop := NewLoop(core, clock, store, wire, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID, Decision: d} }), nopJournal{}, time.Millisecond)
+	loop := NewLoop(core, clock, store, wire, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID, Decision: d} }), journal, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- loop.Run(ctx) }()
@@ -267,5 +276,45 @@ func TestLoopFulfilTimeout(t *testing.T) {
 	}
 	if r := next(t, wire.sent); r[:7] != "reject " || r[len(r)-7:] != "timeout" {
 		t.Fatalf("then %q, want reject timeout", r)
+	}
+}
+
+// gatedWire holds each reject until the test opens the gate.
+type gatedWire struct {
+	chanWire
+	gate chan struct{}
+}
+
+func (w *gatedWire) SendReject(ctx context.Context, r SendReject) error {
+	w.sent <- "reject " + r.EnvelopeID
+	<-w.gate
+	return nil
+}
+
+// Once a proposal is Released (another member holds its record now),
+// the loop does nothing more about it: the reject being written finishes,
+// but the record it would then delete is left to its new holder.
+func TestLoopReleasedStopsTheWork(t *testing.T) {
+	store := newMemStore("m1")
+	wire := &gatedWire{chanWire: chanWire{sent: make(chan string, 16)}, gate: make(chan struct{})}
+	journal := make(chanJournal, 64)
+	post, stop := startLoopWith(t, store, wire, &manualClock{now: t0}, Decision{Action: Reject, Reason: "policy"}, journal)
+	defer stop()
+	post(Proposed{ID: "p1", From: "coder"})
+	next(t, wire.sent) // the reject is being written
+	post(Released{ID: "p1"})
+	close(wire.gate)
+	for released := false; !released; {
+		select {
+		case l := <-journal:
+			released = l.Stage == "ignored" && l.Reason == "adopted_elsewhere"
+		case <-time.After(10 * time.Second):
+			t.Fatal("the release was not logged")
+		}
+	}
+	// The delete would have come right after the reject was written, in
+	// the proposal's lane, before the line above.
+	if rec, _ := store.Read(context.Background(), "p1"); rec == nil || rec.Phase != Answered {
+		t.Fatalf("record after the release: %+v, want it left answered for its new holder", rec)
 	}
 }
