@@ -18,7 +18,6 @@ type Core struct {
 	byPrompt  map[string]string // prompt envelope id → proposal id
 	queue     []string          // proposals in phase Queued, first come first served
 	inflight  int               // fulfilment slots held
-	peers     bool
 	closing   bool
 	seq       uint64 // of the last Write: unique, so a result finds its write
 
@@ -51,7 +50,6 @@ type entry struct {
 
 	sending  bool // a SendReject is outstanding
 	resendAt time.Time
-	noRecord bool // answered without a record (never claimed)
 	// early is an end (withdrawal, supersession) read while the claim
 	// was being written: it is taken once the claim says the proposal is
 	// this member's, so that its line carries the claim's decision.
@@ -137,8 +135,6 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.cancelled(ev)
 	case Closing:
 		s.closing()
-	case PeersChanged:
-		c.peers = ev.Peers
 	case Reloaded:
 		s.reloaded(ev)
 	case Released:
@@ -421,12 +417,6 @@ func (s *step) commitReject(e *entry, reason, message string) {
 	p.Phase = Answered
 	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel}
 	s.log(e, "rejected", func(l *Line) { l.Reason, l.Message = reason, message })
-	if !e.claimed && !e.writing && len(e.writes) == 0 {
-		e.noRecord = true
-		e.sending = true
-		s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: p.Reject.EnvelopeID, Reason: reason, Message: message})
-		return
-	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
 }
 
@@ -599,9 +589,7 @@ func (s *step) sent(ev Sent) {
 			return
 		}
 		e.resendAt = time.Time{}
-		if !e.noRecord {
-			s.queueWrite(e, pendingWrite{}) // delete
-		}
+		s.queueWrite(e, pendingWrite{}) // delete
 		s.forgetIfDone(e)
 	case p.Request != nil && ev.EnvelopeID == p.Request.EnvelopeID:
 		if ev.Err == nil {

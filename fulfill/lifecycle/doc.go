@@ -71,7 +71,7 @@
 // retry, resend), WithdrawnBy, Responded, PromptAnswered (the core counts
 // answers) or Verdict (the shell's escalator does), SupersededBy,
 // Cancelled (operator), Resumed (restart, adoption, operator take),
-// Released (lease lost, record taken), Closing, PeersChanged. Effects:
+// Released (lease lost, record taken), Closing. Effects:
 // Write (claim, update, delete; compare-and-set), Reload, Decide,
 // SendReject, SendRequest, SendCancel, Ask, CancelAsk, Schedule, Log.
 // Loop (shell.go) is the shell: one goroutine steps the Core, each

@@ -148,10 +148,6 @@ type Cancelled struct{ ID, By string }
 // Closing: shutdown; every open proposal is answered "other".
 type Closing struct{}
 
-// PeersChanged says whether other group members are live (a claim the
-// store cannot take is then left to them).
-type PeersChanged struct{ Peers bool }
-
 func (Proposed) event()       {}
 func (Stored) event()         {}
 func (Decided) event()        {}
@@ -167,7 +163,6 @@ func (Closing) event()        {}
 func (Reloaded) event()       {}
 func (Released) event()       {}
 func (Cancelled) event()      {}
-func (PeersChanged) event()   {}
 
 // Effect is what the shell must carry out. The shell carries out the
 // effects of one proposal one after the other, in the order Step

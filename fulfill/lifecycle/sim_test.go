@@ -246,23 +246,8 @@ func (s *sim) start(m *member) {
 	m.core = New(Config{Member: m.id, MaxPending: s.cfg.MaxPending, MaxInflight: s.cfg.MaxInflight, PendingTTL: s.cfg.PendingTTL,
 		FulfillTimeout: s.cfg.FulfillTimeout, ApprovalTimeout: s.cfg.ApprovalTimeout, RetryAfter: s.cfg.RetryAfter, Approvers: s.cfg.Approvers}, simIDs{s, m.id})
 	s.tracef("%s starts (incarnation %d)", m.id, m.inc)
-	s.updatePeers()
 	if recs := s.owned(m.id); len(recs) > 0 {
 		s.deliver(m, Resumed{Records: recs, How: "restart"})
-	}
-}
-
-func (s *sim) updatePeers() {
-	alive := 0
-	for _, m := range s.members {
-		if m.alive {
-			alive++
-		}
-	}
-	for _, m := range s.members {
-		if m.alive {
-			s.deliver(m, PeersChanged{Peers: alive > 1})
-		}
 	}
 }
 
@@ -965,7 +950,6 @@ func (s *sim) down(m *member) {
 	m.ops = nil
 	m.timers = nil
 	m.inbox = nil
-	s.updatePeers()
 }
 
 // restart starts a member that is down, or one shutting down again
