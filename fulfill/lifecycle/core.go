@@ -75,6 +75,9 @@ const (
 )
 
 type pendingWrite struct {
+	// line is logged once the write is durable (an end with nothing
+	// sent: its line says what the store holds).
+	line   *Line
 	rec    *Proposal // nil: delete
 	create bool
 	then   then
@@ -223,6 +226,9 @@ func (s *step) stored(ev Stored) {
 	case ev.Err == nil:
 		e.writes = e.writes[1:]
 		e.p.Rev = ev.Rev
+		if w.line != nil {
+			s.emit(Log{Line: *w.line})
+		}
 		s.then(e, w)
 		s.issue(e)
 		s.forgetIfDone(e)
@@ -322,12 +328,14 @@ func (s *step) then(e *entry, w pendingWrite) {
 	case thenSendReject:
 		e.sending = true
 		r := e.p.Reject
+		s.logReject(e)
 		s.cancelRequest(e)
 		s.emit(SendReject{ID: e.p.ID, To: e.p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 	case thenSendRequest:
 		if e.outcome != Open || e.p.Phase != Fulfilling {
 			return // ended (timed out) before it was written: never sent
 		}
+		s.log(e, "fulfilling", nil)
 		r := e.p.Request
 		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs})
 	case thenAsk:
@@ -335,6 +343,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			return
 		}
 		e.asked = true
+		s.log(e, "escalated", nil)
 		s.emit(Ask{ID: e.p.ID, Prompts: openPrompts(e.p), Deadline: e.p.Deadline, Quorum: max(e.p.Decision.Quorum, 1)})
 	}
 }
@@ -416,7 +425,6 @@ func (s *step) commitReject(e *entry, reason, message string) {
 	cancel := p.Phase == Fulfilling && p.Request != nil
 	p.Phase = Answered
 	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel}
-	s.log(e, "rejected", func(l *Line) { l.Reason, l.Message = reason, message })
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
 }
 
@@ -456,7 +464,6 @@ func (s *step) startRequest(e *entry) {
 	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now}
 	p.Deadline = s.now.Add(c.cfg.FulfillTimeout)
 	c.byRequest[p.Request.EnvelopeID] = p.ID
-	s.log(e, "fulfilling", nil)
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendRequest})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 }
@@ -527,7 +534,6 @@ func (s *step) decided(ev Decided) {
 			p.Prompts = append(p.Prompts, pr)
 			c.byPrompt[pr.EnvelopeID] = p.ID
 		}
-		s.log(e, "escalated", nil)
 		// Recorded before any human is asked: a restart or an adopter
 		// asks the same prompts again, with the same deadline.
 		s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenAsk})
@@ -688,7 +694,7 @@ func (s *step) superseded(ev SupersededBy) {
 // record (queued after a claim still being written).
 func (s *step) endQuietly(e *entry, o Outcome, stage, why string) {
 	s.end(e, o, stage)
-	s.log(e, stage, func(l *Line) { l.Message = why })
+	line := Line{Stage: stage, ProposalID: e.p.ID, DecisionID: e.p.DecisionID, Message: why}
 	// Writes not yet issued carried what no longer happens; the one
 	// outstanding (a claim, say) is followed by the delete.
 	if e.writing {
@@ -697,7 +703,9 @@ func (s *step) endQuietly(e *entry, o Outcome, stage, why string) {
 		e.writes = nil
 	}
 	if e.claimed || e.writing {
-		s.queueWrite(e, pendingWrite{})
+		s.queueWrite(e, pendingWrite{line: &line})
+	} else {
+		s.emit(Log{Line: line})
 	}
 	s.forgetIfDone(e)
 }
@@ -909,6 +917,7 @@ func (s *step) resume(r Proposal, how string) {
 		// one that does not is answered.
 		e.outcome = Rejected
 		e.sending = true
+		s.logReject(e)
 		s.cancelRequest(e)
 		s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: p.Reject.EnvelopeID, Reason: p.Reject.Reason, Message: p.Reject.Message})
 	case Fulfilling:
@@ -943,6 +952,13 @@ func (s *step) resume(r Proposal, how string) {
 		s.emit(Decide{ID: p.ID})
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	}
+}
+
+// logReject writes the line of e's committed reject: once it is
+// durable, and again when a resumed record sends it again.
+func (s *step) logReject(e *entry) {
+	r := e.p.Reject
+	s.log(e, "rejected", func(l *Line) { l.Reason, l.Message = r.Reason, r.Message })
 }
 
 // cancelRequest cancels e's fulfilment request at its owner when its

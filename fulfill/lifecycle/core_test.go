@@ -82,6 +82,9 @@ func TestRejectIsRecordedBeforeItIsSent(t *testing.T) {
 	}
 	effs = c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2})
 	same(t, kinds(effs), []string{"SendReject"})
+	if l := only[Log](t, effs).Line; l.Stage != "rejected" || l.Reason != "policy" {
+		t.Fatalf("with the reject logged %+v", l)
+	}
 	rej := only[SendReject](t, effs)
 	if rej.EnvelopeID != w.Record.Reject.EnvelopeID || rej.To != "coder" || rej.Reason != "policy" || rej.Message != "no" {
 		t.Fatalf("sent %+v, recorded %+v", rej, w.Record.Reject)
@@ -128,8 +131,8 @@ func TestResumeSendsTheSameRejectAndNeverTheRequest(t *testing.T) {
 }
 
 // A withdrawal read while the claim is written is taken once the claim
-// is this member's: its line carries the claim's decision, and nothing
-// is decided or sent.
+// is this member's: nothing is decided or sent, the record is deleted,
+// and then its line is written, with the claim's decision.
 func TestWithdrawalWhileClaiming(t *testing.T) {
 	c := testCore()
 	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
@@ -137,6 +140,9 @@ func TestWithdrawalWhileClaiming(t *testing.T) {
 	same(t, kinds(c.Step(t0, WithdrawnBy{ID: "p1", From: "coder"})), nil)
 	effs := c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
 	same(t, kinds(effs), []string{"delete"})
+	// Its line says what the store holds: written once the delete is.
+	effs = c.Step(t0, Stored{ID: "p1", Seq: only[Write](t, effs).Seq, Rev: 2})
+	same(t, kinds(effs), nil)
 	l := only[Log](t, effs).Line
 	if l.Stage != "withdrawn" || l.DecisionID != claim.Record.DecisionID {
 		t.Fatalf("logged %+v, want withdrawn with decision %s", l, claim.Record.DecisionID)

@@ -274,6 +274,13 @@ func (s *sim) owned(member string) []Proposal {
 // deliver steps m's core with ev and takes its effects.
 func (s *sim) deliver(m *member, ev Event) {
 	effs := m.core.Step(s.now, ev)
+	// What this incarnation took in memory: its line comes only once
+	// the withdrawal is written.
+	for id, e := range m.core.props {
+		if e.outcome == Withdrawn {
+			m.withdrawnHere[id] = true
+		}
+	}
 	for _, e := range effs {
 		switch e := e.(type) {
 		case Log:
@@ -281,9 +288,6 @@ func (s *sim) deliver(m *member, ev Event) {
 			// line itself is written in order with the proposal's other
 			// effects, and a crash may lose it.
 			l := e.Line
-			if l.Stage == "withdrawn" {
-				m.withdrawnHere[l.ProposalID] = true
-			}
 			if l.Stage == "resumed" || (l.Stage == "ignored" && l.Reason == "adopted_elsewhere") {
 				// Its record was another member's (or is read again):
 				// what the record holds stands; a withdrawal taken here
@@ -867,7 +871,7 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 	}
 	if w.Record == nil {
 		delete(st.recs, w.ID)
-		if m.withdrawnHere[w.ID] {
+		if e := m.core.props[w.ID]; e != nil && e.outcome == Withdrawn {
 			s.truth[w.ID].durableWd = true
 		}
 		st.rev++
@@ -1087,6 +1091,11 @@ func (s *sim) onWire(f frame, m *member) {
 		}
 		if quorum := map[string]int{"escalate": 1, "escalate2": 2}[t.policy]; len(t.accepts) < quorum {
 			s.fail("fulfilment request for %s with %d approvals from its approvers, %d needed", f.pid, len(t.accepts), quorum)
+		}
+		if s.logged(f.pid, "rejected", "") {
+			// A call written after its proposal's reject was committed
+			// runs for nobody.
+			s.fail("fulfilment request %s for %s after its reject was committed", f.id, f.pid)
 		}
 		if !s.logged(f.pid, "fulfilling", "") {
 			s.fail("fulfilment request for %s without a fulfilling line before it", f.pid)
