@@ -102,6 +102,11 @@
 //   - Prompts are recorded before they are asked; a resumed prompt is
 //     asked again with its ids; every end cancels the prompts still open,
 //     except a drop for another member (which asks the same ids).
+//   - The decision log is written ahead of what it describes, in the
+//     proposal's order of effects; a committed answer's line (rejected,
+//     fulfilling, escalated, withdrawn) is written once its record is (a
+//     resumed reject's again), so a crash cannot leave the line of an
+//     answer that then never happens.
 //   - The shell carries out one proposal's effects in order (a crash cuts
 //     the sequence, never reorders it) and stops carrying out those of a
 //     Released proposal before its record can be adopted.
