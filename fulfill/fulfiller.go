@@ -423,10 +423,12 @@ func (f *Fulfiller) drainEvictions(done <-chan struct{}) {
 			case s.Terminal():
 			case !ev.expired:
 				f.reject(p, "busy", "pending work was full")
-			case s == StateFulfilling, s == StateTask:
-				f.store.readd(p) // its own fulfil timeout, or its task's deadline, ends it
-			case s == StateAwaitingApproval && time.Now().Before(p.deadline):
-				f.store.readd(p) // rule 8: the TTL never cuts a human prompt short
+			case s == StateFulfilling, s == StateTask, s == StateAwaitingApproval:
+				// Its own deadline ends it: the fulfil timeout, the
+				// task's deadline, or the escalation's (rule 8: the TTL
+				// never cuts a human prompt short, and one timer, the
+				// Escalator's, ends a prompt at its deadline).
+				f.store.readd(p)
 			default:
 				f.reject(p, "timeout", fmt.Sprintf("not decided within %s", f.cfg.PendingTTL))
 			}

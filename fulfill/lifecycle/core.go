@@ -1,0 +1,1080 @@
+package lifecycle
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Core owns every pending proposal of one member. It is not safe for
+// concurrent use: one goroutine (the shell's event loop) calls Step.
+type Core struct {
+	cfg Config
+	ids IDs
+
+	props     map[string]*entry
+	byRequest map[string]string // fulfilment request envelope id → proposal id
+	byPrompt  map[string]string // prompt envelope id → proposal id
+	queue     []string          // proposals in phase Queued, first come first served
+	inflight  int               // fulfilment slots held
+	closing   bool
+	seq       uint64 // of the last Write: unique, so a result finds its write
+
+	// seen are proposal ids this process read (rule 5 within the
+	// process; the store's claim is the group-wide check). ended are
+	// those it ended: a record of one of them read later is stale.
+	seen  *idSet
+	ended *idSet
+	// withdrawals read for proposals this member did not hold (or lost
+	// to another member): one adopted later is withdrawn at once.
+	withdrawals *withdrawalSet
+}
+
+// entry is a proposal and what only this process knows of it.
+type entry struct {
+	p       *Proposal
+	claimed bool // the claim write succeeded: the record exists
+	outcome Outcome
+	writes  []pendingWrite // head is outstanding when writing
+	writing bool
+	seq     uint64
+	retryAt time.Time
+
+	asked    bool // Ask went out: prompts are open at approvers
+	reqOut   bool // the request was written (or resumed)
+	slot     bool
+	queued   bool
+	deciding bool // a Decide is outstanding
+	again    bool // the Decide is an edit's re-check
+
+	sending  bool // a SendReject is outstanding
+	resendAt time.Time
+	// early is an end (withdrawal, supersession) read while the claim
+	// was being written: it is taken once the claim says the proposal is
+	// this member's, so that its line carries the claim's decision.
+	early *earlyEnd
+	// retried: a write was tried again after an error (which may have
+	// been applied all the same); reloading: a Reload is outstanding.
+	retried, reloading bool
+}
+
+type earlyEnd struct {
+	outcome    Outcome
+	stage, why string
+}
+
+type then int
+
+const (
+	thenNothing then = iota
+	thenClaimed
+	thenSendReject
+	thenSendRequest
+	thenAsk
+)
+
+type pendingWrite struct {
+	// line is logged once the write is durable (an end with nothing
+	// sent: its line says what the store holds).
+	line   *Line
+	rec    *Proposal // nil: delete
+	create bool
+	then   then
+}
+
+// New makes a Core.
+func New(cfg Config, ids IDs) *Core {
+	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{},
+		byPrompt: map[string]string{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
+}
+
+// Pending reports how many proposals the core still holds, ended ones
+// whose record or reject is still being written included.
+func (c *Core) Pending() int { return len(c.props) }
+
+// Open returns a copy of each proposal not yet ended, in id order.
+func (c *Core) Open() []Proposal {
+	var out []Proposal
+	for _, e := range c.props {
+		if e.outcome == Open {
+			out = append(out, *e.p.clone())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Step applies one event at time now and returns what the shell must do,
+// in order. It does no I/O and reads no clock.
+func (c *Core) Step(now time.Time, ev Event) []Effect {
+	s := &step{c: c, now: now}
+	switch ev := ev.(type) {
+	case Proposed:
+		s.proposed(ev)
+	case Stored:
+		s.stored(ev)
+	case Decided:
+		s.decided(ev)
+	case Sent:
+		s.sent(ev)
+	case Fired:
+		s.fired(ev)
+	case WithdrawnBy:
+		s.withdrawn(ev)
+	case Responded:
+		s.responded(ev)
+	case PromptAnswered:
+		s.answered(ev)
+	case Verdict:
+		s.verdict(ev)
+	case SupersededBy:
+		s.superseded(ev)
+	case Resumed:
+		for _, r := range ev.Records {
+			s.resume(r, ev.How)
+		}
+	case Cancelled:
+		s.cancelled(ev)
+	case Closing:
+		s.closing()
+	case Reloaded:
+		s.reloaded(ev)
+	case Released:
+		if e, ok := c.props[ev.ID]; ok {
+			s.fenced(e)
+		}
+	default:
+		panic(fmt.Sprintf("lifecycle: unknown event %T", ev))
+	}
+	return s.out
+}
+
+// step is one Step's scratch: the effects so far.
+type step struct {
+	c   *Core
+	now time.Time
+	out []Effect
+}
+
+func (s *step) emit(e ...Effect) { s.out = append(s.out, e...) }
+
+func (s *step) log(e *entry, stage string, fill func(*Line)) {
+	l := Line{Stage: stage, ProposalID: e.p.ID, DecisionID: e.p.DecisionID}
+	if e.p.Decision != nil {
+		l.Revision = e.p.Decision.Revision
+	}
+	if fill != nil {
+		fill(&l)
+	}
+	s.emit(Log{Line: l})
+}
+
+func (s *step) proposed(ev Proposed) {
+	c := s.c
+	if ev.ID == "" || ev.From == "" {
+		return
+	}
+	if _, ok := c.props[ev.ID]; ok || c.seen.has(ev.ID) {
+		// Rule 5: a replay is ignored, never rejected.
+		s.emit(Log{Line: Line{Stage: "ignored", ProposalID: ev.ID, DecisionID: c.ids.DecisionID(), Reason: "duplicate"}})
+		return
+	}
+	c.seen.add(ev.ID)
+	p := &Proposal{ID: ev.ID, From: ev.From, Envelope: ev.Envelope, Params: ev.Params, Invalid: ev.Invalid, Size: ev.Size,
+		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: c.ids.DecisionID()}
+	e := &entry{p: p}
+	c.props[p.ID] = e
+	s.log(e, "received", nil)
+	// The claim is the first write: the record exists from the moment
+	// the proposal is this member's, so a crash after it leaves work to
+	// resume, never a claimed id nobody answers.
+	s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, then: thenClaimed})
+	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+}
+
+// queueWrite appends a write of e's record and issues it when none is
+// outstanding. Each write carries what is sent once it is durable.
+func (s *step) queueWrite(e *entry, w pendingWrite) {
+	if w.rec != nil {
+		w.rec.Owner = s.c.cfg.Member
+	}
+	e.writes = append(e.writes, w)
+	s.issue(e)
+}
+
+func (s *step) issue(e *entry) {
+	if e.writing || e.reloading || len(e.writes) == 0 {
+		return
+	}
+	w := e.writes[0]
+	e.writing = true
+	s.c.seq++
+	e.seq = s.c.seq
+	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, Rev: e.p.Rev})
+}
+
+func (s *step) stored(ev Stored) {
+	c := s.c
+	e, ok := c.props[ev.ID]
+	if !ok || !e.writing || ev.Seq != e.seq {
+		return
+	}
+	e.writing = false
+	w := e.writes[0]
+	switch {
+	case ev.Err == nil:
+		e.writes = e.writes[1:]
+		e.p.Rev = ev.Rev
+		if w.line != nil {
+			s.emit(Log{Line: *w.line})
+		}
+		s.then(e, w)
+		s.issue(e)
+		s.forgetIfDone(e)
+	case w.create && ev.Err == ErrExists && !e.retried:
+		s.duplicate(e)
+	case ev.Err == ErrExists || ev.Err == ErrConflict:
+		// Another member's now, or an earlier try of this very write
+		// that failed was applied after all (a store timeout does not
+		// say which): the record says.
+		s.reload(e)
+	case w.create && !s.now.Before(e.p.Deadline):
+		// Not claimed by its deadline, as far as this member knows: the
+		// record says whether a try was applied after all.
+		e.retried = true
+		s.reload(e)
+	default:
+		e.retried = true // an error may hide an applied write
+		// Unavailable: nothing is sent before its record is written, so
+		// the write is tried again (a claim too: a proposal is never
+		// answered without a record, which could answer it twice).
+		e.retryAt = s.now.Add(c.cfg.RetryAfter)
+		s.emit(Schedule{ID: e.p.ID, At: e.retryAt, Kind: TimerRetry})
+	}
+}
+
+func (s *step) reload(e *entry) {
+	e.reloading = true
+	s.emit(Reload{ID: e.p.ID})
+}
+
+// duplicate drops e: its id was claimed before, by a replay's original
+// or by another member.
+func (s *step) duplicate(e *entry) {
+	e.outcome = Dropped // not ended here: a record of it may come to this member later
+	s.log(e, "ignored", func(l *Line) { l.Reason = "duplicate" })
+	s.forget(e)
+}
+
+// reloaded settles a write that found the record changed: ours (an
+// earlier try applied, or taken back), someone else's, or gone.
+func (s *step) reloaded(ev Reloaded) {
+	c := s.c
+	e, ok := c.props[ev.ID]
+	if !ok || !e.reloading {
+		return
+	}
+	e.reloading = false
+	w := e.writes[0]
+	switch r := ev.Record; {
+	case r != nil && r.Owner == c.cfg.Member && r.Rev != e.p.Rev:
+		s.resume(*r, "reloaded")
+	case r != nil && r.Owner == c.cfg.Member:
+		s.issue(e)
+	case r == nil && w.rec == nil && !w.create:
+		// The delete was applied by an earlier try.
+		e.writes = e.writes[1:]
+		s.issue(e)
+		s.forgetIfDone(e)
+	case w.create && !e.claimed && r == nil && !s.now.Before(e.p.Deadline):
+		// No try was applied: nothing to answer exactly once; left to
+		// the group or to the proposer's own timeout.
+		e.outcome = Dropped
+		s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
+		s.forget(e)
+	case w.create && !e.claimed:
+		s.duplicate(e)
+	default:
+		s.fenced(e)
+	}
+}
+
+// then carries out what a durable write allowed.
+func (s *step) then(e *entry, w pendingWrite) {
+	c := s.c
+	switch w.then {
+	case thenClaimed:
+		e.claimed = true
+		if e.outcome != Open {
+			return
+		}
+		p := e.p
+		switch {
+		case e.early != nil:
+			s.endQuietly(e, e.early.outcome, e.early.stage, e.early.why)
+		case p.Invalid != "":
+			s.commitReject(e, "invalid", p.Invalid)
+		case c.closing:
+			s.commitReject(e, "other", "fulfiller is shutting down; propose again later")
+		case !s.now.Before(p.Deadline):
+			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
+		case c.live() > c.cfg.MaxPending:
+			s.commitReject(e, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", c.cfg.MaxPending))
+		default:
+			e.deciding = true
+			s.emit(Decide{ID: p.ID})
+		}
+	case thenSendReject:
+		e.sending = true
+		r := e.p.Reject
+		s.logReject(e)
+		s.cancelRequest(e)
+		s.emit(SendReject{ID: e.p.ID, To: e.p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
+	case thenSendRequest:
+		if e.outcome != Open || e.p.Phase != Fulfilling {
+			return // ended (timed out) before it was written: never sent
+		}
+		s.log(e, "fulfilling", nil)
+		r := e.p.Request
+		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs})
+	case thenAsk:
+		if e.outcome != Open || e.p.Phase != AwaitingApproval {
+			return
+		}
+		e.asked = true
+		s.log(e, "escalated", nil)
+		s.emit(Ask{ID: e.p.ID, Prompts: openPrompts(e.p), Deadline: e.p.Deadline, Quorum: max(e.p.Decision.Quorum, 1)})
+	}
+}
+
+// live counts the claimed proposals not ended.
+func (c *Core) live() int {
+	n := 0
+	for _, e := range c.props {
+		if e.claimed && e.outcome == Open {
+			n++
+		}
+	}
+	return n
+}
+
+// fenced drops e without a word: its record is another member's, which
+// answers it (and asks its prompts again with the same ids).
+func (s *step) fenced(e *entry) {
+	if e.outcome == Open {
+		s.end(e, Dropped, DropReason)
+	} else if e.asked {
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: DropReason})
+		e.asked = false
+	}
+	if e.outcome == Withdrawn || (e.early != nil && e.early.outcome == Withdrawn) {
+		s.c.withdrawals.put(e.p.ID, e.p.From, "")
+	}
+	e.outcome = Dropped // its end is the record holder's, not this member's
+	s.log(e, "ignored", func(l *Line) { l.Reason = "adopted_elsewhere" })
+	s.forget(e)
+}
+
+// end ends e in memory: its prompts are cancelled, its slot given to the
+// next queued proposal. The record's end is the caller's.
+func (s *step) end(e *entry, o Outcome, why string) {
+	e.outcome = o
+	e.deciding = false
+	if e.asked {
+		reason := why
+		if o == Dropped {
+			reason = DropReason
+		}
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: reason})
+		e.asked = false
+	}
+	if e.queued {
+		e.queued = false
+		s.c.queue = slices.DeleteFunc(s.c.queue, func(id string) bool { return id == e.p.ID })
+	}
+	if e.slot {
+		e.slot = false
+		s.c.inflight--
+		s.startQueued()
+	}
+}
+
+func (s *step) startQueued() {
+	c := s.c
+	for c.inflight < c.cfg.MaxInflight && len(c.queue) > 0 && !c.closing {
+		id := c.queue[0]
+		c.queue = c.queue[1:]
+		e, ok := c.props[id]
+		if !ok || e.outcome != Open || !e.queued {
+			continue
+		}
+		e.queued = false
+		s.startRequest(e)
+	}
+}
+
+// commitReject ends e with a reject: recorded (phase Answered, with its
+// envelope id) before it is sent, so a crash before the write leaves a
+// record whose resumer sends the same envelope.
+func (s *step) commitReject(e *entry, reason, message string) {
+	s.end(e, Rejected, reason)
+	p := e.p
+	// A request committed before is cancelled at its owner with the
+	// reject, and again with it after a restart (rule 4).
+	cancel := p.Phase == Fulfilling && p.Request != nil
+	p.Phase = Answered
+	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel}
+	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
+}
+
+// commitFulfil fulfils e with params at target, or queues it for a slot.
+func (s *step) commitFulfil(e *entry, target string, params []byte) {
+	c := s.c
+	if e.asked {
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: "approved"})
+		e.asked = false
+	}
+	e.p.FinalArgs = params
+	if e.p.Decision != nil {
+		e.p.Decision.Target = target
+	}
+	if c.inflight >= c.cfg.MaxInflight || c.closing {
+		e.p.Phase = Queued
+		e.p.Deadline = s.now.Add(c.cfg.PendingTTL)
+		e.queued = true
+		c.queue = append(c.queue, e.p.ID)
+		s.log(e, "queued", nil)
+		s.queueWrite(e, pendingWrite{rec: e.p.clone()})
+		s.emit(Schedule{ID: e.p.ID, At: e.p.Deadline, Kind: TimerDeadline})
+		return
+	}
+	s.startRequest(e)
+}
+
+// startRequest commits the fulfilment request: it is recorded before it
+// is sent and never sent twice; from here on a withdrawal is late.
+func (s *step) startRequest(e *entry) {
+	c := s.c
+	p := e.p
+	e.slot = true
+	c.inflight++
+	target := p.Decision.Target
+	p.Phase = Fulfilling
+	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now}
+	p.Deadline = s.now.Add(c.cfg.FulfillTimeout)
+	c.byRequest[p.Request.EnvelopeID] = p.ID
+	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendRequest})
+	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+}
+
+func (s *step) decided(ev Decided) {
+	c := s.c
+	e, ok := c.props[ev.ID]
+	if !ok || e.outcome != Open || !e.deciding || e.again != ev.Again {
+		return
+	}
+	e.deciding, e.again = false, false
+	d := ev.Decision
+	p := e.p
+	if ev.Again {
+		p.DecisionID = c.ids.DecisionID() // a new decision governs what follows
+	}
+	p.Decision = &d
+	s.log(e, "decided", func(l *Line) { l.Action, l.Reason = d.Action, d.Reason })
+	if ev.Again {
+		params := lastEdit(p)
+		switch d.Action {
+		case Fulfill:
+		case Escalate:
+			if !approvalsSatisfy(p, d) {
+				s.commitReject(e, "policy", "the edited call needs other approval: "+d.Message)
+				return
+			}
+		default:
+			s.commitReject(e, orPolicy(d.Reason), d.Message)
+			return
+		}
+		if ev.Incapable != "" {
+			s.commitReject(e, "incapable", ev.Incapable)
+			return
+		}
+		s.commitFulfil(e, d.Target, params)
+		return
+	}
+	switch d.Action {
+	case Fulfill:
+		if ev.Incapable != "" {
+			s.commitReject(e, "incapable", ev.Incapable)
+			return
+		}
+		s.commitFulfil(e, d.Target, p.Params)
+	case Escalate:
+		if ev.Incapable != "" {
+			s.commitReject(e, "incapable", ev.Incapable) // rule 1: nobody asked about a call nobody can carry out
+			return
+		}
+		approvers := d.Approvers
+		if len(approvers) == 0 {
+			approvers = c.cfg.Approvers
+		}
+		if len(approvers) == 0 {
+			s.commitReject(e, "policy", "the policy asks for human approval, but no approvers are configured")
+			return
+		}
+		timeout := d.Timeout
+		if timeout <= 0 {
+			timeout = c.cfg.ApprovalTimeout
+		}
+		p.Phase = AwaitingApproval
+		p.Deadline = s.now.Add(timeout)
+		p.Prompts = nil
+		for _, a := range approvers {
+			pr := Prompt{Approver: a, EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID()}
+			p.Prompts = append(p.Prompts, pr)
+			c.byPrompt[pr.EnvelopeID] = p.ID
+		}
+		// Recorded before any human is asked: a restart or an adopter
+		// asks the same prompts again, with the same deadline.
+		s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenAsk})
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	default:
+		s.commitReject(e, orPolicy(d.Reason), d.Message)
+	}
+}
+
+func orPolicy(reason string) string {
+	if reason == "" {
+		return "policy"
+	}
+	return reason
+}
+
+// lastEdit is the params the approvals settled on: the last edit, else
+// the proposal's own.
+func lastEdit(p *Proposal) []byte {
+	for i := len(p.Approvals) - 1; i >= 0; i-- {
+		if p.Approvals[i].Params != nil {
+			return p.Approvals[i].Params
+		}
+	}
+	return p.Params
+}
+
+// edited reports whether an approver changed the params.
+func edited(p *Proposal) bool {
+	return slices.ContainsFunc(p.Approvals, func(a Approval) bool { return a.Params != nil })
+}
+
+// approvalsSatisfy reports whether the approvals given meet an escalate
+// decision's approvers and quorum (rule 7).
+func approvalsSatisfy(p *Proposal, d Decision) bool {
+	n := 0
+	for _, a := range p.Approvals {
+		if len(d.Approvers) == 0 || slices.Contains(d.Approvers, a.Approver) {
+			n++
+		}
+	}
+	return n >= max(d.Quorum, 1)
+}
+
+func (s *step) sent(ev Sent) {
+	e, ok := s.c.props[ev.ID]
+	if !ok {
+		return
+	}
+	p := e.p
+	switch {
+	case p.Reject != nil && ev.EnvelopeID == p.Reject.EnvelopeID && e.sending:
+		e.sending = false
+		if ev.Err != nil {
+			// Not written: the record stays, and the same envelope is
+			// written again; the proposer is owed it.
+			e.resendAt = s.now.Add(s.c.cfg.RetryAfter)
+			s.emit(Schedule{ID: p.ID, At: e.resendAt, Kind: TimerResend})
+			return
+		}
+		e.resendAt = time.Time{}
+		s.queueWrite(e, pendingWrite{}) // delete
+		s.forgetIfDone(e)
+	case p.Request != nil && ev.EnvelopeID == p.Request.EnvelopeID:
+		if ev.Err == nil {
+			e.reqOut = true
+			return
+		}
+		if e.outcome == Open && p.Phase == Fulfilling {
+			// Not written (a lost session counts as written in the
+			// shell): the proposer is answered, the request never
+			// written again.
+			s.commitReject(e, "other", "the fulfilment request could not be sent")
+		}
+	}
+}
+
+func (s *step) fired(ev Fired) {
+	c := s.c
+	e, ok := c.props[ev.ID]
+	if !ok {
+		return
+	}
+	p := e.p
+	switch ev.Kind {
+	case TimerRetry:
+		if !e.writing && len(e.writes) > 0 && ev.At.Equal(e.retryAt) {
+			s.issue(e)
+		}
+	case TimerResend:
+		if ev.At.Equal(e.resendAt) && !e.sending && p.Reject != nil {
+			e.sending = true
+			r := p.Reject
+			s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
+		}
+	case TimerDeadline:
+		if e.outcome != Open || !ev.At.Equal(p.Deadline) {
+			return
+		}
+		if !e.claimed {
+			// Never claimed (the store was unreachable): no record, so
+			// nothing can be answered exactly once; left to the group
+			// or to the proposer's own timeout.
+			if e.writing || e.reloading {
+				return // the claim's result decides (then sees the deadline)
+			}
+			s.reload(e) // a failed try may have been applied all the same
+			return
+		}
+		switch p.Phase {
+		case Deciding, Queued:
+			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
+		case AwaitingApproval:
+			s.commitReject(e, "timeout", "no approval by "+p.Deadline.UTC().Format(time.RFC3339))
+		case Fulfilling:
+			// Rule 4: cancelled at the owner, then rejected "timeout".
+			s.commitReject(e, "timeout", fmt.Sprintf("%s did not answer within %s", p.Request.Target, c.cfg.FulfillTimeout))
+		}
+	}
+}
+
+func (s *step) withdrawn(ev WithdrawnBy) {
+	e, ok := s.c.props[ev.ID]
+	if !ok {
+		// Another member's, maybe: remembered, so that it still counts
+		// if this member adopts the proposal's record later.
+		s.c.withdrawals.put(ev.ID, ev.From, ev.Reason)
+		return
+	}
+	if ev.From != e.p.From {
+		s.log(e, "ignored", func(l *Line) { l.Reason, l.Message = "spoofed_withdraw", "withdrawal from "+ev.From })
+		return
+	}
+	if e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Answered {
+		s.log(e, "ignored", func(l *Line) { l.Reason = "late_withdraw" })
+		return
+	}
+	if !e.claimed {
+		e.early = &earlyEnd{Withdrawn, "withdrawn", ev.Reason}
+		return
+	}
+	s.endQuietly(e, Withdrawn, "withdrawn", ev.Reason)
+}
+
+func (s *step) superseded(ev SupersededBy) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Answered {
+		return
+	}
+	if !e.claimed {
+		e.early = &earlyEnd{Superseded, "superseded", ev.By}
+		return
+	}
+	s.endQuietly(e, Superseded, "superseded", ev.By)
+}
+
+// endQuietly ends e with nothing sent to the proposer, and deletes its
+// record (queued after a claim still being written).
+func (s *step) endQuietly(e *entry, o Outcome, stage, why string) {
+	s.end(e, o, stage)
+	line := Line{Stage: stage, ProposalID: e.p.ID, DecisionID: e.p.DecisionID, Message: why}
+	// Writes not yet issued carried what no longer happens; the one
+	// outstanding (a claim, say) is followed by the delete.
+	if e.writing {
+		e.writes = e.writes[:1]
+	} else {
+		e.writes = nil
+	}
+	if e.claimed || e.writing {
+		s.queueWrite(e, pendingWrite{line: &line})
+	} else {
+		s.emit(Log{Line: line})
+	}
+	s.forgetIfDone(e)
+}
+
+func (s *step) responded(ev Responded) {
+	c := s.c
+	id, ok := c.byRequest[ev.RequestID]
+	if !ok {
+		return
+	}
+	e, ok := c.props[id]
+	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !e.reqOut {
+		return
+	}
+	req := e.p.Request
+	switch {
+	case ev.From != req.Target:
+		s.log(e, "ignored", func(l *Line) { l.Reason = "response_from_other" })
+		return
+	case ev.HasRPCID && ev.RPCID != req.RPCID:
+		s.log(e, "ignored", func(l *Line) { l.Reason = "wrong_rpc_id" })
+		return
+	}
+	s.end(e, Fulfilled, "fulfilled")
+	s.log(e, "fulfilled", nil)
+	s.queueWrite(e, pendingWrite{})
+}
+
+func (s *step) answered(ev PromptAnswered) {
+	c := s.c
+	id, ok := c.byPrompt[ev.PromptID]
+	if !ok {
+		return
+	}
+	e, ok := c.props[id]
+	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding {
+		return
+	}
+	p := e.p
+	i := slices.IndexFunc(p.Prompts, func(pr Prompt) bool { return pr.EnvelopeID == ev.PromptID })
+	if i < 0 {
+		return
+	}
+	pr := &p.Prompts[i]
+	if ev.From != pr.Approver || !ev.Verified {
+		s.log(e, "ignored", func(l *Line) { l.Reason, l.Message = "forged_answer", "answer from "+ev.From })
+		return
+	}
+	if pr.Answered {
+		return // the same answer again (a re-asked prompt's client re-sends it)
+	}
+	pr.Answered = true
+	switch {
+	case ev.Action == Cancel:
+		s.commitReject(e, "other", "the approver cancelled")
+	case ev.Action != Accept || !ev.Approve:
+		s.commitReject(e, "disagree", ev.Reason)
+	default:
+		p.Approvals = append(p.Approvals, Approval{Approver: ev.From, Params: ev.Params})
+		p.ApprovedBy = append(p.ApprovedBy, ev.From)
+		if len(p.Approvals) < max(p.Decision.Quorum, 1) {
+			// Counted once, across restarts: recorded before more is done.
+			s.queueWrite(e, pendingWrite{rec: p.clone()})
+			return
+		}
+		s.log(e, "approved", nil)
+		if edited(p) {
+			// Rule 7: the edited call must pass the policy on its own.
+			e.deciding, e.again = true, true
+			s.emit(Decide{ID: p.ID, Params: lastEdit(p), Approvals: slices.Clone(p.Approvals), Again: true})
+			return
+		}
+		s.commitFulfil(e, p.Decision.Target, p.Params)
+	}
+}
+
+func (s *step) verdict(ev Verdict) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding {
+		return
+	}
+	p := e.p
+	e.asked = false // the escalator ended, and cancelled what it had open
+	switch {
+	case ev.Superseded:
+		s.endQuietly(e, Superseded, "superseded", "answered by "+fmt.Sprint(ev.By))
+	case !ev.Approved:
+		reason := ev.Reason
+		if reason == "" {
+			reason = "disagree"
+		}
+		s.commitReject(e, reason, ev.Message)
+	default:
+		p.Approvals, p.ApprovedBy = nil, slices.Clone(ev.By)
+		for i, by := range ev.By {
+			a := Approval{Approver: by}
+			if i == len(ev.By)-1 {
+				a.Params = ev.Params
+			}
+			p.Approvals = append(p.Approvals, a)
+		}
+		s.log(e, "approved", nil)
+		if ev.Params != nil {
+			e.deciding, e.again = true, true
+			s.emit(Decide{ID: p.ID, Params: ev.Params, Approvals: slices.Clone(p.Approvals), Again: true})
+			return
+		}
+		s.commitFulfil(e, p.Decision.Target, p.Params)
+	}
+}
+
+func (s *step) cancelled(ev Cancelled) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || !e.claimed || e.p.Phase == Fulfilling || e.p.Phase == Answered {
+		l := Line{Stage: "ignored", ProposalID: ev.ID, Reason: "cancel_refused", Message: "cancel by " + ev.By}
+		if ok {
+			l.DecisionID = e.p.DecisionID
+			if e.outcome == Open && !e.claimed {
+				l.Message += ": not claimed yet"
+			} else {
+				l.Message += ": already answered"
+			}
+		} else {
+			l.DecisionID = s.c.ids.DecisionID()
+			l.Message += ": not held here"
+		}
+		s.emit(Log{Line: l})
+		return
+	}
+	msg := "cancelled by the operator"
+	if ev.By != "" {
+		msg += " (" + ev.By + ")"
+	}
+	s.commitReject(e, "other", msg)
+}
+
+func (s *step) closing() {
+	c := s.c
+	c.closing = true
+	ids := make([]string, 0, len(c.props))
+	for id := range c.props {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s.closeOne(c.props[id])
+	}
+}
+
+// closeOne answers e "other" at shutdown, cancelling its request at the
+// owner if one went out.
+func (s *step) closeOne(e *entry) {
+	if e.outcome != Open || !e.claimed {
+		return
+	}
+	if e.p.Phase == Fulfilling {
+		s.commitReject(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target)
+		return
+	}
+	s.commitReject(e, "other", "fulfiller is shutting down; propose again later")
+}
+
+// resume takes over a record read from the store (docs/design.md
+// "Durable and shared pending work", Restart).
+func (s *step) resume(r Proposal, how string) {
+	c := s.c
+	var early *earlyEnd
+	if old, ok := c.props[r.ID]; ok {
+		if old.claimed && old.p.Rev == r.Rev {
+			return // the same record again
+		}
+		// Held here already: read while its claim was still being
+		// tried, or taken back from a member that adopted it. The
+		// record is the truth now; the outstanding write of the entry
+		// it replaces is ignored (it can only conflict).
+		if !old.claimed {
+			early = old.early
+		}
+		if old.outcome == Withdrawn {
+			c.withdrawals.put(old.p.ID, old.p.From, "")
+		}
+		s.discard(old)
+	} else if c.ended.has(r.ID) {
+		return // a record of a proposal ended here, read late
+	}
+	c.seen.add(r.ID)
+	e := &entry{p: r.clone(), claimed: true}
+	c.props[r.ID] = e
+	p := e.p
+	s.log(e, "resumed", func(l *Line) { l.Message = how + " (" + string(p.Phase) + ")" })
+	if w, ok := c.withdrawals.get(p.ID, p.From); ok && early == nil {
+		early = &earlyEnd{Withdrawn, "withdrawn", w.reason}
+	}
+	if early != nil && (p.Phase == Deciding || p.Phase == AwaitingApproval || p.Phase == Queued) {
+		e.asked = p.Phase == AwaitingApproval
+		s.endQuietly(e, early.outcome, early.stage, early.why)
+		return
+	}
+	for _, pr := range p.Prompts {
+		c.byPrompt[pr.EnvelopeID] = p.ID
+	}
+	if c.closing {
+		// Adopted while shutting down: answered like the rest.
+		defer s.closeOne(e)
+	}
+	switch p.Phase {
+	case Answered:
+		// The same envelope again: a proposer that has it sees a repeat,
+		// one that does not is answered.
+		e.outcome = Rejected
+		e.sending = true
+		s.logReject(e)
+		s.cancelRequest(e)
+		s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: p.Reject.EnvelopeID, Reason: p.Reject.Reason, Message: p.Reject.Message})
+	case Fulfilling:
+		// Never written again; its response is awaited until the
+		// deadline counted from when it was committed.
+		e.reqOut, e.slot = true, true
+		c.inflight++
+		c.byRequest[p.Request.EnvelopeID] = p.ID
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	case AwaitingApproval:
+		// Its prompts were asked by whoever held it before: an end now
+		// cancels them.
+		e.asked = true
+		if !s.now.Before(p.Deadline) {
+			s.commitReject(e, "timeout", "no approval by "+p.Deadline.UTC().Format(time.RFC3339)+" (the deadline passed while no fulfiller held the proposal)")
+			return
+		}
+		s.emit(Ask{ID: p.ID, Prompts: openPrompts(p), Deadline: p.Deadline, Quorum: max(p.Decision.Quorum, 1)})
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	case Queued:
+		s.commitFulfil(e, p.Decision.Target, p.FinalArgs)
+	default:
+		if p.Invalid != "" {
+			s.commitReject(e, "invalid", p.Invalid)
+			return
+		}
+		if !s.now.Before(p.Deadline) {
+			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
+			return
+		}
+		e.deciding = true
+		s.emit(Decide{ID: p.ID})
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	}
+}
+
+// logReject writes the line of e's committed reject: once it is
+// durable, and again when a resumed record sends it again.
+func (s *step) logReject(e *entry) {
+	r := e.p.Reject
+	s.log(e, "rejected", func(l *Line) { l.Reason, l.Message = r.Reason, r.Message })
+}
+
+// cancelRequest cancels e's fulfilment request at its owner when its
+// reject says so.
+func (s *step) cancelRequest(e *entry) {
+	if r := e.p.Reject; r != nil && r.CancelRequest && e.p.Request != nil {
+		req := e.p.Request
+		s.emit(SendCancel{ID: e.p.ID, To: req.Target, RequestEnvelopeID: req.EnvelopeID, RPCID: req.RPCID, Reason: r.Reason})
+	}
+}
+
+func openPrompts(p *Proposal) []Prompt {
+	var out []Prompt
+	for _, pr := range p.Prompts {
+		if !pr.Answered {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+// discard lets go of e in memory without a word or a write.
+func (s *step) discard(e *entry) {
+	c := s.c
+	delete(c.props, e.p.ID)
+	if e.p.Request != nil {
+		delete(c.byRequest, e.p.Request.EnvelopeID)
+	}
+	for _, pr := range e.p.Prompts {
+		delete(c.byPrompt, pr.EnvelopeID)
+	}
+	if e.queued {
+		c.queue = slices.DeleteFunc(c.queue, func(id string) bool { return id == e.p.ID })
+	}
+	if e.slot {
+		c.inflight--
+	}
+}
+
+func (s *step) forgetIfDone(e *entry) {
+	if e.outcome != Open && !e.writing && len(e.writes) == 0 && !e.sending && e.resendAt.IsZero() {
+		s.forget(e)
+	}
+}
+
+func (s *step) forget(e *entry) {
+	c := s.c
+	id := e.p.ID
+	if c.props[id] != e {
+		return
+	}
+	delete(c.props, id)
+	if e.p.Request != nil {
+		delete(c.byRequest, e.p.Request.EnvelopeID)
+	}
+	for _, pr := range e.p.Prompts {
+		delete(c.byPrompt, pr.EnvelopeID)
+	}
+	if e.outcome != Dropped {
+		c.ended.add(id)
+	}
+	if e.slot {
+		e.slot = false
+		c.inflight--
+		s.startQueued()
+	}
+}
+
+// idSet is a bounded set of ids: the oldest go first.
+type idSet struct {
+	max   int
+	ids   map[string]struct{}
+	order []string
+}
+
+func newIDSet(max int) *idSet { return &idSet{max: max, ids: map[string]struct{}{}} }
+
+func (s *idSet) has(id string) bool { _, ok := s.ids[id]; return ok }
+
+// add puts id in the set and returns the id it let go of, if any.
+func (s *idSet) add(id string) (evicted string) {
+	if s.has(id) {
+		return ""
+	}
+	s.ids[id] = struct{}{}
+	s.order = append(s.order, id)
+	if len(s.order) > s.max {
+		evicted = s.order[0]
+		delete(s.ids, evicted)
+		s.order = s.order[1:]
+	}
+	return evicted
+}
+
+type withdrawal struct{ from, reason string }
+
+// withdrawalSet remembers withdrawals, boundedly (the oldest go first).
+type withdrawalSet struct {
+	ids *idSet
+	by  map[string]withdrawal
+}
+
+// put remembers a withdrawal of proposal id by from; only one by the
+// proposal's own sender counts later, so a forged one cannot hide it.
+func (w *withdrawalSet) put(id, from, reason string) {
+	k := id + "\n" + from
+	if _, ok := w.by[k]; ok {
+		return
+	}
+	if old := w.ids.add(k); old != "" {
+		delete(w.by, old)
+	}
+	w.by[k] = withdrawal{from, reason}
+}
+
+func (w *withdrawalSet) get(id, from string) (withdrawal, bool) {
+	x, ok := w.by[id+"\n"+from]
+	return x, ok
+}

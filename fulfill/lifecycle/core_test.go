@@ -1,0 +1,227 @@
+package lifecycle
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// counterIDs mints ids from a counter; prefix keeps two processes' ids
+// apart.
+type counterIDs struct {
+	prefix string
+	n      int
+}
+
+func (c *counterIDs) EnvelopeID() string { c.n++; return fmt.Sprintf("%se%d", c.prefix, c.n) }
+func (c *counterIDs) RPCID() int64       { c.n++; return int64(c.n) }
+func (c *counterIDs) DecisionID() string { c.n++; return fmt.Sprintf("%sd%d", c.prefix, c.n) }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func testCore() *Core {
+	return New(Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
+		ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second, Approvers: []string{"alice"}}, &counterIDs{})
+}
+
+// kinds names the effects, without logs and timers, in order.
+func kinds(effs []Effect) []string {
+	var out []string
+	for _, e := range effs {
+		switch e := e.(type) {
+		case Log, Schedule:
+		case Write:
+			switch {
+			case e.Create:
+				out = append(out, "claim")
+			case e.Record == nil:
+				out = append(out, "delete")
+			default:
+				out = append(out, "write "+string(e.Record.Phase))
+			}
+		default:
+			out = append(out, reflect.TypeOf(e).Name())
+		}
+	}
+	return out
+}
+
+func only[T Effect](t *testing.T, effs []Effect) T {
+	t.Helper()
+	var found []T
+	for _, e := range effs {
+		if x, ok := e.(T); ok {
+			found = append(found, x)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("want one %T in %v, got %d", *new(T), kinds(effs), len(found))
+	}
+	return found[0]
+}
+
+func same(t *testing.T, got, want []string) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("effects %q, want %q", got, want)
+	}
+}
+
+// A reject is recorded (phase answered, with its envelope id) before it
+// is sent, and the record is deleted only once it was written.
+func TestRejectIsRecordedBeforeItIsSent(t *testing.T) {
+	c := testCore()
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	same(t, kinds(c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})), []string{"Decide"})
+	effs := c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Reject, Reason: "policy", Message: "no"}})
+	same(t, kinds(effs), []string{"write answered"})
+	w := only[Write](t, effs)
+	if w.Record.Reject == nil || w.Record.Reject.Reason != "policy" || w.Rev != 1 {
+		t.Fatalf("recorded %+v (rev %d), want the reject, on revision 1", w.Record.Reject, w.Rev)
+	}
+	effs = c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2})
+	same(t, kinds(effs), []string{"SendReject"})
+	if l := only[Log](t, effs).Line; l.Stage != "rejected" || l.Reason != "policy" {
+		t.Fatalf("with the reject logged %+v", l)
+	}
+	rej := only[SendReject](t, effs)
+	if rej.EnvelopeID != w.Record.Reject.EnvelopeID || rej.To != "coder" || rej.Reason != "policy" || rej.Message != "no" {
+		t.Fatalf("sent %+v, recorded %+v", rej, w.Record.Reject)
+	}
+	effs = c.Step(t0, Sent{ID: "p1", EnvelopeID: rej.EnvelopeID})
+	same(t, kinds(effs), []string{"delete"})
+	c.Step(t0, Stored{ID: "p1", Seq: only[Write](t, effs).Seq, Rev: 3})
+	if c.Pending() != 0 {
+		t.Fatalf("%d pending after the reject's record was deleted", c.Pending())
+	}
+}
+
+// After a restart, a record in phase answered sends the same envelope
+// again; one in phase fulfilling never sends its request again, and its
+// deadline, counted from when it was committed, ends it with a cancel
+// and a reject "timeout".
+func TestResumeSendsTheSameRejectAndNeverTheRequest(t *testing.T) {
+	c := testCore()
+	answered := Proposal{ID: "p1", From: "coder", Owner: "m1", Phase: Answered, DecisionID: "d1", Deadline: t0,
+		Reject: &RejectRecord{EnvelopeID: "e-old", Reason: "policy"}, Rev: 7}
+	sentAt := t0.Add(-20 * time.Second)
+	fulfilling := Proposal{ID: "p2", From: "coder", Owner: "m1", Phase: Fulfilling, DecisionID: "d2", Deadline: sentAt.Add(30 * time.Second),
+		Decision: &Decision{Action: Fulfill, Target: "fs"}, Request: &Request{EnvelopeID: "e-req", RPCID: 9, Target: "fs", SentAt: sentAt}, Rev: 8}
+	effs := c.Step(t0, Resumed{Records: []Proposal{answered, fulfilling}, How: "restart"})
+	same(t, kinds(effs), []string{"SendReject"})
+	if r := only[SendReject](t, effs); r.EnvelopeID != "e-old" || r.Reason != "policy" {
+		t.Fatalf("re-sent %+v, want envelope e-old", r)
+	}
+	sched := only[Schedule](t, effs)
+	if sched.ID != "p2" || !sched.At.Equal(fulfilling.Deadline) {
+		t.Fatalf("scheduled %+v, want p2 at %s", sched, fulfilling.Deadline)
+	}
+	effs = c.Step(sched.At, Fired{ID: "p2", At: sched.At, Kind: TimerDeadline})
+	same(t, kinds(effs), []string{"write answered"})
+	w := only[Write](t, effs)
+	effs = c.Step(sched.At, Stored{ID: "p2", Seq: w.Seq, Rev: 9})
+	same(t, kinds(effs), []string{"SendCancel", "SendReject"})
+	if cn := only[SendCancel](t, effs); cn.RequestEnvelopeID != "e-req" || cn.RPCID != 9 || cn.To != "fs" {
+		t.Fatalf("cancelled %+v", cn)
+	}
+	if r := only[SendReject](t, effs); r.Reason != "timeout" {
+		t.Fatalf("rejected %q, want timeout", r.Reason)
+	}
+}
+
+// A withdrawal read while the claim is written is taken once the claim
+// is this member's: nothing is decided or sent, the record is deleted,
+// and then its line is written, with the claim's decision.
+func TestWithdrawalWhileClaiming(t *testing.T) {
+	c := testCore()
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	same(t, kinds(c.Step(t0, WithdrawnBy{ID: "p1", From: "mallory"})), nil)
+	same(t, kinds(c.Step(t0, WithdrawnBy{ID: "p1", From: "coder"})), nil)
+	effs := c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
+	same(t, kinds(effs), []string{"delete"})
+	// Its line says what the store holds: written once the delete is.
+	effs = c.Step(t0, Stored{ID: "p1", Seq: only[Write](t, effs).Seq, Rev: 2})
+	same(t, kinds(effs), nil)
+	l := only[Log](t, effs).Line
+	if l.Stage != "withdrawn" || l.DecisionID != claim.Record.DecisionID {
+		t.Fatalf("logged %+v, want withdrawn with decision %s", l, claim.Record.DecisionID)
+	}
+}
+
+// The claim is retried while the store fails, and a proposal whose
+// claim never succeeded by its deadline is left alone after the record
+// is read back and found absent: nothing is sent without a record.
+func TestClaimThatNeverLands(t *testing.T) {
+	c := testCore()
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	effs := c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Err: fmt.Errorf("timeout")})
+	retry := only[Schedule](t, effs)
+	retryClaim := only[Write](t, c.Step(retry.At, Fired{ID: "p1", At: retry.At, Kind: TimerRetry}))
+	if !retryClaim.Create {
+		t.Fatalf("retried %+v, want the claim again", retryClaim)
+	}
+	late := t0.Add(2 * time.Minute)
+	same(t, kinds(c.Step(late, Stored{ID: "p1", Seq: retryClaim.Seq, Err: fmt.Errorf("timeout")})), []string{"Reload"})
+	effs = c.Step(late, Reloaded{ID: "p1"})
+	same(t, kinds(effs), nil)
+	if l := only[Log](t, effs).Line; l.Reason != "store_unavailable" || c.Pending() != 0 {
+		t.Fatalf("logged %+v with %d pending", l, c.Pending())
+	}
+}
+
+// An approval with edited params, from the shell's escalator, is decided
+// again (rule 7) under a new decision id, and the edited call is the one
+// fulfilled; no prompt is cancelled by the core (the escalator did).
+func TestVerdictWithAnEditIsDecidedAgain(t *testing.T) {
+	c := testCore()
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder", Params: []byte(`{"name":"w","arguments":{"path":"/a"}}`)}))
+	c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
+	w := only[Write](t, c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Escalate, Target: "fs", Approvers: []string{"alice"}}}))
+	if w.Record.Phase != AwaitingApproval || len(w.Record.Prompts) != 1 || w.Record.Prompts[0].Approver != "alice" {
+		t.Fatalf("recorded %+v before asking", w.Record)
+	}
+	ask := only[Ask](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	if ask.Quorum != 1 || ask.Prompts[0].EnvelopeID != w.Record.Prompts[0].EnvelopeID {
+		t.Fatalf("asked %+v, recorded %+v", ask, w.Record.Prompts)
+	}
+	edited := []byte(`{"name":"w","arguments":{"path":"/b"}}`)
+	effs := c.Step(t0, Verdict{ID: "p1", Approved: true, By: []string{"alice"}, Params: edited})
+	same(t, kinds(effs), []string{"Decide"})
+	if d := only[Decide](t, effs); !d.Again || string(d.Params) != string(edited) {
+		t.Fatalf("decided again with %+v", d)
+	}
+	effs = c.Step(t0, Decided{ID: "p1", Again: true, Decision: Decision{Action: Fulfill, Target: "fs"}})
+	same(t, kinds(effs), []string{"write fulfilling"})
+	w = only[Write](t, effs)
+	if string(w.Record.FinalArgs) != string(edited) || w.Record.DecisionID == claim.Record.DecisionID {
+		t.Fatalf("recorded params %s under decision %s (claimed as %s)", w.Record.FinalArgs, w.Record.DecisionID, claim.Record.DecisionID)
+	}
+	req := only[SendRequest](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 3}))
+	if string(req.Params) != string(edited) || req.To != "fs" {
+		t.Fatalf("requested %+v", req)
+	}
+}
+
+// An operator's cancel rejects a proposal not yet answered "other" and
+// is refused once the request is committed (the call may be running).
+func TestOperatorCancel(t *testing.T) {
+	c := testCore()
+	for _, id := range []string{"p1", "p2"} {
+		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+	}
+	w := only[Write](t, c.Step(t0, Decided{ID: "p2", Decision: Decision{Action: Fulfill, Target: "fs"}}))
+	c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 2})
+
+	effs := c.Step(t0, Cancelled{ID: "p1", By: "ops"})
+	same(t, kinds(effs), []string{"write answered"})
+	if r := only[Write](t, effs).Record.Reject; r.Reason != "other" || r.Message != "cancelled by the operator (ops)" {
+		t.Fatalf("cancel committed %+v", r)
+	}
+	effs = c.Step(t0, Cancelled{ID: "p2", By: "ops"})
+	same(t, kinds(effs), nil)
+	if l := only[Log](t, effs).Line; l.Reason != "cancel_refused" || l.Message != "cancel by ops: already answered" {
+		t.Fatalf("logged %+v", l)
+	}
+}

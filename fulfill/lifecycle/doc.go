@@ -1,0 +1,172 @@
+// Package lifecycle is the lifecycle of a pending proposal as a pure
+// function: a non-concurrent Core (the model is golang-lru's
+// non-concurrent core in a thin shell) whose Step takes the time and one
+// event and returns the effects the shell must carry out. Step does no
+// I/O, starts no goroutine and reads no clock; ids come from an IDs the
+// shell gives it. Timers, store results, policy decisions, sends,
+// withdrawals, answers, adoption and shutdown are all events, so one
+// goroutine applying Step owns every pending proposal, and a seeded
+// simulator (sim_test.go) can drive it through crashes and restarts.
+//
+// # The package fulfill today (what this core replaces)
+//
+// A pending proposal (fulfill.proposal) is changed from these goroutines,
+// through f.mu (53 Lock sites in fulfill), p.recMu (held across store
+// I/O) and atomics (p.state, p.gov, p.fenced, p.removing):
+//
+//   - the reader (Run → handle): proposals, withdrawals, responses,
+//     others' requests and rejects (supersede), presence, refusals;
+//   - claim workers (claimAndAdmit) and decide workers (decide, act);
+//   - timers: fulfilTimer (FulfillTimeout), goneTimer (owner rejoin
+//     grace), the LRU's TTL sweep (drainEvictions), and elicit's own
+//     deadline, reminder and tier timers;
+//   - elicit callbacks: RecordPrompt, RecordApproval and the verdict
+//     (onVerdict), on elicit's goroutines;
+//   - store watchers: recoverWork (resume, adopt), watchRecords
+//     (dropAdopted), watchGroup;
+//   - the operator API (Cancel, cancelInGroup) and shutdown.
+//
+// Its states (fulfill.State): received, deciding, awaiting_approval,
+// queued, fulfilling, task, and the terminal fulfilled, rejected,
+// withdrawn, superseded. The record's phases (state.Phase) are a second
+// enum with other names: deciding, awaiting_approval, queued, fulfilling,
+// task, answered. The approval deadline is held three times
+// (proposal.deadline, Escalation.Deadline, Pending.ApprovalDeadline) and
+// ended by two timers (elicit's deadline: reject "timeout"; the TTL
+// sweep: "not decided within" unless it re-adds the entry); the decision
+// three times (proposal.decision, proposal.gov, storedDecision in the
+// record); seen ids three times (pendingStore.seen, .ended, the store's
+// claim). Persistence is woven into each stage: putRecord (decide),
+// saveRecord (escalate, fulfil, elicit's closures), markAnswered and
+// dropRecord (answer), with 15 cfg.Store nil checks.
+//
+// Events today → effects today:
+//
+//   - proposal read → Claim (store) → admit: reject invalid/busy/other,
+//     or Put record → decide worker → policy → act;
+//   - decision fulfill → route → slot free ? saveRecord(request) → send
+//     mcp/request : saveRecord(queued); escalate → saveRecord(awaiting)
+//     → Escalator.Escalate (elicit sends prompts, RecordPrompt before
+//     each); reject → markAnswered → send reject → dropRecord;
+//   - response from the target → fulfilled → dropRecord → next queued;
+//   - fulfil timer → cancel at owner → reject "timeout";
+//   - verdict → fulfil, re-decide an edit, or reject;
+//   - withdrawal → withdrawn (prompts cancelled) → dropRecord;
+//   - others' request/reject → superseded; owner leaves → grace timer →
+//     "incapable"; TTL sweep → "timeout"; restart/adoption → resumeOne.
+//
+// # The core
+//
+// One Proposal type, persisted as it is (JSON), with one Phase enum and
+// one Deadline: the pending TTL while deciding or queued, the approval
+// deadline while humans are asked, the fulfil timeout once the request is
+// committed. The decision is Proposal.Decision, its id DecisionID (minted
+// at the claim, replaced only when an edit is decided again). Phases:
+//
+//	(claim) → Deciding → AwaitingApproval → Queued → Fulfilling → (deleted)
+//	                  ↘          ↘            ↘          ↘
+//	                           Answered (reject committed) → (deleted)
+//
+// Events: Proposed, Stored, Reloaded, Decided, Sent, Fired (deadline,
+// retry, resend), WithdrawnBy, Responded, PromptAnswered (the core counts
+// answers) or Verdict (the shell's escalator does), SupersededBy,
+// Cancelled (operator), Resumed (restart, adoption, operator take),
+// Released (lease lost, record taken), Closing. Effects:
+// Write (claim, update, delete; compare-and-set), Reload, Decide,
+// SendReject, SendRequest, SendCancel, Ask, CancelAsk, Schedule, Log.
+// Loop (shell.go) is the shell: one goroutine steps the Core, each
+// proposal's effects run in order on a goroutine of their own and come
+// back as events, timers run on a Clock that tests control.
+//
+// # Exactly once, and the order of effects
+//
+//   - The claim is the record (create-if-absent, group-wide): a claimed
+//     proposal always has a record to resume; a proposal read but not yet
+//     claimed dies with the process (the gateway replays nothing).
+//   - Nothing is sent before the record that commits it is written: a
+//     reject is written as phase Answered with its envelope id, then sent,
+//     then the record deleted; a crash anywhere re-sends the same envelope.
+//     A fulfilment request is written as phase Fulfilling with its ids,
+//     then sent; a resumed one is never sent again, only awaited until its
+//     Deadline, then cancelled and rejected "timeout" (the cancel is part
+//     of the committed reject, so it is re-sent too).
+//   - A store write that fails is tried again (never answered without its
+//     record); one that fails and might have been applied (a timeout) is
+//     settled by reading the record back (Reload). A claim never written by
+//     its deadline is left alone: with no record, an answer could be a
+//     second one.
+//   - A withdrawal ends a proposal only before an answer is committed;
+//     its record's delete makes it durable. A withdrawal of a proposal this
+//     member does not hold is remembered, and applied if the record comes
+//     to it later (adoption).
+//   - Prompts are recorded before they are asked; a resumed prompt is
+//     asked again with its ids; every end cancels the prompts still open,
+//     except a drop for another member (which asks the same ids).
+//   - The decision log is written ahead of what it describes, in the
+//     proposal's order of effects; a committed answer's line (rejected,
+//     fulfilling, escalated, withdrawn) is written once its record is (a
+//     resumed reject's again), so a crash cannot leave the line of an
+//     answer that then never happens.
+//   - The shell carries out one proposal's effects in order (a crash cuts
+//     the sequence, never reorders it) and stops carrying out those of a
+//     Released proposal before its record can be adopted.
+//
+// # The simulator
+//
+// sim_test.go's TestSimulation runs one or two members (Cores in the Loop's
+// contract: each proposal's effects in order) over a shared store with
+// compare-and-set, a broadcasting wire, proposers (valid, invalid, replayed
+// ids; honest and forged withdrawals), a tool owner (answers with the
+// JSON-RPC id, SDK-style without it, with a wrong id, forged from another
+// participant, late, never), approvers (accept, edit, edit the policy then
+// rejects, decline, cancel, forged, unsigned, late, never), store outages
+// (writes refused, and writes applied but reported failed), crashes (the
+// first effect of each proposal may or may not have happened), restarts,
+// shutdowns, and lease loss (the member crashed, or runs on and is
+// released) with adoption by the other member. Invariants are checked as
+// each envelope goes out, and at quiescence: see onWire and final.
+//
+//	go test ./fulfill/lifecycle -run 'TestSimulation$'               # 20000 seeds (2000 with -short)
+//	go test ./fulfill/lifecycle -run 'TestSimulation$' -seeds 200000 # a longer run
+//	go test ./fulfill/lifecycle -run 'TestSimulation$' -seed 42 -v   # replay one seed with its trace
+//
+// # Moving package fulfill onto the core (not done yet)
+//
+// fulfill still runs its own lifecycle; only the pending TTL's second
+// way of ending an open prompt is gone (drainEvictions). The plan, stage
+// by stage, each keeping fulfill's tests green:
+//
+//   - store.go, recover.go: a lifecycle.Store over state.Store (the
+//     record becomes the Proposal, or state.Pending carries it), Owned
+//     and Adopt feeding Resumed, WatchRecords and lapsed leases feeding
+//     Released; putRecord, saveRecord, markAnswered, dropRecord, recMu,
+//     fenced and storedDecision go.
+//   - receive.go, decide.go: the reader posts Proposed, WithdrawnBy,
+//     Responded, SupersededBy; claim workers and decide workers become
+//     the Loop's lanes (the Policy bounds its own concurrency, as
+//     evalSlots does); policies.Decision is mapped to Decision (the rest
+//     in Extra).
+//   - escalate.go: Ask calls Escalator.Escalate with the recorded
+//     prompts; its verdict comes back as a Verdict event (elicit keeps
+//     quorum, signatures, reminders and tiers); RecordPrompt and
+//     RecordApproval become writes of the Proposal; proposal.deadline,
+//     Escalation.Deadline and Pending.ApprovalDeadline become
+//     Proposal.Deadline.
+//   - state: the core needs the claim and the record to be one write
+//     (the claim is the record). state.ClaimDecision (seen bucket) and
+//     Put (pending bucket) are two, so today a crash between them leaves
+//     a claimed proposal that nobody answers and a replay cannot revive.
+//   - fulfil.go, answer.go: SendRequest, SendReject, SendCancel; slots
+//     and the queue are the Core's; fulfilTimer is a Schedule.
+//   - pending.go: the LRU stays the bound on pending work (DESIGN), its
+//     TTL a Schedule per proposal; seen and ended are the Core's sets.
+//   - operator.go: Cancel posts Cancelled (after a take, Resumed first);
+//     Pending lists Core.Open.
+//   - task.go, status.go, the owner-rejoin grace and held requests:
+//     events and effects still to add to the core.
+//
+// What the core does not model yet: MCP tasks, held requests and the
+// owner-rejoin grace, status chats, grants, reminders and tiers (the
+// shell's, carried in Decision.Extra), per-proposer and byte limits, and
+// the group-wide "busy".
+package lifecycle

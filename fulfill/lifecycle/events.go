@@ -1,0 +1,272 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event is something that happened to the core: a frame read, the result
+// of an effect the shell carried out, a timer. Each is handled by Step,
+// one at a time.
+type Event interface{ event() }
+
+// Proposed: an mcp/proposal was read. Invalid is validation's verdict
+// (rule 1), done by the shell's parser before the event.
+type Proposed struct {
+	ID, From string
+	Envelope json.RawMessage
+	Params   json.RawMessage
+	Invalid  string
+	Size     int
+}
+
+// Stored is the result of the Write with the same ID and Seq.
+type Stored struct {
+	ID  string
+	Seq uint64
+	Rev uint64 // the record's revision after the write
+	Err error  // nil, ErrExists, ErrConflict, or any other error: unavailable
+}
+
+// Decided is the policy's answer (after routing: Target is the route,
+// Incapable why there is none) to the Decide with the same ID.
+type Decided struct {
+	ID        string
+	Decision  Decision
+	Incapable string
+	Again     bool // the re-check of an edited call (rule 7)
+}
+
+// Sent is the outcome of writing a SendReject or SendRequest.
+type Sent struct {
+	ID         string
+	EnvelopeID string
+	Err        error
+}
+
+// TimerKind says what a timer is for.
+type TimerKind int
+
+// Timer kinds.
+const (
+	TimerDeadline TimerKind = iota // the proposal's Deadline
+	TimerRetry                     // try a failed store write again
+	TimerResend                    // write a reject that could not be written again
+)
+
+// Fired: the timer a Schedule asked for went off. Timers are never
+// cancelled: one that no longer matches the proposal's state is ignored.
+type Fired struct {
+	ID   string
+	At   time.Time
+	Kind TimerKind
+}
+
+// WithdrawnBy: an mcp/withdraw naming proposal ID, from From.
+type WithdrawnBy struct{ ID, From, Reason string }
+
+// Responded: an mcp/response whose correlation_id[0] is RequestID.
+// HasRPCID is false for reference-SDK answers, which carry no id (rule 12).
+type Responded struct {
+	RequestID string
+	From      string
+	HasRPCID  bool
+	RPCID     int64
+}
+
+// AnswerAction is what an approver's elicitation answer says.
+type AnswerAction string
+
+// Answer actions (MCP elicitation result.action).
+const (
+	Accept  AnswerAction = "accept"
+	Decline AnswerAction = "decline"
+	Cancel  AnswerAction = "cancel"
+)
+
+// PromptAnswered: an answer to the prompt whose envelope id is PromptID.
+// Verified is the shell's signature check (true when the approver has no
+// key); Params the edited params of an accept, nil when unedited.
+type PromptAnswered struct {
+	PromptID string
+	From     string
+	Action   AnswerAction
+	Approve  bool
+	Verified bool
+	Params   json.RawMessage
+	Reason   string
+}
+
+// Verdict: the shell's own escalator (elicit: quorum, signatures,
+// delegation, reminders, tiers) ended proposal ID's escalation, instead
+// of the core counting PromptAnswered. The escalator cancels its own
+// prompts still open. By are the approvers whose answers count; Params
+// the edited params of an approval, nil when approved as proposed.
+type Verdict struct {
+	ID         string
+	Approved   bool
+	By         []string
+	Params     json.RawMessage
+	Reason     string // when not approved: the wire reason (disagree when empty)
+	Message    string
+	Superseded bool // an approver answered the proposer directly
+}
+
+// SupersededBy: another participant answered proposal ID (its own
+// mcp/request or mcp/reject naming it).
+type SupersededBy struct{ ID, By string }
+
+// Resumed hands the core records from the store: its own at start, or a
+// lapsed member's it adopted.
+type Resumed struct {
+	Records []Proposal
+	How     string
+}
+
+// Reloaded is the record Reload read (nil: there is none).
+type Reloaded struct {
+	ID     string
+	Record *Proposal
+}
+
+// Released: this member's lease on the proposal's record lapsed (or an
+// operator took it) and another member holds it now. The shell stops
+// carrying out the proposal's effects not yet carried out before it
+// steps the core with this, and before the record is adopted: a lease
+// protocol's guarantee (a member that cannot renew stops acting before
+// its lease lapses), without which no store write can fence a send.
+type Released struct{ ID string }
+
+// Cancelled: an operator cancels proposal ID (By names them). A proposal
+// not yet answered is rejected "other"; one whose request or reject is
+// committed is not (a Log line with reason cancel_refused says so, which
+// is the operator API's answer). To cancel another member's proposal,
+// the shell takes its record (the holder gets Released), resumes it here
+// and then posts Cancelled.
+type Cancelled struct{ ID, By string }
+
+// Closing: shutdown; every open proposal is answered "other".
+type Closing struct{}
+
+func (Proposed) event()       {}
+func (Stored) event()         {}
+func (Decided) event()        {}
+func (Sent) event()           {}
+func (Fired) event()          {}
+func (WithdrawnBy) event()    {}
+func (Responded) event()      {}
+func (PromptAnswered) event() {}
+func (Verdict) event()        {}
+func (SupersededBy) event()   {}
+func (Resumed) event()        {}
+func (Closing) event()        {}
+func (Reloaded) event()       {}
+func (Released) event()       {}
+func (Cancelled) event()      {}
+
+// Effect is what the shell must carry out. The shell carries out the
+// effects of one proposal one after the other, in the order Step
+// returned them (a crash may cut that sequence anywhere, never reorder
+// it), and reports Write, Decide, SendReject and SendRequest back as
+// events. Effects of different proposals are independent.
+type Effect interface{ effect() }
+
+// Write persists Record (nil: delete) with compare-and-set on Rev;
+// Create claims the proposal id (create-if-absent, group-wide). Its
+// result is a Stored with the same ID and Seq. At most one Write per
+// proposal is outstanding.
+type Write struct {
+	ID     string
+	Seq    uint64
+	Record *Proposal
+	Create bool
+	Rev    uint64
+}
+
+// Reload reads the proposal's record (its Rev set); its result is a
+// Reloaded.
+type Reload struct{ ID string }
+
+// Decide asks the policy (and routing). Params and Approvals are set for
+// the re-check of an edited call.
+type Decide struct {
+	ID        string
+	Params    json.RawMessage
+	Approvals []Approval
+	Again     bool
+}
+
+// SendReject writes an mcp/reject (then a chat when Message is set); its
+// result is a Sent. The envelope id is the recorded one: re-sent, it is
+// the same envelope.
+type SendReject struct {
+	ID, To, EnvelopeID, Reason, Message string
+}
+
+// SendRequest writes the fulfilment mcp/request; its result is a Sent.
+type SendRequest struct {
+	ID, To, EnvelopeID string
+	RPCID              int64
+	Params             json.RawMessage
+}
+
+// SendCancel writes notifications/cancelled for a fulfilment request.
+type SendCancel struct {
+	ID, To, RequestEnvelopeID string
+	RPCID                     int64
+	Reason                    string
+}
+
+// Ask sends (again) the open prompts of a proposal, each to its approver.
+type Ask struct {
+	ID       string
+	Prompts  []Prompt
+	Deadline time.Time
+	Quorum   int // approvals needed (at least 1)
+}
+
+// CancelAsk cancels open prompts (notifications/cancelled to each);
+// Reason DropReason cancels nothing on the wire: another member asks the
+// same prompts now. The shell drops an Ask of the proposal it has not
+// carried out yet: nothing is asked after the proposal ended.
+type CancelAsk struct {
+	ID      string
+	Prompts []Prompt
+	Reason  string
+}
+
+// DropReason is CancelAsk's reason when the proposal is another member's.
+const DropReason = "adopted_elsewhere"
+
+// Schedule asks for a Fired at At.
+type Schedule struct {
+	ID   string
+	At   time.Time
+	Kind TimerKind
+}
+
+// Log is a decision-log line, written ahead: the shell writes it before
+// the effects after it.
+type Log struct{ Line Line }
+
+// Line is a decision-log line.
+type Line struct {
+	Stage      string `json:"stage"`
+	ProposalID string `json:"proposal_id"`
+	DecisionID string `json:"decision_id"`
+	Revision   string `json:"revision,omitempty"`
+	Action     Action `json:"action,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Message    string `json:"message,omitempty"`
+}
+
+func (Write) effect()       {}
+func (Decide) effect()      {}
+func (Reload) effect()      {}
+func (SendReject) effect()  {}
+func (SendRequest) effect() {}
+func (SendCancel) effect()  {}
+func (Ask) effect()         {}
+func (CancelAsk) effect()   {}
+func (Schedule) effect()    {}
+func (Log) effect()         {}

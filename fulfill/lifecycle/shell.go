@@ -1,0 +1,287 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Clock is the time a Loop reads and its timers; tests control it.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f once, d from now, unless stop is called first.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now is time.Now.
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// AfterFunc is time.AfterFunc.
+func (SystemClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
+// Store persists Proposals. Write returns the record's new revision, or
+// ErrExists (a claim found the id claimed), ErrConflict (revision or
+// owner changed, or no record), or another error (unavailable: maybe
+// applied). Read returns nil, nil when there is no record.
+type Store interface {
+	Write(ctx context.Context, w Write) (rev uint64, err error)
+	Read(ctx context.Context, id string) (*Proposal, error)
+	Owned(ctx context.Context) ([]Proposal, error)
+}
+
+// Wire carries the envelopes out. SendReject and SendRequest report
+// whether the envelope was written; the others are best effort.
+type Wire interface {
+	SendReject(ctx context.Context, r SendReject) error
+	SendRequest(ctx context.Context, r SendRequest) error
+	SendCancel(ctx context.Context, c SendCancel)
+	Ask(ctx context.Context, a Ask)
+	CancelAsk(ctx context.Context, c CancelAsk)
+}
+
+// Policy decides (the policy and routing). It never fails: an error is a
+// fail-closed reject decision.
+type Policy interface {
+	Decide(ctx context.Context, d Decide) Decided
+}
+
+// Journal is the decision log, written ahead of the effects after a line.
+type Journal interface {
+	Log(ctx context.Context, l Line)
+}
+
+// Loop is the thin shell around a Core: one goroutine applies Step to
+// every event, in order; each proposal's effects are carried out on a
+// goroutine of their own, one after the other, and their results come
+// back as events. Timers post Fired. Make one with NewLoop, feed it with
+// Post and run it with Run.
+type Loop struct {
+	core    *Core
+	clock   Clock
+	store   Store
+	wire    Wire
+	policy  Policy
+	journal Journal
+	retry   time.Duration
+
+	in   chan Event
+	done chan laneDone
+
+	// Touched by Run's goroutine only.
+	lanes  map[string]*lane
+	timers map[Fired]func() bool // not fired yet
+	wg     sync.WaitGroup
+}
+
+type lane struct {
+	effs    []Effect
+	running bool
+}
+
+type laneDone struct {
+	id     string
+	result Event // nil: nothing to report
+}
+
+// NewLoop makes a Loop for core. retry is how long a failed Reload or
+// Owned waits before it is tried again.
+func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
+	return &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
+		in: make(chan Event, 64), done: make(chan laneDone, 64), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}}
+}
+
+// Post hands the loop an event (a frame read, a lease released, Closing).
+// It blocks while the loop is busy, and gives up when ctx ends.
+func (l *Loop) Post(ctx context.Context, ev Event) error {
+	select {
+	case l.in <- ev:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run resumes this member's records, then applies events until ctx
+// ends; it stops its timers and waits for the effects being carried out
+// (they end with ctx) before it returns.
+func (l *Loop) Run(ctx context.Context) error {
+	defer func() {
+		for _, stop := range l.timers {
+			stop()
+		}
+		l.wg.Wait()
+	}()
+	recs, err := l.owned(ctx)
+	if err != nil {
+		return err
+	}
+	l.step(ctx, Resumed{Records: recs, How: "restart"})
+	for {
+		select {
+		case ev := <-l.in:
+			if f, ok := ev.(Fired); ok {
+				delete(l.timers, f)
+			}
+			if r, ok := ev.(Released); ok {
+				// Nothing more is done about it here before another
+				// member may adopt its record (see Released).
+				if ln := l.lanes[r.ID]; ln != nil {
+					ln.effs = nil
+				}
+			}
+			l.step(ctx, ev)
+		case d := <-l.done:
+			ln := l.lanes[d.id]
+			ln.running = false
+			if d.result != nil {
+				l.step(ctx, d.result)
+			}
+			l.dispatch(ctx, d.id)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (l *Loop) owned(ctx context.Context) ([]Proposal, error) {
+	for {
+		recs, err := l.store.Owned(ctx)
+		if err == nil {
+			return recs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lifecycle: own records not read: %w", err)
+		case <-time.After(l.retry):
+		}
+	}
+}
+
+// step applies ev and queues its effects.
+func (l *Loop) step(ctx context.Context, ev Event) {
+	now := l.clock.Now()
+	var touched []string
+	for _, e := range l.core.Step(now, ev) {
+		if s, ok := e.(Schedule); ok {
+			l.schedule(ctx, s, now)
+			continue
+		}
+		id := effectID(e)
+		ln := l.lanes[id]
+		if ln == nil {
+			ln = &lane{}
+			l.lanes[id] = ln
+		}
+		if c, ok := e.(CancelAsk); ok {
+			// An Ask not yet carried out is dropped (see CancelAsk).
+			kept := ln.effs[:0]
+			for _, q := range ln.effs {
+				if a, ask := q.(Ask); !ask || a.ID != c.ID {
+					kept = append(kept, q)
+				}
+			}
+			ln.effs = kept
+		}
+		ln.effs = append(ln.effs, e)
+		touched = append(touched, id)
+	}
+	for _, id := range touched {
+		l.dispatch(ctx, id)
+	}
+}
+
+func (l *Loop) schedule(ctx context.Context, s Schedule, now time.Time) {
+	f := Fired{ID: s.ID, At: s.At, Kind: s.Kind}
+	if _, ok := l.timers[f]; ok {
+		return // the same timer is set already
+	}
+	l.timers[f] = l.clock.AfterFunc(s.At.Sub(now), func() { _ = l.Post(ctx, f) })
+}
+
+// dispatch starts the next effect of a proposal's lane, if none runs.
+func (l *Loop) dispatch(ctx context.Context, id string) {
+	ln := l.lanes[id]
+	if ln == nil || ln.running {
+		return
+	}
+	if len(ln.effs) == 0 {
+		delete(l.lanes, id)
+		return
+	}
+	e := ln.effs[0]
+	ln.effs = ln.effs[1:]
+	ln.running = true
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		res := l.carryOut(ctx, e)
+		select {
+		case l.done <- laneDone{id: id, result: res}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// carryOut does one effect and returns the event that reports it.
+func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
+	switch e := e.(type) {
+	case Log:
+		l.journal.Log(ctx, e.Line)
+	case Write:
+		rev, err := l.store.Write(ctx, e)
+		return Stored{ID: e.ID, Seq: e.Seq, Rev: rev, Err: err}
+	case Reload:
+		for {
+			rec, err := l.store.Read(ctx, e.ID)
+			if err == nil {
+				return Reloaded{ID: e.ID, Record: rec}
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(l.retry):
+			}
+		}
+	case Decide:
+		return l.policy.Decide(ctx, e)
+	case SendReject:
+		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendReject(ctx, e)}
+	case SendRequest:
+		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendRequest(ctx, e)}
+	case SendCancel:
+		l.wire.SendCancel(ctx, e)
+	case Ask:
+		l.wire.Ask(ctx, e)
+	case CancelAsk:
+		l.wire.CancelAsk(ctx, e)
+	}
+	return nil
+}
+
+func effectID(e Effect) string {
+	switch e := e.(type) {
+	case Write:
+		return e.ID
+	case Reload:
+		return e.ID
+	case Decide:
+		return e.ID
+	case SendReject:
+		return e.ID
+	case SendRequest:
+		return e.ID
+	case SendCancel:
+		return e.ID
+	case Ask:
+		return e.ID
+	case CancelAsk:
+		return e.ID
+	case Log:
+		return e.Line.ProposalID
+	}
+	panic(fmt.Sprintf("lifecycle: effect %T has no proposal", e))
+}

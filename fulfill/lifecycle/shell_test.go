@@ -1,0 +1,320 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// manualClock is a Clock whose time moves only when the test says.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*manualTimer
+}
+
+type manualTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &manualTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !t.stopped
+		t.stopped = true
+		return was
+	}
+}
+
+// advance moves the time by d and runs the timers due, in order.
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []*manualTimer
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if !t.stopped && !t.at.After(c.now) {
+			t.stopped = true
+			due = append(due, t)
+		} else if !t.stopped {
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+	c.mu.Unlock()
+	for _, t := range due {
+		t.f()
+	}
+}
+
+// memStore is a Store in memory; it outlives the Loops that use it, as a
+// state directory outlives a process. Records are kept as JSON.
+type memStore struct {
+	mu      sync.Mutex
+	member  string
+	recs    map[string][]byte
+	revs    map[string]uint64
+	claimed map[string]bool
+	rev     uint64
+	deleted chan string
+}
+
+func newMemStore(member string) *memStore {
+	return &memStore{member: member, recs: map[string][]byte{}, revs: map[string]uint64{}, claimed: map[string]bool{}, deleted: make(chan string, 16)}
+}
+
+func (s *memStore) Write(_ context.Context, w Write) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.Create {
+		if s.claimed[w.ID] {
+			return 0, ErrExists
+		}
+		s.claimed[w.ID] = true
+	} else if _, ok := s.recs[w.ID]; !ok || s.revs[w.ID] != w.Rev {
+		return 0, ErrConflict
+	}
+	s.rev++
+	if w.Record == nil {
+		delete(s.recs, w.ID)
+		delete(s.revs, w.ID)
+		s.deleted <- w.ID
+		return s.rev, nil
+	}
+	b, err := json.Marshal(w.Record)
+	if err != nil {
+		return 0, err
+	}
+	s.recs[w.ID], s.revs[w.ID] = b, s.rev
+	return s.rev, nil
+}
+
+func (s *memStore) Read(_ context.Context, id string) (*Proposal, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.recs[id]
+	if !ok {
+		return nil, nil
+	}
+	var p Proposal
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, err
+	}
+	p.Rev = s.revs[id]
+	return &p, nil
+}
+
+func (s *memStore) Owned(ctx context.Context) ([]Proposal, error) {
+	s.mu.Lock()
+	var ids []string
+	for id := range s.recs {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	var out []Proposal
+	for _, id := range ids {
+		p, err := s.Read(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if p != nil && p.Owner == s.member {
+			out = append(out, *p)
+		}
+	}
+	return out, nil
+}
+
+// chanWire reports every envelope on sent; with hold set, a reject is
+// not written until the send's context ends (the process dies first).
+type chanWire struct {
+	sent chan string
+	hold bool
+}
+
+func (w *chanWire) SendReject(ctx context.Context, r SendReject) error {
+	w.sent <- "reject " + r.EnvelopeID + " " + r.Reason
+	if w.hold {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (w *chanWire) SendRequest(_ context.Context, r SendRequest) error {
+	w.sent <- fmt.Sprintf("request %s to %s", r.EnvelopeID, r.To)
+	return nil
+}
+
+func (w *chanWire) SendCancel(_ context.Context, c SendCancel) {
+	w.sent <- "cancel " + c.RequestEnvelopeID
+}
+func (w *chanWire) Ask(context.Context, Ask)             {}
+func (w *chanWire) CancelAsk(context.Context, CancelAsk) {}
+
+type policyFunc func(Decide) Decided
+
+func (f policyFunc) Decide(_ context.Context, d Decide) Decided { return f(d) }
+
+type nopJournal struct{}
+
+func (nopJournal) Log(context.Context, Line) {}
+
+type chanJournal chan Line
+
+func (j chanJournal) Log(_ context.Context, l Line) { j <- l }
+
+var runs atomic.Int64
+
+func startLoop(t *testing.T, store Store, wire Wire, clock Clock, d Decision) (post func(Event), stop func()) {
+	t.Helper()
+	return startLoopWith(t, store, wire, clock, d, nopJournal{})
+}
+
+func startLoopWith(t *testing.T, store Store, wire Wire, clock Clock, d Decision, journal Journal) (post func(Event), stop func()) {
+	t.Helper()
+	core := New(Config{Member: "m1", MaxPending: 10, MaxInflight: 4, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
+		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}}, &counterIDs{prefix: fmt.Sprintf("run%d-", runs.Add(1))})
+	loop := NewLoop(core, clock, store, wire, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID, Decision: d} }), journal, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx) }()
+	return func(ev Event) {
+			if err := loop.Post(ctx, ev); err != nil {
+				t.Fatal(err)
+			}
+		}, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+}
+
+func next(t *testing.T, c chan string) string {
+	t.Helper()
+	select {
+	case s := <-c:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing sent")
+		return ""
+	}
+}
+
+// A process that dies while its reject is being written leaves the
+// record; the next process on the same store writes the same envelope,
+// and deletes the record once it is written.
+func TestLoopRejectSurvivesARestart(t *testing.T) {
+	store := newMemStore("m1")
+	clock := &manualClock{now: t0}
+	wire1 := &chanWire{sent: make(chan string, 16), hold: true}
+	post, stop := startLoop(t, store, wire1, clock, Decision{Action: Reject, Reason: "policy"})
+	post(Proposed{ID: "p1", From: "coder"})
+	first := next(t, wire1.sent)
+	rec, _ := store.Read(context.Background(), "p1")
+	if rec == nil || rec.Phase != Answered || "reject "+rec.Reject.EnvelopeID+" policy" != first {
+		t.Fatalf("while %q was written the record was %+v", first, rec)
+	}
+	stop() // the process dies before the reject is written
+
+	wire2 := &chanWire{sent: make(chan string, 16)}
+	_, stop2 := startLoop(t, store, wire2, clock, Decision{Action: Fulfill, Target: "fs"})
+	defer stop2()
+	if again := next(t, wire2.sent); again != first {
+		t.Fatalf("after the restart %q was sent, want %q again", again, first)
+	}
+	if id := <-store.deleted; id != "p1" {
+		t.Fatalf("deleted %s", id)
+	}
+	select {
+	case s := <-wire2.sent:
+		t.Fatalf("then %q was sent too", s)
+	default:
+	}
+}
+
+// The fulfil timeout runs on the Loop's clock: at the deadline the
+// request is cancelled at its owner, then the proposer rejected.
+func TestLoopFulfilTimeout(t *testing.T) {
+	store := newMemStore("m1")
+	clock := &manualClock{now: t0}
+	wire := &chanWire{sent: make(chan string, 16)}
+	post, stop := startLoop(t, store, wire, clock, Decision{Action: Fulfill, Target: "fs"})
+	defer stop()
+	post(Proposed{ID: "p1", From: "coder"})
+	req := next(t, wire.sent)
+	rec, _ := store.Read(context.Background(), "p1")
+	if rec == nil || rec.Request == nil || req != fmt.Sprintf("request %s to fs", rec.Request.EnvelopeID) {
+		t.Fatalf("sent %q with the record %+v", req, rec)
+	}
+	clock.advance(29 * time.Second)
+	select {
+	case s := <-wire.sent:
+		t.Fatalf("%q sent before the deadline", s)
+	default:
+	}
+	clock.advance(time.Second)
+	if c := next(t, wire.sent); c != "cancel "+rec.Request.EnvelopeID {
+		t.Fatalf("at the deadline %q, want the request cancelled", c)
+	}
+	if r := next(t, wire.sent); r[:7] != "reject " || r[len(r)-7:] != "timeout" {
+		t.Fatalf("then %q, want reject timeout", r)
+	}
+}
+
+// gatedWire holds each reject until the test opens the gate.
+type gatedWire struct {
+	chanWire
+	gate chan struct{}
+}
+
+func (w *gatedWire) SendReject(ctx context.Context, r SendReject) error {
+	w.sent <- "reject " + r.EnvelopeID
+	<-w.gate
+	return nil
+}
+
+// Once a proposal is Released (another member holds its record now),
+// the loop does nothing more about it: the reject being written finishes,
+// but the record it would then delete is left to its new holder.
+func TestLoopReleasedStopsTheWork(t *testing.T) {
+	store := newMemStore("m1")
+	wire := &gatedWire{chanWire: chanWire{sent: make(chan string, 16)}, gate: make(chan struct{})}
+	journal := make(chanJournal, 64)
+	post, stop := startLoopWith(t, store, wire, &manualClock{now: t0}, Decision{Action: Reject, Reason: "policy"}, journal)
+	defer stop()
+	post(Proposed{ID: "p1", From: "coder"})
+	next(t, wire.sent) // the reject is being written
+	post(Released{ID: "p1"})
+	close(wire.gate)
+	for released := false; !released; {
+		select {
+		case l := <-journal:
+			released = l.Stage == "ignored" && l.Reason == "adopted_elsewhere"
+		case <-time.After(10 * time.Second):
+			t.Fatal("the release was not logged")
+		}
+	}
+	// The delete would have come right after the reject was written, in
+	// the proposal's lane, before the line above.
+	if rec, _ := store.Read(context.Background(), "p1"); rec == nil || rec.Phase != Answered {
+		t.Fatalf("record after the release: %+v, want it left answered for its new holder", rec)
+	}
+}

@@ -1,0 +1,1228 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	flagSeed  = flag.Uint64("seed", 0, "TestSimulation: replay this one seed, printing its trace with -v")
+	flagSeeds = flag.Int("seeds", 0, "TestSimulation: how many seeds to run (default 2000 with -short, 20000 without)")
+	flagSteps = flag.Int("steps", 300, "TestSimulation: world steps per seed before the world quiesces")
+)
+
+// TestSimulation drives Cores (one or two group members) through random
+// schedules of proposals, withdrawals, tool and human answers, timers,
+// store errors, crashes, restarts and member loss, and checks the
+// invariants after every step. A failing seed prints the command that
+// replays it.
+func TestSimulation(t *testing.T) {
+	if *flagSeed != 0 {
+		if err := simulate(*flagSeed, *flagSteps, testing.Verbose(), map[string]int{}); err != nil {
+			t.Fatalf("seed %d: %v", *flagSeed, err)
+		}
+		return
+	}
+	n := *flagSeeds
+	if n == 0 {
+		n = 20000
+		if testing.Short() {
+			n = 2000
+		}
+	}
+	failed := 0
+	covered := map[string]int{}
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		if err := simulate(seed, *flagSteps, false, covered); err != nil {
+			t.Errorf("seed %d: %v\n  replay: go test ./fulfill/lifecycle -run 'TestSimulation$' -seed %d -v", seed, err, seed)
+			if failed++; failed >= 3 {
+				t.FailNow()
+			}
+		}
+	}
+	// The schedules must reach every path the invariants are about; a
+	// change to the world that stops reaching one fails here.
+	var missing []string
+	for _, k := range mustCover {
+		if covered[k] == 0 {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("%d seeds never reached: %v", n, missing)
+	}
+	keys := make([]string, 0, len(covered))
+	for k := range covered {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Logf("%-32s %d", k, covered[k])
+	}
+}
+
+// mustCover are the paths (decision-log stages and reasons, and world
+// events) that the seeds of one run must reach.
+var mustCover = []string{
+	"fulfilled", "queued", "approved", "withdrawn", "resumed", "escalated",
+	"rejected/timeout", "rejected/disagree", "rejected/invalid", "rejected/busy", "rejected/incapable",
+	"rejected/policy", "rejected/other",
+	"ignored/duplicate", "ignored/adopted_elsewhere", "ignored/spoofed_withdraw", "ignored/forged_answer",
+	"ignored/response_from_other", "ignored/wrong_rpc_id", "ignored/late_withdraw", "ignored/store_unavailable",
+	"world/crash", "world/adopt", "world/release", "world/ambiguous_write", "world/reload", "world/shutdown",
+	"world/resent_reject", "world/edit_rechecked", "world/verdict", "world/cancel", "world/take", "ignored/cancel_refused",
+}
+
+// frame is an envelope on the simulated wire (the gateway broadcasts
+// everything to everyone).
+type frame struct {
+	seq                  int
+	kind                 string // proposal withdraw reject request cancel prompt prompt_cancel response answer
+	id, from, to, corr   string
+	pid                  string // the proposal it is about (the checker's bookkeeping)
+	reason               string
+	rpc                  int64
+	hasRPC               bool
+	action               AnswerAction
+	approve, verified    bool
+	params               json.RawMessage
+	invalid              string
+	member               string // sent by this group member
+	inc                  int
+	approver, promptPoll string
+}
+
+type member struct {
+	id      string
+	core    *Core
+	alive   bool
+	closing bool
+	inc     int
+	inbox   []frame
+	ops     map[string][]Effect // per proposal, in order
+	// timers are the Schedules not yet fired.
+	timers []Fired
+	// withdrawnHere: this incarnation ended the proposal as withdrawn.
+	withdrawnHere map[string]bool
+	// esc is the member's own escalator, in seeds where one (not the
+	// core) counts the answers: lost with the process, like elicit's
+	// memory (its approvals are asked for again).
+	esc *toyEscalator
+}
+
+// toyEscalator turns answers to the prompts its member asked into a
+// Verdict, as elicit does: the approver's own signed answer counts, a
+// decline or cancel ends it, a quorum of accepts approves it; then it
+// cancels the prompts it still has open.
+type toyEscalator struct {
+	prompts   map[string]Prompt           // envelope id → prompt
+	of        map[string]string           // envelope id → proposal
+	quorum    map[string]int              // proposal → approvals needed
+	approvals map[string]map[string]frame // proposal → approver → accept
+}
+
+type stored struct {
+	data []byte // the record as JSON: persisted as is
+	rev  uint64
+}
+
+type simStore struct {
+	recs    map[string]*stored
+	claimed map[string]string // proposal id → decision id of the claim
+	rev     uint64
+}
+
+// truth is what the world knows of one proposal.
+type truth struct {
+	from         string
+	policy       string
+	invalid      bool
+	requests     []frame
+	rejects      []frame
+	cancels      map[string]bool // fulfilment request envelope ids cancelled
+	claimed      bool
+	claimID      string
+	durableWd    bool // a withdrawal whose record delete was written
+	prompts      map[string]frame
+	promptEnded  map[string]bool // cancelled, or answered by its approver
+	decisionIDs  map[string]bool // ids its answers may carry
+	withdrawSent bool
+	accepts      map[string]bool // approvers who sent a signed accept
+}
+
+type sim struct {
+	rng      *rand.Rand
+	now      time.Time
+	step     int
+	cfg      Config
+	members  []*member
+	store    simStore
+	wire     []frame
+	truth    map[string]*truth
+	order    []string // proposal ids in the order they were made
+	ids      int
+	failRate float64
+	trace    []string
+	verbose  bool
+	lines    []Line
+	views    map[string]*view
+	decided  map[string]Action // decision id → action of its decided line
+	// answers the world's actors settled on, so that a re-asked prompt
+	// or a re-sent request gets the same answer.
+	toolPlan   map[string]string
+	promptPlan map[string]string
+	quiescing  bool
+	escalator  bool  // the members' own escalator counts answers (Verdict), not the core
+	violation  error // the first invariant broken since the last check
+	covered    map[string]int
+}
+
+type simIDs struct {
+	s      *sim
+	member string
+}
+
+func (i simIDs) EnvelopeID() string { i.s.ids++; return fmt.Sprintf("%s-e%d", i.member, i.s.ids) }
+func (i simIDs) RPCID() int64       { i.s.ids++; return int64(i.s.ids) }
+func (i simIDs) DecisionID() string { i.s.ids++; return fmt.Sprintf("d%d", i.s.ids) }
+
+var errUnavailable = errors.New("store unavailable")
+
+func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err error) {
+	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
+		toolPlan: map[string]string{}, promptPlan: map[string]string{},
+		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}}
+	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
+		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"}}
+	s.escalator = s.rng.IntN(2) == 0
+	nMembers := 1 + s.rng.IntN(2)
+	for i := range nMembers {
+		m := &member{id: fmt.Sprintf("m%d", i+1)}
+		s.members = append(s.members, m)
+		s.start(m)
+	}
+	defer func() {
+		if err != nil && verbose {
+			fmt.Fprintln(os.Stderr, strings.Join(s.trace, "\n"))
+		}
+	}()
+	for s.step = 0; s.step < steps; s.step++ {
+		s.act()
+		if err := s.check(); err != nil {
+			return fmt.Errorf("step %d: %w", s.step, err)
+		}
+	}
+	return s.quiesce()
+}
+
+func (s *sim) tracef(format string, args ...any) {
+	if s.verbose {
+		s.trace = append(s.trace, fmt.Sprintf("%4d %s ", s.step, s.now.Format("15:04:05"))+fmt.Sprintf(format, args...))
+	}
+}
+
+// start (re)starts m with empty memory, resuming its records.
+func (s *sim) start(m *member) {
+	m.inc++
+	m.alive = true
+	m.closing = false
+	m.ops = map[string][]Effect{}
+	m.timers = nil
+	m.inbox = nil
+	m.withdrawnHere = map[string]bool{}
+	if s.escalator {
+		m.esc = &toyEscalator{prompts: map[string]Prompt{}, of: map[string]string{}, quorum: map[string]int{}, approvals: map[string]map[string]frame{}}
+	}
+	m.core = New(Config{Member: m.id, MaxPending: s.cfg.MaxPending, MaxInflight: s.cfg.MaxInflight, PendingTTL: s.cfg.PendingTTL,
+		FulfillTimeout: s.cfg.FulfillTimeout, ApprovalTimeout: s.cfg.ApprovalTimeout, RetryAfter: s.cfg.RetryAfter, Approvers: s.cfg.Approvers}, simIDs{s, m.id})
+	s.tracef("%s starts (incarnation %d)", m.id, m.inc)
+	if recs := s.owned(m.id); len(recs) > 0 {
+		s.deliver(m, Resumed{Records: recs, How: "restart"})
+	}
+}
+
+func (s *sim) owned(member string) []Proposal {
+	var ids []string
+	for id := range s.store.recs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []Proposal
+	for _, id := range ids {
+		var p Proposal
+		if err := json.Unmarshal(s.store.recs[id].data, &p); err != nil {
+			panic(err)
+		}
+		p.Rev = s.store.recs[id].rev
+		if p.Owner == member {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// deliver steps m's core with ev and takes its effects.
+func (s *sim) deliver(m *member, ev Event) {
+	effs := m.core.Step(s.now, ev)
+	// What this incarnation took in memory: its line comes only once
+	// the withdrawal is written.
+	for id, e := range m.core.props {
+		if e.outcome == Withdrawn {
+			m.withdrawnHere[id] = true
+		}
+	}
+	for _, e := range effs {
+		switch e := e.(type) {
+		case Log:
+			// What the incarnation took in memory counts at once; the
+			// line itself is written in order with the proposal's other
+			// effects, and a crash may lose it.
+			l := e.Line
+			if l.Stage == "resumed" || (l.Stage == "ignored" && l.Reason == "adopted_elsewhere") {
+				// Its record was another member's (or is read again):
+				// what the record holds stands; a withdrawal taken here
+				// that still applies is taken again (and logged again).
+				delete(m.withdrawnHere, l.ProposalID)
+			}
+			m.ops[l.ProposalID] = append(m.ops[l.ProposalID], e)
+		case Schedule:
+			m.timers = append(m.timers, Fired{ID: e.ID, At: e.At, Kind: e.Kind})
+		case Write:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case Decide:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case Reload:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case SendReject:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case SendRequest:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case SendCancel:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case Ask:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case CancelAsk:
+			// An Ask not yet carried out is dropped: nothing is asked
+			// after the proposal ended (see CancelAsk).
+			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool { _, ask := q.(Ask); return ask })
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		default:
+			panic(fmt.Sprintf("unknown effect %T", e))
+		}
+	}
+}
+
+func (s *sim) fail(format string, args ...any) {
+	if s.violation == nil {
+		s.violation = fmt.Errorf(format, args...)
+	}
+}
+
+// act takes one random step of the world.
+func (s *sim) act() {
+	for {
+		switch r := s.rng.IntN(100); {
+		case r < 10:
+			if s.propose() {
+				return
+			}
+		case r < 14:
+			if s.withdraw() {
+				return
+			}
+		case r < 22:
+			if s.toolAnswers() {
+				return
+			}
+		case r < 30:
+			if s.approverAnswers() {
+				return
+			}
+		case r < 55:
+			if s.deliverFrame() {
+				return
+			}
+		case r < 85:
+			if s.runOp() {
+				return
+			}
+		case r < 93:
+			if s.fireTimer() {
+				return
+			}
+		case r < 95:
+			if s.rng.IntN(3) == 0 && s.crash() {
+				return
+			}
+		case r < 96:
+			if s.restart() {
+				return
+			}
+		case r < 97:
+			if s.rng.IntN(4) == 0 && s.shutdown() {
+				return
+			}
+		case r < 98:
+			if s.rng.IntN(2) == 0 && s.loseMember() {
+				return
+			}
+			if s.operatorCancels() {
+				return
+			}
+		default:
+			if s.failRate == 0 {
+				s.failRate = 0.3
+			} else {
+				s.failRate = 0
+			}
+			s.tracef("store failure rate %.1f", s.failRate)
+			return
+		}
+	}
+}
+
+func (s *sim) broadcast(f frame) {
+	f.seq = len(s.wire)
+	s.wire = append(s.wire, f)
+	for _, m := range s.members {
+		if m.id == f.member {
+			s.onWire(f, m)
+		}
+	}
+	for _, m := range s.members {
+		if m.alive && m.id != f.member {
+			m.inbox = append(m.inbox, f)
+		}
+	}
+	s.tracef("  wire %s %s from %s to %s corr %s reason %s", f.kind, f.id, f.from, f.to, f.corr, f.reason)
+}
+
+var policies = []string{"fulfill", "fulfill", "fulfill", "reject", "escalate", "escalate", "escalate2", "incapable"}
+
+func (s *sim) propose() bool {
+	if s.quiescing {
+		return false
+	}
+	if len(s.order) > 0 && s.rng.IntN(8) == 0 {
+		id := s.order[s.rng.IntN(len(s.order))]
+		t := s.truth[id]
+		s.tracef("proposer replays %s", id)
+		s.broadcast(frame{kind: "proposal", id: id, from: t.from, pid: id, params: policyParams(t.policy), invalid: invalidWhy(t.invalid)})
+		return true
+	}
+	if len(s.order) >= 12 {
+		return false
+	}
+	id := fmt.Sprintf("p%d", len(s.order)+1)
+	t := &truth{from: []string{"coder", "coder2"}[s.rng.IntN(2)], policy: policies[s.rng.IntN(len(policies))], invalid: s.rng.IntN(10) == 0,
+		cancels: map[string]bool{}, accepts: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{}}
+	s.truth[id] = t
+	s.order = append(s.order, id)
+	s.tracef("%s proposes %s (%s, invalid %v)", t.from, id, t.policy, t.invalid)
+	s.broadcast(frame{kind: "proposal", id: id, from: t.from, pid: id, params: policyParams(t.policy), invalid: invalidWhy(t.invalid)})
+	return true
+}
+
+func policyParams(policy string) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"name":"write","arguments":{"policy":%q}}`, policy))
+}
+
+func invalidWhy(invalid bool) string {
+	if invalid {
+		return "tools/call params.name is not a non-empty string"
+	}
+	return ""
+}
+
+func (s *sim) withdraw() bool {
+	if s.quiescing || len(s.order) == 0 {
+		return false
+	}
+	id := s.order[s.rng.IntN(len(s.order))]
+	t := s.truth[id]
+	from := t.from
+	if s.rng.IntN(3) == 0 {
+		from = "mallory" // forged
+	} else {
+		t.withdrawSent = true
+	}
+	s.tracef("%s withdraws %s", from, id)
+	s.broadcast(frame{kind: "withdraw", id: s.newID(), from: from, corr: id, pid: id})
+	return true
+}
+
+func (s *sim) newID() string { s.ids++; return fmt.Sprintf("w%d", s.ids) }
+
+// toolAnswers: the tool owner (or a forger) answers a fulfilment request
+// seen on the wire: with its JSON-RPC id, SDK-style without one, with a
+// wrong id, forged from another participant, or never.
+func (s *sim) toolAnswers() bool {
+	var reqs []frame
+	for _, f := range s.wire {
+		if f.kind == "request" {
+			reqs = append(reqs, f)
+		}
+	}
+	if len(reqs) == 0 {
+		return false
+	}
+	f := reqs[s.rng.IntN(len(reqs))]
+	plan, ok := s.toolPlan[f.id]
+	if !ok {
+		plan = []string{"id", "sdk", "sdk", "wrong", "forged", "never"}[s.rng.IntN(6)]
+		s.toolPlan[f.id] = plan
+	}
+	resp := frame{kind: "response", id: s.newID(), from: f.to, to: "", corr: f.id, pid: f.pid, rpc: f.rpc, hasRPC: true}
+	switch plan {
+	case "never":
+		return false
+	case "sdk":
+		resp.hasRPC = false
+	case "wrong":
+		resp.rpc++
+		s.toolPlan[f.id] = "id" // then the right one
+	case "forged":
+		resp.from = "mallory"
+		s.toolPlan[f.id] = "sdk"
+	}
+	s.tracef("%s answers request %s (%s)", resp.from, f.id, plan)
+	s.broadcast(resp)
+	return true
+}
+
+// approverAnswers: an approver (or a forger) answers a prompt seen on the
+// wire: accept, accept with an edit, decline, cancel, forged, unsigned,
+// or never. An approver answers a re-asked prompt the same way.
+func (s *sim) approverAnswers() bool {
+	var prompts []frame
+	for _, f := range s.wire {
+		if f.kind == "prompt" {
+			prompts = append(prompts, f)
+		}
+	}
+	if len(prompts) == 0 {
+		return false
+	}
+	f := prompts[s.rng.IntN(len(prompts))]
+	plan, ok := s.promptPlan[f.id]
+	if !ok {
+		plan = []string{"accept", "accept", "edit", "edit-reject", "decline", "cancel", "forged", "unsigned", "never"}[s.rng.IntN(9)]
+		s.promptPlan[f.id] = plan
+	}
+	a := frame{kind: "answer", id: s.newID(), from: f.to, corr: f.id, pid: f.pid, action: Accept, approve: true, verified: true}
+	switch plan {
+	case "never":
+		return false
+	case "edit":
+		a.params = policyParams("fulfill")
+	case "edit-reject":
+		a.params = policyParams("reject")
+	case "decline":
+		a.action, a.approve = Decline, false
+	case "cancel":
+		a.action, a.approve = Cancel, false
+	case "forged":
+		a.from = "mallory"
+		s.promptPlan[f.id] = "accept"
+	case "unsigned":
+		a.verified = false
+		s.promptPlan[f.id] = "decline"
+	}
+	if a.from == f.to && a.verified {
+		t := s.truth[f.pid]
+		t.promptEnded[f.id] = true
+		if a.action == Accept && a.approve {
+			t.accepts[a.from] = true
+		}
+	}
+	s.tracef("%s answers prompt %s (%s)", a.from, f.id, plan)
+	s.broadcast(a)
+	return true
+}
+
+func (s *sim) alive() []*member {
+	var out []*member
+	for _, m := range s.members {
+		if m.alive {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (s *sim) deliverFrame() bool {
+	var ms []*member
+	for _, m := range s.alive() {
+		if len(m.inbox) > 0 {
+			ms = append(ms, m)
+		}
+	}
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	f := m.inbox[0]
+	m.inbox = m.inbox[1:]
+	s.tracef("%s reads %s %s from %s", m.id, f.kind, f.id, f.from)
+	switch f.kind {
+	case "proposal":
+		s.deliver(m, Proposed{ID: f.id, From: f.from, Params: f.params, Invalid: f.invalid, Size: 64})
+	case "withdraw":
+		s.deliver(m, WithdrawnBy{ID: f.corr, From: f.from})
+	case "response":
+		s.deliver(m, Responded{RequestID: f.corr, From: f.from, HasRPCID: f.hasRPC, RPCID: f.rpc})
+	case "answer":
+		if m.esc != nil {
+			s.escalate(m, f)
+			break
+		}
+		s.deliver(m, PromptAnswered{PromptID: f.corr, From: f.from, Action: f.action, Approve: f.approve, Verified: f.verified, Params: f.params, Reason: "no"})
+	case "reject", "request":
+		if f.member != "" && f.corr != "" {
+			s.deliver(m, SupersededBy{ID: f.corr, By: f.from})
+		}
+	}
+	return true
+}
+
+func (s *sim) runOp() bool {
+	type key struct {
+		m  *member
+		id string
+	}
+	var ks []key
+	for _, m := range s.alive() {
+		ids := make([]string, 0, len(m.ops))
+		for id, q := range m.ops {
+			if len(q) > 0 {
+				ids = append(ids, id)
+			}
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			ks = append(ks, key{m, id})
+		}
+	}
+	if len(ks) == 0 {
+		return false
+	}
+	k := ks[s.rng.IntN(len(ks))]
+	q := k.m.ops[k.id]
+	e := q[0]
+	k.m.ops[k.id] = q[1:]
+	s.carryOut(k.m, e)
+	return true
+}
+
+// carryOut does what an effect says, as the shell would, and steps the
+// core with the result.
+func (s *sim) carryOut(m *member, e Effect) {
+	switch e := e.(type) {
+	case Log:
+		s.writeLine(m, e.Line)
+	case Write:
+		rev, err := s.write(m, e)
+		s.tracef("%s write %s seq %d create %v delete %v: rev %d err %v", m.id, e.ID, e.Seq, e.Create, e.Record == nil, rev, err)
+		s.deliver(m, Stored{ID: e.ID, Seq: e.Seq, Rev: rev, Err: err})
+	case Reload:
+		var rec *Proposal
+		if st := s.store.recs[e.ID]; st != nil {
+			rec = &Proposal{}
+			if err := json.Unmarshal(st.data, rec); err != nil {
+				panic(err)
+			}
+			rec.Rev = st.rev
+		}
+		s.tracef("%s reloads %s: %v", m.id, e.ID, rec != nil)
+		s.covered["world/reload"]++
+		s.deliver(m, Reloaded{ID: e.ID, Record: rec})
+	case Decide:
+		t := s.truth[e.ID]
+		policy := t.policy
+		if e.Again {
+			s.covered["world/edit_rechecked"]++
+			var args struct {
+				Arguments struct{ Policy string } `json:"arguments"`
+			}
+			_ = json.Unmarshal(e.Params, &args)
+			policy = args.Arguments.Policy
+		}
+		d := Decision{Action: Fulfill, Target: "fs", Revision: "r1"}
+		incapable := ""
+		switch policy {
+		case "reject":
+			d.Action, d.Reason, d.Message = Reject, "policy", "not allowed"
+		case "escalate":
+			d.Action = Escalate
+		case "escalate2":
+			d.Action, d.Approvers, d.Quorum = Escalate, []string{"alice", "bob"}, 2
+		case "incapable":
+			d.Target, incapable = "", "no participant offers write"
+		}
+		s.tracef("%s decides %s: %s", m.id, e.ID, d.Action)
+		s.deliver(m, Decided{ID: e.ID, Decision: d, Incapable: incapable, Again: e.Again})
+	case SendReject:
+		if s.rng.Float64() < s.failRate/2 {
+			s.tracef("%s reject %s not written", m.id, e.ID)
+			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
+			return
+		}
+		s.broadcast(frame{kind: "reject", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
+		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
+	case SendRequest:
+		if s.rng.Float64() < s.failRate/2 {
+			s.tracef("%s request %s not written", m.id, e.ID)
+			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
+			return
+		}
+		s.broadcast(frame{kind: "request", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, rpc: e.RPCID, hasRPC: true, params: e.Params, member: m.id, inc: m.inc})
+		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
+	case SendCancel:
+		s.broadcast(frame{kind: "cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
+	case Ask:
+		if m.esc != nil {
+			m.esc.quorum[e.ID] = e.Quorum
+			for _, p := range e.Prompts {
+				m.esc.prompts[p.EnvelopeID], m.esc.of[p.EnvelopeID] = p, e.ID
+			}
+		}
+		for _, p := range e.Prompts {
+			s.broadcast(frame{kind: "prompt", id: p.EnvelopeID, from: m.id, to: p.Approver, pid: e.ID, rpc: p.RPCID, member: m.id, inc: m.inc})
+		}
+	case CancelAsk:
+		if m.esc != nil {
+			m.esc.forget(e.ID)
+		}
+		if e.Reason == DropReason {
+			return
+		}
+		for _, p := range e.Prompts {
+			s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: p.Approver, corr: p.EnvelopeID, pid: e.ID, member: m.id, inc: m.inc})
+		}
+	}
+}
+
+// writeLine writes a decision-log line.
+func (s *sim) writeLine(m *member, l Line) {
+	s.lines = append(s.lines, l)
+	if l.Reason != "" && (l.Stage == "rejected" || l.Stage == "ignored") {
+		s.covered[l.Stage+"/"+l.Reason]++
+	} else {
+		s.covered[l.Stage]++
+	}
+	if l.Stage == "decided" {
+		if t := s.truth[l.ProposalID]; t != nil {
+			if prev, ok := s.decided[l.DecisionID]; ok && prev != l.Action {
+				s.fail("decision %s logged as %s and as %s", l.DecisionID, prev, l.Action)
+			}
+			s.decided[l.DecisionID] = l.Action
+			t.decisionIDs[l.DecisionID] = true
+		}
+	}
+	s.tracef("  %s log %s %s %s %s", m.id, l.Stage, l.ProposalID, l.DecisionID, l.Reason)
+}
+
+// operatorCancels: an operator cancels a proposal through one member's
+// API: held there, it is cancelled there; held by another member, its
+// record is taken (refused once its request or reject is committed):
+// the holder is released, the taker resumes and cancels it.
+func (s *sim) operatorCancels() bool {
+	if s.quiescing || len(s.order) == 0 {
+		return false
+	}
+	ms := s.alive()
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	id := s.order[s.rng.IntN(len(s.order))]
+	s.tracef("operator cancels %s at %s", id, m.id)
+	s.covered["world/cancel"]++
+	if st := s.store.recs[id]; st != nil {
+		var r Proposal
+		_ = json.Unmarshal(st.data, &r)
+		if r.Owner != m.id && r.Phase != Fulfilling && r.Phase != Answered {
+			for _, h := range s.members {
+				if h.id == r.Owner && h.alive {
+					delete(h.ops, id)
+					s.deliver(h, Released{ID: id})
+				}
+			}
+			r.Owner = m.id
+			data, _ := json.Marshal(r)
+			s.store.rev++
+			s.store.recs[id] = &stored{data: data, rev: s.store.rev}
+			r.Rev = s.store.rev
+			s.covered["world/take"]++
+			s.deliver(m, Resumed{Records: []Proposal{r}, How: "taken by the operator"})
+		}
+	}
+	s.deliver(m, Cancelled{ID: id, By: "ops"})
+	return true
+}
+
+// escalate hands an answer to m's escalator.
+func (s *sim) escalate(m *member, f frame) {
+	x := m.esc
+	pr, ok := x.prompts[f.corr]
+	if !ok || f.from != pr.Approver || !f.verified {
+		return // not its prompt, or not its approver's signed answer
+	}
+	pid := x.of[f.corr]
+	var v *Verdict
+	switch {
+	case f.action == Cancel:
+		v = &Verdict{ID: pid, Reason: "other", Message: "the approver cancelled"}
+	case f.action != Accept || !f.approve:
+		v = &Verdict{ID: pid, Reason: "disagree", Message: "no"}
+	default:
+		if x.approvals[pid] == nil {
+			x.approvals[pid] = map[string]frame{}
+		}
+		x.approvals[pid][f.from] = f
+		if len(x.approvals[pid]) < x.quorum[pid] {
+			return
+		}
+		v = &Verdict{ID: pid, Approved: true}
+		for by := range x.approvals[pid] {
+			v.By = append(v.By, by)
+		}
+		sort.Strings(v.By)
+		for _, by := range v.By {
+			if p := x.approvals[pid][by].params; p != nil {
+				v.Params = p
+			}
+		}
+	}
+	// Its prompts still open are cancelled by the escalator itself.
+	var open []string
+	for id, p := range x.prompts {
+		if x.of[id] == pid && id != f.corr {
+			if _, answered := x.approvals[pid][p.Approver]; !answered {
+				open = append(open, id)
+			}
+		}
+	}
+	sort.Strings(open)
+	for _, id := range open {
+		s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: x.prompts[id].Approver, corr: id, pid: pid, member: m.id, inc: m.inc})
+	}
+	x.forget(pid)
+	s.covered["world/verdict"]++
+	s.deliver(m, *v)
+}
+
+func (x *toyEscalator) forget(pid string) {
+	for id := range x.of {
+		if x.of[id] == pid {
+			delete(x.of, id)
+			delete(x.prompts, id)
+		}
+	}
+	delete(x.quorum, pid)
+	delete(x.approvals, pid)
+}
+
+// write applies a Write to the shared store: compare-and-set, a claim
+// once per id for the whole group, and, while the store is failing,
+// errors for a share of the writes (which then did not happen).
+func (s *sim) write(m *member, w Write) (uint64, error) {
+	if s.rng.Float64() < s.failRate {
+		return 0, errUnavailable
+	}
+	// A timeout after the write was applied: the member cannot tell.
+	if s.rng.Float64() < s.failRate/3 {
+		if _, err := s.write(m, w); err == nil {
+			s.tracef("  %s's write %s applied, reported failed", m.id, w.ID)
+			s.covered["world/ambiguous_write"]++
+		}
+		return 0, errUnavailable
+	}
+	st := &s.store
+	cur := st.recs[w.ID]
+	if w.Create {
+		if _, ok := st.claimed[w.ID]; ok {
+			return 0, ErrExists
+		}
+		st.claimed[w.ID] = w.Record.DecisionID
+		if t := s.truth[w.ID]; t != nil {
+			t.claimed, t.claimID = true, w.Record.DecisionID
+			t.decisionIDs[w.Record.DecisionID] = true
+		}
+	} else {
+		if cur == nil || cur.rev != w.Rev {
+			return 0, ErrConflict
+		}
+		var owner struct{ Owner string }
+		_ = json.Unmarshal(cur.data, &owner)
+		if owner.Owner != m.id {
+			return 0, ErrConflict
+		}
+	}
+	if w.Record == nil {
+		delete(st.recs, w.ID)
+		if e := m.core.props[w.ID]; e != nil && e.outcome == Withdrawn {
+			s.truth[w.ID].durableWd = true
+		}
+		st.rev++
+		return st.rev, nil
+	}
+	data, err := json.Marshal(w.Record)
+	if err != nil {
+		panic(err)
+	}
+	st.rev++
+	st.recs[w.ID] = &stored{data: data, rev: st.rev}
+	return st.rev, nil
+}
+
+func (s *sim) fireTimer() bool {
+	var best *member
+	bi := -1
+	for _, m := range s.alive() {
+		for i, t := range m.timers {
+			if bi < 0 || t.At.Before(best.timers[bi].At) {
+				best, bi = m, i
+			}
+		}
+	}
+	if best == nil {
+		return false
+	}
+	t := best.timers[bi]
+	best.timers = slices.Delete(best.timers, bi, bi+1)
+	if t.At.After(s.now) {
+		s.now = t.At
+	}
+	s.tracef("%s timer %s kind %d at %s", best.id, t.ID, t.Kind, t.At.Format("15:04:05"))
+	s.deliver(best, t)
+	return true
+}
+
+// crash drops a member's memory: of what it was doing, the first effect
+// of each proposal may have happened (a write applied, a frame sent).
+func (s *sim) crash() bool {
+	if s.quiescing {
+		return false
+	}
+	ms := s.alive()
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	s.down(m)
+	return true
+}
+
+func (s *sim) down(m *member) {
+	s.tracef("%s crashes", m.id)
+	s.covered["world/crash"]++
+	ids := make([]string, 0, len(m.ops))
+	for id := range m.ops {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		q := m.ops[id]
+		if len(q) == 0 || s.rng.IntN(2) == 0 {
+			continue
+		}
+		switch e := q[0].(type) {
+		case Log:
+			s.writeLine(m, e.Line)
+		case Write:
+			rev, err := s.write(m, e)
+			s.tracef("  %s's write %s happened before the crash: rev %d err %v", m.id, e.ID, rev, err)
+		case SendReject:
+			s.broadcast(frame{kind: "reject", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
+		case SendRequest:
+			s.broadcast(frame{kind: "request", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, rpc: e.RPCID, hasRPC: true, params: e.Params, member: m.id, inc: m.inc})
+		}
+	}
+	m.alive = false
+	m.core = nil
+	m.ops = nil
+	m.timers = nil
+	m.inbox = nil
+}
+
+// restart starts a member that is down, or one shutting down again
+// (its process ends, whatever it was still doing).
+func (s *sim) restart() bool {
+	for _, m := range s.members {
+		if m.alive && m.closing {
+			s.down(m)
+		}
+		if !m.alive {
+			s.start(m)
+			return true
+		}
+	}
+	return false
+}
+
+// shutdown: SIGTERM; the member answers everything it holds and keeps
+// running until it is restarted.
+func (s *sim) shutdown() bool {
+	if s.quiescing {
+		return false
+	}
+	ms := s.alive()
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	if m.closing {
+		return false
+	}
+	m.closing = true
+	s.tracef("%s shuts down", m.id)
+	s.covered["world/shutdown"]++
+	s.deliver(m, Closing{})
+	return true
+}
+
+// loseMember: a member's lease lapses (it crashed, or it is cut off but
+// still running) and a live member adopts its records.
+func (s *sim) loseMember() bool {
+	if s.quiescing || len(s.members) < 2 {
+		return false
+	}
+	from, to := s.members[0], s.members[1]
+	if s.rng.IntN(2) == 0 {
+		from, to = to, from
+	}
+	if !to.alive {
+		return false
+	}
+	switch {
+	case !from.alive:
+		s.tracef("%s's lease lapses", from.id)
+	case s.rng.IntN(2) == 0:
+		s.down(from)
+	default:
+		s.tracef("%s's lease lapses while it runs", from.id)
+		// It stops acting on its records first (see Released).
+		for _, r := range s.owned(from.id) {
+			delete(from.ops, r.ID)
+			s.covered["world/release"]++
+			s.deliver(from, Released{ID: r.ID})
+		}
+	}
+	s.adopt(from.id, to)
+	return true
+}
+
+func (s *sim) adopt(from string, to *member) {
+	recs := s.owned(from)
+	for i := range recs {
+		recs[i].Owner = to.id
+		data, _ := json.Marshal(recs[i])
+		s.store.rev++
+		s.store.recs[recs[i].ID] = &stored{data: data, rev: s.store.rev}
+		recs[i].Rev = s.store.rev
+	}
+	s.tracef("%s adopts %d records of %s", to.id, len(recs), from)
+	if len(recs) > 0 {
+		s.covered["world/adopt"]++
+	}
+	if len(recs) > 0 {
+		s.deliver(to, Resumed{Records: recs, How: "adopted from " + from})
+	}
+}
+
+// check reports the first invariant broken so far.
+func (s *sim) check() error {
+	err := s.violation
+	s.violation = nil
+	return err
+}
+
+// view is what the wire shows of one proposal's answers.
+type view struct {
+	requests, rejects []frame
+	cancelled         map[string]bool
+}
+
+// onWire checks a frame a member sends, as it goes out.
+func (s *sim) onWire(f frame, m *member) {
+	if f.member == "" {
+		return
+	}
+	t := s.truth[f.pid]
+	if t == nil {
+		s.fail("%s sent %s about unknown proposal %q", f.member, f.kind, f.pid)
+		return
+	}
+	v := s.views[f.pid]
+	if v == nil {
+		v = &view{cancelled: map[string]bool{}}
+		s.views[f.pid] = v
+	}
+	switch f.kind {
+	case "request", "reject", "prompt":
+		if t.durableWd {
+			s.fail("%s %s sent for %s after its withdrawal was written", f.kind, f.id, f.pid)
+		}
+		if m.withdrawnHere[f.pid] {
+			s.fail("%s sent %s %s for %s after it took its withdrawal", m.id, f.kind, f.id, f.pid)
+		}
+	}
+	switch f.kind {
+	case "request":
+		if len(v.requests) > 0 {
+			s.fail("a second fulfilment request for %s: %s after %s", f.pid, f.id, v.requests[0].id)
+		}
+		if len(v.rejects) > 0 {
+			s.fail("fulfilment request %s for %s after its reject %s", f.id, f.pid, v.rejects[0].id)
+		}
+		if t.invalid || t.policy == "reject" || t.policy == "incapable" {
+			s.fail("fulfilment request for %s, which is %s (invalid %v)", f.pid, t.policy, t.invalid)
+		}
+		if quorum := map[string]int{"escalate": 1, "escalate2": 2}[t.policy]; len(t.accepts) < quorum {
+			s.fail("fulfilment request for %s with %d approvals from its approvers, %d needed", f.pid, len(t.accepts), quorum)
+		}
+		if s.logged(f.pid, "rejected", "") {
+			// A call written after its proposal's reject was committed
+			// runs for nobody.
+			s.fail("fulfilment request %s for %s after its reject was committed", f.id, f.pid)
+		}
+		if !s.logged(f.pid, "fulfilling", "") {
+			s.fail("fulfilment request for %s without a fulfilling line before it", f.pid)
+		}
+		v.requests = append(v.requests, f)
+	case "reject":
+		if len(v.rejects) > 0 && v.rejects[0].id == f.id {
+			s.covered["world/resent_reject"]++
+		}
+		if len(v.rejects) > 0 && v.rejects[0].id != f.id {
+			s.fail("two rejects for %s: %s (%s) and %s (%s)", f.pid, v.rejects[0].id, v.rejects[0].reason, f.id, f.reason)
+		}
+		if len(v.requests) > 0 {
+			if f.reason != "timeout" && f.reason != "other" {
+				s.fail("reject %s for %s after its fulfilment request", f.reason, f.pid)
+			}
+			if !v.cancelled[v.requests[0].id] {
+				s.fail("reject %s for %s after its fulfilment request, which was not cancelled first", f.reason, f.pid)
+			}
+		}
+		if t.invalid && f.reason != "invalid" {
+			s.fail("invalid proposal %s rejected %s", f.pid, f.reason)
+		}
+		if !s.logged(f.pid, "rejected", f.reason) {
+			s.fail("reject %s for %s without a rejected line before it", f.reason, f.pid)
+		}
+		v.rejects = append(v.rejects, f)
+	case "cancel":
+		v.cancelled[f.corr] = true
+	case "prompt":
+		if t.invalid || t.policy == "reject" || t.policy == "incapable" || t.policy == "fulfill" {
+			s.fail("prompt for %s, which is %s", f.pid, t.policy)
+		}
+		t.prompts[f.id] = f
+	case "prompt_cancel":
+		t.promptEnded[f.corr] = true
+	}
+}
+
+// final checks the quiescent world: every claimed proposal answered
+// once (or withdrawn), no prompt left open, the decision log consistent.
+func (s *sim) final() error {
+	for _, pid := range s.order {
+		t := s.truth[pid]
+		v := s.views[pid]
+		answered := v != nil && (len(v.requests) > 0 || len(v.rejects) > 0)
+		if t.claimed && !answered && !t.durableWd {
+			return fmt.Errorf("%s was claimed (decision %s) but never answered", pid, t.claimID)
+		}
+		if answered && t.durableWd {
+			return fmt.Errorf("%s was withdrawn, and answered too", pid)
+		}
+		for id, p := range t.prompts {
+			if !t.promptEnded[id] {
+				return fmt.Errorf("prompt %s to %s for %s left open", id, p.to, pid)
+			}
+		}
+		for _, l := range s.lines {
+			if l.ProposalID != pid || !t.claimed {
+				continue
+			}
+			switch l.Stage {
+			case "rejected", "fulfilling", "fulfilled", "escalated", "withdrawn":
+				if !t.decisionIDs[l.DecisionID] {
+					return fmt.Errorf("%s line for %s carries decision %s, not its claim's %s nor one decided for it", l.Stage, pid, l.DecisionID, t.claimID)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// logged reports whether a line of stage (with reason, when set) for pid
+// was written.
+func (s *sim) logged(pid, stage, reason string) bool {
+	for _, l := range s.lines {
+		if l.ProposalID == pid && l.Stage == stage && (reason == "" || l.Reason == reason) {
+			return true
+		}
+	}
+	return false
+}
+
+// quiesce stops the world's new work, heals the store, restarts every
+// member and lets everything in flight finish, then checks that nothing
+// is pending and every claimed proposal was answered exactly once.
+func (s *sim) quiesce() error {
+	s.quiescing = true
+	s.failRate = 0
+	s.tracef("quiescing")
+	for _, m := range s.members {
+		if !m.alive {
+			s.start(m)
+		}
+	}
+	// A record owned by no live member (adopted from a member that is
+	// back, say) is adopted by the first.
+	for i := 0; i < 100000; i++ {
+		s.step++
+		switch {
+		case s.deliverFrame():
+		case s.runOp():
+		case s.toolAnswers() && s.rng.IntN(2) == 0:
+		case s.approverAnswers() && s.rng.IntN(2) == 0:
+		case s.fireTimer():
+		default:
+			for _, m := range s.members {
+				if n := m.core.Pending(); n > 0 {
+					return fmt.Errorf("quiescent, but %s still holds %d proposals: %v", m.id, n, m.core.Open())
+				}
+			}
+			if len(s.store.recs) > 0 {
+				var ids []string
+				for id := range s.store.recs {
+					ids = append(ids, id+" "+string(s.store.recs[id].data))
+				}
+				sort.Strings(ids)
+				return fmt.Errorf("quiescent, but the store holds records: %v", ids)
+			}
+			if err := s.check(); err != nil {
+				return err
+			}
+			return s.final()
+		}
+		if err := s.check(); err != nil {
+			return fmt.Errorf("quiescing, step %d: %w", s.step, err)
+		}
+	}
+	return fmt.Errorf("not quiescent after 100000 steps")
+}

@@ -1,0 +1,181 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Phase is where a pending proposal is. It is the one phase enum: the
+// record in the store carries it as it is in memory.
+type Phase string
+
+// Phases of a pending proposal, in the order a proposal normally passes
+// them. Answered is the last phase a record can have: its reject is
+// committed and is (re-)sent with its recorded envelope id until it is
+// written; then the record is deleted.
+const (
+	Deciding         Phase = "deciding"          // claimed; the policy is asked
+	AwaitingApproval Phase = "awaiting_approval" // prompts are open until Deadline
+	Queued           Phase = "queued"            // decided fulfil; waits for a fulfilment slot
+	Fulfilling       Phase = "fulfilling"        // Request committed (sent at most once); its response awaited until Deadline
+	Answered         Phase = "answered"          // Reject committed; sent (again) until written
+)
+
+// Outcome is how a proposal ended in this process.
+type Outcome string
+
+// Outcomes.
+const (
+	Open       Outcome = ""
+	Fulfilled  Outcome = "fulfilled"  // the tool owner answered the request
+	Rejected   Outcome = "rejected"   // a reject was committed
+	Withdrawn  Outcome = "withdrawn"  // the proposer withdrew before an answer was committed
+	Superseded Outcome = "superseded" // another participant answered it
+	Dropped    Outcome = "dropped"    // its record is another member's now (fenced), or it was never claimed
+)
+
+// Action is what a decision says to do.
+type Action string
+
+// Actions of a decision.
+const (
+	Fulfill  Action = "fulfill"
+	Reject   Action = "reject"
+	Escalate Action = "escalate"
+)
+
+// Decision is what the core needs of a policy decision. Extra is the
+// shell's (grants, reminders, task settings…): persisted with the record,
+// never read by the core.
+type Decision struct {
+	Action    Action          `json:"action"`
+	Reason    string          `json:"reason,omitempty"`
+	Message   string          `json:"message,omitempty"`
+	Target    string          `json:"target,omitempty"` // the route chosen (tool owner)
+	Approvers []string        `json:"approvers,omitempty"`
+	Quorum    int             `json:"quorum,omitempty"`
+	Timeout   time.Duration   `json:"timeout,omitempty"`
+	Revision  string          `json:"revision,omitempty"`
+	Extra     json.RawMessage `json:"extra,omitempty"`
+}
+
+// Proposal is one pending proposal: the whole of its state, persisted as
+// it is (JSON) before anything it commits to is sent.
+type Proposal struct {
+	ID       string          `json:"id"`
+	From     string          `json:"from"`
+	Envelope json.RawMessage `json:"envelope,omitempty"` // the proposal as received
+	Params   json.RawMessage `json:"params,omitempty"`   // as proposed; nil when it had none
+	Invalid  string          `json:"invalid,omitempty"`  // why validation refused it (rule 1)
+	Size     int             `json:"size,omitempty"`
+	Received time.Time       `json:"received"`
+	Owner    string          `json:"owner"` // the group member that answers it
+
+	Phase Phase `json:"phase"`
+	// Deadline is the one deadline of the current phase: the pending TTL
+	// while deciding or queued, the approval deadline while humans are
+	// asked, the fulfil timeout once the request is committed.
+	Deadline time.Time `json:"deadline"`
+
+	DecisionID string    `json:"decision_id"` // minted at the claim; a new one after an edit is decided again
+	Decision   *Decision `json:"decision,omitempty"`
+
+	Prompts    []Prompt        `json:"prompts,omitempty"`
+	Approvals  []Approval      `json:"approvals,omitempty"`
+	FinalArgs  json.RawMessage `json:"final_params,omitempty"` // params to fulfil (edited, or as proposed)
+	ApprovedBy []string        `json:"approved_by,omitempty"`
+	// Request is the fulfilment request, committed before it is sent;
+	// once set it is never sent again (a tool call must not run twice).
+	Request *Request `json:"request,omitempty"`
+	// Reject is the committed answer of phase Answered.
+	Reject *RejectRecord `json:"reject,omitempty"`
+
+	// Rev is the record's revision in the store (compare-and-set).
+	Rev uint64 `json:"-"`
+}
+
+// Prompt is one elicitation to one approver; re-asked with the same ids
+// after a restart or an adoption, so an answer to either copy counts once.
+type Prompt struct {
+	Approver   string `json:"approver"`
+	EnvelopeID string `json:"envelope_id"`
+	RPCID      int64  `json:"rpc_id"`
+	Answered   bool   `json:"answered,omitempty"`
+}
+
+// Approval is an approver's accept, counted once.
+type Approval struct {
+	Approver string          `json:"approver"`
+	Params   json.RawMessage `json:"params,omitempty"` // edited params; nil: as proposed
+}
+
+// Request is the fulfilment request.
+type Request struct {
+	EnvelopeID string    `json:"envelope_id"`
+	RPCID      int64     `json:"rpc_id"`
+	Target     string    `json:"target"`
+	SentAt     time.Time `json:"sent_at"`
+}
+
+// RejectRecord is a committed reject.
+type RejectRecord struct {
+	EnvelopeID string `json:"envelope_id"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message,omitempty"`
+	// CancelRequest: the proposal's fulfilment request is cancelled at
+	// its owner (notifications/cancelled) before the reject is sent.
+	CancelRequest bool `json:"cancel_request,omitempty"`
+}
+
+func (p Proposal) clone() *Proposal {
+	q := p
+	q.Prompts = append([]Prompt(nil), p.Prompts...)
+	q.Approvals = append([]Approval(nil), p.Approvals...)
+	q.ApprovedBy = append([]string(nil), p.ApprovedBy...)
+	if p.Decision != nil {
+		d := *p.Decision
+		q.Decision = &d
+	}
+	if p.Request != nil {
+		r := *p.Request
+		q.Request = &r
+	}
+	if p.Reject != nil {
+		r := *p.Reject
+		q.Reject = &r
+	}
+	return &q
+}
+
+// Errors a store write comes back with (Stored.Err). Anything else is
+// "unavailable": the write did not happen and is tried again.
+var (
+	// ErrExists: the claim (create) found the proposal id claimed
+	// before, by this or another member (rule 5, group-wide).
+	ErrExists = errors.New("lifecycle: proposal claimed before")
+	// ErrConflict: the record is not this member's any more (adopted,
+	// taken) or is gone: nothing more may be sent about it.
+	ErrConflict = errors.New("lifecycle: record changed by another member")
+)
+
+// IDs mints the ids the core puts on the wire. The shell's comes from
+// the agent (envelope ids, the space's JSON-RPC id sequence); the
+// simulator's is a counter, so that a seed replays exactly.
+type IDs interface {
+	EnvelopeID() string
+	RPCID() int64
+	DecisionID() string
+}
+
+// Config tunes a Core.
+type Config struct {
+	Member          string        // this member's id (record owner)
+	MaxPending      int           // claimed proposals open at once; more are rejected "busy"
+	MaxInflight     int           // fulfilment requests out at once; more wait in phase Queued
+	PendingTTL      time.Duration // deadline while deciding or queued
+	FulfillTimeout  time.Duration // deadline for the tool owner's response
+	ApprovalTimeout time.Duration // deadline for humans when the decision sets none
+	RetryAfter      time.Duration // a store write or a reject that failed is tried again after this
+	Approvers       []string      // asked when the decision names none
+}
