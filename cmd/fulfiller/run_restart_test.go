@@ -244,7 +244,15 @@ func TestRunResumesAfterSIGKILL(t *testing.T) {
 	step("replay")
 	// Replaying the fulfilled proposal's id runs nothing.
 	w.propose(prop, "p-done", "done")
-	time.Sleep(time.Second)
+	// The restarted process knows the id from the store's claim.
+	spacetest.WaitUntil(t, "the replay of p-done ignored", func() bool {
+		for _, line := range strings.Split(w.logs.String(), "\n") {
+			if strings.Contains(line, `"msg":"proposal claimed before (a replay, or another member of the group); ignored"`) && strings.Contains(line, `"proposal":"p-done"`) {
+				return true
+			}
+		}
+		return false
+	})
 	for tool, want := range map[string]int32{"done": 1, "hang": 1, "ask": 1, "quick": 0} {
 		if got := w.calls[tool].Load(); got != want {
 			t.Errorf("%s ran %d times, want %d", tool, got, want)
