@@ -13,6 +13,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -82,13 +83,7 @@ func TestCloseCancelsOpenPrompts(t *testing.T) {
 		Deadline: time.Now().Add(time.Hour),
 	}
 	e.Escalate(context.Background(), esc, func(fulfill.Verdict) { verdicts++ })
-	deadline := time.Now().Add(5 * time.Second)
-	for len(conn.payloads()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("nobody asked")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, "the prompt sent", func() bool { return len(conn.payloads()) > 0 })
 	e.Close()
 	got := conn.payloads()
 	if len(got) != 2 || got[1] != `alice {"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"shutdown"}}` {

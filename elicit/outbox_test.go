@@ -8,6 +8,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -40,13 +41,7 @@ func TestPromptCancellationKeptWhileLinkIsDown(t *testing.T) {
 		Deadline: time.Now().Add(time.Hour),
 	}
 	e.Escalate(context.Background(), esc, func(fulfill.Verdict) {})
-	deadline := time.Now().Add(5 * time.Second)
-	for len(conn.payloads()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("nobody asked")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, "the prompt sent", func() bool { return len(conn.payloads()) > 0 })
 	conn.mu.Lock()
 	prompt := conn.sent[0]
 	conn.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -62,19 +63,14 @@ func approve(from string, prompt agent.Envelope, rpc int64) agent.Envelope {
 
 func waitSent(t *testing.T, c *fakeConn, n int) []agent.Envelope {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got []agent.Envelope
+	poll.Until(t, fmt.Sprintf("%d envelopes sent", n), func() bool {
 		c.mu.Lock()
-		got := append([]agent.Envelope(nil), c.sent...)
+		got = append([]agent.Envelope(nil), c.sent...)
 		c.mu.Unlock()
-		if len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d envelopes sent, want %d", len(got), n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return len(got) >= n
+	})
+	return got
 }
 
 // Every prompt is recorded before it is sent, and each approval before it
@@ -103,19 +99,11 @@ func TestResumeAsksAgainWithSameIDsAndCountsApprovalsOnce(t *testing.T) {
 	}
 	aliceAnswer := approve("alice", byApprover["alice"], rpcOf["alice"])
 	e.Handle(aliceAnswer)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, "alice's approval recorded", func() bool {
 		log.mu.Lock()
-		n := len(log.approvals)
-		log.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("alice's approval not recorded")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		defer log.mu.Unlock()
+		return len(log.approvals) == 1
+	})
 	// kill -9: this Elicitor is gone without a word (no Close).
 
 	conn2 := &fakeConn{roster: []string{"alice", "bob"}}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -105,15 +106,6 @@ func TestRegistryOverAStore(t *testing.T) {
 		}
 		return r
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("%s: not within the test's time", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	a, b := run(), run()
 	now := time.Now()
 	if err := a.Create(ctx, newGrant(t, "g-1", now)); err != nil {
@@ -122,7 +114,7 @@ func TestRegistryOverAStore(t *testing.T) {
 	if err := a.Create(ctx, newGrant(t, "g-1", now)); !errors.Is(err, state.ErrExists) {
 		t.Errorf("a second grant under one id = %v, want ErrExists", err)
 	}
-	waitFor("b sees a's grant", func() bool { return len(b.Matching(readFile("/srv/app/x"), now)) == 1 })
+	poll.Until(t, "b sees a's grant", func() bool { return len(b.Matching(readFile("/srv/app/x"), now)) == 1 })
 
 	// Forged or corrupt: a record whose document does not read as a grant
 	// (or names another id) allows nothing.
@@ -142,7 +134,7 @@ func TestRegistryOverAStore(t *testing.T) {
 	if m := b.Matching(readFile("/srv/app/x"), now); len(m) != 0 {
 		t.Fatalf("the revoking member still matches %+v", m)
 	}
-	waitFor("a and c see the revocation", func() bool {
+	poll.Until(t, "a and c see the revocation", func() bool {
 		return len(a.Matching(readFile("/srv/app/x"), now)) == 0 && len(c.Matching(readFile("/srv/app/x"), now)) == 0
 	})
 }

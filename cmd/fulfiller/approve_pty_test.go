@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/testenv"
 
 	"github.com/creack/pty"
@@ -118,13 +119,7 @@ default decision := {"action": "reject", "reason": "policy"}
 	go func() { defer wg.Done(); _, _ = io.Copy(&screen, ptmx) }()
 	command(tty, tty, "approve", "--gateway", srv.URL(), "--token", "human-token", "--id", "alice", "--key", keyFile, "--color", "never")
 	waitText(t, "approve's greeting", screen.String, "Waiting for approval requests from fulfiller.")
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Contains(srv.Participants(), "fulfiller") {
-		if time.Now().After(deadline) {
-			t.Fatal("the fulfiller never joined")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, "the fulfiller to join", func() bool { return slices.Contains(srv.Participants(), "fulfiller") })
 
 	coder := join("coder", "coder-token")
 	prop := proposer.New(coder)

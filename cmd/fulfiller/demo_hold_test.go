@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestDemoHoldPrintsARunThatJoins: `fulfiller demo --hold` prints, once
@@ -90,7 +92,7 @@ func TestDemoHoldPrintsARunThatJoins(t *testing.T) {
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntilTrue(t, "the printed run's /readyz answers 200", func() bool {
+	poll.Until(t, "the printed run's /readyz answers 200", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			return false

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestDemoServesMetrics runs `fulfiller demo --http ADDR --hold` and reads
@@ -57,7 +59,7 @@ func TestDemoServesMetrics(t *testing.T) {
 		`fulfiller_state_claims_total{result="won"} 13` + "\n",
 		"fulfiller_state_store_failing 0\n",
 	}
-	waitUntilTrue(t, "the story's counters", func() bool {
+	poll.Until(t, "the story's counters", func() bool {
 		m := metrics()
 		for _, w := range want {
 			if !strings.Contains(m, w) {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/testenv"
 
 	"github.com/mewkit/fulfiller/agent"
@@ -50,10 +51,10 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 		_ = cmd.Wait()
 	}()
 	get := func(path string) (int, string) { return httpGet(addr, path, "") }
-	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	prop := w.coder()
-	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
+	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
 	const refused = "the decision log cannot be written, so this fulfiller neither fulfils nor escalates until it can; propose again later"
 	for _, c := range []struct{ id, call string }{
 		{"p-read", `{"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/x"}}}`},
@@ -141,9 +142,9 @@ func TestRunBinaryDecisionLogRecoversWhenTheDiskHasRoom(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	waitUntilTrue(t, "/readyz says ready", func() bool { return ready() == 200 })
+	poll.Until(t, "/readyz says ready", func() bool { return ready() == 200 })
 	prop := w.coder()
-	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
+	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
 	call := json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/x"}}}`)
 	id, err := prop.Propose(ctx, "p-full", []string{"fs"}, call)
 	if err != nil {
@@ -159,7 +160,7 @@ func TestRunBinaryDecisionLogRecoversWhenTheDiskHasRoom(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	waitUntilTrue(t, "/readyz ready again without a restart", func() bool { return ready() == 200 })
+	poll.Until(t, "/readyz ready again without a restart", func() bool { return ready() == 200 })
 	id2, err := prop.Propose(ctx, "p-room", []string{"fs"}, call)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/internal/bundletest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestRunBinaryBundleRollout runs the binary with only --bundle-url (a
@@ -73,10 +74,10 @@ func TestRunBinaryBundleRollout(t *testing.T) {
 		r.Revision, r.ReloadError = raw.Revision, raw.ReloadError
 		return code, r
 	}
-	waitUntilTrue(t, "/readyz says ready with v1", func() bool { code, r := ready(); return code == 200 && r.Revision == "v1" })
+	poll.Until(t, "/readyz says ready with v1", func() bool { code, r := ready(); return code == 200 && r.Revision == "v1" })
 
 	prop := w.coder()
-	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
+	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
 	propose := func(id, wantReason string) {
 		t.Helper()
 		pid, err := prop.Propose(ctx, id, []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/x"}}}`))
@@ -90,14 +91,14 @@ func TestRunBinaryBundleRollout(t *testing.T) {
 	propose("p-v1", "unsafe")
 
 	// Rollout, after the poll has been answered 304 at least once.
-	waitUntilTrue(t, "a 304", func() bool { return host.count(http.StatusNotModified) > 0 })
+	poll.Until(t, "a 304", func() bool { return host.count(http.StatusNotModified) > 0 })
 	host.serve(build("disagree", "v2", priv))
-	waitUntilTrue(t, "v2 in force", func() bool { _, r := ready(); return r.Revision == "v2" })
+	poll.Until(t, "v2 in force", func() bool { _, r := ready(); return r.Revision == "v2" })
 	propose("p-v2", "disagree")
 
 	// A forged bundle (another key): refused, v2 stays.
 	host.serve(build("other", "v3", otherPriv))
-	waitUntilTrue(t, "the refused bundle in /readyz", func() bool {
+	poll.Until(t, "the refused bundle in /readyz", func() bool {
 		code, r := ready()
 		return code == 200 && r.Revision == "v2" && strings.Contains(r.ReloadError, "failed to verify JWT signature")
 	})

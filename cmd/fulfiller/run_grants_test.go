@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 )
@@ -71,7 +72,7 @@ func TestRunBinaryGrants(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
+		poll.Until(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
 		return cmd.Process
 	}
 	read := func(id, path string) {
@@ -210,7 +211,7 @@ func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
+		poll.Until(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
 		return cmd, &logs
 	}
 	read := func(id string) {
@@ -258,7 +259,7 @@ func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
 	_, logs = start()
 	// Logged once the store's grants are loaded, which /readyz does not
 	// wait for.
-	waitUntilTrue(t, "the start-up warning about "+id, func() bool {
+	poll.Until(t, "the start-up warning about "+id, func() bool {
 		return strings.Contains(logs.String(), `"msg":"grant pinned to a proposer matches nothing`) && strings.Contains(logs.String(), `"grant":"`+id+`","proposer":"coder"`)
 	})
 	stdout, stderr, code = cliEnv(t, "", env, "grants", "list")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestRunBinaryLogsOneJoinLine: `run --log-format json` logs a join once,
@@ -18,7 +20,7 @@ func TestRunBinaryLogsOneJoinLine(t *testing.T) {
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
 	cmd, stderr := w.runFulfiller(bin, nil)
-	waitUntilTrue(t, "the fulfiller joins", func() bool { return slices.Contains(w.Space.Participants(), "fulfiller") })
+	poll.Until(t, "the fulfiller joins", func() bool { return slices.Contains(w.Space.Participants(), "fulfiller") })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestRunBinaryOperations runs the real binary with --http, the join and
@@ -41,15 +43,15 @@ func TestRunBinaryOperations(t *testing.T) {
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN="}, "--token-file", tokenFile, "--http-token-file", httpTokenFile,
 		"--http", addr, "--decision-log", logPath, "--mask", "params.arguments.path")
 	get := func(path, tok string) (int, string) { return httpGet(addr, path, tok) }
-	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz", ""); return code == 200 })
+	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz", ""); return code == 200 })
 
 	prop := w.coder()
-	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
+	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
 	id, err := prop.Propose(ctx, "p-ops", []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/very/secret"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntilTrue(t, "the operator API shows the escalation", func() bool {
+	poll.Until(t, "the operator API shows the escalation", func() bool {
 		code, body := get("/v1/proposals/"+id, "op-secret")
 		return code == 200 && strings.Contains(body, `"state": "awaiting_approval"`)
 	})
@@ -65,7 +67,7 @@ func TestRunBinaryOperations(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntilTrue(t, "a new decision log after SIGHUP", func() bool { _, err := os.Stat(logPath); return err == nil })
+	poll.Until(t, "a new decision log after SIGHUP", func() bool { _, err := os.Stat(logPath); return err == nil })
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

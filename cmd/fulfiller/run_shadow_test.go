@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestRunBinaryShadowPolicy runs the binary with a live policy that
@@ -38,12 +39,12 @@ func TestRunBinaryShadowPolicy(t *testing.T) {
 	addr := freeAddr(t)
 	cmd, stderr := w.runFulfiller(bin, nil, "--http", addr, "--decision-log", logPath, "--shadow-policy", shadowPath)
 	get := func(path string) (int, string) { return httpGet(addr, path, "") }
-	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	watcher := w.join("watcher", "human-token")
 	seen := watcher.Subscribe(agent.SubscribeOptions{All: true, Buffer: 256})
 	prop := w.coder()
-	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
+	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
 	id, err := prop.Propose(w.Ctx, "p-shadow", []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/x"}}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +93,7 @@ func TestRunBinaryShadowPolicy(t *testing.T) {
 		}
 		return out
 	}
-	waitUntilTrue(t, "the shadow line in the decision log", func() bool {
+	poll.Until(t, "the shadow line in the decision log", func() bool {
 		return slices.ContainsFunc(records(), func(r record) bool { return r.Type == "shadow" })
 	})
 	var decided, shadow record

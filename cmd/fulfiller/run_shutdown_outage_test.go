@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 )
@@ -39,7 +40,7 @@ func TestRunBinaryDeliversShutdownAnswersAfterARestart(t *testing.T) {
 	get := func(path string) (int, string) { return httpGet(addr, path, apiToken) }
 	env := []string{"FULFILLER_HTTP_TOKEN=" + apiToken}
 	first, stderr := w.runFulfiller(bin, env, "--http", addr, "--shutdown-timeout", "1s", "--state", dir)
-	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	ids := []string{"p-1", "p-2", "p-3", "p-4"}
 	proposerOf := map[string]string{}
@@ -49,7 +50,7 @@ func TestRunBinaryDeliversShutdownAnswersAfterARestart(t *testing.T) {
 		who := fmt.Sprintf("coder-%d", i+1)
 		proposerOf[id] = who
 		prop := proposer.New(w.join(who, "coder-token"))
-		waitUntilTrue(t, "the space sees "+who, func() bool { return slices.Contains(w.Space.Participants(), who) })
+		poll.Until(t, "the space sees "+who, func() bool { return slices.Contains(w.Space.Participants(), who) })
 		if _, err := prop.Propose(ctx, id, []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/x"}}}`)); err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +71,7 @@ func TestRunBinaryDeliversShutdownAnswersAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = w.Space.Close()
-	waitUntilTrue(t, "the fulfiller notices the gateway is gone", func() bool {
+	poll.Until(t, "the fulfiller notices the gateway is gone", func() bool {
 		code, body := get("/readyz")
 		return code == 503 && strings.Contains(body, `"gateway": "disconnected"`)
 	})

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestRunBinarySIGTERMWithGatewayDown: three proposals wait for a human,
@@ -31,10 +33,10 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 	const apiToken = "shutdown-test-api-token"
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_HTTP_TOKEN=" + apiToken}, "--http", addr, "--shutdown-timeout", "1s")
 	get := func(path string) (int, string) { return httpGet(addr, path, apiToken) }
-	waitUntilTrue(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	prop := w.coder()
-	waitUntilTrue(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
+	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
 	frames, stopTap := srv.Tap(256)
 	defer stopTap()
 	for _, id := range []string{"p-1", "p-2", "p-3"} {
@@ -42,7 +44,7 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntilTrue(t, "three escalations wait for alice", func() bool {
+	poll.Until(t, "three escalations wait for alice", func() bool {
 		_, body := get("/v1/proposals")
 		return strings.Count(body, `"state": "awaiting_approval"`) == 3
 	})
@@ -60,7 +62,7 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 	}
 
 	srv.Close()
-	waitUntilTrue(t, "the fulfiller notices the gateway is gone", func() bool {
+	poll.Until(t, "the fulfiller notices the gateway is gone", func() bool {
 		code, body := get("/readyz")
 		return code == 503 && strings.Contains(body, `"gateway": "disconnected"`)
 	})
@@ -100,7 +102,7 @@ func TestRunBinaryWrongTokenSaysSo(t *testing.T) {
 	ln.Close()
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN=wrong-token"}, "--http", addr)
 	const reason = `"reason": "the capabilities the gateway granted (chat, mcp/response) do not permit mcp/reject or mcp/request tools/call: check the token"`
-	waitUntilTrue(t, "/readyz says why it is not ready", func() bool {
+	poll.Until(t, "/readyz says why it is not ready", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			return false

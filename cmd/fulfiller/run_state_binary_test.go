@@ -15,6 +15,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/internal/outbox"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -58,7 +59,7 @@ func TestRunBinarySendsAnswersQueuedBeforeARestart(t *testing.T) {
 			t.Fatalf("the queued answer was never sent\n%s", stderr)
 		}
 	}
-	waitUntilTrue(t, "the fulfiller joined", func() bool { return slices.Contains(w.Space.Participants(), "fulfiller") })
+	poll.Until(t, "the fulfiller joined", func() bool { return slices.Contains(w.Space.Participants(), "fulfiller") })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

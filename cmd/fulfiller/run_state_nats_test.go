@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestRunBinaryReadinessFollowsTheNATSServer(t *testing.T) {
 		if err := nats.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitUntilTrue(t, "nats-server listens", func() bool {
+		poll.Until(t, "nats-server listens", func() bool {
 			c, err := net.Dial("tcp", natsAddr)
 			if err == nil {
 				c.Close()
@@ -67,7 +68,7 @@ func TestRunBinaryReadinessFollowsTheNATSServer(t *testing.T) {
 		_ = json.Unmarshal(raw, &body)
 		return resp.StatusCode, body
 	}
-	waitUntilTrue(t, "ready with the store up", func() bool {
+	poll.Until(t, "ready with the store up", func() bool {
 		code, body := readyz()
 		return code == 200 && body["store"] == "ok"
 	})
@@ -77,14 +78,14 @@ func TestRunBinaryReadinessFollowsTheNATSServer(t *testing.T) {
 
 	stopNATS()
 	wantReason := fmt.Sprintf("the state store (%s) does not accept writes: ", url)
-	waitUntilTrue(t, "503 naming the store", func() bool {
+	poll.Until(t, "503 naming the store", func() bool {
 		code, body := readyz()
 		reason, _ := body["reason"].(string)
 		return code == 503 && body["store"] == "failing" && strings.HasPrefix(reason, wantReason)
 	})
 
 	startNATS()
-	waitUntilTrue(t, "ready again with the store back", func() bool {
+	poll.Until(t, "ready again with the store back", func() bool {
 		code, body := readyz()
 		return code == 200 && body["store"] == "ok"
 	})

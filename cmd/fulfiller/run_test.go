@@ -9,7 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // TestRunBinaryAnswersPendingWorkOnSIGTERM builds the real binary, runs
@@ -24,7 +25,7 @@ func TestRunBinaryAnswersPendingWorkOnSIGTERM(t *testing.T) {
 	ctx, srv := w.Ctx, w.Space
 
 	cmd, stderr := w.runFulfiller(bin, nil)
-	waitUntilTrue(t, "the fulfiller joins", func() bool { return slices.Contains(srv.Participants(), "fulfiller") })
+	poll.Until(t, "the fulfiller joins", func() bool { return slices.Contains(srv.Participants(), "fulfiller") })
 
 	prop := w.coder()
 	frames, stopTap := srv.Tap(256)
@@ -57,16 +58,5 @@ func TestRunBinaryAnswersPendingWorkOnSIGTERM(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "fulfiller-token") {
 		t.Error("the token appears in the logs")
-	}
-}
-
-func waitUntilTrue(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
