@@ -185,6 +185,10 @@ func (f *Fulfiller) resendReject(p *proposal, rej state.Reject) {
 	f.log.Info("reject recorded before the restart sent again", "proposal", p.env.ID, "reason", rej.Reason, "envelope", rej.EnvelopeID)
 	ev := p.event(StageRejected)
 	ev.Reason, ev.Message = rej.Reason, rej.Message
+	// The line again: the crash may have come between the record and the
+	// line (answerReject writes the line after the record). A second line
+	// for the same reject, same decision, is the lesser harm than none.
+	f.recordReject(p, ev)
 	f.writeReject(p, ev, rej)
 }
 

@@ -30,6 +30,13 @@ type faultyStore struct {
 	dead, failUpdate atomic.Bool
 	// dieAfterAnswered makes the store dead once a MarkAnswered succeeds.
 	dieAfterAnswered atomic.Bool
+	// dieAfterClaim makes the store and crashSpace dead once a claim is
+	// written: a kill -9 right after the claim, before anything else.
+	dieAfterClaim atomic.Bool
+	crashSpace    *fakeSpace
+	// beforeAnswered, when set before the fulfiller runs, is called as a
+	// MarkAnswered starts: what a crash at that point would leave.
+	beforeAnswered func(*state.Pending)
 	// claimGate, when set before the fulfiller runs, holds every Claim
 	// until a value is sent on it (a slow store).
 	claimGate chan struct{}
@@ -52,7 +59,22 @@ func (s *faultyStore) ClaimDecision(ctx context.Context, id, decision string) (b
 	if s.dead.Load() {
 		return false, "", errCut
 	}
-	return s.Store.ClaimDecision(ctx, id, decision)
+	won, winner, err := s.Store.ClaimDecision(ctx, id, decision)
+	if err == nil && won {
+		s.crashAfterClaim()
+	}
+	return won, winner, err
+}
+
+// crashAfterClaim kills the store (and crashSpace) if dieAfterClaim is set.
+func (s *faultyStore) crashAfterClaim() {
+	if !s.dieAfterClaim.Load() {
+		return
+	}
+	s.dead.Store(true)
+	if s.crashSpace != nil {
+		s.crashSpace.dead.Store(true)
+	}
 }
 
 func (s *faultyStore) Put(ctx context.Context, p *state.Pending) error {
@@ -70,6 +92,9 @@ func (s *faultyStore) Update(ctx context.Context, p *state.Pending) error {
 }
 
 func (s *faultyStore) MarkAnswered(ctx context.Context, p *state.Pending) error {
+	if s.beforeAnswered != nil {
+		s.beforeAnswered(p)
+	}
 	if s.dead.Load() {
 		return errCut
 	}
