@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -13,6 +14,98 @@ import (
 // Exactly once across crashes (issue 27): a crash at any point leaves no
 // claimed proposal unanswered, and a restart on the same store answers it
 // once, with the envelope ids recorded before the crash.
+
+// kill -9 right after the claim is written: the restart decides the
+// proposal and fulfils it once; a replay of its id is then ignored under
+// the original decision. When the claim and the record were two writes
+// (seen bucket, then pending bucket), this crash left a claimed proposal
+// with no record: nobody answered it, and its replay was a "duplicate".
+func TestStoreCrashAfterClaimIsAnsweredOnRestart(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+	st.crashSpace = h.space
+	st.dieAfterClaim.Store(true)
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	waitFor(t, func() bool { return h.space.dead.Load() })
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	dec2 := &fakeDecider{decisions: storeDecisions}
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, dec2)
+	req := h2.space.next(t)
+	if !isToolsCall(req) || !slices.Equal(req.To, []string{"calculator"}) {
+		t.Fatalf("after the restart sent %s to %v: %s, want p1's tools/call to calculator", req.Kind, req.To, req.Payload)
+	}
+	h2.deliver(answerFor(t, req))
+	h2.waitStage(t, "p1", StageFulfilled)
+	decision := h2.eventOf(t, "p1", StageFulfilled).DecisionID
+	h2.deliver(proposalEnv("p1", "coder", callOf("add")))
+	h2.waitStage(t, "p1", StageIgnored)
+	if ev := h2.eventOf(t, "p1", StageIgnored); ev.Reason != "duplicate" || ev.DecisionID != decision {
+		t.Errorf("the replay's ignored event: reason %q decision %q, want duplicate under %q", ev.Reason, ev.DecisionID, decision)
+	}
+	h2.space.quiet(t, 200*time.Millisecond)
+	if n := dec2.count(); n != 1 {
+		t.Errorf("decided %d times after the restart, want 1", n)
+	}
+	waitFor(t, func() bool {
+		recs, err := st2.List(t.Context())
+		return err == nil && len(recs) == 0
+	})
+}
+
+// kill -9 after an invalid proposal is claimed, before its reject is
+// written: the restart sends the reject "invalid" (with its explanation)
+// once, under the envelope id recorded before the crash, and asks no
+// policy. It was sent before any record existed, so this crash left the
+// proposer unanswered.
+func TestStoreCrashBeforeInvalidRejectIsAnsweredOnRestart(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+	st.crashSpace = h.space
+	st.dieAfterClaim.Store(true)
+	h.deliver(proposalEnv("bad-1", "coder", `{"method":7}`))
+	waitFor(t, func() bool { return h.space.dead.Load() })
+	h.waitStage(t, "bad-1", StageUndelivered)
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	recs, err := st2.List(t.Context())
+	if err != nil || len(recs) != 1 || recs[0].Phase != state.Answered || recs[0].Reject == nil || recs[0].Reject.Reason != "invalid" {
+		t.Fatalf("records after the crash = %+v (%v), want bad-1 answered invalid", recs, err)
+	}
+	recorded := *recs[0].Reject
+	dec2 := &fakeDecider{decisions: storeDecisions}
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, dec2)
+	rej := h2.space.next(t)
+	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"bad-1"}, `{"reason":"invalid"}`)
+	if rej.ID != recorded.EnvelopeID {
+		t.Errorf("reject sent as %s, want the recorded envelope %s", rej.ID, recorded.EnvelopeID)
+	}
+	chat := h2.space.next(t)
+	if chat.Kind != agent.KindChat || !slices.Equal(chat.CorrelationID, agent.CorrelationIDs{rej.ID}) {
+		t.Errorf("explanation = %s %v %s", chat.Kind, chat.CorrelationID, chat.Payload)
+	}
+	h2.space.quiet(t, 200*time.Millisecond)
+	if n := dec2.count(); n != 0 {
+		t.Errorf("an invalid proposal was decided %d times, want 0", n)
+	}
+	waitFor(t, func() bool {
+		recs, err := st2.List(t.Context())
+		return err == nil && len(recs) == 0
+	})
+	h2.deliver(proposalEnv("bad-1", "coder", `{"method":7}`))
+	h2.waitStage(t, "bad-1", StageIgnored)
+	h2.space.quiet(t, 100*time.Millisecond)
+}
 
 // lockedRecorder is a decision log whose lines a test reads while the
 // fulfiller writes them.

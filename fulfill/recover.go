@@ -90,6 +90,9 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		return
 	}
 	env.Raw = r.Envelope
+	if !f.reclaim(r) {
+		return
+	}
 	c, perr := parsePayload(env.Payload)
 	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: r.Received, rec: r, resumed: true}
 	if r.DecisionID != "" {
@@ -172,6 +175,34 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		case <-f.runCtx.Done():
 		}
 	}
+}
+
+// reclaim settles the seen key of r before it is resumed (Store.Reclaim):
+// a crash between the two writes of its claim may have left it missing,
+// and a replay after the record ends would then be decided again. A record
+// whose id another claim holds is a replay's, written just before a crash:
+// it is deleted and nothing is sent. If the store cannot say, the record
+// is resumed anyway: it is this member's record, and leaving it would
+// leave its proposer unanswered.
+func (f *Fulfiller) reclaim(r *state.Pending) bool {
+	if f.cfg.Store == nil || r.Claim == "" {
+		return true // claimed apart, before the record (an older fulfiller)
+	}
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	ours, err := f.cfg.Store.Reclaim(ctx, r)
+	switch {
+	case err != nil:
+		f.log.Warn("seen key of a resumed record not settled; resumed anyway", "proposal", r.ProposalID, "err", err)
+		return true
+	case ours:
+		return true
+	}
+	f.log.Info("record of a replayed proposal id (claimed before) found; deleted, nothing sent", "proposal", r.ProposalID)
+	if err := f.cfg.Store.Delete(ctx, r); err != nil && !errors.Is(err, state.ErrConflict) {
+		f.log.Warn("record of a replayed proposal id not deleted", "proposal", r.ProposalID, "err", err)
+	}
+	return false
 }
 
 // resendReject sends again the reject recorded just before a crash (or

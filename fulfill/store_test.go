@@ -48,16 +48,43 @@ type faultyStore struct {
 
 var errCut = errors.New("test: store connection cut")
 
-func (s *faultyStore) ClaimDecision(ctx context.Context, id, decision string) (bool, string, error) {
+// gate holds a claim until claimGate lets it through, and fails it on a
+// dead store.
+func (s *faultyStore) gate(ctx context.Context) error {
 	if s.claimGate != nil {
 		select {
 		case <-s.claimGate:
 		case <-ctx.Done():
-			return false, "", ctx.Err()
+			return ctx.Err()
 		}
 	}
 	if s.dead.Load() {
-		return false, "", errCut
+		return errCut
+	}
+	return nil
+}
+
+func (s *faultyStore) ClaimRecord(ctx context.Context, p *state.Pending) (bool, string, error) {
+	if err := s.gate(ctx); err != nil {
+		return false, "", err
+	}
+	won, winner, err := s.Store.ClaimRecord(ctx, p)
+	if err == nil && won {
+		s.crashAfterClaim()
+	}
+	return won, winner, err
+}
+
+func (s *faultyStore) Reclaim(ctx context.Context, p *state.Pending) (bool, error) {
+	if s.dead.Load() {
+		return false, errCut
+	}
+	return s.Store.Reclaim(ctx, p)
+}
+
+func (s *faultyStore) ClaimDecision(ctx context.Context, id, decision string) (bool, string, error) {
+	if err := s.gate(ctx); err != nil {
+		return false, "", err
 	}
 	won, winner, err := s.Store.ClaimDecision(ctx, id, decision)
 	if err == nil && won {
