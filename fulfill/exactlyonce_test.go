@@ -172,3 +172,76 @@ func TestStoreRejectedLineFollowsItsRecord(t *testing.T) {
 	h2.waitStage(t, "p1", StageFulfilled)
 	h2.space.quiet(t, 100*time.Millisecond)
 }
+
+// opCounter counts the state store's write operations by name.
+type opCounter struct {
+	mu  sync.Mutex
+	ops map[string]int
+}
+
+func (c *opCounter) StoreOp(op string, _ time.Duration, _ error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ops == nil {
+		c.ops = map[string]int{}
+	}
+	c.ops[op]++
+}
+func (c *opCounter) Claimed(bool)        {}
+func (c *opCounter) Adopted(string, int) {}
+func (c *opCounter) LeaseRenewed(error)  {}
+
+// writes is a copy of the counts of the operations that write a
+// proposal's claim or record.
+func (c *opCounter) writes() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for _, op := range []string{"claim", "put", "update", "answered", "delete"} {
+		if n := c.ops[op]; n > 0 {
+			out[op] = n
+		}
+	}
+	return out
+}
+
+// The overload path stays one store write: a proposal rejected "busy" as
+// it arrives is claimed without a record (its claim is the only write; no
+// record, no answered mark, no delete), while an admitted one is claimed
+// by its record. docs/design.md ("Exactly once across crashes") gives the
+// trade-off: a crash between a busy claim and its reject leaves that
+// proposer to its own timeout.
+func TestStoreBusyRejectIsOneWrite(t *testing.T) {
+	ops := &opCounter{}
+	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller", func(c *state.Config) { c.Observer = ops })
+	esc := newRecEscalator()
+	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc, MaxPending: 1}, &fakeDecider{decisions: storeDecisions})
+	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	esc.next(t)
+	recs, err := st.List(t.Context())
+	if err != nil || len(recs) != 1 || recs[0].ProposalID != "p1" || recs[0].Claim == "" || recs[0].Claim != recs[0].DecisionID {
+		t.Fatalf("records = %+v, %v; want p1's, claimed under its decision id", recs, err)
+	}
+	before := ops.writes()
+	h.deliver(proposalEnv("p2", "coder", callOf("add")))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p2"}, `{"reason":"busy"}`)
+	h.space.next(t) // its explanation
+	h.space.quiet(t, 100*time.Millisecond)
+	after := ops.writes()
+	for op, n := range after {
+		after[op] = n - before[op]
+		if after[op] == 0 {
+			delete(after, op)
+		}
+	}
+	if len(after) != 1 || after["claim"] != 1 {
+		t.Errorf("store writes for a busy reject = %v, want one claim", after)
+	}
+	if recs, err := st.List(t.Context()); err != nil || len(recs) != 1 {
+		t.Errorf("records after the busy reject = %+v, %v; want p1's alone", recs, err)
+	}
+	// A replay of the busy proposal's id is ignored (rule 5).
+	h.deliver(proposalEnv("p2", "coder", callOf("add")))
+	h.waitStage(t, "p2", StageIgnored)
+	h.space.quiet(t, 100*time.Millisecond)
+}
