@@ -199,6 +199,9 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	if err != nil {
 		f.mu.Lock()
 		delete(f.claiming, env.ID)
+		// Ended here, in the same critical section: the start-up scan
+		// (resumeOne) must not send its record's reject a second time.
+		f.store.markEnded(env.ID)
 		f.mu.Unlock()
 		f.store.markSeen(p)
 		if rej := p.answeredRecord(); rej != nil {
@@ -217,6 +220,7 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	f.mu.Lock()
 	delete(f.claiming, env.ID)
 	if p.withdrawnEarly {
+		f.store.markEnded(env.ID)
 		f.mu.Unlock()
 		f.store.markSeen(p)
 		f.dropRecord(p) // durable: a restart does not resume it
@@ -226,6 +230,7 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 		return
 	}
 	if reason, message := f.refusal(p); reason != "" {
+		f.store.markEnded(env.ID)
 		f.mu.Unlock()
 		f.store.markSeen(p)
 		f.answerReject(p, reason, message)

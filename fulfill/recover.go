@@ -106,6 +106,15 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		f.mu.Unlock()
 		return // adopted twice (a repeated report), or shutting down (the record stays)
 	}
+	if _, claiming := f.claiming[env.ID]; claiming {
+		// Our own record of a proposal still being claimed or admitted
+		// here (the claim is the record): a start-up scan racing the
+		// first proposals. admit makes it pending, or ends it, under
+		// f.mu.
+		f.mu.Unlock()
+		f.log.Debug("record of a proposal being admitted here read early; not resumed", "proposal", env.ID, "phase", r.Phase)
+		return
+	}
 	if f.store.endedHere(env.ID) {
 		// Our own record of a proposal this process already ended: a
 		// listing read before the end was written (a startup scan racing
