@@ -1,6 +1,7 @@
 package fulfill
 
 import (
+	"encoding/json"
 	"slices"
 	"sync"
 	"testing"
@@ -244,4 +245,74 @@ func TestStoreBusyRejectIsOneWrite(t *testing.T) {
 	h.deliver(proposalEnv("p2", "coder", callOf("add")))
 	h.waitStage(t, "p2", StageIgnored)
 	h.space.quiet(t, 100*time.Millisecond)
+}
+
+// kill -9 between the claim's two writes (the record written, its seen
+// key not): the restart writes the seen key before it resumes the record
+// (Reclaim), fulfils the proposal once, and a replay after its end is
+// still ignored. A record left by a replay of an ended proposal (its seen
+// key held by the original claim) is deleted with nothing sent.
+func TestStoreCrashBetweenTheClaimsWrites(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	env := proposalEnv("p1", "coder", callOf("add"))
+	env.Protocol = agent.ProtocolV04
+	raw, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What ClaimRecord's first write leaves when the process dies before
+	// its second.
+	if err := st.Put(t.Context(), &state.Pending{ProposalID: "p1", Envelope: raw, Proposer: "coder", Received: time.Now().UTC(),
+		Size: len(raw), Phase: state.Deciding, Owner: "fulfiller", Claim: "dec-p1", DecisionID: "dec-p1"}); err != nil {
+		t.Fatal(err)
+	}
+	// A replay's record: p0 ended long ago under dec-p0, the crash came
+	// between a replay's record and its (lost) seen key.
+	if won, _, err := st.ClaimDecision(t.Context(), "p0", "dec-p0"); err != nil || !won {
+		t.Fatal(won, err)
+	}
+	env0 := proposalEnv("p0", "coder", callOf("add"))
+	env0.Protocol = agent.ProtocolV04
+	raw0, _ := json.Marshal(env0)
+	if err := st.Put(t.Context(), &state.Pending{ProposalID: "p0", Envelope: raw0, Proposer: "coder", Received: time.Now().UTC(),
+		Size: len(raw0), Phase: state.Deciding, Owner: "fulfiller", Claim: "dec-replay", DecisionID: "dec-replay"}); err != nil {
+		t.Fatal(err)
+	}
+	dec := &fakeDecider{decisions: storeDecisions}
+	h := newStoreHarness(t, "fulfiller", st, Config{}, dec)
+	req := h.space.next(t)
+	if !isToolsCall(req) || !slices.Equal(req.CorrelationID, agent.CorrelationIDs{"p1"}) {
+		t.Fatalf("after the restart sent %s %v %s, want p1's tools/call", req.Kind, req.CorrelationID, req.Payload)
+	}
+	h.deliver(answerFor(t, req))
+	h.waitStage(t, "p1", StageFulfilled)
+	if ev := h.eventOf(t, "p1", StageFulfilled); ev.DecisionID != "dec-p1" {
+		t.Errorf("p1 fulfilled under %q, want its claim's dec-p1", ev.DecisionID)
+	}
+	h.space.quiet(t, 200*time.Millisecond) // nothing about p0
+	if n := dec.count(); n != 1 {
+		t.Errorf("decided %d times, want 1 (p1 alone)", n)
+	}
+	waitFor(t, func() bool {
+		recs, err := st.List(t.Context())
+		return err == nil && len(recs) == 0
+	})
+	// The seen key was written on resume: a replay after the end is a
+	// duplicate under the original decision.
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st2 := openStore(t, mode, "fulfiller")
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, &fakeDecider{decisions: storeDecisions})
+	h2.deliver(proposalEnv("p1", "coder", callOf("add")))
+	h2.waitStage(t, "p1", StageIgnored)
+	if ev := h2.eventOf(t, "p1", StageIgnored); ev.Reason != "duplicate" || ev.DecisionID != "dec-p1" {
+		t.Errorf("replay ignored as %q under %q, want duplicate under dec-p1", ev.Reason, ev.DecisionID)
+	}
+	h2.space.quiet(t, 100*time.Millisecond)
+	if n := h2.dec.count(); n != 0 {
+		t.Errorf("the replay was decided %d times, want 0", n)
+	}
 }
