@@ -316,3 +316,47 @@ func TestStoreCrashBetweenTheClaimsWrites(t *testing.T) {
 		t.Errorf("the replay was decided %d times, want 0", n)
 	}
 }
+
+// A claim the store cannot settle and whose record it cannot delete
+// either (state.ErrRecordLeft): the member sends nothing about it then,
+// not even "busy" (it is alone), because whoever resumes the record
+// answers the proposal and a busy would be a second answer. Here that is
+// the next start (or this one's start-up scan, when it reads the record
+// after the claim): one tools/call in all, and no reject.
+func TestStoreClaimRecordLeftSendsNothing(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+	st.recordLeft.Store(true)
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	h.waitStage(t, "p1", StageIgnored)
+	if ev := h.eventOf(t, "p1", StageIgnored); ev.Reason != ReasonStoreUnavailable {
+		t.Errorf("ignored as %q, want %q", ev.Reason, ReasonStoreUnavailable)
+	}
+	calls := 0
+	answer := func(h *harness, envs []agent.Envelope) {
+		for _, env := range envs {
+			if !isToolsCall(env) || !slices.Equal(env.CorrelationID, agent.CorrelationIDs{"p1"}) {
+				t.Fatalf("sent %s %v %s, want only p1's tools/call", env.Kind, env.CorrelationID, env.Payload)
+			}
+			calls++
+			h.deliver(answerFor(t, env))
+			h.waitStage(t, "p1", StageFulfilled)
+		}
+	}
+	answer(h, drain(h.space, 300*time.Millisecond))
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{}, &fakeDecider{decisions: storeDecisions})
+	if calls == 0 {
+		answer(h2, []agent.Envelope{h2.space.next(t)})
+	}
+	h2.space.quiet(t, 200*time.Millisecond)
+	if calls != 1 {
+		t.Errorf("%d tools/calls for p1, want 1", calls)
+	}
+}

@@ -191,6 +191,15 @@ func (f *Fulfiller) claimRecord(p *proposal, parseErr error) bool {
 // peer answers.
 func (f *Fulfiller) claimed(p *proposal, won bool, winner string, err error) bool {
 	switch {
+	case errors.Is(err, state.ErrRecordLeft):
+		// Its record is in the store: whoever resumes it (the next
+		// start, or a peer adopting this member's work) answers it, and
+		// a "busy" from us now would be a second answer.
+		f.log.Error("pending-work store unavailable: proposal claim undecided, its record left for whoever resumes it; nothing sent", "proposal", p.env.ID, "err", err)
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.Message = ReasonStoreUnavailable, "claim undecided, its record left: "+err.Error()
+		f.emit(ev)
+		return false
 	case err != nil:
 		if f.group.peers.Load() {
 			f.log.Error("pending-work store unavailable: proposal not claimed; left to the group, nothing sent", "proposal", p.env.ID, "err", err)

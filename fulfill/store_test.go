@@ -34,6 +34,10 @@ type faultyStore struct {
 	// written: a kill -9 right after the claim, before anything else.
 	dieAfterClaim atomic.Bool
 	crashSpace    *fakeSpace
+	// recordLeft makes ClaimRecord write the record and then fail as a
+	// store does that loses the seen key's write and the record's delete
+	// (state.ErrRecordLeft).
+	recordLeft atomic.Bool
 	// beforeAnswered, when set before the fulfiller runs, is called as a
 	// MarkAnswered starts: what a crash at that point would leave.
 	beforeAnswered func(*state.Pending)
@@ -69,6 +73,9 @@ func (s *faultyStore) ClaimRecord(ctx context.Context, p *state.Pending) (bool, 
 		return false, "", err
 	}
 	won, winner, err := s.Store.ClaimRecord(ctx, p)
+	if s.recordLeft.Load() {
+		return false, "", fmt.Errorf("%w: %w", state.ErrRecordLeft, errCut)
+	}
 	if err == nil && won {
 		s.crashAfterClaim()
 	}

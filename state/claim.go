@@ -111,8 +111,9 @@ func (s *Store) claimSeen(ctx context.Context, proposalID, decisionID string) (w
 // missing: Reclaim writes it before the record is acted on again.
 //
 // An error means the outcome is unknown and nothing may be sent about the
-// proposal (fail closed); the record is deleted if it was written (if it
-// cannot be, a restart resumes it and Reclaim settles it).
+// proposal (fail closed); the record is deleted if it was written. If it
+// cannot be, the error is ErrRecordLeft: a restart or an adopter resumes
+// the record (Reclaim settles it first) and answers the proposal.
 func (s *Store) ClaimRecord(ctx context.Context, p *Pending) (won bool, winner string, err error) {
 	defer s.timed("claim", time.Now(), &err)
 	if !utf8.ValidString(p.ProposalID) {
@@ -155,10 +156,13 @@ func (s *Store) ClaimRecord(ctx context.Context, p *Pending) (won bool, winner s
 	seenWon, seenWinner, err := s.claimSeen(ctx, p.ProposalID, p.Claim)
 	switch {
 	case err != nil:
-		s.undoClaim(ctx, p)
+		if uerr := s.undoClaim(ctx, p); uerr != nil {
+			return false, "", fmt.Errorf("%w: %w", ErrRecordLeft, errors.Join(err, uerr))
+		}
 		return false, "", err
 	case !seenWon && seenWinner != p.Claim:
-		s.undoClaim(ctx, p)
+		// Left if the purge fails: a restart's Reclaim drops it.
+		_ = s.undoClaim(ctx, p)
 		s.obs.Claimed(false)
 		return false, seenWinner, nil
 	}
@@ -175,16 +179,25 @@ func claimOf(p *Pending) string {
 	return p.DecisionID
 }
 
+// ErrRecordLeft: ClaimRecord could not tell whether it won (its seen key
+// failed) and could not delete the record it wrote either. The record is
+// resumed after a restart or by an adopter, which answers the proposal:
+// the caller must send nothing about it now, not even "busy", or the
+// proposer could get two answers.
+var ErrRecordLeft = errors.New("state: claim undecided, its record left for whoever resumes it")
+
 // undoClaim deletes a record ClaimRecord wrote but did not win. If it
-// cannot, the record is resumed after a restart, and Reclaim drops it.
-func (s *Store) undoClaim(ctx context.Context, p *Pending) {
+// cannot, the record is resumed after a restart or by an adopter, and
+// Reclaim settles whose it is.
+func (s *Store) undoClaim(ctx context.Context, p *Pending) error {
 	k := key(p.ProposalID)
 	s.known.Remove(k)
 	if err := s.pending.Purge(ctx, k, jetstream.LastRevision(p.StoreRevision), jetstream.PurgeTTL(markerTTL)); err != nil {
-		s.log.Error("record of a claim not won left in the store; a restart drops it", "proposal", truncate(p.ProposalID), "err", err)
-		return
+		s.log.Error("record of a claim not won left in the store; whoever resumes it settles it", "proposal", truncate(p.ProposalID), "err", err)
+		return err
 	}
 	s.syncSoon()
+	return nil
 }
 
 // Reclaim settles the seen key of a record about to be resumed (restart,
