@@ -23,10 +23,15 @@ func (f *Fulfiller) reject(p *proposal, reason, message string) {
 
 // answerReject sends mcp/reject to the proposer, and a chat explaining it
 // when there is a message. It reports whether the reject was written.
-// The rejected record is written ahead (the decision log has it before the
-// proposer does); observers that only watch hear of it once it is written
-// (docs/design.md rule 9), and of an undelivered one otherwise. A refusal by the
-// gateway, which comes later as a system/error, is reported by onRefusal.
+// The rejected line is written to the decision log once the pending record
+// says answered (markAnswered) and before the reject goes out (the decision
+// log has it before the proposer does): a crash before the record would
+// otherwise leave a "rejected" line for a proposal that the restart decides
+// again and may fulfil; a crash after it sends the same reject, and writes
+// the line, again (resendReject). Observers that only watch hear of it once
+// it is written (docs/design.md rule 9), and of an undelivered one
+// otherwise. A refusal by the gateway, which comes later as a
+// system/error, is reported by onRefusal.
 func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 	if p.fenced.Load() {
 		f.notAnsweredHere(p, reason)
@@ -34,17 +39,22 @@ func (f *Fulfiller) answerReject(p *proposal, reason, message string) bool {
 	}
 	ev := p.event(StageRejected)
 	ev.Reason, ev.Message = reason, message
-	if err := f.record(ev); err != nil {
-		// Denying is always safe: the reject goes out without its record
-		// rather than leave the proposer waiting.
-		f.log.Error("reject not recorded in the decision log; sending it anyway", "proposal", p.env.ID, "reason", reason, "err", err)
-	}
 	rej := state.Reject{EnvelopeID: agent.NewID(f.space.ID()), Reason: reason, Message: message}
 	if !f.markAnswered(p, rej) {
 		f.notAnsweredHere(p, reason)
 		return false
 	}
+	f.recordReject(p, ev)
 	return f.writeReject(p, ev, rej)
+}
+
+// recordReject writes a reject's line to the decision log. A failed write
+// does not hold the reject back: denying is always safe, and the proposer
+// must not be left waiting.
+func (f *Fulfiller) recordReject(p *proposal, ev Event) {
+	if err := f.record(ev); err != nil {
+		f.log.Error("reject not recorded in the decision log; sending it anyway", "proposal", p.env.ID, "reason", ev.Reason, "err", err)
+	}
 }
 
 // notAnsweredHere reports a reject this member does not send: the

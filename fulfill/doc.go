@@ -32,11 +32,14 @@
 // recorded before the envelope that carries it out is written, and a
 // record that cannot be written stops that envelope (fail closed):
 //
-//   - receive.go: Store.Claim replaces the in-process seen set (rule 5) and
-//     picks the one group member that answers; a lost claim sends nothing.
-//     An unreachable store: see claim for what the proposer gets.
-//   - decide.go: the admitted proposal is Put (phase deciding) before it is
-//     decided; Put failing → reject "busy".
+//   - receive.go: Store.ClaimRecord replaces the in-process seen set
+//     (rule 5) and picks the one group member that answers; the claim is
+//     the record (phase deciding, or answered with the reject of an
+//     invalid proposal), so a proposal claimed is one a restart or an
+//     adopter answers. A lost claim sends nothing. A proposal refused
+//     "busy" as it arrives is claimed without a record
+//     (Store.ClaimDecision, one write; see claimAndAdmit). An unreachable
+//     store: see claimed for what the proposer gets.
 //   - escalate.go: the decision and the approval deadline (phase
 //     awaiting_approval) before any human is asked; each prompt, with its
 //     exact payload, before it is sent and each approval before it counts
@@ -46,12 +49,14 @@
 //     tools/call is written. Update failing → no request; reject "other",
 //     or nothing when the record was adopted (state.ErrConflict).
 //   - answer.go: a reject is recorded (phase answered, with its envelope
-//     id) before it is written and the record deleted after (see
+//     id) before its decision-log line and the reject are written, and the
+//     record deleted after (see
 //     markAnswered): a crash in between leaves a record whose resumer
 //     sends the same reject again, so a proposer is never left without
 //     its answer; a member whose work was adopted sends nothing more
 //     about it. Ends with nothing to send delete the record at once.
-//   - recover.go: on Run, this member's own records are resumed; then the
+//   - recover.go: on Run, this member's own records are resumed (their
+//     seen key settled first, Store.Reclaim); then the
 //     work of members whose lease lapsed is adopted and resumed the same
 //     way (open prompts asked again from this member with the same ids, a
 //     request already written never written again but awaited until its

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/state"
 )
 
 // handle routes one envelope from the space.
@@ -113,14 +114,75 @@ type claimJob struct {
 }
 
 // claimAndAdmit runs on a claim worker: a won claim admits the proposal.
+//
+// The claim is the record (claimRecord): a proposal claimed is one a
+// restart or an adopter answers, whatever the moment of a crash. Except
+// for one this member rejects "busy" at once (refusal, looked at before
+// the claim): it is claimed without a record (claim, one store write
+// instead of three: record, seen key, delete), because under overload
+// every busy reject would otherwise cost two more writes to a store that
+// the overload already loads. A crash between that claim and the reject
+// leaves the proposer without an answer (its own timeout), which for
+// "busy" (propose again later) is the same advice; docs/design.md
+// ("Restart") says so.
 func (f *Fulfiller) claimAndAdmit(j claimJob) {
-	if !f.claim(j.p) {
+	p := j.p
+	var reason, message string
+	if j.parseErr == nil {
 		f.mu.Lock()
-		delete(f.claiming, j.p.env.ID)
+		reason, message = f.refusal(p)
+		f.mu.Unlock()
+	}
+	var ours bool
+	if reason != "" {
+		ours = f.claim(p)
+	} else {
+		ours = f.claimRecord(p, j.parseErr)
+	}
+	if !ours {
+		f.mu.Lock()
+		delete(f.claiming, p.env.ID)
 		f.mu.Unlock()
 		return
 	}
-	f.admit(j.p, j.parseErr)
+	if reason != "" {
+		// Refused as looked at before the claim, even if room was made
+		// since: the claim wrote no record to admit it with.
+		f.emit(p.event(StageReceived))
+		f.mu.Lock()
+		delete(f.claiming, p.env.ID)
+		withdrawn := p.withdrawnEarly
+		f.mu.Unlock()
+		f.store.markSeen(p)
+		if withdrawn {
+			ev := p.event(StageWithdrawn)
+			ev.Reason = p.withdrawReason
+			f.emit(ev)
+			return
+		}
+		f.answerReject(p, reason, message)
+		return
+	}
+	f.admit(p, j.parseErr)
+}
+
+// refusal is the reject (reason and message) of a proposal that cannot be
+// admitted now: shutting down, or busy (this member's limits, or the
+// group's pending work full). Called with f.mu held.
+func (f *Fulfiller) refusal(p *proposal) (reason, message string) {
+	switch {
+	case f.closing:
+		return "other", "fulfiller is shutting down; propose again later"
+	case f.live >= f.cfg.MaxPending:
+		return "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", f.cfg.MaxPending)
+	case f.byProposer[p.env.From] >= f.cfg.MaxPendingPerProposer:
+		return "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", f.cfg.MaxPendingPerProposer)
+	case f.cfg.Store != nil && f.groupFull():
+		return "busy", fmt.Sprintf("the group's pending work is full (%d proposals); propose again later", f.group.capacity.Load())
+	case f.liveBytes+p.size() > f.cfg.MaxPendingBytes:
+		return "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", f.liveBytes, f.cfg.MaxPendingBytes, p.size())
+	}
+	return "", ""
 }
 
 // admit takes a proposal that is this member's to answer: it is rejected
@@ -128,7 +190,8 @@ func (f *Fulfiller) claimAndAdmit(j claimJob) {
 // it while it was claimed, or counted as pending and queued for a decide
 // worker. With a store it leaves f.claiming in the same critical section
 // that makes it pending (or answers it), so a withdrawal always finds it
-// in one of the two.
+// in one of the two; p's record (written by its claim) is ended with it,
+// and a reject is recorded as its answer before it is sent (markAnswered).
 func (f *Fulfiller) admit(p *proposal, err error) {
 	env := p.env
 	f.emit(p.event(StageReceived))
@@ -136,46 +199,41 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	if err != nil {
 		f.mu.Lock()
 		delete(f.claiming, env.ID)
+		// Ended here, in the same critical section: the start-up scan
+		// (resumeOne) must not send its record's reject a second time.
+		f.store.markEnded(env.ID)
 		f.mu.Unlock()
 		f.store.markSeen(p)
+		if rej := p.answeredRecord(); rej != nil {
+			// Recorded by the claim (phase answered): the line, then the
+			// reject under its recorded envelope id.
+			ev := p.event(StageRejected)
+			ev.Reason, ev.Message = rej.Reason, rej.Message
+			f.recordReject(p, ev)
+			f.writeReject(p, ev, *rej)
+			return
+		}
 		f.answerReject(p, "invalid", err.Error())
 		return
 	}
 
 	f.mu.Lock()
 	delete(f.claiming, env.ID)
-	switch {
-	case p.withdrawnEarly:
+	if p.withdrawnEarly {
+		f.store.markEnded(env.ID)
 		f.mu.Unlock()
 		f.store.markSeen(p)
+		f.dropRecord(p) // durable: a restart does not resume it
 		ev := p.event(StageWithdrawn)
 		ev.Reason = p.withdrawReason
 		f.emit(ev)
 		return
-	case f.closing:
+	}
+	if reason, message := f.refusal(p); reason != "" {
+		f.store.markEnded(env.ID)
 		f.mu.Unlock()
 		f.store.markSeen(p)
-		f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
-		return
-	case f.live >= f.cfg.MaxPending:
-		f.mu.Unlock()
-		f.store.markSeen(p)
-		f.answerReject(p, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", f.cfg.MaxPending))
-		return
-	case f.byProposer[env.From] >= f.cfg.MaxPendingPerProposer:
-		f.mu.Unlock()
-		f.store.markSeen(p)
-		f.answerReject(p, "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", f.cfg.MaxPendingPerProposer))
-		return
-	case f.cfg.Store != nil && f.groupFull():
-		f.mu.Unlock()
-		f.store.markSeen(p)
-		f.answerReject(p, "busy", fmt.Sprintf("the group's pending work is full (%d proposals); propose again later", f.group.capacity.Load()))
-		return
-	case f.liveBytes+p.size() > f.cfg.MaxPendingBytes:
-		f.mu.Unlock()
-		f.store.markSeen(p)
-		f.answerReject(p, "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", f.liveBytes, f.cfg.MaxPendingBytes, p.size()))
+		f.answerReject(p, reason, message)
 		return
 	}
 	f.live++
@@ -185,12 +243,10 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	f.store.add(p)
 	f.mu.Unlock()
 
-	// Recorded before it waits for a decide worker (this is a claim
-	// worker): from here on a restart or a peer resumes it, however long
+	// Recorded before it waits for a decide worker (its claim wrote the
+	// record): from here on a restart or a peer resumes it, however long
 	// the queue.
-	if f.cfg.Store != nil && !f.recordAdmitted(p) {
-		return
-	}
+	//
 	// Does not block while fewer than MaxPending proposals are live (the
 	// queue has room for all of them); only proposals withdrawn or expired
 	// while queued can crowd it, and workers drop those at once. On
@@ -201,21 +257,16 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	}
 }
 
-// recordAdmitted writes the record of a proposal just admitted. If the
-// store cannot take it the proposal is rejected busy, or dropped without a
-// word when the record is someone else's; it reports whether p goes on.
-func (f *Fulfiller) recordAdmitted(p *proposal) bool {
-	err := f.putRecord(p)
-	switch {
-	case err == nil:
-		return true
-	case p.fenced.Load():
-		f.dropAdopted(p)
-	default:
-		f.log.Error("pending-work store cannot record the proposal; rejected busy", "proposal", p.env.ID, "err", err)
-		f.reject(p, "busy", storeUnavailable)
+// answeredRecord is the reject p's record holds when its claim recorded it
+// answered (an invalid proposal), else nil.
+func (p *proposal) answeredRecord() *state.Reject {
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	if p.rec == nil || p.rec.Phase != state.Answered || p.rec.Reject == nil {
+		return nil
 	}
-	return false
+	rej := *p.rec.Reject
+	return &rej
 }
 
 // addressee applies the package's reading of `to` (see the package doc):

@@ -90,6 +90,9 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		return
 	}
 	env.Raw = r.Envelope
+	if !f.reclaim(r) {
+		return
+	}
 	c, perr := parsePayload(env.Payload)
 	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: r.Received, rec: r, resumed: true}
 	if r.DecisionID != "" {
@@ -102,6 +105,15 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 	if _, here := f.store.get(env.ID); here || f.closing {
 		f.mu.Unlock()
 		return // adopted twice (a repeated report), or shutting down (the record stays)
+	}
+	if _, claiming := f.claiming[env.ID]; claiming {
+		// Our own record of a proposal still being claimed or admitted
+		// here (the claim is the record): a start-up scan racing the
+		// first proposals. admit makes it pending, or ends it, under
+		// f.mu.
+		f.mu.Unlock()
+		f.log.Debug("record of a proposal being admitted here read early; not resumed", "proposal", env.ID, "phase", r.Phase)
+		return
 	}
 	if f.store.endedHere(env.ID) {
 		// Our own record of a proposal this process already ended: a
@@ -174,6 +186,34 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 	}
 }
 
+// reclaim settles the seen key of r before it is resumed (Store.Reclaim):
+// a crash between the two writes of its claim may have left it missing,
+// and a replay after the record ends would then be decided again. A record
+// whose id another claim holds is a replay's, written just before a crash:
+// it is deleted and nothing is sent. If the store cannot say, the record
+// is resumed anyway: it is this member's record, and leaving it would
+// leave its proposer unanswered.
+func (f *Fulfiller) reclaim(r *state.Pending) bool {
+	if f.cfg.Store == nil || r.Claim == "" {
+		return true // claimed apart, before the record (an older fulfiller)
+	}
+	ctx, cancel := f.storeContext()
+	defer cancel()
+	ours, err := f.cfg.Store.Reclaim(ctx, r)
+	switch {
+	case err != nil:
+		f.log.Warn("seen key of a resumed record not settled; resumed anyway", "proposal", r.ProposalID, "err", err)
+		return true
+	case ours:
+		return true
+	}
+	f.log.Info("record of a replayed proposal id (claimed before) found; deleted, nothing sent", "proposal", r.ProposalID)
+	if err := f.cfg.Store.Delete(ctx, r); err != nil && !errors.Is(err, state.ErrConflict) {
+		f.log.Warn("record of a replayed proposal id not deleted", "proposal", r.ProposalID, "err", err)
+	}
+	return false
+}
+
 // resendReject sends again the reject recorded just before a crash (or
 // before the lapsed member's end): the same envelope, so that a proposer
 // that already has it sees a repeat, and one that does not is answered.
@@ -185,6 +225,10 @@ func (f *Fulfiller) resendReject(p *proposal, rej state.Reject) {
 	f.log.Info("reject recorded before the restart sent again", "proposal", p.env.ID, "reason", rej.Reason, "envelope", rej.EnvelopeID)
 	ev := p.event(StageRejected)
 	ev.Reason, ev.Message = rej.Reason, rej.Message
+	// The line again: the crash may have come between the record and the
+	// line (answerReject writes the line after the record). A second line
+	// for the same reject, same decision, is the lesser harm than none.
+	f.recordReject(p, ev)
 	f.writeReject(p, ev, rej)
 }
 

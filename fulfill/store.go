@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -23,14 +24,23 @@ import (
 type Store interface {
 	// Member is this fulfiller's member id in the group.
 	Member() string
-	// ClaimDecision wins a proposal id for this member once for the
-	// whole group and SeenTTL (rule 5), recording the id of the decision
-	// that will govern it; a lost claim means send nothing, and returns
-	// the winner's decision id ("" when unknown) for the ignored line.
+	// ClaimRecord wins a proposal id for this member once for the whole
+	// group and SeenTTL (rule 5) by writing its record (create-if-absent,
+	// p.Claim the id of the decision that will govern it): the claim is
+	// the record, so a claimed proposal always has one to resume. A lost
+	// claim means send nothing, and returns the winner's decision id (""
+	// when unknown) for the ignored line.
+	ClaimRecord(ctx context.Context, p *state.Pending) (won bool, winner string, err error)
+	// ClaimDecision is the claim without a record, for a proposal
+	// rejected "busy" at once (see claimAndAdmit): it costs one write
+	// where the record costs three (claim, seen key, delete).
 	ClaimDecision(ctx context.Context, proposalID, decisionID string) (won bool, winner string, err error)
-	// Put records a newly claimed proposal; Update and Delete compare and
-	// set on p.StoreRevision (state.ErrConflict: someone else owns it now).
-	Put(ctx context.Context, p *state.Pending) error
+	// Reclaim settles the seen key of a record before it is resumed (a
+	// crash may have come between ClaimRecord's writes); false: the
+	// record is a replay's, delete it and send nothing.
+	Reclaim(ctx context.Context, p *state.Pending) (ours bool, err error)
+	// Update and Delete compare and set on p.StoreRevision
+	// (state.ErrConflict: someone else owns it now).
 	Update(ctx context.Context, p *state.Pending) error
 	Delete(ctx context.Context, p *state.Pending) error
 	// MarkAnswered records, just before a reject is written, which reject
@@ -120,9 +130,55 @@ func (f *Fulfiller) storeContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(f.base, storeTimeout)
 }
 
-// claim wins p's id for this member (Store.Claim replaces the in-process
-// seen set for rule 5 and decides who in a group answers p). It reports
-// whether p is ours to handle. A lost claim sends nothing.
+// claim wins p's id for this member without a record (Store.ClaimDecision),
+// for a proposal rejected "busy" as soon as it is claimed: see
+// claimAndAdmit. It reports whether p is ours to answer.
+func (f *Fulfiller) claim(p *proposal) bool {
+	ctx, cancel := f.storeContext()
+	won, winner, err := f.cfg.Store.ClaimDecision(ctx, p.env.ID, p.governor().id)
+	cancel()
+	return f.claimed(p, won, winner, err)
+}
+
+// claimRecord wins p's id for this member by writing its record
+// (Store.ClaimRecord: the claim is the record), in phase deciding, or, for
+// a proposal that cannot be parsed (parseErr), in phase answered with its
+// reject "invalid", so that a crash before the reject is written leaves a
+// record whose resumer sends it (same envelope id). It reports whether p
+// is ours to answer; p.rec is its record then.
+func (f *Fulfiller) claimRecord(p *proposal, parseErr error) bool {
+	raw := p.env.Raw
+	if raw == nil {
+		var err error
+		if raw, err = json.Marshal(p.env); err != nil {
+			// Cannot happen for a decoded envelope; fail closed as for a
+			// store that cannot take it.
+			return f.claimed(p, false, "", fmt.Errorf("encode proposal %s: %w", p.env.ID, err))
+		}
+	}
+	id := p.governor().id
+	r := &state.Pending{ProposalID: p.env.ID, Envelope: raw, Proposer: p.env.From, Received: p.received.UTC(),
+		Size: int(p.size()), Phase: state.Deciding, Claim: id, DecisionID: id}
+	if parseErr != nil {
+		r.Phase = state.Answered
+		r.Reject = &state.Reject{EnvelopeID: agent.NewID(f.space.ID()), Reason: "invalid", Message: parseErr.Error()}
+	}
+	ctx, cancel := f.storeContext()
+	won, winner, err := f.cfg.Store.ClaimRecord(ctx, r)
+	cancel()
+	if !f.claimed(p, won, winner, err) {
+		return false
+	}
+	p.recMu.Lock()
+	p.rec = r
+	p.recMu.Unlock()
+	return true
+}
+
+// claimed acts on the outcome of p's claim (Store.ClaimRecord or
+// ClaimDecision replace the in-process seen set for rule 5 and decide who
+// in a group answers p). It reports whether p is ours to handle. A lost
+// claim sends nothing.
 //
 // When the store cannot say (unreachable), p is never decided nor
 // fulfilled. What its proposer gets depends on the group this member last
@@ -133,11 +189,17 @@ func (f *Fulfiller) storeContext() (context.Context, context.CancelFunc) {
 // proposal at the reference SDK proposer (it fails on the first reject it
 // sees from anyone). The proposer then waits for its own timeout unless a
 // peer answers.
-func (f *Fulfiller) claim(p *proposal) bool {
-	ctx, cancel := f.storeContext()
-	won, winner, err := f.cfg.Store.ClaimDecision(ctx, p.env.ID, p.governor().id)
-	cancel()
+func (f *Fulfiller) claimed(p *proposal, won bool, winner string, err error) bool {
 	switch {
+	case errors.Is(err, state.ErrRecordLeft):
+		// Its record is in the store: whoever resumes it (the next
+		// start, or a peer adopting this member's work) answers it, and
+		// a "busy" from us now would be a second answer.
+		f.log.Error("pending-work store unavailable: proposal claim undecided, its record left for whoever resumes it; nothing sent", "proposal", p.env.ID, "err", err)
+		ev := p.event(StageIgnored)
+		ev.Reason, ev.Message = ReasonStoreUnavailable, "claim undecided, its record left: "+err.Error()
+		f.emit(ev)
+		return false
 	case err != nil:
 		if f.group.peers.Load() {
 			f.log.Error("pending-work store unavailable: proposal not claimed; left to the group, nothing sent", "proposal", p.env.ID, "err", err)
@@ -175,35 +237,6 @@ const ReasonStoreUnavailable = "store_unavailable"
 // member dropped without a word because its record belongs to another
 // member now (adopted after this member's lease lapsed).
 const ReasonAdopted = "adopted_elsewhere"
-
-// putRecord writes p's record (phase deciding) once p is admitted, before
-// anything about it is sent.
-func (f *Fulfiller) putRecord(p *proposal) error {
-	raw := p.env.Raw
-	if raw == nil {
-		var err error
-		if raw, err = json.Marshal(p.env); err != nil {
-			return fmt.Errorf("encode proposal %s: %w", p.env.ID, err)
-		}
-	}
-	r := &state.Pending{ProposalID: p.env.ID, Envelope: raw, Proposer: p.env.From, Received: p.received.UTC(),
-		Size: int(p.size()), Phase: state.Deciding, Owner: f.cfg.Store.Member()}
-	p.recMu.Lock()
-	defer p.recMu.Unlock()
-	if p.recEnded {
-		return nil // ended (withdrawn) before its record was written: nothing to keep
-	}
-	ctx, cancel := f.storeContext()
-	defer cancel()
-	if err := f.cfg.Store.Put(ctx, r); err != nil {
-		if errors.Is(err, state.ErrExists) {
-			p.fenced.Store(true) // someone else's record: not ours to answer
-		}
-		return fmt.Errorf("record proposal %s: %w", p.env.ID, err)
-	}
-	p.rec = r
-	return nil
-}
 
 // saveRecord applies change to a copy of p's record and writes it (compare
 // and set). Without a store it does nothing. state.ErrConflict means the

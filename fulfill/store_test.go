@@ -30,6 +30,17 @@ type faultyStore struct {
 	dead, failUpdate atomic.Bool
 	// dieAfterAnswered makes the store dead once a MarkAnswered succeeds.
 	dieAfterAnswered atomic.Bool
+	// dieAfterClaim makes the store and crashSpace dead once a claim is
+	// written: a kill -9 right after the claim, before anything else.
+	dieAfterClaim atomic.Bool
+	crashSpace    *fakeSpace
+	// recordLeft makes ClaimRecord write the record and then fail as a
+	// store does that loses the seen key's write and the record's delete
+	// (state.ErrRecordLeft).
+	recordLeft atomic.Bool
+	// beforeAnswered, when set before the fulfiller runs, is called as a
+	// MarkAnswered starts: what a crash at that point would leave.
+	beforeAnswered func(*state.Pending)
 	// claimGate, when set before the fulfiller runs, holds every Claim
 	// until a value is sent on it (a slow store).
 	claimGate chan struct{}
@@ -41,18 +52,63 @@ type faultyStore struct {
 
 var errCut = errors.New("test: store connection cut")
 
-func (s *faultyStore) ClaimDecision(ctx context.Context, id, decision string) (bool, string, error) {
+// gate holds a claim until claimGate lets it through, and fails it on a
+// dead store.
+func (s *faultyStore) gate(ctx context.Context) error {
 	if s.claimGate != nil {
 		select {
 		case <-s.claimGate:
 		case <-ctx.Done():
-			return false, "", ctx.Err()
+			return ctx.Err()
 		}
 	}
 	if s.dead.Load() {
-		return false, "", errCut
+		return errCut
 	}
-	return s.Store.ClaimDecision(ctx, id, decision)
+	return nil
+}
+
+func (s *faultyStore) ClaimRecord(ctx context.Context, p *state.Pending) (bool, string, error) {
+	if err := s.gate(ctx); err != nil {
+		return false, "", err
+	}
+	won, winner, err := s.Store.ClaimRecord(ctx, p)
+	if s.recordLeft.Load() {
+		return false, "", fmt.Errorf("%w: %w", state.ErrRecordLeft, errCut)
+	}
+	if err == nil && won {
+		s.crashAfterClaim()
+	}
+	return won, winner, err
+}
+
+func (s *faultyStore) Reclaim(ctx context.Context, p *state.Pending) (bool, error) {
+	if s.dead.Load() {
+		return false, errCut
+	}
+	return s.Store.Reclaim(ctx, p)
+}
+
+func (s *faultyStore) ClaimDecision(ctx context.Context, id, decision string) (bool, string, error) {
+	if err := s.gate(ctx); err != nil {
+		return false, "", err
+	}
+	won, winner, err := s.Store.ClaimDecision(ctx, id, decision)
+	if err == nil && won {
+		s.crashAfterClaim()
+	}
+	return won, winner, err
+}
+
+// crashAfterClaim kills the store (and crashSpace) if dieAfterClaim is set.
+func (s *faultyStore) crashAfterClaim() {
+	if !s.dieAfterClaim.Load() {
+		return
+	}
+	s.dead.Store(true)
+	if s.crashSpace != nil {
+		s.crashSpace.dead.Store(true)
+	}
 }
 
 func (s *faultyStore) Put(ctx context.Context, p *state.Pending) error {
@@ -70,6 +126,9 @@ func (s *faultyStore) Update(ctx context.Context, p *state.Pending) error {
 }
 
 func (s *faultyStore) MarkAnswered(ctx context.Context, p *state.Pending) error {
+	if s.beforeAnswered != nil {
+		s.beforeAnswered(p)
+	}
 	if s.dead.Load() {
 		return errCut
 	}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // claim is the value of a seen key: who claimed the proposal, when, and a
@@ -42,6 +46,16 @@ func (s *Store) Claim(ctx context.Context, proposalID string) (won bool, err err
 // governs the proposal.
 func (s *Store) ClaimDecision(ctx context.Context, proposalID, decisionID string) (won bool, winner string, err error) {
 	defer s.timed("claim", time.Now(), &err)
+	won, winner, err = s.claimSeen(ctx, proposalID, decisionID)
+	if err == nil {
+		s.obs.Claimed(won)
+	}
+	return won, winner, err
+}
+
+// claimSeen is ClaimDecision's create-if-absent in the seen bucket,
+// without its measurements.
+func (s *Store) claimSeen(ctx context.Context, proposalID, decisionID string) (won bool, winner string, err error) {
 	c := claim{Member: s.cfg.Member, At: time.Now().UTC(), Nonce: rand.Text(), Decision: decisionID}
 	val, err := json.Marshal(c)
 	if err != nil {
@@ -51,10 +65,8 @@ func (s *Store) ClaimDecision(ctx context.Context, proposalID, decisionID string
 	_, err = s.seen.Create(ctx, k, val)
 	switch {
 	case err == nil:
-		s.obs.Claimed(true)
 		return true, decisionID, nil
 	case isWrongLastSeq(err):
-		s.obs.Claimed(false)
 		// Only a replay or a peer's claim pays for this read.
 		if e, gerr := s.seen.Get(ctx, k); gerr == nil {
 			var got claim
@@ -69,12 +81,143 @@ func (s *Store) ClaimDecision(ctx context.Context, proposalID, decisionID string
 	if e, gerr := s.seen.Get(ctx, k); gerr == nil {
 		var got claim
 		if json.Unmarshal(e.Value(), &got) == nil {
-			won := got.Nonce == c.Nonce
-			s.obs.Claimed(won)
-			return won, got.Decision, nil
+			return got.Nonce == c.Nonce, got.Decision, nil
 		}
 	}
 	return false, "", fmt.Errorf("state: claim %q: %w", truncate(proposalID), err)
+}
+
+// ClaimRecord is the claim and the record in one write: a create-if-absent
+// of p's pending record (phase as the caller sets it, Owner this member,
+// Claim the decision id the claim records), so that a claimed proposal
+// always has a record that a restart or an adopter resumes. A crash after
+// a separate claim (seen bucket) and before the record (pending bucket)
+// left a proposal claimed that nobody answered, and whose replay was
+// ignored as a duplicate.
+//
+// The record ends when its proposal does, but rule 5 holds for SeenTTL:
+// once the record is written, the proposal's seen key is written too
+// (ClaimDecision's create-if-absent, with p.Claim), and it decides. Among
+// the group, exactly one call wins per id within SeenTTL:
+//
+//   - the record exists (a peer's claim, or a replay while pending): lost,
+//     nothing written; winner is the record's claim;
+//   - the record was created but the seen key holds another claim (a
+//     replay of an ended proposal, or a peer's claim without a record,
+//     see ClaimDecision): the record is deleted again and the claim lost;
+//   - the seen key holds p.Claim (this member's claim, resumed): won.
+//
+// A crash between the two writes leaves a record whose seen key may be
+// missing: Reclaim writes it before the record is acted on again.
+//
+// An error means the outcome is unknown and nothing may be sent about the
+// proposal (fail closed); the record is deleted if it was written. If it
+// cannot be, the error is ErrRecordLeft: a restart or an adopter resumes
+// the record (Reclaim settles it first) and answers the proposal.
+func (s *Store) ClaimRecord(ctx context.Context, p *Pending) (won bool, winner string, err error) {
+	defer s.timed("claim", time.Now(), &err)
+	if !utf8.ValidString(p.ProposalID) {
+		return false, "", fmt.Errorf("state: claim: proposal id %q is not valid UTF-8", truncate(p.ProposalID))
+	}
+	if p.Claim == "" {
+		return false, "", fmt.Errorf("state: claim %q: no decision id", truncate(p.ProposalID))
+	}
+	p.Owner = s.cfg.Member
+	val, err := json.Marshal(p)
+	if err != nil {
+		return false, "", fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
+	}
+	k := key(p.ProposalID)
+	rev, err := s.pending.Create(ctx, k, val)
+	if err != nil {
+		// A create refused (the record exists), or one whose ack was lost
+		// (timeout, reconnect): the record says whose claim it is.
+		e, gerr := s.pending.Get(ctx, k)
+		if gerr != nil {
+			if isWrongLastSeq(err) && errors.Is(gerr, jetstream.ErrKeyNotFound) {
+				// Ended between the create and the get: a replay.
+				s.obs.Claimed(false)
+				return false, "", nil
+			}
+			return false, "", fmt.Errorf("state: claim %q: %w", truncate(p.ProposalID), errors.Join(err, gerr))
+		}
+		got, derr := decodePending(e)
+		if derr != nil {
+			return false, "", fmt.Errorf("state: claim %q: %w", truncate(p.ProposalID), errors.Join(err, derr))
+		}
+		if got.Owner != s.cfg.Member || got.Claim != p.Claim {
+			s.obs.Claimed(false)
+			return false, claimOf(got), nil
+		}
+		rev = e.Revision() // our own create, applied
+	}
+	p.StoreRevision = rev
+	s.remember(p)
+	seenWon, seenWinner, err := s.claimSeen(ctx, p.ProposalID, p.Claim)
+	switch {
+	case err != nil:
+		if uerr := s.undoClaim(ctx, p); uerr != nil {
+			return false, "", fmt.Errorf("%w: %w", ErrRecordLeft, errors.Join(err, uerr))
+		}
+		return false, "", err
+	case !seenWon && seenWinner != p.Claim:
+		// Left if the purge fails: a restart's Reclaim drops it.
+		_ = s.undoClaim(ctx, p)
+		s.obs.Claimed(false)
+		return false, seenWinner, nil
+	}
+	s.obs.Claimed(true)
+	return true, p.Claim, nil
+}
+
+// claimOf is the decision id a record's claim recorded (its decision's for
+// a record written by an older fulfiller).
+func claimOf(p *Pending) string {
+	if p.Claim != "" {
+		return p.Claim
+	}
+	return p.DecisionID
+}
+
+// ErrRecordLeft: ClaimRecord could not tell whether it won (its seen key
+// failed) and could not delete the record it wrote either. The record is
+// resumed after a restart or by an adopter, which answers the proposal:
+// the caller must send nothing about it now, not even "busy", or the
+// proposer could get two answers.
+var ErrRecordLeft = errors.New("state: claim undecided, its record left for whoever resumes it")
+
+// undoClaim deletes a record ClaimRecord wrote but did not win. If it
+// cannot, the record is resumed after a restart or by an adopter, and
+// Reclaim settles whose it is.
+func (s *Store) undoClaim(ctx context.Context, p *Pending) error {
+	k := key(p.ProposalID)
+	s.known.Remove(k)
+	if err := s.pending.Purge(ctx, k, jetstream.LastRevision(p.StoreRevision), jetstream.PurgeTTL(markerTTL)); err != nil {
+		s.log.Error("record of a claim not won left in the store; whoever resumes it settles it", "proposal", truncate(p.ProposalID), "err", err)
+		return err
+	}
+	s.syncSoon()
+	return nil
+}
+
+// Reclaim settles the seen key of a record about to be resumed (restart,
+// adoption, an operator's take): a crash between ClaimRecord's two writes
+// leaves the record without it. It writes the key if it is missing (or
+// expired, for a proposal pending longer than SeenTTL) and reports whether
+// the record's claim holds it. false: another claim holds the id (the
+// record was a replay of an ended proposal, written just before a crash):
+// the caller deletes the record and sends nothing. Records written after a
+// separate claim (p.Claim empty) are always theirs.
+func (s *Store) Reclaim(ctx context.Context, p *Pending) (ours bool, err error) {
+	defer s.timed("reclaim", time.Now(), &err)
+	if p.Claim == "" {
+		return true, nil
+	}
+	won, winner, err := s.claimSeen(ctx, p.ProposalID, p.Claim)
+	if err != nil {
+		return false, err
+	}
+	return won || winner == p.Claim, nil
 }
 
 // truncate keeps hostile ids from flooding error messages and logs.

@@ -8,7 +8,7 @@ import "time"
 type Observer interface {
 	// StoreOp reports one store operation ("claim", "put", "get",
 	// "update", "answered", "delete", "list", "outbox", "rpcid", "lease",
-	// "ping", "take"; in DIR mode "sync", a writer's wait for its write to
+	// "reclaim", "ping", "take"; in DIR mode "sync", a writer's wait for its write to
 	// reach the disk, and "syncfs", one sync of the file system shared by
 	// the writers waiting for it),
 	// its duration and its error (nil on success, ErrConflict and

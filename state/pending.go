@@ -50,6 +50,12 @@ type Pending struct {
 
 	Phase Phase  `json:"phase"`
 	Owner string `json:"owner"` // member deciding and answering it
+	// Claim is the decision id the record was claimed with (ClaimRecord):
+	// the id the proposal's seen key holds, so that a replay's ignored
+	// line joins the decision that governs it (docs/design.md rule 10).
+	// It never changes (DecisionID does when an edit is decided again).
+	// Empty in records written after a separate claim (older fulfillers).
+	Claim string `json:"claim,omitempty"`
 
 	ApprovalDeadline time.Time `json:"approval_deadline,omitzero"`
 	FulfilDeadline   time.Time `json:"fulfil_deadline,omitzero"`

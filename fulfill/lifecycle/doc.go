@@ -153,9 +153,10 @@
 //     Escalation.Deadline and Pending.ApprovalDeadline become
 //     Proposal.Deadline.
 //   - state: the core needs the claim and the record to be one write
-//     (the claim is the record). state.ClaimDecision (seen bucket) and
-//     Put (pending bucket) are two, so today a crash between them leaves
-//     a claimed proposal that nobody answers and a replay cannot revive.
+//     (the claim is the record): state.ClaimRecord is it (fulfill uses
+//     it since issue 27), with Reclaim before a record is resumed; the
+//     core's Write{Create} maps onto ClaimRecord. Its "busy" at once
+//     would claim without a record (ClaimDecision), as fulfill does.
 //   - fulfil.go, answer.go: SendRequest, SendReject, SendCancel; slots
 //     and the queue are the Core's; fulfilTimer is a Schedule.
 //   - pending.go: the LRU stays the bound on pending work (DESIGN), its
