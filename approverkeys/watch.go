@@ -57,6 +57,8 @@ type Watcher struct {
 	// cur is never mutated once stored: a reload stores a new set.
 	cur atomic.Pointer[approval.ApproverKeys]
 
+	failures atomic.Uint64 // refused reloads, ever
+
 	mu      sync.Mutex
 	lastRaw []byte // the text of the keys in force
 	lastErr error  // the last refused reload; nil once one succeeds
@@ -122,6 +124,15 @@ func (w *Watcher) LastReloadError() error {
 	return w.lastErr
 }
 
+// ReloadFailures counts the refused changes since Open (the operations
+// surface's fulfiller_approver_keys_reload_failures_total).
+func (w *Watcher) ReloadFailures() uint64 {
+	if w == nil {
+		return 0
+	}
+	return w.failures.Load()
+}
+
 // Reload reads the file again. A file that no longer parses (or is gone)
 // is refused: the error is returned and logged, and the last good keys
 // stay in force. A successful reload logs how many approvers are keyed,
@@ -132,6 +143,7 @@ func (w *Watcher) Reload() error {
 	defer w.mu.Unlock()
 	if err != nil {
 		w.lastErr = err
+		w.failures.Add(1)
 		w.log.Error("approver keys reload failed; the last good keys stay in force", "file", w.path, "err", err)
 		return err
 	}
