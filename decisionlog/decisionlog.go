@@ -69,7 +69,10 @@ type Options struct {
 	Mask []string
 	// Keyed reports whether an approver's answers must be signed; their
 	// accepted answers are logged with signature_verified true, and
-	// forgeries with false. Nil: no approver is keyed.
+	// forgeries with false. Nil: no approver is keyed. It is asked as
+	// each line is written, so it may follow keys that change (run's
+	// follows the reloaded --approver-keys file); it must be safe to call
+	// from any goroutine.
 	Keyed func(approver string) bool
 	// Sync says when records are forced to disk [SyncAlways].
 	Sync SyncMode

@@ -75,6 +75,15 @@
 // forgery attempt. See approval.Sign, approval.Verify and
 // approval.CallDigest.
 //
+// The keys may change while escalations are open (Config.CurrentKeys: the
+// file is reloaded). An answer is verified under the keys in force when it
+// arrives: a key removed or replaced (an approver who lost a device and
+// enrolled again) verifies nothing from then on, even for prompts sent
+// before, and an approver keyed since a prompt was sent must sign their
+// answer to it. A prompt sent while its approver was keyed stays one that
+// needs a signed answer: if the key is removed, no answer to it counts
+// (each is ignored) until a key is back or the escalation ends.
+//
 // # Signed prompts
 //
 // Prompts in the fulfiller's name are a claim too. With Config.PromptKey

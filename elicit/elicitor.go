@@ -55,6 +55,20 @@ type Config struct {
 	// assertion over the approval digest (--approver-keys lines
 	// `<id> webauthn <credential>`; docs/protocol.md, "Signed approvals").
 	Passkeys approval.Passkeys
+	// CurrentKeys, when set, is the approver key set in force now, and
+	// Keys and Passkeys are not read: the --approver-keys file reloaded
+	// while the fulfiller runs (approverkeys.Watcher.Keys). It is read
+	// when a prompt is sent and when each answer arrives, so it must be
+	// quick and safe to call from any goroutine, and the set it returns
+	// must never change afterwards.
+	//
+	// An answer is verified under the set in force when it arrives, never
+	// under a key since removed or replaced: an approver who re-enrolled
+	// counts with the new key only. A prompt sent while its approver was
+	// keyed stays a signed-answer prompt: if the key is then removed, no
+	// answer to it counts (it is ignored until the key is back or the
+	// escalation ends), since an unsigned answer to it may be a forgery.
+	CurrentKeys func() approval.ApproverKeys
 	// Observer, when set, is told each step with each human. It is called
 	// synchronously and must be quick.
 	Observer func(Event)
@@ -116,19 +130,24 @@ func New(conn Conn, cfg Config) *Elicitor {
 	}
 	e := &Elicitor{conn: conn, cfg: cfg, log: cfg.Logger, open: map[string]*escalation{}, routes: map[string]route{}}
 	e.base, e.stop = context.WithCancel(context.Background())
-	if len(cfg.keyed()) == 0 {
+	// Said of the keys at start; a reloaded file's count is logged by
+	// whoever reloads it.
+	keyed := cfg.currentKeys().IDs()
+	if len(keyed) == 0 && cfg.CurrentKeys == nil {
 		e.log.Warn("no approver keys configured: approvals are taken on the gateway's word, and the gateway does not authenticate from, so an approval is only as trustworthy as the gateway and everyone in the space (see --approver-keys)")
+	} else if len(keyed) == 0 {
+		e.log.Warn("the approver keys file lists no approver yet: approvals are taken on the gateway's word until someone enrols (the file is reloaded when it changes)")
 	} else {
 		var unkeyed []string
 		for _, id := range cfg.DefaultApprovers {
-			if !slices.Contains(cfg.keyed(), id) {
+			if !slices.Contains(keyed, id) {
 				unkeyed = append(unkeyed, id)
 			}
 		}
 		if len(unkeyed) > 0 {
 			e.log.Warn("approvers without a key: their answers are taken on the gateway's word", "approvers", unkeyed)
 		}
-		e.log.Info("signed approvals required", "approvers", cfg.keyed())
+		e.log.Info("signed approvals required", "approvers", keyed)
 	}
 	return e
 }
@@ -416,6 +435,10 @@ type seat struct {
 	requestID string // envelope id; answers name it in correlation_id
 	rpcID     int64  // JSON-RPC id; notifications/cancelled name it
 	approver  string
+	// signed: the approver was keyed when this prompt was registered (a
+	// resumed prompt: when it was taken up), so its answer must be signed
+	// even if the key is removed meanwhile (Config.CurrentKeys).
+	signed    bool
 	chain     []string // approvers who handed this request on, in order
 	delegates []string // whom the form offered as delegate_to
 	grants    []string // the grant durations the form offered
@@ -837,6 +860,9 @@ func (x *escalation) resume() (fulfill.Verdict, bool) {
 	var again []*seat
 	for _, pr := range x.esc.Prompts {
 		s := &seat{requestID: pr.EnvelopeID, rpcID: pr.RPCID, approver: pr.Approver, chain: pr.Chain, recorded: true}
+		// The store does not say whether the approver was keyed when
+		// first asked: the keys in force now decide.
+		s.signed = x.e.cfg.currentKeys().Has(pr.Approver)
 		s.open = !x.answered[pr.Approver] && !handedOn[pr.Approver]
 		if len(pr.Payload) > 0 {
 			s.prompt = agent.Envelope{ID: pr.EnvelopeID, To: []string{pr.Approver}, Kind: agent.KindRequest, Payload: pr.Payload}
@@ -943,6 +969,7 @@ func approvals(n int) string {
 // before Send returns.
 func (x *escalation) newSeat(approver string, chain []string) *seat {
 	s := &seat{requestID: agent.NewID(x.e.conn.ID() + "-elicit"), rpcID: x.e.conn.NextRPCID(), approver: approver, chain: chain, open: true}
+	s.signed = x.e.cfg.currentKeys().Has(approver)
 	x.seats[s.requestID] = s
 	x.order = append(x.order, s)
 	x.e.route(s.requestID, x, approver)
@@ -1086,10 +1113,19 @@ func (x *escalation) answer(env agent.Envelope) (fulfill.Verdict, bool) {
 	if _, err := agent.DecodeAnswer(env.Payload, strconv.AppendInt(nil, s.rpcID, 10)); errors.Is(err, agent.ErrWrongRPCID) {
 		return ignore(err.Error())
 	}
-	verify := x.e.cfg.verifier(s.approver)
+	// The keys in force now, not when the prompt was sent: a replaced
+	// key (a lost device, re-enrolled) no longer verifies anything, and
+	// an approver keyed since must sign.
+	verify := verifier(x.e.cfg.currentKeys(), s.approver)
 	a := parseAnswer(env.Payload)
 	if a.outcome == outcomeIgnored {
 		return ignore(a.why)
+	}
+	if verify == nil && s.signed {
+		// Fail closed: the prompt asked for a signed answer, and the key
+		// that would verify it was removed since. Taking the answer on
+		// the gateway's word now would let anyone answer for them.
+		return ignore(s.approver + "'s key was removed after they were asked: the answer cannot be verified")
 	}
 	if a.outcome == outcomeError {
 		if verify != nil {

@@ -69,6 +69,17 @@ func TestNewWarnsOnceWithoutKeys(t *testing.T) {
 	}
 }
 
+// TestNewWithAnEmptyReloadedKeysFile: a keys file that lists nobody yet
+// (the team inbox before its first enrolment) is not "no keys
+// configured": the warning says the file is reloaded.
+func TestNewWithAnEmptyReloadedKeysFile(t *testing.T) {
+	var logs strings.Builder
+	New(&fakeConn{}, Config{CurrentKeys: func() approval.ApproverKeys { return approval.ApproverKeys{} }, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if got := logs.String(); !strings.Contains(got, `msg="the approver keys file lists no approver yet: approvals are taken on the gateway's word until someone enrols (the file is reloaded when it changes)"`) || strings.Contains(got, "no approver keys configured") {
+		t.Errorf("logs:\n%s", got)
+	}
+}
+
 // TestCloseCancelsOpenPrompts: shutting the Elicitor down stops every
 // escalation goroutine, tells the approvers, and reports no verdict.
 func TestCloseCancelsOpenPrompts(t *testing.T) {

@@ -86,7 +86,10 @@ type worldOptions struct {
 	escalation string   // data.escalation as JSON
 	humans     []string // approvers who join the space
 	keys       approval.Keys
-	approvers  []string // --approvers
+	// currentKeys, when set, is Config.CurrentKeys: the keys change
+	// while the test runs (keys is then not read).
+	currentKeys func() approval.ApproverKeys
+	approvers   []string // --approvers
 	// agent, when set, adjusts every participant's client settings
 	// (fault tests: fast reconnects).
 	agent func(*agent.Config)
@@ -243,7 +246,7 @@ func (w *world) startFulfiller() {
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
 	w.fc = fc
-	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, PromptKey: opts.promptKey, OfferGrants: opts.offerGrants, Logger: log, Observer: func(e elicit.Event) {
+	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, CurrentKeys: opts.currentKeys, PromptKey: opts.promptKey, OfferGrants: opts.offerGrants, Logger: log, Observer: func(e elicit.Event) {
 		w.mu.Lock()
 		w.events = append(w.events, e)
 		w.mu.Unlock()

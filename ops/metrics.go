@@ -28,6 +28,13 @@ type Policy interface {
 	LastReloadError() error
 }
 
+// ApproverKeys is what the metrics read of the reloaded --approver-keys
+// file; *approverkeys.Watcher provides it.
+type ApproverKeys interface {
+	LastReloadError() error
+	ReloadFailures() uint64
+}
+
 // Counter is what the pending and in-flight gauges read;
 // *fulfill.Fulfiller provides it.
 type Counter interface {
@@ -307,6 +314,7 @@ type Source struct {
 	counter Counter
 	audit   AuditLog
 	store   StoreHealth
+	keys    ApproverKeys
 }
 
 // SetGateway makes the session known (after the agent has dialled).
@@ -323,6 +331,19 @@ func (s *Source) SetAuditLog(a AuditLog) { s.mu.Lock(); s.audit = a; s.mu.Unlock
 
 // SetStore makes the state store's health known (unless --state memory).
 func (s *Source) SetStore(h StoreHealth) { s.mu.Lock(); s.store = h; s.mu.Unlock() }
+
+// SetApproverKeys makes the approver keys file known (when
+// --approver-keys is set).
+func (s *Source) SetApproverKeys(k ApproverKeys) { s.mu.Lock(); s.keys = k; s.mu.Unlock() }
+
+func (s *Source) approverKeys() ApproverKeys {
+	if s == nil {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.keys
+}
 
 func (s *Source) storeHealth() StoreHealth {
 	if s == nil {
@@ -364,6 +385,9 @@ var (
 	descPolicy    = prometheus.NewDesc("fulfiller_policy_info", "The policy set in force: its content revision; default is true for the built-in reject-all policy.", []string{"revision", "default"}, nil)
 	descReloadErr = prometheus.NewDesc("fulfiller_policy_reload_failing", "1 while the last policy reload failed (the previous policy stays in force).", nil, nil)
 
+	descKeysFailures = prometheus.NewDesc("fulfiller_approver_keys_reload_failures_total", "Changes to the --approver-keys file that were refused (unreadable, or a line that does not parse): the last good keys stay in force.", nil, nil)
+	descKeysFailing  = prometheus.NewDesc("fulfiller_approver_keys_reload_failing", "1 while the last change to the --approver-keys file was refused (the last good keys stay in force).", nil, nil)
+
 	descAuditFailures = prometheus.NewDesc("fulfiller_decision_log_write_failures_total", "Writes (or fsyncs) of the decision log that failed; while it fails, fulfilments and escalations are refused.", nil, nil)
 	descAuditFailing  = prometheus.NewDesc("fulfiller_decision_log_failing", "1 while the decision log cannot be written.", nil, nil)
 	descStoreFailing  = prometheus.NewDesc("fulfiller_state_store_failing", "1 while the state store does not accept writes (the last background probe failed); 0 when it does. Absent with --state memory.", nil, nil)
@@ -382,6 +406,8 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAuditFailing
 	ch <- descAuditDropped
 	ch <- descStoreFailing
+	ch <- descKeysFailures
+	ch <- descKeysFailing
 }
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -418,6 +444,10 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if st := c.src.storeHealth(); st != nil {
 		ch <- prometheus.MustNewConstMetric(descStoreFailing, prometheus.GaugeValue, boolFloat(st.Healthy() != nil))
+	}
+	if k := c.src.approverKeys(); k != nil {
+		ch <- prometheus.MustNewConstMetric(descKeysFailures, prometheus.CounterValue, float64(k.ReloadFailures()))
+		ch <- prometheus.MustNewConstMetric(descKeysFailing, prometheus.GaugeValue, boolFloat(k.LastReloadError() != nil))
 	}
 }
 

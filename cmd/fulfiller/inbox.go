@@ -115,8 +115,9 @@ the link's hash is kept in --inbox-dir; the link itself is not stored or
 logged. A running "inbox serve" on the same --inbox-dir honours it at once.
 
 Enrolling again (a new phone, a lost one) replaces the approver's passkey in
---inbox-dir/passkeys; fulfiller run reads --approver-keys at start, so
-restart it with the new line.`,
+--inbox-dir/passkeys; fulfiller run reloads its --approver-keys file when
+it changes, so the new passkey counts at once and the old one no longer
+does (copy the new line if run reads another file).`,
 		Example: `  fulfiller inbox enrol alice --inbox-dir /var/lib/fulfiller-inbox --origin https://inbox.example.com
   https://inbox.example.com/enrol#3q2-7wX…`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -199,8 +200,8 @@ terminates TLS for --origin (docs/operations.md#the-team-inbox-fulfiller-inbox-s
 --tls-cert and --tls-key to serve HTTPS yourself.
 
 fulfiller run must pin the passkeys: give it --approver-keys
---inbox-dir/passkeys (or copy its lines), and restart it after an
-enrolment. Approvals by an approver it has no key for are taken on the
+--inbox-dir/passkeys (or copy its lines); it reloads the file when an
+enrolment changes it. Approvals by an approver it has no key for are taken on the
 gateway's word, passkey or not.`,
 		Example: `  FULFILLER_TOKEN=… fulfiller inbox serve --gateway wss://mew.example.com --inbox-dir /var/lib/fulfiller-inbox \
       --origin https://inbox.example.com --approver-directory approvers.yaml`,

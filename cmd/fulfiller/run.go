@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/approverkeys"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/sidecar"
 	"github.com/mewkit/fulfiller/policies"
@@ -277,9 +277,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if token == "" {
 		return errNoToken
 	}
-	var keys approval.ApproverKeys
+	// Reloaded while run runs (an approver enrolled with the team inbox
+	// counts at once); a file that is wrong at start is an error.
+	var keys *approverkeys.Watcher
 	if fl.approverKeys != "" {
-		if keys, err = approval.LoadApproverKeys(fl.approverKeys); err != nil {
+		if keys, err = approverkeys.Open(fl.approverKeys, approverkeys.Options{Logger: log}); err != nil {
 			return fileError("--approver-keys", err)
 		}
 	}
@@ -309,7 +311,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if _, err := fl.notify.prepare(log, fl.flagSet()); err != nil {
 			return err
 		}
-		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys.IDs()), "tool_metadata_entries", meta.Metadata().Len())
+		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys.Keys().IDs()), "tool_metadata_entries", meta.Metadata().Len())
 		return nil
 	}
 	logPromptKey(log, fl.id, promptKey)

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/approverkeys"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grants"
@@ -83,8 +83,11 @@ type Config struct {
 
 	// Approvers are asked when an escalating decision names none.
 	Approvers []string
-	// Keys are the approvers whose answers count only when signed.
-	Keys approval.ApproverKeys
+	// Keys are the approvers whose answers count only when signed: the
+	// --approver-keys file, reloaded while the sidecar runs (nil: none).
+	// The elicitor verifies each answer, and the decision log marks each
+	// approver, under the keys in force at that moment.
+	Keys *approverkeys.Watcher
 	// PromptKey, when set, signs every approval prompt.
 	PromptKey ed25519.PrivateKey
 	// GatewayAuthenticatesFrom states that the gateway authenticates
@@ -264,6 +267,9 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 		shadowDecider = shadow
 	}
 	s.ops.source.SetPolicy(engine)
+	if cfg.Keys != nil {
+		s.ops.source.SetApproverKeys(cfg.Keys)
+	}
 	var meta *toolmeta.Watcher
 	var toolMetadata fulfill.ToolMetadata // a nil *Watcher in it would not be nil
 	if cfg.ToolMetadata != "" {
@@ -345,7 +351,11 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 		next := approvalObs
 		approvalObs = func(e elicit.Event) { next(e); extra(e) }
 	}
-	elicitor := elicit.New(client, elicit.Config{DefaultApprovers: cfg.Approvers, Keys: cfg.Keys.Ed25519, Passkeys: cfg.Keys.Passkeys, PromptKey: cfg.PromptKey, OfferGrants: true, Logger: log, Observer: approvalObs})
+	ecfg := elicit.Config{DefaultApprovers: cfg.Approvers, PromptKey: cfg.PromptKey, OfferGrants: true, Logger: log, Observer: approvalObs}
+	if cfg.Keys != nil {
+		ecfg.CurrentKeys = cfg.Keys.Keys
+	}
+	elicitor := elicit.New(client, ecfg)
 	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
 	elicitDone := make(chan struct{})
 	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()
@@ -385,7 +395,7 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 	s.ops.running(client, engine, ful, grantReg)
 
 	// The watches: policy hot reload, the remote bundle's polling, the
-	// grants' expiry, tool metadata and shadow hot reload. Each reload
+	// grants' expiry, tool metadata, approver keys and shadow hot reload. Each reload
 	// keeps the last good version when a change is broken (logged).
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -403,6 +413,9 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 	watch("", grantReg.Run)
 	if meta != nil {
 		watch("tool metadata", meta.Watch)
+	}
+	if cfg.Keys != nil {
+		watch("approver keys", cfg.Keys.Watch)
 	}
 	if shadow != nil {
 		watch("shadow policy", shadow.Watch)
