@@ -19,7 +19,7 @@ import (
 // approval from the page lets the story finish with exit 0.
 //
 // The person approves every card but the one the proposer withdraws
-// (step 10), as someone watching would: that step waits for both prompts
+// (step 9), as someone watching would: that step waits for both prompts
 // to be cancelled, and an approval there would leave it waiting out the
 // whole --step-timeout.
 func TestDemoWebWaitsForTheBrowser(t *testing.T) {
@@ -46,7 +46,7 @@ func TestDemoWebWaitsForTheBrowser(t *testing.T) {
 	}
 	// Approve every prompt the page shows until the story ends, but the
 	// withdrawn step's.
-	const withdrawn = "demo-10-delete_path"
+	const withdrawn = "demo-9-delete_path"
 	answered := map[string]bool{}
 	sawWithdrawn := false
 	for {

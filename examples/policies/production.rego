@@ -32,22 +32,12 @@ default quorum := 1
 # Destructive tools (the default, see tools.rego) need two approvals.
 quorum := 2 if tools.destructive
 
-base := object.union(
-	{
-		"action": "escalate",
-		"message": sprintf("%s targets production (%s)", [input.tool.name, concat(", ", sort(matches))]),
-		"approvers": data.settings.production.approvers,
-		"quorum": quorum,
-		"timeout": data.settings.production.timeout,
-	},
-	tiers,
-)
-
-# Reminders and a next tier, when the settings give them (see data.yaml):
-# an open prompt is announced again, then more people are asked.
-tiers := {key: value |
-	some key in ["reminders", "escalate_to"]
-	value := data.settings.production[key]
+base := {
+	"action": "escalate",
+	"message": sprintf("%s targets production (%s)", [input.tool.name, concat(", ", sort(matches))]),
+	"approvers": data.settings.production.approvers,
+	"quorum": quorum,
+	"timeout": data.settings.production.timeout,
 }
 
 escalate := object.union(base, {"grantable": grantable}) if {

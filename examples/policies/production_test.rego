@@ -17,21 +17,6 @@ test_production_path_escalates_to_on_call if {
 	} with input as call("write_file", {}, {"path": "/srv/prod/app.conf", "content": "x"})
 }
 
-test_reminders_and_next_tier_when_set if {
-	d := production.escalate with input as call("read_logs", {"readOnlyHint": true}, {"host": "prod-db-1"})
-		with data.settings.production.reminders as ["1m"]
-		with data.settings.production.escalate_to as [{"after": "2m", "approvers": ["oncall-lead"]}]
-	d.reminders == ["1m"]
-	d.escalate_to == [{"after": "2m", "approvers": ["oncall-lead"]}]
-	d.approvers == ["oncall-alice", "oncall-bob", "oncall-carol"]
-}
-
-test_no_reminders_unless_set if {
-	d := production.escalate with input as call("read_logs", {"readOnlyHint": true}, {"host": "prod-db-1"})
-	not d.reminders
-	not d.escalate_to
-}
-
 test_nested_arguments_are_searched if {
 	production.escalate.quorum == 2 with input as call("deploy", {}, {"target": {"envs": ["staging", "Production"]}})
 }

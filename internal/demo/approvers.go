@@ -25,10 +25,6 @@ func (s simulated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, 
 	}
 	_ = json.Unmarshal(c.Arguments(), &args)
 	switch {
-	case tool == "read_file" && args.Path == nightLog && string(s) == lead:
-		return approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: "the first tier is asleep; reading a log is fine"}, nil
-	case tool == "read_file" && args.Path == nightLog:
-		// Asleep: the first tier leaves the card open.
 	case tool == "delete_path" && args.Path == "/srv/prod/db":
 		return approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: "the migration is done; the old data can go"}, nil
 	case tool == "write_file" && string(s) == bob:

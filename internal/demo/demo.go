@@ -27,7 +27,6 @@ import (
 	"github.com/mewkit/fulfiller/internal/sidecar"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
-	"github.com/mewkit/fulfiller/notify"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
@@ -97,9 +96,6 @@ var (
 const (
 	alice = "oncall-alice"
 	bob   = "oncall-bob"
-	// lead is the second tier: asked too when a production prompt is
-	// still open after demoTiers' escalate_to.
-	lead = "oncall-lead"
 )
 
 // Run plays the story and returns nil when every step ended as the example
@@ -115,22 +111,6 @@ const ToolMetadata = `fs:
   write_file:  {annotations: {readOnlyHint: false, destructiveHint: false}}
   delete_path: {annotations: {readOnlyHint: false, destructiveHint: true}}
 `
-
-// demoTiers turns on the example policy's optional reminders and next
-// tier (examples/policies/data.yaml), with times short enough for a
-// walkthrough: a production prompt still open after 1s is announced
-// again, and after 2s oncall-lead is asked too. A second --data file,
-// merged with the example's settings.
-const demoTiers = `settings:
-  production:
-    reminders: [1s]
-    escalate_to:
-      - after: 2s
-        approvers: [oncall-lead]
-`
-
-// nightLog is the step nobody in the first tier answers.
-const nightLog = "/srv/prod/logs/night.log"
 
 // ErrStopped is what Run returns when the story was stopped before its
 // end: the person quit at the approval card (q, ctrl-C), or ctx ended
@@ -168,10 +148,6 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	tiersFile := filepath.Join(dir, "demo-tiers.yaml")
-	if err := os.WriteFile(tiersFile, []byte(demoTiers), 0o600); err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
 	srv, err := space.New(space.Config{Logger: opts.Logger, Tokens: map[string][]agent.Capability{
 		"fulfiller-token": capsFulfiller,
 		"coder-token":     capsProposer,
@@ -202,7 +178,6 @@ func Run(ctx context.Context, opts Options) error {
 		"/srv/prod/logs/app.log":   "12:00 started\n",
 		"/srv/prod/logs/error.log": "12:01 disk 91% full\n",
 		"/srv/prod/logs/debug.log": "12:02 cache warm\n",
-		nightLog:                   "03:00 backup done\n",
 	})
 	// fs answers as mew bridge does in front of an MCP server (the
 	// reference SDK's way: no JSON-RPC id in its answers, no annotations
@@ -227,7 +202,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	// The approvers join before the fulfiller, so it never waits on
 	// their (empty) tools/list.
-	for _, id := range []string{alice, bob, lead} {
+	for _, id := range []string{alice, bob} {
 		c, err := join(id, "human-token")
 		if err != nil {
 			return err
@@ -262,20 +237,6 @@ func Run(ctx context.Context, opts Options) error {
 	if err := os.WriteFile(metaFile, []byte(ToolMetadata), 0o600); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	// The operator's webhook endpoint (run --notify URL
-	// --notify-secret-file FILE), played by a loopback server that checks
-	// each delivery's signature.
-	hook, err := startWebhookReceiver(n.ObserveNotification)
-	if err != nil {
-		return err
-	}
-	// Closed after the fulfiller stopped (deferred before it): the
-	// prompt.ended of work answered at shutdown still has a receiver.
-	defer hook.close(context.Background())
-	target, err := hook.target()
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
 	obs := fulfill.Observers{n}
 	if opts.Observer != nil {
 		obs = append(obs, opts.Observer)
@@ -285,8 +246,7 @@ func Run(ctx context.Context, opts Options) error {
 		// A second per evaluation by default, not run's 100ms: the story
 		// is a walkthrough on whatever machine a newcomer has, and a busy
 		// one must not turn a step into a fail-closed reject.
-		Policy:       policies.Options{Policies: []string{policyDir}, Data: []string{dataFile, tiersFile}, Timeout: opts.PolicyTimeout},
-		Notify:       []notify.Target{target},
+		Policy:       policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: opts.PolicyTimeout},
 		ToolMetadata: metaFile,
 		State:        &sidecar.StateConfig{Mode: state.Mode{Kind: state.Memory}},
 		// As run's --status-chats (on by default): proposers hear when
@@ -451,8 +411,6 @@ func script() []step {
 			yours: "the next production log read: a grant you made lets it through; without one you are asked again"},
 		{title: "after the operator revokes the grant, people are asked again", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/debug.log"}`), want: "fulfilled", human: true, revokeGrants: true,
 			yours: "after the operator revokes any grant, you are asked again"},
-		{title: "a production read at night: reminded, then the next tier is asked", from: "coder", payload: call("read_file", `{"path":"`+nightLog+`"}`), want: "fulfilled", human: true,
-			yours: "a production read at night: answer, or after 2s oncall-lead is asked too"},
 		{title: "withdrawn while the approvers are asked", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/cache"}`), want: "withdrawn", withdraw: true},
 		{title: "a read-only tool nobody offers", from: "coder", payload: call("list_users", `{}`), want: "rejected:incapable"},
 		{title: "a blocklisted proposer", from: "mallory", payload: call("read_file", `{"path":"/srv/prod/db/users"}`), want: "rejected:policy"},
@@ -528,7 +486,6 @@ func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrato
 		}
 		nar.waitStage(ctx, id, fulfill.StageWithdrawn)
 		nar.waitApprovals(ctx, id, elicit.EventCancelled, 2)
-		nar.waitNotifiedEnd(ctx, id)
 		r.got = "withdrawn"
 		if !nar.has(id, fulfill.StageWithdrawn) {
 			r.got = "not withdrawn"
@@ -549,7 +506,6 @@ func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrato
 		r.out.Chat = p.WaitChat(ctx, id)
 	}
 	nar.waitTerminal(ctx, id)
-	nar.waitNotifiedEnd(ctx, id)
 	r.ok = r.got == s.want || (s.want == wantHuman && err == nil)
 	nar.step(r, nar.take(id))
 	return r

@@ -50,25 +50,15 @@ func TestDemoStoryCompletes(t *testing.T) {
 		"├─ decided    fulfill: read_file targets production; allowed by oncall-alice's grant grant-",
 		"   ⚙ the operator revokes grant-",
 		"├─ answered   oncall-alice approves: logs are fine to read",
-		"10  coder     delete_path  withdrawn           ✓",
-		// Nobody of the first tier answers the night's read: a reminder,
-		// then oncall-lead is asked too and approves; the webhook heard
-		// each step, every delivery signed.
-		"├─ prompted   oncall-lead (elicitation/create)",
-		"├─ answered   oncall-lead approves: the first tier is asleep; reading a log is fine",
-		"└─ fulfilled  03:00 backup done (",
-		"webhook heard prompt.opened (oncall-alice, oncall-bob), prompt.reminder, prompt.escalated (oncall-lead), prompt.ended (approved); 4 of 4 signatures verified",
-		" 9  coder     read_file    fulfilled           ✓",
-		// The production delete's notifications, and the withdrawn one's.
-		"webhook heard prompt.opened (oncall-alice, oncall-bob), prompt.ended (cancelled); 2 of 2 signatures verified",
+		" 9  coder     delete_path  withdrawn           ✓",
 		// A migration: the jobs server runs it as an MCP task, whose
 		// result is relayed to the proposer.
 		"├─ decided    fulfill: long-running job, run as a task",
 		"├─ task       jobs runs it as MCP task ",
 		"└─ fulfilled  migrated 3 steps (",
 		", relayed to the proposer)",
-		"15  coder     migrate      fulfilled           ✓",
-		"15 of 15 proposals ended as the policy says.",
+		"14  coder     migrate      fulfilled           ✓",
+		"14 of 14 proposals ended as the policy says.",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("narration lacks %q", want)
@@ -123,7 +113,7 @@ func TestDemoInteractive(t *testing.T) {
 		" 4  coder     delete_path  fulfilled           ✓",
 		"├─ granted    grant-",
 		"├─ decided    fulfill: read_file targets production; allowed by oncall-alice's grant grant-",
-		"15 of 15 proposals ended as the policy says.",
+		"14 of 14 proposals ended as the policy says.",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("narration lacks %q:\n%s", want, out.String())
@@ -137,7 +127,7 @@ func TestDemoInteractive(t *testing.T) {
 		"✓ sent approved, and calls like it for 1h — demo-6-read_file: coder → read_file on fs",
 		"✓ outcome demo-4-delete_path: coder → delete_path on fs — fulfilled: the call was sent to fs",
 		"✗ ended demo-5-write_file: coder → write_file on fs — decided by another approver: not approved",
-		"✗ ended demo-10-delete_path: coder → delete_path on fs — withdrawn by the proposer",
+		"✗ ended demo-9-delete_path: coder → delete_path on fs — withdrawn by the proposer",
 	} {
 		if !strings.Contains(screen.String(), want) {
 			t.Errorf("the approver's screen lacks %q:\n%s", want, screen.String())

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -14,7 +13,6 @@ import (
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/notify"
 )
 
 // stageApproval marks a step with one human (from the elicitor) in a
@@ -31,20 +29,11 @@ type narrator struct {
 	mu        sync.Mutex
 	events    map[string][]fulfill.Event
 	approvals map[string][]elicit.Event
-	// notified are the webhook deliveries received about each proposal,
-	// in order: what an operator's --notify endpoint would have heard.
-	notified map[string][]notified
-	change   chan struct{} // closed and replaced on every event
-}
-
-// notified is one webhook delivery the demo's receiver took.
-type notified struct {
-	ev       notify.Event
-	verified bool
+	change    chan struct{} // closed and replaced on every event
 }
 
 func newNarrator(out io.Writer, color bool) *narrator {
-	return &narrator{out: out, color: color, events: map[string][]fulfill.Event{}, approvals: map[string][]elicit.Event{}, notified: map[string][]notified{}, change: make(chan struct{})}
+	return &narrator{out: out, color: color, events: map[string][]fulfill.Event{}, approvals: map[string][]elicit.Event{}, change: make(chan struct{})}
 }
 
 // Observe implements fulfill.Observer.
@@ -68,67 +57,6 @@ func (n *narrator) ObserveApproval(e elicit.Event) {
 	close(n.change)
 	n.change = make(chan struct{})
 	n.mu.Unlock()
-}
-
-// ObserveNotification is the webhook receiver's: one delivery it took.
-func (n *narrator) ObserveNotification(ev notify.Event, verified bool) {
-	n.mu.Lock()
-	n.notified[ev.Proposal] = append(n.notified[ev.Proposal], notified{ev, verified})
-	close(n.change)
-	n.change = make(chan struct{})
-	n.mu.Unlock()
-}
-
-// waitNotifiedEnd waits, for a proposal whose approvers were asked,
-// until the webhook heard that its prompt ended: deliveries are
-// asynchronous, and the step's story includes them.
-func (n *narrator) waitNotifiedEnd(ctx context.Context, id string) {
-	for {
-		n.mu.Lock()
-		asked := len(n.approvals[id]) > 0
-		ended := slices.ContainsFunc(n.notified[id], func(d notified) bool { return d.ev.Type == notify.PromptEnded })
-		ch := n.change
-		n.mu.Unlock()
-		if !asked || ended {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// webhookLine says what the webhook heard about id, compactly: each
-// event with whom it names (opened, escalated) or how it ended, never
-// the call's arguments (the events carry none).
-func (n *narrator) webhookLine(id string) string {
-	n.mu.Lock()
-	got := n.notified[id]
-	delete(n.notified, id)
-	n.mu.Unlock()
-	if len(got) == 0 {
-		return ""
-	}
-	parts := make([]string, 0, len(got))
-	verified := 0
-	for _, d := range got {
-		part := string(d.ev.Type)
-		switch d.ev.Type {
-		case notify.PromptOpened, notify.PromptEscalated:
-			part += " (" + strings.Join(d.ev.Approvers, ", ") + ")"
-		case notify.PromptEnded:
-			part += " (" + d.ev.Outcome + ")"
-		}
-		if d.verified {
-			verified++
-		} else {
-			part += " " + n.paint(ansiRed, "[signature does not verify]")
-		}
-		parts = append(parts, part)
-	}
-	return fmt.Sprintf("webhook heard %s; %d of %d signatures verified", strings.Join(parts, ", "), verified, len(got))
 }
 
 // waitApprovals waits until count elicitor events of kind were seen for id.
@@ -318,9 +246,6 @@ func (n *narrator) step(r result, events []fulfill.Event) {
 	}
 	if r.out.Chat != "" {
 		fmt.Fprintf(n.out, "      %s\n", n.paint(ansiDim, "chat to "+r.step.from+": "+r.out.Chat))
-	}
-	if line := n.webhookLine(r.id); line != "" {
-		fmt.Fprintf(n.out, "      %s\n", n.paint(ansiDim, line))
 	}
 	fmt.Fprintln(n.out)
 }
