@@ -90,7 +90,7 @@ func TestDemoServesMetrics(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	if !strings.Contains(out.String(), "14 of 14 proposals ended as the policy says.") {
+	if !strings.Contains(out.String(), "15 of 15 proposals ended as the policy says.") {
 		t.Fatalf("narration:\n%s", out.String())
 	}
 }

@@ -103,13 +103,15 @@ func (r *receiver) refused() int {
 }
 
 // waitEnded waits until the prompt.ended of proposal id came (or ctx
-// ends) and returns what came for it, forgetting it.
+// ends, or a request was refused) and returns what came for it, forgetting it.
 func (r *receiver) waitEnded(ctx context.Context, id string) []notify.Event {
 	for {
 		r.mu.Lock()
 		evs, ch := r.events[id], r.change
 		ended := len(evs) > 0 && evs[len(evs)-1].Type == notify.PromptEnded
-		if ended || ctx.Err() != nil {
+		// A refused request may have been this proposal's: do not wait
+		// out the step for it; Run fails on it.
+		if ended || r.bad > 0 || ctx.Err() != nil {
 			delete(r.events, id)
 			r.mu.Unlock()
 			return evs
