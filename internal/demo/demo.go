@@ -104,7 +104,8 @@ const (
 )
 
 // pagedTarget is the demo's addition to the example data (a demo-only
-// override of settings.production.targets; examples/policies/README.md):
+// override of settings.production.targets; docs/policies.md, "Reminders
+// and escalation tiers"):
 // calls under /srv/prod/payments/ remind the on-call approvers after 1s
 // and ask oncall-lead after 2s — seconds, not the minutes an operator
 // would choose, so that the story stays short.
