@@ -32,13 +32,16 @@ default quorum := 1
 # Destructive tools (the default, see tools.rego) need two approvals.
 quorum := 2 if tools.destructive
 
-base := object.union({
-	"action": "escalate",
-	"message": sprintf("%s targets production (%s)", [input.tool.name, concat(", ", sort(matches))]),
-	"approvers": data.settings.production.approvers,
-	"quorum": quorum,
-	"timeout": data.settings.production.timeout,
-}, reaching)
+base := object.union(
+	{
+		"action": "escalate",
+		"message": sprintf("%s targets production (%s)", [input.tool.name, concat(", ", sort(matches))]),
+		"approvers": data.settings.production.approvers,
+		"quorum": quorum,
+		"timeout": data.settings.production.timeout,
+	},
+	reaching,
+)
 
 # A target may carry its own `reminders` and `escalate_to` (docs/policies.md
 # "Reminders and escalation tiers"): a call matching exactly one such target
