@@ -44,20 +44,24 @@ func TestDemoServesMetrics(t *testing.T) {
 		return string(b)
 	}
 	want := []string{
-		"fulfiller_proposals_received_total 13\n",
-		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 7` + "\n",
+		"fulfiller_proposals_received_total 14\n",
+		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 8` + "\n",
 		`fulfiller_tasks_total{event="completed"} 1` + "\n",
 		"fulfiller_tasks_running 0\n",
 		`fulfiller_proposals_total{outcome="withdrawn",reason=""} 1` + "\n",
 		`fulfiller_proposals_total{outcome="ignored",reason="duplicate"} 1` + "\n",
-		`fulfiller_approver_answers_total{kind="accept"} 5` + "\n",
+		`fulfiller_approver_answers_total{kind="accept"} 6` + "\n",
 		`fulfiller_grants_total{event="created"} 1` + "\n",
 		`fulfiller_grants_total{event="used"} 1` + "\n",
 		"fulfiller_gateway_connected 1\n",
 		// The demo's fulfiller is run --state memory's: every proposal it
 		// received was claimed in the store, which the probe finds healthy.
-		`fulfiller_state_claims_total{result="won"} 13` + "\n",
+		`fulfiller_state_claims_total{result="won"} 14` + "\n",
 		"fulfiller_state_store_failing 0\n",
+		// Every escalation's notifications reached the demo's webhook
+		// receiver, which verified them: opened and ended for each of the
+		// six, a reminder and an escalation for the payments change.
+		`fulfiller_notifications_total{result="sent",target_kind="webhook"} 14` + "\n",
 	}
 	poll.Until(t, "the story's counters", func() bool {
 		m := metrics()
@@ -92,7 +96,7 @@ func TestDemoServesMetrics(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	if !strings.Contains(out.String(), "14 of 14 proposals ended as the policy says.") {
+	if !strings.Contains(out.String(), "15 of 15 proposals ended as the policy says.") {
 		t.Fatalf("narration:\n%s", out.String())
 	}
 }

@@ -78,7 +78,7 @@ func TestDemoInteractiveInTmux(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	run("send-keys", "-t", "demo", "a")
-	waitScreen("the end of the story", "14 of 14 proposals ended as the policy says.")
+	waitScreen("the end of the story", "15 of 15 proposals ended as the policy says.")
 	if s := screen(); !strings.Contains(s, "└─ fulfilled  deleted 1 files under /srv/prod/db") || !strings.Contains(s, "✗ ended demo-9-delete_path: coder → delete_path on fs — withdrawn by the proposer") ||
 		strings.Contains(s, "▌ approval requested — demo-7-read_file") {
 		t.Errorf("screen:\n%s", s)

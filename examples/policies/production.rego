@@ -32,12 +32,35 @@ default quorum := 1
 # Destructive tools (the default, see tools.rego) need two approvals.
 quorum := 2 if tools.destructive
 
-base := {
-	"action": "escalate",
-	"message": sprintf("%s targets production (%s)", [input.tool.name, concat(", ", sort(matches))]),
-	"approvers": data.settings.production.approvers,
-	"quorum": quorum,
-	"timeout": data.settings.production.timeout,
+base := object.union(
+	{
+		"action": "escalate",
+		"message": sprintf("%s targets production (%s)", [input.tool.name, concat(", ", sort(matches))]),
+		"approvers": data.settings.production.approvers,
+		"quorum": quorum,
+		"timeout": data.settings.production.timeout,
+	},
+	reaching,
+)
+
+# A target may carry its own `reminders` and `escalate_to` (docs/policies.md
+# "Reminders and escalation tiers"): a call matching exactly one such target
+# gets them, so that only the paths that need paging page a second tier.
+# Two such targets matching one call would disagree: neither applies.
+paging contains object.filter(target, ["reminders", "escalate_to"]) if {
+	some target in data.settings.production.targets
+	object.keys(object.filter(target, ["reminders", "escalate_to"])) != set()
+	contains(argument_text, target.contains)
+	some s in matches
+	contains(lower(s), target.contains)
+	regex.match(target.pattern, lower(s))
+}
+
+default reaching := {}
+
+reaching := r if {
+	count(paging) == 1
+	some r in paging
 }
 
 escalate := object.union(base, {"grantable": grantable}) if {

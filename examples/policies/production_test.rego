@@ -128,3 +128,31 @@ test_grant_for_another_proposer_or_tool_does_not_pass if {
 	not production.granted with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": [object.union(grant, {"proposer": "mallory"})]})
 	not production.granted with input as object.union(read_call({"path": "/srv/prod/logs/app.log"}), {"grants": [object.union(grant, {"tool": "read_secret"})]})
 }
+
+paged_targets := [
+	{"contains": "prod", "pattern": "\\bprod(uction)?\\b"},
+	{"contains": "payments", "pattern": "^/srv/prod/payments/", "reminders": ["1m"], "escalate_to": [{"after": "2m", "approvers": ["sre-lead"]}]},
+]
+
+test_a_paged_target_adds_reminders_and_a_tier if {
+	d := production.escalate with input as call("restart", {"destructiveHint": false}, {"path": "/srv/prod/payments/api"})
+		with data.settings.production.targets as paged_targets
+	d.reminders == ["1m"]
+	d.escalate_to == [{"after": "2m", "approvers": ["sre-lead"]}]
+	d.approvers == ["oncall-alice", "oncall-bob", "oncall-carol"]
+}
+
+test_other_production_calls_are_not_paged if {
+	d := production.escalate with input as call("restart", {"destructiveHint": false}, {"path": "/srv/prod/api"})
+		with data.settings.production.targets as paged_targets
+	not d.reminders
+	not d.escalate_to
+}
+
+test_two_paged_targets_for_one_call_add_nothing if {
+	targets := array.concat(paged_targets, [{"contains": "api", "pattern": "/api$", "reminders": ["3m"]}])
+	d := production.escalate with input as call("restart", {"destructiveHint": false}, {"path": "/srv/prod/payments/api"})
+		with data.settings.production.targets as targets
+	not d.reminders
+	not d.escalate_to
+}

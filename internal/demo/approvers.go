@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
@@ -27,6 +28,12 @@ func (s simulated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, 
 	switch {
 	case tool == "delete_path" && args.Path == "/srv/prod/db":
 		return approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: "the migration is done; the old data can go"}, nil
+	case tool == "write_file" && strings.HasPrefix(args.Path, "/srv/prod/payments/"):
+		// The on-call approvers are busy elsewhere; the lead, asked when
+		// they have not answered, approves.
+		if string(s) == lead {
+			return approver.Answer{Action: approval.ActionAccept, Approve: true, Reason: "the new limit was agreed with finance"}, nil
+		}
 	case tool == "write_file" && string(s) == bob:
 		return approver.Answer{Action: approval.ActionAccept, Reason: "production is frozen for the release; write to staging"}, nil
 	case tool == "read_file" && string(s) == alice && args.Path == "/srv/prod/logs/app.log" && c.Grant != nil && slices.Contains(c.Grant.Offers, "1h"):

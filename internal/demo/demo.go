@@ -27,8 +27,10 @@ import (
 	"github.com/mewkit/fulfiller/internal/sidecar"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
+	"github.com/mewkit/fulfiller/notify"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
+	"sigs.k8s.io/yaml"
 )
 
 // Options configure a demo run.
@@ -96,7 +98,23 @@ var (
 const (
 	alice = "oncall-alice"
 	bob   = "oncall-bob"
+	// lead is the second tier of the paged target (pagedTarget): asked
+	// when the on-call approvers have not answered in time.
+	lead = "oncall-lead"
 )
+
+// pagedTarget is the demo's addition to the example data (a demo-only
+// override of settings.production.targets; docs/policies.md, "Reminders
+// and escalation tiers"):
+// calls under /srv/prod/payments/ remind the on-call approvers after 1s
+// and ask oncall-lead after 2s — seconds, not the minutes an operator
+// would choose, so that the story stays short.
+var pagedTarget = map[string]any{
+	"contains":    "payments",
+	"pattern":     "^/srv/prod/payments/",
+	"reminders":   []string{"1s"},
+	"escalate_to": []map[string]any{{"after": "2s", "approvers": []string{lead}}},
+}
 
 // Run plays the story and returns nil when every step ended as the example
 // policies say it should.
@@ -148,6 +166,20 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
+	if dataFile, err = pageTarget(dataFile); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	// The approvers are reached through a signed webhook too, as run
+	// --notify would: the receiver is the demo's, on loopback.
+	hook, err := startReceiver()
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer hook.close()
+	target, err := notify.ParseTarget(hook.url, notify.Options{Secret: hook.secret})
+	if err != nil {
+		return fmt.Errorf("demo: --notify %w", err)
+	}
 	srv, err := space.New(space.Config{Logger: opts.Logger, Tokens: map[string][]agent.Capability{
 		"fulfiller-token": capsFulfiller,
 		"coder-token":     capsProposer,
@@ -173,11 +205,12 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	files := toolserver.NewFiles(map[string]string{
-		"/srv/app/config.yaml":     "listen: :8080\nlog: info\n",
-		"/srv/prod/db/users":       "alice\nbob\n",
-		"/srv/prod/logs/app.log":   "12:00 started\n",
-		"/srv/prod/logs/error.log": "12:01 disk 91% full\n",
-		"/srv/prod/logs/debug.log": "12:02 cache warm\n",
+		"/srv/app/config.yaml":           "listen: :8080\nlog: info\n",
+		"/srv/prod/db/users":             "alice\nbob\n",
+		"/srv/prod/logs/app.log":         "12:00 started\n",
+		"/srv/prod/logs/error.log":       "12:01 disk 91% full\n",
+		"/srv/prod/logs/debug.log":       "12:02 cache warm\n",
+		"/srv/prod/payments/limits.yaml": "daily: 10000\n",
 	})
 	// fs answers as mew bridge does in front of an MCP server (the
 	// reference SDK's way: no JSON-RPC id in its answers, no annotations
@@ -202,7 +235,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	// The approvers join before the fulfiller, so it never waits on
 	// their (empty) tools/list.
-	for _, id := range []string{alice, bob} {
+	for _, id := range []string{alice, bob, lead} {
 		c, err := join(id, "human-token")
 		if err != nil {
 			return err
@@ -253,6 +286,7 @@ func Run(ctx context.Context, opts Options) error {
 		// theirs waits for humans, a fulfilment slot or a task.
 		Fulfill:  fulfill.Config{StatusChats: true},
 		Ops:      opts.Ops,
+		Notify:   []notify.Target{target},
 		Observer: obs,
 		ApprovalObserver: func(e elicit.Event) {
 			n.ObserveApproval(e)
@@ -271,6 +305,8 @@ func Run(ctx context.Context, opts Options) error {
 	// Stopped before the approvers, tools and space (deferred after
 	// them): it answers what is pending while they are still there.
 	defer func() { _ = sc.Stop() }()
+	// The receiver closes after the fulfiller (deferred before it): the
+	// last prompt.ended reaches it.
 	engine, ful, reg := sc.Policy(), sc.Fulfiller(), sc.Grants()
 
 	if opts.Started != nil {
@@ -311,7 +347,7 @@ func Run(ctx context.Context, opts Options) error {
 		if s.revokeGrants {
 			revokeAll(ctx, reg, n)
 		}
-		r := play(ctx, i+1, s, proposers[s.from], n, opts.Step, opts.Approver != nil)
+		r := play(ctx, i+1, s, proposers[s.from], n, hook, opts.Step, opts.Approver != nil)
 		results = append(results, r)
 	}
 	if ctx.Err() != nil {
@@ -340,6 +376,9 @@ func Run(ctx context.Context, opts Options) error {
 		if !r.ok {
 			failed = append(failed, fmt.Sprintf("step %d (%s): want %s, got %s", r.n, r.step.title, r.step.want, r.got))
 		}
+	}
+	if bad := hook.refused(); bad > 0 {
+		failed = append(failed, fmt.Sprintf("%v (%d)", errUnverified, bad))
 	}
 	if len(failed) > 0 {
 		return errors.New("demo: " + strings.Join(failed, "; "))
@@ -417,6 +456,8 @@ func script() []step {
 		{title: "a proposal without a method", from: "coder", payload: `{"params":{"name":"add"}}`, want: "rejected:invalid"},
 		{title: "the first proposal's id again", from: "coder", id: "demo-add", payload: call("delete_path", `{"path":"/"}`), want: "ignored"},
 		{title: "a database migration: run as an MCP task, followed to its end", from: "coder", payload: call("migrate", `{"steps":3}`), want: "fulfilled"},
+		{title: "a payments change nobody on call answers: reminded, then escalated to oncall-lead", from: "coder", payload: call("write_file", `{"path":"/srv/prod/payments/limits.yaml","content":"daily: 20000\n"}`), want: "fulfilled", human: true,
+			yours: "a payments change: you are reminded after 1s, and after 2s oncall-lead is asked too"},
 	}
 }
 
@@ -432,10 +473,31 @@ type result struct {
 	got  string
 	out  proposer.Outcome
 	ok   bool
+	// webhooks are the lines of what the webhook receiver verified for
+	// this proposal, when it was escalated.
+	webhooks []string
 }
 
-func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrator, wait time.Duration, interactive bool) result {
+// webhooks waits for the notifications of an escalated proposal to end
+// (prompt.ended) and describes what the receiver got.
+func webhooks(ctx context.Context, nar *narrator, hook *receiver, id string) []string {
+	if id == "" || !nar.opened(id) {
+		return nil
+	}
+	var lines []string
+	for _, ev := range hook.waitEnded(ctx, id) {
+		lines = append(lines, describeWebhook(ev))
+	}
+	return lines
+}
+
+func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrator, hook *receiver, wait time.Duration, interactive bool) result {
 	r := result{n: n, step: s}
+	// show prints the step, with what the webhook receiver got for it.
+	show := func(ctx context.Context, r result, events []fulfill.Event) {
+		r.webhooks = webhooks(ctx, nar, hook, r.id)
+		nar.step(r, events)
+	}
 	var to []string
 	if len(s.to) > 0 {
 		to = s.to
@@ -448,7 +510,7 @@ func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrato
 	r.id = id
 	if err != nil {
 		r.got = "not sent: " + err.Error()
-		nar.step(r, nil)
+		show(ctx, r, nil)
 		return r
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
@@ -466,7 +528,7 @@ func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrato
 			}
 		}
 		r.ok = r.got == s.want && len(events) > 0
-		nar.step(r, events)
+		show(ctx, r, events)
 		return r
 	}
 	if s.withdraw {
@@ -481,7 +543,7 @@ func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrato
 		}
 		if err := p.Withdraw(ctx, id, "no_longer_needed"); err != nil {
 			r.got = "withdrawal not sent: " + err.Error()
-			nar.step(r, nar.take(id))
+			show(ctx, r, nar.take(id))
 			return r
 		}
 		nar.waitStage(ctx, id, fulfill.StageWithdrawn)
@@ -491,7 +553,7 @@ func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrato
 			r.got = "not withdrawn"
 		}
 		r.ok = r.got == s.want
-		nar.step(r, nar.take(id))
+		show(ctx, r, nar.take(id))
 		return r
 	}
 	out, err := p.Wait(ctx, id)
@@ -507,6 +569,37 @@ func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrato
 	}
 	nar.waitTerminal(ctx, id)
 	r.ok = r.got == s.want || (s.want == wantHuman && err == nil)
-	nar.step(r, nar.take(id))
+	show(ctx, r, nar.take(id))
 	return r
+}
+
+// pageTarget writes the example data with pagedTarget added to the
+// production targets, beside dataFile, and returns its path: the example
+// policy's behaviour for users stays as data.yaml says.
+func pageTarget(dataFile string) (string, error) {
+	raw, err := os.ReadFile(dataFile)
+	if err != nil {
+		return "", err
+	}
+	var data struct {
+		Settings map[string]any `json:"settings"`
+	}
+	if err := yaml.Unmarshal(raw, &data); err != nil {
+		return "", fmt.Errorf("%s: %w", dataFile, err)
+	}
+	prod, ok := data.Settings["production"].(map[string]any)
+	if !ok {
+		return "", fmt.Errorf("%s: no settings.production", dataFile)
+	}
+	targets, _ := prod["targets"].([]any)
+	prod["targets"] = append(targets, pagedTarget)
+	out, err := json.Marshal(map[string]any{"settings": data.Settings})
+	if err != nil {
+		return "", err
+	}
+	paged := filepath.Join(filepath.Dir(dataFile), "data-paged.json")
+	if err := os.WriteFile(paged, out, 0o600); err != nil {
+		return "", err
+	}
+	return paged, nil
 }

@@ -1,9 +1,11 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/notify"
 )
 
 func TestDemoStoryCompletes(t *testing.T) {
@@ -58,10 +61,54 @@ func TestDemoStoryCompletes(t *testing.T) {
 		"└─ fulfilled  migrated 3 steps (",
 		", relayed to the proposer)",
 		"14  coder     migrate      fulfilled           ✓",
-		"14 of 14 proposals ended as the policy says.",
+		"15 of 15 proposals ended as the policy says.",
+		// Every escalation is announced to the webhook, which verified it.
+		"notify   a signed JSON webhook (run --notify) to the demo's receiver on loopback, which verifies every signature\n",
+		"   └─ fulfilled  deleted 1 files under /srv/prod/db (",
+		"   └─ rejected   disagree\n" +
+			"      → webhook: prompt.opened for oncall-alice, oncall-bob (signature verified)\n" +
+			"      → webhook: prompt.ended disagree (signature verified)\n" +
+			"      chat to coder: oncall-bob declined",
+		"      → webhook: prompt.ended cancelled (signature verified)\n\n10 a read-only tool nobody offers",
+		// Payments: nobody on call answers; reminded after 1s, oncall-lead
+		// asked after 2s approves, and the call is fulfilled once.
+		"15 a payments change nobody on call answers: reminded, then escalated to oncall-lead ✓\n" +
+			"   demo-15-write_file coder → everyone: tools/call write_file {\"path\":\"/srv/prod/payments/limits.yaml\",\"content\":\"daily: 20000\\n\"}\n" +
+			"   ├─ received\n" +
+			"   ├─ decided    escalate to oncall-alice, oncall-bob, oncall-carol (quorum 1): write_file targets production (/srv/prod/payments/limits.yaml) (policy ",
+		"   ├─ reminded   oncall-alice, oncall-bob, oncall-carol (no answer yet: the decision's reminders)\n" +
+			"   ├─ escalated  to oncall-lead (the decision's escalate_to)\n" +
+			"   ├─ prompted   oncall-lead (elicitation/create)\n" +
+			"   ├─ answered   oncall-lead approves: the new limit was agreed with finance\n",
+		"   ├─ approved   by oncall-lead\n" +
+			"   ├─ fulfilling mcp/request to fs\n" +
+			"   └─ fulfilled  wrote 13 bytes to /srv/prod/payments/limits.yaml (",
+		")\n      → webhook: prompt.opened for oncall-alice, oncall-bob (signature verified)\n" +
+			"      → webhook: prompt.reminder still waiting for oncall-alice, oncall-bob, oncall-carol (signature verified)\n" +
+			"      → webhook: prompt.escalated now asking oncall-lead (signature verified)\n" +
+			"      → webhook: prompt.ended approved (signature verified)\n\nsummary",
+		"15  coder     write_file   fulfilled           ✓",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("narration lacks %q", want)
+		}
+	}
+	// One fulfilment of the payments change; the approvers asked first
+	// have their prompts taken back.
+	if n := strings.Count(text, "wrote 13 bytes to /srv/prod/payments/limits.yaml"); n != 1 {
+		t.Errorf("the payments change was fulfilled %d times", n)
+	}
+	for _, want := range []string{"cancelled  the prompt at oncall-alice (notifications/cancelled: approved)", "cancelled  the prompt at oncall-bob (notifications/cancelled: approved)"} {
+		if !strings.Contains(text[strings.Index(text, "\n15 a payments"):], want) {
+			t.Errorf("step 15 lacks %q", want)
+		}
+	}
+	if n := strings.Count(text, "signature verified"); n != 14 {
+		t.Errorf("%d webhook lines, want 14: opened and ended for each of the 6 escalations, and step 15's reminder and escalation", n)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, "→ webhook") && (strings.Contains(line, "path") || strings.Contains(line, "20000")) {
+			t.Errorf("a webhook line shows the arguments: %s", line)
 		}
 	}
 	if strings.Contains(text, "\033[") {
@@ -113,7 +160,7 @@ func TestDemoInteractive(t *testing.T) {
 		" 4  coder     delete_path  fulfilled           ✓",
 		"├─ granted    grant-",
 		"├─ decided    fulfill: read_file targets production; allowed by oncall-alice's grant grant-",
-		"14 of 14 proposals ended as the policy says.",
+		"15 of 15 proposals ended as the policy says.",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("narration lacks %q:\n%s", want, out.String())
@@ -215,5 +262,47 @@ func TestDemoFilesServerAnswersAsTheBridge(t *testing.T) {
 	}
 	if found != 4 {
 		t.Errorf("%d fs tools in %+v", found, tools)
+	}
+}
+
+// The demo's receiver checks the signature as docs/operations.md tells an
+// operator to: a request signed with another secret, or not signed, is
+// refused and counted (Run then fails); a signed one is kept.
+func TestReceiverVerifiesSignatures(t *testing.T) {
+	r, err := startReceiver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	body := []byte(`{"type":"prompt.opened","proposal":"p1","approvers":["oncall-alice"]}`)
+	post := func(sig string) int {
+		req, _ := http.NewRequest(http.MethodPost, r.url, bytes.NewReader(body))
+		if sig != "" {
+			req.Header.Set(notify.SignatureHeader, sig)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(notify.Sign([]byte("another secret"), body)); code != http.StatusUnauthorized {
+		t.Errorf("another secret's signature: %d", code)
+	}
+	if code := post(""); code != http.StatusUnauthorized {
+		t.Errorf("no signature: %d", code)
+	}
+	if r.refused() != 2 {
+		t.Errorf("refused %d, want 2", r.refused())
+	}
+	if code := post(notify.Sign(r.secret, body)); code != http.StatusNoContent {
+		t.Errorf("signed: %d", code)
+	}
+	r.mu.Lock()
+	got := r.events["p1"]
+	r.mu.Unlock()
+	if len(got) != 1 || describeWebhook(got[0]) != "→ webhook: prompt.opened for oncall-alice (signature verified)" {
+		t.Errorf("kept %+v", got)
 	}
 }

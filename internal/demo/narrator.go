@@ -59,6 +59,19 @@ func (n *narrator) ObserveApproval(e elicit.Event) {
 	n.mu.Unlock()
 }
 
+// opened reports whether the elicitor opened an escalation for id: the
+// notifier then sends its prompt.opened and, in the end, prompt.ended.
+func (n *narrator) opened(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.approvals[id] {
+		if e.Kind == elicit.EventOpened {
+			return true
+		}
+	}
+	return false
+}
+
 // waitApprovals waits until count elicitor events of kind were seen for id.
 func (n *narrator) waitApprovals(ctx context.Context, id string, kind elicit.EventKind, count int) {
 	for {
@@ -104,6 +117,16 @@ func (n *narrator) describeApproval(e elicit.Event) string {
 			text += n.paint(ansiDim, ": "+e.Reason)
 		}
 		return pad("answered") + " " + text
+	case elicit.EventReminded:
+		if e.Prompt == nil {
+			return ""
+		}
+		return pad("reminded") + " " + strings.Join(e.Prompt.Asked, ", ") + n.paint(ansiDim, " (no answer yet: the decision's reminders)")
+	case elicit.EventEscalated:
+		if e.Prompt == nil {
+			return ""
+		}
+		return pad("escalated") + " to " + strings.Join(e.Prompt.Asked, ", ") + n.paint(ansiDim, " (the decision's escalate_to)")
 	case elicit.EventDelegated:
 		return pad("delegated") + " " + e.Approver + " hands it to " + e.To
 	case elicit.EventCancelled:
@@ -211,6 +234,7 @@ func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, notes 
 		}
 	}
 	fmt.Fprintln(n.out, "agents   coder and mallory may only propose; fulfiller decides")
+	fmt.Fprintln(n.out, "notify   a signed JSON webhook (run --notify) to the demo's receiver on loopback, which verifies every signature")
 	switch {
 	case interactive && inboxURL != "":
 		fmt.Fprintln(n.out, "humans   you are "+alice+": answer the approval requests in your browser at")
@@ -221,6 +245,7 @@ func (n *narrator) header(url, revision string, tools []fulfill.ToolInfo, notes 
 	default:
 		fmt.Fprintln(n.out, "humans   "+alice+" and "+bob+" answer approval requests (simulated; try --interactive or --web); oncall-carol is away")
 	}
+	fmt.Fprintln(n.out, "         "+lead+" is asked about payments when nobody on call answers within 2s (a demo-only paged target)")
 	fmt.Fprintln(n.out)
 }
 
@@ -243,6 +268,9 @@ func (n *narrator) step(r result, events []fulfill.Event) {
 		if line := n.describe(e); line != "" {
 			fmt.Fprintf(n.out, "   %s %s\n", n.paint(ansiDim, branch), line)
 		}
+	}
+	for _, line := range r.webhooks {
+		fmt.Fprintf(n.out, "      %s\n", n.paint(ansiCyan, line))
 	}
 	if r.out.Chat != "" {
 		fmt.Fprintf(n.out, "      %s\n", n.paint(ansiDim, "chat to "+r.step.from+": "+r.out.Chat))
