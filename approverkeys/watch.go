@@ -13,24 +13,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/internal/reloadfile"
 )
-
-// watchDebounce is how long Watch waits for a burst of file events (an
-// editor's write-rename-chmod, a ConfigMap's symlink swap) to end before
-// it reloads once.
-const watchDebounce = 100 * time.Millisecond
 
 // Options configure a Watcher.
 type Options struct {
@@ -49,34 +37,31 @@ type Options struct {
 // when the file changes. A nil *Watcher holds no keys: every approver's
 // answers are taken on the gateway's word.
 type Watcher struct {
-	path     string
-	log      *slog.Logger
-	onReload func(error)
-	watching func()
-
-	// cur is never mutated once stored: a reload stores a new set.
-	cur atomic.Pointer[approval.ApproverKeys]
-
-	failures atomic.Uint64 // refused reloads, ever
-
-	mu      sync.Mutex
-	lastRaw []byte // the text of the keys in force
-	lastErr error  // the last refused reload; nil once one succeeds
+	file *reloadfile.File[approval.ApproverKeys]
 }
 
 // Open loads the file at path; an error (naming the file, and the line
 // when one is wrong) means there are no keys to start with.
 func Open(path string, opts Options) (*Watcher, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	raw, keys, err := read(path)
+	f, err := reloadfile.Open(path, reloadfile.Options[approval.ApproverKeys]{
+		Read: read,
+		// How many approvers are keyed, of each kind; never a key.
+		Attrs: func(k approval.ApproverKeys) []any {
+			return []any{"approvers", len(k.IDs()), "ed25519", len(k.Ed25519), "passkeys", len(k.Passkeys)}
+		},
+		Messages: reloadfile.Messages{
+			Failed:     "approver keys reload failed; the last good keys stay in force",
+			Reloaded:   "approver keys reloaded",
+			ValidAgain: "approver keys file is valid again; unchanged from the keys in force",
+			WatchError: "approver keys watch error",
+			Watch:      "watch approver keys",
+		},
+		Logger: opts.Logger, OnReload: opts.OnReload, Watching: opts.Watching,
+	})
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{path: path, log: opts.Logger, onReload: opts.OnReload, watching: opts.Watching, lastRaw: raw}
-	w.cur.Store(&keys)
-	return w, nil
+	return &Watcher{file: f}, nil
 }
 
 // read reads the file once, so that the bytes compared on the next reload
@@ -98,7 +83,7 @@ func read(path string) ([]byte, approval.ApproverKeys, error) {
 }
 
 // Path is the file the keys come from.
-func (w *Watcher) Path() string { return w.path }
+func (w *Watcher) Path() string { return w.file.Path() }
 
 // Keys is the set in force now. The value is shared: callers must not
 // modify its maps.
@@ -106,7 +91,7 @@ func (w *Watcher) Keys() approval.ApproverKeys {
 	if w == nil {
 		return approval.ApproverKeys{}
 	}
-	return *w.cur.Load()
+	return w.file.Current()
 }
 
 // Has says whether the approver's answers must be signed under the keys
@@ -119,9 +104,7 @@ func (w *Watcher) LastReloadError() error {
 	if w == nil {
 		return nil
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.lastErr
+	return w.file.LastReloadError()
 }
 
 // ReloadFailures counts the refused changes since Open (the operations
@@ -130,89 +113,15 @@ func (w *Watcher) ReloadFailures() uint64 {
 	if w == nil {
 		return 0
 	}
-	return w.failures.Load()
+	return w.file.Failures()
 }
 
 // Reload reads the file again. A file that no longer parses (or is gone)
 // is refused: the error is returned and logged, and the last good keys
-// stay in force. A successful reload logs how many approvers are keyed,
-// of each kind; never a key.
-func (w *Watcher) Reload() error {
-	raw, keys, err := read(w.path)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err != nil {
-		w.lastErr = err
-		w.failures.Add(1)
-		w.log.Error("approver keys reload failed; the last good keys stay in force", "file", w.path, "err", err)
-		return err
-	}
-	recovered := w.lastErr != nil
-	w.lastErr = nil
-	if bytes.Equal(raw, w.lastRaw) {
-		if recovered {
-			w.log.Info("approver keys file is valid again; unchanged from the keys in force", "file", w.path)
-		}
-		return nil // a touch, a chmod: nothing changed
-	}
-	w.cur.Store(&keys)
-	w.lastRaw = raw
-	w.log.Info("approver keys reloaded", "file", w.path, "approvers", len(keys.IDs()), "ed25519", len(keys.Ed25519), "passkeys", len(keys.Passkeys))
-	return nil
-}
+// stay in force.
+func (w *Watcher) Reload() error { return w.file.Reload() }
 
 // Watch reloads the file whenever it changes, until ctx is done; then it
-// returns nil. It returns an error only when watching cannot start.
-//
-// The file is watched through its directory: editors, the team inbox
-// (which writes its passkeys file and renames it into place) and
-// Kubernetes ConfigMaps replace a file by renaming, which ends a watch on
-// the file itself (a ConfigMap's swap shows as events on its ..data link).
-func (w *Watcher) Watch(ctx context.Context) error {
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch approver keys %s: %w", w.path, err)
-	}
-	defer fw.Close()
-	abs, err := filepath.Abs(w.path)
-	if err != nil {
-		return fmt.Errorf("watch approver keys %s: %w", w.path, err)
-	}
-	if err := fw.Add(filepath.Dir(abs)); err != nil {
-		return fmt.Errorf("watch approver keys %s: %w", w.path, err)
-	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	if w.watching != nil {
-		w.watching()
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-fw.Events:
-			if !ok {
-				return nil
-			}
-			name := ev.Name
-			if a, err := filepath.Abs(name); err == nil {
-				name = a
-			}
-			if name != abs && !strings.HasPrefix(filepath.Base(name), "..") {
-				continue
-			}
-			timer.Reset(watchDebounce)
-		case err, ok := <-fw.Errors:
-			if !ok {
-				return nil
-			}
-			w.log.Warn("approver keys watch error", "file", w.path, "err", err)
-		case <-timer.C:
-			err := w.Reload() // logged by Reload
-			if w.onReload != nil {
-				w.onReload(err)
-			}
-		}
-	}
-}
+// returns nil. It returns an error only when watching cannot start. See
+// reloadfile.File.Watch.
+func (w *Watcher) Watch(ctx context.Context) error { return w.file.Watch(ctx) }
