@@ -5,17 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/chromedp"
 
+	"github.com/mewkit/fulfiller/internal/browsertest"
 	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
@@ -43,26 +42,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// chromium finds the browser: FULFILLER_TEST_CHROMIUM, else Debian's
-// chromium on the PATH (.ci/run installs it), else Chrome.
-func chromium() string {
-	if p := os.Getenv("FULFILLER_TEST_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // tab opens a new tab of width×height CSS pixels. The test fails if the
 // page logs an error to its console or throws, at any time until the test
 // ends.
 func tab(t *testing.T, width, height int64) context.Context {
 	t.Helper()
-	path := chromium()
+	path := browsertest.Chromium()
 	if path == "" {
 		testenv.Missing(t, "Chromium for the browser tests: apt-get install chromium, or set FULFILLER_TEST_CHROMIUM")
 	}
@@ -115,33 +100,11 @@ func tab(t *testing.T, width, height int64) context.Context {
 	return ctx
 }
 
-// do runs browser steps with a deadline, failing the test on error.
-func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// get runs one browser action that returns a value.
-func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	return v
-}
-
 // open loads the inbox from the URL it prints and waits for its first
 // snapshot.
 func (w *world) open(t *testing.T, ctx context.Context) {
 	t.Helper()
-	do(t, ctx, "open the inbox", chromedp.Navigate(w.pageURL()),
+	browsertest.Do(t, ctx, "open the inbox", chromedp.Navigate(w.pageURL()),
 		chromedp.WaitVisible(`//p[@id="who" and starts-with(normalize-space(), "answering as alice")]`))
 }
 
@@ -159,16 +122,16 @@ func button(id, state, name string) string {
 // status reads the status line of the card of id in state, once shown.
 func status(t *testing.T, ctx context.Context, id, state string) string {
 	t.Helper()
-	do(t, ctx, "the "+state+" card of "+id, chromedp.WaitVisible(card(id, state)))
-	return get(t, ctx, "its status", chromedp.Text(card(id, state)+`//p[contains(@class,"status")]`))
+	browsertest.Do(t, ctx, "the "+state+" card of "+id, chromedp.WaitVisible(card(id, state)))
+	return browsertest.Get(t, ctx, "its status", chromedp.Text(card(id, state)+`//p[contains(@class,"status")]`))
 }
 
 // accessibleNames lists the names the browser's accessibility tree gives
 // the controls of role inside the node at sel.
 func accessibleNames(t *testing.T, ctx context.Context, sel, role string) []string {
 	t.Helper()
-	nodes := get(t, ctx, "the node "+sel, chromedp.Nodes(sel))
-	ax := get(t, ctx, "the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (*accessibility.QueryAXTreeResult, error) {
+	nodes := browsertest.Get(t, ctx, "the node "+sel, chromedp.Nodes(sel))
+	ax := browsertest.Get(t, ctx, "the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (*accessibility.QueryAXTreeResult, error) {
 		r, err := cdp.Call(ctx, tg, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{BackendNodeID: nodes[0].BackendNodeID, Role: role})
 		return &r, err
 	})
@@ -190,8 +153,8 @@ type accessibleField struct{ Name, Description string }
 // their accessible names and descriptions.
 func accessibleFields(t *testing.T, ctx context.Context, sel, role string) []accessibleField {
 	t.Helper()
-	nodes := get(t, ctx, "the node "+sel, chromedp.Nodes(sel))
-	ax := get(t, ctx, "the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (*accessibility.QueryAXTreeResult, error) {
+	nodes := browsertest.Get(t, ctx, "the node "+sel, chromedp.Nodes(sel))
+	ax := browsertest.Get(t, ctx, "the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (*accessibility.QueryAXTreeResult, error) {
 		r, err := cdp.Call(ctx, tg, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{BackendNodeID: nodes[0].BackendNodeID, Role: role})
 		return &r, err
 	})
@@ -216,7 +179,7 @@ func accessibleFields(t *testing.T, ctx context.Context, sel, role string) []acc
 // docs/images with -update-screenshots.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	png := get(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	png := browsertest.Get(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	if len(png) < 1000 || string(png[1:4]) != "PNG" {
 		t.Fatalf("screenshot %s: %d bytes, not a PNG", name, len(png))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/internal/browsertest"
 )
 
 // forgedPrompt is an intruder's elicitation/create in the fulfiller's
@@ -45,7 +46,7 @@ func TestBrowserContestedCardCannotBeApproved(t *testing.T) {
 	w.open(t, ctx)
 	id := w.propose("p-write", "/srv/prod/motd")
 	real := w.elicitation("alice", id, nil)
-	do(t, ctx, "the real card", chromedp.WaitVisible(button(id, "open", "Approve")))
+	browsertest.Do(t, ctx, "the real card", chromedp.WaitVisible(button(id, "open", "Approve")))
 
 	w.forge(forgedPrompt(t, real, id))
 	got := status(t, ctx, id, "ended")
@@ -73,7 +74,7 @@ func TestBrowserContestedCardCannotBeApproved(t *testing.T) {
 	// A later prompt is shown: alice's client went on, and answered nothing
 	// about the contested one.
 	w.propose("p-later", "/srv/prod/later")
-	do(t, ctx, "a later card", chromedp.WaitVisible(button("p-later", "open", "Approve")))
+	browsertest.Do(t, ctx, "a later card", chromedp.WaitVisible(button("p-later", "open", "Approve")))
 	for _, e := range w.wire.Envelopes() {
 		if e.From == "alice" && e.CorrelationID.First() == real.ID {
 			t.Errorf("alice answered the contested prompt: %s", e.Raw)

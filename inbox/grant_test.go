@@ -10,6 +10,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/internal/browsertest"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -29,13 +30,13 @@ func TestBrowserApproveWithGrant(t *testing.T) {
 	w.open(t, ctx)
 	id := w.propose("p-motd", "/srv/prod/motd")
 	prompt := w.elicitation("alice", id, nil)
-	do(t, ctx, "the prompt", chromedp.WaitVisible(card(id, "open")))
-	text := get(t, ctx, "the card's text", chromedp.Text(card(id, "open")))
+	browsertest.Do(t, ctx, "the prompt", chromedp.WaitVisible(card(id, "open")))
+	text := browsertest.Get(t, ctx, "the card's text", chromedp.Text(card(id, "open")))
 	if want := "You may also allow anyone who may propose in this space → write_file, path under /srv/prod/, for up to 8h"; !strings.Contains(text, want) {
 		t.Errorf("the card does not show the grant's terms (%q):\n%s", want, text)
 	}
-	do(t, ctx, "open the grant form", chromedp.Click(button(id, "open", "Approve and allow…")))
-	form := get(t, ctx, "the grant form", chromedp.Text(card(id, "open")+`//div[contains(@class,"panel")]`))
+	browsertest.Do(t, ctx, "open the grant form", chromedp.Click(button(id, "open", "Approve and allow…")))
+	form := browsertest.Get(t, ctx, "the grant form", chromedp.Text(card(id, "open")+`//div[contains(@class,"panel")]`))
 	for _, want := range []string{"Approve this call, and allow anyone who may propose in this space → write_file, path under /srv/prod/ without asking, for:",
 		"The grant ends then; the operator can revoke it sooner (fulfiller grants revoke)."} {
 		if !strings.Contains(form, want) {
@@ -47,11 +48,11 @@ func TestBrowserApproveWithGrant(t *testing.T) {
 	if strings.Contains(form, "arguments.") || strings.Contains(form, ":prefix") {
 		t.Errorf("the grant form shows the policy's syntax:\n%s", form)
 	}
-	options := get(t, ctx, "the durations", chromedp.Text(card(id, "open")+`//select[@name="grant"]`))
+	options := browsertest.Get(t, ctx, "the durations", chromedp.Text(card(id, "open")+`//select[@name="grant"]`))
 	if want := "15m1h8h"; strings.Join(strings.Fields(options), "") != want {
 		t.Errorf("durations %q, want %q", options, want)
 	}
-	do(t, ctx, "choose 1h and approve",
+	browsertest.Do(t, ctx, "choose 1h and approve",
 		chromedp.SetValue(card(id, "open")+`//select[@name="grant"]`, "1h"),
 		chromedp.Click(button(id, "open", "Approve and allow")))
 	if got := status(t, ctx, id, "outcome"); !strings.Contains(got, "You approved, and calls like it for 1h. Outcome: fulfilled") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/internal/browsertest"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -25,11 +26,11 @@ func TestBrowserApproveFulfilsOnce(t *testing.T) {
 	w.open(t, ctx)
 	id := w.propose("p-motd", "/srv/prod/motd")
 	w.propose("p-banner", "/srv/prod/banner")
-	do(t, ctx, "both prompts on the page",
+	browsertest.Do(t, ctx, "both prompts on the page",
 		chromedp.WaitVisible(card(id, "open")),
 		chromedp.WaitVisible(card("p-banner", "open")))
 
-	text := get(t, ctx, "the card's text", chromedp.Text(card(id, "open")))
+	text := browsertest.Get(t, ctx, "the card's text", chromedp.Text(card(id, "open")))
 	for _, want := range []string{"coder → write_file on fs", "p-motd", "production writes need a human",
 		`"path": "/srv/prod/motd"`, "1 of 2 approvers must approve (alice, bob)", "call digest ", "left"} {
 		if !strings.Contains(text, want) {
@@ -45,10 +46,10 @@ func TestBrowserApproveFulfilsOnce(t *testing.T) {
 	screenshot(t, ctx, "inbox-desktop.png")
 	phone := tab(t, 390, 844)
 	w.open(t, phone)
-	do(t, phone, "the prompt at phone width", chromedp.WaitVisible(card(id, "open")))
+	browsertest.Do(t, phone, "the prompt at phone width", chromedp.WaitVisible(card(id, "open")))
 	screenshot(t, phone, "inbox-phone.png")
 
-	do(t, ctx, "approve", chromedp.Click(button(id, "open", "Approve")))
+	browsertest.Do(t, ctx, "approve", chromedp.Click(button(id, "open", "Approve")))
 	if got := status(t, ctx, id, "outcome"); !strings.Contains(got, "Outcome: fulfilled") {
 		t.Errorf("after Approve the card says %q, want the fulfilled outcome", got)
 	}
@@ -59,9 +60,9 @@ func TestBrowserApproveFulfilsOnce(t *testing.T) {
 		t.Errorf("%d fulfilment requests for %s, want exactly 1", n, id)
 	}
 	// The other tab saw the same answer: one inbox, many pages.
-	do(t, phone, "the answer on the other page", chromedp.WaitVisible(card(id, "outcome")))
+	browsertest.Do(t, phone, "the answer on the other page", chromedp.WaitVisible(card(id, "outcome")))
 	// The second prompt is untouched.
-	do(t, ctx, "the other prompt still open", chromedp.WaitVisible(button("p-banner", "open", "Approve")))
+	browsertest.Do(t, ctx, "the other prompt still open", chromedp.WaitVisible(button("p-banner", "open", "Approve")))
 }
 
 // Edit changes an editable argument, shows the change before sending,
@@ -73,17 +74,17 @@ func TestBrowserEditIsCheckedAgain(t *testing.T) {
 	w.open(t, ctx)
 	id := w.propose("p-edit", "/srv/prod/motd")
 	path := card(id, "open") + `//label[span[normalize-space()="path"]]/input`
-	do(t, ctx, "edit the path",
+	browsertest.Do(t, ctx, "edit the path",
 		chromedp.Click(button(id, "open", "Edit")),
 		chromedp.WaitVisible(path),
 		chromedp.SetValue(path, "/tmp/motd"),
 		chromedp.Click(button(id, "open", "Review changes")),
 		chromedp.WaitVisible(card(id, "open")+`//ul[@aria-label="changes"]`))
-	diff := get(t, ctx, "the diff", chromedp.Text(card(id, "open")+`//ul[@aria-label="changes"]`))
+	diff := browsertest.Get(t, ctx, "the diff", chromedp.Text(card(id, "open")+`//ul[@aria-label="changes"]`))
 	if want := `path: "/srv/prod/motd" → "/tmp/motd"`; !strings.Contains(diff, want) {
 		t.Errorf("the review shows %q, want %q", diff, want)
 	}
-	do(t, ctx, "send", chromedp.Click(button(id, "open", "Approve edited call")))
+	browsertest.Do(t, ctx, "send", chromedp.Click(button(id, "open", "Approve edited call")))
 	got := status(t, ctx, id, "outcome")
 	if !strings.Contains(got, "rejected by the policy: writes stay under /srv/prod") {
 		t.Errorf("after the edit the card says %q, want the policy's verdict", got)
@@ -103,10 +104,10 @@ func TestBrowserEditValidatedAgainstTheForm(t *testing.T) {
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
 	id := w.propose("p-valid", "/srv/prod/motd")
-	do(t, ctx, "the edit form",
+	browsertest.Do(t, ctx, "the edit form",
 		chromedp.Click(button(id, "open", "Edit")),
 		chromedp.WaitVisible(card(id, "open")+`//label[span[normalize-space()="path"]]/input`))
-	fields := get(t, ctx, "the inputs", chromedp.Evaluate[int](`document.querySelectorAll('article[data-proposal="p-valid"] .panel input[name]:not([name="reason"])').length`))
+	fields := browsertest.Get(t, ctx, "the inputs", chromedp.Evaluate[int](`document.querySelectorAll('article[data-proposal="p-valid"] .panel input[name]:not([name="reason"])').length`))
 	if fields != 1 {
 		t.Errorf("%d editable inputs, want only the form's one (path)", fields)
 	}
@@ -121,7 +122,7 @@ func TestBrowserDeclineWithReason(t *testing.T) {
 	id := w.propose("p-decline", "/srv/prod/motd")
 	reason := card(id, "open") + `//label[span[normalize-space()="Reason"]]/textarea`
 	// By keyboard, as on the terminal card: d on the selected card.
-	do(t, ctx, "decline",
+	browsertest.Do(t, ctx, "decline",
 		chromedp.WaitVisible(card(id, "open")),
 		chromedp.KeyEvent("d"),
 		chromedp.WaitVisible(reason))
@@ -134,8 +135,8 @@ func TestBrowserDeclineWithReason(t *testing.T) {
 	// The driver sends the key's character as an event of its own, after
 	// the keydown that moved the focus to Reason (a real keyboard's is
 	// cancelled with the keydown): clear what it typed.
-	get(t, ctx, "clear", chromedp.Evaluate[string](`document.querySelector('article[data-proposal="p-decline"] textarea').value = ""`))
-	do(t, ctx, "send the reason",
+	browsertest.Get(t, ctx, "clear", chromedp.Evaluate[string](`document.querySelector('article[data-proposal="p-decline"] textarea').value = ""`))
+	browsertest.Do(t, ctx, "send the reason",
 		chromedp.SendKeys(reason, "frozen for the release"),
 		chromedp.Click(button(id, "open", "Send")))
 	if out := w.outcome(id); !out.Rejected || out.Reason != "disagree" {
@@ -158,7 +159,7 @@ func TestBrowserDelegate(t *testing.T) {
 	id := w.propose("p-deleg", "/srv/prod/motd")
 	first := w.elicitation("bob", id, nil)
 	to := card(id, "open") + `//label[span[normalize-space()="Delegate to"]]/select`
-	do(t, ctx, "delegate",
+	browsertest.Do(t, ctx, "delegate",
 		chromedp.Click(button(id, "open", "Delegate")),
 		chromedp.WaitVisible(to),
 		chromedp.SetValue(to, "bob"),
@@ -186,7 +187,7 @@ func TestBrowserWithdrawAndDeadlineEndTheCard(t *testing.T) {
 	late := w.propose("p-late", "/srv/prod/banner")
 	// The late one may already have ended on a slow machine: only the
 	// withdrawn one must be seen open first.
-	do(t, ctx, "the prompt", chromedp.WaitVisible(card(gone, "open")))
+	browsertest.Do(t, ctx, "the prompt", chromedp.WaitVisible(card(gone, "open")))
 	if err := w.prop.Withdraw(w.ctx, gone, "no_longer_needed"); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestBrowserWithdrawAndDeadlineEndTheCard(t *testing.T) {
 	if got := status(t, ctx, late, "ended"); got != "Ended: the deadline passed." {
 		t.Errorf("late card says %q", got)
 	}
-	open := get(t, ctx, "open cards", chromedp.Evaluate[int](`document.querySelectorAll('#open article').length`))
+	open := browsertest.Get(t, ctx, "open cards", chromedp.Evaluate[int](`document.querySelectorAll('#open article').length`))
 	if open != 0 {
 		t.Errorf("%d cards left among the open ones", open)
 	}
@@ -212,7 +213,7 @@ func TestBrowserSignedAnswersAndForgeryIgnored(t *testing.T) {
 	w.open(t, ctx)
 	id := w.propose("p-signed", "/srv/prod/motd")
 	prompt := w.elicitation("alice", id, nil)
-	do(t, ctx, "the prompt", chromedp.WaitVisible(card(id, "open")))
+	browsertest.Do(t, ctx, "the prompt", chromedp.WaitVisible(card(id, "open")))
 	var req struct {
 		ID json.RawMessage `json:"id"`
 	}
@@ -225,7 +226,7 @@ func TestBrowserSignedAnswersAndForgeryIgnored(t *testing.T) {
 	if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {
 		t.Fatalf("after the forgery: %+v %v, want still awaiting approval", s, ok)
 	}
-	do(t, ctx, "still open, then approve", chromedp.Click(button(id, "open", "Approve")))
+	browsertest.Do(t, ctx, "still open, then approve", chromedp.Click(button(id, "open", "Approve")))
 	if out := w.outcome(id); !out.Fulfilled {
 		t.Fatalf("proposal: %+v, want fulfilled", out)
 	}
@@ -254,8 +255,8 @@ func TestBrowserProposersDeadlineShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	countdown := card(id, "open") + `//p[contains(@class,"countdown") and contains(., "left")]`
-	do(t, ctx, "the prompt's countdown", chromedp.WaitVisible(countdown))
-	text := get(t, ctx, "the countdown", chromedp.Text(countdown))
+	browsertest.Do(t, ctx, "the prompt's countdown", chromedp.WaitVisible(countdown))
+	text := browsertest.Get(t, ctx, "the countdown", chromedp.Text(countdown))
 	if !regexp.MustCompile(`^(1m[0-5][0-9]s|2m00s) left \(the proposer stops waiting then\)$`).MatchString(text) {
 		t.Errorf("the countdown says %q, want about 2m left and who set the deadline", text)
 	}
@@ -270,14 +271,14 @@ func TestBrowserClientStoppedIsSaid(t *testing.T) {
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
 	id := w.propose("p-stop", "/srv/prod/motd")
-	do(t, ctx, "the prompt", chromedp.WaitVisible(button(id, "open", "Approve")))
+	browsertest.Do(t, ctx, "the prompt", chromedp.WaitVisible(button(id, "open", "Approve")))
 	w.inbox.Close()
-	do(t, ctx, "the notice", chromedp.WaitVisible(`#link.lost`))
-	text := get(t, ctx, "the notice", chromedp.Evaluate[string](`document.querySelector('#link').textContent`))
+	browsertest.Do(t, ctx, "the notice", chromedp.WaitVisible(`#link.lost`))
+	text := browsertest.Get(t, ctx, "the notice", chromedp.Evaluate[string](`document.querySelector('#link').textContent`))
 	if !strings.HasPrefix(text, "The approver client (fulfiller approve --web) has stopped") {
 		t.Errorf("the page says %q", text)
 	}
-	if n := get(t, ctx, "buttons", chromedp.Evaluate[int](`document.querySelectorAll('[data-proposal] .actions button').length`)); n != 0 {
+	if n := browsertest.Get(t, ctx, "buttons", chromedp.Evaluate[int](`document.querySelectorAll('[data-proposal] .actions button').length`)); n != 0 {
 		t.Errorf("%d answer buttons left after the client stopped", n)
 	}
 }
@@ -297,19 +298,19 @@ func TestBrowserQuorumProgressAndWhoDecided(t *testing.T) {
 		}
 	}
 	facts := func(id, state string) string {
-		return get(t, ctx, "the card's facts", chromedp.Evaluate[string](`document.querySelector('[data-proposal="`+id+`"][data-state="`+state+`"] .facts').textContent`))
+		return browsertest.Get(t, ctx, "the card's facts", chromedp.Evaluate[string](`document.querySelector('[data-proposal="`+id+`"][data-state="`+state+`"] .facts').textContent`))
 	}
 
 	id := w.propose("p-quorum", "/srv/prod/motd")
-	do(t, ctx, "the prompt", chromedp.WaitVisible(button(id, "open", "Approve")))
+	browsertest.Do(t, ctx, "the prompt", chromedp.WaitVisible(button(id, "open", "Approve")))
 	answer(id, `{"result":{"action":"accept","content":{"approve":true,"reason":"fine by me"}}}`)
-	do(t, ctx, "the progress", chromedp.Poll[chromedp.Void](`document.querySelector('[data-proposal="`+id+`"] .facts').textContent.includes("approvals so far")`))
+	browsertest.Do(t, ctx, "the progress", chromedp.Poll[chromedp.Void](`document.querySelector('[data-proposal="`+id+`"] .facts').textContent.includes("approvals so far")`))
 	if got := facts(id, "open"); !strings.Contains(got, "2 of 2 approvers must approve (alice, bob) — 1 of 2 approvals so far: bob approved: fine by me") {
 		t.Errorf("the quorum card says %q", got)
 	}
 
 	id2 := w.propose("p-veto", "/srv/prod/banner")
-	do(t, ctx, "the second prompt", chromedp.WaitVisible(button(id2, "open", "Approve")))
+	browsertest.Do(t, ctx, "the second prompt", chromedp.WaitVisible(button(id2, "open", "Approve")))
 	answer(id2, `{"result":{"action":"decline","content":{"reason":"not during the freeze"}}}`)
 	if got := status(t, ctx, id2, "ended"); got != "Ended: decided by another approver: not approved (bob declined: not during the freeze)." {
 		t.Errorf("the vetoed card says %q", got)
