@@ -30,10 +30,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/logrecord"
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // SyncMode says when records are forced to disk (--decision-log-sync).
@@ -534,7 +534,7 @@ func (l *Logger) fromEvent(e fulfill.Event) *logrecord.Record {
 		}
 	case fulfill.StageRejected:
 		r.Type, r.Reason, r.Message = logrecord.TypeOutcome, e.Reason, e.Message
-		if e.Reason == policies.ReasonTimeout {
+		if e.Reason == decision.ReasonTimeout {
 			r.Status = "timeout"
 		}
 	case fulfill.StageUndelivered:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
@@ -80,11 +81,11 @@ func (s *fakeSpace) Send(_ context.Context, env agent.Envelope) (agent.Envelope,
 // toolDecider fulfils the tools "ok" and "err" at fs and rejects the rest.
 type toolDecider struct{}
 
-func (toolDecider) Decide(_ context.Context, in *policies.Input) policies.Decision {
+func (toolDecider) Decide(_ context.Context, in *policies.Input) decision.Decision {
 	if in.Tool != nil && (in.Tool.Name == "ok" || in.Tool.Name == "err") {
-		return policies.Decision{Action: policies.Fulfill, Target: "fs", Revision: "test-rev"}
+		return decision.Decision{Action: decision.Fulfill, Target: "fs", Revision: "test-rev"}
 	}
-	return policies.Decision{Action: policies.Reject, Reason: "policy", Message: "no", Revision: "test-rev"}
+	return decision.Decision{Action: decision.Reject, Reason: "policy", Message: "no", Revision: "test-rev"}
 }
 
 func proposal(id, payload string) agent.Envelope {
@@ -405,13 +406,13 @@ func TestShadowRecords(t *testing.T) {
 		return fulfill.Event{Time: at, Stage: fulfill.StageShadow, ProposalID: "p-1", DecisionID: did, Revision: "sha256:live",
 			Proposer: "coder", Method: "tools/call", Tool: "add", Shadow: &r}
 	}
-	log.Observe(ev(fulfill.ShadowResult{Live: policies.Escalate, Latency: 1500,
-		Decision: policies.Decision{Action: policies.Fulfill, Revision: "sha256:shadow"}}))
-	log.Observe(ev(fulfill.ShadowResult{Live: policies.Fulfill, Latency: 2000, Agrees: true,
-		Decision: policies.Decision{Action: policies.Fulfill, Revision: "sha256:shadow"}}))
-	log.Observe(ev(fulfill.ShadowResult{Live: policies.Fulfill, Latency: 100000000,
-		Decision: policies.Decision{Action: policies.Reject, Reason: "policy", Revision: "sha256:shadow", Err: policies.ErrEvalTimeout}}))
-	log.Observe(ev(fulfill.ShadowResult{Live: policies.Fulfill, Dropped: true}))
+	log.Observe(ev(fulfill.ShadowResult{Live: decision.Escalate, Latency: 1500,
+		Decision: decision.Decision{Action: decision.Fulfill, Revision: "sha256:shadow"}}))
+	log.Observe(ev(fulfill.ShadowResult{Live: decision.Fulfill, Latency: 2000, Agrees: true,
+		Decision: decision.Decision{Action: decision.Fulfill, Revision: "sha256:shadow"}}))
+	log.Observe(ev(fulfill.ShadowResult{Live: decision.Fulfill, Latency: 100000000,
+		Decision: decision.Decision{Action: decision.Reject, Reason: "policy", Revision: "sha256:shadow", Err: policies.ErrEvalTimeout}}))
+	log.Observe(ev(fulfill.ShadowResult{Live: decision.Fulfill, Dropped: true}))
 	if err := log.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func TestGrantRecords(t *testing.T) {
 	granted.Stage, granted.GrantID, granted.By, granted.Message = fulfill.StageGranted, "grant-1", []string{"alice"}, "calls like this allowed for 1h, until 2026-11-22T11:00:00Z"
 	log.Observe(granted)
 	decided := base
-	decided.Stage, decided.GrantID, decided.Decision = fulfill.StageDecided, "grant-1", &policies.Decision{Action: policies.Fulfill, Message: "granted", Revision: "sha256:live"}
+	decided.Stage, decided.GrantID, decided.Decision = fulfill.StageDecided, "grant-1", &decision.Decision{Action: decision.Fulfill, Message: "granted", Revision: "sha256:live"}
 	log.Observe(decided)
 	if err := log.Close(); err != nil {
 		t.Fatal(err)

@@ -16,9 +16,9 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -516,7 +516,7 @@ func (x *escalation) run(ctx context.Context) {
 // step is one reminder (tier nil) or one tier of escalate_to.
 type step struct {
 	at   time.Duration
-	tier *policies.Tier
+	tier *decision.Tier
 }
 
 // plan lays out the decision's reminders and tiers in time order, from
@@ -620,7 +620,7 @@ func (x *escalation) waitingFor() []string {
 // _meta.policy.approvers. announce: tell the observer (prompt.escalated);
 // not for a tier whose time passed during a restart, which the resumed
 // escalation's prompt.opened already names.
-func (x *escalation) escalateTo(t policies.Tier, announce bool) {
+func (x *escalation) escalateTo(t decision.Tier, announce bool) {
 	var added []string
 	for _, a := range t.Approvers {
 		if !slices.Contains(x.approvers, a) {
@@ -924,7 +924,7 @@ func (x *escalation) grantOffers() []string {
 	}
 	var out []string
 	for _, d := range g.Offers() {
-		out = append(out, policies.FormatGrantDuration(d))
+		out = append(out, decision.FormatGrantDuration(d))
 	}
 	return out
 }
@@ -939,7 +939,7 @@ func (x *escalation) metaFor(s *seat) object {
 		for i, f := range g.Scope {
 			scope[i] = f.String()
 		}
-		m.add("grant", object{{"max_ttl", policies.FormatGrantDuration(g.MaxTTL)}, {"scope", scope}, {"offers", s.grants}})
+		m.add("grant", object{{"max_ttl", decision.FormatGrantDuration(g.MaxTTL)}, {"scope", scope}, {"offers", s.grants}})
 	}
 	return m
 }

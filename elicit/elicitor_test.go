@@ -12,9 +12,9 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // fakeConn records what the Elicitor sends; everyone in roster is online.
@@ -90,7 +90,7 @@ func TestCloseCancelsOpenPrompts(t *testing.T) {
 		Proposal: agent.Envelope{ID: "p1", From: "coder"},
 		Method:   "tools/call",
 		Params:   json.RawMessage(`{"name":"x"}`),
-		Decision: policies.Decision{Action: policies.Escalate, Approvers: []string{"alice"}},
+		Decision: decision.Decision{Action: decision.Escalate, Approvers: []string{"alice"}},
 		Deadline: time.Now().Add(time.Hour),
 	}
 	e.Escalate(context.Background(), esc, func(fulfill.Verdict) { verdicts++ })
@@ -118,7 +118,7 @@ func TestDeadlineAlreadyPassed(t *testing.T) {
 	got := make(chan fulfill.Verdict, 1)
 	e.Escalate(context.Background(), fulfill.Escalation{
 		Proposal: agent.Envelope{ID: "p1", From: "coder"}, Method: "tools/list",
-		Decision: policies.Decision{Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
+		Decision: decision.Decision{Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
 		Deadline: time.Now().Add(-time.Second),
 	}, func(v fulfill.Verdict) { got <- v })
 	if v := <-got; v.Reason != "timeout" || v.Message != "no approval within 1m0s" {

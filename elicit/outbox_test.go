@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // queueingConn is a connection whose link is down: SendOrQueue keeps what
@@ -37,7 +37,7 @@ func TestPromptCancellationKeptWhileLinkIsDown(t *testing.T) {
 		Proposal: agent.Envelope{ID: "p1", From: "coder"},
 		Method:   "tools/call",
 		Params:   json.RawMessage(`{"name":"x"}`),
-		Decision: policies.Decision{Action: policies.Escalate, Approvers: []string{"alice"}},
+		Decision: decision.Decision{Action: decision.Escalate, Approvers: []string{"alice"}},
 		Deadline: time.Now().Add(time.Hour),
 	}
 	e.Escalate(context.Background(), esc, func(fulfill.Verdict) {})

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -50,7 +50,7 @@ func quorumEscalation() fulfill.Escalation {
 		Proposal: agent.Envelope{ID: "p1", From: "coder"},
 		Method:   "tools/call",
 		Params:   json.RawMessage(`{"name":"x","arguments":{}}`),
-		Decision: policies.Decision{Action: policies.Escalate, Approvers: []string{"alice", "bob"}, Quorum: 2},
+		Decision: decision.Decision{Action: decision.Escalate, Approvers: []string{"alice", "bob"}, Quorum: 2},
 		Deadline: time.Now().Add(time.Hour),
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -273,7 +273,7 @@ const auditFailedMessage = "the decision log cannot be written, so this fulfille
 // escalation) could not be written: fail closed, reject "other".
 func (f *Fulfiller) unrecorded(p *proposal, what string, err error) {
 	f.log.Error("decision log cannot be written; "+what+" refused", "proposal", p.env.ID, "err", err)
-	f.reject(p, policies.ReasonOther, auditFailedMessage)
+	f.reject(p, decision.ReasonOther, auditFailedMessage)
 }
 
 func (p *proposal) event(stage Stage) Event {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
 // fakeRecorder is a decision log that can be made to fail, as one on a
@@ -84,7 +84,7 @@ func TestAuditFailureRefusesFulfilment(t *testing.T) {
 func TestAuditFailureRefusesEscalation(t *testing.T) {
 	rec := &fakeRecorder{failing: true}
 	esc := &fakeEscalator{}
-	h := newHarness(t, Config{Observer: rec, Escalator: esc}, &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate}}})
+	h := newHarness(t, Config{Observer: rec, Escalator: esc}, &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate}}})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	rej := h.space.next(t)
 	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
@@ -98,7 +98,7 @@ func TestAuditFailureRefusesEscalation(t *testing.T) {
 // own reject goes out even when its record cannot be written.
 func TestAuditFailureStillRejects(t *testing.T) {
 	rec := &fakeRecorder{failing: true}
-	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "unsafe"}}}
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe"}}}
 	h := newHarness(t, Config{Observer: rec}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"unsafe"}`)
@@ -146,7 +146,7 @@ func (h *harness) stageEventsOf(id string, stage Stage) []Event {
 func TestDecisionIDGovernsEveryEvent(t *testing.T) {
 	edited := json.RawMessage(`{"name":"add","arguments":{"a":2,"b":2}}`)
 	esc := &fakeEscalator{verdict: &Verdict{Approved: true, By: []string{"alice"}, Params: edited}}
-	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate, Revision: "rev-1"}}}
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Revision: "rev-1"}}}
 	h := newHarness(t, Config{Escalator: esc}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	waitFor(t, func() bool { return dec.count() == 2 }) // asked again after the edit

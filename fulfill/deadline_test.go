@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
 // heldEscalator keeps every escalation open until the test ends it.
@@ -37,7 +37,7 @@ func (e *heldEscalator) verdict(id string) func(Verdict) {
 // within" the TTL.
 func TestPendingTTLNeverEndsAPrompt(t *testing.T) {
 	esc := &heldEscalator{done: map[string]func(Verdict){}}
-	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: 40 * time.Millisecond}}}
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: 40 * time.Millisecond}}}
 	h := newHarness(t, Config{PendingTTL: 20 * time.Millisecond, Escalator: esc}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	waitFor(t, func() bool { return esc.verdict("p1") != nil })

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
 // storeWorkers is how many decide workers run with a store: enough
@@ -41,16 +41,16 @@ func (f *Fulfiller) decide(p *proposal) {
 }
 
 // act carries out a decision for p with the given params.
-func (f *Fulfiller) act(p *proposal, d policies.Decision, params json.RawMessage) {
+func (f *Fulfiller) act(p *proposal, d decision.Decision, params json.RawMessage) {
 	switch d.Action {
-	case policies.Fulfill:
+	case decision.Fulfill:
 		target, why := f.route(p, d)
 		if target == "" {
 			f.reject(p, "incapable", why)
 			return
 		}
 		f.fulfil(p, target, params)
-	case policies.Escalate:
+	case decision.Escalate:
 		target, why := f.route(p, d)
 		if target == "" {
 			f.reject(p, "incapable", why) // rule 1: nobody asked about a call nobody can carry out

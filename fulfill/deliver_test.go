@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
 // refusal is the gateway's capability violation for our envelope id, as
@@ -23,7 +23,7 @@ func refusal(id, kind string) agent.Envelope {
 // A reject the gateway refused is reported undelivered, after the
 // rejected event of its write.
 func TestRefusedRejectReportedUndelivered(t *testing.T) {
-	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "unsafe"}}}
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe"}}}
 	h := newHarness(t, Config{}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	rej := h.space.next(t)

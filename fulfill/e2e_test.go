@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
@@ -87,7 +88,7 @@ type gatedDecider struct {
 	calls  atomic.Int64 // evaluations asked for
 }
 
-func (g *gatedDecider) Decide(ctx context.Context, in *policies.Input) policies.Decision {
+func (g *gatedDecider) Decide(ctx context.Context, in *policies.Input) decision.Decision {
 	g.calls.Add(1)
 	if in.Tool != nil && in.Tool.Name == "slow" {
 		select {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
@@ -25,7 +26,7 @@ type Escalation struct {
 	// when known: it types the fields an approver may edit.
 	InputSchema json.RawMessage
 	Target      string // who will carry the call out
-	Decision    policies.Decision
+	Decision    decision.Decision
 	Deadline    time.Time
 	// DeadlineByProposer: the proposal's own deadline hint, sooner than
 	// the policy's timeout, set Deadline (the approver is told: the
@@ -84,7 +85,7 @@ type Escalator interface {
 	Cancel(proposalID, reason string)
 }
 
-func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
+func (f *Fulfiller) escalate(p *proposal, d decision.Decision, target string) {
 	if f.cfg.Escalator == nil {
 		f.reject(p, "policy", "the policy asks for human approval, but escalation is not configured on this fulfiller")
 		return
@@ -99,7 +100,7 @@ func (f *Fulfiller) escalate(p *proposal, d policies.Decision, target string) {
 	if hinted {
 		// No human is asked after the proposer has stopped listening.
 		if time.Until(hint) < minHintedDeadline {
-			f.reject(p, policies.ReasonTimeout, fmt.Sprintf("the proposal's own deadline (%s) leaves no time to ask a human", hint.UTC().Format(time.RFC3339)))
+			f.reject(p, decision.ReasonTimeout, fmt.Sprintf("the proposal's own deadline (%s) leaves no time to ask a human", hint.UTC().Format(time.RFC3339)))
 			return
 		}
 		deadline = hint
@@ -147,7 +148,7 @@ const minHintedDeadline = 2 * time.Second
 
 // askHumans hands p to the Escalator; prompts and approvals are those
 // recorded before a restart or adoption (nil for a new escalation).
-func (f *Fulfiller) askHumans(p *proposal, d policies.Decision, target string, prompts []state.Prompt, approvals []state.Approval) {
+func (f *Fulfiller) askHumans(p *proposal, d decision.Decision, target string, prompts []state.Prompt, approvals []state.Approval) {
 	esc := Escalation{Proposal: p.env, DecisionID: p.governor().id, Method: p.method, Params: p.params, Target: target, Decision: d, Deadline: p.deadline, DeadlineByProposer: p.deadlineHint}
 	if p.tool != "" {
 		esc.Tool = f.toolInput(p, target, p.params)
@@ -208,8 +209,8 @@ func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
 	f.emit(dev)
 	f.shadow(p, in, d)
 	switch d.Action {
-	case policies.Fulfill:
-	case policies.Escalate:
+	case decision.Fulfill:
+	case decision.Escalate:
 		if !approvalsSatisfy(v.By, d) {
 			f.reject(p, "policy", "the edited call needs other approval: "+d.Message)
 			return
@@ -232,7 +233,7 @@ func (f *Fulfiller) onVerdict(p *proposal, v Verdict) {
 
 // approvalsSatisfy reports whether the approvers who already approved meet
 // an escalate decision's approvers and quorum.
-func approvalsSatisfy(by []string, d policies.Decision) bool {
+func approvalsSatisfy(by []string, d decision.Decision) bool {
 	quorum := max(d.Quorum, 1)
 	n := 0
 	for _, who := range by {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -87,7 +88,7 @@ type Event struct {
 	// policy has decided the proposal (invalid, busy, ignored, …).
 	Revision string
 
-	Decision *policies.Decision // StageDecided
+	Decision *decision.Decision // StageDecided
 	Reason   string             // StageRejected: the wire reason; StageIgnored: why
 	Message  string             // human-readable detail
 	By       []string           // StageApproved: who approved; StageSuperseded: who answered instead

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -142,7 +142,7 @@ func (r *lockedRecorder) stages(id string) []Stage {
 // line by then: the line is written once the record says answered.
 func TestStoreRejectedLineFollowsItsRecord(t *testing.T) {
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
-	deny := map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "policy", Message: "no adding today"}}
+	deny := map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "policy", Message: "no adding today"}}
 	st := openStore(t, mode, "fulfiller")
 	log1 := &lockedRecorder{}
 	var atCrash []Stage

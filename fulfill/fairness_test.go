@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
 // One proposer's pending work is bounded (--max-pending-per-proposer): its
 // next proposal is rejected busy, with a chat naming the limit, while
 // another proposer's add is still fulfilled.
 func TestPerProposerLimitRefusesOnlyTheHeavySender(t *testing.T) {
-	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Fulfill}}}
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Fulfill}}}
 	h := newHarness(t, Config{MaxPending: 8, MaxPendingPerProposer: 2, FulfillTimeout: time.Minute}, dec)
 	h.space.mu.Lock()
 	h.space.roster["heavy"] = agent.Participant{ID: "heavy", Capabilities: []agent.Capability{{Kind: "mcp/proposal"}}}
@@ -44,7 +44,7 @@ func TestPerProposerLimitRefusesOnlyTheHeavySender(t *testing.T) {
 // that does not fit is rejected busy, with a chat naming the limit, while a
 // small one from another proposer still fits and is fulfilled.
 func TestPendingBytesLimitRefusesOnlyTheHeavySender(t *testing.T) {
-	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Fulfill}}}
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Fulfill}}}
 	h := newHarness(t, Config{MaxPendingBytes: 4096, FulfillTimeout: time.Minute}, dec)
 	h.space.mu.Lock()
 	h.space.roster["heavy"] = agent.Participant{ID: "heavy", Capabilities: []agent.Capability{{Kind: "mcp/proposal"}}}

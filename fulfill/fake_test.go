@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -160,12 +161,12 @@ func (s *fakeSpace) quiet(t *testing.T, d time.Duration) {
 // every evaluation until released.
 type fakeDecider struct {
 	mu        sync.Mutex
-	decisions map[string]policies.Decision
+	decisions map[string]decision.Decision
 	gate      chan struct{} // nil: decide at once
 	inputs    []*policies.Input
 }
 
-func (d *fakeDecider) Decide(ctx context.Context, in *policies.Input) policies.Decision {
+func (d *fakeDecider) Decide(ctx context.Context, in *policies.Input) decision.Decision {
 	d.mu.Lock()
 	gate := d.gate
 	d.inputs = append(d.inputs, in)
@@ -185,7 +186,7 @@ func (d *fakeDecider) Decide(ctx context.Context, in *policies.Input) policies.D
 	if dec, ok := d.decisions[name]; ok {
 		return dec
 	}
-	return policies.Decision{Action: policies.Reject, Reason: "policy", Message: "default deny"}
+	return decision.Decision{Action: decision.Reject, Reason: "policy", Message: "default deny"}
 }
 
 func (d *fakeDecider) lastInput() *policies.Input {

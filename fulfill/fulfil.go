@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -112,7 +112,7 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 				return
 			}
 			f.log.Error("pending-work store cannot record the fulfilment request; not sent, proposal rejected", "proposal", p.env.ID, "err", err)
-			f.answerReject(p, policies.ReasonOther, storeUnavailable)
+			f.answerReject(p, decision.ReasonOther, storeUnavailable)
 		}
 		return
 	}
@@ -123,7 +123,7 @@ func (f *Fulfiller) sendRequest(p *proposal) {
 		if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
 			f.log.Error("decision log cannot be written; fulfilment refused", "proposal", p.env.ID, "err", err)
 			close(p.written)
-			f.answerReject(p, policies.ReasonOther, auditFailedMessage)
+			f.answerReject(p, decision.ReasonOther, auditFailedMessage)
 		}
 		return
 	}

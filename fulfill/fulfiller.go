@@ -15,6 +15,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/toolmeta"
@@ -41,7 +42,7 @@ type Space interface {
 // Decider answers "what should happen to this proposal"; *policies.Engine
 // provides it. Decide never fails: errors come back as fail-closed rejects.
 type Decider interface {
-	Decide(ctx context.Context, in *policies.Input) policies.Decision
+	Decide(ctx context.Context, in *policies.Input) decision.Decision
 }
 
 // Config tunes a Fulfiller. Zero values take the defaults in brackets.

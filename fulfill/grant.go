@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -45,7 +46,7 @@ func (f *Fulfiller) grantsCovering(proposer string, t *policies.Tool, now time.T
 // keeps the policy's own offer; the prompt, its stored decision and the
 // grant made follow this one, so the approver is shown who can use the
 // grant ("anyone who may propose in this space") and gets exactly that.
-func (f *Fulfiller) grantOffer(g *policies.Grantable) *policies.Grantable {
+func (f *Fulfiller) grantOffer(g *decision.Grantable) *decision.Grantable {
 	if g == nil || (f.cfg.Grants != nil && f.cfg.Grants.AuthenticatesFrom()) {
 		return g
 	}
@@ -55,13 +56,13 @@ func (f *Fulfiller) grantOffer(g *policies.Grantable) *policies.Grantable {
 // grantThatDecided names the grant that let a fulfil decision through:
 // the policy fulfils with input.grants and would not without them. The
 // second evaluation is paid only for fulfils that had grants.
-func (f *Fulfiller) grantThatDecided(in *policies.Input, d policies.Decision) string {
-	if d.Action != policies.Fulfill || len(in.Grants) == 0 {
+func (f *Fulfiller) grantThatDecided(in *policies.Input, d decision.Decision) string {
+	if d.Action != decision.Fulfill || len(in.Grants) == 0 {
 		return ""
 	}
 	without := *in
 	without.Grants = []json.RawMessage{}
-	if f.decider.Decide(f.decideCtx, &without).Action == policies.Fulfill {
+	if f.decider.Decide(f.decideCtx, &without).Action == decision.Fulfill {
 		return "" // fulfilled on its own merits
 	}
 	var g struct {
@@ -108,6 +109,6 @@ func (f *Fulfiller) makeGrant(p *proposal, v Verdict, target string, params json
 		return
 	}
 	f.log.Info("grant made", "grant", g.ID, "proposal", p.env.ID, "by", by, "proposer", g.Proposer, "tool", g.Tool, "expires", g.Expires)
-	ev.GrantID, ev.Message = g.ID, fmt.Sprintf("%s allowed for %s, until %s", g.Terms(), policies.FormatGrantDuration(v.Grant), g.Expires.Format(time.RFC3339))
+	ev.GrantID, ev.Message = g.ID, fmt.Sprintf("%s allowed for %s, until %s", g.Terms(), decision.FormatGrantDuration(v.Grant), g.Expires.Format(time.RFC3339))
 	f.emit(ev)
 }

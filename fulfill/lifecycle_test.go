@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
-var fulfilAdd = map[string]policies.Decision{"add": {Action: policies.Fulfill}}
+var fulfilAdd = map[string]decision.Decision{"add": {Action: decision.Fulfill}}
 
 // wantEnvelope checks the fields of a sent envelope that a receiver relies on.
 func wantEnvelope(t *testing.T, got agent.Envelope, kind string, to []string, corr []string, payload string) {
@@ -100,7 +100,7 @@ func TestFulfilTargetedProposal(t *testing.T) {
 }
 
 func TestRejectWithReasonAndChat(t *testing.T) {
-	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "unsafe", Message: "no adding on Sundays"}}}
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe", Message: "no adding on Sundays"}}}
 	h := newHarness(t, Config{}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	rej := h.space.next(t)
@@ -133,7 +133,7 @@ func TestInvalidProposals(t *testing.T) {
 
 func TestIncapable(t *testing.T) {
 	t.Run("unknown tool", func(t *testing.T) {
-		h := newHarness(t, Config{DiscoveryWait: 10 * time.Millisecond}, &fakeDecider{decisions: map[string]policies.Decision{"divide": {Action: policies.Fulfill}}})
+		h := newHarness(t, Config{DiscoveryWait: 10 * time.Millisecond}, &fakeDecider{decisions: map[string]decision.Decision{"divide": {Action: decision.Fulfill}}})
 		h.deliver(proposalEnv("p1", "coder", `{"method":"tools/call","params":{"name":"divide"}}`))
 		wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
 		chat := h.space.next(t)
@@ -148,14 +148,14 @@ func TestIncapable(t *testing.T) {
 		wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
 	})
 	t.Run("escalation nobody can carry out asks no human", func(t *testing.T) {
-		h := newHarness(t, Config{DiscoveryWait: 10 * time.Millisecond}, &fakeDecider{decisions: map[string]policies.Decision{"nuke": {Action: policies.Escalate}}})
+		h := newHarness(t, Config{DiscoveryWait: 10 * time.Millisecond}, &fakeDecider{decisions: map[string]decision.Decision{"nuke": {Action: decision.Escalate}}})
 		h.deliver(proposalEnv("p1", "coder", `{"method":"tools/call","params":{"name":"nuke"}}`))
 		wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
 	})
 }
 
 func TestEscalationWithoutEscalatorRejectsPolicy(t *testing.T) {
-	h := newHarness(t, Config{}, &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate}}})
+	h := newHarness(t, Config{}, &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate}}})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"policy"}`)
 	chat := h.space.next(t)
@@ -258,7 +258,7 @@ func TestFulfilTimeout(t *testing.T) {
 }
 
 func TestMaxPendingOverflowAnswersEveryoneOnce(t *testing.T) {
-	dec := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "policy"}}, gate: make(chan struct{})}
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "policy"}}, gate: make(chan struct{})}
 	h := newHarness(t, Config{MaxPending: 3, MaxPendingPerProposer: 3}, dec)
 	const n = 10
 	for i := range n {

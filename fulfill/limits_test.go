@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -52,7 +53,7 @@ type limitsWorld struct {
 	agent *agent.Client
 
 	mu        sync.Mutex
-	decisions map[string]policies.Decision
+	decisions map[string]decision.Decision
 }
 
 func newLimitsWorld(t *testing.T, maxFrame int64, policyTimeout time.Duration) *limitsWorld {
@@ -66,7 +67,7 @@ func newLimitsWorld(t *testing.T, maxFrame int64, policyTimeout time.Duration) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	lw := &limitsWorld{world: &world{t: t, srv: srv, wire: spacetest.RecordWire(t, srv)}, decisions: map[string]policies.Decision{}}
+	lw := &limitsWorld{world: &world{t: t, srv: srv, wire: spacetest.RecordWire(t, srv)}, decisions: map[string]decision.Decision{}}
 	ctx := context.Background()
 	tools := toolserver.Calculator()
 	spacetest.ServeTools(t, spacetest.Join(t, ctx, srv, "calculator", "calc-token"), tools...)
@@ -107,9 +108,9 @@ func newLimitsWorld(t *testing.T, maxFrame int64, policyTimeout time.Duration) *
 	return lw
 }
 
-func (lw *limitsWorld) decision(id string) policies.Decision {
+func (lw *limitsWorld) decision(id string) decision.Decision {
 	lw.t.Helper()
-	var d policies.Decision
+	var d decision.Decision
 	var ok bool
 	waitUntil(lw.t, "the decision of "+id, func() bool {
 		lw.mu.Lock()
@@ -173,7 +174,7 @@ func TestRunawayPolicyRejectsPolicyAndKeepsDeciding(t *testing.T) {
 	} {
 		id := lw.propose(tc.id, tc.payload)
 		out := lw.outcome(id)
-		if !out.Rejected || out.Reason != policies.ReasonPolicy {
+		if !out.Rejected || out.Reason != decision.ReasonPolicy {
 			t.Fatalf("%s: %+v, want reject policy", tc.id, out)
 		}
 		if d := lw.decision(id); !errors.Is(d.Err, policies.ErrEvalTimeout) {

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -78,7 +78,7 @@ type proposal struct {
 	// the workers and the timers alike. See governing.
 	gov atomic.Pointer[governing]
 
-	decision policies.Decision
+	decision decision.Decision
 	target   string
 	deadline time.Time // approval deadline while awaiting approval
 	// deadlineHint: the proposer's own deadline hint set deadline.

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 )
 
 // route decides who carries the call out, or says why nobody can.
-func (f *Fulfiller) route(p *proposal, d policies.Decision) (target, why string) {
+func (f *Fulfiller) route(p *proposal, d decision.Decision) (target, why string) {
 	target = d.Target
 	if target == "" {
 		target = p.target

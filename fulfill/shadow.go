@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -24,11 +25,11 @@ const defaultShadowQueue = 64
 // policy (Event.Shadow, StageShadow).
 type ShadowResult struct {
 	// Live is the action of the live decision it shadows.
-	Live policies.Action
+	Live decision.Action
 	// Decision is the shadow policy's decision; its Err is set when the
 	// shadow failed (error, timeout, panic), and then it does not count
 	// as agreeing.
-	Decision policies.Decision
+	Decision decision.Decision
 	// Agrees is true when the shadow decided without error and chose the
 	// live decision's action (reasons, approvers and messages are not
 	// compared).
@@ -53,7 +54,7 @@ func (r *ShadowResult) ShadowAction() string {
 type shadowJob struct {
 	ev   Event // StageShadow, governed by the live decision
 	in   *policies.Input
-	live policies.Decision
+	live decision.Decision
 }
 
 // shadowing runs the shadow policy, when there is one, on the decisions
@@ -87,7 +88,7 @@ func newShadowing(d Decider, timeout time.Duration, queue int) *shadowing {
 
 // shadow hands the live decision d of p on input in to the shadow policy.
 // It never blocks.
-func (f *Fulfiller) shadow(p *proposal, in *policies.Input, d policies.Decision) {
+func (f *Fulfiller) shadow(p *proposal, in *policies.Input, d decision.Decision) {
 	s := f.shadows
 	if s == nil {
 		return
@@ -130,7 +131,7 @@ func (f *Fulfiller) runShadow(ctx context.Context) {
 // evaluate asks the shadow policy, bounded by the policy timeout. A
 // failure of any kind — an error, the timeout, a panic — is the shadow's
 // error; nothing of it reaches the live path.
-func (s *shadowing) evaluate(ctx context.Context, in *policies.Input, live policies.Decision) (r ShadowResult) {
+func (s *shadowing) evaluate(ctx context.Context, in *policies.Input, live decision.Decision) (r ShadowResult) {
 	r.Live = live.Action
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -138,7 +139,7 @@ func (s *shadowing) evaluate(ctx context.Context, in *policies.Input, live polic
 	defer func() {
 		r.Latency = time.Since(start)
 		if v := recover(); v != nil {
-			r.Decision = policies.Decision{Action: policies.Reject, Reason: policies.ReasonPolicy,
+			r.Decision = decision.Decision{Action: decision.Reject, Reason: decision.ReasonPolicy,
 				Err: fmt.Errorf("shadow policy panicked: %v", v)}
 		}
 		if ctx.Err() != nil && !errors.Is(r.Decision.Err, policies.ErrEvalTimeout) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -56,9 +57,9 @@ func (h *harness) waitShadow(t *testing.T, id string) Event {
 }
 
 // deciderFunc adapts a function to Decider.
-type deciderFunc func(ctx context.Context, in *policies.Input) policies.Decision
+type deciderFunc func(ctx context.Context, in *policies.Input) decision.Decision
 
-func (fn deciderFunc) Decide(ctx context.Context, in *policies.Input) policies.Decision {
+func (fn deciderFunc) Decide(ctx context.Context, in *policies.Input) decision.Decision {
 	return fn(ctx, in)
 }
 
@@ -66,7 +67,7 @@ func (fn deciderFunc) Decide(ctx context.Context, in *policies.Input) policies.D
 // the live decision) and never acted on: the live fulfilment goes out as
 // without a shadow, and nothing else.
 func TestShadowDisagreementReportedNeverActed(t *testing.T) {
-	shadow := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "unsafe", Revision: "sha256:shadow"}}}
+	shadow := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe", Revision: "sha256:shadow"}}}
 	h := newHarness(t, Config{Shadow: shadow}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`))
 
@@ -75,7 +76,7 @@ func TestShadowDisagreementReportedNeverActed(t *testing.T) {
 		fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`, rpcID(t, req)))
 	ev := h.waitShadow(t, "p1")
 	r := ev.Shadow
-	if r == nil || r.Live != policies.Fulfill || r.Decision.Action != policies.Reject || r.Decision.Reason != "unsafe" ||
+	if r == nil || r.Live != decision.Fulfill || r.Decision.Action != decision.Reject || r.Decision.Reason != "unsafe" ||
 		r.Agrees || r.Dropped || r.ShadowAction() != "reject" || r.Decision.Revision != "sha256:shadow" {
 		t.Fatalf("shadow result %+v", r)
 	}
@@ -93,7 +94,7 @@ func TestShadowAgreement(t *testing.T) {
 	h := newHarness(t, Config{Shadow: &fakeDecider{decisions: fulfilAdd}}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	h.space.next(t)
-	if r := h.waitShadow(t, "p1").Shadow; !r.Agrees || r.ShadowAction() != "fulfill" || r.Live != policies.Fulfill {
+	if r := h.waitShadow(t, "p1").Shadow; !r.Agrees || r.ShadowAction() != "fulfill" || r.Live != decision.Fulfill {
 		t.Fatalf("shadow result %+v", r)
 	}
 }
@@ -102,18 +103,18 @@ func TestShadowAgreement(t *testing.T) {
 // error; the live answer is exactly what it would be without it.
 func TestShadowErrorNeverChangesLiveAnswer(t *testing.T) {
 	for name, shadow := range map[string]Decider{
-		"error": deciderFunc(func(context.Context, *policies.Input) policies.Decision {
-			return policies.Decision{Action: policies.Reject, Reason: "policy", Err: errors.New("undefined decision")}
+		"error": deciderFunc(func(context.Context, *policies.Input) decision.Decision {
+			return decision.Decision{Action: decision.Reject, Reason: "policy", Err: errors.New("undefined decision")}
 		}),
-		"panic": deciderFunc(func(context.Context, *policies.Input) policies.Decision { panic("boom") }),
+		"panic": deciderFunc(func(context.Context, *policies.Input) decision.Decision { panic("boom") }),
 	} {
 		t.Run(name, func(t *testing.T) {
-			live := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "unsafe"}}}
+			live := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe"}}}
 			h := newHarness(t, Config{Shadow: shadow}, live)
 			h.deliver(proposalEnv("p1", "coder", addCall))
 			wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"unsafe"}`)
 			r := h.waitShadow(t, "p1").Shadow
-			if r.Decision.Err == nil || r.Agrees || r.ShadowAction() != "error" || r.Live != policies.Reject {
+			if r.Decision.Err == nil || r.Agrees || r.ShadowAction() != "error" || r.Live != decision.Reject {
 				t.Fatalf("shadow result %+v", r)
 			}
 			if name == "panic" && !strings.Contains(r.Decision.Err.Error(), "shadow policy panicked: boom") {
@@ -140,14 +141,14 @@ func TestShadowTimeoutIsAnError(t *testing.T) {
 			}()
 			var once sync.Once
 			ctxs := make(chan context.Context, 1)
-			shadow := deciderFunc(func(ctx context.Context, in *policies.Input) policies.Decision {
+			shadow := deciderFunc(func(ctx context.Context, in *policies.Input) decision.Decision {
 				once.Do(func() { ctxs <- ctx })
 				if honours {
 					<-ctx.Done()
-					return policies.Decision{Action: policies.Reject, Err: ctx.Err()}
+					return decision.Decision{Action: decision.Reject, Err: ctx.Err()}
 				}
 				<-release // ignores ctx: answers when the test says
-				return policies.Decision{Action: policies.Fulfill}
+				return decision.Decision{Action: decision.Fulfill}
 			})
 			h := newHarness(t, Config{Shadow: shadow, ShadowTimeout: 10 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
 			h.deliver(proposalEnv("p1", "coder", addCall))
@@ -177,7 +178,7 @@ func TestShadowTimeoutIsAnError(t *testing.T) {
 func TestShadowFloodIsBounded(t *testing.T) {
 	gate := make(chan struct{})
 	shadow := &fakeDecider{decisions: fulfilAdd, gate: gate}
-	live := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "unsafe"}}}
+	live := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe"}}}
 	h := newHarness(t, Config{Shadow: shadow, ShadowQueue: 2, ShadowTimeout: time.Minute}, live)
 	h.deliver(proposalEnv("p0", "coder", addCall))
 	h.space.next(t)
@@ -195,7 +196,7 @@ func TestShadowFloodIsBounded(t *testing.T) {
 		n := 0
 		for _, e := range h.shadowEvents() {
 			if e.Shadow.Dropped {
-				if e.Shadow.Live != policies.Reject {
+				if e.Shadow.Live != decision.Reject {
 					t.Errorf("dropped event %+v", e.Shadow)
 				}
 				n++
@@ -231,7 +232,7 @@ func TestNoShadowNoEvents(t *testing.T) {
 func TestShadowReevaluatedAfterEdit(t *testing.T) {
 	edited := json.RawMessage(`{"name":"add","arguments":{"a":2,"b":2}}`)
 	esc := &fakeEscalator{verdict: &Verdict{Approved: true, By: []string{"alice"}, Params: edited}}
-	live := &fakeDecider{decisions: map[string]policies.Decision{"add": {Action: policies.Escalate, Revision: "rev-1"}}}
+	live := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Revision: "rev-1"}}}
 	shadow := &fakeDecider{} // rejects everything
 	h := newHarness(t, Config{Escalator: esc, Shadow: shadow}, live)
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -245,7 +246,7 @@ func TestShadowReevaluatedAfterEdit(t *testing.T) {
 	}
 	// The worker takes them in order: the first decision, then the edit's.
 	for i := range 2 {
-		if shadows[i].DecisionID != decided[i].DecisionID || shadows[i].Shadow.Live != policies.Escalate || shadows[i].Shadow.ShadowAction() != "reject" {
+		if shadows[i].DecisionID != decided[i].DecisionID || shadows[i].Shadow.Live != decision.Escalate || shadows[i].Shadow.ShadowAction() != "reject" {
 			t.Errorf("shadow %d: id %q %+v, want id %q, escalate → reject", i, shadows[i].DecisionID, shadows[i].Shadow, decided[i].DecisionID)
 		}
 	}

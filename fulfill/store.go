@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -86,7 +86,7 @@ const storeUnavailable = "pending-work store unavailable; propose again later"
 // proposal, and of what the humans said, so that whoever resumes it acts on
 // it without deciding again (docs/design.md rule 10: no second decision record).
 type storedDecision struct {
-	Action      policies.Action     `json:"action"`
+	Action      decision.Action     `json:"action"`
 	Reason      string              `json:"reason,omitempty"`
 	Message     string              `json:"message,omitempty"`
 	Target      string              `json:"target,omitempty"`
@@ -94,7 +94,7 @@ type storedDecision struct {
 	Quorum      int                 `json:"quorum,omitempty"`
 	Timeout     time.Duration       `json:"timeout,omitempty"`
 	Editable    []string            `json:"editable,omitempty"`
-	Grantable   *policies.Grantable `json:"grantable,omitempty"`
+	Grantable   *decision.Grantable `json:"grantable,omitempty"`
 	Task        bool                `json:"task,omitempty"`
 	TaskTimeout time.Duration       `json:"task_timeout,omitempty"`
 	// NotifyArguments survives a restart: the notifications of a resumed
@@ -103,7 +103,7 @@ type storedDecision struct {
 	// Reminders and EscalateTo survive a restart: the resumed escalation
 	// keeps its schedule (docs/design.md "Reaching approvers").
 	Reminders  []time.Duration `json:"reminders,omitempty"`
-	EscalateTo []policies.Tier `json:"escalate_to,omitempty"`
+	EscalateTo []decision.Tier `json:"escalate_to,omitempty"`
 	Revision   string          `json:"revision,omitempty"`
 	// Route is the participant routing chose to carry the call out.
 	Route string `json:"route,omitempty"`
@@ -113,15 +113,15 @@ type storedDecision struct {
 	ApprovedBy []string        `json:"approved_by,omitempty"`
 }
 
-func storeDecision(d policies.Decision, route string, params json.RawMessage, by []string) json.RawMessage {
+func storeDecision(d decision.Decision, route string, params json.RawMessage, by []string) json.RawMessage {
 	b, _ := json.Marshal(storedDecision{Action: d.Action, Reason: d.Reason, Message: d.Message, Target: d.Target,
 		Approvers: d.Approvers, Quorum: d.Quorum, Timeout: d.Timeout, Editable: d.Editable, Grantable: d.Grantable, Revision: d.Revision,
 		Task: d.Task, TaskTimeout: d.TaskTimeout, NotifyArguments: d.NotifyArguments, Reminders: d.Reminders, EscalateTo: d.EscalateTo, Route: route, Params: params, ApprovedBy: by})
 	return b
 }
 
-func (s storedDecision) decision() policies.Decision {
-	return policies.Decision{Action: s.Action, Reason: s.Reason, Message: s.Message, Target: s.Target,
+func (s storedDecision) decision() decision.Decision {
+	return decision.Decision{Action: s.Action, Reason: s.Reason, Message: s.Message, Target: s.Target,
 		Approvers: s.Approvers, Quorum: s.Quorum, Timeout: s.Timeout, Editable: s.Editable, Grantable: s.Grantable, Revision: s.Revision,
 		Task: s.Task, TaskTimeout: s.TaskTimeout, NotifyArguments: s.NotifyArguments, Reminders: s.Reminders, EscalateTo: s.EscalateTo}
 }

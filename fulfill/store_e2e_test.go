@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -57,7 +57,7 @@ func TestStoreReplayAfterRestartRunsNothing(t *testing.T) {
 // record. A replay of the proposal then runs nothing.
 func TestStoreRestartSendsARecordedReject(t *testing.T) {
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
-	deny := map[string]policies.Decision{"add": {Action: policies.Reject, Reason: "policy", Message: "no adding today"}}
+	deny := map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "policy", Message: "no adding today"}}
 	st := openStore(t, mode, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: deny})
 	st.dieAfterAnswered.Store(true)
@@ -277,7 +277,7 @@ func deliverAll(env agent.Envelope, ms ...*member) {
 // the group, and nobody answers busy or duplicate.
 func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
 	mode := natsServer(t)
-	dec := map[string]policies.Decision{"add": {Action: policies.Fulfill}}
+	dec := map[string]decision.Decision{"add": {Action: decision.Fulfill}}
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: dec})
 	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: dec})
 	ids := make([]string, 12)

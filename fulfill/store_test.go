@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/internal/natstest"
-	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -343,11 +343,11 @@ func (r *recEscalator) done(id string) func(Verdict) {
 	return r.dones[id]
 }
 
-var storeDecisions = map[string]policies.Decision{
-	"add":     {Action: policies.Fulfill},
-	"ask":     {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
-	"soon":    {Action: policies.Escalate, Approvers: []string{"alice"}, Timeout: 300 * time.Millisecond},
-	"migrate": {Action: policies.Fulfill},
+var storeDecisions = map[string]decision.Decision{
+	"add":     {Action: decision.Fulfill},
+	"ask":     {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
+	"soon":    {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: 300 * time.Millisecond},
+	"migrate": {Action: decision.Fulfill},
 }
 
 func callOf(tool string) string {

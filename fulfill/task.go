@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -348,7 +348,7 @@ func (f *Fulfiller) taskAnswered(p *proposal, resp agent.RPCResponse) {
 					return
 				}
 				f.log.Error("pending-work store cannot record the task; cancelled, proposal rejected", "proposal", p.env.ID, "task", t.id, "err", err)
-				f.answerReject(p, policies.ReasonOther, storeUnavailable)
+				f.answerReject(p, decision.ReasonOther, storeUnavailable)
 			}
 			return
 		}
@@ -403,7 +403,7 @@ func (f *Fulfiller) follow(p *proposal, t *runningTask) {
 		switch {
 		case errors.Is(err, errTaskGone):
 			if _, ok := f.transition(p, StateRejected, isState(StateTask)); ok {
-				f.answerReject(p, policies.ReasonOther, fmt.Sprintf("%s no longer knows task %s: %v", t.owner, t.id, err))
+				f.answerReject(p, decision.ReasonOther, fmt.Sprintf("%s no longer knows task %s: %v", t.owner, t.id, err))
 			}
 			return
 		case err != nil:
@@ -623,7 +623,7 @@ func (f *Fulfiller) taskTimedOut(p *proposal) {
 	t := p.task
 	f.mu.Unlock()
 	f.cancelTask(p, t)
-	f.answerReject(p, policies.ReasonTimeout, fmt.Sprintf("task %s at %s did not end within %s", t.id, t.owner, f.taskTimeout(p)))
+	f.answerReject(p, decision.ReasonTimeout, fmt.Sprintf("task %s at %s did not end within %s", t.id, t.owner, f.taskTimeout(p)))
 }
 
 // onTaskStatus takes a status notification about one of our tasks as a

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/ops"
@@ -93,7 +94,7 @@ func TestOperatorListsAndRevokesGrants(t *testing.T) {
 // has no proposer at all (docs/design.md "Proposer identity and grants").
 func TestOperatorShowsWhetherAGrantIsPinnedToAProposer(t *testing.T) {
 	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
-	offer := func(scope string) *policies.Grantable {
+	offer := func(scope string) *decision.Grantable {
 		d, err := policies.ParseDecision([]byte(`{"action":"escalate","grantable":{"max_ttl":"8h","scope":` + scope + `}}`))
 		if err != nil {
 			t.Fatal(err)

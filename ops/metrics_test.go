@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/ops"
@@ -33,7 +34,7 @@ func TestMetricsFromEvents(t *testing.T) {
 	}
 	ev(fulfill.StageReceived, "a", nil)
 	ev(fulfill.StageDecided, "a", func(e *fulfill.Event) {
-		e.Decision, e.Latency = &policies.Decision{Action: policies.Escalate}, 2*time.Millisecond
+		e.Decision, e.Latency = &decision.Decision{Action: decision.Escalate}, 2*time.Millisecond
 	})
 	ev(fulfill.StageEscalated, "a", nil)
 	ev(fulfill.StageApproved, "a", func(e *fulfill.Event) { e.Time = t0.Add(90 * time.Second) })
@@ -42,7 +43,7 @@ func TestMetricsFromEvents(t *testing.T) {
 		e.RPCError, e.Latency = json.RawMessage(`{"code":-1}`), 50*time.Millisecond
 	})
 	ev(fulfill.StageDecided, "b", func(e *fulfill.Event) {
-		e.Decision = &policies.Decision{Action: policies.Reject, Reason: "policy", Err: policies.ErrEvalTimeout}
+		e.Decision = &decision.Decision{Action: decision.Reject, Reason: "policy", Err: policies.ErrEvalTimeout}
 	})
 	ev(fulfill.StageRejected, "b", func(e *fulfill.Event) { e.Reason = "policy" })
 	ev(fulfill.StageUndelivered, "b", func(e *fulfill.Event) { e.Envelope, e.Reason = "mcp/reject", "refused" })
@@ -113,15 +114,15 @@ func TestMetricsFromEvents(t *testing.T) {
 // disagreement are told apart by the labels.
 func TestShadowMetrics(t *testing.T) {
 	m := ops.NewMetrics(&ops.Source{})
-	shadow := func(live policies.Action, r fulfill.ShadowResult) {
+	shadow := func(live decision.Action, r fulfill.ShadowResult) {
 		r.Live = live
 		m.Observe(fulfill.Event{Stage: fulfill.StageShadow, ProposalID: "p", Shadow: &r})
 	}
-	shadow(policies.Fulfill, fulfill.ShadowResult{Decision: policies.Decision{Action: policies.Fulfill}, Agrees: true})
-	shadow(policies.Escalate, fulfill.ShadowResult{Decision: policies.Decision{Action: policies.Fulfill}})
-	shadow(policies.Escalate, fulfill.ShadowResult{Decision: policies.Decision{Action: policies.Fulfill}})
-	shadow(policies.Reject, fulfill.ShadowResult{Decision: policies.Decision{Action: policies.Reject, Err: policies.ErrEvalTimeout}})
-	shadow(policies.Reject, fulfill.ShadowResult{Dropped: true})
+	shadow(decision.Fulfill, fulfill.ShadowResult{Decision: decision.Decision{Action: decision.Fulfill}, Agrees: true})
+	shadow(decision.Escalate, fulfill.ShadowResult{Decision: decision.Decision{Action: decision.Fulfill}})
+	shadow(decision.Escalate, fulfill.ShadowResult{Decision: decision.Decision{Action: decision.Fulfill}})
+	shadow(decision.Reject, fulfill.ShadowResult{Decision: decision.Decision{Action: decision.Reject, Err: policies.ErrEvalTimeout}})
+	shadow(decision.Reject, fulfill.ShadowResult{Dropped: true})
 
 	rec := httptest.NewRecorder()
 	ops.NewHandler(ops.Options{Source: &ops.Source{}, Metrics: m}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -148,8 +149,8 @@ func TestGrantMetrics(t *testing.T) {
 	m := ops.NewMetrics(&ops.Source{})
 	m.Observe(fulfill.Event{Stage: fulfill.StageGranted, ProposalID: "p1", GrantID: "grant-1"})
 	m.Observe(fulfill.Event{Stage: fulfill.StageGranted, ProposalID: "p2", Message: "no grant made: …"})
-	m.Observe(fulfill.Event{Stage: fulfill.StageDecided, ProposalID: "p3", GrantID: "grant-1", Decision: &policies.Decision{Action: policies.Fulfill}})
-	m.Observe(fulfill.Event{Stage: fulfill.StageDecided, ProposalID: "p4", Decision: &policies.Decision{Action: policies.Fulfill}})
+	m.Observe(fulfill.Event{Stage: fulfill.StageDecided, ProposalID: "p3", GrantID: "grant-1", Decision: &decision.Decision{Action: decision.Fulfill}})
+	m.Observe(fulfill.Event{Stage: fulfill.StageDecided, ProposalID: "p4", Decision: &decision.Decision{Action: decision.Fulfill}})
 	m.GrantRevoked()
 
 	rec := httptest.NewRecorder()

@@ -14,7 +14,8 @@ import (
 
 // The values a policy decides are package decision's, so that what only
 // reads decisions (the approver's client, replay, suggest) need not link
-// OPA; the engine names them here as the results of Decide.
+// OPA. Code outside this package names them there; these aliases are the
+// engine's own shorthand.
 type (
 	// Action is decision.Action: what the policy decided to do.
 	Action = decision.Action

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // benchLog is a log of at least lines lines from the real writer: a third
@@ -20,12 +20,12 @@ func benchLog(b *testing.B, lines int) []byte {
 		id := fmt.Sprintf("b%d", i)
 		switch i % 3 {
 		case 0:
-			lb.decide(id, "coder", tools[0], "/srv/app/x", policies.Decision{Action: policies.Fulfill})
+			lb.decide(id, "coder", tools[0], "/srv/app/x", decision.Decision{Action: decision.Fulfill})
 			lb.outcome(id, fulfill.StageFulfilling, "")
 		case 1:
-			lb.decide(id, "coder", tools[1], "/srv/app/x", policies.Decision{Action: policies.Escalate})
+			lb.decide(id, "coder", tools[1], "/srv/app/x", decision.Decision{Action: decision.Escalate})
 		case 2:
-			lb.decide(id, "coder", tools[2], "/srv/app/x", policies.Decision{Action: policies.Reject, Reason: "policy"})
+			lb.decide(id, "coder", tools[2], "/srv/app/x", decision.Decision{Action: decision.Reject, Reason: "policy"})
 			lb.outcome(id, fulfill.StageRejected, "policy")
 		}
 		if i >= 4 && (i-4)%3 == 1 {
@@ -35,7 +35,7 @@ func benchLog(b *testing.B, lines int) []byte {
 				lb.outcome(prev, fulfill.StageApproved, "")
 			} else {
 				lb.answer(prev, "alice", "decline", false)
-				lb.outcome(prev, fulfill.StageRejected, policies.ReasonDisagree)
+				lb.outcome(prev, fulfill.StageRejected, decision.ReasonDisagree)
 			}
 		}
 	}

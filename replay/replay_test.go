@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
@@ -77,12 +78,12 @@ func (b *logBuilder) record(e fulfill.Event) {
 
 // decide logs the first decision of proposal id (a tools/call of tool by
 // proposer) with the old decision d.
-func (b *logBuilder) decide(id, proposer, tool, path string, d policies.Decision) {
+func (b *logBuilder) decide(id, proposer, tool, path string, d decision.Decision) {
 	b.t.Helper()
 	b.decision(id, proposer, tool, path, d, nil)
 }
 
-func (b *logBuilder) decision(id, proposer, tool, path string, d policies.Decision, approval *policies.Approval) {
+func (b *logBuilder) decision(id, proposer, tool, path string, d decision.Decision, approval *policies.Approval) {
 	b.t.Helper()
 	env := fmt.Sprintf(`{"protocol":"mew/v0.4","id":%q,"from":%q,"kind":"mcp/proposal","payload":{"method":"tools/call","params":{"name":%q,"arguments":{"path":%q}}}}`,
 		id, proposer, tool, path)
@@ -110,11 +111,11 @@ func (b *logBuilder) answer(id, approver, action string, approve bool) {
 // approved logs a whole approved escalation: the answer, the approved
 // outcome, the re-evaluation with the approval, and the fulfilment.
 func (b *logBuilder) approved(id, proposer, tool, path string) {
-	b.decide(id, proposer, tool, path, policies.Decision{Action: policies.Escalate})
+	b.decide(id, proposer, tool, path, decision.Decision{Action: decision.Escalate})
 	b.outcome(id, fulfill.StageEscalated, "")
 	b.answer(id, "alice", "accept", true)
 	b.outcome(id, fulfill.StageApproved, "")
-	b.decision(id, proposer, tool, path, policies.Decision{Action: policies.Fulfill},
+	b.decision(id, proposer, tool, path, decision.Decision{Action: decision.Fulfill},
 		&policies.Approval{By: []string{"alice"}, Content: []byte(`{"approve":true}`)})
 	b.outcome(id, fulfill.StageFulfilling, "")
 	b.outcome(id, fulfill.StageFulfilled, "")
@@ -122,10 +123,10 @@ func (b *logBuilder) approved(id, proposer, tool, path string) {
 
 // declined logs a declined escalation.
 func (b *logBuilder) declined(id, proposer, tool, path string) {
-	b.decide(id, proposer, tool, path, policies.Decision{Action: policies.Escalate})
+	b.decide(id, proposer, tool, path, decision.Decision{Action: decision.Escalate})
 	b.outcome(id, fulfill.StageEscalated, "")
 	b.answer(id, "alice", "decline", false)
-	b.outcome(id, fulfill.StageRejected, policies.ReasonDisagree)
+	b.outcome(id, fulfill.StageRejected, decision.ReasonDisagree)
 }
 
 func (b *logBuilder) bytes() []byte {
@@ -172,30 +173,30 @@ func run(t *testing.T, log []byte, policy string, opts Options) (*Report, []Chan
 func knownLog(t *testing.T) []byte {
 	b := newLog(t, decisionlog.Options{})
 	b.approved("p1", "coder", "read_file", "/srv/a")
-	b.decide("p4", "coder", "read_file", "/srv/b", policies.Decision{Action: policies.Fulfill, Message: "old"})
+	b.decide("p4", "coder", "read_file", "/srv/b", decision.Decision{Action: decision.Fulfill, Message: "old"})
 	b.declined("p2", "coder", "delete_file", "/srv/c")
 	b.outcome("p4", fulfill.StageFulfilling, "")
 	b.declined("p3", "coder", "write_file", "/srv/d")
-	b.decide("p5", "coder", "write_file", "/srv/e", policies.Decision{Action: policies.Reject, Reason: "policy"})
+	b.decide("p5", "coder", "write_file", "/srv/e", decision.Decision{Action: decision.Reject, Reason: "policy"})
 	b.outcome("p5", fulfill.StageRejected, "policy")
-	b.decide("p6", "coder", "read_file", "/srv/f", policies.Decision{Action: policies.Reject, Reason: "policy",
+	b.decide("p6", "coder", "read_file", "/srv/f", decision.Decision{Action: decision.Reject, Reason: "policy",
 		Err: errors.New("eval_conflict_error")})
 	b.outcome("p6", fulfill.StageRejected, "policy")
-	b.decide("p7", "coder", "write_file", "/srv/g", policies.Decision{Action: policies.Escalate})
+	b.decide("p7", "coder", "write_file", "/srv/g", decision.Decision{Action: decision.Escalate})
 	b.outcome("p7", fulfill.StageEscalated, "")
-	b.outcome("p7", fulfill.StageRejected, policies.ReasonTimeout)
+	b.outcome("p7", fulfill.StageRejected, decision.ReasonTimeout)
 	return b.bytes()
 }
 
 func TestReplayMixedPolicy(t *testing.T) {
 	rep, changes := run(t, knownLog(t), mixedPolicy, Options{})
 	wantTrans := []Transition{
-		{policies.Fulfill, policies.Fulfill, 1},
-		{policies.Escalate, policies.Fulfill, 1},
-		{policies.Escalate, policies.Escalate, 2},
-		{policies.Escalate, policies.Reject, 1},
-		{policies.Reject, policies.Fulfill, 1},
-		{policies.Reject, policies.Escalate, 1},
+		{decision.Fulfill, decision.Fulfill, 1},
+		{decision.Escalate, decision.Fulfill, 1},
+		{decision.Escalate, decision.Escalate, 2},
+		{decision.Escalate, decision.Reject, 1},
+		{decision.Reject, decision.Fulfill, 1},
+		{decision.Reject, decision.Escalate, 1},
 	}
 	if !reflect.DeepEqual(rep.Transitions, wantTrans) {
 		t.Errorf("transitions %+v\nwant %+v", rep.Transitions, wantTrans)
@@ -209,7 +210,7 @@ func TestReplayMixedPolicy(t *testing.T) {
 	}
 	// p1's re-evaluation (with the approval) is counted apart.
 	if re := rep.Reevaluations; re.Replayed != 1 || re.Changed != 0 ||
-		!reflect.DeepEqual(re.Transitions, []Transition{{policies.Fulfill, policies.Fulfill, 1}}) {
+		!reflect.DeepEqual(re.Transitions, []Transition{{decision.Fulfill, decision.Fulfill, 1}}) {
 		t.Errorf("reevaluations %+v", re)
 	}
 	var got []string
@@ -245,9 +246,9 @@ func TestReplayLooserAndStricter(t *testing.T) {
 		t.Errorf("stricter: humans %+v, want %+v", rep.Humans, want)
 	}
 	wantTrans := []Transition{
-		{policies.Fulfill, policies.Reject, 1},
-		{policies.Escalate, policies.Reject, 4},
-		{policies.Reject, policies.Reject, 2},
+		{decision.Fulfill, decision.Reject, 1},
+		{decision.Escalate, decision.Reject, 4},
+		{decision.Reject, decision.Reject, 2},
 	}
 	if !reflect.DeepEqual(rep.Transitions, wantTrans) {
 		t.Errorf("stricter: transitions %+v", rep.Transitions)
@@ -262,7 +263,7 @@ func TestReplayLooserAndStricter(t *testing.T) {
 // and the report says so.
 func TestReplayMasked(t *testing.T) {
 	b := newLog(t, decisionlog.Options{Mask: []string{"params.arguments.path"}})
-	b.decide("m1", "coder", "write_file", "/tmp/x", policies.Decision{Action: policies.Fulfill})
+	b.decide("m1", "coder", "write_file", "/tmp/x", decision.Decision{Action: decision.Fulfill})
 	b.outcome("m1", fulfill.StageFulfilling, "")
 	log := b.bytes()
 	if !bytes.Contains(log, []byte(`"erased":[`)) || bytes.Contains(log, []byte("/tmp/x")) {
@@ -322,7 +323,7 @@ func TestReplayBounded(t *testing.T) {
 	b := newLog(t, decisionlog.Options{})
 	const n = 50
 	for i := range n {
-		b.decide(fmt.Sprintf("e%d", i), "coder", "read_file", "/srv", policies.Decision{Action: policies.Escalate})
+		b.decide(fmt.Sprintf("e%d", i), "coder", "read_file", "/srv", decision.Decision{Action: decision.Escalate})
 	}
 	for i := range n {
 		id := fmt.Sprintf("e%d", i)
@@ -343,10 +344,10 @@ func TestReplayBounded(t *testing.T) {
 // replayed; a forged or repeated later one is counted, not scored.
 func TestReplayDuplicateDecision(t *testing.T) {
 	b := newLog(t, decisionlog.Options{})
-	b.decide("d1", "coder", "delete_file", "/x", policies.Decision{Action: policies.Escalate})
-	b.decide("d1", "coder", "read_file", "/x", policies.Decision{Action: policies.Escalate})
+	b.decide("d1", "coder", "delete_file", "/x", decision.Decision{Action: decision.Escalate})
+	b.decide("d1", "coder", "read_file", "/x", decision.Decision{Action: decision.Escalate})
 	b.answer("d1", "alice", "decline", false)
-	b.outcome("d1", fulfill.StageRejected, policies.ReasonDisagree)
+	b.outcome("d1", fulfill.StageRejected, decision.ReasonDisagree)
 	rep, _ := run(t, b.bytes(), mixedPolicy, Options{})
 	if rep.Replayed != 1 || rep.Duplicates != 1 || rep.Humans.Agreements != 1 || rep.Humans.FalseApprovals != 0 {
 		t.Errorf("report %+v", rep)
@@ -357,9 +358,9 @@ func TestReplayDuplicateDecision(t *testing.T) {
 // no human verdict.
 func TestReplayForgedAnswerNotCounted(t *testing.T) {
 	b := newLog(t, decisionlog.Options{})
-	b.decide("f1", "coder", "write_file", "/x", policies.Decision{Action: policies.Escalate})
+	b.decide("f1", "coder", "write_file", "/x", decision.Decision{Action: decision.Escalate})
 	b.log.ObserveApproval(elicit.Event{Kind: elicit.EventForgery, ProposalID: "f1", Approver: "alice", Action: "decline", DecisionID: "d-f1", Revision: "rev-old"})
-	b.outcome("f1", fulfill.StageRejected, policies.ReasonTimeout)
+	b.outcome("f1", fulfill.StageRejected, decision.ReasonTimeout)
 	rep, _ := run(t, b.bytes(), looserPolicy, Options{})
 	if rep.Humans != (Humans{}) {
 		t.Errorf("humans %+v, want none", rep.Humans)
@@ -426,7 +427,7 @@ func TestPrettyEscapesControls(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := Change{Line: 3, ProposalID: "p\x1b[2J1", Proposer: "cod\ber", Tool: "read\u202efile",
-		Old: Verdict{Action: policies.Escalate}, New: Verdict{Action: policies.Reject, Reason: "un\rsafe", Message: "m\x1b[1A", Error: "e\x07rr"}}
+		Old: Verdict{Action: decision.Escalate}, New: Verdict{Action: decision.Reject, Reason: "un\rsafe", Message: "m\x1b[1A", Error: "e\x07rr"}}
 	if err := p.Change(c); err != nil {
 		t.Fatal(err)
 	}

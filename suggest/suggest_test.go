@@ -20,6 +20,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
@@ -60,7 +61,7 @@ func (b *logBuilder) record(e fulfill.Event) {
 
 // decide logs the first decision of proposal id: a tools/call of tool on
 // server ("" unknown) by proposer with args, decided d.
-func (b *logBuilder) decide(id, proposer, tool, server string, args map[string]any, d policies.Decision) {
+func (b *logBuilder) decide(id, proposer, tool, server string, args map[string]any, d decision.Decision) {
 	b.t.Helper()
 	a, err := json.Marshal(args)
 	if err != nil {
@@ -94,7 +95,7 @@ func (b *logBuilder) answer(id, approver, action string, approve bool) {
 // approved logs an escalation a human approved as it was, and its
 // fulfilment.
 func (b *logBuilder) approved(id, proposer, tool, server, approver string, args map[string]any) {
-	b.decide(id, proposer, tool, server, args, policies.Decision{Action: policies.Escalate})
+	b.decide(id, proposer, tool, server, args, decision.Decision{Action: decision.Escalate})
 	b.outcome(id, fulfill.StageEscalated)
 	b.answer(id, approver, "accept", true)
 	b.outcome(id, fulfill.StageApproved, approver)
@@ -104,7 +105,7 @@ func (b *logBuilder) approved(id, proposer, tool, server, approver string, args 
 
 // declined logs an escalation a human declined.
 func (b *logBuilder) declined(id, proposer, tool, server string, args map[string]any) {
-	b.decide(id, proposer, tool, server, args, policies.Decision{Action: policies.Escalate})
+	b.decide(id, proposer, tool, server, args, decision.Decision{Action: decision.Escalate})
 	b.outcome(id, fulfill.StageEscalated)
 	b.answer(id, "alice", "decline", false)
 	b.outcome(id, fulfill.StageRejected)
@@ -136,19 +137,19 @@ func repeatedLog(t testing.TB) []byte {
 	for i := range 3 {
 		b.approved(fmt.Sprintf("w%d", i+1), "coder", "write_file", "fs", "alice", map[string]any{"path": "/srv/app/out.txt"})
 	}
-	b.decide("t1", "coder", "read_file", "fs", map[string]any{"path": "/srv/app/x"}, policies.Decision{Action: policies.Escalate})
+	b.decide("t1", "coder", "read_file", "fs", map[string]any{"path": "/srv/app/x"}, decision.Decision{Action: decision.Escalate})
 	b.outcome("t1", fulfill.StageEscalated)
 	b.outcome("t1", fulfill.StageRejected)
 	// An edited call: the approval is of another call, not evidence.
-	b.decide("e1", "coder", "read_file", "fs", map[string]any{"path": "/", "mode": "ro", "limit": 1}, policies.Decision{Action: policies.Escalate})
+	b.decide("e1", "coder", "read_file", "fs", map[string]any{"path": "/", "mode": "ro", "limit": 1}, decision.Decision{Action: decision.Escalate})
 	b.outcome("e1", fulfill.StageEscalated)
 	b.answer("e1", "alice", "accept", true)
 	b.outcome("e1", fulfill.StageApproved, "alice")
 	b.record(fulfill.Event{Stage: fulfill.StageDecided, ProposalID: "e1", DecisionID: "d-e1b", Proposer: "coder", Method: "tools/call",
-		Tool: "read_file", Decision: &policies.Decision{Action: policies.Fulfill},
+		Tool: "read_file", Decision: &decision.Decision{Action: decision.Fulfill},
 		Input: &policies.Input{Method: "tools/call", Approval: &policies.Approval{By: []string{"alice"}}}})
 	b.outcome("e1", fulfill.StageFulfilling)
-	b.decide("f1", "coder", "list_dir", "fs", map[string]any{"path": "/srv"}, policies.Decision{Action: policies.Fulfill})
+	b.decide("f1", "coder", "list_dir", "fs", map[string]any{"path": "/srv"}, decision.Decision{Action: decision.Fulfill})
 	return b.bytes()
 }
 
@@ -496,8 +497,8 @@ func TestSuggestMalformedAndBounds(t *testing.T) {
 	// With room for one pending escalation, interleaved proposals are
 	// evicted and counted, never learnt from half.
 	b := newLog(t, decisionlog.Options{})
-	b.decide("a", "coder", "read_file", "fs", map[string]any{"path": "/srv/a"}, policies.Decision{Action: policies.Escalate})
-	b.decide("b", "coder", "read_file", "fs", map[string]any{"path": "/srv/b"}, policies.Decision{Action: policies.Escalate})
+	b.decide("a", "coder", "read_file", "fs", map[string]any{"path": "/srv/a"}, decision.Decision{Action: decision.Escalate})
+	b.decide("b", "coder", "read_file", "fs", map[string]any{"path": "/srv/b"}, decision.Decision{Action: decision.Escalate})
 	b.outcome("a", fulfill.StageApproved, "alice")
 	res = learn(t, b.bytes(), Options{MaxPending: 1})
 	if res.Evicted != 1 || res.Approved != 0 {
@@ -540,7 +541,7 @@ func TestMaskedDeclineCounts(t *testing.T) {
 // caught by the replay, and the suggestion is dropped.
 func TestScoreDropsFalseApprovals(t *testing.T) {
 	b := newLog(t, decisionlog.Options{})
-	b.decide("evicted", "coder", "read_file", "fs", map[string]any{"path": "/srv/app/x"}, policies.Decision{Action: policies.Escalate})
+	b.decide("evicted", "coder", "read_file", "fs", map[string]any{"path": "/srv/app/x"}, decision.Decision{Action: decision.Escalate})
 	for i := range 5 {
 		b.approved(fmt.Sprintf("p%d", i), "coder", "read_file", "fs", "alice", map[string]any{"path": fmt.Sprintf("/srv/app/%d", i)})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/toolmeta"
 )
@@ -204,7 +205,7 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 	}
 
 	var out any
-	var d policies.Decision
+	var d decision.Decision
 	if fl.explain != "" {
 		var x policies.Explanation
 		d, x = engine.ExplainDocument(ctx, doc)

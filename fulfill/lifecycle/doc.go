@@ -144,7 +144,7 @@
 //   - receive.go, decide.go: the reader posts Proposed, WithdrawnBy,
 //     Responded, SupersededBy; claim workers and decide workers become
 //     the Loop's lanes (the Policy bounds its own concurrency, as
-//     evalSlots does); policies.Decision is mapped to Decision (the rest
+//     evalSlots does); decision.Decision is mapped to Decision (the rest
 //     in Extra).
 //   - escalate.go: Ask calls Escalator.Escalate with the recorded
 //     prompts; its verdict comes back as a Verdict event (elicit keeps

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -142,14 +143,14 @@ func CompareOPA(ctx context.Context, engine *policies.Engine, inputs []*policies
 	// timeout when the machine is busy) is counted, not fatal: it is what
 	// the sidecar would have answered.
 	var failedClosed atomic.Int64
-	embedded := func(ctx context.Context, i int) (policies.Action, string, error) {
+	embedded := func(ctx context.Context, i int) (decision.Action, string, error) {
 		d := engine.Decide(ctx, inputs[i%len(inputs)])
 		if d.Err != nil {
 			failedClosed.Add(1)
 		}
 		return d.Action, d.Reason, nil
 	}
-	server := func(ctx context.Context, i int) (policies.Action, string, error) {
+	server := func(ctx context.Context, i int) (decision.Action, string, error) {
 		return queryOPA(ctx, client, url, bodies[i%len(bodies)])
 	}
 
@@ -198,7 +199,7 @@ func CompareOPA(ctx context.Context, engine *policies.Engine, inputs []*policies
 }
 
 // measure runs n decisions with conc workers and summarises them.
-func measure(ctx context.Context, conc, n int, decide func(context.Context, int) (policies.Action, string, error)) (Side, error) {
+func measure(ctx context.Context, conc, n int, decide func(context.Context, int) (decision.Action, string, error)) (Side, error) {
 	var next atomic.Int64
 	lats := make([][]int64, conc)
 	errs := make([]error, conc)
@@ -253,7 +254,7 @@ func medianSide(rounds []Side) Side {
 	}
 }
 
-func queryOPA(ctx context.Context, client *http.Client, url string, body []byte) (policies.Action, string, error) {
+func queryOPA(ctx context.Context, client *http.Client, url string, body []byte) (decision.Action, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return "", "", fmt.Errorf("OPA server: %w", err)
@@ -266,7 +267,7 @@ func queryOPA(ctx context.Context, client *http.Client, url string, body []byte)
 	defer resp.Body.Close()
 	var out struct {
 		Result *struct {
-			Action policies.Action `json:"action"`
+			Action decision.Action `json:"action"`
 			Reason string          `json:"reason"`
 		} `json:"result"`
 	}
