@@ -13,6 +13,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -272,13 +273,7 @@ func (h *harness) stages(id string) []Stage {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, "the condition", cond)
 }
 
 func proposalEnv(id, from, payload string, to ...string) agent.Envelope {

@@ -353,7 +353,8 @@ func TestResponseFromWrongParticipantIgnored(t *testing.T) {
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
 	h.deliver(response(t, "r1", "coder", req, `{}`))
-	time.Sleep(20 * time.Millisecond)
+	// The fulfiller's word that it set the answer aside, then its state.
+	waitFor(t, func() bool { return slices.Contains(h.stages("p1"), StageIgnored) })
 	if s, ok := h.f.Get("p1"); !ok || s.State != "fulfilling" {
 		t.Errorf("after forged response: %+v %v", s, ok)
 	}

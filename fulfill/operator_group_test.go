@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -38,15 +39,11 @@ func (r *recEscalator) cancelled() []string {
 	return slices.Clone(r.cancels)
 }
 
-// waitLong waits for cond on the shared server: generous, for a loaded
-// machine under -race.
+// waitLong waits for cond on the shared server (poll.Limit is generous,
+// for a loaded machine under -race).
 func waitLong(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 15s", what)
-		}
-	}
+	poll.Until(t, what, cond)
 }
 
 // sentBy collects what m sends within d (from its fake space).
