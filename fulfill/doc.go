@@ -67,10 +67,11 @@
 //     word, any proposal whose record another member wrote (taken or
 //     adopted), at once rather than at its next write.
 //
-// "busy" means the whole group is full: the group's pending records
-// against the sum of its live members' --max-pending, both read about
-// once a second (watchGroup), never per proposal. The local --max-pending
-// bound still refuses too.
+// "busy" means the whole group is full: this member's pending work and
+// what each peer published with its lease (state.MemberInfo.Pending)
+// against the sum of its live members' --max-pending, read about once a
+// second (watchGroup) from one lease record per member, never per
+// proposal. The local --max-pending bound still refuses too.
 //
 // # Lost links
 //

@@ -50,8 +50,10 @@ type Store interface {
 	// List is the group's pending work; Owned is this member's.
 	List(ctx context.Context) ([]*state.Pending, error)
 	Owned(ctx context.Context) ([]*state.Pending, error)
-	// Members are the group's live leases.
+	// Members are the group's live leases; SetPending is this member's
+	// pending work for its next lease renewal (MemberInfo.Pending).
 	Members(ctx context.Context) ([]state.MemberInfo, error)
+	SetPending(n int)
 	// WatchLapsed reports members whose lease lapsed with work left;
 	// Adopt moves that work to this member, each record to one adopter.
 	WatchLapsed(ctx context.Context) (<-chan string, error)
@@ -420,12 +422,21 @@ func (f *Fulfiller) watchGroup(ctx context.Context) {
 func (f *Fulfiller) refreshGroup(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
+	f.mu.Lock()
+	live := f.live
+	f.mu.Unlock()
+	f.cfg.Store.SetPending(live)
 	ms, err := f.cfg.Store.Members(ctx)
 	if err != nil {
 		f.log.Warn("group members not read", "err", err)
 		return
 	}
+	// The group's load is this member's own count and what each peer
+	// published with its lease: one record per member, where reading
+	// every pending record (List) cost a store read per proposal ended
+	// within the markers' minute, every second.
 	var capacity int64
+	pending := int64(live)
 	peers := false
 	var ids []string
 	for _, m := range ms {
@@ -433,16 +444,12 @@ func (f *Fulfiller) refreshGroup(ctx context.Context) {
 		if m.ID != f.cfg.Store.Member() {
 			peers = true
 			ids = append(ids, m.ID)
+			pending += int64(m.Pending)
 		}
 	}
 	f.peerResps.sawMembers(ids)
-	recs, err := f.cfg.Store.List(ctx)
-	if err != nil {
-		f.log.Warn("group pending work not read", "err", err)
-		return
-	}
 	f.group.peers.Store(peers)
-	f.group.pending.Store(int64(len(recs)))
+	f.group.pending.Store(pending)
 	f.group.capacity.Store(capacity)
 }
 

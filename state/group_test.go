@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/internal/natstest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // waitFor reads ch until it yields want, or fails the test after a generous
@@ -387,4 +388,35 @@ func TestClosedStoreFailsClosed(t *testing.T) {
 	if won, err := s.Claim(ctx, "p"); err == nil || won {
 		t.Errorf("Claim on a closed store = %v, %v", won, err)
 	}
+}
+
+// A member's pending work travels with its lease: a peer reads it from
+// Members (one record per member), as the group's "busy" check does.
+func TestLeaseCarriesPendingCount(t *testing.T) {
+	space := uniqueSpace(t)
+	lease := func(c *Config) { c.Lease = time.Second; c.MaxPending = 10 }
+	a := clusterStore(t, space, "A", lease)
+	b := clusterStore(t, space, "B", lease)
+	ctx := ctxT(t)
+	a.SetPending(7)
+	if err := a.StartLease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pendingOfA := func() int {
+		ms, err := b.Members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.ID == "A" {
+				return m.Pending
+			}
+		}
+		return -1
+	}
+	if got := pendingOfA(); got != 7 {
+		t.Fatalf("A's lease says %d pending, want 7 (set before the lease was taken)", got)
+	}
+	a.SetPending(3) // published at the next renewal, a third of the lease later
+	poll.Until(t, "A's renewed lease to say 3 pending", func() bool { return pendingOfA() == 3 })
 }

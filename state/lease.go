@@ -13,11 +13,15 @@ import (
 
 // MemberInfo is one live member's lease as stored.
 type MemberInfo struct {
-	ID         string    `json:"id"`
-	MaxPending int       `json:"max_pending"`
-	Started    time.Time `json:"started"`
-	Renewed    time.Time `json:"renewed"`
-	Lease      Duration  `json:"lease"`
+	ID         string `json:"id"`
+	MaxPending int    `json:"max_pending"`
+	// Pending is the member's pending work when it last renewed its
+	// lease (SetPending): the group's load is the sum over live members,
+	// read from one record each rather than from every pending record.
+	Pending int       `json:"pending"`
+	Started time.Time `json:"started"`
+	Renewed time.Time `json:"renewed"`
+	Lease   Duration  `json:"lease"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string.
@@ -112,11 +116,16 @@ func (s *Store) renew(ctx context.Context, l *lease, rev uint64, started time.Ti
 	}
 }
 
+// SetPending tells the store how much work this member has pending, for
+// its next lease renewal (MemberInfo.Pending): its peers add it up to
+// tell when the whole group is full, as often as leases are renewed.
+func (s *Store) SetPending(n int) { s.pendingNow.Store(int64(n)) }
+
 // writeLease writes this member's lease with a TTL of Lease; with last > 0
 // only if the key is still at revision last.
 func (s *Store) writeLease(ctx context.Context, last uint64, started time.Time) (rev uint64, err error) {
 	defer s.timed("lease", time.Now(), &err)
-	val, err := json.Marshal(MemberInfo{ID: s.cfg.Member, MaxPending: s.cfg.MaxPending,
+	val, err := json.Marshal(MemberInfo{ID: s.cfg.Member, MaxPending: s.cfg.MaxPending, Pending: int(s.pendingNow.Load()),
 		Started: started, Renewed: time.Now().UTC(), Lease: Duration(s.cfg.Lease)})
 	if err != nil {
 		return 0, err

@@ -295,8 +295,8 @@ func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 }
 
 // List returns every pending record of the group (all members), for the
-// operator API, capacity ("busy" means the whole group is full) and
-// recovery.
+// operator API and recovery. It reads every key written within the
+// delete markers' minute (see snapshot): not for a hot path.
 func (s *Store) List(ctx context.Context) (ps []*Pending, err error) {
 	defer s.timed("list", time.Now(), &err)
 	entries, err := s.snapshot(ctx, s.pending)

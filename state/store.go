@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -111,6 +112,10 @@ type Store struct {
 	// sweepEvery is how often WatchLapsed looks for orphaned work besides
 	// the lease events: 4 leases (tests set it higher to prove the events).
 	sweepEvery time.Duration
+
+	// pendingNow is this member's pending work as its owner last said
+	// (SetPending), published with each lease renewal.
+	pendingNow atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool
