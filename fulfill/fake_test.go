@@ -33,6 +33,9 @@ type fakeSpace struct {
 	taskAnswer func(req agent.RPCRequest) (agent.RPCResponse, error)
 	rpcSeq     atomic.Int64
 	dead       atomic.Bool // a crashed process: nothing reaches the wire
+	// crashAtReject, when set before the fulfiller runs, is called as a
+	// reject is about to be written: a test's kill -9 at that point.
+	crashAtReject func()
 }
 
 func newFakeSpace() *fakeSpace {
@@ -56,6 +59,9 @@ func (s *fakeSpace) ID() string { return s.id }
 func (s *fakeSpace) NextRPCID() int64 { return s.rpcSeq.Add(1) }
 
 func (s *fakeSpace) Send(_ context.Context, env agent.Envelope) (agent.Envelope, error) {
+	if env.Kind == agent.KindReject && s.crashAtReject != nil {
+		s.crashAtReject()
+	}
 	if s.dead.Load() {
 		return agent.Envelope{}, errors.New("test: process crashed")
 	}

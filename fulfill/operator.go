@@ -202,10 +202,10 @@ const maxTakes = 10
 // nothing more (no prompt, no approval, no fulfilment request: each
 // would be a write at the revision it knew) and so sends nothing more
 // about the proposal; WatchRecords tells it to drop the proposal at once.
-// Then it ends the proposal here as a local cancel does: the record is
-// deleted before the answer is written (here a crash in between still
-// leaves the proposer to its own timeout; the other ends record the
-// reject first, see markAnswered), the prompts the owner recorded and that are still open get notifications/cancelled
+// Then it ends the proposal here as a local cancel does: the reject is
+// recorded in the record before it is written and the record deleted
+// after (a crash in between leaves the reject for the restart or an
+// adopter to send, as markAnswered does for every other end), the prompts the owner recorded and that are still open get notifications/cancelled
 // from this member without being asked again (PromptCanceller), and the
 // proposer gets reject "other". A record whose fulfilment request is
 // written, or whose reject is being written, is refused with ErrAnswered,
@@ -239,7 +239,23 @@ func (f *Fulfiller) cancelInGroup(id, by string) error {
 	case err != nil:
 		return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, err)
 	}
-	if err := f.cfg.Store.Delete(ctx, r); err != nil {
+	p := takenProposal(r)
+	if p.env.From == "" {
+		// Nobody to answer: the record just goes.
+		f.log.Error("cancelled proposal's record names no proposer; no reject sent", "proposal", id)
+		if err := f.cfg.Store.Delete(ctx, r); err != nil && !errors.Is(err, state.ErrConflict) {
+			f.log.Warn("record of a cancelled proposal without a proposer not deleted", "proposal", id, "err", err)
+		}
+		return nil
+	}
+	// The reject is recorded in the taken record before anything is
+	// sent, as every other end of a proposal is (markAnswered): a crash
+	// from here on leaves a record whose reject the restart (or an
+	// adopter) sends again, never a proposer without an answer.
+	rej := state.Reject{EnvelopeID: agent.NewID(f.space.ID()), Reason: "other", Message: operatorMessage(by)}
+	answered := *r
+	answered.Phase, answered.Reject = state.Answered, &rej
+	if err := f.cfg.Store.MarkAnswered(ctx, &answered); err != nil {
 		if errors.Is(err, state.ErrConflict) {
 			// Taken again in between (a cancel on a third member): that
 			// member answers; not ended here.
@@ -254,7 +270,7 @@ func (f *Fulfiller) cancelInGroup(id, by string) error {
 		f.resumeOne(r, "taken for an operator's cancel that could not be recorded")
 		return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, err)
 	}
-	p := takenProposal(r)
+	p.rec = &answered
 	f.log.Info("proposal taken from the group's store to be cancelled by the operator", "proposal", id, "phase", r.Phase, "by", by)
 	if r.Phase == state.AwaitingApproval && len(r.Prompts) > 0 {
 		esc := Escalation{Proposal: p.env, DecisionID: r.DecisionID, Method: p.method, Params: p.params, Target: p.target,
@@ -268,11 +284,10 @@ func (f *Fulfiller) cancelInGroup(id, by string) error {
 			f.log.Warn("open prompts of a cancelled proposal not withdrawn: this fulfiller's escalator cannot cancel another member's prompts", "proposal", id, "prompts", len(r.Prompts))
 		}
 	}
-	if p.env.From == "" {
-		f.log.Error("cancelled proposal's record names no proposer; no reject sent", "proposal", id)
-		return nil
-	}
-	f.answerReject(p, "other", operatorMessage(by))
+	ev := p.event(StageRejected)
+	ev.Reason, ev.Message = rej.Reason, rej.Message
+	f.recordReject(p, ev)
+	f.writeReject(p, ev, rej) // then the record goes (dropRecord)
 	return nil
 }
 
@@ -287,7 +302,7 @@ func (f *Fulfiller) cancelUndone(ctx context.Context, id string) {
 	}
 }
 
-// takenProposal rebuilds, from its record, what answerReject needs of a
+// takenProposal rebuilds, from its record, what writeReject needs of a
 // proposal taken from another member (and ended at once: it never enters
 // this member's pending store).
 func takenProposal(r *state.Pending) *proposal {

@@ -307,3 +307,46 @@ func TestGroupOperatorCancelIsNotResumedByTheStartupScan(t *testing.T) {
 	default:
 	}
 }
+
+// TestGroupOperatorCancelSurvivesACrash: member B takes A's proposal for
+// an operator's cancel and is killed as it writes the reject. The reject
+// was recorded in the record before (as every other end's is), so B's
+// restart sends it: the proposer is answered once. (The cancel used to
+// delete the record first: the crash left the proposer with no answer.)
+func TestGroupOperatorCancelSurvivesACrash(t *testing.T) {
+	mode := natsServer(t)
+	escA := newRecEscalator()
+	a := newMember(t, mode, "ful-a", Config{Escalator: escA}, &fakeDecider{decisions: storeDecisions})
+	b := newMember(t, mode, "ful-b", Config{Escalator: newRecEscalator()}, &fakeDecider{decisions: storeDecisions})
+	a.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	escA.next(t)
+	b.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	b.waitStage(t, "p1", StageIgnored) // lost the claim to a
+
+	b.space.crashAtReject = func() { b.space.dead.Store(true); b.st.dead.Store(true) }
+	_ = b.f.Cancel("p1", "alice via API") // its answer is lost with the process
+	b.crash()
+
+	// B comes back (or, should its lease lapse first, A adopts the
+	// record): the recorded reject goes out, and then the record goes.
+	b2 := newMember(t, mode, "ful-b", Config{Escalator: newRecEscalator()}, &fakeDecider{decisions: storeDecisions})
+	waitLong(t, "p1 to leave the group's pending work", func() bool {
+		list, err := b2.f.GroupPending(t.Context())
+		return err == nil && len(list) == 0
+	})
+	var answers []agent.Envelope
+	for _, m := range []*member{a, b2} {
+		for _, env := range sentBy(m, 50*time.Millisecond) {
+			if env.Kind == agent.KindReject || isToolsCall(env) {
+				answers = append(answers, env)
+			}
+		}
+	}
+	if len(answers) != 1 {
+		t.Fatalf("%d answers after the restart, want the one recorded reject: %v", len(answers), answers)
+	}
+	rej := answers[0]
+	if !slices.Equal(rej.To, []string{"coder"}) || !slices.Equal(rej.CorrelationID, agent.CorrelationIDs{"p1"}) || !jsonEqual(rej.Payload, `{"reason":"other"}`) {
+		t.Errorf("reject after the restart = %+v, want other to coder about p1", rej)
+	}
+}
