@@ -22,7 +22,7 @@ type benchFlags struct {
 	mix, from                    string
 	policies, data               []string
 	maxPending, maxInflight      int
-	stallTimeout                 time.Duration
+	stallTimeout, policyTimeout  time.Duration
 	jsonOut, progress            bool
 	vsOPA                        bool
 	opaBin                       string
@@ -91,6 +91,7 @@ profile of the measured window labelled by component.`,
 	f.IntVar(&fl.maxPending, "max-pending", 1000, "the fulfiller's --max-pending")
 	f.IntVar(&fl.maxInflight, "max-inflight", 64, "the fulfiller's --max-inflight")
 	f.DurationVar(&fl.stallTimeout, "stall-timeout", 30*time.Second, "end the run when nothing was sent or answered for this long (the rest count as unanswered)")
+	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "the fulfiller's --policy-timeout: longest one policy evaluation may take (then: reject policy)")
 	f.BoolVar(&fl.jsonOut, "json", false, "print the report as one JSON object")
 	f.BoolVar(&fl.progress, "progress", false, "print a progress line a second to stderr (default: when stderr is a terminal)")
 	f.BoolVar(&fl.vsOPA, "vs-opa-server", false, "also compare decision latency and throughput with an OPA server sidecar")
@@ -160,6 +161,9 @@ func (fl *benchFlags) validate() (loadtest.Mix, []loadtest.FileProposal, error) 
 	if fl.rate < 0 {
 		return loadtest.Mix{}, nil, usageErrorf("--rate %v: must not be negative (0: as fast as possible)", fl.rate)
 	}
+	if fl.policyTimeout <= 0 {
+		return loadtest.Mix{}, nil, usageErrorf("--policy-timeout %s: must be positive", fl.policyTimeout)
+	}
 	if fl.stallTimeout <= 0 {
 		return loadtest.Mix{}, nil, usageErrorf("--stall-timeout %s: must be positive", fl.stallTimeout)
 	}
@@ -227,7 +231,7 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 		defer profile.Close()
 	}
 	cfg := loadtest.Config{
-		Policies: fl.policies, Data: fl.data,
+		Policies: fl.policies, Data: fl.data, PolicyTimeout: fl.policyTimeout,
 		Proposers: fl.proposers, Proposals: fl.proposals, Rate: fl.rate, Mix: mix, From: from, Window: fl.window,
 		MaxPending: fl.maxPending, MaxInflight: fl.maxInflight, StallTimeout: fl.stallTimeout,
 		Progress: progress, Logger: log,

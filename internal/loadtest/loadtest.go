@@ -60,6 +60,9 @@ import (
 type Config struct {
 	Policies []string // --policy paths; required
 	Data     []string // --data paths
+	// PolicyTimeout [policies.DefaultTimeout] bounds one evaluation, as
+	// run's --policy-timeout.
+	PolicyTimeout time.Duration
 
 	Proposers int     // [4] proposer participants, each with its own socket
 	Proposals int     // [100000] proposals to send in all
@@ -434,7 +437,7 @@ func (w *world) newSidecar(url string) (*sidecar.Sidecar, error) {
 	cfg := w.cfg
 	sc := sidecar.Config{
 		Gateway: url, Space: space.DefaultSpaceID, Token: "fulfiller-token", ID: "fulfiller",
-		Policy: policies.Options{Policies: cfg.Policies, Data: cfg.Data},
+		Policy: policies.Options{Policies: cfg.Policies, Data: cfg.Data, Timeout: cfg.PolicyTimeout},
 		Fulfill: fulfill.Config{
 			MaxPending:     cfg.MaxPending,
 			MaxInflight:    cfg.MaxInflight,
