@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -146,7 +145,7 @@ func newBinarySpace(t *testing.T, policy string) (*space.Server, string) {
 // with fulfiller-token from the environment (never on the command line),
 // escalating to alice, logging JSON to the returned buffer. extraEnv and
 // extraArgs add to that. The test waits for and stops the process.
-func (w *humanWorld) runFulfiller(bin string, extraEnv []string, extraArgs ...string) (*exec.Cmd, *bytes.Buffer) {
+func (w *humanWorld) runFulfiller(bin string, extraEnv []string, extraArgs ...string) (*exec.Cmd, *lockedBuffer) {
 	w.t.Helper()
 	// A generous --policy-timeout: on a loaded CI machine the first
 	// evaluation can pass the 100ms default, and a fail-closed reject would
@@ -157,12 +156,13 @@ func (w *humanWorld) runFulfiller(bin string, extraEnv []string, extraArgs ...st
 	// The default --state directory is relative: keep it out of the source.
 	cmd.Dir = w.t.TempDir()
 	cmd.Env = append(append(os.Environ(), "FULFILLER_TOKEN=fulfiller-token"), extraEnv...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	// Locked: a test may read the logs while the process writes them.
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)
 	}
-	return cmd, &stderr
+	return cmd, stderr
 }
 
 // join connects a participant for the rest of the test.
