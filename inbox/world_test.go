@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -243,23 +242,4 @@ func (w *world) elicitation(approver, id string, more func(agent.Envelope) bool)
 			strings.Contains(string(e.Payload), `"elicitation/create"`) && strings.Contains(string(e.Payload), `"id":"`+id+`"`) &&
 			(more == nil || more(e))
 	})
-}
-
-// forge posts an envelope as mallory through the gateway's HTTP API,
-// which forwards the body's "from" as it is: the gateway does not
-// authenticate it.
-func (w *world) forge(body string) {
-	w.t.Helper()
-	url := strings.Replace(w.srv.URL(), "ws://", "http://", 1) + "/participants/mallory/messages"
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer mallory-token")
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		w.t.Fatalf("forged post: %s", resp.Status)
-	}
 }
