@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
@@ -30,7 +31,7 @@ func TestProbeNoticesASessionTakenOver(t *testing.T) {
 	// An intruder joins with our id (it neither probes nor reconnects).
 	intruder := spacetest.JoinWith(t, ctx, srv, agent.Config{ID: "fulfiller", Token: "fulfiller-token", ProbeAfter: -1})
 	_ = intruder
-	spacetest.WaitUntil(t, "the fulfiller to join again", func() bool { return fc.Stats().Reconnects >= 1 && fc.Connected() })
+	poll.Until(t, "the fulfiller to join again", func() bool { return fc.Stats().Reconnects >= 1 && fc.Connected() })
 
 	// It hears the space again.
 	for {

@@ -13,6 +13,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -176,7 +177,7 @@ func TestContestedWhileQueued(t *testing.T) {
 	in <- attackPrompt(t, "/tmp/notes.txt", nil, "")
 	contested(t, ui)
 	ui.release <- approve // el-first
-	spacetest.WaitUntil(t, "the answer to el-first", func() bool { return conn.sentCount() == 1 })
+	poll.Until(t, "the answer to el-first", func() bool { return conn.sentCount() == 1 })
 	if got := conn.last().CorrelationID.First(); got != "el-first" {
 		t.Fatalf("answered %s, want el-first", got)
 	}
@@ -197,7 +198,7 @@ func TestIdenticalResendNotContested(t *testing.T) {
 	in <- real
 	in <- real
 	ui.release <- approve
-	spacetest.WaitUntil(t, "the answer", func() bool { return conn.sentCount() == 1 })
+	poll.Until(t, "the answer", func() bool { return conn.sentCount() == 1 })
 	if got := conn.last(); got.CorrelationID.First() != attackRequestID || !bytes.Contains(got.Payload, []byte(`{"jsonrpc":"2.0","id":7,"result":{"action":"accept","content":{"approve":true}}}`)) {
 		t.Fatalf("answer %v %s", got.CorrelationID, got.Payload)
 	}
@@ -248,7 +249,7 @@ func TestSignedPromptsForgeryNeverShown(t *testing.T) {
 					t.Errorf("refused event %+v", ev)
 				}
 				ui.release <- approve
-				spacetest.WaitUntil(t, "the answer", func() bool { return conn.sentCount() == 1 })
+				poll.Until(t, "the answer", func() bool { return conn.sentCount() == 1 })
 				ans := conn.last()
 				action, content := spacetest.ElicitResult(t, ans)
 				if err := approval.Verify(alicePub, attackRequestID, c.Proposal.Digest, action, content); err != nil || action != approval.ActionAccept || ans.CorrelationID.First() != attackRequestID {

@@ -15,7 +15,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/internal/spacetest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // recUI records the cards it is asked about and every event. It leaves a
@@ -63,7 +63,7 @@ func (u *recUI) snapshot() []approver.Event {
 func (u *recUI) card(t *testing.T) *approver.Card {
 	t.Helper()
 	var c *approver.Card
-	spacetest.WaitUntil(t, "a card", func() bool {
+	poll.Until(t, "a card", func() bool {
 		select {
 		case c = <-u.shown:
 			return true
@@ -78,7 +78,7 @@ func (u *recUI) card(t *testing.T) *approver.Card {
 func (u *recUI) event(t *testing.T, kind approver.EventKind) approver.Event {
 	t.Helper()
 	var ev approver.Event
-	spacetest.WaitUntil(t, "a "+kind.String()+" event", func() bool {
+	poll.Until(t, "a "+kind.String()+" event", func() bool {
 		for _, e := range u.snapshot() {
 			if e.Kind == kind {
 				ev = e

@@ -15,7 +15,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/internal/spacetest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // gatedUI approves every card once the test lets it, and counts what the
@@ -80,11 +80,11 @@ func TestFaultLostAnswerIsSentAgain(t *testing.T) {
 	prompt := w.find("the prompt", func(e agent.Envelope) bool {
 		return e.From == "fulfiller" && strings.Contains(string(e.Payload), `"method":"elicitation/create"`)
 	})
-	spacetest.WaitUntil(t, "alice to be shown the card", func() bool { asked, _ := ui.counts(); return asked == 1 })
+	poll.Until(t, "alice to be shown the card", func() bool { asked, _ := ui.counts(); return asked == 1 })
 
 	w.srv.SetStalled(true)
 	close(ui.release)
-	spacetest.WaitUntil(t, "alice's answer to be written", func() bool { _, sent := ui.counts(); return len(sent) == 1 })
+	poll.Until(t, "alice's answer to be written", func() bool { _, sent := ui.counts(); return len(sent) == 1 })
 	if _, sent := ui.counts(); sent[0] != nil {
 		t.Fatalf("answer not sent: %v", sent[0])
 	}
@@ -145,7 +145,7 @@ func TestResentPromptShownOnce(t *testing.T) {
 	w.find("the prompt", func(e agent.Envelope) bool {
 		return e.From == "fulfiller" && strings.Contains(string(e.Payload), `"method":"elicitation/create"`)
 	})
-	spacetest.WaitUntil(t, "alice to be shown the card", func() bool { asked, _ := ui.counts(); return asked == 1 })
+	poll.Until(t, "alice to be shown the card", func() bool { asked, _ := ui.counts(); return asked == 1 })
 	// Counted from the drop: the prompt may have gone out twice already,
 	// when the fulfiller heard alice join only after it asked her.
 	asked := func() int {
@@ -159,10 +159,10 @@ func TestResentPromptShownOnce(t *testing.T) {
 	}
 	before := asked()
 	w.srv.Drop("alice")
-	spacetest.WaitUntil(t, "the prompt asked again", func() bool { return asked() > before })
+	poll.Until(t, "the prompt asked again", func() bool { return asked() > before })
 	close(ui.release)
 	w.fulfilledOnWire(id)
-	spacetest.WaitUntil(t, "the UI to hear the answer was sent", func() bool { _, sent := ui.counts(); return len(sent) > 0 })
+	poll.Until(t, "the UI to hear the answer was sent", func() bool { _, sent := ui.counts(); return len(sent) > 0 })
 	if asked, sent := ui.counts(); asked != 1 || len(sent) != 1 {
 		t.Errorf("shown %d times, answered %d times; want once each", asked, len(sent))
 	}
@@ -234,24 +234,24 @@ func TestRecordedAnswerReplayedOnlyForTheSameQuestion(t *testing.T) {
 
 	a, b := promptEnv("el-a", "/a"), promptEnv("el-b", "/b")
 	in <- a
-	spacetest.WaitUntil(t, "the answer to a", func() bool { return conn.sentCount() == 1 })
+	poll.Until(t, "the answer to a", func() bool { return conn.sentCount() == 1 })
 	first := conn.last()
 
 	in <- a // asked again: the recorded answer goes out again
-	spacetest.WaitUntil(t, "the answer to a again", func() bool { return conn.sentCount() == 2 })
+	poll.Until(t, "the answer to a again", func() bool { return conn.sentCount() == 2 })
 	if again := conn.last(); !bytes.Equal(again.Payload, first.Payload) || again.CorrelationID.First() != "el-a" || again.ID == first.ID {
 		t.Fatalf("replayed %s %v %s, want the same payload to el-a in a new envelope", again.ID, again.CorrelationID, again.Payload)
 	}
 
 	in <- promptEnv("el-a", "/etc/passwd") // another call under a seen id
 	in <- b                                // answered; with Remember 1, a is forgotten
-	spacetest.WaitUntil(t, "the answer to b", func() bool { return conn.sentCount() == 3 })
+	poll.Until(t, "the answer to b", func() bool { return conn.sentCount() == 3 })
 	if got := conn.last().CorrelationID.First(); got != "el-b" {
 		t.Fatalf("third answer is to %s, want el-b (nothing for the changed prompt)", got)
 	}
 	in <- a // forgotten: neither shown again nor answered
 	in <- b // remembered
-	spacetest.WaitUntil(t, "b's answer again", func() bool { return conn.sentCount() == 4 })
+	poll.Until(t, "b's answer again", func() bool { return conn.sentCount() == 4 })
 	if got := conn.last().CorrelationID.First(); got != "el-b" {
 		t.Fatalf("fourth answer is to %s, want el-b", got)
 	}
@@ -273,9 +273,9 @@ func TestSeenPromptsAreBounded(t *testing.T) {
 	for i := 1; i <= limit; i++ {
 		in <- promptEnv(fmt.Sprintf("el-%d", i), "/x")
 	}
-	spacetest.WaitUntil(t, "an answer to every prompt", func() bool { return conn.sentCount() == limit+1 })
+	poll.Until(t, "an answer to every prompt", func() bool { return conn.sentCount() == limit+1 })
 	in <- oldest
-	spacetest.WaitUntil(t, "the forgotten prompt answered as new", func() bool { return conn.sentCount() == limit+2 })
+	poll.Until(t, "the forgotten prompt answered as new", func() bool { return conn.sentCount() == limit+2 })
 	if got := conn.last().CorrelationID.First(); got != "el-0" {
 		t.Fatalf("last answer is to %s, want el-0", got)
 	}

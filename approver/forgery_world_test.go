@@ -10,6 +10,7 @@ import (
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -124,7 +125,7 @@ func TestWorldForgedPromptContested(t *testing.T) {
 			}
 			before := asked()
 			w.srv.Drop("alice")
-			spacetest.WaitUntil(t, "the prompt asked again", func() bool { return asked() > before })
+			poll.Until(t, "the prompt asked again", func() bool { return asked() > before })
 			w.propose("p-later-marker") // a later prompt: alice's client has handled the re-ask before it
 			later := ui.card(t)
 			if later.Proposal == nil || later.Proposal.ID != "p-later-marker" {

@@ -10,7 +10,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/internal/spacetest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // holdUI shows each card until the test answers it (release) or it ends,
@@ -106,7 +106,7 @@ func TestGroupPromptsFromEveryMemberShown(t *testing.T) {
 		ui.card(t)
 		ui.release <- approve
 	}
-	spacetest.WaitUntil(t, "both answers", func() bool { return conn.sentCount() == 2 })
+	poll.Until(t, "both answers", func() bool { return conn.sentCount() == 2 })
 	if got, want := conn.answers(), []string{"ful-a:el-a", "ful-b:el-b"}; !slices.Equal(got, want) {
 		t.Errorf("answers %v, want %v", got, want)
 	}
@@ -139,7 +139,7 @@ func TestGroupAdoptedPromptIsOneCard(t *testing.T) {
 		adopted.From = "ful-b"
 		in <- adopted
 		ui.release <- approve
-		spacetest.WaitUntil(t, "the answer", func() bool { return conn.sentCount() == 1 })
+		poll.Until(t, "the answer", func() bool { return conn.sentCount() == 1 })
 		if got := conn.answers(); !slices.Equal(got, []string{"ful-b:el-1"}) {
 			t.Errorf("answers %v, want one to the adopter ful-b", got)
 		}
@@ -163,7 +163,7 @@ func TestGroupAdoptedPromptIsOneCard(t *testing.T) {
 		ui.release <- approve
 		ui.card(t)
 		ui.release <- approve
-		spacetest.WaitUntil(t, "both answers", func() bool { return conn.sentCount() == 2 })
+		poll.Until(t, "both answers", func() bool { return conn.sentCount() == 2 })
 		if got := conn.answers(); !slices.Equal(got, []string{"ful-a:el-0", "ful-b:el-1"}) {
 			t.Errorf("answers %v", got)
 		}
@@ -178,11 +178,11 @@ func TestGroupAdoptedPromptIsOneCard(t *testing.T) {
 		in <- first
 		ui.card(t)
 		ui.release <- approve
-		spacetest.WaitUntil(t, "the answer", func() bool { return conn.sentCount() == 1 })
+		poll.Until(t, "the answer", func() bool { return conn.sentCount() == 1 })
 		adopted := first
 		adopted.From = "ful-b"
 		in <- adopted
-		spacetest.WaitUntil(t, "the answer again", func() bool { return conn.sentCount() == 2 })
+		poll.Until(t, "the answer again", func() bool { return conn.sentCount() == 2 })
 		if got := conn.answers(); !slices.Equal(got, []string{"ful-a:el-1", "ful-b:el-1"}) {
 			t.Errorf("answers %v", got)
 		}
@@ -216,7 +216,7 @@ func TestGroupAdoptedPromptIsOneCard(t *testing.T) {
 			t.Errorf("shown %s from %s, want el-1 from ful-b", again.RequestID, again.From)
 		}
 		ui.release <- approve
-		spacetest.WaitUntil(t, "the answer", func() bool { return conn.sentCount() == 1 })
+		poll.Until(t, "the answer", func() bool { return conn.sentCount() == 1 })
 		if got := conn.answers(); !slices.Equal(got, []string{"ful-b:el-1"}) {
 			t.Errorf("answers %v", got)
 		}
@@ -245,7 +245,7 @@ func TestGroupReaskUnderNewIDReplacesCard(t *testing.T) {
 			t.Fatalf("shown %s, want el-b", c.RequestID)
 		}
 		ui.release <- approve
-		spacetest.WaitUntil(t, "the answer", func() bool { return conn.sentCount() == 1 })
+		poll.Until(t, "the answer", func() bool { return conn.sentCount() == 1 })
 		if got := conn.answers(); !slices.Equal(got, []string{"ful-b:el-b"}) {
 			t.Errorf("answers %v", got)
 		}
@@ -263,7 +263,7 @@ func TestGroupReaskUnderNewIDReplacesCard(t *testing.T) {
 		ui.release <- approve
 		ui.card(t)
 		ui.release <- approve
-		spacetest.WaitUntil(t, "three answers", func() bool { return conn.sentCount() == 3 })
+		poll.Until(t, "three answers", func() bool { return conn.sentCount() == 3 })
 		if got, want := ui.askedIDs(), []string{"el-0", "el-b", "el-c"}; !slices.Equal(got, want) {
 			t.Errorf("shown %v, want %v", got, want)
 		}

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/testenv"
 
 	"github.com/creack/pty"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
 // TestTerminalPTY runs the card UI on a real pseudo-terminal: the card
@@ -141,7 +141,7 @@ func TestTerminalPTYNarrowCountdown(t *testing.T) {
 	w := newWorld(t, oneApprover, nil)
 	ptmx, out := ptyUI(t, w, 40, func(ui *approver.Terminal) { ui.Tick = 10 * time.Millisecond })
 	id := w.propose("p-write")
-	spacetest.WaitUntil(t, "20 redraws of the countdown", func() bool { return strings.Count(out.String(), "\r\x1b[K[") >= 20 })
+	poll.Until(t, "20 redraws of the countdown", func() bool { return strings.Count(out.String(), "\r\x1b[K[") >= 20 })
 	var countdown []string
 	for _, l := range screenOf(out.String(), 40) {
 		if strings.Contains(l, " left]") {

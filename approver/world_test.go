@@ -18,6 +18,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -143,7 +144,7 @@ func newWorldConfig(t *testing.T, escalation string, cfg elicit.Config) *world {
 		elSub.Close()
 		<-elDone
 	})
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
+	poll.Until(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
 	w.prop = spacetest.NewProposer(t, w.join("coder", "coder-token"))
 	return w
 }

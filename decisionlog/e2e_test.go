@@ -16,6 +16,7 @@ import (
 	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -119,7 +120,7 @@ func TestE2EEveryLineJoinsItsDecision(t *testing.T) {
 	fulDone, elDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(fulDone); _ = ful.Run(fctx, fulSub.C()) }()
 	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(ful.Tools()) > 0 })
+	poll.Until(t, "tool discovery", func() bool { return len(ful.Tools()) > 0 })
 
 	coder := spacetest.Join(t, ctx, srv, "coder", "coder-token")
 	prop := spacetest.NewProposer(t, coder)
@@ -167,7 +168,7 @@ func TestE2EEveryLineJoinsItsDecision(t *testing.T) {
 	if err := prop.Withdraw(ctx, "p-w1", "changed my mind"); err != nil {
 		t.Fatal(err)
 	}
-	spacetest.WaitUntil(t, "the withdrawal", func() bool { return len(ful.Pending()) == 1 })
+	poll.Until(t, "the withdrawal", func() bool { return len(ful.Pending()) == 1 })
 	// A replayed id is ignored (rule 5), and logged.
 	if _, err := coder.Send(ctx, agent.Envelope{ID: "p-read", Kind: agent.KindProposal, Payload: json.RawMessage(read)}); err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func TestE2EEveryLineJoinsItsDecision(t *testing.T) {
 	// replay has been handled.
 	propose("p-marker", read)
 	outcome("p-marker", "fulfilled")
-	spacetest.WaitUntil(t, "the marker's response to be handled", func() bool { return len(ful.Pending()) == 1 })
+	poll.Until(t, "the marker's response to be handled", func() bool { return len(ful.Pending()) == 1 })
 	stopFul() // p-w2 is rejected "other" at shutdown
 	<-fulDone
 	el.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // wantAliceWrite is the elicitation alice gets for writeCall under the
@@ -150,7 +151,7 @@ func TestE2EAnswerFromParticipantNotAsked(t *testing.T) {
 	ea, _ := w.ask("alice"), w.ask("bob")
 	// carol was not asked about this proposal; she answers alice's prompt.
 	w.answer("carol", ea, `{"action":"accept","content":{"approve":true}}`)
-	waitUntil(t, "carol's answer to be ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
+	poll.Until(t, "carol's answer to be ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
 	if ev := w.eventsOf(elicit.EventIgnored)[0]; ev.From != "carol" || ev.Approver != "alice" {
 		t.Errorf("ignored %+v", ev)
 	}
@@ -189,7 +190,7 @@ func TestE2EForgedAnswerForKeyedApprover(t *testing.T) {
 	w.forge("mallory", forged(`{"action":"accept","content":{"approve":true}}`))
 	w.forge("mallory", forged(`{"action":"accept","content":{"approve":true,"signature":"`+badSig+`"}}`))
 	w.forge("mallory", forged(`{"action":"decline"}`))
-	waitUntil(t, "three forgeries", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 3 })
+	poll.Until(t, "three forgeries", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 3 })
 	if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {
 		t.Fatalf("after forged answers: %+v %v", s, ok)
 	}
@@ -267,7 +268,7 @@ func TestE2EQuorumTwoOneDeclineVetoes(t *testing.T) {
 		t.Errorf("with quorum 2 and everyone asked, nobody is left to delegate to: %s", ea.Payload)
 	}
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true}}`)
-	waitUntil(t, "alice's approval", func() bool { return len(w.eventsOf(elicit.EventAnswered)) == 1 })
+	poll.Until(t, "alice's approval", func() bool { return len(w.eventsOf(elicit.EventAnswered)) == 1 })
 	w.answer("bob", eb, `{"action":"decline"}`)
 	if out := w.outcome(id); out.Reason != "disagree" {
 		t.Fatalf("outcome %+v", out)
@@ -288,7 +289,7 @@ func TestE2EQuorumTwoApprovals(t *testing.T) {
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true}}`)
 	// The same approver twice counts once.
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true}}`)
-	waitUntil(t, "alice's second answer to be ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
+	poll.Until(t, "alice's second answer to be ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
 	if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {
 		t.Fatalf("one approver approved twice: %+v %v", s, ok)
 	}
@@ -385,7 +386,7 @@ func TestE2EDelegationNotOfferedIsNoAnswer(t *testing.T) {
 	// mallory is in the space but not an approver: alice cannot hand the
 	// decision to her. Alice's answer counts as none; bob still decides.
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"delegate_to":"mallory"}}`)
-	waitUntil(t, "the refused delegation", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
+	poll.Until(t, "the refused delegation", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
 	if n := len(w.elicitations()); n != 2 {
 		t.Errorf("%d elicitations, want no new one", n)
 	}
@@ -465,7 +466,7 @@ func TestE2EUnsignedDigestMismatch(t *testing.T) {
 	ea := w.ask("alice")
 	sig, _ := approval.Sign(priv, ea.ID, strings.Repeat("0", 64), "accept", json.RawMessage(`{"approve":true}`))
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"signature":"`+sig+`"}}`)
-	waitUntil(t, "the forgery", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 1 })
+	poll.Until(t, "the forgery", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 1 })
 	if out := w.outcome(id); out.Reason != "timeout" {
 		t.Fatalf("outcome %+v", out)
 	}
@@ -550,7 +551,7 @@ func TestE2ESDKStyleAnswerCountsAndWrongIDIsIgnored(t *testing.T) {
 		}
 	}
 	send(`{"jsonrpc":"2.0","id":` + string(rpcID(t, ea)) + `0,"result":{"action":"accept","content":{"approve":true}}}`)
-	waitUntil(t, "the answer with another id to be ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
+	poll.Until(t, "the answer with another id to be ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 1 })
 	if ev := w.eventsOf(elicit.EventIgnored)[0]; ev.Approver != "alice" || !strings.Contains(ev.Reason, "another JSON-RPC id") {
 		t.Errorf("ignored %+v", ev)
 	}

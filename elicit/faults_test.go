@@ -10,6 +10,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -54,7 +55,7 @@ func TestFaultDropDuringEscalationAsksAgain(t *testing.T) {
 	spacetest.Reconnected(t, w.srv, w.fc, w.humans["alice"].client, w.coder, w.fs)
 	again := w.askedAgain("alice", first)
 	// The event follows the write the envelope came from: wait for it.
-	waitUntil(t, "the asked_again event", func() bool { return len(w.eventsOf(elicit.EventAskedAgain)) > 0 })
+	poll.Until(t, "the asked_again event", func() bool { return len(w.eventsOf(elicit.EventAskedAgain)) > 0 })
 
 	w.answer("alice", again, `{"action":"accept","content":{"approve":true}}`)
 	if out := w.outcome(id); !out.Fulfilled || out.FulfilledBy != "fulfiller" {
@@ -162,7 +163,7 @@ func TestFaultReplayedSignedAnswerCountsOnce(t *testing.T) {
 	aliceYes := sign(alicePriv, ea)
 	w.answer("alice", ea, aliceYes)
 	w.answer("alice", ea, aliceYes) // the same answer again
-	waitUntil(t, "the second copy to be ignored", func() bool {
+	poll.Until(t, "the second copy to be ignored", func() bool {
 		for _, e := range w.eventsOf(elicit.EventIgnored) {
 			if e.RequestID == ea.ID && e.Reason == "already answered" {
 				return true
@@ -173,7 +174,7 @@ func TestFaultReplayedSignedAnswerCountsOnce(t *testing.T) {
 	// Alice's answer to the first proposal, put under her prompt about the
 	// second: the signature does not cover that prompt.
 	w.answer("alice", ea2, aliceYes)
-	waitUntil(t, "the moved answer to be refused", func() bool {
+	poll.Until(t, "the moved answer to be refused", func() bool {
 		for _, e := range w.eventsOf(elicit.EventForgery) {
 			if e.RequestID == ea2.ID && e.Approver == "alice" {
 				return true

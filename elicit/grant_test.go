@@ -14,6 +14,7 @@ import (
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // promptForm reads what an elicitation offers as its grant field and what
@@ -160,7 +161,7 @@ func TestE2EGrantWithBadSignatureHasNoEffect(t *testing.T) {
 	w.forge("mallory", forged(`{"action":"accept","content":{"approve":true,"grant":"1h","signature":"`+otherSig+`"}}`))
 	plainSig, _ := approval.Sign(priv, ea.ID, writeDigest, "accept", json.RawMessage(`{"approve":true}`))
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true,"grant":"1h","signature":"`+plainSig+`"}}`)
-	waitUntil(t, "two forgeries", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 2 })
+	poll.Until(t, "two forgeries", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 2 })
 	if s, ok := w.ful.Get(id); !ok || s.State != "awaiting_approval" {
 		t.Fatalf("after the forgeries: %+v %v, want still awaiting approval", s, ok)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // keySet is a reloadable key set as approverkeys.Watcher holds one: an
@@ -64,7 +65,7 @@ func TestE2EReplacedKeyVerifiesOpenPromptWithTheNewKeyOnly(t *testing.T) {
 	keys.set(approval.Keys{"alice": newPub})
 
 	w.answer("alice", ea, signedAccept(t, oldPriv, ea))
-	waitUntil(t, "the old key's answer refused as a forgery", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 1 })
+	poll.Until(t, "the old key's answer refused as a forgery", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 1 })
 	w.awaiting(id)
 
 	w.answer("alice", ea, signedAccept(t, newPriv, ea))
@@ -88,7 +89,7 @@ func TestE2EKeyAddedAfterPromptAnswerMustBeSigned(t *testing.T) {
 	keys.set(approval.Keys{"alice": pub})
 
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true}}`)
-	waitUntil(t, "the unsigned answer refused as a forgery", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 1 })
+	poll.Until(t, "the unsigned answer refused as a forgery", func() bool { return len(w.eventsOf(elicit.EventForgery)) == 1 })
 	w.awaiting(id)
 
 	w.answer("alice", ea, signedAccept(t, priv, ea))
@@ -114,7 +115,7 @@ func TestE2EKeyRemovedAfterPromptNoAnswerCounts(t *testing.T) {
 	w.answer("alice", ea, `{"action":"accept","content":{"approve":true}}`)
 	w.answer("alice", ea, signedAccept(t, priv, ea))
 	w.answer("alice", ea, `{"action":"decline"}`)
-	waitUntil(t, "three answers ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 3 })
+	poll.Until(t, "three answers ignored", func() bool { return len(w.eventsOf(elicit.EventIgnored)) == 3 })
 	for _, e := range w.eventsOf(elicit.EventIgnored) {
 		if e.Reason != "alice's key was removed after they were asked: the answer cannot be verified" || e.RequestID != ea.ID {
 			t.Errorf("ignored: %+v", e)

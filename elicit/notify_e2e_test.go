@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/notify"
 )
 
@@ -51,7 +52,7 @@ func TestE2ENotifyHangingReceiverDelaysNothing(t *testing.T) {
 		t.Errorf("approved to fulfilled took %s", d)
 	}
 	// The elicitor said how it ended, naming who was asked.
-	waitUntil(t, "the ended event", func() bool { return len(w.eventsOf(elicit.EventEnded)) == 1 })
+	poll.Until(t, "the ended event", func() bool { return len(w.eventsOf(elicit.EventEnded)) == 1 })
 	op, end := w.eventsOf(elicit.EventOpened)[0], w.eventsOf(elicit.EventEnded)[0]
 	if p := op.Prompt; p == nil || p.Proposer != "coder" || p.Tool != "write_file" || p.Target != "fs" || p.Digest != writeDigest ||
 		!slices.Equal(p.Asked, []string{"alice", "bob"}) || p.Quorum != 1 || p.Arguments != nil || p.Deadline.IsZero() {
@@ -73,7 +74,7 @@ func TestE2ENotifyArgumentsWhenTheDecisionSaysSo(t *testing.T) {
 	if out := w.outcome(id); !out.Rejected {
 		t.Fatalf("outcome %+v", out)
 	}
-	waitUntil(t, "the ended event", func() bool { return len(w.eventsOf(elicit.EventEnded)) == 1 })
+	poll.Until(t, "the ended event", func() bool { return len(w.eventsOf(elicit.EventEnded)) == 1 })
 	op, end := w.eventsOf(elicit.EventOpened)[0], w.eventsOf(elicit.EventEnded)[0]
 	if string(op.Prompt.Arguments) != `{"path":"/srv/prod/motd","content":"hi"}` {
 		t.Errorf("arguments %s", op.Prompt.Arguments)

@@ -23,6 +23,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -298,7 +299,7 @@ func (w *world) startFulfiller() {
 		})
 	}
 	t.Cleanup(w.stopFul)
-	waitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
+	poll.Until(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
 }
 
 // crashFulfiller stops the fulfiller process as kill -9 would: its store
@@ -308,11 +309,9 @@ func (w *world) crashFulfiller() {
 	w.t.Helper()
 	w.killStore()
 	w.fc.Close()
-	waitUntil(w.t, "the fulfiller to be gone", func() bool { _, here := w.coder.Participant("fulfiller"); return !here })
+	poll.Until(w.t, "the fulfiller to be gone", func() bool { _, here := w.coder.Participant("fulfiller"); return !here })
 	w.stopFul()
 }
-
-var waitUntil = spacetest.WaitUntil
 
 // arrive joins a human to the space (again, after leave); the
 // elicitations addressed to them land in their inbox, which is kept across
@@ -358,7 +357,7 @@ func (w *world) arrive(id string) *human {
 func (w *world) leave(id string) {
 	w.t.Helper()
 	w.humans[id].client.Close()
-	waitUntil(w.t, id+" to be gone", func() bool { _, here := w.fc.Participant(id); return !here })
+	poll.Until(w.t, id+" to be gone", func() bool { _, here := w.fc.Participant(id); return !here })
 }
 
 func (w *world) propose(id, payload string) string {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -105,7 +106,7 @@ func newRestartable(t *testing.T, fulCfg fulfill.Config, tune func(*agent.Config
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.ful.Run(fctx, sub.C()) }()
 	t.Cleanup(func() { stop(); <-done })
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(r.ful.Tools()) == 1 })
+	poll.Until(t, "tool discovery", func() bool { return len(r.ful.Tools()) == 1 })
 	r.prop = join("coder", "coder-token", nil)
 	return r
 }
@@ -129,7 +130,7 @@ func (r *restartable) stop() {
 	r.t.Helper()
 	r.srv.Close()
 	r.down = time.Now()
-	spacetest.WaitUntil(r.t, "the fulfiller to lose its session", func() bool { return !r.fc.Connected() })
+	poll.Until(r.t, "the fulfiller to lose its session", func() bool { return !r.fc.Connected() })
 }
 
 // A fulfilment times out while the fulfiller's link is down: its
@@ -151,7 +152,7 @@ func TestCancellationLostInOutageIsSentAfterReconnect(t *testing.T) {
 		return e.Kind == agent.KindRequest && e.From == "fulfiller" && e.CorrelationID.First() == "p-sleep"
 	})
 	r.stop()
-	spacetest.WaitUntil(t, "the cancellation to be kept for later", func() bool { return r.fc.Stats().Queued == 1 })
+	poll.Until(t, "the cancellation to be kept for later", func() bool { return r.fc.Stats().Queued == 1 })
 	for _, e := range r.wire.Envelopes() {
 		if e.CorrelationID.First() == req.ID {
 			t.Fatalf("the cancellation went out before the outage: %s", e.Raw)
@@ -186,7 +187,7 @@ func TestReconnectSoonAfterGatewayRestart(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // the outage, not an assertion
 	r.start()
 	outage := time.Since(r.down)
-	spacetest.WaitUntil(t, "the fulfiller to rejoin", func() bool { return r.fc.Connected() })
+	poll.Until(t, "the fulfiller to rejoin", func() bool { return r.fc.Connected() })
 
 	attempts := int(r.fc.Stats().ReconnectAttempts)
 	delay := func(n int) time.Duration {

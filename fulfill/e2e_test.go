@@ -17,6 +17,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -176,7 +177,7 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	go func() { defer close(w.fulDone); _ = w.ful.Run(fctx, fulSub.C()) }()
 	t.Cleanup(w.stopFulfiller)
 	t.Cleanup(w.gate.open) // runs first: a gated decision must not hold shutdown
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == len(tools) })
+	poll.Until(t, "tool discovery", func() bool { return len(w.ful.Tools()) == len(tools) })
 
 	w.coder = join("coder", "coder-token")
 	w.prop = spacetest.NewProposer(t, w.coder)
@@ -187,8 +188,6 @@ func (w *world) stopFulfiller() {
 	w.stopFul()
 	<-w.fulDone
 }
-
-var waitUntil = spacetest.WaitUntil
 
 // propose sends a proposal from coder and returns its id.
 func (w *world) propose(id, payload string, to ...string) string {
@@ -373,11 +372,11 @@ func TestE2EDuplicateID(t *testing.T) {
 func TestE2EWithdrawBeforeDecision(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-slow-3", `{"method":"tools/call","params":{"name":"slow"}}`)
-	waitUntil(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
+	poll.Until(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
 	if err := w.prop.Withdraw(context.Background(), id, "no_longer_needed"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "withdrawal", func() bool { _, ok := w.ful.Get(id); return !ok })
+	poll.Until(t, "withdrawal", func() bool { _, ok := w.ful.Get(id); return !ok })
 	w.gate.open()
 	marker := w.propose("marker", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":1}}}`)
 	w.outcome(marker)
@@ -389,7 +388,7 @@ func TestE2EWithdrawBeforeDecision(t *testing.T) {
 func TestE2ESpoofedWithdrawIgnored(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-slow-5", `{"method":"tools/call","params":{"name":"slow"}}`)
-	waitUntil(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
+	poll.Until(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
 	// The gateway does not authenticate from: another participant can
 	// write a withdrawal that claims to come from anyone but the proposer.
 	other, err := agent.Dial(context.Background(), agent.Config{URL: w.srv.URL(), ID: "mallory", Token: "coder-token"})
@@ -425,7 +424,7 @@ func TestE2ELateWithdrawIgnored(t *testing.T) {
 func TestE2ESupersededByAnotherFulfiller(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-slow-6", `{"method":"tools/call","params":{"name":"slow"}}`)
-	waitUntil(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
+	poll.Until(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
 	other, err := agent.Dial(context.Background(), agent.Config{URL: w.srv.URL(), ID: "other-fulfiller", Token: "other-token"})
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +438,7 @@ func TestE2ESupersededByAnotherFulfiller(t *testing.T) {
 	if out.FulfilledBy != "other-fulfiller" {
 		t.Fatalf("outcome %+v", out)
 	}
-	waitUntil(t, "superseded", func() bool { _, ok := w.ful.Get(id); return !ok })
+	poll.Until(t, "superseded", func() bool { _, ok := w.ful.Get(id); return !ok })
 	w.gate.open()
 	marker := w.propose("marker", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":1}}}`)
 	w.outcome(marker)
@@ -507,7 +506,7 @@ func TestE2EShutdownAnswersPendingWork(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	a := w.propose("p-a", `{"method":"tools/call","params":{"name":"slow"}}`)
 	b := w.propose("p-b", `{"method":"tools/call","params":{"name":"slow"}}`)
-	waitUntil(t, "both pending", func() bool { return len(w.ful.Pending()) == 2 })
+	poll.Until(t, "both pending", func() bool { return len(w.ful.Pending()) == 2 })
 	w.stopFulfiller()
 	for _, id := range []string{a, b} {
 		out := w.outcome(id)

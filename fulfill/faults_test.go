@@ -7,6 +7,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -166,12 +167,12 @@ func TestFaultGatewayStallDuringDecision(t *testing.T) {
 		}
 	}})
 	id := w.propose("p-slow", `{"method":"tools/call","params":{"name":"slow"}}`)
-	waitUntil(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
+	poll.Until(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
 
 	w.srv.SetStalled(true)
-	waitUntil(t, "the fulfiller to notice the hung gateway", func() bool { return w.fc.Stats().SessionsLost > 0 })
+	poll.Until(t, "the fulfiller to notice the hung gateway", func() bool { return w.fc.Stats().SessionsLost > 0 })
 	w.gate.open() // the decision is made while the link is down: its request waits for a session
-	waitUntil(t, "the fulfilment to start", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "fulfilling" })
+	poll.Until(t, "the fulfilment to start", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "fulfilling" })
 	w.srv.SetStalled(false)
 
 	// The answer waits for the reconnect: on a loaded CI machine under

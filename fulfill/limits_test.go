@@ -13,6 +13,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -101,7 +102,7 @@ func newLimitsWorld(t *testing.T, maxFrame int64, policyTimeout time.Duration) *
 	go func() { defer close(lw.fulDone); _ = lw.ful.Run(fctx, fulSub.C()) }()
 	t.Cleanup(lw.stopFulfiller)
 	t.Cleanup(lw.gate.open)
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(lw.ful.Tools()) == len(tools) })
+	poll.Until(t, "tool discovery", func() bool { return len(lw.ful.Tools()) == len(tools) })
 
 	lw.coder = spacetest.Join(t, ctx, srv, "coder", "coder-token")
 	lw.prop = spacetest.NewProposer(t, lw.coder)
@@ -112,7 +113,7 @@ func (lw *limitsWorld) decision(id string) decision.Decision {
 	lw.t.Helper()
 	var d decision.Decision
 	var ok bool
-	waitUntil(lw.t, "the decision of "+id, func() bool {
+	poll.Until(lw.t, "the decision of "+id, func() bool {
 		lw.mu.Lock()
 		defer lw.mu.Unlock()
 		d, ok = lw.decisions[id]

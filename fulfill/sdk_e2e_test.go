@@ -11,6 +11,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/ops"
@@ -91,7 +92,7 @@ func (w *world) toolAnswer(req agent.Envelope) agent.Envelope {
 // was freed by the answer.
 func (w *world) gone(id string) {
 	w.t.Helper()
-	spacetest.WaitUntil(w.t, id+" to leave the pending work", func() bool { _, ok := w.ful.Get(id); return !ok })
+	poll.Until(w.t, id+" to leave the pending work", func() bool { _, ok := w.ful.Get(id); return !ok })
 }
 
 func TestE2ESDKToolFulfilled(t *testing.T) {
@@ -178,7 +179,7 @@ func TestE2ESDKForgedAnswers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spacetest.WaitUntil(t, "the forgery to be recorded", func() bool { return len(rec.at(fulfill.StageIgnored)) == 1 })
+		poll.Until(t, "the forgery to be recorded", func() bool { return len(rec.at(fulfill.StageIgnored)) == 1 })
 		e := rec.at(fulfill.StageIgnored)[0]
 		if e.ProposalID != id || e.Reason != fulfill.ReasonResponseFromOther || !slices.Equal(e.By, []string{"mallory"}) ||
 			e.Message != fmt.Sprintf("response %s to fulfilment request %s came from mallory, not calculator", forged.ID, req.ID) {
@@ -188,7 +189,7 @@ func TestE2ESDKForgedAnswers(t *testing.T) {
 			t.Fatalf("after the forgery: %+v %v, want still fulfilling", s, ok)
 		}
 		w.release <- struct{}{}
-		spacetest.WaitUntil(t, "the real answer", func() bool { return len(rec.at(fulfill.StageFulfilled)) == 1 })
+		poll.Until(t, "the real answer", func() bool { return len(rec.at(fulfill.StageFulfilled)) == 1 })
 		if f := rec.at(fulfill.StageFulfilled)[0]; string(f.Result) != `{"content":[{"type":"text","text":"held"}]}` {
 			t.Errorf("fulfilled with %s", f.Result)
 		}
@@ -203,9 +204,9 @@ func TestE2ESDKForgedAnswers(t *testing.T) {
 		req := w.request(id)
 		<-w.held
 		forge(t, w.srv.URL(), "mallory", "calc-token", `{"id":"forged-2","from":"calculator","to":["fulfiller"],"kind":"mcp/response","correlation_id":["`+req.ID+`"],"payload":{"result":{"content":[{"type":"text","text":"forged"}]}}}`)
-		spacetest.WaitUntil(t, "the forgery to end the fulfilment", func() bool { return len(rec.at(fulfill.StageFulfilled)) == 2 })
+		poll.Until(t, "the forgery to end the fulfilment", func() bool { return len(rec.at(fulfill.StageFulfilled)) == 2 })
 		w.release <- struct{}{}
-		spacetest.WaitUntil(t, "the conflict to be recorded", func() bool { return len(rec.at(fulfill.StageIgnored)) == 2 })
+		poll.Until(t, "the conflict to be recorded", func() bool { return len(rec.at(fulfill.StageIgnored)) == 2 })
 		e := rec.at(fulfill.StageIgnored)[1]
 		if e.ProposalID != id || e.Reason != fulfill.ReasonConflictingResponse || string(e.Result) != `{"result":{"content":[{"type":"text","text":"held"}]}}` {
 			t.Errorf("conflict event %+v result %s", e, e.Result)
@@ -272,7 +273,7 @@ func TestE2EOneProposerCannotHoldEverySlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spacetest.WaitUntil(t, "mallory's calls to be decided", func() bool {
+	poll.Until(t, "mallory's calls to be decided", func() bool {
 		queued := 0
 		for _, s := range w.ful.Pending() {
 			if s.State == "queued" {

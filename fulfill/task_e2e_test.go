@@ -12,6 +12,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -164,11 +165,11 @@ func (w *taskWorld) start() {
 			st.Close()
 		}
 		fc.Close()
-		spacetest.WaitUntil(t, "the fulfiller to be gone", func() bool { _, here := w.coder.Participant("fulfiller"); return !here })
+		poll.Until(t, "the fulfiller to be gone", func() bool { _, here := w.coder.Participant("fulfiller"); return !here })
 		w.stopFul()
 	}
 	t.Cleanup(w.stopFul)
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 3 })
+	poll.Until(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 3 })
 }
 
 func (w *taskWorld) propose(id, payload string) string {
@@ -371,7 +372,7 @@ func TestE2ETaskWithdrawCancelsOnce(t *testing.T) {
 	w := newTaskWorld(t, toolserver.TasksExtension, false, "")
 	id := w.propose("p-migrate", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3}}}`)
 	req, taskID := w.taskOf("migrate")
-	spacetest.WaitUntil(t, "the task state", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "task" })
+	poll.Until(t, "the task state", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "task" })
 	for range 2 {
 		if err := w.prop.Withdraw(w.ctx, id, "no_longer_needed"); err != nil {
 			t.Fatal(err)
@@ -381,7 +382,7 @@ func TestE2ETaskWithdrawCancelsOnce(t *testing.T) {
 		return e.From == "fulfiller" && strings.Contains(string(e.Payload), `"tasks/cancel"`)
 	})
 	exact(t, cancel, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["`+req.ID+`"],"payload":{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"taskId":"`+taskID+`"}}}`)
-	spacetest.WaitUntil(t, "the task cancelled at its owner", func() bool {
+	poll.Until(t, "the task cancelled at its owner", func() bool {
 		ti, ok := w.tools.Task(taskID)
 		return ok && ti.Status == "cancelled"
 	})
@@ -455,7 +456,7 @@ func TestE2ETaskSurvivesRestart(t *testing.T) {
 	})
 	w.crash()
 	w.start()
-	spacetest.WaitUntil(t, "the task followed again", func() bool {
+	poll.Until(t, "the task followed again", func() bool {
 		s, ok := w.ful.Get(id)
 		return ok && s.State == "task" && s.Task != nil && s.Task.ID == taskID
 	})
@@ -479,7 +480,7 @@ func TestE2ETaskForgedCompletionIgnored(t *testing.T) {
 	w := newTaskWorld(t, toolserver.TasksExtension, true, "")
 	id := w.propose("p-migrate", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3}}}`)
 	req, taskID := w.taskOf("migrate")
-	spacetest.WaitUntil(t, "the task state", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "task" })
+	poll.Until(t, "the task state", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "task" })
 	forged := `{"kind":"mcp/request","from":"calculator","to":["fulfiller"],"correlation_id":["` + req.ID + `"],"payload":{"jsonrpc":"2.0","method":"notifications/tasks","params":{"taskId":"` + taskID + `","status":"completed","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":60000,"result":{"content":[{"type":"text","text":"forged"}]}}}}`
 	// A flood of them: each is a hint, and hints make at most one
 	// tasks/get per 100ms whatever their number.
@@ -536,7 +537,7 @@ func TestE2ETaskIsPendingWork(t *testing.T) {
 	w := newTaskWorld(t, toolserver.TasksExtension, false, "", func(c *fulfill.Config) { c.MaxPending, c.MaxPendingPerProposer, c.MaxInflight = 1, 10, 1 })
 	first := w.propose("p-first", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":1}}}`)
 	_, firstTask := w.taskOf("migrate")
-	spacetest.WaitUntil(t, "the task state", func() bool { s, ok := w.ful.Get(first); return ok && s.State == "task" })
+	poll.Until(t, "the task state", func() bool { s, ok := w.ful.Get(first); return ok && s.State == "task" })
 	if pending, inflight := w.ful.Counts(); pending != 1 || inflight != 0 {
 		t.Errorf("counts %d pending, %d in flight; want the task pending and its slot free", pending, inflight)
 	}
@@ -551,14 +552,14 @@ func TestE2ETaskIsPendingWork(t *testing.T) {
 	if out := w.outcome(first); !out.Rejected || out.Reason != "other" {
 		t.Fatalf("cancelled task: %+v, want reject other", out)
 	}
-	spacetest.WaitUntil(t, "the task cancelled at its owner", func() bool {
+	poll.Until(t, "the task cancelled at its owner", func() bool {
 		ti, ok := w.tools.Task(firstTask)
 		return ok && ti.Status == "cancelled" && ti.Cancels == 1
 	})
 
 	second := w.propose("p-second", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":1}}}`)
 	var secondTask string
-	spacetest.WaitUntil(t, "the second task", func() bool {
+	poll.Until(t, "the second task", func() bool {
 		s, ok := w.ful.Get(second)
 		if ok && s.Task != nil {
 			secondTask = s.Task.ID
@@ -569,7 +570,7 @@ func TestE2ETaskIsPendingWork(t *testing.T) {
 	if out := w.outcome(second); !out.Rejected || out.Reason != "other" {
 		t.Fatalf("a task at shutdown: %+v, want reject other", out)
 	}
-	spacetest.WaitUntil(t, "the task cancelled at shutdown", func() bool {
+	poll.Until(t, "the task cancelled at shutdown", func() bool {
 		ti, ok := w.tools.Task(secondTask)
 		return ok && ti.Status == "cancelled" && ti.Cancels == 1
 	})

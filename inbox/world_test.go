@@ -20,6 +20,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/inbox"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -146,7 +147,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		elSub.Close()
 		<-elDone
 	})
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
+	poll.Until(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
 	w.humans = map[string]*agent.Client{}
 	for _, h := range o.humans {
 		w.humans[h] = w.join(h, "human-token")

@@ -17,6 +17,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/ops"
@@ -131,7 +132,7 @@ func TestOperatorCancelsPendingEscalation(t *testing.T) {
 	if _, err := prop.Propose(ctx, "p-1", []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"delete","arguments":{"path":"/x"}}}`)); err != nil {
 		t.Fatal(err)
 	}
-	spacetest.WaitUntil(t, "the escalation is open", func() bool {
+	poll.Until(t, "the escalation is open", func() bool {
 		s, ok := ful.Get("p-1")
 		return ok && s.State == "awaiting_approval"
 	})
@@ -209,7 +210,7 @@ func TestOperatorCancelsPendingEscalation(t *testing.T) {
 
 	// The gateway goes away: not ready, with the reason.
 	srv.Close()
-	spacetest.WaitUntil(t, "readyz turns 503", func() bool {
+	poll.Until(t, "readyz turns 503", func() bool {
 		code, _ := do(t, "GET", hs.URL+"/readyz", "")
 		return code == 503
 	})

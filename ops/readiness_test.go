@@ -12,6 +12,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/ops"
@@ -93,7 +94,7 @@ func TestWrongTokenNotReadyAndNoAnswerCountedAsSent(t *testing.T) {
 		}
 		return out
 	}
-	spacetest.WaitUntil(t, "both answers reported undelivered", func() bool { return len(undelivered()) == 2 })
+	poll.Until(t, "both answers reported undelivered", func() bool { return len(undelivered()) == 2 })
 	for id, e := range undelivered() {
 		if e.Reason != fulfill.UndeliveredNotWritten || e.Envelope != agent.KindReject || e.Target != "fs" ||
 			e.Message != "send mcp/reject: not permitted by own capabilities" {

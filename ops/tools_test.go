@@ -11,6 +11,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -67,7 +68,7 @@ func TestToolsShowsDeclaredAndOwnerAnnotations(t *testing.T) {
 	go func() { defer close(fulDone); _ = ful.Run(fulCtx, sub.C()) }()
 	defer func() { stopFul(); <-fulDone; sub.Close() }()
 	h.SetOperator(ful)
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(ful.Tools()) == 2 })
+	poll.Until(t, "tool discovery", func() bool { return len(ful.Tools()) == 2 })
 
 	if code, _ := do(t, "GET", hs.URL+"/v1/tools", ""); code != 401 {
 		t.Fatalf("without the token: %d", code)

@@ -21,6 +21,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/browsertest"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -133,7 +134,7 @@ func (w *world) startFulfillerWith(policyText string) *spacetestProposer {
 	go func() { defer close(fulDone); _ = ful.Run(ctx, fulSub.C()) }()
 	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
 	t.Cleanup(func() { cancel(); <-fulDone; el.Close(); elSub.Close(); <-elDone })
-	spacetest.WaitUntil(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
+	poll.Until(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
 	return &spacetestProposer{w: w, c: spacetest.Join(t, w.ctx, w.srv, "coder", "coder-token")}
 }
 
@@ -229,7 +230,7 @@ func TestTeamInboxPasskeyApproval(t *testing.T) {
 	p.propose("p-1", "/srv/prod/motd")
 	do(t, alice, "the card", chromedp.WaitVisible(card("p-1", "open")))
 	do(t, alice, "approve", chromedp.Click(card("p-1", "open")+`//button[normalize-space()="Approve"]`))
-	spacetest.WaitUntil(t, "the fulfilment", func() bool { return w.fulfilments("p-1") == 1 })
+	poll.Until(t, "the fulfilment", func() bool { return w.fulfilments("p-1") == 1 })
 	do(t, alice, "the card answered", chromedp.WaitVisible(card("p-1", "sent")))
 	if f := forgeries(); len(f) != 0 {
 		t.Fatalf("forgeries: %+v", f)
@@ -271,7 +272,7 @@ func TestTeamInboxCannotForge(t *testing.T) {
 		t.Fatalf("bob's cards: %s", bobCards)
 	}
 	do(t, alice, "approve", chromedp.Click(card("p-2", "open")+`//button[normalize-space()="Approve"]`))
-	spacetest.WaitUntil(t, "the forgery", func() bool { return len(forgeries()) == 1 })
+	poll.Until(t, "the forgery", func() bool { return len(forgeries()) == 1 })
 	if f := forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-2" {
 		t.Fatalf("forgery event %+v", f)
 	}
@@ -313,7 +314,7 @@ func TestTeamInboxCannotChangeTheCall(t *testing.T) {
 	p.propose("p-3", "/srv/prod/motd")
 	do(t, alice, "the card", chromedp.WaitVisible(card("p-3", "open")))
 	do(t, alice, "approve", chromedp.Click(card("p-3", "open")+`//button[normalize-space()="Approve"]`))
-	spacetest.WaitUntil(t, "the forgery", func() bool { return len(forgeries()) == 1 })
+	poll.Until(t, "the forgery", func() bool { return len(forgeries()) == 1 })
 	if f := forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-3" {
 		t.Fatalf("forgery event %+v", f)
 	}

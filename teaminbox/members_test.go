@@ -23,6 +23,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/teaminbox"
@@ -100,7 +101,7 @@ func TestRunJoinsEnrolledApprovers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- in.Run(ctx, join, approver.Options{}) }()
 	watcher := spacetest.Join(t, context.Background(), srv, "watcher", "human-token")
-	spacetest.WaitUntil(t, "alice in the space", func() bool { _, ok := watcher.Participant("alice"); return ok })
+	poll.Until(t, "alice in the space", func() bool { _, ok := watcher.Participant("alice"); return ok })
 
 	h := in.Handler()
 	if code, msg := post(t, h, "/api/login/begin", `{"approver":"mallory"}`); code != http.StatusForbidden {
@@ -121,7 +122,7 @@ func TestRunJoinsEnrolledApprovers(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	spacetest.WaitUntil(t, "alice gone", func() bool { _, ok := watcher.Participant("alice"); return !ok })
+	poll.Until(t, "alice gone", func() bool { _, ok := watcher.Participant("alice"); return !ok })
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(joined, []string{"alice"}) {

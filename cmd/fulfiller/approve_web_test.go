@@ -14,6 +14,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
@@ -89,7 +90,7 @@ func TestApproveWebServesTheInbox(t *testing.T) {
 	}
 
 	// The page's feed shows the card; the page answers it.
-	spacetest.WaitUntil(t, "the card in the page's feed", func() bool {
+	poll.Until(t, "the card in the page's feed", func() bool {
 		return slices.ContainsFunc(openCards(ctx, browser, base), func(c card) bool { return c.ID == prompt.ID })
 	})
 	req, _ := http.NewRequest(http.MethodPost, base+"/answer", strings.NewReader(`{"id":"`+prompt.ID+`","action":"approve"}`))

@@ -22,6 +22,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/internal/browsertest"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -286,7 +287,7 @@ func TestInboxBinaryPasskeyRoundTrip(t *testing.T) {
 	t.Cleanup(func() { _ = run.Process.Signal(os.Interrupt); _ = run.Wait() })
 	coder := spacetest.Join(t, w.ctx, w.srv, "coder", "coder-token")
 	prop := spacetest.NewProposer(t, coder)
-	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
 
 	if _, err := prop.Propose(w.ctx, "p-1", []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`)); err != nil {
 		t.Fatal(err)

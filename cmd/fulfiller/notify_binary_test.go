@@ -23,6 +23,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/internal/mailpittest"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 )
@@ -116,7 +117,7 @@ func TestRunBinaryNotifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
-	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
 
 	if _, err := prop.Propose(ctx, "p-1", []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"s3cret-content"}}}`)); err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestRunBinaryNotifies(t *testing.T) {
 
 	// The webhook: four events, each signed (the receiver refuses any
 	// other), in order, exactly.
-	spacetest.WaitUntil(t, "four webhook events", func() bool { return len(hook.got()) >= 4 })
+	poll.Until(t, "four webhook events", func() bool { return len(hook.got()) >= 4 })
 	digest, _ := approval.CallDigest("tools/call", json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"s3cret-content"}}`))
 	common := `"proposal":"p-1","proposer":"coder","method":"tools/call","tool":"write_file","server":"fs","digest":"` + digest[:12] + `"`
 	want := []string{

@@ -104,7 +104,7 @@ func TestRunBinaryGrants(t *testing.T) {
 	}
 
 	first := start()
-	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
 	read("p-1", "/srv/logs/app.log")
 	prompt := asked("p-1")
 	if !strings.Contains(string(prompt.Payload), `"grant":{"type":"string","title":"Also allow calls like this for","enum":["","15m","1h"],"default":""}`) {
@@ -124,9 +124,9 @@ func TestRunBinaryGrants(t *testing.T) {
 	if err := first.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	spacetest.WaitUntil(t, "the fulfiller gone", func() bool { _, ok := coder.Participant("fulfiller"); return !ok })
+	poll.Until(t, "the fulfiller gone", func() bool { _, ok := coder.Participant("fulfiller"); return !ok })
 	start()
-	spacetest.WaitUntil(t, "the fulfiller back", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	poll.Until(t, "the fulfiller back", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
 	read("p-3", "/srv/logs/debug.log")
 	fulfilled("p-3")
 	for _, id := range []string{"p-2", "p-3"} {
@@ -229,7 +229,7 @@ func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
 	env := map[string]string{"FULFILLER_HTTP": addr, "FULFILLER_HTTP_TOKEN": "op-secret"}
 
 	first, logs := start("FULFILLER_GATEWAY_AUTHENTICATES_FROM=true")
-	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
 	read("p-1")
 	prompt := asked("p-1")
 	if !strings.Contains(string(prompt.Payload), `"grant":{"max_ttl":"1h","scope":["proposer","tool","arguments.path:prefix"],"offers":["15m","1h"]}`) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 )
 
@@ -43,7 +44,7 @@ func TestRunGroupRollingRestart(t *testing.T) {
 	addr := map[string]string{"ful-a": freeAddr(t), "ful-b": freeAddr(t)}
 	start := func(id string) *os.Process {
 		p := w.start(bin, id, url, "--lease", "2s", "--http", addr[id], "--http-token-file", tokFile)
-		spacetest.WaitUntil(t, id+" is ready", func() bool { code, _ := httpGet(addr[id], "/readyz", ""); return code == 200 })
+		poll.Until(t, id+" is ready", func() bool { code, _ := httpGet(addr[id], "/readyz", ""); return code == 200 })
 		return p
 	}
 	stop := func(id string, p *os.Process) {
@@ -113,7 +114,7 @@ func TestRunGroupRollingRestart(t *testing.T) {
 		}
 		// The call's response is awaited by the adopter: released once
 		// the adopter holds the proposal.
-		spacetest.WaitUntil(t, to+" holds "+slow, func() bool { return owners(to)[slow] == to })
+		poll.Until(t, to+" holds "+slow, func() bool { return owners(to)[slow] == to })
 		w.release(slow)
 		for _, id := range append(slices.Clone(asks), slow) {
 			out, err := prop.Wait(w.ctx, id)
@@ -126,7 +127,7 @@ func TestRunGroupRollingRestart(t *testing.T) {
 			}
 			// The proposer has its answer; the adopter ends the
 			// proposal once it has read the response too.
-			spacetest.WaitUntil(t, to+" ends "+id, func() bool { _, held := owners(to)[id]; return !held })
+			poll.Until(t, to+" ends "+id, func() bool { _, held := owners(to)[id]; return !held })
 		}
 	}
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/testenv"
 )
@@ -30,7 +31,7 @@ func startNATSServer(t *testing.T, w *stateWorld) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
-	spacetest.WaitUntil(t, "nats-server listens", func() bool {
+	poll.Until(t, "nats-server listens", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -109,7 +110,7 @@ func TestRunGroupOfTwoAnswersOnceAndAdopts(t *testing.T) {
 	// read the response too (else, alone, it would answer it "other" as
 	// it stops). Once it has exited, whatever the group sent is on the
 	// wire: no second answer can still be coming.
-	spacetest.WaitUntil(t, again.From+" has nothing pending", func() bool {
+	poll.Until(t, again.From+" has nothing pending", func() bool {
 		_, m := httpGet(addrs[again.From], "/metrics", "")
 		return strings.Contains(m, "\nfulfiller_proposals_pending 0\n")
 	})

@@ -74,7 +74,7 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 	}
 	t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
 	poll.Until(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
-	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
 
 	metric := func(name string) string {
 		_, body := httpGet(addr, "/metrics", "")

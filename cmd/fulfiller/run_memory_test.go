@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/internal/spacetest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // memoryCeiling is the peak RSS docs/limits.md ("Memory") promises under
@@ -79,7 +79,7 @@ func TestRunMemoryOfLargeEscalations(t *testing.T) {
 			t.Logf("fulfiller's log:\n%s", stderr)
 		}
 	}()
-	spacetest.WaitUntil(t, "the fulfiller to join", func() bool { return len(w.Space.Participants()) == 4 })
+	poll.Until(t, "the fulfiller to join", func() bool { return len(w.Space.Participants()) == 4 })
 	content := strings.Repeat("x", size)
 	proposers := make([]*agent.Client, 4)
 	for i := range proposers {

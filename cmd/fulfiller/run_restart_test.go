@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -200,7 +201,7 @@ func TestRunResumesAfterSIGKILL(t *testing.T) {
 
 	step("first start")
 	first := w.start(bin, "fulfiller", dir)
-	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
 	w.propose(prop, "p-done", "done")
 	if done, err := prop.Wait(w.ctx, "p-done"); err != nil || !done.Fulfilled {
 		t.Fatalf("p-done before the crash: %+v %v, want fulfilled\n%s", done, err, w.logs.String())
@@ -245,7 +246,7 @@ func TestRunResumesAfterSIGKILL(t *testing.T) {
 	// Replaying the fulfilled proposal's id runs nothing.
 	w.propose(prop, "p-done", "done")
 	// The restarted process knows the id from the store's claim.
-	spacetest.WaitUntil(t, "the replay of p-done ignored", func() bool {
+	poll.Until(t, "the replay of p-done ignored", func() bool {
 		for _, line := range strings.Split(w.logs.String(), "\n") {
 			if strings.Contains(line, `"msg":"proposal claimed before (a replay, or another member of the group); ignored"`) && strings.Contains(line, `"proposal":"p-done"`) {
 				return true

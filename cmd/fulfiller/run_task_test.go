@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 )
@@ -64,8 +65,8 @@ decision := {"action": "fulfill", "task_timeout": "2m"} if input.tool.name == "m
 	}
 
 	first := start()
-	spacetest.WaitUntil(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
-	spacetest.WaitUntil(t, "the fulfiller asked jobs for its tools", func() bool {
+	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
+	poll.Until(t, "the fulfiller asked jobs for its tools", func() bool {
 		for _, e := range wire.Envelopes() {
 			if e.From == "jobs" && strings.Contains(string(e.Payload), `"taskSupport":"required"`) {
 				return true
@@ -84,7 +85,7 @@ decision := {"action": "fulfill", "task_timeout": "2m"} if input.tool.name == "m
 	if err := first.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	spacetest.WaitUntil(t, "the fulfiller gone", func() bool { _, ok := coder.Participant("fulfiller"); return !ok })
+	poll.Until(t, "the fulfiller gone", func() bool { _, ok := coder.Participant("fulfiller"); return !ok })
 
 	start()
 	wire.WaitFor(t, "a tasks/get after the restart", func(e agent.Envelope) bool {

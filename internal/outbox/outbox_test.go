@@ -9,6 +9,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/internal/outbox"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/state"
@@ -143,5 +144,5 @@ func TestRestoredAnswerReachesTheSpace(t *testing.T) {
 	if got.ID != ans.ID || got.From != "fulfiller" || got.CorrelationID.First() != "p-1" || string(got.Payload) != `{"reason":"timeout"}` {
 		t.Fatalf("on the wire: %s", got.Raw)
 	}
-	spacetest.WaitUntil(t, "the store forgets the sent answer", func() bool { return len(outboxIDs(t, ctx, s2)) == 0 })
+	poll.Until(t, "the store forgets the sent answer", func() bool { return len(outboxIDs(t, ctx, s2)) == 0 })
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decisionlog"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -127,8 +128,8 @@ func TestStopAnswersThenLeavesInReverseOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := sc.OpsAddr()
-	spacetest.WaitUntil(t, "/readyz says ready", func() bool { code, _, _ := get(addr, "/readyz"); return code == 200 })
-	spacetest.WaitUntil(t, "the fulfiller sees coder", func() bool {
+	poll.Until(t, "/readyz says ready", func() bool { code, _, _ := get(addr, "/readyz"); return code == 200 })
+	poll.Until(t, "the fulfiller sees coder", func() bool {
 		return slices.ContainsFunc(sc.Client().Roster(), func(p agent.Participant) bool { return p.ID == "coder" })
 	})
 	if _, err := w.coder.Propose(t.Context(), "p-1", []string{"fs"}, json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/x"}}}`)); err != nil {
@@ -289,7 +290,7 @@ func TestRunStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(ctx) }()
-	spacetest.WaitUntil(t, "the fulfiller joins", func() bool { return slices.Contains(w.srv.Participants(), "fulfiller") })
+	poll.Until(t, "the fulfiller joins", func() bool { return slices.Contains(w.srv.Participants(), "fulfiller") })
 	cancel()
 	select {
 	case err := <-done:
@@ -299,7 +300,7 @@ func TestRunStopsWhenContextEnds(t *testing.T) {
 	case <-time.After(spacetest.Timeout):
 		t.Fatal("Run did not return after its context ended")
 	}
-	spacetest.WaitUntil(t, "the fulfiller leaves", func() bool { return !slices.Contains(w.srv.Participants(), "fulfiller") })
+	poll.Until(t, "the fulfiller leaves", func() bool { return !slices.Contains(w.srv.Participants(), "fulfiller") })
 }
 
 // An interrupt before the sidecar has joined is a clean stop: Run

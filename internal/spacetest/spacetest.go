@@ -18,6 +18,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -159,7 +160,7 @@ func Resilient(c *agent.Config) {
 // lists every one of them again.
 func Reconnected(t testing.TB, srv *space.Server, clients ...*agent.Client) {
 	t.Helper()
-	WaitUntil(t, "everyone to reconnect", func() bool {
+	poll.Until(t, "everyone to reconnect", func() bool {
 		here := srv.Participants()
 		for _, c := range clients {
 			if c.Stats().Reconnects == 0 || !c.Connected() || !slices.Contains(here, c.ID()) {
@@ -221,18 +222,6 @@ func Exact(t testing.TB, env agent.Envelope, want string, keys ...string) {
 	t.Helper()
 	if got, want := Blank(string(env.Raw), keys...), Blank(want, keys...); got != want {
 		t.Errorf("on the wire:\n got %s\nwant %s", got, want)
-	}
-}
-
-// WaitUntil polls cond until it holds, failing the test after Timeout.
-func WaitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
