@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/internal/natstest"
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -279,16 +281,9 @@ func (m *member) crash() {
 // waitStage waits until the harness emitted stage for proposal id.
 func (h *harness) waitStage(t *testing.T, id string, stage Stage) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, s := range h.stages(id) {
-			if s == stage {
-				return
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Within(poll.Limit, func() bool { return slices.Contains(h.stages(id), stage) }) {
+		t.Fatalf("%s: no %s event within %s (stages %v)", id, stage, poll.Limit, h.stages(id))
 	}
-	t.Fatalf("%s: no %s event within 15s (stages %v)", id, stage, h.stages(id))
 }
 
 // recEscalator records escalations and, like elicit, records one prompt
