@@ -482,6 +482,10 @@ func isReplicasUnavailable(err error) bool {
 		strings.Contains(msg, "insufficient resources")
 }
 
+// Persistent reports whether the records outlive the process: false for
+// --state memory, whose records die with it like Local's.
+func (s *Store) Persistent() bool { return s.cfg.Mode.Kind != Memory }
+
 // Member returns this store's member id.
 func (s *Store) Member() string { return s.cfg.Member }
 
