@@ -154,11 +154,7 @@ func (f *Fulfiller) end(p *proposal, to State, allowed func(State) bool) (prev S
 		return prev, nil, false
 	}
 	p.state.Store(int32(to))
-	f.live--
-	f.liveBytes -= p.size()
-	if f.byProposer[p.env.From]--; f.byProposer[p.env.From] <= 0 {
-		delete(f.byProposer, p.env.From)
-	}
+	f.uncountLocked(p)
 	if prev == StateFulfilling {
 		next = f.freeSlotLocked(p)
 	}

@@ -147,7 +147,7 @@ func (f *Fulfiller) keepAnswered(p *proposal) bool {
 	f.mu.Lock()
 	closing := f.closing
 	f.mu.Unlock()
-	if !closing || f.cfg.Store == nil {
+	if !closing || !f.cfg.Store.Persistent() {
 		return false
 	}
 	p.recMu.Lock()

@@ -44,8 +44,8 @@ type Escalation struct {
 	// An error means: do not send that prompt (count that approval) and
 	// end the escalation with reason "other"; an error wrapping
 	// state.ErrConflict means the proposal is another member's now, so
-	// its prompts are dropped without notifications/cancelled. Both are
-	// nil without a store.
+	// its prompts are dropped without notifications/cancelled. Nil: not
+	// recorded (an Escalator's own tests).
 	RecordPrompt   func(state.Prompt) error
 	RecordApproval func(state.Approval) error
 	// Prompts and Approvals are what was recorded before a restart or an
@@ -156,14 +156,12 @@ func (f *Fulfiller) askHumans(p *proposal, d decision.Decision, target string, p
 			esc.InputSchema = info.InputSchema
 		}
 	}
-	if f.cfg.Store != nil {
-		esc.Prompts, esc.Approvals = prompts, approvals
-		esc.RecordPrompt = func(pr state.Prompt) error {
-			return f.saveRecord(p, func(r *state.Pending) { r.Prompts = append(r.Prompts, pr) })
-		}
-		esc.RecordApproval = func(a state.Approval) error {
-			return f.saveRecord(p, func(r *state.Pending) { r.Approvals = append(r.Approvals, a) })
-		}
+	esc.Prompts, esc.Approvals = prompts, approvals
+	esc.RecordPrompt = func(pr state.Prompt) error {
+		return f.saveRecord(p, func(r *state.Pending) { r.Prompts = append(r.Prompts, pr) })
+	}
+	esc.RecordApproval = func(a state.Approval) error {
+		return f.saveRecord(p, func(r *state.Pending) { r.Approvals = append(r.Approvals, a) })
 	}
 	f.cfg.Escalator.Escalate(f.base, esc, func(v Verdict) { f.onVerdict(p, v) })
 }

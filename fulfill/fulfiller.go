@@ -18,6 +18,7 @@ import (
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 	"github.com/mewkit/fulfiller/toolmeta"
 )
 
@@ -96,8 +97,8 @@ type Config struct {
 	// Approvers are the humans asked by default (--approvers); they may
 	// hold mcp/reject to turn proposals down directly.
 	Approvers []string
-	// Store [nil: in this process only] keeps pending work across crashes
-	// and shares it with a group; see Store.
+	// Store [nil: a state.Local, in this process only] keeps pending work
+	// across crashes and shares it with a group; see Store.
 	Store Store
 
 	// Grants [nil: none] are the grants approvers made (docs/design.md "Grants"):
@@ -262,6 +263,9 @@ type Fulfiller struct {
 // New makes a Fulfiller. Nothing runs until Run.
 func New(space Space, decider Decider, cfg Config) *Fulfiller {
 	cfg.setDefaults()
+	if cfg.Store == nil {
+		cfg.Store = state.NewLocal(space.ID())
+	}
 	f := &Fulfiller{
 		cfg:       cfg,
 		space:     space,
@@ -313,19 +317,13 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	defer f.stopSends()
 	f.runCtx = ctx
 
-	// With a store a worker waits for its writes to reach the disk
-	// (shared syncs, milliseconds) between policy evaluations, so more
-	// workers keep the CPUs busy; evalSlots still bounds concurrent
+	// A worker waits for its writes to reach the disk (shared syncs,
+	// milliseconds) between policy evaluations, so more workers than
+	// CPUs keep them busy; evalSlots still bounds concurrent
 	// evaluations to DecideWorkers.
-	workers := f.cfg.DecideWorkers
-	if f.cfg.Store != nil {
-		workers = max(workers, storeWorkers)
-	}
 	f.evalSlots = make(chan struct{}, f.cfg.DecideWorkers)
-	startWorkers(&f.wg, workers, f.jobs, f.decide)
-	if f.cfg.Store != nil {
-		startWorkers(&f.claimWG, storeWorkers, f.claims, f.claimAndAdmit)
-	}
+	startWorkers(&f.wg, max(f.cfg.DecideWorkers, storeWorkers), f.jobs, f.decide)
+	startWorkers(&f.claimWG, storeWorkers, f.claims, f.claimAndAdmit)
 	// The shadow stops after the decide workers, the last to hand it
 	// decisions; what is queued then is dropped and counted.
 	shadowCtx, stopShadow := context.WithCancel(f.base)
@@ -358,23 +356,20 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	storeCtx, stopStore := context.WithCancel(f.base)
 	defer stopStore()
 	var storeWG sync.WaitGroup
-	if f.cfg.Store != nil {
-		f.refreshGroup(storeCtx) // a first view of the group before the first proposal
-		storeWG.Add(2)
-		go func() {
-			defer storeWG.Done()
-			f.watchGroup(storeCtx)
-		}()
-		go func() {
-			defer storeWG.Done()
-			f.recoverWork(storeCtx)
-		}()
-		storeWG.Add(1)
-		go func() {
-			defer storeWG.Done()
-			f.watchRecords(storeCtx)
-		}()
-	}
+	f.refreshGroup(storeCtx) // a first view of the group before the first proposal
+	storeWG.Add(3)
+	go func() {
+		defer storeWG.Done()
+		f.watchGroup(storeCtx)
+	}()
+	go func() {
+		defer storeWG.Done()
+		f.recoverWork(storeCtx)
+	}()
+	go func() {
+		defer storeWG.Done()
+		f.watchRecords(storeCtx)
+	}()
 
 loop:
 	for {

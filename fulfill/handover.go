@@ -34,9 +34,6 @@ const ReasonHandedOver = "handed_over"
 // before. With no live peer (or none this member can see: the store
 // unreadable) it leaves nothing, and shutdown answers everything "other".
 func (f *Fulfiller) handOver(ctx context.Context) int {
-	if f.cfg.Store == nil {
-		return 0
-	}
 	ms, err := f.cfg.Store.Members(ctx)
 	if err != nil {
 		f.log.Warn("group members not read at shutdown; pending work is answered here, not handed over", "err", err)

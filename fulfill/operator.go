@@ -18,12 +18,7 @@ import (
 var ErrStoreUnavailable = errors.New("pending-work store unavailable")
 
 // member is this fulfiller's id as the owner of its work.
-func (f *Fulfiller) member() string {
-	if f.cfg.Store != nil {
-		return f.cfg.Store.Member()
-	}
-	return f.space.ID()
-}
+func (f *Fulfiller) member() string { return f.cfg.Store.Member() }
 
 // Pending lists the proposals this member holds that still wait for
 // something, oldest first. It reads no store: GroupPending lists the
@@ -70,9 +65,6 @@ func (f *Fulfiller) Get(id string) (Snapshot, bool) {
 // incomplete.
 func (f *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 	own := f.Pending()
-	if f.cfg.Store == nil {
-		return own, nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	recs, err := f.cfg.Store.List(ctx)
@@ -101,9 +93,6 @@ func (f *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 func (f *Fulfiller) GroupGet(ctx context.Context, id string) (Snapshot, bool, error) {
 	if s, ok := f.Get(id); ok {
 		return s, true, nil
-	}
-	if f.cfg.Store == nil {
-		return Snapshot{}, false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -160,9 +149,6 @@ func (f *Fulfiller) Cancel(id, by string) error {
 		// Its record turned out to be another member's (taken or
 		// adopted meanwhile): nothing was sent here (answerReject is
 		// fenced). Cancel it where it is now.
-	}
-	if f.cfg.Store == nil {
-		return fmt.Errorf("cancel %s: %w", id, ErrUnknownProposal)
 	}
 	return f.cancelInGroup(id, by)
 }

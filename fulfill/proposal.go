@@ -111,9 +111,12 @@ type proposal struct {
 	// the reason it gave.
 	withdrawnEarly bool
 	withdrawReason string
+	// counted: p counts against the pending limits (countLocked), under
+	// Fulfiller.mu.
+	counted bool
 
-	// rec is the proposal's record in Config.Store (nil without a store,
-	// before it is written and after it is deleted); recMu orders the
+	// rec is the proposal's record in Config.Store (nil before it is
+	// written and after it is deleted); recMu orders the
 	// writes to it, recEnded says the proposal ended (no record may be
 	// written any more).
 	recMu    sync.Mutex

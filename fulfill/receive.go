@@ -73,25 +73,29 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	} else {
 		p.target = target
 	}
-	if f.cfg.Store != nil {
-		// Claimed off the reader: a claim is a store round trip, and the
-		// reader also carries the responses that end fulfilments.
-		f.mu.Lock()
-		f.claiming[env.ID] = p
-		f.mu.Unlock()
-		// Blocks while every claim worker is busy: the reader then waits
-		// as it did for a claim of its own (backpressure on a flood).
-		// Once Run is stopping it claims here, so that shutdown finds
-		// the proposal and answers it.
-		j := claimJob{p: p, parseErr: err}
-		select {
-		case f.claims <- j:
-		case <-f.runCtx.Done():
-			f.claimAndAdmit(j)
+	// Claimed off the reader: a claim is a store round trip, and the
+	// reader also carries the responses that end fulfilments. Its room
+	// is taken here, in the order proposals are read, so that the claim
+	// workers (which finish in any order) never let a later proposal
+	// take the room of an earlier one: rule 3 refuses the new ones.
+	j := claimJob{p: p, parseErr: err}
+	f.mu.Lock()
+	f.claiming[env.ID] = p
+	if err == nil {
+		if j.reason, j.message = f.refusal(p); j.reason == "" {
+			f.countLocked(p)
 		}
-		return
 	}
-	f.admit(p, err)
+	f.mu.Unlock()
+	// Blocks while every claim worker is busy: the reader then waits as
+	// it did for a claim of its own (backpressure on a flood). Once Run
+	// is stopping it claims here, so that shutdown finds the proposal
+	// and answers it.
+	select {
+	case f.claims <- j:
+	case <-f.runCtx.Done():
+		f.claimAndAdmit(j)
+	}
 }
 
 // claimingAs reports whether a proposal with this id waits for its claim,
@@ -107,10 +111,38 @@ func (f *Fulfiller) claimingAs(id string) (governing, bool) {
 	return *p.governor(), true
 }
 
-// claimJob is a proposal read from the space, waiting for its claim.
+// claimJob is a proposal read from the space, waiting for its claim:
+// invalid (parseErr), refused (reason and message: busy), or counted as
+// pending (countLocked) as it was read.
 type claimJob struct {
-	p        *proposal
-	parseErr error
+	p               *proposal
+	parseErr        error
+	reason, message string
+}
+
+// countLocked counts p as pending: against --max-pending, its proposer's
+// limit and --max-pending-bytes, until it ends (end) or its claim is lost
+// (uncountLocked). Called with f.mu held.
+func (f *Fulfiller) countLocked(p *proposal) {
+	p.counted = true
+	f.live++
+	f.liveBytes += p.size()
+	f.byProposer[p.env.From]++
+}
+
+// uncountLocked undoes countLocked for a proposal that ends before it
+// was pending (its claim lost, its proposer withdrew it while claimed).
+// Called with f.mu held.
+func (f *Fulfiller) uncountLocked(p *proposal) {
+	if !p.counted {
+		return
+	}
+	p.counted = false
+	f.live--
+	f.liveBytes -= p.size()
+	if f.byProposer[p.env.From]--; f.byProposer[p.env.From] <= 0 {
+		delete(f.byProposer, p.env.From)
+	}
 }
 
 // claimAndAdmit runs on a claim worker: a won claim admits the proposal.
@@ -127,12 +159,7 @@ type claimJob struct {
 // ("Restart") says so.
 func (f *Fulfiller) claimAndAdmit(j claimJob) {
 	p := j.p
-	var reason, message string
-	if j.parseErr == nil {
-		f.mu.Lock()
-		reason, message = f.refusal(p)
-		f.mu.Unlock()
-	}
+	reason, message := j.reason, j.message
 	var ours bool
 	if reason != "" {
 		ours = f.claim(p)
@@ -142,12 +169,13 @@ func (f *Fulfiller) claimAndAdmit(j claimJob) {
 	if !ours {
 		f.mu.Lock()
 		delete(f.claiming, p.env.ID)
+		f.uncountLocked(p)
 		f.mu.Unlock()
 		return
 	}
 	if reason != "" {
-		// Refused as looked at before the claim, even if room was made
-		// since: the claim wrote no record to admit it with.
+		// Refused as it was read, even if room was made since: the
+		// claim wrote no record to admit it with.
 		f.emit(p.event(StageReceived))
 		f.mu.Lock()
 		delete(f.claiming, p.env.ID)
@@ -177,7 +205,7 @@ func (f *Fulfiller) refusal(p *proposal) (reason, message string) {
 		return "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", f.cfg.MaxPending)
 	case f.byProposer[p.env.From] >= f.cfg.MaxPendingPerProposer:
 		return "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", f.cfg.MaxPendingPerProposer)
-	case f.cfg.Store != nil && f.groupFull():
+	case f.groupFull():
 		return "busy", fmt.Sprintf("the group's pending work is full (%d proposals); propose again later", f.group.capacity.Load())
 	case f.liveBytes+p.size() > f.cfg.MaxPendingBytes:
 		return "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", f.liveBytes, f.cfg.MaxPendingBytes, p.size())
@@ -185,13 +213,14 @@ func (f *Fulfiller) refusal(p *proposal) (reason, message string) {
 	return "", ""
 }
 
-// admit takes a proposal that is this member's to answer: it is rejected
-// at once (invalid, shutting down, busy), ended if its proposer withdrew
-// it while it was claimed, or counted as pending and queued for a decide
-// worker. With a store it leaves f.claiming in the same critical section
-// that makes it pending (or answers it), so a withdrawal always finds it
-// in one of the two; p's record (written by its claim) is ended with it,
-// and a reject is recorded as its answer before it is sent (markAnswered).
+// admit takes a proposal that is this member's to answer (counted as
+// pending when it was read, see onProposal): it is rejected at once
+// (invalid, shutting down), ended if its proposer withdrew it while it was
+// claimed, or made pending and queued for a decide worker. It leaves
+// f.claiming in the same critical section that makes it pending (or
+// answers it), so a withdrawal always finds it in one of the two; p's
+// record (written by its claim) is ended with it, and a reject is
+// recorded as its answer before it is sent (markAnswered).
 func (f *Fulfiller) admit(p *proposal, err error) {
 	env := p.env
 	f.emit(p.event(StageReceived))
@@ -220,6 +249,7 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	f.mu.Lock()
 	delete(f.claiming, env.ID)
 	if p.withdrawnEarly {
+		f.uncountLocked(p)
 		f.store.markEnded(env.ID)
 		f.mu.Unlock()
 		f.store.markSeen(p)
@@ -229,16 +259,16 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 		f.emit(ev)
 		return
 	}
-	if reason, message := f.refusal(p); reason != "" {
+	if f.closing {
+		// Read before shutdown began, claimed after: shutdown answers
+		// the pending store, which this proposal never joins.
+		f.uncountLocked(p)
 		f.store.markEnded(env.ID)
 		f.mu.Unlock()
 		f.store.markSeen(p)
-		f.answerReject(p, reason, message)
+		f.answerReject(p, "other", "fulfiller is shutting down; propose again later")
 		return
 	}
-	f.live++
-	f.liveBytes += p.size()
-	f.byProposer[env.From]++
 	p.state.Store(int32(StateDeciding))
 	f.store.add(p)
 	f.mu.Unlock()

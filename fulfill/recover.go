@@ -123,9 +123,7 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		f.log.Debug("record of a proposal ended here read late; not resumed", "proposal", env.ID, "phase", r.Phase)
 		return
 	}
-	f.live++
-	f.liveBytes += p.size()
-	f.byProposer[env.From]++
+	f.countLocked(p)
 	p.state.Store(int32(StateDeciding))
 	f.store.add(p)
 	f.mu.Unlock()
@@ -194,7 +192,7 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 // is resumed anyway: it is this member's record, and leaving it would
 // leave its proposer unanswered.
 func (f *Fulfiller) reclaim(r *state.Pending) bool {
-	if f.cfg.Store == nil || r.Claim == "" {
+	if r.Claim == "" {
 		return true // claimed apart, before the record (an older fulfiller)
 	}
 	ctx, cancel := f.storeContext()

@@ -19,11 +19,14 @@ import (
 // claims every proposal before it decides it, records each step before the
 // envelope that carries it out is written, resumes its own unanswered work
 // on start and adopts the work of group members whose lease lapsed. Without
-// one (Config.Store nil, `--state memory`) pending work lives only in this
-// process and dies with it.
+// one (Config.Store nil) the Fulfiller keeps its records in a state.Local:
+// one code path whatever the store, the records dying with the process.
 type Store interface {
 	// Member is this fulfiller's member id in the group.
 	Member() string
+	// Persistent reports whether records outlive the process: only then
+	// is an answer left in the store at shutdown kept for the next run.
+	Persistent() bool
 	// ClaimRecord wins a proposal id for this member once for the whole
 	// group and SeenTTL (rule 5) by writing its record (create-if-absent,
 	// p.Claim the id of the decision that will govern it): the claim is
@@ -68,7 +71,10 @@ type Store interface {
 	WatchRecords(ctx context.Context) (<-chan state.RecordChange, error)
 }
 
-var _ Store = (*state.Store)(nil)
+var (
+	_ Store = (*state.Store)(nil)
+	_ Store = (*state.Local)(nil)
+)
 
 // storeTimeout bounds one store operation, so that an unreachable store
 // fails a step (closed) instead of holding it.
@@ -241,13 +247,10 @@ const ReasonStoreUnavailable = "store_unavailable"
 const ReasonAdopted = "adopted_elsewhere"
 
 // saveRecord applies change to a copy of p's record and writes it (compare
-// and set). Without a store it does nothing. state.ErrConflict means the
+// and set). state.ErrConflict means the
 // record is another member's now: p is fenced and nothing more may be sent
 // about it.
 func (f *Fulfiller) saveRecord(p *proposal, change func(r *state.Pending)) error {
-	if f.cfg.Store == nil {
-		return nil
-	}
 	p.recMu.Lock()
 	defer p.recMu.Unlock()
 	if p.rec == nil {
@@ -281,9 +284,6 @@ func (f *Fulfiller) saveRecord(p *proposal, change func(r *state.Pending)) error
 // when it is back, where it is resumed (the residual risk of a second
 // answer is logged).
 func (f *Fulfiller) dropRecord(p *proposal) {
-	if f.cfg.Store == nil {
-		return
-	}
 	p.recMu.Lock()
 	defer p.recMu.Unlock()
 	p.recEnded = true
@@ -321,9 +321,6 @@ func (f *Fulfiller) dropRecord(p *proposal) {
 // live (one of them may adopt the record and answer); a member alone
 // answers anyway, as with a failed claim.
 func (f *Fulfiller) markAnswered(p *proposal, rej state.Reject) bool {
-	if f.cfg.Store == nil {
-		return true
-	}
 	p.recMu.Lock()
 	defer p.recMu.Unlock()
 	if p.rec == nil {

@@ -68,7 +68,8 @@ the embedded store in memory, as run --state memory), a DIR (an embedded
 store synced to disk, in a fresh subdirectory of DIR removed after the
 run, so put DIR on the disk you mean to measure) or nats://host:port (the
 space "fulfiller-bench" on that cluster; proposal ids are unique per run).
---state none runs with no store at all: the decision path alone.
+--state none keeps the records in the process's own maps, with no NATS:
+the decision path alone.
 --state-compare runs the same load with memory first and then with
 --state, prints both and what durability costs (throughput ratio, target
 >= 0.7). Every report gives the fulfiller's own CPU per proposal, apart
@@ -107,7 +108,7 @@ profile of the measured window labelled by component.`,
 	return cmd
 }
 
-// stateMode parses --state: nil for none (no store at all, the decision
+// stateMode parses --state: nil for none (no NATS store, the decision
 // path alone, as the bench measured before there was a store), else the
 // mode to open.
 func (fl *benchFlags) stateMode() (*state.Mode, error) {

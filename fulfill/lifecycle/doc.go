@@ -38,7 +38,8 @@
 // record); seen ids three times (pendingStore.seen, .ended, the store's
 // claim). Persistence is woven into each stage: putRecord (decide),
 // saveRecord (escalate, fulfil, elicit's closures), markAnswered and
-// dropRecord (answer), with 15 cfg.Store nil checks.
+// dropRecord (answer). (Its 15 cfg.Store nil checks are gone: without a
+// store it keeps its records in a state.Local, one code path.)
 //
 // Events today → effects today:
 //

@@ -98,8 +98,8 @@ type Config struct {
 	CaptureInputs int
 
 	// State is where the fulfiller keeps pending work, as `run --state`
-	// takes it [nil: no store at all, fulfill.Config.Store nil; reported
-	// as "none"].
+	// takes it [nil: records in the process's own maps, no NATS
+	// (fulfill.Config.Store nil, a state.Local); reported as "none"].
 	// A run never reuses a store: with a directory it works in a fresh
 	// subdirectory that it removes afterwards; with an external NATS
 	// cluster it uses the space "fulfiller-bench" and proposal ids unique

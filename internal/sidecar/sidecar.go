@@ -67,10 +67,11 @@ type Config struct {
 	// declares ("": none); hot-reloaded.
 	ToolMetadata string
 
-	// State is the store of pending work. Nil runs with no store at all
-	// (fulfill.Config.Store nil): only bench --state none does, to
-	// measure the decision path alone; run, demo and bench otherwise
-	// always have one (memory at least).
+	// State is the store of pending work. Nil keeps the records in the
+	// process's own maps (fulfill.Config.Store nil: a state.Local, no
+	// NATS): only bench --state none does, to measure the decision path
+	// alone; run, demo and bench otherwise always have one (memory at
+	// least).
 	State *StateConfig
 
 	// Fulfill is the lifecycle's limits and timeouts (zero values:
