@@ -105,18 +105,6 @@ func (f *Fulfiller) escalate(p *proposal, d decision.Decision, target string) {
 		}
 		deadline = hint
 	}
-	// Fail closed: no human is asked before the record that says so is
-	// written (and with it the decision before it). Not for a proposal
-	// withdrawn or expired meanwhile: nobody will be asked about it.
-	if p.State() != StateDeciding {
-		return
-	}
-	ev := p.event(StageEscalated)
-	ev.Target, ev.By, ev.Message, ev.Deadline = target, d.Approvers, d.Message, deadline
-	if err := f.record(ev); err != nil {
-		f.unrecorded(p, "escalation", err)
-		return
-	}
 	f.mu.Lock()
 	if p.State() != StateDeciding {
 		f.mu.Unlock()
@@ -135,6 +123,18 @@ func (f *Fulfiller) escalate(p *proposal, d decision.Decision, target string) {
 		r.ApprovalDeadline = p.deadline.UTC()
 	}); err != nil {
 		f.storeFailed(p, "escalation", err)
+		return
+	}
+	// Then its line, and only then is anyone asked (fail closed: no human
+	// is asked before the decision log says so). In this order a crash
+	// cannot leave an escalated line for a proposal the restart decides
+	// again (a second escalated line, or another answer): the resumed
+	// record asks the same prompts, with a resumed line. What a crash
+	// between the two writes loses is this line, never a second one.
+	ev := p.event(StageEscalated)
+	ev.Target, ev.By, ev.Message, ev.Deadline = target, d.Approvers, d.Message, deadline
+	if err := f.record(ev); err != nil {
+		f.unrecorded(p, "escalation", err)
 		return
 	}
 	f.announce(ev)

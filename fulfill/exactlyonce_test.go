@@ -174,6 +174,52 @@ func TestStoreRejectedLineFollowsItsRecord(t *testing.T) {
 	h2.space.quiet(t, 100*time.Millisecond)
 }
 
+// A crash as an escalation is being recorded (its record still says
+// "deciding"): the restart decides the proposal again and escalates it
+// again. The decision log must then hold one escalated line, not two: the
+// line is written once the record says awaiting_approval.
+func TestStoreEscalatedLineFollowsItsRecord(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	st := openStore(t, mode, "fulfiller")
+	log1 := &lockedRecorder{}
+	var atCrash []Stage
+	st.beforeUpdate = func(p *state.Pending) {
+		if p.Phase == state.AwaitingApproval && !st.dead.Load() {
+			atCrash = log1.stages(p.ProposalID)
+			st.dead.Store(true) // kill -9: the write never happens
+		}
+	}
+	h := newStoreHarness(t, "fulfiller", st, Config{Observer: log1, Escalator: newRecEscalator()}, &fakeDecider{decisions: storeDecisions})
+	st.crashSpace = h.space
+	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	waitFor(t, func() bool { return st.dead.Load() })
+	h.space.dead.Store(true)
+	if slices.Contains(atCrash, StageEscalated) {
+		t.Errorf("decision log at the crash = %v: an escalated line before the record says awaiting_approval", atCrash)
+	}
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	log2 := &lockedRecorder{}
+	esc2 := newRecEscalator()
+	newStoreHarness(t, "fulfiller", st2, Config{Observer: log2, Escalator: esc2}, &fakeDecider{decisions: storeDecisions})
+	if e := <-esc2.asked; e.Proposal.ID != "p1" {
+		t.Fatalf("after the restart asked about %s, want p1", e.Proposal.ID)
+	}
+	n := 0
+	for _, s := range append(log1.stages("p1"), log2.stages("p1")...) {
+		if s == StageEscalated {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("escalated lines = %d over the crash (%v then %v), want 1", n, log1.stages("p1"), log2.stages("p1"))
+	}
+}
+
 // opCounter counts the state store's write operations by name.
 type opCounter struct {
 	mu  sync.Mutex

@@ -43,6 +43,9 @@ type faultyStore struct {
 	// beforeAnswered, when set before the fulfiller runs, is called as a
 	// MarkAnswered starts: what a crash at that point would leave.
 	beforeAnswered func(*state.Pending)
+	// beforeUpdate, when set before the fulfiller runs, is called as an
+	// Update starts, like beforeAnswered.
+	beforeUpdate func(*state.Pending)
 	// claimGate, when set before the fulfiller runs, holds every Claim
 	// until a value is sent on it (a slow store).
 	claimGate chan struct{}
@@ -121,6 +124,9 @@ func (s *faultyStore) Put(ctx context.Context, p *state.Pending) error {
 }
 
 func (s *faultyStore) Update(ctx context.Context, p *state.Pending) error {
+	if s.beforeUpdate != nil {
+		s.beforeUpdate(p)
+	}
 	if s.dead.Load() || s.failUpdate.Load() {
 		return errCut
 	}
