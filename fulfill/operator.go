@@ -225,6 +225,13 @@ func (f *Fulfiller) cancelInGroup(id, by string) error {
 	case err != nil:
 		return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, err)
 	}
+	// Settled as every resumed record is: one a replay wrote just before
+	// its member crashed holds another claim's id, and the proposal it
+	// names had its answer; reclaim deletes it, and a reject from here
+	// would be a second answer.
+	if !f.reclaim(r) {
+		return fmt.Errorf("cancel %s: %w (the record was a replay's, now deleted)", id, ErrUnknownProposal)
+	}
 	p := takenProposal(r)
 	if p.env.From == "" {
 		// Nobody to answer: the record just goes.

@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -348,5 +349,37 @@ func TestGroupOperatorCancelSurvivesACrash(t *testing.T) {
 	rej := answers[0]
 	if !slices.Equal(rej.To, []string{"coder"}) || !slices.Equal(rej.CorrelationID, agent.CorrelationIDs{"p1"}) || !jsonEqual(rej.Payload, `{"reason":"other"}`) {
 		t.Errorf("reject after the restart = %+v, want other to coder about p1", rej)
+	}
+}
+
+// An operator's cancel of a record a replay wrote just before its member
+// crashed (the record written, its seen key held by the original claim,
+// whose proposal was answered long ago): the take settles the record as
+// every resumed one is (Reclaim), deletes it and sends nothing. A reject
+// would be a second answer to a proposal that had its own.
+func TestGroupOperatorCancelOfAReplaysRecordSendsNothing(t *testing.T) {
+	mode := natsServer(t)
+	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
+	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
+
+	ctx := t.Context()
+	if won, _, err := a.st.ClaimDecision(ctx, "p0", "dec-p0"); err != nil || !won {
+		t.Fatal(won, err)
+	}
+	env := proposalEnv("p0", "coder", callOf("add"))
+	env.Protocol = agent.ProtocolV04
+	raw, _ := json.Marshal(env)
+	if err := a.st.Put(ctx, &state.Pending{ProposalID: "p0", Envelope: raw, Proposer: "coder", Received: time.Now().UTC(),
+		Size: len(raw), Phase: state.Deciding, Owner: "ful-a", Claim: "dec-replay", DecisionID: "dec-replay"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.f.Cancel("p0", "ops"); !errors.Is(err, ErrUnknownProposal) {
+		t.Fatalf("Cancel(p0) = %v, want ErrUnknownProposal", err)
+	}
+	if envs := sentBy(b, 200*time.Millisecond); len(envs) != 0 {
+		t.Errorf("b sent %d envelopes for a replay's record, want none: %v", len(envs), envs[0])
+	}
+	if _, err := a.st.Get(ctx, "p0"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("the replay's record: %v, want deleted", err)
 	}
 }
