@@ -86,6 +86,31 @@
 // new roster the same way, since leaves sent while we were away never
 // reached us.
 //
+// # Locks
+//
+// Until the package runs on fulfill/lifecycle's single event loop, a
+// pending proposal is shared by about nine goroutines (the reader, claim
+// and decide workers, timers, elicit's callbacks, store watchers, the
+// operator API: fulfill/lifecycle's doc lists them), under these locks. Take them only in the order written; none is held across a send,
+// a policy evaluation or a wait, except recMu across its own store write.
+//
+//  1. Fulfiller.mu: the pending counts, fulfilment slots and queue,
+//     byRequest, byTask, claiming, closing, and the proposal fields marked
+//     "under Fulfiller.mu". Held for bookkeeping only.
+//  2. Under it, leaves in this order: the pending LRU's own lock (taken by
+//     pendingStore's add, remove, get), then pendingStore.mu (its eviction
+//     callback runs under the LRU's lock); catalog.mu (a tool's
+//     annotations while routing). The catalog calls its onSpoof hook after
+//     unlocking.
+//
+// proposal.recMu is apart from both: it orders the writes of one
+// proposal's record and is held across that write (so that a fence, see
+// handOverOne and recordChanged, never interleaves with a write in
+// progress), and it is never held together with Fulfiller.mu, in either
+// order: a function that needs both takes one, lets it go, then takes the
+// other (keepAnswered). peerResponses.mu and the answered and rejects
+// LRUs are leaves: nothing is locked under them.
+//
 // # How `to` is read
 //
 // The reference gateway delivers every envelope to everyone, so a proposal's
