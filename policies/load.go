@@ -331,6 +331,7 @@ func readData(paths []string) ([]source, error) {
 // hidden files and directories (editor droppings, .git), and hands each to
 // add in lexical order.
 func walkSources(root string, want func(path string) bool, add func(source)) error {
+	root = walkRoot(root)
 	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return &LoadError{File: path, Err: unwrapPathError(err)}
@@ -351,6 +352,21 @@ func walkSources(root string, want func(path string) bool, add func(source)) err
 		add(source{path: path, data: data})
 		return nil
 	})
+}
+
+// walkRoot is root as filepath.WalkDir must be given it. A root that is a
+// symlink to a directory (a "current" link a deploy swaps, a mounted
+// volume) is walked through the link: WalkDir does not follow a symlinked
+// root, and --policy current loaded nothing. The paths found are still
+// named under root.
+func walkRoot(root string) string {
+	if fi, err := os.Lstat(root); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return root
+	}
+	if st, err := os.Stat(root); err == nil && st.IsDir() {
+		return filepath.Clean(root) + string(filepath.Separator)
+	}
+	return root
 }
 
 // dedupe drops a file named twice (say, by a directory and by name), which

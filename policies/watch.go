@@ -113,11 +113,18 @@ func (t *watchTargets) addAll(w *fsnotify.Watcher, e *Engine) {
 		t.add(w, e, filepath.Dir(f))
 	}
 	for _, r := range t.roots {
+		if walkRoot(r) != r {
+			// A symlinked root: its parent sees the link swapped for
+			// one to another directory (an event named r), after which
+			// addAll watches the new tree.
+			t.add(w, e, filepath.Dir(r))
+		}
 		t.addTree(w, e, r)
 	}
 }
 
 func (t *watchTargets) addTree(w *fsnotify.Watcher, e *Engine, root string) {
+	root = walkRoot(root)
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // gone or unreadable: the reload reports it

@@ -179,3 +179,44 @@ func TestWatchDefaultPolicyReturnsOnCancel(t *testing.T) {
 		t.Errorf("Watch = %v", err)
 	}
 }
+
+// A --policy that is a symlink to a directory (a "current" link a deploy
+// swaps) loads the directory's files, and swapping the link to another
+// directory reloads from there.
+func TestWatchSymlinkedDirectory(t *testing.T) {
+	base := t.TempDir()
+	v1 := writeTree(t, map[string]string{"main.rego": policyWithMessage("v1")})
+	v2 := writeTree(t, map[string]string{"main.rego": policyWithMessage("v2")})
+	current := filepath.Join(base, "current")
+	if err := os.Symlink(v1, current); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Load(t.Context(), Options{Timeout: evalTimeout, Policies: []string{current}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("Load through a symlinked directory: %v", err)
+	}
+	if got := e.Decide(t.Context(), &Input{}).Message; got != "v1" {
+		t.Fatalf("message %q, want v1", got)
+	}
+	if files := e.Files(); len(files) != 1 || files[0] != filepath.Join(current, "main.rego") {
+		t.Errorf("files %v, want the file named under the link", files)
+	}
+	startWatch(t, e)
+
+	// Swapped as deploy tools do: a new link renamed over the old one.
+	next := filepath.Join(base, ".current.next")
+	if err := os.Symlink(v2, next); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, current); err != nil {
+		t.Fatal(err)
+	}
+	if !poll.Within(reloadWait, func() bool { return e.Decide(t.Context(), &Input{}).Message == "v2" }) {
+		t.Fatal("swapped link not picked up")
+	}
+	// And the new directory is watched.
+	writeFile(t, filepath.Join(v2, "main.rego"), policyWithMessage("v3"))
+	if !poll.Within(reloadWait, func() bool { return e.Decide(t.Context(), &Input{}).Message == "v3" }) {
+		t.Fatal("edit in the new link target not picked up")
+	}
+}
