@@ -154,6 +154,7 @@ func (f *Fulfiller) end(p *proposal, to State, allowed func(State) bool) (prev S
 		return prev, nil, false
 	}
 	p.state.Store(int32(to))
+	stopTimer(p.stopTTL)
 	f.uncountLocked(p)
 	if prev == StateFulfilling {
 		next = f.freeSlotLocked(p)

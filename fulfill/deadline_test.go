@@ -8,6 +8,8 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/internal/clocktest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // heldEscalator keeps every escalation open until the test ends it.
@@ -37,20 +39,21 @@ func (e *heldEscalator) verdict(id string) func(Verdict) {
 // within" the TTL.
 func TestPendingTTLNeverEndsAPrompt(t *testing.T) {
 	esc := &heldEscalator{done: map[string]func(Verdict){}}
-	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: 40 * time.Millisecond}}}
-	h := newHarness(t, Config{PendingTTL: 20 * time.Millisecond, Escalator: esc}, dec)
+	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: 2 * time.Minute}}}
+	h := newHarness(t, Config{PendingTTL: time.Minute, Escalator: esc, Clock: clock}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	waitFor(t, func() bool { return esc.verdict("p1") != nil })
-	p, ok := h.f.store.get("p1")
-	if !ok {
-		t.Fatal("the escalated proposal is not pending")
+	// The TTL runs out again and again, past the deadline (2m), and the
+	// proposal is kept: its TTL is armed afresh each time.
+	for range 5 {
+		if !clock.WaitArmed(1, poll.Limit) {
+			t.Fatal("no pending TTL armed")
+		}
+		clock.Advance(time.Minute)
 	}
-	deadline := p.deadline
-	// The TTL ran out after the deadline had passed, and the proposal
-	// was kept.
-	waitFor(t, func() bool { return p.cachedAt.Load() > deadline.Add(20*time.Millisecond).UnixNano() })
-	if s := p.State(); s != StateAwaitingApproval {
-		t.Fatalf("state %s after the TTL, want awaiting_approval", s)
+	if s, _ := h.f.Get("p1"); s.State != StateAwaitingApproval.String() {
+		t.Fatalf("state %s after five TTLs, want awaiting_approval", s.State)
 	}
 	h.space.quiet(t, 10*time.Millisecond)
 
@@ -58,4 +61,27 @@ func TestPendingTTLNeverEndsAPrompt(t *testing.T) {
 	rej := h.space.next(t)
 	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"timeout"}`)
 	wantEnvelope(t, h.space.next(t), agent.KindChat, []string{"coder"}, []string{rej.ID}, `{"text":"no approval by the deadline","format":"plain"}`)
+}
+
+// The pending TTL ends a proposal still deciding at once, on the clock:
+// nothing before it, "timeout" at it. One approved but then queued for a
+// slot times out at its next TTL.
+func TestPendingTTLOnTheClock(t *testing.T) {
+	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
+	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
+	defer close(dec.gate)
+	h := newHarness(t, Config{PendingTTL: time.Minute, Clock: clock}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	if !clock.WaitArmed(1, poll.Limit) {
+		t.Fatal("no pending TTL armed")
+	}
+	clock.Advance(time.Minute - time.Nanosecond)
+	h.space.quiet(t, 20*time.Millisecond)
+	clock.Advance(time.Nanosecond)
+	rej := h.space.next(t)
+	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"timeout"}`)
+	wantEnvelope(t, h.space.next(t), agent.KindChat, []string{"coder"}, []string{rej.ID}, `{"text":"not decided within 1m0s","format":"plain"}`)
+	if n := clock.Armed(); n != 0 {
+		t.Errorf("%d timers left armed after the proposal ended, want 0", n)
+	}
 }

@@ -15,16 +15,17 @@
 //
 // # Pending work and backpressure
 //
-// Pending proposals live in an expirable LRU (hashicorp/golang-lru/v2) sized
-// --max-pending with TTL --pending-ttl. When it is full, a new proposal is
-// rejected "busy" at once: older work, including open human prompts, is never
-// evicted to make room (evicting would turn a slow human into a silent drop).
-// TTL expiry rejects "timeout", except that an open human prompt lives until
-// its own deadline and an in-flight fulfilment until --fulfill-timeout.
+// Pending proposals live in an LRU (hashicorp/golang-lru/v2) sized
+// --max-pending, each with a --pending-ttl timer on Config.Clock. When it is
+// full, a new proposal is rejected "busy" at once: older work, including
+// open human prompts, is never evicted to make room (evicting would turn a
+// slow human into a silent drop). TTL expiry rejects "timeout", except that
+// an open human prompt lives until its own deadline and an in-flight
+// fulfilment until --fulfill-timeout (their TTL starts again).
 //
-// The LRU's eviction callback runs with the cache lock held and also fires on
-// deliberate removals, so it only hands live entries to a queue that the
-// Fulfiller drains on its own goroutine.
+// The LRU's eviction callback also fires on deliberate removals, and on the
+// goroutine of the caller (which may hold Fulfiller.mu), so it only hands
+// live entries to a queue that the Fulfiller drains on its own goroutine.
 //
 // # Durable and shared pending work (Config.Store)
 //
@@ -97,11 +98,11 @@
 //  1. Fulfiller.mu: the pending counts, fulfilment slots and queue,
 //     byRequest, byTask, claiming, closing, and the proposal fields marked
 //     "under Fulfiller.mu". Held for bookkeeping only.
-//  2. Under it, leaves in this order: the pending LRU's own lock (taken by
-//     pendingStore's add, remove, get), then pendingStore.mu (its eviction
-//     callback runs under the LRU's lock); catalog.mu (a tool's
-//     annotations while routing). The catalog calls its onSpoof hook after
-//     unlocking.
+//  2. Under it, leaves: the pending LRU's own lock (pendingStore's add,
+//     remove, get); pendingStore.mu (its eviction callback, which
+//     golang-lru calls after letting its own lock go); catalog.mu (a
+//     tool's annotations while routing; the catalog calls its onSpoof hook
+//     after unlocking); a Clock's own lock (arming and stopping timers).
 //
 // proposal.recMu is apart from both: it orders the writes of one
 // proposal's record and is held across that write (so that a fence, see

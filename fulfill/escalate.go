@@ -94,12 +94,13 @@ func (f *Fulfiller) escalate(p *proposal, d decision.Decision, target string) {
 	if timeout <= 0 {
 		timeout = f.cfg.ApprovalTimeout
 	}
-	deadline := time.Now().Add(timeout)
+	now := f.clock.Now()
+	deadline := now.Add(timeout)
 	hint, hinted := deadlineHint(p)
 	hinted = hinted && hint.Before(deadline)
 	if hinted {
 		// No human is asked after the proposer has stopped listening.
-		if time.Until(hint) < minHintedDeadline {
+		if hint.Sub(now) < minHintedDeadline {
 			f.reject(p, decision.ReasonTimeout, fmt.Sprintf("the proposal's own deadline (%s) leaves no time to ask a human", hint.UTC().Format(time.RFC3339)))
 			return
 		}

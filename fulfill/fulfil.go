@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
@@ -57,10 +56,10 @@ func (f *Fulfiller) startLocked(p *proposal) {
 	p.state.Store(int32(StateFulfilling))
 	p.rpcID = f.space.NextRPCID()
 	p.requestID = agent.NewID(f.space.ID())
-	p.requestSent = time.Now()
+	p.requestSent = f.clock.Now()
 	p.written = make(chan struct{})
 	f.byRequest[p.requestID] = p
-	p.fulfilTimer = time.AfterFunc(f.cfg.FulfillTimeout, func() { f.fulfilTimedOut(p) })
+	p.stopFulfil = f.clock.AfterFunc(f.cfg.FulfillTimeout, func() { f.fulfilTimedOut(p) })
 }
 
 // sendRequest puts the fulfilment mcp/request on the wire: to the target,
@@ -216,7 +215,7 @@ func (f *Fulfiller) onResponse(env agent.Envelope) {
 	}
 	f.answered.Add(cid, &answeredRequest{p: p, response: env.ID, digest: sha256.Sum256(env.Payload)})
 	ev := p.event(StageFulfilled)
-	ev.Result, ev.Latency = resp.Result, time.Since(p.requestSent)
+	ev.Result, ev.Latency = resp.Result, f.clock.Now().Sub(p.requestSent)
 	if resp.Error != nil {
 		ev.RPCError = agent.MustPayload(resp.Error)
 	}
@@ -336,11 +335,9 @@ func (f *Fulfiller) cancelRequest(p *proposal, reason string) {
 // calls in flight, --max-pending the tasks) and returns the queued
 // proposals that take it. Called with f.mu held.
 func (f *Fulfiller) freeSlotLocked(p *proposal) []*proposal {
-	p.fulfilTimer.Stop()
-	if p.goneTimer != nil {
-		p.goneTimer.Stop()
-		p.goneTimer = nil
-	}
+	stopTimer(p.stopFulfil)
+	stopTimer(p.stopGone)
+	p.stopGone = nil
 	delete(f.byRequest, p.requestID)
 	f.slots.give(p.env.From)
 	return f.dequeueLocked()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/policies"
 	"github.com/mewkit/fulfiller/state"
@@ -75,6 +76,10 @@ type Config struct {
 	Escalator        Escalator     // nil: escalations are rejected "policy" (not configured)
 	Observer         Observer      // nil: no events
 	Logger           *slog.Logger  // nil: discard
+	// Clock [the system's] is the time of the lifecycle's deadlines and
+	// timers (pending TTL, fulfil timeout, rejoin grace, task deadline);
+	// tests move a clocktest.Manual instead of waiting.
+	Clock lifecycle.Clock
 
 	// ShutdownTimeout [10s] bounds how long shutdown waits for a session
 	// to write its answers: during a gateway outage the answers are then
@@ -182,6 +187,9 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Clock == nil {
+		c.Clock = lifecycle.SystemClock{}
+	}
 }
 
 // Errors the operator-facing methods return.
@@ -200,6 +208,7 @@ type Fulfiller struct {
 	cfg     Config
 	space   Space
 	decider Decider
+	clock   lifecycle.Clock
 	shadows *shadowing // nil without Config.Shadow
 	log     *slog.Logger
 	obs     Observer
@@ -270,10 +279,11 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 		cfg:       cfg,
 		space:     space,
 		decider:   decider,
+		clock:     cfg.Clock,
 		shadows:   newShadowing(cfg.Shadow, cfg.ShadowTimeout, cfg.ShadowQueue),
 		log:       cfg.Logger,
 		obs:       cfg.Observer,
-		store:     newPendingStore(cfg.MaxPending, cfg.PendingTTL),
+		store:     newPendingStore(cfg.MaxPending),
 		byRequest: map[string]*proposal{},
 		slots:     newSlots(cfg.MaxInflight, cfg.MaxInflightPerProposer),
 		byTask:    map[string]*proposal{},
@@ -412,24 +422,46 @@ func (f *Fulfiller) drainEvictions(done <-chan struct{}) {
 			return
 		case <-f.store.signal:
 		}
-		for _, ev := range f.store.drain() {
-			p := ev.p
-			s := p.State()
-			switch {
-			case s.Terminal():
-			case !ev.expired:
+		for _, p := range f.store.drain() {
+			if !p.State().Terminal() {
 				f.reject(p, "busy", "pending work was full")
-			case s == StateFulfilling, s == StateTask, s == StateAwaitingApproval:
-				// Its own deadline ends it: the fulfil timeout, the
-				// task's deadline, or the escalation's (rule 8: the TTL
-				// never cuts a human prompt short, and one timer, the
-				// Escalator's, ends a prompt at its deadline).
-				f.store.readd(p)
-			default:
-				f.reject(p, "timeout", fmt.Sprintf("not decided within %s", f.cfg.PendingTTL))
 			}
 		}
 	}
+}
+
+// stopTimer stops a timer armed on the Fulfiller's clock (nil: none).
+func stopTimer(stop func() bool) {
+	if stop != nil {
+		stop()
+	}
+}
+
+// armTTLLocked starts p's pending TTL (--pending-ttl) as it becomes
+// pending. Called with f.mu held.
+func (f *Fulfiller) armTTLLocked(p *proposal) {
+	p.stopTTL = f.clock.AfterFunc(f.cfg.PendingTTL, func() { f.pendingExpired(p) })
+}
+
+// pendingExpired ends p at its pending TTL if it is still deciding or
+// queued ("timeout"). One waiting for its own deadline is left to it (the
+// fulfil timeout, the task's deadline, or the escalation's: rule 8, the
+// TTL never cuts a human prompt short, and one timer, the Escalator's,
+// ends a prompt at its deadline), and its TTL starts again: an approved
+// proposal that then waits in the queue still times out.
+func (f *Fulfiller) pendingExpired(p *proposal) {
+	f.mu.Lock()
+	switch s := p.State(); {
+	case s.Terminal():
+		f.mu.Unlock()
+		return
+	case s == StateFulfilling, s == StateTask, s == StateAwaitingApproval:
+		f.armTTLLocked(p)
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Unlock()
+	f.reject(p, "timeout", fmt.Sprintf("not decided within %s", f.cfg.PendingTTL))
 }
 
 // startWorkers starts n goroutines that do work on what jobs carries
@@ -509,10 +541,8 @@ func (f *Fulfiller) shutdown() {
 	// Stop tracking whatever is left so no timer fires after Run returns.
 	f.mu.Lock()
 	for id, p := range f.byRequest {
-		p.fulfilTimer.Stop()
-		if p.goneTimer != nil {
-			p.goneTimer.Stop()
-		}
+		stopTimer(p.stopFulfil)
+		stopTimer(p.stopGone)
 		delete(f.byRequest, id)
 	}
 	owed, lost, kept := f.owed, f.lost, f.kept

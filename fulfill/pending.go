@@ -2,50 +2,40 @@ package fulfill
 
 import (
 	"sync"
-	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"github.com/hashicorp/golang-lru/v2/expirable"
 )
 
 // pendingStore holds the proposals that still wait for something, keyed by
-// proposal id, in an expirable LRU, and remembers recently finished ids so a
-// replayed proposal is recognised, each with the decision that governed it
-// so that the replay's ignored line joins that decision (rule 10).
+// proposal id, in an LRU bounded by --max-pending, and remembers recently
+// finished ids so a replayed proposal is recognised, each with the decision
+// that governed it so that the replay's ignored line joins that decision
+// (rule 10). The pending TTL is not the cache's: each proposal has its own
+// timer on the Fulfiller's clock (armTTLLocked), so that tests control it
+// and an entry never expires under the cache's lock.
 //
-// golang-lru v2.0.7's expirable cache calls its eviction callback with its
-// lock held, also for Remove, and its sweep goroutine never stops. So:
-// the callback only reads the proposal's atomic state and, for a live
-// entry, appends it to an unbounded-but-naturally-bounded queue (each live
-// entry can be evicted once, and at most max-pending are live); the
-// Fulfiller drains that queue on its own goroutine. A store is made once per
-// Fulfiller, which a process makes once.
+// The cache is one larger than max so that the Fulfiller's refuse-when-
+// full check (rule 3), not eviction, bounds pending work; an entry pushed
+// out all the same (adopted work beyond the limit) is queued for a "busy"
+// reject rather than dropped silently: golang-lru calls the eviction
+// callback outside its lock, but on the caller's goroutine, which may hold
+// Fulfiller.mu, so the Fulfiller answers it from its own (drainEvictions).
 type pendingStore struct {
-	cache *expirable.LRU[string, *proposal]
+	cache *lru.Cache[string, *proposal]
 	seen  *lru.Cache[string, governing]
 	// ended are the ids of proposals this process ended (seen also holds
 	// those it left to another member): a record of one of them read
 	// later is stale, never work to resume.
 	ended *lru.Cache[string, struct{}]
-	max   int
-	ttl   time.Duration
 
 	mu      sync.Mutex
-	evicted []eviction
+	evicted []*proposal
 	signal  chan struct{} // capacity 1: "the evicted queue is not empty"
 }
 
-// eviction is a live proposal the cache let go of.
-type eviction struct {
-	p       *proposal
-	expired bool // by TTL; otherwise pushed out by size (should not happen: we refuse new work when full)
-}
-
-func newPendingStore(max int, ttl time.Duration) *pendingStore {
-	s := &pendingStore{max: max, ttl: ttl, signal: make(chan struct{}, 1)}
-	// The cache is one larger than max so that the refuse-when-full check
-	// in the Fulfiller, not LRU eviction, is what bounds pending work.
-	s.cache = expirable.NewLRU[string, *proposal](max+1, s.onEvict, ttl)
+func newPendingStore(max int) *pendingStore {
+	s := &pendingStore{signal: make(chan struct{}, 1)}
+	s.cache, _ = lru.NewWithEvict[string, *proposal](max+1, s.onEvict)
 	seenSize := 4 * max
 	if seenSize < 1<<16 {
 		seenSize = 1 << 16
@@ -55,17 +45,13 @@ func newPendingStore(max int, ttl time.Duration) *pendingStore {
 	return s
 }
 
-// onEvict runs under the cache lock: no cache calls, no Fulfiller lock.
+// onEvict queues a live proposal the cache pushed out.
 func (s *pendingStore) onEvict(_ string, p *proposal) {
-	if p.State().Terminal() {
+	if p.State().Terminal() || p.removing.Load() {
 		return // our own Remove after the proposal ended
 	}
-	if p.removing.Load() {
-		return
-	}
-	expired := time.Since(time.Unix(0, p.cachedAt.Load())) >= s.ttl
 	s.mu.Lock()
-	s.evicted = append(s.evicted, eviction{p: p, expired: expired})
+	s.evicted = append(s.evicted, p)
 	s.mu.Unlock()
 	select {
 	case s.signal <- struct{}{}:
@@ -74,7 +60,7 @@ func (s *pendingStore) onEvict(_ string, p *proposal) {
 }
 
 // drain takes the queued evictions.
-func (s *pendingStore) drain() []eviction {
+func (s *pendingStore) drain() []*proposal {
 	s.mu.Lock()
 	out := s.evicted
 	s.evicted = nil
@@ -99,14 +85,6 @@ func (s *pendingStore) markSeen(p *proposal) {
 
 func (s *pendingStore) add(p *proposal) {
 	s.markSeen(p)
-	p.cachedAt.Store(time.Now().UnixNano())
-	s.cache.Add(p.env.ID, p)
-}
-
-// readd puts back a proposal whose TTL ran out but which must live on (an
-// open human prompt before its deadline, an in-flight fulfilment).
-func (s *pendingStore) readd(p *proposal) {
-	p.cachedAt.Store(time.Now().UnixNano())
 	s.cache.Add(p.env.ID, p)
 }
 

@@ -64,14 +64,15 @@ type proposal struct {
 	tool     string          // params.name for tools/call
 	received time.Time
 
-	// state is atomic so that the LRU's eviction callback, which runs with
-	// the cache lock held, can tell live entries from finished ones without
-	// taking Fulfiller.mu.
+	// state is atomic so that the LRU's eviction callback can tell live
+	// entries from finished ones without taking Fulfiller.mu.
 	state atomic.Int32
-	// removing marks a deliberate removal from the pending store, and
-	// cachedAt when it was (re)added, both for the eviction callback.
+	// removing marks a deliberate removal from the pending store, for
+	// the eviction callback.
 	removing atomic.Bool
-	cachedAt atomic.Int64
+	// stopTTL stops the pending TTL's timer (under Fulfiller.mu; nil
+	// before the proposal is pending): see armTTLLocked.
+	stopTTL func() bool
 
 	// gov is the decision that governs the proposal (docs/design.md rule 10),
 	// read by every event: atomic because events come from the reader,
@@ -89,8 +90,8 @@ type proposal struct {
 	rpcID       int64
 	requestSent time.Time
 	written     chan struct{} // closed once the request's write was reported (fulfilling or undelivered)
-	fulfilTimer *time.Timer
-	goneTimer   *time.Timer // the tool owner left: its rejoin grace (under Fulfiller.mu)
+	stopFulfil  func() bool // the fulfil timeout, on Fulfiller.clock
+	stopGone    func() bool // the tool owner left: its rejoin grace (under Fulfiller.mu; nil: none)
 	held        bool        // the request waits for the owner to come back (under Fulfiller.mu)
 	approvedBy  []string
 	finalParams json.RawMessage // params as fulfilled (edited by a human, or as proposed)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/state"
@@ -64,7 +63,7 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	}
 	c, err := parsePayload(env.Payload)
 	method := c.method
-	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: time.Now()}
+	p := &proposal{env: env, method: c.method, params: c.params, tool: c.tool, received: f.clock.Now()}
 	if target, mine := f.addressee(env, p.tool); !mine {
 		f.log.Debug("proposal addressed to another fulfiller; left alone", "proposal", env.ID, "to", env.To)
 		f.store.markSeen(p)
@@ -271,6 +270,7 @@ func (f *Fulfiller) admit(p *proposal, err error) {
 	}
 	p.state.Store(int32(StateDeciding))
 	f.store.add(p)
+	f.armTTLLocked(p)
 	f.mu.Unlock()
 
 	// Recorded before it waits for a decide worker (its claim wrote the

@@ -126,6 +126,7 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 	f.countLocked(p)
 	p.state.Store(int32(StateDeciding))
 	f.store.add(p)
+	f.armTTLLocked(p)
 	f.mu.Unlock()
 	f.log.Info("pending proposal resumed", "proposal", env.ID, "phase", r.Phase, "how", how)
 	ev := p.event(StageResumed)
@@ -162,7 +163,7 @@ func (f *Fulfiller) resumeOne(r *state.Pending, how string) {
 		p.decision, p.target, p.deadline = sd.decision(), sd.Route, r.ApprovalDeadline
 		p.state.Store(int32(StateAwaitingApproval))
 		f.mu.Unlock()
-		if !time.Now().Before(r.ApprovalDeadline) {
+		if !f.clock.Now().Before(r.ApprovalDeadline) {
 			f.reject(p, "timeout", fmt.Sprintf("no approval by %s (the deadline passed while no fulfiller held the proposal)", r.ApprovalDeadline.Format(time.RFC3339)))
 			return
 		}
@@ -246,7 +247,7 @@ func (f *Fulfiller) awaitResumed(p *proposal, r *state.Pending) {
 	p.state.Store(int32(StateFulfilling))
 	f.slots.take(p.env.From)
 	f.byRequest[p.requestID] = p
-	p.fulfilTimer = time.AfterFunc(time.Until(deadline), func() { f.fulfilTimedOut(p) })
+	p.stopFulfil = f.clock.AfterFunc(deadline.Sub(f.clock.Now()), func() { f.fulfilTimedOut(p) })
 	// Its response may have come while no member held the proposal (the
 	// former owner had stopped reading, this one had not adopted yet).
 	late, came := f.peerResps.take(p.requestID)

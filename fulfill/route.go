@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
@@ -74,10 +73,8 @@ func (f *Fulfiller) releaseHeld(owner string) {
 	for _, p := range f.byRequest {
 		if p.held && p.target == owner && p.State() == StateFulfilling {
 			p.held = false
-			if p.goneTimer != nil {
-				p.goneTimer.Stop()
-				p.goneTimer = nil
-			}
+			stopTimer(p.stopGone)
+			p.stopGone = nil
 			ready = append(ready, p)
 		}
 	}
@@ -92,11 +89,11 @@ func (f *Fulfiller) releaseHeld(owner string) {
 func (f *Fulfiller) ownerLeft(p *proposal) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p.State() != StateFulfilling || p.goneTimer != nil || f.closing {
+	if p.State() != StateFulfilling || p.stopGone != nil || f.closing {
 		return
 	}
 	f.log.Info("tool owner left during a fulfilment; waiting for it to come back", "proposal", p.env.ID, "target", p.target, "grace", f.cfg.OwnerRejoinGrace)
-	p.goneTimer = time.AfterFunc(f.cfg.OwnerRejoinGrace, func() { f.ownerGone(p) })
+	p.stopGone = f.clock.AfterFunc(f.cfg.OwnerRejoinGrace, func() { f.ownerGone(p) })
 }
 
 // ownerGone ends p's rejoin grace. An owner that is back keeps p: a held
@@ -106,7 +103,7 @@ func (f *Fulfiller) ownerLeft(p *proposal) {
 // send a held request.
 func (f *Fulfiller) ownerGone(p *proposal) {
 	f.mu.Lock()
-	p.goneTimer = nil
+	p.stopGone = nil
 	closing, held := f.closing, p.held
 	p.held = false
 	f.mu.Unlock()

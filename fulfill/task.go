@@ -95,7 +95,7 @@ type runningTask struct {
 	deadline        time.Time
 	poll            time.Duration // the owner's suggestion; 0: none
 	request         string        // envelope id of the task-augmented request: the follow-ups' correlation
-	timer           *time.Timer   // the deadline
+	stopTimer       func() bool   // the deadline's timer, on Fulfiller.clock
 	wake            chan struct{} // a status notification came (capacity 1)
 	stop            chan struct{} // closed when the proposal ends
 	stopOnce        sync.Once
@@ -313,7 +313,7 @@ func (f *Fulfiller) taskAnswered(p *proposal, resp agent.RPCResponse) {
 		}()
 		return
 	}
-	now := time.Now()
+	now := f.clock.Now()
 	t := &runningTask{id: s.TaskID, spec: spec, owner: p.target, status: s.Status, created: now,
 		poll: s.poll(), request: p.requestID, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	f.mu.Lock()
@@ -326,7 +326,7 @@ func (f *Fulfiller) taskAnswered(p *proposal, resp agent.RPCResponse) {
 	p.task = t
 	next := f.freeSlotLocked(p)
 	f.byTask[taskKey(t.owner, t.id)] = p
-	t.timer = time.AfterFunc(time.Until(t.deadline), func() { f.taskTimedOut(p) })
+	t.stopTimer = f.clock.AfterFunc(t.deadline.Sub(f.clock.Now()), func() { f.taskTimedOut(p) })
 	f.mu.Unlock()
 	f.log.Info("fulfilment runs as a task at its tool owner", "proposal", p.env.ID, "target", p.target, "task", t.id, "spec", spec, "deadline", t.deadline)
 	f.wg.Add(1)
@@ -547,7 +547,7 @@ func (f *Fulfiller) relay(p *proposal, t *runningTask, result json.RawMessage, r
 		}
 	}
 	ev := p.event(StageFulfilled)
-	ev.Task, ev.Result, ev.Latency, ev.By = t.info(), resp.Result, time.Since(p.requestSent), p.approvedBy
+	ev.Task, ev.Result, ev.Latency, ev.By = t.info(), resp.Result, f.clock.Now().Sub(p.requestSent), p.approvedBy
 	if rpcErr != nil {
 		ev.RPCError = agent.MustPayload(rpcErr)
 	}
@@ -606,9 +606,7 @@ func (f *Fulfiller) endTaskLocked(p *proposal) {
 	if t == nil {
 		return
 	}
-	if t.timer != nil {
-		t.timer.Stop()
-	}
+	stopTimer(t.stopTimer)
 	t.end()
 	delete(f.byTask, taskKey(t.owner, t.id))
 }
@@ -665,7 +663,7 @@ func (f *Fulfiller) resumeTask(p *proposal, r *state.Pending) {
 	p.task = t
 	p.state.Store(int32(StateTask))
 	f.byTask[taskKey(t.owner, t.id)] = p
-	t.timer = time.AfterFunc(time.Until(t.deadline), func() { f.taskTimedOut(p) })
+	t.stopTimer = f.clock.AfterFunc(t.deadline.Sub(f.clock.Now()), func() { f.taskTimedOut(p) })
 	f.mu.Unlock()
 	f.wg.Add(1)
 	go func() {

@@ -18,7 +18,8 @@
 //     others' requests and rejects (supersede), presence, refusals;
 //   - claim workers (claimAndAdmit) and decide workers (decide, act);
 //   - timers: fulfilTimer (FulfillTimeout), goneTimer (owner rejoin
-//     grace), the LRU's TTL sweep (drainEvictions), and elicit's own
+//     grace), the pending TTL (once the LRU's sweep, now a timer per
+//     proposal on Config.Clock: pendingExpired), and elicit's own
 //     deadline, reminder and tier timers;
 //   - elicit callbacks: RecordPrompt, RecordApproval and the verdict
 //     (onVerdict), on elicit's goroutines;
@@ -54,7 +55,7 @@
 //   - verdict → fulfil, re-decide an edit, or reject;
 //   - withdrawal → withdrawn (prompts cancelled) → dropRecord;
 //   - others' request/reject → superseded; owner leaves → grace timer →
-//     "incapable"; TTL sweep → "timeout"; restart/adoption → resumeOne.
+//     "incapable"; TTL timer → "timeout"; restart/adoption → resumeOne.
 //
 // # The core
 //
@@ -134,7 +135,8 @@
 // # Moving package fulfill onto the core (not done yet)
 //
 // fulfill still runs its own lifecycle; only the pending TTL's second
-// way of ending an open prompt is gone (drainEvictions). The plan, stage
+// way of ending an open prompt is gone, and its timers run on a Clock
+// tests control (Config.Clock). The plan, stage
 // by stage, each keeping fulfill's tests green:
 //
 //   - store.go, recover.go: a lifecycle.Store over state.Store (the
