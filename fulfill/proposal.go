@@ -90,9 +90,9 @@ type proposal struct {
 	rpcID       int64
 	requestSent time.Time
 	written     chan struct{} // closed once the request's write was reported (fulfilling or undelivered)
-	stopFulfil  func() bool // the fulfil timeout, on Fulfiller.clock
-	stopGone    func() bool // the tool owner left: its rejoin grace (under Fulfiller.mu; nil: none)
-	held        bool        // the request waits for the owner to come back (under Fulfiller.mu)
+	stopFulfil  func() bool   // the fulfil timeout, on Fulfiller.clock
+	stopGone    func() bool   // the tool owner left: its rejoin grace (under Fulfiller.mu; nil: none)
+	held        bool          // the request waits for the owner to come back (under Fulfiller.mu)
 	approvedBy  []string
 	finalParams json.RawMessage // params as fulfilled (edited by a human, or as proposed)
 	// taskAug: the fulfilment request is task-augmented (the tool's
