@@ -10,6 +10,8 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/internal/clocktest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 var fulfilAdd = map[string]decision.Decision{"add": {Action: decision.Fulfill}}
@@ -242,11 +244,20 @@ func TestAddressedToAnotherFulfillerLeftAlone(t *testing.T) {
 	}
 }
 
+// The fulfil timeout on the clock: nothing a nanosecond before it; at
+// it, the cancellation to the owner and the reject to the proposer.
 func TestFulfilTimeout(t *testing.T) {
-	h := newHarness(t, Config{FulfillTimeout: 50 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
+	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
+	h := newHarness(t, Config{FulfillTimeout: 30 * time.Second, PendingTTL: time.Hour, Clock: clock}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
 	id := rpcID(t, req)
+	if !clock.WaitArmed(2, poll.Limit) { // the pending TTL and the fulfil timeout
+		t.Fatal("the fulfil timeout was not armed")
+	}
+	clock.Advance(30*time.Second - time.Nanosecond)
+	h.space.quiet(t, 20*time.Millisecond)
+	clock.Advance(time.Nanosecond)
 	cancel := h.space.next(t)
 	wantEnvelope(t, cancel, agent.KindRequest, []string{"calculator"}, []string{req.ID},
 		fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"timeout"}}`, id))
@@ -372,12 +383,20 @@ func TestToolOwnerLeavesMidFulfilment(t *testing.T) {
 // A tool owner that leaves and is back within the grace (a dropped link,
 // a gateway restart) keeps the fulfilment: its response still counts.
 func TestToolOwnerBackWithinGraceKeepsFulfilment(t *testing.T) {
-	h := newHarness(t, Config{OwnerRejoinGrace: 10 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
+	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
+	h := newHarness(t, Config{OwnerRejoinGrace: 5 * time.Second, FulfillTimeout: time.Hour, PendingTTL: time.Hour, Clock: clock}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
 	// Still in the roster when the grace ends: it came back.
 	h.deliver(agent.Envelope{ID: "pr", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"leave","participant":{"id":"calculator"}}`)})
-	h.space.quiet(t, 100*time.Millisecond)
+	if !clock.WaitArmed(3, poll.Limit) { // the pending TTL, the fulfil timeout and the grace
+		t.Fatal("the rejoin grace was not armed")
+	}
+	clock.Advance(5 * time.Second)
+	if n := clock.Armed(); n != 2 {
+		t.Fatalf("%d timers armed after the grace, want 2 (it fired)", n)
+	}
+	h.space.quiet(t, 20*time.Millisecond)
 	h.deliver(response(t, "r1", "calculator", req, `{}`))
 	waitFor(t, func() bool { _, ok := h.f.Get("p1"); return !ok })
 	h.space.quiet(t, 20*time.Millisecond)
