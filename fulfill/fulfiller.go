@@ -209,6 +209,9 @@ type Fulfiller struct {
 	space   Space
 	decider Decider
 	clock   lifecycle.Clock
+	// inProcess: Config.Store answers without I/O (InProcess), so claims
+	// need no workers of their own.
+	inProcess bool
 	shadows *shadowing // nil without Config.Shadow
 	log     *slog.Logger
 	obs     Observer
@@ -275,11 +278,13 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 	if cfg.Store == nil {
 		cfg.Store = state.NewLocal(space.ID())
 	}
+	ip, _ := cfg.Store.(interface{ InProcess() bool })
 	f := &Fulfiller{
 		cfg:       cfg,
 		space:     space,
 		decider:   decider,
 		clock:     cfg.Clock,
+		inProcess: ip != nil && ip.InProcess(),
 		shadows:   newShadowing(cfg.Shadow, cfg.ShadowTimeout, cfg.ShadowQueue),
 		log:       cfg.Logger,
 		obs:       cfg.Observer,
@@ -330,10 +335,16 @@ func (f *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	// A worker waits for its writes to reach the disk (shared syncs,
 	// milliseconds) between policy evaluations, so more workers than
 	// CPUs keep them busy; evalSlots still bounds concurrent
-	// evaluations to DecideWorkers.
+	// evaluations to DecideWorkers. A store in this process never makes
+	// them wait: one per evaluation is enough, and claims are made on
+	// the reader (see onProposal).
 	f.evalSlots = make(chan struct{}, f.cfg.DecideWorkers)
-	startWorkers(&f.wg, max(f.cfg.DecideWorkers, storeWorkers), f.jobs, f.decide)
-	startWorkers(&f.claimWG, storeWorkers, f.claims, f.claimAndAdmit)
+	workers, claimers := max(f.cfg.DecideWorkers, storeWorkers), storeWorkers
+	if f.inProcess {
+		workers, claimers = f.cfg.DecideWorkers, 0
+	}
+	startWorkers(&f.wg, workers, f.jobs, f.decide)
+	startWorkers(&f.claimWG, claimers, f.claims, f.claimAndAdmit)
 	// The shadow stops after the decide workers, the last to hand it
 	// decisions; what is queued then is dropped and counted.
 	shadowCtx, stopShadow := context.WithCancel(f.base)

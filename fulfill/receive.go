@@ -90,6 +90,10 @@ func (f *Fulfiller) onProposal(env agent.Envelope) {
 	// it did for a claim of its own (backpressure on a flood). Once Run
 	// is stopping it claims here, so that shutdown finds the proposal
 	// and answers it.
+	if f.inProcess {
+		f.claimAndAdmit(j)
+		return
+	}
 	select {
 	case f.claims <- j:
 	case <-f.runCtx.Done():

@@ -47,6 +47,10 @@ func NewLocal(member string) *Local {
 	return &Local{member: member, records: map[string]*Pending{}, seen: seen}
 }
 
+// InProcess is true: every call returns without I/O, so a caller needs no
+// goroutines to wait on it (fulfill claims on its reader).
+func (l *Local) InProcess() bool { return true }
+
 // Persistent is false: the records die with the process.
 func (l *Local) Persistent() bool { return false }
 
