@@ -117,8 +117,9 @@ func (f *Fulfiller) escalate(p *proposal, d decision.Decision, target string) {
 	p.deadlineHint = hinted
 	f.mu.Unlock()
 	// Recorded before any human is asked: a restart or an adopter asks
-	// them again, with the same deadline.
-	if err := f.saveRecord(p, func(r *state.Pending) {
+	// them again, with the same deadline. Not waited for on the disk:
+	// the first prompt's record is, before that prompt is sent.
+	if err := f.noteRecord(p, func(r *state.Pending) {
 		g := p.governor()
 		r.Phase, r.Decision, r.DecisionID, r.Revision = state.AwaitingApproval, storeDecision(d, target, nil, nil), g.id, g.revision
 		r.ApprovalDeadline = p.deadline.UTC()
@@ -162,7 +163,7 @@ func (f *Fulfiller) askHumans(p *proposal, d decision.Decision, target string, p
 		return f.saveRecord(p, func(r *state.Pending) { r.Prompts = append(r.Prompts, pr) })
 	}
 	esc.RecordApproval = func(a state.Approval) error {
-		return f.saveRecord(p, func(r *state.Pending) { r.Approvals = append(r.Approvals, a) })
+		return f.noteRecord(p, func(r *state.Pending) { r.Approvals = append(r.Approvals, a) })
 	}
 	f.cfg.Escalator.Escalate(f.base, esc, func(v Verdict) { f.onVerdict(p, v) })
 }

@@ -252,6 +252,45 @@ func (c *opCounter) writes() map[string]int {
 	return out
 }
 
+// count is how many op operations the store reported so far.
+func (c *opCounter) count(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ops[op]
+}
+
+// On the way from a human's approval to the fulfilment request the
+// process waits for one disk sync, the request's record's: the approval
+// is recorded without a wait (a machine crash that loses it re-asks the
+// same prompt, whose client answers again), and so is the escalation's
+// phase before its first prompt's record.
+func TestStoreOneSyncFromApprovalToRequest(t *testing.T) {
+	ops := &opCounter{}
+	st := openStore(t, state.Mode{Kind: state.Dir, Dir: t.TempDir()}, "fulfiller", func(c *state.Config) { c.Observer = ops })
+	esc := newRecEscalator()
+	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
+	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
+	e := esc.next(t)
+	if n := ops.count("sync"); n != 1 {
+		t.Errorf("syncs waited for before the prompt = %d, want 1 (the prompt's record)", n)
+	}
+	before := ops.count("sync")
+	if err := e.RecordApproval(state.Approval{Approver: "alice", At: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	esc.done("p1")(Verdict{Approved: true, By: []string{"alice"}})
+	if req := h.space.next(t); !isToolsCall(req) {
+		t.Fatalf("sent %s %s, want the tools/call", req.Kind, req.Payload)
+	}
+	if n := ops.count("sync") - before; n != 1 {
+		t.Errorf("syncs waited for from the approval to the request = %d, want 1", n)
+	}
+	recs, err := st.List(t.Context())
+	if err != nil || len(recs) != 1 || len(recs[0].Approvals) != 1 || recs[0].Request == nil {
+		t.Errorf("record = %+v, %v; want the approval and the request in it", recs, err)
+	}
+}
+
 // The overload path stays one store write: a proposal rejected "busy" as
 // it arrives is claimed without a record (its claim is the only write; no
 // record, no answered mark, no delete), while an admitted one is claimed

@@ -30,7 +30,7 @@ func (f *Fulfiller) fulfil(p *proposal, target string, params json.RawMessage) {
 		f.slots.enqueue(p)
 		d, by := p.decision, p.approvedBy
 		f.mu.Unlock()
-		if err := f.saveRecord(p, func(r *state.Pending) {
+		if err := f.noteRecord(p, func(r *state.Pending) {
 			// A dequeue may have recorded its request first: that
 			// record stands (a request written is never written again).
 			if r.Request == nil {

@@ -43,8 +43,11 @@ type Store interface {
 	// record is a replay's, delete it and send nothing.
 	Reclaim(ctx context.Context, p *state.Pending) (ours bool, err error)
 	// Update and Delete compare and set on p.StoreRevision
-	// (state.ErrConflict: someone else owns it now).
+	// (state.ErrConflict: someone else owns it now). UpdateSoon is Update
+	// that does not wait for the disk: for a write nothing sent depends
+	// on (an escalation's phase, an approval).
 	Update(ctx context.Context, p *state.Pending) error
+	UpdateSoon(ctx context.Context, p *state.Pending) error
 	Delete(ctx context.Context, p *state.Pending) error
 	// MarkAnswered records, just before a reject is written, which reject
 	// ends p (phase state.Answered): whoever resumes the record sends the
@@ -247,10 +250,25 @@ const ReasonStoreUnavailable = "store_unavailable"
 const ReasonAdopted = "adopted_elsewhere"
 
 // saveRecord applies change to a copy of p's record and writes it (compare
-// and set). state.ErrConflict means the
+// and set), and waits for the write to reach the disk: for what is sent
+// next (a prompt, a fulfilment request). state.ErrConflict means the
 // record is another member's now: p is fenced and nothing more may be sent
 // about it.
 func (f *Fulfiller) saveRecord(p *proposal, change func(r *state.Pending)) error {
+	return f.writeRecord(p, f.cfg.Store.Update, change)
+}
+
+// noteRecord is saveRecord without the wait for the disk (Store.UpdateSoon),
+// for a write nothing sent depends on: an escalation's phase (its first
+// prompt's record is synced before the prompt goes out), an approval (a
+// re-asked prompt gets its answer again), a queued fulfilment, a task's
+// status. One sync on the way to any answer is the store's budget
+// (docs/performance.md).
+func (f *Fulfiller) noteRecord(p *proposal, change func(r *state.Pending)) error {
+	return f.writeRecord(p, f.cfg.Store.UpdateSoon, change)
+}
+
+func (f *Fulfiller) writeRecord(p *proposal, update func(context.Context, *state.Pending) error, change func(r *state.Pending)) error {
 	p.recMu.Lock()
 	defer p.recMu.Unlock()
 	if p.rec == nil {
@@ -265,7 +283,7 @@ func (f *Fulfiller) saveRecord(p *proposal, change func(r *state.Pending)) error
 	change(&next)
 	ctx, cancel := f.storeContext()
 	defer cancel()
-	if err := f.cfg.Store.Update(ctx, &next); err != nil {
+	if err := update(ctx, &next); err != nil {
 		if errors.Is(err, state.ErrConflict) {
 			p.fenced.Store(true)
 			p.rec = nil

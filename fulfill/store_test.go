@@ -133,6 +133,16 @@ func (s *faultyStore) Update(ctx context.Context, p *state.Pending) error {
 	return s.Store.Update(ctx, p)
 }
 
+func (s *faultyStore) UpdateSoon(ctx context.Context, p *state.Pending) error {
+	if s.beforeUpdate != nil {
+		s.beforeUpdate(p)
+	}
+	if s.dead.Load() || s.failUpdate.Load() {
+		return errCut
+	}
+	return s.Store.UpdateSoon(ctx, p)
+}
+
 func (s *faultyStore) MarkAnswered(ctx context.Context, p *state.Pending) error {
 	if s.beforeAnswered != nil {
 		s.beforeAnswered(p)

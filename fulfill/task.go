@@ -422,7 +422,7 @@ func (f *Fulfiller) follow(p *proposal, t *runningTask) {
 		t.status = s.Status
 		f.mu.Unlock()
 		if changed {
-			_ = f.saveRecord(p, func(r *state.Pending) {
+			_ = f.noteRecord(p, func(r *state.Pending) {
 				if r.Task != nil {
 					r.Task.Status = s.Status
 				}

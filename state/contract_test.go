@@ -432,6 +432,20 @@ func TestPendingRecords(t *testing.T) {
 			if err := s.Update(ctx, &changed); !errors.Is(err, ErrRequestRewritten) {
 				t.Fatalf("Update changing Request = %v, want ErrRequestRewritten", err)
 			}
+			// UpdateSoon keeps the same rules; only the wait for the
+			// disk differs.
+			if err := s.UpdateSoon(ctx, &changed); !errors.Is(err, ErrRequestRewritten) {
+				t.Fatalf("UpdateSoon changing Request = %v, want ErrRequestRewritten", err)
+			}
+			if err := s.UpdateSoon(ctx, &stale); !errors.Is(err, ErrConflict) {
+				t.Fatalf("UpdateSoon at stale revision = %v, want ErrConflict", err)
+			}
+			noted := *p
+			noted.Approvals = []Approval{{Approver: "alice", At: time.Now().UTC()}}
+			if err := s.UpdateSoon(ctx, &noted); err != nil || noted.StoreRevision == p.StoreRevision {
+				t.Fatalf("UpdateSoon = %v (revision %d, was %d)", err, noted.StoreRevision, p.StoreRevision)
+			}
+			*p = noted
 			got, _ := s.Get(ctx, "a.b")
 			if got.Phase != Fulfilling || got.Request == nil || got.Request.EnvelopeID != "req-1" {
 				t.Fatalf("record after refused updates = %+v", got)

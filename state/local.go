@@ -113,6 +113,9 @@ func (l *Local) Update(_ context.Context, p *Pending) error {
 	return l.update(p)
 }
 
+// UpdateSoon is Update: nothing here waits for a disk.
+func (l *Local) UpdateSoon(ctx context.Context, p *Pending) error { return l.Update(ctx, p) }
+
 // MarkAnswered is Update for a record moving to phase Answered.
 func (l *Local) MarkAnswered(_ context.Context, p *Pending) error {
 	if p.Phase != Answered || p.Reject == nil || p.Reject.EnvelopeID == "" {

@@ -7,7 +7,7 @@ import "time"
 // renewals). Calls are synchronous and must not block.
 type Observer interface {
 	// StoreOp reports one store operation ("claim", "put", "get",
-	// "update", "answered", "delete", "list", "outbox", "rpcid", "lease",
+	// "update", "update_soon", "answered", "delete", "list", "outbox", "rpcid", "lease",
 	// "reclaim", "ping", "take"; in DIR mode "sync", a writer's wait for its write to
 	// reach the disk, and "syncfs", one sync of the file system shared by
 	// the writers waiting for it),

@@ -190,6 +190,24 @@ func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
 	return s.synced(ctx)
 }
 
+// UpdateSoon is Update without the wait for the sync: when it returns the
+// write is in the kernel (it survives the process), and a sync follows
+// within lazySync, as after Delete. It is for a step that nothing sent
+// depends on (docs/design.md syncs before a prompt or a fulfilment request
+// goes out): an escalation's phase, whose first prompt's record is synced
+// before that prompt is sent, and an approval, which a machine crash can
+// lose only for the approver's client to answer again when its prompt is
+// re-asked (same ids) after the restart. So the path from an approval to
+// its fulfilment request waits for one sync, the request's.
+func (s *Store) UpdateSoon(ctx context.Context, p *Pending) (err error) {
+	defer s.timed("update_soon", time.Now(), &err)
+	if err := s.update(ctx, p); err != nil {
+		return err
+	}
+	s.syncSoon()
+	return nil
+}
+
 // MarkAnswered is Update for a record moving to phase Answered (p.Reject
 // set), just before its reject is written; the record is deleted after.
 // It does not wait for a sync: docs/design.md syncs before prompts and requests,
