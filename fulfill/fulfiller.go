@@ -212,11 +212,11 @@ type Fulfiller struct {
 	// inProcess: Config.Store answers without I/O (InProcess), so claims
 	// need no workers of their own.
 	inProcess bool
-	shadows *shadowing // nil without Config.Shadow
-	log     *slog.Logger
-	obs     Observer
-	store   *pendingStore
-	catalog *catalog
+	shadows   *shadowing // nil without Config.Shadow
+	log       *slog.Logger
+	obs       Observer
+	store     *pendingStore
+	catalog   *catalog
 	// answered remembers fulfilment requests that got their response
 	// (by request envelope id), to notice a conflicting second one.
 	answered *lru.Cache[string, *answeredRequest]
