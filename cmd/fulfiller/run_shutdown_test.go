@@ -22,16 +22,39 @@ import (
 // the gateway goes away, and the operator stops fulfiller. It waits
 // --shutdown-timeout for a session, no longer; then it says exactly what
 // became of what it owed — the three rejects its proposers are owed, kept
-// in the state store for the next run, and the three prompt cancellations
-// its approver is owed, lost — and exits 1, not 0.
+// in the state store for the next run (lost with --state memory, whose
+// records die with the process), and the three prompt cancellations its
+// approver is owed, lost — and exits 1, not 0.
 func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 	t.Parallel() // the fulfiller as a process of its own: mostly waiting
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		msg   string
+		kept  int
+		undel int
+	}{
+		// With the default --state DIR the three rejects are kept there
+		// for the next run (TestRunBinaryDeliversShutdownAnswersAfterARestart).
+		{"durable", nil, "stopped; 3 answers could not be written and are kept in the state store, to be sent after a restart on it; 0 of 3 answers were lost and 3 cancellations were not sent", 3, 0},
+		// A memory store dies with the process: nothing is kept for a
+		// next run, and the log must not say so.
+		{"memory", []string{"--state", "memory"}, "stopped; 3 of 3 answers were not delivered and 3 cancellations were not sent", 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sigtermWithGatewayDown(t, tc.args, tc.msg, tc.kept, tc.undel)
+		})
+	}
+}
+
+func sigtermWithGatewayDown(t *testing.T, extra []string, wantMsg string, wantKept, wantUndelivered int) {
 	bin := fulfillerBinary(t)
 	w := newHumanWorld(t)
 	ctx, srv := w.Ctx, w.Space
 	addr := freeAddr(t)
 	const apiToken = "shutdown-test-api-token"
-	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_HTTP_TOKEN=" + apiToken}, "--http", addr, "--shutdown-timeout", "1s")
+	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_HTTP_TOKEN=" + apiToken}, append([]string{"--http", addr, "--shutdown-timeout", "1s"}, extra...)...)
 	get := func(path string) (int, string) { return httpGet(addr, path, apiToken) }
 	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
@@ -74,13 +97,10 @@ func TestRunBinarySIGTERMWithGatewayDown(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("fulfiller run exited with %v after SIGTERM with the gateway down, want exit status 1\n%s", err, stderr)
 	}
-	// With the default --state DIR the three rejects are kept there for
-	// the next run (TestRunBinaryDeliversShutdownAnswersAfterARestart);
-	// the cancellations are lost.
+	// The cancellations are lost in both modes.
 	last := stoppedLine(t, stderr.String())
-	if last.Msg != "stopped; 3 answers could not be written and are kept in the state store, to be sent after a restart on it; 0 of 3 answers were lost and 3 cancellations were not sent" ||
-		last.Undelivered != 0 || last.Kept != 3 || last.Answers != 3 || last.CancellationsUnsent != 3 {
-		t.Errorf("stopped line %+v", last)
+	if last.Msg != wantMsg || last.Undelivered != wantUndelivered || last.Kept != wantKept || last.Answers != 3 || last.CancellationsUnsent != 3 {
+		t.Errorf("stopped line %+v, want %q with %d kept and %d undelivered", last, wantMsg, wantKept, wantUndelivered)
 	}
 	if strings.Contains(stderr.String(), "every pending proposal was answered") {
 		t.Errorf("the log claims every proposal was answered:\n%s", stderr)
