@@ -265,6 +265,10 @@ type Fulfiller struct {
 	claiming map[string]*proposal
 	claimWG  sync.WaitGroup
 
+	// grantsLate logs once that decisions went ahead before the store's
+	// grants were loaded (awaitGrants).
+	grantsLate sync.Once
+
 	// group is what this member last read of its group (Config.Store).
 	group groupView
 	// peerResps keeps responses to the group's other members' requests,

@@ -25,6 +25,7 @@ func (f *Fulfiller) grantsCovering(proposer string, t *policies.Tool, now time.T
 	if f.cfg.Grants == nil || t == nil || t.Name == "" {
 		return nil
 	}
+	f.awaitGrants()
 	var out []json.RawMessage
 	for _, g := range f.cfg.Grants.Matching(grantCall(proposer, t), now) {
 		b, err := json.Marshal(g)
@@ -37,6 +38,36 @@ func (f *Fulfiller) grantsCovering(proposer string, t *policies.Tool, now time.T
 		out = []json.RawMessage{} // grants are on: the policy sees an empty list
 	}
 	return out
+}
+
+// grantsLoadWait bounds how long a decision waits for the store's grants
+// the first time, after a start.
+const grantsLoadWait = 10 * time.Second
+
+// awaitGrants waits until the grants in the store are mirrored (once per
+// process; after that the registry is never waited on). A proposal read
+// in the first moments after a restart was decided as if no grant
+// existed, and a human was asked again about a call a grant covered
+// (seen in TestRunBinaryGrants under load). Past grantsLoadWait, or at
+// shutdown, it decides without them: a missing grant asks a human, the
+// safe side.
+func (f *Fulfiller) awaitGrants() {
+	ready := f.cfg.Grants.Ready()
+	select {
+	case <-ready:
+		return
+	default:
+	}
+	t := time.NewTimer(grantsLoadWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-f.decideCtx.Done():
+	case <-t.C:
+		f.grantsLate.Do(func() {
+			f.log.Warn("grants in the state store not loaded yet; deciding without them (humans are asked where a grant would have allowed)", "waited", grantsLoadWait)
+		})
+	}
 }
 
 // grantOffer is the grant a decision's offer makes possible here: the

@@ -1,0 +1,84 @@
+package fulfill
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/state"
+)
+
+// slowGrants is a grant store whose stored grants arrive when the test
+// says: a store read slowly after a restart.
+type slowGrants struct{ changes chan state.GrantChange }
+
+func (s *slowGrants) PutGrant(context.Context, *state.Grant) error { return nil }
+func (s *slowGrants) RevokeGrant(context.Context, string) (*state.Grant, error) {
+	return nil, grantstore.ErrUnknown
+}
+
+// WatchGrants forwards what the test sends until ctx ends, then closes
+// the watch, as the store's does.
+func (s *slowGrants) WatchGrants(ctx context.Context) (<-chan state.GrantChange, error) {
+	out := make(chan state.GrantChange)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case c := <-s.changes:
+				select {
+				case out <- c:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// A proposal read before the stored grants are loaded waits for them:
+// the policy sees the grant that covers it, instead of deciding as if
+// there were none (and a human being asked again).
+func TestDecisionWaitsForTheStoredGrants(t *testing.T) {
+	store := &slowGrants{changes: make(chan state.GrantChange, 2)}
+	reg := grantstore.NewRegistry(store, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	dec := &fakeDecider{decisions: fulfilAdd}
+	h := newHarness(t, Config{Grants: reg}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	h.space.quiet(t, 50*time.Millisecond) // not decided before the grants are in
+	if n := dec.count(); n != 0 {
+		t.Fatalf("decided %d times before the grants were loaded", n)
+	}
+
+	now := time.Now()
+	g, err := grants.New("g-1", &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}}},
+		grants.Call{Tool: "add", Server: "calculator"}, time.Hour, "alice", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(g)
+	store.changes <- state.GrantChange{Grant: &state.Grant{ID: g.ID, Expires: g.Expires, Doc: doc}}
+	store.changes <- state.GrantChange{Current: true}
+	h.space.next(t) // the tools/call
+	// The first evaluation is the decision (a second one, without the
+	// grants, tells which grant let it through).
+	dec.mu.Lock()
+	in := dec.inputs[0]
+	dec.mu.Unlock()
+	if len(in.Grants) != 1 || !strings.Contains(string(in.Grants[0]), `"id":"g-1"`) {
+		t.Fatalf("input.grants = %s, want the stored grant g-1", in.Grants)
+	}
+}
