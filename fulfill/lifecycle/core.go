@@ -20,6 +20,9 @@ type Core struct {
 	inflight  int               // fulfilment slots held
 	closing   bool
 	seq       uint64 // of the last Write: unique, so a result finds its write
+	// groupPending and groupCap are the group's load as of the last
+	// GroupLoad: this member's open proposals then, plus its peers'.
+	groupPending, groupCap int
 
 	// seen are proposal ids this process read (rule 5 within the
 	// process; the store's claim is the group-wide check). ended are
@@ -57,6 +60,11 @@ type entry struct {
 	// retried: a write was tried again after an error (which may have
 	// been applied all the same); reloading: a Reload is outstanding.
 	retried, reloading bool
+	// noRecord: refused at once (refused is its reject, its envelope id
+	// minted once the claim is won); claimed without a record, so it is
+	// never counted as pending, resumed or adopted.
+	noRecord bool
+	refused  *RejectRecord
 }
 
 type earlyEnd struct {
@@ -72,15 +80,17 @@ const (
 	thenSendReject
 	thenSendRequest
 	thenAsk
+	thenRefused
 )
 
 type pendingWrite struct {
 	// line is logged once the write is durable (an end with nothing
 	// sent: its line says what the store holds).
 	line   *Line
-	rec    *Proposal // nil: delete
-	create bool
-	then   then
+	rec       *Proposal // nil: delete
+	create    bool
+	claimOnly bool
+	then      then
 }
 
 // New makes a Core.
@@ -92,6 +102,11 @@ func New(cfg Config, ids IDs) *Core {
 // Pending reports how many proposals the core still holds, ended ones
 // whose record or reject is still being written included.
 func (c *Core) Pending() int { return len(c.props) }
+
+// Live reports how many proposals count as pending here (claimed with a
+// record, not ended): what the shell publishes with its lease for the
+// group's "busy".
+func (c *Core) Live() int { n, _, _ := c.load("", ""); return n }
 
 // Open returns a copy of each proposal not yet ended, in id order.
 func (c *Core) Open() []Proposal {
@@ -136,6 +151,8 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		}
 	case Cancelled:
 		s.cancelled(ev)
+	case GroupLoad:
+		c.groupPending, c.groupCap = c.Live()+ev.Peers, ev.Capacity
 	case Closing:
 		s.closing()
 	case Reloaded:
@@ -186,6 +203,17 @@ func (s *step) proposed(ev Proposed) {
 	e := &entry{p: p}
 	c.props[p.ID] = e
 	s.log(e, "received", nil)
+	if p.Invalid == "" {
+		if reason, message := c.refusal(p); reason != "" {
+			// Refused as looked at now, even if room is made before the
+			// claim lands: claimed without a record (ClaimOnly), one
+			// store write for a reject under overload; never decided.
+			e.noRecord = true
+			e.refused = &RejectRecord{Reason: reason, Message: message}
+			s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, claimOnly: true, then: thenRefused})
+			return
+		}
+	}
 	// The claim is the first write: the record exists from the moment
 	// the proposal is this member's, so a crash after it leaves work to
 	// resume, never a claimed id nobody answers.
@@ -211,7 +239,7 @@ func (s *step) issue(e *entry) {
 	e.writing = true
 	s.c.seq++
 	e.seq = s.c.seq
-	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, Rev: e.p.Rev})
+	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev})
 }
 
 func (s *step) stored(ev Stored) {
@@ -232,6 +260,10 @@ func (s *step) stored(ev Stored) {
 		s.then(e, w)
 		s.issue(e)
 		s.forgetIfDone(e)
+	case w.claimOnly && (ev.Err == ErrExists || ev.Err == ErrConflict):
+		// Its own earlier try would have been reported won: another
+		// claim holds the id.
+		s.duplicate(e)
 	case w.create && ev.Err == ErrExists && !e.retried:
 		s.duplicate(e)
 	case ev.Err == ErrExists || ev.Err == ErrConflict:
@@ -239,7 +271,7 @@ func (s *step) stored(ev Stored) {
 		// that failed was applied after all (a store timeout does not
 		// say which): the record says.
 		s.reload(e)
-	case w.create && !s.now.Before(e.p.Deadline):
+	case w.create && !w.claimOnly && !s.now.Before(e.p.Deadline):
 		// Not claimed by its deadline, as far as this member knows: the
 		// record says whether a try was applied after all.
 		e.retried = true
@@ -315,16 +347,33 @@ func (s *step) then(e *entry, w pendingWrite) {
 			s.endQuietly(e, e.early.outcome, e.early.stage, e.early.why)
 		case p.Invalid != "":
 			s.commitReject(e, "invalid", p.Invalid)
-		case c.closing:
-			s.commitReject(e, "other", "fulfiller is shutting down; propose again later")
 		case !s.now.Before(p.Deadline):
 			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
-		case c.live() > c.cfg.MaxPending:
-			s.commitReject(e, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", c.cfg.MaxPending))
 		default:
+			// Looked at again now that it is claimed (others were
+			// admitted meanwhile), as fulfill's admit does; its record
+			// ends with its reject.
+			if reason, message := c.refusal(p); reason != "" {
+				s.commitReject(e, reason, message)
+				return
+			}
 			e.deciding = true
 			s.emit(Decide{ID: p.ID})
 		}
+	case thenRefused:
+		if e.early != nil {
+			// Withdrawn (or answered by another) while it was claimed:
+			// nothing is sent, and with no record nothing is deleted.
+			s.endQuietly(e, e.early.outcome, e.early.stage, e.early.why)
+			return
+		}
+		e.outcome = Rejected
+		r := *e.refused
+		r.EnvelopeID = c.ids.EnvelopeID()
+		e.p.Phase, e.p.Reject = Answered, &r
+		e.sending = true
+		s.logReject(e)
+		s.emit(SendReject{ID: e.p.ID, To: e.p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 	case thenSendReject:
 		e.sending = true
 		r := e.p.Reject
@@ -348,15 +397,41 @@ func (s *step) then(e *entry, w pendingWrite) {
 	}
 }
 
-// live counts the claimed proposals not ended.
-func (c *Core) live() int {
-	n := 0
-	for _, e := range c.props {
-		if e.claimed && e.outcome == Open {
-			n++
+// load counts the proposals pending here (claimed with a record, not
+// ended), except the one named except: all of them, those of proposer
+// from, and their frame bytes.
+func (c *Core) load(from, except string) (live, mine int, bytes int64) {
+	for id, e := range c.props {
+		if e.claimed && e.outcome == Open && id != except {
+			live++
+			bytes += int64(e.p.Size)
+			if e.p.From == from {
+				mine++
+			}
 		}
 	}
-	return n
+	return live, mine, bytes
+}
+
+// refusal is the reject of a proposal that cannot be admitted now, in
+// fulfill's order and words (fulfill.refusal): shutting down, or busy
+// (this member's pending limit, the proposer's, the group full, the
+// frame bytes). The proposal itself is not counted.
+func (c *Core) refusal(p *Proposal) (reason, message string) {
+	live, mine, bytes := c.load(p.From, p.ID)
+	switch {
+	case c.closing:
+		return "other", "fulfiller is shutting down; propose again later"
+	case live >= c.cfg.MaxPending:
+		return "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", c.cfg.MaxPending)
+	case c.cfg.MaxPendingPerProposer > 0 && mine >= c.cfg.MaxPendingPerProposer:
+		return "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", c.cfg.MaxPendingPerProposer)
+	case c.groupCap > 0 && c.groupPending >= c.groupCap:
+		return "busy", fmt.Sprintf("the group's pending work is full (%d proposals); propose again later", c.groupCap)
+	case c.cfg.MaxPendingBytes > 0 && bytes+int64(p.Size) > c.cfg.MaxPendingBytes:
+		return "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", bytes, c.cfg.MaxPendingBytes, p.Size)
+	}
+	return "", ""
 }
 
 // fenced drops e without a word: its record is another member's, which
@@ -595,7 +670,9 @@ func (s *step) sent(ev Sent) {
 			return
 		}
 		e.resendAt = time.Time{}
-		s.queueWrite(e, pendingWrite{}) // delete
+		if !e.noRecord {
+			s.queueWrite(e, pendingWrite{}) // delete
+		}
 		s.forgetIfDone(e)
 	case p.Request != nil && ev.EnvelopeID == p.Request.EnvelopeID:
 		if ev.Err == nil {
@@ -632,6 +709,9 @@ func (s *step) fired(ev Fired) {
 	case TimerDeadline:
 		if e.outcome != Open || !ev.At.Equal(p.Deadline) {
 			return
+		}
+		if e.noRecord {
+			return // its claim is tried until it lands: then its reject goes
 		}
 		if !e.claimed {
 			// Never claimed (the store was unreachable): no record, so

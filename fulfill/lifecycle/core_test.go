@@ -225,3 +225,41 @@ func TestOperatorCancel(t *testing.T) {
 		t.Fatalf("logged %+v", l)
 	}
 }
+
+// A proposal over a limit is claimed without a record (one write) and
+// rejected "busy" with fulfill's words; the per-proposer limit counts
+// only the proposer's own pending work, and the byte limit the frames.
+func TestBusyIsClaimedWithoutARecord(t *testing.T) {
+	c := New(Config{Member: "m1", MaxPending: 10, MaxPendingPerProposer: 1, MaxPendingBytes: 1000, MaxInflight: 1,
+		PendingTTL: time.Minute, RetryAfter: time.Second}, &counterIDs{})
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder", Size: 600}))
+	same(t, kinds(c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})), []string{"Decide"})
+
+	busy := func(id, from string, size int, message string) {
+		t.Helper()
+		w := only[Write](t, c.Step(t0, Proposed{ID: id, From: from, Size: size}))
+		if !w.Create || !w.ClaimOnly || w.Record.DecisionID == "" {
+			t.Fatalf("%s claimed with %+v, want a claim without a record (ClaimOnly, with its decision id)", id, w)
+		}
+		effs := c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 2})
+		same(t, kinds(effs), []string{"SendReject"})
+		rej := only[SendReject](t, effs)
+		if rej.Reason != "busy" || rej.Message != message || rej.To != from {
+			t.Fatalf("%s rejected %q %q to %s, want busy %q", id, rej.Reason, rej.Message, rej.To, message)
+		}
+		// Written: nothing to delete, nothing left.
+		same(t, kinds(c.Step(t0, Sent{ID: id, EnvelopeID: rej.EnvelopeID})), nil)
+	}
+	busy("p2", "coder", 10, "1 of your proposals are pending (the limit per proposer); propose again when one is answered")
+	busy("p3", "coder2", 500, "pending proposals hold 600 of 1000 bytes (the limit), too few for this 500-byte one; propose again later")
+	c.Step(t0, GroupLoad{Peers: 9, Capacity: 10})
+	busy("p4", "coder2", 10, "the group's pending work is full (10 proposals); propose again later")
+	c.Step(t0, GroupLoad{Peers: 8, Capacity: 10})
+	w := only[Write](t, c.Step(t0, Proposed{ID: "p5", From: "coder2", Size: 10}))
+	if w.ClaimOnly {
+		t.Fatalf("p5 refused with the group at 9 of 10")
+	}
+	if c.Pending() != 2 || c.Live() != 1 {
+		t.Fatalf("pending %d live %d, want 2 (p1, p5 claiming) and 1", c.Pending(), c.Live())
+	}
+}

@@ -148,6 +148,16 @@ type Cancelled struct{ ID, By string }
 // Closing: shutdown; every open proposal is answered "other".
 type Closing struct{}
 
+// GroupLoad is the group's load as the shell last read it from the
+// member leases (about once a second, one record per member, never per
+// proposal): Peers is the pending work the other live members published
+// with their leases, Capacity the sum of MaxPending over the live
+// members (0: not read yet, and the group never counts as full). The
+// core adds its own open proposals as of this event, as fulfill adds
+// its own count at the read, and refuses new proposals "busy" while
+// that sum is at Capacity.
+type GroupLoad struct{ Peers, Capacity int }
+
 func (Proposed) event()       {}
 func (Stored) event()         {}
 func (Decided) event()        {}
@@ -163,6 +173,7 @@ func (Closing) event()        {}
 func (Reloaded) event()       {}
 func (Released) event()       {}
 func (Cancelled) event()      {}
+func (GroupLoad) event()      {}
 
 // Effect is what the shell must carry out. The shell carries out the
 // effects of one proposal one after the other, in the order Step
@@ -175,12 +186,24 @@ type Effect interface{ effect() }
 // Create claims the proposal id (create-if-absent, group-wide). Its
 // result is a Stored with the same ID and Seq. At most one Write per
 // proposal is outstanding.
+//
+// ClaimOnly (with Create) claims the id without keeping a record
+// (state.ClaimDecision, with Record.DecisionID): the one write of a
+// proposal refused at once ("busy", or shutting down), where a record
+// would cost two more writes (record, delete) to a store the overload
+// already loads. A claim that finds the id claimed with its own
+// DecisionID is won (an earlier try was applied after all; the store
+// reports the claim's decision, as ClaimDecision's winner does). A crash
+// between this claim and the reject leaves the proposer without an
+// answer (its own timeout), which for "busy" is the same advice:
+// propose again later.
 type Write struct {
-	ID     string
-	Seq    uint64
-	Record *Proposal
-	Create bool
-	Rev    uint64
+	ID        string
+	Seq       uint64
+	Record    *Proposal
+	Create    bool
+	ClaimOnly bool
+	Rev       uint64
 }
 
 // Reload reads the proposal's record (its Rev set); its result is a

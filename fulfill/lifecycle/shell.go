@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -70,6 +71,7 @@ type Loop struct {
 
 	in   chan Event
 	done chan laneDone
+	live atomic.Int64 // Core.Live after the last step
 
 	// Touched by Run's goroutine only.
 	lanes  map[string]*lane
@@ -104,6 +106,11 @@ func (l *Loop) Post(ctx context.Context, ev Event) error {
 		return ctx.Err()
 	}
 }
+
+// Live is the number of proposals pending here as of the last event
+// (Core.Live): what the shell publishes with its lease, from any
+// goroutine, for the group's "busy" (GroupLoad).
+func (l *Loop) Live() int { return int(l.live.Load()) }
 
 // Run resumes this member's records, then applies events until ctx
 // ends; it stops its timers and waits for the effects being carried out
@@ -189,6 +196,7 @@ func (l *Loop) step(ctx context.Context, ev Event) {
 		ln.effs = append(ln.effs, e)
 		touched = append(touched, id)
 	}
+	l.live.Store(int64(l.core.Live()))
 	for _, id := range touched {
 		l.dispatch(ctx, id)
 	}

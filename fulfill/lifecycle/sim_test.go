@@ -80,6 +80,8 @@ var mustCover = []string{
 	"ignored/response_from_other", "ignored/wrong_rpc_id", "ignored/late_withdraw", "ignored/store_unavailable",
 	"world/crash", "world/adopt", "world/release", "world/ambiguous_write", "world/reload", "world/shutdown",
 	"world/resent_reject", "world/edit_rechecked", "world/verdict", "world/cancel", "world/take", "ignored/cancel_refused",
+	"world/claim_only", "world/busy_lost", "busy/the limit per proposer", "busy/the group's pending work", "busy/bytes (the limit)",
+	"busy/proposals are pending (the limit)",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -117,7 +119,13 @@ type member struct {
 	// core) counts the answers: lost with the process, like elicit's
 	// memory (its approvals are asked for again).
 	esc *toyEscalator
+	// group is the group's load as this incarnation was last told it
+	// (GroupLoad), counted by the simulator: admissions are checked
+	// against it.
+	group groupView
 }
+
+type groupView struct{ pending, capacity int }
 
 // toyEscalator turns answers to the prompts its member asked into a
 // Verdict, as elicit does: the approver's own signed answer counts, a
@@ -157,6 +165,12 @@ type truth struct {
 	decisionIDs  map[string]bool // ids its answers may carry
 	withdrawSent bool
 	accepts      map[string]bool // approvers who sent a signed accept
+	size         int             // the proposal's frame bytes
+	// claimOnly: its claim was a ClaimOnly one (refused at once, no
+	// record); busyLost: the member that won that claim crashed before
+	// its reject went out. That proposal is left without an answer by
+	// design (see Write.ClaimOnly): the one case final exempts.
+	claimOnly, busyLost bool
 }
 
 type sim struct {
@@ -204,6 +218,14 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
 		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"}}
+	// Admission limits: a seed in three runs with a small per-proposer
+	// or byte bound (proposals are 64 to 512 bytes), so that each is hit.
+	if s.rng.IntN(3) == 0 {
+		s.cfg.MaxPendingPerProposer = 1 + s.rng.IntN(3)
+	}
+	if s.rng.IntN(3) == 0 {
+		s.cfg.MaxPendingBytes = int64(400 + s.rng.IntN(1200))
+	}
 	s.escalator = s.rng.IntN(2) == 0
 	nMembers := 1 + s.rng.IntN(2)
 	for i := range nMembers {
@@ -243,8 +265,10 @@ func (s *sim) start(m *member) {
 	if s.escalator {
 		m.esc = &toyEscalator{prompts: map[string]Prompt{}, of: map[string]string{}, quorum: map[string]int{}, approvals: map[string]map[string]frame{}}
 	}
-	m.core = New(Config{Member: m.id, MaxPending: s.cfg.MaxPending, MaxInflight: s.cfg.MaxInflight, PendingTTL: s.cfg.PendingTTL,
-		FulfillTimeout: s.cfg.FulfillTimeout, ApprovalTimeout: s.cfg.ApprovalTimeout, RetryAfter: s.cfg.RetryAfter, Approvers: s.cfg.Approvers}, simIDs{s, m.id})
+	cfg := s.cfg
+	cfg.Member = m.id
+	m.core = New(cfg, simIDs{s, m.id})
+	m.group = groupView{}
 	s.tracef("%s starts (incarnation %d)", m.id, m.inc)
 	if recs := s.owned(m.id); len(recs) > 0 {
 		s.deliver(m, Resumed{Records: recs, How: "restart"})
@@ -282,12 +306,23 @@ func (s *sim) deliver(m *member, ev Event) {
 		}
 	}
 	for _, e := range effs {
+		if d, ok := e.(Decide); ok && !d.Again {
+			if st, ok := ev.(Stored); ok && st.ID == d.ID {
+				s.admitted(m, d.ID)
+			}
+		}
 		switch e := e.(type) {
 		case Log:
 			// What the incarnation took in memory counts at once; the
 			// line itself is written in order with the proposal's other
 			// effects, and a crash may lose it.
 			l := e.Line
+			if t := s.truth[l.ProposalID]; t != nil && t.claimOnly && l.Stage == "withdrawn" {
+				// No record to delete: a withdrawal taken after a
+				// ClaimOnly claim is durable at once (nobody can resume
+				// the proposal), its line or not.
+				t.durableWd = true
+			}
 			if l.Stage == "resumed" || (l.Stage == "ignored" && l.Reason == "adopted_elsewhere") {
 				// Its record was another member's (or is read again):
 				// what the record holds stands; a withdrawal taken here
@@ -376,6 +411,9 @@ func (s *sim) act() {
 			if s.rng.IntN(2) == 0 && s.loseMember() {
 				return
 			}
+			if s.rng.IntN(2) == 0 && s.groupLoad() {
+				return
+			}
 			if s.operatorCancels() {
 				return
 			}
@@ -425,7 +463,8 @@ func (s *sim) propose() bool {
 	}
 	id := fmt.Sprintf("p%d", len(s.order)+1)
 	t := &truth{from: []string{"coder", "coder2"}[s.rng.IntN(2)], policy: policies[s.rng.IntN(len(policies))], invalid: s.rng.IntN(10) == 0,
-		cancels: map[string]bool{}, accepts: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{}}
+		cancels: map[string]bool{}, accepts: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{},
+		size: 64 + s.rng.IntN(449)}
 	s.truth[id] = t
 	s.order = append(s.order, id)
 	s.tracef("%s proposes %s (%s, invalid %v)", t.from, id, t.policy, t.invalid)
@@ -576,7 +615,7 @@ func (s *sim) deliverFrame() bool {
 	s.tracef("%s reads %s %s from %s", m.id, f.kind, f.id, f.from)
 	switch f.kind {
 	case "proposal":
-		s.deliver(m, Proposed{ID: f.id, From: f.from, Params: f.params, Invalid: f.invalid, Size: 64})
+		s.deliver(m, Proposed{ID: f.id, From: f.from, Params: f.params, Invalid: f.invalid, Size: s.truth[f.id].size})
 	case "withdraw":
 		s.deliver(m, WithdrawnBy{ID: f.corr, From: f.from})
 	case "response":
@@ -632,7 +671,7 @@ func (s *sim) carryOut(m *member, e Effect) {
 		s.writeLine(m, e.Line)
 	case Write:
 		rev, err := s.write(m, e)
-		s.tracef("%s write %s seq %d create %v delete %v: rev %d err %v", m.id, e.ID, e.Seq, e.Create, e.Record == nil, rev, err)
+		s.tracef("%s write %s seq %d create %v claim-only %v delete %v: rev %d err %v", m.id, e.ID, e.Seq, e.Create, e.ClaimOnly, e.Record == nil, rev, err)
 		s.deliver(m, Stored{ID: e.ID, Seq: e.Seq, Rev: rev, Err: err})
 	case Reload:
 		var rec *Proposal
@@ -715,6 +754,13 @@ func (s *sim) carryOut(m *member, e Effect) {
 // writeLine writes a decision-log line.
 func (s *sim) writeLine(m *member, l Line) {
 	s.lines = append(s.lines, l)
+	if l.Stage == "rejected" && l.Reason == "busy" {
+		for _, k := range []string{"the limit per proposer", "the group's pending work", "bytes (the limit)", "proposals are pending (the limit)"} {
+			if strings.Contains(l.Message, k) {
+				s.covered["busy/"+k]++
+			}
+		}
+	}
 	if l.Reason != "" && (l.Stage == "rejected" || l.Stage == "ignored") {
 		s.covered[l.Stage+"/"+l.Reason]++
 	} else {
@@ -769,6 +815,63 @@ func (s *sim) operatorCancels() bool {
 	}
 	s.deliver(m, Cancelled{ID: id, By: "ops"})
 	return true
+}
+
+// groupLoad: a member reads the group's load from the leases (its
+// peers' pending work, the group's capacity; sometimes not read yet).
+func (s *sim) groupLoad() bool {
+	ms := s.alive()
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	g := GroupLoad{Peers: s.rng.IntN(6)}
+	if s.rng.IntN(4) > 0 {
+		g.Capacity = len(s.members) * s.cfg.MaxPending
+	}
+	if s.quiescing {
+		g = GroupLoad{} // the group empties out
+	}
+	live := 0
+	for _, e := range m.core.props {
+		if e.claimed && e.outcome == Open {
+			live++
+		}
+	}
+	m.group = groupView{pending: live + g.Peers, capacity: g.Capacity}
+	s.tracef("%s reads the group's load: peers %d capacity %d", m.id, g.Peers, g.Capacity)
+	s.deliver(m, g)
+	return true
+}
+
+// admitted checks, as the core admits proposal id (its claim landed and
+// it is decided), that none of the admission limits was reached: counted
+// here from the core's open proposals, not with the core's own counts.
+func (s *sim) admitted(m *member, id string) {
+	e := m.core.props[id]
+	live, mine, bytes := 0, 0, 0
+	for oid, o := range m.core.props {
+		if oid == id || !o.claimed || o.outcome != Open {
+			continue
+		}
+		live++
+		bytes += o.p.Size
+		if o.p.From == e.p.From {
+			mine++
+		}
+	}
+	switch {
+	case e.noRecord:
+		s.fail("%s admitted %s, which it refused at once", m.id, id)
+	case live >= s.cfg.MaxPending:
+		s.fail("%s admitted %s with %d proposals pending (limit %d)", m.id, id, live, s.cfg.MaxPending)
+	case s.cfg.MaxPendingPerProposer > 0 && mine >= s.cfg.MaxPendingPerProposer:
+		s.fail("%s admitted %s with %d of %s's proposals pending (limit %d)", m.id, id, mine, e.p.From, s.cfg.MaxPendingPerProposer)
+	case s.cfg.MaxPendingBytes > 0 && int64(bytes+e.p.Size) > s.cfg.MaxPendingBytes:
+		s.fail("%s admitted %s (%d bytes) with %d bytes pending (limit %d)", m.id, id, e.p.Size, bytes, s.cfg.MaxPendingBytes)
+	case m.group.capacity > 0 && m.group.pending >= m.group.capacity:
+		s.fail("%s admitted %s while the group was full (%d of %d)", m.id, id, m.group.pending, m.group.capacity)
+	}
 }
 
 // escalate hands an answer to m's escalator.
@@ -851,13 +954,25 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 	st := &s.store
 	cur := st.recs[w.ID]
 	if w.Create {
-		if _, ok := st.claimed[w.ID]; ok {
+		if d, ok := st.claimed[w.ID]; ok {
+			if w.ClaimOnly && d == w.Record.DecisionID {
+				// Its own earlier try, applied: the claim is won (as
+				// state.ClaimDecision's winner says).
+				st.rev++
+				return st.rev, nil
+			}
 			return 0, ErrExists
 		}
 		st.claimed[w.ID] = w.Record.DecisionID
 		if t := s.truth[w.ID]; t != nil {
 			t.claimed, t.claimID = true, w.Record.DecisionID
 			t.decisionIDs[w.Record.DecisionID] = true
+			t.claimOnly = w.ClaimOnly
+		}
+		if w.ClaimOnly {
+			s.covered["world/claim_only"]++
+			st.rev++
+			return st.rev, nil // no record
 		}
 	} else {
 		if cur == nil || cur.rev != w.Rev {
@@ -947,6 +1062,14 @@ func (s *sim) down(m *member) {
 			s.broadcast(frame{kind: "reject", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
 		case SendRequest:
 			s.broadcast(frame{kind: "request", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, rpc: e.RPCID, hasRPC: true, params: e.Params, member: m.id, inc: m.inc})
+		}
+	}
+	// A ClaimOnly claim won, its reject not out: no record, so nobody
+	// answers it (the exempted case).
+	for id, e := range m.core.props {
+		if t := s.truth[id]; t != nil && e.noRecord && s.store.claimed[id] == e.p.DecisionID && (s.views[id] == nil || len(s.views[id].rejects) == 0) {
+			t.busyLost = true
+			s.covered["world/busy_lost"]++
 		}
 	}
 	m.alive = false
@@ -1142,7 +1265,10 @@ func (s *sim) final() error {
 		t := s.truth[pid]
 		v := s.views[pid]
 		answered := v != nil && (len(v.requests) > 0 || len(v.rejects) > 0)
-		if t.claimed && !answered && !t.durableWd {
+		// Exempt: a proposal refused at once whose claim (ClaimOnly, no
+		// record) was won by a member that crashed before its reject went
+		// out; fulfill does the same (claimAndAdmit) and says so.
+		if t.claimed && !answered && !t.durableWd && !(t.claimOnly && t.busyLost) {
 			return fmt.Errorf("%s was claimed (decision %s) but never answered", pid, t.claimID)
 		}
 		if answered && t.durableWd {

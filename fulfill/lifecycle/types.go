@@ -172,6 +172,13 @@ type IDs interface {
 type Config struct {
 	Member          string        // this member's id (record owner)
 	MaxPending      int           // claimed proposals open at once; more are rejected "busy"
+	// MaxPendingPerProposer bounds the proposals one proposer has open
+	// at once (0: no bound), so that one sender cannot make everyone
+	// else's work come back "busy".
+	MaxPendingPerProposer int
+	// MaxPendingBytes bounds the frame bytes (Proposal.Size) of the
+	// proposals open at once (0: no bound); more are rejected "busy".
+	MaxPendingBytes int64
 	MaxInflight     int           // fulfilment requests out at once; more wait in phase Queued
 	PendingTTL      time.Duration // deadline while deciding or queued
 	FulfillTimeout  time.Duration // deadline for the tool owner's response
