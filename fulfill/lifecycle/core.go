@@ -86,7 +86,7 @@ const (
 type pendingWrite struct {
 	// line is logged once the write is durable (an end with nothing
 	// sent: its line says what the store holds).
-	line   *Line
+	line      *Line
 	rec       *Proposal // nil: delete
 	create    bool
 	claimOnly bool

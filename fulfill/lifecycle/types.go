@@ -170,8 +170,8 @@ type IDs interface {
 
 // Config tunes a Core.
 type Config struct {
-	Member          string        // this member's id (record owner)
-	MaxPending      int           // claimed proposals open at once; more are rejected "busy"
+	Member     string // this member's id (record owner)
+	MaxPending int    // claimed proposals open at once; more are rejected "busy"
 	// MaxPendingPerProposer bounds the proposals one proposer has open
 	// at once (0: no bound), so that one sender cannot make everyone
 	// else's work come back "busy".
