@@ -23,6 +23,9 @@ type Core struct {
 	// groupPending and groupCap are the group's load as of the last
 	// GroupLoad: this member's open proposals then, plus its peers'.
 	groupPending, groupCap int
+	// away are the participants that left and did not come back, as
+	// far as this member heard: a request to one of them is held.
+	away map[string]bool
 
 	// seen are proposal ids this process read (rule 5 within the
 	// process; the store's claim is the group-wide check). ended are
@@ -65,6 +68,11 @@ type entry struct {
 	// never counted as pending, resumed or adopted.
 	noRecord bool
 	refused  *RejectRecord
+	// held: the fulfilment request waits for its tool owner to come
+	// back (neither recorded nor sent; see startRequest); graceAt is when
+	// the owner's rejoin grace ends (zero: none running).
+	held    bool
+	graceAt time.Time
 }
 
 type earlyEnd struct {
@@ -95,7 +103,7 @@ type pendingWrite struct {
 
 // New makes a Core.
 func New(cfg Config, ids IDs) *Core {
-	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{},
+	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{}, away: map[string]bool{},
 		byPrompt: map[string]string{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
 }
 
@@ -153,6 +161,10 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.cancelled(ev)
 	case GroupLoad:
 		c.groupPending, c.groupCap = c.Live()+ev.Peers, ev.Capacity
+	case ParticipantLeft:
+		s.left(ev)
+	case ParticipantJoined:
+		s.joined(ev)
 	case Closing:
 		s.closing()
 	case Reloaded:
@@ -493,11 +505,17 @@ func (s *step) startQueued() {
 // envelope id) before it is sent, so a crash before the write leaves a
 // record whose resumer sends the same envelope.
 func (s *step) commitReject(e *entry, reason, message string) {
+	// A request committed before is cancelled at its owner with the
+	// reject, and again with it after a restart (rule 4); a held one
+	// never went out.
+	s.commitRejectCancel(e, reason, message, e.p.Phase == Fulfilling && e.p.Request != nil && !e.held)
+}
+
+// commitRejectCancel is commitReject, cancel saying whether the request
+// is cancelled at its owner.
+func (s *step) commitRejectCancel(e *entry, reason, message string, cancel bool) {
 	s.end(e, Rejected, reason)
 	p := e.p
-	// A request committed before is cancelled at its owner with the
-	// reject, and again with it after a restart (rule 4).
-	cancel := p.Phase == Fulfilling && p.Request != nil
 	p.Phase = Answered
 	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
@@ -539,8 +557,109 @@ func (s *step) startRequest(e *entry) {
 	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now}
 	p.Deadline = s.now.Add(c.cfg.FulfillTimeout)
 	c.byRequest[p.Request.EnvelopeID] = p.ID
+	if c.away[target] {
+		// The gateway replays nothing: a request sent while its owner is
+		// away would be lost, and the proposer would wait for the fulfil
+		// timeout. Held for the owner's rejoin grace instead, as fulfill
+		// does (sendRequest): not recorded either, so a crash meanwhile
+		// resumes the proposal from its record before (a withdrawal is
+		// late all the same: the slot and the request are taken).
+		e.held = true
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+		s.startGrace(e)
+		return
+	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendRequest})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+}
+
+// startGrace starts the rejoin grace of e's tool owner, unless one runs
+// or this member is shutting down (which answers every proposal).
+func (s *step) startGrace(e *entry) {
+	if s.c.closing || !e.graceAt.IsZero() {
+		return
+	}
+	e.graceAt = s.now.Add(s.c.cfg.OwnerRejoinGrace)
+	s.emit(Schedule{ID: e.p.ID, At: e.graceAt, Kind: TimerGrace})
+}
+
+// release sends e's held request: recorded first, as every request.
+func (s *step) release(e *entry) {
+	e.held = false
+	e.graceAt = time.Time{}
+	s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenSendRequest})
+}
+
+// sorted returns the ids of the proposals held, in order: what an event
+// about many does is the same in every run.
+func (c *Core) sorted() []string {
+	ids := make([]string, 0, len(c.props))
+	for id := range c.props {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// fulfilling returns the open proposals in phase Fulfilling whose request goes
+// to owner, in id order.
+func (c *Core) fulfilling(owner string) []*entry {
+	var out []*entry
+	for _, id := range c.sorted() {
+		e := c.props[id]
+		if e.outcome == Open && e.p.Phase == Fulfilling && e.p.Request != nil && e.p.Request.Target == owner {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// left starts the rejoin grace of every fulfilment whose owner left
+// (fulfill's ownerLeft); a grace that runs already is not restarted.
+func (s *step) left(ev ParticipantLeft) {
+	s.c.away[ev.ID] = true
+	if s.c.closing {
+		return
+	}
+	for _, e := range s.c.fulfilling(ev.ID) {
+		s.startGrace(e)
+	}
+}
+
+// joined sends the requests held for the owner that is back (fulfill's
+// releaseHeld). The grace of a request that went out runs on: at its end
+// the owner is here, and its response is still awaited.
+func (s *step) joined(ev ParticipantJoined) {
+	delete(s.c.away, ev.ID)
+	for _, e := range s.c.fulfilling(ev.ID) {
+		if e.held {
+			s.release(e)
+		}
+	}
+}
+
+// graceEnded ends the rejoin grace of e's owner (fulfill's ownerGone):
+// an owner that is back keeps e (a held request goes out now); one still
+// away will not answer, and e is rejected "incapable", its request not
+// cancelled (fulfill sends no cancel to an owner that is gone).
+func (s *step) graceEnded(e *entry) {
+	c := s.c
+	e.graceAt = time.Time{}
+	if c.closing {
+		return
+	}
+	req := e.p.Request
+	if !c.away[req.Target] {
+		if e.held {
+			s.release(e)
+		}
+		return
+	}
+	msg := fmt.Sprintf("%s left the space before answering", req.Target)
+	if e.held {
+		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", req.Target, c.cfg.OwnerRejoinGrace)
+	}
+	s.commitRejectCancel(e, "incapable", msg, false)
 }
 
 func (s *step) decided(ev Decided) {
@@ -705,6 +824,10 @@ func (s *step) fired(ev Fired) {
 			e.sending = true
 			r := p.Reject
 			s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
+		}
+	case TimerGrace:
+		if e.outcome == Open && p.Phase == Fulfilling && ev.At.Equal(e.graceAt) {
+			s.graceEnded(e)
 		}
 	case TimerDeadline:
 		if e.outcome != Open || !ev.At.Equal(p.Deadline) {
@@ -941,7 +1064,7 @@ func (s *step) closeOne(e *entry) {
 	if e.outcome != Open || !e.claimed {
 		return
 	}
-	if e.p.Phase == Fulfilling {
+	if e.p.Phase == Fulfilling && !e.held {
 		s.commitReject(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target)
 		return
 	}

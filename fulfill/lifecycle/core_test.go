@@ -263,3 +263,56 @@ func TestBusyIsClaimedWithoutARecord(t *testing.T) {
 		t.Fatalf("pending %d live %d, want 2 (p1, p5 claiming) and 1", c.Pending(), c.Live())
 	}
 }
+
+// A request due while its owner is away is held (neither recorded nor
+// sent) and goes out, recorded first, when the owner is back; one held
+// past the rejoin grace is rejected "incapable", never cancelled (it
+// never went out), in fulfill's words.
+func TestHeldRequestWaitsForItsOwner(t *testing.T) {
+	c := testCore()
+	c.cfg.OwnerRejoinGrace = 5 * time.Second
+	admit := func(id string) {
+		t.Helper()
+		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+	}
+	c.cfg.MaxInflight = 2
+	c.Step(t0, ParticipantLeft{ID: "fs"})
+	admit("p1")
+	effs := c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Fulfill, Target: "fs"}})
+	same(t, kinds(effs), nil)
+	var grace Schedule
+	for _, e := range effs {
+		if s, ok := e.(Schedule); ok && s.Kind == TimerGrace {
+			grace = s
+		}
+	}
+	if !grace.At.Equal(t0.Add(5 * time.Second)) {
+		t.Fatalf("grace timer %+v, want at %s", grace, t0.Add(5*time.Second))
+	}
+	effs = c.Step(t0.Add(time.Second), ParticipantJoined{ID: "fs"})
+	same(t, kinds(effs), []string{"write fulfilling"})
+	w := only[Write](t, effs)
+	same(t, kinds(c.Step(t0.Add(time.Second), Stored{ID: "p1", Seq: w.Seq, Rev: 2})), []string{"SendRequest"})
+	// The grace's timer, once the owner is back, changes nothing.
+	same(t, kinds(c.Step(grace.At, Fired{ID: "p1", At: grace.At, Kind: TimerGrace})), nil)
+
+	c.Step(t0, ParticipantLeft{ID: "fs"})
+	admit("p2")
+	c.Step(t0, Decided{ID: "p2", Decision: Decision{Action: Fulfill, Target: "fs"}})
+	effs = c.Step(grace.At, Fired{ID: "p2", At: grace.At, Kind: TimerGrace})
+	same(t, kinds(effs), []string{"write answered"})
+	r := only[Write](t, effs).Record.Reject
+	if r.Reason != "incapable" || r.CancelRequest || r.Message != "fs was not in the space to carry the call out, and did not come back within 5s" {
+		t.Fatalf("held past the grace: %+v", r)
+	}
+	// p1's request went out before the second leave, which started its
+	// grace: the owner still gone at its end, p1 is rejected
+	// "incapable", its request not cancelled (fulfill's ownerGone).
+	effs = c.Step(grace.At, Fired{ID: "p1", At: grace.At, Kind: TimerGrace})
+	same(t, kinds(effs), []string{"write answered"})
+	r = only[Write](t, effs).Record.Reject
+	if r.Reason != "incapable" || r.CancelRequest || r.Message != "fs left the space before answering" {
+		t.Fatalf("sent, owner gone past the grace: %+v", r)
+	}
+}

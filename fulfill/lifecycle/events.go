@@ -52,6 +52,7 @@ const (
 	TimerDeadline TimerKind = iota // the proposal's Deadline
 	TimerRetry                     // try a failed store write again
 	TimerResend                    // write a reject that could not be written again
+	TimerGrace                     // the tool owner's rejoin grace (OwnerRejoinGrace) ends
 )
 
 // Fired: the timer a Schedule asked for went off. Timers are never
@@ -148,6 +149,20 @@ type Cancelled struct{ ID, By string }
 // Closing: shutdown; every open proposal is answered "other".
 type Closing struct{}
 
+// ParticipantLeft: a participant left the space (its presence leave,
+// or, after this member's own reconnect, its absence from the new
+// roster: leaves sent while the link was down reached nobody here). A
+// fulfilment whose tool owner it is gets the owner's rejoin grace; a
+// request due while its owner is away is held (not sent, not recorded)
+// for that grace. The core assumes every participant present until it
+// hears otherwise.
+type ParticipantLeft struct{ ID string }
+
+// ParticipantJoined: a participant is (back) in the space (its presence
+// join, or its place in a new roster). The requests held for it go out
+// now; a response it sends after its reconnect still counts.
+type ParticipantJoined struct{ ID string }
+
 // GroupLoad is the group's load as the shell last read it from the
 // member leases (about once a second, one record per member, never per
 // proposal): Peers is the pending work the other live members published
@@ -158,22 +173,24 @@ type Closing struct{}
 // that sum is at Capacity.
 type GroupLoad struct{ Peers, Capacity int }
 
-func (Proposed) event()       {}
-func (Stored) event()         {}
-func (Decided) event()        {}
-func (Sent) event()           {}
-func (Fired) event()          {}
-func (WithdrawnBy) event()    {}
-func (Responded) event()      {}
-func (PromptAnswered) event() {}
-func (Verdict) event()        {}
-func (SupersededBy) event()   {}
-func (Resumed) event()        {}
-func (Closing) event()        {}
-func (Reloaded) event()       {}
-func (Released) event()       {}
-func (Cancelled) event()      {}
-func (GroupLoad) event()      {}
+func (Proposed) event()          {}
+func (Stored) event()            {}
+func (Decided) event()           {}
+func (Sent) event()              {}
+func (Fired) event()             {}
+func (WithdrawnBy) event()       {}
+func (Responded) event()         {}
+func (PromptAnswered) event()    {}
+func (Verdict) event()           {}
+func (SupersededBy) event()      {}
+func (Resumed) event()           {}
+func (Closing) event()           {}
+func (Reloaded) event()          {}
+func (Released) event()          {}
+func (Cancelled) event()         {}
+func (GroupLoad) event()         {}
+func (ParticipantLeft) event()   {}
+func (ParticipantJoined) event() {}
 
 // Effect is what the shell must carry out. The shell carries out the
 // effects of one proposal one after the other, in the order Step

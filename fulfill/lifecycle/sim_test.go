@@ -82,6 +82,8 @@ var mustCover = []string{
 	"world/resent_reject", "world/edit_rechecked", "world/verdict", "world/cancel", "world/take", "ignored/cancel_refused",
 	"world/claim_only", "world/busy_lost", "busy/the limit per proposer", "busy/the group's pending work", "busy/bytes (the limit)",
 	"busy/proposals are pending (the limit)",
+	"world/owner_left", "world/owner_back", "world/request_lost", "world/held", "world/held_released", "world/held_incapable",
+	"world/left_incapable", "world/answered_after_rejoin",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -101,6 +103,8 @@ type frame struct {
 	member               string // sent by this group member
 	inc                  int
 	approver, promptPoll string
+	leaves               int  // the tool owner's leaves before this frame
+	lost                 bool // a request written while its owner was away
 }
 
 type member struct {
@@ -123,9 +127,17 @@ type member struct {
 	// (GroupLoad), counted by the simulator: admissions are checked
 	// against it.
 	group groupView
+	owner presence
 }
 
 type groupView struct{ pending, capacity int }
+
+// presence is what a member last heard of the tool owner (fs): away
+// since when. The core's own view must agree with it.
+type presence struct {
+	away  bool
+	since time.Time
+}
 
 // toyEscalator turns answers to the prompts its member asked into a
 // Verdict, as elicit does: the approver's own signed answer counts, a
@@ -195,9 +207,14 @@ type sim struct {
 	toolPlan   map[string]string
 	promptPlan map[string]string
 	quiescing  bool
-	escalator  bool  // the members' own escalator counts answers (Verdict), not the core
-	violation  error // the first invariant broken since the last check
-	covered    map[string]int
+	escalator  bool // the members' own escalator counts answers (Verdict), not the core
+	// ownerAway: the tool owner (fs) is not in the space; leaves counts
+	// its leaves. A request written while it is away is lost (the
+	// gateway replays nothing), and it answers only while present.
+	ownerAway bool
+	leaves    int
+	violation error // the first invariant broken since the last check
+	covered   map[string]int
 }
 
 type simIDs struct {
@@ -217,7 +234,8 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 		toolPlan: map[string]string{}, promptPlan: map[string]string{},
 		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
-		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"}}
+		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"},
+		OwnerRejoinGrace: 5 * time.Second}
 	// Admission limits: a seed in three runs with a small per-proposer
 	// or byte bound (proposals are 64 to 512 bytes), so that each is hit.
 	if s.rng.IntN(3) == 0 {
@@ -269,9 +287,14 @@ func (s *sim) start(m *member) {
 	cfg.Member = m.id
 	m.core = New(cfg, simIDs{s, m.id})
 	m.group = groupView{}
+	m.owner = presence{}
 	s.tracef("%s starts (incarnation %d)", m.id, m.inc)
 	if recs := s.owned(m.id); len(recs) > 0 {
 		s.deliver(m, Resumed{Records: recs, How: "restart"})
+	}
+	if s.ownerAway {
+		// The roster of its welcome: the owner is not in it.
+		s.hear(m, frame{kind: "leave", from: "fs"})
 	}
 }
 
@@ -297,7 +320,28 @@ func (s *sim) owned(member string) []Proposal {
 
 // deliver steps m's core with ev and takes its effects.
 func (s *sim) deliver(m *member, ev Event) {
+	type before struct {
+		held, sending bool
+		outcome       Outcome
+	}
+	was := map[string]before{}
+	for id, e := range m.core.props {
+		was[id] = before{e.held, e.p.Phase == Fulfilling && !e.held, e.outcome}
+	}
 	effs := m.core.Step(s.now, ev)
+	for id, e := range m.core.props {
+		if e.held {
+			s.covered["world/held"]++
+		} else if was[id].held && e.outcome == Open {
+			s.covered["world/held_released"]++
+		}
+		if e.outcome == Open && e.p.Phase == Fulfilling && !e.held && !was[id].sending && !e.reqOut {
+			s.checkOwnerCommit(m, e.p)
+		}
+		if w, ok := was[id]; ok && w.outcome == Open && e.outcome == Rejected {
+			s.checkOwnerReject(m, e.p)
+		}
+	}
 	// What this incarnation took in memory: its line comes only once
 	// the withdrawal is written.
 	for id, e := range m.core.props {
@@ -414,6 +458,9 @@ func (s *sim) act() {
 			if s.rng.IntN(2) == 0 && s.groupLoad() {
 				return
 			}
+			if s.rng.IntN(2) == 0 && s.ownerMoves() {
+				return
+			}
 			if s.operatorCancels() {
 				return
 			}
@@ -431,6 +478,13 @@ func (s *sim) act() {
 
 func (s *sim) broadcast(f frame) {
 	f.seq = len(s.wire)
+	f.leaves = s.leaves
+	if f.kind == "request" && s.ownerAway {
+		// Nobody to deliver it to, and the gateway replays nothing.
+		s.toolPlan[f.id] = "never"
+		f.lost = true
+		s.covered["world/request_lost"]++
+	}
 	s.wire = append(s.wire, f)
 	for _, m := range s.members {
 		if m.id == f.member {
@@ -516,6 +570,9 @@ func (s *sim) toolAnswers() bool {
 		return false
 	}
 	f := reqs[s.rng.IntN(len(reqs))]
+	if s.ownerAway {
+		return false // a forger could, but the owner is not here to
+	}
 	plan, ok := s.toolPlan[f.id]
 	if !ok {
 		plan = []string{"id", "sdk", "sdk", "wrong", "forged", "never"}[s.rng.IntN(6)]
@@ -533,6 +590,9 @@ func (s *sim) toolAnswers() bool {
 	case "forged":
 		resp.from = "mallory"
 		s.toolPlan[f.id] = "sdk"
+	}
+	if resp.from == f.to && s.leaves > f.leaves {
+		s.covered["world/answered_after_rejoin"]++
 	}
 	s.tracef("%s answers request %s (%s)", resp.from, f.id, plan)
 	s.broadcast(resp)
@@ -626,6 +686,8 @@ func (s *sim) deliverFrame() bool {
 			break
 		}
 		s.deliver(m, PromptAnswered{PromptID: f.corr, From: f.from, Action: f.action, Approve: f.approve, Verified: f.verified, Params: f.params, Reason: "no"})
+	case "leave", "join":
+		s.hear(m, f)
 	case "reject", "request":
 		if f.member != "" && f.corr != "" {
 			s.deliver(m, SupersededBy{ID: f.corr, By: f.from})
@@ -815,6 +877,71 @@ func (s *sim) operatorCancels() bool {
 	}
 	s.deliver(m, Cancelled{ID: id, By: "ops"})
 	return true
+}
+
+// ownerMoves: the tool owner leaves the space (its link drops) or comes
+// back; everyone hears the presence frame in its turn.
+func (s *sim) ownerMoves() bool {
+	if s.quiescing && !s.ownerAway {
+		return false
+	}
+	s.ownerAway = !s.ownerAway
+	kind := "join"
+	if s.ownerAway {
+		kind = "leave"
+		s.leaves++
+		s.covered["world/owner_left"]++
+	} else {
+		s.covered["world/owner_back"]++
+	}
+	s.tracef("the tool owner fs %ss", kind)
+	s.broadcast(frame{kind: kind, id: s.newID(), from: "fs"})
+	return true
+}
+
+// hear delivers the owner's presence to m, keeping m's view of it.
+func (s *sim) hear(m *member, f frame) {
+	if f.kind == "leave" {
+		if !m.owner.away {
+			m.owner = presence{away: true, since: s.now}
+		}
+		s.deliver(m, ParticipantLeft{ID: f.from})
+		return
+	}
+	m.owner = presence{}
+	s.deliver(m, ParticipantJoined{ID: f.from})
+}
+
+// checkOwnerCommit checks, as m commits a fulfilment request (to be
+// recorded and sent), that its owner is here as far as m heard: one
+// that is away is held instead.
+func (s *sim) checkOwnerCommit(m *member, r *Proposal) {
+	if m.owner.away {
+		s.fail("%s commits request %s for %s while %s is away (since %s)", m.id, r.Request.EnvelopeID, r.ID, r.Request.Target, m.owner.since.Format("15:04:05"))
+	}
+}
+
+// checkOwnerReject checks, as m rejects a proposal, that "incapable"
+// for its owner's absence comes only once the owner has been away for
+// the whole rejoin grace, and is away still (an owner back within the
+// grace keeps its request, and its response counts), as m heard it.
+func (s *sim) checkOwnerReject(m *member, r *Proposal) {
+	if r.Reject != nil && r.Reject.Reason == "incapable" && r.Request != nil {
+		switch {
+		case strings.Contains(r.Reject.Message, "did not come back within"):
+			s.covered["world/held_incapable"]++
+		case strings.Contains(r.Reject.Message, "left the space before answering"):
+			s.covered["world/left_incapable"]++
+		default:
+			s.fail("%s rejected %s incapable after its request: %q", m.id, r.ID, r.Reject.Message)
+		}
+		if !m.owner.away || s.now.Before(m.owner.since.Add(s.cfg.OwnerRejoinGrace)) {
+			s.fail("%s rejected %s incapable with its owner away %v since %s (grace %s)", m.id, r.ID, m.owner.away, m.owner.since.Format("15:04:05"), s.cfg.OwnerRejoinGrace)
+		}
+		if r.Reject.CancelRequest {
+			s.fail("%s cancels the request of %s at an owner that is gone", m.id, r.ID)
+		}
+	}
 }
 
 // groupLoad: a member reads the group's load from the leases (its
@@ -1232,10 +1359,14 @@ func (s *sim) onWire(f frame, m *member) {
 			s.fail("two rejects for %s: %s (%s) and %s (%s)", f.pid, v.rejects[0].id, v.rejects[0].reason, f.id, f.reason)
 		}
 		if len(v.requests) > 0 {
-			if f.reason != "timeout" && f.reason != "other" {
+			// Its owner left after it was written, or was away when it
+			// was (this member had not heard yet): "incapable", not
+			// cancelled, once the grace ran out.
+			gone := f.reason == "incapable" && (s.leaves > v.requests[0].leaves || v.requests[0].lost)
+			if f.reason != "timeout" && f.reason != "other" && !gone {
 				s.fail("reject %s for %s after its fulfilment request", f.reason, f.pid)
 			}
-			if !v.cancelled[v.requests[0].id] {
+			if !gone && !v.cancelled[v.requests[0].id] {
 				s.fail("reject %s for %s after its fulfilment request, which was not cancelled first", f.reason, f.pid)
 			}
 		}
@@ -1311,6 +1442,9 @@ func (s *sim) logged(pid, stage, reason string) bool {
 func (s *sim) quiesce() error {
 	s.quiescing = true
 	s.failRate = 0
+	if s.ownerAway && s.rng.IntN(2) == 0 {
+		s.ownerMoves()
+	}
 	s.tracef("quiescing")
 	for _, m := range s.members {
 		if !m.alive {

@@ -182,7 +182,12 @@ type Config struct {
 	MaxInflight     int           // fulfilment requests out at once; more wait in phase Queued
 	PendingTTL      time.Duration // deadline while deciding or queued
 	FulfillTimeout  time.Duration // deadline for the tool owner's response
-	ApprovalTimeout time.Duration // deadline for humans when the decision sets none
-	RetryAfter      time.Duration // a store write or a reject that failed is tried again after this
-	Approvers       []string      // asked when the decision names none
+	// OwnerRejoinGrace is how long a tool owner that left during a
+	// fulfilment may take to come back before the proposal is rejected
+	// "incapable": a dropped link or a gateway restart is a leave too,
+	// and the owner's answer, sent after its reconnect, still counts.
+	OwnerRejoinGrace time.Duration
+	ApprovalTimeout  time.Duration // deadline for humans when the decision sets none
+	RetryAfter       time.Duration // a store write or a reject that failed is tried again after this
+	Approvers        []string      // asked when the decision names none
 }
