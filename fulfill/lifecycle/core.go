@@ -49,6 +49,10 @@ type entry struct {
 
 	asked    bool // Ask went out: prompts are open at approvers
 	reqOut   bool // the request was written (or resumed)
+	// reqSending: SendRequest went out to the shell: a response to it
+	// may come before its Sent does (the owner is quick), and counts, as
+	// fulfill's does once the write returned (waitWritten).
+	reqSending bool
 	slot     bool
 	queued   bool
 	deciding bool // a Decide is outstanding
@@ -73,6 +77,9 @@ type entry struct {
 	// the owner's rejoin grace ends (zero: none running).
 	held    bool
 	graceAt time.Time
+	// taskDone: the task ended at its owner (its follower said so):
+	// nothing is left to cancel there.
+	taskDone bool
 }
 
 type earlyEnd struct {
@@ -89,6 +96,7 @@ const (
 	thenSendRequest
 	thenAsk
 	thenRefused
+	thenFollow
 )
 
 type pendingWrite struct {
@@ -165,6 +173,10 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.left(ev)
 	case ParticipantJoined:
 		s.joined(ev)
+	case TaskStatus:
+		s.taskStatus(ev)
+	case TaskEnded:
+		s.taskEnded(ev)
 	case Closing:
 		s.closing()
 	case Reloaded:
@@ -387,18 +399,20 @@ func (s *step) then(e *entry, w pendingWrite) {
 		s.logReject(e)
 		s.emit(SendReject{ID: e.p.ID, To: e.p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 	case thenSendReject:
-		e.sending = true
-		r := e.p.Reject
-		s.logReject(e)
-		s.cancelRequest(e)
-		s.emit(SendReject{ID: e.p.ID, To: e.p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
+		s.sendAnswer(e)
+	case thenFollow:
+		if e.outcome != Open || e.p.Phase != Task {
+			return // ended before its record was: its end cancelled it
+		}
+		s.follow(e, "")
 	case thenSendRequest:
 		if e.outcome != Open || e.p.Phase != Fulfilling {
 			return // ended (timed out) before it was written: never sent
 		}
 		s.log(e, "fulfilling", nil)
+		e.reqSending = true
 		r := e.p.Request
-		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs})
+		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: c.taskTimeout(e.p)})
 	case thenAsk:
 		if e.outcome != Open || e.p.Phase != AwaitingApproval {
 			return
@@ -468,6 +482,16 @@ func (s *step) fenced(e *entry) {
 func (s *step) end(e *entry, o Outcome, why string) {
 	e.outcome = o
 	e.deciding = false
+	if e.p.Phase == Task && !e.taskDone && o != Rejected {
+		// A task nobody waits for any more is work nobody wants:
+		// cancelled at its owner (a reject records its cancel instead,
+		// sent with it). Dropped: the record's new holder follows it.
+		reason := why
+		if o == Dropped {
+			reason = DropReason
+		}
+		s.cancelTask(e, reason)
+	}
 	if e.asked {
 		reason := why
 		if o == Dropped {
@@ -511,13 +535,125 @@ func (s *step) commitReject(e *entry, reason, message string) {
 	s.commitRejectCancel(e, reason, message, e.p.Phase == Fulfilling && e.p.Request != nil && !e.held)
 }
 
+// cancelTask cancels (or, with DropReason, only stops following) e's task.
+func (s *step) cancelTask(e *entry, reason string) {
+	p := e.p
+	s.emit(CancelTask{ID: p.ID, To: p.Request.Target, TaskID: p.Task.ID, RequestEnvelopeID: p.Request.EnvelopeID, Reason: reason})
+}
+
+// taskTimeout is how long p's task may run once created.
+func (c *Core) taskTimeout(p *Proposal) time.Duration {
+	if p.Decision != nil && p.Decision.TaskTimeout > 0 {
+		return p.Decision.TaskTimeout
+	}
+	return c.cfg.TaskTimeout
+}
+
+// taskStarted: the owner answered e's task-augmented request with a
+// task. The fulfil timeout ends there and the task's deadline starts;
+// its slot is given up (a task runs without one: MaxInflight bounds
+// calls in flight, MaxPending the tasks), and the owner's rejoin grace
+// ends with the request. Recorded before it is followed.
+func (s *step) taskStarted(e *entry, ev Responded) {
+	c := s.c
+	p := e.p
+	p.Phase = Task
+	p.Task = &TaskRecord{ID: ev.TaskID, Status: ev.TaskStatus, Created: s.now, Deadline: s.now.Add(c.taskTimeout(p))}
+	p.Deadline = p.Task.Deadline
+	e.graceAt = time.Time{}
+	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenFollow})
+	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	if e.slot {
+		e.slot = false
+		c.inflight--
+		s.startQueued()
+	}
+}
+
+// follow has e's task followed, with its line (message says why: empty
+// for a new task).
+func (s *step) follow(e *entry, message string) {
+	p := e.p
+	s.log(e, "task", func(l *Line) { l.Reason, l.Message = p.Task.Status, message })
+	s.emit(FollowTask{ID: p.ID, To: p.Request.Target, TaskID: p.Task.ID, RequestEnvelopeID: p.Request.EnvelopeID, Deadline: p.Deadline})
+}
+
+func (s *step) taskStatus(ev TaskStatus) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || e.p.Phase != Task || e.p.Task.ID != ev.TaskID || e.p.Task.Status == ev.Status {
+		return
+	}
+	e.p.Task.Status = ev.Status
+	// Best effort, as fulfill's: a status lost in a crash is read again
+	// by whoever follows the task next.
+	s.queueWrite(e, pendingWrite{rec: e.p.clone()})
+	s.log(e, "task", func(l *Line) { l.Reason, l.Message = ev.Status, ev.Message })
+}
+
+// taskEnded relays the outcome of e's task (fulfill's finishTask), or
+// rejects e "other" when the owner no longer knows the task (nothing to
+// cancel there).
+func (s *step) taskEnded(ev TaskEnded) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || e.p.Phase != Task || e.p.Task.ID != ev.TaskID {
+		return
+	}
+	e.taskDone = true
+	if ev.Gone != "" {
+		s.commitRejectCancel(e, "other", fmt.Sprintf("%s no longer knows task %s: %s", e.p.Request.Target, ev.TaskID, ev.Gone), false)
+		return
+	}
+	e.p.Task.Status = ev.Status
+	s.commitRelay(e, ev.TaskID, ev.Result, ev.Error)
+}
+
+// commitRelay ends e with the relayed outcome of its task-augmented
+// request: recorded (phase Answered) before it is written, as a reject
+// is, so that it is written once and again after a crash with the same
+// ids, never lost and never followed by a second.
+func (s *step) commitRelay(e *entry, taskID string, result, rpcErr []byte) {
+	s.end(e, Fulfilled, "fulfilled")
+	p := e.p
+	p.Phase = Answered
+	p.Relay = &RelayRecord{EnvelopeID: s.c.ids.EnvelopeID(), RPCID: s.c.ids.RPCID(), TaskID: taskID, Result: result, Error: rpcErr}
+	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
+}
+
+// sendAnswer writes e's committed answer (its reject, or its relay),
+// with its line, and the cancels that go before a reject.
+func (s *step) sendAnswer(e *entry) {
+	e.sending = true
+	p := e.p
+	if r := p.Relay; r != nil {
+		s.log(e, "fulfilled", func(l *Line) { l.Message = "relayed the outcome of task " + r.TaskID })
+		s.emit(SendRelay{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, TaskID: r.TaskID, Result: r.Result, Error: r.Error})
+		return
+	}
+	r := p.Reject
+	s.logReject(e)
+	s.cancelRequest(e)
+	s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
+}
+
+// answerEnvelope is the envelope id of e's committed answer ("": none).
+func answerEnvelope(p *Proposal) string {
+	switch {
+	case p.Relay != nil:
+		return p.Relay.EnvelopeID
+	case p.Reject != nil:
+		return p.Reject.EnvelopeID
+	}
+	return ""
+}
+
 // commitRejectCancel is commitReject, cancel saying whether the request
 // is cancelled at its owner.
 func (s *step) commitRejectCancel(e *entry, reason, message string, cancel bool) {
 	s.end(e, Rejected, reason)
 	p := e.p
+	task := p.Phase == Task && !e.taskDone
 	p.Phase = Answered
-	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel}
+	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel, CancelTask: task}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
 }
 
@@ -554,7 +690,7 @@ func (s *step) startRequest(e *entry) {
 	c.inflight++
 	target := p.Decision.Target
 	p.Phase = Fulfilling
-	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now}
+	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now, Task: p.Decision.Task}
 	p.Deadline = s.now.Add(c.cfg.FulfillTimeout)
 	c.byRequest[p.Request.EnvelopeID] = p.ID
 	if c.away[target] {
@@ -641,7 +777,11 @@ func (s *step) joined(ev ParticipantJoined) {
 // graceEnded ends the rejoin grace of e's owner (fulfill's ownerGone):
 // an owner that is back keeps e (a held request goes out now); one still
 // away will not answer, and e is rejected "incapable", its request not
-// cancelled (fulfill sends no cancel to an owner that is gone).
+// cancelled (fulfill sends no cancel to an owner that is gone) once its
+// write was reported. One whose write is still to come (recorded, its
+// send queued behind) may reach an owner that is back by then: it is
+// cancelled after it, as any request a reject follows (rule 4), where
+// fulfill, whose send and grace race the same way, sends nothing.
 func (s *step) graceEnded(e *entry) {
 	c := s.c
 	e.graceAt = time.Time{}
@@ -659,7 +799,7 @@ func (s *step) graceEnded(e *entry) {
 	if e.held {
 		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", req.Target, c.cfg.OwnerRejoinGrace)
 	}
-	s.commitRejectCancel(e, "incapable", msg, false)
+	s.commitRejectCancel(e, "incapable", msg, !e.held && !e.reqOut)
 }
 
 func (s *step) decided(ev Decided) {
@@ -779,11 +919,12 @@ func (s *step) sent(ev Sent) {
 	}
 	p := e.p
 	switch {
-	case p.Reject != nil && ev.EnvelopeID == p.Reject.EnvelopeID && e.sending:
+	case answerEnvelope(p) != "" && ev.EnvelopeID == answerEnvelope(p) && e.sending:
 		e.sending = false
 		if ev.Err != nil {
 			// Not written: the record stays, and the same envelope is
-			// written again; the proposer is owed it.
+			// written again; the proposer is owed it (a relay too: the
+			// proposer's answer).
 			e.resendAt = s.now.Add(s.c.cfg.RetryAfter)
 			s.emit(Schedule{ID: p.ID, At: e.resendAt, Kind: TimerResend})
 			return
@@ -820,8 +961,12 @@ func (s *step) fired(ev Fired) {
 			s.issue(e)
 		}
 	case TimerResend:
-		if ev.At.Equal(e.resendAt) && !e.sending && p.Reject != nil {
+		if ev.At.Equal(e.resendAt) && !e.sending && answerEnvelope(p) != "" {
 			e.sending = true
+			if r := p.Relay; r != nil {
+				s.emit(SendRelay{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, TaskID: r.TaskID, Result: r.Result, Error: r.Error})
+				return
+			}
 			r := p.Reject
 			s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 		}
@@ -854,6 +999,10 @@ func (s *step) fired(ev Fired) {
 		case Fulfilling:
 			// Rule 4: cancelled at the owner, then rejected "timeout".
 			s.commitReject(e, "timeout", fmt.Sprintf("%s did not answer within %s", p.Request.Target, c.cfg.FulfillTimeout))
+		case Task:
+			// Cancelled at its owner (tasks/cancel), then rejected
+			// "timeout" (fulfill's taskTimedOut).
+			s.commitReject(e, "timeout", fmt.Sprintf("task %s at %s did not end within %s", p.Task.ID, p.Request.Target, c.taskTimeout(p)))
 		}
 	}
 }
@@ -883,7 +1032,10 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 
 func (s *step) superseded(ev SupersededBy) {
 	e, ok := s.c.props[ev.ID]
-	if !ok || e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Answered {
+	// A proposal in phase Task is not superseded either: its proposer
+	// waits for the relayed result, and only it, an operator or the
+	// task's deadline may end it (fulfill's StateTask).
+	if !ok || e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Task || e.p.Phase == Answered {
 		return
 	}
 	if !e.claimed {
@@ -920,7 +1072,7 @@ func (s *step) responded(ev Responded) {
 		return
 	}
 	e, ok := c.props[id]
-	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !e.reqOut {
+	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !(e.reqOut || e.reqSending) {
 		return
 	}
 	req := e.p.Request
@@ -930,6 +1082,14 @@ func (s *step) responded(ev Responded) {
 		return
 	case ev.HasRPCID && ev.RPCID != req.RPCID:
 		s.log(e, "ignored", func(l *Line) { l.Reason = "wrong_rpc_id" })
+		return
+	case req.Task && ev.TaskID != "":
+		s.taskStarted(e, ev)
+		return
+	case req.Task:
+		// No task was made: the call's outcome, which the proposer saw
+		// no request for, is relayed at once (fulfill's taskAnswered).
+		s.commitRelay(e, "", ev.Result, ev.Error)
 		return
 	}
 	s.end(e, Fulfilled, "fulfilled")
@@ -1068,6 +1228,10 @@ func (s *step) closeOne(e *entry) {
 		s.commitReject(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target)
 		return
 	}
+	if e.p.Phase == Task {
+		s.commitReject(e, "other", "fulfiller is shutting down; task "+e.p.Task.ID+" was cancelled at "+e.p.Request.Target)
+		return
+	}
 	s.commitReject(e, "other", "fulfiller is shutting down; propose again later")
 }
 
@@ -1102,7 +1266,7 @@ func (s *step) resume(r Proposal, how string) {
 	if w, ok := c.withdrawals.get(p.ID, p.From); ok && early == nil {
 		early = &earlyEnd{Withdrawn, "withdrawn", w.reason}
 	}
-	if early != nil && (p.Phase == Deciding || p.Phase == AwaitingApproval || p.Phase == Queued) {
+	if early != nil && (p.Phase == Deciding || p.Phase == AwaitingApproval || p.Phase == Queued || p.Phase == Task) {
 		e.asked = p.Phase == AwaitingApproval
 		s.endQuietly(e, early.outcome, early.stage, early.why)
 		return
@@ -1119,10 +1283,16 @@ func (s *step) resume(r Proposal, how string) {
 		// The same envelope again: a proposer that has it sees a repeat,
 		// one that does not is answered.
 		e.outcome = Rejected
-		e.sending = true
-		s.logReject(e)
-		s.cancelRequest(e)
-		s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: p.Reject.EnvelopeID, Reason: p.Reject.Reason, Message: p.Reject.Message})
+		if p.Relay != nil {
+			e.outcome = Fulfilled
+		}
+		s.sendAnswer(e)
+	case Task:
+		// Followed again; it keeps its deadline, and runs without a slot.
+		c.byRequest[p.Request.EnvelopeID] = p.ID
+		e.reqOut = true
+		s.follow(e, "followed again after a restart or adoption")
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	case Fulfilling:
 		// Never written again; its response is awaited until the
 		// deadline counted from when it was committed.
@@ -1170,6 +1340,9 @@ func (s *step) cancelRequest(e *entry) {
 	if r := e.p.Reject; r != nil && r.CancelRequest && e.p.Request != nil {
 		req := e.p.Request
 		s.emit(SendCancel{ID: e.p.ID, To: req.Target, RequestEnvelopeID: req.EnvelopeID, RPCID: req.RPCID, Reason: r.Reason})
+	}
+	if r := e.p.Reject; r != nil && r.CancelTask && e.p.Task != nil && e.p.Request != nil {
+		s.cancelTask(e, r.Reason)
 	}
 }
 

@@ -293,7 +293,8 @@ func TestHeldRequestWaitsForItsOwner(t *testing.T) {
 	effs = c.Step(t0.Add(time.Second), ParticipantJoined{ID: "fs"})
 	same(t, kinds(effs), []string{"write fulfilling"})
 	w := only[Write](t, effs)
-	same(t, kinds(c.Step(t0.Add(time.Second), Stored{ID: "p1", Seq: w.Seq, Rev: 2})), []string{"SendRequest"})
+	req := only[SendRequest](t, c.Step(t0.Add(time.Second), Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	c.Step(t0.Add(time.Second), Sent{ID: "p1", EnvelopeID: req.EnvelopeID})
 	// The grace's timer, once the owner is back, changes nothing.
 	same(t, kinds(c.Step(grace.At, Fired{ID: "p1", At: grace.At, Kind: TimerGrace})), nil)
 
@@ -314,5 +315,73 @@ func TestHeldRequestWaitsForItsOwner(t *testing.T) {
 	r = only[Write](t, effs).Record.Reject
 	if r.Reason != "incapable" || r.CancelRequest || r.Message != "fs left the space before answering" {
 		t.Fatalf("sent, owner gone past the grace: %+v", r)
+	}
+}
+
+// A task-augmented request answered with a task: recorded (phase task,
+// its own deadline) before it is followed; its slot is freed; others'
+// answers do not supersede it; its status is recorded; its end is
+// relayed to the proposer, recorded first; its deadline cancels it at
+// its owner before the reject "timeout"; a withdrawal cancels it too.
+func TestTaskIsFollowedRelayedOrCancelled(t *testing.T) {
+	start := func(c *Core, id string) (SendRequest, Write) {
+		t.Helper()
+		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+		w := only[Write](t, c.Step(t0, Decided{ID: id, Decision: Decision{Action: Fulfill, Target: "fs", Task: true, TaskTimeout: time.Hour}}))
+		req := only[SendRequest](t, c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 2}))
+		if !req.Task || req.TaskTTL != time.Hour {
+			t.Fatalf("request %+v, want task-augmented with a ttl of an hour", req)
+		}
+		c.Step(t0, Sent{ID: id, EnvelopeID: req.EnvelopeID})
+		effs := c.Step(t0, Responded{RequestID: req.EnvelopeID, From: "fs", HasRPCID: true, RPCID: req.RPCID, TaskID: "t-" + id, TaskStatus: "working"})
+		same(t, kinds(effs), []string{"write task"})
+		w = only[Write](t, effs)
+		if w.Record.Task == nil || !w.Record.Deadline.Equal(t0.Add(time.Hour)) {
+			t.Fatalf("task recorded as %+v, deadline %s", w.Record.Task, w.Record.Deadline)
+		}
+		f := only[FollowTask](t, c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 3}))
+		if f.TaskID != "t-"+id || f.To != "fs" || f.RequestEnvelopeID != req.EnvelopeID {
+			t.Fatalf("follows %+v", f)
+		}
+		return req, w
+	}
+	c := testCore()
+	start(c, "p1")
+	// Its slot is free: p2 (MaxInflight 1) goes out while p1 runs.
+	start(c, "p2")
+	same(t, kinds(c.Step(t0, SupersededBy{ID: "p1", By: "alice"})), nil)
+	effs := c.Step(t0, TaskStatus{ID: "p1", TaskID: "t-p1", Status: "input_required"})
+	same(t, kinds(effs), []string{"write task"})
+	if only[Write](t, effs).Record.Task.Status != "input_required" {
+		t.Fatalf("status not recorded")
+	}
+	c.Step(t0, Stored{ID: "p1", Seq: only[Write](t, effs).Seq, Rev: 4})
+	effs = c.Step(t0, TaskEnded{ID: "p1", TaskID: "t-p1", Status: "completed", Result: []byte(`{"content":[]}`)})
+	same(t, kinds(effs), []string{"write answered"})
+	w := only[Write](t, effs)
+	effs = c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 5})
+	same(t, kinds(effs), []string{"SendRelay"})
+	rel := only[SendRelay](t, effs)
+	if rel.To != "coder" || rel.TaskID != "t-p1" || string(rel.Result) != `{"content":[]}` || rel.EnvelopeID != w.Record.Relay.EnvelopeID {
+		t.Fatalf("relayed %+v, recorded %+v", rel, w.Record.Relay)
+	}
+
+	// p2's deadline: cancelled at its owner, then rejected "timeout".
+	dl := t0.Add(time.Hour)
+	effs = c.Step(dl, Fired{ID: "p2", At: dl, Kind: TimerDeadline})
+	w = only[Write](t, effs)
+	if r := w.Record.Reject; r.Reason != "timeout" || !r.CancelTask || r.Message != "task t-p2 at fs did not end within 1h0m0s" {
+		t.Fatalf("deadline reject %+v", r)
+	}
+	same(t, kinds(c.Step(dl, Stored{ID: "p2", Seq: w.Seq, Rev: 9})), []string{"CancelTask", "SendReject"})
+
+	// A withdrawal ends a task: cancelled at its owner, record deleted.
+	c3 := testCore()
+	start(c3, "p3")
+	effs = c3.Step(t0, WithdrawnBy{ID: "p3", From: "coder"})
+	same(t, kinds(effs), []string{"CancelTask", "delete"})
+	if ct := only[CancelTask](t, effs); ct.TaskID != "t-p3" || ct.Reason != "withdrawn" {
+		t.Fatalf("cancelled %+v", ct)
 	}
 }

@@ -68,11 +68,41 @@ type WithdrawnBy struct{ ID, From, Reason string }
 
 // Responded: an mcp/response whose correlation_id[0] is RequestID.
 // HasRPCID is false for reference-SDK answers, which carry no id (rule 12).
+//
+// The answer to a task-augmented request is not the proposer's (the
+// request does not name the proposal): TaskID and TaskStatus are set
+// when it is a task handle (either revision's CreateTaskResult), and the
+// task is followed; otherwise Result or Error (a JSON-RPC error object)
+// is the call's outcome, relayed to the proposer at once.
 type Responded struct {
-	RequestID string
-	From      string
-	HasRPCID  bool
-	RPCID     int64
+	RequestID  string
+	From       string
+	HasRPCID   bool
+	RPCID      int64
+	TaskID     string
+	TaskStatus string
+	Result     json.RawMessage
+	Error      json.RawMessage
+}
+
+// TaskStatus: the follower of proposal ID's task read a new status, not
+// a terminal one (tasks/get is the authority; a status notification is
+// only a hint to ask).
+type TaskStatus struct {
+	ID, TaskID, Status, Message string
+}
+
+// TaskEnded: proposal ID's task ended at its owner (completed, failed,
+// cancelled): Result or Error is what the call returned (the follower
+// read tasks/result where the revision needs it, and made the error of a
+// task that ended without one, as fulfill's finishTask does), relayed to
+// the proposer. Gone instead: the owner no longer knows the task (its
+// tasks/get error, as fulfill words it: "task not found: …"); nothing will
+// come of it, and the proposal is rejected "other".
+type TaskEnded struct {
+	ID, TaskID, Status string
+	Result, Error      json.RawMessage
+	Gone               string
 }
 
 // AnswerAction is what an approver's elicitation answer says.
@@ -191,6 +221,8 @@ func (Cancelled) event()         {}
 func (GroupLoad) event()         {}
 func (ParticipantLeft) event()   {}
 func (ParticipantJoined) event() {}
+func (TaskStatus) event()        {}
+func (TaskEnded) event()         {}
 
 // Effect is what the shell must carry out. The shell carries out the
 // effects of one proposal one after the other, in the order Step
@@ -244,10 +276,44 @@ type SendReject struct {
 }
 
 // SendRequest writes the fulfilment mcp/request; its result is a Sent.
+// Task: task-augmented (params.task with a ttl of TaskTTL, and the
+// extension's capability in params._meta), and not correlated to the
+// proposal, whose answer its task handle is not (see Responded).
 type SendRequest struct {
 	ID, To, EnvelopeID string
 	RPCID              int64
 	Params             json.RawMessage
+	Task               bool
+	TaskTTL            time.Duration
+}
+
+// SendRelay writes a committed relay (RelayRecord) to the proposer To;
+// its result is a Sent. Re-sent, it is the same envelopes.
+type SendRelay struct {
+	ID, To, EnvelopeID string
+	RPCID              int64
+	TaskID             string
+	Result, Error      json.RawMessage
+}
+
+// FollowTask: follow proposal ID's task at its owner To (tasks/get,
+// status notifications as hints, correlated to the task-augmented
+// request) and report TaskStatus and TaskEnded, until the task ends or a
+// CancelTask for the proposal comes. Issued once the task's record is
+// written (a task nobody would follow after a crash is never followed),
+// and again when a record in phase Task is resumed.
+type FollowTask struct {
+	ID, To, TaskID, RequestEnvelopeID string
+	Deadline                          time.Time
+}
+
+// CancelTask stops following proposal ID's task and sends tasks/cancel
+// to its owner (once; its answer is not awaited: cancellation is
+// cooperative). Reason DropReason sends nothing: another member follows
+// the task now.
+type CancelTask struct {
+	ID, To, TaskID, RequestEnvelopeID string
+	Reason                            string
 }
 
 // SendCancel writes notifications/cancelled for a fulfilment request.
@@ -306,6 +372,9 @@ func (Reload) effect()      {}
 func (SendReject) effect()  {}
 func (SendRequest) effect() {}
 func (SendCancel) effect()  {}
+func (SendRelay) effect()   {}
+func (FollowTask) effect()  {}
+func (CancelTask) effect()  {}
 func (Ask) effect()         {}
 func (CancelAsk) effect()   {}
 func (Schedule) effect()    {}

@@ -34,14 +34,23 @@ type Store interface {
 	Owned(ctx context.Context) ([]Proposal, error)
 }
 
-// Wire carries the envelopes out. SendReject and SendRequest report
-// whether the envelope was written; the others are best effort.
+// Wire carries the envelopes out. SendReject, SendRequest and SendRelay
+// report whether the envelope was written; the others are best effort.
+//
+// FollowTask follows a task (tasks/get, with status notifications as
+// hints) and reports each new status (TaskStatus) and its end
+// (TaskEnded) with report, until the task ends or ctx does (the Loop
+// ends it at the proposal's CancelTask, and at its own end). CancelTask
+// sends tasks/cancel; the Loop has stopped the follower before.
 type Wire interface {
 	SendReject(ctx context.Context, r SendReject) error
 	SendRequest(ctx context.Context, r SendRequest) error
+	SendRelay(ctx context.Context, r SendRelay) error
 	SendCancel(ctx context.Context, c SendCancel)
 	Ask(ctx context.Context, a Ask)
 	CancelAsk(ctx context.Context, c CancelAsk)
+	FollowTask(ctx context.Context, f FollowTask, report func(Event))
+	CancelTask(ctx context.Context, c CancelTask)
 }
 
 // Policy decides (the policy and routing). It never fails: an error is a
@@ -77,7 +86,14 @@ type Loop struct {
 	lanes  map[string]*lane
 	timers map[Fired]func() bool // not fired yet
 	wg     sync.WaitGroup
+
+	// followers stop the task followers, by proposal; touched by the
+	// lanes' goroutines (FollowTask, CancelTask).
+	mu        sync.Mutex
+	followers map[string]*follower
 }
+
+type follower struct{ stop context.CancelFunc }
 
 type lane struct {
 	effs    []Effect
@@ -93,7 +109,8 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	return &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		in: make(chan Event, 64), done: make(chan laneDone, 64), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}}
+		in: make(chan Event, 64), done: make(chan laneDone, 64), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
+		followers: map[string]*follower{}}
 }
 
 // Post hands the loop an event (a frame read, a lease released, Closing).
@@ -260,6 +277,15 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendReject(ctx, e)}
 	case SendRequest:
 		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendRequest(ctx, e)}
+	case SendRelay:
+		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendRelay(ctx, e)}
+	case FollowTask:
+		l.follow(ctx, e)
+	case CancelTask:
+		l.unfollow(e.ID)
+		if e.Reason != DropReason {
+			l.wire.CancelTask(ctx, e)
+		}
 	case SendCancel:
 		l.wire.SendCancel(ctx, e)
 	case Ask:
@@ -268,6 +294,40 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 		l.wire.CancelAsk(ctx, e)
 	}
 	return nil
+}
+
+// follow starts f's follower, on a goroutine the Loop owns: it ends with
+// the task, at the proposal's CancelTask, or with Run.
+func (l *Loop) follow(ctx context.Context, f FollowTask) {
+	fctx, cancel := context.WithCancel(ctx)
+	me := &follower{stop: cancel}
+	l.mu.Lock()
+	if old := l.followers[f.ID]; old != nil {
+		old.stop() // followed again (resumed): one follower per proposal
+	}
+	l.followers[f.ID] = me
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.wire.FollowTask(fctx, f, func(ev Event) { _ = l.Post(fctx, ev) })
+		cancel()
+		l.mu.Lock()
+		if l.followers[f.ID] == me {
+			delete(l.followers, f.ID)
+		}
+		l.mu.Unlock()
+	}()
+}
+
+// unfollow stops the follower of proposal id's task, if one runs.
+func (l *Loop) unfollow(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f := l.followers[id]; f != nil {
+		f.stop()
+		delete(l.followers, id)
+	}
 }
 
 func effectID(e Effect) string {
@@ -283,6 +343,12 @@ func effectID(e Effect) string {
 	case SendRequest:
 		return e.ID
 	case SendCancel:
+		return e.ID
+	case SendRelay:
+		return e.ID
+	case FollowTask:
+		return e.ID
+	case CancelTask:
 		return e.ID
 	case Ask:
 		return e.ID
