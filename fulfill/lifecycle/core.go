@@ -47,16 +47,16 @@ type entry struct {
 	seq     uint64
 	retryAt time.Time
 
-	asked    bool // Ask went out: prompts are open at approvers
-	reqOut   bool // the request was written (or resumed)
+	asked  bool // Ask went out: prompts are open at approvers
+	reqOut bool // the request was written (or resumed)
 	// reqSending: SendRequest went out to the shell: a response to it
 	// may come before its Sent does (the owner is quick), and counts, as
 	// fulfill's does once the write returned (waitWritten).
 	reqSending bool
-	slot     bool
-	queued   bool
-	deciding bool // a Decide is outstanding
-	again    bool // the Decide is an edit's re-check
+	slot       bool
+	queued     bool
+	deciding   bool // a Decide is outstanding
+	again      bool // the Decide is an edit's re-check
 
 	sending  bool // a SendReject is outstanding
 	resendAt time.Time
