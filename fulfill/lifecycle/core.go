@@ -80,6 +80,9 @@ type entry struct {
 	// taskDone: the task ended at its owner (its follower said so):
 	// nothing is left to cancel there.
 	taskDone bool
+	// chatted: a Status went out to the shell, maybe not carried out
+	// yet: the proposal's end drops it (CancelAsk).
+	chatted bool
 }
 
 type earlyEnd struct {
@@ -97,6 +100,7 @@ const (
 	thenAsk
 	thenRefused
 	thenFollow
+	thenQueued
 )
 
 type pendingWrite struct {
@@ -420,7 +424,26 @@ func (s *step) then(e *entry, w pendingWrite) {
 		e.asked = true
 		s.log(e, "escalated", nil)
 		s.emit(Ask{ID: e.p.ID, Prompts: openPrompts(e.p), Deadline: e.p.Deadline, Quorum: max(e.p.Decision.Quorum, 1)})
+		approvers := e.p.Decision.Approvers
+		if len(approvers) == 0 {
+			approvers = c.cfg.Approvers
+		}
+		s.status(e, Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline})
+	case thenQueued:
+		if e.outcome == Open && e.p.Phase == Queued {
+			s.status(e, Status{Stage: StatusQueued})
+		}
 	}
+}
+
+// status tells e's proposer where e waits, when status chats are on.
+func (s *step) status(e *entry, st Status) {
+	if !s.c.cfg.StatusChats {
+		return
+	}
+	st.ID, st.To = e.p.ID, e.p.From
+	e.chatted = true
+	s.emit(st)
 }
 
 // load counts the proposals pending here (claimed with a record, not
@@ -499,7 +522,10 @@ func (s *step) end(e *entry, o Outcome, why string) {
 		}
 		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: reason})
 		e.asked = false
+	} else if e.chatted {
+		s.emit(CancelAsk{ID: e.p.ID, Reason: DropReason}) // drops a status chat not written yet
 	}
+	e.chatted = false
 	if e.queued {
 		e.queued = false
 		s.c.queue = slices.DeleteFunc(s.c.queue, func(id string) bool { return id == e.p.ID })
@@ -576,6 +602,12 @@ func (s *step) follow(e *entry, message string) {
 	p := e.p
 	s.log(e, "task", func(l *Line) { l.Reason, l.Message = p.Task.Status, message })
 	s.emit(FollowTask{ID: p.ID, To: p.Request.Target, TaskID: p.Task.ID, RequestEnvelopeID: p.Request.EnvelopeID, Deadline: p.Deadline})
+	s.taskStatusChat(e)
+}
+
+func (s *step) taskStatusChat(e *entry) {
+	p := e.p
+	s.status(e, Status{Stage: StatusTask, Deadline: p.Deadline, Target: p.Request.Target, TaskID: p.Task.ID, TaskStatus: p.Task.Status})
 }
 
 func (s *step) taskStatus(ev TaskStatus) {
@@ -588,6 +620,7 @@ func (s *step) taskStatus(ev TaskStatus) {
 	// by whoever follows the task next.
 	s.queueWrite(e, pendingWrite{rec: e.p.clone()})
 	s.log(e, "task", func(l *Line) { l.Reason, l.Message = ev.Status, ev.Message })
+	s.taskStatusChat(e)
 }
 
 // taskEnded relays the outcome of e's task (fulfill's finishTask), or
@@ -674,7 +707,7 @@ func (s *step) commitFulfil(e *entry, target string, params []byte) {
 		e.queued = true
 		c.queue = append(c.queue, e.p.ID)
 		s.log(e, "queued", nil)
-		s.queueWrite(e, pendingWrite{rec: e.p.clone()})
+		s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenQueued})
 		s.emit(Schedule{ID: e.p.ID, At: e.p.Deadline, Kind: TimerDeadline})
 		return
 	}

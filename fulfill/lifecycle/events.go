@@ -333,8 +333,9 @@ type Ask struct {
 
 // CancelAsk cancels open prompts (notifications/cancelled to each);
 // Reason DropReason cancels nothing on the wire: another member asks the
-// same prompts now. The shell drops an Ask of the proposal it has not
-// carried out yet: nothing is asked after the proposal ended.
+// same prompts now. The shell drops an Ask or a Status of the proposal
+// it has not carried out yet: nothing is asked, and no wait reported,
+// after the proposal ended (a CancelAsk without prompts is only that).
 type CancelAsk struct {
 	ID      string
 	Prompts []Prompt
@@ -343,6 +344,32 @@ type CancelAsk struct {
 
 // DropReason is CancelAsk's reason when the proposal is another member's.
 const DropReason = "adopted_elsewhere"
+
+// Status stages (fulfill's StatusEscalated, StatusQueued, StatusTask).
+const (
+	StatusEscalated = "escalated" // waiting for humans: Approvers, Quorum, Deadline
+	StatusQueued    = "queued"    // allowed, waiting for a fulfilment slot
+	StatusTask      = "task"      // the owner runs the call as a task: TaskID, TaskStatus, Deadline
+)
+
+// Status is a status chat (Config.StatusChats): it tells the proposer To
+// that its proposal waits, and for what, because a proposer that cannot
+// tell a wait from a dead fulfiller withdraws on its own timeout. It is
+// never an answer (rule 2's one answer is unchanged), best effort, and
+// goes out once what it reports is recorded: when a proposal reaches
+// one of the stages, and again when a task's status changes or a task is
+// followed again after a restart. The shell writes it as fulfill's
+// sendStatus does (a chat correlated to the proposal, its text for
+// people, _meta["fulfiller/status"] for programs).
+type Status struct {
+	ID, To, Stage string
+	Approvers     []string
+	Quorum        int
+	Deadline      time.Time
+	Target        string // the tool owner (task)
+	TaskID        string
+	TaskStatus    string
+}
 
 // Schedule asks for a Fired at At.
 type Schedule struct {
@@ -375,6 +402,7 @@ func (SendCancel) effect()  {}
 func (SendRelay) effect()   {}
 func (FollowTask) effect()  {}
 func (CancelTask) effect()  {}
+func (Status) effect()      {}
 func (Ask) effect()         {}
 func (CancelAsk) effect()   {}
 func (Schedule) effect()    {}

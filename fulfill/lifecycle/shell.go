@@ -47,6 +47,7 @@ type Wire interface {
 	SendRequest(ctx context.Context, r SendRequest) error
 	SendRelay(ctx context.Context, r SendRelay) error
 	SendCancel(ctx context.Context, c SendCancel)
+	Status(ctx context.Context, s Status)
 	Ask(ctx context.Context, a Ask)
 	CancelAsk(ctx context.Context, c CancelAsk)
 	FollowTask(ctx context.Context, f FollowTask, report func(Event))
@@ -201,10 +202,13 @@ func (l *Loop) step(ctx context.Context, ev Event) {
 			l.lanes[id] = ln
 		}
 		if c, ok := e.(CancelAsk); ok {
-			// An Ask not yet carried out is dropped (see CancelAsk).
+			// An Ask or a Status not yet carried out is dropped (see
+			// CancelAsk).
 			kept := ln.effs[:0]
 			for _, q := range ln.effs {
-				if a, ask := q.(Ask); !ask || a.ID != c.ID {
+				a, ask := q.(Ask)
+				st, status := q.(Status)
+				if (!ask || a.ID != c.ID) && (!status || st.ID != c.ID) {
 					kept = append(kept, q)
 				}
 			}
@@ -288,6 +292,8 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 		}
 	case SendCancel:
 		l.wire.SendCancel(ctx, e)
+	case Status:
+		l.wire.Status(ctx, e)
 	case Ask:
 		l.wire.Ask(ctx, e)
 	case CancelAsk:
@@ -349,6 +355,8 @@ func effectID(e Effect) string {
 	case FollowTask:
 		return e.ID
 	case CancelTask:
+		return e.ID
+	case Status:
 		return e.ID
 	case Ask:
 		return e.ID

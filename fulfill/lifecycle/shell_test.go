@@ -183,6 +183,10 @@ func (w *chanWire) FollowTask(ctx context.Context, f FollowTask, _ func(Event)) 
 	w.sent <- "stopped following " + f.TaskID
 }
 
+func (w *chanWire) Status(_ context.Context, s Status) {
+	w.sent <- "status " + s.Stage
+}
+
 func (w *chanWire) CancelTask(_ context.Context, c CancelTask) {
 	w.sent <- "tasks/cancel " + c.TaskID
 }

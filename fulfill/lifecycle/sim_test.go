@@ -86,6 +86,7 @@ var mustCover = []string{
 	"world/left_incapable", "world/answered_after_rejoin",
 	"world/task", "world/task_status", "world/task_relayed", "world/relay_no_task", "world/task_gone", "world/task_cancelled",
 	"world/task_withdrawn", "world/resent_relay", "task", "rejected/timeout/task", "world/other_answered", "world/task_not_superseded",
+	"status/escalated", "status/queued", "status/task",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -281,6 +282,7 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	if s.rng.IntN(3) == 0 {
 		s.cfg.MaxPendingBytes = int64(400 + s.rng.IntN(1200))
 	}
+	s.cfg.StatusChats = s.rng.IntN(2) == 0
 	s.escalator = s.rng.IntN(2) == 0
 	nMembers := 1 + s.rng.IntN(2)
 	for i := range nMembers {
@@ -441,6 +443,8 @@ func (s *sim) deliver(m *member, ev Event) {
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case FollowTask:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case Status:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case CancelTask:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case Ask:
@@ -448,7 +452,11 @@ func (s *sim) deliver(m *member, ev Event) {
 		case CancelAsk:
 			// An Ask not yet carried out is dropped: nothing is asked
 			// after the proposal ended (see CancelAsk).
-			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool { _, ask := q.(Ask); return ask })
+			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool {
+				_, ask := q.(Ask)
+				_, status := q.(Status)
+				return ask || status
+			})
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		default:
 			panic(fmt.Sprintf("unknown effect %T", e))
@@ -610,6 +618,24 @@ func (s *sim) withdraw() bool {
 		return false
 	}
 	id := s.order[s.rng.IntN(len(s.order))]
+	// Often one that waits in a queue or runs as a task (their ends are
+	// the rarer paths), and among those one whose effects are still being
+	// carried out (a withdrawal racing them).
+	waiting := append(s.inPhase(Task), s.inPhase(Queued)...)
+	var busy []string
+	for _, pid := range waiting {
+		for _, m := range s.alive() {
+			if len(m.ops[pid]) > 0 {
+				busy = append(busy, pid)
+			}
+		}
+	}
+	switch r := s.rng.IntN(4); {
+	case r == 0 && len(busy) > 0:
+		id = busy[s.rng.IntN(len(busy))]
+	case r < 2 && len(waiting) > 0:
+		id = waiting[s.rng.IntN(len(waiting))]
+	}
 	t := s.truth[id]
 	from := t.from
 	if s.rng.IntN(3) == 0 {
@@ -887,6 +913,8 @@ func (s *sim) carryOut(m *member, e Effect) {
 		}
 		s.broadcast(relayFrame(m, e))
 		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
+	case Status:
+		s.broadcast(frame{kind: "status", id: s.newID(), from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Stage, taskID: e.TaskID, status: e.TaskStatus, member: m.id, inc: m.inc})
 	case FollowTask:
 		if s.durableTasks[e.TaskID] != e.ID {
 			// Followed only once recorded: a task followed by nobody
@@ -1083,14 +1111,7 @@ func (s *sim) otherAnswers(onlyTasks bool) bool {
 	}
 	id := s.order[s.rng.IntN(len(s.order))]
 	// Half the time one that runs as a task somewhere, if any does.
-	var tasks []string
-	for _, m := range s.alive() {
-		for _, pid := range m.core.sorted() {
-			if e := m.core.props[pid]; e.outcome == Open && e.p.Phase == Task {
-				tasks = append(tasks, pid)
-			}
-		}
-	}
+	tasks := s.inPhase(Task)
 	switch {
 	case len(tasks) > 0 && (onlyTasks || s.rng.IntN(2) == 0):
 		id = tasks[s.rng.IntN(len(tasks))]
@@ -1102,6 +1123,19 @@ func (s *sim) otherAnswers(onlyTasks bool) bool {
 	s.tracef("alice rejects %s directly", id)
 	s.broadcast(frame{kind: "reject", id: s.newID(), from: "alice", to: s.truth[id].from, corr: id, pid: id, reason: "disagree"})
 	return true
+}
+
+// inPhase returns the proposals open in phase ph at a live member.
+func (s *sim) inPhase(ph Phase) []string {
+	var out []string
+	for _, m := range s.alive() {
+		for _, pid := range m.core.sorted() {
+			if e := m.core.props[pid]; e.outcome == Open && e.p.Phase == ph {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }
 
 // ownerMoves: the tool owner leaves the space (its link drops) or comes
@@ -1674,6 +1708,35 @@ func (s *sim) onWire(f frame, m *member) {
 		v.rejects = append(v.rejects, f)
 	case "cancel":
 		v.cancelled[f.corr] = true
+	case "status":
+		// Never an answer, and only while the proposal waits: not after
+		// its answer or its withdrawal, only for what it waits for.
+		s.covered["status/"+f.reason]++
+		if !s.cfg.StatusChats {
+			s.fail("status chat %s for %s with status chats off", f.reason, f.pid)
+		}
+		if f.to != t.from {
+			s.fail("status chat for %s to %s, not its proposer %s", f.pid, f.to, t.from)
+		}
+		if v.answered() {
+			s.fail("status chat %s for %s after its answer", f.reason, f.pid)
+		}
+		if t.durableWd || m.withdrawnHere[f.pid] {
+			s.fail("status chat %s for %s after its withdrawal", f.reason, f.pid)
+		}
+		switch f.reason {
+		case StatusEscalated:
+			if t.policy != "escalate" && t.policy != "escalate2" {
+				s.fail("status escalated for %s, which is %s", f.pid, t.policy)
+			}
+		case StatusTask:
+			if wt := s.tasks[f.taskID]; wt == nil || wt.pid != f.pid {
+				s.fail("status task %s for %s, which runs no such task", f.taskID, f.pid)
+			}
+		case StatusQueued:
+		default:
+			s.fail("status chat %q for %s", f.reason, f.pid)
+		}
 	case "task_cancel":
 		v.tasksCancelled[f.taskID] = true
 		s.covered["world/task_cancelled"]++

@@ -243,7 +243,10 @@ type Config struct {
 	OwnerRejoinGrace time.Duration
 	// TaskTimeout bounds an MCP task once its owner created it, when the
 	// decision sets none.
-	TaskTimeout     time.Duration
+	TaskTimeout time.Duration
+	// StatusChats: tell the proposer (Status) when it waits for humans,
+	// for a fulfilment slot, or on a task.
+	StatusChats     bool
 	ApprovalTimeout time.Duration // deadline for humans when the decision sets none
 	RetryAfter      time.Duration // a store write or a reject that failed is tried again after this
 	Approvers       []string      // asked when the decision names none
