@@ -385,3 +385,28 @@ func TestTaskIsFollowedRelayedOrCancelled(t *testing.T) {
 		t.Fatalf("cancelled %+v", ct)
 	}
 }
+
+// With status chats on, an escalation tells the proposer whom it waits
+// for, once its record is written; its end drops a chat not written yet
+// (a CancelAsk, which the shell applies to a Status too); off, none.
+func TestStatusChats(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		c := testCore()
+		c.cfg.StatusChats = on
+		claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+		c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
+		w := only[Write](t, c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Escalate, Quorum: 1}}))
+		effs := c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2})
+		if !on {
+			same(t, kinds(effs), []string{"Ask"})
+			continue
+		}
+		same(t, kinds(effs), []string{"Ask", "Status"})
+		st := only[Status](t, effs)
+		if st.To != "coder" || st.Stage != StatusEscalated || len(st.Approvers) != 1 || st.Approvers[0] != "alice" || st.Quorum != 1 || !st.Deadline.Equal(t0.Add(5*time.Minute)) {
+			t.Fatalf("status %+v", st)
+		}
+		effs = c.Step(t0, WithdrawnBy{ID: "p1", From: "coder"})
+		same(t, kinds(effs), []string{"CancelAsk", "delete"})
+	}
+}
