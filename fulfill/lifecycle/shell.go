@@ -110,11 +110,15 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	return &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		in: make(chan Event, 64), done: make(chan laneDone, 64), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
+		in: make(chan Event), done: make(chan laneDone, 64), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
 		followers: map[string]*follower{}}
 }
 
 // Post hands the loop an event (a frame read, a lease released, Closing).
+// It returns once the loop has taken the event, which it applies before
+// anything else: after Post(Released) nothing more is done about the
+// proposal (its effects not carried out are dropped; one being carried
+// out reports to a core that let go of it), so its record may be adopted.
 // It blocks while the loop is busy, and gives up when ctx ends.
 func (l *Loop) Post(ctx context.Context, ev Event) error {
 	select {
