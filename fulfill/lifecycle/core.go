@@ -20,6 +20,12 @@ type Core struct {
 	inflight  int               // fulfilment slots held
 	closing   bool
 	seq       uint64 // of the last Write: unique, so a result finds its write
+	// groupPending and groupCap are the group's load as of the last
+	// GroupLoad: this member's open proposals then, plus its peers'.
+	groupPending, groupCap int
+	// away are the participants that left and did not come back, as
+	// far as this member heard: a request to one of them is held.
+	away map[string]bool
 
 	// seen are proposal ids this process read (rule 5 within the
 	// process; the store's claim is the group-wide check). ended are
@@ -41,12 +47,16 @@ type entry struct {
 	seq     uint64
 	retryAt time.Time
 
-	asked    bool // Ask went out: prompts are open at approvers
-	reqOut   bool // the request was written (or resumed)
-	slot     bool
-	queued   bool
-	deciding bool // a Decide is outstanding
-	again    bool // the Decide is an edit's re-check
+	asked  bool // Ask went out: prompts are open at approvers
+	reqOut bool // the request was written (or resumed)
+	// reqSending: SendRequest went out to the shell: a response to it
+	// may come before its Sent does (the owner is quick), and counts, as
+	// fulfill's does once the write returned (waitWritten).
+	reqSending bool
+	slot       bool
+	queued     bool
+	deciding   bool // a Decide is outstanding
+	again      bool // the Decide is an edit's re-check
 
 	sending  bool // a SendReject is outstanding
 	resendAt time.Time
@@ -57,6 +67,22 @@ type entry struct {
 	// retried: a write was tried again after an error (which may have
 	// been applied all the same); reloading: a Reload is outstanding.
 	retried, reloading bool
+	// noRecord: refused at once (refused is its reject, its envelope id
+	// minted once the claim is won); claimed without a record, so it is
+	// never counted as pending, resumed or adopted.
+	noRecord bool
+	refused  *RejectRecord
+	// held: the fulfilment request waits for its tool owner to come
+	// back (neither recorded nor sent; see startRequest); graceAt is when
+	// the owner's rejoin grace ends (zero: none running).
+	held    bool
+	graceAt time.Time
+	// taskDone: the task ended at its owner (its follower said so):
+	// nothing is left to cancel there.
+	taskDone bool
+	// chatted: a Status went out to the shell, maybe not carried out
+	// yet: the proposal's end drops it (CancelAsk).
+	chatted bool
 }
 
 type earlyEnd struct {
@@ -72,26 +98,35 @@ const (
 	thenSendReject
 	thenSendRequest
 	thenAsk
+	thenRefused
+	thenFollow
+	thenQueued
 )
 
 type pendingWrite struct {
 	// line is logged once the write is durable (an end with nothing
 	// sent: its line says what the store holds).
-	line   *Line
-	rec    *Proposal // nil: delete
-	create bool
-	then   then
+	line      *Line
+	rec       *Proposal // nil: delete
+	create    bool
+	claimOnly bool
+	then      then
 }
 
 // New makes a Core.
 func New(cfg Config, ids IDs) *Core {
-	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{},
+	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{}, away: map[string]bool{},
 		byPrompt: map[string]string{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
 }
 
 // Pending reports how many proposals the core still holds, ended ones
 // whose record or reject is still being written included.
 func (c *Core) Pending() int { return len(c.props) }
+
+// Live reports how many proposals count as pending here (claimed with a
+// record, not ended): what the shell publishes with its lease for the
+// group's "busy".
+func (c *Core) Live() int { n, _, _ := c.load("", ""); return n }
 
 // Open returns a copy of each proposal not yet ended, in id order.
 func (c *Core) Open() []Proposal {
@@ -136,6 +171,16 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		}
 	case Cancelled:
 		s.cancelled(ev)
+	case GroupLoad:
+		c.groupPending, c.groupCap = c.Live()+ev.Peers, ev.Capacity
+	case ParticipantLeft:
+		s.left(ev)
+	case ParticipantJoined:
+		s.joined(ev)
+	case TaskStatus:
+		s.taskStatus(ev)
+	case TaskEnded:
+		s.taskEnded(ev)
 	case Closing:
 		s.closing()
 	case Reloaded:
@@ -186,6 +231,17 @@ func (s *step) proposed(ev Proposed) {
 	e := &entry{p: p}
 	c.props[p.ID] = e
 	s.log(e, "received", nil)
+	if p.Invalid == "" {
+		if reason, message := c.refusal(p); reason != "" {
+			// Refused as looked at now, even if room is made before the
+			// claim lands: claimed without a record (ClaimOnly), one
+			// store write for a reject under overload; never decided.
+			e.noRecord = true
+			e.refused = &RejectRecord{Reason: reason, Message: message}
+			s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, claimOnly: true, then: thenRefused})
+			return
+		}
+	}
 	// The claim is the first write: the record exists from the moment
 	// the proposal is this member's, so a crash after it leaves work to
 	// resume, never a claimed id nobody answers.
@@ -211,7 +267,7 @@ func (s *step) issue(e *entry) {
 	e.writing = true
 	s.c.seq++
 	e.seq = s.c.seq
-	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, Rev: e.p.Rev})
+	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev})
 }
 
 func (s *step) stored(ev Stored) {
@@ -232,6 +288,10 @@ func (s *step) stored(ev Stored) {
 		s.then(e, w)
 		s.issue(e)
 		s.forgetIfDone(e)
+	case w.claimOnly && (ev.Err == ErrExists || ev.Err == ErrConflict):
+		// Its own earlier try would have been reported won: another
+		// claim holds the id.
+		s.duplicate(e)
 	case w.create && ev.Err == ErrExists && !e.retried:
 		s.duplicate(e)
 	case ev.Err == ErrExists || ev.Err == ErrConflict:
@@ -239,7 +299,7 @@ func (s *step) stored(ev Stored) {
 		// that failed was applied after all (a store timeout does not
 		// say which): the record says.
 		s.reload(e)
-	case w.create && !s.now.Before(e.p.Deadline):
+	case w.create && !w.claimOnly && !s.now.Before(e.p.Deadline):
 		// Not claimed by its deadline, as far as this member knows: the
 		// record says whether a try was applied after all.
 		e.retried = true
@@ -315,29 +375,48 @@ func (s *step) then(e *entry, w pendingWrite) {
 			s.endQuietly(e, e.early.outcome, e.early.stage, e.early.why)
 		case p.Invalid != "":
 			s.commitReject(e, "invalid", p.Invalid)
-		case c.closing:
-			s.commitReject(e, "other", "fulfiller is shutting down; propose again later")
 		case !s.now.Before(p.Deadline):
 			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
-		case c.live() > c.cfg.MaxPending:
-			s.commitReject(e, "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", c.cfg.MaxPending))
 		default:
+			// Looked at again now that it is claimed (others were
+			// admitted meanwhile), as fulfill's admit does; its record
+			// ends with its reject.
+			if reason, message := c.refusal(p); reason != "" {
+				s.commitReject(e, reason, message)
+				return
+			}
 			e.deciding = true
 			s.emit(Decide{ID: p.ID})
 		}
-	case thenSendReject:
+	case thenRefused:
+		if e.early != nil {
+			// Withdrawn (or answered by another) while it was claimed:
+			// nothing is sent, and with no record nothing is deleted.
+			s.endQuietly(e, e.early.outcome, e.early.stage, e.early.why)
+			return
+		}
+		e.outcome = Rejected
+		r := *e.refused
+		r.EnvelopeID = c.ids.EnvelopeID()
+		e.p.Phase, e.p.Reject = Answered, &r
 		e.sending = true
-		r := e.p.Reject
 		s.logReject(e)
-		s.cancelRequest(e)
 		s.emit(SendReject{ID: e.p.ID, To: e.p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
+	case thenSendReject:
+		s.sendAnswer(e)
+	case thenFollow:
+		if e.outcome != Open || e.p.Phase != Task {
+			return // ended before its record was: its end cancelled it
+		}
+		s.follow(e, "")
 	case thenSendRequest:
 		if e.outcome != Open || e.p.Phase != Fulfilling {
 			return // ended (timed out) before it was written: never sent
 		}
 		s.log(e, "fulfilling", nil)
+		e.reqSending = true
 		r := e.p.Request
-		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs})
+		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: c.taskTimeout(e.p)})
 	case thenAsk:
 		if e.outcome != Open || e.p.Phase != AwaitingApproval {
 			return
@@ -345,18 +424,63 @@ func (s *step) then(e *entry, w pendingWrite) {
 		e.asked = true
 		s.log(e, "escalated", nil)
 		s.emit(Ask{ID: e.p.ID, Prompts: openPrompts(e.p), Deadline: e.p.Deadline, Quorum: max(e.p.Decision.Quorum, 1)})
+		approvers := e.p.Decision.Approvers
+		if len(approvers) == 0 {
+			approvers = c.cfg.Approvers
+		}
+		s.status(e, Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline})
+	case thenQueued:
+		if e.outcome == Open && e.p.Phase == Queued {
+			s.status(e, Status{Stage: StatusQueued})
+		}
 	}
 }
 
-// live counts the claimed proposals not ended.
-func (c *Core) live() int {
-	n := 0
-	for _, e := range c.props {
-		if e.claimed && e.outcome == Open {
-			n++
+// status tells e's proposer where e waits, when status chats are on.
+func (s *step) status(e *entry, st Status) {
+	if !s.c.cfg.StatusChats {
+		return
+	}
+	st.ID, st.To = e.p.ID, e.p.From
+	e.chatted = true
+	s.emit(st)
+}
+
+// load counts the proposals pending here (claimed with a record, not
+// ended), except the one named except: all of them, those of proposer
+// from, and their frame bytes.
+func (c *Core) load(from, except string) (live, mine int, bytes int64) {
+	for id, e := range c.props {
+		if e.claimed && e.outcome == Open && id != except {
+			live++
+			bytes += int64(e.p.Size)
+			if e.p.From == from {
+				mine++
+			}
 		}
 	}
-	return n
+	return live, mine, bytes
+}
+
+// refusal is the reject of a proposal that cannot be admitted now, in
+// fulfill's order and words (fulfill.refusal): shutting down, or busy
+// (this member's pending limit, the proposer's, the group full, the
+// frame bytes). The proposal itself is not counted.
+func (c *Core) refusal(p *Proposal) (reason, message string) {
+	live, mine, bytes := c.load(p.From, p.ID)
+	switch {
+	case c.closing:
+		return "other", "fulfiller is shutting down; propose again later"
+	case live >= c.cfg.MaxPending:
+		return "busy", fmt.Sprintf("%d proposals are pending (the limit); propose again later", c.cfg.MaxPending)
+	case c.cfg.MaxPendingPerProposer > 0 && mine >= c.cfg.MaxPendingPerProposer:
+		return "busy", fmt.Sprintf("%d of your proposals are pending (the limit per proposer); propose again when one is answered", c.cfg.MaxPendingPerProposer)
+	case c.groupCap > 0 && c.groupPending >= c.groupCap:
+		return "busy", fmt.Sprintf("the group's pending work is full (%d proposals); propose again later", c.groupCap)
+	case c.cfg.MaxPendingBytes > 0 && bytes+int64(p.Size) > c.cfg.MaxPendingBytes:
+		return "busy", fmt.Sprintf("pending proposals hold %d of %d bytes (the limit), too few for this %d-byte one; propose again later", bytes, c.cfg.MaxPendingBytes, p.Size)
+	}
+	return "", ""
 }
 
 // fenced drops e without a word: its record is another member's, which
@@ -381,6 +505,16 @@ func (s *step) fenced(e *entry) {
 func (s *step) end(e *entry, o Outcome, why string) {
 	e.outcome = o
 	e.deciding = false
+	if e.p.Phase == Task && !e.taskDone && o != Rejected {
+		// A task nobody waits for any more is work nobody wants:
+		// cancelled at its owner (a reject records its cancel instead,
+		// sent with it). Dropped: the record's new holder follows it.
+		reason := why
+		if o == Dropped {
+			reason = DropReason
+		}
+		s.cancelTask(e, reason)
+	}
 	if e.asked {
 		reason := why
 		if o == Dropped {
@@ -388,7 +522,10 @@ func (s *step) end(e *entry, o Outcome, why string) {
 		}
 		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: reason})
 		e.asked = false
+	} else if e.chatted {
+		s.emit(CancelAsk{ID: e.p.ID, Reason: DropReason}) // drops a status chat not written yet
 	}
+	e.chatted = false
 	if e.queued {
 		e.queued = false
 		s.c.queue = slices.DeleteFunc(s.c.queue, func(id string) bool { return id == e.p.ID })
@@ -418,13 +555,138 @@ func (s *step) startQueued() {
 // envelope id) before it is sent, so a crash before the write leaves a
 // record whose resumer sends the same envelope.
 func (s *step) commitReject(e *entry, reason, message string) {
+	// A request committed before is cancelled at its owner with the
+	// reject, and again with it after a restart (rule 4); a held one
+	// never went out.
+	s.commitRejectCancel(e, reason, message, e.p.Phase == Fulfilling && e.p.Request != nil && !e.held)
+}
+
+// cancelTask cancels (or, with DropReason, only stops following) e's task.
+func (s *step) cancelTask(e *entry, reason string) {
+	p := e.p
+	s.emit(CancelTask{ID: p.ID, To: p.Request.Target, TaskID: p.Task.ID, RequestEnvelopeID: p.Request.EnvelopeID, Reason: reason})
+}
+
+// taskTimeout is how long p's task may run once created.
+func (c *Core) taskTimeout(p *Proposal) time.Duration {
+	if p.Decision != nil && p.Decision.TaskTimeout > 0 {
+		return p.Decision.TaskTimeout
+	}
+	return c.cfg.TaskTimeout
+}
+
+// taskStarted: the owner answered e's task-augmented request with a
+// task. The fulfil timeout ends there and the task's deadline starts;
+// its slot is given up (a task runs without one: MaxInflight bounds
+// calls in flight, MaxPending the tasks), and the owner's rejoin grace
+// ends with the request. Recorded before it is followed.
+func (s *step) taskStarted(e *entry, ev Responded) {
+	c := s.c
+	p := e.p
+	p.Phase = Task
+	p.Task = &TaskRecord{ID: ev.TaskID, Status: ev.TaskStatus, Created: s.now, Deadline: s.now.Add(c.taskTimeout(p))}
+	p.Deadline = p.Task.Deadline
+	e.graceAt = time.Time{}
+	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenFollow})
+	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	if e.slot {
+		e.slot = false
+		c.inflight--
+		s.startQueued()
+	}
+}
+
+// follow has e's task followed, with its line (message says why: empty
+// for a new task).
+func (s *step) follow(e *entry, message string) {
+	p := e.p
+	s.log(e, "task", func(l *Line) { l.Reason, l.Message = p.Task.Status, message })
+	s.emit(FollowTask{ID: p.ID, To: p.Request.Target, TaskID: p.Task.ID, RequestEnvelopeID: p.Request.EnvelopeID, Deadline: p.Deadline})
+	s.taskStatusChat(e)
+}
+
+func (s *step) taskStatusChat(e *entry) {
+	p := e.p
+	s.status(e, Status{Stage: StatusTask, Deadline: p.Deadline, Target: p.Request.Target, TaskID: p.Task.ID, TaskStatus: p.Task.Status})
+}
+
+func (s *step) taskStatus(ev TaskStatus) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || e.p.Phase != Task || e.p.Task.ID != ev.TaskID || e.p.Task.Status == ev.Status {
+		return
+	}
+	e.p.Task.Status = ev.Status
+	// Best effort, as fulfill's: a status lost in a crash is read again
+	// by whoever follows the task next.
+	s.queueWrite(e, pendingWrite{rec: e.p.clone()})
+	s.log(e, "task", func(l *Line) { l.Reason, l.Message = ev.Status, ev.Message })
+	s.taskStatusChat(e)
+}
+
+// taskEnded relays the outcome of e's task (fulfill's finishTask), or
+// rejects e "other" when the owner no longer knows the task (nothing to
+// cancel there).
+func (s *step) taskEnded(ev TaskEnded) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || e.p.Phase != Task || e.p.Task.ID != ev.TaskID {
+		return
+	}
+	e.taskDone = true
+	if ev.Gone != "" {
+		s.commitRejectCancel(e, "other", fmt.Sprintf("%s no longer knows task %s: %s", e.p.Request.Target, ev.TaskID, ev.Gone), false)
+		return
+	}
+	e.p.Task.Status = ev.Status
+	s.commitRelay(e, ev.TaskID, ev.Result, ev.Error)
+}
+
+// commitRelay ends e with the relayed outcome of its task-augmented
+// request: recorded (phase Answered) before it is written, as a reject
+// is, so that it is written once and again after a crash with the same
+// ids, never lost and never followed by a second.
+func (s *step) commitRelay(e *entry, taskID string, result, rpcErr []byte) {
+	s.end(e, Fulfilled, "fulfilled")
+	p := e.p
+	p.Phase = Answered
+	p.Relay = &RelayRecord{EnvelopeID: s.c.ids.EnvelopeID(), RPCID: s.c.ids.RPCID(), TaskID: taskID, Result: result, Error: rpcErr}
+	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
+}
+
+// sendAnswer writes e's committed answer (its reject, or its relay),
+// with its line, and the cancels that go before a reject.
+func (s *step) sendAnswer(e *entry) {
+	e.sending = true
+	p := e.p
+	if r := p.Relay; r != nil {
+		s.log(e, "fulfilled", func(l *Line) { l.Message = "relayed the outcome of task " + r.TaskID })
+		s.emit(SendRelay{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, TaskID: r.TaskID, Result: r.Result, Error: r.Error})
+		return
+	}
+	r := p.Reject
+	s.logReject(e)
+	s.cancelRequest(e)
+	s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
+}
+
+// answerEnvelope is the envelope id of e's committed answer ("": none).
+func answerEnvelope(p *Proposal) string {
+	switch {
+	case p.Relay != nil:
+		return p.Relay.EnvelopeID
+	case p.Reject != nil:
+		return p.Reject.EnvelopeID
+	}
+	return ""
+}
+
+// commitRejectCancel is commitReject, cancel saying whether the request
+// is cancelled at its owner.
+func (s *step) commitRejectCancel(e *entry, reason, message string, cancel bool) {
 	s.end(e, Rejected, reason)
 	p := e.p
-	// A request committed before is cancelled at its owner with the
-	// reject, and again with it after a restart (rule 4).
-	cancel := p.Phase == Fulfilling && p.Request != nil
+	task := p.Phase == Task && !e.taskDone
 	p.Phase = Answered
-	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel}
+	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel, CancelTask: task}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
 }
 
@@ -445,7 +707,7 @@ func (s *step) commitFulfil(e *entry, target string, params []byte) {
 		e.queued = true
 		c.queue = append(c.queue, e.p.ID)
 		s.log(e, "queued", nil)
-		s.queueWrite(e, pendingWrite{rec: e.p.clone()})
+		s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenQueued})
 		s.emit(Schedule{ID: e.p.ID, At: e.p.Deadline, Kind: TimerDeadline})
 		return
 	}
@@ -461,11 +723,116 @@ func (s *step) startRequest(e *entry) {
 	c.inflight++
 	target := p.Decision.Target
 	p.Phase = Fulfilling
-	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now}
+	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now, Task: p.Decision.Task}
 	p.Deadline = s.now.Add(c.cfg.FulfillTimeout)
 	c.byRequest[p.Request.EnvelopeID] = p.ID
+	if c.away[target] {
+		// The gateway replays nothing: a request sent while its owner is
+		// away would be lost, and the proposer would wait for the fulfil
+		// timeout. Held for the owner's rejoin grace instead, as fulfill
+		// does (sendRequest): not recorded either, so a crash meanwhile
+		// resumes the proposal from its record before (a withdrawal is
+		// late all the same: the slot and the request are taken).
+		e.held = true
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+		s.startGrace(e)
+		return
+	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendRequest})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+}
+
+// startGrace starts the rejoin grace of e's tool owner, unless one runs
+// or this member is shutting down (which answers every proposal).
+func (s *step) startGrace(e *entry) {
+	if s.c.closing || !e.graceAt.IsZero() {
+		return
+	}
+	e.graceAt = s.now.Add(s.c.cfg.OwnerRejoinGrace)
+	s.emit(Schedule{ID: e.p.ID, At: e.graceAt, Kind: TimerGrace})
+}
+
+// release sends e's held request: recorded first, as every request.
+func (s *step) release(e *entry) {
+	e.held = false
+	e.graceAt = time.Time{}
+	s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenSendRequest})
+}
+
+// sorted returns the ids of the proposals held, in order: what an event
+// about many does is the same in every run.
+func (c *Core) sorted() []string {
+	ids := make([]string, 0, len(c.props))
+	for id := range c.props {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// fulfilling returns the open proposals in phase Fulfilling whose request goes
+// to owner, in id order.
+func (c *Core) fulfilling(owner string) []*entry {
+	var out []*entry
+	for _, id := range c.sorted() {
+		e := c.props[id]
+		if e.outcome == Open && e.p.Phase == Fulfilling && e.p.Request != nil && e.p.Request.Target == owner {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// left starts the rejoin grace of every fulfilment whose owner left
+// (fulfill's ownerLeft); a grace that runs already is not restarted.
+func (s *step) left(ev ParticipantLeft) {
+	s.c.away[ev.ID] = true
+	if s.c.closing {
+		return
+	}
+	for _, e := range s.c.fulfilling(ev.ID) {
+		s.startGrace(e)
+	}
+}
+
+// joined sends the requests held for the owner that is back (fulfill's
+// releaseHeld). The grace of a request that went out runs on: at its end
+// the owner is here, and its response is still awaited.
+func (s *step) joined(ev ParticipantJoined) {
+	delete(s.c.away, ev.ID)
+	for _, e := range s.c.fulfilling(ev.ID) {
+		if e.held {
+			s.release(e)
+		}
+	}
+}
+
+// graceEnded ends the rejoin grace of e's owner (fulfill's ownerGone):
+// an owner that is back keeps e (a held request goes out now); one still
+// away will not answer, and e is rejected "incapable", its request not
+// cancelled (fulfill sends no cancel to an owner that is gone) once its
+// write was reported. One whose write is still to come (recorded, its
+// send queued behind) may reach an owner that is back by then: it is
+// cancelled after it, as any request a reject follows (rule 4), where
+// fulfill, whose send and grace race the same way, sends nothing.
+func (s *step) graceEnded(e *entry) {
+	c := s.c
+	e.graceAt = time.Time{}
+	if c.closing {
+		return
+	}
+	req := e.p.Request
+	if !c.away[req.Target] {
+		if e.held {
+			s.release(e)
+		}
+		return
+	}
+	msg := fmt.Sprintf("%s left the space before answering", req.Target)
+	if e.held {
+		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", req.Target, c.cfg.OwnerRejoinGrace)
+	}
+	s.commitRejectCancel(e, "incapable", msg, !e.held && !e.reqOut)
 }
 
 func (s *step) decided(ev Decided) {
@@ -585,17 +952,20 @@ func (s *step) sent(ev Sent) {
 	}
 	p := e.p
 	switch {
-	case p.Reject != nil && ev.EnvelopeID == p.Reject.EnvelopeID && e.sending:
+	case answerEnvelope(p) != "" && ev.EnvelopeID == answerEnvelope(p) && e.sending:
 		e.sending = false
 		if ev.Err != nil {
 			// Not written: the record stays, and the same envelope is
-			// written again; the proposer is owed it.
+			// written again; the proposer is owed it (a relay too: the
+			// proposer's answer).
 			e.resendAt = s.now.Add(s.c.cfg.RetryAfter)
 			s.emit(Schedule{ID: p.ID, At: e.resendAt, Kind: TimerResend})
 			return
 		}
 		e.resendAt = time.Time{}
-		s.queueWrite(e, pendingWrite{}) // delete
+		if !e.noRecord {
+			s.queueWrite(e, pendingWrite{}) // delete
+		}
 		s.forgetIfDone(e)
 	case p.Request != nil && ev.EnvelopeID == p.Request.EnvelopeID:
 		if ev.Err == nil {
@@ -624,14 +994,25 @@ func (s *step) fired(ev Fired) {
 			s.issue(e)
 		}
 	case TimerResend:
-		if ev.At.Equal(e.resendAt) && !e.sending && p.Reject != nil {
+		if ev.At.Equal(e.resendAt) && !e.sending && answerEnvelope(p) != "" {
 			e.sending = true
+			if r := p.Relay; r != nil {
+				s.emit(SendRelay{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, TaskID: r.TaskID, Result: r.Result, Error: r.Error})
+				return
+			}
 			r := p.Reject
 			s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
+		}
+	case TimerGrace:
+		if e.outcome == Open && p.Phase == Fulfilling && ev.At.Equal(e.graceAt) {
+			s.graceEnded(e)
 		}
 	case TimerDeadline:
 		if e.outcome != Open || !ev.At.Equal(p.Deadline) {
 			return
+		}
+		if e.noRecord {
+			return // its claim is tried until it lands: then its reject goes
 		}
 		if !e.claimed {
 			// Never claimed (the store was unreachable): no record, so
@@ -651,6 +1032,10 @@ func (s *step) fired(ev Fired) {
 		case Fulfilling:
 			// Rule 4: cancelled at the owner, then rejected "timeout".
 			s.commitReject(e, "timeout", fmt.Sprintf("%s did not answer within %s", p.Request.Target, c.cfg.FulfillTimeout))
+		case Task:
+			// Cancelled at its owner (tasks/cancel), then rejected
+			// "timeout" (fulfill's taskTimedOut).
+			s.commitReject(e, "timeout", fmt.Sprintf("task %s at %s did not end within %s", p.Task.ID, p.Request.Target, c.taskTimeout(p)))
 		}
 	}
 }
@@ -680,7 +1065,10 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 
 func (s *step) superseded(ev SupersededBy) {
 	e, ok := s.c.props[ev.ID]
-	if !ok || e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Answered {
+	// A proposal in phase Task is not superseded either: its proposer
+	// waits for the relayed result, and only it, an operator or the
+	// task's deadline may end it (fulfill's StateTask).
+	if !ok || e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Task || e.p.Phase == Answered {
 		return
 	}
 	if !e.claimed {
@@ -717,7 +1105,7 @@ func (s *step) responded(ev Responded) {
 		return
 	}
 	e, ok := c.props[id]
-	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !e.reqOut {
+	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !(e.reqOut || e.reqSending) {
 		return
 	}
 	req := e.p.Request
@@ -727,6 +1115,14 @@ func (s *step) responded(ev Responded) {
 		return
 	case ev.HasRPCID && ev.RPCID != req.RPCID:
 		s.log(e, "ignored", func(l *Line) { l.Reason = "wrong_rpc_id" })
+		return
+	case req.Task && ev.TaskID != "":
+		s.taskStarted(e, ev)
+		return
+	case req.Task:
+		// No task was made: the call's outcome, which the proposer saw
+		// no request for, is relayed at once (fulfill's taskAnswered).
+		s.commitRelay(e, "", ev.Result, ev.Error)
 		return
 	}
 	s.end(e, Fulfilled, "fulfilled")
@@ -861,8 +1257,12 @@ func (s *step) closeOne(e *entry) {
 	if e.outcome != Open || !e.claimed {
 		return
 	}
-	if e.p.Phase == Fulfilling {
+	if e.p.Phase == Fulfilling && !e.held {
 		s.commitReject(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target)
+		return
+	}
+	if e.p.Phase == Task {
+		s.commitReject(e, "other", "fulfiller is shutting down; task "+e.p.Task.ID+" was cancelled at "+e.p.Request.Target)
 		return
 	}
 	s.commitReject(e, "other", "fulfiller is shutting down; propose again later")
@@ -899,7 +1299,7 @@ func (s *step) resume(r Proposal, how string) {
 	if w, ok := c.withdrawals.get(p.ID, p.From); ok && early == nil {
 		early = &earlyEnd{Withdrawn, "withdrawn", w.reason}
 	}
-	if early != nil && (p.Phase == Deciding || p.Phase == AwaitingApproval || p.Phase == Queued) {
+	if early != nil && (p.Phase == Deciding || p.Phase == AwaitingApproval || p.Phase == Queued || p.Phase == Task) {
 		e.asked = p.Phase == AwaitingApproval
 		s.endQuietly(e, early.outcome, early.stage, early.why)
 		return
@@ -916,10 +1316,16 @@ func (s *step) resume(r Proposal, how string) {
 		// The same envelope again: a proposer that has it sees a repeat,
 		// one that does not is answered.
 		e.outcome = Rejected
-		e.sending = true
-		s.logReject(e)
-		s.cancelRequest(e)
-		s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: p.Reject.EnvelopeID, Reason: p.Reject.Reason, Message: p.Reject.Message})
+		if p.Relay != nil {
+			e.outcome = Fulfilled
+		}
+		s.sendAnswer(e)
+	case Task:
+		// Followed again; it keeps its deadline, and runs without a slot.
+		c.byRequest[p.Request.EnvelopeID] = p.ID
+		e.reqOut = true
+		s.follow(e, "followed again after a restart or adoption")
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	case Fulfilling:
 		// Never written again; its response is awaited until the
 		// deadline counted from when it was committed.
@@ -967,6 +1373,9 @@ func (s *step) cancelRequest(e *entry) {
 	if r := e.p.Reject; r != nil && r.CancelRequest && e.p.Request != nil {
 		req := e.p.Request
 		s.emit(SendCancel{ID: e.p.ID, To: req.Target, RequestEnvelopeID: req.EnvelopeID, RPCID: req.RPCID, Reason: r.Reason})
+	}
+	if r := e.p.Reject; r != nil && r.CancelTask && e.p.Task != nil && e.p.Request != nil {
+		s.cancelTask(e, r.Reason)
 	}
 }
 

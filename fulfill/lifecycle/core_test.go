@@ -225,3 +225,188 @@ func TestOperatorCancel(t *testing.T) {
 		t.Fatalf("logged %+v", l)
 	}
 }
+
+// A proposal over a limit is claimed without a record (one write) and
+// rejected "busy" with fulfill's words; the per-proposer limit counts
+// only the proposer's own pending work, and the byte limit the frames.
+func TestBusyIsClaimedWithoutARecord(t *testing.T) {
+	c := New(Config{Member: "m1", MaxPending: 10, MaxPendingPerProposer: 1, MaxPendingBytes: 1000, MaxInflight: 1,
+		PendingTTL: time.Minute, RetryAfter: time.Second}, &counterIDs{})
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder", Size: 600}))
+	same(t, kinds(c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})), []string{"Decide"})
+
+	busy := func(id, from string, size int, message string) {
+		t.Helper()
+		w := only[Write](t, c.Step(t0, Proposed{ID: id, From: from, Size: size}))
+		if !w.Create || !w.ClaimOnly || w.Record.DecisionID == "" {
+			t.Fatalf("%s claimed with %+v, want a claim without a record (ClaimOnly, with its decision id)", id, w)
+		}
+		effs := c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 2})
+		same(t, kinds(effs), []string{"SendReject"})
+		rej := only[SendReject](t, effs)
+		if rej.Reason != "busy" || rej.Message != message || rej.To != from {
+			t.Fatalf("%s rejected %q %q to %s, want busy %q", id, rej.Reason, rej.Message, rej.To, message)
+		}
+		// Written: nothing to delete, nothing left.
+		same(t, kinds(c.Step(t0, Sent{ID: id, EnvelopeID: rej.EnvelopeID})), nil)
+	}
+	busy("p2", "coder", 10, "1 of your proposals are pending (the limit per proposer); propose again when one is answered")
+	busy("p3", "coder2", 500, "pending proposals hold 600 of 1000 bytes (the limit), too few for this 500-byte one; propose again later")
+	c.Step(t0, GroupLoad{Peers: 9, Capacity: 10})
+	busy("p4", "coder2", 10, "the group's pending work is full (10 proposals); propose again later")
+	c.Step(t0, GroupLoad{Peers: 8, Capacity: 10})
+	w := only[Write](t, c.Step(t0, Proposed{ID: "p5", From: "coder2", Size: 10}))
+	if w.ClaimOnly {
+		t.Fatalf("p5 refused with the group at 9 of 10")
+	}
+	if c.Pending() != 2 || c.Live() != 1 {
+		t.Fatalf("pending %d live %d, want 2 (p1, p5 claiming) and 1", c.Pending(), c.Live())
+	}
+}
+
+// A request due while its owner is away is held (neither recorded nor
+// sent) and goes out, recorded first, when the owner is back; one held
+// past the rejoin grace is rejected "incapable", never cancelled (it
+// never went out), in fulfill's words.
+func TestHeldRequestWaitsForItsOwner(t *testing.T) {
+	c := testCore()
+	c.cfg.OwnerRejoinGrace = 5 * time.Second
+	admit := func(id string) {
+		t.Helper()
+		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+	}
+	c.cfg.MaxInflight = 2
+	c.Step(t0, ParticipantLeft{ID: "fs"})
+	admit("p1")
+	effs := c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Fulfill, Target: "fs"}})
+	same(t, kinds(effs), nil)
+	var grace Schedule
+	for _, e := range effs {
+		if s, ok := e.(Schedule); ok && s.Kind == TimerGrace {
+			grace = s
+		}
+	}
+	if !grace.At.Equal(t0.Add(5 * time.Second)) {
+		t.Fatalf("grace timer %+v, want at %s", grace, t0.Add(5*time.Second))
+	}
+	effs = c.Step(t0.Add(time.Second), ParticipantJoined{ID: "fs"})
+	same(t, kinds(effs), []string{"write fulfilling"})
+	w := only[Write](t, effs)
+	req := only[SendRequest](t, c.Step(t0.Add(time.Second), Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	c.Step(t0.Add(time.Second), Sent{ID: "p1", EnvelopeID: req.EnvelopeID})
+	// The grace's timer, once the owner is back, changes nothing.
+	same(t, kinds(c.Step(grace.At, Fired{ID: "p1", At: grace.At, Kind: TimerGrace})), nil)
+
+	c.Step(t0, ParticipantLeft{ID: "fs"})
+	admit("p2")
+	c.Step(t0, Decided{ID: "p2", Decision: Decision{Action: Fulfill, Target: "fs"}})
+	effs = c.Step(grace.At, Fired{ID: "p2", At: grace.At, Kind: TimerGrace})
+	same(t, kinds(effs), []string{"write answered"})
+	r := only[Write](t, effs).Record.Reject
+	if r.Reason != "incapable" || r.CancelRequest || r.Message != "fs was not in the space to carry the call out, and did not come back within 5s" {
+		t.Fatalf("held past the grace: %+v", r)
+	}
+	// p1's request went out before the second leave, which started its
+	// grace: the owner still gone at its end, p1 is rejected
+	// "incapable", its request not cancelled (fulfill's ownerGone).
+	effs = c.Step(grace.At, Fired{ID: "p1", At: grace.At, Kind: TimerGrace})
+	same(t, kinds(effs), []string{"write answered"})
+	r = only[Write](t, effs).Record.Reject
+	if r.Reason != "incapable" || r.CancelRequest || r.Message != "fs left the space before answering" {
+		t.Fatalf("sent, owner gone past the grace: %+v", r)
+	}
+}
+
+// A task-augmented request answered with a task: recorded (phase task,
+// its own deadline) before it is followed; its slot is freed; others'
+// answers do not supersede it; its status is recorded; its end is
+// relayed to the proposer, recorded first; its deadline cancels it at
+// its owner before the reject "timeout"; a withdrawal cancels it too.
+func TestTaskIsFollowedRelayedOrCancelled(t *testing.T) {
+	start := func(c *Core, id string) (SendRequest, Write) {
+		t.Helper()
+		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+		w := only[Write](t, c.Step(t0, Decided{ID: id, Decision: Decision{Action: Fulfill, Target: "fs", Task: true, TaskTimeout: time.Hour}}))
+		req := only[SendRequest](t, c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 2}))
+		if !req.Task || req.TaskTTL != time.Hour {
+			t.Fatalf("request %+v, want task-augmented with a ttl of an hour", req)
+		}
+		c.Step(t0, Sent{ID: id, EnvelopeID: req.EnvelopeID})
+		effs := c.Step(t0, Responded{RequestID: req.EnvelopeID, From: "fs", HasRPCID: true, RPCID: req.RPCID, TaskID: "t-" + id, TaskStatus: "working"})
+		same(t, kinds(effs), []string{"write task"})
+		w = only[Write](t, effs)
+		if w.Record.Task == nil || !w.Record.Deadline.Equal(t0.Add(time.Hour)) {
+			t.Fatalf("task recorded as %+v, deadline %s", w.Record.Task, w.Record.Deadline)
+		}
+		f := only[FollowTask](t, c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 3}))
+		if f.TaskID != "t-"+id || f.To != "fs" || f.RequestEnvelopeID != req.EnvelopeID {
+			t.Fatalf("follows %+v", f)
+		}
+		return req, w
+	}
+	c := testCore()
+	start(c, "p1")
+	// Its slot is free: p2 (MaxInflight 1) goes out while p1 runs.
+	start(c, "p2")
+	same(t, kinds(c.Step(t0, SupersededBy{ID: "p1", By: "alice"})), nil)
+	effs := c.Step(t0, TaskStatus{ID: "p1", TaskID: "t-p1", Status: "input_required"})
+	same(t, kinds(effs), []string{"write task"})
+	if only[Write](t, effs).Record.Task.Status != "input_required" {
+		t.Fatalf("status not recorded")
+	}
+	c.Step(t0, Stored{ID: "p1", Seq: only[Write](t, effs).Seq, Rev: 4})
+	effs = c.Step(t0, TaskEnded{ID: "p1", TaskID: "t-p1", Status: "completed", Result: []byte(`{"content":[]}`)})
+	same(t, kinds(effs), []string{"write answered"})
+	w := only[Write](t, effs)
+	effs = c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 5})
+	same(t, kinds(effs), []string{"SendRelay"})
+	rel := only[SendRelay](t, effs)
+	if rel.To != "coder" || rel.TaskID != "t-p1" || string(rel.Result) != `{"content":[]}` || rel.EnvelopeID != w.Record.Relay.EnvelopeID {
+		t.Fatalf("relayed %+v, recorded %+v", rel, w.Record.Relay)
+	}
+
+	// p2's deadline: cancelled at its owner, then rejected "timeout".
+	dl := t0.Add(time.Hour)
+	effs = c.Step(dl, Fired{ID: "p2", At: dl, Kind: TimerDeadline})
+	w = only[Write](t, effs)
+	if r := w.Record.Reject; r.Reason != "timeout" || !r.CancelTask || r.Message != "task t-p2 at fs did not end within 1h0m0s" {
+		t.Fatalf("deadline reject %+v", r)
+	}
+	same(t, kinds(c.Step(dl, Stored{ID: "p2", Seq: w.Seq, Rev: 9})), []string{"CancelTask", "SendReject"})
+
+	// A withdrawal ends a task: cancelled at its owner, record deleted.
+	c3 := testCore()
+	start(c3, "p3")
+	effs = c3.Step(t0, WithdrawnBy{ID: "p3", From: "coder"})
+	same(t, kinds(effs), []string{"CancelTask", "delete"})
+	if ct := only[CancelTask](t, effs); ct.TaskID != "t-p3" || ct.Reason != "withdrawn" {
+		t.Fatalf("cancelled %+v", ct)
+	}
+}
+
+// With status chats on, an escalation tells the proposer whom it waits
+// for, once its record is written; its end drops a chat not written yet
+// (a CancelAsk, which the shell applies to a Status too); off, none.
+func TestStatusChats(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		c := testCore()
+		c.cfg.StatusChats = on
+		claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+		c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
+		w := only[Write](t, c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Escalate, Quorum: 1}}))
+		effs := c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2})
+		if !on {
+			same(t, kinds(effs), []string{"Ask"})
+			continue
+		}
+		same(t, kinds(effs), []string{"Ask", "Status"})
+		st := only[Status](t, effs)
+		if st.To != "coder" || st.Stage != StatusEscalated || len(st.Approvers) != 1 || st.Approvers[0] != "alice" || st.Quorum != 1 || !st.Deadline.Equal(t0.Add(5*time.Minute)) {
+			t.Fatalf("status %+v", st)
+		}
+		effs = c.Step(t0, WithdrawnBy{ID: "p1", From: "coder"})
+		same(t, kinds(effs), []string{"CancelAsk", "delete"})
+	}
+}

@@ -62,20 +62,41 @@
 // One Proposal type, persisted as it is (JSON), with one Phase enum and
 // one Deadline: the pending TTL while deciding or queued, the approval
 // deadline while humans are asked, the fulfil timeout once the request is
-// committed. The decision is Proposal.Decision, its id DecisionID (minted
-// at the claim, replaced only when an edit is decided again). Phases:
+// committed, the task's own once the request became an MCP task. The
+// decision is Proposal.Decision, its id DecisionID (minted at the claim,
+// replaced only when an edit is decided again). Phases:
 //
 //	(claim) → Deciding → AwaitingApproval → Queued → Fulfilling → (deleted)
-//	                  ↘          ↘            ↘          ↘
-//	                           Answered (reject committed) → (deleted)
+//	                  ↘          ↘            ↘          ↘    ↘
+//	                                                        Task (task-augmented)
+//	                                                          ↘
+//	         Answered (reject, or a task's relayed result, committed) → (deleted)
 //
 // Events: Proposed, Stored, Reloaded, Decided, Sent, Fired (deadline,
-// retry, resend), WithdrawnBy, Responded, PromptAnswered (the core counts
-// answers) or Verdict (the shell's escalator does), SupersededBy,
-// Cancelled (operator), Resumed (restart, adoption, operator take),
-// Released (lease lost, record taken), Closing. Effects:
-// Write (claim, update, delete; compare-and-set), Reload, Decide,
-// SendReject, SendRequest, SendCancel, Ask, CancelAsk, Schedule, Log.
+// retry, resend, rejoin grace), WithdrawnBy, Responded (a task handle
+// too), TaskStatus, TaskEnded, PromptAnswered (the core counts answers)
+// or Verdict (the shell's escalator does), SupersededBy, Cancelled
+// (operator), Resumed (restart, adoption, operator take), Released
+// (lease lost, record taken), ParticipantLeft and ParticipantJoined (the
+// tool owner's presence), GroupLoad (the group's "busy", from the
+// leases), Closing. Effects: Write (claim, claim without a record,
+// update, delete; compare-and-set), Reload, Decide, SendReject,
+// SendRequest, SendRelay, SendCancel, FollowTask, CancelTask, Ask,
+// CancelAsk, Status (status chats), Schedule, Log.
+//
+// Admission (fulfill's refusal, in its order and words): shutting down
+// ("other"), then "busy" for this member's MaxPending, the proposer's
+// MaxPendingPerProposer, the group full (GroupLoad) and MaxPendingBytes
+// (Proposal.Size). Looked at when the proposal is read: one refused then
+// is claimed without a record (Write.ClaimOnly, one store write under
+// overload) and rejected; one admitted is looked at again once its
+// claim (its record) lands, and rejected with its record if others took
+// the room meanwhile. A request due while its tool owner is away is held
+// (neither recorded nor sent) for Config.OwnerRejoinGrace and goes out
+// when the owner is back; a fulfilment whose owner leaves gets the same
+// grace, and its owner's response meanwhile counts; an owner still away
+// at its end gets the proposal rejected "incapable", the request not
+// cancelled once it was written (fulfill's ownerGone).
 // Loop (shell.go) is the shell: one goroutine steps the Core, each
 // proposal's effects run in order on a goroutine of their own and come
 // back as events, timers run on a Clock that tests control.
@@ -97,13 +118,30 @@
 //     settled by reading the record back (Reload). A claim never written by
 //     its deadline is left alone: with no record, an answer could be a
 //     second one.
+//   - The one exception, by design (fulfill's claimAndAdmit): a proposal
+//     refused at once ("busy", or shutting down) is claimed without a
+//     record; a crash between that claim and its reject leaves its
+//     proposer to its own timeout, which for "busy" is the same advice.
+//     Its claim is tried until it lands (a try applied before is
+//     recognised by its decision id), and its withdrawal meanwhile is
+//     final (nobody can resume it).
+//   - A task-augmented request's answer is not the proposer's: a task is
+//     recorded before it is followed (FollowTask), and its end (or the
+//     owner's answer when it made none) is the proposer's answer, relayed
+//     as a committed RelayRecord: recorded, written, re-written with the
+//     same ids after a crash, then deleted, as a reject is. Any other end
+//     of a proposal whose task runs cancels the task at its owner (with a
+//     reject's record, so again after a crash); a drop for another
+//     member only stops following it.
 //   - A withdrawal ends a proposal only before an answer is committed;
 //     its record's delete makes it durable. A withdrawal of a proposal this
 //     member does not hold is remembered, and applied if the record comes
 //     to it later (adoption).
 //   - Prompts are recorded before they are asked; a resumed prompt is
 //     asked again with its ids; every end cancels the prompts still open,
-//     except a drop for another member (which asks the same ids).
+//     except a drop for another member (which asks the same ids). A
+//     status chat goes out once what it reports is recorded, is never an
+//     answer, and one not written yet is dropped with the proposal's end.
 //   - The decision log is written ahead of what it describes, in the
 //     proposal's order of effects; a committed answer's line (rejected,
 //     fulfilling, escalated, withdrawn) is written once its record is (a
@@ -118,15 +156,24 @@
 // sim_test.go's TestSimulation runs one or two members (Cores in the Loop's
 // contract: each proposal's effects in order) over a shared store with
 // compare-and-set, a broadcasting wire, proposers (valid, invalid, replayed
-// ids; honest and forged withdrawals), a tool owner (answers with the
-// JSON-RPC id, SDK-style without it, with a wrong id, forged from another
-// participant, late, never), approvers (accept, edit, edit the policy then
-// rejects, decline, cancel, forged, unsigned, late, never), store outages
-// (writes refused, and writes applied but reported failed), crashes (the
-// first effect of each proposal may or may not have happened), restarts,
-// shutdowns, and lease loss (the member crashed, or runs on and is
-// released) with adoption by the other member. Invariants are checked as
-// each envelope goes out, and at quiescence: see onWire and final.
+// ids; honest and forged withdrawals; frames of 64 to 512 bytes), a
+// tool owner (answers with the JSON-RPC id, SDK-style without it, with a
+// wrong id, forged from another participant, late, never; answers a
+// task-augmented request with a task that changes status, ends, or is
+// forgotten; leaves the space and comes back, losing the requests
+// written while it is away), approvers (accept, edit, edit the policy
+// then rejects, decline, cancel, forged, unsigned, late, never; an
+// approver's own reject), store outages (writes refused, and writes
+// applied but reported failed), crashes (the first effect of each
+// proposal may or may not have happened), restarts, shutdowns, lease loss
+// (the member crashed, or runs on and is released) with adoption by the
+// other member, the group's load read from the leases, and seeds with
+// small per-proposer and byte limits and status chats on. Invariants are
+// checked as each envelope goes out, after each step (each admission
+// against the limits, counted apart from the core; no request committed
+// while its owner is away as the member heard; "incapable" only after a
+// grace with the owner still away; how a proposal running a task ended),
+// and at quiescence: see onWire, deliver and final.
 //
 //	go test ./fulfill/lifecycle -run 'TestSimulation$'               # 20000 seeds (2000 with -short)
 //	go test ./fulfill/lifecycle -run 'TestSimulation$' -seeds 200000 # a longer run
@@ -166,11 +213,41 @@
 //     TTL a Schedule per proposal; seen and ended are the Core's sets.
 //   - operator.go: Cancel posts Cancelled (after a take, Resumed first);
 //     Pending lists Core.Open.
-//   - task.go, status.go, the owner-rejoin grace and held requests:
-//     events and effects still to add to the core.
+//   - receive.go's refusal and claimAndAdmit: the core's (admission);
+//     Write{ClaimOnly} maps onto state.ClaimDecision (won when its winner
+//     is the write's decision id); watchGroup posts GroupLoad (its peers'
+//     published pending, the capacity) and publishes Loop.Live with the
+//     lease.
+//   - route.go (ownerLeft, ownerGone, releaseHeld, checkOwners): presence
+//     joins and leaves post ParticipantJoined/Left; after our own
+//     reconnect the shell posts a Left for each participant missing from
+//     the new roster and a Joined for each present; goneTimer and held
+//     are the core's (TimerGrace).
+//   - task.go: callsAsTask sets Decision.Task (and TaskTimeout) as
+//     routing does Target; requestParams builds SendRequest's params from
+//     Task and TaskTTL; taskHandle parses the answer into Responded's
+//     TaskID, or its Result/Error; follow becomes Wire.FollowTask (its
+//     polling, tasks/result and the error of a task that ended without
+//     one stay the shell's) reporting TaskStatus and TaskEnded; relay is
+//     SendRelay; cancelTask is CancelTask; the record's phase "task"
+//     (state.Running, state.Task) is Proposal.Task.
+//   - status.go: sendStatus is Wire.Status (the text and _meta are the
+//     shell's).
 //
-// What the core does not model yet: MCP tasks, held requests and the
-// owner-rejoin grace, status chats, grants, reminders and tiers (the
-// shell's, carried in Decision.Extra), per-proposer and byte limits, and
-// the group-wide "busy".
+// Where the core differs from fulfill, on purpose: a relay is recorded
+// before it is written and written again until it is (fulfill writes it
+// once, after which a crash could follow the task again and relay a
+// second time); a request whose grace ran out before its write was
+// reported is cancelled after it (fulfill's send and grace race, and
+// send no cancel); a claim the store cannot settle is tried again,
+// where fulfill rejects "busy" (alone) or leaves it to the group.
+//
+// What the core does not model yet: grants, reminders and tiers (the
+// shell's, carried in Decision.Extra); the proposer's deadline hint
+// (fulfill's deadlineHint shortens the approval deadline, and a status
+// chat says so); the impersonation chat (rule 14, sendImpersonated); the
+// answered-request memory that flags a second, different response
+// (checkAnswered); a task whose status notification comes from someone
+// else than its owner is the follower's to ignore (the core takes only
+// the follower's reports).
 package lifecycle

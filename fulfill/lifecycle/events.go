@@ -52,6 +52,7 @@ const (
 	TimerDeadline TimerKind = iota // the proposal's Deadline
 	TimerRetry                     // try a failed store write again
 	TimerResend                    // write a reject that could not be written again
+	TimerGrace                     // the tool owner's rejoin grace (OwnerRejoinGrace) ends
 )
 
 // Fired: the timer a Schedule asked for went off. Timers are never
@@ -67,11 +68,41 @@ type WithdrawnBy struct{ ID, From, Reason string }
 
 // Responded: an mcp/response whose correlation_id[0] is RequestID.
 // HasRPCID is false for reference-SDK answers, which carry no id (rule 12).
+//
+// The answer to a task-augmented request is not the proposer's (the
+// request does not name the proposal): TaskID and TaskStatus are set
+// when it is a task handle (either revision's CreateTaskResult), and the
+// task is followed; otherwise Result or Error (a JSON-RPC error object)
+// is the call's outcome, relayed to the proposer at once.
 type Responded struct {
-	RequestID string
-	From      string
-	HasRPCID  bool
-	RPCID     int64
+	RequestID  string
+	From       string
+	HasRPCID   bool
+	RPCID      int64
+	TaskID     string
+	TaskStatus string
+	Result     json.RawMessage
+	Error      json.RawMessage
+}
+
+// TaskStatus: the follower of proposal ID's task read a new status, not
+// a terminal one (tasks/get is the authority; a status notification is
+// only a hint to ask).
+type TaskStatus struct {
+	ID, TaskID, Status, Message string
+}
+
+// TaskEnded: proposal ID's task ended at its owner (completed, failed,
+// cancelled): Result or Error is what the call returned (the follower
+// read tasks/result where the revision needs it, and made the error of a
+// task that ended without one, as fulfill's finishTask does), relayed to
+// the proposer. Gone instead: the owner no longer knows the task (its
+// tasks/get error, as fulfill words it: "task not found: …"); nothing will
+// come of it, and the proposal is rejected "other".
+type TaskEnded struct {
+	ID, TaskID, Status string
+	Result, Error      json.RawMessage
+	Gone               string
 }
 
 // AnswerAction is what an approver's elicitation answer says.
@@ -148,21 +179,50 @@ type Cancelled struct{ ID, By string }
 // Closing: shutdown; every open proposal is answered "other".
 type Closing struct{}
 
-func (Proposed) event()       {}
-func (Stored) event()         {}
-func (Decided) event()        {}
-func (Sent) event()           {}
-func (Fired) event()          {}
-func (WithdrawnBy) event()    {}
-func (Responded) event()      {}
-func (PromptAnswered) event() {}
-func (Verdict) event()        {}
-func (SupersededBy) event()   {}
-func (Resumed) event()        {}
-func (Closing) event()        {}
-func (Reloaded) event()       {}
-func (Released) event()       {}
-func (Cancelled) event()      {}
+// ParticipantLeft: a participant left the space (its presence leave,
+// or, after this member's own reconnect, its absence from the new
+// roster: leaves sent while the link was down reached nobody here). A
+// fulfilment whose tool owner it is gets the owner's rejoin grace; a
+// request due while its owner is away is held (not sent, not recorded)
+// for that grace. The core assumes every participant present until it
+// hears otherwise.
+type ParticipantLeft struct{ ID string }
+
+// ParticipantJoined: a participant is (back) in the space (its presence
+// join, or its place in a new roster). The requests held for it go out
+// now; a response it sends after its reconnect still counts.
+type ParticipantJoined struct{ ID string }
+
+// GroupLoad is the group's load as the shell last read it from the
+// member leases (about once a second, one record per member, never per
+// proposal): Peers is the pending work the other live members published
+// with their leases, Capacity the sum of MaxPending over the live
+// members (0: not read yet, and the group never counts as full). The
+// core adds its own open proposals as of this event, as fulfill adds
+// its own count at the read, and refuses new proposals "busy" while
+// that sum is at Capacity.
+type GroupLoad struct{ Peers, Capacity int }
+
+func (Proposed) event()          {}
+func (Stored) event()            {}
+func (Decided) event()           {}
+func (Sent) event()              {}
+func (Fired) event()             {}
+func (WithdrawnBy) event()       {}
+func (Responded) event()         {}
+func (PromptAnswered) event()    {}
+func (Verdict) event()           {}
+func (SupersededBy) event()      {}
+func (Resumed) event()           {}
+func (Closing) event()           {}
+func (Reloaded) event()          {}
+func (Released) event()          {}
+func (Cancelled) event()         {}
+func (GroupLoad) event()         {}
+func (ParticipantLeft) event()   {}
+func (ParticipantJoined) event() {}
+func (TaskStatus) event()        {}
+func (TaskEnded) event()         {}
 
 // Effect is what the shell must carry out. The shell carries out the
 // effects of one proposal one after the other, in the order Step
@@ -175,12 +235,24 @@ type Effect interface{ effect() }
 // Create claims the proposal id (create-if-absent, group-wide). Its
 // result is a Stored with the same ID and Seq. At most one Write per
 // proposal is outstanding.
+//
+// ClaimOnly (with Create) claims the id without keeping a record
+// (state.ClaimDecision, with Record.DecisionID): the one write of a
+// proposal refused at once ("busy", or shutting down), where a record
+// would cost two more writes (record, delete) to a store the overload
+// already loads. A claim that finds the id claimed with its own
+// DecisionID is won (an earlier try was applied after all; the store
+// reports the claim's decision, as ClaimDecision's winner does). A crash
+// between this claim and the reject leaves the proposer without an
+// answer (its own timeout), which for "busy" is the same advice:
+// propose again later.
 type Write struct {
-	ID     string
-	Seq    uint64
-	Record *Proposal
-	Create bool
-	Rev    uint64
+	ID        string
+	Seq       uint64
+	Record    *Proposal
+	Create    bool
+	ClaimOnly bool
+	Rev       uint64
 }
 
 // Reload reads the proposal's record (its Rev set); its result is a
@@ -204,10 +276,44 @@ type SendReject struct {
 }
 
 // SendRequest writes the fulfilment mcp/request; its result is a Sent.
+// Task: task-augmented (params.task with a ttl of TaskTTL, and the
+// extension's capability in params._meta), and not correlated to the
+// proposal, whose answer its task handle is not (see Responded).
 type SendRequest struct {
 	ID, To, EnvelopeID string
 	RPCID              int64
 	Params             json.RawMessage
+	Task               bool
+	TaskTTL            time.Duration
+}
+
+// SendRelay writes a committed relay (RelayRecord) to the proposer To;
+// its result is a Sent. Re-sent, it is the same envelopes.
+type SendRelay struct {
+	ID, To, EnvelopeID string
+	RPCID              int64
+	TaskID             string
+	Result, Error      json.RawMessage
+}
+
+// FollowTask: follow proposal ID's task at its owner To (tasks/get,
+// status notifications as hints, correlated to the task-augmented
+// request) and report TaskStatus and TaskEnded, until the task ends or a
+// CancelTask for the proposal comes. Issued once the task's record is
+// written (a task nobody would follow after a crash is never followed),
+// and again when a record in phase Task is resumed.
+type FollowTask struct {
+	ID, To, TaskID, RequestEnvelopeID string
+	Deadline                          time.Time
+}
+
+// CancelTask stops following proposal ID's task and sends tasks/cancel
+// to its owner (once; its answer is not awaited: cancellation is
+// cooperative). Reason DropReason sends nothing: another member follows
+// the task now.
+type CancelTask struct {
+	ID, To, TaskID, RequestEnvelopeID string
+	Reason                            string
 }
 
 // SendCancel writes notifications/cancelled for a fulfilment request.
@@ -227,8 +333,9 @@ type Ask struct {
 
 // CancelAsk cancels open prompts (notifications/cancelled to each);
 // Reason DropReason cancels nothing on the wire: another member asks the
-// same prompts now. The shell drops an Ask of the proposal it has not
-// carried out yet: nothing is asked after the proposal ended.
+// same prompts now. The shell drops an Ask or a Status of the proposal
+// it has not carried out yet: nothing is asked, and no wait reported,
+// after the proposal ended (a CancelAsk without prompts is only that).
 type CancelAsk struct {
 	ID      string
 	Prompts []Prompt
@@ -237,6 +344,32 @@ type CancelAsk struct {
 
 // DropReason is CancelAsk's reason when the proposal is another member's.
 const DropReason = "adopted_elsewhere"
+
+// Status stages (fulfill's StatusEscalated, StatusQueued, StatusTask).
+const (
+	StatusEscalated = "escalated" // waiting for humans: Approvers, Quorum, Deadline
+	StatusQueued    = "queued"    // allowed, waiting for a fulfilment slot
+	StatusTask      = "task"      // the owner runs the call as a task: TaskID, TaskStatus, Deadline
+)
+
+// Status is a status chat (Config.StatusChats): it tells the proposer To
+// that its proposal waits, and for what, because a proposer that cannot
+// tell a wait from a dead fulfiller withdraws on its own timeout. It is
+// never an answer (rule 2's one answer is unchanged), best effort, and
+// goes out once what it reports is recorded: when a proposal reaches
+// one of the stages, and again when a task's status changes or a task is
+// followed again after a restart. The shell writes it as fulfill's
+// sendStatus does (a chat correlated to the proposal, its text for
+// people, _meta["fulfiller/status"] for programs).
+type Status struct {
+	ID, To, Stage string
+	Approvers     []string
+	Quorum        int
+	Deadline      time.Time
+	Target        string // the tool owner (task)
+	TaskID        string
+	TaskStatus    string
+}
 
 // Schedule asks for a Fired at At.
 type Schedule struct {
@@ -266,6 +399,10 @@ func (Reload) effect()      {}
 func (SendReject) effect()  {}
 func (SendRequest) effect() {}
 func (SendCancel) effect()  {}
+func (SendRelay) effect()   {}
+func (FollowTask) effect()  {}
+func (CancelTask) effect()  {}
+func (Status) effect()      {}
 func (Ask) effect()         {}
 func (CancelAsk) effect()   {}
 func (Schedule) effect()    {}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,14 +34,24 @@ type Store interface {
 	Owned(ctx context.Context) ([]Proposal, error)
 }
 
-// Wire carries the envelopes out. SendReject and SendRequest report
-// whether the envelope was written; the others are best effort.
+// Wire carries the envelopes out. SendReject, SendRequest and SendRelay
+// report whether the envelope was written; the others are best effort.
+//
+// FollowTask follows a task (tasks/get, with status notifications as
+// hints) and reports each new status (TaskStatus) and its end
+// (TaskEnded) with report, until the task ends or ctx does (the Loop
+// ends it at the proposal's CancelTask, and at its own end). CancelTask
+// sends tasks/cancel; the Loop has stopped the follower before.
 type Wire interface {
 	SendReject(ctx context.Context, r SendReject) error
 	SendRequest(ctx context.Context, r SendRequest) error
+	SendRelay(ctx context.Context, r SendRelay) error
 	SendCancel(ctx context.Context, c SendCancel)
+	Status(ctx context.Context, s Status)
 	Ask(ctx context.Context, a Ask)
 	CancelAsk(ctx context.Context, c CancelAsk)
+	FollowTask(ctx context.Context, f FollowTask, report func(Event))
+	CancelTask(ctx context.Context, c CancelTask)
 }
 
 // Policy decides (the policy and routing). It never fails: an error is a
@@ -70,12 +81,20 @@ type Loop struct {
 
 	in   chan Event
 	done chan laneDone
+	live atomic.Int64 // Core.Live after the last step
 
 	// Touched by Run's goroutine only.
 	lanes  map[string]*lane
 	timers map[Fired]func() bool // not fired yet
 	wg     sync.WaitGroup
+
+	// followers stop the task followers, by proposal; touched by the
+	// lanes' goroutines (FollowTask, CancelTask).
+	mu        sync.Mutex
+	followers map[string]*follower
 }
+
+type follower struct{ stop context.CancelFunc }
 
 type lane struct {
 	effs    []Effect
@@ -91,10 +110,15 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	return &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		in: make(chan Event, 64), done: make(chan laneDone, 64), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}}
+		in: make(chan Event), done: make(chan laneDone, 64), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
+		followers: map[string]*follower{}}
 }
 
 // Post hands the loop an event (a frame read, a lease released, Closing).
+// It returns once the loop has taken the event, which it applies before
+// anything else: after Post(Released) nothing more is done about the
+// proposal (its effects not carried out are dropped; one being carried
+// out reports to a core that let go of it), so its record may be adopted.
 // It blocks while the loop is busy, and gives up when ctx ends.
 func (l *Loop) Post(ctx context.Context, ev Event) error {
 	select {
@@ -104,6 +128,11 @@ func (l *Loop) Post(ctx context.Context, ev Event) error {
 		return ctx.Err()
 	}
 }
+
+// Live is the number of proposals pending here as of the last event
+// (Core.Live): what the shell publishes with its lease, from any
+// goroutine, for the group's "busy" (GroupLoad).
+func (l *Loop) Live() int { return int(l.live.Load()) }
 
 // Run resumes this member's records, then applies events until ctx
 // ends; it stops its timers and waits for the effects being carried out
@@ -177,10 +206,13 @@ func (l *Loop) step(ctx context.Context, ev Event) {
 			l.lanes[id] = ln
 		}
 		if c, ok := e.(CancelAsk); ok {
-			// An Ask not yet carried out is dropped (see CancelAsk).
+			// An Ask or a Status not yet carried out is dropped (see
+			// CancelAsk).
 			kept := ln.effs[:0]
 			for _, q := range ln.effs {
-				if a, ask := q.(Ask); !ask || a.ID != c.ID {
+				a, ask := q.(Ask)
+				st, status := q.(Status)
+				if (!ask || a.ID != c.ID) && (!status || st.ID != c.ID) {
 					kept = append(kept, q)
 				}
 			}
@@ -189,6 +221,7 @@ func (l *Loop) step(ctx context.Context, ev Event) {
 		ln.effs = append(ln.effs, e)
 		touched = append(touched, id)
 	}
+	l.live.Store(int64(l.core.Live()))
 	for _, id := range touched {
 		l.dispatch(ctx, id)
 	}
@@ -252,14 +285,59 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendReject(ctx, e)}
 	case SendRequest:
 		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendRequest(ctx, e)}
+	case SendRelay:
+		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendRelay(ctx, e)}
+	case FollowTask:
+		l.follow(ctx, e)
+	case CancelTask:
+		l.unfollow(e.ID)
+		if e.Reason != DropReason {
+			l.wire.CancelTask(ctx, e)
+		}
 	case SendCancel:
 		l.wire.SendCancel(ctx, e)
+	case Status:
+		l.wire.Status(ctx, e)
 	case Ask:
 		l.wire.Ask(ctx, e)
 	case CancelAsk:
 		l.wire.CancelAsk(ctx, e)
 	}
 	return nil
+}
+
+// follow starts f's follower, on a goroutine the Loop owns: it ends with
+// the task, at the proposal's CancelTask, or with Run.
+func (l *Loop) follow(ctx context.Context, f FollowTask) {
+	fctx, cancel := context.WithCancel(ctx)
+	me := &follower{stop: cancel}
+	l.mu.Lock()
+	if old := l.followers[f.ID]; old != nil {
+		old.stop() // followed again (resumed): one follower per proposal
+	}
+	l.followers[f.ID] = me
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.wire.FollowTask(fctx, f, func(ev Event) { _ = l.Post(fctx, ev) })
+		cancel()
+		l.mu.Lock()
+		if l.followers[f.ID] == me {
+			delete(l.followers, f.ID)
+		}
+		l.mu.Unlock()
+	}()
+}
+
+// unfollow stops the follower of proposal id's task, if one runs.
+func (l *Loop) unfollow(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f := l.followers[id]; f != nil {
+		f.stop()
+		delete(l.followers, id)
+	}
 }
 
 func effectID(e Effect) string {
@@ -275,6 +353,14 @@ func effectID(e Effect) string {
 	case SendRequest:
 		return e.ID
 	case SendCancel:
+		return e.ID
+	case SendRelay:
+		return e.ID
+	case FollowTask:
+		return e.ID
+	case CancelTask:
+		return e.ID
+	case Status:
 		return e.ID
 	case Ask:
 		return e.ID

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,6 +170,27 @@ func (w *chanWire) SendCancel(_ context.Context, c SendCancel) {
 func (w *chanWire) Ask(context.Context, Ask)             {}
 func (w *chanWire) CancelAsk(context.Context, CancelAsk) {}
 
+func (w *chanWire) SendRelay(_ context.Context, r SendRelay) error {
+	w.sent <- fmt.Sprintf("relay %s to %s of %s: %s", r.EnvelopeID, r.To, r.TaskID, r.Result)
+	return nil
+}
+
+// FollowTask reports that it follows, and that it stopped; the test
+// posts the task's news itself.
+func (w *chanWire) FollowTask(ctx context.Context, f FollowTask, _ func(Event)) {
+	w.sent <- "follow " + f.TaskID
+	<-ctx.Done()
+	w.sent <- "stopped following " + f.TaskID
+}
+
+func (w *chanWire) Status(_ context.Context, s Status) {
+	w.sent <- "status " + s.Stage
+}
+
+func (w *chanWire) CancelTask(_ context.Context, c CancelTask) {
+	w.sent <- "tasks/cancel " + c.TaskID
+}
+
 type policyFunc func(Decide) Decided
 
 func (f policyFunc) Decide(_ context.Context, d Decide) Decided { return f(d) }
@@ -316,5 +339,53 @@ func TestLoopReleasedStopsTheWork(t *testing.T) {
 	// the proposal's lane, before the line above.
 	if rec, _ := store.Read(context.Background(), "p1"); rec == nil || rec.Phase != Answered {
 		t.Fatalf("record after the release: %+v, want it left answered for its new holder", rec)
+	}
+}
+
+// A task-augmented request answered with a task is followed once its
+// record is written; a withdrawal stops the follower and cancels the
+// task at its owner; a task's end is relayed to the proposer.
+func TestLoopFollowsAndEndsATask(t *testing.T) {
+	store := newMemStore("m1")
+	clock := &manualClock{now: t0}
+	wire := &chanWire{sent: make(chan string, 16)}
+	post, stop := startLoop(t, store, wire, clock, Decision{Action: Fulfill, Target: "fs", Task: true})
+	defer stop()
+	task := func(id string) {
+		t.Helper()
+		post(Proposed{ID: id, From: "coder"})
+		next(t, wire.sent)
+		rec, _ := store.Read(context.Background(), id)
+		post(Responded{RequestID: rec.Request.EnvelopeID, From: "fs", TaskID: "t-" + id, TaskStatus: "working"})
+		if f := next(t, wire.sent); f != "follow t-"+id {
+			t.Fatalf("after the task handle %q, want it followed", f)
+		}
+		if rec, _ := store.Read(context.Background(), id); rec == nil || rec.Phase != Task || rec.Task.ID != "t-"+id {
+			t.Fatalf("followed with the record %+v", rec)
+		}
+	}
+	task("p1")
+	post(WithdrawnBy{ID: "p1", From: "coder"})
+	got := []string{next(t, wire.sent), next(t, wire.sent)}
+	sort.Strings(got)
+	if got[0] != "stopped following t-p1" || got[1] != "tasks/cancel t-p1" {
+		t.Fatalf("after the withdrawal %q, want the follower stopped and the task cancelled", got)
+	}
+	if id := <-store.deleted; id != "p1" {
+		t.Fatalf("deleted %s", id)
+	}
+
+	task("p2")
+	post(TaskEnded{ID: "p2", TaskID: "t-p2", Status: "completed", Result: json.RawMessage(`{"content":[]}`)})
+	r := next(t, wire.sent)
+	rec, _ := store.Read(context.Background(), "p2")
+	if rec != nil && (rec.Relay == nil || r != fmt.Sprintf("relay %s to coder of t-p2: {\"content\":[]}", rec.Relay.EnvelopeID)) {
+		t.Fatalf("relayed %q with the record %+v", r, rec)
+	}
+	if !strings.HasPrefix(r, "relay ") || !strings.HasSuffix(r, `to coder of t-p2: {"content":[]}`) {
+		t.Fatalf("at the task's end %q, want its result relayed to the proposer", r)
+	}
+	if id := <-store.deleted; id != "p2" {
+		t.Fatalf("deleted %s", id)
 	}
 }

@@ -80,6 +80,13 @@ var mustCover = []string{
 	"ignored/response_from_other", "ignored/wrong_rpc_id", "ignored/late_withdraw", "ignored/store_unavailable",
 	"world/crash", "world/adopt", "world/release", "world/ambiguous_write", "world/reload", "world/shutdown",
 	"world/resent_reject", "world/edit_rechecked", "world/verdict", "world/cancel", "world/take", "ignored/cancel_refused",
+	"world/claim_only", "world/busy_lost", "busy/the limit per proposer", "busy/the group's pending work", "busy/bytes (the limit)",
+	"busy/proposals are pending (the limit)",
+	"world/owner_left", "world/owner_back", "world/request_lost", "world/held", "world/held_released", "world/held_incapable",
+	"world/left_incapable", "world/answered_after_rejoin",
+	"world/task", "world/task_status", "world/task_relayed", "world/relay_no_task", "world/task_gone", "world/task_cancelled",
+	"world/task_withdrawn", "world/resent_relay", "task", "rejected/timeout/task", "world/other_answered", "world/task_not_superseded",
+	"status/escalated", "status/queued", "status/task",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -99,6 +106,23 @@ type frame struct {
 	member               string // sent by this group member
 	inc                  int
 	approver, promptPoll string
+	leaves               int    // the tool owner's leaves before this frame
+	lost                 bool   // a request written while its owner was away
+	task                 bool   // a task-augmented request
+	taskID, status       string // a task handle, a task_cancel's task, a relay's task
+	result               string // a relay's result, a response's
+}
+
+// wtask is a task at the tool owner.
+type wtask struct {
+	pid, request string
+	status       string // working, input_required, completed, failed, cancelled
+	result       string
+	gone         bool // the owner forgot it (tasks/get: not found)
+}
+
+func (t *wtask) ended() bool {
+	return t.gone || t.status == "completed" || t.status == "failed" || t.status == "cancelled"
 }
 
 type member struct {
@@ -117,6 +141,28 @@ type member struct {
 	// core) counts the answers: lost with the process, like elicit's
 	// memory (its approvals are asked for again).
 	esc *toyEscalator
+	// group is the group's load as this incarnation was last told it
+	// (GroupLoad), counted by the simulator: admissions are checked
+	// against it.
+	group groupView
+	owner presence
+	// follows are the tasks this incarnation follows (FollowTask carried
+	// out, no CancelTask yet): proposal → task id.
+	follows map[string]string
+}
+
+type groupView struct{ pending, capacity int }
+
+// presence is what a member last heard of the tool owner (fs): away
+// since when. The core's own view must agree with it.
+type presence struct {
+	away  bool
+	since time.Time
+	// first is the first leave this incarnation heard. A grace runs
+	// from a leave and is not restarted by the next one (an owner back
+	// and gone again keeps the grace it had, as in fulfill's ownerLeft),
+	// so an "incapable" may come sooner than a grace after the last.
+	first time.Time
 }
 
 // toyEscalator turns answers to the prompts its member asked into a
@@ -157,6 +203,19 @@ type truth struct {
 	decisionIDs  map[string]bool // ids its answers may carry
 	withdrawSent bool
 	accepts      map[string]bool // approvers who sent a signed accept
+	size         int             // the proposal's frame bytes
+	// claimOnly: its claim was a ClaimOnly one (refused at once, no
+	// record); busyLost: the member that won that claim crashed before
+	// its reject went out. That proposal is left without an answer by
+	// design (see Write.ClaimOnly): the one case final exempts.
+	claimOnly, busyLost bool
+	// task: its call goes out task-augmented, the task bounded by
+	// taskTimeout (0: the Config's).
+	task        bool
+	taskTimeout time.Duration
+	// otherAnswered: an approver answered the proposer directly (its
+	// own mcp/reject): the proposer has an answer that is not ours.
+	otherAnswered bool
 }
 
 type sim struct {
@@ -181,9 +240,19 @@ type sim struct {
 	toolPlan   map[string]string
 	promptPlan map[string]string
 	quiescing  bool
-	escalator  bool  // the members' own escalator counts answers (Verdict), not the core
-	violation  error // the first invariant broken since the last check
-	covered    map[string]int
+	escalator  bool // the members' own escalator counts answers (Verdict), not the core
+	// ownerAway: the tool owner (fs) is not in the space; leaves counts
+	// its leaves. A request written while it is away is lost (the
+	// gateway replays nothing), and it answers only while present.
+	ownerAway bool
+	leaves    int
+	// tasks at the owner, by task id; durableTasks are those a record in
+	// phase Task held (proposal by task id).
+	tasks        map[string]*wtask
+	durableTasks map[string]string
+	unwritten    map[string]bool // relay envelopes whose write failed
+	violation    error           // the first invariant broken since the last check
+	covered      map[string]int
 }
 
 type simIDs struct {
@@ -200,10 +269,20 @@ var errUnavailable = errors.New("store unavailable")
 func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err error) {
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
-		toolPlan: map[string]string{}, promptPlan: map[string]string{},
+		toolPlan: map[string]string{}, promptPlan: map[string]string{}, tasks: map[string]*wtask{}, durableTasks: map[string]string{}, unwritten: map[string]bool{},
 		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
-		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"}}
+		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"},
+		OwnerRejoinGrace: 5 * time.Second, TaskTimeout: 40 * time.Second}
+	// Admission limits: a seed in three runs with a small per-proposer
+	// or byte bound (proposals are 64 to 512 bytes), so that each is hit.
+	if s.rng.IntN(3) == 0 {
+		s.cfg.MaxPendingPerProposer = 1 + s.rng.IntN(3)
+	}
+	if s.rng.IntN(3) == 0 {
+		s.cfg.MaxPendingBytes = int64(400 + s.rng.IntN(1200))
+	}
+	s.cfg.StatusChats = s.rng.IntN(2) == 0
 	s.escalator = s.rng.IntN(2) == 0
 	nMembers := 1 + s.rng.IntN(2)
 	for i := range nMembers {
@@ -243,11 +322,19 @@ func (s *sim) start(m *member) {
 	if s.escalator {
 		m.esc = &toyEscalator{prompts: map[string]Prompt{}, of: map[string]string{}, quorum: map[string]int{}, approvals: map[string]map[string]frame{}}
 	}
-	m.core = New(Config{Member: m.id, MaxPending: s.cfg.MaxPending, MaxInflight: s.cfg.MaxInflight, PendingTTL: s.cfg.PendingTTL,
-		FulfillTimeout: s.cfg.FulfillTimeout, ApprovalTimeout: s.cfg.ApprovalTimeout, RetryAfter: s.cfg.RetryAfter, Approvers: s.cfg.Approvers}, simIDs{s, m.id})
+	cfg := s.cfg
+	cfg.Member = m.id
+	m.core = New(cfg, simIDs{s, m.id})
+	m.group = groupView{}
+	m.owner = presence{}
+	m.follows = map[string]string{}
 	s.tracef("%s starts (incarnation %d)", m.id, m.inc)
 	if recs := s.owned(m.id); len(recs) > 0 {
 		s.deliver(m, Resumed{Records: recs, How: "restart"})
+	}
+	if s.ownerAway {
+		// The roster of its welcome: the owner is not in it.
+		s.hear(m, frame{kind: "leave", from: "fs"})
 	}
 }
 
@@ -273,7 +360,39 @@ func (s *sim) owned(member string) []Proposal {
 
 // deliver steps m's core with ev and takes its effects.
 func (s *sim) deliver(m *member, ev Event) {
+	type before struct {
+		held, sending bool
+		outcome       Outcome
+		task          bool // running a task not ended at its owner
+	}
+	was := map[string]before{}
+	for id, e := range m.core.props {
+		was[id] = before{e.held, e.p.Phase == Fulfilling && !e.held, e.outcome, e.p.Phase == Task && !e.taskDone}
+	}
+	s.notSuperseded(m, ev)
 	effs := m.core.Step(s.now, ev)
+	for id, e := range m.core.props {
+		if e.held {
+			s.covered["world/held"]++
+		} else if was[id].held && e.outcome == Open {
+			s.covered["world/held_released"]++
+		}
+		if e.outcome == Open && e.p.Phase == Fulfilling && !e.held && !was[id].sending && !e.reqOut {
+			s.checkOwnerCommit(m, e.p)
+		}
+		if w, ok := was[id]; ok && w.outcome == Open && e.outcome == Rejected {
+			s.checkOwnerReject(m, e.p, e.reqOut)
+		}
+		if w, ok := was[id]; ok && w.outcome == Open && w.task && e.outcome != Open {
+			s.checkTaskEnd(m, e, effs)
+		}
+	}
+	for id, w := range was {
+		if _, ok := m.core.props[id]; !ok && w.outcome == Open && w.task &&
+			!slices.ContainsFunc(effs, func(x Effect) bool { c, ok := x.(CancelTask); return ok && c.ID == id }) {
+			s.fail("%s let go of %s, running a task, without a CancelTask", m.id, id)
+		}
+	}
 	// What this incarnation took in memory: its line comes only once
 	// the withdrawal is written.
 	for id, e := range m.core.props {
@@ -282,12 +401,23 @@ func (s *sim) deliver(m *member, ev Event) {
 		}
 	}
 	for _, e := range effs {
+		if d, ok := e.(Decide); ok && !d.Again {
+			if st, ok := ev.(Stored); ok && st.ID == d.ID {
+				s.admitted(m, d.ID)
+			}
+		}
 		switch e := e.(type) {
 		case Log:
 			// What the incarnation took in memory counts at once; the
 			// line itself is written in order with the proposal's other
 			// effects, and a crash may lose it.
 			l := e.Line
+			if t := s.truth[l.ProposalID]; t != nil && t.claimOnly && l.Stage == "withdrawn" {
+				// No record to delete: a withdrawal taken after a
+				// ClaimOnly claim is durable at once (nobody can resume
+				// the proposal), its line or not.
+				t.durableWd = true
+			}
 			if l.Stage == "resumed" || (l.Stage == "ignored" && l.Reason == "adopted_elsewhere") {
 				// Its record was another member's (or is read again):
 				// what the record holds stands; a withdrawal taken here
@@ -309,12 +439,24 @@ func (s *sim) deliver(m *member, ev Event) {
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case SendCancel:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case SendRelay:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case FollowTask:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case Status:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case CancelTask:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case Ask:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case CancelAsk:
 			// An Ask not yet carried out is dropped: nothing is asked
 			// after the proposal ended (see CancelAsk).
-			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool { _, ask := q.(Ask); return ask })
+			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool {
+				_, ask := q.(Ask)
+				_, status := q.(Status)
+				return ask || status
+			})
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		default:
 			panic(fmt.Sprintf("unknown effect %T", e))
@@ -344,7 +486,14 @@ func (s *sim) act() {
 			if s.toolAnswers() {
 				return
 			}
-		case r < 30:
+		case r < 26:
+			if s.rng.IntN(3) == 0 && s.otherAnswers(true) {
+				return
+			}
+			if s.taskProgress() {
+				return
+			}
+		case r < 34:
 			if s.approverAnswers() {
 				return
 			}
@@ -376,6 +525,15 @@ func (s *sim) act() {
 			if s.rng.IntN(2) == 0 && s.loseMember() {
 				return
 			}
+			if s.rng.IntN(2) == 0 && s.groupLoad() {
+				return
+			}
+			if s.rng.IntN(2) == 0 && s.ownerMoves() {
+				return
+			}
+			if s.rng.IntN(3) == 0 && s.otherAnswers(false) {
+				return
+			}
 			if s.operatorCancels() {
 				return
 			}
@@ -393,6 +551,13 @@ func (s *sim) act() {
 
 func (s *sim) broadcast(f frame) {
 	f.seq = len(s.wire)
+	f.leaves = s.leaves
+	if f.kind == "request" && s.ownerAway {
+		// Nobody to deliver it to, and the gateway replays nothing.
+		s.toolPlan[f.id] = "never"
+		f.lost = true
+		s.covered["world/request_lost"]++
+	}
 	s.wire = append(s.wire, f)
 	for _, m := range s.members {
 		if m.id == f.member {
@@ -425,7 +590,11 @@ func (s *sim) propose() bool {
 	}
 	id := fmt.Sprintf("p%d", len(s.order)+1)
 	t := &truth{from: []string{"coder", "coder2"}[s.rng.IntN(2)], policy: policies[s.rng.IntN(len(policies))], invalid: s.rng.IntN(10) == 0,
-		cancels: map[string]bool{}, accepts: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{}}
+		cancels: map[string]bool{}, accepts: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{},
+		size: 64 + s.rng.IntN(449), task: s.rng.IntN(2) == 0}
+	if t.task && s.rng.IntN(2) == 0 {
+		t.taskTimeout = 20 * time.Second
+	}
 	s.truth[id] = t
 	s.order = append(s.order, id)
 	s.tracef("%s proposes %s (%s, invalid %v)", t.from, id, t.policy, t.invalid)
@@ -449,6 +618,24 @@ func (s *sim) withdraw() bool {
 		return false
 	}
 	id := s.order[s.rng.IntN(len(s.order))]
+	// Often one that waits in a queue or runs as a task (their ends are
+	// the rarer paths), and among those one whose effects are still being
+	// carried out (a withdrawal racing them).
+	waiting := append(s.inPhase(Task), s.inPhase(Queued)...)
+	var busy []string
+	for _, pid := range waiting {
+		for _, m := range s.alive() {
+			if len(m.ops[pid]) > 0 {
+				busy = append(busy, pid)
+			}
+		}
+	}
+	switch r := s.rng.IntN(4); {
+	case r == 0 && len(busy) > 0:
+		id = busy[s.rng.IntN(len(busy))]
+	case r < 2 && len(waiting) > 0:
+		id = waiting[s.rng.IntN(len(waiting))]
+	}
 	t := s.truth[id]
 	from := t.from
 	if s.rng.IntN(3) == 0 {
@@ -477,12 +664,30 @@ func (s *sim) toolAnswers() bool {
 		return false
 	}
 	f := reqs[s.rng.IntN(len(reqs))]
+	if s.rng.IntN(2) == 0 {
+		f = reqs[max(0, len(reqs)-1-s.rng.IntN(3))] // one of the latest
+	}
+	if s.ownerAway {
+		return false // a forger could, but the owner is not here to
+	}
 	plan, ok := s.toolPlan[f.id]
 	if !ok {
 		plan = []string{"id", "sdk", "sdk", "wrong", "forged", "never"}[s.rng.IntN(6)]
+		if f.task && s.rng.IntN(4) > 0 {
+			plan = "task"
+		}
 		s.toolPlan[f.id] = plan
 	}
-	resp := frame{kind: "response", id: s.newID(), from: f.to, to: "", corr: f.id, pid: f.pid, rpc: f.rpc, hasRPC: true}
+	resp := frame{kind: "response", id: s.newID(), from: f.to, to: "", corr: f.id, pid: f.pid, rpc: f.rpc, hasRPC: true, result: `{"content":[]}`}
+	if plan == "task" {
+		// The same task whenever it answers the request (a re-delivery).
+		tid := "t-" + f.id
+		if s.tasks[tid] == nil {
+			s.tasks[tid] = &wtask{pid: f.pid, request: f.id, status: "working"}
+			s.covered["world/task"]++
+		}
+		resp.taskID, resp.status, resp.result = tid, "working", ""
+	}
 	switch plan {
 	case "never":
 		return false
@@ -494,6 +699,9 @@ func (s *sim) toolAnswers() bool {
 	case "forged":
 		resp.from = "mallory"
 		s.toolPlan[f.id] = "sdk"
+	}
+	if resp.from == f.to && s.leaves > f.leaves {
+		s.covered["world/answered_after_rejoin"]++
 	}
 	s.tracef("%s answers request %s (%s)", resp.from, f.id, plan)
 	s.broadcast(resp)
@@ -576,19 +784,25 @@ func (s *sim) deliverFrame() bool {
 	s.tracef("%s reads %s %s from %s", m.id, f.kind, f.id, f.from)
 	switch f.kind {
 	case "proposal":
-		s.deliver(m, Proposed{ID: f.id, From: f.from, Params: f.params, Invalid: f.invalid, Size: 64})
+		s.deliver(m, Proposed{ID: f.id, From: f.from, Params: f.params, Invalid: f.invalid, Size: s.truth[f.id].size})
 	case "withdraw":
 		s.deliver(m, WithdrawnBy{ID: f.corr, From: f.from})
 	case "response":
-		s.deliver(m, Responded{RequestID: f.corr, From: f.from, HasRPCID: f.hasRPC, RPCID: f.rpc})
+		ev := Responded{RequestID: f.corr, From: f.from, HasRPCID: f.hasRPC, RPCID: f.rpc, TaskID: f.taskID, TaskStatus: f.status}
+		if f.taskID == "" {
+			ev.Result = json.RawMessage(f.result)
+		}
+		s.deliver(m, ev)
 	case "answer":
 		if m.esc != nil {
 			s.escalate(m, f)
 			break
 		}
 		s.deliver(m, PromptAnswered{PromptID: f.corr, From: f.from, Action: f.action, Approve: f.approve, Verified: f.verified, Params: f.params, Reason: "no"})
+	case "leave", "join":
+		s.hear(m, f)
 	case "reject", "request":
-		if f.member != "" && f.corr != "" {
+		if f.corr != "" && (f.member != "" || f.from == "alice") {
 			s.deliver(m, SupersededBy{ID: f.corr, By: f.from})
 		}
 	}
@@ -632,7 +846,7 @@ func (s *sim) carryOut(m *member, e Effect) {
 		s.writeLine(m, e.Line)
 	case Write:
 		rev, err := s.write(m, e)
-		s.tracef("%s write %s seq %d create %v delete %v: rev %d err %v", m.id, e.ID, e.Seq, e.Create, e.Record == nil, rev, err)
+		s.tracef("%s write %s seq %d create %v claim-only %v delete %v: rev %d err %v", m.id, e.ID, e.Seq, e.Create, e.ClaimOnly, e.Record == nil, rev, err)
 		s.deliver(m, Stored{ID: e.ID, Seq: e.Seq, Rev: rev, Err: err})
 	case Reload:
 		var rec *Proposal
@@ -657,7 +871,7 @@ func (s *sim) carryOut(m *member, e Effect) {
 			_ = json.Unmarshal(e.Params, &args)
 			policy = args.Arguments.Policy
 		}
-		d := Decision{Action: Fulfill, Target: "fs", Revision: "r1"}
+		d := Decision{Action: Fulfill, Target: "fs", Revision: "r1", Task: t.task, TaskTimeout: t.taskTimeout}
 		incapable := ""
 		switch policy {
 		case "reject":
@@ -685,8 +899,39 @@ func (s *sim) carryOut(m *member, e Effect) {
 			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
 			return
 		}
-		s.broadcast(frame{kind: "request", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, rpc: e.RPCID, hasRPC: true, params: e.Params, member: m.id, inc: m.inc})
+		s.broadcast(requestFrame(m, e))
 		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
+	case SendRelay:
+		if s.rng.Float64() < s.failRate/2 || s.rng.IntN(8) == 0 {
+			s.unwritten[e.EnvelopeID] = true
+			s.tracef("%s relay %s not written", m.id, e.ID)
+			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
+			return
+		}
+		if s.unwritten[e.EnvelopeID] {
+			s.covered["world/resent_relay"]++ // the same envelope, written at last
+		}
+		s.broadcast(relayFrame(m, e))
+		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
+	case Status:
+		s.broadcast(frame{kind: "status", id: s.newID(), from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Stage, taskID: e.TaskID, status: e.TaskStatus, member: m.id, inc: m.inc})
+	case FollowTask:
+		if s.durableTasks[e.TaskID] != e.ID {
+			// Followed only once recorded: a task followed by nobody
+			// after a crash must not be one anybody followed.
+			s.fail("%s follows task %s of %s before a record holds it", m.id, e.TaskID, e.ID)
+		}
+		m.follows[e.ID] = e.TaskID
+		s.tracef("%s follows task %s of %s", m.id, e.TaskID, e.ID)
+	case CancelTask:
+		delete(m.follows, e.ID)
+		if e.Reason == DropReason {
+			return // another member follows it now
+		}
+		if t := s.tasks[e.TaskID]; t != nil && !t.ended() {
+			t.status = "cancelled"
+		}
+		s.broadcast(frame{kind: "task_cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, taskID: e.TaskID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
 	case SendCancel:
 		s.broadcast(frame{kind: "cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
 	case Ask:
@@ -712,9 +957,94 @@ func (s *sim) carryOut(m *member, e Effect) {
 	}
 }
 
+// requestFrame is a fulfilment request as it goes out: a task-augmented
+// one is not correlated to the proposal.
+func requestFrame(m *member, e SendRequest) frame {
+	f := frame{kind: "request", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, rpc: e.RPCID, hasRPC: true, params: e.Params, member: m.id, inc: m.inc, task: e.Task}
+	if e.Task {
+		f.corr = ""
+	}
+	return f
+}
+
+// relayFrame is a relay (the tasks/result request and its response, as
+// one frame) to the proposer.
+func relayFrame(m *member, e SendRelay) frame {
+	return frame{kind: "relay", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, taskID: e.TaskID, result: string(e.Result) + string(e.Error), member: m.id, inc: m.inc}
+}
+
+// taskProgress: the task a member follows moves on at its owner (a
+// new status, its end, or the owner forgets it), and the member's
+// follower reads it; one that ended is read as ended again. Sometimes a
+// stale report about another task id comes.
+func (s *sim) taskProgress() bool {
+	type follow struct {
+		m        *member
+		pid, tid string
+	}
+	var fs []follow
+	for _, m := range s.alive() {
+		pids := make([]string, 0, len(m.follows))
+		for pid := range m.follows {
+			pids = append(pids, pid)
+		}
+		sort.Strings(pids)
+		for _, pid := range pids {
+			fs = append(fs, follow{m, pid, m.follows[pid]})
+		}
+	}
+	if len(fs) == 0 {
+		return false
+	}
+	f := fs[s.rng.IntN(len(fs))]
+	t := s.tasks[f.tid]
+	if t == nil {
+		s.fail("%s follows task %s of %s, which its owner never made", f.m.id, f.tid, f.pid)
+		return false
+	}
+	if !t.ended() {
+		switch r := s.rng.IntN(10); {
+		case r < 4:
+			t.status = map[string]string{"working": "input_required", "input_required": "working"}[t.status]
+		case r < 9:
+			t.status = []string{"completed", "completed", "failed"}[s.rng.IntN(3)]
+			t.result = fmt.Sprintf(`{"content":[{"type":"text","text":"%s %s"}]}`, f.tid, t.status)
+		default:
+			t.gone = true
+		}
+	}
+	s.tracef("%s's follower reads task %s of %s: %s gone %v", f.m.id, f.tid, f.pid, t.status, t.gone)
+	if s.rng.IntN(10) == 0 {
+		s.deliver(f.m, TaskStatus{ID: f.pid, TaskID: "stale-" + f.tid, Status: "working"})
+	}
+	switch {
+	case t.gone:
+		s.covered["world/task_gone"]++
+		delete(f.m.follows, f.pid)
+		s.deliver(f.m, TaskEnded{ID: f.pid, TaskID: f.tid, Gone: "task not found: expired"})
+	case t.ended():
+		delete(f.m.follows, f.pid)
+		s.deliver(f.m, TaskEnded{ID: f.pid, TaskID: f.tid, Status: t.status, Result: json.RawMessage(t.result)})
+	default:
+		s.covered["world/task_status"]++
+		s.deliver(f.m, TaskStatus{ID: f.pid, TaskID: f.tid, Status: t.status})
+	}
+	return true
+}
+
 // writeLine writes a decision-log line.
 func (s *sim) writeLine(m *member, l Line) {
 	s.lines = append(s.lines, l)
+	if l.Stage == "rejected" && l.Reason == "timeout" && strings.HasPrefix(l.Message, "task ") {
+		s.covered["rejected/timeout/task"]++
+	}
+	if l.Stage == "rejected" && l.Reason == "busy" {
+		for _, k := range []string{"the limit per proposer", "the group's pending work", "bytes (the limit)", "proposals are pending (the limit)"} {
+			if strings.Contains(l.Message, k) {
+				s.covered["busy/"+k]++
+			}
+		}
+	}
 	if l.Reason != "" && (l.Stage == "rejected" || l.Stage == "ignored") {
 		s.covered[l.Stage+"/"+l.Reason]++
 	} else {
@@ -751,7 +1081,7 @@ func (s *sim) operatorCancels() bool {
 	if st := s.store.recs[id]; st != nil {
 		var r Proposal
 		_ = json.Unmarshal(st.data, &r)
-		if r.Owner != m.id && r.Phase != Fulfilling && r.Phase != Answered {
+		if r.Owner != m.id && r.Request == nil && r.Phase != Answered {
 			for _, h := range s.members {
 				if h.id == r.Owner && h.alive {
 					delete(h.ops, id)
@@ -769,6 +1099,214 @@ func (s *sim) operatorCancels() bool {
 	}
 	s.deliver(m, Cancelled{ID: id, By: "ops"})
 	return true
+}
+
+// otherAnswers: an approver answers a proposal directly, with its own
+// mcp/reject: every member holding it stops (superseded), except where
+// it runs as a task (its proposer waits for the relayed result) or its
+// request went out. onlyTasks: one running as a task, or none.
+func (s *sim) otherAnswers(onlyTasks bool) bool {
+	if s.quiescing || len(s.order) == 0 {
+		return false
+	}
+	id := s.order[s.rng.IntN(len(s.order))]
+	// Half the time one that runs as a task somewhere, if any does.
+	tasks := s.inPhase(Task)
+	switch {
+	case len(tasks) > 0 && (onlyTasks || s.rng.IntN(2) == 0):
+		id = tasks[s.rng.IntN(len(tasks))]
+	case onlyTasks:
+		return false
+	}
+	s.truth[id].otherAnswered = true
+	s.covered["world/other_answered"]++
+	s.tracef("alice rejects %s directly", id)
+	s.broadcast(frame{kind: "reject", id: s.newID(), from: "alice", to: s.truth[id].from, corr: id, pid: id, reason: "disagree"})
+	return true
+}
+
+// inPhase returns the proposals open in phase ph at a live member.
+func (s *sim) inPhase(ph Phase) []string {
+	var out []string
+	for _, m := range s.alive() {
+		for _, pid := range m.core.sorted() {
+			if e := m.core.props[pid]; e.outcome == Open && e.p.Phase == ph {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// ownerMoves: the tool owner leaves the space (its link drops) or comes
+// back; everyone hears the presence frame in its turn.
+func (s *sim) ownerMoves() bool {
+	if s.quiescing && !s.ownerAway {
+		return false
+	}
+	s.ownerAway = !s.ownerAway
+	kind := "join"
+	if s.ownerAway {
+		kind = "leave"
+		s.leaves++
+		s.covered["world/owner_left"]++
+	} else {
+		s.covered["world/owner_back"]++
+	}
+	s.tracef("the tool owner fs %ss", kind)
+	s.broadcast(frame{kind: kind, id: s.newID(), from: "fs"})
+	return true
+}
+
+// hear delivers the owner's presence to m, keeping m's view of it.
+func (s *sim) hear(m *member, f frame) {
+	if f.kind == "leave" {
+		if !m.owner.away {
+			first := m.owner.first
+			if first.IsZero() {
+				first = s.now
+			}
+			m.owner = presence{away: true, since: s.now, first: first}
+		}
+		s.deliver(m, ParticipantLeft{ID: f.from})
+		return
+	}
+	m.owner = presence{first: m.owner.first}
+	s.deliver(m, ParticipantJoined{ID: f.from})
+}
+
+// notSuperseded counts another's answer read while the proposal runs a
+// task (checkTaskEnd checks that it did not end it).
+func (s *sim) notSuperseded(m *member, ev Event) {
+	if sb, ok := ev.(SupersededBy); ok {
+		if e := m.core.props[sb.ID]; e != nil && e.outcome == Open && e.p.Phase == Task {
+			s.covered["world/task_not_superseded"]++
+		}
+	}
+}
+
+// checkTaskEnd checks how m ended e, which ran a task: by its result
+// only once the task ended (a relay), else with the task cancelled at
+// its owner (or, dropped for another member, only no longer followed);
+// others' answers never supersede it.
+func (s *sim) checkTaskEnd(m *member, e *entry, effs []Effect) {
+	cancel := ""
+	for _, x := range effs {
+		if c, ok := x.(CancelTask); ok && c.ID == e.p.ID {
+			cancel = c.Reason
+		}
+	}
+	switch e.outcome {
+	case Superseded:
+		s.fail("%s let another's answer supersede %s, which runs task %s", m.id, e.p.ID, e.p.Task.ID)
+
+	case Fulfilled:
+		if !e.taskDone {
+			s.fail("%s relayed %s before its task ended", m.id, e.p.ID)
+		}
+	case Rejected:
+		if !e.taskDone && (e.p.Reject == nil || !e.p.Reject.CancelTask) {
+			s.fail("%s rejected %s (%s) without cancelling its task", m.id, e.p.ID, e.p.Reject.Reason)
+		}
+	case Withdrawn:
+		s.covered["world/task_withdrawn"]++
+		if cancel == "" || cancel == DropReason {
+			s.fail("%s took the withdrawal of %s without cancelling its task", m.id, e.p.ID)
+		}
+	case Dropped:
+		if cancel != DropReason {
+			s.fail("%s dropped %s for another member with its task cancel %q (want %q: the adopter follows it)", m.id, e.p.ID, cancel, DropReason)
+		}
+	}
+}
+
+// checkOwnerCommit checks, as m commits a fulfilment request (to be
+// recorded and sent), that its owner is here as far as m heard: one
+// that is away is held instead.
+func (s *sim) checkOwnerCommit(m *member, r *Proposal) {
+	if m.owner.away {
+		s.fail("%s commits request %s for %s while %s is away (since %s)", m.id, r.Request.EnvelopeID, r.ID, r.Request.Target, m.owner.since.Format("15:04:05"))
+	}
+}
+
+// checkOwnerReject checks, as m rejects a proposal, that "incapable"
+// for its owner's absence comes only once the owner has been away for
+// the whole rejoin grace, and is away still (an owner back within the
+// grace keeps its request, and its response counts), as m heard it.
+func (s *sim) checkOwnerReject(m *member, r *Proposal, reqOut bool) {
+	if r.Reject != nil && r.Reject.Reason == "incapable" && r.Request != nil {
+		switch {
+		case strings.Contains(r.Reject.Message, "did not come back within"):
+			s.covered["world/held_incapable"]++
+		case strings.Contains(r.Reject.Message, "left the space before answering"):
+			s.covered["world/left_incapable"]++
+		default:
+			s.fail("%s rejected %s incapable after its request: %q", m.id, r.ID, r.Reject.Message)
+		}
+		if !m.owner.away || s.now.Before(m.owner.first.Add(s.cfg.OwnerRejoinGrace)) {
+			s.fail("%s rejected %s incapable with its owner away %v since %s (grace %s)", m.id, r.ID, m.owner.away, m.owner.since.Format("15:04:05"), s.cfg.OwnerRejoinGrace)
+		}
+		if r.Reject.CancelRequest && reqOut {
+			s.fail("%s cancels the request of %s at an owner that is gone", m.id, r.ID)
+		}
+	}
+}
+
+// groupLoad: a member reads the group's load from the leases (its
+// peers' pending work, the group's capacity; sometimes not read yet).
+func (s *sim) groupLoad() bool {
+	ms := s.alive()
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	g := GroupLoad{Peers: s.rng.IntN(6)}
+	if s.rng.IntN(4) > 0 {
+		g.Capacity = len(s.members) * s.cfg.MaxPending
+	}
+	if s.quiescing {
+		g = GroupLoad{} // the group empties out
+	}
+	live := 0
+	for _, e := range m.core.props {
+		if e.claimed && e.outcome == Open {
+			live++
+		}
+	}
+	m.group = groupView{pending: live + g.Peers, capacity: g.Capacity}
+	s.tracef("%s reads the group's load: peers %d capacity %d", m.id, g.Peers, g.Capacity)
+	s.deliver(m, g)
+	return true
+}
+
+// admitted checks, as the core admits proposal id (its claim landed and
+// it is decided), that none of the admission limits was reached: counted
+// here from the core's open proposals, not with the core's own counts.
+func (s *sim) admitted(m *member, id string) {
+	e := m.core.props[id]
+	live, mine, bytes := 0, 0, 0
+	for oid, o := range m.core.props {
+		if oid == id || !o.claimed || o.outcome != Open {
+			continue
+		}
+		live++
+		bytes += o.p.Size
+		if o.p.From == e.p.From {
+			mine++
+		}
+	}
+	switch {
+	case e.noRecord:
+		s.fail("%s admitted %s, which it refused at once", m.id, id)
+	case live >= s.cfg.MaxPending:
+		s.fail("%s admitted %s with %d proposals pending (limit %d)", m.id, id, live, s.cfg.MaxPending)
+	case s.cfg.MaxPendingPerProposer > 0 && mine >= s.cfg.MaxPendingPerProposer:
+		s.fail("%s admitted %s with %d of %s's proposals pending (limit %d)", m.id, id, mine, e.p.From, s.cfg.MaxPendingPerProposer)
+	case s.cfg.MaxPendingBytes > 0 && int64(bytes+e.p.Size) > s.cfg.MaxPendingBytes:
+		s.fail("%s admitted %s (%d bytes) with %d bytes pending (limit %d)", m.id, id, e.p.Size, bytes, s.cfg.MaxPendingBytes)
+	case m.group.capacity > 0 && m.group.pending >= m.group.capacity:
+		s.fail("%s admitted %s while the group was full (%d of %d)", m.id, id, m.group.pending, m.group.capacity)
+	}
 }
 
 // escalate hands an answer to m's escalator.
@@ -851,13 +1389,25 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 	st := &s.store
 	cur := st.recs[w.ID]
 	if w.Create {
-		if _, ok := st.claimed[w.ID]; ok {
+		if d, ok := st.claimed[w.ID]; ok {
+			if w.ClaimOnly && d == w.Record.DecisionID {
+				// Its own earlier try, applied: the claim is won (as
+				// state.ClaimDecision's winner says).
+				st.rev++
+				return st.rev, nil
+			}
 			return 0, ErrExists
 		}
 		st.claimed[w.ID] = w.Record.DecisionID
 		if t := s.truth[w.ID]; t != nil {
 			t.claimed, t.claimID = true, w.Record.DecisionID
 			t.decisionIDs[w.Record.DecisionID] = true
+			t.claimOnly = w.ClaimOnly
+		}
+		if w.ClaimOnly {
+			s.covered["world/claim_only"]++
+			st.rev++
+			return st.rev, nil // no record
 		}
 	} else {
 		if cur == nil || cur.rev != w.Rev {
@@ -876,6 +1426,9 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 		}
 		st.rev++
 		return st.rev, nil
+	}
+	if w.Record.Phase == Task && w.Record.Task != nil {
+		s.durableTasks[w.Record.Task.ID] = w.ID
 	}
 	data, err := json.Marshal(w.Record)
 	if err != nil {
@@ -946,7 +1499,17 @@ func (s *sim) down(m *member) {
 		case SendReject:
 			s.broadcast(frame{kind: "reject", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
 		case SendRequest:
-			s.broadcast(frame{kind: "request", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, rpc: e.RPCID, hasRPC: true, params: e.Params, member: m.id, inc: m.inc})
+			s.broadcast(requestFrame(m, e))
+		case SendRelay:
+			s.broadcast(relayFrame(m, e))
+		}
+	}
+	// A ClaimOnly claim won, its reject not out: no record, so nobody
+	// answers it (the exempted case).
+	for id, e := range m.core.props {
+		if t := s.truth[id]; t != nil && e.noRecord && s.store.claimed[id] == e.p.DecisionID && (s.views[id] == nil || len(s.views[id].rejects) == 0) {
+			t.busyLost = true
+			s.covered["world/busy_lost"]++
 		}
 	}
 	m.alive = false
@@ -1050,8 +1613,16 @@ func (s *sim) check() error {
 
 // view is what the wire shows of one proposal's answers.
 type view struct {
-	requests, rejects []frame
-	cancelled         map[string]bool
+	requests, rejects, relays []frame
+	cancelled                 map[string]bool // request envelope ids cancelled
+	tasksCancelled            map[string]bool // task ids cancelled (tasks/cancel)
+}
+
+// answered reports whether the proposer had its answer: a reject, a
+// relay, or a fulfilment request that is not task-augmented (whose
+// response is the answer; a task-augmented one's is not).
+func (v *view) answered() bool {
+	return v != nil && (len(v.rejects) > 0 || len(v.relays) > 0 || (len(v.requests) > 0 && !v.requests[0].task))
 }
 
 // onWire checks a frame a member sends, as it goes out.
@@ -1066,11 +1637,11 @@ func (s *sim) onWire(f frame, m *member) {
 	}
 	v := s.views[f.pid]
 	if v == nil {
-		v = &view{cancelled: map[string]bool{}}
+		v = &view{cancelled: map[string]bool{}, tasksCancelled: map[string]bool{}}
 		s.views[f.pid] = v
 	}
 	switch f.kind {
-	case "request", "reject", "prompt":
+	case "request", "reject", "prompt", "relay":
 		if t.durableWd {
 			s.fail("%s %s sent for %s after its withdrawal was written", f.kind, f.id, f.pid)
 		}
@@ -1108,11 +1679,23 @@ func (s *sim) onWire(f frame, m *member) {
 		if len(v.rejects) > 0 && v.rejects[0].id != f.id {
 			s.fail("two rejects for %s: %s (%s) and %s (%s)", f.pid, v.rejects[0].id, v.rejects[0].reason, f.id, f.reason)
 		}
+		if len(v.relays) > 0 {
+			s.fail("reject %s for %s after its relay %s", f.reason, f.pid, v.relays[0].id)
+		}
 		if len(v.requests) > 0 {
-			if f.reason != "timeout" && f.reason != "other" {
+			// Its owner left after it was written, or was away when it
+			// was (this member had not heard yet): "incapable", not
+			// cancelled, once the grace ran out.
+			gone := f.reason == "incapable" && (s.leaves > v.requests[0].leaves || v.requests[0].lost)
+			if f.reason != "timeout" && f.reason != "other" && f.reason != "incapable" {
 				s.fail("reject %s for %s after its fulfilment request", f.reason, f.pid)
 			}
-			if !v.cancelled[v.requests[0].id] {
+			// A request that became a task is cancelled as the task (one
+			// its owner forgot needs none).
+			req := v.requests[0]
+			task := s.tasks["t-"+req.id]
+			taskCancelled := task != nil && (v.tasksCancelled["t-"+req.id] || (task.gone && f.reason == "other"))
+			if !gone && !v.cancelled[req.id] && !taskCancelled {
 				s.fail("reject %s for %s after its fulfilment request, which was not cancelled first", f.reason, f.pid)
 			}
 		}
@@ -1125,6 +1708,72 @@ func (s *sim) onWire(f frame, m *member) {
 		v.rejects = append(v.rejects, f)
 	case "cancel":
 		v.cancelled[f.corr] = true
+	case "status":
+		// Never an answer, and only while the proposal waits: not after
+		// its answer or its withdrawal, only for what it waits for.
+		s.covered["status/"+f.reason]++
+		if !s.cfg.StatusChats {
+			s.fail("status chat %s for %s with status chats off", f.reason, f.pid)
+		}
+		if f.to != t.from {
+			s.fail("status chat for %s to %s, not its proposer %s", f.pid, f.to, t.from)
+		}
+		if v.answered() {
+			s.fail("status chat %s for %s after its answer", f.reason, f.pid)
+		}
+		if t.durableWd || m.withdrawnHere[f.pid] {
+			s.fail("status chat %s for %s after its withdrawal", f.reason, f.pid)
+		}
+		switch f.reason {
+		case StatusEscalated:
+			if t.policy != "escalate" && t.policy != "escalate2" {
+				s.fail("status escalated for %s, which is %s", f.pid, t.policy)
+			}
+		case StatusTask:
+			if wt := s.tasks[f.taskID]; wt == nil || wt.pid != f.pid {
+				s.fail("status task %s for %s, which runs no such task", f.taskID, f.pid)
+			}
+		case StatusQueued:
+		default:
+			s.fail("status chat %q for %s", f.reason, f.pid)
+		}
+	case "task_cancel":
+		v.tasksCancelled[f.taskID] = true
+		s.covered["world/task_cancelled"]++
+	case "relay":
+		if len(v.relays) > 0 && v.relays[0].id == f.id {
+			s.covered["world/resent_relay"]++
+		}
+		if len(v.relays) > 0 && v.relays[0].id != f.id {
+			s.fail("two relays for %s: %s and %s", f.pid, v.relays[0].id, f.id)
+		}
+		if len(v.rejects) > 0 {
+			s.fail("relay %s for %s after its reject %s (%s)", f.id, f.pid, v.rejects[0].id, v.rejects[0].reason)
+		}
+		if len(v.requests) == 0 || !v.requests[0].task {
+			s.fail("relay %s for %s, whose request was not task-augmented", f.id, f.pid)
+		}
+		// What is relayed is what the owner said: the task's result, or
+		// its answer when it made no task.
+		want := `{"content":[]}`
+		if f.taskID != "" {
+			s.covered["world/task_relayed"]++
+			wt := s.tasks[f.taskID]
+			if wt == nil || !wt.ended() || wt.gone || wt.pid != f.pid {
+				s.fail("relay %s for %s of task %s, which did not end there", f.id, f.pid, f.taskID)
+				break
+			}
+			want = wt.result
+		} else {
+			s.covered["world/relay_no_task"]++
+		}
+		if f.result != want {
+			s.fail("relay %s for %s says %s, the owner said %s", f.id, f.pid, f.result, want)
+		}
+		if !s.logged(f.pid, "fulfilled", "") {
+			s.fail("relay for %s without a fulfilled line before it", f.pid)
+		}
+		v.relays = append(v.relays, f)
 	case "prompt":
 		if t.invalid || t.policy == "reject" || t.policy == "incapable" || t.policy == "fulfill" {
 			s.fail("prompt for %s, which is %s", f.pid, t.policy)
@@ -1141,8 +1790,11 @@ func (s *sim) final() error {
 	for _, pid := range s.order {
 		t := s.truth[pid]
 		v := s.views[pid]
-		answered := v != nil && (len(v.requests) > 0 || len(v.rejects) > 0)
-		if t.claimed && !answered && !t.durableWd {
+		answered := v.answered()
+		// Exempt: a proposal refused at once whose claim (ClaimOnly, no
+		// record) was won by a member that crashed before its reject went
+		// out; fulfill does the same (claimAndAdmit) and says so.
+		if t.claimed && !answered && !t.durableWd && !(t.claimOnly && t.busyLost) && !t.otherAnswered {
 			return fmt.Errorf("%s was claimed (decision %s) but never answered", pid, t.claimID)
 		}
 		if answered && t.durableWd {
@@ -1151,6 +1803,18 @@ func (s *sim) final() error {
 		for id, p := range t.prompts {
 			if !t.promptEnded[id] {
 				return fmt.Errorf("prompt %s to %s for %s left open", id, p.to, pid)
+			}
+		}
+		// A task its record held ends by its result, or is cancelled at
+		// its owner (or forgotten there): never left running for nobody.
+		for tid, tp := range s.durableTasks {
+			if tp != pid {
+				continue
+			}
+			wt := s.tasks[tid]
+			relayed := v != nil && slices.ContainsFunc(v.relays, func(f frame) bool { return f.taskID == tid })
+			if !relayed && !wt.gone && (v == nil || !v.tasksCancelled[tid]) {
+				return fmt.Errorf("task %s of %s (recorded) neither relayed nor cancelled (status %s)", tid, pid, wt.status)
 			}
 		}
 		for _, l := range s.lines {
@@ -1185,6 +1849,9 @@ func (s *sim) logged(pid, stage, reason string) bool {
 func (s *sim) quiesce() error {
 	s.quiescing = true
 	s.failRate = 0
+	if s.ownerAway && s.rng.IntN(2) == 0 {
+		s.ownerMoves()
+	}
 	s.tracef("quiescing")
 	for _, m := range s.members {
 		if !m.alive {
@@ -1199,6 +1866,7 @@ func (s *sim) quiesce() error {
 		case s.deliverFrame():
 		case s.runOp():
 		case s.toolAnswers() && s.rng.IntN(2) == 0:
+		case s.taskProgress():
 		case s.approverAnswers() && s.rng.IntN(2) == 0:
 		case s.fireTimer():
 		default:

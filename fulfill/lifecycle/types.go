@@ -19,7 +19,13 @@ const (
 	AwaitingApproval Phase = "awaiting_approval" // prompts are open until Deadline
 	Queued           Phase = "queued"            // decided fulfil; waits for a fulfilment slot
 	Fulfilling       Phase = "fulfilling"        // Request committed (sent at most once); its response awaited until Deadline
-	Answered         Phase = "answered"          // Reject committed; sent (again) until written
+	// Task: the tool owner answered the task-augmented Request with an
+	// MCP task, followed until its end or Deadline (the task's own). The
+	// proposer has had no answer yet (the task's relayed result is it):
+	// a withdrawal, an operator's cancel and the deadline still end it,
+	// others' answers do not (fulfill's StateTask; state.Running).
+	Task     Phase = "task"
+	Answered Phase = "answered" // Reject committed; sent (again) until written
 )
 
 // Outcome is how a proposal ended in this process.
@@ -49,15 +55,21 @@ const (
 // shell's (grants, reminders, task settings…): persisted with the record,
 // never read by the core.
 type Decision struct {
-	Action    Action          `json:"action"`
-	Reason    string          `json:"reason,omitempty"`
-	Message   string          `json:"message,omitempty"`
-	Target    string          `json:"target,omitempty"` // the route chosen (tool owner)
-	Approvers []string        `json:"approvers,omitempty"`
-	Quorum    int             `json:"quorum,omitempty"`
-	Timeout   time.Duration   `json:"timeout,omitempty"`
-	Revision  string          `json:"revision,omitempty"`
-	Extra     json.RawMessage `json:"extra,omitempty"`
+	Action    Action        `json:"action"`
+	Reason    string        `json:"reason,omitempty"`
+	Message   string        `json:"message,omitempty"`
+	Target    string        `json:"target,omitempty"` // the route chosen (tool owner)
+	Approvers []string      `json:"approvers,omitempty"`
+	Quorum    int           `json:"quorum,omitempty"`
+	Timeout   time.Duration `json:"timeout,omitempty"`
+	Revision  string        `json:"revision,omitempty"`
+	// Task: the call goes out task-augmented (routing found that the
+	// tool requires it, or allows it and the policy asks, as fulfill's
+	// callsAsTask); TaskTimeout bounds the task once created (0: the
+	// Config's).
+	Task        bool            `json:"task,omitempty"`
+	TaskTimeout time.Duration   `json:"task_timeout,omitempty"`
+	Extra       json.RawMessage `json:"extra,omitempty"`
 }
 
 // Proposal is one pending proposal: the whole of its state, persisted as
@@ -88,8 +100,13 @@ type Proposal struct {
 	// Request is the fulfilment request, committed before it is sent;
 	// once set it is never sent again (a tool call must not run twice).
 	Request *Request `json:"request,omitempty"`
-	// Reject is the committed answer of phase Answered.
+	// Task is the MCP task the request became (phase Task).
+	Task *TaskRecord `json:"task,omitempty"`
+	// Reject is the committed answer of phase Answered; Relay is the
+	// other one a proposal can have there: a task-augmented request's
+	// outcome, relayed to the proposer.
 	Reject *RejectRecord `json:"reject,omitempty"`
+	Relay  *RelayRecord  `json:"relay,omitempty"`
 
 	// Rev is the record's revision in the store (compare-and-set).
 	Rev uint64 `json:"-"`
@@ -116,6 +133,32 @@ type Request struct {
 	RPCID      int64     `json:"rpc_id"`
 	Target     string    `json:"target"`
 	SentAt     time.Time `json:"sent_at"`
+	// Task: sent task-augmented; its answer is a task handle (or the
+	// call's outcome, relayed), not the proposer's answer.
+	Task bool `json:"task,omitempty"`
+}
+
+// TaskRecord is a running MCP task: the owner's id for it, the last
+// status its follower read, and its deadline.
+type TaskRecord struct {
+	ID       string    `json:"id"`
+	Status   string    `json:"status"`
+	Created  time.Time `json:"created"`
+	Deadline time.Time `json:"deadline"`
+}
+
+// RelayRecord is a committed relay: the outcome of a task-augmented
+// request (the task's result, or the owner's answer when it made no
+// task), written to the proposer as fulfill's relay does (an mcp/request
+// tasks/result correlated to the proposal, then the mcp/response to it).
+// Like a reject it is recorded before it is written, and written again
+// with the same ids after a restart.
+type RelayRecord struct {
+	EnvelopeID string          `json:"envelope_id"` // of the tasks/result request
+	RPCID      int64           `json:"rpc_id"`
+	TaskID     string          `json:"task_id,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      json.RawMessage `json:"error,omitempty"` // a JSON-RPC error object
 }
 
 // RejectRecord is a committed reject.
@@ -126,6 +169,9 @@ type RejectRecord struct {
 	// CancelRequest: the proposal's fulfilment request is cancelled at
 	// its owner (notifications/cancelled) before the reject is sent.
 	CancelRequest bool `json:"cancel_request,omitempty"`
+	// CancelTask: the proposal's running task is cancelled at its owner
+	// (tasks/cancel) before the reject is sent, and again after a restart.
+	CancelTask bool `json:"cancel_task,omitempty"`
 }
 
 func (p Proposal) clone() *Proposal {
@@ -144,6 +190,14 @@ func (p Proposal) clone() *Proposal {
 	if p.Reject != nil {
 		r := *p.Reject
 		q.Reject = &r
+	}
+	if p.Task != nil {
+		t := *p.Task
+		q.Task = &t
+	}
+	if p.Relay != nil {
+		r := *p.Relay
+		q.Relay = &r
 	}
 	return &q
 }
@@ -170,11 +224,29 @@ type IDs interface {
 
 // Config tunes a Core.
 type Config struct {
-	Member          string        // this member's id (record owner)
-	MaxPending      int           // claimed proposals open at once; more are rejected "busy"
+	Member     string // this member's id (record owner)
+	MaxPending int    // claimed proposals open at once; more are rejected "busy"
+	// MaxPendingPerProposer bounds the proposals one proposer has open
+	// at once (0: no bound), so that one sender cannot make everyone
+	// else's work come back "busy".
+	MaxPendingPerProposer int
+	// MaxPendingBytes bounds the frame bytes (Proposal.Size) of the
+	// proposals open at once (0: no bound); more are rejected "busy".
+	MaxPendingBytes int64
 	MaxInflight     int           // fulfilment requests out at once; more wait in phase Queued
 	PendingTTL      time.Duration // deadline while deciding or queued
 	FulfillTimeout  time.Duration // deadline for the tool owner's response
+	// OwnerRejoinGrace is how long a tool owner that left during a
+	// fulfilment may take to come back before the proposal is rejected
+	// "incapable": a dropped link or a gateway restart is a leave too,
+	// and the owner's answer, sent after its reconnect, still counts.
+	OwnerRejoinGrace time.Duration
+	// TaskTimeout bounds an MCP task once its owner created it, when the
+	// decision sets none.
+	TaskTimeout time.Duration
+	// StatusChats: tell the proposer (Status) when it waits for humans,
+	// for a fulfilment slot, or on a task.
+	StatusChats     bool
 	ApprovalTimeout time.Duration // deadline for humans when the decision sets none
 	RetryAfter      time.Duration // a store write or a reject that failed is tried again after this
 	Approvers       []string      // asked when the decision names none
