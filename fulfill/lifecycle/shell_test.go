@@ -10,61 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/internal/clocktest"
 )
-
-// manualClock is a Clock whose time moves only when the test says.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*manualTimer
-}
-
-type manualTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &manualTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-// advance moves the time by d and runs the timers due, in order.
-func (c *manualClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*manualTimer
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if !t.stopped && !t.at.After(c.now) {
-			t.stopped = true
-			due = append(due, t)
-		} else if !t.stopped {
-			kept = append(kept, t)
-		}
-	}
-	c.timers = kept
-	c.mu.Unlock()
-	for _, t := range due {
-		t.f()
-	}
-}
 
 // memStore is a Store in memory; it outlives the Loops that use it, as a
 // state directory outlives a process. Records are kept as JSON.
@@ -246,7 +194,7 @@ func next(t *testing.T, c chan string) string {
 // and deletes the record once it is written.
 func TestLoopRejectSurvivesARestart(t *testing.T) {
 	store := newMemStore("m1")
-	clock := &manualClock{now: t0}
+	clock := clocktest.New(t0)
 	wire1 := &chanWire{sent: make(chan string, 16), hold: true}
 	post, stop := startLoop(t, store, wire1, clock, Decision{Action: Reject, Reason: "policy"})
 	post(Proposed{ID: "p1", From: "coder"})
@@ -277,7 +225,7 @@ func TestLoopRejectSurvivesARestart(t *testing.T) {
 // request is cancelled at its owner, then the proposer rejected.
 func TestLoopFulfilTimeout(t *testing.T) {
 	store := newMemStore("m1")
-	clock := &manualClock{now: t0}
+	clock := clocktest.New(t0)
 	wire := &chanWire{sent: make(chan string, 16)}
 	post, stop := startLoop(t, store, wire, clock, Decision{Action: Fulfill, Target: "fs"})
 	defer stop()
@@ -287,13 +235,13 @@ func TestLoopFulfilTimeout(t *testing.T) {
 	if rec == nil || rec.Request == nil || req != fmt.Sprintf("request %s to fs", rec.Request.EnvelopeID) {
 		t.Fatalf("sent %q with the record %+v", req, rec)
 	}
-	clock.advance(29 * time.Second)
+	clock.Advance(29 * time.Second)
 	select {
 	case s := <-wire.sent:
 		t.Fatalf("%q sent before the deadline", s)
 	default:
 	}
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if c := next(t, wire.sent); c != "cancel "+rec.Request.EnvelopeID {
 		t.Fatalf("at the deadline %q, want the request cancelled", c)
 	}
@@ -321,7 +269,7 @@ func TestLoopReleasedStopsTheWork(t *testing.T) {
 	store := newMemStore("m1")
 	wire := &gatedWire{chanWire: chanWire{sent: make(chan string, 16)}, gate: make(chan struct{})}
 	journal := make(chanJournal, 64)
-	post, stop := startLoopWith(t, store, wire, &manualClock{now: t0}, Decision{Action: Reject, Reason: "policy"}, journal)
+	post, stop := startLoopWith(t, store, wire, clocktest.New(t0), Decision{Action: Reject, Reason: "policy"}, journal)
 	defer stop()
 	post(Proposed{ID: "p1", From: "coder"})
 	next(t, wire.sent) // the reject is being written
@@ -347,7 +295,7 @@ func TestLoopReleasedStopsTheWork(t *testing.T) {
 // task at its owner; a task's end is relayed to the proposer.
 func TestLoopFollowsAndEndsATask(t *testing.T) {
 	store := newMemStore("m1")
-	clock := &manualClock{now: t0}
+	clock := clocktest.New(t0)
 	wire := &chanWire{sent: make(chan string, 16)}
 	post, stop := startLoop(t, store, wire, clock, Decision{Action: Fulfill, Target: "fs", Task: true})
 	defer stop()
