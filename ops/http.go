@@ -165,6 +165,10 @@ type Readiness struct {
 	// memory); a store that does not accept writes makes the fulfiller
 	// unready: pending work cannot be kept.
 	Store string `json:"store,omitempty"`
+	// Grants is "loaded" or "loading": until the grants in the state
+	// store are loaded the fulfiller is not ready (a decision waits for
+	// them, up to 10s).
+	Grants string `json:"grants,omitempty"`
 }
 
 // Capable is implemented by a Gateway that knows the capabilities the
@@ -244,6 +248,15 @@ func (h *Handler) Ready() Readiness {
 		if err := st.Healthy(); err != nil {
 			r.Store = "failing"
 			reasons = append(reasons, err.Error())
+		}
+	}
+	if g := h.opts.Source.grantsLoader(); g != nil {
+		select {
+		case <-g.Ready():
+			r.Grants = "loaded"
+		default:
+			r.Grants = "loading"
+			reasons = append(reasons, "the grants in the state store are not loaded yet")
 		}
 	}
 	if len(reasons) > 0 {

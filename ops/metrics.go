@@ -315,6 +315,27 @@ type Source struct {
 	audit   AuditLog
 	store   StoreHealth
 	keys    ApproverKeys
+	grants  GrantsLoader
+}
+
+// GrantsLoader is what /readyz needs of the grants: whether those in the
+// state store are loaded. *grantstore.Registry provides it.
+type GrantsLoader interface {
+	// Ready is closed once the stored grants are mirrored.
+	Ready() <-chan struct{}
+}
+
+// SetGrants makes the grants known: /readyz is not ready until the
+// store's grants are loaded (decisions wait for them meanwhile).
+func (s *Source) SetGrants(g GrantsLoader) { s.mu.Lock(); s.grants = g; s.mu.Unlock() }
+
+func (s *Source) grantsLoader() GrantsLoader {
+	if s == nil {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.grants
 }
 
 // SetGateway makes the session known (after the agent has dialled).

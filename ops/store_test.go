@@ -233,3 +233,32 @@ func scrape(t *testing.T, m *ops.Metrics) string {
 	ops.NewHandler(ops.Options{Metrics: m}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	return rec.Body.String()
 }
+
+// grantsGate is a GrantsLoader the test opens.
+type grantsGate struct{ ready chan struct{} }
+
+func (g grantsGate) Ready() <-chan struct{} { return g.ready }
+
+// TestReadyzWaitsForTheGrants: until the grants in the state store are
+// loaded /readyz is 503 and says so (a decision would wait for them);
+// then ready, with grants "loaded".
+func TestReadyzWaitsForTheGrants(t *testing.T) {
+	src := &ops.Source{}
+	gw := &fakeGateway{}
+	gw.connected.Store(true)
+	src.SetGateway(gw)
+	src.SetPolicy(fakePolicy{})
+	g := grantsGate{ready: make(chan struct{})}
+	src.SetGrants(g)
+	hs := httptest.NewServer(ops.NewHandler(ops.Options{Source: src, Metrics: ops.NewMetrics(src)}))
+	defer hs.Close()
+	code, body := do(t, "GET", hs.URL+"/readyz", "")
+	if want := `{"gateway":"connected","grants":"loading","reason":"the grants in the state store are not loaded yet","revision":"sha256:abc","status":"not_ready"}`; code != 503 || compact(t, body) != want {
+		t.Fatalf("while loading: %d %s, want 503 %s", code, compact(t, body), want)
+	}
+	close(g.ready)
+	code, body = do(t, "GET", hs.URL+"/readyz", "")
+	if want := `{"gateway":"connected","grants":"loaded","revision":"sha256:abc","status":"ready"}`; code != 200 || compact(t, body) != want {
+		t.Fatalf("loaded: %d %s, want 200 %s", code, compact(t, body), want)
+	}
+}

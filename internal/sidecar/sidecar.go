@@ -374,6 +374,7 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 	grantReg.GatewayAuthenticatesFrom(cfg.GatewayAuthenticatesFrom)
 	grantReg.OnExpire(func(grants.Grant) { s.ops.metrics.GrantExpired() })
 	s.grantReg = grantReg
+	s.ops.source.SetGrants(grantReg)
 
 	fcfg := cfg.Fulfill
 	fcfg.SpaceID = cfg.Space
