@@ -184,10 +184,12 @@ func (s *Store) Get(ctx context.Context, proposalID string) (p *Pending, err err
 // written.
 func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
 	defer s.timed("update", time.Now(), &err)
+	failed := s.expectSync()
 	if err := s.update(ctx, p); err != nil {
+		failed()
 		return err
 	}
-	return s.synced(ctx)
+	return s.syncedExpected(ctx)
 }
 
 // UpdateSoon is Update without the wait for the sync: when it returns the

@@ -39,7 +39,7 @@ func TestGroupSyncWaitsForASyncThatStartsAfterTheCall(t *testing.T) {
 	ctx := t.Context()
 
 	first := make(chan error, 1)
-	go func() { first <- g.wait(ctx) }()
+	go func() { first <- g.wait(ctx, false) }()
 	if n := <-fs.started; n != 1 {
 		t.Fatalf("sync %d started, want 1", n)
 	}
@@ -48,7 +48,7 @@ func TestGroupSyncWaitsForASyncThatStartsAfterTheCall(t *testing.T) {
 	later := make(chan error, 5)
 	for range 5 {
 		wg.Add(1)
-		go func() { defer wg.Done(); later <- g.wait(ctx) }()
+		go func() { defer wg.Done(); later <- g.wait(ctx, false) }()
 	}
 	waitUntil(t, "five writers waiting", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == 5 })
 	fs.proceed <- struct{}{} // sync 1 ends
@@ -78,81 +78,96 @@ func TestGroupSyncWaitsForASyncThatStartsAfterTheCall(t *testing.T) {
 	if fs.released.Load() != 1 {
 		t.Error("close did not release the file system")
 	}
-	if err := g.wait(ctx); !errors.Is(err, ErrClosed) {
+	if err := g.wait(ctx, false); !errors.Is(err, ErrClosed) {
 		t.Errorf("wait after close = %v, want ErrClosed", err)
 	}
 }
 
-// Under load a sync waits syncLinger for more writers before it starts,
-// and they all share it; on a quiet store a write is synced at once.
-func TestGroupSyncLingersOnlyWhenBusy(t *testing.T) {
+// A sync lingers, at most syncLinger, only while writers announced by
+// expect are on their way, and starts as soon as the last of them waits;
+// a write with nobody on the way is synced at once (at a steady 200 a
+// second the old rule, linger whenever the last sync was recent, made
+// every synced write wait 2 ms for writers that were not coming).
+func TestGroupSyncLingersOnlyForWritersOnTheirWay(t *testing.T) {
 	fs := &fakeFS{started: make(chan int, 8), proceed: make(chan struct{})}
 	g := newGroupSync(fs.flush, fs.release)
 	defer g.close()
-	var clock atomic.Int64 // nanoseconds since an arbitrary start
-	clock.Store(int64(time.Hour))
-	g.now = func() time.Time { return time.Unix(0, clock.Load()) }
-	sleeps, wake := make(chan time.Duration), make(chan struct{})
-	g.sleep = func(d time.Duration) { sleeps <- d; <-wake }
+	lingers, timeout := make(chan time.Duration, 1), make(chan time.Time)
+	g.after = func(d time.Duration) <-chan time.Time { lingers <- d; return timeout }
 	ctx := t.Context()
-	waitFor := func(n int) {
-		t.Helper()
-		waitUntil(t, "writers waiting", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == n })
-	}
 	syncStarts := func(want int) {
 		t.Helper()
+		if n := <-fs.started; n != want {
+			t.Fatalf("sync %d started, want %d", n, want)
+		}
 		select {
-		case d := <-sleeps:
-			t.Fatalf("sync %d lingered %v on a quiet store", want, d)
-		case n := <-fs.started:
-			if n != want {
-				t.Fatalf("sync %d started, want %d", n, want)
-			}
+		case d := <-lingers:
+			t.Fatalf("sync %d lingered %v", want, d)
+		default:
 		}
 	}
 
-	a := make(chan error, 1)
-	go func() { a <- g.wait(ctx) }()
-	syncStarts(1) // the first write of a quiet store: no linger
-	later := make(chan error, 2)
-	go func() { later <- g.wait(ctx) }()
-	waitFor(1)
-	fs.proceed <- struct{}{} // sync 1 ends; a writer is waiting: busy
-	if err := <-a; err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case d := <-sleeps:
-		if d != syncLinger {
-			t.Fatalf("lingered %v, want %v", d, syncLinger)
-		}
-	case n := <-fs.started:
-		t.Fatalf("sync %d started at once on a busy store", n)
-	}
-	go func() { later <- g.wait(ctx) }() // arrives during the linger
-	waitFor(2)
-	wake <- struct{}{}
-	if n := <-fs.started; n != 2 {
-		t.Fatalf("sync %d started, want 2", n)
-	}
-	fs.proceed <- struct{}{}
-	for range 2 {
-		if err := <-later; err != nil {
+	// Nobody on the way: synced at once, however recent the last sync.
+	for i := 1; i <= 2; i++ {
+		a := make(chan error, 1)
+		go func() { a <- g.wait(ctx, false) }()
+		syncStarts(i)
+		fs.proceed <- struct{}{}
+		if err := <-a; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := fs.syncs.Load(); n != 2 {
-		t.Fatalf("%d syncs for three writers, want 2: the one that lingered is shared", n)
+
+	// Two writers on their way when the third waits: the sync lingers
+	// for them, and starts once both wait, before its deadline.
+	g.expect()
+	g.expect()
+	c := make(chan error, 3)
+	go func() { c <- g.wait(ctx, false) }()
+	if d := <-lingers; d != syncLinger {
+		t.Fatalf("lingered up to %v, want %v", d, syncLinger)
+	}
+	go func() { c <- g.wait(ctx, true) }()
+	select {
+	case n := <-fs.started:
+		t.Fatalf("sync %d started with a writer still on its way", n)
+	case <-time.After(20 * time.Millisecond):
+	}
+	go func() { c <- g.wait(ctx, true) }()
+	syncStarts(3)
+	fs.proceed <- struct{}{}
+	for range 3 {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fs.syncs.Load(); n != 3 {
+		t.Fatalf("%d syncs, want 3: the three writers shared one", n)
 	}
 
-	clock.Add(int64(syncBusy)) // quiet again
+	// A writer on its way that gives up (its write failed) releases the
+	// linger too; one that never arrives is waited for syncLinger only.
+	g.expect()
 	d := make(chan error, 1)
-	go func() { d <- g.wait(ctx) }()
-	syncStarts(3)
+	go func() { d <- g.wait(ctx, false) }()
+	<-lingers
+	g.unexpect()
+	syncStarts(4)
 	fs.proceed <- struct{}{}
 	if err := <-d; err != nil {
 		t.Fatal(err)
 	}
+	g.expect()
+	e := make(chan error, 1)
+	go func() { e <- g.wait(ctx, false) }()
+	<-lingers
+	timeout <- time.Now() // syncLinger passed
+	syncStarts(5)
+	fs.proceed <- struct{}{}
+	if err := <-e; err != nil {
+		t.Fatal(err)
+	}
+	g.unexpect()
 }
 
 // A failed sync fails every writer that shared it; a writer whose context
@@ -161,7 +176,7 @@ func TestGroupSyncErrors(t *testing.T) {
 	fs := &fakeFS{err: errors.New("EIO")}
 	g := newGroupSync(fs.flush, fs.release)
 	defer g.close()
-	if err := g.wait(t.Context()); err == nil || !errors.Is(err, fs.err) {
+	if err := g.wait(t.Context(), false); err == nil || !errors.Is(err, fs.err) {
 		t.Errorf("wait = %v, want the sync's error", err)
 	}
 
@@ -169,7 +184,7 @@ func TestGroupSyncErrors(t *testing.T) {
 	h := newGroupSync(held.flush, held.release)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- h.wait(ctx) }()
+	go func() { done <- h.wait(ctx, false) }()
 	<-held.started
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
