@@ -282,9 +282,13 @@ func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now 
 	}
 
 	var builtinErrs []topdown.Error
-	opts := make([]rego.EvalOption, 0, 7)
+	rules := getRuleCache()
+	defer rules.release()
+	opts := make([]rego.EvalOption, 0, 9)
 	opts = append(opts,
 		rego.EvalParsedInput(input),
+		rego.EvalBaseCache(set.data),
+		rego.EvalVirtualCache(rules),
 		rego.EvalExternalCancel(cancel),
 		rego.EvalMetrics(noMetrics),
 		rego.EvalBuiltinErrorList(&builtinErrs),
