@@ -27,7 +27,7 @@ type benchFlags struct {
 	vsOPA                        bool
 	opaBin                       string
 	opaDecisions                 int
-	cpuProfile                   string
+	cpuProfile, heapProfile      string
 	logLevel                     string
 	state, stateCreds            string
 	stateCompare                 bool
@@ -97,6 +97,7 @@ profile of the measured window labelled by component.`,
 	f.BoolVar(&fl.vsOPA, "vs-opa-server", false, "also compare decision latency and throughput with an OPA server sidecar")
 	f.StringVar(&fl.opaBin, "opa-bin", "", "`PATH` of an opa binary for --vs-opa-server (default: build the embedded OPA version once with go install into the user cache)")
 	f.IntVar(&fl.opaDecisions, "opa-decisions", 20_000, "decisions per side and round for --vs-opa-server")
+	f.StringVar(&fl.heapProfile, "heapprofile", "", "write a heap profile taken as the measured window ends (after a GC, before anything stops; with --state-compare the durable run's) to `FILE`: what the fulfiller and its store hold")
 	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write the CPU profile of the measured window (first send to last answer; with --state-compare the durable run's) to `FILE`, goroutines labelled component=fulfiller|space|tool|proposers")
 	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory (embedded, in memory), `DIR` (a fresh embedded store inside it), nats://host:port[,…], or none (no store: the decision path alone)")
 	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for --state nats://…")
@@ -240,6 +241,14 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	if profile != nil {
 		cfg.CPUProfile = profile
 	}
+	if fl.heapProfile != "" {
+		hp, err := os.Create(fl.heapProfile)
+		if err != nil {
+			return usageErrorf("--heapprofile %v", err)
+		}
+		defer hp.Close()
+		cfg.HeapProfile = hp
+	}
 	if fl.toolStyle == "compare" {
 		return benchToolCompare(cmd, fl, cfg)
 	}
@@ -289,7 +298,7 @@ func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) e
 	var mems, durs []*loadtest.Report
 	for i := range fl.rounds {
 		memCfg := cfg
-		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile = &state.Mode{Kind: state.Memory}, "", nil
+		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile, memCfg.HeapProfile = &state.Mode{Kind: state.Memory}, "", nil, nil
 		mem, err := loadtest.Run(cmd.Context(), memCfg)
 		if err != nil {
 			if errors.Is(err, loadtest.ErrPolicy) {
@@ -299,7 +308,7 @@ func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) e
 		}
 		durCfg := cfg
 		if i < fl.rounds-1 {
-			durCfg.CPUProfile = nil
+			durCfg.CPUProfile, durCfg.HeapProfile = nil, nil
 		}
 		dur, err := loadtest.Run(cmd.Context(), durCfg)
 		if err != nil {
@@ -334,7 +343,7 @@ func benchToolCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) er
 			c := cfg
 			c.ToolStyle = style
 			if style != toolserver.StyleSDK || i < fl.rounds-1 {
-				c.CPUProfile = nil // the last SDK run's only: two profiles in one file would not parse
+				c.CPUProfile, c.HeapProfile = nil, nil // the last SDK run's only: two profiles in one file would not parse
 			}
 			res, err := loadtest.Run(cmd.Context(), c)
 			if err != nil {

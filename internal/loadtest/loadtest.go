@@ -39,6 +39,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -110,7 +111,12 @@ type Config struct {
 	// CPUProfile, when set, receives the CPU profile of the measured
 	// window (first send to the last answer), labelled by LabelKey.
 	CPUProfile io.Writer
-	Logger     *slog.Logger // component logs [discarded]
+	// HeapProfile, when set, receives a heap profile (pprof's "heap",
+	// after a garbage collection) taken as the measured window ends, before
+	// anything is torn down: what the fulfiller, its store and the rest
+	// still hold once every proposal is answered.
+	HeapProfile io.Writer
+	Logger      *slog.Logger // component logs [discarded]
 }
 
 func (c *Config) setDefaults() error {
@@ -230,6 +236,8 @@ type Report struct {
 	// component.
 	ProfiledCPUSeconds float64 `json:"profiled_cpu_seconds,omitempty"`
 	ProfileError       string  `json:"profile_error,omitempty"`
+	// HeapProfileError says why Config.HeapProfile got no profile.
+	HeapProfileError string `json:"heap_profile_error,omitempty"`
 
 	// StoreOps is the latency of each kind of state store operation in
 	// the run (claim, put, update, sync, delete, …): successful ones, from
@@ -732,6 +740,14 @@ func (w *world) drive(ctx context.Context) Report {
 	cpu := cpuTime() - cpu0
 	if profErr == nil {
 		pprof.StopCPUProfile()
+	}
+	if cfg.HeapProfile != nil {
+		// After the CPU time and profile, so that the collection it
+		// forces is not counted.
+		runtime.GC()
+		if err := pprof.Lookup("heap").WriteTo(cfg.HeapProfile, 0); err != nil {
+			rep.HeapProfileError = err.Error()
+		}
 	}
 	stopSending()
 	<-sendersDone
