@@ -176,6 +176,21 @@ func BenchmarkInputValue(b *testing.B) {
 	}
 }
 
+// BenchmarkInputValueBenchMix is the input-building share of
+// BenchmarkDecideBenchMix/fulfill: only the fields the example policies
+// read, through the engine's cache, as Decide builds it.
+func BenchmarkInputValueBenchMix(b *testing.B) {
+	e := loadExamples(b)
+	in := smallCall(b, "read_file", `{"path":"/srv/app/config.yaml"}`)
+	need := e.cur.Load().need
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := in.value(&e.cache, need); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkInputMapRoute evaluates the same decision the conventional
 // way — the input as map[string]any, converted by rego on each call —
 // for comparison with BenchmarkDecide.

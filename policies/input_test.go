@@ -315,3 +315,34 @@ func TestDecideJSON(t *testing.T) {
 		}
 	}
 }
+
+// The input cache hands back a proposer's or the agent's value only for
+// the same id, capabilities and counts: every input built through one
+// cache, in any order, is the document built without it.
+func TestInputCacheKeepsProposersAndCountsApart(t *testing.T) {
+	var cache inputCache
+	caps := []json.RawMessage{nil, json.RawMessage(`[{"kind":"mcp/proposal"}]`), json.RawMessage(`[{"kind":"chat"}]`), json.RawMessage(`[]`)}
+	var inputs []*Input
+	for _, id := range []string{"coder", "mallory", ""} {
+		for _, c := range caps {
+			for _, a := range []AgentInfo{{}, {ID: "fulfiller", Pending: 1, MaxPending: 50}, {ID: "fulfiller", Pending: 51, MaxPending: 50}, {Pending: 1, Inflight: 2, MaxPending: 50}} {
+				inputs = append(inputs, &Input{Method: "tools/call", Proposer: &Participant{ID: id, Capabilities: c}, Agent: a})
+			}
+		}
+	}
+	for round := range 2 {
+		for i, in := range inputs {
+			v, err := in.value(&cache, allFields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := in.value(nil, allFields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Compare(want) != 0 {
+				t.Fatalf("round %d, input %d: cached %v, built %v", round, i, v, want)
+			}
+		}
+	}
+}
