@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -343,6 +345,36 @@ func TestInputCacheKeepsProposersAndCountsApart(t *testing.T) {
 			if v.Compare(want) != 0 {
 				t.Fatalf("round %d, input %d: cached %v, built %v", round, i, v, want)
 			}
+		}
+	}
+}
+
+// EvaluatedInput is the document Decide evaluates: only the fields the
+// loaded policies read (the example policies read no proposal, params,
+// space or now), and deciding it as JSON decides as Decide does.
+func TestEvaluatedInput(t *testing.T) {
+	e := loadExamples(t)
+	for _, in := range []*Input{
+		smallCall(t, "read_file", `{"path":"/srv/app/config.yaml"}`),
+		smallCall(t, "write_file", `{"path":"/srv/dev/app.conf"}`),
+		benchInput(t),
+	} {
+		doc, err := e.EvaluatedInput(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(doc, &fields); err != nil {
+			t.Fatal(err)
+		}
+		keys := slices.Sorted(maps.Keys(fields))
+		if want := []string{"agent", "method", "proposer", "tool"}; !slices.Equal(keys, want) {
+			t.Errorf("fields %v, want %v", keys, want)
+		}
+		want := e.Decide(t.Context(), in)
+		got, err := e.DecideJSON(t.Context(), doc)
+		if err != nil || got.Action != want.Action || got.Message != want.Message || got.Err != nil {
+			t.Errorf("DecideJSON(%s) = %+v, %v; Decide = %+v", doc, got, err, want)
 		}
 	}
 }
