@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,6 +36,7 @@ type benchFlags struct {
 	stateCompare                 bool
 	rounds                       int
 	toolStyle                    string
+	memoryLimit                  sizeValue
 }
 
 func newBenchCmd() *cobra.Command {
@@ -97,6 +101,7 @@ profile of the measured window labelled by component.`,
 	f.BoolVar(&fl.vsOPA, "vs-opa-server", false, "also compare decision latency and throughput with an OPA server sidecar")
 	f.StringVar(&fl.opaBin, "opa-bin", "", "`PATH` of an opa binary for --vs-opa-server (default: build the embedded OPA version once with go install into the user cache)")
 	f.IntVar(&fl.opaDecisions, "opa-decisions", 20_000, "decisions per side and round for --vs-opa-server")
+	f.Var(&fl.memoryLimit, "memory-limit", "soft limit of the Go runtime's memory for the whole bench process (as run --memory-limit sets it for the fulfiller), bytes or with a unit; 0: none. GOMEMLIMIT, when set, wins; --vs-opa-server gives the OPA server the same limit")
 	f.StringVar(&fl.heapProfile, "heapprofile", "", "write a heap profile taken as the measured window ends (after a GC, before anything stops; with --state-compare the durable run's) to `FILE`: what the fulfiller and its store hold")
 	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write the CPU profile of the measured window (first send to last answer; with --state-compare the durable run's) to `FILE`, goroutines labelled component=fulfiller|space|tool|proposers")
 	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory (embedded, in memory), `DIR` (a fresh embedded store inside it), nats://host:port[,…], or none (no store: the decision path alone)")
@@ -165,6 +170,9 @@ func (fl *benchFlags) validate() (loadtest.Mix, []loadtest.FileProposal, error) 
 	if fl.policyTimeout <= 0 {
 		return loadtest.Mix{}, nil, usageErrorf("--policy-timeout %s: must be positive", fl.policyTimeout)
 	}
+	if fl.memoryLimit < 0 {
+		return loadtest.Mix{}, nil, usageErrorf("--memory-limit %s: must be 0 (none) or more", &fl.memoryLimit)
+	}
 	if fl.stallTimeout <= 0 {
 		return loadtest.Mix{}, nil, usageErrorf("--stall-timeout %s: must be positive", fl.stallTimeout)
 	}
@@ -212,6 +220,7 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	if err != nil {
 		return err
 	}
+	applyMemoryLimit(log, int64(fl.memoryLimit))
 	if len(fl.policies) == 0 {
 		dir, data, cleanup, err := loadtest.ExamplePolicies("")
 		if err != nil {
@@ -257,6 +266,11 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 		return benchStateCompare(cmd, fl, cfg)
 	}
 	opaOpts := loadtest.OPAOptions{Bin: fl.opaBin, Decisions: fl.opaDecisions, Build: progress}
+	if limit := debug.SetMemoryLimit(-1); limit != math.MaxInt64 {
+		// The server's collector works under the same limit as ours
+		// (GOMEMLIMIT, which it inherits anyway, or --memory-limit).
+		opaOpts.Env = []string{"GOMEMLIMIT=" + strconv.FormatInt(limit, 10)}
+	}
 	if fl.vsOPA {
 		cfg.CaptureInputs = 2048
 		// Find or build opa before the run, so that a machine that cannot

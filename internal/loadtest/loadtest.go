@@ -244,8 +244,12 @@ type Report struct {
 	// the first send to the end. Nil without a store.
 	StoreOps map[string]Percentiles `json:"store_ops,omitempty"`
 
-	PeakRSS  uint64 `json:"peak_rss_bytes"`  // VmHWM of the whole process (space, tool, fulfiller, proposers)
-	PeakHeap uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
+	PeakRSS uint64 `json:"peak_rss_bytes"` // VmHWM of the whole process (space, tool, fulfiller, proposers)
+	// MemoryLimit is the Go runtime's soft memory limit during the run
+	// (GOMEMLIMIT, bench --memory-limit); 0 for none. It decides how
+	// much garbage the heap may hold, and so the peak RSS.
+	MemoryLimit int64  `json:"memory_limit_bytes,omitempty"`
+	PeakHeap    uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
 
 	OPA *Comparison `json:"vs_opa_server,omitempty"`
 }
@@ -294,6 +298,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rep.ToolStyle = cfg.ToolStyle.String()
 	rep.SpoofAttempts = w.spoofs.Load()
 	rep.PeakRSS = peakRSS()
+	rep.MemoryLimit = memoryLimit()
 	return &Result{Report: rep, Inputs: w.capture.inputs(), Engine: engine}, nil
 }
 

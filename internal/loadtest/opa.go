@@ -58,6 +58,10 @@ type OPAOptions struct {
 	Rounds      int // alternating rounds; medians are reported [3]
 	// Build, when set, receives the output of building OPA.
 	Build io.Writer
+	// Env is added to the server's environment (it inherits this
+	// process's): the bench gives it the Go memory limit it runs under
+	// itself, so that both sides' collectors work alike.
+	Env []string
 }
 
 // Side is one side's figures (medians over the rounds).
@@ -119,7 +123,7 @@ func CompareOPA(ctx context.Context, engine *policies.Engine, inputs []*policies
 	if err != nil {
 		return nil, err
 	}
-	srv, err := startOPA(ctx, bin, files)
+	srv, err := startOPA(ctx, bin, files, opts.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -413,7 +417,7 @@ type opaServer struct {
 
 // startOPA starts the server on a free loopback port and waits for its
 // /health.
-func startOPA(ctx context.Context, bin string, files []string) (*opaServer, error) {
+func startOPA(ctx context.Context, bin string, files []string, env []string) (*opaServer, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("compare with OPA: find a free port: %w", err)
@@ -423,6 +427,9 @@ func startOPA(ctx context.Context, bin string, files []string) (*opaServer, erro
 	args := append([]string{"run", "--server", "--addr", addr, "--log-level", "error", "--skip-version-check"}, files...)
 	s := &opaServer{addr: addr, url: "http://" + addr, cmd: exec.Command(bin, args...), exited: make(chan struct{}), stderr: &syncBuffer{}}
 	s.cmd.Stdout, s.cmd.Stderr = s.stderr, s.stderr
+	if len(env) > 0 {
+		s.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("compare with OPA: start %s: %w", bin, err)
 	}

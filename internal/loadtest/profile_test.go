@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -287,5 +288,23 @@ func TestRunWritesHeapProfile(t *testing.T) {
 		if !slices.Contains(strs, want) {
 			t.Errorf("heap profile does not name %s", want)
 		}
+	}
+}
+
+// The report says under which Go memory limit the run was made: it
+// decides how much garbage the heap may hold, and so the peak RSS.
+func TestRunReportsMemoryLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1 << 30))
+	res, err := Run(t.Context(), smallConfig(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.MemoryLimit != 1<<30 {
+		t.Errorf("memory limit in the report %d, want %d", res.Report.MemoryLimit, 1<<30)
+	}
+	var text bytes.Buffer
+	res.Report.WriteText(&text)
+	if !strings.Contains(text.String(), "Go memory limit 1024.0 MiB") {
+		t.Errorf("text report does not give the limit:\n%s", text.String())
 	}
 }
