@@ -23,6 +23,17 @@ var benchContent = strings.Repeat("server { listen 443 ssl; root /srv/app; } ", 
 
 func benchCall(b testing.TB, tool, args string) *Input {
 	b.Helper()
+	in := smallCall(b, tool, args)
+	if n := len(in.Proposal); n < 900 || n > 1300 {
+		b.Fatalf("proposal is %d bytes, want about 1 KB", n)
+	}
+	return in
+}
+
+// smallCall is a tools/call proposal with args as its arguments, built the
+// way the sidecar builds inputs, of whatever size args make it.
+func smallCall(b testing.TB, tool, args string) *Input {
+	b.Helper()
 	env := `{"protocol":"mew/v0.4","id":"coder-7f3a9c2e","ts":"2026-11-22T10:00:00.123Z","from":"coder","to":["fulfiller"],` +
 		`"kind":"mcp/proposal","correlation_id":["chat-41"],"context":"deploy/web",` +
 		`"payload":{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"` + tool + `",` +
@@ -58,9 +69,6 @@ func benchCall(b testing.TB, tool, args string) *Input {
 		Agent: AgentInfo{ID: "fulfiller", Pending: 3, Inflight: 1, MaxPending: 1000},
 		Now:   testNow,
 	}
-	if n := len(in.Proposal); n < 900 || n > 1300 {
-		b.Fatalf("proposal is %d bytes, want about 1 KB", n)
-	}
 	return in
 }
 
@@ -78,6 +86,34 @@ func BenchmarkDecide(b *testing.B) {
 		{"fulfill", benchCall(b, "search_files", `{"path":"/srv/app","query":"`+benchContent+`","max_results":50,"include":["*.conf","*.yaml"]}`), Fulfill},
 		{"reject", benchCall(b, "write_file", `{"path":"/srv/dev/nginx/app.conf","content":"`+benchContent+`","mode":"0644","create_dirs":true,"tags":["nginx","web","tls"]}`), Reject},
 		{"escalate", benchInput(b), Escalate},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := b.Context()
+			if d := e.Decide(ctx, bc.in); d.Action != bc.want || d.Err != nil {
+				b.Fatalf("decision = %+v, want %s", d, bc.want)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				e.Decide(ctx, bc.in)
+			}
+		})
+	}
+}
+
+// BenchmarkDecideBenchMix decides the proposals `fulfiller bench` sends
+// (internal/loadtest's synthetic mix: a read_file of one path, fulfilled;
+// a small write_file no rule allows, rejected), which are what its
+// comparison with an OPA server measures. With inputs this small the
+// engine's fixed cost per evaluation is most of a decision.
+func BenchmarkDecideBenchMix(b *testing.B) {
+	e := loadExamples(b)
+	for _, bc := range []struct {
+		name string
+		in   *Input
+		want Action
+	}{
+		{"fulfill", smallCall(b, "read_file", `{"path":"/srv/app/config.yaml"}`), Fulfill},
+		{"reject", smallCall(b, "write_file", `{"path":"/srv/dev/app/config.yaml","content":"listen: :9090\n"}`), Reject},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := b.Context()
@@ -135,6 +171,21 @@ func BenchmarkInputValue(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := in.value(&e.cache, allFields); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkInputValueBenchMix is the input-building share of
+// BenchmarkDecideBenchMix/fulfill: only the fields the example policies
+// read, through the engine's cache, as Decide builds it.
+func BenchmarkInputValueBenchMix(b *testing.B) {
+	e := loadExamples(b)
+	in := smallCall(b, "read_file", `{"path":"/srv/app/config.yaml"}`)
+	need := e.cur.Load().need
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := in.value(&e.cache, need); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -209,6 +209,20 @@ func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	return e.eval(ctx, set, v, in.Now, nil)
 }
 
+// EvaluatedInput is the input document Decide evaluates for in, as JSON:
+// only the top-level fields the loaded policies can read (a field no rule
+// reads cannot change a decision, so Decide does not build it). Deciding
+// this document anywhere — DecideJSON, an OPA server with the same
+// policies — decides as Decide does; `fulfiller bench --vs-opa-server`
+// sends it to the server, so that both sides evaluate the same document.
+func (e *Engine) EvaluatedInput(in *Input) ([]byte, error) {
+	v, err := in.value(nil, e.cur.Load().need)
+	if err != nil {
+		return nil, err
+	}
+	return marshalValue(v)
+}
+
 // DecideDocument evaluates a complete input document as it is (see
 // ParseDocument and ParseEvalInput). Like Decide it never fails. When the
 // document has an RFC 3339 "now", time.now_ns() returns that time, so a
@@ -282,9 +296,13 @@ func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now 
 	}
 
 	var builtinErrs []topdown.Error
-	opts := make([]rego.EvalOption, 0, 7)
+	rules := getRuleCache()
+	defer rules.release()
+	opts := make([]rego.EvalOption, 0, 9)
 	opts = append(opts,
 		rego.EvalParsedInput(input),
+		rego.EvalBaseCache(set.data),
+		rego.EvalVirtualCache(rules),
 		rego.EvalExternalCancel(cancel),
 		rego.EvalMetrics(noMetrics),
 		rego.EvalBuiltinErrorList(&builtinErrs),

@@ -189,7 +189,7 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 		b.add(keyTool, tb.object())
 	}
 	if in.Proposer != nil && need.has(fieldProposer) {
-		v, err := in.Proposer.value(cache)
+		v, err := cache.participant(in.Proposer)
 		if err != nil {
 			return nil, fmt.Errorf("proposer: %w", err)
 		}
@@ -203,15 +203,7 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 		b.add(keySpace, v)
 	}
 	if a := in.Agent; a != (AgentInfo{}) && need.has(fieldAgent) {
-		var buf [4][2]*ast.Term
-		ab := objBuilder{pairs: buf[:0], slab: &slab}
-		if a.ID != "" {
-			ab.add(keyID, ast.String(a.ID))
-		}
-		ab.add(keyPending, ast.InternedTerm(a.Pending).Value)
-		ab.add(keyInflight, ast.InternedTerm(a.Inflight).Value)
-		ab.add(keyMaxPending, ast.InternedTerm(a.MaxPending).Value)
-		b.add(keyAgent, ab.object())
+		b.add(keyAgent, cache.agent(a))
 	}
 	if ap := in.Approval; ap != nil && need.has(fieldApproval) {
 		var buf [2][2]*ast.Term
@@ -268,6 +260,18 @@ func (s *Space) value(cache *inputCache) (ast.Value, error) {
 		sb.add(keyParticipants, ast.NewArray(terms...))
 	}
 	return sb.object(), nil
+}
+
+func (a AgentInfo) value() ast.Value {
+	var buf [4][2]*ast.Term
+	ab := objBuilder{pairs: buf[:0], slab: new(termSlab)}
+	if a.ID != "" {
+		ab.add(keyID, ast.String(a.ID))
+	}
+	ab.add(keyPending, ast.InternedTerm(a.Pending).Value)
+	ab.add(keyInflight, ast.InternedTerm(a.Inflight).Value)
+	ab.add(keyMaxPending, ast.InternedTerm(a.MaxPending).Value)
+	return ab.object()
 }
 
 func (pt *Participant) value(cache *inputCache) (ast.Value, error) {
@@ -351,12 +355,21 @@ func (p *jsonParser) reuse(raw, proposal json.RawMessage, which string) (ast.Val
 }
 
 // inputCache keeps the values of input parts that repeat from one proposal
-// to the next — capability and annotation blobs, the space — so that
-// mostly only the proposal itself is parsed per decision. A nil
-// *inputCache caches nothing.
+// to the next — capability and annotation blobs, the space, the
+// proposers, the agent's counts — so that mostly only the proposal itself
+// is parsed per decision. A nil *inputCache caches nothing.
+//
+// Sharing a value between decisions is safe because evaluation never
+// changes the input: topdown treats every value as immutable.
 type inputCache struct {
 	mu  sync.RWMutex
 	raw map[string]ast.Value // raw JSON → value; cleared when full
+	// proposers: id → capabilities as raw JSON → the participant's
+	// value; cleared when full. (Two levels, so that a lookup needs no
+	// key built out of both.)
+	proposers map[string]map[string]ast.Value
+	nProp     int
+	agents    map[AgentInfo]ast.Value // cleared when full
 
 	lastSpace atomic.Pointer[spaceEntry]
 }
@@ -387,6 +400,63 @@ func (c *inputCache) value(raw []byte) (ast.Value, error) {
 	c.raw[string(raw)] = v
 	c.mu.Unlock()
 	return v, nil
+}
+
+// participant returns the value of a proposer, reusing the one built
+// for the same id and capabilities before: a space has few proposers,
+// each proposing many times.
+func (c *inputCache) participant(pt *Participant) (ast.Value, error) {
+	if c == nil {
+		return pt.value(nil)
+	}
+	c.mu.RLock()
+	v, ok := c.proposers[pt.ID][string(pt.Capabilities)]
+	c.mu.RUnlock()
+	if ok && (pt.Capabilities == nil) == (v.(ast.Object).Get(keyCapabilities) == nil) {
+		return v, nil
+	}
+	v, err := pt.value(c)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.proposers == nil || c.nProp >= rawCacheMax {
+		c.proposers, c.nProp = make(map[string]map[string]ast.Value), 0
+	}
+	byCaps := c.proposers[pt.ID]
+	if byCaps == nil {
+		byCaps = make(map[string]ast.Value)
+		c.proposers[pt.ID] = byCaps
+	}
+	if _, ok := byCaps[string(pt.Capabilities)]; !ok {
+		c.nProp++
+	}
+	byCaps[string(pt.Capabilities)] = v
+	c.mu.Unlock()
+	return v, nil
+}
+
+// agent returns the value of the agent's counts, reusing the one built
+// for the same counts before: they take few distinct values (pending and
+// in-flight work between 0 and the limits).
+func (c *inputCache) agent(a AgentInfo) ast.Value {
+	if c == nil {
+		return a.value()
+	}
+	c.mu.RLock()
+	v, ok := c.agents[a]
+	c.mu.RUnlock()
+	if ok {
+		return v
+	}
+	v = a.value()
+	c.mu.Lock()
+	if c.agents == nil || len(c.agents) >= rawCacheMax {
+		c.agents = make(map[AgentInfo]ast.Value)
+	}
+	c.agents[a] = v
+	c.mu.Unlock()
+	return v
 }
 
 // spaceEntry is the last space seen and its value. Participants are

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -312,6 +314,67 @@ func TestDecideJSON(t *testing.T) {
 	for _, bad := range []string{`[1]`, `"x"`, `{"proposal":`} {
 		if d, err := e.DecideJSON(t.Context(), []byte(bad)); err == nil || d.Action != "" {
 			t.Errorf("DecideJSON(%s) = %+v, %v; want no decision and an error", bad, d, err)
+		}
+	}
+}
+
+// The input cache hands back a proposer's or the agent's value only for
+// the same id, capabilities and counts: every input built through one
+// cache, in any order, is the document built without it.
+func TestInputCacheKeepsProposersAndCountsApart(t *testing.T) {
+	var cache inputCache
+	caps := []json.RawMessage{nil, json.RawMessage(`[{"kind":"mcp/proposal"}]`), json.RawMessage(`[{"kind":"chat"}]`), json.RawMessage(`[]`)}
+	var inputs []*Input
+	for _, id := range []string{"coder", "mallory", ""} {
+		for _, c := range caps {
+			for _, a := range []AgentInfo{{}, {ID: "fulfiller", Pending: 1, MaxPending: 50}, {ID: "fulfiller", Pending: 51, MaxPending: 50}, {Pending: 1, Inflight: 2, MaxPending: 50}} {
+				inputs = append(inputs, &Input{Method: "tools/call", Proposer: &Participant{ID: id, Capabilities: c}, Agent: a})
+			}
+		}
+	}
+	for round := range 2 {
+		for i, in := range inputs {
+			v, err := in.value(&cache, allFields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := in.value(nil, allFields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Compare(want) != 0 {
+				t.Fatalf("round %d, input %d: cached %v, built %v", round, i, v, want)
+			}
+		}
+	}
+}
+
+// EvaluatedInput is the document Decide evaluates: only the fields the
+// loaded policies read (the example policies read no proposal, params,
+// space or now), and deciding it as JSON decides as Decide does.
+func TestEvaluatedInput(t *testing.T) {
+	e := loadExamples(t)
+	for _, in := range []*Input{
+		smallCall(t, "read_file", `{"path":"/srv/app/config.yaml"}`),
+		smallCall(t, "write_file", `{"path":"/srv/dev/app.conf"}`),
+		benchInput(t),
+	} {
+		doc, err := e.EvaluatedInput(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(doc, &fields); err != nil {
+			t.Fatal(err)
+		}
+		keys := slices.Sorted(maps.Keys(fields))
+		if want := []string{"agent", "method", "proposer", "tool"}; !slices.Equal(keys, want) {
+			t.Errorf("fields %v, want %v", keys, want)
+		}
+		want := e.Decide(t.Context(), in)
+		got, err := e.DecideJSON(t.Context(), doc)
+		if err != nil || got.Action != want.Action || got.Message != want.Message || got.Err != nil {
+			t.Errorf("DecideJSON(%s) = %+v, %v; Decide = %+v", doc, got, err, want)
 		}
 	}
 }

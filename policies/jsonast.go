@@ -52,6 +52,7 @@ type jsonParser struct {
 	depth int
 
 	slab  []ast.Term     // terms are carved out of this
+	slabs int            // blocks of terms allocated so far
 	pairs [][2]*ast.Term // scratch stack of object members
 	elems []*ast.Term    // scratch stack of array elements
 
@@ -110,7 +111,15 @@ func lineAt(data []byte, off int) int {
 
 func (p *jsonParser) term(v ast.Value) *ast.Term {
 	if len(p.slab) == 0 {
-		p.slab = make([]ast.Term, 32)
+		// The first block is sized to the text, which cannot hold more
+		// terms than a third of its bytes plus one ("1,2" is two): small
+		// documents such as most tool arguments take a few terms, not 32.
+		n := 32
+		if p.slabs == 0 {
+			n = min(n, len(p.data)/3+1)
+		}
+		p.slabs++
+		p.slab = make([]ast.Term, n)
 	}
 	t := &p.slab[0]
 	p.slab = p.slab[1:]

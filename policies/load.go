@@ -40,6 +40,7 @@ var parserOptions = ast.ParserOptions{RegoVersion: ast.RegoV1, ProcessAnnotation
 // immutable once built; reloading builds a new one and swaps the pointer.
 type policySet struct {
 	query     rego.PreparedEvalQuery
+	data      *dataCache // the data documents evaluations have read
 	revision  string
 	files     []string // every file read, policies first
 	isDefault bool
@@ -180,7 +181,7 @@ func buildSet(ctx context.Context, opts *Options, hook print.Hook, remote *loade
 		return nil, regoError("", err, all)
 	}
 
-	set := &policySet{query: pq, isDefault: isDefault, need: inputFields(modules)}
+	set := &policySet{query: pq, data: newDataCache(), isDefault: isDefault, need: inputFields(modules)}
 	if compiler != nil {
 		set.missing = missingData(compiler.Modules, data)
 	}

@@ -23,10 +23,24 @@ import (
 const (
 	DefaultSeenTTL = 24 * time.Hour
 	DefaultLease   = 5 * time.Second
-	// markerTTL is how long delete and expiry markers stay in a bucket: long
-	// enough for watchers (lease lapses) to see them, short enough that
-	// finished proposals do not leave one tombstone each forever.
-	markerTTL = time.Minute
+	// limitMarkerTTL is how long the markers the server writes when a
+	// key's TTL runs out (a lease lapsing, a grant expiring) stay in a
+	// bucket: long enough for every watcher (WatchLapsed, on any replica)
+	// to see them. It is part of the buckets' configuration, which
+	// members of a group share (see sameLimits).
+	limitMarkerTTL = time.Minute
+	// markerTTL is how long the marker of a purge (a record ended, an
+	// answer delivered, a lease given up) stays. Every finished proposal
+	// leaves one, so it is short: with a minute, a memory store at 4 000
+	// proposals/s held 240 000 of them (about 100 MB, as much as the
+	// rest of the process), and each sweep for lapsed members listed and
+	// read every one. A watcher in this process sees a marker within
+	// milliseconds of its write; one that lags further misses it and
+	// learns as it would without the watch (its next compare-and-set
+	// fails; the sweep finds a lease that is gone). Nothing else reads
+	// markers: a create or compare-and-set behaves the same once the
+	// marker is gone. One second is the server's TTL resolution.
+	markerTTL = 2 * time.Second
 	// embeddedMaxPayload bounds one record in the embedded server. A pending
 	// record holds the proposal envelope (up to --max-frame, 1 MiB by
 	// default) plus its decision and prompts, so NATS's 1 MiB default is too
@@ -315,14 +329,14 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		// markers (nobody watches it, and markers would double its writes).
 		{&s.seen, "seen", jetstream.KeyValueConfig{TTL: s.cfg.SeenTTL}},
 		// pending, outbox: no age; deletes leave markers that expire.
-		{&s.pending, "pending", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
-		{&s.outbox, "outbox", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		{&s.pending, "pending", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
+		{&s.outbox, "outbox", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
 		// members: per-key TTL (each member its own --lease); the expiry
 		// marker is what WatchLapsed sees.
-		{&s.members, "members", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		{&s.members, "members", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
 		{&s.meta, "meta", jetstream.KeyValueConfig{}},
 		// grants: per-key TTL (each grant until a while after its expiry).
-		{&s.grants, "grants", jetstream.KeyValueConfig{LimitMarkerTTL: markerTTL}},
+		{&s.grants, "grants", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
 	}
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup

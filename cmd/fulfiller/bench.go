@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,12 +30,13 @@ type benchFlags struct {
 	vsOPA                        bool
 	opaBin                       string
 	opaDecisions                 int
-	cpuProfile                   string
+	cpuProfile, heapProfile      string
 	logLevel                     string
 	state, stateCreds            string
 	stateCompare                 bool
 	rounds                       int
 	toolStyle                    string
+	memoryLimit                  sizeValue
 }
 
 func newBenchCmd() *cobra.Command {
@@ -98,6 +102,8 @@ profile of the measured window labelled by component.`,
 	f.BoolVar(&fl.vsOPA, "vs-opa-server", false, "also compare decision latency and throughput with an OPA server sidecar")
 	f.StringVar(&fl.opaBin, "opa-bin", "", "`PATH` of an opa binary for --vs-opa-server (default: build the embedded OPA version once with go install into the user cache)")
 	f.IntVar(&fl.opaDecisions, "opa-decisions", 20_000, "decisions per side and round for --vs-opa-server")
+	f.Var(&fl.memoryLimit, "memory-limit", "soft limit of the Go runtime's memory for the whole bench process (as run --memory-limit sets it for the fulfiller), bytes or with a unit; 0: none. GOMEMLIMIT, when set, wins; --vs-opa-server gives the OPA server the same limit")
+	f.StringVar(&fl.heapProfile, "heapprofile", "", "write a heap profile taken as the measured window ends (after a GC, before anything stops; with --state-compare the durable run's) to `FILE`: what the fulfiller and its store hold")
 	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write the CPU profile of the measured window (first send to last answer; with --state-compare the durable run's) to `FILE`, goroutines labelled component=fulfiller|space|tool|proposers")
 	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory (embedded, in memory), `DIR` (a fresh embedded store inside it), nats://host:port[,…], or none (no store: the decision path alone)")
 	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for --state nats://…")
@@ -165,6 +171,9 @@ func (fl *benchFlags) validate() (loadtest.Mix, []loadtest.FileProposal, error) 
 	if fl.policyTimeout <= 0 {
 		return loadtest.Mix{}, nil, usageErrorf("--policy-timeout %s: must be positive", fl.policyTimeout)
 	}
+	if fl.memoryLimit < 0 {
+		return loadtest.Mix{}, nil, usageErrorf("--memory-limit %s: must be 0 (none) or more", &fl.memoryLimit)
+	}
 	if fl.stallTimeout <= 0 {
 		return loadtest.Mix{}, nil, usageErrorf("--stall-timeout %s: must be positive", fl.stallTimeout)
 	}
@@ -212,6 +221,7 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	if err != nil {
 		return err
 	}
+	applyMemoryLimit(log, int64(fl.memoryLimit))
 	if len(fl.policies) == 0 {
 		dir, data, cleanup, err := loadtest.ExamplePolicies("")
 		if err != nil {
@@ -241,6 +251,14 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	if profile != nil {
 		cfg.CPUProfile = profile
 	}
+	if fl.heapProfile != "" {
+		hp, err := os.Create(fl.heapProfile)
+		if err != nil {
+			return usageErrorf("--heapprofile %v", err)
+		}
+		defer hp.Close()
+		cfg.HeapProfile = hp
+	}
 	if fl.toolStyle == "compare" {
 		return benchToolCompare(cmd, fl, cfg)
 	}
@@ -249,6 +267,11 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 		return benchStateCompare(cmd, fl, cfg)
 	}
 	opaOpts := loadtest.OPAOptions{Bin: fl.opaBin, Decisions: fl.opaDecisions, Build: progress}
+	if limit := debug.SetMemoryLimit(-1); limit != math.MaxInt64 {
+		// The server's collector works under the same limit as ours
+		// (GOMEMLIMIT, which it inherits anyway, or --memory-limit).
+		opaOpts.Env = []string{"GOMEMLIMIT=" + strconv.FormatInt(limit, 10)}
+	}
 	if fl.vsOPA {
 		cfg.CaptureInputs = 2048
 		// Find or build opa before the run, so that a machine that cannot
@@ -290,7 +313,7 @@ func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) e
 	var mems, durs []*loadtest.Report
 	for i := range fl.rounds {
 		memCfg := cfg
-		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile = &state.Mode{Kind: state.Memory}, "", nil
+		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile, memCfg.HeapProfile = &state.Mode{Kind: state.Memory}, "", nil, nil
 		mem, err := loadtest.Run(cmd.Context(), memCfg)
 		if err != nil {
 			if errors.Is(err, loadtest.ErrPolicy) {
@@ -300,7 +323,7 @@ func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) e
 		}
 		durCfg := cfg
 		if i < fl.rounds-1 {
-			durCfg.CPUProfile = nil
+			durCfg.CPUProfile, durCfg.HeapProfile = nil, nil
 		}
 		dur, err := loadtest.Run(cmd.Context(), durCfg)
 		if err != nil {
@@ -335,7 +358,7 @@ func benchToolCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) er
 			c := cfg
 			c.ToolStyle = style
 			if style != toolserver.StyleSDK || i < fl.rounds-1 {
-				c.CPUProfile = nil // the last SDK run's only: two profiles in one file would not parse
+				c.CPUProfile, c.HeapProfile = nil, nil // the last SDK run's only: two profiles in one file would not parse
 			}
 			res, err := loadtest.Run(cmd.Context(), c)
 			if err != nil {

@@ -39,6 +39,8 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--rounds", "0"}, "--rounds"},
 		{[]string{"bench", "--tool-style", "bridge"}, "--tool-style"},
 		{[]string{"bench", "--tool-style", "compare", "--vs-opa-server"}, "--tool-style"},
+		{[]string{"bench", "--memory-limit", "-1"}, "--memory-limit"},
+		{[]string{"bench", "--memory-limit", "lots"}, "--memory-limit"},
 	} {
 		_, stderr, code := cli(t, "", tc.args...)
 		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.flag) {

@@ -39,6 +39,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -110,7 +111,12 @@ type Config struct {
 	// CPUProfile, when set, receives the CPU profile of the measured
 	// window (first send to the last answer), labelled by LabelKey.
 	CPUProfile io.Writer
-	Logger     *slog.Logger // component logs [discarded]
+	// HeapProfile, when set, receives a heap profile (pprof's "heap",
+	// after a garbage collection) taken as the measured window ends, before
+	// anything is torn down: what the fulfiller, its store and the rest
+	// still hold once every proposal is answered.
+	HeapProfile io.Writer
+	Logger      *slog.Logger // component logs [discarded]
 }
 
 func (c *Config) setDefaults() error {
@@ -230,14 +236,20 @@ type Report struct {
 	// component.
 	ProfiledCPUSeconds float64 `json:"profiled_cpu_seconds,omitempty"`
 	ProfileError       string  `json:"profile_error,omitempty"`
+	// HeapProfileError says why Config.HeapProfile got no profile.
+	HeapProfileError string `json:"heap_profile_error,omitempty"`
 
 	// StoreOps is the latency of each kind of state store operation in
 	// the run (claim, put, update, sync, delete, …): successful ones, from
 	// the first send to the end. Nil without a store.
 	StoreOps map[string]Percentiles `json:"store_ops,omitempty"`
 
-	PeakRSS  uint64 `json:"peak_rss_bytes"`  // VmHWM of the whole process (space, tool, fulfiller, proposers)
-	PeakHeap uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
+	PeakRSS uint64 `json:"peak_rss_bytes"` // VmHWM of the whole process (space, tool, fulfiller, proposers)
+	// MemoryLimit is the Go runtime's soft memory limit during the run
+	// (GOMEMLIMIT, bench --memory-limit); 0 for none. It decides how
+	// much garbage the heap may hold, and so the peak RSS.
+	MemoryLimit int64  `json:"memory_limit_bytes,omitempty"`
+	PeakHeap    uint64 `json:"peak_heap_bytes"` // largest sampled live heap (every 50ms)
 
 	OPA *Comparison `json:"vs_opa_server,omitempty"`
 }
@@ -286,6 +298,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rep.ToolStyle = cfg.ToolStyle.String()
 	rep.SpoofAttempts = w.spoofs.Load()
 	rep.PeakRSS = peakRSS()
+	rep.MemoryLimit = memoryLimit()
 	return &Result{Report: rep, Inputs: w.capture.inputs(), Engine: engine}, nil
 }
 
@@ -732,6 +745,14 @@ func (w *world) drive(ctx context.Context) Report {
 	cpu := cpuTime() - cpu0
 	if profErr == nil {
 		pprof.StopCPUProfile()
+	}
+	if cfg.HeapProfile != nil {
+		// After the CPU time and profile, so that the collection it
+		// forces is not counted.
+		runtime.GC()
+		if err := pprof.Lookup("heap").WriteTo(cfg.HeapProfile, 0); err != nil {
+			rep.HeapProfileError = err.Error()
+		}
 	}
 	stopSending()
 	<-sendersDone

@@ -65,7 +65,7 @@ func TestCompareOPAAgreesAndStopsTheServer(t *testing.T) {
 	}
 	// The server is stopped: a new one on the same files starts, and the
 	// old address no longer answers.
-	srv, err := startOPA(t.Context(), bin, files)
+	srv, err := startOPA(t.Context(), bin, files, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

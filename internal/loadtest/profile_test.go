@@ -2,9 +2,14 @@ package loadtest
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,5 +245,66 @@ func TestCompareState(t *testing.T) {
 	c.Durable[1].Unanswered = 1
 	if c.OK() {
 		t.Error("a comparison with an unanswered proposal is OK")
+	}
+}
+
+// A run with HeapProfile hands out a heap profile taken before the store
+// stops: the memory store's records are in it, which is what the profile
+// is for (what the fulfiller and its store hold once everything is
+// answered).
+func TestRunWritesHeapProfile(t *testing.T) {
+	// Every allocation sampled, so that even a small run's records show.
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 1
+	var heap bytes.Buffer
+	cfg := smallConfig(50)
+	cfg.State = &state.Mode{Kind: state.Memory}
+	cfg.HeapProfile = &heap
+	res, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Report.OK() || res.Report.HeapProfileError != "" {
+		t.Fatalf("report %+v", res.Report)
+	}
+	zr, err := gzip.NewReader(&heap)
+	if err != nil {
+		t.Fatalf("heap profile: %v", err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("heap profile: %v", err)
+	}
+	var strs []string
+	if err := protoFields(raw, func(num, wire int, _ uint64, b []byte) error {
+		if num == 6 && wire == 2 {
+			strs = append(strs, string(b))
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("heap profile: %v", err)
+	}
+	for _, want := range []string{"inuse_space", "github.com/nats-io/nats-server/v2/server.(*memStore).storeRawMsg"} {
+		if !slices.Contains(strs, want) {
+			t.Errorf("heap profile does not name %s", want)
+		}
+	}
+}
+
+// The report says under which Go memory limit the run was made: it
+// decides how much garbage the heap may hold, and so the peak RSS.
+func TestRunReportsMemoryLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1 << 30))
+	res, err := Run(t.Context(), smallConfig(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.MemoryLimit != 1<<30 {
+		t.Errorf("memory limit in the report %d, want %d", res.Report.MemoryLimit, 1<<30)
+	}
+	var text bytes.Buffer
+	res.Report.WriteText(&text)
+	if !strings.Contains(text.String(), "Go memory limit 1024.0 MiB") {
+		t.Errorf("text report does not give the limit:\n%s", text.String())
 	}
 }

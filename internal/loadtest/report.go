@@ -54,7 +54,11 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  %-8s %7d  %s\n", op, p.Count, pct(p))
 		}
 	}
-	fmt.Fprintf(w, "peak memory     RSS %s (VmHWM, whole process), heap %s (sampled)\n", mib(r.PeakRSS), mib(r.PeakHeap))
+	limit := "none"
+	if r.MemoryLimit > 0 {
+		limit = mib(uint64(r.MemoryLimit))
+	}
+	fmt.Fprintf(w, "peak memory     RSS %s (VmHWM, whole process), heap %s (sampled), Go memory limit %s\n", mib(r.PeakRSS), mib(r.PeakHeap), limit)
 	if r.Stalled {
 		fmt.Fprintln(w, "STALLED: nothing was answered for the stall timeout; the run was cut short")
 	}

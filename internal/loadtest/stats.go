@@ -3,7 +3,9 @@ package loadtest
 import (
 	"bufio"
 	"context"
+	"math"
 	"os"
+	"runtime/debug"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -43,6 +45,14 @@ func us(v float64) time.Duration { return time.Duration(v * 1e3) }
 
 // peakRSS reads the process's high-water mark of resident memory
 // (VmHWM), in bytes; 0 where /proc is not available.
+// memoryLimit is the runtime's soft memory limit, 0 for none.
+func memoryLimit() int64 {
+	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
+		return l
+	}
+	return 0
+}
+
 func peakRSS() uint64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
