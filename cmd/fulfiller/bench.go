@@ -34,6 +34,7 @@ type benchFlags struct {
 	logLevel                     string
 	state, stateCreds            string
 	stateCompare                 bool
+	stateBaseline                string
 	rounds                       int
 	toolStyle                    string
 	memoryLimit                  sizeValue
@@ -107,7 +108,8 @@ profile of the measured window labelled by component.`,
 	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write the CPU profile of the measured window (first send to last answer; with --state-compare the durable run's) to `FILE`, goroutines labelled component=fulfiller|space|tool|proposers")
 	f.StringVar(&fl.state, "state", "memory", "the fulfiller's state store: memory (embedded, in memory), `DIR` (a fresh embedded store inside it), nats://host:port[,…], or none (no store: the decision path alone)")
 	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for --state nats://…")
-	f.BoolVar(&fl.stateCompare, "state-compare", false, "run with --state memory first, then with --state, and compare (what durability costs)")
+	f.BoolVar(&fl.stateCompare, "state-compare", false, "run with --state-baseline first, then with --state, and compare (what durability costs)")
+	f.StringVar(&fl.stateBaseline, "state-baseline", "memory", "what --state-compare measures --state against: memory (the same embedded store in memory; target ≥ 0.7×) or none (no NATS store, the decision path alone; target ≥ 0.9×)")
 	f.IntVar(&fl.rounds, "rounds", 1, "with --state-compare or --tool-style compare: run both this many times (alternating which goes first) and give the median ratio")
 	f.StringVar(&fl.toolStyle, "tool-style", "jsonrpc", "how the tool owner answers: jsonrpc (echoes JSON-RPC ids), sdk (as mew bridge: no jsonrpc, no id), or compare (both, one after the other)")
 	f.StringVar(&fl.logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
@@ -142,6 +144,12 @@ func (fl *benchFlags) stateMode() (*state.Mode, error) {
 		if st, err := os.Stat(m.Dir); err == nil && !st.IsDir() {
 			return nil, usageErrorf("--state %q: not a directory", m.Dir)
 		}
+	}
+	switch {
+	case fl.stateBaseline != "memory" && fl.stateBaseline != "none":
+		return nil, usageErrorf("--state-baseline %q: want memory or none", fl.stateBaseline)
+	case fl.stateBaseline != "memory" && !fl.stateCompare:
+		return nil, usageErrorf("--state-baseline needs --state-compare")
 	}
 	if m.Kind == state.Memory && fl.stateCompare {
 		return nil, usageErrorf("--state-compare needs --state DIR or nats://… to compare with memory")
@@ -305,21 +313,24 @@ func runBench(cmd *cobra.Command, fl benchFlags) error {
 	return nil
 }
 
-// benchStateCompare runs cfg's load with a memory store, then with cfg.State,
-// --rounds times, and prints them and the cost of durability. Only the
-// last durable run writes the CPU profile: two profiles in one file would
-// not parse.
+// benchStateCompare runs cfg's load with the baseline (--state-baseline: a
+// memory store, or none), then with cfg.State, --rounds times, and prints
+// them and the cost of durability. Only the last durable run writes the
+// CPU profile: two profiles in one file would not parse.
 func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) error {
 	var mems, durs []*loadtest.Report
 	for i := range fl.rounds {
 		memCfg := cfg
 		memCfg.State, memCfg.StateCreds, memCfg.CPUProfile, memCfg.HeapProfile = &state.Mode{Kind: state.Memory}, "", nil, nil
+		if fl.stateBaseline == "none" {
+			memCfg.State = nil
+		}
 		mem, err := loadtest.Run(cmd.Context(), memCfg)
 		if err != nil {
 			if errors.Is(err, loadtest.ErrPolicy) {
 				return usageError(err)
 			}
-			return fmt.Errorf("memory run %d: %w", i+1, err)
+			return fmt.Errorf("%s run %d: %w", fl.stateBaseline, i+1, err)
 		}
 		durCfg := cfg
 		if i < fl.rounds-1 {
@@ -331,7 +342,7 @@ func benchStateCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) e
 		}
 		mems, durs = append(mems, &mem.Report), append(durs, &dur.Report)
 	}
-	c := loadtest.CompareState(mems, durs)
+	c := loadtest.CompareState(fl.stateBaseline, mems, durs)
 	if err := writeReport(cmd.OutOrStdout(), fl.jsonOut, c); err != nil {
 		return err
 	}

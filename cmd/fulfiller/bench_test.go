@@ -38,6 +38,8 @@ func TestBenchUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--state", "bench_test.go"}, "--state"},
 		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--rounds", "0"}, "--rounds"},
 		{[]string{"bench", "--tool-style", "bridge"}, "--tool-style"},
+		{[]string{"bench", "--state", "/tmp/x", "--state-compare", "--state-baseline", "disk"}, "--state-baseline"},
+		{[]string{"bench", "--state", "/tmp/x", "--state-baseline", "none"}, "--state-baseline"},
 		{[]string{"bench", "--tool-style", "compare", "--vs-opa-server"}, "--tool-style"},
 		{[]string{"bench", "--memory-limit", "-1"}, "--memory-limit"},
 		{[]string{"bench", "--memory-limit", "lots"}, "--memory-limit"},
@@ -135,11 +137,21 @@ func TestBenchTextFulfillerCPU(t *testing.T) {
 // reports both, each with every proposal answered once, and the ratio; the
 // store's fresh directory is gone afterwards. One round: the median of
 // several is internal/loadtest's TestCompareState. The output is the
-// point, not the ratio: 50 proposals a run.
+// point, not the ratio: 50 proposals a run. --state-baseline none
+// compares with no NATS store at all, against issue 28's 0.9×.
 func TestBenchStateCompare(t *testing.T) {
+	for _, tc := range []struct {
+		baseline string
+		target   float64
+	}{{"memory", 0.7}, {"none", 0.9}} {
+		t.Run(tc.baseline, func(t *testing.T) { checkBenchStateCompare(t, tc.baseline, tc.target) })
+	}
+}
+
+func checkBenchStateCompare(t *testing.T, baseline string, target float64) {
 	dir := t.TempDir()
 	stdout, stderr, code := cli(t, "", "bench", "--proposals", "50", "--proposers", "2", "--json",
-		"--state", dir, "--state-compare", "--rounds", "1",
+		"--state", dir, "--state-compare", "--state-baseline", baseline, "--rounds", "1",
 		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -158,11 +170,12 @@ func TestBenchStateCompare(t *testing.T) {
 	}
 	var c struct {
 		Rounds          int
+		Baseline        string
 		Memory, Durable []*report
 		Ratio           float64 `json:"throughput_ratio"`
 		Target          float64 `json:"throughput_ratio_target"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &c); err != nil || c.Rounds != 1 || len(c.Memory) != 1 || len(c.Durable) != 1 {
+	if err := json.Unmarshal([]byte(stdout), &c); err != nil || c.Rounds != 1 || c.Baseline != baseline || len(c.Memory) != 1 || len(c.Durable) != 1 {
 		t.Fatalf("not one JSON comparison of 1 round (%v):\n%s", err, stdout)
 	}
 	for i := range 1 {
@@ -171,12 +184,12 @@ func TestBenchStateCompare(t *testing.T) {
 				t.Errorf("round %d: report %+v", i+1, *r)
 			}
 		}
-		if c.Memory[i].State != "memory" || c.Durable[i].State != dir {
-			t.Errorf("round %d: states %q and %q, want memory and %q", i+1, c.Memory[i].State, c.Durable[i].State, dir)
+		if c.Memory[i].State != baseline || c.Durable[i].State != dir {
+			t.Errorf("round %d: states %q and %q, want %s and %q", i+1, c.Memory[i].State, c.Durable[i].State, baseline, dir)
 		}
 	}
 	want := c.Durable[0].Throughput / c.Memory[0].Throughput
-	if c.Ratio != want || c.Target != 0.7 {
+	if c.Ratio != want || c.Target != target {
 		t.Errorf("ratio %v (want %v), target %v", c.Ratio, want, c.Target)
 	}
 	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {

@@ -230,7 +230,7 @@ func TestCompareState(t *testing.T) {
 	run := func(state string, tput, cpu float64) *Report {
 		return &Report{State: state, Proposals: 10, Sent: 10, Answered: 10, Throughput: tput, CPUPerProposal: cpu}
 	}
-	c := CompareState(
+	c := CompareState("memory",
 		[]*Report{run("memory", 1000, 100), run("memory", 500, 100), run("memory", 1000, 100)},
 		[]*Report{run("/s", 600, 150), run("/s", 450, 120), run("/s", 100, 400)})
 	if c.Rounds != 3 || c.ThroughputRatio != 0.6 || c.CPURatio != 1.5 || !c.OK() {
@@ -239,8 +239,15 @@ func TestCompareState(t *testing.T) {
 	}
 	var b bytes.Buffer
 	c.WriteText(&b)
-	if !strings.Contains(b.String(), "throughput 0.60× (target ≥ 0.70: MISSED), CPU per proposal 1.50×") {
+	if !strings.Contains(b.String(), "durable ÷ memory (median of rounds): throughput 0.60× (target ≥ 0.70: MISSED), CPU per proposal 1.50×") {
 		t.Errorf("text:\n%s", b.String())
+	}
+	// Against no store at all the target is issue 28's 0.9×.
+	none := CompareState("none", []*Report{run("none", 1000, 100)}, []*Report{run("/s", 920, 110)})
+	b.Reset()
+	none.WriteText(&b)
+	if !strings.Contains(b.String(), "--state none vs --state /s") || !strings.Contains(b.String(), "durable ÷ none (median of rounds): throughput 0.92× (target ≥ 0.90: met)") {
+		t.Errorf("text against none:\n%s", b.String())
 	}
 	c.Durable[1].Unanswered = 1
 	if c.OK() {
