@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,29 +15,14 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 const waitLimit = 5 * time.Second
 
-// logBuffer collects log output for assertions and shows it when a test
-// fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+// logBuffer is a log sink safe to read while it is written.
+type logBuffer = logbuf.Buffer
 
 // harness wires a test gateway and clients; everything is closed and
 // checked for leaked goroutines when the test ends.

@@ -1,7 +1,6 @@
 package approverkeys_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"log/slog"
@@ -15,25 +14,11 @@ import (
 
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approverkeys"
+	"github.com/mewkit/fulfiller/internal/logbuf"
 )
 
-// syncBuffer is a log sink safe for the watcher's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe to read while it is written.
+type syncBuffer = logbuf.Buffer
 
 func keyLine(t *testing.T, id string) string {
 	t.Helper()

@@ -1,14 +1,14 @@
 package policies
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/internal/logbuf"
 )
 
 // writeTree writes files (relative path → content) under a new temporary
@@ -51,23 +51,8 @@ func loadInline(t testing.TB, src string) *Engine {
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// logBuffer is a concurrency-safe log sink for asserting on log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+// logBuffer is a log sink safe to read while it is written.
+type logBuffer = logbuf.Buffer
 
 func textLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))

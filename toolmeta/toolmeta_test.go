@@ -8,10 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/toolmeta"
 )
 
@@ -314,21 +314,5 @@ func TestWatchReloads(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the watcher's goroutine writes while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe to read while it is written.
+type syncBuffer = logbuf.Buffer

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
@@ -71,23 +71,8 @@ func (w *stateWorld) gate(name string) chan struct{} {
 // release lets the "slow" calls with arguments.gate name answer.
 func (w *stateWorld) release(name string) { close(w.gate(name)) }
 
-// lockedBuffer collects the fulfillers' logs for a failure message.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a log sink safe to read while it is written.
+type lockedBuffer = logbuf.Buffer
 
 func newStateWorld(t *testing.T) *stateWorld {
 	t.Helper()

@@ -14,6 +14,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/notify"
 )
 
@@ -185,22 +186,8 @@ func TestDemoInteractive(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe to read while it is written.
+type syncBuffer = logbuf.Buffer
 
 // fs plays a tool server behind mew bridge: on the wire its answers carry
 // no jsonrpc and no id, and its tools/list no annotations; the demo's

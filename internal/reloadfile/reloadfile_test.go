@@ -1,7 +1,6 @@
 package reloadfile
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/internal/logbuf"
 )
 
 // words is a file of one word per line; a line with a space in it does
@@ -35,18 +35,8 @@ func readWords(path string) ([]byte, words, error) {
 
 var messages = Messages{Failed: "words refused", Reloaded: "words reloaded", ValidAgain: "words valid again", WatchError: "words watch error", Watch: "watch words"}
 
-// syncBuffer is a log the test reads while Watch writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+// syncBuffer is a log sink safe to read while it is written.
+type syncBuffer = logbuf.Buffer
 
 func write(t *testing.T, path, content string) {
 	t.Helper()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
@@ -227,24 +228,7 @@ func Exact(t testing.TB, env agent.Envelope, want string, keys ...string) {
 
 // Screen collects what a terminal UI or a logger writes; it is safe to
 // read while it is being written.
-type Screen struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-// Write appends p.
-func (s *Screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns everything written so far.
-func (s *Screen) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type Screen = logbuf.Buffer
 
 // WaitText waits until get shows text, failing with what it does show.
 func WaitText(t testing.TB, what string, get func() string, text string) {
