@@ -82,7 +82,9 @@
 // before, and an approver keyed since a prompt was sent must sign their
 // answer to it. A prompt sent while its approver was keyed stays one that
 // needs a signed answer: if the key is removed, no answer to it counts
-// (each is ignored) until a key is back or the escalation ends.
+// (each is ignored) until a key is back or the escalation ends. Its record
+// says so (state.Prompt.Signed), so that a restart or an adopter keeps it
+// that way.
 //
 // # Signed prompts
 //

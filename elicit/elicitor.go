@@ -860,9 +860,10 @@ func (x *escalation) resume() (fulfill.Verdict, bool) {
 	var again []*seat
 	for _, pr := range x.esc.Prompts {
 		s := &seat{requestID: pr.EnvelopeID, rpcID: pr.RPCID, approver: pr.Approver, chain: pr.Chain, recorded: true}
-		// The store does not say whether the approver was keyed when
-		// first asked: the keys in force now decide.
-		s.signed = x.e.cfg.currentKeys().Has(pr.Approver)
+		// Keyed when first asked (the record says so) or keyed now: an
+		// answer must be signed. A restart must not turn a prompt whose
+		// approver's key was removed into one any participant can answer.
+		s.signed = pr.Signed || x.e.cfg.currentKeys().Has(pr.Approver)
 		s.open = !x.answered[pr.Approver] && !handedOn[pr.Approver]
 		if len(pr.Payload) > 0 {
 			s.prompt = agent.Envelope{ID: pr.EnvelopeID, To: []string{pr.Approver}, Kind: agent.KindRequest, Payload: pr.Payload}
@@ -1005,7 +1006,7 @@ func (x *escalation) ask(s *seat) {
 	if rec := x.esc.RecordPrompt; rec != nil && !s.recorded {
 		// Recorded before it is sent: a restart or an adopter asks it
 		// again with the same ids. Not recorded, not sent (fail closed).
-		if err := rec(state.Prompt{Approver: s.approver, EnvelopeID: s.requestID, RPCID: s.rpcID, Chain: s.chain, Sent: x.e.cfg.Now().UTC(), Payload: env.Payload}); err != nil {
+		if err := rec(state.Prompt{Approver: s.approver, EnvelopeID: s.requestID, RPCID: s.rpcID, Chain: s.chain, Sent: x.e.cfg.Now().UTC(), Payload: env.Payload, Signed: s.signed}); err != nil {
 			s.open = false
 			x.storeErr = err
 			x.log.Error("elicitation not recorded in the pending-work store; not sent", "approver", s.approver, "request", s.requestID, "err", err)

@@ -2,6 +2,7 @@ package elicit
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/poll"
@@ -173,5 +175,67 @@ func TestPromptNotRecordedNotSent(t *testing.T) {
 			t.Errorf("%v: sent %v", tc.err, got)
 		}
 		e.Close()
+	}
+}
+
+// A prompt asked while its approver was keyed records so (Prompt.Signed):
+// after a restart with the key removed, an unsigned answer to it still
+// does not count, as it would not have before the restart. Without the
+// record, the keys in force at the resume decided, and any participant
+// could answer in the approver's name.
+func TestResumedPromptOfAKeyedApproverStaysSigned(t *testing.T) {
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed := func() approval.ApproverKeys { return approval.ApproverKeys{Ed25519: approval.Keys{"alice": pub}} }
+	conn := &fakeConn{roster: []string{"alice"}}
+	e := New(conn, Config{CurrentKeys: keyed})
+	defer e.Close()
+	log := &storeLog{}
+	esc := quorumEscalation()
+	esc.Decision.Approvers, esc.Decision.Quorum = []string{"alice"}, 1
+	log.hook(&esc)
+	e.Escalate(context.Background(), esc, func(v fulfill.Verdict) { t.Errorf("verdict before the restart: %+v", v) })
+	sent := waitSent(t, conn, 1)
+	log.mu.Lock()
+	if len(log.prompts) != 1 || !log.prompts[0].Signed {
+		t.Fatalf("recorded %+v, want alice's prompt marked signed", log.prompts)
+	}
+	log.mu.Unlock()
+	// kill -9, and alice's key removed before the restart.
+
+	conn2 := &fakeConn{roster: []string{"alice"}}
+	var events []Event
+	var mu sync.Mutex
+	e2 := New(conn2, Config{CurrentKeys: func() approval.ApproverKeys { return approval.ApproverKeys{} },
+		Observer: func(ev Event) { mu.Lock(); events = append(events, ev); mu.Unlock() }})
+	defer e2.Close()
+	resumed := esc
+	log.mu.Lock()
+	resumed.Prompts = log.prompts
+	log.mu.Unlock()
+	log.hook(&resumed)
+	verdict := make(chan fulfill.Verdict, 1)
+	e2.Escalate(context.Background(), resumed, func(v fulfill.Verdict) { verdict <- v })
+	waitSent(t, conn2, 1) // asked again
+	e2.Handle(approve("alice", sent[0], log.prompts[0].RPCID))
+	poll.Until(t, "the unsigned answer ignored (or counted)", func() bool {
+		if len(verdict) > 0 {
+			return true
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range events {
+			if ev.Kind == EventIgnored && ev.Approver == "alice" {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case v := <-verdict:
+		t.Fatalf("verdict %+v from an unsigned answer to a signed prompt", v)
+	default:
 	}
 }

@@ -93,6 +93,11 @@ type Prompt struct {
 	RPCID      int64     `json:"rpc_id"`      // JSON-RPC id of elicitation/create
 	Chain      []string  `json:"chain,omitempty"`
 	Sent       time.Time `json:"sent"`
+	// Signed: the approver was keyed when asked, so only a signed answer
+	// counts, after a restart too, even if the key is removed meanwhile.
+	// Records written before it was kept lack it: the keys in force when
+	// the prompt is resumed decide for them.
+	Signed bool `json:"signed,omitempty"`
 	// Payload is the elicitation/create payload as sent: whoever resumes
 	// the prompt sends it again byte for byte, which is how an approver's
 	// client knows it is the same question (and re-sends its answer).
