@@ -122,7 +122,33 @@ func startCluster(n int, name string, o Options) (*Cluster, error) {
 		c.Shutdown()
 		return nil, err
 	}
+	// A leader is not enough for a replicated bucket: until it has heard
+	// from every peer it refuses to place three replicas ("no suitable
+	// peers for placement, peer offline"), which failed the first tests
+	// of a loaded CI run.
+	if err := c.waitPeersOnline(n, 2*time.Minute); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
 	return c, nil
+}
+
+// waitPeersOnline waits until the meta leader sees n JetStream peers
+// online, each with its stats received.
+func (c *Cluster) waitPeersOnline(n int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		for _, s := range c.servers {
+			if s != nil && s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) >= n {
+				c.mu.Unlock()
+				return nil
+			}
+		}
+		c.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("the meta leader did not see %d peers online within %v", n, d)
 }
 
 // Start starts (or restarts) server i on its ports.
