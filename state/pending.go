@@ -14,25 +14,29 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
 
-// Phase is where a pending proposal is in its journey.
-type Phase string
+// Phase is where a pending proposal is in its journey. It is the
+// lifecycle core's one phase enum (fulfill/lifecycle), which the record
+// carries as it is: there is no second enum to map to and from.
+type Phase = lifecycle.Phase
 
 // Phases of a pending proposal.
 const (
-	Deciding         Phase = "deciding"          // claimed, policy not yet settled
-	AwaitingApproval Phase = "awaiting_approval" // human prompts are open
-	Queued           Phase = "queued"            // waiting for a fulfilment slot
-	Fulfilling       Phase = "fulfilling"        // request written, response awaited
+	Deciding         = lifecycle.Deciding         // claimed, policy not yet settled
+	AwaitingApproval = lifecycle.AwaitingApproval // human prompts are open
+	Queued           = lifecycle.Queued           // waiting for a fulfilment slot
+	Fulfilling       = lifecycle.Fulfilling       // request written, response awaited
 	// Running: the tool owner answered a task-augmented request with a
 	// task (Task says which); it is followed to its end, and its result
 	// relayed to the proposer.
-	Running Phase = "task"
+	Running = lifecycle.Task
 	// Answered: its reject is about to be written (Reject says which);
 	// whoever resumes the record sends that reject again, never anything
 	// else, and ends the record.
-	Answered Phase = "answered"
+	Answered = lifecycle.Answered
 )
 
 // Pending is one unanswered proposal as stored. Times are absolute (UTC) so

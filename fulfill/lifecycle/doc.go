@@ -29,12 +29,14 @@
 //
 // Its states (fulfill.State): received, deciding, awaiting_approval,
 // queued, fulfilling, task, and the terminal fulfilled, rejected,
-// withdrawn, superseded. The record's phases (state.Phase) are a second
-// enum with other names: deciding, awaiting_approval, queued, fulfilling,
-// task, answered. The approval deadline is held three times
-// (proposal.deadline, Escalation.Deadline, Pending.ApprovalDeadline) and
-// ended by two timers (elicit's deadline: reject "timeout"; the TTL
-// sweep: "not decided within" unless it re-adds the entry); the decision
+// withdrawn, superseded. The record's phases (state.Phase) were a second
+// enum; state.Phase is this package's Phase now (deciding,
+// awaiting_approval, queued, fulfilling, task, answered), and
+// fulfill.State goes with the move. The approval deadline is held three
+// times (proposal.deadline, Escalation.Deadline,
+// Pending.ApprovalDeadline); it was ended by two timers (elicit's
+// deadline, and the TTL sweep's "not decided within"), by one since issue
+// 27 (the TTL never ends an open prompt); the decision
 // three times (proposal.decision, proposal.gov, storedDecision in the
 // record); seen ids three times (pendingStore.seen, .ended, the store's
 // claim). Persistence is woven into each stage: putRecord (decide),
