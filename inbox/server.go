@@ -22,6 +22,7 @@ import (
 
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/internal/httpserve"
 )
 
 //go:embed assets
@@ -408,24 +409,14 @@ func same(a, b json.RawMessage) bool {
 // their stream end.
 func (in *Inbox) Serve(ctx context.Context, ln net.Listener, certFile, keyFile string) error {
 	srv := &http.Server{Handler: in.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(in.log.Handler(), slog.LevelDebug)}
-	errc := make(chan error, 1)
-	go func() {
-		if certFile != "" {
-			errc <- srv.ServeTLS(ln, certFile, keyFile)
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
-	select {
-	case err := <-errc:
-		in.Close()
+	// Closed first when ctx ends, so that open pages' streams end and
+	// the shutdown does not wait for them.
+	stop := context.AfterFunc(ctx, in.Close)
+	defer stop()
+	err := httpserve.Serve(ctx, srv, ln, certFile, keyFile)
+	in.Close()
+	if err != nil {
 		return fmt.Errorf("inbox: %w", err)
-	case <-ctx.Done():
-		in.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-errc
-		return nil
 	}
+	return nil
 }

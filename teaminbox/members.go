@@ -12,6 +12,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/internal/httpserve"
 )
 
 // Join connects one approver to the space, subscribed with
@@ -119,22 +120,8 @@ func (s *Server) allowed(id string) bool {
 func (s *Server) Serve(ctx context.Context, ln net.Listener, certFile, keyFile string) error {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
-	errc := make(chan error, 1)
-	go func() {
-		if certFile != "" {
-			errc <- srv.ServeTLS(ln, certFile, keyFile)
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
-	select {
-	case err := <-errc:
+	if err := httpserve.Serve(ctx, srv, ln, certFile, keyFile); err != nil {
 		return fmt.Errorf("team inbox: %w", err)
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-errc
-		return nil
 	}
+	return nil
 }
