@@ -85,7 +85,11 @@ type catalog struct {
 	gen      map[string]uint64 // drops answers older than the newest request or a leave
 	inflight int
 	settled  chan struct{} // closed whenever no refresh is in flight
-	warned   bool
+	// learnt is closed (and replaced) whenever a server's tools become
+	// known, so that a lookup waiting for one tool's owner stops waiting
+	// then, not when every other discovery has settled too.
+	learnt chan struct{}
+	warned bool
 	// session ends at reset: requests sent on a lost session will never be
 	// answered, and waiting out their timeout would hold the slots that
 	// the new session's discovery needs.
@@ -136,6 +140,7 @@ func newCatalog(space Space, log *slog.Logger, timeout, settle time.Duration, co
 		byServer:  map[string]map[string]ToolInfo{},
 		gen:       map[string]uint64{},
 		settled:   settled,
+		learnt:    make(chan struct{}),
 		conflicts: map[string]int{},
 		onSpoof:   func(string, string) {},
 	}
@@ -212,6 +217,8 @@ func (c *catalog) discover(ctx context.Context, id string) {
 			default:
 				delete(c.conflicts, id)
 				c.byServer[id] = tools
+				close(c.learnt)
+				c.learnt = make(chan struct{})
 				c.log.Debug("tools discovered", "participant", id, "tools", len(tools))
 			}
 		}
@@ -390,20 +397,29 @@ func (c *catalog) tool(server, name string) (ToolInfo, bool) {
 }
 
 // lookup is owners, but when nobody is known to offer the tool and a
-// discovery is still running (a tool server that just joined), it waits for
-// discovery to settle, bounded by ctx.
+// discovery is still running (a tool server that just joined), it waits,
+// bounded by ctx, until someone is known to offer it or every discovery
+// has settled. It does not wait for the rest once an owner is known: after
+// a reconnect every participant is asked again, and one that never
+// answers tools/list (a person's client) would hold the lookup for the
+// whole of ctx, which a loaded machine could then spend before the tool
+// server's answer was believed.
 func (c *catalog) lookup(ctx context.Context, tool string) []ToolInfo {
-	if owners := c.owners(tool); len(owners) > 0 {
-		return owners
+	for {
+		if owners := c.owners(tool); len(owners) > 0 {
+			return owners
+		}
+		c.mu.Lock()
+		settled, learnt := c.settled, c.learnt
+		c.mu.Unlock()
+		select {
+		case <-settled:
+			return c.owners(tool)
+		case <-learnt:
+		case <-ctx.Done():
+			return c.owners(tool)
+		}
 	}
-	c.mu.Lock()
-	settled := c.settled
-	c.mu.Unlock()
-	select {
-	case <-settled:
-	case <-ctx.Done():
-	}
-	return c.owners(tool)
 }
 
 // Tools lists every known tool, for the operator API and the demo.

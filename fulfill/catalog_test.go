@@ -85,3 +85,37 @@ func TestCatalogSilentPeerCostsNothingLasting(t *testing.T) {
 		t.Error("tools believed for a participant that never answered")
 	}
 }
+
+// A lookup for a tool stops waiting once a discovery shows its owner,
+// not when every discovery has settled: after a reconnect each participant
+// is asked again, and one that never answers tools/list (an SDK client)
+// held lookups for the whole --discovery-wait, which a loaded machine
+// could spend before the tool server's answer was believed (an elicit
+// fault test saw "no participant in the space offers tool" so).
+func TestCatalogLookupDoesNotWaitForSilentPeers(t *testing.T) {
+	space := newFakeSpace()
+	space.silent = map[string]bool{"coder": true}
+	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, time.Millisecond, 2)
+	defer c.wait()
+	defer c.reset()                          // first: ends the silent discovery, so that wait returns
+	c.refresh(context.Background(), "coder") // in flight for an hour
+	c.refresh(context.Background(), "calculator")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	got := make(chan []ToolInfo, 1)
+	go func() { got <- c.lookup(ctx, "add") }()
+	select {
+	case owners := <-got:
+		if len(owners) != 1 || owners[0].Server != "calculator" {
+			t.Fatalf("lookup(add) = %+v, want calculator's", owners)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("lookup still waiting for the silent participant's discovery")
+	}
+	c.mu.Lock()
+	inflight := c.inflight
+	c.mu.Unlock()
+	if inflight != 1 {
+		t.Errorf("%d discoveries in flight, want the silent one", inflight)
+	}
+}
