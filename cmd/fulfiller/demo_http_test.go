@@ -7,10 +7,10 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/internal/poll"
 )
 
@@ -101,21 +101,6 @@ func TestDemoServesMetrics(t *testing.T) {
 	}
 }
 
-// lockedBuilder is a strings.Builder that one goroutine may write while
-// another reads it.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuilder is a log sink one goroutine may write while another
+// reads it.
+type lockedBuilder = logbuf.Buffer
