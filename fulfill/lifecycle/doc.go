@@ -184,9 +184,21 @@
 // # Moving package fulfill onto the core (not done yet)
 //
 // fulfill still runs its own lifecycle; only the pending TTL's second
-// way of ending an open prompt is gone, and its timers run on a Clock
-// tests control (Config.Clock). The plan, stage
-// by stage, each keeping fulfill's tests green:
+// way of ending an open prompt is gone, its timers run on a Clock tests
+// control (Config.Clock), it has one code path whatever the store
+// (state.Local without one), and state.Phase is this package's Phase.
+//
+// The way to move it: build the shell beside the lock-based Fulfiller
+// rather than inside it. A Loop with four adapters: the Store over
+// fulfill.Store (the record carrying the Proposal as it is), the Wire over
+// Space (the envelopes fulfill writes today, byte for byte), the Policy
+// over input, Decider, route, grants and shadow (it also emits the
+// decided event, which needs the input), the Journal over the Observer
+// (a Line becomes an Event with the shell's fields); plus the reader,
+// which turns envelopes into events. Run fulfill's end-to-end tests
+// (spacetest worlds, the store tests) against it, switch
+// internal/sidecar when they pass, then delete proposal.go's copies.
+// The plan file by file, each stage keeping fulfill's tests green:
 //
 //   - store.go, recover.go: a lifecycle.Store over state.Store (the
 //     record becomes the Proposal, or state.Pending carries it), Owned
