@@ -371,12 +371,17 @@ func TestResponseFromWrongParticipantIgnored(t *testing.T) {
 	}
 }
 
+// The owner leaves during the fulfilment and is not back after the grace:
+// the request is cancelled (what we heard may lag: an owner back after
+// all must not run the call), then the proposal is rejected "incapable".
 func TestToolOwnerLeavesMidFulfilment(t *testing.T) {
 	h := newHarness(t, Config{OwnerRejoinGrace: 10 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
-	h.space.next(t)
+	req := h.space.next(t)
 	h.space.setPresent("calculator", false)
 	h.deliver(agent.Envelope{ID: "pr", From: agent.GatewayID, Kind: agent.KindPresence, Payload: json.RawMessage(`{"event":"leave","participant":{"id":"calculator"}}`)})
+	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{req.ID},
+		fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"the tool owner left"}}`, rpcID(t, req)))
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
 }
 

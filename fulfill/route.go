@@ -99,7 +99,7 @@ func (f *Fulfiller) ownerLeft(p *proposal) {
 // ownerGone ends p's rejoin grace. An owner that is back keeps p: a held
 // request goes out now, a sent one waits for its response or the fulfil
 // timeout. An owner still away will not answer, so p is rejected
-// "incapable". Taking p.held here decides, with releaseHeld, who alone may
+// "incapable", a sent request cancelled first. Taking p.held here decides, with releaseHeld, who alone may
 // send a held request.
 func (f *Fulfiller) ownerGone(p *proposal) {
 	f.mu.Lock()
@@ -123,6 +123,14 @@ func (f *Fulfiller) ownerGone(p *proposal) {
 		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", p.target, f.cfg.OwnerRejoinGrace)
 	}
 	if _, ok := f.transition(p, StateRejected, isState(StateFulfilling)); ok {
+		if !held {
+			// What this fulfiller has heard may lag the space (the
+			// leave read after the request was written, the return not
+			// read yet): an owner back after all must not run a call
+			// its proposer is told it will not. A cancel that reaches
+			// nobody costs nothing.
+			f.cancelRequest(p, "the tool owner left")
+		}
 		f.answerReject(p, "incapable", msg)
 	}
 }

@@ -809,12 +809,13 @@ func (s *step) joined(ev ParticipantJoined) {
 
 // graceEnded ends the rejoin grace of e's owner (fulfill's ownerGone):
 // an owner that is back keeps e (a held request goes out now); one still
-// away will not answer, and e is rejected "incapable", its request not
-// cancelled (fulfill sends no cancel to an owner that is gone) once its
-// write was reported. One whose write is still to come (recorded, its
-// send queued behind) may reach an owner that is back by then: it is
-// cancelled after it, as any request a reject follows (rule 4), where
-// fulfill, whose send and grace race the same way, sends nothing.
+// away, as this member has heard, will not answer, and e is rejected
+// "incapable". A request that went out (or is going out) is cancelled
+// first, as any request a reject follows (rule 4): what this member has
+// heard may lag the space (the owner's leave read after the request was
+// written, its return not read yet), and an owner that is back after all
+// runs a call the proposer was told it would not. A cancel that reaches
+// nobody costs nothing.
 func (s *step) graceEnded(e *entry) {
 	c := s.c
 	e.graceAt = time.Time{}
@@ -832,7 +833,7 @@ func (s *step) graceEnded(e *entry) {
 	if e.held {
 		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", req.Target, c.cfg.OwnerRejoinGrace)
 	}
-	s.commitRejectCancel(e, "incapable", msg, !e.held && !e.reqOut)
+	s.commitRejectCancel(e, "incapable", msg, !e.held)
 }
 
 func (s *step) decided(ev Decided) {

@@ -308,12 +308,13 @@ func TestHeldRequestWaitsForItsOwner(t *testing.T) {
 		t.Fatalf("held past the grace: %+v", r)
 	}
 	// p1's request went out before the second leave, which started its
-	// grace: the owner still gone at its end, p1 is rejected
-	// "incapable", its request not cancelled (fulfill's ownerGone).
+	// grace: the owner still gone at its end (as this member heard), p1
+	// is rejected "incapable", its request cancelled first: the owner may
+	// be back unheard (seed 50966 of a long simulation).
 	effs = c.Step(grace.At, Fired{ID: "p1", At: grace.At, Kind: TimerGrace})
 	same(t, kinds(effs), []string{"write answered"})
 	r = only[Write](t, effs).Record.Reject
-	if r.Reason != "incapable" || r.CancelRequest || r.Message != "fs left the space before answering" {
+	if r.Reason != "incapable" || !r.CancelRequest || r.Message != "fs left the space before answering" {
 		t.Fatalf("sent, owner gone past the grace: %+v", r)
 	}
 }

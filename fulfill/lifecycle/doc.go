@@ -251,9 +251,7 @@
 // Where the core differs from fulfill, on purpose: a relay is recorded
 // before it is written and written again until it is (fulfill writes it
 // once, after which a crash could follow the task again and relay a
-// second time); a request whose grace ran out before its write was
-// reported is cancelled after it (fulfill's send and grace race, and
-// send no cancel); a claim the store cannot settle is tried again,
+// second time); a claim the store cannot settle is tried again,
 // where fulfill rejects "busy" (alone) or leaves it to the group.
 //
 // What the core does not model yet: grants, reminders and tiers (the

@@ -380,8 +380,12 @@ func (s *sim) deliver(m *member, ev Event) {
 		if e.outcome == Open && e.p.Phase == Fulfilling && !e.held && !was[id].sending && !e.reqOut {
 			s.checkOwnerCommit(m, e.p)
 		}
-		if w, ok := was[id]; ok && w.outcome == Open && e.outcome == Rejected {
-			s.checkOwnerReject(m, e.p, e.reqOut)
+		if _, resumed := ev.(Resumed); !resumed {
+			// A resumed record's reject was committed by whoever wrote
+			// it, and checked then, against what it had heard.
+			if w, ok := was[id]; ok && w.outcome == Open && e.outcome == Rejected {
+				s.checkOwnerReject(m, e.p, e.reqOut)
+			}
 		}
 		if w, ok := was[id]; ok && w.outcome == Open && w.task && e.outcome != Open {
 			s.checkTaskEnd(m, e, effs)
@@ -1246,8 +1250,8 @@ func (s *sim) checkOwnerReject(m *member, r *Proposal, reqOut bool) {
 		if !m.owner.away || s.now.Before(m.owner.first.Add(s.cfg.OwnerRejoinGrace)) {
 			s.fail("%s rejected %s incapable with its owner away %v since %s (grace %s)", m.id, r.ID, m.owner.away, m.owner.since.Format("15:04:05"), s.cfg.OwnerRejoinGrace)
 		}
-		if r.Reject.CancelRequest && reqOut {
-			s.fail("%s cancels the request of %s at an owner that is gone", m.id, r.ID)
+		if !r.Reject.CancelRequest && reqOut {
+			s.fail("%s rejects %s incapable after its request without cancelling it (its owner may be back, unheard)", m.id, r.ID)
 		}
 	}
 }
