@@ -1074,11 +1074,10 @@ func (s *sim) operatorCancels() bool {
 	if s.quiescing || len(s.order) == 0 {
 		return false
 	}
-	ms := s.alive()
-	if len(ms) == 0 {
+	m, ok := s.anyAlive()
+	if !ok {
 		return false
 	}
-	m := ms[s.rng.IntN(len(ms))]
 	id := s.order[s.rng.IntN(len(s.order))]
 	s.tracef("operator cancels %s at %s", id, m.id)
 	s.covered["world/cancel"]++
@@ -1259,11 +1258,10 @@ func (s *sim) checkOwnerReject(m *member, r *Proposal, reqOut bool) {
 // groupLoad: a member reads the group's load from the leases (its
 // peers' pending work, the group's capacity; sometimes not read yet).
 func (s *sim) groupLoad() bool {
-	ms := s.alive()
-	if len(ms) == 0 {
+	m, ok := s.anyAlive()
+	if !ok {
 		return false
 	}
-	m := ms[s.rng.IntN(len(ms))]
 	g := GroupLoad{Peers: s.rng.IntN(6)}
 	if s.rng.IntN(4) > 0 {
 		g.Capacity = len(s.members) * s.cfg.MaxPending
@@ -1472,13 +1470,21 @@ func (s *sim) crash() bool {
 	if s.quiescing {
 		return false
 	}
-	ms := s.alive()
-	if len(ms) == 0 {
+	m, ok := s.anyAlive()
+	if !ok {
 		return false
 	}
-	m := ms[s.rng.IntN(len(ms))]
 	s.down(m)
 	return true
+}
+
+// anyAlive picks a member that is up, at random (false: none is).
+func (s *sim) anyAlive() (*member, bool) {
+	ms := s.alive()
+	if len(ms) == 0 {
+		return nil, false
+	}
+	return ms[s.rng.IntN(len(ms))], true
 }
 
 func (s *sim) down(m *member) {
@@ -1544,11 +1550,10 @@ func (s *sim) shutdown() bool {
 	if s.quiescing {
 		return false
 	}
-	ms := s.alive()
-	if len(ms) == 0 {
+	m, ok := s.anyAlive()
+	if !ok {
 		return false
 	}
-	m := ms[s.rng.IntN(len(ms))]
 	if m.closing {
 		return false
 	}
