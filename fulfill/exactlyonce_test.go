@@ -127,13 +127,7 @@ func (r *lockedRecorder) Record(e Event) error {
 func (r *lockedRecorder) stages(id string) []Stage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []Stage
-	for _, e := range r.lines {
-		if e.ProposalID == id {
-			out = append(out, e.Stage)
-		}
-	}
-	return out
+	return stagesOf(r.lines, id)
 }
 
 // A crash as a policy reject is being recorded (MarkAnswered not done):

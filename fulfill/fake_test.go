@@ -268,8 +268,13 @@ func (h *harness) deliver(env agent.Envelope) {
 func (h *harness) stages(id string) []Stage {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return stagesOf(h.events, id)
+}
+
+// stagesOf lists the stages of proposal id's events, in order.
+func stagesOf(events []Event, id string) []Stage {
 	var out []Stage
-	for _, e := range h.events {
+	for _, e := range events {
 		if e.ProposalID == id {
 			out = append(out, e.Stage)
 		}
