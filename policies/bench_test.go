@@ -77,27 +77,11 @@ func smallCall(b testing.TB, tool, args string) *Input {
 // the most expensive: every argument string is checked against the
 // production targets and the matches make up the message.
 func BenchmarkDecide(b *testing.B) {
-	e := loadExamples(b)
-	for _, bc := range []struct {
-		name string
-		in   *Input
-		want Action
-	}{
+	benchDecisions(b, loadExamples(b), []decisionCase{
 		{"fulfill", benchCall(b, "search_files", `{"path":"/srv/app","query":"`+benchContent+`","max_results":50,"include":["*.conf","*.yaml"]}`), Fulfill},
 		{"reject", benchCall(b, "write_file", `{"path":"/srv/dev/nginx/app.conf","content":"`+benchContent+`","mode":"0644","create_dirs":true,"tags":["nginx","web","tls"]}`), Reject},
 		{"escalate", benchInput(b), Escalate},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			ctx := b.Context()
-			if d := e.Decide(ctx, bc.in); d.Action != bc.want || d.Err != nil {
-				b.Fatalf("decision = %+v, want %s", d, bc.want)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				e.Decide(ctx, bc.in)
-			}
-		})
-	}
+	})
 }
 
 // BenchmarkDecideBenchMix decides the proposals `fulfiller bench` sends
@@ -106,15 +90,23 @@ func BenchmarkDecide(b *testing.B) {
 // comparison with an OPA server measures. With inputs this small the
 // engine's fixed cost per evaluation is most of a decision.
 func BenchmarkDecideBenchMix(b *testing.B) {
-	e := loadExamples(b)
-	for _, bc := range []struct {
-		name string
-		in   *Input
-		want Action
-	}{
+	benchDecisions(b, loadExamples(b), []decisionCase{
 		{"fulfill", smallCall(b, "read_file", `{"path":"/srv/app/config.yaml"}`), Fulfill},
 		{"reject", smallCall(b, "write_file", `{"path":"/srv/dev/app/config.yaml","content":"listen: :9090\n"}`), Reject},
-	} {
+	})
+}
+
+// decisionCase is one input a benchmark decides, and the action it must get.
+type decisionCase struct {
+	name string
+	in   *Input
+	want Action
+}
+
+// benchDecisions runs a sub-benchmark deciding each case with e, after
+// checking once that it decides as it should.
+func benchDecisions(b *testing.B, e *Engine, cases []decisionCase) {
+	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := b.Context()
 			if d := e.Decide(ctx, bc.in); d.Action != bc.want || d.Err != nil {
