@@ -122,12 +122,14 @@ type storedDecision struct {
 	// proposed); ApprovedBy who approved them.
 	Params     json.RawMessage `json:"params,omitempty"`
 	ApprovedBy []string        `json:"approved_by,omitempty"`
+	// DeadlineByProposer: the proposal's own deadline hint set the
+	// approval deadline (Escalation.DeadlineByProposer), which a resumed
+	// escalation tells its approvers again.
+	DeadlineByProposer bool `json:"deadline_by_proposer,omitempty"`
 }
 
 func storeDecision(d decision.Decision, route string, params json.RawMessage, by []string) json.RawMessage {
-	b, _ := json.Marshal(storedDecision{Action: d.Action, Reason: d.Reason, Message: d.Message, Target: d.Target,
-		Approvers: d.Approvers, Quorum: d.Quorum, Timeout: d.Timeout, Editable: d.Editable, Grantable: d.Grantable, Revision: d.Revision,
-		Task: d.Task, TaskTimeout: d.TaskTimeout, NotifyArguments: d.NotifyArguments, Reminders: d.Reminders, EscalateTo: d.EscalateTo, Route: route, Params: params, ApprovedBy: by})
+	b, _ := json.Marshal(storedDecisionOf(d, route, params, by))
 	return b
 }
 

@@ -90,45 +90,19 @@ type Reject struct {
 	Message    string `json:"message,omitempty"` // the chat that explains it
 }
 
-// Prompt is one elicitation sent to one approver.
-type Prompt struct {
-	Approver   string    `json:"approver"`
-	EnvelopeID string    `json:"envelope_id"` // elicitation envelope id
-	RPCID      int64     `json:"rpc_id"`      // JSON-RPC id of elicitation/create
-	Chain      []string  `json:"chain,omitempty"`
-	Sent       time.Time `json:"sent"`
-	// Signed: the approver was keyed when asked, so only a signed answer
-	// counts, after a restart too, even if the key is removed meanwhile.
-	// Records written before it was kept lack it: the keys in force when
-	// the prompt is resumed decide for them.
-	Signed bool `json:"signed,omitempty"`
-	// Payload is the elicitation/create payload as sent: whoever resumes
-	// the prompt sends it again byte for byte, which is how an approver's
-	// client knows it is the same question (and re-sends its answer).
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
+// Prompt is one elicitation sent to one approver: the lifecycle's own
+// type, persisted as it is.
+type Prompt = lifecycle.Prompt
 
-// Approval is one approver's answer counted so far.
-type Approval struct {
-	Approver          string          `json:"approver"`
-	Content           json.RawMessage `json:"content,omitempty"`
-	SignatureVerified bool            `json:"signature_verified"`
-	// Request and Signature, for a signed answer, keep the evidence a
-	// grant made from it carries after a restart.
-	Request   string    `json:"request,omitempty"`
-	Signature string    `json:"signature,omitempty"`
-	At        time.Time `json:"at"`
-}
+// Approval is one approver's answer counted so far: the lifecycle's own
+// type, persisted as it is.
+type Approval = lifecycle.Approval
 
-// Request is a fulfilment request written to a tool owner.
-type Request struct {
-	EnvelopeID string    `json:"envelope_id"`
-	RPCID      int64     `json:"rpc_id"`
-	Target     string    `json:"target"` // the tool owner
-	SentAt     time.Time `json:"sent_at"`
-	// Task: the request was task-augmented; its answer may be a task.
-	Task bool `json:"task,omitempty"`
-}
+// Request is a fulfilment request written to a tool owner: the
+// lifecycle's own type, persisted as it is. Once recorded it is never
+// cleared or changed (Update refuses): whoever resumes the proposal
+// awaits its response and never sends it again.
+type Request = lifecycle.Request
 
 // Task is an MCP task (spec 2025-11-25, or the tasks extension of
 // 2026-07-28) that a fulfilment request became at its tool owner.

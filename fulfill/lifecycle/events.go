@@ -14,10 +14,12 @@ type Event interface{ event() }
 // (rule 1), done by the shell's parser before the event.
 type Proposed struct {
 	ID, From string
-	Envelope json.RawMessage
-	Params   json.RawMessage
-	Invalid  string
-	Size     int
+	// Method, Tool and Addressee: see Proposal.
+	Method, Tool, Addressee string
+	Envelope                json.RawMessage
+	Params                  json.RawMessage
+	Invalid                 string
+	Size                    int
 }
 
 // Stored is the result of the Write with the same ID and Seq.
@@ -193,6 +195,26 @@ type ParticipantLeft struct{ ID string }
 // now; a response it sends after its reconnect still counts.
 type ParticipantJoined struct{ ID string }
 
+// PromptRecorded: the shell's escalator (Config.Escalator) is about to
+// send Prompt for proposal ID. The core records it with the proposal and
+// answers with Acked carrying Token once the record is written (the
+// prompt may be sent then), or with Acked's Err when it cannot be (the
+// proposal ended, or is another member's: ErrConflict).
+type PromptRecorded struct {
+	ID     string
+	Prompt Prompt
+	Token  uint64
+}
+
+// ApprovalRecorded: the shell's escalator counted Approval for proposal
+// ID; as PromptRecorded, the core answers Acked once it is recorded, and
+// the escalator counts it only then (once, across restarts).
+type ApprovalRecorded struct {
+	ID       string
+	Approval Approval
+	Token    uint64
+}
+
 // GroupLoad is the group's load as the shell last read it from the
 // member leases (about once a second, one record per member, never per
 // proposal): Peers is the pending work the other live members published
@@ -219,6 +241,8 @@ func (Reloaded) event()          {}
 func (Released) event()          {}
 func (Cancelled) event()         {}
 func (GroupLoad) event()         {}
+func (PromptRecorded) event()    {}
+func (ApprovalRecorded) event()  {}
 func (ParticipantLeft) event()   {}
 func (ParticipantJoined) event() {}
 func (TaskStatus) event()        {}
@@ -253,6 +277,10 @@ type Write struct {
 	Create    bool
 	ClaimOnly bool
 	Rev       uint64
+	// Soon: nothing sent waits for this write to be durable (an
+	// escalation's phase, an approval counted, a task's status): the
+	// store may acknowledge it before its disk sync (state's UpdateSoon).
+	Soon bool
 }
 
 // Reload reads the proposal's record (its Rev set); its result is a
@@ -266,6 +294,11 @@ type Decide struct {
 	Params    json.RawMessage
 	Approvals []Approval
 	Again     bool
+	// Proposal is the proposal as it is now (a copy): what the policy
+	// input is made of. Pending and Inflight are this member's load as
+	// the core counts it (input.agent).
+	Proposal          Proposal
+	Pending, Inflight int
 }
 
 // SendReject writes an mcp/reject (then a chat when Message is set); its
@@ -329,6 +362,18 @@ type Ask struct {
 	Prompts  []Prompt
 	Deadline time.Time
 	Quorum   int // approvals needed (at least 1)
+	// Proposal is the proposal as it is now (a copy): what the humans
+	// are shown, and, with Config.Escalator, the prompts and approvals
+	// recorded so far (a resumed escalation asks the same again).
+	Proposal Proposal
+}
+
+// Acked answers a PromptRecorded or ApprovalRecorded (Token): nil Err
+// once it is recorded. The shell hands it to the escalator that waits.
+type Acked struct {
+	ID    string
+	Token uint64
+	Err   error
 }
 
 // CancelAsk cancels open prompts (notifications/cancelled to each);
@@ -391,6 +436,24 @@ type Line struct {
 	Action     Action `json:"action,omitempty"`
 	Reason     string `json:"reason,omitempty"`
 	Message    string `json:"message,omitempty"`
+	// What the shell's decision log says of the proposal (fulfill's
+	// Event): filled by the core from the proposal for every line.
+	Proposer string `json:"proposer,omitempty"`
+	Method   string `json:"method,omitempty"`
+	Tool     string `json:"tool,omitempty"`
+	Target   string `json:"target,omitempty"` // the route, once decided (or the addressee)
+	// By: who answered (approvers for approved and fulfilled, the other
+	// participant for superseded and an ignored answer); Deadline: an
+	// escalation's; Result and RPCError: a fulfilment's outcome (or an
+	// ignored answer's payload); Latency: request to response;
+	// TaskID and TaskStatus: a task's.
+	By         []string        `json:"by,omitempty"`
+	Deadline   time.Time       `json:"deadline,omitzero"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	RPCError   json.RawMessage `json:"rpc_error,omitempty"`
+	Latency    time.Duration   `json:"latency,omitempty"`
+	TaskID     string          `json:"task_id,omitempty"`
+	TaskStatus string          `json:"task_status,omitempty"`
 }
 
 func (Write) effect()       {}
@@ -407,3 +470,4 @@ func (Ask) effect()         {}
 func (CancelAsk) effect()   {}
 func (Schedule) effect()    {}
 func (Log) effect()         {}
+func (Acked) effect()       {}

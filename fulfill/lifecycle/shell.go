@@ -52,6 +52,9 @@ type Wire interface {
 	CancelAsk(ctx context.Context, c CancelAsk)
 	FollowTask(ctx context.Context, f FollowTask, report func(Event))
 	CancelTask(ctx context.Context, c CancelTask)
+	// Acked hands the escalator waiting on a PromptRecorded or
+	// ApprovalRecorded its answer (Config.Escalator).
+	Acked(ctx context.Context, a Acked)
 }
 
 // Policy decides (the policy and routing). It never fails: an error is a
@@ -302,6 +305,8 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 		l.wire.Ask(ctx, e)
 	case CancelAsk:
 		l.wire.CancelAsk(ctx, e)
+	case Acked:
+		l.wire.Acked(ctx, e)
 	}
 	return nil
 }
@@ -368,6 +373,8 @@ func effectID(e Effect) string {
 		return e.ID
 	case Log:
 		return e.Line.ProposalID
+	case Acked:
+		return e.ID
 	}
 	panic(fmt.Sprintf("lifecycle: effect %T has no proposal", e))
 }

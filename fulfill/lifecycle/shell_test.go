@@ -139,6 +139,10 @@ func (w *chanWire) CancelTask(_ context.Context, c CancelTask) {
 	w.sent <- "tasks/cancel " + c.TaskID
 }
 
+func (w *chanWire) Acked(_ context.Context, a Acked) {
+	w.sent <- fmt.Sprintf("acked %d %v", a.Token, a.Err)
+}
+
 type policyFunc func(Decide) Decided
 
 func (f policyFunc) Decide(_ context.Context, d Decide) Decided { return f(d) }

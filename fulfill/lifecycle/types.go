@@ -82,7 +82,14 @@ type Proposal struct {
 	Invalid  string          `json:"invalid,omitempty"`  // why validation refused it (rule 1)
 	Size     int             `json:"size,omitempty"`
 	Received time.Time       `json:"received"`
-	Owner    string          `json:"owner"` // the group member that answers it
+	// Method and Tool are what the shell's parser read of the payload
+	// (params.name of a tools/call), for the decision log and the
+	// fulfilment request; Addressee is the participant the proposal's
+	// `to` named as the call's target ("" when none).
+	Method    string `json:"method,omitempty"`
+	Tool      string `json:"tool,omitempty"`
+	Addressee string `json:"addressee,omitempty"`
+	Owner     string `json:"owner"` // the group member that answers it
 
 	Phase Phase `json:"phase"`
 	// Deadline is the one deadline of the current phase: the pending TTL
@@ -90,8 +97,12 @@ type Proposal struct {
 	// asked, the fulfil timeout once the request is committed.
 	Deadline time.Time `json:"deadline"`
 
-	DecisionID string    `json:"decision_id"` // minted at the claim; a new one after an edit is decided again
-	Decision   *Decision `json:"decision,omitempty"`
+	DecisionID string `json:"decision_id"` // minted at the claim; a new one after an edit is decided again
+	// Claim is the decision id the proposal was claimed with: it never
+	// changes, so a replay's ignored line joins the decision the store's
+	// seen key holds (rule 10), whatever decided after an edit.
+	Claim    string    `json:"claim,omitempty"`
+	Decision *Decision `json:"decision,omitempty"`
 
 	Prompts    []Prompt        `json:"prompts,omitempty"`
 	Approvals  []Approval      `json:"approvals,omitempty"`
@@ -114,17 +125,42 @@ type Proposal struct {
 
 // Prompt is one elicitation to one approver; re-asked with the same ids
 // after a restart or an adoption, so an answer to either copy counts once.
+// It is the record's prompt as stored (state.Prompt is this type): Chain,
+// Sent, Signed and Payload are the shell's escalator's (Config.Escalator),
+// carried as they are.
 type Prompt struct {
 	Approver   string `json:"approver"`
-	EnvelopeID string `json:"envelope_id"`
-	RPCID      int64  `json:"rpc_id"`
-	Answered   bool   `json:"answered,omitempty"`
+	EnvelopeID string `json:"envelope_id"` // elicitation envelope id
+	RPCID      int64  `json:"rpc_id"`      // JSON-RPC id of elicitation/create
+	// Chain is the delegation chain that led to this approver (the
+	// escalator's), oldest first.
+	Chain []string  `json:"chain,omitempty"`
+	Sent  time.Time `json:"sent,omitzero"`
+	// Signed: the approver was keyed when asked, so only a signed answer
+	// counts, after a restart too, even if the key is removed meanwhile.
+	Signed bool `json:"signed,omitempty"`
+	// Payload is the elicitation/create payload as sent: whoever resumes
+	// the prompt sends it again byte for byte, which is how an approver's
+	// client knows it is the same question (and re-sends its answer).
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	Answered bool            `json:"answered,omitempty"` // counted by the core (PromptAnswered)
 }
 
-// Approval is an approver's accept, counted once.
+// Approval is an approver's accept, counted once. It is the record's
+// approval as stored (state.Approval is this type): Content,
+// SignatureVerified, Request, Signature and At are the shell's
+// escalator's, carried as they are.
 type Approval struct {
 	Approver string          `json:"approver"`
 	Params   json.RawMessage `json:"params,omitempty"` // edited params; nil: as proposed
+	// Content is the approver's form content (input.approval).
+	Content           json.RawMessage `json:"content,omitempty"`
+	SignatureVerified bool            `json:"signature_verified,omitempty"`
+	// Request and Signature, for a signed answer, keep the evidence a
+	// grant made from it carries after a restart.
+	Request   string    `json:"request,omitempty"`
+	Signature string    `json:"signature,omitempty"`
+	At        time.Time `json:"at,omitzero"`
 }
 
 // Request is the fulfilment request.
@@ -246,7 +282,20 @@ type Config struct {
 	TaskTimeout time.Duration
 	// StatusChats: tell the proposer (Status) when it waits for humans,
 	// for a fulfilment slot, or on a task.
-	StatusChats     bool
+	StatusChats bool
+	// MaxInflightPerProposer bounds the fulfilment slots one proposer
+	// holds at once (0: MaxInflight), and a freed slot goes to the
+	// queued proposers in turn (fulfill's slots), so that one proposer's
+	// calls to a tool that hangs cannot make everyone else's wait.
+	MaxInflightPerProposer int
+	// Escalator: the shell's escalator asks the humans (quorum,
+	// signatures, delegation, reminders, tiers) and mints the prompts:
+	// the core records each (PromptRecorded) and approval
+	// (ApprovalRecorded) before the escalator may act on it, asks with
+	// an Ask carrying what is recorded, and is told the outcome
+	// (Verdict). Off: the core mints one prompt per approver and counts
+	// the answers (PromptAnswered).
+	Escalator       bool
 	ApprovalTimeout time.Duration // deadline for humans when the decision sets none
 	RetryAfter      time.Duration // a store write or a reject that failed is tried again after this
 	Approvers       []string      // asked when the decision names none
