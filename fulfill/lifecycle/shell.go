@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -82,9 +83,12 @@ type Loop struct {
 	journal Journal
 	retry   time.Duration
 
-	in   chan Event
-	done chan laneDone
-	live atomic.Int64 // Core.Live after the last step
+	in      chan Event
+	done    chan laneDone
+	queries chan func(*Core)
+	batches chan []Event
+	stopped chan struct{} // closed when Run returns
+	live    atomic.Int64  // Core.Live after the last step
 
 	// Touched by Run's goroutine only.
 	lanes  map[string]*lane
@@ -113,7 +117,7 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	return &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		in: make(chan Event), done: make(chan laneDone, 64), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
+		in: make(chan Event), done: make(chan laneDone, 64), queries: make(chan func(*Core)), batches: make(chan []Event), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
 		followers: map[string]*follower{}}
 }
 
@@ -132,6 +136,40 @@ func (l *Loop) Post(ctx context.Context, ev Event) error {
 	}
 }
 
+// PostAll is Post for events the loop must apply back to back, with
+// nothing carried out in between (a record taken from another member is
+// Resumed and at once Cancelled: the resumed prompts are never asked
+// again before the cancel drops them).
+func (l *Loop) PostAll(ctx context.Context, evs ...Event) error {
+	select {
+	case l.batches <- evs:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Do calls fn with the Core on the loop's goroutine, between two events,
+// and returns once it has: how the shell reads the core (the operator
+// API's list, a proposal's state) without a second copy of it. fn must
+// only read. Do gives up when ctx ends or Run has returned (ErrStopped).
+func (l *Loop) Do(ctx context.Context, fn func(*Core)) error {
+	ran := make(chan struct{})
+	q := func(c *Core) { fn(c); close(ran) }
+	select {
+	case l.queries <- q:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.stopped:
+		return ErrStopped
+	}
+	<-ran
+	return nil
+}
+
+// ErrStopped: the loop is not running.
+var ErrStopped = errors.New("lifecycle: loop stopped")
+
 // Live is the number of proposals pending here as of the last event
 // (Core.Live): what the shell publishes with its lease, from any
 // goroutine, for the group's "busy" (GroupLoad).
@@ -141,6 +179,7 @@ func (l *Loop) Live() int { return int(l.live.Load()) }
 // ends; it stops its timers and waits for the effects being carried out
 // (they end with ctx) before it returns.
 func (l *Loop) Run(ctx context.Context) error {
+	defer close(l.stopped)
 	defer func() {
 		for _, stop := range l.timers {
 			stop()
@@ -158,14 +197,17 @@ func (l *Loop) Run(ctx context.Context) error {
 			if f, ok := ev.(Fired); ok {
 				delete(l.timers, f)
 			}
-			if r, ok := ev.(Released); ok {
-				// Nothing more is done about it here before another
-				// member may adopt its record (see Released).
-				if ln := l.lanes[r.ID]; ln != nil {
-					ln.effs = nil
-				}
-			}
 			l.step(ctx, ev)
+		case q := <-l.queries:
+			q(l.core)
+		case evs := <-l.batches:
+			var touched []string
+			for _, ev := range evs {
+				touched = append(touched, l.apply(ctx, ev)...)
+			}
+			for _, id := range touched {
+				l.dispatch(ctx, id)
+			}
 		case d := <-l.done:
 			ln := l.lanes[d.id]
 			ln.running = false
@@ -193,10 +235,24 @@ func (l *Loop) owned(ctx context.Context) ([]Proposal, error) {
 	}
 }
 
-// step applies ev and queues its effects.
+// step applies ev, queues its effects and starts them.
 func (l *Loop) step(ctx context.Context, ev Event) {
+	for _, id := range l.apply(ctx, ev) {
+		l.dispatch(ctx, id)
+	}
+}
+
+// apply applies ev and queues its effects; it returns the proposals
+// whose lanes got effects.
+func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
+	if r, ok := ev.(Released); ok {
+		// Nothing more is done about it here before another member may
+		// adopt its record (see Released).
+		if ln := l.lanes[r.ID]; ln != nil {
+			ln.effs = nil
+		}
+	}
 	now := l.clock.Now()
-	var touched []string
 	for _, e := range l.core.Step(now, ev) {
 		if s, ok := e.(Schedule); ok {
 			l.schedule(ctx, s, now)
@@ -225,9 +281,7 @@ func (l *Loop) step(ctx context.Context, ev Event) {
 		touched = append(touched, id)
 	}
 	l.live.Store(int64(l.core.Live()))
-	for _, id := range touched {
-		l.dispatch(ctx, id)
-	}
+	return touched
 }
 
 func (l *Loop) schedule(ctx context.Context, s Schedule, now time.Time) {

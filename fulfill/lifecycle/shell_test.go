@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -115,8 +116,8 @@ func (w *chanWire) SendRequest(_ context.Context, r SendRequest) error {
 func (w *chanWire) SendCancel(_ context.Context, c SendCancel) {
 	w.sent <- "cancel " + c.RequestEnvelopeID
 }
-func (w *chanWire) Ask(context.Context, Ask)             {}
-func (w *chanWire) CancelAsk(context.Context, CancelAsk) {}
+func (w *chanWire) Ask(_ context.Context, a Ask)             { w.sent <- "ask " + a.ID }
+func (w *chanWire) CancelAsk(_ context.Context, c CancelAsk) { w.sent <- "cancel-ask " + c.ID }
 
 func (w *chanWire) SendRelay(_ context.Context, r SendRelay) error {
 	w.sent <- fmt.Sprintf("relay %s to %s of %s: %s", r.EnvelopeID, r.To, r.TaskID, r.Result)
@@ -157,6 +158,10 @@ func (j chanJournal) Log(_ context.Context, l Line) { j <- l }
 
 var runs atomic.Int64
 
+// lastLoop is the Loop startLoop started last, for the tests that call
+// its methods.
+var lastLoop atomic.Pointer[Loop]
+
 func startLoop(t *testing.T, store Store, wire Wire, clock Clock, d Decision) (post func(Event), stop func()) {
 	t.Helper()
 	return startLoopWith(t, store, wire, clock, d, nopJournal{})
@@ -167,6 +172,7 @@ func startLoopWith(t *testing.T, store Store, wire Wire, clock Clock, d Decision
 	core := New(Config{Member: "m1", MaxPending: 10, MaxInflight: 4, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
 		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}}, &counterIDs{prefix: fmt.Sprintf("run%d-", runs.Add(1))})
 	loop := NewLoop(core, clock, store, wire, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID, Decision: d} }), journal, time.Millisecond)
+	lastLoop.Store(loop)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- loop.Run(ctx) }()
@@ -339,5 +345,76 @@ func TestLoopFollowsAndEndsATask(t *testing.T) {
 	}
 	if id := <-store.deleted; id != "p2" {
 		t.Fatalf("deleted %s", id)
+	}
+}
+
+// Do reads the core between two events, and fails once Run returned.
+func TestLoopDoReadsTheCore(t *testing.T) {
+	store := newMemStore("m1")
+	wire := &chanWire{sent: make(chan string, 16)}
+	core := New(Config{Member: "m1", MaxPending: 10, MaxInflight: 4, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
+		RetryAfter: time.Millisecond}, &counterIDs{prefix: "do-"})
+	loop := NewLoop(core, clocktest.New(t0), store, wire, policyFunc(func(x Decide) Decided {
+		return Decided{ID: x.ID, Decision: Decision{Action: Fulfill, Target: "owner"}}
+	}), nopJournal{}, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx) }()
+	if err := loop.Post(ctx, Proposed{ID: "p1", From: "agent", Params: json.RawMessage(`{}`), Method: "tools/call", Tool: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, wire.sent); !strings.HasPrefix(got, "request ") {
+		t.Fatalf("sent %q, want the request", got)
+	}
+	var p Proposal
+	var held bool
+	var inflight int
+	if err := loop.Do(ctx, func(c *Core) { p, held = c.Get("p1"); inflight = c.Inflight() }); err != nil {
+		t.Fatal(err)
+	}
+	if !held || p.Phase != Fulfilling || p.Method != "tools/call" || p.Tool != "t" || p.Request == nil || inflight != 1 {
+		t.Fatalf("Get = %+v, %v; inflight %d: want p1 fulfilling with its request, one slot held", p, held, inflight)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := loop.Do(context.Background(), func(*Core) {}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Do after Run returned: %v, want ErrStopped", err)
+	}
+}
+
+// A record taken from another member and cancelled at once (PostAll) is
+// answered without its prompts being asked again.
+func TestLoopPostAllAppliesBackToBack(t *testing.T) {
+	store := newMemStore("m1")
+	wire := &chanWire{sent: make(chan string, 16)}
+	post, stop := startLoop(t, store, wire, clocktest.New(t0), Decision{Action: Fulfill})
+	defer stop()
+	_ = post
+	rec := Proposal{ID: "p9", From: "agent", Owner: "m1", Phase: AwaitingApproval, Deadline: t0.Add(time.Hour), DecisionID: "d9",
+		Decision: &Decision{Action: Escalate, Approvers: []string{"alice"}},
+		Prompts:  []Prompt{{Approver: "alice", EnvelopeID: "e-prompt", RPCID: 7}}}
+	b, _ := json.Marshal(rec)
+	store.mu.Lock()
+	store.rev++
+	store.recs["p9"], store.revs["p9"], store.claimed["p9"] = b, store.rev, true
+	rec.Rev = store.rev
+	store.mu.Unlock()
+	loop := lastLoop.Load()
+	if err := loop.PostAll(context.Background(), Resumed{Records: []Proposal{rec}, How: "taken"}, Cancelled{ID: "p9", By: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got := next(t, wire.sent)
+		if strings.HasPrefix(got, "ask ") {
+			t.Fatalf("sent %q: a prompt asked again before its cancel", got)
+		}
+		if strings.HasPrefix(got, "reject ") {
+			if !strings.HasSuffix(got, " other") {
+				t.Fatalf("sent %q, want reject other", got)
+			}
+			return
+		}
 	}
 }

@@ -1,0 +1,168 @@
+package fulfill
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+)
+
+// journal is the core's decision log (lifecycle.Journal) over the
+// Observer: each lifecycle.Line becomes the Event the observers have
+// always had. The lines of answers are written ahead (Recorder.Record)
+// and told to the observers that only watch once the envelope is written
+// (written), as the answer itself: an answer that never left is never
+// reported as sent.
+type journal struct {
+	obs Observer
+	log *slog.Logger
+
+	mu sync.Mutex
+	// ahead are the lines written ahead whose envelope is not written
+	// yet, by proposal; recent the last line of each recent proposal,
+	// for the events the wire reports later (a refused reject).
+	ahead  map[string]Event
+	recent *lru.Cache[string, Event]
+	// From Closing on, the rejects owed (by proposal) and which of them
+	// were written: what shutdown reports (ShutdownAnswers).
+	closing bool
+	owed    map[string]bool // proposal → written
+}
+
+// recentLines bounds journal.recent: the gateway refuses a frame within
+// one round trip of its write.
+const recentLines = 4096
+
+func newJournal(obs Observer, log *slog.Logger) *journal {
+	recent, _ := lru.New[string, Event](recentLines)
+	return &journal{obs: obs, log: log, ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}}
+}
+
+// writtenAhead are the stages whose line is written ahead of the
+// envelope that carries them out.
+func writtenAhead(s Stage) bool {
+	return s == StageRejected || s == StageFulfilling || s == StageEscalated
+}
+
+// Log implements lifecycle.Journal.
+func (j *journal) Log(_ context.Context, l lifecycle.Line) {
+	if l.Stage == string(StageDecided) {
+		// The policy step logged it, with its input and latency (the
+		// core's line only repeats the action).
+		return
+	}
+	ev := eventOf(l)
+	stamp(&ev)
+	j.mu.Lock()
+	j.recent.Add(ev.ProposalID, ev)
+	if ev.Stage == StageRejected && j.closing {
+		if _, ok := j.owed[ev.ProposalID]; !ok {
+			j.owed[ev.ProposalID] = false
+		}
+	}
+	j.mu.Unlock()
+	if !writtenAhead(ev.Stage) {
+		j.obs.Observe(ev)
+		return
+	}
+	if r, ok := j.obs.(Recorder); ok {
+		if err := r.Record(ev); err != nil {
+			// TODO(issue 27): fail closed on a fulfilling or escalated
+			// line the log cannot take (auditFailedMessage), as the
+			// lock-based lifecycle does.
+			j.log.Error("decision log line not written", "proposal", ev.ProposalID, "stage", ev.Stage, "err", err)
+		}
+	}
+	if ev.Stage == StageEscalated {
+		j.announce(ev) // the prompts' own sends are the escalator's
+		return
+	}
+	j.mu.Lock()
+	j.ahead[ev.ProposalID] = ev
+	j.mu.Unlock()
+}
+
+// written: the envelope that carries out proposal id's line written
+// ahead went out; the observers that only watch hear of it now.
+func (j *journal) written(proposalID, envelopeID string) {
+	j.mu.Lock()
+	ev, ok := j.ahead[proposalID]
+	delete(j.ahead, proposalID)
+	if _, owed := j.owed[proposalID]; owed && ev.Stage == StageRejected {
+		j.owed[proposalID] = true
+	}
+	j.mu.Unlock()
+	if ok {
+		j.announce(ev)
+	}
+}
+
+// undelivered: an answer of proposal id (kind: mcp/reject or the
+// fulfilment mcp/request) was not written, or the gateway refused it.
+func (j *journal) undelivered(proposalID, kind, reason, detail string) {
+	j.mu.Lock()
+	ev, ok := j.ahead[proposalID]
+	delete(j.ahead, proposalID)
+	if !ok {
+		ev, ok = j.recent.Peek(proposalID)
+	}
+	j.mu.Unlock()
+	if !ok {
+		ev = Event{ProposalID: proposalID}
+	}
+	ev = Event{Stage: StageUndelivered, ProposalID: proposalID, DecisionID: ev.DecisionID, Revision: ev.Revision,
+		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target,
+		Envelope: kind, Reason: reason, Message: detail}
+	stamp(&ev)
+	j.obs.Observe(ev)
+}
+
+func (j *journal) announce(ev Event) {
+	switch o := j.obs.(type) {
+	case Observers:
+		o.observeWatchers(ev)
+	case Recorder:
+	default:
+		o.Observe(ev)
+	}
+}
+
+// closed starts counting the rejects owed at shutdown.
+func (j *journal) closed() {
+	j.mu.Lock()
+	j.closing = true
+	j.mu.Unlock()
+}
+
+// shutdownAnswers reports the rejects owed since Closing and how many
+// were not written.
+func (j *journal) shutdownAnswers() (owed, unwritten int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, written := range j.owed {
+		owed++
+		if !written {
+			unwritten++
+		}
+	}
+	return owed, unwritten
+}
+
+// eventOf is the Event a line reports.
+func eventOf(l lifecycle.Line) Event {
+	ev := Event{Stage: Stage(l.Stage), ProposalID: l.ProposalID, DecisionID: l.DecisionID, Revision: l.Revision,
+		Proposer: l.Proposer, Method: l.Method, Tool: l.Tool, Target: l.Target,
+		Reason: l.Reason, Message: l.Message, By: l.By, Result: l.Result, RPCError: l.RPCError,
+		Latency: l.Latency, Deadline: l.Deadline}
+	if l.TaskID != "" {
+		ev.Task = &TaskInfo{ID: l.TaskID, Status: l.TaskStatus}
+	}
+	if ev.Time.IsZero() {
+		ev.Time = time.Now()
+	}
+	return ev
+}

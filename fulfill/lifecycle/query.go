@@ -1,0 +1,27 @@
+package lifecycle
+
+// What the shell reads of a Core (through Loop.Do, on the loop's
+// goroutine): copies, never the core's own values.
+
+// Get returns a copy of proposal id while it is open (not ended) here.
+func (c *Core) Get(id string) (Proposal, bool) {
+	e, ok := c.props[id]
+	if !ok || e.outcome != Open {
+		return Proposal{}, false
+	}
+	return *e.p.clone(), true
+}
+
+// ByRequest returns a copy of the open proposal whose fulfilment request
+// has envelope id requestID.
+func (c *Core) ByRequest(requestID string) (Proposal, bool) {
+	id, ok := c.byRequest[requestID]
+	if !ok {
+		return Proposal{}, false
+	}
+	return c.Get(id)
+}
+
+// Inflight reports the fulfilment slots held (requests out, or being
+// committed).
+func (c *Core) Inflight() int { return c.inflight }

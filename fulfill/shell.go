@@ -1,0 +1,251 @@
+package fulfill
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+	"github.com/mewkit/fulfiller/state"
+)
+
+// shell is the Fulfiller on the lifecycle core (issue 27): one
+// lifecycle.Loop owns every pending proposal; the shell turns frames
+// into the core's events (frames.go), carries out its effects through
+// the record store, the wire and the policy step, writes its lines to
+// the observers (journal.go), and serves the group (shellgroup.go) and
+// the operator (shelloperator.go) by asking the loop, never by keeping a
+// copy of a proposal's state.
+type shell struct {
+	cfg   Config
+	space Space
+	log   *slog.Logger
+	obs   Observer
+
+	core    *lifecycle.Core
+	loop    *lifecycle.Loop
+	journal *journal
+	records *ownWrites
+	wire    shellWire
+	policy  lifecycle.Policy
+	catalog *catalog
+
+	// Reader-owned (handle's goroutine): the participants present as
+	// last heard, for the roster diff after this member's reconnect.
+	present map[string]bool
+	// answered remembers fulfilment requests whose response counted (by
+	// request envelope id), to notice a second, different one
+	// (checkAnswered); told the proposals whose proposer was told of an
+	// impersonation, once each.
+	answered *lru.Cache[string, *answeredResponse]
+	told     *lru.Cache[string, struct{}]
+	// peerResps keeps responses to the group's other members' requests,
+	// for an adoption that follows them (see peerResponses).
+	peerResps *peerResponses
+	group     groupView
+
+	// base outlives Run's context until shutdown is done: what the
+	// catalog's discoveries and the loop run under.
+	base context.Context
+	// kept: answers owed at shutdown left in the store for the next run.
+	kept    atomic.Int64
+	owed    int
+	lost    int
+	mu      sync.Mutex // guards owed and lost
+	closing atomic.Bool
+}
+
+// shellWire is what the shell needs of its wire besides lifecycle.Wire:
+// the frames only the wire understands (a task's status notification,
+// a refusal of one of its envelopes) and the impersonation chat.
+type shellWire interface {
+	lifecycle.Wire
+	taskNotice(env agent.Envelope)
+	impersonated(proposalID, proposer string, env agent.Envelope)
+	refused(r agent.Refusal) (proposalID string, request bool)
+}
+
+// answeredResponse is a fulfilment request that got its response, kept
+// so that a second, different response to it is noticed.
+type answeredResponse struct {
+	ev         Event // the proposal's fields, for the ignored line
+	target     string
+	response   string // envelope id of the response that counted
+	digest     [32]byte
+	conflicted bool
+}
+
+// shellIDs mints the ids the core puts on the wire: envelope ids named
+// after this participant, JSON-RPC ids from the space's one sequence
+// (no peer sees an id twice), decision ids as OPA's decision logs do.
+type shellIDs struct{ space Space }
+
+func (i shellIDs) EnvelopeID() string { return agent.NewID(i.space.ID()) }
+func (i shellIDs) RPCID() int64       { return i.space.NextRPCID() }
+func (i shellIDs) DecisionID() string { return NewDecisionID() }
+
+// coreConfig is the lifecycle's configuration of cfg.
+func coreConfig(cfg Config) lifecycle.Config {
+	return lifecycle.Config{
+		Member:                 cfg.Store.Member(),
+		MaxPending:             cfg.MaxPending,
+		MaxPendingPerProposer:  cfg.MaxPendingPerProposer,
+		MaxPendingBytes:        cfg.MaxPendingBytes,
+		MaxInflight:            cfg.MaxInflight,
+		MaxInflightPerProposer: cfg.MaxInflightPerProposer,
+		PendingTTL:             cfg.PendingTTL,
+		FulfillTimeout:         cfg.FulfillTimeout,
+		OwnerRejoinGrace:       cfg.OwnerRejoinGrace,
+		TaskTimeout:            cfg.TaskTimeout,
+		StatusChats:            cfg.StatusChats,
+		ApprovalTimeout:        cfg.ApprovalTimeout,
+		RetryAfter:             retryStore,
+		Approvers:              cfg.Approvers,
+		Escalator:              true,
+	}
+}
+
+// post hands the loop an event; it gives up only when the shell stops.
+func (s *shell) post(ev lifecycle.Event) {
+	if err := s.loop.Post(s.base, ev); err != nil {
+		s.log.Debug("event not taken: stopping", "event", fmt.Sprintf("%T", ev))
+	}
+}
+
+// ask runs fn on the loop's goroutine (lifecycle.Loop.Do); false when
+// the loop has stopped.
+func (s *shell) ask(ctx context.Context, fn func(*lifecycle.Core)) bool {
+	return s.loop.Do(ctx, fn) == nil
+}
+
+// Run handles envelopes from in until ctx ends or in is closed, then
+// shuts down: with a live group member its pending work is handed over
+// (handOver), the rest is answered "other"; it returns once the loop has
+// stopped.
+func (s *shell) Run(ctx context.Context, in <-chan agent.Envelope) error {
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	s.base = base
+	loopCtx, stopLoop := context.WithCancel(base)
+	defer stopLoop()
+	loopDone := make(chan error, 1)
+	go func() { loopDone <- s.loop.Run(loopCtx) }()
+
+	// The space may already hold tool owners: discover them now rather
+	// than waiting for the next welcome.
+	for _, p := range s.space.Roster() {
+		s.present[p.ID] = true
+		s.catalog.refresh(base, p.ID)
+	}
+	s.checkVetoHolders(s.space.Roster())
+
+	storeCtx, stopStore := context.WithCancel(base)
+	var storeWG sync.WaitGroup
+	s.refreshGroup(storeCtx)
+	for _, watch := range []func(context.Context){s.watchGroup, s.adoptLapsed, s.watchRecords} {
+		storeWG.Add(1)
+		go func() {
+			defer storeWG.Done()
+			watch(storeCtx)
+		}()
+	}
+
+loop:
+	for {
+		select {
+		case env, ok := <-in:
+			if !ok {
+				break loop
+			}
+			s.handle(env)
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	stopStore()
+	storeWG.Wait()
+	s.shutdown(base)
+	stopLoop()
+	err := <-loopDone
+	s.catalog.wait()
+	if owed, lost := s.ShutdownAnswers(); lost > 0 {
+		return fmt.Errorf("%d of %d answers owed at shutdown were not delivered: %w", lost, owed, ErrUndelivered)
+	}
+	return err
+}
+
+// shutdown hands this member's pending work to a live group member, or
+// answers it "other" (the core's Closing), and waits for those answers
+// until --shutdown-timeout.
+func (s *shell) shutdown(base context.Context) {
+	ctx, cancel := context.WithTimeout(base, s.cfg.ShutdownTimeout)
+	defer cancel()
+	s.closing.Store(true)
+	s.handOver(ctx)
+	s.journal.closed()
+	s.post(lifecycle.Closing{})
+	s.drain(ctx)
+	owed, unwritten := s.journal.shutdownAnswers()
+	if unwritten > 0 && s.cfg.Store.Persistent() {
+		// Their records are in the store, phase answered: the next run
+		// on it sends them, the same envelopes.
+		s.kept.Store(int64(unwritten))
+		s.log.Warn("answers owed at shutdown could not be written; they are kept in the state store and sent by the next run on it", "kept", unwritten, "answers", owed)
+		unwritten = 0
+	}
+	s.mu.Lock()
+	s.owed, s.lost = owed, unwritten
+	s.mu.Unlock()
+	if unwritten > 0 {
+		s.log.Error("answers owed at shutdown were not delivered", "undelivered", unwritten, "answers", owed)
+	}
+}
+
+// drainPoll is how often drain looks whether the core still holds work.
+const drainPoll = 5 * time.Millisecond
+
+// drain waits until the core holds no proposal (every answer written,
+// every record ended), or ctx ends.
+func (s *shell) drain(ctx context.Context) {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for {
+		var n int
+		if !s.ask(ctx, func(c *lifecycle.Core) { n = c.Pending() }) || n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ShutdownAnswers reports how many answers were owed once shutdown began
+// and how many of them were neither written nor kept for the next run
+// (ShutdownKept). Both are final once Run has returned.
+func (s *shell) ShutdownAnswers() (owed, lost int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.owed, s.lost
+}
+
+// ShutdownKept reports how many of the answers owed at shutdown were left
+// in the state store for the next run on it to send.
+func (s *shell) ShutdownKept() int { return int(s.kept.Load()) }
+
+// emit tells the observers of an event the core has no line for (frames
+// that never became a proposal, spoofs of answers, the catalog's).
+func (s *shell) emit(e Event) {
+	stamp(&e)
+	s.obs.Observe(e)
+}
+
+var _ = state.ErrConflict

@@ -1,0 +1,304 @@
+package fulfill
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+)
+
+// handle turns one frame of the space into the core's events (or the
+// catalog's, or an ignored line). It runs on Run's goroutine only.
+func (s *shell) handle(env agent.Envelope) {
+	if env.From == s.space.ID() {
+		// The agent drops our own echoes: one in our name that it
+		// delivers is someone else's (rule 14).
+		s.onImpersonation(env)
+		return
+	}
+	switch env.Kind {
+	case agent.KindProposal:
+		s.onProposal(env)
+	case agent.KindWithdraw:
+		s.post(lifecycle.WithdrawnBy{ID: env.CorrelationID.First(), From: env.From, Reason: reasonOf(env.Payload)})
+	case agent.KindResponse:
+		s.onResponse(env)
+	case agent.KindRequest:
+		s.onOtherRequest(env)
+	case agent.KindReject:
+		s.post(lifecycle.SupersededBy{ID: env.CorrelationID.First(), By: env.From})
+	case agent.KindWelcome:
+		if env.AddressedTo(s.space.ID()) {
+			s.welcomed()
+		}
+	case agent.KindPresence:
+		s.onPresence(env)
+	case agent.KindError:
+		s.onRefusal(env)
+	}
+}
+
+func (s *shell) onProposal(env agent.Envelope) {
+	if env.ID == "" || env.From == "" {
+		s.log.Warn("proposal without id or from skipped", "id", env.ID, "from", env.From)
+		return
+	}
+	c, err := parsePayload(env.Payload)
+	target, mine := addresseeOf(s.space, s.catalog, env, c.tool)
+	if !mine {
+		s.log.Debug("proposal addressed to another fulfiller; left alone", "proposal", env.ID, "to", env.To)
+		s.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Method: c.method, Tool: c.tool,
+			Reason: "addressed_elsewhere", Message: fmt.Sprintf("addressed to %v", env.To)})
+		return
+	}
+	raw := env.Raw
+	if raw == nil {
+		raw, _ = agent.Encode(env)
+	}
+	ev := lifecycle.Proposed{ID: env.ID, From: env.From, Envelope: raw, Params: c.params, Size: len(raw),
+		Method: c.method, Tool: c.tool, Addressee: target}
+	if err != nil {
+		ev.Invalid = err.Error()
+	}
+	s.post(ev)
+}
+
+// addresseeOf applies the package's reading of `to` (see the package
+// doc): whether the proposal is ours to handle, and the participant it
+// names as target, if any.
+func addresseeOf(space Space, cat *catalog, env agent.Envelope, tool string) (target string, mine bool) {
+	if len(env.To) == 0 || slices.Contains(env.To, space.ID()) {
+		return "", true
+	}
+	sawFulfiller := false
+	for _, id := range env.To {
+		p, ok := space.Participant(id)
+		if !ok {
+			continue
+		}
+		if tool != "" {
+			if _, offers := cat.tool(id, tool); offers {
+				return id, true
+			}
+		}
+		if agent.Permits(p.Capabilities, agent.KindRequest, json.RawMessage(`{"method":"tools/call"}`)) {
+			sawFulfiller = true
+			continue
+		}
+		return id, true
+	}
+	if sawFulfiller {
+		return "", false
+	}
+	return "", true // nobody named is here: ours, and routing will say incapable
+}
+
+// onResponse hands the core a response to one of its fulfilment
+// requests. The gateway does not authenticate from: the core takes only
+// the target's answer, with the request's JSON-RPC id or none (rule 12);
+// a second, different answer to a request already answered means one of
+// them was forged (checkAnswered).
+func (s *shell) onResponse(env agent.Envelope) {
+	cid := env.CorrelationID.First()
+	if s.catalog.observe(s.base, env) {
+		return // an answer to our discovery
+	}
+	var p lifecycle.Proposal
+	var ok bool
+	if !s.ask(s.base, func(c *lifecycle.Core) { p, ok = c.ByRequest(cid) }) {
+		return
+	}
+	if !ok || p.Request == nil {
+		s.peerResps.keep(cid, env)
+		s.checkAnswered(cid, env)
+		return
+	}
+	r := lifecycle.Responded{RequestID: cid, From: env.From}
+	if env.From != p.Request.Target {
+		r.Result = env.Payload
+		s.post(r)
+		return
+	}
+	resp, err := agent.DecodeAnswer(env.Payload, strconv.AppendInt(nil, p.Request.RPCID, 10))
+	switch {
+	case errors.Is(err, agent.ErrWrongRPCID):
+		r.HasRPCID, r.RPCID = true, wrongRPCID(resp.ID, p.Request.RPCID)
+		s.post(r)
+		return
+	case err != nil:
+		s.emit(Event{Stage: StageIgnored, ProposalID: p.ID, DecisionID: p.DecisionID, Proposer: p.From, Method: p.Method, Tool: p.Tool,
+			Target: p.Request.Target, Reason: ReasonMalformedResponse, By: []string{env.From},
+			Message: fmt.Sprintf("response %s to fulfilment request %s: %v", env.ID, cid, err)})
+		return
+	}
+	if len(resp.ID) > 0 && string(resp.ID) != "null" {
+		r.HasRPCID, r.RPCID = true, p.Request.RPCID
+	}
+	if p.Request.Task {
+		if st, _, isTask := taskHandle(resp.Result); isTask && resp.Error == nil {
+			r.TaskID, r.TaskStatus = st.TaskID, st.Status
+		}
+	}
+	if r.TaskID == "" {
+		r.Result = resp.Result
+		if resp.Error != nil {
+			r.Error = agent.MustPayload(resp.Error)
+		}
+	}
+	s.answered.Add(cid, &answeredResponse{ev: Event{ProposalID: p.ID, DecisionID: p.DecisionID, Proposer: p.From, Method: p.Method, Tool: p.Tool, Target: p.Request.Target},
+		target: p.Request.Target, response: env.ID, digest: sha256.Sum256(env.Payload)})
+	s.post(r)
+}
+
+// wrongRPCID is a JSON-RPC id the core can compare: the answer's when it
+// is an integer, else one that is not the request's.
+func wrongRPCID(id json.RawMessage, request int64) int64 {
+	if n, err := strconv.ParseInt(string(bytes.TrimSpace(id)), 10, 64); err == nil {
+		return n
+	}
+	return request + 1
+}
+
+// checkAnswered looks at a response to a fulfilment request that is no
+// longer in flight: the same answer again is harmless (a re-delivery), a
+// different one from the tool owner means one of the two was forged.
+func (s *shell) checkAnswered(cid string, env agent.Envelope) {
+	a, ok := s.answered.Get(cid)
+	if !ok || env.From != a.target || sha256.Sum256(env.Payload) == a.digest {
+		return
+	}
+	if a.conflicted {
+		return // recorded once per request: a flood of forgeries must not flood the logs
+	}
+	a.conflicted = true
+	s.log.Warn("a second, different response to an answered fulfilment request: one of them was forged (spoof attempt)",
+		"proposal", a.ev.ProposalID, "target", a.target, "request", cid, "counted", a.response, "conflicting", env.ID)
+	ev := a.ev
+	ev.Stage, ev.Reason, ev.By, ev.Result = StageIgnored, ReasonConflictingResponse, []string{env.From}, env.Payload
+	ev.Message = fmt.Sprintf("response %s to fulfilment request %s differs from response %s, which ended the proposal; one of them was forged", env.ID, cid, a.response)
+	s.emit(ev)
+}
+
+// onOtherRequest sees other participants' requests: a fulfilment of a
+// proposal we hold supersedes ours; a tools/list_changed refreshes
+// discovery; a task's status notification wakes its follower.
+func (s *shell) onOtherRequest(env agent.Envelope) {
+	var req agent.RPCRequest
+	if json.Unmarshal(env.Payload, &req) != nil {
+		return
+	}
+	switch req.Method {
+	case agent.MethodToolsListChanged:
+		s.catalog.refresh(s.base, env.From)
+		return
+	case agent.MethodElicitationCreate, agent.MethodCancelled:
+		return // asking or telling someone about a proposal is not fulfilling it
+	case methodTaskStatus, methodTaskStatusExt:
+		if env.AddressedTo(s.space.ID()) {
+			s.wire.taskNotice(env)
+		}
+		return
+	}
+	if strings.HasPrefix(req.Method, "notifications/") {
+		return // a notification (a tool server's progress, say) fulfils nothing
+	}
+	s.post(lifecycle.SupersededBy{ID: env.CorrelationID.First(), By: env.From})
+}
+
+// welcomed: this member's (re)connect. The catalog starts again, and the
+// core hears who left and who is here: leaves sent while the link was
+// down reached nobody here.
+func (s *shell) welcomed() {
+	s.catalog.reset()
+	now := map[string]bool{}
+	for _, p := range s.space.Roster() {
+		now[p.ID] = true
+		s.catalog.refresh(s.base, p.ID)
+	}
+	for id := range s.present {
+		if !now[id] {
+			s.post(lifecycle.ParticipantLeft{ID: id})
+		}
+	}
+	for id := range now {
+		s.post(lifecycle.ParticipantJoined{ID: id})
+	}
+	s.present = now
+}
+
+func (s *shell) onPresence(env agent.Envelope) {
+	var pr struct {
+		Event       string `json:"event"`
+		Participant struct {
+			ID string `json:"id"`
+		} `json:"participant"`
+	}
+	if json.Unmarshal(env.Payload, &pr) != nil || pr.Participant.ID == "" || pr.Participant.ID == s.space.ID() {
+		return
+	}
+	id := pr.Participant.ID
+	switch pr.Event {
+	case "join":
+		s.present[id] = true
+		s.catalog.refresh(s.base, id)
+		if who, ok := s.space.Participant(id); ok {
+			s.checkVetoHolders([]agent.Participant{who})
+		}
+		s.post(lifecycle.ParticipantJoined{ID: id})
+	case "leave":
+		delete(s.present, id)
+		s.catalog.drop(id)
+		s.post(lifecycle.ParticipantLeft{ID: id})
+	}
+}
+
+// onRefusal: the gateway refused one of our envelopes (system/error
+// correlated to it). A refused reject is reported undelivered by the
+// wire; a refused fulfilment request never reached the tool owner, so
+// the core is told it was not written (the proposal is rejected "other").
+func (s *shell) onRefusal(env agent.Envelope) {
+	r, ok := agent.RefusalOf(env, s.space.ID())
+	if !ok {
+		return
+	}
+	id, request := s.wire.refused(r)
+	if !request {
+		return
+	}
+	s.log.Error("fulfilment request not delivered: refused by the gateway", "proposal", id, "err", r.String())
+	s.journal.undelivered(id, agent.KindRequest, UndeliveredRefused, r.String())
+	s.post(lifecycle.Sent{ID: id, EnvelopeID: r.EnvelopeID, Err: errors.New("refused by the gateway: " + r.String())})
+}
+
+// onImpersonation handles an envelope in this fulfiller's name that it
+// did not send (docs/design.md rule 14): logged and counted, and the
+// proposer of the pending proposal it names is told, once per proposal.
+func (s *shell) onImpersonation(env agent.Envelope) {
+	ev := Event{Stage: StageImpersonated, Envelope: env.Kind, Message: env.ID}
+	s.log.Warn("an envelope in this fulfiller's name that it did not send (impersonation)",
+		"envelope", env.ID, "kind", env.Kind, "to", env.To, "correlation_id", env.CorrelationID.First())
+	var p lifecycle.Proposal
+	var held bool
+	if pid := env.CorrelationID.First(); pid != "" {
+		s.ask(s.base, func(c *lifecycle.Core) { p, held = c.Get(pid) })
+	}
+	first := held && !s.told.Contains(p.ID)
+	if first {
+		s.told.Add(p.ID, struct{}{})
+		ev.ProposalID, ev.DecisionID, ev.Proposer, ev.Method, ev.Tool = p.ID, p.DecisionID, p.From, p.Method, p.Tool
+		if p.Decision != nil {
+			ev.Revision = p.Decision.Revision
+		}
+	}
+	s.emit(ev)
+	if first {
+		s.wire.impersonated(p.ID, p.From, env)
+	}
+}

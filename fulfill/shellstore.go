@@ -1,0 +1,100 @@
+package fulfill
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+)
+
+// ownWrites is the shell's lifecycle.Store: the record store, remembering
+// the revision of each record this member last wrote, so that a change to
+// a record the group's watch reports (WatchRecords) is known to be
+// another member's (an operator's take there, an adoption) and the
+// proposal is released here at once. A record's write and that check
+// exclude each other: a change read while this member's own write of the
+// record is in flight is judged once the write's revision is known (its
+// own echo is not someone else's).
+type ownWrites struct {
+	lifecycle.Store
+
+	mu   sync.Mutex
+	revs map[string]*ownRev
+}
+
+type ownRev struct {
+	mu  sync.Mutex // held across a write of the record
+	rev uint64     // the last revision this member wrote or read
+}
+
+func newOwnWrites(st lifecycle.Store) *ownWrites {
+	return &ownWrites{Store: st, revs: map[string]*ownRev{}}
+}
+
+func (o *ownWrites) rev(id string) *ownRev {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.revs[id]
+	if r == nil {
+		r = &ownRev{}
+		o.revs[id] = r
+	}
+	return r
+}
+
+func (o *ownWrites) forget(id string) {
+	o.mu.Lock()
+	delete(o.revs, id)
+	o.mu.Unlock()
+}
+
+// Write implements lifecycle.Store.
+func (o *ownWrites) Write(ctx context.Context, w lifecycle.Write) (uint64, error) {
+	r := o.rev(w.ID)
+	r.mu.Lock()
+	rev, err := o.Store.Write(ctx, w)
+	switch {
+	case err == nil && w.Record == nil, errors.Is(err, lifecycle.ErrConflict), errors.Is(err, lifecycle.ErrExists):
+		r.mu.Unlock()
+		o.forget(w.ID)
+		return rev, err
+	case err == nil:
+		r.rev = rev
+	}
+	r.mu.Unlock()
+	return rev, err
+}
+
+// Owned implements lifecycle.Store.
+func (o *ownWrites) Owned(ctx context.Context) ([]lifecycle.Proposal, error) {
+	recs, err := o.Store.Owned(ctx)
+	o.held(recs)
+	return recs, err
+}
+
+// held notes the revisions of records this member takes over (resumed,
+// adopted, taken).
+func (o *ownWrites) held(recs []lifecycle.Proposal) {
+	for _, p := range recs {
+		r := o.rev(p.ID)
+		r.mu.Lock()
+		r.rev = max(r.rev, p.Rev)
+		r.mu.Unlock()
+	}
+}
+
+// theirs reports whether a change to record id at revision rev is
+// another member's: this member holds the record and did not write that
+// revision.
+func (o *ownWrites) theirs(id string, rev uint64) bool {
+	o.mu.Lock()
+	r := o.revs[id]
+	o.mu.Unlock()
+	if r == nil {
+		return false // not held here
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return rev > r.rev
+}
