@@ -89,29 +89,13 @@ func (s *shell) adoptLapsed(ctx context.Context) {
 	}
 }
 
-// resume hands records this member took over (adopted, or taken for an
-// operator's cancel) to the core, and then the responses their requests
-// got while another member held them.
-func (s *shell) resume(ctx context.Context, recs []*state.Pending, how string) []lifecycle.Proposal {
-	var ps []lifecycle.Proposal
-	for _, r := range recs {
-		if ok, err := s.cfg.Store.Reclaim(ctx, r); err != nil || !ok {
-			if err != nil {
-				s.log.Error("adopted record not settled; left for the next scan", "proposal", r.ProposalID, "err", err)
-			}
-			continue
-		}
-		p, err := proposalOf(r)
-		if err != nil {
-			s.log.Error("adopted record unreadable; skipped", "proposal", r.ProposalID, "err", err)
-			continue
-		}
-		ps = append(ps, p)
-	}
+// resume hands records this member adopted to the core, and then the
+// responses their requests got while another member held them.
+func (s *shell) resume(ctx context.Context, recs []*state.Pending, how string) {
+	ps := s.settle(ctx, recs)
 	if len(ps) == 0 {
-		return nil
+		return
 	}
-	s.records.held(ps)
 	s.post(lifecycle.Resumed{Records: ps, How: how})
 	for _, p := range ps {
 		if p.Request == nil {
@@ -121,6 +105,28 @@ func (s *shell) resume(ctx context.Context, recs []*state.Pending, how string) [
 			s.onResponse(env)
 		}
 	}
+}
+
+// settle reads records this member took over (adopted, or taken for an
+// operator's cancel) as the core's proposals: each settled first
+// (Reclaim: one a replay wrote is deleted and left out).
+func (s *shell) settle(ctx context.Context, recs []*state.Pending) []lifecycle.Proposal {
+	var ps []lifecycle.Proposal
+	for _, r := range recs {
+		if ok, err := s.cfg.Store.Reclaim(ctx, r); err != nil || !ok {
+			if err != nil {
+				s.log.Error("record taken over not settled; left for the next scan", "proposal", r.ProposalID, "err", err)
+			}
+			continue
+		}
+		p, err := proposalOf(r)
+		if err != nil {
+			s.log.Error("record taken over unreadable; skipped", "proposal", r.ProposalID, "err", err)
+			continue
+		}
+		ps = append(ps, p)
+	}
+	s.records.held(ps)
 	return ps
 }
 

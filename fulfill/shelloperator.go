@@ -141,10 +141,15 @@ func (s *shell) Cancel(id, by string) error {
 		return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, err)
 	}
 	s.log.Info("proposal taken from the group's store to be cancelled by the operator", "proposal", id, "phase", r.Phase, "by", by)
-	if len(s.resume(ctx, []*state.Pending{r}, "taken for an operator's cancel")) == 0 {
+	ps := s.settle(ctx, []*state.Pending{r})
+	if len(ps) == 0 {
 		return fmt.Errorf("cancel %s: %w (the record was a replay's, now deleted)", id, ErrUnknownProposal)
 	}
-	s.post(lifecycle.Cancelled{ID: id, By: by})
+	// Back to back: its prompts, asked by the member it was taken from,
+	// are cancelled, never asked again from here first.
+	if err := s.loop.PostAll(ctx, lifecycle.Resumed{Records: ps, How: "taken for an operator's cancel"}, lifecycle.Cancelled{ID: id, By: by}); err != nil {
+		return fmt.Errorf("cancel %s: %w", id, err)
+	}
 	return nil
 }
 
