@@ -540,14 +540,21 @@ func TestPolicyStepBoundsEvaluations(t *testing.T) {
 	if n := dec.count(); n != 1 {
 		t.Fatalf("%d evaluations at once, want 1", n)
 	}
+	// One whose Loop stops while it waits for a slot is not evaluated
+	// (nor logged): its answer is dropped, and it fails closed.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if r := step.Decide(ctx, lifecycle.Decide{ID: "p3", Proposal: stepProposal("p3", addCall)}); r.ID != "p3" || r.Decision.Action != lifecycle.Reject {
+		t.Errorf("decided %+v after the Loop stopped, want a reject", r)
+	}
 	close(dec.gate)
 	for range 2 {
 		if r := <-results; r.Decision.Action != lifecycle.Fulfill {
 			t.Errorf("decided %+v", r)
 		}
 	}
-	if n := dec.count(); n != 2 {
-		t.Errorf("%d evaluations, want 2", n)
+	if n, logged := dec.count(), len(rig.obs.of(StageDecided)); n != 2 || logged != 2 {
+		t.Errorf("%d evaluations and %d decided events, want 2 of each", n, logged)
 	}
 }
 
