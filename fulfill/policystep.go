@@ -1,0 +1,581 @@
+package fulfill
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// policyStep is the lifecycle's Policy (lifecycle.Policy): what fulfill
+// does between a proposal's claim and the action on its decision (decide,
+// act's routing, escalate's checks, and onVerdict's re-check of an edited
+// call), on the Proposal the core hands it rather than on a *proposal.
+// It builds the policy input (input, toolInput), asks the Decider, emits
+// the decided event (the decision log's line: the core's own is dropped
+// by the shell's journal), hands the decision to the shadow policy, and
+// answers the core with the decision routed: the tool owner that carries
+// the call out, or why there is none; whether the call goes out as a
+// task; the approval deadline the proposer's own hint shortens. It never
+// fails: the Decider's errors are fail-closed rejects, as today.
+type policyStep struct {
+	space   Space
+	decider Decider
+	catalog *catalog
+	cfg     policyConfig
+	obs     Observer
+	shadows *shadowing           // nil: no shadow policy
+	grants  *grantstore.Registry // nil: grants are off
+	log     *slog.Logger
+	clock   lifecycle.Clock
+
+	// evalSlots bounds concurrent evaluations to DecideWorkers: the
+	// Loop runs each proposal's Decide on a goroutine of its own, so
+	// without it a burst would evaluate as many policies at once as
+	// proposals are pending.
+	evalSlots chan struct{}
+	// grantsLate logs once that decisions went ahead before the store's
+	// grants were loaded (awaitStoredGrants).
+	grantsLate sync.Once
+}
+
+var _ lifecycle.Policy = (*policyStep)(nil)
+
+// policyConfig is what the policy step reads of a Config (with its
+// defaults set): see policyConfigOf.
+type policyConfig struct {
+	SpaceID         string        // input.space.id
+	MaxPending      int           // input.agent.max_pending
+	DecideWorkers   int           // concurrent evaluations
+	DiscoveryWait   time.Duration // how long routing waits for a running tools/list
+	ApprovalTimeout time.Duration // a human's deadline when the decision sets none
+	TaskTimeout     time.Duration // a task's, when the decision sets none
+	// Escalation: an Escalator is configured; without one a decision to
+	// escalate is rejected "policy".
+	Escalation   bool
+	ToolMetadata ToolMetadata // nil: nothing declared
+}
+
+// policyConfigOf is the policy step's part of cfg, whose defaults are set.
+func policyConfigOf(cfg Config) policyConfig {
+	return policyConfig{SpaceID: cfg.SpaceID, MaxPending: cfg.MaxPending, DecideWorkers: cfg.DecideWorkers,
+		DiscoveryWait: cfg.DiscoveryWait, ApprovalTimeout: cfg.ApprovalTimeout, TaskTimeout: cfg.TaskTimeout,
+		Escalation: cfg.Escalator != nil, ToolMetadata: cfg.ToolMetadata}
+}
+
+// newPolicyStep makes the policy step. shadows is the shadowing the
+// caller runs with runShadow (nil: no shadow policy); grants is
+// Config.Grants (nil: off). cfg.DecideWorkers below 1 counts as 1.
+func newPolicyStep(space Space, decider Decider, cat *catalog, cfg policyConfig, obs Observer, shadows *shadowing,
+	grants *grantstore.Registry, log *slog.Logger, clock lifecycle.Clock) *policyStep {
+	if obs == nil {
+		obs = Observers(nil)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if clock == nil {
+		clock = lifecycle.SystemClock{}
+	}
+	return &policyStep{space: space, decider: decider, catalog: cat, cfg: cfg, obs: obs, shadows: shadows, grants: grants,
+		log: log, clock: clock, evalSlots: make(chan struct{}, max(cfg.DecideWorkers, 1))}
+}
+
+// Decide answers the core's Decide: the proposal's first decision, or
+// the re-check of a call an approver edited (Again).
+func (s *policyStep) Decide(ctx context.Context, d lifecycle.Decide) lifecycle.Decided {
+	if d.Again {
+		return s.recheck(ctx, d)
+	}
+	p := &d.Proposal
+	// The first decision's target is the one the proposal's `to` named
+	// (fulfill's p.target before routing).
+	in := s.policyInput(ctx, p, p.Addressee, p.Params, nil, d.Pending, d.Inflight)
+	start := time.Now()
+	dec, ok := s.evaluate(ctx, in)
+	if !ok {
+		return shutDecided(d)
+	}
+	latency := time.Since(start)
+	// The decision log keeps the policy's own decision (and offer): the
+	// copy is the event's, d is what is acted on.
+	logged := dec
+	ev := s.event(StageDecided, p, p.DecisionID, dec.Revision, p.Addressee)
+	ev.Decision, ev.Latency, ev.Input = &logged, latency, in
+	ev.GrantID = s.grantThatDecided(ctx, in, dec)
+	if dec.Err != nil {
+		s.log.Error("policy failed closed", "proposal", p.ID, "err", dec.Err)
+	}
+	s.emit(ev)
+	s.shadow(ev, in, dec)
+	dec.Grantable = s.grantOffer(dec.Grantable)
+	return s.act(ctx, d, dec)
+}
+
+// act is what fulfill's act and escalate make of the first decision
+// before anything is recorded: the route (or why there is none, for a
+// fulfil and an escalation alike: rule 1, nobody is asked about a call
+// nobody can carry out), the task choice, and for an escalation the
+// checks that reject it here (no escalator; the proposer's deadline
+// hint leaves no time) and the deadline the hint shortens.
+func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.Decision) lifecycle.Decided {
+	p := &d.Proposal
+	out := lifecycle.Decided{ID: d.ID}
+	if dec.Action != decision.Fulfill && dec.Action != decision.Escalate {
+		out.Decision = coreDecision(dec, "", false)
+		return out
+	}
+	target, why := s.route(ctx, p, p.Addressee, dec)
+	if target == "" {
+		out.Decision, out.Incapable = coreDecision(dec, "", false), why
+		return out
+	}
+	hinted := false
+	if dec.Action == decision.Escalate {
+		if !s.cfg.Escalation {
+			out.Decision = shellReject(dec, decision.ReasonPolicy, "the policy asks for human approval, but escalation is not configured on this fulfiller")
+			return out
+		}
+		timeout := dec.Timeout
+		if timeout <= 0 {
+			timeout = s.cfg.ApprovalTimeout
+		}
+		now := s.clock.Now()
+		hint, ok := proposalDeadlineHint(p.Params, p.Received)
+		if ok && hint.Before(now.Add(timeout)) {
+			// No human is asked after the proposer has stopped listening.
+			if hint.Sub(now) < minHintedDeadline {
+				out.Decision = shellReject(dec, decision.ReasonTimeout,
+					fmt.Sprintf("the proposal's own deadline (%s) leaves no time to ask a human", hint.UTC().Format(time.RFC3339)))
+				return out
+			}
+			// The core counts the approval deadline from when it takes
+			// the decision: the time left until the hint.
+			dec.Timeout, hinted = hint.Sub(now), true
+		}
+	}
+	out.Decision = s.routed(p, dec, target, hinted)
+	return out
+}
+
+// recheck is onVerdict's re-check of an edited call (rule 7): the edited
+// params must pass the policy on their own, with the approval in the
+// input. Whether the approvals given satisfy an escalate decision is the
+// core's (approvalsSatisfy); the route is the one the escalation had,
+// unless the new decision names a target.
+func (s *policyStep) recheck(ctx context.Context, d lifecycle.Decide) lifecycle.Decided {
+	p := &d.Proposal
+	route := ""
+	if p.Decision != nil {
+		route = p.Decision.Target
+	}
+	target := route
+	if target == "" {
+		target = p.Addressee
+	}
+	in := s.policyInput(ctx, p, target, d.Params, approvalInput(d.Approvals), d.Pending, d.Inflight)
+	dec, ok := s.evaluate(ctx, in)
+	if !ok {
+		return shutDecided(d)
+	}
+	logged := dec
+	ev := s.event(StageDecided, p, recheckDecisionID(d), dec.Revision, target)
+	ev.Decision, ev.Input = &logged, in
+	if dec.Err != nil {
+		s.log.Error("policy failed closed", "proposal", p.ID, "err", dec.Err)
+	}
+	s.emit(ev)
+	s.shadow(ev, in, dec)
+	dec.Grantable = s.grantOffer(dec.Grantable)
+	out := lifecycle.Decided{ID: d.ID, Again: true}
+	if dec.Action != decision.Fulfill && dec.Action != decision.Escalate {
+		out.Decision = coreDecision(dec, "", false)
+		return out
+	}
+	if dec.Target != "" {
+		route = dec.Target
+	}
+	if route == "" {
+		// A record from before routing was kept with the decision (it
+		// cannot be asked about otherwise): route it now.
+		var why string
+		if route, why = s.route(ctx, p, p.Addressee, dec); route == "" {
+			out.Decision, out.Incapable = coreDecision(dec, "", false), why
+			return out
+		}
+	}
+	out.Decision = s.routed(p, dec, route, false)
+	return out
+}
+
+// recheckDecisionID is the id of the re-check's decision, which governs
+// what follows it (rule 10). The core mints that id itself when it takes
+// the Decided (after this answer), and Decide does not carry it yet: until
+// it does, the decided line gets an id of its own here, so at least it is
+// never taken for the escalating decision's.
+func recheckDecisionID(lifecycle.Decide) string { return NewDecisionID() }
+
+// routed is the core's decision for dec routed to target: with the task
+// choice (callsAsTask) and the task's timeout (taskTimeout).
+func (s *policyStep) routed(p *lifecycle.Proposal, dec decision.Decision, target string, hinted bool) lifecycle.Decision {
+	cd := coreDecision(dec, target, hinted)
+	cd.Task = s.callsAsTask(p, target, dec.Task)
+	if cd.Task {
+		cd.TaskTimeout = dec.TaskTimeout
+		if cd.TaskTimeout <= 0 {
+			cd.TaskTimeout = s.cfg.TaskTimeout
+		}
+	}
+	return cd
+}
+
+// shellReject is the reject the step makes of the policy's decision dec
+// (escalation not configured; no time to ask a human): the revision that
+// decided stays the decision's.
+func shellReject(dec decision.Decision, reason, message string) lifecycle.Decision {
+	return coreDecision(decision.Decision{Action: decision.Reject, Reason: reason, Message: message, Revision: dec.Revision}, "", false)
+}
+
+// shutDecided answers a Decide whose context ended before a policy could
+// be asked (the Loop is stopping and drops the answer): fail closed.
+func shutDecided(d lifecycle.Decide) lifecycle.Decided {
+	return lifecycle.Decided{ID: d.ID, Again: d.Again,
+		Decision: lifecycle.Decision{Action: lifecycle.Reject, Reason: "other", Message: "the fulfiller is shutting down"}}
+}
+
+// evaluate asks the policy, once an evaluation slot is free; ok is false
+// when ctx ended first.
+func (s *policyStep) evaluate(ctx context.Context, in *policies.Input) (decision.Decision, bool) {
+	select {
+	case s.evalSlots <- struct{}{}:
+	case <-ctx.Done():
+		return decision.Decision{}, false
+	}
+	defer func() { <-s.evalSlots }()
+	return s.decider.Decide(ctx, in), true
+}
+
+// event is the event of stage for p as the decision decisionID of
+// revision governs it, with target as fulfill's p.target at that step.
+func (s *policyStep) event(stage Stage, p *lifecycle.Proposal, decisionID, revision, target string) Event {
+	return Event{Stage: stage, ProposalID: p.ID, DecisionID: decisionID, Revision: revision, Proposer: p.From,
+		Method: p.Method, Tool: p.Tool, Target: target}
+}
+
+func (s *policyStep) emit(e Event) {
+	if e.Time.IsZero() {
+		e.Time = s.clock.Now()
+	}
+	stamp(&e)
+	s.obs.Observe(e)
+}
+
+// approvalInput is input.approval for the re-check: who approved, and
+// the form content of the last approval (the one whose edit is checked,
+// as elicit's verdict passes it).
+func approvalInput(approvals []lifecycle.Approval) *policies.Approval {
+	a := &policies.Approval{}
+	for _, ap := range approvals {
+		a.By = append(a.By, ap.Approver)
+	}
+	if n := len(approvals); n > 0 {
+		a.Content = approvals[n-1].Content
+	}
+	return a
+}
+
+// policyInput builds the policy input document for p (docs/design.md,
+// Policy contract), as fulfill's input does: params are the proposal's,
+// or an approver's edit of them; approval is set only for the re-check;
+// target is the participant the call goes to as known at this step (the
+// addressee, then the route). Fields that are not known are left out,
+// never invented.
+func (s *policyStep) policyInput(ctx context.Context, p *lifecycle.Proposal, target string, params json.RawMessage, approval *policies.Approval, pending, inflight int) *policies.Input {
+	in := &policies.Input{
+		Proposal: p.Envelope, // the frame as received, byte for byte
+		Method:   p.Method,
+		Params:   params,
+		Approval: approval,
+		Now:      s.clock.Now().UTC(),
+	}
+	if p.Tool != "" {
+		in.Tool = s.toolDescription(p.Tool, target, params)
+		in.Grants = s.grantsFor(ctx, p.From, in.Tool, in.Now)
+	}
+	if who, ok := s.space.Participant(p.From); ok {
+		in.Proposer = &policies.Participant{ID: who.ID, Capabilities: capsJSON(who.Capabilities)}
+	} else {
+		in.Proposer = &policies.Participant{ID: p.From}
+	}
+	roster := s.space.Roster()
+	sp := &policies.Space{ID: s.cfg.SpaceID, Participants: make([]policies.Participant, 0, len(roster))}
+	for _, who := range roster {
+		sp.Participants = append(sp.Participants, policies.Participant{ID: who.ID, Capabilities: capsJSON(who.Capabilities)})
+	}
+	in.Space = sp
+	in.Agent = policies.AgentInfo{ID: s.space.ID(), Pending: pending, Inflight: inflight, MaxPending: s.cfg.MaxPending}
+	return in
+}
+
+// toolDescription is toolInput's: name and arguments from params (tool,
+// the proposal's, when params name none), and server, description and
+// annotations from its owner's tools/list when the owner is known (the
+// target, else the only owner), with the operator's declared annotations
+// laid over the owner's. While the owner is unknown nothing is declared
+// either: an entry for the owner might have applied, so no "*" entry is
+// guessed in its place.
+func (s *policyStep) toolDescription(tool, target string, params json.RawMessage) *policies.Tool {
+	name, args := toolCall(params)
+	if name == "" {
+		name = tool
+	}
+	t := &policies.Tool{Name: name, Arguments: args}
+	server := target
+	if server == "" {
+		if owners := s.catalog.owners(name); len(owners) == 1 {
+			server = owners[0].Server
+		}
+	}
+	if server == "" {
+		return t
+	}
+	t.Server = server
+	if info, ok := s.catalog.tool(server, name); ok {
+		t.Description = info.Description
+		t.OwnerAnnotations = info.Annotations
+		t.Execution = info.Execution
+	}
+	t.Annotations = t.OwnerAnnotations
+	if s.cfg.ToolMetadata != nil {
+		t.Annotations, _ = s.cfg.ToolMetadata.Annotate(server, name, t.OwnerAnnotations)
+	}
+	return t
+}
+
+// grantsFor are the live grants covering a call, as input.grants (nil
+// without grants: the field is then absent; an empty list when grants
+// are on and none covers it).
+func (s *policyStep) grantsFor(ctx context.Context, proposer string, t *policies.Tool, now time.Time) []json.RawMessage {
+	if s.grants == nil || t == nil || t.Name == "" {
+		return nil
+	}
+	s.awaitStoredGrants(ctx)
+	var out []json.RawMessage
+	for _, g := range s.grants.Matching(grantCall(proposer, t), now) {
+		b, err := json.Marshal(g)
+		if err != nil {
+			continue
+		}
+		out = append(out, b)
+	}
+	if out == nil {
+		out = []json.RawMessage{}
+	}
+	return out
+}
+
+// awaitStoredGrants is awaitGrants: it waits until the grants in the
+// store are mirrored (the registry's Ready, which /readyz reads too), at
+// most grantsLoadWait, or until ctx ends (shutdown). A proposal read in the first moments after a
+// restart would otherwise be decided as if no grant existed, and a human
+// asked again about a call a grant covers. Past the wait it decides
+// without them (a missing grant asks a human: the safe side). It waits
+// on the wall clock, not the step's: the store's load is real time.
+func (s *policyStep) awaitStoredGrants(ctx context.Context) {
+	ready := s.grants.Ready()
+	select {
+	case <-ready:
+		return
+	default:
+	}
+	t := time.NewTimer(grantsLoadWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-t.C:
+		s.grantsLate.Do(func() {
+			s.log.Warn("grants in the state store not loaded yet; deciding without them (humans are asked where a grant would have allowed)", "waited", grantsLoadWait)
+		})
+	}
+}
+
+// grantOffer is fulfill's grantOffer: the policy's offer without its
+// "proposer" pin unless the gateway authenticates senders.
+func (s *policyStep) grantOffer(g *decision.Grantable) *decision.Grantable {
+	if g == nil || (s.grants != nil && s.grants.AuthenticatesFrom()) {
+		return g
+	}
+	return g.WithoutProposer()
+}
+
+// grantThatDecided names the grant that let a fulfil decision through:
+// the policy fulfils with input.grants and would not without them. The
+// second evaluation is paid only for fulfils that had grants.
+func (s *policyStep) grantThatDecided(ctx context.Context, in *policies.Input, d decision.Decision) string {
+	if d.Action != decision.Fulfill || len(in.Grants) == 0 {
+		return ""
+	}
+	without := *in
+	without.Grants = []json.RawMessage{}
+	if s.decider.Decide(ctx, &without).Action == decision.Fulfill {
+		return "" // fulfilled on its own merits
+	}
+	var g struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(in.Grants[0], &g) // the oldest covering grant
+	return g.ID
+}
+
+// route is fulfill's route: who carries the call out (the decision's
+// target, else current: the addressee or the route already chosen, else
+// the tool's only owner), or why nobody can.
+func (s *policyStep) route(ctx context.Context, p *lifecycle.Proposal, current string, d decision.Decision) (target, why string) {
+	target = d.Target
+	if target == "" {
+		target = current
+	}
+	if target == "" && p.Method == agent.MethodToolsCall && p.Tool != "" {
+		lctx, cancel := context.WithTimeout(ctx, s.cfg.DiscoveryWait)
+		owners := s.catalog.lookup(lctx, p.Tool)
+		cancel()
+		switch len(owners) {
+		case 0:
+			return "", fmt.Sprintf("no participant in the space offers tool %q", p.Tool)
+		case 1:
+			target = owners[0].Server
+		default:
+			names := make([]string, len(owners))
+			for i, o := range owners {
+				names[i] = o.Server
+			}
+			return "", fmt.Sprintf("tool %q is offered by %v; address the proposal to one of them", p.Tool, names)
+		}
+	}
+	if target == "" {
+		return "", fmt.Sprintf("no participant to send %s to; address the proposal to one", p.Method)
+	}
+	if _, ok := s.space.Participant(target); !ok {
+		return "", fmt.Sprintf("%s is not in the space", target)
+	}
+	payload, _ := json.Marshal(map[string]string{"method": p.Method})
+	if !s.space.Can(agent.KindRequest, payload) {
+		return "", fmt.Sprintf("fulfiller's capabilities do not allow mcp/request %s", p.Method)
+	}
+	return target, ""
+}
+
+// callsAsTask is fulfill's callsAsTask: a call to the tool at target goes
+// out task-augmented when the tool requires it, or allows it and the
+// decision asks for it (want).
+func (s *policyStep) callsAsTask(p *lifecycle.Proposal, target string, want bool) bool {
+	if p.Method != agent.MethodToolsCall || p.Tool == "" {
+		return false
+	}
+	info, ok := s.catalog.tool(target, p.Tool)
+	if !ok {
+		return false
+	}
+	switch info.TaskSupport() {
+	case TaskRequired:
+		return true
+	case TaskOptional:
+		return want
+	}
+	return false
+}
+
+// proposalDeadlineHint is deadlineHint: the proposer's own deadline from
+// params._meta, "deadline" (RFC 3339) or "timeout_ms" (counted from
+// received, when the proposal arrived); the sooner when both are given.
+// It only ever shortens what the policy allows: a proposer can make
+// itself be answered sooner, never make a human wait longer.
+func proposalDeadlineHint(params json.RawMessage, received time.Time) (time.Time, bool) {
+	var doc struct {
+		Meta struct {
+			Deadline  string   `json:"deadline"`
+			TimeoutMS *float64 `json:"timeout_ms"`
+		} `json:"_meta"`
+	}
+	if len(params) == 0 || json.Unmarshal(params, &doc) != nil {
+		return time.Time{}, false
+	}
+	var hint time.Time
+	if doc.Meta.Deadline != "" {
+		if t, err := time.Parse(time.RFC3339Nano, doc.Meta.Deadline); err == nil {
+			hint = t
+		}
+	}
+	if ms := doc.Meta.TimeoutMS; ms != nil && *ms >= 0 && *ms < float64(365*24*time.Hour/time.Millisecond) {
+		t := received.Add(time.Duration(*ms) * time.Millisecond)
+		if hint.IsZero() || t.Before(hint) {
+			hint = t
+		}
+	}
+	return hint, !hint.IsZero()
+}
+
+// shadow hands the live decision d, made on input in and logged as the
+// decided event ev, to the shadow policy (runShadow). It never blocks: a
+// full queue drops the job, counted by an event with Dropped set.
+func (s *policyStep) shadow(ev Event, in *policies.Input, d decision.Decision) {
+	if s.shadows == nil {
+		return
+	}
+	j := shadowJob{ev: s.shadowEvent(ev), in: in, live: d}
+	select {
+	case s.shadows.queue <- j:
+	default:
+		j.ev.Shadow = &ShadowResult{Live: d.Action, Dropped: true}
+		s.emit(j.ev)
+	}
+}
+
+// shadowEvent is the StageShadow event of the decision ev logs: governed
+// by it, stamped when the shadow has answered.
+func (s *policyStep) shadowEvent(ev Event) Event {
+	return Event{Stage: StageShadow, ProposalID: ev.ProposalID, DecisionID: ev.DecisionID, Revision: ev.Revision,
+		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target}
+}
+
+// runShadow is fulfill's runShadow for the step: it evaluates the queued
+// decisions until ctx ends; what is still queued then is dropped
+// (counted). The shell runs it on a goroutine it owns, beside the Loop,
+// and ends its ctx once the Loop's Run has returned (the Loop's Decides
+// are the last to hand it decisions). Without a shadow policy it returns
+// at once.
+func (s *policyStep) runShadow(ctx context.Context) {
+	sh := s.shadows
+	if sh == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case j := <-sh.queue:
+					j.ev.Shadow = &ShadowResult{Live: j.live.Action, Dropped: true}
+					s.emit(j.ev)
+				default:
+					return
+				}
+			}
+		case j := <-sh.queue:
+			// The evaluation in progress when ctx ends is finished (it is
+			// bounded by the timeout) rather than cut into an error.
+			r := sh.evaluate(context.WithoutCancel(ctx), j.in, j.live)
+			j.ev.Shadow = &r
+			s.emit(j.ev)
+		}
+	}
+}
