@@ -376,9 +376,10 @@ func (w *wire) statusChat(ctx context.Context, proposalID, to string, st Proposa
 // the verdict comes back to the core as a Verdict.
 func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
 	if w.esc == nil {
-		// The policy step rejects an escalation without an Escalator
-		// ("policy"); nothing can ask the humans here.
-		w.log.Error("escalation without an Escalator; nobody is asked", "proposal", a.ID)
+		// Nobody can ask the humans here (a record resumed from a
+		// member that could): rejected "policy" at once, as fulfill's
+		// escalate and resumeOne do, rather than at the deadline.
+		w.postVerdict(ctx, lifecycle.Verdict{ID: a.ID, Reason: "policy", Message: noEscalatorMessage})
 		return
 	}
 	p := a.Proposal
@@ -411,6 +412,10 @@ func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
 	}
 	w.esc.Escalate(ctx, esc, func(v Verdict) { w.verdict(ctx, a.ID, v) })
 }
+
+// noEscalatorMessage is the reject message of an escalation without an
+// Escalator (fulfill's escalate and resumeOne).
+const noEscalatorMessage = "the policy asks for human approval, but escalation is not configured on this fulfiller"
 
 // errAskEnded is what a recording waits for in vain: the proposal's
 // escalation was cancelled before the core answered.
