@@ -1,0 +1,842 @@
+package fulfill
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/internal/clocktest"
+	"github.com/mewkit/fulfiller/internal/poll"
+	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
+)
+
+// wireRec is the shell's side of a wire under test: what its journal
+// and observers heard, and the events posted to the core.
+type wireRec struct {
+	mu          sync.Mutex
+	writes      []string
+	undelivers  []string
+	observed    []Event
+	posted      chan lifecycle.Event
+	methods     map[string]string
+	described   []string
+	describeErr bool
+}
+
+func (r *wireRec) written(proposalID, envelopeID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes = append(r.writes, proposalID+" "+envelopeID)
+}
+
+func (r *wireRec) undelivered(proposalID, kind, reason, detail string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.undelivers = append(r.undelivers, proposalID+" "+kind+" "+reason)
+}
+
+func (r *wireRec) observe(ev Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.observed = append(r.observed, ev)
+}
+
+func (r *wireRec) heard() (writes, undelivers []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.writes), slices.Clone(r.undelivers)
+}
+
+// next is the next event the wire posted to the core.
+func (r *wireRec) next(t *testing.T) lifecycle.Event {
+	t.Helper()
+	select {
+	case ev := <-r.posted:
+		return ev
+	case <-time.After(poll.Limit):
+		t.Fatal("nothing posted to the core")
+		return nil
+	}
+}
+
+// newTestWire is a wire over space (and esc, reg: may be nil) whose
+// hooks are a wireRec's; proposals call tools/call unless rec.methods
+// says otherwise.
+func newTestWire(t *testing.T, space Space, esc Escalator, reg *grantstore.Registry) (*wire, *wireRec) {
+	t.Helper()
+	rec := &wireRec{posted: make(chan lifecycle.Event, 16), methods: map[string]string{}}
+	hooks := wireHooks{
+		events: rec,
+		post: func(ctx context.Context, ev lifecycle.Event) error {
+			select {
+			case rec.posted <- ev:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		method: func(id string) string {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if m, ok := rec.methods[id]; ok {
+				return m
+			}
+			return agent.MethodToolsCall
+		},
+		describe: func(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage) {
+			rec.mu.Lock()
+			rec.described = append(rec.described, p.ID)
+			rec.mu.Unlock()
+			return &policies.Tool{Name: p.Tool, Server: p.Decision.Target, Description: "Add two numbers"}, json.RawMessage(`{"type":"object"}`)
+		},
+	}
+	return newWire(space, esc, reg, wireConfig{SpaceID: "lab", FulfillTimeout: 5 * time.Second}, hooks, nil), rec
+}
+
+var stamped = regexp.MustCompile(`"ts":"[^"]*"`)
+
+// onWire is env as the gateway gets it, its ts (the time of the write)
+// blanked, and its id too when minted is set (an envelope whose id the
+// link mints).
+func onWire(t *testing.T, env agent.Envelope, minted bool) string {
+	t.Helper()
+	if minted {
+		if env.ID == "" {
+			t.Errorf("envelope without an id: %+v", env)
+		}
+		env.ID = "*"
+	}
+	b, err := agent.Encode(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stamped.ReplaceAllString(string(b), `"ts":"*"`)
+}
+
+// sameOnWire checks that the wire wrote what the lock-based Fulfiller
+// wrote in the same case, byte for byte.
+func sameOnWire(t *testing.T, what string, got, want agent.Envelope, minted bool) {
+	t.Helper()
+	if g, w := onWire(t, got, minted), onWire(t, want, minted); g != w {
+		t.Errorf("%s:\n got %s\nwant %s (the Fulfiller's)", what, g, w)
+	}
+}
+
+func literalOnWire(t *testing.T, what string, got agent.Envelope, minted bool, want string) {
+	t.Helper()
+	if g := onWire(t, got, minted); g != want {
+		t.Errorf("%s:\n got %s\nwant %s", what, g, want)
+	}
+}
+
+// failingSpace fails every Send with err.
+type failingSpace struct {
+	*fakeSpace
+	err error
+}
+
+func (s *failingSpace) Send(context.Context, agent.Envelope) (agent.Envelope, error) {
+	return agent.Envelope{}, s.err
+}
+
+// queueSpace is a Space with a Queuer: what went through SendOrQueue.
+type queueSpace struct {
+	*fakeSpace
+	queued chan agent.Envelope
+}
+
+func (s *queueSpace) SendOrQueue(_ context.Context, env agent.Envelope) (agent.Envelope, bool, error) {
+	agent.Stamp(&env, s.id, time.Now())
+	s.queued <- env
+	return env, true, nil
+}
+
+// The reject and its explanation, as the Fulfiller writes them for a
+// policy's deny; the journal hears of the reject once it is written,
+// and a refusal by the gateway is reported undelivered.
+func TestWireRejectAsTheFulfiller(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", `{"method":"tools/call","params":{"name":"sub","arguments":{}}}`))
+	oldReject, oldChat := h.space.next(t), h.space.next(t)
+
+	space := newFakeSpace()
+	w, rec := newTestWire(t, space, nil, nil)
+	if err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p1", To: "coder", EnvelopeID: oldReject.ID, Reason: "policy", Message: "default deny"}); err != nil {
+		t.Fatalf("SendReject: %v", err)
+	}
+	reject, chat := space.next(t), space.next(t)
+	sameOnWire(t, "reject", reject, oldReject, false)
+	sameOnWire(t, "its explanation", chat, oldChat, true)
+	literalOnWire(t, "reject", reject, false, `{"protocol":"mew/v0.4","id":"`+oldReject.ID+`","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/reject","correlation_id":["p1"],"payload":{"reason":"policy"}}`)
+	literalOnWire(t, "its explanation", chat, true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["`+oldReject.ID+`"],"payload":{"text":"default deny","format":"plain"}}`)
+	writes, undelivered := rec.heard()
+	if !slices.Equal(writes, []string{"p1 " + oldReject.ID}) || len(undelivered) != 0 {
+		t.Errorf("journal heard written %v, undelivered %v", writes, undelivered)
+	}
+
+	// The gateway refuses it afterwards.
+	refusal := agent.Envelope{ID: "err-1", From: agent.GatewayID, To: []string{"fulfiller"}, Kind: agent.KindError, CorrelationID: agent.CorrelationIDs{oldReject.ID},
+		Payload: json.RawMessage(`{"error":"capability_violation","attempted_kind":"mcp/reject"}`)}
+	pid, kind, ok := w.refused(t.Context(), refusal)
+	if !ok || pid != "p1" || kind != agent.KindReject {
+		t.Fatalf("refused = %q %q %v, want p1's reject", pid, kind, ok)
+	}
+	if _, undelivered := rec.heard(); !slices.Equal(undelivered, []string{"p1 mcp/reject refused"}) {
+		t.Errorf("undelivered %v", undelivered)
+	}
+	if _, _, ok := w.refused(t.Context(), refusal); ok {
+		t.Error("the same refusal was reported twice")
+	}
+	// A refusal of something the wire did not write, or not from the
+	// gateway, is not the wire's.
+	other := refusal
+	other.CorrelationID = agent.CorrelationIDs{"someone-elses"}
+	forged := refusal
+	forged.From = "coder"
+	for _, env := range []agent.Envelope{other, forged} {
+		if _, _, ok := w.refused(t.Context(), env); ok {
+			t.Errorf("refused(%s) reported", env.CorrelationID)
+		}
+	}
+
+	// Without a message, nothing follows the reject.
+	if err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p2", To: "coder", EnvelopeID: "rej-2", Reason: "busy"}); err != nil {
+		t.Fatal(err)
+	}
+	literalOnWire(t, "reject without a message", space.next(t), false, `{"protocol":"mew/v0.4","id":"rej-2","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/reject","correlation_id":["p2"],"payload":{"reason":"busy"}}`)
+	space.quiet(t, 20*time.Millisecond)
+}
+
+// A reject that cannot be written is the effect's error (the core
+// writes it again), reported undelivered, and no longer refusable.
+func TestWireRejectNotWritten(t *testing.T) {
+	space := &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")}
+	w, rec := newTestWire(t, space, nil, nil)
+	err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p1", To: "coder", EnvelopeID: "rej-1", Reason: "policy", Message: "no"})
+	if err == nil || !errors.Is(err, space.err) {
+		t.Fatalf("SendReject = %v, want the write's error", err)
+	}
+	writes, undelivered := rec.heard()
+	if len(writes) != 0 || !slices.Equal(undelivered, []string{"p1 mcp/reject not_written"}) {
+		t.Errorf("written %v, undelivered %v", writes, undelivered)
+	}
+	refusal := agent.Envelope{ID: "err-1", From: agent.GatewayID, To: []string{"fulfiller"}, Kind: agent.KindError, CorrelationID: agent.CorrelationIDs{"rej-1"},
+		Payload: json.RawMessage(`{"error":"capability_violation"}`)}
+	if _, _, ok := w.refused(t.Context(), refusal); ok {
+		t.Error("a reject never written was reported refused")
+	}
+}
+
+// The fulfilment request, as the Fulfiller writes it: the proposal's
+// method and params, correlated to the proposal, with the recorded ids.
+func TestWireRequestAsTheFulfiller(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2},"task":{"ttl":5},"_meta":{"progressToken":1}}}`))
+	old := h.space.next(t)
+
+	space := newFakeSpace()
+	w, rec := newTestWire(t, space, nil, nil)
+	err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: old.ID, RPCID: rpcID(t, old),
+		Params: json.RawMessage(`{"name":"add","arguments":{"a":1,"b":2},"task":{"ttl":5},"_meta":{"progressToken":1}}`), TaskTTL: time.Hour})
+	if err != nil {
+		t.Fatalf("SendRequest: %v", err)
+	}
+	req := space.next(t)
+	sameOnWire(t, "fulfilment request", req, old, false)
+	// The proposer's own task is left out (a proposer cannot follow one).
+	literalOnWire(t, "fulfilment request", req, false, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"%s","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["p1"],"payload":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2},"_meta":{"progressToken":1}}}}`, old.ID, rpcID(t, old)))
+
+	// Another method goes out with its params as they are.
+	rec.methods["p2"] = "resources/read"
+	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p2", To: "files", EnvelopeID: "req-2", RPCID: 12, Params: json.RawMessage(`{"uri":"file:///a","task":{"ttl":5}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	literalOnWire(t, "resources/read", space.next(t), false, `{"protocol":"mew/v0.4","id":"req-2","ts":"*","from":"fulfiller","to":["files"],"kind":"mcp/request","correlation_id":["p2"],"payload":{"jsonrpc":"2.0","id":12,"method":"resources/read","params":{"uri":"file:///a","task":{"ttl":5}}}}`)
+	writes, _ := rec.heard()
+	if !slices.Equal(writes, []string{"p1 " + old.ID, "p2 req-2"}) {
+		t.Errorf("written %v", writes)
+	}
+
+	// A refused request is the wire's to report; the shell ends the
+	// proposal.
+	refusal := agent.Envelope{ID: "err-1", From: agent.GatewayID, To: []string{"fulfiller"}, Kind: agent.KindError, CorrelationID: agent.CorrelationIDs{"req-2"},
+		Payload: json.RawMessage(`{"error":"capability_violation"}`)}
+	if pid, kind, ok := w.refused(t.Context(), refusal); !ok || pid != "p2" || kind != agent.KindRequest {
+		t.Errorf("refused = %q %q %v", pid, kind, ok)
+	}
+	if _, undelivered := rec.heard(); !slices.Equal(undelivered, []string{"p2 mcp/request refused"}) {
+		t.Errorf("undelivered %v", undelivered)
+	}
+}
+
+// A write the link lost midway may have reached the owner: it counts
+// as written. Any other failure is the effect's error.
+func TestWireRequestSessionLost(t *testing.T) {
+	for _, c := range []struct {
+		err         error
+		wantErr     bool
+		written     []string
+		undelivered []string
+	}{
+		{fmt.Errorf("write: %w", agent.ErrSessionLost), false, []string{"p1 req-1"}, nil},
+		{errors.New("link down"), true, nil, []string{"p1 mcp/request not_written"}},
+	} {
+		w, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: c.err}, nil, nil)
+		err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 1, Params: json.RawMessage(`{"name":"add"}`)})
+		if (err != nil) != c.wantErr || (err != nil && !errors.Is(err, c.err)) {
+			t.Errorf("%v: SendRequest = %v", c.err, err)
+		}
+		if writes, undelivered := rec.heard(); !slices.Equal(writes, c.written) || !slices.Equal(undelivered, c.undelivered) {
+			t.Errorf("%v: written %v, undelivered %v", c.err, writes, undelivered)
+		}
+	}
+}
+
+// The cancellation at the tool owner, as the Fulfiller writes it at the
+// fulfil timeout; through the Queuer when the Space has one.
+func TestWireCancelAsTheFulfiller(t *testing.T) {
+	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
+	h := newHarness(t, Config{FulfillTimeout: 30 * time.Second, PendingTTL: time.Hour, Clock: clock}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	req := h.space.next(t)
+	if !clock.WaitArmed(2, poll.Limit) {
+		t.Fatal("the fulfil timeout was not armed")
+	}
+	clock.Advance(30 * time.Second)
+	old := h.space.next(t)
+
+	space := newFakeSpace()
+	w, _ := newTestWire(t, space, nil, nil)
+	c := lifecycle.SendCancel{ID: "p1", To: "calculator", RequestEnvelopeID: req.ID, RPCID: rpcID(t, req), Reason: "timeout"}
+	w.SendCancel(t.Context(), c)
+	got := space.next(t)
+	sameOnWire(t, "cancellation", got, old, true)
+	literalOnWire(t, "cancellation", got, true, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["%s"],"payload":{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"timeout"}}}`, req.ID, rpcID(t, req)))
+
+	qs := &queueSpace{fakeSpace: newFakeSpace(), queued: make(chan agent.Envelope, 1)}
+	qw, _ := newTestWire(t, qs, nil, nil)
+	qw.SendCancel(t.Context(), c)
+	select {
+	case env := <-qs.queued:
+		sameOnWire(t, "queued cancellation", env, old, true)
+	default:
+		t.Fatal("the cancellation did not go through the Queuer")
+	}
+	qs.quiet(t, 10*time.Millisecond)
+}
+
+// Status chats, as the Fulfiller writes them for an escalation and a
+// queued fulfilment; the proposer's deadline hint and the
+// impersonation chat.
+func TestWireStatusAsTheFulfiller(t *testing.T) {
+	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
+	esc := newRecEscalator()
+	dec := &fakeDecider{decisions: map[string]decision.Decision{
+		"add": {Action: decision.Escalate, Approvers: []string{"alice", "bob"}, Quorum: 2, Timeout: time.Minute},
+	}}
+	h := newHarness(t, Config{StatusChats: true, Escalator: esc, Clock: clock}, dec)
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	oldEscalated := h.space.next(t)
+
+	space := newFakeSpace()
+	w, _ := newTestWire(t, space, nil, nil)
+	w.Status(t.Context(), lifecycle.Status{ID: "p1", To: "coder", Stage: lifecycle.StatusEscalated, Approvers: []string{"alice", "bob"}, Quorum: 2, Deadline: clock.Now().Add(time.Minute)})
+	got := space.next(t)
+	sameOnWire(t, "escalated status chat", got, oldEscalated, true)
+	literalOnWire(t, "escalated status chat", got, true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["p1"],"payload":{"text":"Waiting for approval by alice, bob (2 needed) until 2026-11-27T03:01:00Z.","format":"plain","_meta":{"fulfiller/status":{"v":1,"proposal":"p1","stage":"escalated","approvers":["alice","bob"],"quorum":2,"deadline":"2026-11-27T03:01:00Z"}}}}`)
+
+	w.Status(t.Context(), lifecycle.Status{ID: "p2", To: "coder", Stage: lifecycle.StatusQueued})
+	literalOnWire(t, "queued status chat", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["p2"],"payload":{"text":"Allowed; waiting for a free fulfilment slot.","format":"plain","_meta":{"fulfiller/status":{"v":1,"proposal":"p2","stage":"queued"}}}}`)
+
+	// A deadline the proposer's hint set says so (the escalation's
+	// decision, from its Ask, records it).
+	ew, _ := newTestWire(t, space, newAskEscalator(), nil)
+	p := escalatedProposal(t, "p3", true)
+	ew.Ask(t.Context(), lifecycle.Ask{ID: "p3", Deadline: clock.Now().Add(30 * time.Second), Quorum: 1, Proposal: p})
+	ew.Status(t.Context(), lifecycle.Status{ID: "p3", To: "coder", Stage: lifecycle.StatusEscalated, Approvers: []string{"alice"}, Quorum: 1, Deadline: clock.Now().Add(30 * time.Second)})
+	literalOnWire(t, "hinted status chat", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["p3"],"payload":{"text":"Waiting for approval by alice (1 needed) until 2026-11-27T03:00:30Z.","format":"plain","_meta":{"fulfiller/status":{"v":1,"proposal":"p3","stage":"escalated","approvers":["alice"],"quorum":1,"deadline":"2026-11-27T03:00:30Z","deadline_by":"proposer"}}}}`)
+
+	w.impersonated(t.Context(), "p1", "coder", agent.Envelope{ID: "forged-1", Kind: agent.KindReject})
+	literalOnWire(t, "impersonation chat", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["p1"],"payload":{"text":"The mcp/reject in fulfiller's name (envelope forged-1) was not sent by fulfiller: someone else wrote it. Your proposal is still pending; fulfiller's answer follows.","format":"plain","_meta":{"fulfiller/status":{"v":1,"proposal":"p1","stage":"impersonated","forged":"forged-1","forged_kind":"mcp/reject"}}}}`)
+}
+
+// A task-augmented fulfilment end to end, as the Fulfiller writes it
+// (2025-11-25: tasks/result read at the end): the request, the task's
+// status chat, the follower's TaskEnded with the call's result, and the
+// relay to the proposer.
+func TestWireTaskAsTheFulfiller(t *testing.T) {
+	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
+	handle := `{"task":{"taskId":"T1","status":"working","pollInterval":100}}`
+	answer := func(req agent.RPCRequest) (agent.RPCResponse, error) {
+		switch req.Method {
+		case "tasks/get":
+			return agent.RPCResponse{Result: json.RawMessage(`{"taskId":"T1","status":"completed","createdAt":"2026-11-27T03:00:00Z"}`)}, nil
+		case "tasks/result":
+			return agent.RPCResponse{Result: json.RawMessage(`{"content":[{"type":"text","text":"migrated"}],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"T1"}}}`)}, nil
+		}
+		return agent.RPCResponse{}, fmt.Errorf("unexpected %s", req.Method)
+	}
+	taskSpace := func() *fakeSpace {
+		s := newFakeSpace()
+		s.tools["calculator"] = append(s.tools["calculator"], ToolInfo{Name: "migrate", Description: "runs as an MCP task", Execution: json.RawMessage(`{"taskSupport":"required"}`)})
+		s.taskAnswer = answer
+		return s
+	}
+	h := newHarnessOn(t, taskSpace(), Config{StatusChats: true, TaskTimeout: time.Minute, Clock: clock}, &fakeDecider{decisions: map[string]decision.Decision{"migrate": {Action: decision.Fulfill}}})
+	h.deliver(proposalEnv("job", "coder", callOf("migrate")))
+	oldReq := h.space.next(t)
+	h.deliver(agent.Envelope{ID: "resp-1", From: "calculator", To: []string{"fulfiller"}, Kind: agent.KindResponse, CorrelationID: agent.CorrelationIDs{oldReq.ID},
+		Payload: json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":%s}`, rpcID(t, oldReq), handle))})
+	oldStatus, oldRelay, oldResp := h.space.next(t), h.space.next(t), h.space.next(t)
+
+	space := taskSpace()
+	w, rec := newTestWire(t, space, nil, nil)
+	params := json.RawMessage(`{"name":"migrate","arguments":{"a":1}}`)
+	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "job", To: "calculator", EnvelopeID: oldReq.ID, RPCID: rpcID(t, oldReq), Params: params, Task: true, TaskTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	req := space.next(t)
+	sameOnWire(t, "task-augmented request", req, oldReq, false)
+	literalOnWire(t, "task-augmented request", req, false, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"%s","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","payload":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"migrate","arguments":{"a":1},"task":{"ttl":60000},"_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}}`, oldReq.ID, rpcID(t, oldReq)))
+
+	// The reader read the handle; the core recorded the task and asks
+	// for its status chat.
+	if !w.taskCreated("calculator", json.RawMessage(handle), clock.Now()) {
+		t.Fatal("the task handle was not taken for one")
+	}
+	if w.taskCreated("calculator", json.RawMessage(`{"content":[]}`), clock.Now()) {
+		t.Error("a plain result was taken for a task handle")
+	}
+	w.Status(t.Context(), lifecycle.Status{ID: "job", To: "coder", Stage: lifecycle.StatusTask, Deadline: clock.Now().Add(time.Minute), Target: "calculator", TaskID: "T1", TaskStatus: "working"})
+	status := space.next(t)
+	sameOnWire(t, "task status chat", status, oldStatus, true)
+	literalOnWire(t, "task status chat", status, true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["job"],"payload":{"text":"Running as task T1 at calculator (working) until 2026-11-27T03:01:00Z.","format":"plain","_meta":{"fulfiller/status":{"v":1,"proposal":"job","stage":"task","deadline":"2026-11-27T03:01:00Z","task":{"id":"T1","spec":"2025-11-25","status":"working","created":"2026-11-27T03:00:00Z","deadline":"2026-11-27T03:01:00Z"}}}}}`)
+
+	var reports []lifecycle.Event
+	w.FollowTask(t.Context(), lifecycle.FollowTask{ID: "job", To: "calculator", TaskID: "T1", RequestEnvelopeID: req.ID, Deadline: clock.Now().Add(time.Minute)},
+		func(ev lifecycle.Event) { reports = append(reports, ev) })
+	if len(reports) != 1 {
+		t.Fatalf("follower reported %v, want its end", reports)
+	}
+	ended, ok := reports[0].(lifecycle.TaskEnded)
+	if !ok || ended.ID != "job" || ended.TaskID != "T1" || ended.Status != "completed" || ended.Gone != "" || ended.Error != nil ||
+		string(ended.Result) != `{"content":[{"type":"text","text":"migrated"}],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"T1"}}}` {
+		t.Fatalf("follower reported %+v", reports[0])
+	}
+
+	if err := w.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job", To: "coder", EnvelopeID: oldRelay.ID, RPCID: rpcID(t, oldRelay), TaskID: "T1", Result: ended.Result}); err != nil {
+		t.Fatal(err)
+	}
+	relay, resp := space.next(t), space.next(t)
+	sameOnWire(t, "relay request", relay, oldRelay, false)
+	sameOnWire(t, "relayed result", resp, oldResp, true)
+	literalOnWire(t, "relay request", relay, false, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"%s","ts":"*","from":"fulfiller","to":["fulfiller"],"kind":"mcp/request","correlation_id":["job"],"payload":{"jsonrpc":"2.0","id":%d,"method":"tasks/result","params":{"taskId":"T1"}}}`, oldRelay.ID, rpcID(t, oldRelay)))
+	literalOnWire(t, "relayed result", resp, true, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/response","correlation_id":["%s"],"payload":{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"migrated"}],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"T1"}}}}}`, oldRelay.ID, rpcID(t, oldRelay)))
+	writes, _ := rec.heard()
+	if !slices.Equal(writes, []string{"job " + oldReq.ID, "job " + oldRelay.ID}) {
+		t.Errorf("written %v", writes)
+	}
+}
+
+// An error relayed, and a relay without a result; tasks/cancel.
+func TestWireRelayErrorAndTaskCancel(t *testing.T) {
+	space := newFakeSpace()
+	w, _ := newTestWire(t, space, nil, nil)
+	if err := w.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job", To: "coder", EnvelopeID: "rel-1", RPCID: 7, TaskID: "T1", Error: json.RawMessage(`{"code":-32603,"message":"task T1 was cancelled at calculator"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	space.next(t)
+	literalOnWire(t, "relayed error", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/response","correlation_id":["rel-1"],"payload":{"jsonrpc":"2.0","id":7,"error":{"code":-32603,"message":"task T1 was cancelled at calculator"}}}`)
+	// The owner answered the task-augmented call without a task, and
+	// with nothing: relayed as an empty result.
+	if err := w.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job2", To: "coder", EnvelopeID: "rel-2", RPCID: 8}); err != nil {
+		t.Fatal(err)
+	}
+	literalOnWire(t, "relay without a task", space.next(t), false, `{"protocol":"mew/v0.4","id":"rel-2","ts":"*","from":"fulfiller","to":["fulfiller"],"kind":"mcp/request","correlation_id":["job2"],"payload":{"jsonrpc":"2.0","id":8,"method":"tasks/result","params":{"taskId":""}}}`)
+	literalOnWire(t, "empty result", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/response","correlation_id":["rel-2"],"payload":{"jsonrpc":"2.0","id":8,"result":{}}}`)
+
+	w.CancelTask(t.Context(), lifecycle.CancelTask{ID: "job", To: "calculator", TaskID: "T1", RequestEnvelopeID: "req-1", Reason: "withdrawn"})
+	literalOnWire(t, "tasks/cancel", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["req-1"],"payload":{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"taskId":"T1"}}}`)
+
+	// A relay whose request cannot be written is the effect's error.
+	fw, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")}, nil, nil)
+	if err := fw.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job", To: "coder", EnvelopeID: "rel-1", RPCID: 7}); err == nil {
+		t.Error("SendRelay of an unwritten relay succeeded")
+	}
+	if writes, undelivered := rec.heard(); len(writes) != 0 || !slices.Equal(undelivered, []string{"job mcp/request not_written"}) {
+		t.Errorf("written %v, undelivered %v", writes, undelivered)
+	}
+}
+
+// taskOwner answers tasks/get from a script of states, counting asks.
+type taskOwner struct {
+	mu     sync.Mutex
+	states []string // tasks/get results, the last repeated
+	asks   atomic.Int32
+	asked  chan struct{}
+}
+
+func (o *taskOwner) answer(req agent.RPCRequest) (agent.RPCResponse, error) {
+	if req.Method != "tasks/get" {
+		return agent.RPCResponse{}, fmt.Errorf("unexpected %s", req.Method)
+	}
+	o.asks.Add(1)
+	select {
+	case o.asked <- struct{}{}:
+	default:
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := o.states[0]
+	if len(o.states) > 1 {
+		o.states = o.states[1:]
+	}
+	if s == "gone" {
+		return agent.RPCResponse{Error: &agent.RPCError{Code: codeTaskNotFound, Message: "unknown task T1"}}, nil
+	}
+	return agent.RPCResponse{Result: json.RawMessage(s)}, nil
+}
+
+func followOnce(t *testing.T, w *wire, owner *taskOwner) []lifecycle.Event {
+	t.Helper()
+	var reports []lifecycle.Event
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.FollowTask(t.Context(), lifecycle.FollowTask{ID: "job", To: "calculator", TaskID: "T1", RequestEnvelopeID: "req-1"},
+			func(ev lifecycle.Event) { reports = append(reports, ev) })
+	}()
+	select {
+	case <-done:
+	case <-time.After(poll.Limit):
+		t.Fatal("the follower never ended")
+	}
+	return reports
+}
+
+// The follower (extension revision, a task followed again after a
+// restart, so nothing known of its handle): each new status once, the
+// inline result at the end; a failed task without an error gets one; a
+// task its owner forgot is Gone.
+func TestWireFollowTask(t *testing.T) {
+	ext := func(status, extra string) string {
+		return `{"resultType":"complete","taskId":"T1","status":"` + status + `","pollIntervalMs":1` + extra + `}`
+	}
+	for _, c := range []struct {
+		name   string
+		states []string
+		want   []lifecycle.Event
+	}{
+		{"completed", []string{ext("working", ""), ext("input_required", `,"statusMessage":"needs a key"`), ext("input_required", ""), ext("completed", `,"result":{"content":[]}`)},
+			[]lifecycle.Event{
+				lifecycle.TaskStatus{ID: "job", TaskID: "T1", Status: "working"},
+				lifecycle.TaskStatus{ID: "job", TaskID: "T1", Status: "input_required", Message: "needs a key"},
+				lifecycle.TaskEnded{ID: "job", TaskID: "T1", Status: "completed", Result: json.RawMessage(`{"content":[]}`)},
+			}},
+		{"failed", []string{ext("failed", `,"statusMessage":"rate limit"`)},
+			[]lifecycle.Event{lifecycle.TaskEnded{ID: "job", TaskID: "T1", Status: "failed", Error: json.RawMessage(`{"code":-32603,"message":"task T1 failed at calculator: rate limit"}`)}}},
+		{"failed with its error", []string{ext("failed", `,"error":{"code":-32000,"message":"boom"}`)},
+			[]lifecycle.Event{lifecycle.TaskEnded{ID: "job", TaskID: "T1", Status: "failed", Error: json.RawMessage(`{"code":-32000,"message":"boom"}`)}}},
+		{"cancelled", []string{ext("cancelled", "")},
+			[]lifecycle.Event{lifecycle.TaskEnded{ID: "job", TaskID: "T1", Status: "cancelled", Error: json.RawMessage(`{"code":-32603,"message":"task T1 was cancelled at calculator"}`)}}},
+		{"gone", []string{ext("input_required", ""), "gone"},
+			[]lifecycle.Event{lifecycle.TaskStatus{ID: "job", TaskID: "T1", Status: "input_required"}, lifecycle.TaskEnded{ID: "job", TaskID: "T1", Gone: "task not found: unknown task T1"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			space := newFakeSpace()
+			owner := &taskOwner{states: c.states, asked: make(chan struct{}, 1)}
+			space.taskAnswer = owner.answer
+			w, _ := newTestWire(t, space, nil, nil)
+			if c.name != "completed" {
+				// Handed over by the reader (the others: followed again
+				// after a restart, nothing known but what tasks/get says).
+				w.taskCreated("calculator", json.RawMessage(`{"resultType":"task","taskId":"T1","status":"working","pollIntervalMs":1}`), time.Now())
+			}
+			got := followOnce(t, w, owner)
+			if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", c.want) {
+				t.Errorf("reported\n %+v\nwant\n %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// A status notification from the owner, about our task, addressed to
+// us, makes the follower ask at once (the owner suggests 30 s); one in
+// someone else's name, or about another task, does not.
+func TestWireTaskNoticeWakesTheFollower(t *testing.T) {
+	space := newFakeSpace()
+	owner := &taskOwner{states: []string{`{"taskId":"T1","status":"working","pollInterval":30000}`}, asked: make(chan struct{}, 1)}
+	space.taskAnswer = owner.answer
+	w, _ := newTestWire(t, space, nil, nil)
+	w.taskCreated("calculator", json.RawMessage(`{"task":{"taskId":"T1","status":"working","pollInterval":30000}}`), time.Now())
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.FollowTask(ctx, lifecycle.FollowTask{ID: "job", To: "calculator", TaskID: "T1", RequestEnvelopeID: "req-1"}, func(lifecycle.Event) {})
+	}()
+	defer func() { cancel(); <-done }()
+	notice := func(from, task string) agent.Envelope {
+		return agent.Envelope{ID: "n-" + from, From: from, To: []string{"fulfiller"}, Kind: agent.KindRequest,
+			Payload: json.RawMessage(`{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"` + task + `","status":"completed"}}`)}
+	}
+	poll.Until(t, "the follower is registered", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.followers[taskKey("calculator", "T1")] != nil
+	})
+	for _, env := range []agent.Envelope{notice("mallory", "T1"), notice("calculator", "T2")} {
+		if w.taskNotice(env) {
+			t.Errorf("notice from %s about %s taken", env.From, env.Payload)
+		}
+	}
+	select {
+	case <-owner.asked:
+		t.Fatal("the owner was asked before its poll interval, without a notice of its own")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if !w.taskNotice(notice("calculator", "T1")) {
+		t.Fatal("the owner's notice was not taken")
+	}
+	select {
+	case <-owner.asked:
+	case <-time.After(poll.Limit):
+		t.Fatal("the notice did not make the follower ask")
+	}
+}
+
+// askEscalator records Escalations; the test drives their callbacks.
+type askEscalator struct {
+	mu      sync.Mutex
+	escs    []Escalation
+	dones   map[string]func(Verdict)
+	cancels []string
+	asked   chan Escalation
+}
+
+func newAskEscalator() *askEscalator {
+	return &askEscalator{dones: map[string]func(Verdict){}, asked: make(chan Escalation, 16)}
+}
+
+func (e *askEscalator) Escalate(_ context.Context, esc Escalation, done func(Verdict)) {
+	e.mu.Lock()
+	e.escs = append(e.escs, esc)
+	e.dones[esc.Proposal.ID] = done
+	e.mu.Unlock()
+	e.asked <- esc
+}
+
+func (e *askEscalator) Cancel(id, reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cancels = append(e.cancels, id+":"+reason)
+}
+
+// escalatedProposal is proposal id as the core holds it once escalated
+// to alice, with a grant on offer; hinted: the proposer's deadline
+// hint set its deadline.
+func escalatedProposal(t *testing.T, id string, hinted bool) lifecycle.Proposal {
+	t.Helper()
+	frame := `{"protocol":"mew/v0.4","id":"` + id + `","ts":"2026-11-27T03:00:00Z","from":"coder","kind":"mcp/proposal","payload":` + addCall + `}`
+	d := decision.Decision{Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute, Revision: "rev-1",
+		Grantable: &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}, {Path: "arguments.a"}}}}
+	cd := coreDecision(d, "calculator", hinted)
+	return lifecycle.Proposal{ID: id, From: "coder", Envelope: json.RawMessage(frame), Params: json.RawMessage(`{"name":"add","arguments":{"a":1,"b":2}}`),
+		Method: "tools/call", Tool: "add", Phase: lifecycle.AwaitingApproval, DecisionID: "dec-" + id, Decision: &cd}
+}
+
+// Ask hands the Escalator what the humans are shown and what was
+// recorded; each prompt and approval is recorded through the core
+// before the Escalator acts on it; the verdict goes to the core.
+func TestWireAskRecordsThroughTheCore(t *testing.T) {
+	esc := newAskEscalator()
+	w, rec := newTestWire(t, newFakeSpace(), esc, nil)
+	p := escalatedProposal(t, "p1", false)
+	p.Prompts = []lifecycle.Prompt{{Approver: "alice", EnvelopeID: "el-0", RPCID: 40}}
+	p.Approvals = []lifecycle.Approval{{Approver: "bob"}}
+	deadline := time.Date(2026, 11, 27, 3, 1, 0, 0, time.UTC)
+	w.Ask(t.Context(), lifecycle.Ask{ID: "p1", Prompts: p.Prompts, Deadline: deadline, Quorum: 1, Proposal: p})
+	e := <-esc.asked
+	if e.Proposal.ID != "p1" || e.Proposal.From != "coder" || string(e.Proposal.Raw) != string(p.Envelope) || e.Method != "tools/call" || string(e.Params) != string(p.Params) ||
+		e.Target != "calculator" || !e.Deadline.Equal(deadline) || e.DeadlineByProposer || e.DecisionID != "dec-p1" ||
+		e.Decision.Action != decision.Escalate || !slices.Equal(e.Decision.Approvers, []string{"alice"}) || e.Decision.Timeout != time.Minute || e.Decision.Revision != "rev-1" ||
+		e.Decision.Grantable == nil || e.Decision.Grantable.MaxTTL != time.Hour ||
+		e.Tool == nil || e.Tool.Name != "add" || e.Tool.Server != "calculator" || string(e.InputSchema) != `{"type":"object"}` ||
+		len(e.Prompts) != 1 || e.Prompts[0].EnvelopeID != "el-0" || len(e.Approvals) != 1 || e.Approvals[0].Approver != "bob" {
+		t.Fatalf("escalation %+v", e)
+	}
+
+	// A prompt is recorded, then may be sent.
+	pr := state.Prompt{Approver: "alice", EnvelopeID: "el-1", RPCID: 41}
+	got := make(chan error, 1)
+	go func() { got <- e.RecordPrompt(pr) }()
+	ev := rec.next(t)
+	recorded, ok := ev.(lifecycle.PromptRecorded)
+	if !ok || recorded.ID != "p1" || recorded.Prompt.EnvelopeID != "el-1" || recorded.Token == 0 {
+		t.Fatalf("posted %#v, want the prompt recorded", ev)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("RecordPrompt returned %v before the core acked", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.Acked(t.Context(), lifecycle.Acked{ID: "p1", Token: recorded.Token + 1000}) // someone else's: ignored
+	w.Acked(t.Context(), lifecycle.Acked{ID: "p1", Token: recorded.Token})
+	if err := <-got; err != nil {
+		t.Fatalf("RecordPrompt = %v", err)
+	}
+
+	// An approval the core cannot record, the record being another
+	// member's: the Escalator drops its prompts without a word.
+	go func() { got <- e.RecordApproval(state.Approval{Approver: "alice"}) }()
+	approval, ok := rec.next(t).(lifecycle.ApprovalRecorded)
+	if !ok || approval.ID != "p1" || approval.Approval.Approver != "alice" || approval.Token == recorded.Token {
+		t.Fatalf("posted %+v, want the approval recorded", approval)
+	}
+	w.Acked(t.Context(), lifecycle.Acked{ID: "p1", Token: approval.Token, Err: lifecycle.ErrConflict})
+	if err := <-got; !errors.Is(err, state.ErrConflict) || !errors.Is(err, lifecycle.ErrConflict) {
+		t.Fatalf("RecordApproval = %v, want a conflict", err)
+	}
+
+	// The verdict goes to the core as it is.
+	esc.dones["p1"](Verdict{Approved: true, By: []string{"alice"}, Params: json.RawMessage(`{"name":"add","arguments":{"a":2}}`), Content: json.RawMessage(`{"note":"ok"}`)})
+	v, ok := rec.next(t).(lifecycle.Verdict)
+	if !ok || v.ID != "p1" || !v.Approved || !slices.Equal(v.By, []string{"alice"}) || string(v.Params) != `{"name":"add","arguments":{"a":2}}` || v.Reason != "" || v.Superseded {
+		t.Fatalf("posted %+v, want the verdict", v)
+	}
+	if c := w.approvalContent("p1"); string(c) != `{"note":"ok"}` {
+		t.Errorf("approval content %s", c)
+	}
+	esc.dones["p1"](Verdict{Reason: "timeout", Message: "no answer", Superseded: false})
+	if v := rec.next(t).(lifecycle.Verdict); v.Approved || v.Reason != "timeout" || v.Message != "no answer" {
+		t.Errorf("posted %+v", v)
+	}
+}
+
+// CancelAsk cancels at the Escalator (DropReason as it is); a recording
+// still waiting for the core gets an error then (a conflict for
+// DropReason), and one whose context ends gets that.
+func TestWireCancelAsk(t *testing.T) {
+	esc := newAskEscalator()
+	w, rec := newTestWire(t, newFakeSpace(), esc, nil)
+	for _, c := range []struct {
+		id, reason string
+		conflict   bool
+	}{{"p1", "withdrawn", false}, {"p2", lifecycle.DropReason, true}} {
+		w.Ask(t.Context(), lifecycle.Ask{ID: c.id, Deadline: time.Now().Add(time.Minute), Quorum: 1, Proposal: escalatedProposal(t, c.id, false)})
+		e := <-esc.asked
+		got := make(chan error, 1)
+		go func() { got <- e.RecordPrompt(state.Prompt{Approver: "alice", EnvelopeID: "el-" + c.id}) }()
+		rec.next(t)
+		w.CancelAsk(t.Context(), lifecycle.CancelAsk{ID: c.id, Reason: c.reason})
+		err := <-got
+		if err == nil || !errors.Is(err, errAskEnded) || errors.Is(err, state.ErrConflict) != c.conflict {
+			t.Errorf("%s: RecordPrompt after the cancel = %v", c.reason, err)
+		}
+	}
+	if !slices.Equal(esc.cancels, []string{"p1:withdrawn", "p2:" + lifecycle.DropReason}) {
+		t.Errorf("Escalator cancels %v", esc.cancels)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	w.Ask(ctx, lifecycle.Ask{ID: "p3", Deadline: time.Now().Add(time.Minute), Quorum: 1, Proposal: escalatedProposal(t, "p3", false)})
+	e := <-esc.asked
+	got := make(chan error, 1)
+	go func() { got <- e.RecordPrompt(state.Prompt{Approver: "alice", EnvelopeID: "el-p3"}) }()
+	rec.next(t)
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Errorf("RecordPrompt after its context ended = %v", err)
+	}
+
+	// Without an Escalator (a record resumed from a member that had
+	// one), the proposal is rejected "policy" at once, as fulfill does.
+	nw, nrec := newTestWire(t, newFakeSpace(), nil, nil)
+	nw.Ask(t.Context(), lifecycle.Ask{ID: "p4", Proposal: escalatedProposal(t, "p4", false)})
+	if v, ok := nrec.next(t).(lifecycle.Verdict); !ok || v.ID != "p4" || v.Approved || v.Reason != "policy" ||
+		v.Message != "the policy asks for human approval, but escalation is not configured on this fulfiller" {
+		t.Errorf("posted %+v without an Escalator", v)
+	}
+	nw.CancelAsk(t.Context(), lifecycle.CancelAsk{ID: "p4", Reason: "policy"})
+}
+
+// The grant the approver chose is made once the approved call's request
+// goes out, pinned to that call (the edited one when edited): the
+// proposer's, the route's, the params sent; StageGranted says so. A
+// proposal rejected instead makes none.
+func TestWireGrantMadeAtTheRequest(t *testing.T) {
+	reg := grantstore.NewRegistry(nil, nil)
+	esc := newAskEscalator()
+	space := newFakeSpace()
+	w, rec := newTestWire(t, space, esc, reg)
+	for _, id := range []string{"p1", "p2"} {
+		w.Ask(t.Context(), lifecycle.Ask{ID: id, Deadline: time.Now().Add(time.Minute), Quorum: 1, Proposal: escalatedProposal(t, id, false)})
+		<-esc.asked
+		esc.dones[id](Verdict{Approved: true, By: []string{"alice"}, Params: json.RawMessage(`{"name":"add","arguments":{"a":5,"b":2}}`), Grant: time.Hour,
+			Evidence: &grants.Evidence{Request: "req-el", Signature: "sig"}})
+		rec.next(t)
+	}
+	w.CancelAsk(t.Context(), lifecycle.CancelAsk{ID: "p1", Reason: "approved"}) // the core's, at the fulfilment: the grant waits
+	if len(reg.List()) != 0 {
+		t.Fatal("a grant was made before the request went out")
+	}
+	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 3, Params: json.RawMessage(`{"name":"add","arguments":{"a":5,"b":2}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	space.next(t)
+	gs := reg.List()
+	if len(gs) != 1 {
+		t.Fatalf("grants %+v, want one", gs)
+	}
+	g := gs[0]
+	sum := sha256.Sum256([]byte("lab\x00p1"))
+	if g.ID != "grant-"+hex.EncodeToString(sum[:8]) || g.Tool != "add" || g.Server != "calculator" || g.Proposer != "" || g.GrantedBy != "alice" || g.Expires.Sub(g.Created) != time.Hour ||
+		len(g.Pins) != 1 || g.Pins[0].Field != "arguments.a" || string(g.Pins[0].Value) != "5" || g.Evidence == nil || g.Evidence.Signature != "sig" {
+		t.Errorf("grant %+v", g)
+	}
+	rec.mu.Lock()
+	observed := slices.Clone(rec.observed)
+	rec.mu.Unlock()
+	if len(observed) != 1 {
+		t.Fatalf("observed %+v, want StageGranted", observed)
+	}
+	ev := observed[0]
+	want := fmt.Sprintf("%s → add, a = 5 allowed for 1h, until %s", grants.Anyone, g.Expires.Format(time.RFC3339))
+	if ev.Stage != StageGranted || ev.ProposalID != "p1" || ev.DecisionID != "dec-p1" || ev.Revision != "rev-1" || ev.Proposer != "coder" || ev.Method != "tools/call" ||
+		ev.Tool != "add" || ev.Target != "calculator" || !slices.Equal(ev.By, []string{"alice"}) || ev.GrantID != g.ID || ev.Message != want || ev.Time.IsZero() {
+		t.Errorf("granted event %+v (message want %q)", ev, want)
+	}
+	// Its request again (written again after a crash) makes no second.
+	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 3, Params: json.RawMessage(`{"name":"add","arguments":{"a":5,"b":2}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	space.next(t)
+
+	// p2's edited call fails its re-check: rejected, no grant.
+	if err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p2", To: "coder", EnvelopeID: "rej-2", Reason: "policy"}); err != nil {
+		t.Fatal(err)
+	}
+	space.next(t)
+	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p2", To: "calculator", EnvelopeID: "req-2", RPCID: 4, Params: json.RawMessage(`{"name":"add","arguments":{"a":5}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	space.next(t)
+	if n := len(reg.List()); n != 1 {
+		t.Errorf("%d grants, want p1's only", n)
+	}
+}
