@@ -121,6 +121,26 @@ func (j *journal) undelivered(proposalID, kind, reason, detail string) {
 	j.obs.Observe(ev)
 }
 
+// observe tells the observers of an event that is no line of the core
+// (the wire's StageGranted).
+func (j *journal) observe(ev Event) {
+	stamp(&ev)
+	j.obs.Observe(ev)
+}
+
+// method is proposal id's JSON-RPC method as its last line said: what the
+// wire's fulfilment request carries (its fulfilling line is written just
+// before it).
+func (j *journal) method(id string) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if ev, ok := j.ahead[id]; ok {
+		return ev.Method
+	}
+	ev, _ := j.recent.Peek(id)
+	return ev.Method
+}
+
 func (j *journal) announce(ev Event) {
 	switch o := j.obs.(type) {
 	case Observers:

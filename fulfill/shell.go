@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,7 +13,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/state"
+	"github.com/mewkit/fulfiller/policies"
 )
 
 // shell is the Fulfiller on the lifecycle core (issue 27): one
@@ -32,8 +33,8 @@ type shell struct {
 	loop    *lifecycle.Loop
 	journal *journal
 	records *ownWrites
-	wire    shellWire
-	policy  lifecycle.Policy
+	wire    *wire
+	policy  *policyStep
 	catalog *catalog
 
 	// Reader-owned (handle's goroutine): the participants present as
@@ -61,16 +62,6 @@ type shell struct {
 	closing atomic.Bool
 }
 
-// shellWire is what the shell needs of its wire besides lifecycle.Wire:
-// the frames only the wire understands (a task's status notification,
-// a refusal of one of its envelopes) and the impersonation chat.
-type shellWire interface {
-	lifecycle.Wire
-	taskNotice(env agent.Envelope)
-	impersonated(proposalID, proposer string, env agent.Envelope)
-	refused(r agent.Refusal) (proposalID string, request bool)
-}
-
 // answeredResponse is a fulfilment request that got its response, kept
 // so that a second, different response to it is noticed.
 type answeredResponse struct {
@@ -79,6 +70,46 @@ type answeredResponse struct {
 	response   string // envelope id of the response that counted
 	digest     [32]byte
 	conflicted bool
+}
+
+// newShell makes the Fulfiller on the core; cfg has its defaults.
+func newShell(space Space, decider Decider, cfg Config) *shell {
+	s := &shell{cfg: cfg, space: space, log: cfg.Logger, obs: cfg.Observer, present: map[string]bool{},
+		peerResps: newPeerResponses(), base: context.Background()}
+	s.answered, _ = lru.New[string, *answeredResponse](answeredRequests)
+	s.told, _ = lru.New[string, struct{}](answeredRequests)
+	s.catalog = newCatalog(space, cfg.Logger, 5*time.Second, cfg.DiscoverySettle, 4)
+	s.catalog.onSpoof = func(server, request string) {
+		s.emit(Event{Stage: StageDiscoveryConflict, Target: server, By: []string{server},
+			Message: fmt.Sprintf("two different answers to tools/list request %s in the name of %s; neither trusted", request, server)})
+	}
+	s.journal = newJournal(cfg.Observer, cfg.Logger)
+	s.policy = newPolicyStep(space, decider, s.catalog, policyConfigOf(cfg), cfg.Observer,
+		newShadowing(cfg.Shadow, cfg.ShadowTimeout, cfg.ShadowQueue), cfg.Grants, cfg.Logger, cfg.Clock)
+	s.wire = newWire(space, cfg.Escalator, cfg.Grants, wireConfig{SpaceID: cfg.SpaceID, FulfillTimeout: cfg.FulfillTimeout},
+		wireHooks{events: s.journal, post: func(ctx context.Context, ev lifecycle.Event) error { return s.loop.Post(ctx, ev) },
+			method: s.journal.method, describe: s.describe}, cfg.Logger)
+	s.records = newOwnWrites(newRecordStore(cfg.Store))
+	s.core = lifecycle.New(coreConfig(cfg), shellIDs{space})
+	s.loop = lifecycle.NewLoop(s.core, cfg.Clock, s.records, s.wire, s.policy, s.journal, retryStore)
+	return s
+}
+
+// describe is what the humans are shown of p's tool: what the policy
+// sees of it, and its input schema from its owner's tools/list.
+func (s *shell) describe(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage) {
+	if p.Tool == "" {
+		return nil, nil
+	}
+	target := p.Addressee
+	if p.Decision != nil && p.Decision.Target != "" {
+		target = p.Decision.Target
+	}
+	t := s.policy.toolDescription(p.Tool, target, p.Params)
+	if info, ok := s.catalog.tool(t.Server, p.Tool); ok {
+		return t, info.InputSchema
+	}
+	return t, nil
 }
 
 // shellIDs mints the ids the core puts on the wire: envelope ids named
@@ -136,6 +167,18 @@ func (s *shell) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	defer stopLoop()
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- s.loop.Run(loopCtx) }()
+	// The shadow stops after the loop, the last to hand it decisions;
+	// what is queued then is dropped and counted.
+	shadowCtx, stopShadow := context.WithCancel(base)
+	shadowDone := make(chan struct{})
+	go func() {
+		defer close(shadowDone)
+		s.policy.runShadow(shadowCtx)
+	}()
+	defer func() {
+		stopShadow()
+		<-shadowDone
+	}()
 
 	// The space may already hold tool owners: discover them now rather
 	// than waiting for the next welcome.
@@ -247,5 +290,3 @@ func (s *shell) emit(e Event) {
 	stamp(&e)
 	s.obs.Observe(e)
 }
-
-var _ = state.ErrConflict

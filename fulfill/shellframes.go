@@ -141,10 +141,9 @@ func (s *shell) onResponse(env agent.Envelope) {
 	if len(resp.ID) > 0 && string(resp.ID) != "null" {
 		r.HasRPCID, r.RPCID = true, p.Request.RPCID
 	}
-	if p.Request.Task {
-		if st, _, isTask := taskHandle(resp.Result); isTask && resp.Error == nil {
-			r.TaskID, r.TaskStatus = st.TaskID, st.Status
-		}
+	if p.Request.Task && resp.Error == nil && s.wire.taskCreated(env.From, resp.Result, s.cfg.Clock.Now()) {
+		st, _, _ := taskHandle(resp.Result)
+		r.TaskID, r.TaskStatus = st.TaskID, st.Status
 	}
 	if r.TaskID == "" {
 		r.Result = resp.Result
@@ -264,17 +263,11 @@ func (s *shell) onPresence(env agent.Envelope) {
 // wire; a refused fulfilment request never reached the tool owner, so
 // the core is told it was not written (the proposal is rejected "other").
 func (s *shell) onRefusal(env agent.Envelope) {
-	r, ok := agent.RefusalOf(env, s.space.ID())
-	if !ok {
-		return
+	id, kind, ok := s.wire.refused(s.base, env)
+	if !ok || kind != agent.KindRequest {
+		return // a refused reject: the wire reported it undelivered
 	}
-	id, request := s.wire.refused(r)
-	if !request {
-		return
-	}
-	s.log.Error("fulfilment request not delivered: refused by the gateway", "proposal", id, "err", r.String())
-	s.journal.undelivered(id, agent.KindRequest, UndeliveredRefused, r.String())
-	s.post(lifecycle.Sent{ID: id, EnvelopeID: r.EnvelopeID, Err: errors.New("refused by the gateway: " + r.String())})
+	s.post(lifecycle.Sent{ID: id, EnvelopeID: env.CorrelationID.First(), Err: errors.New("refused by the gateway")})
 }
 
 // onImpersonation handles an envelope in this fulfiller's name that it
@@ -299,6 +292,6 @@ func (s *shell) onImpersonation(env agent.Envelope) {
 	}
 	s.emit(ev)
 	if first {
-		s.wire.impersonated(p.ID, p.From, env)
+		s.wire.impersonated(s.base, p.ID, p.From, env)
 	}
 }
