@@ -41,6 +41,9 @@ import (
 //     and a relay lost by a machine crash would be relayed again, with
 //     other ids, after its task is followed again.
 //
+// It is safe for concurrent use: the Loop writes each proposal's records
+// from that proposal's own goroutine.
+//
 // Errors: state.ErrConflict (a lost compare-and-set, or no record to
 // update) is lifecycle.ErrConflict; anything else (timeouts, an
 // unreachable store, state.ErrRecordLeft) is returned as it is: the core
@@ -406,9 +409,12 @@ func proposalOf(r *state.Pending, pendingTTL, fulfillTimeout time.Duration) (lif
 // carried it, the deadline of its phase as fulfill kept it: the approval
 // deadline; the fulfil deadline (its request's SentAt+fulfillTimeout in
 // records older still, as fulfill's awaitResumed counts it); the task's;
-// Received+pendingTTL while deciding or queued (fulfill's pending TTL
-// runs from when the proposal was read); none once answered (its answer
-// is sent again until written, whatever the time).
+// Received+pendingTTL while deciding or queued; none once answered (its
+// answer is sent again until written, whatever the time). The pending
+// TTL is counted from Received because the core's deadlines are absolute
+// and kept across restarts, where fulfill started a new TTL at each
+// resume: an old record resumed after its TTL is rejected "timeout"
+// rather than decided a TTL after the restart.
 func deadlineOf(r *state.Pending, pendingTTL, fulfillTimeout time.Duration) time.Time {
 	if !r.Deadline.IsZero() {
 		return r.Deadline
