@@ -45,7 +45,8 @@ import (
 // from that proposal's own goroutine.
 //
 // Errors: state.ErrConflict (a lost compare-and-set, or no record to
-// update) is lifecycle.ErrConflict; anything else (timeouts, an
+// update) is lifecycle.ErrConflict; lifecycle.ErrExists and ErrConflict are
+// returned as they are (the core compares them with ==); anything else (timeouts, an
 // unreachable store, state.ErrRecordLeft) is returned as it is: the core
 // tries the write again or reads the record back. state.ErrRequestRewritten
 // is returned as it is too: the core never rewrites a request it
@@ -189,9 +190,11 @@ func (s *recordStore) claimOnly(ctx context.Context, p *lifecycle.Proposal) (uin
 }
 
 // storeErr maps the store's errors onto the lifecycle's (see recordStore).
+// The lifecycle's own error values, not wrapped: the core compares
+// Stored.Err with them.
 func storeErr(err error) error {
 	if errors.Is(err, state.ErrConflict) {
-		return fmt.Errorf("%w: %w", lifecycle.ErrConflict, err)
+		return lifecycle.ErrConflict
 	}
 	return err
 }
