@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -57,22 +58,34 @@ type recordStore struct {
 	// pendingTTL and fulfillTimeout date the records written before
 	// Pending.Deadline (see deadlineOf).
 	pendingTTL, fulfillTimeout time.Duration
-	// tasks keeps what state.Task has and lifecycle.TaskRecord has not
-	// (see noteTask), by proposal id.
-	tasks *lru.Cache[string, taskExtra]
+	// mu makes each change of a memo one step (memos' own lock is per
+	// call).
+	mu sync.Mutex
+	// memos keep, by proposal id, what a record has and the core's
+	// Proposal may not (see recordMemo).
+	memos *lru.Cache[string, recordMemo]
 }
 
-// taskExtra is the part of a record's task that the lifecycle core does
-// not carry: which revision of the tasks messages its owner speaks, and
-// the poll interval it suggested.
-type taskExtra struct {
-	id, spec string
-	poll     int64 // milliseconds, as state.Task.Poll
+// recordMemo is what the store keeps of a record that the lifecycle core
+// may not carry, so that the core's writes do not lose it:
+//
+//   - the id the record was claimed with, for a core whose Proposal.Claim
+//     is empty: a record rewritten without it would be taken for an older
+//     fulfiller's (Reclaim: always ours), and DecisionID is no stand-in
+//     once an edit is decided again;
+//   - what state.Task has and lifecycle.TaskRecord has not (noteTask):
+//     which revision of the tasks messages its owner speaks, and the poll
+//     interval it suggested.
+type recordMemo struct {
+	claim            string
+	taskID, taskSpec string
+	taskPoll         int64 // milliseconds, as state.Task.Poll
 }
 
-// taskExtras bounds recordStore.tasks: past it the oldest are forgotten,
-// and their records are rewritten without spec and poll interval.
-const taskExtras = 1 << 16
+// recordMemos bounds recordStore.memos (more than a member holds
+// pending): past it the oldest are forgotten, and their records are
+// rewritten without what the memo kept.
+const recordMemos = 1 << 16
 
 var _ lifecycle.Store = (*recordStore)(nil)
 
@@ -87,8 +100,8 @@ func newRecordStore(st Store, pendingTTL, fulfillTimeout time.Duration, log *slo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tasks, _ := lru.New[string, taskExtra](taskExtras)
-	return &recordStore{st: st, log: log, pendingTTL: pendingTTL, fulfillTimeout: fulfillTimeout, tasks: tasks}
+	memos, _ := lru.New[string, recordMemo](recordMemos)
+	return &recordStore{st: st, log: log, pendingTTL: pendingTTL, fulfillTimeout: fulfillTimeout, memos: memos}
 }
 
 // noteTask records what the tool owner's answer said of proposalID's task
@@ -98,7 +111,16 @@ func newRecordStore(st Store, pendingTTL, fulfillTimeout time.Duration, log *slo
 // whoever resumes it. The shell calls it before it reports the answer
 // (Responded); records read back keep theirs the same way.
 func (s *recordStore) noteTask(proposalID, taskID, spec string, poll time.Duration) {
-	s.tasks.Add(proposalID, taskExtra{id: taskID, spec: spec, poll: poll.Milliseconds()})
+	s.memo(proposalID, func(m *recordMemo) { m.taskID, m.taskSpec, m.taskPoll = taskID, spec, poll.Milliseconds() })
+}
+
+// memo changes the memo of proposalID.
+func (s *recordStore) memo(proposalID string, change func(m *recordMemo)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, _ := s.memos.Peek(proposalID)
+	change(&m)
+	s.memos.Add(proposalID, m)
 }
 
 // Write carries out the core's write w (see recordStore).
@@ -109,7 +131,7 @@ func (s *recordStore) Write(ctx context.Context, w lifecycle.Write) (uint64, err
 	case w.Record == nil:
 		err := s.st.Delete(ctx, &state.Pending{ProposalID: w.ID, StoreRevision: w.Rev})
 		if err == nil || errors.Is(err, state.ErrConflict) {
-			s.tasks.Remove(w.ID)
+			s.memos.Remove(w.ID)
 		}
 		return 0, storeErr(err)
 	case w.Record.ID != w.ID:
@@ -131,7 +153,7 @@ func (s *recordStore) Write(ctx context.Context, w lifecycle.Write) (uint64, err
 		err = s.st.Update(ctx, r)
 	}
 	if errors.Is(err, state.ErrConflict) {
-		s.tasks.Remove(w.ID)
+		s.memos.Remove(w.ID)
 	}
 	if err != nil {
 		return 0, storeErr(err)
@@ -152,6 +174,7 @@ func (s *recordStore) claim(ctx context.Context, p *lifecycle.Proposal) (uint64,
 	case err != nil:
 		return 0, storeErr(err)
 	case won:
+		s.memo(p.ID, func(m *recordMemo) { m.claim = r.Claim })
 		return r.StoreRevision, nil
 	case winner == "" || winner != r.Claim:
 		return 0, lifecycle.ErrExists
@@ -169,6 +192,7 @@ func (s *recordStore) claim(ctx context.Context, p *lifecycle.Proposal) (uint64,
 	case got.Owner != s.st.Member() || got.Claim != r.Claim:
 		return 0, lifecycle.ErrConflict // adopted or taken since
 	}
+	s.memo(p.ID, func(m *recordMemo) { m.claim = r.Claim })
 	return got.StoreRevision, nil
 }
 
@@ -245,7 +269,7 @@ func (s *recordStore) Owned(ctx context.Context) ([]lifecycle.Proposal, error) {
 			if err := s.st.Delete(ctx, r); err != nil && !errors.Is(err, state.ErrConflict) {
 				s.log.Warn("record of a replayed proposal id not deleted", "proposal", truncID(r.ProposalID), "err", err)
 			}
-			s.tasks.Remove(r.ProposalID)
+			s.memos.Remove(r.ProposalID)
 			continue
 		}
 		out = append(out, p)
@@ -261,26 +285,38 @@ func truncID(id string) string {
 	return id
 }
 
-// pendingOf is the record of p (see pendingOf), with the task's spec and
-// poll interval this store knows (noteTask).
+// pendingOf is the record of p (see pendingOf), with what this store
+// keeps of it (recordMemo): its claim when p has none, its task's spec
+// and poll interval.
 func (s *recordStore) pendingOf(p *lifecycle.Proposal) *state.Pending {
 	r := pendingOf(p)
-	if r.Task != nil {
-		if x, ok := s.tasks.Get(p.ID); ok && x.id == r.Task.ID {
-			r.Task.Spec, r.Task.Poll = x.spec, x.poll
-		}
+	m, ok := s.memos.Get(p.ID)
+	if !ok {
+		return r
+	}
+	if r.Claim == "" {
+		r.Claim = m.claim
+	}
+	if r.Task != nil && m.taskID == r.Task.ID {
+		r.Task.Spec, r.Task.Poll = m.taskSpec, m.taskPoll
 	}
 	return r
 }
 
-// proposalOf is the Proposal of r (see proposalOf); it remembers the
-// spec and poll interval of r's task for the writes that follow.
+// proposalOf is the Proposal of r (see proposalOf); it keeps what the
+// core's writes of it may lose (recordMemo).
 func (s *recordStore) proposalOf(r *state.Pending) (lifecycle.Proposal, error) {
 	p, err := proposalOf(r, s.pendingTTL, s.fulfillTimeout)
-	if err == nil && r.Task != nil && (r.Task.Spec != "" || r.Task.Poll != 0) {
-		s.tasks.Add(r.ProposalID, taskExtra{id: r.Task.ID, spec: r.Task.Spec, poll: r.Task.Poll})
+	if err != nil {
+		return p, err
 	}
-	return p, err
+	s.memo(r.ProposalID, func(m *recordMemo) {
+		m.claim = r.Claim
+		if t := r.Task; t != nil && (t.Spec != "" || t.Poll != 0 || m.taskID != t.ID) {
+			m.taskID, m.taskSpec, m.taskPoll = t.ID, t.Spec, t.Poll
+		}
+	})
+	return p, nil
 }
 
 // pendingOf is the record that persists p: every field of p that the
@@ -295,6 +331,8 @@ func (s *recordStore) proposalOf(r *state.Pending) (lifecycle.Proposal, error) {
 // as well in their phases, which fulfill's resume reads. Times are
 // stored in UTC, as fulfill stores them. The task's spec and poll
 // interval are not the core's (TaskRecord has neither): see noteTask.
+// A record without a claim (p.Claim empty) is written without one: the
+// recordStore fills in the claim it knows (recordMemo).
 func pendingOf(p *lifecycle.Proposal) *state.Pending {
 	r := &state.Pending{
 		ProposalID: p.ID, Envelope: p.Envelope, Proposer: p.From, Received: p.Received.UTC(), Size: p.Size,

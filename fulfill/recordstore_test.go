@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -409,6 +410,33 @@ func TestRecordStoreClaims(t *testing.T) {
 		if got, err := rs.Read(ctx, "p2"); got != nil || err != nil {
 			t.Fatalf("a claim without a record left one: %+v, %v", got, err)
 		}
+
+		// A core that leaves Proposal.Claim empty: the claim records the
+		// decision id, and the record keeps it when the core rewrites it
+		// without, after an edit decided again (a new DecisionID) too, and
+		// after a restart (a new recordStore reads it back first).
+		p4 := rsClaim(t, "p4", "d7")
+		p4.Claim = ""
+		if p4.Rev, err = rs.Write(ctx, lifecycle.Write{ID: "p4", Record: &p4, Create: true}); err != nil {
+			t.Fatal(err)
+		}
+		p4.DecisionID = "d8"
+		if p4.Rev, err = rs.Write(ctx, lifecycle.Write{ID: "p4", Record: &p4, Rev: p4.Rev}); err != nil {
+			t.Fatal(err)
+		}
+		want := rsPending(t, "p4", "d8")
+		want.Claim, want.StoreRevision = "d7", p4.Rev
+		checkRecord(t, st, want)
+		restarted := newRecordStore(st, rsTTL, rsFulfil, nil)
+		if _, err := restarted.Read(ctx, "p4"); err != nil {
+			t.Fatal(err)
+		}
+		if p4.Rev, err = restarted.Write(ctx, lifecycle.Write{ID: "p4", Record: &p4, Rev: p4.Rev}); err != nil {
+			t.Fatal(err)
+		}
+		want.StoreRevision = p4.Rev
+		checkRecord(t, st, want)
+
 		if peer == nil {
 			return
 		}
@@ -680,13 +708,19 @@ func TestRecordStoreOwned(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		// An older fulfiller's record: claimed apart, no claim in it.
+		// An older fulfiller's record: claimed apart, no claim in it
+		// (written as it would write it: recordStore keeps the claim).
 		old := rsClaim(t, "p-old", "d3")
-		rev = claim(old)
-		old.Claim = ""
-		if old.Rev, _ = rs.Write(ctx, lifecycle.Write{ID: old.ID, Record: &old, Rev: rev}); old.Rev == 0 {
-			t.Fatal("older record not written")
+		claim(old)
+		oldRec, err := real.Get(ctx, old.ID)
+		if err != nil {
+			t.Fatal(err)
 		}
+		oldRec.Claim = ""
+		if err := real.Update(ctx, oldRec); err != nil {
+			t.Fatal(err)
+		}
+		old.Claim, old.Rev = "", oldRec.StoreRevision
 
 		// A record whose envelope is another proposal's.
 		broken := rsClaim(t, "p-broken", "d4")
@@ -893,6 +927,157 @@ func TestRecordStoreReadsFulfillsRecords(t *testing.T) {
 				back.Revision = "rev-1" // the decision's: fulfill's queued record left it unset
 			}
 			checkRecord(t, st, back)
+		}
+	})
+}
+
+// countIDs mints the core's ids from a counter.
+type countIDs struct{ n int }
+
+func (c *countIDs) EnvelopeID() string { c.n++; return fmt.Sprintf("env-%d", c.n) }
+func (c *countIDs) RPCID() int64       { c.n++; return int64(c.n) }
+func (c *countIDs) DecisionID() string { c.n++; return fmt.Sprintf("dec-%d", c.n) }
+
+// coreOver runs a lifecycle Core's writes and reloads on rs as it steps:
+// step returns the other effects.
+type coreOver struct {
+	t    *testing.T
+	core *lifecycle.Core
+	rs   *recordStore
+}
+
+func (c coreOver) step(now time.Time, ev lifecycle.Event) []lifecycle.Effect {
+	c.t.Helper()
+	ctx := context.Background()
+	var out []lifecycle.Effect
+	for queue := []lifecycle.Event{ev}; len(queue) > 0; queue = queue[1:] {
+		for _, e := range c.core.Step(now, queue[0]) {
+			switch e := e.(type) {
+			case lifecycle.Write:
+				rev, err := c.rs.Write(ctx, e)
+				queue = append(queue, lifecycle.Stored{ID: e.ID, Seq: e.Seq, Rev: rev, Err: err})
+			case lifecycle.Reload:
+				rec, err := c.rs.Read(ctx, e.ID)
+				if err != nil {
+					c.t.Fatalf("reload %s: %v", e.ID, err)
+				}
+				queue = append(queue, lifecycle.Reloaded{ID: e.ID, Record: rec})
+			default:
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+func effectsOf[T lifecycle.Effect](effs []lifecycle.Effect) []T {
+	var out []T
+	for _, e := range effs {
+		if x, ok := e.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// TestRecordStoreUnderTheCore runs the lifecycle core on recordStore: a
+// fulfilment sent, an escalation asked, a fulfilment queued and an
+// invalid proposal's reject committed; then the process "crashes" and a
+// new core resumes what Owned reads. The request is not sent again, the
+// same prompts are asked again, the same reject is sent again, and the
+// proposals resumed are the ones the first core held.
+func TestRecordStoreUnderTheCore(t *testing.T) {
+	eachStore(t, func(t *testing.T, st Store, _ func(string) Store) {
+		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
+		cfg := lifecycle.Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: rsTTL, FulfillTimeout: rsFulfil,
+			ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second}
+		ids := &countIDs{}
+		first := coreOver{t: t, core: lifecycle.New(cfg, ids), rs: rs}
+		propose := func(id, payload string) []lifecycle.Effect {
+			env := rsEnvelope(t, id, payload)
+			ev := lifecycle.Proposed{ID: id, From: "agent", Addressee: "calc", Envelope: env, Size: len(env)}
+			c, err := parsePayload(json.RawMessage(payload))
+			if err != nil {
+				ev.Invalid = err.Error()
+			}
+			ev.Method, ev.Tool, ev.Params = c.method, c.tool, c.params
+			return first.step(rsT0, ev)
+		}
+		decide := func(id string, d decision.Decision) []lifecycle.Effect {
+			effs := propose(id, addCall)
+			if len(effectsOf[lifecycle.Decide](effs)) != 1 {
+				t.Fatalf("%s: effects %+v: want a Decide", id, effs)
+			}
+			return first.step(rsT0, lifecycle.Decided{ID: id, Decision: coreDecision(d, "calc", false)})
+		}
+		sent := effectsOf[lifecycle.SendRequest](decide("p-sent", decision.Decision{Action: decision.Fulfill, Revision: "r1"}))
+		if len(sent) != 1 {
+			t.Fatalf("fulfilment: sent %+v", sent)
+		}
+		asked := effectsOf[lifecycle.Ask](decide("p-asked", decision.Decision{Action: decision.Escalate, Approvers: []string{"alice"}, Revision: "r1"}))
+		if len(asked) != 1 {
+			t.Fatalf("escalation: asked %+v", asked)
+		}
+		if effs := decide("p-queued", decision.Decision{Action: decision.Fulfill, Revision: "r1"}); len(effectsOf[lifecycle.SendRequest](effs)) != 0 {
+			t.Fatalf("second fulfilment with one slot: sent %+v", effs)
+		}
+		rejected := effectsOf[lifecycle.SendReject](propose("p-invalid", `{"method":"tools/call"}`))
+		if len(rejected) != 1 || rejected[0].Reason != "invalid" {
+			t.Fatalf("invalid proposal: rejects %+v", rejected)
+		}
+		held := map[string]lifecycle.Proposal{}
+		for _, p := range first.core.Open() {
+			held[p.ID] = p
+		}
+
+		// The crash: a new core on the same store.
+		recs, err := rs.Owned(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := coreOver{t: t, core: lifecycle.New(cfg, ids), rs: rs}
+		later := rsT0.Add(10 * time.Second)
+		effs := second.step(later, lifecycle.Resumed{Records: recs, How: "restart"})
+		for _, r := range effectsOf[lifecycle.SendRequest](effs) {
+			// p-queued may go out now: whether p-sent's slot is counted
+			// before it depends on the order the records are resumed in.
+			if r.ID != "p-queued" {
+				t.Fatalf("resumed: request sent %+v; a committed request is never sent again", r)
+			}
+		}
+		if got := effectsOf[lifecycle.SendReject](effs); len(got) != 1 || got[0] != rejected[0] {
+			t.Fatalf("resumed: rejects %+v; want the committed one again, %+v", got, rejected)
+		}
+		if got := effectsOf[lifecycle.Ask](effs); len(got) != 1 || !reflect.DeepEqual(got[0].Prompts, asked[0].Prompts) || !got[0].Deadline.Equal(asked[0].Deadline) {
+			t.Fatalf("resumed: asks %+v; want the same prompts as %+v", got, asked)
+		}
+		for _, id := range []string{"p-sent", "p-asked"} {
+			var got *lifecycle.Proposal
+			for _, p := range second.core.Open() {
+				if p.ID == id {
+					got = &p
+				}
+			}
+			want := held[id]
+			// What the store adds: the claim's id, what parsePayload reads
+			// of the envelope, and the decision as the record keeps it
+			// (route, params).
+			want.Claim, want.Method, want.Tool = want.DecisionID, "tools/call", "add"
+			if got == nil || got.Decision == nil {
+				t.Fatalf("%s not resumed with its decision: %+v", id, got)
+			}
+			want.Decision.Extra = got.Decision.Extra
+			if !reflect.DeepEqual(*got, want) {
+				g, _ := json.MarshalIndent(got, "", "  ")
+				w, _ := json.MarshalIndent(want, "", "  ")
+				t.Fatalf("%s resumed:\n%s\nwant:\n%s", id, g, w)
+			}
+			if sd, ok := policyDecision(got.Decision); !ok || sd.Revision != "r1" || sd.Route != "calc" {
+				t.Fatalf("%s: stored decision %s", id, got.Decision.Extra)
+			}
+		}
+		if p, err := rs.Read(context.Background(), "p-queued"); err != nil || p == nil || (p.Phase != lifecycle.Queued && p.Phase != lifecycle.Fulfilling) {
+			t.Fatalf("queued proposal after the restart: %+v, %v", p, err)
 		}
 	})
 }
