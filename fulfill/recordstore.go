@@ -46,12 +46,13 @@ import (
 // from that proposal's own goroutine.
 //
 // Errors: state.ErrConflict (a lost compare-and-set, or no record to
-// update) is lifecycle.ErrConflict; lifecycle.ErrExists and ErrConflict are
-// returned as they are (the core compares them with ==); anything else (timeouts, an
-// unreachable store, state.ErrRecordLeft) is returned as it is: the core
-// tries the write again or reads the record back. state.ErrRequestRewritten
-// is returned as it is too: the core never rewrites a request it
-// committed, so it is a bug that retrying does not hide.
+// update) is lifecycle.ErrConflict. lifecycle.ErrExists and ErrConflict
+// are returned unwrapped: the core compares Stored.Err with them. Anything
+// else (timeouts, an unreachable store, state.ErrRecordLeft) is returned
+// as it is: the core tries the write again or reads the record back.
+// state.ErrRequestRewritten is returned as it is too: the core never
+// rewrites a request it committed, so it is a bug that retrying does not
+// hide.
 type recordStore struct {
 	st  Store
 	log *slog.Logger
