@@ -253,5 +253,9 @@ func clonePending(p *Pending) *Pending {
 		r := *p.Reject
 		q.Reject = &r
 	}
+	if p.Relay != nil {
+		r := *p.Relay
+		q.Relay = &r
+	}
 	return &q
 }

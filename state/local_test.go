@@ -82,6 +82,16 @@ func TestLocalKeepsTheStoreContract(t *testing.T) {
 	if _, err := l.Take(ctx, "p2"); !errors.Is(err, ErrAnswered) {
 		t.Fatalf("take of an answered record: %v, want ErrAnswered", err)
 	}
+	// A committed relay, and the reject, are copied too.
+	q.Relay = &Relay{EnvelopeID: "r1", RPCID: 3}
+	if err := l.Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	read, _ := l.Get(ctx, "p2")
+	read.Relay.RPCID, read.Reject.Reason = 99, "other"
+	if again, _ := l.Get(ctx, "p2"); again.Relay.RPCID != 3 || again.Reject.Reason != "policy" {
+		t.Fatalf("stored answers changed through a copy: relay %+v, reject %+v", *again.Relay, *again.Reject)
+	}
 	if ps, _ := l.Owned(ctx); len(ps) != 2 || ps[0].ProposalID != "p1" || ps[1].ProposalID != "p2" {
 		t.Fatalf("Owned = %v, want p1 p2", ps)
 	}

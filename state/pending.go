@@ -63,6 +63,17 @@ type Pending struct {
 
 	ApprovalDeadline time.Time `json:"approval_deadline,omitzero"`
 	FulfilDeadline   time.Time `json:"fulfil_deadline,omitzero"`
+	// Deadline is the lifecycle core's one deadline of the current phase
+	// (lifecycle.Proposal.Deadline): the pending TTL while deciding or
+	// queued, the approval deadline, the fulfil timeout, the task's. The
+	// core's writes set it, and ApprovalDeadline or FulfilDeadline as well
+	// in their phases, for fulfillers that read only those; records
+	// written before it have none (fulfill's recordStore reads them).
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Addressee is the participant the proposal's `to` named as the
+	// call's target ("" when none), as the member that read it resolved
+	// it: who is in the space then is not in the record otherwise.
+	Addressee string `json:"addressee,omitempty"`
 
 	Prompts   []Prompt   `json:"prompts,omitempty"`
 	Approvals []Approval `json:"approvals,omitempty"`
@@ -75,6 +86,10 @@ type Pending struct {
 	Task *Task `json:"task,omitempty"`
 	// Reject is the answer of a record in phase Answered.
 	Reject *Reject `json:"reject,omitempty"`
+	// Relay is the other answer a record in phase Answered can have: the
+	// outcome of a task-augmented request, relayed to the proposer with
+	// these ids again by whoever resumes the record.
+	Relay *Relay `json:"relay,omitempty"`
 
 	// StoreRevision is the record's revision in the store, set by every
 	// read and write; Update and Delete compare against it.
@@ -83,12 +98,15 @@ type Pending struct {
 
 // Reject is the mcp/reject that ends a proposal, recorded before it is
 // written so that a crash between the two cannot leave the proposer
-// without its answer: the same envelope (same id) is sent again.
-type Reject struct {
-	EnvelopeID string `json:"envelope_id"`
-	Reason     string `json:"reason"`
-	Message    string `json:"message,omitempty"` // the chat that explains it
-}
+// without its answer: the same envelope (same id) is sent again. It is
+// the lifecycle's own type, persisted as it is: envelope_id, reason and
+// message (the chat that explains it), and whether the fulfilment request
+// or the task is cancelled at its owner before the reject is sent.
+type Reject = lifecycle.RejectRecord
+
+// Relay is a committed relay of a task-augmented request's outcome (see
+// Pending.Relay): the lifecycle's own type, persisted as it is.
+type Relay = lifecycle.RelayRecord
 
 // Prompt is one elicitation sent to one approver: the lifecycle's own
 // type, persisted as it is.
