@@ -33,9 +33,12 @@ type shell struct {
 	loop    *lifecycle.Loop
 	journal *journal
 	records *ownWrites
-	wire    *wire
-	policy  *policyStep
-	catalog *catalog
+	// recordStore is under records: the task details it keeps for the
+	// record (noteTask) until the core carries them.
+	recordStore *recordStore
+	wire        *wire
+	policy      *policyStep
+	catalog     *catalog
 
 	// Reader-owned (handle's goroutine): the participants present as
 	// last heard, for the roster diff after this member's reconnect.
@@ -89,7 +92,8 @@ func newShell(space Space, decider Decider, cfg Config) *shell {
 	s.wire = newWire(space, cfg.Escalator, cfg.Grants, wireConfig{SpaceID: cfg.SpaceID, FulfillTimeout: cfg.FulfillTimeout},
 		wireHooks{events: s.journal, post: func(ctx context.Context, ev lifecycle.Event) error { return s.loop.Post(ctx, ev) },
 			method: s.journal.method, describe: s.describe}, cfg.Logger)
-	s.records = newOwnWrites(newRecordStore(cfg.Store))
+	s.recordStore = newRecordStore(cfg.Store, cfg.PendingTTL, cfg.FulfillTimeout, cfg.Logger)
+	s.records = newOwnWrites(s.recordStore)
 	s.core = lifecycle.New(coreConfig(cfg), shellIDs{space})
 	s.loop = lifecycle.NewLoop(s.core, cfg.Clock, s.records, s.wire, s.policy, s.journal, retryStore)
 	return s

@@ -142,8 +142,9 @@ func (s *shell) onResponse(env agent.Envelope) {
 		r.HasRPCID, r.RPCID = true, p.Request.RPCID
 	}
 	if p.Request.Task && resp.Error == nil && s.wire.taskCreated(env.From, resp.Result, s.cfg.Clock.Now()) {
-		st, _, _ := taskHandle(resp.Result)
+		st, spec, _ := taskHandle(resp.Result)
 		r.TaskID, r.TaskStatus = st.TaskID, st.Status
+		s.recordStore.noteTask(p.ID, st.TaskID, spec, st.poll())
 	}
 	if r.TaskID == "" {
 		r.Result = resp.Result

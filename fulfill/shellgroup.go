@@ -119,7 +119,7 @@ func (s *shell) settle(ctx context.Context, recs []*state.Pending) []lifecycle.P
 			}
 			continue
 		}
-		p, err := proposalOf(r)
+		p, err := proposalOf(r, s.cfg.PendingTTL, s.cfg.FulfillTimeout)
 		if err != nil {
 			s.log.Error("record taken over unreadable; skipped", "proposal", r.ProposalID, "err", err)
 			continue
