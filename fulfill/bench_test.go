@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -88,13 +89,13 @@ func BenchmarkBuildInput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	method, params, tool := c.method, c.params, c.tool
-	p := &proposal{env: env, method: method, params: params, tool: tool, target: "calculator"}
-	if in := f.input(p, params, nil); in.Tool == nil || in.Tool.Server != "calculator" || in.Proposer == nil || len(in.Space.Participants) != 3 {
+	p := &lifecycle.Proposal{ID: env.ID, From: env.From, Envelope: env.Raw, Params: c.params, Method: c.method, Tool: c.tool, Addressee: "calculator"}
+	ctx := context.Background()
+	if in := f.policy.policyInput(ctx, p, "calculator", c.params, nil, 0, 0); in.Tool == nil || in.Tool.Server != "calculator" || in.Proposer == nil || len(in.Space.Participants) != 3 {
 		b.Fatalf("input is missing what the catalog and roster know: %+v", in)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = f.input(p, params, nil)
+		_ = f.policy.policyInput(ctx, p, "calculator", c.params, nil, 0, 0)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/internal/clocktest"
 	"github.com/mewkit/fulfiller/internal/poll"
 )
@@ -52,7 +53,7 @@ func TestPendingTTLNeverEndsAPrompt(t *testing.T) {
 		}
 		clock.Advance(time.Minute)
 	}
-	if s, _ := h.f.Get("p1"); s.State != StateAwaitingApproval.String() {
+	if s, _ := h.f.Get("p1"); s.State != string(lifecycle.AwaitingApproval) {
 		t.Fatalf("state %s after five TTLs, want awaiting_approval", s.State)
 	}
 	h.space.quiet(t, 10*time.Millisecond)

@@ -1,8 +1,6 @@
 package fulfill
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -14,105 +12,6 @@ import (
 // this member left to the group as it stopped (see handOver): a live
 // member adopts its record and answers it.
 const ReasonHandedOver = "handed_over"
-
-// handOver leaves this member's pending work to the group when it stops
-// while another member is live (docs/design.md "Durable and shared pending
-// work"; a rolling restart): nothing is rejected, nothing is sent. Each
-// proposal is fenced (its record is no longer this member's to write) and
-// ended here without a word; its record stays in the store, still owned
-// by this member, and the peers adopt it as on a lapsed lease when the
-// store's Close removes the lease (at once, not after --lease): an open
-// prompt is asked again by the adopter (same envelope ids), a fulfilment
-// request already written is never written again (the adopter awaits its
-// response), a task is followed on, queued or undecided work is fulfilled
-// or decided there. Open prompts are dropped here without
-// notifications/cancelled, which would cancel them at the approvers
-// under the adopter too.
-//
-// It reports how many proposals it left; those it could not (no record
-// in the store for a peer to adopt) stay, and shutdown answers them as
-// before. With no live peer (or none this member can see: the store
-// unreadable) it leaves nothing, and shutdown answers everything "other".
-func (f *Fulfiller) handOver(ctx context.Context) int {
-	ms, err := f.cfg.Store.Members(ctx)
-	if err != nil {
-		f.log.Warn("group members not read at shutdown; pending work is answered here, not handed over", "err", err)
-		return 0
-	}
-	peers := 0
-	for _, m := range ms {
-		if m.ID != f.cfg.Store.Member() {
-			peers++
-		}
-	}
-	if peers == 0 {
-		return 0
-	}
-	f.mu.Lock()
-	seen := map[*proposal]bool{}
-	var ps []*proposal
-	add := func(p *proposal) {
-		if !seen[p] {
-			seen[p] = true
-			ps = append(ps, p)
-		}
-	}
-	for _, p := range f.store.all() {
-		add(p)
-	}
-	for _, p := range f.byRequest {
-		add(p)
-	}
-	for _, p := range f.byTask {
-		add(p)
-	}
-	f.mu.Unlock()
-	n := 0
-	for _, p := range ps {
-		if f.handOverOne(p) {
-			n++
-		}
-	}
-	if n > 0 {
-		f.log.Info(fmt.Sprintf("stopping with %d live group members: %d pending proposals handed over to them, none rejected", peers, n),
-			"members", peers, "proposals", n)
-	}
-	return n
-}
-
-// handOverOne fences p and ends it here without a word, leaving its
-// record to the group. It reports false, doing nothing, for a proposal
-// that has no record here (never recorded, or already another member's)
-// or that ended meanwhile.
-func (f *Fulfiller) handOverOne(p *proposal) bool {
-	if p.State().Terminal() || p.fenced.Load() {
-		return false
-	}
-	// Fenced first, under recMu: a write in progress (a prompt, a
-	// request being recorded) completes before, and none follows, so
-	// the record the adopter reads is the last this member wrote.
-	p.recMu.Lock()
-	if p.rec == nil {
-		p.recMu.Unlock()
-		return false
-	}
-	p.fenced.Store(true)
-	p.rec = nil
-	p.recMu.Unlock()
-	prev, _, ok := f.end(p, StateSuperseded, func(State) bool { return true }) // closing: no next holders
-	if !ok {
-		return false
-	}
-	if prev == StateAwaitingApproval {
-		f.cfg.Escalator.Cancel(p.env.ID, DropReason)
-	}
-	f.mu.Lock() // as in dropAdopted
-	ev := p.event(StageIgnored)
-	f.mu.Unlock()
-	ev.Reason, ev.Message = ReasonHandedOver, "handed over at shutdown to a live member of the group, which adopts it"
-	f.emit(ev)
-	return true
-}
 
 // peerResponses keeps, for a while, the responses to fulfilment requests
 // that a member of the group sent and this member does not hold: the

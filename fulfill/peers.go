@@ -2,8 +2,6 @@ package fulfill
 
 import (
 	"encoding/json"
-	"slices"
-	"strings"
 
 	"github.com/mewkit/fulfiller/agent"
 )
@@ -33,42 +31,4 @@ func canEnd(caps []agent.Capability) (what []string) {
 		what = append(what, agent.KindRequest+" tools/call")
 	}
 	return what
-}
-
-// knownFulfiller reports whether id is one of the fulfillers configured
-// as peers (--peer-fulfillers).
-func (f *Fulfiller) knownFulfiller(id string) bool {
-	return slices.Contains(f.cfg.PeerFulfillers, id)
-}
-
-// checkVetoHolders warns about participants present that can end any
-// pending proposal without being a known fellow fulfiller: the gateway's
-// capabilities are the only defence against them (--approver-keys does not
-// cover a reject or a fulfilment). Configured approvers that hold
-// mcp/reject are expected in many spaces (examples/space.yaml gives them
-// one to decline directly), so they are named in one line, at start, and
-// on each later join; everyone else gets a warning of its own.
-func (f *Fulfiller) checkVetoHolders(ps []agent.Participant) {
-	var approvers []string
-	for _, p := range ps {
-		if p.ID == f.space.ID() || f.knownFulfiller(p.ID) {
-			continue
-		}
-		what := canEnd(p.Capabilities)
-		if len(what) == 0 {
-			continue
-		}
-		role := RoleOutsider
-		if slices.Contains(f.cfg.Approvers, p.ID) && !slices.Contains(what, agent.KindRequest+" tools/call") {
-			role = RoleApprover
-			approvers = append(approvers, p.ID)
-		} else {
-			f.log.Warn("a participant that is not a known fulfiller can end any pending proposal (a reject from anyone fails it at the proposer); only its capabilities stop it: grant them only to fulfillers you list in --peer-fulfillers",
-				"participant", p.ID, "holds", strings.Join(what, ", "))
-		}
-		f.emit(Event{Stage: StageVetoHolder, Target: p.ID, By: []string{p.ID}, Reason: role, Message: "holds " + strings.Join(what, ", ")})
-	}
-	if len(approvers) > 0 {
-		f.log.Warn("approvers hold mcp/reject: each can turn down any pending proposal, not only those it is asked about", "approvers", approvers)
-	}
 }

@@ -86,48 +86,6 @@ func newShadowing(d Decider, timeout time.Duration, queue int) *shadowing {
 	return &shadowing{decider: d, timeout: timeout, queue: make(chan shadowJob, queue)}
 }
 
-// shadow hands the live decision d of p on input in to the shadow policy.
-// It never blocks.
-func (f *Fulfiller) shadow(p *proposal, in *policies.Input, d decision.Decision) {
-	s := f.shadows
-	if s == nil {
-		return
-	}
-	j := shadowJob{ev: p.event(StageShadow), in: in, live: d}
-	select {
-	case s.queue <- j:
-	default:
-		j.ev.Shadow = &ShadowResult{Live: d.Action, Dropped: true}
-		f.emit(j.ev)
-	}
-}
-
-// runShadow evaluates the queued decisions until ctx ends; what is still
-// queued then is dropped (counted).
-func (f *Fulfiller) runShadow(ctx context.Context) {
-	s := f.shadows
-	for {
-		select {
-		case <-ctx.Done():
-			for {
-				select {
-				case j := <-s.queue:
-					j.ev.Shadow = &ShadowResult{Live: j.live.Action, Dropped: true}
-					f.emit(j.ev)
-				default:
-					return
-				}
-			}
-		case j := <-s.queue:
-			// The evaluation in progress when Run stops is finished (it
-			// is bounded by the timeout) rather than cut into an error.
-			r := s.evaluate(context.WithoutCancel(ctx), j.in, j.live)
-			j.ev.Shadow = &r
-			f.emit(j.ev)
-		}
-	}
-}
-
 // evaluate asks the shadow policy, bounded by the policy timeout. A
 // failure of any kind — an error, the timeout, a panic — is the shadow's
 // error; nothing of it reaches the live path.

@@ -14,16 +14,17 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/state"
 )
 
-// shell is the Fulfiller on the lifecycle core (issue 27): one
+// Fulfiller owns every pending proposal of this member: one
 // lifecycle.Loop owns every pending proposal; the shell turns frames
 // into the core's events (frames.go), carries out its effects through
 // the record store, the wire and the policy step, writes its lines to
 // the observers (journal.go), and serves the group (shellgroup.go) and
 // the operator (shelloperator.go) by asking the loop, never by keeping a
 // copy of a proposal's state.
-type shell struct {
+type Fulfiller struct {
 	cfg   Config
 	space Space
 	log   *slog.Logger
@@ -75,9 +76,13 @@ type answeredResponse struct {
 	conflicted bool
 }
 
-// newShell makes the Fulfiller on the core; cfg has its defaults.
-func newShell(space Space, decider Decider, cfg Config) *shell {
-	s := &shell{cfg: cfg, space: space, log: cfg.Logger, obs: cfg.Observer, present: map[string]bool{},
+// New makes a Fulfiller. Nothing runs until Run.
+func New(space Space, decider Decider, cfg Config) *Fulfiller {
+	cfg.setDefaults()
+	if cfg.Store == nil {
+		cfg.Store = state.NewLocal(space.ID())
+	}
+	s := &Fulfiller{cfg: cfg, space: space, log: cfg.Logger, obs: cfg.Observer, present: map[string]bool{},
 		peerResps: newPeerResponses(), base: context.Background()}
 	s.answered, _ = lru.New[string, *answeredResponse](answeredRequests)
 	s.told, _ = lru.New[string, struct{}](answeredRequests)
@@ -101,7 +106,7 @@ func newShell(space Space, decider Decider, cfg Config) *shell {
 
 // describe is what the humans are shown of p's tool: what the policy
 // sees of it, and its input schema from its owner's tools/list.
-func (s *shell) describe(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage) {
+func (s *Fulfiller) describe(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage) {
 	if p.Tool == "" {
 		return nil, nil
 	}
@@ -147,7 +152,7 @@ func coreConfig(cfg Config) lifecycle.Config {
 }
 
 // post hands the loop an event; it gives up only when the shell stops.
-func (s *shell) post(ev lifecycle.Event) {
+func (s *Fulfiller) post(ev lifecycle.Event) {
 	if err := s.loop.Post(s.base, ev); err != nil {
 		s.log.Debug("event not taken: stopping", "event", fmt.Sprintf("%T", ev))
 	}
@@ -155,7 +160,7 @@ func (s *shell) post(ev lifecycle.Event) {
 
 // ask runs fn on the loop's goroutine (lifecycle.Loop.Do); false when
 // the loop has stopped.
-func (s *shell) ask(ctx context.Context, fn func(*lifecycle.Core)) bool {
+func (s *Fulfiller) ask(ctx context.Context, fn func(*lifecycle.Core)) bool {
 	return s.loop.Do(ctx, fn) == nil
 }
 
@@ -163,7 +168,7 @@ func (s *shell) ask(ctx context.Context, fn func(*lifecycle.Core)) bool {
 // shuts down: with a live group member its pending work is handed over
 // (handOver), the rest is answered "other"; it returns once the loop has
 // stopped.
-func (s *shell) Run(ctx context.Context, in <-chan agent.Envelope) error {
+func (s *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	s.base = base
@@ -230,7 +235,7 @@ loop:
 // shutdown hands this member's pending work to a live group member, or
 // answers it "other" (the core's Closing), and waits for those answers
 // until --shutdown-timeout.
-func (s *shell) shutdown(base context.Context) {
+func (s *Fulfiller) shutdown(base context.Context) {
 	ctx, cancel := context.WithTimeout(base, s.cfg.ShutdownTimeout)
 	defer cancel()
 	s.closing.Store(true)
@@ -259,7 +264,7 @@ const drainPoll = 5 * time.Millisecond
 
 // drain waits until the core holds no proposal (every answer written,
 // every record ended), or ctx ends.
-func (s *shell) drain(ctx context.Context) {
+func (s *Fulfiller) drain(ctx context.Context) {
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
 	for {
@@ -278,7 +283,7 @@ func (s *shell) drain(ctx context.Context) {
 // ShutdownAnswers reports how many answers were owed once shutdown began
 // and how many of them were neither written nor kept for the next run
 // (ShutdownKept). Both are final once Run has returned.
-func (s *shell) ShutdownAnswers() (owed, lost int) {
+func (s *Fulfiller) ShutdownAnswers() (owed, lost int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.owed, s.lost
@@ -286,11 +291,11 @@ func (s *shell) ShutdownAnswers() (owed, lost int) {
 
 // ShutdownKept reports how many of the answers owed at shutdown were left
 // in the state store for the next run on it to send.
-func (s *shell) ShutdownKept() int { return int(s.kept.Load()) }
+func (s *Fulfiller) ShutdownKept() int { return int(s.kept.Load()) }
 
 // emit tells the observers of an event the core has no line for (frames
 // that never became a proposal, spoofs of answers, the catalog's).
-func (s *shell) emit(e Event) {
+func (s *Fulfiller) emit(e Event) {
 	stamp(&e)
 	s.obs.Observe(e)
 }

@@ -16,7 +16,7 @@ import (
 
 // handle turns one frame of the space into the core's events (or the
 // catalog's, or an ignored line). It runs on Run's goroutine only.
-func (s *shell) handle(env agent.Envelope) {
+func (s *Fulfiller) handle(env agent.Envelope) {
 	if env.From == s.space.ID() {
 		// The agent drops our own echoes: one in our name that it
 		// delivers is someone else's (rule 14).
@@ -45,7 +45,7 @@ func (s *shell) handle(env agent.Envelope) {
 	}
 }
 
-func (s *shell) onProposal(env agent.Envelope) {
+func (s *Fulfiller) onProposal(env agent.Envelope) {
 	if env.ID == "" || env.From == "" {
 		s.log.Warn("proposal without id or from skipped", "id", env.ID, "from", env.From)
 		return
@@ -105,7 +105,7 @@ func addresseeOf(space Space, cat *catalog, env agent.Envelope, tool string) (ta
 // the target's answer, with the request's JSON-RPC id or none (rule 12);
 // a second, different answer to a request already answered means one of
 // them was forged (checkAnswered).
-func (s *shell) onResponse(env agent.Envelope) {
+func (s *Fulfiller) onResponse(env agent.Envelope) {
 	cid := env.CorrelationID.First()
 	if s.catalog.observe(s.base, env) {
 		return // an answer to our discovery
@@ -169,7 +169,7 @@ func wrongRPCID(id json.RawMessage, request int64) int64 {
 // checkAnswered looks at a response to a fulfilment request that is no
 // longer in flight: the same answer again is harmless (a re-delivery), a
 // different one from the tool owner means one of the two was forged.
-func (s *shell) checkAnswered(cid string, env agent.Envelope) {
+func (s *Fulfiller) checkAnswered(cid string, env agent.Envelope) {
 	a, ok := s.answered.Get(cid)
 	if !ok || env.From != a.target || sha256.Sum256(env.Payload) == a.digest {
 		return
@@ -189,7 +189,7 @@ func (s *shell) checkAnswered(cid string, env agent.Envelope) {
 // onOtherRequest sees other participants' requests: a fulfilment of a
 // proposal we hold supersedes ours; a tools/list_changed refreshes
 // discovery; a task's status notification wakes its follower.
-func (s *shell) onOtherRequest(env agent.Envelope) {
+func (s *Fulfiller) onOtherRequest(env agent.Envelope) {
 	var req agent.RPCRequest
 	if json.Unmarshal(env.Payload, &req) != nil {
 		return
@@ -215,7 +215,7 @@ func (s *shell) onOtherRequest(env agent.Envelope) {
 // welcomed: this member's (re)connect. The catalog starts again, and the
 // core hears who left and who is here: leaves sent while the link was
 // down reached nobody here.
-func (s *shell) welcomed() {
+func (s *Fulfiller) welcomed() {
 	s.catalog.reset()
 	now := map[string]bool{}
 	for _, p := range s.space.Roster() {
@@ -233,7 +233,7 @@ func (s *shell) welcomed() {
 	s.present = now
 }
 
-func (s *shell) onPresence(env agent.Envelope) {
+func (s *Fulfiller) onPresence(env agent.Envelope) {
 	var pr struct {
 		Event       string `json:"event"`
 		Participant struct {
@@ -263,7 +263,7 @@ func (s *shell) onPresence(env agent.Envelope) {
 // correlated to it). A refused reject is reported undelivered by the
 // wire; a refused fulfilment request never reached the tool owner, so
 // the core is told it was not written (the proposal is rejected "other").
-func (s *shell) onRefusal(env agent.Envelope) {
+func (s *Fulfiller) onRefusal(env agent.Envelope) {
 	id, kind, ok := s.wire.refused(s.base, env)
 	if !ok || kind != agent.KindRequest {
 		return // a refused reject: the wire reported it undelivered
@@ -274,7 +274,7 @@ func (s *shell) onRefusal(env agent.Envelope) {
 // onImpersonation handles an envelope in this fulfiller's name that it
 // did not send (docs/design.md rule 14): logged and counted, and the
 // proposer of the pending proposal it names is told, once per proposal.
-func (s *shell) onImpersonation(env agent.Envelope) {
+func (s *Fulfiller) onImpersonation(env agent.Envelope) {
 	ev := Event{Stage: StageImpersonated, Envelope: env.Kind, Message: env.ID}
 	s.log.Warn("an envelope in this fulfiller's name that it did not send (impersonation)",
 		"envelope", env.ID, "kind", env.Kind, "to", env.To, "correlation_id", env.CorrelationID.First())

@@ -16,7 +16,7 @@ import (
 // watchGroup reads the group's leases every groupRefresh until ctx ends:
 // the core's GroupLoad ("busy" when the group is full), and whether a
 // live peer is there to take this member's work at shutdown.
-func (s *shell) watchGroup(ctx context.Context) {
+func (s *Fulfiller) watchGroup(ctx context.Context) {
 	t := time.NewTicker(groupRefresh)
 	defer t.Stop()
 	for {
@@ -29,7 +29,7 @@ func (s *shell) watchGroup(ctx context.Context) {
 	}
 }
 
-func (s *shell) refreshGroup(ctx context.Context) {
+func (s *Fulfiller) refreshGroup(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	st := s.cfg.Store
@@ -62,7 +62,7 @@ func (s *shell) refreshGroup(ctx context.Context) {
 // ctx ends: each record is resumed here as a restart's is (the Loop
 // resumed this member's own at its start), open prompts asked again,
 // and a response the member's request got meanwhile is handed over.
-func (s *shell) adoptLapsed(ctx context.Context) {
+func (s *Fulfiller) adoptLapsed(ctx context.Context) {
 	for ctx.Err() == nil {
 		lapsed, err := s.cfg.Store.WatchLapsed(ctx)
 		if err != nil {
@@ -91,7 +91,7 @@ func (s *shell) adoptLapsed(ctx context.Context) {
 
 // resume hands records this member adopted to the core, and then the
 // responses their requests got while another member held them.
-func (s *shell) resume(ctx context.Context, recs []*state.Pending, how string) {
+func (s *Fulfiller) resume(ctx context.Context, recs []*state.Pending, how string) {
 	ps := s.settle(ctx, recs)
 	if len(ps) == 0 {
 		return
@@ -110,7 +110,7 @@ func (s *shell) resume(ctx context.Context, recs []*state.Pending, how string) {
 // settle reads records this member took over (adopted, or taken for an
 // operator's cancel) as the core's proposals: each settled first
 // (Reclaim: one a replay wrote is deleted and left out).
-func (s *shell) settle(ctx context.Context, recs []*state.Pending) []lifecycle.Proposal {
+func (s *Fulfiller) settle(ctx context.Context, recs []*state.Pending) []lifecycle.Proposal {
 	var ps []lifecycle.Proposal
 	for _, r := range recs {
 		if ok, err := s.cfg.Store.Reclaim(ctx, r); err != nil || !ok {
@@ -134,7 +134,7 @@ func (s *shell) settle(ctx context.Context, recs []*state.Pending) []lifecycle.P
 // record another member wrote (an operator's take there, an adoption
 // after this member's lease lapsed): the fence alone (ErrConflict) acts
 // only at this member's next write. Runs until ctx ends.
-func (s *shell) watchRecords(ctx context.Context) {
+func (s *Fulfiller) watchRecords(ctx context.Context) {
 	for {
 		changes, err := s.cfg.Store.WatchRecords(ctx)
 		if err != nil {
@@ -159,7 +159,7 @@ func (s *shell) watchRecords(ctx context.Context) {
 // released here without a word, its record left in the store, which the
 // peers adopt when the store's Close removes this member's lease. With no
 // live peer it leaves nothing, and Closing answers everything "other".
-func (s *shell) handOver(ctx context.Context) {
+func (s *Fulfiller) handOver(ctx context.Context) {
 	ms, err := s.cfg.Store.Members(ctx)
 	if err != nil {
 		s.log.Warn("group members not read at shutdown; pending work is answered here, not handed over", "err", err)
@@ -189,7 +189,7 @@ func (s *shell) handOver(ctx context.Context) {
 
 // checkVetoHolders warns about participants present that can end any
 // pending proposal without being a known fellow fulfiller (see peers.go).
-func (s *shell) checkVetoHolders(ps []agent.Participant) {
+func (s *Fulfiller) checkVetoHolders(ps []agent.Participant) {
 	var approvers []string
 	for _, p := range ps {
 		if p.ID == s.space.ID() || slices.Contains(s.cfg.PeerFulfillers, p.ID) {

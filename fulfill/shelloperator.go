@@ -13,7 +13,7 @@ import (
 // Pending lists the proposals this member holds that still wait for
 // something, oldest first, as the core holds them. It reads no store:
 // GroupPending lists the group's.
-func (s *shell) Pending() []Snapshot {
+func (s *Fulfiller) Pending() []Snapshot {
 	var open []lifecycle.Proposal
 	s.ask(context.Background(), func(c *lifecycle.Core) { open = c.Open() })
 	out := make([]Snapshot, 0, len(open))
@@ -28,7 +28,7 @@ func (s *shell) Pending() []Snapshot {
 }
 
 // Get returns one pending proposal this member holds.
-func (s *shell) Get(id string) (Snapshot, bool) {
+func (s *Fulfiller) Get(id string) (Snapshot, bool) {
 	var p lifecycle.Proposal
 	var ok bool
 	s.ask(context.Background(), func(c *lifecycle.Core) { p, ok = c.Get(id) })
@@ -61,7 +61,7 @@ func proposalSnapshot(p lifecycle.Proposal) Snapshot {
 // proposals this member holds, and every other record in the Store,
 // whichever member owns it. When the store cannot be read it returns
 // this member's proposals with an error wrapping ErrStoreUnavailable.
-func (s *shell) GroupPending(ctx context.Context) ([]Snapshot, error) {
+func (s *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 	own := s.Pending()
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -85,7 +85,7 @@ func (s *shell) GroupPending(ctx context.Context) ([]Snapshot, error) {
 
 // GroupGet returns one pending proposal of the group: the one this member
 // holds, else its record in the Store.
-func (s *shell) GroupGet(ctx context.Context, id string) (Snapshot, bool, error) {
+func (s *Fulfiller) GroupGet(ctx context.Context, id string) (Snapshot, bool, error) {
 	if snap, ok := s.Get(id); ok {
 		return snap, true, nil
 	}
@@ -108,7 +108,7 @@ func (s *shell) GroupGet(ctx context.Context, id string) (Snapshot, bool, error)
 // holds is taken from it (Store.Take: from then on that member can write
 // nothing more about it) and cancelled here. ErrUnknownProposal: nobody
 // in the group holds it.
-func (s *shell) Cancel(id, by string) error {
+func (s *Fulfiller) Cancel(id, by string) error {
 	var p lifecycle.Proposal
 	var held bool
 	if !s.ask(context.Background(), func(c *lifecycle.Core) { p, held = c.Get(id) }) {
@@ -155,11 +155,11 @@ func (s *shell) Cancel(id, by string) error {
 
 // Tools lists every tool discovered in the space, as its owner described
 // it.
-func (s *shell) Tools() []ToolInfo { return s.catalog.all() }
+func (s *Fulfiller) Tools() []ToolInfo { return s.catalog.all() }
 
 // ToolViews lists every tool discovered in the space with the annotations
 // policies see for it, sorted by owner and name.
-func (s *shell) ToolViews() []ToolView {
+func (s *Fulfiller) ToolViews() []ToolView {
 	tools := s.catalog.all()
 	out := make([]ToolView, len(tools))
 	for i, t := range tools {
@@ -179,7 +179,7 @@ func (s *shell) ToolViews() []ToolView {
 }
 
 // Counts reports pending and in-flight work, for metrics and /readyz.
-func (s *shell) Counts() (pending, inflight int) {
+func (s *Fulfiller) Counts() (pending, inflight int) {
 	s.ask(context.Background(), func(c *lifecycle.Core) { pending, inflight = c.Live(), c.Inflight() })
 	return pending, inflight
 }

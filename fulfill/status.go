@@ -1,12 +1,7 @@
 package fulfill
 
 import (
-	"encoding/json"
-	"fmt"
-	"strings"
 	"time"
-
-	"github.com/mewkit/fulfiller/agent"
 )
 
 // Status chats (Config.StatusChats). A proposer waiting on a human, on a
@@ -57,102 +52,4 @@ type statusChat struct {
 	Text   string                    `json:"text"`
 	Format string                    `json:"format"`
 	Meta   map[string]ProposalStatus `json:"_meta"`
-}
-
-// sendStatus tells p's proposer the stage ev reports, when status chats
-// are on. Best effort: a status chat that cannot be written is logged,
-// never retried, and changes nothing about the proposal.
-func (f *Fulfiller) sendStatus(p *proposal, ev Event) {
-	if !f.cfg.StatusChats || p.fenced.Load() {
-		return
-	}
-	st := ProposalStatus{Version: 1, Proposal: p.env.ID}
-	var text string
-	switch ev.Stage {
-	case StageEscalated:
-		st.Stage, st.Approvers, st.Deadline = StatusEscalated, ev.By, ev.Deadline.UTC()
-		f.mu.Lock()
-		st.Quorum = max(p.decision.Quorum, 1)
-		if p.deadlineHint {
-			st.DeadlineBy = "proposer"
-		}
-		f.mu.Unlock()
-		if len(st.Approvers) == 0 {
-			st.Approvers = f.cfg.Approvers
-		}
-		text = fmt.Sprintf("Waiting for approval by %s (%d needed) until %s.", strings.Join(st.Approvers, ", "), st.Quorum, st.Deadline.Format(time.RFC3339))
-	case StageQueued:
-		st.Stage = StatusQueued
-		text = "Allowed; waiting for a free fulfilment slot."
-	case StageTask:
-		if ev.Task == nil {
-			return
-		}
-		st.Stage, st.Task, st.Deadline = StatusTask, ev.Task, ev.Task.Deadline.UTC()
-		text = fmt.Sprintf("Running as task %s at %s (%s) until %s.", ev.Task.ID, ev.Target, ev.Task.Status, st.Deadline.Format(time.RFC3339))
-	default:
-		return
-	}
-	env := agent.Envelope{
-		To:            []string{p.env.From},
-		Kind:          agent.KindChat,
-		CorrelationID: agent.CorrelationIDs{p.env.ID},
-		Payload:       agent.MustPayload(statusChat{Text: text, Format: "plain", Meta: map[string]ProposalStatus{StatusMetaKey: st}}),
-	}
-	if err := f.send(env); err != nil {
-		f.log.Warn("status chat not sent", "proposal", p.env.ID, "stage", st.Stage, "err", err)
-	}
-}
-
-// sendImpersonated tells p's proposer that env, in this fulfiller's name,
-// was not sent by it. Sent whether or not status chats are on: rule 14
-// wants the proposer told, and a proposer that believed a forged reject
-// would otherwise take the real answer that follows for a second one.
-// Best effort, like every status chat.
-func (f *Fulfiller) sendImpersonated(p *proposal, env agent.Envelope) {
-	if p.fenced.Load() {
-		return
-	}
-	st := ProposalStatus{Version: 1, Proposal: p.env.ID, Stage: StatusImpersonated, Forged: env.ID, ForgedKind: env.Kind}
-	text := fmt.Sprintf("The %s in %s's name (envelope %s) was not sent by %s: someone else wrote it. Your proposal is still pending; %s's answer follows.",
-		env.Kind, f.space.ID(), env.ID, f.space.ID(), f.space.ID())
-	chat := agent.Envelope{
-		To:            []string{p.env.From},
-		Kind:          agent.KindChat,
-		CorrelationID: agent.CorrelationIDs{p.env.ID},
-		Payload:       agent.MustPayload(statusChat{Text: text, Format: "plain", Meta: map[string]ProposalStatus{StatusMetaKey: st}}),
-	}
-	if err := f.send(chat); err != nil {
-		f.log.Warn("status chat not sent", "proposal", p.env.ID, "stage", st.Stage, "err", err)
-	}
-}
-
-// deadlineHint reads the proposer's own deadline from the proposal's
-// params._meta: "deadline" (RFC 3339) or "timeout_ms" (counted from when
-// the proposal arrived); the sooner when both are given. It only ever
-// shortens what the policy allows (see escalate): a proposer can make
-// itself be answered sooner, never make a human wait longer.
-func deadlineHint(p *proposal) (time.Time, bool) {
-	var params struct {
-		Meta struct {
-			Deadline  string   `json:"deadline"`
-			TimeoutMS *float64 `json:"timeout_ms"`
-		} `json:"_meta"`
-	}
-	if len(p.params) == 0 || json.Unmarshal(p.params, &params) != nil {
-		return time.Time{}, false
-	}
-	var hint time.Time
-	if params.Meta.Deadline != "" {
-		if t, err := time.Parse(time.RFC3339Nano, params.Meta.Deadline); err == nil {
-			hint = t
-		}
-	}
-	if ms := params.Meta.TimeoutMS; ms != nil && *ms >= 0 && *ms < float64(365*24*time.Hour/time.Millisecond) {
-		t := p.received.Add(time.Duration(*ms) * time.Millisecond)
-		if hint.IsZero() || t.Before(hint) {
-			hint = t
-		}
-	}
-	return hint, !hint.IsZero()
 }

@@ -462,7 +462,7 @@ func TestStoreBusyWhenGroupFull(t *testing.T) {
 	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
 	esc.next(t)
-	for deadline := time.Now().Add(15 * time.Second); !h.f.groupFull(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); h.f.group.capacity.Load() != 1 || h.f.loop.Live() != 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the group's pending work never read as full")
 		}

@@ -152,9 +152,14 @@ func (w *wire) taskRequest(ctx context.Context, f *taskFollower, method string) 
 
 // wireTaskEnvelope is a task method for the task's owner, correlated to
 // the task-augmented request; id nil: RequestEnvelope gives it one
-// (task.go's taskEnvelope).
+// (fulfill's taskEnvelope).
 func wireTaskEnvelope(owner, taskID, request, method string, id json.RawMessage) agent.Envelope {
-	return taskEnvelope(&runningTask{owner: owner, id: taskID, request: request}, method, id)
+	return agent.Envelope{
+		To:            []string{owner},
+		Kind:          agent.KindRequest,
+		CorrelationID: agent.CorrelationIDs{request},
+		Payload:       agent.MustPayload(agent.RPCRequest{JSONRPC: "2.0", ID: id, Method: method, Params: agent.MustPayload(map[string]string{"taskId": taskID})}),
+	}
 }
 
 // taskGet asks the owner where the task stands (task.go's taskGet); spec
