@@ -20,9 +20,13 @@ func (c *counterIDs) DecisionID() string { c.n++; return fmt.Sprintf("%sd%d", c.
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func testCore() *Core {
-	return New(Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
-		ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second, Approvers: []string{"alice"}}, &counterIDs{})
+func testCore(tune ...func(*Config)) *Core {
+	cfg := Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
+		ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second, Approvers: []string{"alice"}}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	return New(cfg, &counterIDs{})
 }
 
 // kinds names the effects, without logs and timers, in order.
@@ -269,14 +273,12 @@ func TestBusyIsClaimedWithoutARecord(t *testing.T) {
 // past the rejoin grace is rejected "incapable", never cancelled (it
 // never went out), in fulfill's words.
 func TestHeldRequestWaitsForItsOwner(t *testing.T) {
-	c := testCore()
-	c.cfg.OwnerRejoinGrace = 5 * time.Second
+	c := testCore(func(cfg *Config) { cfg.OwnerRejoinGrace, cfg.MaxInflight = 5*time.Second, 2 })
 	admit := func(id string) {
 		t.Helper()
 		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
 		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
 	}
-	c.cfg.MaxInflight = 2
 	c.Step(t0, ParticipantLeft{ID: "fs"})
 	admit("p1")
 	effs := c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Fulfill, Target: "fs"}})
