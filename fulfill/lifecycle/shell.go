@@ -162,7 +162,7 @@ func (l *Loop) Run(ctx context.Context) error {
 				// Nothing more is done about it here before another
 				// member may adopt its record (see Released).
 				if ln := l.lanes[r.ID]; ln != nil {
-					ln.effs = nil
+					ln.effs = unacked(ln.effs[:0], ln.effs, ErrConflict)
 				}
 			}
 			l.step(ctx, ev)
@@ -211,10 +211,21 @@ func (l *Loop) step(ctx context.Context, ev Event) {
 		if c, ok := e.(CancelAsk); ok {
 			// An Ask or a Status not yet carried out is dropped (see
 			// CancelAsk).
+			// An Acked not yet handed over says that its prompt is not
+			// to be sent (its approval not counted) after all: the
+			// escalation ends (see Acked).
+			err := ErrEnded
+			if c.Reason == DropReason {
+				err = ErrConflict
+			}
 			kept := ln.effs[:0]
 			for _, q := range ln.effs {
 				a, ask := q.(Ask)
 				st, status := q.(Status)
+				if ack, ok := q.(Acked); ok && ack.Err == nil {
+					ack.Err = err
+					q = ack
+				}
 				if (!ask || a.ID != c.ID) && (!status || st.ID != c.ID) {
 					kept = append(kept, q)
 				}
@@ -343,6 +354,22 @@ func (l *Loop) unfollow(id string) {
 		f.stop()
 		delete(l.followers, id)
 	}
+}
+
+// unacked keeps of effs (into dst, which may be effs[:0]) only the
+// Acked, each with err when it had none: the escalator waiting on each
+// is answered once, and told that what it recorded is not to be sent
+// (counted) here (see Released).
+func unacked(dst, effs []Effect, err error) []Effect {
+	for _, e := range effs {
+		if a, ok := e.(Acked); ok {
+			if a.Err == nil {
+				a.Err = err
+			}
+			dst = append(dst, a)
+		}
+	}
+	return dst
 }
 
 func effectID(e Effect) string {
