@@ -189,8 +189,6 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		for _, r := range ev.Records {
 			s.resume(r, ev.How)
 		}
-		// A record read again may have let go of a slot (see discard).
-		s.startQueued()
 	case Cancelled:
 		s.cancelled(ev)
 	case GroupLoad:
@@ -1577,6 +1575,9 @@ func (s *step) resume(r Proposal, how string) {
 			c.withdrawals.put(old.p.ID, old.p.From, "")
 		}
 		s.discard(old)
+		// A slot it let go of and the record does not take goes to the
+		// queued proposals.
+		defer s.startQueued()
 	} else if c.ended.has(r.ID) {
 		return // a record of a proposal ended here, read late
 	}
