@@ -88,7 +88,7 @@ var mustCover = []string{
 	"world/task_withdrawn", "world/resent_relay", "task", "rejected/timeout/task", "world/other_answered", "world/task_not_superseded",
 	"status/escalated", "status/queued", "status/task",
 	"world/slot_share", "world/resumed_ask", "world/reasked",
-	"world/prompt_recorded", "world/approval_recorded", "world/acked_ended", "world/acked_conflict",
+	"world/prompt_recorded", "world/approval_recorded", "world/acked_ended", "world/turns",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -147,6 +147,12 @@ type member struct {
 	// fresh are the fulfilments this incarnation committed (not resumed):
 	// they hold slots within the limits.
 	fresh map[*entry]bool
+	// starts counts the queued proposals started; waitFrom is, by
+	// proposer with queued proposals, the count when it began to wait;
+	// lastStart the count at its last start (checkTurns).
+	starts    int
+	waitFrom  map[string]int
+	lastStart map[string]int
 	// group is the group's load as this incarnation was last told it
 	// (GroupLoad), counted by the simulator: admissions are checked
 	// against it.
@@ -267,6 +273,7 @@ type sim struct {
 	promptPlan map[string]string
 	quiescing  bool
 	escalator  bool // the members' own escalator counts answers (Verdict), not the core
+	crowd      bool // three proposers, most calls allowed, few slots
 	// ownerAway: the tool owner (fs) is not in the space; leaves counts
 	// its leaves. A request written while it is away is lost (the
 	// gateway replays nothing), and it answers only while present.
@@ -319,9 +326,14 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	if s.rng.IntN(3) == 0 {
 		s.cfg.MaxPendingBytes = int64(400 + s.rng.IntN(1200))
 	}
-	// A seed in three with a per-proposer share of the slots.
+	// A seed in three with a per-proposer share of the slots; one in
+	// five crowded: few slots, many proposers' calls.
 	if s.rng.IntN(3) == 0 {
 		s.cfg.MaxInflightPerProposer = 1 + s.rng.IntN(2)
+	}
+	if s.crowd = s.rng.IntN(5) == 0; s.crowd {
+		s.cfg.MaxPending, s.cfg.MaxPendingPerProposer, s.cfg.MaxPendingBytes = 12, 0, 0
+		s.cfg.MaxInflight = 1 + s.rng.IntN(2)
 	}
 	s.cfg.StatusChats = s.rng.IntN(2) == 0
 	s.escalator = s.rng.IntN(2) == 0
@@ -365,6 +377,7 @@ func (s *sim) start(m *member) {
 		m.esc = &toyEscalator{escs: map[string]*toyEsc{}, tokens: map[uint64]toyToken{}}
 	}
 	m.fresh = map[*entry]bool{}
+	m.starts, m.waitFrom, m.lastStart = 0, map[string]int{}, map[string]int{}
 	cfg := s.cfg
 	cfg.Member = m.id
 	m.core = New(cfg, simIDs{s, m.id})
@@ -410,15 +423,17 @@ func (s *sim) deliver(m *member, ev Event) {
 	}
 	was := map[string]before{}
 	prev := map[string]*entry{}
-	fulfilling := map[*entry]bool{}
+	fulfilling, queued := map[*entry]bool{}, map[*entry]bool{}
 	for id, e := range m.core.props {
 		was[id] = before{e.held, e.p.Phase == Fulfilling && !e.held, e.outcome, e.p.Phase == Task && !e.taskDone}
 		prev[id] = e
 		fulfilling[e] = e.outcome == Open && e.p.Phase == Fulfilling
+		queued[e] = e.outcome == Open && e.p.Phase == Queued
 	}
 	s.notSuperseded(m, ev)
 	effs := m.core.Step(s.now, ev)
 	s.checkSlots(m, prev, fulfilling)
+	s.checkTurns(m, queued)
 	s.checkAsks(m, ev, effs)
 	for id, e := range m.core.props {
 		if e.held {
@@ -653,7 +668,16 @@ func (s *sim) propose() bool {
 		return false
 	}
 	id := fmt.Sprintf("p%d", len(s.order)+1)
-	t := &truth{from: []string{"coder", "coder2"}[s.rng.IntN(2)], policy: policies[s.rng.IntN(len(policies))], invalid: s.rng.IntN(10) == 0,
+	from, policy := []string{"coder", "coder2"}[s.rng.IntN(2)], policies[s.rng.IntN(len(policies))]
+	if s.crowd {
+		// Three proposers, most calls allowed: the queue for the slots
+		// holds several proposers' calls at once.
+		from = []string{"coder", "coder2", "coder3"}[s.rng.IntN(3)]
+		if s.rng.IntN(4) > 0 {
+			policy = "fulfill"
+		}
+	}
+	t := &truth{from: from, policy: policy, invalid: s.rng.IntN(10) == 0,
 		cancels: map[string]bool{}, accepts: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{},
 		size: 64 + s.rng.IntN(449), task: s.rng.IntN(2) == 0}
 	if t.task && s.rng.IntN(2) == 0 {
@@ -1437,6 +1461,62 @@ func (s *sim) checkSlots(m *member, prev map[string]*entry, fulfilling map[*entr
 			s.fail("%s keeps %s of %s queued with a slot free for it (%d of %d used, %d of its share %d)", m.id, id, e.p.From, used, s.cfg.MaxInflight, held[e.p.From], per)
 		} else {
 			s.covered["world/slot_share"]++
+		}
+	}
+}
+
+// checkTurns checks that the queued proposers get the freed slots in
+// turn: a proposer's queued proposal starts a second time only if every
+// other proposer that waited since before its first was at its share
+// (or has started since). waitFrom and lastStart count the queue's
+// starts; one step starting more than one (a shutdown, a resume) is not
+// judged.
+func (s *sim) checkTurns(m *member, queued map[*entry]bool) {
+	per := s.cfg.MaxInflightPerProposer
+	if per == 0 {
+		per = s.cfg.MaxInflight
+	}
+	var started []*entry
+	held := map[string]int{}
+	waiting := map[string]bool{}
+	for _, id := range m.core.sorted() {
+		e := m.core.props[id]
+		if e.outcome != Open {
+			continue
+		}
+		switch e.p.Phase {
+		case Fulfilling:
+			held[e.p.From]++
+			if queued[e] {
+				started = append(started, e)
+			}
+		case Queued:
+			waiting[e.p.From] = true
+		}
+	}
+	if len(started) == 1 && !m.core.closing {
+		q := started[0].p.From
+		if last, ok := m.lastStart[q]; ok {
+			for p, since := range m.waitFrom {
+				if p != q && waiting[p] && since <= last && held[p] < per {
+					s.fail("%s started a queued proposal of %s twice (%s now) while %s waited with its share free since before the first", m.id, q, started[0].p.ID, p)
+				}
+			}
+		}
+		m.lastStart[q] = m.starts
+		if len(m.waitFrom) > 1 {
+			s.covered["world/turns"]++
+		}
+	}
+	m.starts += len(started)
+	for p := range m.waitFrom {
+		if !waiting[p] {
+			delete(m.waitFrom, p)
+		}
+	}
+	for p := range waiting {
+		if _, ok := m.waitFrom[p]; !ok {
+			m.waitFrom[p] = m.starts
 		}
 	}
 }
