@@ -120,8 +120,9 @@ func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, jou
 // Post hands the loop an event (a frame read, a lease released, Closing).
 // It returns once the loop has taken the event, which it applies before
 // anything else: after Post(Released) nothing more is done about the
-// proposal (its effects not carried out are dropped; one being carried
-// out reports to a core that let go of it), so its record may be adopted.
+// proposal (its effects not carried out are dropped, but for its Acked,
+// handed over with ErrConflict; one being carried out reports to a core
+// that let go of it), so its record may be adopted.
 // It blocks while the loop is busy, and gives up when ctx ends.
 func (l *Loop) Post(ctx context.Context, ev Event) error {
 	select {
