@@ -160,11 +160,7 @@ func (l *Loop) Run(ctx context.Context) error {
 				delete(l.timers, f)
 			}
 			if r, ok := ev.(Released); ok {
-				// Nothing more is done about it here before another
-				// member may adopt its record (see Released).
-				if ln := l.lanes[r.ID]; ln != nil {
-					ln.effs = unacked(ln.effs[:0], ln.effs, ErrConflict)
-				}
+				l.release(r.ID)
 			}
 			l.step(ctx, ev)
 		case d := <-l.done:
@@ -354,6 +350,15 @@ func (l *Loop) unfollow(id string) {
 	if f := l.followers[id]; f != nil {
 		f.stop()
 		delete(l.followers, id)
+	}
+}
+
+// release drops the effects of proposal id not carried out yet: nothing
+// more is done about it here before another member may adopt its record
+// (see Released), but the escalator waiting on an Acked is answered.
+func (l *Loop) release(id string) {
+	if ln := l.lanes[id]; ln != nil {
+		ln.effs = unacked(ln.effs[:0], ln.effs, ErrConflict)
 	}
 }
 
