@@ -1467,8 +1467,8 @@ func (s *sim) checkSlots(m *member, prev map[string]*entry, fulfilling map[*entr
 
 // checkTurns checks that the queued proposers get the freed slots in
 // turn: a proposer's queued proposal starts a second time only if every
-// other proposer that waited since before its first was at its share
-// (or has started since). waitFrom and lastStart count the queue's
+// other proposer that waited since before its first has started since,
+// or is at its share. waitFrom and lastStart count the queue's
 // starts; one step starting more than one (a shutdown, a resume) is not
 // judged.
 func (s *sim) checkTurns(m *member, queued map[*entry]bool) {
@@ -1498,6 +1498,9 @@ func (s *sim) checkTurns(m *member, queued map[*entry]bool) {
 		q := started[0].p.From
 		if last, ok := m.lastStart[q]; ok {
 			for p, since := range m.waitFrom {
+				if pl, ok := m.lastStart[p]; ok && pl > last {
+					continue // p's turn came since
+				}
 				if p != q && waiting[p] && since <= last && held[p] < per {
 					s.fail("%s started a queued proposal of %s twice (%s now) while %s waited with its share free since before the first", m.id, q, started[0].p.ID, p)
 				}
