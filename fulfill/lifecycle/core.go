@@ -16,8 +16,7 @@ type Core struct {
 	props     map[string]*entry
 	byRequest map[string]string // fulfilment request envelope id → proposal id
 	byPrompt  map[string]string // prompt envelope id → proposal id
-	queue     []string          // proposals in phase Queued, first come first served
-	inflight  int               // fulfilment slots held
+	slots     *slotQueue        // fulfilment slots held, and the proposals in phase Queued
 	closing   bool
 	seq       uint64 // of the last Write: unique, so a result finds its write
 	// groupPending and groupCap are the group's load as of the last
@@ -83,11 +82,15 @@ type entry struct {
 	// chatted: a Status went out to the shell, maybe not carried out
 	// yet: the proposal's end drops it (CancelAsk).
 	chatted bool
+	// edit is the edited call a Decide Again re-checks (rule 7): what is
+	// fulfilled if the policy allows it.
+	edit []byte
 }
 
 type earlyEnd struct {
 	outcome    Outcome
 	stage, why string
+	by         []string // who answered instead (superseded)
 }
 
 type then int
@@ -111,12 +114,22 @@ type pendingWrite struct {
 	create    bool
 	claimOnly bool
 	then      then
+	// soon: nothing sent waits for this write (Write.Soon).
+	soon bool
+	// acks are the tokens of the PromptRecorded and ApprovalRecorded
+	// this write records: each is Acked once it is durable, or with an
+	// error when the proposal ends first (nack).
+	acks []uint64
 }
 
 // New makes a Core.
 func New(cfg Config, ids IDs) *Core {
+	per := cfg.MaxInflightPerProposer
+	if per <= 0 {
+		per = cfg.MaxInflight
+	}
 	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{}, away: map[string]bool{},
-		byPrompt: map[string]string{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
+		slots: newSlotQueue(cfg.MaxInflight, per), byPrompt: map[string]string{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
 }
 
 // Pending reports how many proposals the core still holds, ended ones
@@ -163,6 +176,13 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.answered(ev)
 	case Verdict:
 		s.verdict(ev)
+	case PromptRecorded:
+		// Not Soon: the prompt is sent once this is durable.
+		s.recorded(ev.ID, ev.Token, func(p *Proposal) { p.Prompts = append(p.Prompts, ev.Prompt) }, false)
+	case ApprovalRecorded:
+		// Soon: nothing sent waits for it (an approval lost in a crash
+		// is asked for again with its prompt).
+		s.recorded(ev.ID, ev.Token, func(p *Proposal) { p.Approvals = append(p.Approvals, ev.Approval) }, true)
 	case SupersededBy:
 		s.superseded(ev)
 	case Resumed:
@@ -204,15 +224,59 @@ type step struct {
 
 func (s *step) emit(e ...Effect) { s.out = append(s.out, e...) }
 
-func (s *step) log(e *entry, stage string, fill func(*Line)) {
-	l := Line{Stage: stage, ProposalID: e.p.ID, DecisionID: e.p.DecisionID}
-	if e.p.Decision != nil {
-		l.Revision = e.p.Decision.Revision
+// lineOf is the decision-log line of stage about p, with what every
+// line says of its proposal (fulfill's Event): its decision, proposer,
+// method, tool, target (the route once decided, else the addressee) and
+// task. Every line the core writes is made here.
+func lineOf(p *Proposal, stage string, fill func(*Line)) Line {
+	l := Line{Stage: stage, ProposalID: p.ID, DecisionID: p.DecisionID, Proposer: p.From, Method: p.Method, Tool: p.Tool, Target: p.Addressee}
+	if d := p.Decision; d != nil {
+		l.Revision = d.Revision
+		if d.Target != "" {
+			l.Target = d.Target
+		}
+	}
+	if t := p.Task; t != nil {
+		l.TaskID, l.TaskStatus = t.ID, t.Status
 	}
 	if fill != nil {
 		fill(&l)
 	}
-	s.emit(Log{Line: l})
+	return l
+}
+
+func (s *step) log(e *entry, stage string, fill func(*Line)) {
+	s.emit(Log{Line: lineOf(e.p, stage, fill)})
+}
+
+// decide asks the policy about e (again: the edited call edit, rule 7),
+// with e as it is now and this member's load.
+func (s *step) decide(e *entry, again bool, edit []byte) {
+	c := s.c
+	e.deciding, e.again = true, again
+	d := Decide{ID: e.p.ID, Again: again, Proposal: *e.p.clone(), Pending: c.Live(), Inflight: c.slots.used}
+	if again {
+		e.edit = edit
+		d.Params, d.Approvals = edit, slices.Clone(e.p.Approvals)
+	}
+	s.emit(d)
+}
+
+// ask sends e's open prompts (the recorded ones, with Config.Escalator),
+// with e as it is now.
+func (s *step) ask(e *entry) {
+	p := e.p
+	e.asked = true
+	s.emit(Ask{ID: p.ID, Prompts: openPrompts(p), Deadline: p.Deadline, Quorum: max(p.Decision.Quorum, 1), Proposal: *p.clone()})
+}
+
+// approvers are those e's escalation asks: the decision's, else the
+// configured ones.
+func (c *Core) approvers(p *Proposal) []string {
+	if p.Decision != nil && len(p.Decision.Approvers) > 0 {
+		return p.Decision.Approvers
+	}
+	return c.cfg.Approvers
 }
 
 func (s *step) proposed(ev Proposed) {
@@ -220,14 +284,28 @@ func (s *step) proposed(ev Proposed) {
 	if ev.ID == "" || ev.From == "" {
 		return
 	}
-	if _, ok := c.props[ev.ID]; ok || c.seen.has(ev.ID) {
-		// Rule 5: a replay is ignored, never rejected.
-		s.emit(Log{Line: Line{Stage: "ignored", ProposalID: ev.ID, DecisionID: c.ids.DecisionID(), Reason: "duplicate"}})
+	if old, ok := c.props[ev.ID]; ok || c.seen.has(ev.ID) {
+		// Rule 5: a replay is ignored, never rejected. One held here
+		// joins the decision its claim holds.
+		// (The replay's sender says who sent it: a replay of another's
+		// id is no less ignored.)
+		dup := &Proposal{ID: ev.ID, From: ev.From, Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee}
+		switch {
+		case ok && old.p.Claim != "":
+			dup.DecisionID = old.p.Claim
+		case ok:
+			dup.DecisionID = old.p.DecisionID
+		default:
+			dup.DecisionID = c.ids.DecisionID()
+		}
+		s.emit(Log{Line: lineOf(dup, "ignored", func(l *Line) { l.Reason = "duplicate" })})
 		return
 	}
 	c.seen.add(ev.ID)
+	id := c.ids.DecisionID()
 	p := &Proposal{ID: ev.ID, From: ev.From, Envelope: ev.Envelope, Params: ev.Params, Invalid: ev.Invalid, Size: ev.Size,
-		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: c.ids.DecisionID()}
+		Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee,
+		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: id, Claim: id}
 	e := &entry{p: p}
 	c.props[p.ID] = e
 	s.log(e, "received", nil)
@@ -255,8 +333,63 @@ func (s *step) queueWrite(e *entry, w pendingWrite) {
 	if w.rec != nil {
 		w.rec.Owner = s.c.cfg.Member
 	}
+	if n := len(e.writes); n > 1 && plainUpdate(e.writes[n-1]) && plainUpdate(w) {
+		// An update not issued yet is overtaken by this one, which
+		// records all it did (prompts and approvals recorded one after
+		// the other cost one write, not one each).
+		last := &e.writes[n-1]
+		last.rec, last.soon = w.rec, last.soon && w.soon
+		last.acks = append(last.acks, w.acks...)
+		return
+	}
 	e.writes = append(e.writes, w)
 	s.issue(e)
+}
+
+// plainUpdate reports whether w only updates the record: nothing waits
+// on it but its acks.
+func plainUpdate(w pendingWrite) bool {
+	return w.rec != nil && !w.create && w.then == thenNothing && w.line == nil
+}
+
+// nack answers the tokens e's writes still carry with err: e ended (or is
+// another member's) before they were recorded, so the escalator neither
+// sends those prompts nor counts those approvals.
+func (s *step) nack(e *entry, err error) {
+	for i := range e.writes {
+		for _, t := range e.writes[i].acks {
+			s.emit(Acked{ID: e.p.ID, Token: t, Err: err})
+		}
+		e.writes[i].acks = nil
+	}
+}
+
+// escalating reports whether e's escalation runs here (Config.Escalator):
+// the escalator may record prompts and approvals.
+func (s *step) escalating(e *entry) bool {
+	return s.c.cfg.Escalator && e.outcome == Open && e.p.Phase == AwaitingApproval && e.asked && !e.deciding
+}
+
+// recorded records what the escalator is about to send (a prompt) or to
+// count (an approval), and answers its token once that is durable.
+func (s *step) recorded(id string, token uint64, add func(*Proposal), soon bool) {
+	c := s.c
+	e, ok := c.props[id]
+	var err error
+	switch {
+	case !ok && c.ended.has(id):
+		err = ErrEnded
+	case !ok || e.outcome == Dropped:
+		err = ErrConflict // another member's (or never this one's)
+	case !s.escalating(e):
+		err = ErrEnded
+	}
+	if err != nil {
+		s.emit(Acked{ID: id, Token: token, Err: err})
+		return
+	}
+	add(e.p)
+	s.queueWrite(e, pendingWrite{rec: e.p.clone(), soon: soon, acks: []uint64{token}})
 }
 
 func (s *step) issue(e *entry) {
@@ -267,7 +400,7 @@ func (s *step) issue(e *entry) {
 	e.writing = true
 	s.c.seq++
 	e.seq = s.c.seq
-	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev})
+	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev, Soon: w.soon})
 }
 
 func (s *step) stored(ev Stored) {
@@ -286,6 +419,15 @@ func (s *step) stored(ev Stored) {
 			s.emit(Log{Line: *w.line})
 		}
 		s.then(e, w)
+		for _, t := range w.acks {
+			// Recorded: the escalator may send the prompt (count the
+			// approval), unless its escalation ended meanwhile.
+			var err error
+			if !s.escalating(e) {
+				err = ErrEnded
+			}
+			s.emit(Acked{ID: e.p.ID, Token: t, Err: err})
+		}
 		s.issue(e)
 		s.forgetIfDone(e)
 	case w.claimOnly && (ev.Err == ErrExists || ev.Err == ErrConflict):
@@ -372,7 +514,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 		p := e.p
 		switch {
 		case e.early != nil:
-			s.endQuietly(e, e.early.outcome, e.early.stage, e.early.why)
+			s.endQuietly(e, *e.early)
 		case p.Invalid != "":
 			s.commitReject(e, "invalid", p.Invalid)
 		case !s.now.Before(p.Deadline):
@@ -385,14 +527,13 @@ func (s *step) then(e *entry, w pendingWrite) {
 				s.commitReject(e, reason, message)
 				return
 			}
-			e.deciding = true
-			s.emit(Decide{ID: p.ID})
+			s.decide(e, false, nil)
 		}
 	case thenRefused:
 		if e.early != nil {
 			// Withdrawn (or answered by another) while it was claimed:
 			// nothing is sent, and with no record nothing is deleted.
-			s.endQuietly(e, e.early.outcome, e.early.stage, e.early.why)
+			s.endQuietly(e, *e.early)
 			return
 		}
 		e.outcome = Rejected
@@ -421,13 +562,9 @@ func (s *step) then(e *entry, w pendingWrite) {
 		if e.outcome != Open || e.p.Phase != AwaitingApproval {
 			return
 		}
-		e.asked = true
-		s.log(e, "escalated", nil)
-		s.emit(Ask{ID: e.p.ID, Prompts: openPrompts(e.p), Deadline: e.p.Deadline, Quorum: max(e.p.Decision.Quorum, 1)})
-		approvers := e.p.Decision.Approvers
-		if len(approvers) == 0 {
-			approvers = c.cfg.Approvers
-		}
+		approvers := c.approvers(e.p)
+		s.log(e, "escalated", func(l *Line) { l.By, l.Deadline = approvers, e.p.Deadline })
+		s.ask(e)
 		s.status(e, Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline})
 	case thenQueued:
 		if e.outcome == Open && e.p.Phase == Queued {
@@ -526,29 +663,142 @@ func (s *step) end(e *entry, o Outcome, why string) {
 		s.emit(CancelAsk{ID: e.p.ID, Reason: DropReason}) // drops a status chat not written yet
 	}
 	e.chatted = false
+	// What the escalator recorded and waits for is not recorded now
+	// (after the CancelAsk: it stops asking before it hears).
+	if o == Dropped {
+		s.nack(e, ErrConflict)
+	} else {
+		s.nack(e, ErrEnded)
+	}
+	s.unqueue(e)
+	s.giveSlot(e)
+}
+
+// unqueue takes e out of the queue for a fulfilment slot.
+func (s *step) unqueue(e *entry) {
 	if e.queued {
 		e.queued = false
-		s.c.queue = slices.DeleteFunc(s.c.queue, func(id string) bool { return id == e.p.ID })
+		s.c.slots.remove(e.p.From, e.p.ID)
 	}
+}
+
+// giveSlot gives e's fulfilment slot to the queued proposals, in turn.
+func (s *step) giveSlot(e *entry) {
 	if e.slot {
 		e.slot = false
-		s.c.inflight--
+		s.c.slots.give(e.p.From)
 		s.startQueued()
 	}
 }
 
+// startQueued starts the queued fulfilments the free slots allow, the
+// queued proposers in turn.
 func (s *step) startQueued() {
 	c := s.c
-	for c.inflight < c.cfg.MaxInflight && len(c.queue) > 0 && !c.closing {
-		id := c.queue[0]
-		c.queue = c.queue[1:]
-		e, ok := c.props[id]
-		if !ok || e.outcome != Open || !e.queued {
-			continue
+	for !c.closing {
+		id, ok := c.slots.next(func(id string) bool {
+			e, ok := c.props[id]
+			return ok && e.outcome == Open && e.queued
+		})
+		if !ok {
+			return
 		}
+		e := c.props[id]
 		e.queued = false
 		s.startRequest(e)
 	}
+}
+
+// slotQueue shares the fulfilment slots (Config.MaxInflight) among
+// proposers, as fulfill's slots does: no proposer holds more than
+// perProposer at once, and a freed slot goes to the queued proposers in
+// turn (round-robin), first come within a proposer. Without it one
+// proposer's calls to a tool that hangs fill every slot, and everyone
+// else's approved calls wait a FulfillTimeout each.
+type slotQueue struct {
+	max, perProposer int
+	used             int
+	held             map[string]int      // proposer → slots held
+	queued           map[string][]string // proposer → proposals waiting, first come first
+	turn             []string            // proposers with queued proposals, next first
+}
+
+func newSlotQueue(max, perProposer int) *slotQueue {
+	return &slotQueue{max: max, perProposer: perProposer, held: map[string]int{}, queued: map[string][]string{}}
+}
+
+// free reports whether proposer may take a slot now.
+func (q *slotQueue) free(proposer string) bool {
+	return q.used < q.max && q.held[proposer] < q.perProposer
+}
+
+// take gives proposer a slot. A resumed request takes its slot even past
+// the limits: it is out already.
+func (q *slotQueue) take(proposer string) {
+	q.used++
+	q.held[proposer]++
+}
+
+// give returns a slot proposer held.
+func (q *slotQueue) give(proposer string) {
+	q.used--
+	if q.held[proposer]--; q.held[proposer] <= 0 {
+		delete(q.held, proposer)
+	}
+}
+
+// enqueue makes proposal id wait for a slot, behind its proposer's
+// earlier ones.
+func (q *slotQueue) enqueue(proposer, id string) {
+	if len(q.queued[proposer]) == 0 {
+		q.turn = append(q.turn, proposer)
+	}
+	q.queued[proposer] = append(q.queued[proposer], id)
+}
+
+// remove takes proposal id out of its proposer's queue (it ended, or was
+// let go of); its proposer keeps its place in the turn while it has more.
+func (q *slotQueue) remove(proposer, id string) {
+	ids := slices.DeleteFunc(q.queued[proposer], func(x string) bool { return x == id })
+	if len(ids) > 0 {
+		q.queued[proposer] = ids
+		return
+	}
+	delete(q.queued, proposer)
+	q.turn = slices.DeleteFunc(q.turn, func(x string) bool { return x == proposer })
+}
+
+// next takes the next queued proposal that may start now, skipping those
+// for which waiting reports false; its proposer goes to the back of the
+// turn. A proposer at its share is passed over and keeps its place.
+func (q *slotQueue) next(waiting func(id string) bool) (string, bool) {
+	for i := 0; i < len(q.turn) && q.used < q.max; {
+		from := q.turn[i]
+		ids := q.queued[from]
+		for len(ids) > 0 && !waiting(ids[0]) {
+			ids = ids[1:]
+		}
+		if len(ids) == 0 {
+			delete(q.queued, from)
+			q.turn = slices.Delete(q.turn, i, i+1)
+			continue
+		}
+		q.queued[from] = ids
+		if q.held[from] >= q.perProposer {
+			i++
+			continue
+		}
+		id := ids[0]
+		q.turn = slices.Delete(q.turn, i, i+1)
+		if ids = ids[1:]; len(ids) > 0 {
+			q.queued[from] = ids
+			q.turn = append(q.turn, from)
+		} else {
+			delete(q.queued, from)
+		}
+		return id, true
+	}
+	return "", false
 }
 
 // commitReject ends e with a reject: recorded (phase Answered, with its
@@ -589,11 +839,7 @@ func (s *step) taskStarted(e *entry, ev Responded) {
 	e.graceAt = time.Time{}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenFollow})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
-	if e.slot {
-		e.slot = false
-		c.inflight--
-		s.startQueued()
-	}
+	s.giveSlot(e)
 }
 
 // follow has e's task followed, with its line (message says why: empty
@@ -618,7 +864,7 @@ func (s *step) taskStatus(ev TaskStatus) {
 	e.p.Task.Status = ev.Status
 	// Best effort, as fulfill's: a status lost in a crash is read again
 	// by whoever follows the task next.
-	s.queueWrite(e, pendingWrite{rec: e.p.clone()})
+	s.queueWrite(e, pendingWrite{rec: e.p.clone(), soon: true})
 	s.log(e, "task", func(l *Line) { l.Reason, l.Message = ev.Status, ev.Message })
 	s.taskStatusChat(e)
 }
@@ -658,7 +904,13 @@ func (s *step) sendAnswer(e *entry) {
 	e.sending = true
 	p := e.p
 	if r := p.Relay; r != nil {
-		s.log(e, "fulfilled", func(l *Line) { l.Message = "relayed the outcome of task " + r.TaskID })
+		s.log(e, "fulfilled", func(l *Line) {
+			l.Message = "relayed the outcome of task " + r.TaskID
+			l.Result, l.RPCError, l.By = r.Result, r.Error, p.ApprovedBy
+			if p.Request != nil {
+				l.Latency = s.now.Sub(p.Request.SentAt)
+			}
+		})
 		s.emit(SendRelay{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, TaskID: r.TaskID, Result: r.Result, Error: r.Error})
 		return
 	}
@@ -701,13 +953,15 @@ func (s *step) commitFulfil(e *entry, target string, params []byte) {
 	if e.p.Decision != nil {
 		e.p.Decision.Target = target
 	}
-	if c.inflight >= c.cfg.MaxInflight || c.closing {
+	if !c.slots.free(e.p.From) || c.closing {
 		e.p.Phase = Queued
 		e.p.Deadline = s.now.Add(c.cfg.PendingTTL)
 		e.queued = true
-		c.queue = append(c.queue, e.p.ID)
+		c.slots.enqueue(e.p.From, e.p.ID)
 		s.log(e, "queued", nil)
-		s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenQueued})
+		// Nothing sent waits for it: a crash before it is durable
+		// resumes the proposal decided, or not yet (decided again).
+		s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenQueued, soon: true})
 		s.emit(Schedule{ID: e.p.ID, At: e.p.Deadline, Kind: TimerDeadline})
 		return
 	}
@@ -720,7 +974,7 @@ func (s *step) startRequest(e *entry) {
 	c := s.c
 	p := e.p
 	e.slot = true
-	c.inflight++
+	c.slots.take(p.From)
 	target := p.Decision.Target
 	p.Phase = Fulfilling
 	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now, Task: p.Decision.Task}
@@ -851,7 +1105,7 @@ func (s *step) decided(ev Decided) {
 	p.Decision = &d
 	s.log(e, "decided", func(l *Line) { l.Action, l.Reason = d.Action, d.Reason })
 	if ev.Again {
-		params := lastEdit(p)
+		params := e.edit
 		switch d.Action {
 		case Fulfill:
 		case Escalate:
@@ -882,11 +1136,8 @@ func (s *step) decided(ev Decided) {
 			s.commitReject(e, "incapable", ev.Incapable) // rule 1: nobody asked about a call nobody can carry out
 			return
 		}
-		approvers := d.Approvers
-		if len(approvers) == 0 {
-			approvers = c.cfg.Approvers
-		}
-		if len(approvers) == 0 {
+		approvers := c.approvers(p)
+		if len(approvers) == 0 && !c.cfg.Escalator {
 			s.commitReject(e, "policy", "the policy asks for human approval, but no approvers are configured")
 			return
 		}
@@ -896,7 +1147,16 @@ func (s *step) decided(ev Decided) {
 		}
 		p.Phase = AwaitingApproval
 		p.Deadline = s.now.Add(timeout)
-		p.Prompts = nil
+		p.Prompts, p.Approvals, p.ApprovedBy = nil, nil, nil
+		if c.cfg.Escalator {
+			// The escalator mints and records its prompts (each before
+			// it is sent, PromptRecorded); this write only says humans
+			// are asked, and nothing sent waits for it: a crash before
+			// it is durable decides the proposal again.
+			s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenAsk, soon: true})
+			s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+			return
+		}
 		for _, a := range approvers {
 			pr := Prompt{Approver: a, EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID()}
 			p.Prompts = append(p.Prompts, pr)
@@ -934,12 +1194,12 @@ func edited(p *Proposal) bool {
 	return slices.ContainsFunc(p.Approvals, func(a Approval) bool { return a.Params != nil })
 }
 
-// approvalsSatisfy reports whether the approvals given meet an escalate
-// decision's approvers and quorum (rule 7).
+// approvalsSatisfy reports whether the approvers who approved meet an
+// escalate decision's approvers and quorum (rule 7).
 func approvalsSatisfy(p *Proposal, d Decision) bool {
 	n := 0
-	for _, a := range p.Approvals {
-		if len(d.Approvers) == 0 || slices.Contains(d.Approvers, a.Approver) {
+	for _, by := range p.ApprovedBy {
+		if len(d.Approvers) == 0 || slices.Contains(d.Approvers, by) {
 			n++
 		}
 	}
@@ -1050,18 +1310,21 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 		return
 	}
 	if ev.From != e.p.From {
-		s.log(e, "ignored", func(l *Line) { l.Reason, l.Message = "spoofed_withdraw", "withdrawal from "+ev.From })
+		s.log(e, "ignored", func(l *Line) {
+			l.Reason, l.Message, l.By = "spoofed_withdraw", "withdrawal from "+ev.From, []string{ev.From}
+		})
 		return
 	}
 	if e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Answered {
 		s.log(e, "ignored", func(l *Line) { l.Reason = "late_withdraw" })
 		return
 	}
+	end := earlyEnd{outcome: Withdrawn, stage: "withdrawn", why: ev.Reason}
 	if !e.claimed {
-		e.early = &earlyEnd{Withdrawn, "withdrawn", ev.Reason}
+		e.early = &end
 		return
 	}
-	s.endQuietly(e, Withdrawn, "withdrawn", ev.Reason)
+	s.endQuietly(e, end)
 }
 
 func (s *step) superseded(ev SupersededBy) {
@@ -1072,18 +1335,20 @@ func (s *step) superseded(ev SupersededBy) {
 	if !ok || e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Task || e.p.Phase == Answered {
 		return
 	}
+	// By names the participant that answered; the message says so too.
+	end := earlyEnd{outcome: Superseded, stage: "superseded", why: ev.By, by: []string{ev.By}}
 	if !e.claimed {
-		e.early = &earlyEnd{Superseded, "superseded", ev.By}
+		e.early = &end
 		return
 	}
-	s.endQuietly(e, Superseded, "superseded", ev.By)
+	s.endQuietly(e, end)
 }
 
 // endQuietly ends e with nothing sent to the proposer, and deletes its
 // record (queued after a claim still being written).
-func (s *step) endQuietly(e *entry, o Outcome, stage, why string) {
-	s.end(e, o, stage)
-	line := Line{Stage: stage, ProposalID: e.p.ID, DecisionID: e.p.DecisionID, Message: why}
+func (s *step) endQuietly(e *entry, how earlyEnd) {
+	s.end(e, how.outcome, how.stage)
+	line := lineOf(e.p, how.stage, func(l *Line) { l.Message, l.By = how.why, how.by })
 	// Writes not yet issued carried what no longer happens; the one
 	// outstanding (a claim, say) is followed by the delete.
 	if e.writing {
@@ -1112,10 +1377,14 @@ func (s *step) responded(ev Responded) {
 	req := e.p.Request
 	switch {
 	case ev.From != req.Target:
-		s.log(e, "ignored", func(l *Line) { l.Reason = "response_from_other" })
+		s.log(e, "ignored", func(l *Line) {
+			l.Reason, l.By, l.Result, l.RPCError = "response_from_other", []string{ev.From}, ev.Result, ev.Error
+		})
 		return
 	case ev.HasRPCID && ev.RPCID != req.RPCID:
-		s.log(e, "ignored", func(l *Line) { l.Reason = "wrong_rpc_id" })
+		s.log(e, "ignored", func(l *Line) {
+			l.Reason, l.By, l.Result, l.RPCError = "wrong_rpc_id", []string{ev.From}, ev.Result, ev.Error
+		})
 		return
 	case req.Task && ev.TaskID != "":
 		s.taskStarted(e, ev)
@@ -1127,7 +1396,9 @@ func (s *step) responded(ev Responded) {
 		return
 	}
 	s.end(e, Fulfilled, "fulfilled")
-	s.log(e, "fulfilled", nil)
+	s.log(e, "fulfilled", func(l *Line) {
+		l.Result, l.RPCError, l.By, l.Latency = ev.Result, ev.Error, e.p.ApprovedBy, s.now.Sub(req.SentAt)
+	})
 	s.queueWrite(e, pendingWrite{})
 }
 
@@ -1138,8 +1409,8 @@ func (s *step) answered(ev PromptAnswered) {
 		return
 	}
 	e, ok := c.props[id]
-	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding {
-		return
+	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding || c.cfg.Escalator {
+		return // (the shell's escalator counts the answers, and says so with a Verdict)
 	}
 	p := e.p
 	i := slices.IndexFunc(p.Prompts, func(pr Prompt) bool { return pr.EnvelopeID == ev.PromptID })
@@ -1148,7 +1419,7 @@ func (s *step) answered(ev PromptAnswered) {
 	}
 	pr := &p.Prompts[i]
 	if ev.From != pr.Approver || !ev.Verified {
-		s.log(e, "ignored", func(l *Line) { l.Reason, l.Message = "forged_answer", "answer from "+ev.From })
+		s.log(e, "ignored", func(l *Line) { l.Reason, l.Message, l.By = "forged_answer", "answer from "+ev.From, []string{ev.From} })
 		return
 	}
 	if pr.Answered {
@@ -1164,15 +1435,16 @@ func (s *step) answered(ev PromptAnswered) {
 		p.Approvals = append(p.Approvals, Approval{Approver: ev.From, Params: ev.Params})
 		p.ApprovedBy = append(p.ApprovedBy, ev.From)
 		if len(p.Approvals) < max(p.Decision.Quorum, 1) {
-			// Counted once, across restarts: recorded before more is done.
-			s.queueWrite(e, pendingWrite{rec: p.clone()})
+			// Counted once, across restarts: recorded before more is
+			// done (nothing sent waits for it: a crash before it is
+			// durable asks the prompt again, whose answer counts then).
+			s.queueWrite(e, pendingWrite{rec: p.clone(), soon: true})
 			return
 		}
-		s.log(e, "approved", nil)
+		s.log(e, "approved", func(l *Line) { l.By = p.ApprovedBy })
 		if edited(p) {
 			// Rule 7: the edited call must pass the policy on its own.
-			e.deciding, e.again = true, true
-			s.emit(Decide{ID: p.ID, Params: lastEdit(p), Approvals: slices.Clone(p.Approvals), Again: true})
+			s.decide(e, true, lastEdit(p))
 			return
 		}
 		s.commitFulfil(e, p.Decision.Target, p.Params)
@@ -1188,7 +1460,11 @@ func (s *step) verdict(ev Verdict) {
 	e.asked = false // the escalator ended, and cancelled what it had open
 	switch {
 	case ev.Superseded:
-		s.endQuietly(e, Superseded, "superseded", "answered by "+fmt.Sprint(ev.By))
+		why := ev.Message
+		if why == "" {
+			why = "answered by " + fmt.Sprint(ev.By)
+		}
+		s.endQuietly(e, earlyEnd{outcome: Superseded, stage: "superseded", why: why, by: slices.Clone(ev.By)})
 	case !ev.Approved:
 		reason := ev.Reason
 		if reason == "" {
@@ -1196,18 +1472,24 @@ func (s *step) verdict(ev Verdict) {
 		}
 		s.commitReject(e, reason, ev.Message)
 	default:
-		p.Approvals, p.ApprovedBy = nil, slices.Clone(ev.By)
-		for i, by := range ev.By {
-			a := Approval{Approver: by}
-			if i == len(ev.By)-1 {
-				a.Params = ev.Params
+		p.ApprovedBy = slices.Clone(ev.By)
+		if !s.c.cfg.Escalator {
+			// Without the escalator's records, the verdict is the
+			// approvals (the last one's edit, if any).
+			p.Approvals = nil
+			for i, by := range ev.By {
+				a := Approval{Approver: by}
+				if i == len(ev.By)-1 {
+					a.Params = ev.Params
+				}
+				p.Approvals = append(p.Approvals, a)
 			}
-			p.Approvals = append(p.Approvals, a)
 		}
-		s.log(e, "approved", nil)
+		// With it, the approvals are those it recorded (ApprovalRecorded,
+		// with their content and evidence), kept as they are.
+		s.log(e, "approved", func(l *Line) { l.By = p.ApprovedBy })
 		if ev.Params != nil {
-			e.deciding, e.again = true, true
-			s.emit(Decide{ID: p.ID, Params: ev.Params, Approvals: slices.Clone(p.Approvals), Again: true})
+			s.decide(e, true, ev.Params)
 			return
 		}
 		s.commitFulfil(e, p.Decision.Target, p.Params)
@@ -1217,16 +1499,20 @@ func (s *step) verdict(ev Verdict) {
 func (s *step) cancelled(ev Cancelled) {
 	e, ok := s.c.props[ev.ID]
 	if !ok || e.outcome != Open || !e.claimed || e.p.Phase == Fulfilling || e.p.Phase == Answered {
-		l := Line{Stage: "ignored", ProposalID: ev.ID, Reason: "cancel_refused", Message: "cancel by " + ev.By}
+		p := &Proposal{ID: ev.ID}
 		if ok {
-			l.DecisionID = e.p.DecisionID
+			p = e.p
+		} else {
+			p.DecisionID = s.c.ids.DecisionID()
+		}
+		l := lineOf(p, "ignored", func(l *Line) { l.Reason, l.Message = "cancel_refused", "cancel by "+ev.By })
+		if ok {
 			if e.outcome == Open && !e.claimed {
 				l.Message += ": not claimed yet"
 			} else {
 				l.Message += ": already answered"
 			}
 		} else {
-			l.DecisionID = s.c.ids.DecisionID()
 			l.Message += ": not held here"
 		}
 		s.emit(Log{Line: l})
@@ -1289,6 +1575,9 @@ func (s *step) resume(r Proposal, how string) {
 			c.withdrawals.put(old.p.ID, old.p.From, "")
 		}
 		s.discard(old)
+		// A slot it let go of and the record does not take goes to the
+		// queued proposals.
+		defer s.startQueued()
 	} else if c.ended.has(r.ID) {
 		return // a record of a proposal ended here, read late
 	}
@@ -1298,11 +1587,11 @@ func (s *step) resume(r Proposal, how string) {
 	p := e.p
 	s.log(e, "resumed", func(l *Line) { l.Message = how + " (" + string(p.Phase) + ")" })
 	if w, ok := c.withdrawals.get(p.ID, p.From); ok && early == nil {
-		early = &earlyEnd{Withdrawn, "withdrawn", w.reason}
+		early = &earlyEnd{outcome: Withdrawn, stage: "withdrawn", why: w.reason}
 	}
 	if early != nil && (p.Phase == Deciding || p.Phase == AwaitingApproval || p.Phase == Queued || p.Phase == Task) {
 		e.asked = p.Phase == AwaitingApproval
-		s.endQuietly(e, early.outcome, early.stage, early.why)
+		s.endQuietly(e, *early)
 		return
 	}
 	for _, pr := range p.Prompts {
@@ -1331,7 +1620,7 @@ func (s *step) resume(r Proposal, how string) {
 		// Never written again; its response is awaited until the
 		// deadline counted from when it was committed.
 		e.reqOut, e.slot = true, true
-		c.inflight++
+		c.slots.take(p.From)
 		c.byRequest[p.Request.EnvelopeID] = p.ID
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	case AwaitingApproval:
@@ -1342,7 +1631,10 @@ func (s *step) resume(r Proposal, how string) {
 			s.commitReject(e, "timeout", "no approval by "+p.Deadline.UTC().Format(time.RFC3339)+" (the deadline passed while no fulfiller held the proposal)")
 			return
 		}
-		s.emit(Ask{ID: p.ID, Prompts: openPrompts(p), Deadline: p.Deadline, Quorum: max(p.Decision.Quorum, 1)})
+		// The same prompts again, with their ids (with Config.Escalator,
+		// the recorded ones and the approvals counted: the escalator
+		// asks what it recorded and counts those once).
+		s.ask(e)
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	case Queued:
 		s.commitFulfil(e, p.Decision.Target, p.FinalArgs)
@@ -1355,8 +1647,7 @@ func (s *step) resume(r Proposal, how string) {
 			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
 			return
 		}
-		e.deciding = true
-		s.emit(Decide{ID: p.ID})
+		s.decide(e, false, nil)
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	}
 }
@@ -1390,9 +1681,17 @@ func openPrompts(p *Proposal) []Prompt {
 	return out
 }
 
-// discard lets go of e in memory without a word or a write.
+// discard lets go of e in memory without a word or a write, as its
+// record (read again) replaces it. An escalation it ran stops without a
+// word (the record's is asked again): what the escalator recorded and
+// waits for is answered ErrConflict, the record saying what holds.
 func (s *step) discard(e *entry) {
 	c := s.c
+	if e.outcome == Open && e.asked {
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: DropReason})
+		e.asked = false
+	}
+	s.nack(e, ErrConflict)
 	delete(c.props, e.p.ID)
 	if e.p.Request != nil {
 		delete(c.byRequest, e.p.Request.EnvelopeID)
@@ -1401,10 +1700,12 @@ func (s *step) discard(e *entry) {
 		delete(c.byPrompt, pr.EnvelopeID)
 	}
 	if e.queued {
-		c.queue = slices.DeleteFunc(c.queue, func(id string) bool { return id == e.p.ID })
+		e.queued = false
+		c.slots.remove(e.p.From, e.p.ID)
 	}
 	if e.slot {
-		c.inflight--
+		e.slot = false
+		c.slots.give(e.p.From)
 	}
 }
 
@@ -1429,12 +1730,12 @@ func (s *step) forget(e *entry) {
 	}
 	if e.outcome != Dropped {
 		c.ended.add(id)
+		s.nack(e, ErrEnded)
+	} else {
+		s.nack(e, ErrConflict)
 	}
-	if e.slot {
-		e.slot = false
-		c.inflight--
-		s.startQueued()
-	}
+	s.unqueue(e)
+	s.giveSlot(e)
 }
 
 // idSet is a bounded set of ids: the oldest go first.

@@ -20,9 +20,13 @@ func (c *counterIDs) DecisionID() string { c.n++; return fmt.Sprintf("%sd%d", c.
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func testCore() *Core {
-	return New(Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
-		ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second, Approvers: []string{"alice"}}, &counterIDs{})
+func testCore(tune ...func(*Config)) *Core {
+	cfg := Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
+		ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second, Approvers: []string{"alice"}}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	return New(cfg, &counterIDs{})
 }
 
 // kinds names the effects, without logs and timers, in order.
@@ -171,35 +175,254 @@ func TestClaimThatNeverLands(t *testing.T) {
 }
 
 // An approval with edited params, from the shell's escalator, is decided
-// again (rule 7) under a new decision id, and the edited call is the one
-// fulfilled; no prompt is cancelled by the core (the escalator did).
+// again (rule 7) under a new decision id, with the approvals it
+// recorded, and the edited call is the one fulfilled; no prompt is
+// cancelled by the core (the escalator did).
 func TestVerdictWithAnEditIsDecidedAgain(t *testing.T) {
-	c := testCore()
+	c := testCore(func(cfg *Config) { cfg.Escalator = true })
 	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder", Params: []byte(`{"name":"w","arguments":{"path":"/a"}}`)}))
 	c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
 	w := only[Write](t, c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Escalate, Target: "fs", Approvers: []string{"alice"}}}))
-	if w.Record.Phase != AwaitingApproval || len(w.Record.Prompts) != 1 || w.Record.Prompts[0].Approver != "alice" {
-		t.Fatalf("recorded %+v before asking", w.Record)
+	if w.Record.Phase != AwaitingApproval || len(w.Record.Prompts) != 0 || !w.Soon {
+		t.Fatalf("recorded %+v (soon %v) before asking, want the phase alone, soon", w.Record, w.Soon)
 	}
 	ask := only[Ask](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
-	if ask.Quorum != 1 || ask.Prompts[0].EnvelopeID != w.Record.Prompts[0].EnvelopeID {
-		t.Fatalf("asked %+v, recorded %+v", ask, w.Record.Prompts)
+	if ask.Quorum != 1 || len(ask.Prompts) != 0 || ask.Proposal.ID != "p1" || ask.Proposal.Decision.Approvers[0] != "alice" {
+		t.Fatalf("asked %+v", ask)
+	}
+	w = only[Write](t, c.Step(t0, ApprovalRecorded{ID: "p1", Token: 7, Approval: Approval{Approver: "alice", Content: []byte(`{"ok":true}`)}}))
+	if ack := only[Acked](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 3})); ack.Token != 7 || ack.Err != nil {
+		t.Fatalf("acked %+v", ack)
 	}
 	edited := []byte(`{"name":"w","arguments":{"path":"/b"}}`)
 	effs := c.Step(t0, Verdict{ID: "p1", Approved: true, By: []string{"alice"}, Params: edited})
 	same(t, kinds(effs), []string{"Decide"})
-	if d := only[Decide](t, effs); !d.Again || string(d.Params) != string(edited) {
+	d := only[Decide](t, effs)
+	if !d.Again || string(d.Params) != string(edited) || len(d.Approvals) != 1 || string(d.Approvals[0].Content) != `{"ok":true}` || d.Proposal.ID != "p1" || d.Pending != 1 {
 		t.Fatalf("decided again with %+v", d)
 	}
 	effs = c.Step(t0, Decided{ID: "p1", Again: true, Decision: Decision{Action: Fulfill, Target: "fs"}})
 	same(t, kinds(effs), []string{"write fulfilling"})
 	w = only[Write](t, effs)
-	if string(w.Record.FinalArgs) != string(edited) || w.Record.DecisionID == claim.Record.DecisionID {
-		t.Fatalf("recorded params %s under decision %s (claimed as %s)", w.Record.FinalArgs, w.Record.DecisionID, claim.Record.DecisionID)
+	if string(w.Record.FinalArgs) != string(edited) || w.Record.DecisionID == claim.Record.DecisionID || w.Record.Claim != claim.Record.DecisionID || w.Soon {
+		t.Fatalf("recorded params %s under decision %s (claimed as %s, claim %s), soon %v", w.Record.FinalArgs, w.Record.DecisionID, claim.Record.DecisionID, w.Record.Claim, w.Soon)
 	}
-	req := only[SendRequest](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 3}))
+	if len(w.Record.Approvals) != 1 || string(w.Record.Approvals[0].Content) != `{"ok":true}` || len(w.Record.ApprovedBy) != 1 {
+		t.Fatalf("recorded approvals %+v by %v, want the escalator's, kept", w.Record.Approvals, w.Record.ApprovedBy)
+	}
+	req := only[SendRequest](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 4}))
 	if string(req.Params) != string(edited) || req.To != "fs" {
 		t.Fatalf("requested %+v", req)
+	}
+}
+
+// With the shell's escalator, the core records each prompt before it is
+// sent (not Soon) and each approval before it counts (Soon), answers
+// each token once (Acked), at once with ErrEnded or ErrConflict when it
+// cannot; an end cancels the escalation first, then answers the tokens
+// still waiting; a record resumed asks its recorded prompts again.
+func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.Escalator, cfg.Approvers = true, []string{"alice", "bob"} })
+	escalate := func(id string) {
+		t.Helper()
+		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+		w := only[Write](t, c.Step(t0, Decided{ID: id, Decision: Decision{Action: Escalate, Target: "fs", Quorum: 2}}))
+		effs := c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 2})
+		if l := only[Log](t, effs).Line; l.Stage != "escalated" || !reflect.DeepEqual(l.By, []string{"alice", "bob"}) || !l.Deadline.Equal(t0.Add(5*time.Minute)) {
+			t.Fatalf("escalated line %+v", l)
+		}
+		only[Ask](t, effs)
+	}
+	escalate("p1")
+	alice := Prompt{Approver: "alice", EnvelopeID: "x1", RPCID: 41}
+	effs := c.Step(t0, PromptRecorded{ID: "p1", Token: 1, Prompt: alice})
+	same(t, kinds(effs), []string{"write awaiting_approval"})
+	w1 := only[Write](t, effs)
+	if w1.Soon || len(w1.Record.Prompts) != 1 || w1.Record.Prompts[0].EnvelopeID != "x1" {
+		t.Fatalf("recorded %+v (soon %v)", w1.Record.Prompts, w1.Soon)
+	}
+	// While it is written: bob's prompt waits for it, and alice's and
+	// bob's approvals are written together, after it.
+	same(t, kinds(c.Step(t0, PromptRecorded{ID: "p1", Token: 2, Prompt: Prompt{Approver: "bob", EnvelopeID: "x2", RPCID: 42}})), nil)
+	same(t, kinds(c.Step(t0, ApprovalRecorded{ID: "p1", Token: 3, Approval: Approval{Approver: "alice"}})), nil)
+	effs = c.Step(t0, Stored{ID: "p1", Seq: w1.Seq, Rev: 3})
+	same(t, kinds(effs), []string{"Acked", "write awaiting_approval"})
+	if a := only[Acked](t, effs); a.Token != 1 || a.Err != nil {
+		t.Fatalf("acked %+v", a)
+	}
+	w2 := only[Write](t, effs)
+	if w2.Soon || len(w2.Record.Prompts) != 2 || len(w2.Record.Approvals) != 1 {
+		t.Fatalf("wrote %d prompts, %d approvals (soon %v) in one write, want 2, 1, not soon (a prompt waits for it)", len(w2.Record.Prompts), len(w2.Record.Approvals), w2.Soon)
+	}
+	same(t, kinds(c.Step(t0, ApprovalRecorded{ID: "p1", Token: 4, Approval: Approval{Approver: "bob"}})), nil)
+	effs = c.Step(t0, Stored{ID: "p1", Seq: w2.Seq, Rev: 4})
+	var tokens []uint64
+	for _, e := range effs {
+		if a, ok := e.(Acked); ok && a.Err == nil {
+			tokens = append(tokens, a.Token)
+		}
+	}
+	if !reflect.DeepEqual(tokens, []uint64{2, 3}) {
+		t.Fatalf("acked %v, want 2 3", tokens)
+	}
+	w3 := only[Write](t, effs)
+	if !w3.Soon || len(w3.Record.Approvals) != 2 {
+		t.Fatalf("wrote %d approvals (soon %v), want 2, soon", len(w3.Record.Approvals), w3.Soon)
+	}
+	if a := only[Acked](t, c.Step(t0, Stored{ID: "p1", Seq: w3.Seq, Rev: 5})); a.Token != 4 || a.Err != nil {
+		t.Fatalf("acked %+v", a)
+	}
+	effs = c.Step(t0, Verdict{ID: "p1", Approved: true, By: []string{"alice", "bob"}})
+	w := only[Write](t, effs)
+	if w.Record.Phase != Fulfilling || !reflect.DeepEqual(w.Record.ApprovedBy, []string{"alice", "bob"}) || len(w.Record.Approvals) != 2 {
+		t.Fatalf("fulfilled %s approved by %v with %d approvals", w.Record.Phase, w.Record.ApprovedBy, len(w.Record.Approvals))
+	}
+	// Too late, or not this member's.
+	if a := only[Acked](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 5, Prompt: alice})); a.Token != 5 || a.Err != ErrEnded {
+		t.Fatalf("after the verdict: %+v", a)
+	}
+	if a := only[Acked](t, c.Step(t0, ApprovalRecorded{ID: "p9", Token: 6})); a.Token != 6 || a.Err != ErrConflict {
+		t.Fatalf("not held here: %+v", a)
+	}
+
+	// A withdrawal while a prompt is written: the escalation is
+	// cancelled, then the token answered, once.
+	escalate("p2")
+	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p2", Token: 10, Prompt: Prompt{Approver: "alice", EnvelopeID: "x10"}}))
+	effs = c.Step(t0, WithdrawnBy{ID: "p2", From: "coder"})
+	same(t, kinds(effs), []string{"CancelAsk", "Acked"})
+	if a := only[Acked](t, effs); a.Token != 10 || a.Err != ErrEnded {
+		t.Fatalf("withdrawn: %+v", a)
+	}
+	if ca := only[CancelAsk](t, effs); ca.Reason != "withdrawn" || len(ca.Prompts) != 1 {
+		t.Fatalf("cancelled %+v", ca)
+	}
+	same(t, kinds(c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 3})), []string{"delete"})
+
+	// Released: another member asks now.
+	escalate("p3")
+	only[Write](t, c.Step(t0, PromptRecorded{ID: "p3", Token: 20, Prompt: Prompt{Approver: "alice", EnvelopeID: "x20"}}))
+	effs = c.Step(t0, Released{ID: "p3"})
+	same(t, kinds(effs), []string{"CancelAsk", "Acked"})
+	if a := only[Acked](t, effs); a.Err != ErrConflict || only[CancelAsk](t, effs).Reason != DropReason {
+		t.Fatalf("released: %+v", effs)
+	}
+
+	// Resumed (adopted): the recorded prompts and approvals are asked
+	// again as they are.
+	rec := Proposal{ID: "p4", From: "coder", Owner: "m1", Phase: AwaitingApproval, DecisionID: "d4", Deadline: t0.Add(time.Minute), Rev: 9,
+		Decision: &Decision{Action: Escalate, Quorum: 2}, Prompts: []Prompt{alice, {Approver: "bob", EnvelopeID: "x2"}}, Approvals: []Approval{{Approver: "alice"}}}
+	ask := only[Ask](t, c.Step(t0, Resumed{Records: []Proposal{rec}, How: "adopted from m2"}))
+	if len(ask.Prompts) != 2 || ask.Prompts[0].EnvelopeID != "x1" || ask.Prompts[1].EnvelopeID != "x2" || len(ask.Proposal.Approvals) != 1 || ask.Quorum != 2 {
+		t.Fatalf("asked again %+v", ask)
+	}
+}
+
+// The fulfilment slots are shared among proposers (fulfill's slots): no
+// proposer holds more than its share, even with slots free, and a freed
+// slot goes to the queued proposers in turn, not to whoever queued
+// first or most.
+func TestSlotsAreSharedInTurn(t *testing.T) {
+	run := func(maxInflight, share int) (start func(id, from string) []string, respond func(id string) []string) {
+		c := testCore(func(cfg *Config) { cfg.MaxInflight, cfg.MaxInflightPerProposer = maxInflight, share })
+		reqs := map[string]Request{}
+		rev := uint64(0)
+		// settle stores every write, and returns the proposals whose
+		// request was committed.
+		var settle func(effs []Effect) []string
+		settle = func(effs []Effect) (started []string) {
+			for _, e := range effs {
+				if w, ok := e.(Write); ok {
+					if w.Record != nil && w.Record.Phase == Fulfilling {
+						started = append(started, w.ID)
+						reqs[w.ID] = *w.Record.Request
+					}
+					rev++
+					started = append(started, settle(c.Step(t0, Stored{ID: w.ID, Seq: w.Seq, Rev: rev}))...)
+				}
+			}
+			return started
+		}
+		start = func(id, from string) []string {
+			settle(c.Step(t0, Proposed{ID: id, From: from}))
+			return settle(c.Step(t0, Decided{ID: id, Decision: Decision{Action: Fulfill, Target: "fs"}}))
+		}
+		respond = func(id string) []string {
+			r := reqs[id]
+			return settle(c.Step(t0, Responded{RequestID: r.EnvelopeID, From: "fs", HasRPCID: true, RPCID: r.RPCID}))
+		}
+		return start, respond
+	}
+	want := func(got []string, want ...string) {
+		t.Helper()
+		if !reflect.DeepEqual(got, want) && (len(got) > 0 || len(want) > 0) {
+			t.Fatalf("started %v, want %v", got, want)
+		}
+	}
+	// A share of one: coder's second call waits with a slot free, which
+	// bob's call takes.
+	start, respond := run(2, 1)
+	want(start("c1", "coder"), "c1")
+	want(start("c2", "coder"))
+	want(start("b1", "bob"), "b1")
+	want(respond("c1"), "c2")
+
+	// In turn: coder queued two calls before bob's one; coder's slot
+	// frees and coder's next starts, then the next slot goes to bob.
+	start, respond = run(2, 2)
+	want(start("c1", "coder"), "c1")
+	want(start("c2", "coder"), "c2")
+	want(start("c3", "coder"))
+	want(start("c4", "coder"))
+	want(start("b1", "bob"))
+	want(respond("c1"), "c3")
+	want(respond("c2"), "b1")
+	want(respond("c3"), "c4")
+}
+
+// Every line says what fulfill's events say of its proposal: proposer,
+// method, tool and target (the addressee until a route is decided); a
+// fulfilment's line its outcome and round trip; an ignored answer's who
+// sent it and what.
+func TestLinesSayWhatFulfillsEventsSay(t *testing.T) {
+	c := testCore()
+	var lines []Line
+	step := func(at time.Time, ev Event) []Effect {
+		effs := c.Step(at, ev)
+		for _, e := range effs {
+			if l, ok := e.(Log); ok {
+				lines = append(lines, l.Line)
+			}
+		}
+		return effs
+	}
+	claim := only[Write](t, step(t0, Proposed{ID: "p1", From: "coder", Method: "tools/call", Tool: "write", Addressee: "fs"}))
+	step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
+	w := only[Write](t, step(t0, Decided{ID: "p1", Decision: Decision{Action: Fulfill, Target: "fs2", Revision: "r7"}}))
+	req := only[SendRequest](t, step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	step(t0.Add(time.Second), Responded{RequestID: req.EnvelopeID, From: "mallory", HasRPCID: true, RPCID: req.RPCID, Result: []byte(`{"forged":1}`)})
+	step(t0.Add(3*time.Second), Responded{RequestID: req.EnvelopeID, From: "fs2", HasRPCID: true, RPCID: req.RPCID, Result: []byte(`{"content":[]}`)})
+	var got []string
+	for _, l := range lines {
+		got = append(got, l.Stage)
+		if l.Proposer != "coder" || l.Method != "tools/call" || l.Tool != "write" || l.ProposalID != "p1" || l.DecisionID != claim.Record.DecisionID {
+			t.Fatalf("%s line %+v", l.Stage, l)
+		}
+		target, rev := "fs2", "r7"
+		if l.Stage == "received" {
+			target, rev = "fs", ""
+		}
+		if l.Target != target || l.Revision != rev {
+			t.Fatalf("%s line to %q (revision %q), want %q (%q)", l.Stage, l.Target, l.Revision, target, rev)
+		}
+	}
+	same(t, got, []string{"received", "decided", "fulfilling", "ignored", "fulfilled"})
+	if l := lines[3]; l.Reason != "response_from_other" || !reflect.DeepEqual(l.By, []string{"mallory"}) || string(l.Result) != `{"forged":1}` {
+		t.Fatalf("ignored line %+v", l)
+	}
+	if l := lines[4]; string(l.Result) != `{"content":[]}` || l.RPCError != nil || l.Latency != 3*time.Second || l.By != nil {
+		t.Fatalf("fulfilled line %+v", l)
 	}
 }
 
@@ -269,14 +492,12 @@ func TestBusyIsClaimedWithoutARecord(t *testing.T) {
 // past the rejoin grace is rejected "incapable", never cancelled (it
 // never went out), in fulfill's words.
 func TestHeldRequestWaitsForItsOwner(t *testing.T) {
-	c := testCore()
-	c.cfg.OwnerRejoinGrace = 5 * time.Second
+	c := testCore(func(cfg *Config) { cfg.OwnerRejoinGrace, cfg.MaxInflight = 5*time.Second, 2 })
 	admit := func(id string) {
 		t.Helper()
 		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
 		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
 	}
-	c.cfg.MaxInflight = 2
 	c.Step(t0, ParticipantLeft{ID: "fs"})
 	admit("p1")
 	effs := c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Fulfill, Target: "fs"}})

@@ -77,14 +77,51 @@
 // Events: Proposed, Stored, Reloaded, Decided, Sent, Fired (deadline,
 // retry, resend, rejoin grace), WithdrawnBy, Responded (a task handle
 // too), TaskStatus, TaskEnded, PromptAnswered (the core counts answers)
-// or Verdict (the shell's escalator does), SupersededBy, Cancelled
-// (operator), Resumed (restart, adoption, operator take), Released
-// (lease lost, record taken), ParticipantLeft and ParticipantJoined (the
-// tool owner's presence), GroupLoad (the group's "busy", from the
-// leases), Closing. Effects: Write (claim, claim without a record,
-// update, delete; compare-and-set), Reload, Decide, SendReject,
-// SendRequest, SendRelay, SendCancel, FollowTask, CancelTask, Ask,
-// CancelAsk, Status (status chats), Schedule, Log.
+// or PromptRecorded, ApprovalRecorded and Verdict (the shell's
+// escalator does), SupersededBy, Cancelled (operator), Resumed
+// (restart, adoption, operator take), Released (lease lost, record
+// taken), ParticipantLeft and ParticipantJoined (the tool owner's
+// presence), GroupLoad (the group's "busy", from the leases), Closing.
+// Effects: Write (claim, claim without a record, update, delete;
+// compare-and-set; Soon when nothing sent waits for it), Reload, Decide
+// (with the proposal and this member's load), SendReject, SendRequest,
+// SendRelay, SendCancel, FollowTask, CancelTask, Ask (with the
+// proposal), CancelAsk, Acked, Status (status chats), Schedule, Log.
+//
+// Fulfilment slots (Config.MaxInflight) are shared among proposers as
+// fulfill's slots shares them: no proposer holds more than
+// Config.MaxInflightPerProposer at once (a resumed request takes its
+// slot even past the limits: it is out already), and a freed slot goes
+// to the queued proposers in turn (round-robin), first come within a
+// proposer; a proposer at its share is passed over and keeps its place.
+//
+// Humans are asked in one of two ways. Without Config.Escalator the
+// core mints one prompt per approver, records them with the phase
+// AwaitingApproval, asks (Ask) and counts the answers (PromptAnswered).
+// With it (the shell's escalator: elicit's quorum, signatures,
+// delegation, reminders, tiers), the core records the phase alone
+// (Write.Soon) and hands the proposal over (Ask, no prompts); the
+// escalator mints its prompts and records each (PromptRecorded) before
+// it sends it, and each approval (ApprovalRecorded) before it counts
+// it; the core appends it to the record and answers its token with
+// Acked once the write is durable, or at once with ErrEnded (the
+// escalation ended here) or ErrConflict (another member's proposal);
+// every token is answered once (an end answers those still being
+// written, after its CancelAsk). The Verdict ends the escalation: the
+// approvals recorded stay the record's, ApprovedBy is its By, and an
+// edit is decided again (rule 7). A record resumed in AwaitingApproval
+// is asked (Ask) with its recorded prompts and approvals, which the
+// escalator asks and counts again with their ids; one read again while
+// its escalation runs here is first dropped (CancelAsk with DropReason).
+// Every end of a proposal whose Ask went out, other than its Verdict,
+// is a CancelAsk (DropReason for a drop or a fence).
+//
+// Every decision-log line is made by one filler (lineOf) from its
+// proposal: the proposer, method, tool and target (the route once
+// decided, else the addressee), the revision, the task; each stage adds
+// what fulfill's event of that stage says (fulfilled: the outcome, the
+// round trip and who approved; approved: who; escalated: whom, until
+// when; superseded and ignored answers: who sent it, and what).
 //
 // Admission (fulfill's refusal, in its order and words): shutting down
 // ("other"), then "busy" for this member's MaxPending, the proposer's
@@ -139,9 +176,12 @@
 //     its record's delete makes it durable. A withdrawal of a proposal this
 //     member does not hold is remembered, and applied if the record comes
 //     to it later (adoption).
-//   - Prompts are recorded before they are asked; a resumed prompt is
-//     asked again with its ids; every end cancels the prompts still open,
-//     except a drop for another member (which asks the same ids). A
+//   - Prompts are recorded before they are asked (the escalator's: each
+//     acked once recorded, then sent; each approval acked once recorded,
+//     then counted); a resumed prompt is asked again with its ids, a
+//     recorded approval counted again, once; every end cancels the
+//     prompts still open, except a drop for another member (which asks
+//     the same ids). A
 //     status chat goes out once what it reports is recorded, is never an
 //     answer, and one not written yet is dropped with the proposal's end.
 //   - The decision log is written ahead of what it describes, in the
@@ -156,7 +196,8 @@
 // # The simulator
 //
 // sim_test.go's TestSimulation runs one or two members (Cores in the Loop's
-// contract: each proposal's effects in order) over a shared store with
+// contract: each proposal's effects in order, an Acked not handed over
+// when its escalation ends handed over with an error) over a shared store with
 // compare-and-set, a broadcasting wire, proposers (valid, invalid, replayed
 // ids; honest and forged withdrawals; frames of 64 to 512 bytes), a
 // tool owner (answers with the JSON-RPC id, SDK-style without it, with a
@@ -170,12 +211,27 @@
 // proposal may or may not have happened), restarts, shutdowns, lease loss
 // (the member crashed, or runs on and is released) with adoption by the
 // other member, the group's load read from the leases, and seeds with
-// small per-proposer and byte limits and status chats on. Invariants are
-// checked as each envelope goes out, after each step (each admission
-// against the limits, counted apart from the core; no request committed
-// while its owner is away as the member heard; "incapable" only after a
-// grace with the owner still away; how a proposal running a task ended),
-// and at quiescence: see onWire, deliver and final.
+// small per-proposer and byte limits, shares of the fulfilment slots,
+// crowds (three proposers, few slots), status chats on, and the
+// escalator mode (a toy escalator, as elicit: it mints and records its
+// prompts and sends each only once acked, records accepts and counts
+// them once acked, asks a resumed escalation's recorded prompts again
+// and counts its recorded approvals, posts its records and verdicts
+// later, as its own goroutines would). Invariants are checked as each
+// envelope goes out (a prompt only once its record holds it), after each
+// step (each admission against the limits, counted apart from the core;
+// no request committed while its owner is away as the member heard;
+// "incapable" only after a grace with the owner still away; how a
+// proposal running a task ended; no proposer holding more fresh
+// fulfilments than its share, no queued proposal waiting while a slot
+// it may take is free, freed slots going to the queued proposers in
+// turn; a resumed escalation asked with exactly its recorded prompts;
+// an Acked without error only for what the member's record holds, each
+// token acked once; an approver's approval recorded once; Soon on the
+// writes nothing sent waits for, and only on those; every line filled),
+// and at quiescence (every token of a live member acked): see onWire,
+// deliver, checkSlots, checkTurns, checkWrite, checkLine, escAcked and
+// final.
 //
 //	go test ./fulfill/lifecycle -run 'TestSimulation$'               # 20000 seeds (2000 with -short)
 //	go test ./fulfill/lifecycle -run 'TestSimulation$' -seeds 200000 # a longer run
@@ -210,12 +266,15 @@
 //     the Loop's lanes (the Policy bounds its own concurrency, as
 //     evalSlots does); decision.Decision is mapped to Decision (the rest
 //     in Extra).
-//   - escalate.go: Ask calls Escalator.Escalate with the recorded
-//     prompts; its verdict comes back as a Verdict event (elicit keeps
-//     quorum, signatures, reminders and tiers); RecordPrompt and
-//     RecordApproval become writes of the Proposal; proposal.deadline,
-//     Escalation.Deadline and Pending.ApprovalDeadline become
-//     Proposal.Deadline.
+//   - escalate.go (Config.Escalator): Ask calls Escalator.Escalate with
+//     the recorded prompts and approvals; its verdict comes back as a
+//     Verdict event (elicit keeps quorum, signatures, reminders and
+//     tiers); RecordPrompt and RecordApproval post PromptRecorded and
+//     ApprovalRecorded and wait for their Acked (its Err is theirs);
+//     CancelAsk calls Escalator.Cancel, and cancels its recorded prompts
+//     itself when the escalator holds no escalation of the proposal;
+//     proposal.deadline, Escalation.Deadline and
+//     Pending.ApprovalDeadline become Proposal.Deadline.
 //   - state: the core needs the claim and the record to be one write
 //     (the claim is the record): state.ClaimRecord is it (fulfill uses
 //     it since issue 27), with Reclaim before a record is resumed; the

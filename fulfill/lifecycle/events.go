@@ -133,8 +133,10 @@ type PromptAnswered struct {
 // Verdict: the shell's own escalator (elicit: quorum, signatures,
 // delegation, reminders, tiers) ended proposal ID's escalation, instead
 // of the core counting PromptAnswered. The escalator cancels its own
-// prompts still open. By are the approvers whose answers count; Params
-// the edited params of an approval, nil when approved as proposed.
+// prompts still open. By are the approvers whose answers count (the
+// proposal's ApprovedBy; the approvals stay those it recorded with
+// ApprovalRecorded); Params the edited params of an approval, nil when
+// approved as proposed: the edited call is decided again (rule 7).
 type Verdict struct {
 	ID         string
 	Approved   bool
@@ -164,7 +166,8 @@ type Reloaded struct {
 
 // Released: this member's lease on the proposal's record lapsed (or an
 // operator took it) and another member holds it now. The shell stops
-// carrying out the proposal's effects not yet carried out before it
+// carrying out the proposal's effects not yet carried out (an Acked is
+// still handed over, with ErrConflict: its escalator is answered) before it
 // steps the core with this, and before the record is adopted: a lease
 // protocol's guarantee (a member that cannot renew stops acting before
 // its lease lapses), without which no store write can fence a send.
@@ -198,8 +201,10 @@ type ParticipantJoined struct{ ID string }
 // PromptRecorded: the shell's escalator (Config.Escalator) is about to
 // send Prompt for proposal ID. The core records it with the proposal and
 // answers with Acked carrying Token once the record is written (the
-// prompt may be sent then), or with Acked's Err when it cannot be (the
-// proposal ended, or is another member's: ErrConflict).
+// prompt may be sent then), or with Acked's Err when it cannot be: the
+// escalation ended here (ErrEnded: answered, withdrawn, decided,
+// shutting down), or the proposal is another member's (ErrConflict).
+// Every Token is answered exactly once.
 type PromptRecorded struct {
 	ID     string
 	Prompt Prompt
@@ -278,8 +283,10 @@ type Write struct {
 	ClaimOnly bool
 	Rev       uint64
 	// Soon: nothing sent waits for this write to be durable (an
-	// escalation's phase, an approval counted, a task's status): the
-	// store may acknowledge it before its disk sync (state's UpdateSoon).
+	// escalation's phase with Config.Escalator, an approval counted, the
+	// phase Queued, a task's status): the store may acknowledge it
+	// before its disk sync (state's UpdateSoon). Claims, requests,
+	// answers, prompts and deletes are never Soon.
 	Soon bool
 }
 
@@ -357,6 +364,11 @@ type SendCancel struct {
 }
 
 // Ask sends (again) the open prompts of a proposal, each to its approver.
+// With Config.Escalator it hands the proposal to the escalator instead:
+// Prompts are those recorded (none for a new escalation; after a
+// restart, an adoption or a record read again, the escalator asks these
+// again with their ids, and mints and records the others it needs), the
+// recorded approvals are in Proposal.Approvals (counted as given).
 type Ask struct {
 	ID       string
 	Prompts  []Prompt
@@ -369,7 +381,13 @@ type Ask struct {
 }
 
 // Acked answers a PromptRecorded or ApprovalRecorded (Token): nil Err
-// once it is recorded. The shell hands it to the escalator that waits.
+// once it is recorded (durable), ErrEnded or ErrConflict when it is not
+// and will not be (see PromptRecorded). The shell hands it to the
+// escalator that waits. An Acked not yet handed over when a CancelAsk of
+// its proposal comes is handed over with Err ErrEnded (ErrConflict for
+// DropReason), and one of a Released proposal with ErrConflict: what it
+// recorded is not sent after the escalation ended, and no token goes
+// unanswered.
 type Acked struct {
 	ID    string
 	Token uint64
@@ -381,6 +399,13 @@ type Acked struct {
 // same prompts now. The shell drops an Ask or a Status of the proposal
 // it has not carried out yet: nothing is asked, and no wait reported,
 // after the proposal ended (a CancelAsk without prompts is only that).
+//
+// With Config.Escalator it ends the escalation the Ask started
+// (Escalator.Cancel(ID, Reason)); Prompts are the prompts recorded, which
+// the shell cancels itself when its escalator holds no escalation for the
+// proposal (its Ask was dropped: a resumed escalation ended before it
+// was asked again). A Verdict ends the escalation too: no CancelAsk
+// follows one.
 type CancelAsk struct {
 	ID      string
 	Prompts []Prompt

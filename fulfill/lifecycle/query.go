@@ -24,4 +24,4 @@ func (c *Core) ByRequest(requestID string) (Proposal, bool) {
 
 // Inflight reports the fulfilment slots held (requests out, or being
 // committed).
-func (c *Core) Inflight() int { return c.inflight }
+func (c *Core) Inflight() int { return c.slots.used }

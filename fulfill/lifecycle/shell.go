@@ -124,8 +124,9 @@ func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, jou
 // Post hands the loop an event (a frame read, a lease released, Closing).
 // It returns once the loop has taken the event, which it applies before
 // anything else: after Post(Released) nothing more is done about the
-// proposal (its effects not carried out are dropped; one being carried
-// out reports to a core that let go of it), so its record may be adopted.
+// proposal (its effects not carried out are dropped, but for its Acked,
+// handed over with ErrConflict; one being carried out reports to a core
+// that let go of it), so its record may be adopted.
 // It blocks while the loop is busy, and gives up when ctx ends.
 func (l *Loop) Post(ctx context.Context, ev Event) error {
 	select {
@@ -248,9 +249,7 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 	if r, ok := ev.(Released); ok {
 		// Nothing more is done about it here before another member may
 		// adopt its record (see Released).
-		if ln := l.lanes[r.ID]; ln != nil {
-			ln.effs = nil
-		}
+		l.release(r.ID)
 	}
 	now := l.clock.Now()
 	for _, e := range l.core.Step(now, ev) {
@@ -267,10 +266,21 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 		if c, ok := e.(CancelAsk); ok {
 			// An Ask or a Status not yet carried out is dropped (see
 			// CancelAsk).
+			// An Acked not yet handed over says that its prompt is not
+			// to be sent (its approval not counted) after all: the
+			// escalation ends (see Acked).
+			err := ErrEnded
+			if c.Reason == DropReason {
+				err = ErrConflict
+			}
 			kept := ln.effs[:0]
 			for _, q := range ln.effs {
 				a, ask := q.(Ask)
 				st, status := q.(Status)
+				if ack, ok := q.(Acked); ok && ack.Err == nil {
+					ack.Err = err
+					q = ack
+				}
 				if (!ask || a.ID != c.ID) && (!status || st.ID != c.ID) {
 					kept = append(kept, q)
 				}
@@ -397,6 +407,31 @@ func (l *Loop) unfollow(id string) {
 		f.stop()
 		delete(l.followers, id)
 	}
+}
+
+// release drops the effects of proposal id not carried out yet: nothing
+// more is done about it here before another member may adopt its record
+// (see Released), but the escalator waiting on an Acked is answered.
+func (l *Loop) release(id string) {
+	if ln := l.lanes[id]; ln != nil {
+		ln.effs = unacked(ln.effs[:0], ln.effs, ErrConflict)
+	}
+}
+
+// unacked keeps of effs (into dst, which may be effs[:0]) only the
+// Acked, each with err when it had none: the escalator waiting on each
+// is answered once, and told that what it recorded is not to be sent
+// (counted) here (see Released).
+func unacked(dst, effs []Effect, err error) []Effect {
+	for _, e := range effs {
+		if a, ok := e.(Acked); ok {
+			if a.Err == nil {
+				a.Err = err
+			}
+			dst = append(dst, a)
+		}
+	}
+	return dst
 }
 
 func effectID(e Effect) string {

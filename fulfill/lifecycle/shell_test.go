@@ -418,3 +418,65 @@ func TestLoopPostAllAppliesBackToBack(t *testing.T) {
 		}
 	}
 }
+
+// An Acked still waiting in its proposal's lane when the escalation ends
+// is handed over with an error, never dropped: with ErrEnded after a
+// CancelAsk (the prompt is not sent after the proposal's end), with
+// ErrConflict after a release (another member holds the record). Run is
+// not started: each lane carries out its first effect and keeps the
+// rest, which the test reads.
+func TestLoopAnswersEveryAckedOnce(t *testing.T) {
+	core := New(Config{Member: "m1", MaxPending: 10, MaxInflight: 4, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
+		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}, Escalator: true}, &counterIDs{})
+	loop := NewLoop(core, clocktest.New(t0), newMemStore("m1"), &chanWire{sent: make(chan string, 16)}, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID} }), nopJournal{}, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); loop.wg.Wait() }()
+	// pending returns the Acked waiting in id's lane, after the prompt
+	// token was recorded (its write stored).
+	pending := func(id string, token uint64) []Acked {
+		t.Helper()
+		rec := Proposal{ID: id, From: "coder", Owner: "m1", Phase: AwaitingApproval, DecisionID: "d-" + id, Deadline: t0.Add(time.Minute), Rev: 1,
+			Decision: &Decision{Action: Escalate}}
+		loop.step(ctx, Resumed{Records: []Proposal{rec}, How: "restart"})
+		loop.step(ctx, PromptRecorded{ID: id, Token: token, Prompt: Prompt{Approver: "alice", EnvelopeID: fmt.Sprintf("x%d", token)}})
+		var w Write
+		for _, e := range loop.lanes[id].effs {
+			if x, ok := e.(Write); ok {
+				w = x
+			}
+		}
+		loop.step(ctx, Stored{ID: id, Seq: w.Seq, Rev: 2})
+		return ackedIn(loop.lanes[id].effs)
+	}
+	if got := pending("p1", 1); len(got) != 1 || got[0].Token != 1 || got[0].Err != nil {
+		t.Fatalf("waiting %+v, want token 1 recorded", got)
+	}
+	loop.step(ctx, WithdrawnBy{ID: "p1", From: "coder"})
+	if got := ackedIn(loop.lanes["p1"].effs); len(got) != 1 || got[0].Token != 1 || got[0].Err != ErrEnded {
+		t.Fatalf("after the withdrawal %+v, want token 1 with ErrEnded", got)
+	}
+	for _, e := range loop.lanes["p1"].effs {
+		if _, ok := e.(Ask); ok {
+			t.Fatal("the Ask is still to be carried out after the withdrawal")
+		}
+	}
+
+	if got := pending("p2", 2); len(got) != 1 || got[0].Err != nil {
+		t.Fatalf("waiting %+v, want token 2 recorded", got)
+	}
+	loop.release("p2")
+	loop.step(ctx, Released{ID: "p2"})
+	if got := ackedIn(loop.lanes["p2"].effs); len(got) != 1 || got[0].Token != 2 || got[0].Err != ErrConflict {
+		t.Fatalf("after the release %+v, want token 2 with ErrConflict", got)
+	}
+}
+
+func ackedIn(effs []Effect) []Acked {
+	var out []Acked
+	for _, e := range effs {
+		if a, ok := e.(Acked); ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}

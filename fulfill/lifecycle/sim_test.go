@@ -87,6 +87,8 @@ var mustCover = []string{
 	"world/task", "world/task_status", "world/task_relayed", "world/relay_no_task", "world/task_gone", "world/task_cancelled",
 	"world/task_withdrawn", "world/resent_relay", "task", "rejected/timeout/task", "world/other_answered", "world/task_not_superseded",
 	"status/escalated", "status/queued", "status/task",
+	"world/slot_share", "world/resumed_ask", "world/reasked",
+	"world/prompt_recorded", "world/approval_recorded", "world/acked_ended", "world/turns",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -138,9 +140,19 @@ type member struct {
 	// withdrawnHere: this incarnation ended the proposal as withdrawn.
 	withdrawnHere map[string]bool
 	// esc is the member's own escalator, in seeds where one (not the
-	// core) counts the answers: lost with the process, like elicit's
-	// memory (its approvals are asked for again).
+	// core) mints the prompts and counts the answers
+	// (Config.Escalator): lost with the process, like elicit's memory
+	// (what it recorded is asked and counted again from the record).
 	esc *toyEscalator
+	// fresh are the fulfilments this incarnation committed (not resumed):
+	// they hold slots within the limits.
+	fresh map[*entry]bool
+	// starts counts the queued proposals started; waitFrom is, by
+	// proposer with queued proposals, the count when it began to wait;
+	// lastStart the count at its last start (checkTurns).
+	starts    int
+	waitFrom  map[string]int
+	lastStart map[string]int
 	// group is the group's load as this incarnation was last told it
 	// (GroupLoad), counted by the simulator: admissions are checked
 	// against it.
@@ -165,15 +177,35 @@ type presence struct {
 	first time.Time
 }
 
-// toyEscalator turns answers to the prompts its member asked into a
-// Verdict, as elicit does: the approver's own signed answer counts, a
-// decline or cancel ends it, a quorum of accepts approves it; then it
-// cancels the prompts it still has open.
+// toyEscalator is a member's escalator (Config.Escalator), as elicit
+// is: asked (Ask), it mints a prompt for each approver the record has
+// none for, records it (PromptRecorded) and sends it only once the core
+// acked it; it asks the recorded prompts again with their ids and counts
+// the recorded approvals as given. The approver's own signed answer
+// counts; an accept is recorded (ApprovalRecorded) and counted once
+// acked; a decline or a cancel ends the escalation, as a quorum of
+// accepts does (Verdict, posted later: its goroutine is its own); then
+// it cancels the prompts it still has open. What it posts waits in out.
 type toyEscalator struct {
-	prompts   map[string]Prompt           // envelope id → prompt
-	of        map[string]string           // envelope id → proposal
-	quorum    map[string]int              // proposal → approvals needed
-	approvals map[string]map[string]frame // proposal → approver → accept
+	escs   map[string]*toyEsc  // proposal → its escalation
+	tokens map[uint64]toyToken // what waits for an Acked
+	out    []Event             // posted, not yet stepped
+}
+
+type toyEsc struct {
+	quorum   int
+	prompts  map[string]Prompt          // envelope id → prompt (recorded)
+	open     map[string]bool            // prompts sent and not answered
+	counted  map[string]json.RawMessage // approver → edited params (nil: as proposed)
+	pending  map[string]bool            // approvers whose approval awaits its Acked
+	done     bool                       // its verdict is posted
+	recorded []string                   // prompts recorded (acked), in order
+}
+
+type toyToken struct {
+	esc      *toyEsc // the escalation it is of
+	prompt   *Prompt
+	approval *Approval
 }
 
 type stored struct {
@@ -241,6 +273,7 @@ type sim struct {
 	promptPlan map[string]string
 	quiescing  bool
 	escalator  bool // the members' own escalator counts answers (Verdict), not the core
+	crowd      bool // three proposers, most calls allowed, few slots
 	// ownerAway: the tool owner (fs) is not in the space; leaves counts
 	// its leaves. A request written while it is away is lost (the
 	// gateway replays nothing), and it answers only while present.
@@ -253,6 +286,17 @@ type sim struct {
 	unwritten    map[string]bool // relay envelopes whose write failed
 	violation    error           // the first invariant broken since the last check
 	covered      map[string]int
+	// tokens are the escalators' PromptRecorded and ApprovalRecorded,
+	// by token: each is acked once by the incarnation it asked.
+	tokens    map[uint64]*simToken
+	nextToken uint64
+}
+
+type simToken struct {
+	member string
+	inc    int
+	pid    string
+	acked  int
 }
 
 type simIDs struct {
@@ -270,7 +314,7 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
 		toolPlan: map[string]string{}, promptPlan: map[string]string{}, tasks: map[string]*wtask{}, durableTasks: map[string]string{}, unwritten: map[string]bool{},
-		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}}
+		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}, tokens: map[uint64]*simToken{}}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
 		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"},
 		OwnerRejoinGrace: 5 * time.Second, TaskTimeout: 40 * time.Second}
@@ -282,8 +326,18 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	if s.rng.IntN(3) == 0 {
 		s.cfg.MaxPendingBytes = int64(400 + s.rng.IntN(1200))
 	}
+	// A seed in three with a per-proposer share of the slots; one in
+	// five crowded: few slots, many proposers' calls.
+	if s.rng.IntN(3) == 0 {
+		s.cfg.MaxInflightPerProposer = 1 + s.rng.IntN(2)
+	}
+	if s.crowd = s.rng.IntN(5) == 0; s.crowd {
+		s.cfg.MaxPending, s.cfg.MaxPendingPerProposer, s.cfg.MaxPendingBytes = 12, 0, 0
+		s.cfg.MaxInflight = 1 + s.rng.IntN(2)
+	}
 	s.cfg.StatusChats = s.rng.IntN(2) == 0
 	s.escalator = s.rng.IntN(2) == 0
+	s.cfg.Escalator = s.escalator
 	nMembers := 1 + s.rng.IntN(2)
 	for i := range nMembers {
 		m := &member{id: fmt.Sprintf("m%d", i+1)}
@@ -320,8 +374,10 @@ func (s *sim) start(m *member) {
 	m.inbox = nil
 	m.withdrawnHere = map[string]bool{}
 	if s.escalator {
-		m.esc = &toyEscalator{prompts: map[string]Prompt{}, of: map[string]string{}, quorum: map[string]int{}, approvals: map[string]map[string]frame{}}
+		m.esc = &toyEscalator{escs: map[string]*toyEsc{}, tokens: map[uint64]toyToken{}}
 	}
+	m.fresh = map[*entry]bool{}
+	m.starts, m.waitFrom, m.lastStart = 0, map[string]int{}, map[string]int{}
 	cfg := s.cfg
 	cfg.Member = m.id
 	m.core = New(cfg, simIDs{s, m.id})
@@ -366,11 +422,19 @@ func (s *sim) deliver(m *member, ev Event) {
 		task          bool // running a task not ended at its owner
 	}
 	was := map[string]before{}
+	prev := map[string]*entry{}
+	fulfilling, queued := map[*entry]bool{}, map[*entry]bool{}
 	for id, e := range m.core.props {
 		was[id] = before{e.held, e.p.Phase == Fulfilling && !e.held, e.outcome, e.p.Phase == Task && !e.taskDone}
+		prev[id] = e
+		fulfilling[e] = e.outcome == Open && e.p.Phase == Fulfilling
+		queued[e] = e.outcome == Open && e.p.Phase == Queued
 	}
 	s.notSuperseded(m, ev)
 	effs := m.core.Step(s.now, ev)
+	s.checkSlots(m, prev, fulfilling)
+	s.checkTurns(m, queued)
+	s.checkAsks(m, ev, effs)
 	for id, e := range m.core.props {
 		if e.held {
 			s.covered["world/held"]++
@@ -453,14 +517,22 @@ func (s *sim) deliver(m *member, ev Event) {
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case Ask:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case Acked:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case CancelAsk:
 			// An Ask not yet carried out is dropped: nothing is asked
-			// after the proposal ended (see CancelAsk).
+			// after the proposal ended; an Acked not handed over yet
+			// says its prompt is not to be sent (see CancelAsk, Acked).
 			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool {
 				_, ask := q.(Ask)
 				_, status := q.(Status)
 				return ask || status
 			})
+			err := ErrEnded
+			if e.Reason == DropReason {
+				err = ErrConflict
+			}
+			m.ops[e.ID] = ackedWith(m.ops[e.ID], err, false)
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		default:
 			panic(fmt.Sprintf("unknown effect %T", e))
@@ -498,6 +570,9 @@ func (s *sim) act() {
 				return
 			}
 		case r < 34:
+			if s.rng.IntN(2) == 0 && s.escPosts() {
+				return
+			}
 			if s.approverAnswers() {
 				return
 			}
@@ -593,7 +668,16 @@ func (s *sim) propose() bool {
 		return false
 	}
 	id := fmt.Sprintf("p%d", len(s.order)+1)
-	t := &truth{from: []string{"coder", "coder2"}[s.rng.IntN(2)], policy: policies[s.rng.IntN(len(policies))], invalid: s.rng.IntN(10) == 0,
+	from, policy := []string{"coder", "coder2"}[s.rng.IntN(2)], policies[s.rng.IntN(len(policies))]
+	if s.crowd {
+		// Three proposers, most calls allowed: the queue for the slots
+		// holds several proposers' calls at once.
+		from = []string{"coder", "coder2", "coder3"}[s.rng.IntN(3)]
+		if s.rng.IntN(4) > 0 {
+			policy = "fulfill"
+		}
+	}
+	t := &truth{from: from, policy: policy, invalid: s.rng.IntN(10) == 0,
 		cancels: map[string]bool{}, accepts: map[string]bool{}, prompts: map[string]frame{}, promptEnded: map[string]bool{}, decisionIDs: map[string]bool{},
 		size: 64 + s.rng.IntN(449), task: s.rng.IntN(2) == 0}
 	if t.task && s.rng.IntN(2) == 0 {
@@ -788,7 +872,7 @@ func (s *sim) deliverFrame() bool {
 	s.tracef("%s reads %s %s from %s", m.id, f.kind, f.id, f.from)
 	switch f.kind {
 	case "proposal":
-		s.deliver(m, Proposed{ID: f.id, From: f.from, Params: f.params, Invalid: f.invalid, Size: s.truth[f.id].size})
+		s.deliver(m, Proposed{ID: f.id, From: f.from, Method: "tools/call", Tool: "write", Addressee: "fs", Params: f.params, Invalid: f.invalid, Size: s.truth[f.id].size})
 	case "withdraw":
 		s.deliver(m, WithdrawnBy{ID: f.corr, From: f.from})
 	case "response":
@@ -866,6 +950,9 @@ func (s *sim) carryOut(m *member, e Effect) {
 		s.deliver(m, Reloaded{ID: e.ID, Record: rec})
 	case Decide:
 		t := s.truth[e.ID]
+		if e.Proposal.ID != e.ID || e.Proposal.From != t.from || e.Pending < 1 || e.Inflight < 0 {
+			s.fail("%s decides %s with proposal %q from %q, load %d/%d", m.id, e.ID, e.Proposal.ID, e.Proposal.From, e.Pending, e.Inflight)
+		}
 		policy := t.policy
 		if e.Again {
 			s.covered["world/edit_rechecked"]++
@@ -939,26 +1026,74 @@ func (s *sim) carryOut(m *member, e Effect) {
 	case SendCancel:
 		s.broadcast(frame{kind: "cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
 	case Ask:
+		if e.Proposal.ID != e.ID {
+			s.fail("%s asks about %s with proposal %q", m.id, e.ID, e.Proposal.ID)
+		}
 		if m.esc != nil {
-			m.esc.quorum[e.ID] = e.Quorum
-			for _, p := range e.Prompts {
-				m.esc.prompts[p.EnvelopeID], m.esc.of[p.EnvelopeID] = p, e.ID
-			}
+			s.escAsk(m, e)
+			return
 		}
 		for _, p := range e.Prompts {
 			s.broadcast(frame{kind: "prompt", id: p.EnvelopeID, from: m.id, to: p.Approver, pid: e.ID, rpc: p.RPCID, member: m.id, inc: m.inc})
 		}
 	case CancelAsk:
+		// The escalator cancels what it asked, and the shell the prompts
+		// recorded that no escalation of its own holds (an Ask dropped).
+		cancel := map[string]string{}
+		for _, p := range e.Prompts {
+			cancel[p.EnvelopeID] = p.Approver
+		}
 		if m.esc != nil {
-			m.esc.forget(e.ID)
+			if esc := m.esc.escs[e.ID]; esc != nil {
+				for id := range esc.open {
+					cancel[id] = esc.prompts[id].Approver
+				}
+			}
+			delete(m.esc.escs, e.ID)
 		}
 		if e.Reason == DropReason {
 			return
 		}
-		for _, p := range e.Prompts {
-			s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: p.Approver, corr: p.EnvelopeID, pid: e.ID, member: m.id, inc: m.inc})
+		ids := make([]string, 0, len(cancel))
+		for id := range cancel {
+			ids = append(ids, id)
 		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: cancel[id], corr: id, pid: e.ID, member: m.id, inc: m.inc})
+		}
+	case Acked:
+		if m.esc == nil {
+			s.fail("%s acked token %d of %s without an escalator", m.id, e.Token, e.ID)
+			return
+		}
+		s.escAcked(m, e)
 	}
+}
+
+// release has m stop acting on proposal id (its lease lapsed, or its
+// record was taken), as the Loop does before it steps Released: its
+// effects not carried out are dropped, except the Acked, handed over
+// with ErrConflict (see Released).
+func (s *sim) release(m *member, id string) {
+	m.ops[id] = ackedWith(m.ops[id], ErrConflict, true)
+	s.deliver(m, Released{ID: id})
+}
+
+// ackedWith gives each Acked of effs without an error err; only: the
+// other effects are dropped.
+func ackedWith(effs []Effect, err error, only bool) []Effect {
+	var out []Effect
+	for _, q := range effs {
+		if a, ok := q.(Acked); ok && a.Err == nil {
+			a.Err = err
+			q = a
+		} else if !ok && only {
+			continue
+		}
+		out = append(out, q)
+	}
+	return out
 }
 
 // requestFrame is a fulfilment request as it goes out: a task-augmented
@@ -1039,6 +1174,7 @@ func (s *sim) taskProgress() bool {
 // writeLine writes a decision-log line.
 func (s *sim) writeLine(m *member, l Line) {
 	s.lines = append(s.lines, l)
+	s.checkLine(l)
 	if l.Stage == "rejected" && l.Reason == "timeout" && strings.HasPrefix(l.Message, "task ") {
 		s.covered["rejected/timeout/task"]++
 	}
@@ -1066,6 +1202,50 @@ func (s *sim) writeLine(m *member, l Line) {
 	s.tracef("  %s log %s %s %s %s", m.id, l.Stage, l.ProposalID, l.DecisionID, l.Reason)
 }
 
+// checkLine checks that a line says what fulfill's events say of its
+// proposal: its proposer, method, tool and target on every line (a
+// cancel refused for a proposal not held knows none), and what its
+// stage is about.
+func (s *sim) checkLine(l Line) {
+	t := s.truth[l.ProposalID]
+	if t == nil {
+		s.fail("line %s about unknown proposal %q", l.Stage, l.ProposalID)
+		return
+	}
+	if l.Stage == "ignored" && l.Reason == "cancel_refused" && l.Proposer == "" {
+		return
+	}
+	if l.Proposer != t.from || l.Method != "tools/call" || l.Tool != "write" || l.Target != "fs" {
+		s.fail("%s line of %s says proposer %q method %q tool %q target %q", l.Stage, l.ProposalID, l.Proposer, l.Method, l.Tool, l.Target)
+	}
+	quorum := map[string]int{"escalate": 1, "escalate2": 2}[t.policy]
+	switch {
+	case l.Stage == "fulfilled":
+		// The owner's answer, or the task's outcome (the simulated
+		// follower reads none of a task cancelled at its owner).
+		want := `{"content":[]}`
+		if wt := s.tasks[l.TaskID]; wt != nil {
+			want = wt.result
+		}
+		if string(l.Result)+string(l.RPCError) != want || l.Latency < 0 {
+			s.fail("fulfilled line of %s says %s%s (the owner said %s), latency %s", l.ProposalID, l.Result, l.RPCError, want, l.Latency)
+		}
+		if len(l.By) < quorum || (quorum == 0 && len(l.By) > 0) {
+			s.fail("fulfilled line of %s (%s) approved by %v", l.ProposalID, t.policy, l.By)
+		}
+	case l.Stage == "approved" && len(l.By) < max(quorum, 1):
+		s.fail("approved line of %s (%s) by %v", l.ProposalID, t.policy, l.By)
+	case l.Stage == "escalated" && (len(l.By) == 0 || l.Deadline.IsZero()):
+		s.fail("escalated line of %s asks %v until %s", l.ProposalID, l.By, l.Deadline)
+	case l.Stage == "superseded" && len(l.By) != 1:
+		s.fail("superseded line of %s by %v", l.ProposalID, l.By)
+	case l.Stage == "ignored" && (l.Reason == "response_from_other" || l.Reason == "wrong_rpc_id" || l.Reason == "forged_answer" || l.Reason == "spoofed_withdraw") && len(l.By) != 1:
+		s.fail("ignored line (%s) of %s by %v", l.Reason, l.ProposalID, l.By)
+	case l.Stage == "task" && (l.TaskID == "" || l.TaskStatus == ""):
+		s.fail("task line of %s without its task (%q %q)", l.ProposalID, l.TaskID, l.TaskStatus)
+	}
+}
+
 // operatorCancels: an operator cancels a proposal through one member's
 // API: held there, it is cancelled there; held by another member, its
 // record is taken (refused once its request or reject is committed):
@@ -1087,8 +1267,7 @@ func (s *sim) operatorCancels() bool {
 		if r.Owner != m.id && r.Request == nil && r.Phase != Answered {
 			for _, h := range s.members {
 				if h.id == r.Owner && h.alive {
-					delete(h.ops, id)
-					s.deliver(h, Released{ID: id})
+					s.release(h, id)
 				}
 			}
 			r.Owner = m.id
@@ -1223,6 +1402,168 @@ func (s *sim) checkTaskEnd(m *member, e *entry, effs []Effect) {
 	}
 }
 
+// checkSlots checks m's fulfilment slots after a step, counted from its
+// proposals (those open in phase Fulfilling hold one), not with the
+// core's counts: a request committed here (not resumed) found its
+// proposer below its share and a slot free; the fresh ones never hold
+// more than the limits (resumed ones may: they are out already); and no
+// proposal waits in the queue while a slot it may take is free.
+func (s *sim) checkSlots(m *member, prev map[string]*entry, fulfilling map[*entry]bool) {
+	per := s.cfg.MaxInflightPerProposer
+	if per == 0 {
+		per = s.cfg.MaxInflight
+	}
+	held, used := map[string]int{}, 0
+	freshHeld, freshUsed := map[string]int{}, 0
+	committed := map[string]bool{}
+	for id, e := range m.core.props {
+		if e.outcome != Open || e.p.Phase != Fulfilling {
+			continue
+		}
+		used++
+		held[e.p.From]++
+		if !fulfilling[e] && prev[id] == e {
+			m.fresh[e] = true // committed in this step, not resumed
+			committed[e.p.From] = true
+		}
+		if m.fresh[e] {
+			freshUsed++
+			freshHeld[e.p.From]++
+		}
+	}
+	for e := range m.fresh {
+		if e.outcome != Open || e.p.Phase != Fulfilling {
+			delete(m.fresh, e)
+		}
+	}
+	for from := range committed {
+		if held[from] > per || used > s.cfg.MaxInflight {
+			s.fail("%s committed a request of %s with %d of its fulfilments out (share %d), %d in all (limit %d)", m.id, from, held[from], per, used, s.cfg.MaxInflight)
+		}
+	}
+	for from, n := range freshHeld {
+		if n > per {
+			s.fail("%s holds %d fulfilments of %s it committed (share %d)", m.id, n, from, per)
+		}
+	}
+	if freshUsed > s.cfg.MaxInflight {
+		s.fail("%s holds %d fulfilments it committed (limit %d)", m.id, freshUsed, s.cfg.MaxInflight)
+	}
+	if m.core.closing || used >= s.cfg.MaxInflight {
+		return
+	}
+	for _, id := range m.core.sorted() {
+		e := m.core.props[id]
+		if e.outcome != Open || e.p.Phase != Queued {
+			continue
+		}
+		if held[e.p.From] < per {
+			s.fail("%s keeps %s of %s queued with a slot free for it (%d of %d used, %d of its share %d)", m.id, id, e.p.From, used, s.cfg.MaxInflight, held[e.p.From], per)
+		} else {
+			s.covered["world/slot_share"]++
+		}
+	}
+}
+
+// checkTurns checks that the queued proposers get the freed slots in
+// turn: a proposer's queued proposal starts a second time only if every
+// other proposer that waited since before its first has started since,
+// or is at its share. waitFrom and lastStart count the queue's
+// starts; one step starting more than one (a shutdown, a resume) is not
+// judged.
+func (s *sim) checkTurns(m *member, queued map[*entry]bool) {
+	per := s.cfg.MaxInflightPerProposer
+	if per == 0 {
+		per = s.cfg.MaxInflight
+	}
+	var started []*entry
+	held := map[string]int{}
+	waiting := map[string]bool{}
+	for _, id := range m.core.sorted() {
+		e := m.core.props[id]
+		if e.outcome != Open {
+			continue
+		}
+		switch e.p.Phase {
+		case Fulfilling:
+			held[e.p.From]++
+			if queued[e] {
+				started = append(started, e)
+			}
+		case Queued:
+			waiting[e.p.From] = true
+		}
+	}
+	if len(started) == 1 && !m.core.closing {
+		q := started[0].p.From
+		if last, ok := m.lastStart[q]; ok {
+			for p, since := range m.waitFrom {
+				if pl, ok := m.lastStart[p]; ok && pl > last {
+					continue // p's turn came since
+				}
+				if p != q && waiting[p] && since <= last && held[p] < per {
+					s.fail("%s started a queued proposal of %s twice (%s now) while %s waited with its share free since before the first", m.id, q, started[0].p.ID, p)
+				}
+			}
+		}
+		m.lastStart[q] = m.starts
+		if len(m.waitFrom) > 1 {
+			s.covered["world/turns"]++
+		}
+	}
+	m.starts += len(started)
+	for p := range m.waitFrom {
+		if !waiting[p] {
+			delete(m.waitFrom, p)
+		}
+	}
+	for p := range waiting {
+		if _, ok := m.waitFrom[p]; !ok {
+			m.waitFrom[p] = m.starts
+		}
+	}
+}
+
+// checkAsks checks that a record read (resumed, adopted, read again)
+// in phase AwaitingApproval is asked with exactly its recorded prompts
+// (with the core counting, those not answered) and approvals.
+func (s *sim) checkAsks(m *member, ev Event, effs []Effect) {
+	var recs []Proposal
+	switch ev := ev.(type) {
+	case Resumed:
+		recs = ev.Records
+	case Reloaded:
+		if ev.Record != nil {
+			recs = []Proposal{*ev.Record}
+		}
+	}
+	for _, x := range effs {
+		a, ok := x.(Ask)
+		if !ok {
+			continue
+		}
+		i := slices.IndexFunc(recs, func(r Proposal) bool { return r.ID == a.ID })
+		if i < 0 {
+			continue
+		}
+		r := recs[i]
+		var want []string
+		for _, p := range r.Prompts {
+			if s.escalator || !p.Answered {
+				want = append(want, p.EnvelopeID)
+			}
+		}
+		var got []string
+		for _, p := range a.Prompts {
+			got = append(got, p.EnvelopeID)
+		}
+		if !slices.Equal(got, want) || len(a.Proposal.Approvals) != len(r.Approvals) {
+			s.fail("%s asks %s again with prompts %v and %d approvals; its record holds %v and %d", m.id, a.ID, got, len(a.Proposal.Approvals), want, len(r.Approvals))
+		}
+		s.covered["world/resumed_ask"]++
+	}
+}
+
 // checkOwnerCommit checks, as m commits a fulfilment request (to be
 // recorded and sent), that its owner is here as far as m heard: one
 // that is away is held instead.
@@ -1311,66 +1652,267 @@ func (s *sim) admitted(m *member, id string) {
 	}
 }
 
-// escalate hands an answer to m's escalator.
-func (s *sim) escalate(m *member, f frame) {
+// escAsk hands an Ask to m's escalator: the prompts recorded are asked
+// again (the approvers who approved are not), the approvals recorded
+// are counted, and a prompt is minted and recorded for each approver
+// who has neither.
+func (s *sim) escAsk(m *member, a Ask) {
 	x := m.esc
-	pr, ok := x.prompts[f.corr]
-	if !ok || f.from != pr.Approver || !f.verified {
-		return // not its prompt, or not its approver's signed answer
+	if old := x.escs[a.ID]; old != nil && !old.done {
+		s.fail("%s asks %s again while its escalation runs (no CancelAsk before)", m.id, a.ID)
 	}
-	pid := x.of[f.corr]
-	var v *Verdict
+	if a.Proposal.ID != a.ID || a.Proposal.Decision == nil {
+		s.fail("%s asks %s with proposal %q (decision %v)", m.id, a.ID, a.Proposal.ID, a.Proposal.Decision)
+		return
+	}
+	x.escs[a.ID] = &toyEsc{quorum: a.Quorum, prompts: map[string]Prompt{}, open: map[string]bool{}, counted: map[string]json.RawMessage{}, pending: map[string]bool{}}
+	esc := x.escs[a.ID]
+	for _, ap := range a.Proposal.Approvals {
+		if _, ok := esc.counted[ap.Approver]; ok {
+			s.fail("%s's record holds two approvals of %s", a.ID, ap.Approver)
+		}
+		esc.counted[ap.Approver] = ap.Params
+	}
+	asked := map[string]bool{}
+	for _, p := range a.Prompts {
+		esc.prompts[p.EnvelopeID] = p
+		asked[p.Approver] = true
+		if _, ok := esc.counted[p.Approver]; ok {
+			continue
+		}
+		s.covered["world/reasked"]++
+		esc.open[p.EnvelopeID] = true
+		s.broadcast(frame{kind: "prompt", id: p.EnvelopeID, from: m.id, to: p.Approver, pid: a.ID, rpc: p.RPCID, member: m.id, inc: m.inc})
+	}
+	if s.escSettle(m, a.ID) {
+		return
+	}
+	approvers := a.Proposal.Decision.Approvers
+	if len(approvers) == 0 {
+		approvers = s.cfg.Approvers
+	}
+	for _, who := range approvers {
+		if asked[who] {
+			continue
+		}
+		s.ids++
+		pr := Prompt{Approver: who, EnvelopeID: fmt.Sprintf("%s-x%d", m.id, s.ids), RPCID: int64(s.ids), Sent: s.now}
+		x.post(s.token(m, a.ID, toyToken{esc: esc, prompt: &pr}), PromptRecorded{ID: a.ID, Prompt: pr})
+	}
+}
+
+// token registers what an escalator waits for: the core answers each
+// token once (Acked).
+func (s *sim) token(m *member, pid string, t toyToken) uint64 {
+	s.nextToken++
+	s.tokens[s.nextToken] = &simToken{member: m.id, inc: m.inc, pid: pid}
+	m.esc.tokens[s.nextToken] = t
+	return s.nextToken
+}
+
+// post queues what the escalator posts, with its token.
+func (x *toyEscalator) post(token uint64, ev Event) {
+	switch e := ev.(type) {
+	case PromptRecorded:
+		e.Token = token
+		ev = e
+	case ApprovalRecorded:
+		e.Token = token
+		ev = e
+	}
+	x.out = append(x.out, ev)
+}
+
+// escAcked hands m's escalator the answer to one of its tokens: a
+// prompt recorded is sent, an approval recorded counted; an error ends
+// the escalation (ErrConflict: without a word, another member asks).
+func (s *sim) escAcked(m *member, a Acked) {
+	st := s.tokens[a.Token]
 	switch {
-	case f.action == Cancel:
-		v = &Verdict{ID: pid, Reason: "other", Message: "the approver cancelled"}
-	case f.action != Accept || !f.approve:
-		v = &Verdict{ID: pid, Reason: "disagree", Message: "no"}
-	default:
-		if x.approvals[pid] == nil {
-			x.approvals[pid] = map[string]frame{}
+	case st == nil:
+		s.fail("%s acked token %d, which nobody asked about", m.id, a.Token)
+		return
+	case st.member != m.id || st.inc != m.inc || st.pid != a.ID:
+		s.fail("%s (incarnation %d) acked token %d of %s for %s, asked by %s (incarnation %d) for %s", m.id, m.inc, a.Token, a.ID, a.ID, st.member, st.inc, st.pid)
+		return
+	}
+	if st.acked++; st.acked > 1 {
+		s.fail("token %d of %s acked %d times", a.Token, a.ID, st.acked)
+		return
+	}
+	x := m.esc
+	t := x.tokens[a.Token]
+	delete(x.tokens, a.Token)
+	esc := t.esc
+	if x.escs[a.ID] != esc {
+		esc = nil // cancelled (CancelAsk): nothing more is asked or counted
+	}
+	if a.Err != nil {
+		switch a.Err {
+		case ErrEnded:
+			s.covered["world/acked_ended"]++
+		case ErrConflict:
+			s.covered["world/acked_conflict"]++
+		default:
+			s.fail("token %d of %s acked with %v", a.Token, a.ID, a.Err)
 		}
-		x.approvals[pid][f.from] = f
-		if len(x.approvals[pid]) < x.quorum[pid] {
-			return
-		}
-		v = &Verdict{ID: pid, Approved: true}
-		for by := range x.approvals[pid] {
-			v.By = append(v.By, by)
-		}
-		sort.Strings(v.By)
-		for _, by := range v.By {
-			if p := x.approvals[pid][by].params; p != nil {
-				v.Params = p
+		if esc != nil && !esc.done {
+			// Not recorded, not sent: the escalation ends (as elicit's
+			// storeErr), without a word when the proposal is another's.
+			esc.done = true
+			s.escCancelOpen(m, a.ID, "")
+			if a.Err != ErrConflict {
+				x.out = append(x.out, Verdict{ID: a.ID, Reason: "other", Message: "not recorded"})
 			}
+		}
+		return
+	}
+	// Recorded: the store's record is this member's and holds it.
+	rec := s.record(a.ID)
+	switch {
+	case rec == nil || rec.Owner != m.id:
+		s.fail("%s acked token %d of %s, whose record is not its own (%v)", m.id, a.Token, a.ID, rec != nil)
+		return
+	case t.prompt != nil && !slices.ContainsFunc(rec.Prompts, func(p Prompt) bool { return p.EnvelopeID == t.prompt.EnvelopeID }):
+		s.fail("%s acked prompt %s of %s, which its record does not hold", m.id, t.prompt.EnvelopeID, a.ID)
+		return
+	case t.approval != nil && !slices.ContainsFunc(rec.Approvals, func(ap Approval) bool { return ap.Approver == t.approval.Approver }):
+		s.fail("%s acked %s's approval of %s, which its record does not hold", m.id, t.approval.Approver, a.ID)
+		return
+	}
+	if esc == nil {
+		s.fail("%s acked token %d of %s after its escalation was cancelled", m.id, a.Token, a.ID)
+		return
+	}
+	if esc.done {
+		return // its verdict is out: nothing more is asked or counted
+	}
+	if p := t.prompt; p != nil {
+		s.covered["world/prompt_recorded"]++
+		esc.prompts[p.EnvelopeID] = *p
+		esc.open[p.EnvelopeID] = true
+		s.broadcast(frame{kind: "prompt", id: p.EnvelopeID, from: m.id, to: p.Approver, pid: a.ID, rpc: p.RPCID, member: m.id, inc: m.inc})
+		return
+	}
+	s.covered["world/approval_recorded"]++
+	delete(esc.pending, t.approval.Approver)
+	esc.counted[t.approval.Approver] = t.approval.Params
+	s.escSettle(m, a.ID)
+}
+
+// escSettle posts the approving verdict of an escalation whose quorum
+// is counted.
+func (s *sim) escSettle(m *member, pid string) bool {
+	esc := m.esc.escs[pid]
+	if esc.done || len(esc.counted) < esc.quorum {
+		return false
+	}
+	v := Verdict{ID: pid, Approved: true}
+	for by := range esc.counted {
+		v.By = append(v.By, by)
+	}
+	sort.Strings(v.By)
+	for _, by := range v.By {
+		if p := esc.counted[by]; p != nil {
+			v.Params = p
 		}
 	}
-	// Its prompts still open are cancelled by the escalator itself.
+	esc.done = true
+	s.escCancelOpen(m, pid, "")
+	m.esc.out = append(m.esc.out, v)
+	return true
+}
+
+// escCancelOpen cancels the prompts m's escalator has open for pid,
+// except one (just answered).
+func (s *sim) escCancelOpen(m *member, pid, except string) {
+	esc := m.esc.escs[pid]
 	var open []string
-	for id, p := range x.prompts {
-		if x.of[id] == pid && id != f.corr {
-			if _, answered := x.approvals[pid][p.Approver]; !answered {
-				open = append(open, id)
-			}
+	for id := range esc.open {
+		if id != except {
+			open = append(open, id)
 		}
 	}
 	sort.Strings(open)
 	for _, id := range open {
-		s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: x.prompts[id].Approver, corr: id, pid: pid, member: m.id, inc: m.inc})
+		delete(esc.open, id)
+		s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: esc.prompts[id].Approver, corr: id, pid: pid, member: m.id, inc: m.inc})
 	}
-	x.forget(pid)
-	s.covered["world/verdict"]++
-	s.deliver(m, *v)
 }
 
-func (x *toyEscalator) forget(pid string) {
-	for id := range x.of {
-		if x.of[id] == pid {
-			delete(x.of, id)
-			delete(x.prompts, id)
+// escalate hands an answer to m's escalator.
+func (s *sim) escalate(m *member, f frame) {
+	var pid string
+	var esc *toyEsc
+	for id, e := range m.esc.escs {
+		if e.open[f.corr] {
+			pid, esc = id, e
 		}
 	}
-	delete(x.quorum, pid)
-	delete(x.approvals, pid)
+	if esc == nil || esc.done || f.from != esc.prompts[f.corr].Approver || !f.verified {
+		return // not a prompt it has open, or not its approver's signed answer
+	}
+	delete(esc.open, f.corr)
+	var v Verdict
+	switch {
+	case f.action == Cancel:
+		v = Verdict{ID: pid, Reason: "other", Message: "the approver cancelled"}
+	case f.action != Accept || !f.approve:
+		v = Verdict{ID: pid, Reason: "disagree", Message: "no"}
+	default:
+		if _, ok := esc.counted[f.from]; ok || esc.pending[f.from] {
+			return // counted once
+		}
+		esc.pending[f.from] = true
+		ap := Approval{Approver: f.from, Params: f.params, Request: f.corr, SignatureVerified: true, At: s.now}
+		m.esc.post(s.token(m, pid, toyToken{esc: esc, approval: &ap}), ApprovalRecorded{ID: pid, Approval: ap})
+		return
+	}
+	esc.done = true
+	s.escCancelOpen(m, pid, f.corr)
+	m.esc.out = append(m.esc.out, v)
+}
+
+// escPosts steps a member's core with the first thing its escalator
+// posted (a record, or a verdict).
+func (s *sim) escPosts() bool {
+	var ms []*member
+	for _, m := range s.alive() {
+		if m.esc != nil && len(m.esc.out) > 0 {
+			ms = append(ms, m)
+		}
+	}
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[s.rng.IntN(len(ms))]
+	ev := m.esc.out[0]
+	m.esc.out = m.esc.out[1:]
+	switch ev := ev.(type) {
+	case Verdict:
+		s.covered["world/verdict"]++
+		s.tracef("%s's escalator posts the verdict of %s: approved %v by %v", m.id, ev.ID, ev.Approved, ev.By)
+	case PromptRecorded:
+		s.tracef("%s's escalator records prompt %s of %s (token %d)", m.id, ev.Prompt.EnvelopeID, ev.ID, ev.Token)
+	case ApprovalRecorded:
+		s.tracef("%s's escalator records %s's approval of %s (token %d)", m.id, ev.Approval.Approver, ev.ID, ev.Token)
+	}
+	s.deliver(m, ev)
+	return true
+}
+
+// record is the store's record of pid (nil: none).
+func (s *sim) record(pid string) *Proposal {
+	st := s.store.recs[pid]
+	if st == nil {
+		return nil
+	}
+	var r Proposal
+	if err := json.Unmarshal(st.data, &r); err != nil {
+		panic(err)
+	}
+	r.Rev = st.rev
+	return &r
 }
 
 // write applies a Write to the shared store: compare-and-set, a claim
@@ -1432,6 +1974,7 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 	if w.Record.Phase == Task && w.Record.Task != nil {
 		s.durableTasks[w.Record.Task.ID] = w.ID
 	}
+	s.checkWrite(w, cur)
 	data, err := json.Marshal(w.Record)
 	if err != nil {
 		panic(err)
@@ -1439,6 +1982,44 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 	st.rev++
 	st.recs[w.ID] = &stored{data: data, rev: st.rev}
 	return st.rev, nil
+}
+
+// checkWrite checks a record as it is written over cur: an approver's
+// approval is counted once (across restarts and adoption too), and
+// Soon is set on the writes nothing sent waits for, and only on those.
+func (s *sim) checkWrite(w Write, cur *stored) {
+	r := w.Record
+	seen := map[string]bool{}
+	for _, a := range r.Approvals {
+		if seen[a.Approver] {
+			s.fail("record of %s holds %s's approval twice", w.ID, a.Approver)
+		}
+		seen[a.Approver] = true
+	}
+	var old *Proposal
+	if cur != nil && !w.Create {
+		old = &Proposal{}
+		if err := json.Unmarshal(cur.data, old); err != nil {
+			panic(err)
+		}
+	}
+	var want bool
+	switch {
+	case w.Create || old == nil:
+	case r.Phase == Queued, r.Phase == Task && old.Phase == Task:
+		want = true // queued, a task's status
+	case r.Phase == AwaitingApproval && old.Phase == Deciding:
+		want = s.escalator // the escalator's prompts are recorded on their own
+	case r.Phase == AwaitingApproval && len(r.Prompts) > len(old.Prompts):
+		want = false // a prompt, sent once this is durable
+	case r.Phase == AwaitingApproval && len(r.Approvals) > len(old.Approvals):
+		want = true // an approval counted
+	case r.Phase == AwaitingApproval && r.Phase == old.Phase:
+		return // written again (after a reload): either
+	}
+	if w.Soon != want {
+		s.fail("write of %s (%s over %v) Soon %v, want %v", w.ID, r.Phase, old != nil, w.Soon, want)
+	}
 }
 
 func (s *sim) fireTimer() bool {
@@ -1586,9 +2167,8 @@ func (s *sim) loseMember() bool {
 		s.tracef("%s's lease lapses while it runs", from.id)
 		// It stops acting on its records first (see Released).
 		for _, r := range s.owned(from.id) {
-			delete(from.ops, r.ID)
 			s.covered["world/release"]++
-			s.deliver(from, Released{ID: r.ID})
+			s.release(from, r.ID)
 		}
 	}
 	s.adopt(from.id, to)
@@ -1787,6 +2367,11 @@ func (s *sim) onWire(f frame, m *member) {
 		if t.invalid || t.policy == "reject" || t.policy == "incapable" || t.policy == "fulfill" {
 			s.fail("prompt for %s, which is %s", f.pid, t.policy)
 		}
+		// Recorded before it is sent: whoever holds the record next asks
+		// it again with its ids (with the escalator: acked first).
+		if r := s.record(f.pid); r == nil || r.Owner != m.id || !slices.ContainsFunc(r.Prompts, func(p Prompt) bool { return p.EnvelopeID == f.id }) {
+			s.fail("%s sent prompt %s for %s, which its record does not hold", m.id, f.id, f.pid)
+		}
 		t.prompts[f.id] = f
 	case "prompt_cancel":
 		t.promptEnded[f.corr] = true
@@ -1841,6 +2426,25 @@ func (s *sim) final() error {
 	return nil
 }
 
+// allAcked checks that every token an escalator of a live incarnation
+// asked about was acked (once: escAcked counts).
+func (s *sim) allAcked() error {
+	toks := make([]uint64, 0, len(s.tokens))
+	for tok := range s.tokens {
+		toks = append(toks, tok)
+	}
+	slices.Sort(toks)
+	for _, tok := range toks {
+		st := s.tokens[tok]
+		for _, m := range s.members {
+			if m.id == st.member && m.alive && m.inc == st.inc && st.acked != 1 {
+				return fmt.Errorf("token %d of %s (%s, incarnation %d) acked %d times", tok, st.pid, st.member, st.inc, st.acked)
+			}
+		}
+	}
+	return nil
+}
+
 // logged reports whether a line of stage (with reason, when set) for pid
 // was written.
 func (s *sim) logged(pid, stage, reason string) bool {
@@ -1876,6 +2480,7 @@ func (s *sim) quiesce() error {
 		case s.runOp():
 		case s.toolAnswers() && s.rng.IntN(2) == 0:
 		case s.taskProgress():
+		case s.escPosts():
 		case s.approverAnswers() && s.rng.IntN(2) == 0:
 		case s.fireTimer():
 		default:
@@ -1893,6 +2498,9 @@ func (s *sim) quiesce() error {
 				return fmt.Errorf("quiescent, but the store holds records: %v", ids)
 			}
 			if err := s.check(); err != nil {
+				return err
+			}
+			if err := s.allAcked(); err != nil {
 				return err
 			}
 			return s.final()

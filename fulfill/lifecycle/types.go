@@ -247,6 +247,11 @@ var (
 	// ErrConflict: the record is not this member's any more (adopted,
 	// taken) or is gone: nothing more may be sent about it.
 	ErrConflict = errors.New("lifecycle: record changed by another member")
+	// ErrEnded (Acked.Err): the proposal, or its escalation, ended here
+	// before the prompt or approval was recorded (answered, withdrawn,
+	// decided, shutting down): the prompt is not sent, the approval not
+	// counted, and nothing more is asked about it.
+	ErrEnded = errors.New("lifecycle: proposal ended")
 )
 
 // IDs mints the ids the core puts on the wire. The shell's comes from
