@@ -455,8 +455,6 @@ func (s *step) duplicate(e *entry) {
 	s.forget(e)
 }
 
-// reloaded settles a write that found the record changed: ours (an
-// earlier try applied, or taken back), someone else's, or gone.
 // written carries on once e's outstanding write is durable at revision
 // rev.
 func (s *step) written(e *entry, rev uint64) {
@@ -492,6 +490,8 @@ func appliedBefore(e *entry, r *Proposal) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(want, got)
 }
 
+// reloaded settles a write that found the record changed: ours (an
+// earlier try applied, or taken back), someone else's, or gone.
 func (s *step) reloaded(ev Reloaded) {
 	c := s.c
 	e, ok := c.props[ev.ID]
