@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -413,23 +415,7 @@ func (s *step) stored(ev Stored) {
 	w := e.writes[0]
 	switch {
 	case ev.Err == nil:
-		e.writes = e.writes[1:]
-		e.p.Rev = ev.Rev
-		if w.line != nil {
-			s.emit(Log{Line: *w.line})
-		}
-		s.then(e, w)
-		for _, t := range w.acks {
-			// Recorded: the escalator may send the prompt (count the
-			// approval), unless its escalation ended meanwhile.
-			var err error
-			if !s.escalating(e) {
-				err = ErrEnded
-			}
-			s.emit(Acked{ID: e.p.ID, Token: t, Err: err})
-		}
-		s.issue(e)
-		s.forgetIfDone(e)
+		s.written(e, ev.Rev)
 	case w.claimOnly && (ev.Err == ErrExists || ev.Err == ErrConflict):
 		// Its own earlier try would have been reported won: another
 		// claim holds the id.
@@ -469,6 +455,41 @@ func (s *step) duplicate(e *entry) {
 	s.forget(e)
 }
 
+// written carries on once e's outstanding write is durable at revision
+// rev.
+func (s *step) written(e *entry, rev uint64) {
+	w := e.writes[0]
+	e.writes = e.writes[1:]
+	e.p.Rev = rev
+	if w.line != nil {
+		s.emit(Log{Line: *w.line})
+	}
+	s.then(e, w)
+	for _, t := range w.acks {
+		// Recorded: the escalator may send the prompt (count the
+		// approval), unless its escalation ended meanwhile.
+		var err error
+		if !s.escalating(e) {
+			err = ErrEnded
+		}
+		s.emit(Acked{ID: e.p.ID, Token: t, Err: err})
+	}
+	s.issue(e)
+	s.forgetIfDone(e)
+}
+
+// appliedBefore reports whether record r is e's outstanding update as an
+// earlier try wrote it (applied, though reported failed): the same
+// record, at another revision.
+func appliedBefore(e *entry, r *Proposal) bool {
+	if len(e.writes) == 0 || e.writes[0].rec == nil || e.writes[0].create {
+		return false
+	}
+	want, err1 := json.Marshal(e.writes[0].rec)
+	got, err2 := json.Marshal(r)
+	return err1 == nil && err2 == nil && bytes.Equal(want, got)
+}
+
 // reloaded settles a write that found the record changed: ours (an
 // earlier try applied, or taken back), someone else's, or gone.
 func (s *step) reloaded(ev Reloaded) {
@@ -480,6 +501,10 @@ func (s *step) reloaded(ev Reloaded) {
 	e.reloading = false
 	w := e.writes[0]
 	switch r := ev.Record; {
+	case r != nil && r.Owner == c.cfg.Member && r.Rev != e.p.Rev && appliedBefore(e, r):
+		// Its own earlier try, applied: written, and what runs (an
+		// escalation, whose records may be on their way) runs on.
+		s.written(e, r.Rev)
 	case r != nil && r.Owner == c.cfg.Member && r.Rev != e.p.Rev:
 		s.resume(*r, "reloaded")
 	case r != nil && r.Owner == c.cfg.Member:

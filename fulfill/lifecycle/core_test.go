@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -307,6 +308,21 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 	same(t, kinds(effs), []string{"CancelAsk", "Acked"})
 	if a := only[Acked](t, effs); a.Err != ErrConflict || only[CancelAsk](t, effs).Reason != DropReason {
 		t.Fatalf("released: %+v", effs)
+	}
+
+	// A prompt's write reported failed but applied: read back, it is
+	// written (acked), and the escalation runs on, not asked again.
+	escalate("p5")
+	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p5", Token: 30, Prompt: Prompt{Approver: "alice", EnvelopeID: "x30"}}))
+	c.Step(t0, Stored{ID: "p5", Seq: w.Seq, Err: errors.New("timeout")})
+	again := only[Write](t, c.Step(t0.Add(time.Second), Fired{ID: "p5", At: t0.Add(time.Second), Kind: TimerRetry}))
+	same(t, kinds(c.Step(t0.Add(time.Second), Stored{ID: "p5", Seq: again.Seq, Err: ErrConflict})), []string{"Reload"})
+	applied := *w.Record
+	applied.Rev = 7
+	effs = c.Step(t0.Add(time.Second), Reloaded{ID: "p5", Record: &applied})
+	same(t, kinds(effs), []string{"Acked"})
+	if a := only[Acked](t, effs); a.Token != 30 || a.Err != nil {
+		t.Fatalf("read back applied: %+v", a)
 	}
 
 	// Resumed (adopted): the recorded prompts and approvals are asked

@@ -154,7 +154,9 @@
 //     of the committed reject, so it is re-sent too).
 //   - A store write that fails is tried again (never answered without its
 //     record); one that fails and might have been applied (a timeout) is
-//     settled by reading the record back (Reload). A claim never written by
+//     settled by reading the record back (Reload): read back as the write
+//     made it, it is written (what runs, an escalation say, runs on);
+//     otherwise the record read is resumed. A claim never written by
 //     its deadline is left alone: with no record, an answer could be a
 //     second one.
 //   - The one exception, by design (fulfill's claimAndAdmit): a proposal
