@@ -225,6 +225,7 @@ loop:
 	s.shutdown(base)
 	stopLoop()
 	err := <-loopDone
+	s.wire.wait()
 	s.catalog.wait()
 	if owed, lost := s.ShutdownAnswers(); lost > 0 {
 		return fmt.Errorf("%d of %d answers owed at shutdown were not delivered: %w", lost, owed, ErrUndelivered)

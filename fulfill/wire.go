@@ -52,7 +52,11 @@ type wire struct {
 
 	mu      sync.Mutex
 	waiting map[uint64]*ackWait // PromptRecorded and ApprovalRecorded awaiting their Acked
-	tokens  atomic.Uint64
+	// escalating: the Escalate calls running, by proposal (closed when
+	// it returns); wg waits for them.
+	escalating map[string]chan struct{}
+	wg         sync.WaitGroup
+	tokens     atomic.Uint64
 
 	// Task followers, by owner and task id (taskNotice), and what the
 	// reader saw of each task handle, by the task-augmented request's
@@ -144,7 +148,7 @@ func newWire(space Space, esc Escalator, reg *grantstore.Registry, cfg wireConfi
 	asks, _ := lru.New[string, *wireAsk](cfg.Tracked)
 	handles, _ := lru.New[string, wireTaskHandle](cfg.Tracked)
 	return &wire{space: space, esc: esc, grants: reg, cfg: cfg, hooks: hooks, log: log,
-		sent: sent, asks: asks, waiting: map[uint64]*ackWait{}, followers: map[string]*taskFollower{}, handles: handles}
+		sent: sent, asks: asks, waiting: map[uint64]*ackWait{}, escalating: map[string]chan struct{}{}, followers: map[string]*taskFollower{}, handles: handles}
 }
 
 var _ lifecycle.Wire = (*wire)(nil)
@@ -410,8 +414,25 @@ func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
 			return lifecycle.ApprovalRecorded{ID: a.ID, Approval: ap, Token: token}
 		})
 	}
-	w.esc.Escalate(ctx, esc, func(v Verdict) { w.verdict(ctx, a.ID, v) })
+	// Off the proposal's lane: an Escalator may record its first
+	// prompt before Escalate returns, and the core's answer to that
+	// (Acked) comes through the same lane. CancelAsk waits for it to
+	// return, so the Escalator never hears Cancel before Escalate.
+	returned := make(chan struct{})
+	w.mu.Lock()
+	w.escalating[a.ID] = returned
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer close(returned)
+		w.esc.Escalate(ctx, esc, func(v Verdict) { w.verdict(ctx, a.ID, v) })
+	}()
 }
+
+// wait waits for the Escalate calls still running (Ask); they end with
+// the context the Loop gave them.
+func (w *wire) wait() { w.wg.Wait() }
 
 // noEscalatorMessage is the reject message of an escalation without an
 // Escalator (fulfill's escalate and resumeOne).
@@ -502,7 +523,7 @@ func (w *wire) approvalContent(id string) json.RawMessage {
 // notifications/cancelled for the prompts still open, or, with
 // DropReason, drops them without a word (another member asks them now).
 // A recording still waiting for the core gets an error.
-func (w *wire) CancelAsk(_ context.Context, c lifecycle.CancelAsk) {
+func (w *wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) {
 	if c.Reason != "approved" {
 		// Approved: the grant waits for the request.
 		w.forgetAsk(c.ID)
@@ -518,7 +539,15 @@ func (w *wire) CancelAsk(_ context.Context, c lifecycle.CancelAsk) {
 			delete(w.waiting, token)
 		}
 	}
+	returned := w.escalating[c.ID]
+	delete(w.escalating, c.ID)
 	w.mu.Unlock()
+	if returned != nil {
+		select {
+		case <-returned:
+		case <-ctx.Done():
+		}
+	}
 	if w.esc != nil {
 		w.esc.Cancel(c.ID, c.Reason)
 	}

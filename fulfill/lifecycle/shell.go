@@ -257,6 +257,10 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 			l.schedule(ctx, s, now)
 			continue
 		}
+		if d, ok := e.(Decide); ok {
+			l.decide(ctx, d)
+			continue
+		}
 		id := effectID(e)
 		ln := l.lanes[id]
 		if ln == nil {
@@ -292,6 +296,20 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 	}
 	l.live.Store(int64(l.core.Live()))
 	return touched
+}
+
+// decide asks the policy off the proposal's lane: an evaluation may take
+// as long as the policy's timeout, and what else happens to the proposal
+// meanwhile (its withdrawal, its record's delete) must not wait for it.
+// Nothing of the proposal waits in its lane for the answer either: the
+// core emits the effects that follow a decision once Decided comes back
+// (and ignores one the proposal no longer waits for).
+func (l *Loop) decide(ctx context.Context, d Decide) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		_ = l.Post(ctx, l.policy.Decide(ctx, d))
+	}()
 }
 
 func (l *Loop) schedule(ctx context.Context, s Schedule, now time.Time) {
@@ -346,8 +364,6 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 			case <-time.After(l.retry):
 			}
 		}
-	case Decide:
-		return l.policy.Decide(ctx, e)
 	case SendReject:
 		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendReject(ctx, e)}
 	case SendRequest:
