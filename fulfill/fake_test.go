@@ -265,6 +265,14 @@ func (h *harness) deliver(env agent.Envelope) {
 	h.in <- env
 }
 
+// handled returns once the fulfiller has handled every frame delivered
+// so far: the reader takes a frame only after it handled the one before
+// (a chat changes nothing), and what it posted is applied before a
+// later read of the core (Pending, Get).
+func (h *harness) handled() {
+	h.deliver(agent.Envelope{ID: "sync-" + agent.NewID("test"), From: "nobody", Kind: agent.KindChat, Payload: json.RawMessage(`{"text":""}`)})
+}
+
 func (h *harness) stages(id string) []Stage {
 	h.mu.Lock()
 	defer h.mu.Unlock()

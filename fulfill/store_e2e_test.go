@@ -11,6 +11,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/state"
 )
 
@@ -462,7 +463,12 @@ func TestStoreBusyWhenGroupFull(t *testing.T) {
 	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
 	esc.next(t)
-	for deadline := time.Now().Add(15 * time.Second); h.f.group.capacity.Load() != 1 || h.f.loop.Live() != 1; time.Sleep(10 * time.Millisecond) {
+	groupFull := func() bool {
+		var pending, capacity int
+		err := h.f.loop.Do(t.Context(), func(c *lifecycle.Core) { pending, capacity = c.GroupLoad() })
+		return err == nil && capacity == 1 && pending >= capacity
+	}
+	for deadline := time.Now().Add(15 * time.Second); !groupFull(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the group's pending work never read as full")
 		}

@@ -25,3 +25,8 @@ func (c *Core) ByRequest(requestID string) (Proposal, bool) {
 // Inflight reports the fulfilment slots held (requests out, or being
 // committed).
 func (c *Core) Inflight() int { return c.slots.used }
+
+// GroupLoad reports the group's load as of the last GroupLoad event:
+// the proposals pending in the group then (this member's and its
+// peers') and the group's capacity (0: not read yet).
+func (c *Core) GroupLoad() (pending, capacity int) { return c.groupPending, c.groupCap }
