@@ -31,6 +31,14 @@ type journal struct {
 	// were written: what shutdown reports (ShutdownAnswers).
 	closing bool
 	owed    map[string]bool // proposal → written
+	// waiters are told the next line of their proposal that matches
+	// (an operator's cancel waits for its reject to be committed).
+	waiters map[string][]lineWaiter
+}
+
+type lineWaiter struct {
+	match func(Event) bool
+	ch    chan Event // capacity 1
 }
 
 // recentLines bounds journal.recent: the gateway refuses a frame within
@@ -39,7 +47,7 @@ const recentLines = 4096
 
 func newJournal(obs Observer, log *slog.Logger) *journal {
 	recent, _ := lru.New[string, Event](recentLines)
-	return &journal{obs: obs, log: log, ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}}
+	return &journal{obs: obs, log: log, ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, waiters: map[string][]lineWaiter{}}
 }
 
 // writtenAhead are the stages whose line is written ahead of the
@@ -59,6 +67,7 @@ func (j *journal) Log(_ context.Context, l lifecycle.Line) {
 	stamp(&ev)
 	j.mu.Lock()
 	j.recent.Add(ev.ProposalID, ev)
+	j.notifyLocked(ev)
 	if ev.Stage == StageRejected && j.closing {
 		if _, ok := j.owed[ev.ProposalID]; !ok {
 			j.owed[ev.ProposalID] = false
@@ -185,4 +194,48 @@ func eventOf(l lifecycle.Line) Event {
 		ev.Time = time.Now()
 	}
 	return ev
+}
+
+// await returns a channel that gets the next line of proposal id that
+// match accepts, and a func that stops waiting.
+func (j *journal) await(id string, match func(Event) bool) (<-chan Event, func()) {
+	w := lineWaiter{match: match, ch: make(chan Event, 1)}
+	j.mu.Lock()
+	j.waiters[id] = append(j.waiters[id], w)
+	j.mu.Unlock()
+	return w.ch, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		ws := j.waiters[id]
+		for i := range ws {
+			if ws[i].ch == w.ch {
+				ws = append(ws[:i], ws[i+1:]...)
+				break
+			}
+		}
+		if len(ws) == 0 {
+			delete(j.waiters, id)
+		} else {
+			j.waiters[id] = ws
+		}
+	}
+}
+
+// notifyLocked hands ev to the waiters of its proposal it matches.
+// Called with j.mu held.
+func (j *journal) notifyLocked(ev Event) {
+	ws := j.waiters[ev.ProposalID]
+	kept := ws[:0]
+	for _, w := range ws {
+		if w.match(ev) {
+			w.ch <- ev
+			continue
+		}
+		kept = append(kept, w)
+	}
+	if len(kept) == 0 {
+		delete(j.waiters, ev.ProposalID)
+	} else {
+		j.waiters[ev.ProposalID] = kept
+	}
 }

@@ -113,9 +113,16 @@ func (s *Fulfiller) resume(ctx context.Context, recs []*state.Pending, how strin
 func (s *Fulfiller) settle(ctx context.Context, recs []*state.Pending) []lifecycle.Proposal {
 	var ps []lifecycle.Proposal
 	for _, r := range recs {
-		if ok, err := s.cfg.Store.Reclaim(ctx, r); err != nil || !ok {
-			if err != nil {
-				s.log.Error("record taken over not settled; left for the next scan", "proposal", r.ProposalID, "err", err)
+		ok, err := s.cfg.Store.Reclaim(ctx, r)
+		if err != nil {
+			s.log.Error("record taken over not settled; left for the next scan", "proposal", r.ProposalID, "err", err)
+			continue
+		}
+		if !ok {
+			// A replay's record (its seen key holds another claim, whose
+			// proposal had its answer): it goes, and nothing is sent.
+			if err := s.cfg.Store.Delete(ctx, r); err != nil && !errors.Is(err, state.ErrConflict) {
+				s.log.Warn("a replay's record not deleted", "proposal", r.ProposalID, "err", err)
 			}
 			continue
 		}

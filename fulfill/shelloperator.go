@@ -114,15 +114,35 @@ func (s *Fulfiller) Cancel(id, by string) error {
 	if !s.ask(context.Background(), func(c *lifecycle.Core) { p, held = c.Get(id) }) {
 		return fmt.Errorf("cancel %s: %w", id, lifecycle.ErrStopped)
 	}
+	ctx, cancel := context.WithTimeout(s.base, storeTimeout)
+	defer cancel()
+	// The cancel returns once its reject is committed (recorded: sent
+	// after a crash too) or refused: what the operator is told is what
+	// happened.
+	committed, stop := s.journal.await(id, func(ev Event) bool {
+		return ev.Stage == StageRejected || (ev.Stage == StageIgnored && ev.Reason == "cancel_refused")
+	})
+	defer stop()
+	wait := func() error {
+		select {
+		case ev := <-committed:
+			if ev.Stage != StageRejected {
+				return fmt.Errorf("cancel %s: %w", id, ErrAnswered)
+			}
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, ctx.Err())
+		}
+	}
 	if held {
 		if p.Phase == lifecycle.Fulfilling || p.Phase == lifecycle.Answered {
 			return fmt.Errorf("cancel %s: %w", id, ErrAnswered)
 		}
-		s.post(lifecycle.Cancelled{ID: id, By: by})
-		return nil
+		if err := s.loop.Post(ctx, lifecycle.Cancelled{ID: id, By: by}); err != nil {
+			return fmt.Errorf("cancel %s: %w", id, err)
+		}
+		return wait()
 	}
-	ctx, cancel := context.WithTimeout(s.base, storeTimeout)
-	defer cancel()
 	var r *state.Pending
 	var err error
 	for range maxTakes {
@@ -150,7 +170,7 @@ func (s *Fulfiller) Cancel(id, by string) error {
 	if err := s.loop.PostAll(ctx, lifecycle.Resumed{Records: ps, How: "taken for an operator's cancel"}, lifecycle.Cancelled{ID: id, By: by}); err != nil {
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}
-	return nil
+	return wait()
 }
 
 // Tools lists every tool discovered in the space, as its owner described

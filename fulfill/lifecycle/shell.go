@@ -176,9 +176,10 @@ var ErrStopped = errors.New("lifecycle: loop stopped")
 // goroutine, for the group's "busy" (GroupLoad).
 func (l *Loop) Live() int { return int(l.live.Load()) }
 
-// Run resumes this member's records, then applies events until ctx
-// ends; it stops its timers and waits for the effects being carried out
-// (they end with ctx) before it returns.
+// Run applies events until ctx ends, this member's records from before
+// (Store.Owned, tried until read) among them as one Resumed; it stops its
+// timers and waits for the effects being carried out (they end with ctx)
+// before it returns. It returns nil.
 func (l *Loop) Run(ctx context.Context) error {
 	defer close(l.stopped)
 	defer func() {
@@ -187,11 +188,16 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.wg.Wait()
 	}()
-	recs, err := l.owned(ctx)
-	if err != nil {
-		return err
-	}
-	l.step(ctx, Resumed{Records: recs, How: "restart"})
+	// This member's records from before are read beside the events, not
+	// before them: a slow store at start must not stop the frames (the
+	// core takes a record of a proposal it ended meanwhile as stale).
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		if recs, err := l.owned(ctx); err == nil {
+			_ = l.Post(ctx, Resumed{Records: recs, How: "restart"})
+		}
+	}()
 	for {
 		select {
 		case ev := <-l.in:
