@@ -150,11 +150,11 @@ func (f policyFunc) Decide(_ context.Context, d Decide) Decided { return f(d) }
 
 type nopJournal struct{}
 
-func (nopJournal) Log(context.Context, Line) {}
+func (nopJournal) Log(context.Context, Line) error { return nil }
 
 type chanJournal chan Line
 
-func (j chanJournal) Log(_ context.Context, l Line) { j <- l }
+func (j chanJournal) Log(_ context.Context, l Line) error { j <- l; return nil }
 
 var runs atomic.Int64
 
