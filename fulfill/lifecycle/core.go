@@ -1380,14 +1380,19 @@ func (s *step) sent(ev Sent) {
 			e.reqOut = true
 			return
 		}
-		if errors.Is(ev.Err, ErrAway) && e.outcome == Open && p.Phase == Fulfilling && !e.unsent {
+		if errors.Is(ev.Err, ErrAway) {
 			// Its owner is not in the space (this member had not heard
-			// it left): nothing was written. Held for the owner's rejoin
-			// grace, as a request due while its owner is away; its record
-			// and line have it already, so it goes out as it is.
-			e.reqSending, e.held, e.heldLogged = false, true, true
+			// it left): nothing was written, and the owner is away for
+			// every request, whatever became of this one meanwhile.
 			s.c.away[p.Request.Target] = true
-			s.startGrace(e)
+			e.reqSending = false
+			if e.outcome == Open && p.Phase == Fulfilling && !e.unsent {
+				// Held for the owner's rejoin grace, as a request due
+				// while its owner is away; its record and line have it
+				// already, so it goes out as it is.
+				e.held, e.heldLogged = true, true
+				s.startGrace(e)
+			}
 			return
 		}
 		if e.outcome == Open && p.Phase == Fulfilling {
