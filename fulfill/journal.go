@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -56,12 +57,14 @@ func writtenAhead(s Stage) bool {
 	return s == StageRejected || s == StageFulfilling || s == StageEscalated
 }
 
-// Log implements lifecycle.Journal.
-func (j *journal) Log(_ context.Context, l lifecycle.Line) {
+// Log implements lifecycle.Journal. It returns the Recorder's error for
+// a line written ahead of a send (fulfilling, escalated): the core then
+// fails closed (lifecycle.Unlogged), as the lock-based lifecycle did.
+func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 	if l.Stage == string(StageDecided) {
 		// The policy step logged it, with its input and latency (the
 		// core's line only repeats the action).
-		return
+		return nil
 	}
 	ev := eventOf(l)
 	stamp(&ev)
@@ -76,23 +79,26 @@ func (j *journal) Log(_ context.Context, l lifecycle.Line) {
 	j.mu.Unlock()
 	if !writtenAhead(ev.Stage) {
 		j.obs.Observe(ev)
-		return
+		return nil
 	}
 	if r, ok := j.obs.(Recorder); ok {
 		if err := r.Record(ev); err != nil {
-			// TODO(issue 27): fail closed on a fulfilling or escalated
-			// line the log cannot take (auditFailedMessage), as the
-			// lock-based lifecycle does.
 			j.log.Error("decision log line not written", "proposal", ev.ProposalID, "stage", ev.Stage, "err", err)
+			if l.Ahead {
+				// Nothing it is ahead of is sent (a rejected line is
+				// only logged: the reject still goes).
+				return fmt.Errorf("decision log: %s line of proposal %s: %w", ev.Stage, ev.ProposalID, err)
+			}
 		}
 	}
 	if ev.Stage == StageEscalated {
 		j.announce(ev) // the prompts' own sends are the escalator's
-		return
+		return nil
 	}
 	j.mu.Lock()
 	j.ahead[ev.ProposalID] = ev
 	j.mu.Unlock()
+	return nil
 }
 
 // written: the envelope that carries out proposal id's line written

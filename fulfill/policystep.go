@@ -217,11 +217,9 @@ func (s *policyStep) recheck(ctx context.Context, d lifecycle.Decide) lifecycle.
 }
 
 // recheckDecisionID is the id of the re-check's decision, which governs
-// what follows it (rule 10). The core mints that id itself when it takes
-// the Decided (after this answer), and Decide does not carry it yet: until
-// it does, the decided line gets an id of its own here, so at least it is
-// never taken for the escalating decision's.
-func recheckDecisionID(lifecycle.Decide) string { return NewDecisionID() }
+// what follows it (rule 10): the core mints it with the Decide and adopts
+// it with the answer.
+func recheckDecisionID(d lifecycle.Decide) string { return d.DecisionID }
 
 // routed is the core's decision for dec routed to target: with the task
 // choice (callsAsTask) and the task's timeout (taskTimeout).

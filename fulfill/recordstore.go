@@ -46,8 +46,9 @@ import (
 // from that proposal's own goroutine.
 //
 // Errors: state.ErrConflict (a lost compare-and-set, or no record to
-// update) is lifecycle.ErrConflict. lifecycle.ErrExists and ErrConflict
-// are returned unwrapped: the core compares Stored.Err with them. Anything
+// update) is lifecycle.ErrConflict. A claim lost to another decision is
+// *lifecycle.ClaimedError naming the winner's decision id (errors.Is
+// ErrExists), so the replay's line joins that decision. Anything
 // else (timeouts, an unreachable store, state.ErrRecordLeft) is returned
 // as it is: the core tries the write again or reads the record back.
 // state.ErrRequestRewritten is returned as it is too: the core never
@@ -177,8 +178,10 @@ func (s *recordStore) claim(ctx context.Context, p *lifecycle.Proposal) (uint64,
 	case won:
 		s.memo(p.ID, func(m *recordMemo) { m.claim = r.Claim })
 		return r.StoreRevision, nil
-	case winner == "" || winner != r.Claim:
+	case winner == "":
 		return 0, lifecycle.ErrExists
+	case winner != r.Claim:
+		return 0, &lifecycle.ClaimedError{Winner: winner}
 	}
 	// Lost to its own decision id: an earlier try of this claim was
 	// applied (the store reported it failed, or timed out). Its record
@@ -210,6 +213,8 @@ func (s *recordStore) claimOnly(ctx context.Context, p *lifecycle.Proposal) (uin
 		return 0, storeErr(err)
 	case won || winner == p.DecisionID:
 		return 0, nil
+	case winner != "":
+		return 0, &lifecycle.ClaimedError{Winner: winner}
 	}
 	return 0, lifecycle.ErrExists
 }

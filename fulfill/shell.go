@@ -147,6 +147,7 @@ func coreConfig(cfg Config) lifecycle.Config {
 		ApprovalTimeout:        cfg.ApprovalTimeout,
 		RetryAfter:             retryStore,
 		Approvers:              cfg.Approvers,
+		UnloggedMessage:        auditFailedMessage,
 		Escalator:              true,
 	}
 }

@@ -33,7 +33,7 @@ func (s *Fulfiller) handle(env agent.Envelope) {
 	case agent.KindRequest:
 		s.onOtherRequest(env)
 	case agent.KindReject:
-		s.post(lifecycle.SupersededBy{ID: env.CorrelationID.First(), By: env.From})
+		s.post(lifecycle.SupersededBy{ID: env.CorrelationID.First(), By: env.From, Why: "rejected by " + env.From + " (" + reasonOf(env.Payload) + ")"})
 	case agent.KindWelcome:
 		if env.AddressedTo(s.space.ID()) {
 			s.welcomed()
@@ -122,7 +122,10 @@ func (s *Fulfiller) onResponse(env agent.Envelope) {
 	}
 	r := lifecycle.Responded{RequestID: cid, From: env.From}
 	if env.From != p.Request.Target {
-		r.Result = env.Payload
+		// Not taken; logged with its raw payload (a reference-SDK
+		// proposer may have taken it), once per proposal.
+		r.Payload = env.Payload
+		r.Message = fmt.Sprintf("response %s to fulfilment request %s came from %s, not %s", env.ID, cid, env.From, p.Request.Target)
 		s.post(r)
 		return
 	}
@@ -130,6 +133,7 @@ func (s *Fulfiller) onResponse(env agent.Envelope) {
 	switch {
 	case errors.Is(err, agent.ErrWrongRPCID):
 		r.HasRPCID, r.RPCID = true, wrongRPCID(resp.ID, p.Request.RPCID)
+		r.Message = fmt.Sprintf("response %s to fulfilment request %s: %v", env.ID, cid, err)
 		s.post(r)
 		return
 	case err != nil:
@@ -209,7 +213,7 @@ func (s *Fulfiller) onOtherRequest(env agent.Envelope) {
 	if strings.HasPrefix(req.Method, "notifications/") {
 		return // a notification (a tool server's progress, say) fulfils nothing
 	}
-	s.post(lifecycle.SupersededBy{ID: env.CorrelationID.First(), By: env.From})
+	s.post(lifecycle.SupersededBy{ID: env.CorrelationID.First(), By: env.From, Why: "fulfilled by " + env.From})
 }
 
 // welcomed: this member's (re)connect. The catalog starts again, and the
@@ -268,7 +272,7 @@ func (s *Fulfiller) onRefusal(env agent.Envelope) {
 	if !ok || kind != agent.KindRequest {
 		return // a refused reject: the wire reported it undelivered
 	}
-	s.post(lifecycle.Sent{ID: id, EnvelopeID: env.CorrelationID.First(), Err: errors.New("refused by the gateway")})
+	s.post(lifecycle.Refused{ID: id, EnvelopeID: env.CorrelationID.First()})
 }
 
 // onImpersonation handles an envelope in this fulfiller's name that it

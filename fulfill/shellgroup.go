@@ -186,7 +186,7 @@ func (s *Fulfiller) handOver(ctx context.Context) {
 		return
 	}
 	for _, p := range open {
-		s.post(lifecycle.Released{ID: p.ID})
+		s.post(lifecycle.Released{ID: p.ID, Reason: ReasonHandedOver, Message: "handed over at shutdown to a live member of the group, which adopts it"})
 	}
 	if len(open) > 0 {
 		s.log.Info(fmt.Sprintf("stopping with %d live group members: %d pending proposals handed over to them, none rejected", peers, len(open)),

@@ -243,6 +243,11 @@ func (w *wire) SendReject(ctx context.Context, r lifecycle.SendReject) error {
 // written, and its response or the deadline ends the proposal. Once
 // written, the grant its approvers chose is made.
 func (w *wire) SendRequest(ctx context.Context, r lifecycle.SendRequest) error {
+	if _, ok := w.space.Participant(r.To); !ok {
+		// The gateway replays nothing: written now, it would be lost.
+		// The core holds it until its owner is back (or the grace ends).
+		return fmt.Errorf("fulfilment request %s of proposal %s to %s: %w", r.EnvelopeID, r.ID, r.To, lifecycle.ErrAway)
+	}
 	method := w.hooks.method(r.ID)
 	payload := agent.RPCRequest{JSONRPC: "2.0", ID: json.RawMessage(strconv.FormatInt(r.RPCID, 10)), Method: method, Params: r.Params}
 	env := agent.Envelope{

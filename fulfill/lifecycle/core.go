@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -74,10 +75,13 @@ type entry struct {
 	noRecord bool
 	refused  *RejectRecord
 	// held: the fulfilment request waits for its tool owner to come
-	// back (neither recorded nor sent; see startRequest); graceAt is when
+	// back (neither recorded nor sent; see startRequest; heldLogged: the
+	// wire found the owner away, ErrAway, after it was recorded and its
+	// line logged); graceAt is when
 	// the owner's rejoin grace ends (zero: none running).
-	held    bool
-	graceAt time.Time
+	held       bool
+	heldLogged bool
+	graceAt    time.Time
 	// taskDone: the task ended at its owner (its follower said so):
 	// nothing is left to cancel there.
 	taskDone bool
@@ -85,8 +89,17 @@ type entry struct {
 	// yet: the proposal's end drops it (CancelAsk).
 	chatted bool
 	// edit is the edited call a Decide Again re-checks (rule 7): what is
-	// fulfilled if the policy allows it.
-	edit []byte
+	// fulfilled if the policy allows it; againID the id of the decision
+	// that re-check makes (Decide.DecisionID), adopted with its answer.
+	edit    []byte
+	againID string
+	// spoofed: an answer not taken (forged, from another participant,
+	// with another JSON-RPC id) was logged: the next ones are not, so a
+	// flood of forgeries makes one line (fulfill's spoofed flag).
+	spoofed bool
+	// unsent: the request's fulfilling line was not logged (Unlogged):
+	// it was never written, and is neither sent nor cancelled.
+	unsent bool
 }
 
 type earlyEnd struct {
@@ -209,8 +222,16 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.reloaded(ev)
 	case Released:
 		if e, ok := c.props[ev.ID]; ok {
-			s.fenced(e)
+			reason, message := ev.Reason, ev.Message
+			if reason == "" {
+				reason, message = DropReason, "the proposal's record belongs to another member now"
+			}
+			s.fencedWith(e, reason, message)
 		}
+	case Refused:
+		s.refused(ev)
+	case Unlogged:
+		s.unlogged(ev)
 	default:
 		panic(fmt.Sprintf("lifecycle: unknown event %T", ev))
 	}
@@ -258,8 +279,11 @@ func (s *step) decide(e *entry, again bool, edit []byte) {
 	e.deciding, e.again = true, again
 	d := Decide{ID: e.p.ID, Again: again, Proposal: *e.p.clone(), Pending: c.Live(), Inflight: c.slots.used}
 	if again {
-		e.edit = edit
-		d.Params, d.Approvals = edit, slices.Clone(e.p.Approvals)
+		// The re-check's decision governs what follows (rule 10): its id
+		// goes with the Decide, for the policy's line, and is adopted
+		// with its answer.
+		e.edit, e.againID = edit, c.ids.DecisionID()
+		d.Params, d.Approvals, d.DecisionID = edit, slices.Clone(e.p.Approvals), e.againID
 	}
 	s.emit(d)
 }
@@ -297,6 +321,8 @@ func (s *step) proposed(ev Proposed) {
 			dup.DecisionID = old.p.Claim
 		case ok:
 			dup.DecisionID = old.p.DecisionID
+		case c.seen.get(ev.ID) != "":
+			dup.DecisionID = c.seen.get(ev.ID)
 		default:
 			dup.DecisionID = c.ids.DecisionID()
 		}
@@ -310,7 +336,9 @@ func (s *step) proposed(ev Proposed) {
 		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: id, Claim: id}
 	e := &entry{p: p}
 	c.props[p.ID] = e
-	s.log(e, "received", nil)
+	// Its received line is written once the claim says it is this
+	// member's (then): a replay that loses its claim has only its
+	// ignored line, under the winner's decision.
 	if p.Invalid == "" {
 		if reason, message := c.refusal(p); reason != "" {
 			// Refused as looked at now, even if room is made before the
@@ -416,13 +444,13 @@ func (s *step) stored(ev Stored) {
 	switch {
 	case ev.Err == nil:
 		s.written(e, ev.Rev)
-	case w.claimOnly && (ev.Err == ErrExists || ev.Err == ErrConflict):
+	case w.claimOnly && (errors.Is(ev.Err, ErrExists) || errors.Is(ev.Err, ErrConflict)):
 		// Its own earlier try would have been reported won: another
 		// claim holds the id.
-		s.duplicate(e)
-	case w.create && ev.Err == ErrExists && !e.retried:
-		s.duplicate(e)
-	case ev.Err == ErrExists || ev.Err == ErrConflict:
+		s.duplicate(e, winner(ev.Err))
+	case w.create && errors.Is(ev.Err, ErrExists) && !e.retried:
+		s.duplicate(e, winner(ev.Err))
+	case errors.Is(ev.Err, ErrExists) || errors.Is(ev.Err, ErrConflict):
 		// Another member's now, or an earlier try of this very write
 		// that failed was applied after all (a store timeout does not
 		// say which): the record says.
@@ -448,11 +476,26 @@ func (s *step) reload(e *entry) {
 }
 
 // duplicate drops e: its id was claimed before, by a replay's original
-// or by another member.
-func (s *step) duplicate(e *entry) {
+// or by another member. Its line joins the winning claim's decision when
+// the store named it (rule 10), as a replay read later does.
+func (s *step) duplicate(e *entry, winner string) {
 	e.outcome = Dropped // not ended here: a record of it may come to this member later
+	if winner != "" {
+		e.p.DecisionID, e.p.Claim = winner, winner
+	}
 	s.log(e, "ignored", func(l *Line) { l.Reason = "duplicate" })
+	s.c.seen.put(e.p.ID, winner)
 	s.forget(e)
+}
+
+// winner is the decision id of the claim that won against a write that
+// came back with err ("" when the store did not say).
+func winner(err error) string {
+	var ce *ClaimedError
+	if errors.As(err, &ce) {
+		return ce.Winner
+	}
+	return ""
 }
 
 // written carries on once e's outstanding write is durable at revision
@@ -521,10 +564,21 @@ func (s *step) reloaded(ev Reloaded) {
 		s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
 		s.forget(e)
 	case w.create && !e.claimed:
-		s.duplicate(e)
+		s.duplicate(e, claimOf(r))
 	default:
 		s.fenced(e)
 	}
+}
+
+// claimOf is the decision id record r was claimed with ("": no record).
+func claimOf(r *Proposal) string {
+	switch {
+	case r == nil:
+		return ""
+	case r.Claim != "":
+		return r.Claim
+	}
+	return r.DecisionID
 }
 
 // then carries out what a durable write allowed.
@@ -533,6 +587,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 	switch w.then {
 	case thenClaimed:
 		e.claimed = true
+		s.log(e, "received", nil)
 		if e.outcome != Open {
 			return
 		}
@@ -555,6 +610,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			s.decide(e, false, nil)
 		}
 	case thenRefused:
+		s.log(e, "received", nil)
 		if e.early != nil {
 			// Withdrawn (or answered by another) while it was claimed:
 			// nothing is sent, and with no record nothing is deleted.
@@ -579,7 +635,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 		if e.outcome != Open || e.p.Phase != Fulfilling {
 			return // ended (timed out) before it was written: never sent
 		}
-		s.log(e, "fulfilling", nil)
+		s.log(e, "fulfilling", func(l *Line) { l.Ahead = true })
 		e.reqSending = true
 		r := e.p.Request
 		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: c.taskTimeout(e.p)})
@@ -588,7 +644,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			return
 		}
 		approvers := c.approvers(e.p)
-		s.log(e, "escalated", func(l *Line) { l.By, l.Deadline = approvers, e.p.Deadline })
+		s.log(e, "escalated", func(l *Line) { l.By, l.Deadline, l.Ahead = approvers, e.p.Deadline, true })
 		s.ask(e)
 		s.status(e, Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline})
 	case thenQueued:
@@ -647,7 +703,10 @@ func (c *Core) refusal(p *Proposal) (reason, message string) {
 
 // fenced drops e without a word: its record is another member's, which
 // answers it (and asks its prompts again with the same ids).
-func (s *step) fenced(e *entry) {
+func (s *step) fenced(e *entry) { s.fencedWith(e, DropReason, "") }
+
+// fencedWith is fenced, its ignored line saying reason and message.
+func (s *step) fencedWith(e *entry, reason, message string) {
 	if e.outcome == Open {
 		s.end(e, Dropped, DropReason)
 	} else if e.asked {
@@ -658,7 +717,7 @@ func (s *step) fenced(e *entry) {
 		s.c.withdrawals.put(e.p.ID, e.p.From, "")
 	}
 	e.outcome = Dropped // its end is the record holder's, not this member's
-	s.log(e, "ignored", func(l *Line) { l.Reason = "adopted_elsewhere" })
+	s.log(e, "ignored", func(l *Line) { l.Reason, l.Message = reason, message })
 	s.forget(e)
 }
 
@@ -830,10 +889,20 @@ func (q *slotQueue) next(waiting func(id string) bool) (string, bool) {
 // envelope id) before it is sent, so a crash before the write leaves a
 // record whose resumer sends the same envelope.
 func (s *step) commitReject(e *entry, reason, message string) {
+	s.commitRejectFor(e, reason, message, reason)
+}
+
+// commitRejectFor is commitReject whose cancel of the request (if one
+// went out) says cancelWhy.
+func (s *step) commitRejectFor(e *entry, reason, message, cancelWhy string) {
 	// A request committed before is cancelled at its owner with the
 	// reject, and again with it after a restart (rule 4); a held one
-	// never went out.
-	s.commitRejectCancel(e, reason, message, e.p.Phase == Fulfilling && e.p.Request != nil && !e.held)
+	// never went out, nor did one whose line was not logged.
+	cancel := ""
+	if e.p.Phase == Fulfilling && e.p.Request != nil && !e.held && !e.unsent {
+		cancel = cancelWhy
+	}
+	s.commitRejectCancel(e, reason, message, cancel)
 }
 
 // cancelTask cancels (or, with DropReason, only stops following) e's task.
@@ -904,7 +973,7 @@ func (s *step) taskEnded(ev TaskEnded) {
 	}
 	e.taskDone = true
 	if ev.Gone != "" {
-		s.commitRejectCancel(e, "other", fmt.Sprintf("%s no longer knows task %s: %s", e.p.Request.Target, ev.TaskID, ev.Gone), false)
+		s.commitRejectCancel(e, "other", fmt.Sprintf("%s no longer knows task %s: %s", e.p.Request.Target, ev.TaskID, ev.Gone), "")
 		return
 	}
 	e.p.Task.Status = ev.Status
@@ -956,14 +1025,17 @@ func answerEnvelope(p *Proposal) string {
 	return ""
 }
 
-// commitRejectCancel is commitReject, cancel saying whether the request
-// is cancelled at its owner.
-func (s *step) commitRejectCancel(e *entry, reason, message string, cancel bool) {
+// commitRejectCancel is commitReject, cancel the reason of the request's
+// cancel at its owner ("": not cancelled).
+func (s *step) commitRejectCancel(e *entry, reason, message string, cancel string) {
 	s.end(e, Rejected, reason)
 	p := e.p
 	task := p.Phase == Task && !e.taskDone
 	p.Phase = Answered
-	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel, CancelTask: task}
+	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel != "", CancelTask: task}
+	if cancel != "" && cancel != reason {
+		p.Reject.CancelReason = cancel
+	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
 }
 
@@ -1031,11 +1103,54 @@ func (s *step) startGrace(e *entry) {
 	s.emit(Schedule{ID: e.p.ID, At: e.graceAt, Kind: TimerGrace})
 }
 
-// release sends e's held request: recorded first, as every request.
+// release sends e's held request: recorded first, as every request
+// (one the wire found its owner away for is recorded and logged
+// already, and goes out as it is, with the same ids).
 func (s *step) release(e *entry) {
 	e.held = false
 	e.graceAt = time.Time{}
+	if e.heldLogged {
+		e.heldLogged, e.reqSending = false, true
+		r := e.p.Request
+		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: s.c.taskTimeout(e.p)})
+		return
+	}
 	s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenSendRequest})
+}
+
+// refused: the gateway refused e's fulfilment request; it never reached
+// the owner, so there is nothing to cancel.
+func (s *step) refused(ev Refused) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || e.p.Request == nil || e.p.Request.EnvelopeID != ev.EnvelopeID {
+		return
+	}
+	e.unsent = true
+	s.commitRejectCancel(e, "other", "the gateway refused the fulfilment request", "")
+}
+
+// unlogged fails closed: a line written ahead of a send was not written,
+// so the send was not made (the Loop dropped it) and e is rejected
+// "other"; a request recorded but never written is never sent after, nor
+// cancelled.
+func (s *step) unlogged(ev Unlogged) {
+	e, ok := s.c.props[ev.ID]
+	if !ok || e.outcome != Open {
+		return
+	}
+	msg := s.c.cfg.UnloggedMessage
+	if msg == "" {
+		msg = "the decision log cannot be written; propose again later"
+	}
+	switch {
+	case ev.Stage == "fulfilling" && e.p.Phase == Fulfilling && e.p.Request != nil:
+		e.unsent, e.reqSending = true, false
+		s.commitRejectCancel(e, "other", msg, "")
+	case ev.Stage == "escalated" && e.p.Phase == AwaitingApproval:
+		// Nothing was asked (the Ask and its status were dropped).
+		e.asked, e.chatted = false, false
+		s.commitReject(e, "other", msg)
+	}
 }
 
 // sorted returns the ids of the proposals held, in order: what an event
@@ -1112,7 +1227,11 @@ func (s *step) graceEnded(e *entry) {
 	if e.held {
 		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", req.Target, c.cfg.OwnerRejoinGrace)
 	}
-	s.commitRejectCancel(e, "incapable", msg, !e.held)
+	cancel := ""
+	if !e.held && !e.unsent {
+		cancel = "the tool owner left"
+	}
+	s.commitRejectCancel(e, "incapable", msg, cancel)
 }
 
 func (s *step) decided(ev Decided) {
@@ -1125,7 +1244,10 @@ func (s *step) decided(ev Decided) {
 	d := ev.Decision
 	p := e.p
 	if ev.Again {
-		p.DecisionID = c.ids.DecisionID() // a new decision governs what follows
+		p.DecisionID = e.againID // a new decision governs what follows
+		if p.DecisionID == "" {
+			p.DecisionID = c.ids.DecisionID()
+		}
 	}
 	p.Decision = &d
 	s.log(e, "decided", func(l *Line) { l.Action, l.Reason = d.Action, d.Reason })
@@ -1258,6 +1380,21 @@ func (s *step) sent(ev Sent) {
 			e.reqOut = true
 			return
 		}
+		if errors.Is(ev.Err, ErrAway) {
+			// Its owner is not in the space (this member had not heard
+			// it left): nothing was written, and the owner is away for
+			// every request, whatever became of this one meanwhile.
+			s.c.away[p.Request.Target] = true
+			e.reqSending = false
+			if e.outcome == Open && p.Phase == Fulfilling && !e.unsent {
+				// Held for the owner's rejoin grace, as a request due
+				// while its owner is away; its record and line have it
+				// already, so it goes out as it is.
+				e.held, e.heldLogged = true, true
+				s.startGrace(e)
+			}
+			return
+		}
 		if e.outcome == Open && p.Phase == Fulfilling {
 			// Not written (a lost session counts as written in the
 			// shell): the proposer is answered, the request never
@@ -1361,7 +1498,11 @@ func (s *step) superseded(ev SupersededBy) {
 		return
 	}
 	// By names the participant that answered; the message says so too.
-	end := earlyEnd{outcome: Superseded, stage: "superseded", why: ev.By, by: []string{ev.By}}
+	why := ev.Why
+	if why == "" {
+		why = ev.By
+	}
+	end := earlyEnd{outcome: Superseded, stage: "superseded", why: why, by: []string{ev.By}}
 	if !e.claimed {
 		e.early = &end
 		return
@@ -1402,14 +1543,10 @@ func (s *step) responded(ev Responded) {
 	req := e.p.Request
 	switch {
 	case ev.From != req.Target:
-		s.log(e, "ignored", func(l *Line) {
-			l.Reason, l.By, l.Result, l.RPCError = "response_from_other", []string{ev.From}, ev.Result, ev.Error
-		})
+		s.spoofed(e, ev, "response_from_other")
 		return
 	case ev.HasRPCID && ev.RPCID != req.RPCID:
-		s.log(e, "ignored", func(l *Line) {
-			l.Reason, l.By, l.Result, l.RPCError = "wrong_rpc_id", []string{ev.From}, ev.Result, ev.Error
-		})
+		s.spoofed(e, ev, "wrong_rpc_id")
 		return
 	case req.Task && ev.TaskID != "":
 		s.taskStarted(e, ev)
@@ -1425,6 +1562,23 @@ func (s *step) responded(ev Responded) {
 		l.Result, l.RPCError, l.By, l.Latency = ev.Result, ev.Error, e.p.ApprovedBy, s.now.Sub(req.SentAt)
 	})
 	s.queueWrite(e, pendingWrite{})
+}
+
+// spoofed logs an answer to e's request that is not taken, once per
+// proposal (fulfill's ignoreResponse): a flood of forgeries must not
+// flood the decision log. Its line carries the raw payload when the
+// shell gave it.
+func (s *step) spoofed(e *entry, ev Responded, reason string) {
+	if e.spoofed {
+		return
+	}
+	e.spoofed = true
+	s.log(e, "ignored", func(l *Line) {
+		l.Reason, l.By, l.Message, l.Result, l.RPCError = reason, []string{ev.From}, ev.Message, ev.Result, ev.Error
+		if ev.Payload != nil {
+			l.Result, l.RPCError = ev.Payload, nil
+		}
+	})
 }
 
 func (s *step) answered(ev PromptAnswered) {
@@ -1444,7 +1598,10 @@ func (s *step) answered(ev PromptAnswered) {
 	}
 	pr := &p.Prompts[i]
 	if ev.From != pr.Approver || !ev.Verified {
-		s.log(e, "ignored", func(l *Line) { l.Reason, l.Message, l.By = "forged_answer", "answer from "+ev.From, []string{ev.From} })
+		if !e.spoofed { // once per proposal, as an answer to its request
+			e.spoofed = true
+			s.log(e, "ignored", func(l *Line) { l.Reason, l.Message, l.By = "forged_answer", "answer from "+ev.From, []string{ev.From} })
+		}
 		return
 	}
 	if pr.Answered {
@@ -1547,6 +1704,12 @@ func (s *step) cancelled(ev Cancelled) {
 	if ev.By != "" {
 		msg += " (" + ev.By + ")"
 	}
+	if e.asked {
+		// The escalation ends "cancelled" (fulfill's Escalator.Cancel
+		// reason for an operator's cancel), not with the reject's reason.
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: "cancelled"})
+		e.asked, e.chatted = false, false
+	}
 	s.commitReject(e, "other", msg)
 }
 
@@ -1569,8 +1732,8 @@ func (s *step) closeOne(e *entry) {
 	if e.outcome != Open || !e.claimed {
 		return
 	}
-	if e.p.Phase == Fulfilling && !e.held {
-		s.commitReject(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target)
+	if e.p.Phase == Fulfilling && !e.held && !e.unsent {
+		s.commitRejectFor(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target, "shutdown")
 		return
 	}
 	if e.p.Phase == Task {
@@ -1689,7 +1852,11 @@ func (s *step) logReject(e *entry) {
 func (s *step) cancelRequest(e *entry) {
 	if r := e.p.Reject; r != nil && r.CancelRequest && e.p.Request != nil {
 		req := e.p.Request
-		s.emit(SendCancel{ID: e.p.ID, To: req.Target, RequestEnvelopeID: req.EnvelopeID, RPCID: req.RPCID, Reason: r.Reason})
+		why := r.CancelReason
+		if why == "" {
+			why = r.Reason
+		}
+		s.emit(SendCancel{ID: e.p.ID, To: req.Target, RequestEnvelopeID: req.EnvelopeID, RPCID: req.RPCID, Reason: why})
 	}
 	if r := e.p.Reject; r != nil && r.CancelTask && e.p.Task != nil && e.p.Request != nil {
 		s.cancelTask(e, r.Reason)
@@ -1753,6 +1920,11 @@ func (s *step) forget(e *entry) {
 	for _, pr := range e.p.Prompts {
 		delete(c.byPrompt, pr.EnvelopeID)
 	}
+	// A replay read later joins its decision (rule 10): the claim's,
+	// when this member held the record.
+	if e.claimed {
+		c.seen.put(id, claimOf(e.p))
+	}
 	if e.outcome != Dropped {
 		c.ended.add(id)
 		s.nack(e, ErrEnded)
@@ -1763,23 +1935,34 @@ func (s *step) forget(e *entry) {
 	s.giveSlot(e)
 }
 
-// idSet is a bounded set of ids: the oldest go first.
+// idSet is a bounded set of ids, each with a value (the seen set's: the
+// decision id its claim holds): the oldest go first.
 type idSet struct {
 	max   int
-	ids   map[string]struct{}
+	ids   map[string]string
 	order []string
 }
 
-func newIDSet(max int) *idSet { return &idSet{max: max, ids: map[string]struct{}{}} }
+func newIDSet(max int) *idSet { return &idSet{max: max, ids: map[string]string{}} }
 
 func (s *idSet) has(id string) bool { _, ok := s.ids[id]; return ok }
+
+// get is id's value ("": none, or not in the set).
+func (s *idSet) get(id string) string { return s.ids[id] }
+
+// put sets the value of an id in the set (one let go of stays out).
+func (s *idSet) put(id, v string) {
+	if s.has(id) && v != "" {
+		s.ids[id] = v
+	}
+}
 
 // add puts id in the set and returns the id it let go of, if any.
 func (s *idSet) add(id string) (evicted string) {
 	if s.has(id) {
 		return ""
 	}
-	s.ids[id] = struct{}{}
+	s.ids[id] = ""
 	s.order = append(s.order, id)
 	if len(s.order) > s.max {
 		evicted = s.order[0]

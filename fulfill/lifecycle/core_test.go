@@ -648,3 +648,185 @@ func TestStatusChats(t *testing.T) {
 		same(t, kinds(effs), []string{"CancelAsk", "delete"})
 	}
 }
+
+// admitted claims proposal id on c and returns the write that commits
+// decision d (the core's next write after Decided).
+func admitted(t *testing.T, c *Core, id string, d Decision) Write {
+	t.Helper()
+	claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+	c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+	return only[Write](t, c.Step(t0, Decided{ID: id, Decision: d}))
+}
+
+func logs(effs []Effect) []Line {
+	var out []Line
+	for _, e := range effs {
+		if l, ok := e.(Log); ok {
+			out = append(out, l.Line)
+		}
+	}
+	return out
+}
+
+// A claim lost to a winner the store names (wrapped, as a store's error
+// may be) logs only the ignored line, under the winner's decision (rule
+// 10), and so does a replay read later in the process.
+func TestLostClaimJoinsTheWinnersDecision(t *testing.T) {
+	c := testCore()
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	effs := c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Err: fmt.Errorf("store: %w", &ClaimedError{Winner: "w9"})})
+	ls := logs(effs)
+	if len(ls) != 1 || ls[0].Stage != "ignored" || ls[0].Reason != "duplicate" || ls[0].DecisionID != "w9" {
+		t.Fatalf("lost claim logged %+v, want one ignored duplicate under w9", ls)
+	}
+	ls = logs(c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	if len(ls) != 1 || ls[0].Reason != "duplicate" || ls[0].DecisionID != "w9" {
+		t.Fatalf("replay logged %+v, want ignored duplicate under w9", ls)
+	}
+	if !errors.Is(&ClaimedError{Winner: "x"}, ErrExists) {
+		t.Fatal("a ClaimedError is not ErrExists")
+	}
+}
+
+// A fulfilling line the log cannot write: the request, recorded, is
+// rejected "other" with Config.UnloggedMessage and never cancelled (it
+// was never written); an escalated one: rejected, nothing cancelled.
+func TestUnloggedLineFailsClosed(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.UnloggedMessage = "log down" })
+	w := admitted(t, c, "p1", Decision{Action: Fulfill, Target: "fs"})
+	effs := c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2})
+	if l := logs(effs); len(l) != 1 || l[0].Stage != "fulfilling" || !l[0].Ahead {
+		t.Fatalf("fulfilling line %+v, want one written ahead", l)
+	}
+	effs = c.Step(t0, Unlogged{ID: "p1", Stage: "fulfilling"})
+	same(t, kinds(effs), []string{"write answered"})
+	if r := only[Write](t, effs).Record.Reject; r.Reason != "other" || r.Message != "log down" || r.CancelRequest {
+		t.Fatalf("unlogged request: %+v", r)
+	}
+	same(t, kinds(c.Step(t0, Stored{ID: "p1", Seq: only[Write](t, effs).Seq, Rev: 3})), []string{"SendReject"})
+
+	w = admitted(t, c, "p2", Decision{Action: Escalate})
+	effs = c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 2})
+	if l := logs(effs); len(l) != 1 || l[0].Stage != "escalated" || !l[0].Ahead {
+		t.Fatalf("escalated line %+v, want one written ahead", l)
+	}
+	effs = c.Step(t0, Unlogged{ID: "p2", Stage: "escalated"})
+	same(t, kinds(effs), []string{"write answered"})
+	if r := only[Write](t, effs).Record.Reject; r.Reason != "other" || r.Message != "log down" {
+		t.Fatalf("unlogged escalation: %+v", r)
+	}
+}
+
+// The re-check of an edited call carries the id of the decision it
+// makes, which the decided line and what follows carry.
+func TestDecideAgainCarriesItsDecisionID(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.Escalator = true })
+	w := admitted(t, c, "p1", Decision{Action: Escalate, Target: "fs"})
+	c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2})
+	d := only[Decide](t, c.Step(t0, Verdict{ID: "p1", Approved: true, By: []string{"alice"}, Params: []byte(`{"x":2}`)}))
+	if !d.Again || d.DecisionID == "" || d.DecisionID == d.Proposal.DecisionID {
+		t.Fatalf("re-check %+v", d)
+	}
+	effs := c.Step(t0, Decided{ID: "p1", Again: true, Decision: Decision{Action: Fulfill, Target: "fs"}})
+	for _, l := range logs(effs) {
+		if l.DecisionID != d.DecisionID {
+			t.Fatalf("%s line under %q, want the re-check's %q", l.Stage, l.DecisionID, d.DecisionID)
+		}
+	}
+	if got := only[Write](t, effs).Record.DecisionID; got != d.DecisionID {
+		t.Fatalf("record governed by %q, want %q", got, d.DecisionID)
+	}
+}
+
+// Answers not taken are logged once per proposal, with the raw payload
+// and the shell's message.
+func TestIgnoredAnswersLoggedOnce(t *testing.T) {
+	c := testCore()
+	w := admitted(t, c, "p1", Decision{Action: Fulfill, Target: "fs"})
+	req := only[SendRequest](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	var ls []Line
+	for i := range 3 {
+		ls = append(ls, logs(c.Step(t0, Responded{RequestID: req.EnvelopeID, From: "mallory", Payload: []byte(`{"raw":1}`), Result: []byte(`{}`), Message: fmt.Sprint("forged ", i)}))...)
+	}
+	ls = append(ls, logs(c.Step(t0, Responded{RequestID: req.EnvelopeID, From: "fs", HasRPCID: true, RPCID: req.RPCID + 1}))...)
+	if len(ls) != 1 || ls[0].Reason != "response_from_other" || string(ls[0].Result) != `{"raw":1}` || ls[0].Message != "forged 0" {
+		t.Fatalf("ignored lines %+v, want one response_from_other with the raw payload", ls)
+	}
+}
+
+// A refused request is rejected "other" with nothing cancelled; one the
+// wire found its owner away for is held, and sent with the same ids when
+// the owner is back, or rejected "incapable" at the grace's end with
+// nothing cancelled.
+func TestRefusedAndAwayRequests(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.OwnerRejoinGrace, cfg.MaxInflight = 5*time.Second, 3 })
+	w := admitted(t, c, "p1", Decision{Action: Fulfill, Target: "fs"})
+	req := only[SendRequest](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	c.Step(t0, Sent{ID: "p1", EnvelopeID: req.EnvelopeID})
+	effs := c.Step(t0, Refused{ID: "p1", EnvelopeID: req.EnvelopeID})
+	if r := only[Write](t, effs).Record.Reject; r.Reason != "other" || r.Message != "the gateway refused the fulfilment request" || r.CancelRequest {
+		t.Fatalf("refused: %+v", r)
+	}
+
+	w = admitted(t, c, "p2", Decision{Action: Fulfill, Target: "fs"})
+	req = only[SendRequest](t, c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 2}))
+	effs = c.Step(t0, Sent{ID: "p2", EnvelopeID: req.EnvelopeID, Err: fmt.Errorf("wire: %w", ErrAway)})
+	same(t, kinds(effs), nil)
+	again := only[SendRequest](t, c.Step(t0.Add(time.Second), ParticipantJoined{ID: "fs"}))
+	if again.EnvelopeID != req.EnvelopeID || again.RPCID != req.RPCID {
+		t.Fatalf("held request sent as %+v, want %+v", again, req)
+	}
+
+	w = admitted(t, c, "p3", Decision{Action: Fulfill, Target: "fs"})
+	req = only[SendRequest](t, c.Step(t0, Stored{ID: "p3", Seq: w.Seq, Rev: 2}))
+	c.Step(t0, Sent{ID: "p3", EnvelopeID: req.EnvelopeID, Err: ErrAway})
+	effs = c.Step(t0.Add(5*time.Second), Fired{ID: "p3", At: t0.Add(5 * time.Second), Kind: TimerGrace})
+	if r := only[Write](t, effs).Record.Reject; r.Reason != "incapable" || r.CancelRequest || r.Message != "fs was not in the space to carry the call out, and did not come back within 5s" {
+		t.Fatalf("away past the grace: %+v", r)
+	}
+}
+
+// Requests are cancelled with fulfill's reasons: "timeout" at the fulfil
+// timeout, "shutdown" at shutdown.
+func TestCancelReasons(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.MaxInflight = 2 })
+	var reqs []SendRequest
+	for _, id := range []string{"p1", "p2"} {
+		w := admitted(t, c, id, Decision{Action: Fulfill, Target: "fs"})
+		reqs = append(reqs, only[SendRequest](t, c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 2})))
+		c.Step(t0, Sent{ID: id, EnvelopeID: reqs[len(reqs)-1].EnvelopeID})
+	}
+	at := t0.Add(30 * time.Second)
+	w := only[Write](t, c.Step(at, Fired{ID: "p1", At: at, Kind: TimerDeadline}))
+	if got := only[SendCancel](t, c.Step(at, Stored{ID: "p1", Seq: w.Seq, Rev: 3})).Reason; got != "timeout" {
+		t.Fatalf("timeout cancel reason %q", got)
+	}
+	effs := c.Step(t0, Closing{})
+	w = only[Write](t, effs)
+	if got := only[SendCancel](t, c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 3})).Reason; got != "shutdown" {
+		t.Fatalf("shutdown cancel reason %q", got)
+	}
+}
+
+// A release says why in its ignored line; a supersession's line says
+// what the other participant did.
+func TestReleasedAndSupersededSayWhy(t *testing.T) {
+	c := testCore()
+	for _, id := range []string{"p1", "p2", "p3"} {
+		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
+	}
+	l := only[Log](t, c.Step(t0, Released{ID: "p1"})).Line
+	if l.Reason != DropReason || l.Message != "the proposal's record belongs to another member now" {
+		t.Fatalf("released line %+v", l)
+	}
+	l = only[Log](t, c.Step(t0, Released{ID: "p2", Reason: "handed_over", Message: "handed over"})).Line
+	if l.Reason != "handed_over" || l.Message != "handed over" {
+		t.Fatalf("handed over line %+v", l)
+	}
+	w := only[Write](t, c.Step(t0, SupersededBy{ID: "p3", By: "ful2", Why: "rejected by ful2 (policy)"}))
+	ls := logs(c.Step(t0, Stored{ID: "p3", Seq: w.Seq, Rev: 2}))
+	if len(ls) != 1 || ls[0].Stage != "superseded" || ls[0].Message != "rejected by ful2 (policy)" {
+		t.Fatalf("superseded lines %+v", ls)
+	}
+}

@@ -135,7 +135,15 @@
 // when the owner is back; a fulfilment whose owner leaves gets the same
 // grace, and its owner's response meanwhile counts; an owner still away
 // at its end gets the proposal rejected "incapable", the request not
-// cancelled once it was written (fulfill's ownerGone).
+// cancelled once it was written (fulfill's ownerGone). A request the
+// wire finds its owner away for (ErrAway: not in the roster, though no
+// leave was read) is held the same way, recorded already, and goes out
+// as it is when the owner is back. A request the gateway refuses
+// (Refused) never reached its owner: rejected "other", nothing to
+// cancel. Cancels say fulfill's reasons (RejectRecord.CancelReason:
+// "timeout", "shutdown", "the tool owner left"), and an escalation ends
+// with fulfill's Escalator.Cancel reasons (withdrawn, superseded,
+// "cancelled" for an operator, a reject's reason, DropReason).
 // Loop (shell.go) is the shell: one goroutine steps the Core, each
 // proposal's effects run in order on a goroutine of their own and come
 // back as events, timers run on a Clock that tests control.
@@ -190,7 +198,20 @@
 //     proposal's order of effects; a committed answer's line (rejected,
 //     fulfilling, escalated, withdrawn) is written once its record is (a
 //     resumed reject's again), so a crash cannot leave the line of an
-//     answer that then never happens.
+//     answer that then never happens. The lines of fulfilling and
+//     escalated are Line.Ahead: one the Journal cannot write fails
+//     closed (the Loop drops the request, Ask and Status it was ahead of
+//     and posts Unlogged; the proposal is rejected "other" with
+//     Config.UnloggedMessage, its recorded request never sent nor
+//     cancelled). A rejected line that cannot be written is only
+//     reported: the reject still goes.
+//   - Rule 10: a proposal's received line is written once its claim is
+//     won; a claim lost to a winner the store names (ClaimedError) logs
+//     its ignored line under the winner's decision, as a replay read
+//     later does; the re-check of an edited call is asked with the id
+//     of the decision it makes (Decide.DecisionID). Answers not taken
+//     (forged, from another, another JSON-RPC id) make one line per
+//     proposal.
 //   - The shell carries out one proposal's effects in order (a crash cuts
 //     the sequence, never reorders it) and stops carrying out those of a
 //     Released proposal before its record can be adopted.

@@ -85,6 +85,12 @@ type Responded struct {
 	TaskStatus string
 	Result     json.RawMessage
 	Error      json.RawMessage
+	// Payload is the response's payload as read: an ignored answer's
+	// line carries it (fulfill logged the raw payload), else Result.
+	// Message is the shell's account of an answer not taken (which
+	// response, to which request, why): its ignored line's message.
+	Payload json.RawMessage
+	Message string
 }
 
 // TaskStatus: the follower of proposal ID's task read a new status, not
@@ -148,8 +154,22 @@ type Verdict struct {
 }
 
 // SupersededBy: another participant answered proposal ID (its own
-// mcp/request or mcp/reject naming it).
-type SupersededBy struct{ ID, By string }
+// mcp/request or mcp/reject naming it). Why is the superseded line's
+// message (fulfill's "fulfilled by X", "rejected by X (reason)"); By
+// when empty.
+type SupersededBy struct{ ID, By, Why string }
+
+// Refused: the gateway refused proposal ID's fulfilment request
+// (EnvelopeID), a system/error correlated to it: it never reached the
+// tool owner. The proposal is rejected "other", with nothing to cancel.
+type Refused struct{ ID, EnvelopeID string }
+
+// Unlogged: the decision log could not write proposal ID's line of Stage
+// written ahead of a send (Line.Ahead: fulfilling, escalated). The Loop
+// dropped what the line was ahead of (the request, the Ask, the Status);
+// the core rejects the proposal "other" (Config.UnloggedMessage): a
+// request recorded but never written is never sent, nor cancelled.
+type Unlogged struct{ ID, Stage string }
 
 // Resumed hands the core records from the store: its own at start, or a
 // lapsed member's it adopted.
@@ -171,7 +191,11 @@ type Reloaded struct {
 // steps the core with this, and before the record is adopted: a lease
 // protocol's guarantee (a member that cannot renew stops acting before
 // its lease lapses), without which no store write can fence a send.
-type Released struct{ ID string }
+//
+// Reason and Message are its ignored line's (default DropReason and
+// "the proposal's record belongs to another member now"; the shell's
+// hand-over at shutdown says so).
+type Released struct{ ID, Reason, Message string }
 
 // Cancelled: an operator cancels proposal ID (By names them). A proposal
 // not yet answered is rejected "other"; one whose request or reject is
@@ -240,6 +264,8 @@ func (Responded) event()         {}
 func (PromptAnswered) event()    {}
 func (Verdict) event()           {}
 func (SupersededBy) event()      {}
+func (Refused) event()           {}
+func (Unlogged) event()          {}
 func (Resumed) event()           {}
 func (Closing) event()           {}
 func (Reloaded) event()          {}
@@ -301,6 +327,10 @@ type Decide struct {
 	Params    json.RawMessage
 	Approvals []Approval
 	Again     bool
+	// DecisionID (Again) is the id of the decision the re-check makes:
+	// minted with the Decide, it governs what follows (rule 10), and the
+	// policy's decided line carries it.
+	DecisionID string
 	// Proposal is the proposal as it is now (a copy): what the policy
 	// input is made of. Pending and Inflight are this member's load as
 	// the core counts it (input.agent).
@@ -479,6 +509,10 @@ type Line struct {
 	Latency    time.Duration   `json:"latency,omitempty"`
 	TaskID     string          `json:"task_id,omitempty"`
 	TaskStatus string          `json:"task_status,omitempty"`
+	// Ahead: the line is written ahead of a send (fulfilling, escalated)
+	// and the send must not happen unless it is written: the Journal
+	// reports its failure, and the Loop posts Unlogged (fail closed).
+	Ahead bool `json:"-"`
 }
 
 func (Write) effect()       {}

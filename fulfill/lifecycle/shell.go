@@ -65,8 +65,11 @@ type Policy interface {
 }
 
 // Journal is the decision log, written ahead of the effects after a line.
+// Log reports a line it could not write; for a line written ahead of a
+// send (Line.Ahead) the Loop then fails closed (Unlogged): the send is
+// not made. An error about any other line is the Journal's to report.
 type Journal interface {
-	Log(ctx context.Context, l Line)
+	Log(ctx context.Context, l Line) error
 }
 
 // Loop is the thin shell around a Core: one goroutine applies Step to
@@ -257,6 +260,9 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 		// adopt its record (see Released).
 		l.release(r.ID)
 	}
+	if u, ok := ev.(Unlogged); ok {
+		l.unlogged(u.ID)
+	}
 	now := l.clock.Now()
 	for _, e := range l.core.Step(now, ev) {
 		if s, ok := e.(Schedule); ok {
@@ -354,7 +360,9 @@ func (l *Loop) dispatch(ctx context.Context, id string) {
 func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 	switch e := e.(type) {
 	case Log:
-		l.journal.Log(ctx, e.Line)
+		if err := l.journal.Log(ctx, e.Line); err != nil && e.Line.Ahead {
+			return Unlogged{ID: e.Line.ProposalID, Stage: e.Line.Stage}
+		}
 	case Write:
 		rev, err := l.store.Write(ctx, e)
 		return Stored{ID: e.ID, Seq: e.Seq, Rev: rev, Err: err}
@@ -438,6 +446,33 @@ func (l *Loop) release(id string) {
 	if ln := l.lanes[id]; ln != nil {
 		ln.effs = unacked(ln.effs[:0], ln.effs, ErrConflict)
 	}
+}
+
+// unlogged drops what proposal id's line written ahead (Line.Ahead) was
+// ahead of, not carried out yet: its request, its Ask and its Status are
+// not sent, as the decision log does not have them (fail closed). An
+// Acked not yet handed over is handed over with ErrEnded, as at a
+// CancelAsk; the writes, lines and answers the core has queued since are
+// kept: it waits for their results.
+func (l *Loop) unlogged(id string) {
+	ln := l.lanes[id]
+	if ln == nil {
+		return
+	}
+	kept := ln.effs[:0]
+	for _, e := range ln.effs {
+		switch q := e.(type) {
+		case SendRequest, Ask, Status:
+			continue
+		case Acked:
+			if q.Err == nil {
+				q.Err = ErrEnded
+			}
+			e = q
+		}
+		kept = append(kept, e)
+	}
+	ln.effs = kept
 }
 
 // unacked keeps of effs (into dst, which may be effs[:0]) only the

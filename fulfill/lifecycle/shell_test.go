@@ -150,11 +150,11 @@ func (f policyFunc) Decide(_ context.Context, d Decide) Decided { return f(d) }
 
 type nopJournal struct{}
 
-func (nopJournal) Log(context.Context, Line) {}
+func (nopJournal) Log(context.Context, Line) error { return nil }
 
 type chanJournal chan Line
 
-func (j chanJournal) Log(_ context.Context, l Line) { j <- l }
+func (j chanJournal) Log(_ context.Context, l Line) error { j <- l; return nil }
 
 var runs atomic.Int64
 
@@ -479,4 +479,35 @@ func ackedIn(effs []Effect) []Acked {
 		}
 	}
 	return out
+}
+
+// failingJournal cannot write the lines written ahead of a send.
+type failingJournal struct{}
+
+func (failingJournal) Log(_ context.Context, l Line) error {
+	if l.Ahead {
+		return errors.New("disk full")
+	}
+	return nil
+}
+
+// A fulfilling line the journal cannot write: the Loop drops the request
+// it was ahead of and the proposer gets the reject "other", with no
+// request and no cancel on the wire.
+func TestLoopFailsClosedOnAnUnloggedLine(t *testing.T) {
+	store := newMemStore("m1")
+	clock := clocktest.New(t0)
+	wire := &chanWire{sent: make(chan string, 16)}
+	post, stop := startLoopWith(t, store, wire, clock, Decision{Action: Fulfill, Target: "fs"}, failingJournal{})
+	defer stop()
+	post(Proposed{ID: "p1", From: "coder"})
+	if s := next(t, wire.sent); !strings.HasPrefix(s, "reject ") || !strings.HasSuffix(s, " other") {
+		t.Fatalf("sent %q, want only the reject other", s)
+	}
+	clock.Advance(time.Minute)
+	select {
+	case s := <-wire.sent:
+		t.Fatalf("then %q sent", s)
+	case <-time.After(50 * time.Millisecond):
+	}
 }

@@ -89,6 +89,8 @@ var mustCover = []string{
 	"status/escalated", "status/queued", "status/task",
 	"world/slot_share", "world/resumed_ask", "world/reasked",
 	"world/prompt_recorded", "world/approval_recorded", "world/acked_ended", "world/turns",
+	"world/claim_winner", "world/unlogged/fulfilling", "world/unlogged/escalated", "world/request_away", "world/request_refused",
+	"rejected/other/unlogged", "rejected/other/refused",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -290,6 +292,12 @@ type sim struct {
 	// by token: each is acked once by the incarnation it asked.
 	tokens    map[uint64]*simToken
 	nextToken uint64
+	// neverSent are the requests whose fulfilling line the log could
+	// not write (Unlogged): none may reach the wire. againIDs are the
+	// decision ids the re-checks of edited calls were asked with.
+	neverSent map[string]bool
+	againIDs  map[string]bool
+	away      map[string]bool // requests the wire found their owner away for (ErrAway)
 }
 
 type simToken struct {
@@ -314,10 +322,11 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
 		toolPlan: map[string]string{}, promptPlan: map[string]string{}, tasks: map[string]*wtask{}, durableTasks: map[string]string{}, unwritten: map[string]bool{},
-		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}, tokens: map[uint64]*simToken{}}
+		store: simStore{recs: map[string]*stored{}, claimed: map[string]string{}}, tokens: map[uint64]*simToken{},
+		neverSent: map[string]bool{}, againIDs: map[string]bool{}, away: map[string]bool{}}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
 		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"},
-		OwnerRejoinGrace: 5 * time.Second, TaskTimeout: 40 * time.Second}
+		OwnerRejoinGrace: 5 * time.Second, TaskTimeout: 40 * time.Second, UnloggedMessage: unloggedMessage}
 	// Admission limits: a seed in three runs with a small per-proposer
 	// or byte bound (proposals are 64 to 512 bytes), so that each is hit.
 	if s.rng.IntN(3) == 0 {
@@ -466,6 +475,16 @@ func (s *sim) deliver(m *member, ev Event) {
 	for id, e := range m.core.props {
 		if e.outcome == Withdrawn {
 			m.withdrawnHere[id] = true
+		}
+	}
+	if st, ok := ev.(Stored); ok && winner(st.Err) != "" {
+		for _, e := range effs {
+			if l, ok := e.(Log); ok && l.Line.Stage == "ignored" && l.Line.Reason == "duplicate" {
+				s.covered["world/claim_winner"]++
+				if l.Line.DecisionID != winner(st.Err) || l.Line.DecisionID != s.truth[st.ID].claimID {
+					s.fail("%s's lost claim of %s logged under %q, the winner's %q (claimed as %q)", m.id, st.ID, l.Line.DecisionID, winner(st.Err), s.truth[st.ID].claimID)
+				}
+			}
 		}
 	}
 	for _, e := range effs {
@@ -628,7 +647,13 @@ func (s *sim) act() {
 	}
 }
 
+// unloggedMessage is the simulated members' Config.UnloggedMessage.
+const unloggedMessage = "the decision log cannot be written"
+
 func (s *sim) broadcast(f frame) {
+	if f.kind == "request" && s.neverSent[f.id] {
+		s.fail("request %s of %s written though its fulfilling line was not", f.id, f.pid)
+	}
 	f.seq = len(s.wire)
 	f.leaves = s.leaves
 	if f.kind == "request" && s.ownerAway {
@@ -931,6 +956,26 @@ func (s *sim) runOp() bool {
 func (s *sim) carryOut(m *member, e Effect) {
 	switch e := e.(type) {
 	case Log:
+		if e.Line.Ahead && s.rng.Float64() < s.failRate/2 {
+			// The decision log cannot take a line written ahead: the
+			// shell drops what it was ahead of (Loop.unlogged) and says
+			// so; the core fails closed.
+			pid := e.Line.ProposalID
+			s.tracef("%s line %s of %s not written", m.id, e.Line.Stage, pid)
+			s.covered["world/unlogged/"+e.Line.Stage]++
+			m.ops[pid] = slices.DeleteFunc(m.ops[pid], func(q Effect) bool {
+				if r, ok := q.(SendRequest); ok {
+					s.neverSent[r.EnvelopeID] = true
+					return true
+				}
+				_, ask := q.(Ask)
+				_, status := q.(Status)
+				return ask || status
+			})
+			m.ops[pid] = ackedWith(m.ops[pid], ErrEnded, false)
+			s.deliver(m, Unlogged{ID: pid, Stage: e.Line.Stage})
+			return
+		}
 		s.writeLine(m, e.Line)
 	case Write:
 		rev, err := s.write(m, e)
@@ -956,6 +1001,10 @@ func (s *sim) carryOut(m *member, e Effect) {
 		policy := t.policy
 		if e.Again {
 			s.covered["world/edit_rechecked"]++
+			if e.DecisionID == "" || e.DecisionID == e.Proposal.DecisionID || s.againIDs[e.DecisionID] {
+				s.fail("%s re-checks %s under decision %q (it had %q)", m.id, e.ID, e.DecisionID, e.Proposal.DecisionID)
+			}
+			s.againIDs[e.DecisionID] = true
 			var args struct {
 				Arguments struct{ Policy string } `json:"arguments"`
 			}
@@ -989,6 +1038,35 @@ func (s *sim) carryOut(m *member, e Effect) {
 			s.tracef("%s request %s not written", m.id, e.ID)
 			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
 			return
+		}
+		if s.ownerAway && s.rng.IntN(2) == 0 {
+			// The wire's roster has the owner gone (its leave frame not
+			// read here yet, or none came): nothing is written, and this
+			// member now knows the owner is away.
+			s.tracef("%s request %s: %s away", m.id, e.ID, e.To)
+			s.covered["world/request_away"]++
+			s.away[e.EnvelopeID] = true
+			if !m.owner.away {
+				first := m.owner.first
+				if first.IsZero() {
+					first = s.now
+				}
+				m.owner = presence{away: true, since: s.now, first: first}
+			}
+			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: fmt.Errorf("request %s: %w", e.EnvelopeID, ErrAway)})
+			return
+		}
+		if s.rng.Float64() < s.failRate/4 {
+			// Written, and refused by the gateway (a system/error read
+			// later): it never reached the owner.
+			s.tracef("%s request %s refused by the gateway", m.id, e.ID)
+			s.covered["world/request_refused"]++
+			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
+			s.deliver(m, Refused{ID: e.ID, EnvelopeID: e.EnvelopeID})
+			return
+		}
+		if s.away[e.EnvelopeID] {
+			s.covered["world/away_resent"]++ // held, and sent as it was once its owner is back
 		}
 		s.broadcast(requestFrame(m, e))
 		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
@@ -1177,6 +1255,17 @@ func (s *sim) writeLine(m *member, l Line) {
 	s.checkLine(l)
 	if l.Stage == "rejected" && l.Reason == "timeout" && strings.HasPrefix(l.Message, "task ") {
 		s.covered["rejected/timeout/task"]++
+	}
+	if l.Stage == "rejected" && l.Reason == "other" {
+		switch l.Message {
+		case unloggedMessage:
+			s.covered["rejected/other/unlogged"]++
+		case "the gateway refused the fulfilment request":
+			s.covered["rejected/other/refused"]++
+		}
+	}
+	if l.Stage == "decided" && l.DecisionID != s.truth[l.ProposalID].claimID && !s.againIDs[l.DecisionID] {
+		s.fail("decided line of %s under %q: neither its claim's %q nor a re-check's", l.ProposalID, l.DecisionID, s.truth[l.ProposalID].claimID)
 	}
 	if l.Stage == "rejected" && l.Reason == "busy" {
 		for _, k := range []string{"the limit per proposer", "the group's pending work", "bytes (the limit)", "proposals are pending (the limit)"} {
@@ -1939,6 +2028,11 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 				// state.ClaimDecision's winner says).
 				st.rev++
 				return st.rev, nil
+			}
+			if s.rng.IntN(2) == 0 {
+				// The store names the winning claim's decision (wrapped,
+				// as a store's error may be).
+				return 0, fmt.Errorf("claim %s: %w", w.ID, &ClaimedError{Winner: d})
 			}
 			return 0, ErrExists
 		}

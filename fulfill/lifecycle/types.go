@@ -208,6 +208,10 @@ type RejectRecord struct {
 	// CancelTask: the proposal's running task is cancelled at its owner
 	// (tasks/cancel) before the reject is sent, and again after a restart.
 	CancelTask bool `json:"cancel_task,omitempty"`
+	// CancelReason is the notifications/cancelled reason of a
+	// CancelRequest, as fulfill sent it ("timeout", "shutdown", "the
+	// tool owner left"); the reject's Reason when empty.
+	CancelReason string `json:"cancel_reason,omitempty"`
 }
 
 func (p Proposal) clone() *Proposal {
@@ -252,7 +256,29 @@ var (
 	// decided, shutting down): the prompt is not sent, the approval not
 	// counted, and nothing more is asked about it.
 	ErrEnded = errors.New("lifecycle: proposal ended")
+	// ErrAway (the Wire's SendRequest): the request's tool owner is not
+	// in the space, so nothing was written (the gateway replays nothing:
+	// it would be lost). The core holds the request for the owner's
+	// rejoin grace and sends it, with the same ids, when the owner is
+	// back.
+	ErrAway = errors.New("lifecycle: the tool owner is not in the space")
 )
+
+// ClaimedError is ErrExists (errors.Is) naming the decision id the
+// winning claim recorded, when the store says: the replay's ignored line
+// joins that decision (rule 10).
+type ClaimedError struct{ Winner string }
+
+// Error says who won the claim.
+func (e *ClaimedError) Error() string {
+	if e.Winner == "" {
+		return ErrExists.Error()
+	}
+	return ErrExists.Error() + " (decision " + e.Winner + ")"
+}
+
+// Is makes a ClaimedError match ErrExists.
+func (e *ClaimedError) Is(target error) bool { return target == ErrExists }
 
 // IDs mints the ids the core puts on the wire. The shell's comes from
 // the agent (envelope ids, the space's JSON-RPC id sequence); the
@@ -304,4 +330,9 @@ type Config struct {
 	ApprovalTimeout time.Duration // deadline for humans when the decision sets none
 	RetryAfter      time.Duration // a store write or a reject that failed is tried again after this
 	Approvers       []string      // asked when the decision names none
+	// UnloggedMessage is the reject message (reason "other") of a
+	// proposal whose fulfilling or escalated line the decision log could
+	// not write (Unlogged): fail closed, nothing is sent that the log
+	// does not have.
+	UnloggedMessage string
 }
