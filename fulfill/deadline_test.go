@@ -45,11 +45,12 @@ func (e *heldEscalator) verdict(id string) func(Verdict) {
 	return e.done[id]
 }
 
-// TestPendingTTLNeverEndsAPrompt: an open prompt has one deadline, its
-// escalation's (the decision's timeout), and the pending TTL, shorter,
-// never cuts it short (DESIGN rule 8): nothing happens when the TTL would
-// have run out, the proposal is rejected "timeout" at its deadline, once,
-// and the Escalator is told to cancel its prompts.
+// TestPendingTTLNeverEndsAPrompt: an open prompt is ended by its
+// escalation alone (one timer ends a prompt, the Escalator's, at the
+// decision's timeout), and the pending TTL, shorter, never cuts it short
+// (DESIGN rule 8): nothing happens when the TTL or even the deadline
+// passes on the core's clock, and the proposer is told what the
+// escalation says.
 func TestPendingTTLNeverEndsAPrompt(t *testing.T) {
 	esc := &heldEscalator{done: map[string]func(Verdict){}}
 	start := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
@@ -61,19 +62,19 @@ func TestPendingTTLNeverEndsAPrompt(t *testing.T) {
 	if !clock.WaitArmed(1, poll.Limit) {
 		t.Fatal("no deadline armed")
 	}
-	clock.Advance(time.Minute) // the pending TTL's length: nothing ends
+	clock.Advance(3 * time.Minute) // the TTL's length, and the deadline, pass
 	h.space.quiet(t, 20*time.Millisecond)
 	if s, _ := h.f.Get("p1"); s.State != string(lifecycle.AwaitingApproval) || !s.Deadline.Equal(start.Add(2*time.Minute)) {
-		t.Fatalf("after the TTL's length: %+v, want awaiting_approval until %s", s, start.Add(2*time.Minute))
+		t.Fatalf("after the deadline on the core's clock: %+v, want awaiting_approval until %s", s, start.Add(2*time.Minute))
 	}
-	clock.Advance(time.Minute - time.Nanosecond)
-	h.space.quiet(t, 20*time.Millisecond)
-	clock.Advance(time.Nanosecond)
+	esc.verdict("p1")(Verdict{Reason: "timeout", Message: "no approval by the deadline"})
 	rej := h.space.next(t)
 	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"timeout"}`)
-	wantEnvelope(t, h.space.next(t), agent.KindChat, []string{"coder"}, []string{rej.ID}, `{"text":"no approval by 2026-11-27T03:02:00Z","format":"plain"}`)
-	waitFor(t, func() bool { return slices.Contains(esc.cancels(), "p1:timeout") })
+	wantEnvelope(t, h.space.next(t), agent.KindChat, []string{"coder"}, []string{rej.ID}, `{"text":"no approval by the deadline","format":"plain"}`)
 	h.space.quiet(t, 20*time.Millisecond)
+	if c := esc.cancels(); len(c) != 0 {
+		t.Errorf("escalator told to cancel %v after its own verdict, want nothing", c)
+	}
 }
 
 // The pending TTL ends a proposal still deciding at once, on the clock:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,9 @@ import (
 type journal struct {
 	obs Observer
 	log *slog.Logger
+	// peers are the fellow fulfillers (--peer-fulfillers): a proposal
+	// they supersede is the expected division of work.
+	peers []string
 
 	mu sync.Mutex
 	// ahead are the lines written ahead whose envelope is not written
@@ -68,6 +72,13 @@ func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 	}
 	ev := eventOf(l)
 	stamp(&ev)
+	if ev.Stage == StageSuperseded && len(ev.By) > 0 {
+		ev.KnownFulfiller = slices.Contains(j.peers, ev.By[0])
+		if !ev.KnownFulfiller {
+			j.log.Warn("a proposal was ended by a participant that is not a known fulfiller; nobody waits for our answer any more",
+				"proposal", ev.ProposalID, "by", ev.By[0], "how", ev.Message)
+		}
+	}
 	j.mu.Lock()
 	j.recent.Add(ev.ProposalID, ev)
 	j.notifyLocked(ev)

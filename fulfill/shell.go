@@ -92,6 +92,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 			Message: fmt.Sprintf("two different answers to tools/list request %s in the name of %s; neither trusted", request, server)})
 	}
 	s.journal = newJournal(cfg.Observer, cfg.Logger)
+	s.journal.peers = cfg.PeerFulfillers
 	s.policy = newPolicyStep(space, decider, s.catalog, policyConfigOf(cfg), cfg.Observer,
 		newShadowing(cfg.Shadow, cfg.ShadowTimeout, cfg.ShadowQueue), cfg.Grants, cfg.Logger, cfg.Clock)
 	s.wire = newWire(space, cfg.Escalator, cfg.Grants, wireConfig{SpaceID: cfg.SpaceID, FulfillTimeout: cfg.FulfillTimeout},

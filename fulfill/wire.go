@@ -495,6 +495,10 @@ func (w *wire) Acked(_ context.Context, a lifecycle.Acked) {
 // verdict posts the Escalator's verdict to the core and keeps the
 // grant its approvers chose until the proposal's request goes out.
 func (w *wire) verdict(ctx context.Context, proposalID string, v Verdict) {
+	// The escalation is over: no CancelAsk follows a verdict.
+	w.mu.Lock()
+	delete(w.escalating, proposalID)
+	w.mu.Unlock()
 	if a, ok := w.asks.Peek(proposalID); ok && v.Approved {
 		w.mu.Lock()
 		a.approved, a.by, a.content = true, v.By, v.Content
@@ -553,9 +557,19 @@ func (w *wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) {
 		case <-ctx.Done():
 		}
 	}
-	if w.esc != nil {
-		w.esc.Cancel(c.ID, c.Reason)
+	if w.esc == nil {
+		return
 	}
+	pc, canCancel := w.esc.(PromptCanceller)
+	if returned == nil && c.Reason != lifecycle.DropReason && len(c.Prompts) > 0 && canCancel {
+		// Asked by another member (a record taken for an operator's
+		// cancel): withdrawn from here as recorded, never asked first.
+		esc := Escalation{Proposal: agent.Envelope{ID: c.ID}, DecisionID: c.DecisionID, Prompts: c.Prompts, Approvals: c.Approvals}
+		esc.Decision.Revision = c.Revision
+		pc.CancelRecorded(esc, c.Reason)
+		return
+	}
+	w.esc.Cancel(c.ID, c.Reason)
 }
 
 func (w *wire) forgetAsk(id string) { w.asks.Remove(id) }

@@ -334,6 +334,12 @@ func (s *step) proposed(ev Proposed) {
 	p := &Proposal{ID: ev.ID, From: ev.From, Envelope: ev.Envelope, Params: ev.Params, Invalid: ev.Invalid, Size: ev.Size,
 		Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee,
 		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: id, Claim: id}
+	if p.Invalid != "" {
+		// Claimed answered (rule 1): its reject is in the claim, the
+		// one write, so a crash after it sends this very envelope.
+		p.Phase = Answered
+		p.Reject = &RejectRecord{EnvelopeID: c.ids.EnvelopeID(), Reason: "invalid", Message: p.Invalid}
+	}
 	e := &entry{p: p}
 	c.props[p.ID] = e
 	// Its received line is written once the claim says it is this
@@ -595,8 +601,10 @@ func (s *step) then(e *entry, w pendingWrite) {
 		switch {
 		case e.early != nil:
 			s.endQuietly(e, *e.early)
-		case p.Invalid != "":
-			s.commitReject(e, "invalid", p.Invalid)
+		case p.Phase == Answered:
+			// Invalid, claimed with its reject.
+			s.end(e, Rejected, p.Reject.Reason)
+			s.sendAnswer(e)
 		case !s.now.Before(p.Deadline):
 			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
 		default:
@@ -710,7 +718,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 	if e.outcome == Open {
 		s.end(e, Dropped, DropReason)
 	} else if e.asked {
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: DropReason})
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: DropReason})
 		e.asked = false
 	}
 	if e.outcome == Withdrawn || (e.early != nil && e.early.outcome == Withdrawn) {
@@ -741,7 +749,7 @@ func (s *step) end(e *entry, o Outcome, why string) {
 		if o == Dropped {
 			reason = DropReason
 		}
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: reason})
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: reason})
 		e.asked = false
 	} else if e.chatted {
 		s.emit(CancelAsk{ID: e.p.ID, Reason: DropReason}) // drops a status chat not written yet
@@ -1043,7 +1051,7 @@ func (s *step) commitRejectCancel(e *entry, reason, message string, cancel strin
 func (s *step) commitFulfil(e *entry, target string, params []byte) {
 	c := s.c
 	if e.asked {
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: "approved"})
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: "approved"})
 		e.asked = false
 	}
 	e.p.FinalArgs = params
@@ -1451,6 +1459,12 @@ func (s *step) fired(ev Fired) {
 		case Deciding, Queued:
 			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
 		case AwaitingApproval:
+			if c.cfg.Escalator && e.asked {
+				// The escalator asked, and its verdict ends the
+				// escalation at this deadline (with its own words):
+				// one timer ends a prompt.
+				return
+			}
 			s.commitReject(e, "timeout", "no approval by "+p.Deadline.UTC().Format(time.RFC3339))
 		case Fulfilling:
 			// Rule 4: cancelled at the owner, then rejected "timeout".
@@ -1707,7 +1721,7 @@ func (s *step) cancelled(ev Cancelled) {
 	if e.asked {
 		// The escalation ends "cancelled" (fulfill's Escalator.Cancel
 		// reason for an operator's cancel), not with the reject's reason.
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: "cancelled"})
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: "cancelled"})
 		e.asked, e.chatted = false, false
 	}
 	s.commitReject(e, "other", msg)
@@ -1880,7 +1894,7 @@ func openPrompts(p *Proposal) []Prompt {
 func (s *step) discard(e *entry) {
 	c := s.c
 	if e.outcome == Open && e.asked {
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Reason: DropReason})
+		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: DropReason})
 		e.asked = false
 	}
 	s.nack(e, ErrConflict)
@@ -1996,4 +2010,12 @@ func (w *withdrawalSet) put(id, from, reason string) {
 func (w *withdrawalSet) get(id, from string) (withdrawal, bool) {
 	x, ok := w.by[id+"\n"+from]
 	return x, ok
+}
+
+// revisionOf is the policy revision of p's decision ("" before one).
+func revisionOf(p *Proposal) string {
+	if p.Decision == nil {
+		return ""
+	}
+	return p.Decision.Revision
 }

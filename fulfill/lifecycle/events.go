@@ -439,7 +439,15 @@ type Acked struct {
 type CancelAsk struct {
 	ID      string
 	Prompts []Prompt
-	Reason  string
+	// Approvals are the approvals recorded (Config.Escalator): a shell
+	// whose escalator did not ask these prompts (a record taken from
+	// another member) cancels those still open itself, and the
+	// approvers who answered are not told again.
+	Approvals []Approval
+	// DecisionID and Revision: the decision the prompts were asked
+	// under, as the cancel names it.
+	DecisionID, Revision string
+	Reason               string
 }
 
 // DropReason is CancelAsk's reason when the proposal is another member's.

@@ -273,6 +273,13 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 			l.decide(ctx, d)
 			continue
 		}
+		if lg, ok := e.(Log); ok && lg.Line.Stage == "ignored" && !lg.Line.Ahead {
+			// A frame set aside changes nothing the proposal's effects
+			// do: its line is written now, not behind them (a replay
+			// or a spoof read while the claim is being written).
+			_ = l.journal.Log(ctx, lg.Line)
+			continue
+		}
 		id := effectID(e)
 		ln := l.lanes[id]
 		if ln == nil {

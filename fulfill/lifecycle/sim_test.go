@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -202,6 +203,10 @@ type toyEsc struct {
 	pending  map[string]bool            // approvers whose approval awaits its Acked
 	done     bool                       // its verdict is posted
 	recorded []string                   // prompts recorded (acked), in order
+	// deadline: the escalation's (Ask.Deadline); the escalator's own
+	// timer posts its timeout verdict then (the core leaves the prompt's
+	// end to it, as it does elicit's).
+	deadline time.Time
 }
 
 type toyToken struct {
@@ -1754,7 +1759,8 @@ func (s *sim) escAsk(m *member, a Ask) {
 		s.fail("%s asks %s with proposal %q (decision %v)", m.id, a.ID, a.Proposal.ID, a.Proposal.Decision)
 		return
 	}
-	x.escs[a.ID] = &toyEsc{quorum: a.Quorum, prompts: map[string]Prompt{}, open: map[string]bool{}, counted: map[string]json.RawMessage{}, pending: map[string]bool{}}
+	x.escs[a.ID] = &toyEsc{quorum: a.Quorum, prompts: map[string]Prompt{}, open: map[string]bool{}, counted: map[string]json.RawMessage{}, pending: map[string]bool{},
+		deadline: a.Deadline}
 	esc := x.escs[a.ID]
 	for _, ap := range a.Proposal.Approvals {
 		if _, ok := esc.counted[ap.Approver]; ok {
@@ -2125,6 +2131,33 @@ func (s *sim) fireTimer() bool {
 				best, bi = m, i
 			}
 		}
+	}
+	// An escalator's own deadline, when it is the earliest timer.
+	var escM *member
+	var escID string
+	var escAt time.Time
+	for _, m := range s.alive() {
+		if m.esc == nil {
+			continue
+		}
+		for _, id := range slices.Sorted(maps.Keys(m.esc.escs)) {
+			x := m.esc.escs[id]
+			if x.done || x.deadline.IsZero() || (escM != nil && !x.deadline.Before(escAt)) {
+				continue
+			}
+			escM, escID, escAt = m, id, x.deadline
+		}
+	}
+	if escM != nil && (best == nil || escAt.Before(best.timers[bi].At)) {
+		if escAt.After(s.now) {
+			s.now = escAt
+		}
+		s.tracef("%s escalator deadline of %s at %s", escM.id, escID, escAt.Format("15:04:05"))
+		s.covered["world/escalator_timeout"]++
+		escM.esc.escs[escID].done = true
+		s.escCancelOpen(escM, escID, "")
+		escM.esc.out = append(escM.esc.out, Verdict{ID: escID, Reason: "timeout", Message: "no approval by " + escAt.UTC().Format(time.RFC3339)})
+		return true
 	}
 	if best == nil {
 		return false
