@@ -101,56 +101,70 @@ func TestStoreRestartSendsARecordedReject(t *testing.T) {
 	h2.space.quiet(t, 100*time.Millisecond)
 }
 
-// Store unreachable, member alone: no fulfilment, the proposer gets busy.
-func TestStoreUnreachableAloneRejectsBusy(t *testing.T) {
+// Store unreachable, member alone: nothing is decided or sent while no
+// claim can be written (a proposal is answered only once its record says
+// whose it is: exactly once across crashes); once the store is back the
+// claim lands and the proposal is fulfilled, once.
+func TestStoreUnreachableAloneWaitsForTheStore(t *testing.T) {
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
 	st.dead.Store(true)
 	h.deliver(proposalEnv("p1", "coder", callOf("add")))
-	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"busy"}`)
-	chat := h.space.next(t)
-	if chat.Kind != agent.KindChat || !jsonEqual(chat.Payload, `{"text":"pending-work store unavailable; propose again later","format":"plain"}`) {
-		t.Errorf("chat = %s %s", chat.Kind, chat.Payload)
-	}
-	h.space.quiet(t, 100*time.Millisecond)
+	h.space.quiet(t, 300*time.Millisecond)
 	if n := h.dec.count(); n != 0 {
 		t.Errorf("decided %d times without a claim, want 0", n)
 	}
+	st.dead.Store(false)
+	req := h.space.next(t)
+	if !isToolsCall(req) || req.CorrelationID.First() != "p1" {
+		t.Fatalf("sent %s %s, want p1's tools/call once the store is back", req.Kind, req.Payload)
+	}
+	h.space.quiet(t, 200*time.Millisecond)
 }
 
 // The record of a fulfilment request cannot be written: the request is not
-// sent and the proposer gets reject "other".
+// sent while it cannot (no call runs without its record), and goes out
+// once, when the store takes it.
 func TestStoreUpdateFailsNoRequest(t *testing.T) {
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
 	st.failUpdate.Store(true)
 	h.deliver(proposalEnv("p1", "coder", callOf("add")))
-	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
-	for _, env := range drain(h.space, 200*time.Millisecond) {
-		if isToolsCall(env) {
-			t.Fatalf("tools/call written without its record: %s", env.Payload)
-		}
+	for _, env := range drain(h.space, 300*time.Millisecond) {
+		t.Fatalf("sent %s %s while the request's record cannot be written", env.Kind, env.Payload)
 	}
 	st.failUpdate.Store(false)
-	recs, err := st.List(t.Context())
-	if err != nil || len(recs) != 0 {
-		t.Errorf("records left = %d (%v), want 0", len(recs), err)
+	req := h.space.next(t)
+	if !isToolsCall(req) || req.CorrelationID.First() != "p1" {
+		t.Fatalf("sent %s %s, want p1's tools/call", req.Kind, req.Payload)
 	}
+	h.deliver(answerFor(t, req))
+	h.waitStage(t, "p1", StageFulfilled)
+	waitFor(t, func() bool {
+		recs, err := st.List(t.Context())
+		return err == nil && len(recs) == 0
+	})
+	h.space.quiet(t, 100*time.Millisecond)
 }
 
-// Same for an escalation: no prompt without its record; reject "other".
+// Same for an escalation: no prompt before its record; asked once the
+// store takes it.
 func TestStoreEscalationNotRecordedNoPrompt(t *testing.T) {
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	esc := newRecEscalator()
 	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
 	st.failUpdate.Store(true)
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
-	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
+	h.space.quiet(t, 300*time.Millisecond)
 	esc.mu.Lock()
 	n := len(esc.escs)
 	esc.mu.Unlock()
 	if n != 0 {
-		t.Errorf("escalator asked %d times, want 0", n)
+		t.Errorf("escalator asked %d times before the escalation was recorded, want 0", n)
+	}
+	st.failUpdate.Store(false)
+	if e := esc.next(t); e.Proposal.ID != "p1" {
+		t.Fatalf("escalated %s, want p1", e.Proposal.ID)
 	}
 }
 
@@ -400,24 +414,26 @@ func TestStoreAdoptionAfterCrash(t *testing.T) {
 	}
 }
 
-// Store unreachable while group peers are live: this member sends nothing
-// (a peer may hold the claim; a reject from us would fail the proposal at
-// its proposer), and decides nothing.
+// Store unreachable for one member of a group: it sends nothing about a
+// proposal it cannot claim (no "busy": a peer may hold the claim, and
+// the reference SDK proposer fails on the first reject it sees), and a
+// peer whose store works answers it, once.
 func TestStoreUnreachableWithPeersSendsNothing(t *testing.T) {
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
-	newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
-	for deadline := time.Now().Add(15 * time.Second); !a.f.group.peers.Load(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a never saw b's lease")
-		}
-	}
+	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
 	a.st.dead.Store(true)
 	a.deliver(proposalEnv("p1", "coder", callOf("add")))
-	a.waitStage(t, "p1", StageIgnored)
-	a.space.quiet(t, 200*time.Millisecond)
+	b.deliver(proposalEnv("p1", "coder", callOf("add")))
+	req := b.space.next(t)
+	if !isToolsCall(req) || req.CorrelationID.First() != "p1" {
+		t.Fatalf("b sent %s %s, want p1's tools/call", req.Kind, req.Payload)
+	}
+	for _, env := range drain(a.space, 300*time.Millisecond) {
+		t.Fatalf("a, whose store is down, sent %s %s", env.Kind, env.Payload)
+	}
 	if n := a.dec.count(); n != 0 {
-		t.Errorf("decided %d times without a claim, want 0", n)
+		t.Errorf("a decided %d times without a claim, want 0", n)
 	}
 }
 

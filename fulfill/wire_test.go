@@ -262,6 +262,7 @@ func TestWireRequestAsTheFulfiller(t *testing.T) {
 	literalOnWire(t, "fulfilment request", req, false, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"%s","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["p1"],"payload":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2},"_meta":{"progressToken":1}}}}`, old.ID, rpcID(t, old)))
 
 	// Another method goes out with its params as they are.
+	space.setPresent("files", true)
 	rec.methods["p2"] = "resources/read"
 	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p2", To: "files", EnvelopeID: "req-2", RPCID: 12, Params: json.RawMessage(`{"uri":"file:///a","task":{"ttl":5}}`)}); err != nil {
 		t.Fatal(err)
