@@ -36,6 +36,9 @@ type journal struct {
 	// were written: what shutdown reports (ShutdownAnswers).
 	closing bool
 	owed    map[string]bool // proposal → written
+	// tried are the proposals whose answer was tried since Closing
+	// (written, or not written): shutdown waits for nothing more of them.
+	tried map[string]bool
 	// waiters are told the next line of their proposal that matches
 	// (an operator's cancel waits for its reject to be committed).
 	waiters map[string][]lineWaiter
@@ -52,7 +55,7 @@ const recentLines = 4096
 
 func newJournal(obs Observer, log *slog.Logger) *journal {
 	recent, _ := lru.New[string, Event](recentLines)
-	return &journal{obs: obs, log: log, ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, waiters: map[string][]lineWaiter{}}
+	return &journal{obs: obs, log: log, ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, tried: map[string]bool{}, waiters: map[string][]lineWaiter{}}
 }
 
 // writtenAhead are the stages whose line is written ahead of the
@@ -121,6 +124,9 @@ func (j *journal) written(proposalID, envelopeID string) {
 	if _, owed := j.owed[proposalID]; owed && ev.Stage == StageRejected {
 		j.owed[proposalID] = true
 	}
+	if j.closing {
+		j.tried[proposalID] = true
+	}
 	j.mu.Unlock()
 	if ok {
 		j.announce(ev)
@@ -133,6 +139,9 @@ func (j *journal) undelivered(proposalID, kind, reason, detail string) {
 	j.mu.Lock()
 	ev, ok := j.ahead[proposalID]
 	delete(j.ahead, proposalID)
+	if j.closing {
+		j.tried[proposalID] = true
+	}
 	if !ok {
 		ev, ok = j.recent.Peek(proposalID)
 	}
@@ -255,4 +264,28 @@ func (j *journal) notifyLocked(ev Event) {
 	} else {
 		j.waiters[ev.ProposalID] = kept
 	}
+}
+
+// storeFailed: a write of proposal id's record failed; after Closing its
+// answer counts as tried (it cannot be committed, so not sent: its
+// record, as the store last took it, is for the next run).
+func (j *journal) storeFailed(id string) {
+	j.mu.Lock()
+	if j.closing {
+		j.tried[id] = true
+	}
+	j.mu.Unlock()
+}
+
+// allTried reports whether the answer of each of ids was tried since
+// Closing.
+func (j *journal) allTried(ids []string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, id := range ids {
+		if !j.tried[id] {
+			return false
+		}
+	}
+	return true
 }

@@ -100,6 +100,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 			method: s.journal.method, describe: s.describe}, cfg.Logger)
 	s.recordStore = newRecordStore(cfg.Store, cfg.PendingTTL, cfg.FulfillTimeout, cfg.Logger)
 	s.records = newOwnWrites(s.recordStore)
+	s.records.failed = s.journal.storeFailed
 	s.core = lifecycle.New(coreConfig(cfg), shellIDs{space})
 	s.loop = lifecycle.NewLoop(s.core, cfg.Clock, s.records, s.wire, s.policy, s.journal, retryStore)
 	return s
@@ -266,13 +267,15 @@ func (s *Fulfiller) shutdown(base context.Context) {
 const drainPoll = 5 * time.Millisecond
 
 // drain waits until the core holds no proposal (every answer written,
-// every record ended), or ctx ends.
+// every record ended), or every answer it still holds was tried once
+// (one not written stays in the store, its record says so, for the next
+// run: the core would only try it again), or ctx ends.
 func (s *Fulfiller) drain(ctx context.Context) {
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
 	for {
-		var n int
-		if !s.ask(ctx, func(c *lifecycle.Core) { n = c.Pending() }) || n == 0 {
+		var held []string
+		if !s.ask(ctx, func(c *lifecycle.Core) { held = c.Held() }) || len(held) == 0 || s.journal.allTried(held) {
 			return
 		}
 		select {

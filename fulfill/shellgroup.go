@@ -73,6 +73,12 @@ func (s *Fulfiller) adoptLapsed(ctx context.Context) {
 			continue
 		}
 		for from := range lapsed {
+			if from == s.cfg.Store.Member() {
+				// This member's own lease from before a restart: its
+				// records are this member's, read at start (Loop.Run),
+				// and held here already.
+				continue
+			}
 			recs, err := s.cfg.Store.Adopt(ctx, from)
 			switch {
 			case errors.Is(err, state.ErrMemberAlive):

@@ -18,6 +18,9 @@ import (
 // own echo is not someone else's).
 type ownWrites struct {
 	lifecycle.Store
+	// failed hears of each write the store refused or could not take
+	// (not a conflict): shutdown waits no longer for that proposal.
+	failed func(proposalID string)
 
 	mu   sync.Mutex
 	revs map[string]*ownRev
@@ -63,6 +66,9 @@ func (o *ownWrites) Write(ctx context.Context, w lifecycle.Write) (uint64, error
 		r.rev = rev
 	}
 	r.mu.Unlock()
+	if err != nil && o.failed != nil {
+		o.failed(w.ID)
+	}
 	return rev, err
 }
 

@@ -240,8 +240,8 @@ func (w *wire) SendReject(ctx context.Context, r lifecycle.SendReject) error {
 // task-augmented, the proposal's method with its final params (a
 // tools/call's through requestParams). A write the link lost midway
 // (agent.ErrSessionLost) may have reached the owner: it counts as
-// written, and its response or the deadline ends the proposal. Once
-// written, the grant its approvers chose is made.
+// written, and its response or the deadline ends the proposal. The
+// grant its approvers chose is made just before the write.
 func (w *wire) SendRequest(ctx context.Context, r lifecycle.SendRequest) error {
 	if _, ok := w.space.Participant(r.To); !ok {
 		// The gateway replays nothing: written now, it would be lost.
@@ -265,6 +265,10 @@ func (w *wire) SendRequest(ctx context.Context, r lifecycle.SendRequest) error {
 		env.CorrelationID = nil
 	}
 	env.Payload = agent.MustPayload(payload)
+	// The grant the approvers chose is made with the committed call,
+	// before it goes out (as fulfill did): the proposer's next call may
+	// follow its answer at once, and must find the grant.
+	w.makeGrant(ctx, r)
 	sent := w.track(env.ID, r.ID, agent.KindRequest)
 	err := w.send(ctx, env)
 	if err != nil && !errors.Is(err, agent.ErrSessionLost) {
@@ -280,7 +284,6 @@ func (w *wire) SendRequest(ctx context.Context, r lifecycle.SendRequest) error {
 	}
 	w.hooks.events.written(r.ID, r.EnvelopeID)
 	close(sent.written)
-	w.makeGrant(ctx, r)
 	return nil
 }
 

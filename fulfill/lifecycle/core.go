@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -316,17 +317,21 @@ func (s *step) proposed(ev Proposed) {
 		// (The replay's sender says who sent it: a replay of another's
 		// id is no less ignored.)
 		dup := &Proposal{ID: ev.ID, From: ev.From, Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee}
+		// It joins the decision that governs the proposal (rule 10):
+		// its own while held here, the one it ended under (kept with
+		// the seen id), else the claim's winner the store named.
+		var revision string
 		switch {
-		case ok && old.p.Claim != "":
-			dup.DecisionID = old.p.Claim
+		case ok && old.p.DecisionID != "":
+			dup.DecisionID, revision = old.p.DecisionID, revisionOf(old.p)
 		case ok:
-			dup.DecisionID = old.p.DecisionID
+			dup.DecisionID = old.p.Claim
 		case c.seen.get(ev.ID) != "":
-			dup.DecisionID = c.seen.get(ev.ID)
+			dup.DecisionID, revision, _ = strings.Cut(c.seen.get(ev.ID), "\x00")
 		default:
 			dup.DecisionID = c.ids.DecisionID()
 		}
-		s.emit(Log{Line: lineOf(dup, "ignored", func(l *Line) { l.Reason = "duplicate" })})
+		s.emit(Log{Line: lineOf(dup, "ignored", func(l *Line) { l.Reason, l.Revision = "duplicate", revision })})
 		return
 	}
 	c.seen.add(ev.ID)
@@ -1937,7 +1942,11 @@ func (s *step) forget(e *entry) {
 	// A replay read later joins its decision (rule 10): the claim's,
 	// when this member held the record.
 	if e.claimed {
-		c.seen.put(id, claimOf(e.p))
+		governing := e.p.DecisionID
+		if governing == "" {
+			governing = claimOf(e.p)
+		}
+		c.seen.put(id, governing+"\x00"+revisionOf(e.p))
 	}
 	if e.outcome != Dropped {
 		c.ended.add(id)

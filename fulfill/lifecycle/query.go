@@ -30,3 +30,13 @@ func (c *Core) Inflight() int { return c.slots.used }
 // the proposals pending in the group then (this member's and its
 // peers') and the group's capacity (0: not read yet).
 func (c *Core) GroupLoad() (pending, capacity int) { return c.groupPending, c.groupCap }
+
+// Held returns the ids of every proposal the core still holds, ended
+// ones whose record or answer is still being written included.
+func (c *Core) Held() []string {
+	ids := make([]string, 0, len(c.props))
+	for id := range c.props {
+		ids = append(ids, id)
+	}
+	return ids
+}
