@@ -1,78 +1,78 @@
-// Package fulfill owns the lifecycle of every proposal fulfiller sees: it
-// validates it, asks the policy, routes the call to the tool owner, tracks the
+// Package fulfill answers every proposal fulfiller sees: it validates it,
+// asks the policy, routes the call to the tool owner, tracks the
 // fulfilment, and makes sure the proposer gets exactly one answer.
 //
 // # One owner
 //
-// A *Fulfiller is the only holder of a pending proposal's state. Other parts
-// (the escalation component, the operator API, metrics) ask it; nobody keeps
-// a second copy. Every state change that ends a proposal goes through one
-// guarded transition, so a proposal can be answered once and only once even
-// when a deadline, a withdrawal and a human's answer race each other.
+// A *Fulfiller is the shell around fulfill/lifecycle's Core, a pure
+// transition function (state + event → effects) that owns every pending
+// proposal of this member; one goroutine (lifecycle.Loop) applies its
+// events. Nobody keeps a second copy: the reader, the operator API and
+// metrics ask the loop (Loop.Do), and everything that happens to a
+// proposal reaches the core as an event — frames read (shellframes.go),
+// timers on Config.Clock, store results, the policy's answers, the
+// escalator's recordings and verdicts, withdrawals, group changes and
+// the operator's cancels. The core's lifecycle, exactly-once rules and
+// simulator are described in fulfill/lifecycle's doc.
 //
-// States: received → deciding → (awaiting approval) → (queued) → fulfilling
-// → done; or → rejected / withdrawn / superseded.
+// The pieces, each tested alone and all of them together end to end:
+//
+//   - shell.go: New and Run — the loop, the reader, the group's
+//     watchers, and shutdown (hand the work over to a live peer, else
+//     answer it "other"; ShutdownAnswers counts what could not be
+//     written).
+//   - shellframes.go: envelopes to events (proposal parsing and rule 1,
+//     `to`, responses matched by correlation and sender, rule 12, and the
+//     conflicting second answer, supersession, presence, refusals,
+//     impersonation).
+//   - policystep.go: lifecycle.Policy — the policy input, Decider,
+//     routing, grants, the shadow policy, task choice and the proposer's
+//     deadline hint; it writes the decided line (with its input).
+//   - wire.go, wiretask.go: lifecycle.Wire — the envelopes (rejects and
+//     their chats, fulfilment requests, cancellations, status chats,
+//     relays of a task's outcome, the task follower) and the Escalator
+//     (called off the proposal's lane; its prompts and approvals are
+//     recorded through the core before they are sent or counted; the
+//     approvers' grant is made with the committed call).
+//   - recordstore.go, shellstore.go: lifecycle.Store over Store
+//     (state.Store, or state.Local in this process) — the record is the
+//     Proposal, persisted as state.Pending; the shell remembers the
+//     revisions it wrote, so that a record another member wrote (an
+//     operator's take, an adoption) releases the proposal here at once.
+//   - journal.go: lifecycle.Journal over the Observer — lines become
+//     Events; the lines of answers are written ahead to the decision log
+//     (a fulfilling or escalated line it cannot take stops what follows,
+//     fail closed) and announced to watchers once the envelope is written.
+//   - shellgroup.go, shelloperator.go: the group's load for "busy",
+//     adoption of lapsed members' work, the hand-over at shutdown, and
+//     the operator API (the group's pending work; a cancel takes another
+//     member's record and returns once its reject is committed).
 //
 // # Pending work and backpressure
 //
-// Pending proposals live in an LRU (hashicorp/golang-lru/v2) sized
-// --max-pending, each with a --pending-ttl timer on Config.Clock. When it is
-// full, a new proposal is rejected "busy" at once: older work, including
-// open human prompts, is never evicted to make room (evicting would turn a
-// slow human into a silent drop). TTL expiry rejects "timeout", except that
-// an open human prompt lives until its own deadline and an in-flight
-// fulfilment until --fulfill-timeout (their TTL starts again).
-//
-// The LRU's eviction callback also fires on deliberate removals, and on the
-// goroutine of the caller (which may hold Fulfiller.mu), so it only hands
-// live entries to a queue that the Fulfiller drains on its own goroutine.
+// --max-pending bounds the proposals pending here, --max-pending-per-
+// proposer and --max-pending-bytes the share of one proposer and the
+// frames' bytes, and the group's load (each live member's published
+// count against the sum of their --max-pending) the whole group's: a
+// proposal over any of them is rejected "busy" as it is read, never by
+// evicting older work. Each proposal has one deadline: the pending TTL
+// while deciding or queued, the escalation's while humans are asked (the
+// Escalator's verdict ends it), the fulfil timeout once its request is
+// committed, the task's once the owner made one.
 //
 // # Durable and shared pending work (Config.Store)
 //
-// With a Store (docs/design.md "Durable and shared pending work") each stage is
-// recorded before the envelope that carries it out is written, and a
-// record that cannot be written stops that envelope (fail closed):
-//
-//   - receive.go: Store.ClaimRecord replaces the in-process seen set
-//     (rule 5) and picks the one group member that answers; the claim is
-//     the record (phase deciding, or answered with the reject of an
-//     invalid proposal), so a proposal claimed is one a restart or an
-//     adopter answers. A lost claim sends nothing. A proposal refused
-//     "busy" as it arrives is claimed without a record
-//     (Store.ClaimDecision, one write; see claimAndAdmit). An unreachable
-//     store: see claimed for what the proposer gets.
-//   - escalate.go: the decision and the approval deadline (phase
-//     awaiting_approval) before any human is asked; each prompt, with its
-//     exact payload, before it is sent and each approval before it counts
-//     (Escalation.RecordPrompt, RecordApproval).
-//   - fulfil.go: queued work with the params to fulfil; the Request
-//     (envelope id, JSON-RPC id, target, sent, deadline) before the
-//     tools/call is written. Update failing → no request; reject "other",
-//     or nothing when the record was adopted (state.ErrConflict).
-//   - answer.go: a reject is recorded (phase answered, with its envelope
-//     id) before its decision-log line and the reject are written, and the
-//     record deleted after (see
-//     markAnswered): a crash in between leaves a record whose resumer
-//     sends the same reject again, so a proposer is never left without
-//     its answer; a member whose work was adopted sends nothing more
-//     about it. Ends with nothing to send delete the record at once.
-//   - recover.go: on Run, this member's own records are resumed (their
-//     seen key settled first, Store.Reclaim); then the
-//     work of members whose lease lapsed is adopted and resumed the same
-//     way (open prompts asked again from this member with the same ids, a
-//     request already written never written again but awaited until its
-//     deadline, expired prompts rejected "timeout" at once).
-//   - operator.go: the operator API lists the group's records besides its
-//     own work, and cancels another member's proposal by taking its record
-//     (state.Store.Take) and ending it here; watchRecords drops, without a
-//     word, any proposal whose record another member wrote (taken or
-//     adopted), at once rather than at its next write.
-//
-// "busy" means the whole group is full: this member's pending work and
-// what each peer published with its lease (state.MemberInfo.Pending)
-// against the sum of its live members' --max-pending, read about once a
-// second (watchGroup) from one lease record per member, never per
-// proposal. The local --max-pending bound still refuses too.
+// The claim is the record (phase deciding, or answered with the reject
+// of an invalid proposal); each stage is recorded before the envelope
+// that carries it out is written, a reject is recorded before it is sent
+// (the same envelope is sent again after a crash) and the record deleted
+// after. A write that fails is tried again; nothing is sent about a
+// proposal whose record does not say it is this member's to answer, so a
+// store that is down makes proposers wait (and /readyz say so) rather
+// than risk a second answer. On start this member's records are resumed;
+// the work of members whose lease lapsed is adopted the same way (open
+// prompts asked again with the same ids, a request already written never
+// written again but awaited until its deadline).
 //
 // # Lost links
 //
@@ -84,33 +84,18 @@
 // reconnect still counts; still away after the grace, the proposal is
 // rejected "incapable". A request due while its owner is away is held for
 // that grace and sent once the owner is back. Our own reconnect checks the
-// new roster the same way, since leaves sent while we were away never
-// reached us.
+// new roster the same way (the reader posts who left and who is here),
+// since leaves sent while we were away never reached us.
 //
 // # Locks
 //
-// Until the package runs on fulfill/lifecycle's single event loop, a
-// pending proposal is shared by about nine goroutines (the reader, claim
-// and decide workers, timers, elicit's callbacks, store watchers, the
-// operator API: fulfill/lifecycle's doc lists them), under these locks. Take them only in the order written; none is held across a send,
-// a policy evaluation or a wait, except recMu across its own store write.
-//
-//  1. Fulfiller.mu: the pending counts, fulfilment slots and queue,
-//     byRequest, byTask, claiming, closing, and the proposal fields marked
-//     "under Fulfiller.mu". Held for bookkeeping only.
-//  2. Under it, leaves: the pending LRU's own lock (pendingStore's add,
-//     remove, get); pendingStore.mu (its eviction callback, which
-//     golang-lru calls after letting its own lock go); catalog.mu (a
-//     tool's annotations while routing; the catalog calls its onSpoof hook
-//     after unlocking); a Clock's own lock (arming and stopping timers).
-//
-// proposal.recMu is apart from both: it orders the writes of one
-// proposal's record and is held across that write (so that a fence, see
-// handOverOne and recordChanged, never interleaves with a write in
-// progress), and it is never held together with Fulfiller.mu, in either
-// order: a function that needs both takes one, lets it go, then takes the
-// other (keepAnswered). peerResponses.mu and the answered and rejects
-// LRUs are leaves: nothing is locked under them.
+// The lifecycle has none: the core is touched by the loop's goroutine
+// only. What is left are leaves, never held across a send, an evaluation
+// or a wait, and nothing is locked under them: journal.mu, wire.mu,
+// ownWrites.mu (and one ownRev.mu per record, held across that record's
+// write so that a record change the watch reports is judged after the
+// write's revision is known), the catalog's, peerResponses.mu, the
+// bounded LRUs' own, and a Clock's.
 //
 // # How `to` is read
 //

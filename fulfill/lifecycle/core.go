@@ -331,7 +331,7 @@ func (s *step) proposed(ev Proposed) {
 		default:
 			dup.DecisionID = c.ids.DecisionID()
 		}
-		s.emit(Log{Line: lineOf(dup, "ignored", func(l *Line) { l.Reason, l.Revision = "duplicate", revision })})
+		s.emit(Log{Line: lineOf(dup, "ignored", func(l *Line) { l.Reason, l.Message, l.Revision = "duplicate", "proposal id seen before", revision })})
 		return
 	}
 	c.seen.add(ev.ID)
@@ -1533,7 +1533,14 @@ func (s *step) superseded(ev SupersededBy) {
 // record (queued after a claim still being written).
 func (s *step) endQuietly(e *entry, how earlyEnd) {
 	s.end(e, how.outcome, how.stage)
-	line := lineOf(e.p, how.stage, func(l *Line) { l.Message, l.By = how.why, how.by })
+	line := lineOf(e.p, how.stage, func(l *Line) {
+		l.Message, l.By = how.why, how.by
+		if how.outcome == Withdrawn {
+			// The proposer's reason for withdrawing (fulfill's event
+			// carries it as the reason).
+			l.Reason, l.Message = how.why, ""
+		}
+	})
 	// Writes not yet issued carried what no longer happens; the one
 	// outstanding (a claim, say) is followed by the delete.
 	if e.writing {

@@ -269,10 +269,6 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 			l.schedule(ctx, s, now)
 			continue
 		}
-		if d, ok := e.(Decide); ok {
-			l.decide(ctx, d)
-			continue
-		}
 		if lg, ok := e.(Log); ok && lg.Line.Stage == "ignored" && !lg.Line.Ahead {
 			// A frame set aside changes nothing the proposal's effects
 			// do: its line is written now, not behind them (a replay
@@ -317,8 +313,9 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 	return touched
 }
 
-// decide asks the policy off the proposal's lane: an evaluation may take
-// as long as the policy's timeout, and what else happens to the proposal
+// decide asks the policy beside the proposal's lane: it starts in the
+// lane's order (after the lines before it), but an evaluation may take as
+// long as the policy's timeout, and what else happens to the proposal
 // meanwhile (its withdrawal, its record's delete) must not wait for it.
 // Nothing of the proposal waits in its lane for the answer either: the
 // core emits the effects that follow a decision once Decided comes back
@@ -385,6 +382,8 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 			case <-time.After(l.retry):
 			}
 		}
+	case Decide:
+		l.decide(ctx, e)
 	case SendReject:
 		return Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: l.wire.SendReject(ctx, e)}
 	case SendRequest:

@@ -43,7 +43,7 @@ func TestDemoStoryCompletes(t *testing.T) {
 		"├─ cancelled  the prompt at oncall-alice (notifications/cancelled: disagree)",
 		"chat to coder: oncall-bob declined: production is frozen for the release; write to staging",
 		// Withdrawn while both are asked: both prompts are cancelled.
-		"├─ withdrawn  by the proposer",
+		"withdrawn  by the proposer", // written once its record is gone: after the cancels, or before
 		"cancelled  the prompt at oncall-alice (notifications/cancelled: withdrawn)",
 		"cancelled  the prompt at oncall-bob (notifications/cancelled: withdrawn)",
 		// A grant: alice allows production log reads for 1h; the next
