@@ -137,6 +137,7 @@ func (s *Fulfiller) settle(ctx context.Context, recs []*state.Pending) []lifecyc
 			s.log.Error("record taken over unreadable; skipped", "proposal", r.ProposalID, "err", err)
 			continue
 		}
+		p.Rev = r.StoreRevision // the revision this member's adopt (or take) wrote
 		ps = append(ps, p)
 	}
 	s.records.held(ps)
