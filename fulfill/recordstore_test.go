@@ -373,11 +373,12 @@ func TestRecordStoreClaims(t *testing.T) {
 		}
 		// A replay (another decision id) while it is pending.
 		replay := rsClaim(t, "p1", "d9")
-		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true}); err != lifecycle.ErrExists {
-			t.Fatalf("replayed claim: %v; want ErrExists", err)
+		var lost *lifecycle.ClaimedError
+		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true}); !errors.Is(err, lifecycle.ErrExists) || !errors.As(err, &lost) || lost.Winner != "d1" {
+			t.Fatalf("replayed claim: %v; want ErrExists won by d1 (ClaimedError)", err)
 		}
 		// A claim without a record is refused on an id with a record.
-		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true, ClaimOnly: true}); err != lifecycle.ErrExists {
+		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true, ClaimOnly: true}); !errors.Is(err, lifecycle.ErrExists) {
 			t.Fatalf("claim only of a claimed id: %v; want ErrExists", err)
 		}
 		checkRecord(t, st, func() state.Pending { r := rsPending(t, "p1", "d1"); r.StoreRevision = rev; return r }())
@@ -385,7 +386,7 @@ func TestRecordStoreClaims(t *testing.T) {
 		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Rev: rev}); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
-		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true}); err != lifecycle.ErrExists {
+		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true}); !errors.Is(err, lifecycle.ErrExists) {
 			t.Fatalf("claim of an ended proposal's id: %v; want ErrExists", err)
 		}
 		if got, err := rs.Read(ctx, "p1"); got != nil || err != nil {
@@ -401,10 +402,10 @@ func TestRecordStoreClaims(t *testing.T) {
 			}
 		}
 		other := rsClaim(t, "p2", "d3")
-		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p2", Record: &other, Create: true, ClaimOnly: true}); err != lifecycle.ErrExists {
+		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p2", Record: &other, Create: true, ClaimOnly: true}); !errors.Is(err, lifecycle.ErrExists) {
 			t.Fatalf("claim only with another decision id: %v; want ErrExists", err)
 		}
-		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p2", Record: &other, Create: true}); err != lifecycle.ErrExists {
+		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p2", Record: &other, Create: true}); !errors.Is(err, lifecycle.ErrExists) {
 			t.Fatalf("claim of an id claimed without a record: %v; want ErrExists", err)
 		}
 		if got, err := rs.Read(ctx, "p2"); got != nil || err != nil {
@@ -450,7 +451,7 @@ func TestRecordStoreClaims(t *testing.T) {
 		rs2 := newRecordStore(m2, rsTTL, rsFulfil, nil)
 		p3b := rsClaim(t, "p3", "d6")
 		p3b.Owner = "m2"
-		if _, err := rs2.Write(ctx, lifecycle.Write{ID: "p3", Record: &p3b, Create: true}); err != lifecycle.ErrExists {
+		if _, err := rs2.Write(ctx, lifecycle.Write{ID: "p3", Record: &p3b, Create: true}); !errors.Is(err, lifecycle.ErrExists) {
 			t.Fatalf("peer's claim of a claimed id: %v; want ErrExists", err)
 		}
 		// The claim was applied, then the record was taken by the peer

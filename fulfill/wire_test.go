@@ -262,6 +262,7 @@ func TestWireRequestAsTheFulfiller(t *testing.T) {
 	literalOnWire(t, "fulfilment request", req, false, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"%s","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["p1"],"payload":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2},"_meta":{"progressToken":1}}}}`, old.ID, rpcID(t, old)))
 
 	// Another method goes out with its params as they are.
+	space.setPresent("files", true)
 	rec.methods["p2"] = "resources/read"
 	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p2", To: "files", EnvelopeID: "req-2", RPCID: 12, Params: json.RawMessage(`{"uri":"file:///a","task":{"ttl":5}}`)}); err != nil {
 		t.Fatal(err)
@@ -839,4 +840,17 @@ func TestWireGrantMadeAtTheRequest(t *testing.T) {
 	if n := len(reg.List()); n != 1 {
 		t.Errorf("%d grants, want p1's only", n)
 	}
+}
+
+// A request to a tool owner not in the space is not written (the
+// gateway replays nothing): lifecycle.ErrAway, and the core holds it.
+func TestWireRequestToAnAbsentOwner(t *testing.T) {
+	space := newFakeSpace()
+	w, _ := newTestWire(t, space, nil, nil)
+	space.setPresent("calculator", false)
+	err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 3, Params: json.RawMessage(`{"name":"add"}`)})
+	if !errors.Is(err, lifecycle.ErrAway) {
+		t.Fatalf("SendRequest to an absent owner: %v, want ErrAway", err)
+	}
+	space.quiet(t, 50*time.Millisecond)
 }
