@@ -373,8 +373,9 @@ func TestRecordStoreClaims(t *testing.T) {
 		}
 		// A replay (another decision id) while it is pending.
 		replay := rsClaim(t, "p1", "d9")
-		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true}); !errors.Is(err, lifecycle.ErrExists) {
-			t.Fatalf("replayed claim: %v; want ErrExists", err)
+		var lost *lifecycle.ClaimedError
+		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true}); !errors.Is(err, lifecycle.ErrExists) || !errors.As(err, &lost) || lost.Winner != "d1" {
+			t.Fatalf("replayed claim: %v; want ErrExists won by d1 (ClaimedError)", err)
 		}
 		// A claim without a record is refused on an id with a record.
 		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true, ClaimOnly: true}); !errors.Is(err, lifecycle.ErrExists) {

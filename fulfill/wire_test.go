@@ -841,3 +841,16 @@ func TestWireGrantMadeAtTheRequest(t *testing.T) {
 		t.Errorf("%d grants, want p1's only", n)
 	}
 }
+
+// A request to a tool owner not in the space is not written (the
+// gateway replays nothing): lifecycle.ErrAway, and the core holds it.
+func TestWireRequestToAnAbsentOwner(t *testing.T) {
+	space := newFakeSpace()
+	w, _ := newTestWire(t, space, nil, nil)
+	space.setPresent("calculator", false)
+	err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 3, Params: json.RawMessage(`{"name":"add"}`)})
+	if !errors.Is(err, lifecycle.ErrAway) {
+		t.Fatalf("SendRequest to an absent owner: %v, want ErrAway", err)
+	}
+	space.quiet(t, 50*time.Millisecond)
+}
