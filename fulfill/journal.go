@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,9 @@ type journal struct {
 	// tried are the proposals whose answer was tried since Closing
 	// (written, or not written): shutdown waits for nothing more of them.
 	tried map[string]bool
+	// resent are the proposals resumed with their answer recorded
+	// (phase answered): the reject that follows is one sent again.
+	resent map[string]bool
 	// waiters are told the next line of their proposal that matches
 	// (an operator's cancel waits for its reject to be committed).
 	waiters map[string][]lineWaiter
@@ -55,7 +59,7 @@ const recentLines = 4096
 
 func newJournal(obs Observer, log *slog.Logger) *journal {
 	recent, _ := lru.New[string, Event](recentLines)
-	return &journal{obs: obs, log: log, ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, tried: map[string]bool{}, waiters: map[string][]lineWaiter{}}
+	return &journal{obs: obs, log: log, ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, tried: map[string]bool{}, resent: map[string]bool{}, waiters: map[string][]lineWaiter{}}
 }
 
 // writtenAhead are the stages whose line is written ahead of the
@@ -75,6 +79,7 @@ func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 	}
 	ev := eventOf(l)
 	stamp(&ev)
+	j.logFor(ev)
 	if ev.Stage == StageSuperseded && len(ev.By) > 0 {
 		ev.KnownFulfiller = slices.Contains(j.peers, ev.By[0])
 		if !ev.KnownFulfiller {
@@ -288,4 +293,29 @@ func (j *journal) allTried(ids []string) bool {
 		}
 	}
 	return true
+}
+
+// logFor writes the operator's log line of an event that has one (the
+// decision log has them all): a replay set aside, a proposal resumed, a
+// reject recorded before a restart and sent again.
+func (j *journal) logFor(ev Event) {
+	switch {
+	case ev.Stage == StageIgnored && ev.Reason == "duplicate":
+		j.log.Info("proposal claimed before (a replay, or another member of the group); ignored", "proposal", ev.ProposalID, "from", ev.Proposer)
+	case ev.Stage == StageResumed:
+		j.log.Info("pending proposal resumed", "proposal", ev.ProposalID, "how", ev.Message)
+		if strings.HasSuffix(ev.Message, "("+string(lifecycle.Answered)+")") {
+			j.mu.Lock()
+			j.resent[ev.ProposalID] = true
+			j.mu.Unlock()
+		}
+	case ev.Stage == StageRejected:
+		j.mu.Lock()
+		again := j.resent[ev.ProposalID]
+		delete(j.resent, ev.ProposalID)
+		j.mu.Unlock()
+		if again {
+			j.log.Info("reject recorded before the restart sent again", "proposal", ev.ProposalID, "reason", ev.Reason)
+		}
+	}
 }
