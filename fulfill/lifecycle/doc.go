@@ -8,56 +8,15 @@
 // goroutine applying Step owns every pending proposal, and a seeded
 // simulator (sim_test.go) can drive it through crashes and restarts.
 //
-// # The package fulfill today (what this core replaces)
+// # The shell
 //
-// A pending proposal (fulfill.proposal) is changed from these goroutines,
-// through f.mu (53 Lock sites in fulfill), p.recMu (held across store
-// I/O) and atomics (p.state, p.gov, p.fenced, p.removing):
-//
-//   - the reader (Run → handle): proposals, withdrawals, responses,
-//     others' requests and rejects (supersede), presence, refusals;
-//   - claim workers (claimAndAdmit) and decide workers (decide, act);
-//   - timers: fulfilTimer (FulfillTimeout), goneTimer (owner rejoin
-//     grace), the pending TTL (once the LRU's sweep, now a timer per
-//     proposal on Config.Clock: pendingExpired), and elicit's own
-//     deadline, reminder and tier timers;
-//   - elicit callbacks: RecordPrompt, RecordApproval and the verdict
-//     (onVerdict), on elicit's goroutines;
-//   - store watchers: recoverWork (resume, adopt), watchRecords
-//     (dropAdopted), watchGroup;
-//   - the operator API (Cancel, cancelInGroup) and shutdown.
-//
-// Its states (fulfill.State): received, deciding, awaiting_approval,
-// queued, fulfilling, task, and the terminal fulfilled, rejected,
-// withdrawn, superseded. The record's phases (state.Phase) were a second
-// enum; state.Phase is this package's Phase now (deciding,
-// awaiting_approval, queued, fulfilling, task, answered), and
-// fulfill.State goes with the move. The approval deadline is held three
-// times (proposal.deadline, Escalation.Deadline,
-// Pending.ApprovalDeadline); it was ended by two timers (elicit's
-// deadline, and the TTL sweep's "not decided within"), by one since issue
-// 27 (the TTL never ends an open prompt); the decision
-// three times (proposal.decision, proposal.gov, storedDecision in the
-// record); seen ids three times (pendingStore.seen, .ended, the store's
-// claim). Persistence is woven into each stage: putRecord (decide),
-// saveRecord (escalate, fulfil, elicit's closures), markAnswered and
-// dropRecord (answer). (Its 15 cfg.Store nil checks are gone: without a
-// store it keeps its records in a state.Local, one code path.)
-//
-// Events today → effects today:
-//
-//   - proposal read → Claim (store) → admit: reject invalid/busy/other,
-//     or Put record → decide worker → policy → act;
-//   - decision fulfill → route → slot free ? saveRecord(request) → send
-//     mcp/request : saveRecord(queued); escalate → saveRecord(awaiting)
-//     → Escalator.Escalate (elicit sends prompts, RecordPrompt before
-//     each); reject → markAnswered → send reject → dropRecord;
-//   - response from the target → fulfilled → dropRecord → next queued;
-//   - fulfil timer → cancel at owner → reject "timeout";
-//   - verdict → fulfil, re-decide an edit, or reject;
-//   - withdrawal → withdrawn (prompts cancelled) → dropRecord;
-//   - others' request/reject → superseded; owner leaves → grace timer →
-//     "incapable"; TTL timer → "timeout"; restart/adoption → resumeOne.
+// Package fulfill is the shell around this core: its Fulfiller runs a
+// Loop with a Store over the state package, a Wire over the MEW space and
+// the elicit Escalator (Config.Escalator), a Policy over OPA, routing and
+// grants, and a Journal over its Observers; its package doc lists the
+// pieces. The lock-based lifecycle it had before (a proposal changed by
+// about nine goroutines under a mutex, its deadline, decision and seen
+// ids each held in three copies) is gone.
 //
 // # The core
 //
@@ -260,88 +219,20 @@
 //	go test ./fulfill/lifecycle -run 'TestSimulation$' -seeds 200000 # a longer run
 //	go test ./fulfill/lifecycle -run 'TestSimulation$' -seed 42 -v   # replay one seed with its trace
 //
-// # Moving package fulfill onto the core (not done yet)
+// # Where the shell and the core differ from the lock-based fulfill
 //
-// fulfill still runs its own lifecycle; only the pending TTL's second
-// way of ending an open prompt is gone, its timers run on a Clock tests
-// control (Config.Clock), it has one code path whatever the store
-// (state.Local without one), and state.Phase is this package's Phase.
-//
-// The way to move it: build the shell beside the lock-based Fulfiller
-// rather than inside it. A Loop with four adapters: the Store over
-// fulfill.Store (the record carrying the Proposal as it is), the Wire over
-// Space (the envelopes fulfill writes today, byte for byte), the Policy
-// over input, Decider, route, grants and shadow (it also emits the
-// decided event, which needs the input), the Journal over the Observer
-// (a Line becomes an Event with the shell's fields); plus the reader,
-// which turns envelopes into events. Run fulfill's end-to-end tests
-// (spacetest worlds, the store tests) against it, switch
-// internal/sidecar when they pass, then delete proposal.go's copies.
-// The plan file by file, each stage keeping fulfill's tests green:
-//
-//   - store.go, recover.go: a lifecycle.Store over state.Store (the
-//     record becomes the Proposal, or state.Pending carries it), Owned
-//     and Adopt feeding Resumed, WatchRecords and lapsed leases feeding
-//     Released; putRecord, saveRecord, markAnswered, dropRecord, recMu,
-//     fenced and storedDecision go.
-//   - receive.go, decide.go: the reader posts Proposed, WithdrawnBy,
-//     Responded, SupersededBy; claim workers and decide workers become
-//     the Loop's lanes (the Policy bounds its own concurrency, as
-//     evalSlots does); decision.Decision is mapped to Decision (the rest
-//     in Extra).
-//   - escalate.go (Config.Escalator): Ask calls Escalator.Escalate with
-//     the recorded prompts and approvals; its verdict comes back as a
-//     Verdict event (elicit keeps quorum, signatures, reminders and
-//     tiers); RecordPrompt and RecordApproval post PromptRecorded and
-//     ApprovalRecorded and wait for their Acked (its Err is theirs);
-//     CancelAsk calls Escalator.Cancel, and cancels its recorded prompts
-//     itself when the escalator holds no escalation of the proposal;
-//     proposal.deadline, Escalation.Deadline and
-//     Pending.ApprovalDeadline become Proposal.Deadline.
-//   - state: the core needs the claim and the record to be one write
-//     (the claim is the record): state.ClaimRecord is it (fulfill uses
-//     it since issue 27), with Reclaim before a record is resumed; the
-//     core's Write{Create} maps onto ClaimRecord. Its "busy" at once
-//     would claim without a record (ClaimDecision), as fulfill does.
-//   - fulfil.go, answer.go: SendRequest, SendReject, SendCancel; slots
-//     and the queue are the Core's; fulfilTimer is a Schedule.
-//   - pending.go: the LRU stays the bound on pending work (DESIGN), its
-//     TTL a Schedule per proposal; seen and ended are the Core's sets.
-//   - operator.go: Cancel posts Cancelled (after a take, Resumed first);
-//     Pending lists Core.Open.
-//   - receive.go's refusal and claimAndAdmit: the core's (admission);
-//     Write{ClaimOnly} maps onto state.ClaimDecision (won when its winner
-//     is the write's decision id); watchGroup posts GroupLoad (its peers'
-//     published pending, the capacity) and publishes Loop.Live with the
-//     lease.
-//   - route.go (ownerLeft, ownerGone, releaseHeld, checkOwners): presence
-//     joins and leaves post ParticipantJoined/Left; after our own
-//     reconnect the shell posts a Left for each participant missing from
-//     the new roster and a Joined for each present; goneTimer and held
-//     are the core's (TimerGrace).
-//   - task.go: callsAsTask sets Decision.Task (and TaskTimeout) as
-//     routing does Target; requestParams builds SendRequest's params from
-//     Task and TaskTTL; taskHandle parses the answer into Responded's
-//     TaskID, or its Result/Error; follow becomes Wire.FollowTask (its
-//     polling, tasks/result and the error of a task that ended without
-//     one stay the shell's) reporting TaskStatus and TaskEnded; relay is
-//     SendRelay; cancelTask is CancelTask; the record's phase "task"
-//     (state.Running, state.Task) is Proposal.Task.
-//   - status.go: sendStatus is Wire.Status (the text and _meta are the
-//     shell's).
-//
-// Where the core differs from fulfill, on purpose: a relay is recorded
-// before it is written and written again until it is (fulfill writes it
-// once, after which a crash could follow the task again and relay a
-// second time); a claim the store cannot settle is tried again,
-// where fulfill rejects "busy" (alone) or leaves it to the group.
-//
-// What the core does not model yet: grants, reminders and tiers (the
-// shell's, carried in Decision.Extra); the proposer's deadline hint
-// (fulfill's deadlineHint shortens the approval deadline, and a status
-// chat says so); the impersonation chat (rule 14, sendImpersonated); the
-// answered-request memory that flags a second, different response
-// (checkAnswered); a task whose status notification comes from someone
-// else than its owner is the follower's to ignore (the core takes only
-// the follower's reports).
+//   - A store that fails makes proposals wait (the core tries the write
+//     again, and nothing is sent about a proposal whose record does not
+//     say it is this member's to answer) where fulfill answered "busy"
+//     (alone) or "other": one answer across crashes over a fast one.
+//   - Decide runs beside its proposal's lane: a withdrawal, an
+//     operator's cancel or a record's delete never wait for the policy.
+//   - Lines of frames set aside ("ignored") are written at once; the
+//     others follow their proposal's effects (a withdrawn line once the
+//     record is gone, after the prompts it cancelled).
+//   - In escalator mode the escalator's verdict ends a prompt at its
+//     deadline (one timer); the core's deadline ends it only when nobody
+//     asked.
+//   - A relay is recorded before it is written and written again until
+//     it is; a claim the store cannot settle is tried again.
 package lifecycle
