@@ -229,6 +229,8 @@ loop:
 	stopLoop()
 	err := <-loopDone
 	s.wire.wait()
+	// Discoveries still running end now, not at their timeout.
+	cancelBase()
 	s.catalog.wait()
 	if owed, lost := s.ShutdownAnswers(); lost > 0 {
 		return fmt.Errorf("%d of %d answers owed at shutdown were not delivered: %w", lost, owed, ErrUndelivered)

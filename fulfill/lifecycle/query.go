@@ -31,12 +31,15 @@ func (c *Core) Inflight() int { return c.slots.used }
 // peers') and the group's capacity (0: not read yet).
 func (c *Core) GroupLoad() (pending, capacity int) { return c.groupPending, c.groupCap }
 
-// Held returns the ids of every proposal the core still holds, ended
-// ones whose record or answer is still being written included.
+// Held returns the ids of the proposals the core still has work for:
+// open ones, and ended ones whose record or answer is still being
+// written (an ended one kept only to recognise late news is not).
 func (c *Core) Held() []string {
-	ids := make([]string, 0, len(c.props))
-	for id := range c.props {
-		ids = append(ids, id)
+	var ids []string
+	for id, e := range c.props {
+		if e.outcome == Open || e.writing || len(e.writes) > 0 || e.sending {
+			ids = append(ids, id)
+		}
 	}
 	return ids
 }
