@@ -106,6 +106,8 @@ func TestE2ESDKToolFulfilled(t *testing.T) {
 	exact(t, req, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["p-add"],"payload":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":10,"b":5}}}}`)
 	exact(t, w.toolAnswer(req), `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"calculator","to":["fulfiller"],"kind":"mcp/response","correlation_id":["`+req.ID+`"],"payload":{"result":{"content":[{"type":"text","text":"15"}]}}}`)
 	w.gone(id)
+	// The line follows the answer the proposer already has.
+	poll.Until(t, "the fulfilled line", func() bool { return len(rec.at(fulfill.StageFulfilled)) > 0 })
 	if f := rec.at(fulfill.StageFulfilled); len(f) != 1 || string(f[0].Result) != `{"content":[{"type":"text","text":"15"}]}` {
 		t.Errorf("fulfilled events %+v", f)
 	}
