@@ -55,6 +55,12 @@ func TestRunBinaryOperations(t *testing.T) {
 		code, body := get("/v1/proposals/"+id, "op-secret")
 		return code == 200 && strings.Contains(body, `"state": "awaiting_approval"`)
 	})
+	// Its line is written once its record is (the API shows the phase
+	// from then on, the line a moment later): rotate after it.
+	poll.Until(t, "the escalated line in the decision log", func() bool {
+		raw, err := os.ReadFile(logPath)
+		return err == nil && bytes.Contains(raw, []byte(`"stage":"escalated"`))
+	})
 	if code, _ := get("/v1/proposals/"+id, ""); code != 401 {
 		t.Fatalf("operator API without the token: %d, want 401", code)
 	}
