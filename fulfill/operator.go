@@ -60,10 +60,9 @@ func (f *Fulfiller) Get(id string) (Snapshot, bool) {
 // it): the proposals this member holds, as Pending shows them, and with a
 // Store every other record in it, whichever member owns it (also a
 // member whose lease lapsed, until its work is adopted); with a
-// state.Local that is this member's own work again. When the store cannot
-// be read it returns this member's
-// proposals with an error wrapping ErrStoreUnavailable: the list is then
-// incomplete.
+// state.Local that is this member's own work again. When the store
+// cannot be read it returns this member's proposals with an error
+// wrapping ErrStoreUnavailable: the list is then incomplete.
 func (f *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 	own := f.Pending()
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)

@@ -99,8 +99,8 @@ func (f *Fulfiller) ownerLeft(p *proposal) {
 // ownerGone ends p's rejoin grace. An owner that is back keeps p: a held
 // request goes out now, a sent one waits for its response or the fulfil
 // timeout. An owner still away will not answer, so p is rejected
-// "incapable", a sent request cancelled first. Taking p.held here decides, with releaseHeld, who alone may
-// send a held request.
+// "incapable", a sent request cancelled first. Taking p.held here
+// decides, with releaseHeld, who alone may send a held request.
 func (f *Fulfiller) ownerGone(p *proposal) {
 	f.mu.Lock()
 	p.stopGone = nil
