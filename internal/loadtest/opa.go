@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -412,7 +413,7 @@ type opaServer struct {
 	url    string
 	cmd    *exec.Cmd
 	exited chan struct{}
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 }
 
 // startOPA starts the server on a free loopback port and waits for its
@@ -425,7 +426,7 @@ func startOPA(ctx context.Context, bin string, files []string, env []string) (*o
 	addr := l.Addr().String()
 	_ = l.Close()
 	args := append([]string{"run", "--server", "--addr", addr, "--log-level", "error", "--skip-version-check"}, files...)
-	s := &opaServer{addr: addr, url: "http://" + addr, cmd: exec.Command(bin, args...), exited: make(chan struct{}), stderr: &syncBuffer{}}
+	s := &opaServer{addr: addr, url: "http://" + addr, cmd: exec.Command(bin, args...), exited: make(chan struct{}), stderr: &logbuf.Buffer{Max: 64 << 10}}
 	s.cmd.Stdout, s.cmd.Stderr = s.stderr, s.stderr
 	if len(env) > 0 {
 		s.cmd.Env = append(os.Environ(), env...)
@@ -465,25 +466,4 @@ func startOPA(ctx context.Context, bin string, files []string, env []string) (*o
 func (s *opaServer) stop() {
 	_ = s.cmd.Process.Kill()
 	<-s.exited
-}
-
-// syncBuffer collects a child's output from its copying goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() > 64<<10 {
-		return len(p), nil // enough to explain a failure
-	}
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

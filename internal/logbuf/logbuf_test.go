@@ -31,3 +31,18 @@ func TestBufferIsSafeToReadWhileWritten(t *testing.T) {
 		t.Fatal("Reset left text")
 	}
 }
+
+// With Max, what is written past the bound is dropped, and the writer is
+// never told of an error (a child process's output must not block or
+// fail it).
+func TestBufferKeepsTheStartUpToMax(t *testing.T) {
+	b := Buffer{Max: 10}
+	for _, s := range []string{"0123456789", "a", "b"} {
+		if n, err := b.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if got := b.String(); got != "0123456789a" {
+		t.Fatalf("kept %q, want the writes until it held more than 10 bytes", got)
+	}
+}
