@@ -52,9 +52,9 @@ type wire struct {
 
 	mu      sync.Mutex
 	waiting map[uint64]*ackWait // PromptRecorded and ApprovalRecorded awaiting their Acked
-	// escalating: the Escalate calls running, by proposal (closed when
-	// it returns); wg waits for them.
-	escalating map[string]chan struct{}
+	// escalating: the Escalate calls running, by proposal; wg waits
+	// for them.
+	escalating map[string]escalateCall
 	wg         sync.WaitGroup
 	tokens     atomic.Uint64
 
@@ -118,6 +118,7 @@ type wireSent struct {
 // wireAsk is an escalation the wire handed to the Escalator.
 type wireAsk struct {
 	proposal lifecycle.Proposal // as Ask carried it
+	round    uint64             // Ask.Round: a verdict of another escalation leaves it alone
 	decision storedDecision
 	// The grant the approvers chose (Verdict.Grant > 0), until the
 	// proposal's request goes out; content is their form content.
@@ -126,6 +127,12 @@ type wireAsk struct {
 	by       []string
 	content  json.RawMessage
 	approved bool
+}
+
+// escalateCall is one Escalate call running for a proposal.
+type escalateCall struct {
+	round    uint64        // its Ask.Round
+	returned chan struct{} // closed when Escalate returns
 }
 
 type ackWait struct {
@@ -148,7 +155,7 @@ func newWire(space Space, esc Escalator, reg *grantstore.Registry, cfg wireConfi
 	asks, _ := lru.New[string, *wireAsk](cfg.Tracked)
 	handles, _ := lru.New[string, wireTaskHandle](cfg.Tracked)
 	return &wire{space: space, esc: esc, grants: reg, cfg: cfg, hooks: hooks, log: log,
-		sent: sent, asks: asks, waiting: map[uint64]*ackWait{}, escalating: map[string]chan struct{}{}, followers: map[string]*taskFollower{}, handles: handles}
+		sent: sent, asks: asks, waiting: map[uint64]*ackWait{}, escalating: map[string]escalateCall{}, followers: map[string]*taskFollower{}, handles: handles}
 }
 
 var _ lifecycle.Wire = (*wire)(nil)
@@ -391,7 +398,7 @@ func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
 		// Nobody can ask the humans here (a record resumed from a
 		// member that could): rejected "policy" at once, as fulfill's
 		// escalate and resumeOne do, rather than at the deadline.
-		w.postVerdict(ctx, lifecycle.Verdict{ID: a.ID, Reason: "policy", Message: noEscalatorMessage})
+		w.postVerdict(ctx, lifecycle.Verdict{ID: a.ID, Round: a.Round, Reason: "policy", Message: noEscalatorMessage})
 		return
 	}
 	p := a.Proposal
@@ -402,10 +409,10 @@ func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
 		// the frame as received. Fail closed: nobody is asked about a
 		// proposal that cannot be shown.
 		w.log.Error("escalated proposal cannot be decoded; nobody is asked", "proposal", a.ID, "err", err)
-		w.postVerdict(ctx, lifecycle.Verdict{ID: a.ID, Reason: decision.ReasonOther, Message: "the proposal cannot be shown to an approver"})
+		w.postVerdict(ctx, lifecycle.Verdict{ID: a.ID, Round: a.Round, Reason: decision.ReasonOther, Message: "the proposal cannot be shown to an approver"})
 		return
 	}
-	w.asks.Add(a.ID, &wireAsk{proposal: p, decision: sd})
+	w.asks.Add(a.ID, &wireAsk{proposal: p, round: a.Round, decision: sd})
 	esc := Escalation{Proposal: env, DecisionID: p.DecisionID, Method: p.Method, Params: p.Params, Target: sd.Route,
 		Decision: sd.decision(), Deadline: a.Deadline, DeadlineByProposer: sd.DeadlineByProposer,
 		Prompts: p.Prompts, Approvals: p.Approvals}
@@ -414,12 +421,12 @@ func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
 	}
 	esc.RecordPrompt = func(pr state.Prompt) error {
 		return w.record(ctx, a.ID, func(token uint64) lifecycle.Event {
-			return lifecycle.PromptRecorded{ID: a.ID, Prompt: pr, Token: token}
+			return lifecycle.PromptRecorded{ID: a.ID, Prompt: pr, Token: token, Round: a.Round}
 		})
 	}
 	esc.RecordApproval = func(ap state.Approval) error {
 		return w.record(ctx, a.ID, func(token uint64) lifecycle.Event {
-			return lifecycle.ApprovalRecorded{ID: a.ID, Approval: ap, Token: token}
+			return lifecycle.ApprovalRecorded{ID: a.ID, Approval: ap, Token: token, Round: a.Round}
 		})
 	}
 	// Off the proposal's lane: an Escalator may record its first
@@ -428,13 +435,13 @@ func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
 	// return, so the Escalator never hears Cancel before Escalate.
 	returned := make(chan struct{})
 	w.mu.Lock()
-	w.escalating[a.ID] = returned
+	w.escalating[a.ID] = escalateCall{round: a.Round, returned: returned}
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		defer close(returned)
-		w.esc.Escalate(ctx, esc, func(v Verdict) { w.verdict(ctx, a.ID, v) })
+		w.esc.Escalate(ctx, esc, func(v Verdict) { w.verdict(ctx, a.ID, a.Round, v) })
 	}()
 }
 
@@ -497,18 +504,22 @@ func (w *wire) Acked(_ context.Context, a lifecycle.Acked) {
 
 // verdict posts the Escalator's verdict to the core and keeps the
 // grant its approvers chose until the proposal's request goes out.
-func (w *wire) verdict(ctx context.Context, proposalID string, v Verdict) {
-	// The escalation is over: no CancelAsk follows a verdict.
+func (w *wire) verdict(ctx context.Context, proposalID string, round uint64, v Verdict) {
+	// The escalation is over: no CancelAsk follows a verdict. One of
+	// an escalation cancelled before (its proposal asked again since)
+	// touches nothing of the next one; the core ignores it.
 	w.mu.Lock()
-	delete(w.escalating, proposalID)
+	if w.escalating[proposalID].round == round {
+		delete(w.escalating, proposalID)
+	}
 	w.mu.Unlock()
-	if a, ok := w.asks.Peek(proposalID); ok && v.Approved {
+	if a, ok := w.asks.Peek(proposalID); ok && v.Approved && a.round == round {
 		w.mu.Lock()
 		a.approved, a.by, a.content = true, v.By, v.Content
 		a.grant, a.evidence = v.Grant, v.Evidence
 		w.mu.Unlock()
 	}
-	w.postVerdict(ctx, lifecycle.Verdict{ID: proposalID, Approved: v.Approved, By: v.By, Params: v.Params,
+	w.postVerdict(ctx, lifecycle.Verdict{ID: proposalID, Round: round, Approved: v.Approved, By: v.By, Params: v.Params,
 		Reason: v.Reason, Message: v.Message, Superseded: v.Superseded})
 }
 
@@ -551,7 +562,7 @@ func (w *wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) {
 			delete(w.waiting, token)
 		}
 	}
-	returned := w.escalating[c.ID]
+	returned := w.escalating[c.ID].returned
 	delete(w.escalating, c.ID)
 	w.mu.Unlock()
 	if returned != nil {

@@ -23,6 +23,7 @@ type Core struct {
 	slots     *slotQueue        // fulfilment slots held, and the proposals in phase Queued
 	closing   bool
 	seq       uint64 // of the last Write: unique, so a result finds its write
+	round     uint64 // of the last Ask: unique, so the escalator's posts find their escalation
 	// groupPending and groupCap are the group's load as of the last
 	// GroupLoad: this member's open proposals then, plus its peers'.
 	groupPending, groupCap int
@@ -50,8 +51,9 @@ type entry struct {
 	seq     uint64
 	retryAt time.Time
 
-	asked  bool // Ask went out: prompts are open at approvers
-	reqOut bool // the request was written (or resumed)
+	asked  bool   // Ask went out: prompts are open at approvers
+	round  uint64 // Ask.Round of the last Ask
+	reqOut bool   // the request was written (or resumed)
 	// reqSending: SendRequest went out to the shell: a response to it
 	// may come before its Sent does (the owner is quick), and counts, as
 	// fulfill's does once the write returned (waitWritten).
@@ -152,7 +154,7 @@ func New(cfg Config, ids IDs) *Core {
 // whose record or reject is still being written included.
 func (c *Core) Pending() int { return len(c.props) }
 
-// Live reports how many proposals count as pending here (claimed with a
+// Live reports how many proposals count as pending here (admitted with a
 // record, not ended): what the shell publishes with its lease for the
 // group's "busy".
 func (c *Core) Live() int { n, _, _ := c.load("", ""); return n }
@@ -194,11 +196,11 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.verdict(ev)
 	case PromptRecorded:
 		// Not Soon: the prompt is sent once this is durable.
-		s.recorded(ev.ID, ev.Token, func(p *Proposal) { p.Prompts = append(p.Prompts, ev.Prompt) }, false)
+		s.recorded(ev.ID, ev.Token, ev.Round, func(p *Proposal) { p.Prompts = append(p.Prompts, ev.Prompt) }, false)
 	case ApprovalRecorded:
 		// Soon: nothing sent waits for it (an approval lost in a crash
 		// is asked for again with its prompt).
-		s.recorded(ev.ID, ev.Token, func(p *Proposal) { p.Approvals = append(p.Approvals, ev.Approval) }, true)
+		s.recorded(ev.ID, ev.Token, ev.Round, func(p *Proposal) { p.Approvals = append(p.Approvals, ev.Approval) }, true)
 	case SupersededBy:
 		s.superseded(ev)
 	case Resumed:
@@ -294,7 +296,9 @@ func (s *step) decide(e *entry, again bool, edit []byte) {
 func (s *step) ask(e *entry) {
 	p := e.p
 	e.asked = true
-	s.emit(Ask{ID: p.ID, Prompts: openPrompts(p), Deadline: p.Deadline, Quorum: max(p.Decision.Quorum, 1), Proposal: *p.clone()})
+	s.c.round++
+	e.round = s.c.round
+	s.emit(Ask{ID: p.ID, Round: e.round, Prompts: openPrompts(p), Deadline: p.Deadline, Quorum: max(p.Decision.Quorum, 1), Proposal: *p.clone()})
 }
 
 // approvers are those e's escalation asks: the decision's, else the
@@ -413,7 +417,7 @@ func (s *step) escalating(e *entry) bool {
 
 // recorded records what the escalator is about to send (a prompt) or to
 // count (an approval), and answers its token once that is durable.
-func (s *step) recorded(id string, token uint64, add func(*Proposal), soon bool) {
+func (s *step) recorded(id string, token, round uint64, add func(*Proposal), soon bool) {
 	c := s.c
 	e, ok := c.props[id]
 	var err error
@@ -422,7 +426,9 @@ func (s *step) recorded(id string, token uint64, add func(*Proposal), soon bool)
 		err = ErrEnded
 	case !ok || e.outcome == Dropped:
 		err = ErrConflict // another member's (or never this one's)
-	case !s.escalating(e):
+	case !s.escalating(e) || round != e.round:
+		// Its escalation ended, even if another asks now (the
+		// proposal released and adopted back): that one records its own.
 		err = ErrEnded
 	}
 	if err != nil {
@@ -677,12 +683,14 @@ func (s *step) status(e *entry, st Status) {
 	s.emit(st)
 }
 
-// load counts the proposals pending here (claimed with a record, not
-// ended), except the one named except: all of them, those of proposer
-// from, and their frame bytes.
+// load counts the proposals pending here (admitted with a record to
+// come, not ended), except the one named except: all of them, those of
+// proposer from, and their frame bytes. A proposal counts from its
+// admission, not its claim: claims land in any order, and the older work
+// keeps its place (DESIGN rule: refuse the new when full).
 func (c *Core) load(from, except string) (live, mine int, bytes int64) {
 	for id, e := range c.props {
-		if e.claimed && e.outcome == Open && id != except {
+		if !e.noRecord && e.outcome == Open && id != except {
 			live++
 			bytes += int64(e.p.Size)
 			if e.p.From == from {
@@ -1661,8 +1669,8 @@ func (s *step) answered(ev PromptAnswered) {
 
 func (s *step) verdict(ev Verdict) {
 	e, ok := s.c.props[ev.ID]
-	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding {
-		return
+	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding || ev.Round != e.round {
+		return // stale: its escalation was cancelled before it came
 	}
 	p := e.p
 	e.asked = false // the escalator ended, and cancelled what it had open

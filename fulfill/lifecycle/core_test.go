@@ -191,12 +191,12 @@ func TestVerdictWithAnEditIsDecidedAgain(t *testing.T) {
 	if ask.Quorum != 1 || len(ask.Prompts) != 0 || ask.Proposal.ID != "p1" || ask.Proposal.Decision.Approvers[0] != "alice" {
 		t.Fatalf("asked %+v", ask)
 	}
-	w = only[Write](t, c.Step(t0, ApprovalRecorded{ID: "p1", Token: 7, Approval: Approval{Approver: "alice", Content: []byte(`{"ok":true}`)}}))
+	w = only[Write](t, c.Step(t0, ApprovalRecorded{ID: "p1", Token: 7, Round: ask.Round, Approval: Approval{Approver: "alice", Content: []byte(`{"ok":true}`)}}))
 	if ack := only[Acked](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 3})); ack.Token != 7 || ack.Err != nil {
 		t.Fatalf("acked %+v", ack)
 	}
 	edited := []byte(`{"name":"w","arguments":{"path":"/b"}}`)
-	effs := c.Step(t0, Verdict{ID: "p1", Approved: true, By: []string{"alice"}, Params: edited})
+	effs := c.Step(t0, Verdict{ID: "p1", Round: ask.Round, Approved: true, By: []string{"alice"}, Params: edited})
 	same(t, kinds(effs), []string{"Decide"})
 	d := only[Decide](t, effs)
 	if !d.Again || string(d.Params) != string(edited) || len(d.Approvals) != 1 || string(d.Approvals[0].Content) != `{"ok":true}` || d.Proposal.ID != "p1" || d.Pending != 1 {
@@ -224,7 +224,7 @@ func TestVerdictWithAnEditIsDecidedAgain(t *testing.T) {
 // still waiting; a record resumed asks its recorded prompts again.
 func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 	c := testCore(func(cfg *Config) { cfg.Escalator, cfg.Approvers = true, []string{"alice", "bob"} })
-	escalate := func(id string) {
+	escalate := func(id string) uint64 {
 		t.Helper()
 		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
 		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
@@ -233,11 +233,11 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 		if l := only[Log](t, effs).Line; l.Stage != "escalated" || !reflect.DeepEqual(l.By, []string{"alice", "bob"}) || !l.Deadline.Equal(t0.Add(5*time.Minute)) {
 			t.Fatalf("escalated line %+v", l)
 		}
-		only[Ask](t, effs)
+		return only[Ask](t, effs).Round
 	}
-	escalate("p1")
+	r := escalate("p1")
 	alice := Prompt{Approver: "alice", EnvelopeID: "x1", RPCID: 41}
-	effs := c.Step(t0, PromptRecorded{ID: "p1", Token: 1, Prompt: alice})
+	effs := c.Step(t0, PromptRecorded{ID: "p1", Token: 1, Round: r, Prompt: alice})
 	same(t, kinds(effs), []string{"write awaiting_approval"})
 	w1 := only[Write](t, effs)
 	if w1.Soon || len(w1.Record.Prompts) != 1 || w1.Record.Prompts[0].EnvelopeID != "x1" {
@@ -245,8 +245,8 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 	}
 	// While it is written: bob's prompt waits for it, and alice's and
 	// bob's approvals are written together, after it.
-	same(t, kinds(c.Step(t0, PromptRecorded{ID: "p1", Token: 2, Prompt: Prompt{Approver: "bob", EnvelopeID: "x2", RPCID: 42}})), nil)
-	same(t, kinds(c.Step(t0, ApprovalRecorded{ID: "p1", Token: 3, Approval: Approval{Approver: "alice"}})), nil)
+	same(t, kinds(c.Step(t0, PromptRecorded{ID: "p1", Token: 2, Round: r, Prompt: Prompt{Approver: "bob", EnvelopeID: "x2", RPCID: 42}})), nil)
+	same(t, kinds(c.Step(t0, ApprovalRecorded{ID: "p1", Token: 3, Round: r, Approval: Approval{Approver: "alice"}})), nil)
 	effs = c.Step(t0, Stored{ID: "p1", Seq: w1.Seq, Rev: 3})
 	same(t, kinds(effs), []string{"Acked", "write awaiting_approval"})
 	if a := only[Acked](t, effs); a.Token != 1 || a.Err != nil {
@@ -256,7 +256,7 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 	if w2.Soon || len(w2.Record.Prompts) != 2 || len(w2.Record.Approvals) != 1 {
 		t.Fatalf("wrote %d prompts, %d approvals (soon %v) in one write, want 2, 1, not soon (a prompt waits for it)", len(w2.Record.Prompts), len(w2.Record.Approvals), w2.Soon)
 	}
-	same(t, kinds(c.Step(t0, ApprovalRecorded{ID: "p1", Token: 4, Approval: Approval{Approver: "bob"}})), nil)
+	same(t, kinds(c.Step(t0, ApprovalRecorded{ID: "p1", Token: 4, Round: r, Approval: Approval{Approver: "bob"}})), nil)
 	effs = c.Step(t0, Stored{ID: "p1", Seq: w2.Seq, Rev: 4})
 	var tokens []uint64
 	for _, e := range effs {
@@ -274,13 +274,13 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 	if a := only[Acked](t, c.Step(t0, Stored{ID: "p1", Seq: w3.Seq, Rev: 5})); a.Token != 4 || a.Err != nil {
 		t.Fatalf("acked %+v", a)
 	}
-	effs = c.Step(t0, Verdict{ID: "p1", Approved: true, By: []string{"alice", "bob"}})
+	effs = c.Step(t0, Verdict{ID: "p1", Round: r, Approved: true, By: []string{"alice", "bob"}})
 	w := only[Write](t, effs)
 	if w.Record.Phase != Fulfilling || !reflect.DeepEqual(w.Record.ApprovedBy, []string{"alice", "bob"}) || len(w.Record.Approvals) != 2 {
 		t.Fatalf("fulfilled %s approved by %v with %d approvals", w.Record.Phase, w.Record.ApprovedBy, len(w.Record.Approvals))
 	}
 	// Too late, or not this member's.
-	if a := only[Acked](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 5, Prompt: alice})); a.Token != 5 || a.Err != ErrEnded {
+	if a := only[Acked](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 5, Round: r, Prompt: alice})); a.Token != 5 || a.Err != ErrEnded {
 		t.Fatalf("after the verdict: %+v", a)
 	}
 	if a := only[Acked](t, c.Step(t0, ApprovalRecorded{ID: "p9", Token: 6})); a.Token != 6 || a.Err != ErrConflict {
@@ -289,8 +289,8 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 
 	// A withdrawal while a prompt is written: the escalation is
 	// cancelled, then the token answered, once.
-	escalate("p2")
-	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p2", Token: 10, Prompt: Prompt{Approver: "alice", EnvelopeID: "x10"}}))
+	r = escalate("p2")
+	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p2", Token: 10, Round: r, Prompt: Prompt{Approver: "alice", EnvelopeID: "x10"}}))
 	effs = c.Step(t0, WithdrawnBy{ID: "p2", From: "coder"})
 	same(t, kinds(effs), []string{"CancelAsk", "Acked"})
 	if a := only[Acked](t, effs); a.Token != 10 || a.Err != ErrEnded {
@@ -302,8 +302,8 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 	same(t, kinds(c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 3})), []string{"delete"})
 
 	// Released: another member asks now.
-	escalate("p3")
-	only[Write](t, c.Step(t0, PromptRecorded{ID: "p3", Token: 20, Prompt: Prompt{Approver: "alice", EnvelopeID: "x20"}}))
+	r = escalate("p3")
+	only[Write](t, c.Step(t0, PromptRecorded{ID: "p3", Token: 20, Round: r, Prompt: Prompt{Approver: "alice", EnvelopeID: "x20"}}))
 	effs = c.Step(t0, Released{ID: "p3"})
 	same(t, kinds(effs), []string{"CancelAsk", "Acked"})
 	if a := only[Acked](t, effs); a.Err != ErrConflict || only[CancelAsk](t, effs).Reason != DropReason {
@@ -312,8 +312,8 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 
 	// A prompt's write reported failed but applied: read back, it is
 	// written (acked), and the escalation runs on, not asked again.
-	escalate("p5")
-	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p5", Token: 30, Prompt: Prompt{Approver: "alice", EnvelopeID: "x30"}}))
+	r = escalate("p5")
+	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p5", Token: 30, Round: r, Prompt: Prompt{Approver: "alice", EnvelopeID: "x30"}}))
 	c.Step(t0, Stored{ID: "p5", Seq: w.Seq, Err: errors.New("timeout")})
 	again := only[Write](t, c.Step(t0.Add(time.Second), Fired{ID: "p5", At: t0.Add(time.Second), Kind: TimerRetry}))
 	same(t, kinds(c.Step(t0.Add(time.Second), Stored{ID: "p5", Seq: again.Seq, Err: ErrConflict})), []string{"Reload"})
@@ -332,6 +332,31 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 	ask := only[Ask](t, c.Step(t0, Resumed{Records: []Proposal{rec}, How: "adopted from m2"}))
 	if len(ask.Prompts) != 2 || ask.Prompts[0].EnvelopeID != "x1" || ask.Prompts[1].EnvelopeID != "x2" || len(ask.Proposal.Approvals) != 1 || ask.Quorum != 2 {
 		t.Fatalf("asked again %+v", ask)
+	}
+}
+
+// What an escalation posts after it was cancelled counts for no later
+// escalation of the same proposal: released and adopted back, the
+// proposal is asked again under a new Round, and the old escalation's
+// late prompt is refused (ErrEnded), its late verdict ignored.
+func TestStaleEscalationPostsCountForNothing(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.Escalator, cfg.Approvers = true, []string{"alice"} })
+	w := admitted(t, c, "p1", Decision{Action: Escalate, Target: "fs"})
+	old := only[Ask](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	same(t, kinds(c.Step(t0, Released{ID: "p1"})), []string{"CancelAsk"})
+	rec := Proposal{ID: "p1", From: "coder", Owner: "m1", Phase: AwaitingApproval, DecisionID: old.Proposal.DecisionID, Deadline: t0.Add(time.Minute), Rev: 3,
+		Decision: &Decision{Action: Escalate, Target: "fs"}}
+	ask := only[Ask](t, c.Step(t0, Resumed{Records: []Proposal{rec}, How: "adopted from m2"}))
+	if ask.Round == old.Round {
+		t.Fatalf("asked again under the same round %d", ask.Round)
+	}
+	if a := only[Acked](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 1, Round: old.Round, Prompt: Prompt{Approver: "alice", EnvelopeID: "x1"}})); a.Err != ErrEnded {
+		t.Fatalf("the old escalation's prompt: %+v, want ErrEnded", a)
+	}
+	same(t, kinds(c.Step(t0, Verdict{ID: "p1", Round: old.Round, Approved: true, By: []string{"alice"}})), nil)
+	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 2, Round: ask.Round, Prompt: Prompt{Approver: "alice", EnvelopeID: "x2"}}))
+	if len(w.Record.Prompts) != 1 || w.Record.Prompts[0].EnvelopeID != "x2" || w.Record.Phase != AwaitingApproval {
+		t.Fatalf("the new escalation's prompt recorded as %+v", w.Record)
 	}
 }
 
@@ -498,8 +523,8 @@ func TestBusyIsClaimedWithoutARecord(t *testing.T) {
 	if w.ClaimOnly {
 		t.Fatalf("p5 refused with the group at 9 of 10")
 	}
-	if c.Pending() != 2 || c.Live() != 1 {
-		t.Fatalf("pending %d live %d, want 2 (p1, p5 claiming) and 1", c.Pending(), c.Live())
+	if c.Pending() != 2 || c.Live() != 2 {
+		t.Fatalf("pending %d live %d, want 2 (p1, p5 claiming: each counts from its admission)", c.Pending(), c.Live())
 	}
 }
 
@@ -722,8 +747,8 @@ func TestUnloggedLineFailsClosed(t *testing.T) {
 func TestDecideAgainCarriesItsDecisionID(t *testing.T) {
 	c := testCore(func(cfg *Config) { cfg.Escalator = true })
 	w := admitted(t, c, "p1", Decision{Action: Escalate, Target: "fs"})
-	c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2})
-	d := only[Decide](t, c.Step(t0, Verdict{ID: "p1", Approved: true, By: []string{"alice"}, Params: []byte(`{"x":2}`)}))
+	ask := only[Ask](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	d := only[Decide](t, c.Step(t0, Verdict{ID: "p1", Round: ask.Round, Approved: true, By: []string{"alice"}, Params: []byte(`{"x":2}`)}))
 	if !d.Again || d.DecisionID == "" || d.DecisionID == d.Proposal.DecisionID {
 		t.Fatalf("re-check %+v", d)
 	}

@@ -151,6 +151,10 @@ type Verdict struct {
 	Reason     string // when not approved: the wire reason (disagree when empty)
 	Message    string
 	Superseded bool // an approver answered the proposer directly
+	// Round is the Ask.Round of the escalation this verdict ends: a
+	// verdict of an escalation cancelled since (the proposal released
+	// and adopted back, asked again) is stale and ignored.
+	Round uint64
 }
 
 // SupersededBy: another participant answered proposal ID (its own
@@ -233,6 +237,7 @@ type PromptRecorded struct {
 	ID     string
 	Prompt Prompt
 	Token  uint64
+	Round  uint64 // the Ask.Round of the escalation that sends it
 }
 
 // ApprovalRecorded: the shell's escalator counted Approval for proposal
@@ -242,6 +247,7 @@ type ApprovalRecorded struct {
 	ID       string
 	Approval Approval
 	Token    uint64
+	Round    uint64 // the Ask.Round of the escalation that counts it
 }
 
 // GroupLoad is the group's load as the shell last read it from the
@@ -404,6 +410,11 @@ type Ask struct {
 	Prompts  []Prompt
 	Deadline time.Time
 	Quorum   int // approvals needed (at least 1)
+	// Round numbers this escalation, unique in the Core: what the
+	// escalator posts back for it (PromptRecorded, ApprovalRecorded,
+	// Verdict) carries it, so nothing an escalation cancelled before
+	// posted counts for the next one of the same proposal.
+	Round uint64
 	// Proposal is the proposal as it is now (a copy): what the humans
 	// are shown, and, with Config.Escalator, the prompts and approvals
 	// recorded so far (a resumed escalation asks the same again).

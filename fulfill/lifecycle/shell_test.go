@@ -438,7 +438,7 @@ func TestLoopAnswersEveryAckedOnce(t *testing.T) {
 		rec := Proposal{ID: id, From: "coder", Owner: "m1", Phase: AwaitingApproval, DecisionID: "d-" + id, Deadline: t0.Add(time.Minute), Rev: 1,
 			Decision: &Decision{Action: Escalate}}
 		loop.step(ctx, Resumed{Records: []Proposal{rec}, How: "restart"})
-		loop.step(ctx, PromptRecorded{ID: id, Token: token, Prompt: Prompt{Approver: "alice", EnvelopeID: fmt.Sprintf("x%d", token)}})
+		loop.step(ctx, PromptRecorded{ID: id, Token: token, Round: core.props[id].round, Prompt: Prompt{Approver: "alice", EnvelopeID: fmt.Sprintf("x%d", token)}})
 		var w Write
 		for _, e := range loop.lanes[id].effs {
 			if x, ok := e.(Write); ok {

@@ -207,6 +207,7 @@ type toyEsc struct {
 	// timer posts its timeout verdict then (the core leaves the prompt's
 	// end to it, as it does elicit's).
 	deadline time.Time
+	round    uint64 // Ask.Round: what it posts carries it
 }
 
 type toyToken struct {
@@ -1760,7 +1761,7 @@ func (s *sim) escAsk(m *member, a Ask) {
 		return
 	}
 	x.escs[a.ID] = &toyEsc{quorum: a.Quorum, prompts: map[string]Prompt{}, open: map[string]bool{}, counted: map[string]json.RawMessage{}, pending: map[string]bool{},
-		deadline: a.Deadline}
+		deadline: a.Deadline, round: a.Round}
 	esc := x.escs[a.ID]
 	for _, ap := range a.Proposal.Approvals {
 		if _, ok := esc.counted[ap.Approver]; ok {
@@ -1807,12 +1808,13 @@ func (s *sim) token(m *member, pid string, t toyToken) uint64 {
 
 // post queues what the escalator posts, with its token.
 func (x *toyEscalator) post(token uint64, ev Event) {
+	round := x.tokens[token].esc.round
 	switch e := ev.(type) {
 	case PromptRecorded:
-		e.Token = token
+		e.Token, e.Round = token, round
 		ev = e
 	case ApprovalRecorded:
-		e.Token = token
+		e.Token, e.Round = token, round
 		ev = e
 	}
 	x.out = append(x.out, ev)
@@ -1857,7 +1859,7 @@ func (s *sim) escAcked(m *member, a Acked) {
 			esc.done = true
 			s.escCancelOpen(m, a.ID, "")
 			if a.Err != ErrConflict {
-				x.out = append(x.out, Verdict{ID: a.ID, Reason: "other", Message: "not recorded"})
+				x.out = append(x.out, Verdict{ID: a.ID, Round: esc.round, Reason: "other", Message: "not recorded"})
 			}
 		}
 		return
@@ -1902,7 +1904,7 @@ func (s *sim) escSettle(m *member, pid string) bool {
 	if esc.done || len(esc.counted) < esc.quorum {
 		return false
 	}
-	v := Verdict{ID: pid, Approved: true}
+	v := Verdict{ID: pid, Round: esc.round, Approved: true}
 	for by := range esc.counted {
 		v.By = append(v.By, by)
 	}
@@ -1951,9 +1953,9 @@ func (s *sim) escalate(m *member, f frame) {
 	var v Verdict
 	switch {
 	case f.action == Cancel:
-		v = Verdict{ID: pid, Reason: "other", Message: "the approver cancelled"}
+		v = Verdict{ID: pid, Round: esc.round, Reason: "other", Message: "the approver cancelled"}
 	case f.action != Accept || !f.approve:
-		v = Verdict{ID: pid, Reason: "disagree", Message: "no"}
+		v = Verdict{ID: pid, Round: esc.round, Reason: "disagree", Message: "no"}
 	default:
 		if _, ok := esc.counted[f.from]; ok || esc.pending[f.from] {
 			return // counted once
@@ -2156,7 +2158,7 @@ func (s *sim) fireTimer() bool {
 		s.covered["world/escalator_timeout"]++
 		escM.esc.escs[escID].done = true
 		s.escCancelOpen(escM, escID, "")
-		escM.esc.out = append(escM.esc.out, Verdict{ID: escID, Reason: "timeout", Message: "no approval by " + escAt.UTC().Format(time.RFC3339)})
+		escM.esc.out = append(escM.esc.out, Verdict{ID: escID, Round: escM.esc.escs[escID].round, Reason: "timeout", Message: "no approval by " + escAt.UTC().Format(time.RFC3339)})
 		return true
 	}
 	if best == nil {
