@@ -151,6 +151,7 @@ func coreConfig(cfg Config) lifecycle.Config {
 		Approvers:              cfg.Approvers,
 		UnloggedMessage:        auditFailedMessage,
 		Escalator:              true,
+		Alone:                  !cfg.Store.Shared(),
 	}
 }
 

@@ -54,6 +54,9 @@ func (l *Local) InProcess() bool { return true }
 // Persistent is false: the records die with the process.
 func (l *Local) Persistent() bool { return false }
 
+// Shared reports false: a Local store is this process's alone.
+func (l *Local) Shared() bool { return false }
+
 // Member is the member id the records are owned by.
 func (l *Local) Member() string { return l.member }
 

@@ -500,6 +500,10 @@ func isReplicasUnavailable(err error) bool {
 // --state memory, whose records die with it like Local's.
 func (s *Store) Persistent() bool { return s.cfg.Mode.Kind != Memory }
 
+// Shared reports whether other fulfillers can use this store (External
+// mode: a group); an embedded server serves this process alone.
+func (s *Store) Shared() bool { return s.cfg.Mode.Kind == External }
+
 // Member returns this store's member id.
 func (s *Store) Member() string { return s.cfg.Member }
 

@@ -72,6 +72,11 @@ type entry struct {
 	// retried: a write was tried again after an error (which may have
 	// been applied all the same); reloading: a Reload is outstanding.
 	retried, reloading bool
+	// taken: a try of the claim found the id claimed (winner, when the
+	// store named the decision): an earlier try of its own, or a claim
+	// before, whose record the reload tells.
+	taken  bool
+	winner string
 	// noRecord: refused at once (refused is its reject, its envelope id
 	// minted once the claim is won); claimed without a record, so it is
 	// never counted as pending, resumed or adopted.
@@ -471,10 +476,16 @@ func (s *step) stored(ev Stored) {
 		// Another member's now, or an earlier try of this very write
 		// that failed was applied after all (a store timeout does not
 		// say which): the record says.
+		if w.create {
+			e.taken, e.winner = true, winner(ev.Err)
+		}
 		s.reload(e)
-	case w.create && !w.claimOnly && !s.now.Before(e.p.Deadline):
+	case w.create && !w.claimOnly && !s.now.Before(e.p.Deadline) && !c.cfg.Alone:
 		// Not claimed by its deadline, as far as this member knows: the
-		// record says whether a try was applied after all.
+		// record says whether a try was applied after all. (Alone on its
+		// store, the claim is tried on, below: once it lands, its record
+		// ends with a "timeout" reject, and a replay is told by the
+		// claim's answer; no other member can answer it meanwhile.)
 		e.retried = true
 		s.reload(e)
 	default:
@@ -574,17 +585,27 @@ func (s *step) reloaded(ev Reloaded) {
 		e.writes = e.writes[1:]
 		s.issue(e)
 		s.forgetIfDone(e)
+	case w.create && !e.claimed && r == nil && e.taken:
+		// Claimed before, and its record gone: a replay of a proposal
+		// that ended (here, before a restart, or at another member).
+		s.duplicate(e, e.winner)
 	case w.create && !e.claimed && r == nil && !s.now.Before(e.p.Deadline):
 		// No try was applied: nothing to answer exactly once; left to
 		// the group or to the proposer's own timeout.
-		e.outcome = Dropped
-		s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
-		s.forget(e)
+		s.unclaimed(e)
 	case w.create && !e.claimed:
 		s.duplicate(e, claimOf(r))
 	default:
 		s.fenced(e)
 	}
+}
+
+// unclaimed drops e, whose claim the store never took, without a word
+// (in a group another member may answer it; see stored, reloaded).
+func (s *step) unclaimed(e *entry) {
+	e.outcome = Dropped
+	s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
+	s.forget(e)
 }
 
 // claimOf is the decision id record r was claimed with ("": no record).
@@ -1461,8 +1482,9 @@ func (s *step) fired(ev Fired) {
 		if !e.claimed {
 			// Never claimed (the store was unreachable): no record, so
 			// nothing can be answered exactly once; left to the group
-			// or to the proposer's own timeout.
-			if e.writing || e.reloading {
+			// or to the proposer's own timeout. Alone on its store,
+			// the claim's tries go on: it is rejected once claimed.
+			if e.writing || e.reloading || c.cfg.Alone {
 				return // the claim's result decides (then sees the deadline)
 			}
 			s.reload(e) // a failed try may have been applied all the same
@@ -1783,8 +1805,11 @@ func (s *step) resume(r Proposal, how string) {
 	c := s.c
 	var early *earlyEnd
 	if old, ok := c.props[r.ID]; ok {
-		if old.claimed && old.p.Rev == r.Rev {
-			return // the same record again
+		if old.claimed && r.Rev <= old.p.Rev {
+			// The same record again, or one read before this member's
+			// own later writes (a start-up scan that listed a record
+			// taken for an operator's cancel): revisions only grow.
+			return
 		}
 		// Held here already: read while its claim was still being
 		// tried, or taken back from a member that adopted it. The

@@ -156,7 +156,8 @@ func TestWithdrawalWhileClaiming(t *testing.T) {
 
 // The claim is retried while the store fails, and a proposal whose
 // claim never succeeded by its deadline is left alone after the record
-// is read back and found absent: nothing is sent without a record.
+// is read back and found absent: nothing is sent without a record. (In
+// a group: see TestClaimLandingLateAlone for a member alone on its store.)
 func TestClaimThatNeverLands(t *testing.T) {
 	c := testCore()
 	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
@@ -357,6 +358,41 @@ func TestStaleEscalationPostsCountForNothing(t *testing.T) {
 	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 2, Round: ask.Round, Prompt: Prompt{Approver: "alice", EnvelopeID: "x2"}}))
 	if len(w.Record.Prompts) != 1 || w.Record.Prompts[0].EnvelopeID != "x2" || w.Record.Phase != AwaitingApproval {
 		t.Fatalf("the new escalation's prompt recorded as %+v", w.Record)
+	}
+}
+
+// Alone on its store (Config.Alone), a member tries a claim on past the
+// proposal's deadline: once it lands, the proposal is rejected
+// "timeout" with its record (so a crash sends the same reject), never
+// given up without a word; a replay's claim is told by the store.
+func TestClaimLandingLateAlone(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.Alone = true })
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	late := t0.Add(2 * time.Minute)
+	same(t, kinds(c.Step(late, Fired{ID: "p1", At: t0.Add(time.Minute), Kind: TimerDeadline})), nil)
+	effs := c.Step(late, Stored{ID: "p1", Seq: claim.Seq, Err: fmt.Errorf("timeout")})
+	retry := only[Schedule](t, effs)
+	again := only[Write](t, c.Step(retry.At, Fired{ID: "p1", At: retry.At, Kind: TimerRetry}))
+	if !again.Create {
+		t.Fatalf("tried %+v, want the claim again", again)
+	}
+	effs = c.Step(retry.At, Stored{ID: "p1", Seq: again.Seq, Rev: 1})
+	same(t, kinds(effs), []string{"write answered"})
+	if r := only[Write](t, effs).Record.Reject; r.Reason != "timeout" {
+		t.Fatalf("recorded %+v, want a timeout reject", r)
+	}
+
+	// A replay after a restart, claimed before: the store's answer
+	// makes it a duplicate, with the winner's decision.
+	c = testCore(func(cfg *Config) { cfg.Alone = true })
+	claim = only[Write](t, c.Step(t0, Proposed{ID: "p2", From: "coder"}))
+	retry = only[Schedule](t, c.Step(late, Stored{ID: "p2", Seq: claim.Seq, Err: fmt.Errorf("timeout")}))
+	again = only[Write](t, c.Step(retry.At, Fired{ID: "p2", At: retry.At, Kind: TimerRetry}))
+	same(t, kinds(c.Step(retry.At, Stored{ID: "p2", Seq: again.Seq, Err: &ClaimedError{Winner: "d0"}})), []string{"Reload"})
+	effs = c.Step(retry.At, Reloaded{ID: "p2"})
+	same(t, kinds(effs), nil)
+	if l := only[Log](t, effs).Line; l.Stage != "ignored" || l.Reason != "duplicate" || l.DecisionID != "d0" || c.Pending() != 0 {
+		t.Fatalf("logged %+v with %d pending, want ignored duplicate under d0", l, c.Pending())
 	}
 }
 

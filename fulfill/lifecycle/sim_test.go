@@ -354,6 +354,9 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	s.escalator = s.rng.IntN(2) == 0
 	s.cfg.Escalator = s.escalator
 	nMembers := 1 + s.rng.IntN(2)
+	// A member by itself runs alone on its store (as an embedded one):
+	// what its store could not claim it answers all the same.
+	s.cfg.Alone = nMembers == 1
 	for i := range nMembers {
 		m := &member{id: fmt.Sprintf("m%d", i+1)}
 		s.members = append(s.members, m)

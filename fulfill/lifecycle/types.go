@@ -335,4 +335,12 @@ type Config struct {
 	// not write (Unlogged): fail closed, nothing is sent that the log
 	// does not have.
 	UnloggedMessage string
+	// Alone: no other member can share this member's store (an embedded
+	// one). A claim the store could not take is then tried on past the
+	// proposal's deadline, and the proposal rejected "timeout" once it
+	// lands (its record says so, and a replay is told by the claim's
+	// answer): no other member can answer it. In a group such a proposal
+	// is given up at its deadline, left to whichever member claimed it
+	// or to the proposer's own timeout.
+	Alone bool
 }
