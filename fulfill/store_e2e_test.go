@@ -122,6 +122,29 @@ func TestStoreUnreachableAloneWaitsForTheStore(t *testing.T) {
 	h.space.quiet(t, 200*time.Millisecond)
 }
 
+// Alone on its store, a member whose store stays down past a proposal's
+// deadline keeps trying the claim, and rejects the proposal "timeout"
+// once the claim lands: nobody else could answer it.
+func TestStoreUnreachableAlonePastTheDeadlineRejectsTimeout(t *testing.T) {
+	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, Config{PendingTTL: 150 * time.Millisecond}, &fakeDecider{decisions: storeDecisions})
+	st.dead.Store(true)
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	h.space.quiet(t, 400*time.Millisecond) // past the deadline: still nothing without a claim
+	st.dead.Store(false)
+	rej := h.space.next(t)
+	if rej.Kind != agent.KindReject || rej.CorrelationID.First() != "p1" || reasonOf(rej.Payload) != "timeout" {
+		t.Fatalf("sent %s %s, want p1 rejected timeout once claimed", rej.Kind, rej.Payload)
+	}
+	if chat := h.space.next(t); chat.Kind != agent.KindChat || !strings.Contains(string(chat.Payload), "not decided within 150ms") {
+		t.Fatalf("sent %s %s, want the reject's explanation", chat.Kind, chat.Payload)
+	}
+	if n := h.dec.count(); n != 0 {
+		t.Errorf("decided %d times, want 0 (its deadline passed before its claim)", n)
+	}
+	h.space.quiet(t, 200*time.Millisecond)
+}
+
 // The record of a fulfilment request cannot be written: the request is not
 // sent while it cannot (no call runs without its record), and goes out
 // once, when the store takes it.
