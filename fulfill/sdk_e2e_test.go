@@ -158,6 +158,8 @@ func TestE2ESDKToolIsErrorResult(t *testing.T) {
 	req := w.request(id)
 	exact(t, w.toolAnswer(req), `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"calculator","to":["fulfiller"],"kind":"mcp/response","correlation_id":["`+req.ID+`"],"payload":{"result":`+want+`}}`)
 	w.gone(id)
+	// The line follows the answer the proposer already has.
+	poll.Until(t, "the fulfilled line", func() bool { return len(rec.at(fulfill.StageFulfilled)) > 0 })
 	if f := rec.at(fulfill.StageFulfilled); len(f) != 1 || string(f[0].Result) != want {
 		t.Errorf("fulfilled events %+v", f)
 	}
