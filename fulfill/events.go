@@ -213,3 +213,13 @@ func NewDecisionID() string {
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
+
+// Reasons of StageIgnored events about answers that claim to come from a
+// tool owner: spoof attempts, counted and recorded in the decision log.
+const (
+	ReasonConflictingResponse = "conflicting_response" // a second, different response to a fulfilment request already answered
+	ReasonWrongRPCID          = "wrong_rpc_id"         // a response to our request with a JSON-RPC id that is not the request's
+	ReasonMalformedResponse   = "malformed_response"   // a response to our request that is not a JSON-RPC response object
+	ReasonResponseFromOther   = "response_from_other"  // a response to our request from a participant it was not sent to
+	ReasonSpoofedWithdraw     = "spoofed_withdraw"     // a withdrawal from someone other than the proposer
+)

@@ -11,6 +11,7 @@ import (
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -576,4 +577,27 @@ func (s *policyStep) runShadow(ctx context.Context) {
 			s.emit(j.ev)
 		}
 	}
+}
+
+// grantCall is what grants are matched against for a tools/call.
+func grantCall(proposer string, t *policies.Tool) grants.Call {
+	c := grants.Call{Proposer: proposer, Tool: t.Name, Server: t.Server}
+	_ = json.Unmarshal(t.Arguments, &c.Arguments) // arguments that are not an object match no pin
+	return c
+}
+
+// grantsLoadWait bounds how long a decision waits for the store's grants
+// the first time, after a start.
+const grantsLoadWait = 10 * time.Second
+
+// capsJSON is the capabilities as the policy input carries them (nil: none known).
+func capsJSON(caps []agent.Capability) json.RawMessage {
+	if caps == nil {
+		return nil
+	}
+	b, err := json.Marshal(caps)
+	if err != nil {
+		return nil
+	}
+	return b
 }

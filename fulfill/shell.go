@@ -3,6 +3,7 @@ package fulfill
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -308,3 +309,26 @@ func (s *Fulfiller) emit(e Event) {
 	stamp(&e)
 	s.obs.Observe(e)
 }
+
+// answeredRequests bounds the record of answered fulfilment requests:
+// entries are made only by our own fulfilments, and a late conflicting
+// answer normally comes within seconds of the first.
+const answeredRequests = 4096
+
+// retryStore is how long recover waits before trying the store again.
+const retryStore = time.Second
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ErrUndelivered is wrapped by Run's error when answers owed at shutdown
+// could not be delivered.
+var ErrUndelivered = errors.New("answers not delivered")

@@ -591,7 +591,7 @@ func TestStoreRestartWhileQueuedForAWorker(t *testing.T) {
 	gated := &fakeDecider{decisions: storeDecisions, gate: make(chan struct{})}
 	cfg := Config{DecideWorkers: 1, MaxPendingPerProposer: 1000, MaxInflight: 1000}
 	h := newStoreHarness(t, "fulfiller", st, cfg, gated)
-	const n = storeWorkers + 2 // one deciding, the rest waiting for it, two in the queue
+	const n = 66 // one deciding, the rest waiting for it
 	for i := range n {
 		h.deliver(proposalEnv(fmt.Sprintf("q%d", i), "coder", callOf("add")))
 	}
