@@ -17,6 +17,32 @@ import (
 // says: a store read slowly after a restart.
 type slowGrants struct{ changes chan state.GrantChange }
 
+// runSlowGrants runs a grant registry over a slowGrants, whose grants
+// are loaded when the test says (load).
+func runSlowGrants(t *testing.T) (*slowGrants, *grantstore.Registry) {
+	store := &slowGrants{changes: make(chan state.GrantChange, 2)}
+	reg := grantstore.NewRegistry(store, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return store, reg
+}
+
+// load hands the registry alice's grant of "add" on calculator, made
+// at, and says the grants are loaded.
+func (s *slowGrants) load(t *testing.T, at time.Time) {
+	t.Helper()
+	g, err := grants.New("g-1", &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}}},
+		grants.Call{Tool: "add", Server: "calculator"}, time.Hour, "alice", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(g)
+	s.changes <- state.GrantChange{Grant: &state.Grant{ID: g.ID, Expires: g.Expires, Doc: doc}}
+	s.changes <- state.GrantChange{Current: true}
+}
+
 func (s *slowGrants) PutGrant(context.Context, *state.Grant) error { return nil }
 func (s *slowGrants) RevokeGrant(context.Context, string) (*state.Grant, error) {
 	return nil, grantstore.ErrUnknown
@@ -48,12 +74,7 @@ func (s *slowGrants) WatchGrants(ctx context.Context) (<-chan state.GrantChange,
 // the policy sees the grant that covers it, instead of deciding as if
 // there were none (and a human being asked again).
 func TestDecisionWaitsForTheStoredGrants(t *testing.T) {
-	store := &slowGrants{changes: make(chan state.GrantChange, 2)}
-	reg := grantstore.NewRegistry(store, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	store, reg := runSlowGrants(t)
 
 	dec := &fakeDecider{decisions: fulfilAdd}
 	h := newHarness(t, Config{Grants: reg}, dec)
@@ -63,15 +84,7 @@ func TestDecisionWaitsForTheStoredGrants(t *testing.T) {
 		t.Fatalf("decided %d times before the grants were loaded", n)
 	}
 
-	now := time.Now()
-	g, err := grants.New("g-1", &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}}},
-		grants.Call{Tool: "add", Server: "calculator"}, time.Hour, "alice", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, _ := json.Marshal(g)
-	store.changes <- state.GrantChange{Grant: &state.Grant{ID: g.ID, Expires: g.Expires, Doc: doc}}
-	store.changes <- state.GrantChange{Current: true}
+	store.load(t, time.Now())
 	h.space.next(t) // the tools/call
 	// The first evaluation is the decision (a second one, without the
 	// grants, tells which grant let it through).

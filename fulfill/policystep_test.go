@@ -17,7 +17,6 @@ import (
 	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/internal/clocktest"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/state"
 	"github.com/mewkit/fulfiller/toolmeta"
 )
 
@@ -562,12 +561,7 @@ func TestPolicyStepBoundsEvaluations(t *testing.T) {
 // grantsLoadWait): one read in the first moments after a restart sees
 // the grant that covers it, instead of asking a human again.
 func TestPolicyStepWaitsForStoredGrants(t *testing.T) {
-	store := &slowGrants{changes: make(chan state.GrantChange, 2)}
-	reg := grantstore.NewRegistry(store, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	store, reg := runSlowGrants(t)
 
 	rig := newStepRig(t, newFakeSpace())
 	dec := &fakeDecider{decisions: fulfilAdd}
@@ -582,14 +576,7 @@ func TestPolicyStepWaitsForStoredGrants(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 
-	g, err := grants.New("g-1", &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}}},
-		grants.Call{Tool: "add", Server: "calculator"}, time.Hour, "alice", stepEpoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, _ := json.Marshal(g)
-	store.changes <- state.GrantChange{Grant: &state.Grant{ID: g.ID, Expires: g.Expires, Doc: doc}}
-	store.changes <- state.GrantChange{Current: true}
+	store.load(t, stepEpoch)
 	if r := <-result; r.Decision.Action != lifecycle.Fulfill {
 		t.Errorf("decided %+v", r)
 	}

@@ -15,19 +15,6 @@ import (
 	"github.com/mewkit/fulfiller/policies"
 )
 
-// shadowEvents returns the StageShadow events seen so far.
-func (h *harness) shadowEvents() []Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []Event
-	for _, e := range h.events {
-		if e.Stage == StageShadow {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // eventOf returns p's first event at stage.
 func (h *harness) eventOf(t *testing.T, id string, stage Stage) Event {
 	t.Helper()
@@ -46,7 +33,7 @@ func (h *harness) eventOf(t *testing.T, id string, stage Stage) Event {
 func (h *harness) waitShadow(t *testing.T, id string) Event {
 	t.Helper()
 	waitFor(t, func() bool {
-		for _, e := range h.shadowEvents() {
+		for _, e := range h.eventsAt(StageShadow) {
 			if e.ProposalID == id {
 				return true
 			}
@@ -194,7 +181,7 @@ func TestShadowFloodIsBounded(t *testing.T) {
 	}
 	dropped := func() int {
 		n := 0
-		for _, e := range h.shadowEvents() {
+		for _, e := range h.eventsAt(StageShadow) {
 			if e.Shadow.Dropped {
 				if e.Shadow.Live != decision.Reject {
 					t.Errorf("dropped event %+v", e.Shadow)
@@ -206,7 +193,7 @@ func TestShadowFloodIsBounded(t *testing.T) {
 	}
 	waitFor(t, func() bool { return dropped() == flood-2 })
 	close(gate)
-	waitFor(t, func() bool { return len(h.shadowEvents()) == flood+1 })
+	waitFor(t, func() bool { return len(h.eventsAt(StageShadow)) == flood+1 })
 	if n := dropped(); n != flood-2 {
 		t.Errorf("%d dropped, want %d (queue of 2 behind the one being evaluated)", n, flood-2)
 	}
@@ -221,7 +208,7 @@ func TestNoShadowNoEvents(t *testing.T) {
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	h.space.next(t)
 	h.space.quiet(t, 20*time.Millisecond)
-	if evs := h.shadowEvents(); len(evs) != 0 {
+	if evs := h.eventsAt(StageShadow); len(evs) != 0 {
 		t.Fatalf("shadow events without a shadow: %+v", evs)
 	}
 }

@@ -310,6 +310,7 @@ type recEscalator struct {
 	dones   map[string]func(Verdict)
 	cancels []string
 	asked   chan Escalation
+	manual  bool // records no prompt itself (newAskEscalator)
 }
 
 func newRecEscalator() *recEscalator {
@@ -317,7 +318,7 @@ func newRecEscalator() *recEscalator {
 }
 
 func (r *recEscalator) Escalate(_ context.Context, e Escalation, done func(Verdict)) {
-	if e.RecordPrompt != nil && len(e.Prompts) == 0 {
+	if !r.manual && e.RecordPrompt != nil && len(e.Prompts) == 0 {
 		pr := state.Prompt{Approver: "alice", EnvelopeID: "elicit-" + e.Proposal.ID, RPCID: 7000, Sent: time.Now().UTC()}
 		if err := e.RecordPrompt(pr); err != nil {
 			done(Verdict{Reason: "other", Message: err.Error()})

@@ -621,31 +621,12 @@ func TestWireTaskNoticeWakesTheFollower(t *testing.T) {
 	}
 }
 
-// askEscalator records Escalations; the test drives their callbacks.
-type askEscalator struct {
-	mu      sync.Mutex
-	escs    []Escalation
-	dones   map[string]func(Verdict)
-	cancels []string
-	asked   chan Escalation
-}
-
-func newAskEscalator() *askEscalator {
-	return &askEscalator{dones: map[string]func(Verdict){}, asked: make(chan Escalation, 16)}
-}
-
-func (e *askEscalator) Escalate(_ context.Context, esc Escalation, done func(Verdict)) {
-	e.mu.Lock()
-	e.escs = append(e.escs, esc)
-	e.dones[esc.Proposal.ID] = done
-	e.mu.Unlock()
-	e.asked <- esc
-}
-
-func (e *askEscalator) Cancel(id, reason string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.cancels = append(e.cancels, id+":"+reason)
+// newAskEscalator is a recEscalator that records nothing itself: the
+// test drives the recording callbacks.
+func newAskEscalator() *recEscalator {
+	r := newRecEscalator()
+	r.manual = true
+	return r
 }
 
 // escalatedProposal is proposal id as the core holds it once escalated
