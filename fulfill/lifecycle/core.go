@@ -22,6 +22,7 @@ type Core struct {
 	byPrompt  map[string]string // prompt envelope id → proposal id
 	slots     *slotQueue        // fulfilment slots held, and the proposals in phase Queued
 	closing   bool
+	refusing  int    // entries refused at once (noRecord) not forgotten yet
 	seq       uint64 // of the last Write: unique, so a result finds its write
 	round     uint64 // of the last Ask: unique, so the escalator's posts find their escalation
 	// groupPending and groupCap are the group's load as of the last
@@ -81,6 +82,9 @@ type entry struct {
 	// minted once the claim is won); claimed without a record, so it is
 	// never counted as pending, resumed or adopted.
 	noRecord bool
+	// refusing: a refusal whose claim failed, counted in Core.refusing
+	// until it is forgotten.
+	refusing bool
 	refused  *RejectRecord
 	// held: the fulfilment request waits for its tool owner to come
 	// back (neither recorded nor sent; see startRequest; heldLogged: the
@@ -361,6 +365,19 @@ func (s *step) proposed(ev Proposed) {
 	// ignored line, under the winner's decision.
 	if p.Invalid == "" {
 		if reason, message := c.refusal(p); reason != "" {
+			if c.refusing >= max(c.cfg.MaxPending, 1) {
+				// As many refusals as proposals may be pending already
+				// wait to try their claims again: the store is down, and
+				// a flood would pile up here. Nothing is claimed, so
+				// nothing is sent: the proposer's own timeout answers it,
+				// as it would in a group.
+				e.outcome = Dropped
+				s.log(e, "ignored", func(l *Line) {
+					l.Reason, l.Message = "store_unavailable", "refused ("+reason+"), but the store has not claimed the refusals before it"
+				})
+				delete(c.props, p.ID)
+				return
+			}
 			// Refused as looked at now, even if room is made before the
 			// claim lands: claimed without a record (ClaimOnly), one
 			// store write for a reject under overload; never decided.
@@ -489,6 +506,10 @@ func (s *step) stored(ev Stored) {
 		e.retried = true
 		s.reload(e)
 	default:
+		if w.claimOnly && !e.refusing {
+			e.refusing = true
+			c.refusing++
+		}
 		e.retried = true // an error may hide an applied write
 		// Unavailable: nothing is sent before its record is written, so
 		// the write is tried again (a claim too: a proposal is never
@@ -1944,6 +1965,9 @@ func (s *step) discard(e *entry) {
 	}
 	s.nack(e, ErrConflict)
 	delete(c.props, e.p.ID)
+	if e.refusing {
+		c.refusing--
+	}
 	if e.p.Request != nil {
 		delete(c.byRequest, e.p.Request.EnvelopeID)
 	}
@@ -1973,6 +1997,9 @@ func (s *step) forget(e *entry) {
 		return
 	}
 	delete(c.props, id)
+	if e.refusing {
+		c.refusing--
+	}
 	if e.p.Request != nil {
 		delete(c.byRequest, e.p.Request.EnvelopeID)
 	}

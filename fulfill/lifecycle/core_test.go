@@ -336,6 +336,43 @@ func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
 	}
 }
 
+// Refusals whose claim-only writes failed wait to try them again; when
+// as many as may be pending wait (the store is down), a new one is not
+// kept: nothing is claimed or sent, and its line says why. Memory stays
+// bounded under a flood during an outage; a burst with the store up is
+// refused as usual.
+func TestRefusalsWaitingForTheStoreAreBounded(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.MaxPending = 2 })
+	for _, id := range []string{"p1", "p2"} {
+		only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"})) // admitted, claims outstanding
+	}
+	var claims []Write
+	for _, id := range []string{"p3", "p4", "p5"} { // a burst: more refusals than MaxPending
+		w := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
+		if !w.ClaimOnly {
+			t.Fatalf("%s written %+v, want a refusal's claim", id, w)
+		}
+		claims = append(claims, w)
+	}
+	// The store is down: two of them fail and wait to be tried again.
+	for _, w := range claims[:2] {
+		only[Schedule](t, c.Step(t0, Stored{ID: w.ID, Seq: w.Seq, Err: errors.New("timeout")}))
+	}
+	effs := c.Step(t0, Proposed{ID: "p6", From: "coder"})
+	same(t, kinds(effs), nil)
+	if l := only[Log](t, effs).Line; l.Stage != "ignored" || l.Reason != "store_unavailable" || c.Pending() != 5 {
+		t.Fatalf("p6 logged %+v with %d pending, want ignored store_unavailable and 5 held", l, c.Pending())
+	}
+	// Once a waiting refusal's claim lands and its reject is out, room
+	// is made.
+	retry := only[Write](t, c.Step(t0.Add(time.Second), Fired{ID: "p3", At: t0.Add(time.Second), Kind: TimerRetry}))
+	rej := only[SendReject](t, c.Step(t0.Add(time.Second), Stored{ID: "p3", Seq: retry.Seq, Rev: 7}))
+	c.Step(t0.Add(time.Second), Sent{ID: "p3", EnvelopeID: rej.EnvelopeID})
+	if w := only[Write](t, c.Step(t0.Add(time.Second), Proposed{ID: "p7", From: "coder"})); !w.ClaimOnly {
+		t.Fatalf("p7 written %+v, want a refusal's claim", w)
+	}
+}
+
 // What an escalation posts after it was cancelled counts for no later
 // escalation of the same proposal: released and adopted back, the
 // proposal is asked again under a new Round, and the old escalation's
