@@ -22,9 +22,14 @@ type Core struct {
 	byPrompt  map[string]string // prompt envelope id → proposal id
 	slots     *slotQueue        // fulfilment slots held, and the proposals in phase Queued
 	closing   bool
-	refusing  int    // entries refused at once (noRecord) not forgotten yet
-	seq       uint64 // of the last Write: unique, so a result finds its write
-	round     uint64 // of the last Ask: unique, so the escalator's posts find their escalation
+	refusing  int // refusals (noRecord) whose claim failed and waits to be tried again
+	// The load (see load), kept as entries are admitted and end (track)
+	// rather than counted over every entry at each event.
+	nLive  int
+	nBytes int64
+	nBy    map[string]int // by proposer
+	seq    uint64         // of the last Write: unique, so a result finds its write
+	round  uint64         // of the last Ask: unique, so the escalator's posts find their escalation
 	// groupPending and groupCap are the group's load as of the last
 	// GroupLoad: this member's open proposals then, plus its peers'.
 	groupPending, groupCap int
@@ -82,6 +87,7 @@ type entry struct {
 	// minted once the claim is won); claimed without a record, so it is
 	// never counted as pending, resumed or adopted.
 	noRecord bool
+	counted  bool // in the Core's load (track)
 	// refusing: a refusal whose claim failed, counted in Core.refusing
 	// until it is forgotten.
 	refusing bool
@@ -156,7 +162,7 @@ func New(cfg Config, ids IDs) *Core {
 		per = cfg.MaxInflight
 	}
 	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{}, away: map[string]bool{},
-		slots: newSlotQueue(cfg.MaxInflight, per), byPrompt: map[string]string{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
+		slots: newSlotQueue(cfg.MaxInflight, per), byPrompt: map[string]string{}, nBy: map[string]int{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
 }
 
 // Pending reports how many proposals the core still holds, ended ones
@@ -390,6 +396,7 @@ func (s *step) proposed(ev Proposed) {
 	// The claim is the first write: the record exists from the moment
 	// the proposal is this member's, so a crash after it leaves work to
 	// resume, never a claimed id nobody answers.
+	c.track(e)
 	s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, then: thenClaimed})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 }
@@ -529,6 +536,7 @@ func (s *step) reload(e *entry) {
 // the store named it (rule 10), as a replay read later does.
 func (s *step) duplicate(e *entry, winner string) {
 	e.outcome = Dropped // not ended here: a record of it may come to this member later
+	s.c.track(e)
 	if winner != "" {
 		e.p.DecisionID, e.p.Claim = winner, winner
 	}
@@ -625,6 +633,7 @@ func (s *step) reloaded(ev Reloaded) {
 // (in a group another member may answer it; see stored, reloaded).
 func (s *step) unclaimed(e *entry) {
 	e.outcome = Dropped
+	s.c.track(e)
 	s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
 	s.forget(e)
 }
@@ -679,6 +688,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			return
 		}
 		e.outcome = Rejected
+		s.c.track(e)
 		r := *e.refused
 		r.EnvelopeID = c.ids.EnvelopeID()
 		e.p.Phase, e.p.Reject = Answered, &r
@@ -731,16 +741,36 @@ func (s *step) status(e *entry, st Status) {
 // admission, not its claim: claims land in any order, and the older work
 // keeps its place (DESIGN rule: refuse the new when full).
 func (c *Core) load(from, except string) (live, mine int, bytes int64) {
-	for id, e := range c.props {
-		if !e.noRecord && e.outcome == Open && id != except {
-			live++
-			bytes += int64(e.p.Size)
-			if e.p.From == from {
-				mine++
-			}
+	live, mine, bytes = c.nLive, c.nBy[from], c.nBytes
+	if e, ok := c.props[except]; ok && e.counted {
+		live, bytes = live-1, bytes-int64(e.p.Size)
+		if e.p.From == from {
+			mine--
 		}
 	}
 	return live, mine, bytes
+}
+
+// track keeps e's place in the load: counted while it is held here,
+// admitted with a record to come (not refused at once) and not ended.
+// Everything that admits, ends or lets go of an entry calls it.
+func (c *Core) track(e *entry) {
+	want := !e.noRecord && e.outcome == Open && c.props[e.p.ID] == e
+	if want == e.counted {
+		return
+	}
+	e.counted = want
+	d := 1
+	if !want {
+		d = -1
+	}
+	c.nLive += d
+	c.nBytes += int64(d * e.p.Size)
+	if n := c.nBy[e.p.From] + d; n > 0 {
+		c.nBy[e.p.From] = n
+	} else {
+		delete(c.nBy, e.p.From)
+	}
 }
 
 // refusal is the reject of a proposal that cannot be admitted now, in
@@ -780,6 +810,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 		s.c.withdrawals.put(e.p.ID, e.p.From, "")
 	}
 	e.outcome = Dropped // its end is the record holder's, not this member's
+	s.c.track(e)
 	s.log(e, "ignored", func(l *Line) { l.Reason, l.Message = reason, message })
 	s.forget(e)
 }
@@ -788,6 +819,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 // next queued proposal. The record's end is the caller's.
 func (s *step) end(e *entry, o Outcome, why string) {
 	e.outcome = o
+	s.c.track(e)
 	e.deciding = false
 	if e.p.Phase == Task && !e.taskDone && o != Rejected {
 		// A task nobody waits for any more is work nobody wants:
@@ -1852,6 +1884,7 @@ func (s *step) resume(r Proposal, how string) {
 	c.seen.add(r.ID)
 	e := &entry{p: r.clone(), claimed: true}
 	c.props[r.ID] = e
+	c.track(e)
 	p := e.p
 	s.log(e, "resumed", func(l *Line) { l.Message = how + " (" + string(p.Phase) + ")" })
 	if w, ok := c.withdrawals.get(p.ID, p.From); ok && early == nil {
@@ -1877,6 +1910,7 @@ func (s *step) resume(r Proposal, how string) {
 		if p.Relay != nil {
 			e.outcome = Fulfilled
 		}
+		c.track(e)
 		s.sendAnswer(e)
 	case Task:
 		// Followed again; it keeps its deadline, and runs without a slot.
@@ -1965,6 +1999,7 @@ func (s *step) discard(e *entry) {
 	}
 	s.nack(e, ErrConflict)
 	delete(c.props, e.p.ID)
+	c.track(e)
 	if e.refusing {
 		c.refusing--
 	}
@@ -1997,6 +2032,7 @@ func (s *step) forget(e *entry) {
 		return
 	}
 	delete(c.props, id)
+	c.track(e)
 	if e.refusing {
 		c.refusing--
 	}

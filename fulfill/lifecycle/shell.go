@@ -92,6 +92,7 @@ type Loop struct {
 	batches chan []Event
 	stopped chan struct{} // closed when Run returns
 	live    atomic.Int64  // Core.Live after the last step
+	idle    chan func()   // handed to a worker waiting for work (see work)
 
 	// Touched by Run's goroutine only.
 	lanes  map[string]*lane
@@ -120,7 +121,7 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	return &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		in: make(chan Event), done: make(chan laneDone, 64), queries: make(chan func(*Core)), batches: make(chan []Event), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
+		in: make(chan Event), done: make(chan laneDone, 64), queries: make(chan func(*Core)), idle: make(chan func()), batches: make(chan []Event), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
 		followers: map[string]*follower{}}
 }
 
@@ -321,11 +322,45 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 // core emits the effects that follow a decision once Decided comes back
 // (and ignores one the proposal no longer waits for).
 func (l *Loop) decide(ctx context.Context, d Decide) {
+	l.work(ctx, func() { _ = l.Post(ctx, l.policy.Decide(ctx, d)) })
+}
+
+// workerIdle is how long a worker waits for more work before it ends.
+const workerIdle = 2 * time.Second
+
+// work runs f on one of the loop's workers: one waiting for work if
+// there is one, else a new one. A worker waits workerIdle for more, so a
+// busy loop reuses goroutines whose stacks have grown to what the store
+// and the policy need: a goroutine per effect spent about a tenth of the
+// fulfiller's CPU growing stacks (runtime.newstack, in the bench's
+// profile). Workers end with ctx; Run waits for them.
+func (l *Loop) work(ctx context.Context, f func()) {
+	select {
+	case l.idle <- f:
+		return
+	default:
+	}
 	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		_ = l.Post(ctx, l.policy.Decide(ctx, d))
-	}()
+	go l.worker(ctx, f)
+}
+
+func (l *Loop) worker(ctx context.Context, f func()) {
+	defer l.wg.Done()
+	// Real time, not l.clock: how long a goroutine idles is no part of
+	// any proposal's lifecycle.
+	t := time.NewTimer(workerIdle)
+	defer t.Stop()
+	for {
+		f()
+		t.Reset(workerIdle)
+		select {
+		case f = <-l.idle:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (l *Loop) schedule(ctx context.Context, s Schedule, now time.Time) {
@@ -349,15 +384,13 @@ func (l *Loop) dispatch(ctx context.Context, id string) {
 	e := ln.effs[0]
 	ln.effs = ln.effs[1:]
 	ln.running = true
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
+	l.work(ctx, func() {
 		res := l.carryOut(ctx, e)
 		select {
 		case l.done <- laneDone{id: id, result: res}:
 		case <-ctx.Done():
 		}
-	}()
+	})
 }
 
 // carryOut does one effect and returns the event that reports it.

@@ -2329,7 +2329,30 @@ func (s *sim) adopt(from string, to *member) {
 func (s *sim) check() error {
 	err := s.violation
 	s.violation = nil
+	if err == nil {
+		for _, m := range s.alive() {
+			if e := checkLoad(m.core); e != nil {
+				return fmt.Errorf("%s: %w", m.id, e)
+			}
+		}
+	}
 	return err
+}
+
+// checkLoad compares the load the core keeps as entries come and go
+// (track) with a count over its entries.
+func checkLoad(c *Core) error {
+	live, bytes, by := 0, int64(0), map[string]int{}
+	for _, e := range c.props {
+		if !e.noRecord && e.outcome == Open {
+			live, bytes = live+1, bytes+int64(e.p.Size)
+			by[e.p.From]++
+		}
+	}
+	if live != c.nLive || bytes != c.nBytes || !maps.Equal(by, c.nBy) {
+		return fmt.Errorf("load kept as %d, %d bytes, %v; counted %d, %d bytes, %v", c.nLive, c.nBytes, c.nBy, live, bytes, by)
+	}
+	return nil
 }
 
 // view is what the wire shows of one proposal's answers.
