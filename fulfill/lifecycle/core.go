@@ -28,8 +28,12 @@ type Core struct {
 	nLive  int
 	nBytes int64
 	nBy    map[string]int // by proposer
-	seq    uint64         // of the last Write: unique, so a result finds its write
-	round  uint64         // of the last Ask: unique, so the escalator's posts find their escalation
+	// forgotten: the proposals the last Step let go of, whose timers
+	// the Loop stops (a deadline minutes away would otherwise hold each
+	// ended proposal's timer until then).
+	forgotten []string
+	seq       uint64 // of the last Write: unique, so a result finds its write
+	round     uint64 // of the last Ask: unique, so the escalator's posts find their escalation
 	// groupPending and groupCap are the group's load as of the last
 	// GroupLoad: this member's open proposals then, plus its peers'.
 	groupPending, groupCap int
@@ -190,6 +194,7 @@ func (c *Core) Open() []Proposal {
 // in order. It does no I/O and reads no clock.
 func (c *Core) Step(now time.Time, ev Event) []Effect {
 	s := &step{c: c, now: now}
+	c.forgotten = c.forgotten[:0]
 	switch ev := ev.(type) {
 	case Proposed:
 		s.proposed(ev)
@@ -2000,6 +2005,7 @@ func (s *step) discard(e *entry) {
 	s.nack(e, ErrConflict)
 	delete(c.props, e.p.ID)
 	c.track(e)
+	c.forgotten = append(c.forgotten, e.p.ID)
 	if e.refusing {
 		c.refusing--
 	}
@@ -2033,6 +2039,7 @@ func (s *step) forget(e *entry) {
 	}
 	delete(c.props, id)
 	c.track(e)
+	c.forgotten = append(c.forgotten, id)
 	if e.refusing {
 		c.refusing--
 	}

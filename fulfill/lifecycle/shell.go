@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,9 +96,10 @@ type Loop struct {
 	idle    chan func()   // handed to a worker waiting for work (see work)
 
 	// Touched by Run's goroutine only.
-	lanes  map[string]*lane
-	timers map[Fired]func() bool // not fired yet
-	wg     sync.WaitGroup
+	lanes    map[string]*lane
+	timers   map[Fired]func() bool // not fired yet
+	timersOf map[string][]Fired    // the timers set, by proposal (some fired since)
+	wg       sync.WaitGroup
 
 	// followers stop the task followers, by proposal; touched by the
 	// lanes' goroutines (FollowTask, CancelTask).
@@ -121,7 +123,7 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	return &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		in: make(chan Event), done: make(chan laneDone, 64), queries: make(chan func(*Core)), idle: make(chan func()), batches: make(chan []Event), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{},
+		in: make(chan Event), done: make(chan laneDone, 64), queries: make(chan func(*Core)), idle: make(chan func()), batches: make(chan []Event), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
 		followers: map[string]*follower{}}
 }
 
@@ -206,7 +208,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		select {
 		case ev := <-l.in:
 			if f, ok := ev.(Fired); ok {
-				delete(l.timers, f)
+				l.fired(f)
 			}
 			l.step(ctx, ev)
 		case q := <-l.queries:
@@ -265,7 +267,11 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 		l.unlogged(u.ID)
 	}
 	now := l.clock.Now()
-	for _, e := range l.core.Step(now, ev) {
+	effs := l.core.Step(now, ev)
+	for _, id := range l.core.forgotten {
+		l.unschedule(id) // before the Schedules of a record that replaced it
+	}
+	for _, e := range effs {
 		if s, ok := e.(Schedule); ok {
 			l.schedule(ctx, s, now)
 			continue
@@ -369,6 +375,30 @@ func (l *Loop) schedule(ctx context.Context, s Schedule, now time.Time) {
 		return // the same timer is set already
 	}
 	l.timers[f] = l.clock.AfterFunc(s.At.Sub(now), func() { _ = l.Post(ctx, f) })
+	l.timersOf[f.ID] = append(l.timersOf[f.ID], f)
+}
+
+// fired forgets timer f, which went off.
+func (l *Loop) fired(f Fired) {
+	delete(l.timers, f)
+	fs := slices.DeleteFunc(l.timersOf[f.ID], func(g Fired) bool { return g == f })
+	if len(fs) == 0 {
+		delete(l.timersOf, f.ID)
+	} else {
+		l.timersOf[f.ID] = fs
+	}
+}
+
+// unschedule stops the timers of proposal id, which the core let go of:
+// their firing would change nothing, and each holds memory until then.
+func (l *Loop) unschedule(id string) {
+	for _, f := range l.timersOf[id] {
+		if stop, ok := l.timers[f]; ok {
+			stop()
+			delete(l.timers, f)
+		}
+	}
+	delete(l.timersOf, id)
 }
 
 // dispatch starts the next effect of a proposal's lane, if none runs.

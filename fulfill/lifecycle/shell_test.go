@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/internal/clocktest"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // memStore is a Store in memory; it outlives the Loops that use it, as a
@@ -228,6 +229,32 @@ func TestLoopRejectSurvivesARestart(t *testing.T) {
 	case s := <-wire2.sent:
 		t.Fatalf("then %q was sent too", s)
 	default:
+	}
+}
+
+// A proposal that ended leaves no timer behind: its deadline, minutes
+// away, would otherwise hold memory for every ended proposal until then
+// (50 000 of them in a bench run).
+func TestLoopStopsTheTimersOfAnEndedProposal(t *testing.T) {
+	store := newMemStore("m1")
+	wire := &chanWire{sent: make(chan string, 16)}
+	_, stop := startLoop(t, store, wire, clocktest.New(t0), Decision{Action: Reject, Reason: "policy"})
+	defer stop()
+	loop := lastLoop.Load()
+	if err := loop.Post(context.Background(), Proposed{ID: "p1", From: "coder"}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, wire.sent) // the reject
+	if id := <-store.deleted; id != "p1" {
+		t.Fatalf("deleted %s", id)
+	}
+	var timers, byID int
+	poll.Until(t, "the record's end applied", func() bool {
+		_ = loop.Do(context.Background(), func(c *Core) { timers, byID = len(loop.timers), len(loop.timersOf) })
+		return timers == 0
+	})
+	if byID != 0 {
+		t.Fatalf("%d proposals still listed with timers", byID)
 	}
 }
 
