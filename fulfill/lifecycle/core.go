@@ -675,10 +675,15 @@ func (s *step) then(e *entry, w pendingWrite) {
 		case !s.now.Before(p.Deadline):
 			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
 		default:
-			// Looked at again now that it is claimed (others were
-			// admitted meanwhile), as fulfill's admit does; its record
-			// ends with its reject.
-			if reason, message := c.refusal(p); reason != "" {
+			// Admitted as it arrived, it keeps its place: the limits
+			// count it from then (load), so they are not looked at
+			// again. (Looked at again, a proposal could be admitted and
+			// then refused, at the cost of a record written, answered
+			// and deleted: most of a flood's "busy" went that way.)
+			// Only a shutdown since refuses it; its record ends with
+			// its reject.
+			if c.closing {
+				reason, message := c.refusal(p)
 				s.commitReject(e, reason, message)
 				return
 			}

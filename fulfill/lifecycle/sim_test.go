@@ -497,9 +497,9 @@ func (s *sim) deliver(m *member, ev Event) {
 		}
 	}
 	for _, e := range effs {
-		if d, ok := e.(Decide); ok && !d.Again {
-			if st, ok := ev.(Stored); ok && st.ID == d.ID {
-				s.admitted(m, d.ID)
+		if w, ok := e.(Write); ok && w.Create && !w.ClaimOnly {
+			if p, ok := ev.(Proposed); ok && p.ID == w.ID && p.Invalid == "" {
+				s.admitted(m, w.ID)
 			}
 		}
 		switch e := e.(type) {
@@ -1720,14 +1720,15 @@ func (s *sim) groupLoad() bool {
 	return true
 }
 
-// admitted checks, as the core admits proposal id (its claim landed and
-// it is decided), that none of the admission limits was reached: counted
-// here from the core's open proposals, not with the core's own counts.
+// admitted checks, as the core admits proposal id (as it arrives: its
+// claim with a record is written), that none of the admission limits was
+// reached: counted here from the core's open proposals admitted before
+// it, not with the core's own counts. Admitted, it keeps its place.
 func (s *sim) admitted(m *member, id string) {
 	e := m.core.props[id]
 	live, mine, bytes := 0, 0, 0
 	for oid, o := range m.core.props {
-		if oid == id || !o.claimed || o.outcome != Open {
+		if oid == id || o.noRecord || o.outcome != Open {
 			continue
 		}
 		live++
