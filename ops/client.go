@@ -3,7 +3,6 @@ package ops
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,12 +33,6 @@ func (e *APIError) Error() string {
 		return fmt.Sprintf("the operator API answered %d %s", e.Status, http.StatusText(e.Status))
 	}
 	return fmt.Sprintf("the operator API answered %d: %s", e.Status, e.Message)
-}
-
-// NotFound reports whether err is the API's 404.
-func NotFound(err error) bool {
-	var ae *APIError
-	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
 }
 
 // Grants lists the grants (GET /v1/grants).

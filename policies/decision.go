@@ -62,10 +62,6 @@ const (
 // (decision.ValidReason).
 func ValidReason(code string) bool { return decision.ValidReason(code) }
 
-// FormatGrantDuration writes a grant duration as the form offers it
-// (decision.FormatGrantDuration).
-func FormatGrantDuration(d time.Duration) string { return decision.FormatGrantDuration(d) }
-
 // formatDuration prints durations the way people write them in policies
 // (decision.FormatDuration).
 func formatDuration(d time.Duration) string { return decision.FormatDuration(d) }

@@ -193,13 +193,6 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
-// Down reports whether server i is stopped.
-func (c *Cluster) Down(i int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.servers[i] == nil
-}
-
 // Shutdown stops every server and removes their storage.
 func (c *Cluster) Shutdown() {
 	for i := range c.servers {

@@ -533,10 +533,6 @@ func (s *Sidecar) Grants() *grantstore.Registry { return s.grantReg }
 // Store is the state store; nil without one (Config.State nil).
 func (s *Sidecar) Store() *state.Store { return s.store }
 
-// Metrics is the sidecar's metrics, served on /metrics when Ops.HTTP is
-// set.
-func (s *Sidecar) Metrics() *ops.Metrics { return s.ops.metrics }
-
 // OpsAddr is the address the operations listener bound ("" without
 // one), once Start has returned.
 func (s *Sidecar) OpsAddr() string { return s.ops.addr }

@@ -1,7 +1,6 @@
 package space
 
 import (
-	"encoding/json"
 	"net/http"
 	"regexp"
 	"sync"
@@ -241,15 +240,4 @@ func wantFrame(t testing.TB, who string, got []byte, want string) {
 	if norm(got) != norm([]byte(want)) {
 		t.Fatalf("%s got\n  %s\nwant\n  %s", who, got, want)
 	}
-}
-
-// field decodes one top-level field of a frame, for tests that check a
-// single value.
-func jsonField(t testing.TB, frame []byte, key string) json.RawMessage {
-	t.Helper()
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(frame, &m); err != nil {
-		t.Fatalf("frame %s: %v", frame, err)
-	}
-	return m[key]
 }
