@@ -85,11 +85,13 @@
 // Admission (fulfill's refusal, in its order and words): shutting down
 // ("other"), then "busy" for this member's MaxPending, the proposer's
 // MaxPendingPerProposer, the group full (GroupLoad) and MaxPendingBytes
-// (Proposal.Size). Looked at when the proposal is read: one refused then
-// is claimed without a record (Write.ClaimOnly, one store write under
-// overload) and rejected; one admitted is looked at again once its
-// claim (its record) lands, and rejected with its record if others took
-// the room meanwhile. A request due while its tool owner is away is held
+// (Proposal.Size). Looked at when the proposal is read, and only then:
+// one refused is claimed without a record (Write.ClaimOnly, one store
+// write under overload) and rejected, at most MaxPending such refusals
+// waiting for a store that fails (one more is logged "ignored",
+// store_unavailable); one admitted counts against the limits from then
+// on (track keeps the load as entries come and go) and keeps its place.
+// A request due while its tool owner is away is held
 // (neither recorded nor sent) for Config.OwnerRejoinGrace and goes out
 // when the owner is back; a fulfilment whose owner leaves gets the same
 // grace, and its owner's response meanwhile counts; an owner still away
@@ -225,6 +227,12 @@
 //     again, and nothing is sent about a proposal whose record does not
 //     say it is this member's to answer) where fulfill answered "busy"
 //     (alone) or "other": one answer across crashes over a fast one.
+//     Alone on its store (Config.Alone) a claim is tried on past the
+//     deadline and the proposal rejected "timeout" once it lands; in a
+//     group it is given up at the deadline.
+//   - Each escalation has a Round (Ask.Round): what an escalation that
+//     was cancelled posts late (the proposal released and adopted back,
+//     asked again) counts for nothing.
 //   - Decide runs beside its proposal's lane: a withdrawal, an
 //     operator's cancel or a record's delete never wait for the policy.
 //   - Lines of frames set aside ("ignored") are written at once; the
