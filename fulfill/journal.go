@@ -73,8 +73,12 @@ func writtenAhead(s Stage) bool {
 // fails closed (lifecycle.Unlogged), as the lock-based lifecycle did.
 func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 	if l.Stage == string(StageDecided) {
-		// The policy step logged it, with its input and latency (the
-		// core's line only repeats the action).
+		// The policy step's record of the decision, with its input and
+		// latency (the core's line only repeats the action), told now
+		// that the decision governs the proposal.
+		if n, ok := l.Note.(*decidedNote); ok {
+			n.log()
+		}
 		return nil
 	}
 	ev := eventOf(l)

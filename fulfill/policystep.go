@@ -115,10 +115,29 @@ func (s *policyStep) Decide(ctx context.Context, d lifecycle.Decide) lifecycle.D
 	if dec.Err != nil {
 		s.log.Error("policy failed closed", "proposal", p.ID, "err", dec.Err)
 	}
-	s.emit(ev)
-	s.shadow(ev, in, dec)
+	note := &decidedNote{step: s, ev: ev, in: in, dec: dec}
 	dec.Grantable = s.grantOffer(dec.Grantable)
-	return s.act(ctx, d, dec)
+	out := s.act(ctx, d, dec)
+	out.Note = note
+	return out
+}
+
+// decidedNote is a decision's record (its decided event, with the
+// policy's input, and its shadow evaluation), told to the observers only
+// when the core logs the decided line (journal.Log): once the decision
+// governs the proposal. A decision the core does not take (the proposal
+// ended meanwhile, or, decided beside its claim, the claim was lost to a
+// replay's original) leaves no decision record (rule 10).
+type decidedNote struct {
+	step *policyStep
+	ev   Event
+	in   *policies.Input
+	dec  decision.Decision
+}
+
+func (n *decidedNote) log() {
+	n.step.emit(n.ev)
+	n.step.shadow(n.ev, n.in, n.dec)
 }
 
 // act is what fulfill's act and escalate make of the first decision
@@ -172,7 +191,13 @@ func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.D
 // input. Whether the approvals given satisfy an escalate decision is the
 // core's (approvalsSatisfy); the route is the one the escalation had,
 // unless the new decision names a target.
-func (s *policyStep) recheck(ctx context.Context, d lifecycle.Decide) lifecycle.Decided {
+func (s *policyStep) recheck(ctx context.Context, d lifecycle.Decide) (out lifecycle.Decided) {
+	var note *decidedNote
+	defer func() {
+		if note != nil {
+			out.Note = note
+		}
+	}()
 	p := &d.Proposal
 	route := ""
 	if p.Decision != nil {
@@ -193,10 +218,9 @@ func (s *policyStep) recheck(ctx context.Context, d lifecycle.Decide) lifecycle.
 	if dec.Err != nil {
 		s.log.Error("policy failed closed", "proposal", p.ID, "err", dec.Err)
 	}
-	s.emit(ev)
-	s.shadow(ev, in, dec)
+	note = &decidedNote{step: s, ev: ev, in: in, dec: dec}
 	dec.Grantable = s.grantOffer(dec.Grantable)
-	out := lifecycle.Decided{ID: d.ID, Again: true}
+	out = lifecycle.Decided{ID: d.ID, Again: true}
 	if dec.Action != decision.Fulfill && dec.Action != decision.Escalate {
 		out.Decision = coreDecision(dec, "", false)
 		return out

@@ -158,7 +158,7 @@ func TestPolicyStepInputOfAToolsCall(t *testing.T) {
 	step := rig.step(dec, nil, reg)
 
 	p := stepProposal("p1", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`)
-	got := step.Decide(context.Background(), lifecycle.Decide{ID: "p1", Proposal: p, Pending: 3, Inflight: 1})
+	got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p1", Proposal: p, Pending: 3, Inflight: 1})
 
 	if len(inputs) != 2 {
 		t.Fatalf("%d evaluations, want 2 (the decision, and the same input without grants)", len(inputs))
@@ -218,7 +218,7 @@ func TestPolicyStepDecidedEvent(t *testing.T) {
 		Editable: []string{"a"}, Grantable: offer, Revision: "sha256:r2", Err: nil}
 	step := rig.step(decideOnly(policy), nil, nil)
 	p := stepProposal("p2", addCall, "calculator")
-	got := step.Decide(context.Background(), lifecycle.Decide{ID: "p2", Proposal: p, Pending: 1})
+	got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p2", Proposal: p, Pending: 1})
 
 	evs := rig.obs.of(StageDecided)
 	if len(evs) != 1 {
@@ -250,7 +250,7 @@ func TestPolicyStepDecidedEvent(t *testing.T) {
 	failed := decision.Decision{Action: decision.Reject, Reason: decision.ReasonPolicy,
 		Message: "the policy could not decide this proposal", Err: context.DeadlineExceeded}
 	step = rig.step(decideOnly(failed), nil, nil)
-	got = step.Decide(context.Background(), lifecycle.Decide{ID: "p3", Proposal: stepProposal("p3", addCall)})
+	got = decideLogged(context.Background(), step, lifecycle.Decide{ID: "p3", Proposal: stepProposal("p3", addCall)})
 	if got.Decision.Action != lifecycle.Reject || got.Decision.Reason != "policy" || got.Decision.Message != failed.Message || got.Incapable != "" {
 		t.Errorf("decided %+v", got)
 	}
@@ -291,7 +291,7 @@ func TestPolicyStepRoutingIncapable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			step := rig.step(decideOnly(decision.Decision{Action: c.action, Target: c.target, Revision: "r"}), nil, nil)
-			got := step.Decide(context.Background(), lifecycle.Decide{ID: "p", Proposal: stepProposal("p", c.payload, c.to...)})
+			got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p", Proposal: stepProposal("p", c.payload, c.to...)})
 			if got.Incapable != c.incapable || got.Decision.Target != c.route || got.Decision.Action != lifecycle.Action(c.action) {
 				t.Errorf("decided %+v, want incapable %q, route %q", got, c.incapable, c.route)
 			}
@@ -301,14 +301,14 @@ func TestPolicyStepRoutingIncapable(t *testing.T) {
 	// Without the capability to send the request, nobody can.
 	space.caps = []agent.Capability{{Kind: "mcp/request", Payload: json.RawMessage(`{"method":"tools/list"}`)}}
 	step := rig.step(decideOnly(decision.Decision{Action: decision.Fulfill}), nil, nil)
-	got := step.Decide(context.Background(), lifecycle.Decide{ID: "p", Proposal: stepProposal("p", addCall)})
+	got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p", Proposal: stepProposal("p", addCall)})
 	if got.Incapable != "fulfiller's capabilities do not allow mcp/request tools/call" {
 		t.Errorf("decided %+v", got)
 	}
 
 	// A reject is not routed (nor said incapable).
 	step = rig.step(decideOnly(decision.Decision{Action: decision.Reject, Reason: "unsafe", Message: "no"}), nil, nil)
-	got = step.Decide(context.Background(), lifecycle.Decide{ID: "p", Proposal: stepProposal("p", `{"method":"tools/call","params":{"name":"nope"}}`)})
+	got = decideLogged(context.Background(), step, lifecycle.Decide{ID: "p", Proposal: stepProposal("p", `{"method":"tools/call","params":{"name":"nope"}}`)})
 	if got.Incapable != "" || got.Decision.Action != lifecycle.Reject || got.Decision.Reason != "unsafe" || got.Decision.Message != "no" {
 		t.Errorf("decided %+v", got)
 	}
@@ -342,7 +342,7 @@ func TestPolicyStepTaskChoice(t *testing.T) {
 		{"plain", true, 0, false, 0},
 	} {
 		step := rig.step(decideOnly(decision.Decision{Action: decision.Fulfill, Task: c.ask, TaskTimeout: c.timeout}), nil, nil)
-		got := step.Decide(context.Background(), lifecycle.Decide{ID: "p",
+		got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p",
 			Proposal: stepProposal("p", `{"method":"tools/call","params":{"name":"`+c.tool+`","arguments":{}}}`)})
 		if got.Decision.Task != c.task || (c.task && got.Decision.TaskTimeout != c.deadline) || got.Decision.Target != "calculator" {
 			t.Errorf("%s (decision task %v, timeout %s): decided %+v, want task %v, timeout %s", c.tool, c.ask, c.timeout, got.Decision, c.task, c.deadline)
@@ -363,7 +363,7 @@ func TestPolicyStepDeadlineHint(t *testing.T) {
 	step := rig.step(decideOnly(esc), nil, nil)
 	call := func(meta string) lifecycle.Decided {
 		p := stepProposal("p", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1},"_meta":`+meta+`}}`)
-		return step.Decide(context.Background(), lifecycle.Decide{ID: "p", Proposal: p})
+		return decideLogged(context.Background(), step, lifecycle.Decide{ID: "p", Proposal: p})
 	}
 	rig.clock.Advance(10 * time.Second) // the proposal arrived at stepEpoch; now is 10 s later
 
@@ -406,12 +406,12 @@ func TestPolicyStepEscalationNotConfigured(t *testing.T) {
 	rig := newStepRig(t, newFakeSpace())
 	rig.cfg.Escalation = false
 	step := rig.step(decideOnly(decision.Decision{Action: decision.Escalate, Revision: "sha256:r4"}), nil, nil)
-	got := step.Decide(context.Background(), lifecycle.Decide{ID: "p", Proposal: stepProposal("p", addCall)})
+	got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p", Proposal: stepProposal("p", addCall)})
 	if got.Decision.Action != lifecycle.Reject || got.Decision.Reason != "policy" || got.Decision.Revision != "sha256:r4" ||
 		got.Decision.Message != "the policy asks for human approval, but escalation is not configured on this fulfiller" || got.Incapable != "" {
 		t.Errorf("decided %+v", got)
 	}
-	got = step.Decide(context.Background(), lifecycle.Decide{ID: "p", Proposal: stepProposal("p", `{"method":"tools/call","params":{"name":"nope"}}`)})
+	got = decideLogged(context.Background(), step, lifecycle.Decide{ID: "p", Proposal: stepProposal("p", `{"method":"tools/call","params":{"name":"nope"}}`)})
 	if got.Incapable != `no participant in the space offers tool "nope"` {
 		t.Errorf("decided %+v", got)
 	}
@@ -438,7 +438,7 @@ func TestPolicyStepRecheck(t *testing.T) {
 		{Approver: "alice", Content: json.RawMessage(`{"approve":true}`)},
 		{Approver: "bob", Params: edit, Content: json.RawMessage(`{"approve":true,"b":5}`)},
 	}
-	got := step.Decide(context.Background(), lifecycle.Decide{ID: "p9", Again: true, Params: edit, Approvals: approvals, Proposal: p, Pending: 2})
+	got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p9", Again: true, Params: edit, Approvals: approvals, Proposal: p, Pending: 2})
 
 	if a := seen.Approval; a == nil || strings.Join(a.By, ",") != "alice,bob" || string(a.Content) != `{"approve":true,"b":5}` {
 		t.Errorf("input.approval = %+v, want by alice and bob, bob's content", a)
@@ -464,11 +464,11 @@ func TestPolicyStepRecheck(t *testing.T) {
 	// A target the new decision names is the route; a reject is passed
 	// on as it is (the core answers it).
 	step = rig.step(decideOnly(decision.Decision{Action: decision.Fulfill, Target: "other-ful"}), nil, nil)
-	if got := step.Decide(context.Background(), lifecycle.Decide{ID: "p9", Again: true, Params: edit, Approvals: approvals, Proposal: p}); got.Decision.Target != "other-ful" {
+	if got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p9", Again: true, Params: edit, Approvals: approvals, Proposal: p}); got.Decision.Target != "other-ful" {
 		t.Errorf("decided %+v, want other-ful", got)
 	}
 	step = rig.step(decideOnly(decision.Decision{Action: decision.Reject, Reason: "unsafe", Message: "b too big"}), nil, nil)
-	got = step.Decide(context.Background(), lifecycle.Decide{ID: "p9", Again: true, Params: edit, Approvals: approvals, Proposal: p})
+	got = decideLogged(context.Background(), step, lifecycle.Decide{ID: "p9", Again: true, Params: edit, Approvals: approvals, Proposal: p})
 	if !got.Again || got.Decision.Action != lifecycle.Reject || got.Decision.Reason != "unsafe" || got.Decision.Message != "b too big" {
 		t.Errorf("decided %+v", got)
 	}
@@ -489,8 +489,8 @@ func TestPolicyStepShadow(t *testing.T) {
 
 	// Not running yet: the first job waits in the queue, the second is
 	// dropped.
-	step.Decide(context.Background(), lifecycle.Decide{ID: "p1", Proposal: stepProposal("p1", addCall)})
-	step.Decide(context.Background(), lifecycle.Decide{ID: "p2", Proposal: stepProposal("p2", addCall)})
+	decideLogged(context.Background(), step, lifecycle.Decide{ID: "p1", Proposal: stepProposal("p1", addCall)})
+	decideLogged(context.Background(), step, lifecycle.Decide{ID: "p2", Proposal: stepProposal("p2", addCall)})
 	dropped := rig.obs.of(StageShadow)
 	if len(dropped) != 1 || dropped[0].ProposalID != "p2" || dropped[0].Shadow == nil || !dropped[0].Shadow.Dropped ||
 		dropped[0].Shadow.Live != decision.Fulfill || dropped[0].DecisionID != "dec-p2" {
@@ -527,7 +527,7 @@ func TestPolicyStepBoundsEvaluations(t *testing.T) {
 	results := make(chan lifecycle.Decided, 2)
 	for _, id := range []string{"p1", "p2"} {
 		go func() {
-			results <- step.Decide(context.Background(), lifecycle.Decide{ID: id, Proposal: stepProposal(id, addCall)})
+			results <- decideLogged(context.Background(), step, lifecycle.Decide{ID: id, Proposal: stepProposal(id, addCall)})
 		}()
 	}
 	waitFor(t, func() bool { return dec.count() == 1 })
@@ -543,7 +543,7 @@ func TestPolicyStepBoundsEvaluations(t *testing.T) {
 	// (nor logged): its answer is dropped, and it fails closed.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if r := step.Decide(ctx, lifecycle.Decide{ID: "p3", Proposal: stepProposal("p3", addCall)}); r.ID != "p3" || r.Decision.Action != lifecycle.Reject {
+	if r := decideLogged(ctx, step, lifecycle.Decide{ID: "p3", Proposal: stepProposal("p3", addCall)}); r.ID != "p3" || r.Decision.Action != lifecycle.Reject {
 		t.Errorf("decided %+v after the Loop stopped, want a reject", r)
 	}
 	close(dec.gate)
@@ -568,7 +568,7 @@ func TestPolicyStepWaitsForStoredGrants(t *testing.T) {
 	step := rig.step(dec, nil, reg)
 	result := make(chan lifecycle.Decided, 1)
 	go func() {
-		result <- step.Decide(context.Background(), lifecycle.Decide{ID: "p1", Proposal: stepProposal("p1", addCall)})
+		result <- decideLogged(context.Background(), step, lifecycle.Decide{ID: "p1", Proposal: stepProposal("p1", addCall)})
 	}()
 	select {
 	case r := <-result:
@@ -586,4 +586,14 @@ func TestPolicyStepWaitsForStoredGrants(t *testing.T) {
 	if len(in.Grants) != 1 || !strings.Contains(string(in.Grants[0]), `"id":"g-1"`) {
 		t.Fatalf("input.grants = %s, want the stored grant g-1", in.Grants)
 	}
+}
+
+// decideLogged is step.Decide with its decision's record told to the
+// observers, as the journal does once the core logs the decided line.
+func decideLogged(ctx context.Context, step *policyStep, d lifecycle.Decide) lifecycle.Decided {
+	out := step.Decide(ctx, d)
+	if n, ok := out.Note.(*decidedNote); ok {
+		n.log()
+	}
+	return out
 }

@@ -46,8 +46,8 @@ func TestStoreReplayAfterRestartRunsNothing(t *testing.T) {
 	h2.deliver(proposalEnv("p1", "coder", callOf("add")))
 	h2.waitStage(t, "p1", StageIgnored)
 	h2.space.quiet(t, 200*time.Millisecond)
-	if n := h2.dec.count(); n != 0 {
-		t.Errorf("replay decided %d times, want 0", n)
+	if n := len(h2.eventsAt(StageDecided)); n != 0 {
+		t.Errorf("the replay has %d decision records, want 0", n)
 	}
 }
 
@@ -111,8 +111,8 @@ func TestStoreUnreachableAloneWaitsForTheStore(t *testing.T) {
 	st.dead.Store(true)
 	h.deliver(proposalEnv("p1", "coder", callOf("add")))
 	h.space.quiet(t, 300*time.Millisecond)
-	if n := h.dec.count(); n != 0 {
-		t.Errorf("decided %d times without a claim, want 0", n)
+	if n := len(h.eventsAt(StageDecided)); n != 0 {
+		t.Errorf("%d decisions of record without a claim, want 0", n)
 	}
 	st.dead.Store(false)
 	req := h.space.next(t)
@@ -139,8 +139,8 @@ func TestStoreUnreachableAlonePastTheDeadlineRejectsTimeout(t *testing.T) {
 	if chat := h.space.next(t); chat.Kind != agent.KindChat || !strings.Contains(string(chat.Payload), "not decided within 150ms") {
 		t.Fatalf("sent %s %s, want the reject's explanation", chat.Kind, chat.Payload)
 	}
-	if n := h.dec.count(); n != 0 {
-		t.Errorf("decided %d times, want 0 (its deadline passed before its claim)", n)
+	if n := len(h.eventsAt(StageDecided)); n != 0 {
+		t.Errorf("%d decisions of record, want 0 (its deadline passed before its claim)", n)
 	}
 	h.space.quiet(t, 200*time.Millisecond)
 }
@@ -565,8 +565,8 @@ func TestStoreWithdrawWhileClaiming(t *testing.T) {
 	if len(calls) != 1 || calls[0].CorrelationID.First() != "p2" {
 		t.Fatalf("tools/calls %v, want one for p2", calls)
 	}
-	if n := h.dec.count(); n != 1 {
-		t.Errorf("decided %d times, want 1 (p2 only)", n)
+	if d := h.eventsAt(StageDecided); len(d) != 1 || d[0].ProposalID != "p2" {
+		t.Errorf("decisions of record %v, want p2's only", d)
 	}
 	var reasons []string
 	h.mu.Lock()
@@ -749,7 +749,7 @@ func TestStoreReplayAfterRestartJoinsTheOriginalDecision(t *testing.T) {
 		}
 	}
 	h2.space.quiet(t, 100*time.Millisecond)
-	if n := h2.dec.count(); n != 0 {
-		t.Errorf("the replay was decided %d times, want 0", n)
+	if n := len(h2.eventsAt(StageDecided)); n != 0 {
+		t.Errorf("the replay has %d decision records, want 0", n)
 	}
 }

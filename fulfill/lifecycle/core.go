@@ -71,7 +71,10 @@ type entry struct {
 	slot       bool
 	queued     bool
 	deciding   bool // a Decide is outstanding
-	again      bool // the Decide is an edit's re-check
+	// decidedEarly: the Decided that came before the claim landed
+	// (Config.Alone decides beside the claim); taken once it lands.
+	decidedEarly *Decided
+	again        bool // the Decide is an edit's re-check
 
 	sending  bool // a SendReject is outstanding
 	resendAt time.Time
@@ -404,6 +407,13 @@ func (s *step) proposed(ev Proposed) {
 	c.track(e)
 	s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, then: thenClaimed})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	if p.Invalid == "" && c.cfg.Alone {
+		// Alone on its store, the policy decides while the claim is
+		// written: the decision waits for the claim (decided) and is
+		// dropped, its record unlogged, if the claim is lost. In a group
+		// every member would evaluate every proposal.
+		s.decide(e, false, nil)
+	}
 }
 
 // queueWrite appends a write of e's record and issues it when none is
@@ -687,7 +697,16 @@ func (s *step) then(e *entry, w pendingWrite) {
 				s.commitReject(e, reason, message)
 				return
 			}
-			s.decide(e, false, nil)
+			switch {
+			case e.decidedEarly != nil:
+				ev := *e.decidedEarly
+				e.decidedEarly = nil
+				s.decided(ev)
+			case e.deciding:
+				// Asked beside the claim (Alone): its answer decides.
+			default:
+				s.decide(e, false, nil)
+			}
 		}
 	case thenRefused:
 		s.log(e, "received", nil)
@@ -1345,6 +1364,10 @@ func (s *step) decided(ev Decided) {
 	if !ok || e.outcome != Open || !e.deciding || e.again != ev.Again {
 		return
 	}
+	if !e.claimed {
+		e.decidedEarly = &ev // taken once the claim lands (then)
+		return
+	}
 	e.deciding, e.again = false, false
 	d := ev.Decision
 	p := e.p
@@ -1355,7 +1378,7 @@ func (s *step) decided(ev Decided) {
 		}
 	}
 	p.Decision = &d
-	s.log(e, "decided", func(l *Line) { l.Action, l.Reason = d.Action, d.Reason })
+	s.log(e, "decided", func(l *Line) { l.Action, l.Reason, l.Note = d.Action, d.Reason, ev.Note })
 	if ev.Again {
 		params := e.edit
 		switch d.Action {

@@ -37,6 +37,12 @@ type Decided struct {
 	Decision  Decision
 	Incapable string
 	Again     bool // the re-check of an edited call (rule 7)
+	// Note is the shell's own record of the decision (its decision-log
+	// entry, with the policy's input): opaque to the core, which hands it
+	// back on the decided Line once the decision governs the proposal,
+	// and drops it with a decision it does not take (the proposal ended,
+	// or its claim was lost: a replay has no decision record, rule 10).
+	Note any
 }
 
 // Sent is the outcome of writing a SendReject or SendRequest.
@@ -532,6 +538,8 @@ type Line struct {
 	// and the send must not happen unless it is written: the Journal
 	// reports its failure, and the Loop posts Unlogged (fail closed).
 	Ahead bool `json:"-"`
+	// Note: the decided line's Decided.Note, for the shell's journal.
+	Note any `json:"-"`
 }
 
 func (Write) effect()       {}

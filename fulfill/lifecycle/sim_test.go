@@ -90,7 +90,7 @@ var mustCover = []string{
 	"status/escalated", "status/queued", "status/task",
 	"world/slot_share", "world/resumed_ask", "world/reasked",
 	"world/prompt_recorded", "world/approval_recorded", "world/acked_ended", "world/turns",
-	"world/claim_winner", "world/unlogged/fulfilling", "world/unlogged/escalated", "world/request_away", "world/request_refused",
+	"world/claim_winner", "world/decided_before_claim", "world/early_decision_dropped", "world/unlogged/fulfilling", "world/unlogged/escalated", "world/request_away", "world/request_refused",
 	"rejected/other/unlogged", "rejected/other/refused",
 }
 
@@ -449,7 +449,26 @@ func (s *sim) deliver(m *member, ev Event) {
 		queued[e] = e.outcome == Open && e.p.Phase == Queued
 	}
 	s.notSuperseded(m, ev)
+	var early *entry
+	if d, ok := ev.(Decided); ok {
+		if e := m.core.props[d.ID]; e != nil && !e.claimed && e.deciding {
+			s.covered["world/decided_before_claim"]++ // Alone: decided beside the claim
+			early = e
+		}
+	}
 	effs := m.core.Step(s.now, ev)
+	if early != nil && early.decidedEarly != nil {
+		for _, e := range effs {
+			if l, ok := e.(Log); ok && l.Line.Stage == "decided" {
+				s.fail("%s logged a decision for %s before its claim landed", m.id, early.p.ID)
+			}
+		}
+	}
+	if st, ok := ev.(Stored); ok {
+		if e := prev[st.ID]; e != nil && e.decidedEarly != nil && m.core.props[st.ID] != e {
+			s.covered["world/early_decision_dropped"]++ // the claim lost: its decision never logged
+		}
+	}
 	s.checkSlots(m, prev, fulfilling)
 	s.checkTurns(m, queued)
 	s.checkAsks(m, ev, effs)
