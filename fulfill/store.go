@@ -23,9 +23,10 @@ type Store interface {
 	// Persistent reports whether records outlive the process: only then
 	// is an answer left in the store at shutdown kept for the next run.
 	Persistent() bool
-	// Shared reports whether other members can use the store (a group):
-	// alone on it, a claim the store could not take is tried on past the
-	// proposal's deadline, since no other member can answer it.
+	// Shared reports whether other members can use the store (a group).
+	// Alone on it, a claim the store could not take is tried on past the
+	// proposal's deadline, since no other member can answer it, and the
+	// policy is asked while the claim is written (lifecycle.Config.Alone).
 	Shared() bool
 	// ClaimRecord wins a proposal id for this member once for the whole
 	// group and SeenTTL (rule 5) by writing its record (create-if-absent,

@@ -341,6 +341,8 @@ type Config struct {
 	// lands (its record says so, and a replay is told by the claim's
 	// answer): no other member can answer it. In a group such a proposal
 	// is given up at its deadline, left to whichever member claimed it
-	// or to the proposer's own timeout.
+	// or to the proposer's own timeout. Alone, the policy is also asked
+	// while the claim is written (its answer taken once the claim lands),
+	// where a group's members would each evaluate every proposal.
 	Alone bool
 }
