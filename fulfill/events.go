@@ -18,7 +18,7 @@ type Stage string
 const (
 	StageReceived   Stage = "received"
 	StageIgnored    Stage = "ignored"    // duplicate id, addressed to another fulfiller, or malformed frame
-	StageDecided    Stage = "decided"    // the policy answered (Decision set)
+	StageDecided    Stage = "decided"    // the policy answered and its answer governs the proposal (Decision set)
 	StageEscalated  Stage = "escalated"  // humans are being asked
 	StageApproved   Stage = "approved"   // humans approved (By set)
 	StageQueued     Stage = "queued"     // waiting for a free fulfilment slot
