@@ -385,11 +385,11 @@ func (s *step) proposed(ev Proposed) {
 				// a flood would pile up here. Nothing is claimed, so
 				// nothing is sent: the proposer's own timeout answers it,
 				// as it would in a group.
-				e.outcome = Dropped
+				c.setOutcome(e, Dropped)
 				s.log(e, "ignored", func(l *Line) {
 					l.Reason, l.Message = "store_unavailable", "refused ("+reason+"), but the store has not claimed the refusals before it"
 				})
-				delete(c.props, p.ID)
+				c.letGo(e)
 				return
 			}
 			// Refused as looked at now, even if room is made before the
@@ -550,8 +550,7 @@ func (s *step) reload(e *entry) {
 // or by another member. Its line joins the winning claim's decision when
 // the store named it (rule 10), as a replay read later does.
 func (s *step) duplicate(e *entry, winner string) {
-	e.outcome = Dropped // not ended here: a record of it may come to this member later
-	s.c.track(e)
+	s.c.setOutcome(e, Dropped) // not ended here: a record of it may come to this member later
 	if winner != "" {
 		e.p.DecisionID, e.p.Claim = winner, winner
 	}
@@ -647,8 +646,7 @@ func (s *step) reloaded(ev Reloaded) {
 // unclaimed drops e, whose claim the store never took, without a word
 // (in a group another member may answer it; see stored, reloaded).
 func (s *step) unclaimed(e *entry) {
-	e.outcome = Dropped
-	s.c.track(e)
+	s.c.setOutcome(e, Dropped)
 	s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
 	s.forget(e)
 }
@@ -716,8 +714,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			s.endQuietly(e, *e.early)
 			return
 		}
-		e.outcome = Rejected
-		s.c.track(e)
+		c.setOutcome(e, Rejected)
 		r := *e.refused
 		r.EnvelopeID = c.ids.EnvelopeID()
 		e.p.Phase, e.p.Reject = Answered, &r
@@ -736,9 +733,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			return // ended (timed out) before it was written: never sent
 		}
 		s.log(e, "fulfilling", func(l *Line) { l.Ahead = true })
-		e.reqSending = true
-		r := e.p.Request
-		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: c.taskTimeout(e.p)})
+		s.sendRequest(e)
 	case thenAsk:
 		if e.outcome != Open || e.p.Phase != AwaitingApproval {
 			return
@@ -780,9 +775,16 @@ func (c *Core) load(from, except string) (live, mine int, bytes int64) {
 	return live, mine, bytes
 }
 
+// setOutcome ends (or drops) e in memory, and so its place in the load.
+func (c *Core) setOutcome(e *entry, o Outcome) {
+	e.outcome = o
+	c.track(e)
+}
+
 // track keeps e's place in the load: counted while it is held here,
 // admitted with a record to come (not refused at once) and not ended.
-// Everything that admits, ends or lets go of an entry calls it.
+// What admits an entry or lets go of it calls it; setOutcome when it
+// ends.
 func (c *Core) track(e *entry) {
 	want := !e.noRecord && e.outcome == Open && c.props[e.p.ID] == e
 	if want == e.counted {
@@ -832,14 +834,13 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 	if e.outcome == Open {
 		s.end(e, Dropped, DropReason)
 	} else if e.asked {
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: DropReason})
+		s.emit(cancelAsk(e.p, DropReason))
 		e.asked = false
 	}
 	if e.outcome == Withdrawn || (e.early != nil && e.early.outcome == Withdrawn) {
 		s.c.withdrawals.put(e.p.ID, e.p.From, "")
 	}
-	e.outcome = Dropped // its end is the record holder's, not this member's
-	s.c.track(e)
+	s.c.setOutcome(e, Dropped) // its end is the record holder's, not this member's
 	s.log(e, "ignored", func(l *Line) { l.Reason, l.Message = reason, message })
 	s.forget(e)
 }
@@ -847,8 +848,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 // end ends e in memory: its prompts are cancelled, its slot given to the
 // next queued proposal. The record's end is the caller's.
 func (s *step) end(e *entry, o Outcome, why string) {
-	e.outcome = o
-	s.c.track(e)
+	s.c.setOutcome(e, o)
 	e.deciding = false
 	if e.p.Phase == Task && !e.taskDone && o != Rejected {
 		// A task nobody waits for any more is work nobody wants:
@@ -865,7 +865,7 @@ func (s *step) end(e *entry, o Outcome, why string) {
 		if o == Dropped {
 			reason = DropReason
 		}
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: reason})
+		s.emit(cancelAsk(e.p, reason))
 		e.asked = false
 	} else if e.chatted {
 		s.emit(CancelAsk{ID: e.p.ID, Reason: DropReason}) // drops a status chat not written yet
@@ -1167,7 +1167,7 @@ func (s *step) commitRejectCancel(e *entry, reason, message string, cancel strin
 func (s *step) commitFulfil(e *entry, target string, params []byte) {
 	c := s.c
 	if e.asked {
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: "approved"})
+		s.emit(cancelAsk(e.p, "approved"))
 		e.asked = false
 	}
 	e.p.FinalArgs = params
@@ -1234,12 +1234,18 @@ func (s *step) release(e *entry) {
 	e.held = false
 	e.graceAt = time.Time{}
 	if e.heldLogged {
-		e.heldLogged, e.reqSending = false, true
-		r := e.p.Request
-		s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: s.c.taskTimeout(e.p)})
+		e.heldLogged = false
+		s.sendRequest(e)
 		return
 	}
 	s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenSendRequest})
+}
+
+// sendRequest writes e's recorded fulfilment request (its line logged).
+func (s *step) sendRequest(e *entry) {
+	e.reqSending = true
+	r := e.p.Request
+	s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: s.c.taskTimeout(e.p)})
 }
 
 // refused: the gateway refused e's fulfilment request; it never reached
@@ -1849,7 +1855,7 @@ func (s *step) cancelled(ev Cancelled) {
 	if e.asked {
 		// The escalation ends "cancelled" (fulfill's Escalator.Cancel
 		// reason for an operator's cancel), not with the reject's reason.
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: "cancelled"})
+		s.emit(cancelAsk(e.p, "cancelled"))
 		e.asked, e.chatted = false, false
 	}
 	s.commitReject(e, "other", msg)
@@ -1939,11 +1945,11 @@ func (s *step) resume(r Proposal, how string) {
 	case Answered:
 		// The same envelope again: a proposer that has it sees a repeat,
 		// one that does not is answered.
-		e.outcome = Rejected
+		o := Rejected
 		if p.Relay != nil {
-			e.outcome = Fulfilled
+			o = Fulfilled
 		}
-		c.track(e)
+		c.setOutcome(e, o)
 		s.sendAnswer(e)
 	case Task:
 		// Followed again; it keeps its deadline, and runs without a slot.
@@ -2027,10 +2033,18 @@ func openPrompts(p *Proposal) []Prompt {
 func (s *step) discard(e *entry) {
 	c := s.c
 	if e.outcome == Open && e.asked {
-		s.emit(CancelAsk{ID: e.p.ID, Prompts: openPrompts(e.p), Approvals: slices.Clone(e.p.Approvals), DecisionID: e.p.DecisionID, Revision: revisionOf(e.p), Reason: DropReason})
+		s.emit(cancelAsk(e.p, DropReason))
 		e.asked = false
 	}
 	s.nack(e, ErrConflict)
+	c.letGo(e) // a slot it frees goes to the queue once the record is resumed
+}
+
+// letGo takes e out of the core: its entry, its place in the load, the
+// ids that find it, its place in the slot queue and its slot. It
+// reports whether it gave a slot back, which the queued proposals may
+// take now.
+func (c *Core) letGo(e *entry) (freed bool) {
 	delete(c.props, e.p.ID)
 	c.track(e)
 	c.forgotten = append(c.forgotten, e.p.ID)
@@ -2050,7 +2064,9 @@ func (s *step) discard(e *entry) {
 	if e.slot {
 		e.slot = false
 		c.slots.give(e.p.From)
+		freed = true
 	}
+	return freed
 }
 
 func (s *step) forgetIfDone(e *entry) {
@@ -2065,18 +2081,7 @@ func (s *step) forget(e *entry) {
 	if c.props[id] != e {
 		return
 	}
-	delete(c.props, id)
-	c.track(e)
-	c.forgotten = append(c.forgotten, id)
-	if e.refusing {
-		c.refusing--
-	}
-	if e.p.Request != nil {
-		delete(c.byRequest, e.p.Request.EnvelopeID)
-	}
-	for _, pr := range e.p.Prompts {
-		delete(c.byPrompt, pr.EnvelopeID)
-	}
+	freed := c.letGo(e)
 	// A replay read later joins its decision (rule 10): the claim's,
 	// when this member held the record.
 	if e.claimed {
@@ -2092,8 +2097,9 @@ func (s *step) forget(e *entry) {
 	} else {
 		s.nack(e, ErrConflict)
 	}
-	s.unqueue(e)
-	s.giveSlot(e)
+	if freed {
+		s.startQueued()
+	}
 }
 
 // idSet is a bounded set of ids, each with a value (the seen set's: the
@@ -2157,6 +2163,13 @@ func (w *withdrawalSet) put(id, from, reason string) {
 func (w *withdrawalSet) get(id, from string) (withdrawal, bool) {
 	x, ok := w.by[id+"\n"+from]
 	return x, ok
+}
+
+// cancelAsk cancels p's open prompts for reason, with what the shell
+// needs to withdraw them where its escalator did not ask them (the
+// approvals recorded, the decision they were asked under).
+func cancelAsk(p *Proposal, reason string) CancelAsk {
+	return CancelAsk{ID: p.ID, Prompts: openPrompts(p), Approvals: slices.Clone(p.Approvals), DecisionID: p.DecisionID, Revision: revisionOf(p), Reason: reason}
 }
 
 // revisionOf is the policy revision of p's decision ("" before one).
