@@ -291,27 +291,20 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 		}
 		if c, ok := e.(CancelAsk); ok {
 			// An Ask or a Status not yet carried out is dropped (see
-			// CancelAsk).
-			// An Acked not yet handed over says that its prompt is not
-			// to be sent (its approval not counted) after all: the
-			// escalation ends (see Acked).
+			// CancelAsk); an Acked not yet handed over says that its
+			// prompt is not to be sent (its approval not counted) after
+			// all: the escalation ends (see Acked).
 			err := ErrEnded
 			if c.Reason == DropReason {
 				err = ErrConflict
 			}
-			kept := ln.effs[:0]
-			for _, q := range ln.effs {
-				a, ask := q.(Ask)
-				st, status := q.(Status)
-				if ack, ok := q.(Acked); ok && ack.Err == nil {
-					ack.Err = err
-					q = ack
+			ln.prune(func(q Effect) bool {
+				switch q.(type) {
+				case Ask, Status:
+					return true
 				}
-				if (!ask || a.ID != c.ID) && (!status || st.ID != c.ID) {
-					kept = append(kept, q)
-				}
-			}
-			ln.effs = kept
+				return false
+			}, err)
 		}
 		ln.effs = append(ln.effs, e)
 		touched = append(touched, id)
@@ -513,7 +506,7 @@ func (l *Loop) unfollow(id string) {
 // (see Released), but the escalator waiting on an Acked is answered.
 func (l *Loop) release(id string) {
 	if ln := l.lanes[id]; ln != nil {
-		ln.effs = unacked(ln.effs[:0], ln.effs, ErrConflict)
+		ln.prune(func(q Effect) bool { _, ack := q.(Acked); return !ack }, ErrConflict)
 	}
 }
 
@@ -524,40 +517,35 @@ func (l *Loop) release(id string) {
 // CancelAsk; the writes, lines and answers the core has queued since are
 // kept: it waits for their results.
 func (l *Loop) unlogged(id string) {
-	ln := l.lanes[id]
-	if ln == nil {
-		return
+	if ln := l.lanes[id]; ln != nil {
+		ln.prune(func(q Effect) bool {
+			switch q.(type) {
+			case SendRequest, Ask, Status:
+				return true
+			}
+			return false
+		}, ErrEnded)
 	}
+}
+
+// prune drops the lane's effects not carried out yet that drop reports,
+// and hands each Acked it keeps over with err when it had none: the
+// escalator waiting on it is answered once, and told that what it
+// recorded is not to be sent (counted) here. A CancelAsk, a Released and
+// an Unlogged prune the proposal's lane, each of what no longer happens.
+func (ln *lane) prune(drop func(Effect) bool, err error) {
 	kept := ln.effs[:0]
 	for _, e := range ln.effs {
-		switch q := e.(type) {
-		case SendRequest, Ask, Status:
+		if drop(e) {
 			continue
-		case Acked:
-			if q.Err == nil {
-				q.Err = ErrEnded
-			}
-			e = q
+		}
+		if a, ok := e.(Acked); ok && a.Err == nil {
+			a.Err = err
+			e = a
 		}
 		kept = append(kept, e)
 	}
 	ln.effs = kept
-}
-
-// unacked keeps of effs (into dst, which may be effs[:0]) only the
-// Acked, each with err when it had none: the escalator waiting on each
-// is answered once, and told that what it recorded is not to be sent
-// (counted) here (see Released).
-func unacked(dst, effs []Effect, err error) []Effect {
-	for _, e := range effs {
-		if a, ok := e.(Acked); ok {
-			if a.Err == nil {
-				a.Err = err
-			}
-			dst = append(dst, a)
-		}
-	}
-	return dst
 }
 
 func effectID(e Effect) string {
