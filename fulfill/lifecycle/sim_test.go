@@ -61,12 +61,7 @@ func TestSimulation(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("%d seeds never reached: %v", n, missing)
 	}
-	keys := make([]string, 0, len(covered))
-	for k := range covered {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(covered)) {
 		t.Logf("%-32s %d", k, covered[k])
 	}
 }
@@ -413,13 +408,8 @@ func (s *sim) start(m *member) {
 }
 
 func (s *sim) owned(member string) []Proposal {
-	var ids []string
-	for id := range s.store.recs {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
 	var out []Proposal
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(s.store.recs)) {
 		var p Proposal
 		if err := json.Unmarshal(s.store.recs[id].data, &p); err != nil {
 			panic(err)
@@ -2223,12 +2213,7 @@ func (s *sim) anyAlive() (*member, bool) {
 func (s *sim) down(m *member) {
 	s.tracef("%s crashes", m.id)
 	s.covered["world/crash"]++
-	ids := make([]string, 0, len(m.ops))
-	for id := range m.ops {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(m.ops)) {
 		q := m.ops[id]
 		if len(q) == 0 || s.rng.IntN(2) == 0 {
 			continue
@@ -2604,12 +2589,7 @@ func (s *sim) final() error {
 // allAcked checks that every token an escalator of a live incarnation
 // asked about was acked (once: escAcked counts).
 func (s *sim) allAcked() error {
-	toks := make([]uint64, 0, len(s.tokens))
-	for tok := range s.tokens {
-		toks = append(toks, tok)
-	}
-	slices.Sort(toks)
-	for _, tok := range toks {
+	for _, tok := range slices.Sorted(maps.Keys(s.tokens)) {
 		st := s.tokens[tok]
 		for _, m := range s.members {
 			if m.id == st.member && m.alive && m.inc == st.inc && st.acked != 1 {
