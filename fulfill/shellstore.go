@@ -18,8 +18,9 @@ import (
 // own echo is not someone else's).
 type ownWrites struct {
 	lifecycle.Store
-	// failed hears of each write the store refused or could not take
-	// (not a conflict): shutdown waits no longer for that proposal.
+	// failed hears of each write that failed, whatever the store said
+	// (unavailable, refused, or a conflict): shutdown waits no longer for
+	// that proposal.
 	failed func(proposalID string)
 
 	mu   sync.Mutex
