@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -21,9 +22,14 @@ import (
 // the original decision. When the claim and the record were two writes
 // (seen bucket, then pending bucket), this crash left a claimed proposal
 // with no record: nobody answered it, and its replay was a "duplicate".
+//
+// The claim is written before the decision as a group's member writes it
+// (alone on its store, a member claims with its decision: see
+// TestStoreCrashAfterClaimWithItsDecision).
 func TestStoreCrashAfterClaimIsAnsweredOnRestart(t *testing.T) {
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
+	st.group = true
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
 	st.crashSpace = h.space
 	st.dieAfterClaim.Store(true)
@@ -130,14 +136,90 @@ func (r *lockedRecorder) stages(id string) []Stage {
 	return stagesOf(r.lines, id)
 }
 
+// Alone on its store, a member claims a proposal with what its decision
+// commits (lifecycle.Config.Alone): a crash right after that one write
+// leaves a record the restart acts on without deciding again. A reject
+// in the claim is sent; a request in the claim may have gone out, so it
+// is never sent again: its response is awaited until the fulfil timeout,
+// and the proposal rejected "timeout".
+func TestStoreCrashAfterClaimWithItsDecision(t *testing.T) {
+	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
+	decisions := map[string]decision.Decision{
+		"add":  {Action: decision.Fulfill},
+		"deny": {Action: decision.Reject, Reason: "policy", Message: "no denying"},
+	}
+	cfg := Config{FulfillTimeout: 300 * time.Millisecond}
+	st := openStore(t, mode, "fulfiller")
+	h := newStoreHarness(t, "fulfiller", st, cfg, &fakeDecider{decisions: decisions})
+	h.space.tools["calculator"] = append(h.space.tools["calculator"], ToolInfo{Name: "deny"})
+	st.crashSpace = h.space
+	st.dieAfterClaim.Store(true)
+	h.deliver(proposalEnv("p1", "coder", callOf("deny")))
+	waitFor(t, func() bool { return h.space.dead.Load() })
+	st.dead.Store(false)
+	st.dieAfterClaim.Store(true)
+	h.space.dead.Store(false)
+	h.deliver(proposalEnv("p2", "coder", callOf("add")))
+	waitFor(t, func() bool { return h.space.dead.Load() })
+	h.shutdown()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st2 := openStore(t, mode, "fulfiller")
+	recs, err := st2.List(t.Context())
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("records after the crashes = %+v, %v; want p1's and p2's", recs, err)
+	}
+	for _, r := range recs {
+		switch {
+		case r.ProposalID == "p1" && r.Phase == state.Answered && r.Reject != nil && r.Reject.Reason == "policy":
+		case r.ProposalID == "p2" && r.Phase == state.Fulfilling && r.Request != nil:
+		default:
+			t.Fatalf("record %s in phase %s (reject %+v, request %+v): want p1 answered with its reject, p2 fulfilling with its request", r.ProposalID, r.Phase, r.Reject, r.Request)
+		}
+	}
+	dec2 := &fakeDecider{decisions: decisions}
+	h2 := newStoreHarness(t, "fulfiller", st2, cfg, dec2)
+	h2.space.tools["calculator"] = append(h2.space.tools["calculator"], ToolInfo{Name: "deny"})
+	rejects := map[string]string{}
+	for len(rejects) < 2 {
+		env := h2.space.nextWithin(t, 5*time.Second)
+		switch {
+		case isToolsCall(env):
+			t.Fatalf("sent %s's tools/call again after the restart: its request was recorded, and may have gone out", env.CorrelationID.First())
+		case env.Kind == agent.KindReject:
+			id := env.CorrelationID.First()
+			if _, twice := rejects[id]; twice {
+				t.Fatalf("rejected %s twice", id)
+			}
+			rejects[id] = reasonOf(env.Payload)
+		}
+	}
+	if rejects["p1"] != "policy" || rejects["p2"] != "timeout" {
+		t.Errorf("rejects after the restart %v, want p1 policy (its recorded reject), p2 timeout", rejects)
+	}
+	if n := dec2.count(); n != 0 {
+		t.Errorf("decided %d times after the restart, want 0: the records carry their decisions", n)
+	}
+	waitFor(t, func() bool {
+		recs, err := st2.List(t.Context())
+		return err == nil && len(recs) == 0
+	})
+}
+
 // A crash as a policy reject is being recorded (MarkAnswered not done):
 // the record still says "deciding", and the restart decides the proposal
 // again, which may fulfil it. The decision log must not hold a "rejected"
 // line by then: the line is written once the record says answered.
+//
+// As a group's member records it: claimed, then decided (alone on its
+// store, the reject is in the claim).
 func TestStoreRejectedLineFollowsItsRecord(t *testing.T) {
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	deny := map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "policy", Message: "no adding today"}}
 	st := openStore(t, mode, "fulfiller")
+	st.group = true
 	log1 := &lockedRecorder{}
 	var atCrash []Stage
 	st.beforeAnswered = func(p *state.Pending) {
@@ -172,9 +254,12 @@ func TestStoreRejectedLineFollowsItsRecord(t *testing.T) {
 // "deciding"): the restart decides the proposal again and escalates it
 // again. The decision log must then hold one escalated line, not two: the
 // line is written once the record says awaiting_approval.
+//
+// As a group's member records it: claimed, then decided.
 func TestStoreEscalatedLineFollowsItsRecord(t *testing.T) {
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
+	st.group = true
 	log1 := &lockedRecorder{}
 	var atCrash []Stage
 	st.beforeUpdate = func(p *state.Pending) {
@@ -282,6 +367,56 @@ func TestStoreOneSyncFromApprovalToRequest(t *testing.T) {
 	recs, err := st.List(t.Context())
 	if err != nil || len(recs) != 1 || len(recs[0].Approvals) != 1 || recs[0].Request == nil {
 		t.Errorf("record = %+v, %v; want the approval and the request in it", recs, err)
+	}
+}
+
+// Alone on its store, a proposal costs two store operations: the claim,
+// written with what the decision commits, and the delete after the answer.
+// A fulfilment's claim carries its request and is synced once before the
+// tools/call goes out; a policy reject's carries the reject and waits for
+// no sync. (A group's member writes the claim, then the request or the
+// reject: TestStoreOneSyncFromApprovalToRequest, and docs/state.md.)
+func TestStoreAloneClaimCarriesTheDecision(t *testing.T) {
+	ops := &opCounter{}
+	st := openStore(t, state.Mode{Kind: state.Dir, Dir: t.TempDir()}, "fulfiller", func(c *state.Config) { c.Observer = ops })
+	decisions := map[string]decision.Decision{
+		"add":  {Action: decision.Fulfill},
+		"deny": {Action: decision.Reject, Reason: "policy", Message: "no denying"},
+	}
+	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: decisions})
+	h.space.tools["calculator"] = append(h.space.tools["calculator"], ToolInfo{Name: "deny"})
+	since := func(before map[string]int) map[string]int {
+		after := ops.writes()
+		for op, n := range after {
+			if after[op] = n - before[op]; after[op] == 0 {
+				delete(after, op)
+			}
+		}
+		return after
+	}
+
+	h.deliver(proposalEnv("p1", "coder", callOf("add")))
+	req := h.space.next(t)
+	if !isToolsCall(req) {
+		t.Fatalf("sent %s %s, want p1's tools/call", req.Kind, req.Payload)
+	}
+	if w, syncs := since(nil), ops.count("sync"); !maps.Equal(w, map[string]int{"claim": 1}) || syncs != 1 {
+		t.Errorf("before the tools/call: writes %v, %d syncs; want one claim, one sync", w, syncs)
+	}
+	before := ops.writes()
+	h.deliver(answerFor(t, req))
+	h.waitStage(t, "p1", StageFulfilled)
+	waitFor(t, func() bool { return ops.writes()["delete"] == 1 })
+	if w := since(before); !maps.Equal(w, map[string]int{"delete": 1}) {
+		t.Errorf("after the response: writes %v, want one delete", w)
+	}
+
+	before, syncs := ops.writes(), ops.count("sync")
+	h.deliver(proposalEnv("p2", "coder", callOf("deny")))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p2"}, `{"reason":"policy"}`)
+	waitFor(t, func() bool { return ops.writes()["delete"] == 2 })
+	if w := since(before); !maps.Equal(w, map[string]int{"claim": 1, "delete": 1}) || ops.count("sync") != syncs {
+		t.Errorf("a policy reject: writes %v, %d syncs; want a claim and a delete, no sync", w, ops.count("sync")-syncs)
 	}
 }
 
@@ -402,10 +537,13 @@ func TestStoreCrashBetweenTheClaimsWrites(t *testing.T) {
 // either (state.ErrRecordLeft): the member sends no "busy" (whoever holds
 // the record answers the proposal, and a busy would be a second answer);
 // it tries the claim again, which finds its own record, or the next
-// start resumes it: one tools/call in all, and no reject.
+// start resumes it: one tools/call in all, and no reject. (A group's
+// member: alone, the claim carries the request, and the record left is
+// one whose request may have gone out, as after a crash.)
 func TestStoreClaimRecordLeftSendsNothing(t *testing.T) {
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
+	st.group = true
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
 	st.recordLeft.Store(true)
 	h.deliver(proposalEnv("p1", "coder", callOf("add")))

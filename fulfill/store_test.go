@@ -26,10 +26,16 @@ import (
 
 // faultyStore is a member's real store that can be cut off: dead fails
 // every call (a crashed process, an unreachable store); failUpdate fails
-// Update only.
+// the writes of a claimed record (Update, UpdateSoon) and a claim that
+// carries a request or prompts (a member alone on its store claims with
+// its decision, lifecycle.Config.Alone).
 type faultyStore struct {
 	*state.Store
 	dead, failUpdate atomic.Bool
+	// group, set before the fulfiller runs, makes the store say it is
+	// shared (Shared), as a group's is: the claim is written before the
+	// policy decides, and a crash can come between the two.
+	group bool
 	// dieAfterAnswered makes the store dead once a MarkAnswered succeeds.
 	dieAfterAnswered atomic.Bool
 	// dieAfterClaim makes the store and crashSpace dead once a claim is
@@ -73,9 +79,15 @@ func (s *faultyStore) gate(ctx context.Context) error {
 	return nil
 }
 
+// Shared is the store's, or true when the store poses as a group's.
+func (s *faultyStore) Shared() bool { return s.group || s.Store.Shared() }
+
 func (s *faultyStore) ClaimRecord(ctx context.Context, p *state.Pending) (bool, string, error) {
 	if err := s.gate(ctx); err != nil {
 		return false, "", err
+	}
+	if s.failUpdate.Load() && (p.Request != nil || len(p.Prompts) > 0) {
+		return false, "", errCut
 	}
 	won, winner, err := s.Store.ClaimRecord(ctx, p)
 	if s.recordLeft.Load() {

@@ -114,8 +114,33 @@ func (s *Store) claimSeen(ctx context.Context, proposalID, decisionID string) (w
 // proposal (fail closed); the record is deleted if it was written. If it
 // cannot be, the error is ErrRecordLeft: a restart or an adopter resumes
 // the record (Reclaim settles it first) and answers the proposal.
+//
+// A record may be claimed in the phase its decision leads to (a member
+// alone on its store decides first, see lifecycle.Config.Alone): one
+// that carries a fulfilment request or prompts is synced before a win
+// returns, as Update is, since they go out once it returns; any other
+// (deciding, queued, its reject) is not, as Put is not.
 func (s *Store) ClaimRecord(ctx context.Context, p *Pending) (won bool, winner string, err error) {
 	defer s.timed("claim", time.Now(), &err)
+	if p.Request == nil && len(p.Prompts) == 0 {
+		return s.claimRecord(ctx, p)
+	}
+	failed := s.expectSync()
+	won, winner, err = s.claimRecord(ctx, p)
+	if err != nil || !won {
+		failed()
+		return won, winner, err
+	}
+	if err := s.syncedExpected(ctx); err != nil {
+		// Claimed, not known to be on disk: the caller retries, and
+		// the claim is found to be its own (ClaimRecord again, won).
+		return false, "", err
+	}
+	return true, winner, nil
+}
+
+// claimRecord is ClaimRecord without its sync and measurement.
+func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner string, err error) {
 	if !utf8.ValidString(p.ProposalID) {
 		return false, "", fmt.Errorf("state: claim: proposal id %q is not valid UTF-8", truncate(p.ProposalID))
 	}

@@ -72,9 +72,26 @@ type entry struct {
 	queued     bool
 	deciding   bool // a Decide is outstanding
 	// decidedEarly: the Decided that came before the claim landed
-	// (Config.Alone decides beside the claim); taken once it lands.
+	// but could not be carried out as part of it (see claimHeld);
+	// taken once it lands.
 	decidedEarly *Decided
-	again        bool // the Decide is an edit's re-check
+	// claimHeld: Config.Alone, the claim is queued but not issued until
+	// the policy answers, so that the claim is written with what the
+	// decision commits (decidedBeforeClaim). A deadline, a withdrawal,
+	// a shutdown issue it as it is.
+	claimHeld bool
+	// afterClaim: what carrying out the decision emitted before the
+	// claim landed (its lines and timers), emitted once it lands; and
+	// beforeDecided the proposal as it was, restored if the claim is
+	// lost (a replay's line says nothing of a decision it never had).
+	// Both nil unless a claim carries a decision (decidedBeforeClaim).
+	afterClaim    []Effect
+	beforeDecided *Proposal
+	// cancelBy: an operator's cancel read while the claim was held or
+	// carried its decision (by whom, cancelled once the claim lands):
+	// nothing went out yet, so it is not refused as a late one is.
+	cancelBy *string
+	again    bool // the Decide is an edit's re-check
 
 	sending  bool // a SendReject is outstanding
 	resendAt time.Time
@@ -144,6 +161,10 @@ const (
 	thenRefused
 	thenFollow
 	thenQueued
+	// thenClaimedDecided: the claim, written with what the decision
+	// committed (decidedBeforeClaim); pendingWrite.next is that
+	// write's, carried out once the claim is this member's.
+	thenClaimedDecided
 )
 
 type pendingWrite struct {
@@ -160,6 +181,9 @@ type pendingWrite struct {
 	// this write records: each is Acked once it is durable, or with an
 	// error when the proposal ends first (nack).
 	acks []uint64
+	// next: the write a claim carries (thenClaimedDecided), whose line
+	// and then follow the claim's.
+	next *pendingWrite
 }
 
 // New makes a Core.
@@ -167,6 +191,9 @@ func New(cfg Config, ids IDs) *Core {
 	per := cfg.MaxInflightPerProposer
 	if per <= 0 {
 		per = cfg.MaxInflight
+	}
+	if cfg.ClaimHold <= 0 {
+		cfg.ClaimHold = DefaultClaimHold
 	}
 	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{}, away: map[string]bool{},
 		slots: newSlotQueue(cfg.MaxInflight, per), byPrompt: map[string]string{}, nBy: map[string]int{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
@@ -405,15 +432,98 @@ func (s *step) proposed(ev Proposed) {
 	// the proposal is this member's, so a crash after it leaves work to
 	// resume, never a claimed id nobody answers.
 	c.track(e)
+	if p.Invalid == "" && c.cfg.Alone {
+		// Alone on its store, the policy decides first and the claim is
+		// written with what the decision commits (decidedBeforeClaim):
+		// a fulfilment's claim carries its request, a reject's its
+		// answer, one store write fewer before the answer. In a group
+		// every member would evaluate every proposal.
+		e.claimHeld = true
+	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, then: thenClaimed})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
-	if p.Invalid == "" && c.cfg.Alone {
-		// Alone on its store, the policy decides while the claim is
-		// written: the decision waits for the claim (decided) and is
-		// dropped, its record unlogged, if the claim is lost. In a group
-		// every member would evaluate every proposal.
+	if e.claimHeld {
+		s.emit(Schedule{ID: p.ID, At: s.now.Add(c.cfg.ClaimHold), Kind: TimerHold})
 		s.decide(e, false, nil)
 	}
+}
+
+// unhold issues e's held claim as it is (claimHeld): what comes before
+// the decision (a deadline, a withdrawal, a shutdown) needs the claim
+// more than the write it saves.
+func (s *step) unhold(e *entry) {
+	if e.claimHeld {
+		e.claimHeld = false
+		s.issue(e)
+	}
+}
+
+// decidedBeforeClaim carries out ev, the decision of e whose claim is
+// held (claimHeld), as if the claim had landed, and writes the claim with
+// what that committed: the record in its next phase (a fulfilment's
+// request, a reject's answer, an escalation's prompts), the one write
+// instead of two. What it emitted (its lines, its timers) waits in
+// e.afterClaim for the claim to land: a replay that loses its claim has
+// only its ignored line, and e is restored as it was (duplicate).
+func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
+	e.beforeDecided = e.p.clone()
+	out := s.out
+	s.out = nil
+	e.claimed = true // decided carries out a claimed proposal's decision
+	s.decided(ev)
+	e.claimed = false
+	e.afterClaim, s.out = s.out, out
+	claim := e.writes[0]
+	claim.then = thenClaimedDecided
+	if len(e.writes) > 1 && mergeable(e.writes[1]) {
+		next := e.writes[1]
+		// A claim is never Soon (Write.Soon): the store syncs one whose
+		// record carries what goes out once it is durable.
+		claim.rec, claim.next = next.rec, &next
+		e.writes = append([]pendingWrite{claim}, e.writes[2:]...)
+	} else {
+		// Nothing to carry (a request held for its owner's return): the
+		// claim goes as it was, and what the decision did follows it.
+		e.writes[0] = claim
+	}
+	if len(e.afterClaim) == 0 {
+		e.afterClaim = []Effect{} // not nil: a decision waits for the claim
+	}
+	s.unhold(e)
+}
+
+// queues reports whether carrying out ev would queue e for a fulfilment
+// slot: a proposal takes its place in the queue once it is claimed, or
+// one whose claim is slow to land would keep the turn of the proposals
+// behind it.
+func queues(c *Core, e *entry, ev Decided) bool {
+	return ev.Decision.Action == Fulfill && ev.Incapable == "" && !c.slots.free(e.p.From)
+}
+
+// mergeable reports whether w can be written as part of the claim before
+// it: an update of the record that nothing but its then waits on.
+func mergeable(w pendingWrite) bool {
+	return w.rec != nil && !w.create && !w.claimOnly && len(w.acks) == 0 && w.next == nil
+}
+
+// undoDecided restores e as it was before its decision was carried out
+// ahead of its claim (decidedBeforeClaim), for a claim that was lost: the
+// ids its request or prompts would have been found by are dropped, and
+// what it emitted never goes out.
+func (s *step) undoDecided(e *entry) {
+	if e.afterClaim == nil {
+		return
+	}
+	c := s.c
+	if r := e.p.Request; r != nil && c.byRequest[r.EnvelopeID] == e.p.ID {
+		delete(c.byRequest, r.EnvelopeID)
+	}
+	for _, pr := range e.p.Prompts {
+		if c.byPrompt[pr.EnvelopeID] == e.p.ID {
+			delete(c.byPrompt, pr.EnvelopeID)
+		}
+	}
+	e.p, e.afterClaim, e.beforeDecided = e.beforeDecided, nil, nil
 }
 
 // queueWrite appends a write of e's record and issues it when none is
@@ -484,7 +594,7 @@ func (s *step) recorded(id string, token, round uint64, add func(*Proposal), soo
 }
 
 func (s *step) issue(e *entry) {
-	if e.writing || e.reloading || len(e.writes) == 0 {
+	if e.writing || e.reloading || e.claimHeld || len(e.writes) == 0 {
 		return
 	}
 	w := e.writes[0]
@@ -550,6 +660,7 @@ func (s *step) reload(e *entry) {
 // or by another member. Its line joins the winning claim's decision when
 // the store named it (rule 10), as a replay read later does.
 func (s *step) duplicate(e *entry, winner string) {
+	s.undoDecided(e)
 	s.c.setOutcome(e, Dropped) // not ended here: a record of it may come to this member later
 	if winner != "" {
 		e.p.DecisionID, e.p.Claim = winner, winner
@@ -596,7 +707,10 @@ func (s *step) written(e *entry, rev uint64) {
 // earlier try wrote it (applied, though reported failed): the same
 // record, at another revision.
 func appliedBefore(e *entry, r *Proposal) bool {
-	if len(e.writes) == 0 || e.writes[0].rec == nil || e.writes[0].create {
+	if len(e.writes) == 0 || e.writes[0].rec == nil || (e.writes[0].create && e.afterClaim == nil) {
+		// A plain claim applied is resumed from its record; one that
+		// carries its decision is written (claimedDecided), or its
+		// request would wait for a response it never asked for.
 		return false
 	}
 	want, err1 := json.Marshal(e.writes[0].rec)
@@ -646,6 +760,7 @@ func (s *step) reloaded(ev Reloaded) {
 // unclaimed drops e, whose claim the store never took, without a word
 // (in a group another member may answer it; see stored, reloaded).
 func (s *step) unclaimed(e *entry) {
+	s.undoDecided(e)
 	s.c.setOutcome(e, Dropped)
 	s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
 	s.forget(e)
@@ -695,6 +810,10 @@ func (s *step) then(e *entry, w pendingWrite) {
 				s.commitReject(e, reason, message)
 				return
 			}
+			if e.cancelBy != nil {
+				s.cancel(e, *e.cancelBy)
+				return
+			}
 			switch {
 			case e.decidedEarly != nil:
 				ev := *e.decidedEarly
@@ -706,6 +825,8 @@ func (s *step) then(e *entry, w pendingWrite) {
 				s.decide(e, false, nil)
 			}
 		}
+	case thenClaimedDecided:
+		s.claimedDecided(e, w)
 	case thenRefused:
 		s.log(e, "received", nil)
 		if e.early != nil {
@@ -747,6 +868,52 @@ func (s *step) then(e *entry, w pendingWrite) {
 			s.status(e, Status{Stage: StatusQueued})
 		}
 	}
+}
+
+// claimedDecided carries on once e's claim, written with what its
+// decision committed (decidedBeforeClaim), landed: the claim's line, then
+// what the decision emitted, then what its write allowed. A withdrawal
+// or a shutdown read meanwhile ends it here, as one read before the
+// claim of any other proposal; its request (or prompts) never went out.
+func (s *step) claimedDecided(e *entry, w pendingWrite) {
+	e.claimed = true
+	deciding := e.beforeDecided.Deadline
+	// The line of the proposal as it was received: its decision's
+	// revision and route come with the decided line.
+	s.emit(Log{Line: lineOf(e.beforeDecided, "received", nil)})
+	s.emit(e.afterClaim...)
+	e.afterClaim, e.beforeDecided = nil, nil
+	switch {
+	case e.outcome != Open:
+		// Its reject, committed with the claim: sent whatever happened
+		// meanwhile.
+	case e.early != nil:
+		s.endQuietly(e, *e.early)
+		return
+	case e.cancelBy != nil:
+		e.unsent = true // nothing went out that the reject should cancel
+		s.cancel(e, *e.cancelBy)
+		return
+	case s.c.closing:
+		e.unsent = true
+		s.closeOne(e)
+		return
+	case !s.now.Before(deciding):
+		// Decided in time, but the store took the claim only past the
+		// proposal's deadline (Alone, its tries go on): what the
+		// decision committed does not go out that late, as a claim
+		// landing late is not decided (then).
+		e.unsent = true
+		s.commitReject(e, "timeout", fmt.Sprintf("not claimed within %s: the pending-work store did not take it", s.c.cfg.PendingTTL))
+		return
+	}
+	if w.next == nil {
+		return
+	}
+	if w.next.line != nil {
+		s.emit(Log{Line: *w.next.line})
+	}
+	s.then(e, *w.next)
 }
 
 // status tells e's proposer where e waits, when status chats are on.
@@ -1371,6 +1538,11 @@ func (s *step) decided(ev Decided) {
 		return
 	}
 	if !e.claimed {
+		if e.claimHeld && e.early == nil && !c.closing && !queues(c, e, ev) {
+			s.decidedBeforeClaim(e, ev)
+			return
+		}
+		s.unhold(e)
 		e.decidedEarly = &ev // taken once the claim lands (then)
 		return
 	}
@@ -1560,6 +1732,8 @@ func (s *step) fired(ev Fired) {
 			r := p.Reject
 			s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 		}
+	case TimerHold:
+		s.unhold(e) // the decision follows the claim (decidedEarly)
 	case TimerGrace:
 		if e.outcome == Open && p.Phase == Fulfilling && ev.At.Equal(e.graceAt) {
 			s.graceEnded(e)
@@ -1570,6 +1744,12 @@ func (s *step) fired(ev Fired) {
 		}
 		if e.noRecord {
 			return // its claim is tried until it lands: then its reject goes
+		}
+		if e.claimHeld {
+			// Not decided in time: claimed as it is, and then rejected
+			// "timeout" (then).
+			s.unhold(e)
+			return
 		}
 		if !e.claimed {
 			// Never claimed (the store was unreachable): no record, so
@@ -1618,16 +1798,38 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 		})
 		return
 	}
+	end := earlyEnd{outcome: Withdrawn, stage: "withdrawn", why: ev.Reason}
+	if e.afterClaim != nil {
+		// Its decision waits for its claim, and so does what it sent:
+		// nothing went out yet, so it ends as one not decided would.
+		s.earlyBeforeClaim(e, end, "late_withdraw")
+		return
+	}
 	if e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Answered {
 		s.log(e, "ignored", func(l *Line) { l.Reason = "late_withdraw" })
 		return
 	}
-	end := earlyEnd{outcome: Withdrawn, stage: "withdrawn", why: ev.Reason}
 	if !e.claimed {
 		e.early = &end
+		s.unhold(e)
 		return
 	}
 	s.endQuietly(e, end)
+}
+
+// earlyBeforeClaim takes end, read while e's claim carries its decision
+// (decidedBeforeClaim), for when the claim lands: e ends with it then if
+// the decision left it open (as a proposal read before its claim ends),
+// and otherwise its answer stands and the line ignoredAs says so, after
+// the claim's ("": none).
+func (s *step) earlyBeforeClaim(e *entry, end earlyEnd, ignoredAs string) {
+	if e.outcome == Open {
+		e.early = &end
+		return
+	}
+	if ignoredAs != "" {
+		e.afterClaim = append(e.afterClaim, Log{Line: lineOf(e.p, "ignored", func(l *Line) { l.Reason = ignoredAs })})
+	}
 }
 
 func (s *step) superseded(ev SupersededBy) {
@@ -1635,7 +1837,7 @@ func (s *step) superseded(ev SupersededBy) {
 	// A proposal in phase Task is not superseded either: its proposer
 	// waits for the relayed result, and only it, an operator or the
 	// task's deadline may end it (fulfill's StateTask).
-	if !ok || e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Task || e.p.Phase == Answered {
+	if !ok {
 		return
 	}
 	// By names the participant that answered; the message says so too.
@@ -1644,8 +1846,16 @@ func (s *step) superseded(ev SupersededBy) {
 		why = ev.By
 	}
 	end := earlyEnd{outcome: Superseded, stage: "superseded", why: why, by: []string{ev.By}}
+	if e.afterClaim != nil {
+		s.earlyBeforeClaim(e, end, "") // nothing went out yet
+		return
+	}
+	if e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Task || e.p.Phase == Answered {
+		return
+	}
 	if !e.claimed {
 		e.early = &end
+		s.unhold(e)
 		return
 	}
 	s.endQuietly(e, end)
@@ -1828,6 +2038,12 @@ func (s *step) verdict(ev Verdict) {
 
 func (s *step) cancelled(ev Cancelled) {
 	e, ok := s.c.props[ev.ID]
+	if ok && e.outcome == Open && (e.claimHeld || e.afterClaim != nil) {
+		by := ev.By
+		e.cancelBy = &by
+		s.unhold(e)
+		return
+	}
 	if !ok || e.outcome != Open || !e.claimed || e.p.Phase == Fulfilling || e.p.Phase == Answered {
 		p := &Proposal{ID: ev.ID}
 		if ok {
@@ -1848,9 +2064,14 @@ func (s *step) cancelled(ev Cancelled) {
 		s.emit(Log{Line: l})
 		return
 	}
+	s.cancel(e, ev.By)
+}
+
+// cancel rejects e on an operator's behalf (by: who).
+func (s *step) cancel(e *entry, by string) {
 	msg := "cancelled by the operator"
-	if ev.By != "" {
-		msg += " (" + ev.By + ")"
+	if by != "" {
+		msg += " (" + by + ")"
 	}
 	if e.asked {
 		// The escalation ends "cancelled" (fulfill's Escalator.Cancel
@@ -1877,6 +2098,7 @@ func (s *step) closing() {
 // closeOne answers e "other" at shutdown, cancelling its request at the
 // owner if one went out.
 func (s *step) closeOne(e *entry) {
+	s.unhold(e) // claimed, it is answered like the rest (then)
 	if e.outcome != Open || !e.claimed {
 		return
 	}

@@ -404,9 +404,14 @@ func TestStaleEscalationPostsCountForNothing(t *testing.T) {
 // given up without a word; a replay's claim is told by the store.
 func TestClaimLandingLateAlone(t *testing.T) {
 	c := testCore(func(cfg *Config) { cfg.Alone = true })
-	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	// The policy is asked first; its claim waits for its answer, until
+	// the deadline: then it is claimed as it is.
+	only[Decide](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
 	late := t0.Add(2 * time.Minute)
-	same(t, kinds(c.Step(late, Fired{ID: "p1", At: t0.Add(time.Minute), Kind: TimerDeadline})), nil)
+	claim := only[Write](t, c.Step(late, Fired{ID: "p1", At: t0.Add(time.Minute), Kind: TimerDeadline}))
+	if !claim.Create || claim.Record.Phase != Deciding {
+		t.Fatalf("at the deadline wrote %+v, want the claim as it is", claim)
+	}
 	effs := c.Step(late, Stored{ID: "p1", Seq: claim.Seq, Err: fmt.Errorf("timeout")})
 	retry := only[Schedule](t, effs)
 	again := only[Write](t, c.Step(retry.At, Fired{ID: "p1", At: retry.At, Kind: TimerRetry}))
@@ -420,16 +425,26 @@ func TestClaimLandingLateAlone(t *testing.T) {
 	}
 
 	// A replay after a restart, claimed before: the store's answer
-	// makes it a duplicate, with the winner's decision.
+	// makes it a duplicate, with the winner's decision. Its claim
+	// carried its decision (a fulfilment's request): lost, nothing of
+	// that decision is logged or kept.
 	c = testCore(func(cfg *Config) { cfg.Alone = true })
-	claim = only[Write](t, c.Step(t0, Proposed{ID: "p2", From: "coder"}))
+	only[Decide](t, c.Step(t0, Proposed{ID: "p2", From: "coder"}))
+	effs = c.Step(t0, Decided{ID: "p2", Decision: Decision{Action: Fulfill, Target: "fs"}})
+	claim = only[Write](t, effs)
+	if !claim.Create || claim.Record.Phase != Fulfilling || claim.Record.Request == nil || len(logs(effs)) != 0 {
+		t.Fatalf("decided before its claim, wrote %+v and logged %+v; want the claim with its request, nothing logged", claim, logs(effs))
+	}
 	retry = only[Schedule](t, c.Step(late, Stored{ID: "p2", Seq: claim.Seq, Err: fmt.Errorf("timeout")}))
 	again = only[Write](t, c.Step(retry.At, Fired{ID: "p2", At: retry.At, Kind: TimerRetry}))
 	same(t, kinds(c.Step(retry.At, Stored{ID: "p2", Seq: again.Seq, Err: &ClaimedError{Winner: "d0"}})), []string{"Reload"})
 	effs = c.Step(retry.At, Reloaded{ID: "p2"})
 	same(t, kinds(effs), nil)
-	if l := only[Log](t, effs).Line; l.Stage != "ignored" || l.Reason != "duplicate" || l.DecisionID != "d0" || c.Pending() != 0 {
+	if l := only[Log](t, effs).Line; l.Stage != "ignored" || l.Reason != "duplicate" || l.DecisionID != "d0" || l.Target != "" || c.Pending() != 0 {
 		t.Fatalf("logged %+v with %d pending, want ignored duplicate under d0", l, c.Pending())
+	}
+	if len(c.byRequest) != 0 || c.slots.used != 0 {
+		t.Fatalf("the lost claim left requests %v, %d slots used", c.byRequest, c.slots.used)
 	}
 }
 

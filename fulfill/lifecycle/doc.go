@@ -235,11 +235,17 @@
 //     asked again) counts for nothing.
 //   - Decide runs beside its proposal's lane: a withdrawal, an
 //     operator's cancel or a record's delete never wait for the policy.
-//     Alone on its store (Config.Alone) the policy is asked as the
-//     claim is written, and its answer is taken once the claim lands.
-//     The decision's record (Decided.Note) is logged with the core's
-//     decided line, so a decision the core does not take (the proposal
-//     ended, or its claim lost to a replay's original) has none.
+//     Alone on its store (Config.Alone) the policy is asked before the
+//     claim is written, and the claim carries what the decision commits
+//     (a fulfilment's request, a reject, an escalation's prompts): one
+//     store write where the claim and an update were two. What the
+//     decision emits (its lines, its timers) waits for the claim to
+//     land, and is dropped with the decision if the claim is lost. A
+//     decision slower than Config.ClaimHold does not hold the claim:
+//     it goes as it is, and the decision follows it. The decision's
+//     record (Decided.Note) is logged with the core's decided line, so
+//     a decision the core does not take (the proposal ended, or its
+//     claim lost to a replay's original) has none.
 //   - Lines of frames set aside ("ignored") are written at once; the
 //     others follow their proposal's effects (a withdrawn line once the
 //     record is gone, after the prompts it cancelled).

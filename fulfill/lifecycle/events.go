@@ -61,6 +61,7 @@ const (
 	TimerRetry                     // try a failed store write again
 	TimerResend                    // write a reject that could not be written again
 	TimerGrace                     // the tool owner's rejoin grace (OwnerRejoinGrace) ends
+	TimerHold                      // a claim held for its decision (Config.ClaimHold) goes as it is
 )
 
 // Fired: the timer a Schedule asked for went off. Timers are never
@@ -324,7 +325,11 @@ type Write struct {
 	// escalation's phase with Config.Escalator, an approval counted, the
 	// phase Queued, a task's status): the store may acknowledge it
 	// before its disk sync (state's UpdateSoon). Claims, requests,
-	// answers, prompts and deletes are never Soon.
+	// answers, prompts and deletes are never Soon. A claim (Create) may
+	// carry the record in its decided phase (Config.Alone): the store
+	// syncs it when that record holds a request or prompts, which go
+	// out once it is durable, as it syncs an update (state's
+	// ClaimRecord).
 	Soon bool
 }
 

@@ -85,7 +85,7 @@ var mustCover = []string{
 	"status/escalated", "status/queued", "status/task",
 	"world/slot_share", "world/resumed_ask", "world/reasked",
 	"world/prompt_recorded", "world/approval_recorded", "world/acked_ended", "world/turns",
-	"world/claim_winner", "world/decided_before_claim", "world/early_decision_dropped", "world/unlogged/fulfilling", "world/unlogged/escalated", "world/request_away", "world/request_refused",
+	"world/claim_winner", "world/decided_before_claim", "world/early_decision_dropped", "world/claim_carries_decision", "world/carried_claim_landed", "world/claim_hold_lapsed", "world/unlogged/fulfilling", "world/unlogged/escalated", "world/request_away", "world/request_refused",
 	"rejected/other/unlogged", "rejected/other/refused",
 }
 
@@ -446,17 +446,38 @@ func (s *sim) deliver(m *member, ev Event) {
 			early = e
 		}
 	}
-	effs := m.core.Step(s.now, ev)
-	if early != nil && early.decidedEarly != nil {
-		for _, e := range effs {
-			if l, ok := e.(Log); ok && l.Line.Stage == "decided" {
-				s.fail("%s logged a decision for %s before its claim landed", m.id, early.p.ID)
+	if f, ok := ev.(Fired); ok && f.Kind == TimerHold {
+		if e := m.core.props[f.ID]; e != nil && e.claimHeld {
+			s.covered["world/claim_hold_lapsed"]++ // the decision follows the claim
+		}
+	}
+	var carried map[string]bool // proposals whose claim carries their decision, before the step
+	for id, e := range m.core.props {
+		if e.afterClaim != nil {
+			if carried == nil {
+				carried = map[string]bool{}
 			}
+			carried[id] = true
+		}
+	}
+	effs := m.core.Step(s.now, ev)
+	if early != nil && !early.claimed {
+		for _, e := range effs {
+			if l, ok := e.(Log); ok && (l.Line.Stage == "decided" || l.Line.Stage == "fulfilling" || l.Line.Stage == "rejected") {
+				s.fail("%s logged %s for %s before its claim landed", m.id, l.Line.Stage, early.p.ID)
+			}
+		}
+		if early.afterClaim != nil {
+			s.covered["world/claim_carries_decision"]++
 		}
 	}
 	if st, ok := ev.(Stored); ok {
-		if e := prev[st.ID]; e != nil && e.decidedEarly != nil && m.core.props[st.ID] != e {
+		e := prev[st.ID]
+		if e != nil && (e.decidedEarly != nil || carried[st.ID]) && m.core.props[st.ID] != e {
 			s.covered["world/early_decision_dropped"]++ // the claim lost: its decision never logged
+		}
+		if e != nil && carried[st.ID] && e.claimed {
+			s.covered["world/carried_claim_landed"]++
 		}
 	}
 	s.checkSlots(m, prev, fulfilling)

@@ -28,6 +28,11 @@ const (
 	Answered Phase = "answered" // Reject committed; sent (again) until written
 )
 
+// DefaultClaimHold is Config.ClaimHold's default: far longer than a
+// policy takes (tens of microseconds) or waits in the Loop under load,
+// far shorter than a proposer waits for an answer.
+const DefaultClaimHold = 50 * time.Millisecond
+
 // Outcome is how a proposal ended in this process.
 type Outcome string
 
@@ -341,8 +346,18 @@ type Config struct {
 	// lands (its record says so, and a replay is told by the claim's
 	// answer): no other member can answer it. In a group such a proposal
 	// is given up at its deadline, left to whichever member claimed it
-	// or to the proposer's own timeout. Alone, the policy is also asked
-	// while the claim is written (its answer taken once the claim lands),
-	// where a group's members would each evaluate every proposal.
+	// or to the proposer's own timeout.
+	//
+	// Alone, the policy is also asked before the claim is written, and
+	// the claim written with what the decision commits: a fulfilment's
+	// request, a reject's answer, an escalation's prompts (one store
+	// write where a claim and then an update were two). In a group each
+	// member would evaluate every proposal. A decision that takes longer
+	// than ClaimHold is not waited for: the claim goes as it is, so that
+	// a proposal is not held unrecorded (unseen by a restart or an
+	// operator) while a slow policy runs, and the decision follows it.
 	Alone bool
+	// ClaimHold bounds how long a claim waits for its decision (Alone).
+	// 0: DefaultClaimHold.
+	ClaimHold time.Duration
 }

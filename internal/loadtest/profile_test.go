@@ -144,11 +144,12 @@ func TestRunWithDirState(t *testing.T) {
 		if !r.OK() || r.State != dir {
 			t.Fatalf("run %d: report %+v", i, r)
 		}
-		// Where durability's cost goes: one claim per proposal, one synced
-		// update per fulfilment request, syncs shared by those updates.
+		// Where durability's cost goes: one claim per proposal, written
+		// with its decision (a fulfilment's request, synced; a reject),
+		// and one delete; syncs shared by the fulfilments' claims.
 		ops := r.StoreOps
-		if ops["claim"].Count != int(r.Sent) || ops["update"].Count != int(r.Outcomes["fulfilled"]) ||
-			ops["sync"].Count < 1 || ops["sync"].Count > ops["update"].Count || ops["syncfs"].Count < 1 || ops["claim"].P50 <= 0 {
+		if !claimedWithDecisions(ops, r) || ops["sync"].Count < 1 || ops["sync"].Count > int(r.Outcomes["fulfilled"]) ||
+			ops["syncfs"].Count < 1 || ops["claim"].P50 <= 0 {
 			t.Errorf("run %d: store ops %+v for %d proposals, %d fulfilled", i, ops, r.Sent, r.Outcomes["fulfilled"])
 		}
 		left, err := os.ReadDir(dir)
@@ -174,9 +175,19 @@ func TestRunWithMemoryStateGoesThroughTheStore(t *testing.T) {
 	if !r.OK() || r.State != "memory" {
 		t.Fatalf("report %+v", r)
 	}
-	if ops := r.StoreOps; ops["claim"].Count != int(r.Sent) || ops["update"].Count != int(r.Outcomes["fulfilled"]) {
-		t.Errorf("store ops %+v for %d proposals, %d fulfilled: want a claim each and an update per fulfilment", ops, r.Sent, r.Outcomes["fulfilled"])
+	if ops := r.StoreOps; !claimedWithDecisions(ops, r) || ops["sync"].Count != 0 {
+		t.Errorf("store ops %+v for %d proposals, %d fulfilled: want a claim (with its decision) and a delete each, no sync", ops, r.Sent, r.Outcomes["fulfilled"])
 	}
+}
+
+// claimedWithDecisions reports whether ops are those of a fulfiller alone
+// on its store (lifecycle.Config.Alone): a claim and a delete per
+// proposal, the claim carrying the decision. A decision slower than the
+// claim waits for (ClaimHold, 50 ms: a loaded test machine) follows its
+// claim in an update: a few may.
+func claimedWithDecisions(ops map[string]Percentiles, r Report) bool {
+	after := ops["update"].Count + ops["answered"].Count + ops["update_soon"].Count
+	return ops["claim"].Count == int(r.Sent) && ops["delete"].Count == int(r.Sent) && after <= int(r.Sent)/10
 }
 
 // A state directory that cannot be made fails the run before any load,
