@@ -88,5 +88,5 @@ func TestOperatorAPIInAGroup(t *testing.T) {
 	g.cancelErr = fmt.Errorf("cancel p-b: %w: %w", fulfill.ErrStoreUnavailable, errors.New("nats: timeout"))
 	check("DELETE", "/v1/proposals/p-b", 503, `{"error":"cancel p-b: pending-work store unavailable: nats: timeout"}`)
 	g.cancelErr = fmt.Errorf("cancel p-b: %w", fulfill.ErrAnswered)
-	check("DELETE", "/v1/proposals/p-b", 409, `{"error":"proposal p-b was already answered (its fulfilment request is out)"}`)
+	check("DELETE", "/v1/proposals/p-b", 409, `{"error":"proposal p-b was already answered, or its fulfilment request is out"}`)
 }

@@ -378,7 +378,7 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, fulfill.ErrUnknownProposal):
 		writeError(w, http.StatusNotFound, "no pending proposal "+id)
 	case errors.Is(err, fulfill.ErrAnswered):
-		writeError(w, http.StatusConflict, "proposal "+id+" was already answered (its fulfilment request is out)")
+		writeError(w, http.StatusConflict, "proposal "+id+" was already answered, or its fulfilment request is out")
 	case errors.Is(err, fulfill.ErrStoreUnavailable):
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 	default:
