@@ -30,6 +30,12 @@ type ownWrites struct {
 type ownRev struct {
 	mu  sync.Mutex // held across a write of the record
 	rev uint64     // the last revision this member wrote or read
+	// done: this member's delete ended the record, or a write found it
+	// another's (the core settles that itself, Reload): no change seen
+	// after is another member's taking it. A delete's revision is not
+	// known here, and a watcher that read it while the delete was being
+	// written took it for another member's write.
+	done bool
 }
 
 func newOwnWrites(st lifecycle.Store) *ownWrites {
@@ -60,6 +66,7 @@ func (o *ownWrites) Write(ctx context.Context, w lifecycle.Write) (uint64, error
 	rev, err := o.Store.Write(ctx, w)
 	switch {
 	case err == nil && w.Record == nil, errors.Is(err, lifecycle.ErrConflict), errors.Is(err, lifecycle.ErrExists):
+		r.done = true
 		r.mu.Unlock()
 		o.forget(w.ID)
 		return rev, err
@@ -95,13 +102,21 @@ func (o *ownWrites) held(recs []lifecycle.Proposal) {
 // another member's: this member holds the record and did not write that
 // revision.
 func (o *ownWrites) theirs(id string, rev uint64) bool {
+	r := o.lookup(id)
+	return r != nil && r.theirs(rev) // nil: not held here
+}
+
+// lookup is the revision kept of record id (nil: none).
+func (o *ownWrites) lookup(id string) *ownRev {
 	o.mu.Lock()
-	r := o.revs[id]
-	o.mu.Unlock()
-	if r == nil {
-		return false // not held here
-	}
+	defer o.mu.Unlock()
+	return o.revs[id]
+}
+
+// theirs is ownWrites.theirs for the record r keeps: it waits for a write
+// of r under way, which may be the very change the watcher read.
+func (r *ownRev) theirs(rev uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return rev > r.rev
+	return !r.done && rev > r.rev
 }

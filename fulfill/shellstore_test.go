@@ -1,0 +1,60 @@
+package fulfill
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+)
+
+// gatedStore is a lifecycle.Store whose writes return the revisions it is
+// given, each once the test lets it through.
+type gatedStore struct {
+	lifecycle.Store
+	started chan lifecycle.Write
+	finish  chan uint64
+}
+
+func (g *gatedStore) Write(_ context.Context, w lifecycle.Write) (uint64, error) {
+	g.started <- w
+	return <-g.finish, nil
+}
+
+// A change the record watcher reads while this member's own write of
+// that change is still returning is not another member's: not for an
+// update (its revision is known once the write returns), and not for the
+// delete that ends the record, whose revision the store does not report.
+// Taken for another's, the delete's change released a proposal just
+// answered, and its ignored line ("adopted_elsewhere") followed its reject
+// in the decision log.
+func TestOwnWritesAreNotTheirs(t *testing.T) {
+	g := &gatedStore{started: make(chan lifecycle.Write), finish: make(chan uint64)}
+	o := newOwnWrites(g)
+	write := func(w lifecycle.Write, rev uint64) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if _, err := o.Write(t.Context(), w); err != nil {
+				t.Error(err)
+			}
+		}()
+		<-g.started
+		// The watcher reads the change while the write is returning: it
+		// found the record held here, and waits for the write.
+		r := o.lookup(w.ID)
+		theirs := make(chan bool)
+		go func() { theirs <- r.theirs(rev) }()
+		g.finish <- rev
+		<-done
+		if <-theirs {
+			t.Errorf("this member's own write at revision %d (record %v) taken for another member's", rev, w.Record != nil)
+		}
+	}
+	rec := &lifecycle.Proposal{ID: "p1"}
+	write(lifecycle.Write{ID: "p1", Record: rec, Create: true}, 1)
+	write(lifecycle.Write{ID: "p1", Record: rec, Rev: 1}, 2)
+	if !o.theirs("p1", 3) {
+		t.Error("a later revision of a record held here, not written by this member, is not taken for another's")
+	}
+	write(lifecycle.Write{ID: "p1", Rev: 2}, 3) // the delete: its marker is revision 3
+}
