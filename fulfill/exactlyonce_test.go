@@ -153,14 +153,18 @@ func TestStoreCrashAfterClaimWithItsDecision(t *testing.T) {
 	h := newStoreHarness(t, "fulfiller", st, cfg, &fakeDecider{decisions: decisions})
 	h.space.tools["calculator"] = append(h.space.tools["calculator"], ToolInfo{Name: "deny"})
 	st.crashSpace = h.space
-	st.dieAfterClaim.Store(true)
+	// Nothing reaches the wire: p1's reject is not sent, so its record
+	// stays (it would end once its reject is written), and the crash
+	// comes right after p2's claim.
+	h.space.dead.Store(true)
 	h.deliver(proposalEnv("p1", "coder", callOf("deny")))
-	waitFor(t, func() bool { return h.space.dead.Load() })
-	st.dead.Store(false)
+	waitFor(t, func() bool {
+		recs, err := st.List(t.Context())
+		return err == nil && len(recs) == 1
+	})
 	st.dieAfterClaim.Store(true)
-	h.space.dead.Store(false)
 	h.deliver(proposalEnv("p2", "coder", callOf("add")))
-	waitFor(t, func() bool { return h.space.dead.Load() })
+	waitFor(t, func() bool { return st.dead.Load() })
 	h.shutdown()
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
