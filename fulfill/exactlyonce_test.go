@@ -151,7 +151,6 @@ func TestStoreCrashAfterClaimWithItsDecision(t *testing.T) {
 	cfg := Config{FulfillTimeout: 300 * time.Millisecond}
 	st := openStore(t, mode, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, cfg, &fakeDecider{decisions: decisions})
-	h.space.tools["calculator"] = append(h.space.tools["calculator"], ToolInfo{Name: "deny"})
 	st.crashSpace = h.space
 	// Nothing reaches the wire: p1's reject is not sent, so its record
 	// stays (it would end once its reject is written), and the crash
@@ -185,7 +184,6 @@ func TestStoreCrashAfterClaimWithItsDecision(t *testing.T) {
 	}
 	dec2 := &fakeDecider{decisions: decisions}
 	h2 := newStoreHarness(t, "fulfiller", st2, cfg, dec2)
-	h2.space.tools["calculator"] = append(h2.space.tools["calculator"], ToolInfo{Name: "deny"})
 	rejects := map[string]string{}
 	for len(rejects) < 2 {
 		env := h2.space.nextWithin(t, 5*time.Second)
@@ -388,7 +386,6 @@ func TestStoreAloneClaimCarriesTheDecision(t *testing.T) {
 		"deny": {Action: decision.Reject, Reason: "policy", Message: "no denying"},
 	}
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: decisions})
-	h.space.tools["calculator"] = append(h.space.tools["calculator"], ToolInfo{Name: "deny"})
 	since := func(before map[string]int) map[string]int {
 		after := ops.writes()
 		for op, n := range after {

@@ -286,12 +286,14 @@ func newMember(t *testing.T, mode state.Mode, id string, cfg Config, dec *fakeDe
 }
 
 // newStoreHarness runs a Fulfiller named id on store st; the calculator
-// also offers "ask", which storeDecisions escalates.
+// also offers "ask", which storeDecisions escalates, and "deny", for
+// tests whose policy rejects it.
 func newStoreHarness(t *testing.T, id string, st *faultyStore, cfg Config, dec *fakeDecider) *harness {
 	t.Helper()
 	space := newFakeSpace()
 	space.id = id
 	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "ask", Description: "needs a human"}, ToolInfo{Name: "soon", Description: "needs a human soon"},
+		ToolInfo{Name: "deny", Description: "a policy rejects it"},
 		ToolInfo{Name: "migrate", Description: "runs as an MCP task", Execution: json.RawMessage(`{"taskSupport":"required"}`)})
 	cfg.Store = st
 	return newHarnessOn(t, space, cfg, dec)
