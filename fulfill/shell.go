@@ -205,7 +205,13 @@ func (s *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	storeCtx, stopStore := context.WithCancel(base)
 	var storeWG sync.WaitGroup
 	s.refreshGroup(storeCtx)
-	for _, watch := range []func(context.Context){s.watchGroup, s.adoptLapsed, s.watchRecords} {
+	watches := []func(context.Context){s.watchGroup, s.adoptLapsed}
+	if s.cfg.Store.Shared() {
+		// Alone on its store no other member writes its records: the
+		// watch would only read back each of its own writes.
+		watches = append(watches, s.watchRecords)
+	}
+	for _, watch := range watches {
 		storeWG.Add(1)
 		go func() {
 			defer storeWG.Done()

@@ -25,8 +25,10 @@ type Store interface {
 	Persistent() bool
 	// Shared reports whether other members can use the store (a group).
 	// Alone on it, a claim the store could not take is tried on past the
-	// proposal's deadline, since no other member can answer it, and the
-	// policy is asked while the claim is written (lifecycle.Config.Alone).
+	// proposal's deadline, since no other member can answer it; the
+	// policy is asked before the claim, which carries what the decision
+	// commits (lifecycle.Config.Alone); and the records are not watched
+	// for other members' writes (WatchRecords), since there are none.
 	Shared() bool
 	// ClaimRecord wins a proposal id for this member once for the whole
 	// group and SeenTTL (rule 5) by writing its record (create-if-absent,
