@@ -943,3 +943,63 @@ func TestReleasedAndSupersededSayWhy(t *testing.T) {
 		t.Fatalf("superseded lines %+v", ls)
 	}
 }
+
+// Alone on its store, a claim carries its decision, and what the decision
+// emits waits for it: nothing is logged, sent or scheduled of the
+// decision before the claim lands, and then its lines come after the
+// claim's, the request last. A withdrawal read while that claim is being
+// written ends the proposal once it lands, the request never sent; an
+// operator's cancel read while the claim is held for the decision issues
+// the claim as it is and rejects the proposal once it lands.
+func TestAloneClaimCarriesItsDecision(t *testing.T) {
+	alone := func(cfg *Config) { cfg.Alone = true }
+	stages := func(effs []Effect) []string {
+		var out []string
+		for _, l := range logs(effs) {
+			out = append(out, l.Stage)
+		}
+		return out
+	}
+
+	c := testCore(alone)
+	only[Decide](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	effs := c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Fulfill, Target: "fs"}})
+	claim := only[Write](t, effs)
+	same(t, kinds(effs), []string{"claim"})
+	if claim.Record.Phase != Fulfilling || claim.Record.Request == nil || claim.Soon {
+		t.Fatalf("claimed %+v (Soon %v), want the record fulfilling with its request, not Soon", claim.Record, claim.Soon)
+	}
+	effs = c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
+	same(t, kinds(effs), []string{"SendRequest"})
+	same(t, stages(effs), []string{"received", "decided", "fulfilling"})
+	if r := only[SendRequest](t, effs); r.EnvelopeID != claim.Record.Request.EnvelopeID {
+		t.Fatalf("sent request %s, want the one the claim recorded, %s", r.EnvelopeID, claim.Record.Request.EnvelopeID)
+	}
+
+	// Withdrawn while the claim that carries its request is written.
+	c = testCore(alone)
+	c.Step(t0, Proposed{ID: "p2", From: "coder"})
+	claim = only[Write](t, c.Step(t0, Decided{ID: "p2", Decision: Decision{Action: Fulfill, Target: "fs"}}))
+	same(t, kinds(c.Step(t0, WithdrawnBy{ID: "p2", From: "coder"})), nil)
+	effs = c.Step(t0, Stored{ID: "p2", Seq: claim.Seq, Rev: 1})
+	same(t, kinds(effs), []string{"delete"})
+	same(t, stages(effs), []string{"received", "decided"})
+	effs = c.Step(t0, Stored{ID: "p2", Seq: only[Write](t, effs).Seq})
+	same(t, stages(effs), []string{"withdrawn"})
+	if len(c.byRequest) != 0 || c.slots.used != 0 || c.Pending() != 0 {
+		t.Fatalf("withdrawn, left requests %v, %d slots, %d pending", c.byRequest, c.slots.used, c.Pending())
+	}
+
+	// An operator's cancel while the claim waits for the policy.
+	c = testCore(alone)
+	c.Step(t0, Proposed{ID: "p3", From: "coder"})
+	claim = only[Write](t, c.Step(t0, Cancelled{ID: "p3", By: "alice"}))
+	if !claim.Create || claim.Record.Phase != Deciding {
+		t.Fatalf("cancelled while held, wrote %+v; want the claim as it is", claim)
+	}
+	w := only[Write](t, c.Step(t0, Stored{ID: "p3", Seq: claim.Seq, Rev: 1}))
+	if r := w.Record.Reject; w.Record.Phase != Answered || r == nil || r.Reason != "other" || r.Message != "cancelled by the operator (alice)" {
+		t.Fatalf("after the claim wrote %+v, want the operator's reject", w.Record)
+	}
+	same(t, kinds(c.Step(t0, Decided{ID: "p3", Decision: Decision{Action: Fulfill, Target: "fs"}})), nil)
+}
