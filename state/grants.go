@@ -158,20 +158,20 @@ type GrantChange struct {
 // ctx is live means the watch ended (a lost connection): call again, and
 // rebuild from its first events.
 func (s *Store) WatchGrants(ctx context.Context) (<-chan GrantChange, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	w, err := s.grants.WatchAll(ctx)
+	// The grants stored now, as the stream's leader has them, then every
+	// write after the last it had: a watcher's own first values come from
+	// whichever replica its consumer is on, which may lag the leader (a
+	// grant just written was missed, and a revoked one could read as
+	// live until the replica caught up).
+	entries, last, err := s.snapshotAt(ctx, s.grants)
 	if err != nil {
-		return nil, fmt.Errorf("state: watch grants: %w", err)
+		return nil, fmt.Errorf("state: read grants: %w", err)
 	}
-	return forward(s, ctx, w, func(e jetstream.KeyValueEntry) (GrantChange, bool) {
+	conv := func(e jetstream.KeyValueEntry) (GrantChange, bool) {
 		var c GrantChange
 		switch {
 		case e == nil:
-			c.Current = true
+			return c, false // the watcher's end of its first values: ours is sent
 		case e.Operation() != jetstream.KeyValuePut:
 			c.ID, _ = idOf(e.Key())
 		default:
@@ -184,5 +184,22 @@ func (s *Store) WatchGrants(ctx context.Context) (<-chan GrantChange, error) {
 			}
 		}
 		return c, true
-	}), nil
+	}
+	first := make([]GrantChange, 0, len(entries)+1)
+	for _, e := range entries {
+		if c, ok := conv(e); ok {
+			first = append(first, c)
+		}
+	}
+	first = append(first, GrantChange{Current: true})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	w, err := s.grants.WatchAll(ctx, jetstream.ResumeFromRevision(last+1))
+	if err != nil {
+		return nil, fmt.Errorf("state: watch grants: %w", err)
+	}
+	return forwardAfter(s, ctx, w, first, conv), nil
 }

@@ -373,6 +373,15 @@ func decodePending(e jetstream.KeyValueEntry) (*Pending, error) {
 // has: the keys from its stream info, then each key's last value by a
 // get, which the leader answers (direct gets are off, see leaderReads).
 func (s *Store) snapshot(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueEntry, error) {
+	entries, _, err := s.snapshotAt(ctx, kv)
+	return entries, err
+}
+
+// snapshotAt is snapshot that also returns the leader's last stream
+// sequence before the reads: every write after it has a greater revision,
+// so a watch that resumes from the revision after it misses nothing the
+// snapshot did not see (WatchGrants).
+func (s *Store) snapshotAt(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueEntry, uint64, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		// An unreachable store would otherwise be waited on forever.
 		var cancel context.CancelFunc
@@ -381,12 +390,12 @@ func (s *Store) snapshot(ctx context.Context, kv jetstream.KeyValue) ([]jetstrea
 	}
 	st, err := s.js.Stream(ctx, "KV_"+kv.Bucket())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	prefix := "$KV." + kv.Bucket() + "."
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	keys := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
@@ -416,7 +425,7 @@ func (s *Store) snapshot(ctx context.Context, kv jetstream.KeyValue) ([]jetstrea
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	out := entries[:0]
 	for _, e := range entries {
@@ -425,7 +434,7 @@ func (s *Store) snapshot(ctx context.Context, kv jetstream.KeyValue) ([]jetstrea
 		}
 	}
 	slices.SortFunc(out, func(x, y jetstream.KeyValueEntry) int { return cmp.Compare(x.Revision(), y.Revision()) })
-	return out, nil
+	return out, info.State.LastSeq, nil
 }
 
 // snapshotReaders bounds a snapshot's concurrent gets.

@@ -137,12 +137,26 @@ func (s *Store) WatchRecords(ctx context.Context) (<-chan RecordChange, error) {
 // ends. The goroutine it starts is the store's (Close waits for it).
 // The caller holds s.mu and has checked that the store is open.
 func forward[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, conv func(jetstream.KeyValueEntry) (T, bool)) <-chan T {
+	return forwardAfter(s, ctx, w, nil, conv)
+}
+
+// forwardAfter is forward that sends first before the watcher's updates.
+func forwardAfter[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, first []T, conv func(jetstream.KeyValueEntry) (T, bool)) <-chan T {
 	out := make(chan T, 64)
 	s.watchers.Add(1)
 	go func() {
 		defer s.watchers.Done()
 		defer close(out)
 		defer w.Stop()
+		for _, c := range first {
+			select {
+			case out <- c:
+			case <-ctx.Done():
+				return
+			case <-s.stop:
+				return
+			}
+		}
 		for {
 			select {
 			case e, ok := <-w.Updates():
