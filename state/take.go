@@ -144,16 +144,22 @@ func forward[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, conv 
 func forwardAfter[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, first []T, conv func(jetstream.KeyValueEntry) (T, bool)) <-chan T {
 	out := make(chan T, 64)
 	s.watchers.Add(1)
+	// send reports whether c was sent before ctx ended or the store closed.
+	send := func(c T) bool {
+		select {
+		case out <- c:
+			return true
+		case <-ctx.Done():
+		case <-s.stop:
+		}
+		return false
+	}
 	go func() {
 		defer s.watchers.Done()
 		defer close(out)
 		defer w.Stop()
 		for _, c := range first {
-			select {
-			case out <- c:
-			case <-ctx.Done():
-				return
-			case <-s.stop:
+			if !send(c) {
 				return
 			}
 		}
@@ -163,15 +169,7 @@ func forwardAfter[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, 
 				if !ok {
 					return
 				}
-				c, ok := conv(e)
-				if !ok {
-					continue
-				}
-				select {
-				case out <- c:
-				case <-ctx.Done():
-					return
-				case <-s.stop:
+				if c, ok := conv(e); ok && !send(c) {
 					return
 				}
 			case <-ctx.Done():
