@@ -80,13 +80,14 @@ type entry struct {
 	// decision commits (decidedBeforeClaim). A deadline, a withdrawal,
 	// a shutdown issue it as it is.
 	claimHeld bool
-	// afterClaim: what carrying out the decision emitted before the
-	// claim landed (its lines and timers), emitted once it lands; and
-	// beforeDecided the proposal as it was, restored if the claim is
-	// lost (a replay's line says nothing of a decision it never had).
-	// Both nil unless a claim carries a decision (decidedBeforeClaim).
-	afterClaim    []Effect
+	// beforeDecided: the proposal as it was before its decision was
+	// carried out ahead of its claim (decidedBeforeClaim), restored if
+	// the claim is lost (a replay's line says nothing of a decision it
+	// never had); afterClaim what carrying it out emitted (its lines
+	// and timers), emitted once the claim lands. beforeDecided is set
+	// exactly while a claim carries a decision (carrying).
 	beforeDecided *Proposal
+	afterClaim    []Effect
 	// cancelBy: an operator's cancel read while the claim was held or
 	// carried its decision (by whom, cancelled once the claim lands):
 	// nothing went out yet, so it is not refused as a late one is.
@@ -486,11 +487,12 @@ func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 		// claim goes as it was, and what the decision did follows it.
 		e.writes[0] = claim
 	}
-	if len(e.afterClaim) == 0 {
-		e.afterClaim = []Effect{} // not nil: a decision waits for the claim
-	}
 	s.unhold(e)
 }
+
+// carrying reports whether e's claim carries its decision
+// (decidedBeforeClaim) and has not landed yet.
+func (e *entry) carrying() bool { return e.beforeDecided != nil }
 
 // queues reports whether carrying out ev would queue e for a fulfilment
 // slot: a proposal takes its place in the queue once it is claimed, or
@@ -511,7 +513,7 @@ func mergeable(w pendingWrite) bool {
 // ids its request or prompts would have been found by are dropped, and
 // what it emitted never goes out.
 func (s *step) undoDecided(e *entry) {
-	if e.afterClaim == nil {
+	if !e.carrying() {
 		return
 	}
 	c := s.c
@@ -707,7 +709,7 @@ func (s *step) written(e *entry, rev uint64) {
 // earlier try wrote it (applied, though reported failed): the same
 // record, at another revision.
 func appliedBefore(e *entry, r *Proposal) bool {
-	if len(e.writes) == 0 || e.writes[0].rec == nil || (e.writes[0].create && e.afterClaim == nil) {
+	if len(e.writes) == 0 || e.writes[0].rec == nil || (e.writes[0].create && !e.carrying()) {
 		// A plain claim applied is resumed from its record; one that
 		// carries its decision is written (claimedDecided), or its
 		// request would wait for a response it never asked for.
@@ -1799,7 +1801,7 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 		return
 	}
 	end := earlyEnd{outcome: Withdrawn, stage: "withdrawn", why: ev.Reason}
-	if e.afterClaim != nil {
+	if e.carrying() {
 		// Its decision waits for its claim, and so does what it sent:
 		// nothing went out yet, so it ends as one not decided would.
 		s.earlyBeforeClaim(e, end, "late_withdraw")
@@ -1846,7 +1848,7 @@ func (s *step) superseded(ev SupersededBy) {
 		why = ev.By
 	}
 	end := earlyEnd{outcome: Superseded, stage: "superseded", why: why, by: []string{ev.By}}
-	if e.afterClaim != nil {
+	if e.carrying() {
 		s.earlyBeforeClaim(e, end, "") // nothing went out yet
 		return
 	}
@@ -2038,7 +2040,7 @@ func (s *step) verdict(ev Verdict) {
 
 func (s *step) cancelled(ev Cancelled) {
 	e, ok := s.c.props[ev.ID]
-	if ok && e.outcome == Open && (e.claimHeld || e.afterClaim != nil) {
+	if ok && e.outcome == Open && (e.claimHeld || e.carrying()) {
 		by := ev.By
 		e.cancelBy = &by
 		s.unhold(e)

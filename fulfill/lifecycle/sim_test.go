@@ -453,7 +453,7 @@ func (s *sim) deliver(m *member, ev Event) {
 	}
 	var carried map[string]bool // proposals whose claim carries their decision, before the step
 	for id, e := range m.core.props {
-		if e.afterClaim != nil {
+		if e.carrying() {
 			if carried == nil {
 				carried = map[string]bool{}
 			}
@@ -467,7 +467,7 @@ func (s *sim) deliver(m *member, ev Event) {
 				s.fail("%s logged %s for %s before its claim landed", m.id, l.Line.Stage, early.p.ID)
 			}
 		}
-		if early.afterClaim != nil {
+		if early.carrying() {
 			s.covered["world/claim_carries_decision"]++
 		}
 	}
