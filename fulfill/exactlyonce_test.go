@@ -333,6 +333,18 @@ func (c *opCounter) writes() map[string]int {
 	return out
 }
 
+// writesSince is writes less before (a copy writes made earlier): the
+// writes made since, by operation, those with none left out.
+func (c *opCounter) writesSince(before map[string]int) map[string]int {
+	after := c.writes()
+	for op, n := range after {
+		if after[op] = n - before[op]; after[op] == 0 {
+			delete(after, op)
+		}
+	}
+	return after
+}
+
 // count is how many op operations the store reported so far.
 func (c *opCounter) count(op string) int {
 	c.mu.Lock()
@@ -386,29 +398,19 @@ func TestStoreAloneClaimCarriesTheDecision(t *testing.T) {
 		"deny": {Action: decision.Reject, Reason: "policy", Message: "no denying"},
 	}
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: decisions})
-	since := func(before map[string]int) map[string]int {
-		after := ops.writes()
-		for op, n := range after {
-			if after[op] = n - before[op]; after[op] == 0 {
-				delete(after, op)
-			}
-		}
-		return after
-	}
-
 	h.deliver(proposalEnv("p1", "coder", callOf("add")))
 	req := h.space.next(t)
 	if !isToolsCall(req) {
 		t.Fatalf("sent %s %s, want p1's tools/call", req.Kind, req.Payload)
 	}
-	if w, syncs := since(nil), ops.count("sync"); !maps.Equal(w, map[string]int{"claim": 1}) || syncs != 1 {
+	if w, syncs := ops.writesSince(nil), ops.count("sync"); !maps.Equal(w, map[string]int{"claim": 1}) || syncs != 1 {
 		t.Errorf("before the tools/call: writes %v, %d syncs; want one claim, one sync", w, syncs)
 	}
 	before := ops.writes()
 	h.deliver(answerFor(t, req))
 	h.waitStage(t, "p1", StageFulfilled)
 	waitFor(t, func() bool { return ops.writes()["delete"] == 1 })
-	if w := since(before); !maps.Equal(w, map[string]int{"delete": 1}) {
+	if w := ops.writesSince(before); !maps.Equal(w, map[string]int{"delete": 1}) {
 		t.Errorf("after the response: writes %v, want one delete", w)
 	}
 
@@ -416,7 +418,7 @@ func TestStoreAloneClaimCarriesTheDecision(t *testing.T) {
 	h.deliver(proposalEnv("p2", "coder", callOf("deny")))
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p2"}, `{"reason":"policy"}`)
 	waitFor(t, func() bool { return ops.writes()["delete"] == 2 })
-	if w := since(before); !maps.Equal(w, map[string]int{"claim": 1, "delete": 1}) || ops.count("sync") != syncs {
+	if w := ops.writesSince(before); !maps.Equal(w, map[string]int{"claim": 1, "delete": 1}) || ops.count("sync") != syncs {
 		t.Errorf("a policy reject: writes %v, %d syncs; want a claim and a delete, no sync", w, ops.count("sync")-syncs)
 	}
 }
@@ -443,13 +445,7 @@ func TestStoreBusyRejectIsOneWrite(t *testing.T) {
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p2"}, `{"reason":"busy"}`)
 	h.space.next(t) // its explanation
 	h.space.quiet(t, 100*time.Millisecond)
-	after := ops.writes()
-	for op, n := range after {
-		after[op] = n - before[op]
-		if after[op] == 0 {
-			delete(after, op)
-		}
-	}
+	after := ops.writesSince(before)
 	if len(after) != 1 || after["claim"] != 1 {
 		t.Errorf("store writes for a busy reject = %v, want one claim", after)
 	}
