@@ -209,15 +209,7 @@ func (s *Store) WatchLapsed(ctx context.Context) (<-chan string, error) {
 		defer s.watchers.Done()
 		defer close(out)
 		defer w.Stop()
-		emit := func(id string) bool {
-			select {
-			case out <- id:
-				return true
-			case <-ctx.Done():
-			case <-s.stop:
-			}
-			return false
-		}
+		emit := func(id string) bool { return sendOpen(ctx, s, out, id) }
 		sweep := func() bool {
 			ids, err := s.orphanOwners(ctx)
 			if err != nil {

@@ -144,16 +144,7 @@ func forward[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, conv 
 func forwardAfter[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, first []T, conv func(jetstream.KeyValueEntry) (T, bool)) <-chan T {
 	out := make(chan T, 64)
 	s.watchers.Add(1)
-	// send reports whether c was sent before ctx ended or the store closed.
-	send := func(c T) bool {
-		select {
-		case out <- c:
-			return true
-		case <-ctx.Done():
-		case <-s.stop:
-		}
-		return false
-	}
+	send := func(c T) bool { return sendOpen(ctx, s, out, c) }
 	go func() {
 		defer s.watchers.Done()
 		defer close(out)
@@ -180,4 +171,16 @@ func forwardAfter[T any](s *Store, ctx context.Context, w jetstream.KeyWatcher, 
 		}
 	}()
 	return out
+}
+
+// sendOpen sends v on out, a watch's events, and reports whether it was
+// sent before ctx ended or the store closed (then the watch ends).
+func sendOpen[T any](ctx context.Context, s *Store, out chan<- T, v T) bool {
+	select {
+	case out <- v:
+		return true
+	case <-ctx.Done():
+	case <-s.stop:
+	}
+	return false
 }
