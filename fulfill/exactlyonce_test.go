@@ -157,10 +157,9 @@ func TestStoreCrashAfterClaimWithItsDecision(t *testing.T) {
 	// comes right after p2's claim.
 	h.space.dead.Store(true)
 	h.deliver(proposalEnv("p1", "coder", callOf("deny")))
-	waitFor(t, func() bool {
-		recs, err := st.List(t.Context())
-		return err == nil && len(recs) == 1
-	})
+	// Its claim has returned (the record alone shows before the claim's
+	// seen key is written, and the crash would come after p1's claim).
+	h.waitStage(t, "p1", StageReceived)
 	st.dieAfterClaim.Store(true)
 	h.deliver(proposalEnv("p2", "coder", callOf("add")))
 	waitFor(t, func() bool { return st.dead.Load() })
