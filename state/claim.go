@@ -56,6 +56,9 @@ func (s *Store) ClaimDecision(ctx context.Context, proposalID, decisionID string
 // claimSeen is ClaimDecision's create-if-absent in the seen bucket,
 // without its measurements.
 func (s *Store) claimSeen(ctx context.Context, proposalID, decisionID string) (won bool, winner string, err error) {
+	if s.seenLog != nil {
+		return s.seenLog.claim(ctx, key(proposalID), decisionID, true)
+	}
 	c := claim{Member: s.cfg.Member, At: time.Now().UTC(), Nonce: rand.Text(), Decision: decisionID}
 	val, err := json.Marshal(c)
 	if err != nil {
@@ -153,6 +156,18 @@ func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner s
 		return false, "", fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
 	}
 	k := key(p.ProposalID)
+	if s.seenLog != nil {
+		// Alone: seen is known here, without a round trip. An id seen
+		// with this very claim is a retry of ours: its record says.
+		seen, winner, err := s.seenLog.peek(ctx, k)
+		if err != nil {
+			return false, "", err
+		}
+		if seen && winner != p.Claim {
+			s.obs.Claimed(false)
+			return false, winner, nil
+		}
+	}
 	rev, err := s.pending.Create(ctx, k, val)
 	if err != nil {
 		// A create refused (the record exists), or one whose ack was lost
@@ -178,7 +193,16 @@ func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner s
 	}
 	p.StoreRevision = rev
 	s.remember(p)
-	seenWon, seenWinner, err := s.claimSeen(ctx, p.ProposalID, p.Claim)
+	var seenWon bool
+	var seenWinner string
+	if s.seenLog != nil {
+		// The record refuses a replay while it lives, and a restart
+		// claims its id again (Reclaim): its seen entry need be in the
+		// log only before the record ends (Delete waits for it).
+		seenWon, seenWinner, err = s.seenLog.claim(ctx, k, p.Claim, false)
+	} else {
+		seenWon, seenWinner, err = s.claimSeen(ctx, p.ProposalID, p.Claim)
+	}
 	switch {
 	case err != nil:
 		if uerr := s.undoClaim(ctx, p); uerr != nil {

@@ -305,30 +305,33 @@ func TestClaimSurvivesRestart(t *testing.T) {
 }
 
 // TestSeenIsLimitedByAgeNotCount is the fast half of
-// TestClaimReplayAfterManyIDs (a soak run): the seen bucket forgets an id
+// TestClaimReplayAfterManyIDs (a soak run): the seen ids are forgotten
 // only by age (MaxAge = SeenTTL), never to make room, so no number of
 // other ids can push a claimed one out. The old in-process seen set was an
-// LRU of 65 536 ids, and a flood of 65 546 replayed the first. Every mode
-// makes its buckets from the same configs (openBuckets); the embedded
-// ones are checked here, the cluster's replicated open would only add
-// time.
+// LRU of 65 536 ids, and a flood of 65 546 replayed the first. A store
+// alone keeps them in its seen log (TestSeenLogKeepsEveryIDWithinTheTTL
+// checks its memory); the embedded modes are checked here, the cluster's
+// replicated open would only add time.
 func TestSeenIsLimitedByAgeNotCount(t *testing.T) {
 	const ttl = 90 * time.Minute
 	for _, b := range backends(t)[:2] { // memory, dir
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m", func(c *Config) { c.SeenTTL = ttl })
 			ctx := ctxT(t)
-			st, err := s.js.Stream(ctx, "KV_"+bucketName("seen", s.cfg.Space))
+			st, err := s.js.Stream(ctx, bucketName("seenlog", s.cfg.Space))
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := st.CachedInfo().Config
 			if c.MaxAge != ttl {
-				t.Errorf("seen bucket MaxAge %v, want the SeenTTL %v", c.MaxAge, ttl)
+				t.Errorf("seen log MaxAge %v, want the SeenTTL %v", c.MaxAge, ttl)
 			}
-			if c.MaxMsgs > 0 || c.MaxBytes > 0 || c.MaxMsgsPerSubject != 1 {
-				t.Errorf("seen bucket limits max_msgs %d, max_bytes %d, max_msgs_per_subject %d: want no bound on the number of ids (-1, -1) and one message per id",
+			if c.MaxMsgs > 0 || c.MaxBytes > 0 || c.MaxMsgsPerSubject > 0 || c.Discard != jetstream.DiscardOld {
+				t.Errorf("seen log limits max_msgs %d, max_bytes %d, max_msgs_per_subject %d: want no bound on the number of ids",
 					c.MaxMsgs, c.MaxBytes, c.MaxMsgsPerSubject)
+			}
+			if _, err := s.js.Stream(ctx, "KV_"+bucketName("seen", s.cfg.Space)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Errorf("a store alone has a seen bucket too (%v): its ids would be kept twice", err)
 			}
 		})
 	}

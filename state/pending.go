@@ -297,6 +297,13 @@ func (s *Store) remember(p *Pending) {
 func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 	defer s.timed("delete", time.Now(), &err)
 	k := key(p.ProposalID)
+	if s.seenLog != nil {
+		// The record kept rule 5 while it lived; its seen entry does
+		// from now on, so it must be in the log first.
+		if err := s.seenLog.flushed(ctx, k); err != nil {
+			return fmt.Errorf("state: delete %q: %w", truncate(p.ProposalID), err)
+		}
+	}
 	s.known.Remove(k)
 	err = s.pending.Purge(ctx, k, jetstream.LastRevision(p.StoreRevision), jetstream.PurgeTTL(markerTTL))
 	if err != nil {

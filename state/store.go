@@ -117,7 +117,10 @@ type Store struct {
 	// so that Update need not read a record before writing it.
 	known *lru.Cache[string, knownRecord]
 
+	// seen is a group's seen ids (External); seenLog a store alone's
+	// (embedded): exactly one of them is set.
 	seen, pending, members, outbox, meta, grants jetstream.KeyValue
+	seenLog                                      *seenLog
 
 	rpcMu   sync.Mutex
 	rpcNext int64
@@ -338,13 +341,25 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		// grants: per-key TTL (each grant until a while after its expiry).
 		{&s.grants, "grants", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
 	}
+	if !s.Shared() {
+		// Alone: the seen ids go in a log of their own (seenLog).
+		specs = specs[1:]
+	}
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
 	for i, sp := range specs {
 		wg.Go(func() { *sp.dst, errs[i] = open(sp.kind, sp.cfg) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil || s.Shared() {
+		return err
+	}
+	l, err := openSeenLog(ctx, s.js, bucketName("seenlog", s.cfg.Space), storage, s.cfg.SeenTTL, s.log)
+	if err != nil {
+		return err
+	}
+	s.seenLog = l
+	return s.moveSeenBucket(ctx)
 }
 
 // bucket creates or updates one bucket, choosing its replicas as Config
@@ -558,6 +573,9 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) shutdown() {
+	if s.seenLog != nil {
+		s.seenLog.close()
+	}
 	if s.nc != nil {
 		s.nc.Close()
 	}
