@@ -25,8 +25,8 @@ import (
 // 120 bytes of its memory per id, 110 MB of a million-proposal flood
 // (docs/performance.md). Here the ids are appended to one stream, many to
 // a message (group commit: every id claimed while a publish is out goes in
-// the next one), and kept in memory as 128-bit hashes, about 40 bytes an
-// id; a restart reads the stream back. The stream's MaxAge is the seen
+// the next one), and kept in memory as hashes (seenSet: about 16 bytes an
+// id); a restart reads the stream back. The stream's MaxAge is the seen
 // TTL, so the disk forgets an id when rule 5 does.
 //
 // When an id's entry must be on disk: a claim with a record (ClaimRecord)
@@ -37,15 +37,15 @@ import (
 // admission) waits for its entry before the answer goes out, as the
 // bucket's create did.
 //
-// The hashes use a seed of this process's, never written anywhere: ids are
+// The hashes use seeds of this process's, never written anywhere: ids are
 // chosen by proposers, and a collision would make a new proposal look
-// seen. Two 64-bit hashes, so that one needs about 2^64 guesses at a
-// secret seed.
+// seen (ignored, never answered). Two 64-bit hashes, of which 96 bits are
+// kept: no proposer can aim at a secret seed, and by chance a collision
+// among a day's million ids is about one in 10^17.
 type seenLog struct {
 	stream  jetstream.Stream
 	subject string
 	ttl     time.Duration
-	width   time.Duration // of one generation: ttl / seenGenerations
 	seeds   [2]maphash.Seed
 	log     *slog.Logger
 	now     func() time.Time
@@ -53,8 +53,8 @@ type seenLog struct {
 	// tests hold it to see who waits for it.
 	pub func(ctx context.Context, data []byte) (uint64, error)
 
-	mu   sync.Mutex
-	gens []*seenGen // oldest first
+	mu  sync.Mutex
+	set *seenSet
 	// queue is what the next publish writes; out is what the publish
 	// running now writes (nil when none runs).
 	queue   []seenQueued
@@ -65,22 +65,9 @@ type seenLog struct {
 	idle    sync.WaitGroup // the publishing goroutine
 }
 
-// seenGenerations is how many generations a TTL spans: an id is forgotten
-// between SeenTTL and SeenTTL plus a generation (1/24 more) after its
-// claim, with a whole generation dropped at a time.
-const seenGenerations = 24
-
 // seenBatch bounds the ids one message carries: keys are at most 245
 // bytes, so a batch stays far under the embedded server's payload limit.
 const seenBatch = 4096
-
-// seenGen holds the ids claimed within one width of time.
-type seenGen struct {
-	start time.Time
-	ids   map[seenHash]uint64 // → the log message's sequence, 0 until published
-}
-
-type seenHash [2]uint64
 
 // seenQueued is an entry waiting to be published, with where it is kept.
 type seenQueued struct {
@@ -107,7 +94,7 @@ type seenMessage struct {
 // it back. storage is the store's; name is the stream's name.
 func openSeenLog(ctx context.Context, js jetstream.JetStream, name string, storage jetstream.StorageType, ttl time.Duration, log *slog.Logger) (*seenLog, error) {
 	l := &seenLog{
-		subject: "fulfiller.seen." + name, ttl: ttl, width: ttl / seenGenerations,
+		subject: "fulfiller.seen." + name, ttl: ttl, set: newSeenSet(ttl),
 		seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, log: log, now: time.Now,
 	}
 	l.pub = func(ctx context.Context, data []byte) (uint64, error) {
@@ -192,60 +179,11 @@ func (l *seenLog) hash(k string) seenHash {
 	return seenHash{maphash.String(l.seeds[0], k), maphash.String(l.seeds[1], k)}
 }
 
-// addAt places an entry read back from the log (claimed at at) unless it
-// is already past the TTL. Called only by load, before any claim.
+// addAt keeps an entry read back from the log (claimed at at, in the
+// message seq) unless it is past the TTL. Called only by Open, before any
+// claim.
 func (l *seenLog) addAt(at time.Time, k string, seq uint64) {
-	if !at.Add(l.ttl).After(l.now()) {
-		return
-	}
-	l.genAt(at).ids[l.hash(k)] = seq
-}
-
-// genAt is the generation an entry claimed at at belongs to, made if
-// needed. Entries are added in time order but for read-back ones whose
-// claim time came with them (older buckets' entries, moved): those go in
-// the newest generation that started before them, or a new first one.
-func (l *seenLog) genAt(at time.Time) *seenGen {
-	n := len(l.gens)
-	if n > 0 && !at.Before(l.gens[n-1].start) {
-		if at.Before(l.gens[n-1].start.Add(l.width)) {
-			return l.gens[n-1]
-		}
-		g := &seenGen{start: at, ids: map[seenHash]uint64{}}
-		l.gens = append(l.gens, g)
-		return g
-	}
-	for i := n - 1; i >= 0; i-- {
-		if !at.Before(l.gens[i].start) {
-			return l.gens[i]
-		}
-	}
-	g := &seenGen{start: at, ids: map[seenHash]uint64{}}
-	l.gens = append([]*seenGen{g}, l.gens...)
-	return g
-}
-
-// expireLocked drops the generations whose every id is past the TTL.
-func (l *seenLog) expireLocked(now time.Time) {
-	i := 0
-	for i < len(l.gens) && !now.Before(l.gens[i].start.Add(l.width+l.ttl)) {
-		i++
-	}
-	if i > 0 {
-		clear(l.gens[:i])
-		l.gens = l.gens[i:]
-	}
-}
-
-// findLocked returns the sequence of the message that holds h (0: not
-// published yet) and whether h is seen.
-func (l *seenLog) findLocked(h seenHash) (seq uint64, ok bool) {
-	for i := len(l.gens) - 1; i >= 0; i-- {
-		if seq, ok := l.gens[i].ids[h]; ok {
-			return seq, true
-		}
-	}
-	return 0, false
+	l.set.add(l.now(), at, l.hash(k), seq)
 }
 
 // claim marks k seen with the claim's decision id, unless it already is:
@@ -261,12 +199,11 @@ func (l *seenLog) claim(ctx context.Context, k, decision string, wait bool) (won
 		return false, "", ErrClosed
 	}
 	now := l.now()
-	l.expireLocked(now)
-	if seq, ok := l.findLocked(h); ok {
+	l.set.tidy(now)
+	if seq, ok := l.set.find(h); ok {
 		return false, l.winnerUnlock(ctx, h, seq, k), nil
 	}
-	g := l.genAt(now)
-	g.ids[h] = 0
+	g := l.set.add(now, now, h, 0)
 	l.queue = append(l.queue, seenQueued{entry: seenEntry{Key: k, Decision: decision}, h: h, gen: g})
 	if !wait {
 		l.startLocked()
@@ -290,8 +227,8 @@ func (l *seenLog) peek(ctx context.Context, k string) (seen bool, winner string,
 		l.mu.Unlock()
 		return false, "", ErrClosed
 	}
-	l.expireLocked(l.now())
-	seq, ok := l.findLocked(h)
+	l.set.tidy(l.now())
+	seq, ok := l.set.find(h)
 	if !ok {
 		l.mu.Unlock()
 		return false, "", nil
@@ -317,7 +254,7 @@ func (l *seenLog) flushed(ctx context.Context, k string) error {
 	h := l.hash(k)
 	for {
 		l.mu.Lock()
-		seq, ok := l.findLocked(h)
+		seq, ok := l.set.find(h)
 		if !ok || seq != 0 {
 			l.mu.Unlock()
 			return nil
@@ -415,9 +352,7 @@ func (l *seenLog) publishLoop() {
 			l.queue = append(out, l.queue...)
 		} else {
 			for _, q := range out {
-				if _, ok := q.gen.ids[q.h]; ok {
-					q.gen.ids[q.h] = seq
-				}
+				l.set.published(q.gen, q.h, seq)
 			}
 		}
 		for _, ch := range waiters {
