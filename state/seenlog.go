@@ -126,51 +126,60 @@ func openSeenLog(ctx context.Context, js jetstream.JetStream, name string, stora
 
 // load reads every message of the log into the generations.
 func (l *seenLog) load(ctx context.Context) error {
-	info, err := l.stream.Info(ctx)
+	return readAll(ctx, l.stream, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		var body seenMessage
+		if err := json.Unmarshal(m.Data(), &body); err != nil {
+			// A message this code did not write: nothing to keep.
+			l.log.Warn("seen log message unreadable; skipped", "seq", md.Sequence.Stream, "err", err)
+		}
+		for _, e := range body.IDs {
+			at := md.Timestamp
+			if e.At != 0 {
+				at = time.Unix(0, e.At)
+			}
+			l.addAt(at, e.Key, md.Sequence.Stream)
+		}
+	})
+}
+
+// readAll hands each message of st, oldest first, to fn: those stored
+// when it starts, but for any that expire meanwhile. Each batch is read
+// to its end (no_wait: the server answers with what it has at once), so
+// no fetch is left waiting when it returns.
+func readAll(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
+	info, err := st.Info(ctx)
 	if err != nil {
 		return err
 	}
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	c, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return err
 	}
-	last := info.State.LastSeq
 	for {
-		batch, err := c.Fetch(256, jetstream.FetchMaxWait(5*time.Second))
+		batch, err := c.FetchNoWait(256)
 		if err != nil {
 			return err
 		}
-		n := 0
+		n, last := 0, uint64(0)
 		for m := range batch.Messages() {
-			n++
 			md, err := m.Metadata()
 			if err != nil {
 				return err
 			}
-			var body seenMessage
-			if err := json.Unmarshal(m.Data(), &body); err != nil {
-				// A message this code did not write: nothing to keep.
-				l.log.Warn("seen log message unreadable; skipped", "seq", md.Sequence.Stream, "err", err)
-			}
-			for _, e := range body.IDs {
-				at := md.Timestamp
-				if e.At != 0 {
-					at = time.Unix(0, e.At)
-				}
-				l.addAt(at, e.Key, md.Sequence.Stream)
-			}
-			if md.NumPending == 0 || md.Sequence.Stream >= last {
-				return batch.Error()
-			}
+			n, last = n+1, md.Sequence.Stream
+			fn(m, md)
 		}
-		if err := batch.Error(); err != nil {
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return err
 		}
-		if n == 0 {
-			return errors.New("the log ended before its last message was read")
+		if n == 0 || last >= info.State.LastSeq {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 }
@@ -425,46 +434,21 @@ func (s *Store) moveSeenBucket(ctx context.Context) error {
 	}
 	prefix := "$KV." + name + "."
 	var entries []seenEntry
-	if info, err := st.Info(ctx); err != nil {
+	err = readAll(ctx, st, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		k, ok := strings.CutPrefix(m.Subject(), prefix)
+		if !ok || m.Headers().Get("KV-Operation") != "" {
+			return
+		}
+		var c claim
+		_ = json.Unmarshal(m.Data(), &c) // a key whose value is unreadable is still seen
+		at := c.At
+		if at.IsZero() {
+			at = md.Timestamp
+		}
+		entries = append(entries, seenEntry{Key: k, Decision: c.Decision, At: at.UnixNano()})
+	})
+	if err != nil {
 		return fmt.Errorf("state: older seen bucket %s: %w", name, err)
-	} else if info.State.Msgs > 0 {
-		c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
-		if err != nil {
-			return fmt.Errorf("state: older seen bucket %s: %w", name, err)
-		}
-		for done := false; !done; {
-			batch, err := c.Fetch(256, jetstream.FetchMaxWait(5*time.Second))
-			if err != nil {
-				return fmt.Errorf("state: older seen bucket %s: %w", name, err)
-			}
-			n := 0
-			for m := range batch.Messages() {
-				n++
-				md, err := m.Metadata()
-				if err != nil {
-					return fmt.Errorf("state: older seen bucket %s: %w", name, err)
-				}
-				k, ok := strings.CutPrefix(m.Subject(), prefix)
-				if ok && m.Headers().Get("KV-Operation") == "" {
-					var c claim
-					_ = json.Unmarshal(m.Data(), &c) // a key whose value is unreadable is still seen
-					at := c.At
-					if at.IsZero() {
-						at = md.Timestamp
-					}
-					entries = append(entries, seenEntry{Key: k, Decision: c.Decision, At: at.UnixNano()})
-				}
-				if md.NumPending == 0 || md.Sequence.Stream >= info.State.LastSeq {
-					done = true
-				}
-			}
-			if err := batch.Error(); err != nil {
-				return fmt.Errorf("state: older seen bucket %s: %w", name, err)
-			}
-			if n == 0 && !done {
-				return fmt.Errorf("state: older seen bucket %s: it ended before its last message was read", name)
-			}
-		}
 	}
 	if err := s.seenLog.importEntries(entries); err != nil {
 		return err
