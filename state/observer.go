@@ -8,7 +8,9 @@ import "time"
 type Observer interface {
 	// StoreOp reports one store operation ("claim", "put", "get",
 	// "update", "update_soon", "answered", "delete", "list", "outbox", "rpcid", "lease",
-	// "reclaim", "ping", "take"; in DIR mode "sync", a writer's wait for its write to
+	// "reclaim", "ping", "take"; alone on the store "seen", one write of
+	// the seen log, shared by the ids claimed while the one before it was
+	// out; in DIR mode "sync", a writer's wait for its write to
 	// reach the disk, and "syncfs", one sync of the file system shared by
 	// the writers waiting for it),
 	// its duration and its error (nil on success, ErrConflict and

@@ -92,12 +92,13 @@ type seenMessage struct {
 
 // openSeenLog creates (or binds) the log stream of a store alone and reads
 // it back. storage is the store's; name is the stream's name.
-func openSeenLog(ctx context.Context, js jetstream.JetStream, name string, storage jetstream.StorageType, ttl time.Duration, log *slog.Logger) (*seenLog, error) {
+func openSeenLog(ctx context.Context, js jetstream.JetStream, name string, storage jetstream.StorageType, ttl time.Duration, log *slog.Logger, timed func(op string, start time.Time, err *error)) (*seenLog, error) {
 	l := &seenLog{
 		subject: "fulfiller.seen." + name, ttl: ttl, set: newSeenSet(ttl),
 		seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, log: log, now: time.Now,
 	}
-	l.pub = func(ctx context.Context, data []byte) (uint64, error) {
+	l.pub = func(ctx context.Context, data []byte) (_ uint64, err error) {
+		defer timed("seen", time.Now(), &err)
 		ack, err := js.Publish(ctx, l.subject, data)
 		if err != nil {
 			return 0, err

@@ -354,7 +354,7 @@ func (s *Store) openBuckets(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil || s.Shared() {
 		return err
 	}
-	l, err := openSeenLog(ctx, s.js, bucketName("seenlog", s.cfg.Space), storage, s.cfg.SeenTTL, s.log)
+	l, err := openSeenLog(ctx, s.js, bucketName("seenlog", s.cfg.Space), storage, s.cfg.SeenTTL, s.log, s.timed)
 	if err != nil {
 		return err
 	}

@@ -184,10 +184,12 @@ func TestRunWithMemoryStateGoesThroughTheStore(t *testing.T) {
 // on its store (lifecycle.Config.Alone): a claim and a delete per
 // proposal, the claim carrying the decision. A decision slower than the
 // claim waits for (ClaimHold, 50 ms: a loaded test machine) follows its
-// claim in an update: a few may.
+// claim in an update: a few may. The ids go to the seen log, at most one
+// write each (fewer when claims come together).
 func claimedWithDecisions(ops map[string]Percentiles, r Report) bool {
 	after := ops["update"].Count + ops["answered"].Count + ops["update_soon"].Count
-	return ops["claim"].Count == int(r.Sent) && ops["delete"].Count == int(r.Sent) && after <= int(r.Sent)/10
+	return ops["claim"].Count == int(r.Sent) && ops["delete"].Count == int(r.Sent) && after <= int(r.Sent)/10 &&
+		ops["seen"].Count >= 1 && ops["seen"].Count <= int(r.Sent)
 }
 
 // A state directory that cannot be made fails the run before any load,
