@@ -306,3 +306,41 @@ func BenchmarkSeenLogOpen(b *testing.B) {
 	}
 	b.ReportMetric(float64(info.State.Msgs), "messages")
 }
+
+// kill -9 after a claim with a record, before its seen entry was
+// written: the record is there after the restart, its id is not in the
+// log; Reclaim writes it (ours), and from then on a replay is lost to the
+// record's claim, after the record has ended too.
+func TestSeenLogCrashBeforeItsEntryIsWritten(t *testing.T) {
+	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
+	s := openStore(t, cfg)
+	ctx := ctxT(t)
+	// Every write of the log fails from here, Close's last one too: the
+	// process dies with the entry queued.
+	s.seenLog.pub = func(context.Context, []byte) (uint64, error) { return 0, errors.New("killed") }
+	if won, _, err := s.ClaimRecord(ctx, claimRec("p1", "d1")); err != nil || !won {
+		t.Fatalf("ClaimRecord = %v, %v", won, err)
+	}
+	s.Close()
+
+	s = openStore(t, cfg)
+	if _, ok := seenLogEntries(t, s)[key("p1")]; ok {
+		t.Fatal("p1's entry is in the log: the crash was not before it")
+	}
+	recs, err := s.Owned(ctx)
+	if err != nil || len(recs) != 1 || recs[0].ProposalID != "p1" {
+		t.Fatalf("Owned = %v, %v; want p1's record", recs, err)
+	}
+	if ours, err := s.Reclaim(ctx, recs[0]); err != nil || !ours {
+		t.Fatalf("Reclaim = %v, %v; want ours", ours, err)
+	}
+	if d, ok := seenLogEntries(t, s)[key("p1")]; !ok || d != "d1" {
+		t.Fatalf("after Reclaim the log holds p1: %v, decision %q; want d1", ok, d)
+	}
+	if err := s.Delete(ctx, recs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if won, winner, err := s.ClaimRecord(ctx, claimRec("p1", "d2")); err != nil || won || winner != "d1" {
+		t.Fatalf("replay after the record ended: ClaimRecord = %v, %q, %v; want lost to d1", won, winner, err)
+	}
+}
