@@ -53,7 +53,8 @@ func (s *Store) ClaimDecision(ctx context.Context, proposalID, decisionID string
 	return won, winner, err
 }
 
-// claimSeen is ClaimDecision's create-if-absent in the seen bucket,
+// claimSeen is ClaimDecision's create-if-absent in the seen bucket (a
+// store alone: its seen log, waiting for the entry to be written),
 // without its measurements.
 func (s *Store) claimSeen(ctx context.Context, proposalID, decisionID string) (won bool, winner string, err error) {
 	if s.seenLog != nil {
@@ -112,6 +113,11 @@ func (s *Store) claimSeen(ctx context.Context, proposalID, decisionID string) (w
 //
 // A crash between the two writes leaves a record whose seen key may be
 // missing: Reclaim writes it before the record is acted on again.
+//
+// Alone on the store the seen ids are in memory and a log (seenLog): an
+// id seen with another claim is lost before anything is written, and the
+// won id's entry is written in the background; Delete waits for it before
+// the record ends, which is when the entry starts to matter.
 //
 // An error means the outcome is unknown and nothing may be sent about the
 // proposal (fail closed); the record is deleted if it was written. If it

@@ -308,7 +308,9 @@ func (s *Store) connect() error {
 	return nil
 }
 
-// openBuckets creates or updates the six buckets.
+// openBuckets creates or updates the buckets: six for a group's member;
+// for a store alone five and the seen log (seenLog), into which the seen
+// bucket of an older fulfiller's store is moved.
 func (s *Store) openBuckets(ctx context.Context) error {
 	storage := jetstream.FileStorage
 	if s.cfg.Mode.Kind == Memory {
@@ -323,14 +325,12 @@ func (s *Store) openBuckets(ctx context.Context) error {
 	}
 	// Created concurrently: in a cluster each is a round of the meta
 	// group, and start-up waits for all of them.
-	specs := []struct {
+	type spec struct {
 		dst  *jetstream.KeyValue
 		kind string
 		cfg  jetstream.KeyValueConfig
-	}{
-		// seen: every key lives SeenTTL after its claim (bucket MaxAge), no
-		// markers (nobody watches it, and markers would double its writes).
-		{&s.seen, "seen", jetstream.KeyValueConfig{TTL: s.cfg.SeenTTL}},
+	}
+	specs := []spec{
 		// pending, outbox: no age; deletes leave markers that expire.
 		{&s.pending, "pending", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
 		{&s.outbox, "outbox", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
@@ -341,9 +341,11 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		// grants: per-key TTL (each grant until a while after its expiry).
 		{&s.grants, "grants", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
 	}
-	if !s.Shared() {
-		// Alone: the seen ids go in a log of their own (seenLog).
-		specs = specs[1:]
+	if s.Shared() {
+		// seen: every key lives SeenTTL after its claim (bucket MaxAge),
+		// no markers (nobody watches it, and markers would double its
+		// writes). Alone, the ids go in a log of their own (seenLog).
+		specs = append(specs, spec{&s.seen, "seen", jetstream.KeyValueConfig{TTL: s.cfg.SeenTTL}})
 	}
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
