@@ -117,10 +117,11 @@ type Store struct {
 	// so that Update need not read a record before writing it.
 	known *lru.Cache[string, knownRecord]
 
-	// seen is a group's seen ids (External); seenLog a store alone's
+	pending, members, outbox, meta, grants jetstream.KeyValue
+	// seen holds a group's seen ids (External), seenLog a store alone's
 	// (embedded): exactly one of them is set.
-	seen, pending, members, outbox, meta, grants jetstream.KeyValue
-	seenLog                                      *seenLog
+	seen    jetstream.KeyValue
+	seenLog *seenLog
 
 	rpcMu   sync.Mutex
 	rpcNext int64
