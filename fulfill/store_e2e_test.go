@@ -534,10 +534,15 @@ func TestStoreBusyWhenGroupFull(t *testing.T) {
 // the events), a withdrawal in someone else's name is ignored and the
 // proposal goes on, and a replay of an id still being claimed is ignored
 // as a duplicate rather than claimed twice.
+//
+// The policy answers only once the withdrawal is read: alone on its store
+// the fulfiller asks it beside the claim, and a decision that came first
+// would be logged (decided, then withdrawn) when the claim lands.
 func TestStoreWithdrawWhileClaiming(t *testing.T) {
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	st.claimGate = make(chan struct{})
-	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
+	dec := &fakeDecider{decisions: storeDecisions, gate: make(chan struct{})}
+	h := newStoreHarness(t, "fulfiller", st, Config{}, dec)
 
 	withdraw := func(id, from string) {
 		h.deliver(agent.Envelope{ID: "w-" + id + "-" + from, From: from, Kind: agent.KindWithdraw,
@@ -549,10 +554,11 @@ func TestStoreWithdrawWhileClaiming(t *testing.T) {
 	withdraw("p2", "mallory")
 	h.deliver(proposalEnv("p2", "coder", callOf("add"))) // a replay while p2 is claimed
 	// The reader went on while the claims wait: the spoof and the replay
-	// are already seen.
+	// are already seen, and so is p1's withdrawal, read before them.
 	waitFor(t, func() bool {
 		return slices.Contains(h.stages("p2"), StageIgnored) && len(h.stages("p2")) == 2
 	})
+	close(dec.gate)
 	close(st.claimGate)
 
 	h.waitStage(t, "p1", StageWithdrawn)
