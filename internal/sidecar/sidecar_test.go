@@ -147,6 +147,12 @@ func TestStopAnswersThenLeavesInReverseOrder(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 
+	// The space announces the leave once it has seen the socket close,
+	// which may be after Stop returns (seen once under a full -race run).
+	isLeave := func(e agent.Envelope) bool {
+		return e.Kind == agent.KindPresence && strings.Contains(string(e.Payload), `"event":"leave"`) && strings.Contains(string(e.Payload), `"id":"fulfiller"`)
+	}
+	w.wire.WaitFor(t, "the fulfiller's leave", isLeave)
 	envs := w.wire.Envelopes()
 	at := func(what string, pred func(agent.Envelope) bool) int {
 		t.Helper()
@@ -162,9 +168,7 @@ func TestStopAnswersThenLeavesInReverseOrder(t *testing.T) {
 	cancelled := at("the prompt's cancellation", func(e agent.Envelope) bool {
 		return e.From == "fulfiller" && slices.Equal(e.To, []string{"alice"}) && strings.Contains(string(e.Payload), `"method":"notifications/cancelled"`)
 	})
-	left := at("the fulfiller's leave", func(e agent.Envelope) bool {
-		return e.Kind == agent.KindPresence && strings.Contains(string(e.Payload), `"event":"leave"`) && strings.Contains(string(e.Payload), `"id":"fulfiller"`)
-	})
+	left := at("the fulfiller's leave", isLeave)
 	if !(reject < left && cancelled < left) {
 		t.Errorf("wire order: reject %d, cancellation %d, leave %d; want the answers before the leave", reject, cancelled, left)
 	}
