@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,7 +33,12 @@ type session struct {
 	lostErr  error
 
 	readerDone chan struct{}
-	wg         sync.WaitGroup // reader and pinger
+	// frame is where the session's one reader (the join's, then
+	// readLoop) reads each frame before it keeps an exact copy: a frame
+	// read into a fresh slice grew it from 512 bytes up, several
+	// allocations a frame on a socket that carries the whole space.
+	frame bytes.Buffer
+	wg    sync.WaitGroup // reader and pinger
 
 	// lastIn is when the session last read an envelope (unix nanos);
 	// probe is the envelope id of a probe awaiting its echo, probeSent
@@ -107,7 +113,7 @@ func (c *Client) join(ctx context.Context, s *session) (WelcomePayload, error) {
 	}
 	st := newSpaceState(c.cfg.ID)
 	for {
-		env, ok, err := c.readEnvelope(s.conn, 0)
+		env, ok, err := c.readEnvelope(s, 0)
 		if err != nil {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return WelcomePayload{}, fmt.Errorf("join %s as %q: %w in time: %w", c.cfg.URL, c.cfg.ID, ErrNoWelcome, ctx.Err())
@@ -170,7 +176,7 @@ func (c *Client) readLoop(s *session, idle time.Duration) {
 	defer s.wg.Done()
 	defer close(s.readerDone)
 	for {
-		env, ok, err := c.readEnvelope(s.conn, idle)
+		env, ok, err := c.readEnvelope(s, idle)
 		if err != nil {
 			s.lose(fmt.Errorf("%w: read: %w", ErrSessionLost, err))
 			return
@@ -264,7 +270,8 @@ func (s *session) heard(env *Envelope) {
 // frames that were skipped (binary, oversized, not an envelope); err is set
 // only when the socket failed. With idle > 0 the read deadline is set to
 // idle from now and pushed out while data arrives.
-func (c *Client) readEnvelope(conn *websocket.Conn, idle time.Duration) (env Envelope, ok bool, err error) {
+func (c *Client) readEnvelope(s *session, idle time.Duration) (env Envelope, ok bool, err error) {
+	conn := s.conn
 	if idle > 0 {
 		conn.SetReadDeadline(time.Now().Add(idle))
 	}
@@ -284,16 +291,24 @@ func (c *Client) readEnvelope(conn *websocket.Conn, idle time.Duration) (env Env
 		return Envelope{}, false, err
 	}
 	limit := c.cfg.MaxFrame
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
+	s.frame.Reset()
+	if _, err := s.frame.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
 		return Envelope{}, false, err
 	}
-	if int64(len(data)) > limit {
+	read := int64(s.frame.Len())
+	var data []byte
+	if read <= limit {
+		data = bytes.Clone(s.frame.Bytes()) // the envelope keeps it (Raw)
+	}
+	if s.frame.Cap() > maxKeptFrame {
+		s.frame = bytes.Buffer{} // a big frame's room is not kept
+	}
+	if read > limit {
 		// Drain instead of closing: the gateway broadcasts everyone's
 		// frames, so one big frame must not knock us out of the space.
 		n, err := io.Copy(io.Discard, r)
 		c.stats.oversized.Add(1)
-		c.log.Warn("discarded oversized frame", slog.Int64("bytes", int64(len(data))+n), slog.Int64("limit", limit))
+		c.log.Warn("discarded oversized frame", slog.Int64("bytes", read+n), slog.Int64("limit", limit))
 		return Envelope{}, false, err
 	}
 	env, derr := Decode(data)
@@ -304,6 +319,10 @@ func (c *Client) readEnvelope(conn *websocket.Conn, idle time.Duration) (env Env
 	}
 	return env, true, nil
 }
+
+// maxKeptFrame bounds the room a session keeps for reading frames: a
+// frame larger than this is read into room of its own, let go after it.
+const maxKeptFrame = 64 << 10
 
 // liveReader pushes the read deadline out while a message's data keeps
 // arriving, so a large frame on a slow link is not mistaken for silence.
