@@ -322,7 +322,16 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		c.Description = "fulfiller " + kind + " for space " + s.cfg.Space
 		c.Storage = storage
 		c.History = 1
-		return s.bucket(ctx, c)
+		for {
+			actx, cancel := context.WithTimeout(ctx, bucketAttempt)
+			kv, err := s.bucket(actx, c)
+			cancel()
+			lost := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+			if err == nil || ctx.Err() != nil || !lost {
+				return kv, err
+			}
+			s.log.Warn("bucket not created or bound within one try; trying again", "bucket", c.Bucket, "try", bucketAttempt, "err", err)
+		}
 	}
 	// Created concurrently: in a cluster each is a round of the meta
 	// group, and start-up waits for all of them.
@@ -399,12 +408,12 @@ func (s *Store) bucket(ctx context.Context, c jetstream.KeyValueConfig) (jetstre
 	case err == nil:
 		kv, err = s.js.UpdateKeyValue(ctx, c)
 	default:
-		kv, err = s.js.CreateKeyValue(ctx, c)
+		kv, err = createKeyValue(ctx, s.js, c)
 		if err != nil && auto && c.Replicas > 1 && isReplicasUnavailable(err) {
 			s.log.Warn("store has too few JetStream servers for 3 replicas; bucket created with 1: one server's loss loses pending work",
 				"bucket", c.Bucket, "err", err)
 			c.Replicas = 1
-			kv, err = s.js.CreateKeyValue(ctx, c)
+			kv, err = createKeyValue(ctx, s.js, c)
 		}
 		if err != nil && (errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)) {
 			// Another member created it between our look and our
@@ -416,6 +425,20 @@ func (s *Store) bucket(ctx context.Context, c jetstream.KeyValueConfig) (jetstre
 		return nil, fmt.Errorf("state: bucket %s (replicas %d): %w", c.Bucket, c.Replicas, err)
 	}
 	return s.leaderReads(ctx, c.Bucket, kv)
+}
+
+// bucketAttempt bounds one try at creating or binding a bucket. A
+// cluster can lose the answer to a JetStream API request (its meta leader
+// changing while the request was in flight), and the client then waits
+// for its whole context: the state tests' three-server cluster saw a
+// bucket's creation wait out two minutes at the first test after the
+// cluster started. Each try is bounded and the bucket tried again:
+// creating and binding one are idempotent (bucket). Tests shorten it.
+var bucketAttempt = 20 * time.Second
+
+// createKeyValue is js.CreateKeyValue; tests replace it to lose an answer.
+var createKeyValue = func(ctx context.Context, js jetstream.JetStream, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return js.CreateKeyValue(ctx, c)
 }
 
 // sameLimits reports whether an existing bucket already has the limits c

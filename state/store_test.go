@@ -1,10 +1,15 @@
 package state
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestEndedRecordLeavesNothingBehind: once a proposal has ended, its
@@ -51,5 +56,44 @@ func TestEndedRecordLeavesNothingBehind(t *testing.T) {
 				t.Fatalf("Update of the ended record at its last revision = %v, want ErrConflict", err)
 			}
 		})
+	}
+}
+
+// A bucket whose creation is never answered (a cluster's meta leader lost
+// the request) is tried again after one try's time, not waited for until
+// Open's context ends.
+func TestOpenTriesALostBucketCreationAgain(t *testing.T) {
+	defer func(d time.Duration, f func(context.Context, jetstream.JetStream, jetstream.KeyValueConfig) (jetstream.KeyValue, error)) {
+		bucketAttempt, createKeyValue = d, f
+	}(bucketAttempt, createKeyValue)
+	bucketAttempt = 500 * time.Millisecond
+	real := createKeyValue
+	var mu sync.Mutex
+	lost := 0
+	createKeyValue = func(ctx context.Context, js jetstream.JetStream, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+		mu.Lock()
+		first := lost == 0 && strings.HasPrefix(c.Bucket, "fulfiller_grants_")
+		if first {
+			lost++
+		}
+		mu.Unlock()
+		if first {
+			<-ctx.Done() // the answer never comes
+			return nil, ctx.Err()
+		}
+		return real(ctx, js, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{Mode: Mode{Kind: Memory}, Space: "s", Member: "m"})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	if lost != 1 {
+		t.Fatalf("%d grants creations lost, want the first", lost)
+	}
+	if err := s.PutGrant(ctx, &Grant{ID: "g1", Expires: time.Now().Add(time.Hour), Doc: []byte(`{}`)}); err != nil {
+		t.Fatalf("the grants bucket does not take a grant after the second try: %v", err)
 	}
 }
