@@ -45,7 +45,6 @@ import (
 type seenLog struct {
 	stream  jetstream.Stream
 	subject string
-	ttl     time.Duration
 	seeds   [2]maphash.Seed
 	log     *slog.Logger
 	now     func() time.Time
@@ -94,7 +93,7 @@ type seenMessage struct {
 // it back. storage is the store's; name is the stream's name.
 func openSeenLog(ctx context.Context, js jetstream.JetStream, name string, storage jetstream.StorageType, ttl time.Duration, log *slog.Logger, timed func(op string, start time.Time, err *error)) (*seenLog, error) {
 	l := &seenLog{
-		subject: "fulfiller.seen." + name, ttl: ttl, set: newSeenSet(ttl),
+		subject: "fulfiller.seen." + name, set: newSeenSet(ttl),
 		seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, log: log, now: time.Now,
 	}
 	l.pub = func(ctx context.Context, data []byte) (_ uint64, err error) {
@@ -472,7 +471,7 @@ func (l *seenLog) importEntries(entries []seenEntry) error {
 	now := l.now()
 	live := entries[:0]
 	for _, e := range entries {
-		if time.Unix(0, e.At).Add(l.ttl).After(now) {
+		if l.set.within(now, time.Unix(0, e.At)) {
 			live = append(live, e)
 		}
 	}

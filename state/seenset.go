@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -50,20 +51,7 @@ type sealedID struct {
 }
 
 func (a sealedID) cmp(b sealedID) int {
-	switch {
-	case a.hi != b.hi:
-		return cmpU64(a.hi, b.hi)
-	case a.lo != b.lo:
-		return cmpU64(uint64(a.lo), uint64(b.lo))
-	}
-	return 0
-}
-
-func cmpU64(a, b uint64) int {
-	if a < b {
-		return -1
-	}
-	return 1
+	return cmp.Or(cmp.Compare(a.hi, b.hi), cmp.Compare(a.lo, b.lo))
 }
 
 func newSeenSet(ttl time.Duration) *seenSet {
@@ -78,7 +66,7 @@ const seenGenerations = 24
 // in. at is now for a claim; a read-back entry keeps its claim's time
 // unless it is past the TTL (then add keeps nothing and returns nil).
 func (s *seenSet) add(now, at time.Time, h seenHash, seq uint64) *seenGen {
-	if !at.Add(s.ttl).After(now) {
+	if !s.within(now, at) {
 		return nil
 	}
 	g := s.genFor(at)
@@ -91,6 +79,9 @@ func (s *seenSet) add(now, at time.Time, h seenHash, seq uint64) *seenGen {
 	}
 	return g
 }
+
+// within reports whether an id claimed at at is still seen at now.
+func (s *seenSet) within(now, at time.Time) bool { return at.Add(s.ttl).After(now) }
 
 // genFor is the open generation an id claimed at at goes in. Ids come in
 // time order but for read-back ones whose claim time came with them
