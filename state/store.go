@@ -311,7 +311,7 @@ func (s *Store) connect() error {
 
 // openBuckets creates or updates the buckets: six for a group's member;
 // for a store alone five and the seen log (seenLog), into which the seen
-// bucket of an older fulfiller's store is moved.
+// bucket of an older fulfiller's DIR store is moved.
 func (s *Store) openBuckets(ctx context.Context) error {
 	storage := jetstream.FileStorage
 	if s.cfg.Mode.Kind == Memory {
@@ -371,6 +371,9 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		return err
 	}
 	s.seenLog = l
+	if s.cfg.Mode.Kind == Memory {
+		return nil // a fresh server each start: no older store to move
+	}
 	return s.moveSeenBucket(ctx)
 }
 
