@@ -174,11 +174,11 @@ func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner s
 			return false, winner, nil
 		}
 	}
-	rev, err := s.pending.Create(ctx, k, val)
+	rev, err := s.records.create(ctx, k, val)
 	if err != nil {
 		// A create refused (the record exists), or one whose ack was lost
 		// (timeout, reconnect): the record says whose claim it is.
-		e, gerr := s.pending.Get(ctx, k)
+		e, gerr := s.records.get(ctx, k)
 		if gerr != nil {
 			if isWrongLastSeq(err) && errors.Is(gerr, jetstream.ErrKeyNotFound) {
 				// Ended between the create and the get: a replay.
@@ -247,7 +247,7 @@ var ErrRecordLeft = errors.New("state: claim undecided, its record left for whoe
 func (s *Store) undoClaim(ctx context.Context, p *Pending) error {
 	k := key(p.ProposalID)
 	s.known.Remove(k)
-	if err := s.pending.Purge(ctx, k, jetstream.LastRevision(p.StoreRevision), jetstream.PurgeTTL(markerTTL)); err != nil {
+	if err := s.records.remove(ctx, k, p.StoreRevision); err != nil {
 		s.log.Error("record of a claim not won left in the store; whoever resumes it settles it", "proposal", truncate(p.ProposalID), "err", err)
 		return err
 	}

@@ -146,7 +146,7 @@ func (s *Store) Put(ctx context.Context, p *Pending) (err error) {
 	if err != nil {
 		return fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
 	}
-	rev, err := s.pending.Create(ctx, key(p.ProposalID), val)
+	rev, err := s.records.create(ctx, key(p.ProposalID), val)
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return ErrExists
@@ -164,7 +164,7 @@ func (s *Store) Put(ctx context.Context, p *Pending) (err error) {
 // Get returns the record of proposalID, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, proposalID string) (p *Pending, err error) {
 	defer s.timed("get", time.Now(), &err)
-	e, err := s.pending.Get(ctx, key(proposalID))
+	e, err := s.records.get(ctx, key(proposalID))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, ErrNotFound
@@ -234,7 +234,7 @@ func (s *Store) update(ctx context.Context, p *Pending) error {
 	old, ok := s.known.Get(k)
 	if !ok || old.rev != p.StoreRevision {
 		// Not what this store last read or wrote: read it to check.
-		cur, err := s.pending.Get(ctx, k)
+		cur, err := s.records.get(ctx, k)
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				return ErrConflict // finished and deleted by someone else
@@ -257,7 +257,7 @@ func (s *Store) update(ctx context.Context, p *Pending) error {
 	if err != nil {
 		return fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
 	}
-	rev, err := s.pending.Update(ctx, k, val, p.StoreRevision)
+	rev, err := s.records.update(ctx, k, val, p.StoreRevision)
 	if err != nil {
 		if isWrongLastSeq(err) {
 			s.known.Remove(k)
@@ -305,7 +305,7 @@ func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 		}
 	}
 	s.known.Remove(k)
-	err = s.pending.Purge(ctx, k, jetstream.LastRevision(p.StoreRevision), jetstream.PurgeTTL(markerTTL))
+	err = s.records.remove(ctx, k, p.StoreRevision)
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return ErrConflict
@@ -327,7 +327,7 @@ func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 // delete markers' minute (see snapshot): not for a hot path.
 func (s *Store) List(ctx context.Context) (ps []*Pending, err error) {
 	defer s.timed("list", time.Now(), &err)
-	entries, err := s.snapshot(ctx, s.pending)
+	entries, err := s.records.all(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("state: list pending: %w", err)
 	}

@@ -117,7 +117,12 @@ type Store struct {
 	// so that Update need not read a record before writing it.
 	known *lru.Cache[string, knownRecord]
 
-	pending, members, outbox, meta, grants jetstream.KeyValue
+	members, outbox, meta, grants jetstream.KeyValue
+	// records holds the pending records: pending, a group's KV bucket,
+	// or recordLog, a store alone's log (pending nil).
+	records   recordBucket
+	pending   jetstream.KeyValue
+	recordLog *recordLog
 	// seen holds a group's seen ids (External), seenLog a store alone's
 	// (embedded): exactly one of them is set.
 	seen    jetstream.KeyValue
@@ -341,8 +346,7 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		cfg  jetstream.KeyValueConfig
 	}
 	specs := []spec{
-		// pending, outbox: no age; deletes leave markers that expire.
-		{&s.pending, "pending", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
+		// outbox: no age; deletes leave markers that expire.
 		{&s.outbox, "outbox", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
 		// members: per-key TTL (each member its own --lease); the expiry
 		// marker is what WatchLapsed sees.
@@ -352,6 +356,10 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		{&s.grants, "grants", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
 	}
 	if s.Shared() {
+		// pending: no age; deletes leave markers that expire, which
+		// the members watch (WatchRecords). Alone, the records go in
+		// a log of their own (recordLog).
+		specs = append(specs, spec{&s.pending, "pending", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}})
 		// seen: every key lives SeenTTL after its claim (bucket MaxAge),
 		// no markers (nobody watches it, and markers would double its
 		// writes). Alone, the ids go in a log of their own (seenLog).
@@ -363,9 +371,18 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		wg.Go(func() { *sp.dst, errs[i] = open(sp.kind, sp.cfg) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil || s.Shared() {
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	if s.Shared() {
+		s.records = kvRecords{s: s, kv: s.pending}
+		return nil
+	}
+	rl, err := openRecordLog(ctx, s.js, bucketName("records", s.cfg.Space), storage, s.log, s.timed)
+	if err != nil {
+		return err
+	}
+	s.recordLog, s.records = rl, rl
 	l, err := openSeenLog(ctx, s.js, bucketName("seenlog", s.cfg.Space), storage, s.cfg.SeenTTL, s.log, s.timed)
 	if err != nil {
 		return err
@@ -373,6 +390,9 @@ func (s *Store) openBuckets(ctx context.Context) error {
 	s.seenLog = l
 	if s.cfg.Mode.Kind == Memory {
 		return nil // a fresh server each start: no older store to move
+	}
+	if err := s.moveRecordBucket(ctx); err != nil {
+		return err
 	}
 	return s.moveSeenBucket(ctx)
 }
@@ -602,6 +622,9 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) shutdown() {
+	if s.recordLog != nil {
+		s.recordLog.close()
+	}
 	if s.seenLog != nil {
 		s.seenLog.close()
 	}
@@ -634,7 +657,7 @@ func (g serverLogger) Tracef(format string, v ...any)  {}
 // isWrongLastSeq reports a compare-and-set conflict from JetStream, in
 // either of its forms: 10071 (R=1 streams) or 10164 (replicated streams).
 func isWrongLastSeq(err error) bool {
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, errLogRevision) {
 		return true
 	}
 	var apiErr *jetstream.APIError

@@ -48,7 +48,7 @@ func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err er
 		s.timed("take", start, &measured)
 	}()
 	k := key(proposalID)
-	e, err := s.pending.Get(ctx, k)
+	e, err := s.records.get(ctx, k)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, ErrNotFound
@@ -70,7 +70,7 @@ func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err er
 	if err != nil {
 		return nil, fmt.Errorf("state: encode record %q: %w", truncate(proposalID), err)
 	}
-	rev, err := s.pending.Update(ctx, k, val, e.Revision())
+	rev, err := s.records.update(ctx, k, val, e.Revision())
 	switch {
 	case err == nil:
 		p.StoreRevision = rev
@@ -81,7 +81,7 @@ func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err er
 	// The write may have been applied although its ack was lost. If the
 	// record is ours and still has no request, it is taken (by this call
 	// or an earlier one: either way this member holds it now).
-	if cur, gerr := s.pending.Get(ctx, k); gerr == nil {
+	if cur, gerr := s.records.get(ctx, k); gerr == nil {
 		if got, derr := decodePending(cur); derr == nil && got.Owner == s.cfg.Member && got.Request == nil {
 			return got, nil
 		}
@@ -116,6 +116,10 @@ func (s *Store) WatchRecords(ctx context.Context) (<-chan RecordChange, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
+	}
+	if s.pending == nil {
+		// Alone (recordLog): only this member writes the records.
+		return closedAtEnd[RecordChange](ctx), nil
 	}
 	w, err := s.pending.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly())
 	if err != nil {

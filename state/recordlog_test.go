@@ -1,0 +1,400 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// recordLogMessages is how many messages the store's record log holds.
+func recordLogMessages(t *testing.T, s *Store) uint64 {
+	t.Helper()
+	info, err := s.recordLog.stream.Info(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// A store alone reads its records back from the log after a restart: the
+// last write of each, at its revision, and none that ended; revisions go
+// on growing from there, and a compare-and-set at a revision from before
+// the restart holds.
+func TestRecordLogAfterRestart(t *testing.T) {
+	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
+	s := openStore(t, cfg)
+	ctx := ctxT(t)
+	a, b, c := samplePending("a", "m"), samplePending("b", "m"), samplePending("c", "m")
+	for _, p := range []*Pending{a, b, c} {
+		if err := s.Put(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Approvals = []Approval{{Approver: "alice", At: b.Received}}
+	if err := s.Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s = openStore(t, cfg)
+	got, err := s.Owned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ProposalID != "a" || got[1].ProposalID != "b" {
+		t.Fatalf("Owned after the restart = %d records %v, want a then b", len(got), ids(got))
+	}
+	assertSamePending(t, got[0], a)
+	assertSamePending(t, got[1], b)
+	if got[1].StoreRevision != b.StoreRevision || got[0].StoreRevision != a.StoreRevision {
+		t.Fatalf("revisions after the restart: a %d b %d, want %d %d", got[0].StoreRevision, got[1].StoreRevision, a.StoreRevision, b.StoreRevision)
+	}
+	if _, err := s.Get(ctx, "c"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of the deleted record after the restart = %v, want ErrNotFound", err)
+	}
+	d := samplePending("d", "m")
+	if err := s.Put(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if d.StoreRevision <= b.StoreRevision {
+		t.Fatalf("a new record's revision %d, want past %d (the last before the restart)", d.StoreRevision, b.StoreRevision)
+	}
+	stale := *b
+	stale.StoreRevision = a.StoreRevision
+	if err := s.Update(ctx, &stale); !errors.Is(err, ErrConflict) {
+		t.Fatalf("Update at another record's revision = %v, want ErrConflict", err)
+	}
+	a.Phase = Queued
+	if err := s.Update(ctx, a); err != nil {
+		t.Fatalf("Update at the revision read before the restart: %v", err)
+	}
+}
+
+func ids(ps []*Pending) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.ProposalID)
+	}
+	return out
+}
+
+// Writes made while a publish is out share the next message.
+func TestRecordLogSharesMessages(t *testing.T) {
+	s := openStore(t, Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"})
+	ctx := ctxT(t)
+	first := samplePending("first", "m")
+	h := holdRecordLog(t, s)
+	done := make(chan error, 21)
+	go func() { done <- s.Put(ctx, first) }()
+	h.waitHeld(t, 1)
+	for i := range 20 {
+		go func() { done <- s.Put(ctx, samplePending(fmt.Sprintf("p%d", i), "m")) }()
+	}
+	if err := eventually(10*time.Second, func() error {
+		s.recordLog.mu.Lock()
+		defer s.recordLog.mu.Unlock()
+		if n := len(s.recordLog.queue); n != 20 {
+			return fmt.Errorf("%d writes queued", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.release()
+	for range 21 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.count(); n != 2 {
+		t.Fatalf("%d messages for 21 writes, want 2 (the first, then the 20 made while it was out)", n)
+	}
+	if got := recordLogMessages(t, s); got != 2 {
+		t.Fatalf("the stream holds %d messages, want 2", got)
+	}
+}
+
+// heldRecordLog makes the record log's publishes wait until release, and
+// counts them.
+type heldRecordLog struct {
+	mu      sync.Mutex
+	held    chan struct{}
+	waiting int
+	n       int
+}
+
+func holdRecordLog(t *testing.T, s *Store) *heldRecordLog {
+	h := &heldRecordLog{held: make(chan struct{})}
+	pub := s.recordLog.pub
+	s.recordLog.pub = func(ctx context.Context, data []byte) (uint64, error) {
+		h.mu.Lock()
+		h.waiting++
+		h.mu.Unlock()
+		<-h.held
+		h.mu.Lock()
+		h.n++
+		h.mu.Unlock()
+		return pub(ctx, data)
+	}
+	t.Cleanup(h.release)
+	return h
+}
+
+func (h *heldRecordLog) waitHeld(t *testing.T, n int) {
+	t.Helper()
+	if err := eventually(10*time.Second, func() error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.waiting < n {
+			return fmt.Errorf("%d publishes held, want %d", h.waiting, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *heldRecordLog) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.held:
+	default:
+		close(h.held)
+	}
+}
+
+func (h *heldRecordLog) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// Past recordSnapshotMin writes the log writes its live records again and
+// purges what came before: the stream stays bounded by the records live,
+// not by the proposals that ever were, and a restart reads the same
+// records back.
+func TestRecordLogSnapshotBoundsTheStream(t *testing.T) {
+	defer func(n int) { recordSnapshotMin = n }(recordSnapshotMin)
+	recordSnapshotMin = 50
+	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
+	s := openStore(t, cfg)
+	ctx := ctxT(t)
+	var live []*Pending
+	for i := range 400 {
+		p := samplePending(fmt.Sprintf("p%d", i), "m")
+		if err := s.Put(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if i%40 == 0 {
+			live = append(live, p) // 10 stay
+			continue
+		}
+		if err := s.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 790 writes, one message each (nothing else was out): without
+	// snapshots the stream would hold them all.
+	if n := recordLogMessages(t, s); n > 60 {
+		t.Fatalf("the stream holds %d messages after 790 writes, want at most 60 (a snapshot every 50)", n)
+	}
+	s.Close()
+	s = openStore(t, cfg)
+	got, err := s.Owned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(live) {
+		t.Fatalf("Owned after the restart = %v, want the %d live records", ids(got), len(live))
+	}
+	for i, p := range got {
+		assertSamePending(t, p, live[i])
+		if p.StoreRevision != live[i].StoreRevision {
+			t.Fatalf("%s at revision %d after the restart, want %d", p.ProposalID, p.StoreRevision, live[i].StoreRevision)
+		}
+	}
+}
+
+// A snapshot that fails half way purges nothing: a restart reads the
+// writes and the part of the snapshot written, and the records are the
+// same.
+func TestRecordLogSnapshotCutShort(t *testing.T) {
+	defer func(n int) { recordSnapshotMin = n }(recordSnapshotMin)
+	recordSnapshotMin = 1 << 30
+	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
+	s := openStore(t, cfg)
+	ctx := ctxT(t)
+	var want []*Pending
+	for i := range 30 {
+		p := samplePending(fmt.Sprintf("p%d", i), "m")
+		if err := s.Put(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 != 0 {
+			if err := s.Delete(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want = append(want, p) // 10 stay, after 50 writes
+	}
+	big1, big := samplePending("big1", "m"), samplePending("big2", "m")
+	big1.Envelope = json.RawMessage(`{"pad":"` + stringOf('x', recordBatchBytes/2) + `"}`)
+	big.Envelope = big1.Envelope
+	if err := s.Put(ctx, big1); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, big1)
+	// The next write makes a snapshot due (52 writes, 12 records); the
+	// two large records take it to a second message, which fails.
+	recordSnapshotMin = 1
+	pub := s.recordLog.pub
+	var calls int
+	var mu sync.Mutex
+	s.recordLog.pub = func(ctx context.Context, data []byte) (uint64, error) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 3 { // the batch, the snapshot's first message, then this
+			return 0, errors.New("disk full")
+		}
+		return pub(ctx, data)
+	}
+	if err := s.Put(ctx, big); err != nil {
+		t.Fatalf("the write before the snapshot: %v", err)
+	}
+	want = append(want, big)
+	if err := eventually(10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls < 3 {
+			return fmt.Errorf("%d publishes", calls)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openStore(t, cfg)
+	got, err := s.Owned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Owned after the restart = %v, want %d records", ids(got), len(want))
+	}
+	for i, p := range got {
+		assertSamePending(t, p, want[i])
+	}
+}
+
+func stringOf(c byte, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = c
+	}
+	return string(b)
+}
+
+// A publish that fails leaves memory ahead of the stream; the log reads
+// the stream back before the next call, so that what it answers is what
+// a restart would read: a write refused is gone, one whose
+// acknowledgement alone was lost is there.
+func TestRecordLogReadsBackAfterAFailedPublish(t *testing.T) {
+	s := openStore(t, Config{Mode: Mode{Kind: Memory}, Space: "s", Member: "m"})
+	ctx := ctxT(t)
+	pub := s.recordLog.pub
+	fail := func(store bool) {
+		s.recordLog.pub = func(ctx context.Context, data []byte) (uint64, error) {
+			s.recordLog.pub = pub
+			if store {
+				if _, err := pub(ctx, data); err != nil {
+					return 0, err
+				}
+			}
+			return 0, errors.New("no ack")
+		}
+	}
+	fail(false)
+	refused := samplePending("refused", "m")
+	if err := s.Put(ctx, refused); err == nil || errors.Is(err, ErrExists) {
+		t.Fatalf("Put with its publish refused = %v, want the publish's error", err)
+	}
+	if _, err := s.Get(ctx, "refused"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of the refused write = %v, want ErrNotFound (the stream does not have it)", err)
+	}
+	if err := s.Put(ctx, refused); err != nil {
+		t.Fatalf("Put again: %v", err)
+	}
+
+	fail(true)
+	lost := samplePending("lost-ack", "m")
+	if err := s.Put(ctx, lost); err == nil {
+		t.Fatal("Put with its ack lost succeeded")
+	}
+	got, err := s.Get(ctx, "lost-ack")
+	if err != nil {
+		t.Fatalf("Get of the write whose ack was lost = %v, want it (the stream has it)", err)
+	}
+	if got.StoreRevision == 0 {
+		t.Fatal("the record read back has no revision")
+	}
+	lost.StoreRevision = got.StoreRevision
+	assertSamePending(t, got, lost)
+	got.Phase = Queued
+	if err := s.Update(ctx, got); err != nil {
+		t.Fatalf("Update at the revision read back: %v", err)
+	}
+}
+
+// A store alone written by an older fulfiller kept its records in a KV
+// bucket; Open moves them into the log, with their revisions, and
+// deletes the bucket.
+func TestRecordLogMovesAnOlderPendingBucket(t *testing.T) {
+	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
+	s := openStore(t, cfg)
+	ctx := ctxT(t)
+	name := bucketName("pending", "s")
+	kv, err := s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := samplePending("old", "m")
+	val, _ := json.Marshal(old)
+	if old.StoreRevision, err = kv.Create(ctx, key("old"), val); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s = openStore(t, cfg)
+	got, err := s.Get(ctx, "old")
+	if err != nil {
+		t.Fatalf("the older bucket's record after Open: %v", err)
+	}
+	assertSamePending(t, got, old)
+	if got.StoreRevision != old.StoreRevision {
+		t.Fatalf("moved at revision %d, want %d", got.StoreRevision, old.StoreRevision)
+	}
+	if _, err := s.js.Stream(ctx, "KV_"+name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("older pending bucket still there after Open (%v)", err)
+	}
+	if err := s.Update(ctx, got); err != nil {
+		t.Fatalf("Update of the moved record: %v", err)
+	}
+	s.Close()
+	s = openStore(t, cfg)
+	if again, err := s.Get(ctx, "old"); err != nil || again.StoreRevision != got.StoreRevision {
+		t.Fatalf("after another restart: %v at %v, want revision %d", err, again, got.StoreRevision)
+	}
+}
