@@ -68,7 +68,7 @@ type recordLog struct {
 	// stale: a publish failed; memory may be ahead of the stream until
 	// it is read back (refresh).
 	stale   error
-	written int // writes in the stream since its last snapshot began
+	written int // writes in the stream since the last snapshot (or try)
 	idle    sync.WaitGroup
 }
 
@@ -87,8 +87,11 @@ type recordOp struct {
 }
 
 // recordMessage is one message of the log: writes in the order they were
-// made. An op without V removes its key.
+// made. An op without V removes its key. Rev, in a snapshot's first
+// message, is the last revision handed out: the writes that reached it
+// may all be purged, and revisions must not be handed out again.
 type recordMessage struct {
+	Rev uint64 `json:"rev,omitempty"`
 	Ops []struct {
 		K string          `json:"k"`
 		R uint64          `json:"r"`
@@ -160,6 +163,7 @@ func (l *recordLog) load(ctx context.Context) error {
 			l.log.Warn("record log message unreadable; skipped", "seq", md.Sequence.Stream, "err", err)
 			return
 		}
+		rev = max(rev, body.Rev)
 		for _, op := range body.Ops {
 			written++
 			rev = max(rev, op.R)
@@ -307,10 +311,11 @@ func (l *recordLog) publishLoop() {
 		out, waiters := l.queue, l.waiters
 		l.queue, l.waiters = nil, nil
 		var snap []recordOp
+		var snapRev uint64
 		if l.written+len(out) >= max(recordSnapshotMin, 4*len(l.recs)) {
 			// Memory is now exactly the stream with out: what a
 			// snapshot after out must hold.
-			snap = l.snapshotLocked()
+			snap, snapRev = l.snapshotLocked(), l.rev
 		}
 		l.mu.Unlock()
 		err := l.publish(out)
@@ -332,7 +337,7 @@ func (l *recordLog) publishLoop() {
 		l.written += len(out)
 		if snap != nil {
 			l.mu.Unlock()
-			l.snapshot(snap)
+			l.snapshot(snap, snapRev)
 			l.mu.Lock()
 		}
 	}
@@ -340,7 +345,7 @@ func (l *recordLog) publishLoop() {
 	l.mu.Unlock()
 }
 
-// snapshotLocked is every live record as writes, oldest first.
+// snapshotLocked is every live record as writes, oldest first (not nil).
 func (l *recordLog) snapshotLocked() []recordOp {
 	snap := make([]recordOp, 0, len(l.recs))
 	for k, r := range l.recs {
@@ -350,50 +355,51 @@ func (l *recordLog) snapshotLocked() []recordOp {
 	return snap
 }
 
-// snapshot writes every live record again and purges the stream below
-// them. Run by the publisher between two batches, so no write comes
-// between the snapshot and the state it copies. A failure costs nothing
-// but the stream's length: the next snapshot tries again.
-func (l *recordLog) snapshot(snap []recordOp) {
-	first, err := l.publishSeq(snap)
-	if err == nil && first == 0 {
-		// No record live: everything before the next message goes.
-		var info *jetstream.StreamInfo
-		ctx, cancel := context.WithTimeout(context.Background(), defaultOpTimeout)
-		info, err = l.stream.Info(ctx)
-		cancel()
-		if err == nil {
-			first = info.State.LastSeq + 1
-		}
-	}
+// snapshot writes every live record again, rev (the last revision
+// handed out) first, and purges the stream below them. Run by the
+// publisher between two batches, so no write comes between the snapshot
+// and the state it copies. A failure costs nothing but the stream's
+// length: the next snapshot is tried as many writes later.
+func (l *recordLog) snapshot(snap []recordOp, rev uint64) {
+	first, err := l.publishSeq(rev, snap)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultOpTimeout)
 		err = l.purge(ctx, first)
 		cancel()
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err != nil {
+		l.written = 0
 		l.log.Warn("record log snapshot not written; the log stays longer until the next", "err", err)
 		return
 	}
-	l.mu.Lock()
 	l.written = len(snap) // the stream from first on: no batch came between
-	l.mu.Unlock()
 }
 
 // publish writes ops in as few messages as recordBatchBytes allows.
 func (l *recordLog) publish(ops []recordOp) error {
-	_, err := l.publishSeq(ops)
+	if len(ops) == 0 {
+		return nil
+	}
+	_, err := l.publishSeq(0, ops)
 	return err
 }
 
-// publishSeq is publish that returns the first message's sequence (0:
-// no ops).
-func (l *recordLog) publishSeq(ops []recordOp) (first uint64, err error) {
+// publishSeq is publish that writes rev (unless 0) in the first message,
+// and at least that message, and returns its sequence.
+func (l *recordLog) publishSeq(rev uint64, ops []recordOp) (first uint64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultOpTimeout)
 	defer cancel()
 	var buf []byte
-	for len(ops) > 0 {
-		buf = append(buf[:0], `{"ops":[`...)
+	for wrote := false; !wrote || len(ops) > 0; wrote = true {
+		buf = append(buf[:0], '{')
+		if !wrote && rev != 0 {
+			buf = append(buf, `"rev":`...)
+			buf = strconv.AppendUint(buf, rev, 10)
+			buf = append(buf, ',')
+		}
+		buf = append(buf, `"ops":[`...)
 		n := 0
 		for n < len(ops) && (n == 0 || len(buf)+len(ops[n].val) < recordBatchBytes) {
 			if n > 0 {
@@ -407,7 +413,7 @@ func (l *recordLog) publishSeq(ops []recordOp) (first uint64, err error) {
 		if err != nil {
 			return 0, fmt.Errorf("state: record log: %w", err)
 		}
-		if first == 0 {
+		if !wrote {
 			first = seq
 		}
 		ops = ops[n:]

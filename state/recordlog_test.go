@@ -398,3 +398,42 @@ func TestRecordLogMovesAnOlderPendingBucket(t *testing.T) {
 		t.Fatalf("after another restart: %v at %v, want revision %d", err, again, got.StoreRevision)
 	}
 }
+
+// A snapshot with no record live purges every write, and a restart still
+// hands out revisions past the last one: a record's compare-and-set must
+// never meet a revision it had before.
+func TestRecordLogRevisionsGrowPastASnapshot(t *testing.T) {
+	defer func(n int) { recordSnapshotMin = n }(recordSnapshotMin)
+	recordSnapshotMin = 20
+	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
+	s := openStore(t, cfg)
+	ctx := ctxT(t)
+	var last uint64
+	for i := range 10 { // 20 writes: the last makes the snapshot due
+		p := samplePending(fmt.Sprintf("p%d", i), "m")
+		if err := s.Put(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		last = p.StoreRevision + 1 // the delete's
+	}
+	if err := eventually(10*time.Second, func() error {
+		if n := recordLogMessages(t, s); n != 1 {
+			return fmt.Errorf("%d messages, want the snapshot's alone", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("no snapshot purged the 20 writes: %v", err)
+	}
+	s.Close()
+	s = openStore(t, cfg)
+	p := samplePending("after", "m")
+	if err := s.Put(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if p.StoreRevision <= last {
+		t.Fatalf("revision %d after the restart, want past %d", p.StoreRevision, last)
+	}
+}
