@@ -10,7 +10,8 @@ type Observer interface {
 	// "update", "update_soon", "answered", "delete", "list", "outbox", "rpcid", "lease",
 	// "reclaim", "ping", "take"; alone on the store "seen", one write of
 	// the seen log, shared by the ids claimed while the one before it was
-	// out; in DIR mode "sync", a writer's wait for its write to
+	// out, and "records", one write of the record log, shared likewise by
+	// the records' writes (a snapshot's messages too); in DIR mode "sync", a writer's wait for its write to
 	// reach the disk, and "syncfs", one sync of the file system shared by
 	// the writers waiting for it),
 	// its duration and its error (nil on success, ErrConflict and

@@ -251,7 +251,22 @@ func (l *recordLog) writeUnlock(ctx context.Context, k string, val []byte) (uint
 	l.queue = append(l.queue, recordOp{k: k, rev: rev, val: val})
 	ch := make(chan error, 1)
 	l.waiters = append(l.waiters, ch)
-	l.startLocked()
+	if !l.running {
+		// Nobody is publishing: this writer publishes what is queued
+		// (its own write, and any made meanwhile) rather than wake a
+		// goroutine and wait for it; at a few writes a second every
+		// write is such a one. What is queued after its batch, and a
+		// snapshot due, go to a goroutine: no writer waits longer
+		// than for its own batch.
+		l.running = true
+		l.idle.Add(1)
+		if more, snap, snapRev := l.publishBatchLocked(); more || snap != nil {
+			go l.publishLoop(snap, snapRev)
+		} else {
+			l.running = false
+			l.idle.Done()
+		}
+	}
 	l.mu.Unlock()
 	select {
 	case err := <-ch:
@@ -292,57 +307,63 @@ func (l *recordLog) all(ctx context.Context) ([]jetstream.KeyValueEntry, error) 
 	return out, nil
 }
 
-// startLocked starts the publishing goroutine unless it runs.
-func (l *recordLog) startLocked() {
-	if l.running || len(l.queue) == 0 {
-		return
-	}
-	l.running = true
-	l.idle.Add(1)
-	go l.publishLoop()
-}
-
 // publishLoop publishes what is queued, then again while more was queued
-// meanwhile, and writes a snapshot when one is due.
-func (l *recordLog) publishLoop() {
+// meanwhile, writing a snapshot when one is due; snap is one due already
+// (handed over by a writer that published its own batch). It owns one
+// count of l.idle and l.running until it returns.
+func (l *recordLog) publishLoop(snap []recordOp, snapRev uint64) {
 	defer l.idle.Done()
-	l.mu.Lock()
-	for len(l.queue) > 0 {
-		out, waiters := l.queue, l.waiters
-		l.queue, l.waiters = nil, nil
-		var snap []recordOp
-		var snapRev uint64
-		if l.written+len(out) >= max(recordSnapshotMin, 4*len(l.recs)) {
-			// Memory is now exactly the stream with out: what a
-			// snapshot after out must hold.
-			snap, snapRev = l.snapshotLocked(), l.rev
-		}
-		l.mu.Unlock()
-		err := l.publish(out)
-		for _, ch := range waiters {
-			ch <- err
+	for {
+		if snap != nil {
+			l.snapshot(snap, snapRev)
 		}
 		l.mu.Lock()
-		if err != nil {
-			// Memory holds these writes and those queued since, the
-			// stream maybe not: fail the later ones too, and read the
-			// stream back before the next call (readyLocked).
-			l.stale = err
-			for _, ch := range l.waiters {
-				ch <- err
-			}
-			l.queue, l.waiters = nil, nil
-			break
-		}
-		l.written += len(out)
-		if snap != nil {
+		more, next, nextRev := l.publishBatchLocked()
+		if !more && next == nil {
+			l.running = false
 			l.mu.Unlock()
-			l.snapshot(snap, snapRev)
-			l.mu.Lock()
+			return
 		}
+		snap, snapRev = next, nextRev
+		l.mu.Unlock()
 	}
-	l.running = false
+}
+
+// publishBatchLocked publishes what is queued, if anything, and hands
+// each of its writers the result. It reports whether more was queued
+// meanwhile, and the snapshot due after the batch (nil: none), with the
+// last revision handed out. Called, and returns, with l.mu held (which it
+// releases while it publishes); the caller holds l.running.
+func (l *recordLog) publishBatchLocked() (more bool, snap []recordOp, snapRev uint64) {
+	if len(l.queue) == 0 {
+		return false, nil, 0
+	}
+	out, waiters := l.queue, l.waiters
+	l.queue, l.waiters = nil, nil
+	if l.written+len(out) >= max(recordSnapshotMin, 4*len(l.recs)) {
+		// Memory is now exactly the stream with out: what a snapshot
+		// after out must hold.
+		snap, snapRev = l.snapshotLocked(), l.rev
+	}
 	l.mu.Unlock()
+	err := l.publish(out)
+	for _, ch := range waiters {
+		ch <- err
+	}
+	l.mu.Lock()
+	if err != nil {
+		// Memory holds these writes and those queued since, the stream
+		// maybe not: fail the later ones too, and read the stream back
+		// before the next call (readyLocked).
+		l.stale = err
+		for _, ch := range l.waiters {
+			ch <- err
+		}
+		l.queue, l.waiters = nil, nil
+		return false, nil, 0
+	}
+	l.written += len(out)
+	return len(l.queue) > 0, snap, snapRev
 }
 
 // snapshotLocked is every live record as writes, oldest first (not nil).

@@ -437,3 +437,52 @@ func TestRecordLogRevisionsGrowPastASnapshot(t *testing.T) {
 		t.Fatalf("revision %d after the restart, want past %d", p.StoreRevision, last)
 	}
 }
+
+// BenchmarkRecordLogOpen is a restart's cost of reading the record log
+// back at its longest: 10 000 records live (a flood's --max-pending) and
+// the writes of 14 999 proposals ended since, one write short of the
+// 40 000 that make a snapshot due.
+//
+//	go test -run '^$' -bench RecordLogOpen -benchtime 5x ./state/
+func BenchmarkRecordLogOpen(b *testing.B) {
+	const live, ended = 10_000, 14_999
+	cfg := Config{Mode: Mode{Kind: Dir, Dir: b.TempDir()}, Space: "s", Member: "m"}
+	ctx := context.Background()
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64) // writes share messages as under load
+	for i := range live + ended {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p := samplePending(fmt.Sprintf("p%d", i), "m")
+			if err := s.Put(ctx, p); err != nil {
+				b.Error(err)
+				return
+			}
+			if i >= live {
+				if err := s.Delete(ctx, p); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	info, _ := s.recordLog.stream.Info(ctx)
+	s.Close()
+	for b.Loop() {
+		s, err := Open(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n := len(s.recordLog.recs); n != live {
+			b.Fatalf("%d records read back, want %d", n, live)
+		}
+		s.Close()
+	}
+	b.ReportMetric(float64(info.State.Msgs), "messages")
+	b.ReportMetric(float64(info.State.Bytes)/1e6, "MB")
+}
