@@ -534,13 +534,8 @@ func (s *Store) moveRecordBucket(ctx context.Context) error {
 	if err := s.recordLog.importRecords(entries); err != nil {
 		return err
 	}
-	if s.durable != nil {
-		if err := s.synced(ctx); err != nil {
-			return err
-		}
-	}
-	if err := s.js.DeleteKeyValue(ctx, name); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("state: delete older pending bucket %s (its records are moved): %w", name, err)
+	if err := s.retireBucket(ctx, name); err != nil {
+		return err
 	}
 	s.log.Info("pending records moved from the older pending bucket to the record log", "records", len(entries))
 	return nil

@@ -92,7 +92,7 @@ func TestRecordLogSharesMessages(t *testing.T) {
 	s := openStore(t, Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"})
 	ctx := ctxT(t)
 	first := samplePending("first", "m")
-	h := holdRecordLog(t, s)
+	h := holdPublishes(t, &s.recordLog.pub)
 	done := make(chan error, 21)
 	go func() { done <- s.Put(ctx, first) }()
 	h.waitHeld(t, 1)
@@ -123,131 +123,29 @@ func TestRecordLogSharesMessages(t *testing.T) {
 	}
 }
 
-// heldRecordLog makes the record log's publishes wait until release, and
-// counts them.
-type heldRecordLog struct {
-	mu      sync.Mutex
-	held    chan struct{}
-	waiting int
-	n       int
-}
-
-func holdRecordLog(t *testing.T, s *Store) *heldRecordLog {
-	h := &heldRecordLog{held: make(chan struct{})}
-	pub := s.recordLog.pub
-	s.recordLog.pub = func(ctx context.Context, data []byte) (uint64, error) {
-		h.mu.Lock()
-		h.waiting++
-		h.mu.Unlock()
-		<-h.held
-		h.mu.Lock()
-		h.n++
-		h.mu.Unlock()
-		return pub(ctx, data)
-	}
-	t.Cleanup(h.release)
-	return h
-}
-
-func (h *heldRecordLog) waitHeld(t *testing.T, n int) {
-	t.Helper()
-	if err := eventually(10*time.Second, func() error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.waiting < n {
-			return fmt.Errorf("%d publishes held, want %d", h.waiting, n)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (h *heldRecordLog) release() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	select {
-	case <-h.held:
-	default:
-		close(h.held)
-	}
-}
-
-func (h *heldRecordLog) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n
-}
-
 // Past recordSnapshotMin writes the log writes its live records again and
 // purges what came before: the stream stays bounded by the records live,
 // not by the proposals that ever were, and a restart reads the same
 // records back.
 func TestRecordLogSnapshotBoundsTheStream(t *testing.T) {
-	defer func(n int) { recordSnapshotMin = n }(recordSnapshotMin)
-	recordSnapshotMin = 50
-	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
-	s := openStore(t, cfg)
-	ctx := ctxT(t)
-	var live []*Pending
-	for i := range 400 {
-		p := samplePending(fmt.Sprintf("p%d", i), "m")
-		if err := s.Put(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		if i%40 == 0 {
-			live = append(live, p) // 10 stay
-			continue
-		}
-		if err := s.Delete(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, cfg := snapshottingStore(t, 50)
+	live := putThenEnd(t, s, 400, func(i int) bool { return i%40 == 0 }) // 10 stay
 	// 790 writes, one message each (nothing else was out): without
 	// snapshots the stream would hold them all.
 	if n := recordLogMessages(t, s); n > 60 {
 		t.Fatalf("the stream holds %d messages after 790 writes, want at most 60 (a snapshot every 50)", n)
 	}
 	s.Close()
-	s = openStore(t, cfg)
-	got, err := s.Owned(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(live) {
-		t.Fatalf("Owned after the restart = %v, want the %d live records", ids(got), len(live))
-	}
-	for i, p := range got {
-		assertSamePending(t, p, live[i])
-		if p.StoreRevision != live[i].StoreRevision {
-			t.Fatalf("%s at revision %d after the restart, want %d", p.ProposalID, p.StoreRevision, live[i].StoreRevision)
-		}
-	}
+	ownedAfterRestart(t, cfg, live)
 }
 
 // A snapshot that fails half way purges nothing: a restart reads the
 // writes and the part of the snapshot written, and the records are the
 // same.
 func TestRecordLogSnapshotCutShort(t *testing.T) {
-	defer func(n int) { recordSnapshotMin = n }(recordSnapshotMin)
-	recordSnapshotMin = 1 << 30
-	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
-	s := openStore(t, cfg)
+	s, cfg := snapshottingStore(t, 1<<30)
 	ctx := ctxT(t)
-	var want []*Pending
-	for i := range 30 {
-		p := samplePending(fmt.Sprintf("p%d", i), "m")
-		if err := s.Put(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		if i%3 != 0 {
-			if err := s.Delete(ctx, p); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want = append(want, p) // 10 stay, after 50 writes
-	}
+	want := putThenEnd(t, s, 30, func(i int) bool { return i%3 == 0 }) // 10 stay, after 50 writes
 	big1, big := samplePending("big1", "m"), samplePending("big2", "m")
 	big1.Envelope = json.RawMessage(`{"pad":"` + stringOf('x', recordBatchBytes/2) + `"}`)
 	big.Envelope = big1.Envelope
@@ -286,8 +184,45 @@ func TestRecordLogSnapshotCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	s = openStore(t, cfg)
-	got, err := s.Owned(ctx)
+	ownedAfterRestart(t, cfg, want)
+}
+
+// snapshottingStore opens a DIR store whose record log snapshots after n
+// writes (recordSnapshotMin, as it was again after the test).
+func snapshottingStore(t *testing.T, n int) (*Store, Config) {
+	t.Helper()
+	old := recordSnapshotMin
+	recordSnapshotMin = n
+	t.Cleanup(func() { recordSnapshotMin = old })
+	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
+	return openStore(t, cfg), cfg
+}
+
+// putThenEnd puts the records p0 to p(n-1) one after the other, deleting
+// at once each that keep does not keep, and returns those it keeps.
+func putThenEnd(t *testing.T, s *Store, n int, keep func(i int) bool) []*Pending {
+	t.Helper()
+	ctx := ctxT(t)
+	var kept []*Pending
+	for i := range n {
+		p := samplePending(fmt.Sprintf("p%d", i), "m")
+		if err := s.Put(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if keep(i) {
+			kept = append(kept, p)
+		} else if err := s.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kept
+}
+
+// ownedAfterRestart opens the store of cfg again and checks that its
+// records are want, in order, each at its revision.
+func ownedAfterRestart(t *testing.T, cfg Config, want []*Pending) {
+	t.Helper()
+	got, err := openStore(t, cfg).Owned(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +230,7 @@ func TestRecordLogSnapshotCutShort(t *testing.T) {
 		t.Fatalf("Owned after the restart = %v, want %d records", ids(got), len(want))
 	}
 	for i, p := range got {
-		assertSamePending(t, p, want[i])
+		assertSamePending(t, p, want[i]) // the revision too
 	}
 }
 
@@ -403,10 +338,7 @@ func TestRecordLogMovesAnOlderPendingBucket(t *testing.T) {
 // hands out revisions past the last one: a record's compare-and-set must
 // never meet a revision it had before.
 func TestRecordLogRevisionsGrowPastASnapshot(t *testing.T) {
-	defer func(n int) { recordSnapshotMin = n }(recordSnapshotMin)
-	recordSnapshotMin = 20
-	cfg := Config{Mode: Mode{Kind: Dir, Dir: t.TempDir()}, Space: "s", Member: "m"}
-	s := openStore(t, cfg)
+	s, cfg := snapshottingStore(t, 20)
 	ctx := ctxT(t)
 	var last uint64
 	for i := range 10 { // 20 writes: the last makes the snapshot due

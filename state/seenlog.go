@@ -453,13 +453,8 @@ func (s *Store) moveSeenBucket(ctx context.Context) error {
 	if err := s.seenLog.importEntries(entries); err != nil {
 		return err
 	}
-	if s.durable != nil {
-		if err := s.synced(ctx); err != nil {
-			return err
-		}
-	}
-	if err := s.js.DeleteKeyValue(ctx, name); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("state: delete older seen bucket %s (its ids are moved): %w", name, err)
+	if err := s.retireBucket(ctx, name); err != nil {
+		return err
 	}
 	s.log.Info("seen ids moved from the older seen bucket to the seen log", "ids", len(entries))
 	return nil
@@ -489,6 +484,21 @@ func (l *seenLog) importEntries(entries []seenEntry) error {
 			l.addAt(time.Unix(0, e.At), e.Key, seq)
 		}
 		live = live[n:]
+	}
+	return nil
+}
+
+// retireBucket deletes an older store's bucket whose contents were moved
+// into a log, once what was moved is on disk (DIR): a crash before the
+// delete moves them again at the next start.
+func (s *Store) retireBucket(ctx context.Context, name string) error {
+	if s.durable != nil {
+		if err := s.synced(ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.js.DeleteKeyValue(ctx, name); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("state: delete older bucket %s (what it held is moved): %w", name, err)
 	}
 	return nil
 }

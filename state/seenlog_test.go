@@ -12,30 +12,38 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// heldPublishes makes the store's seen log wait before each publish until
-// release is called, and counts the publishes.
+// heldPublishes makes a log's publishes wait until release is called,
+// and counts those waiting and those made.
 type heldPublishes struct {
 	mu       sync.Mutex
 	held     chan struct{}
+	waiting  int
 	messages int
 }
 
-func holdSeenLog(t *testing.T, s *Store) *heldPublishes {
+// holdPublishes holds the publishes of *pub (a log's pub).
+func holdPublishes(t *testing.T, pub *func(context.Context, []byte) (uint64, error)) *heldPublishes {
 	t.Helper()
 	h := &heldPublishes{held: make(chan struct{})}
-	pub := s.seenLog.pub
-	s.seenLog.pub = func(ctx context.Context, data []byte) (uint64, error) {
+	next := *pub
+	*pub = func(ctx context.Context, data []byte) (uint64, error) {
 		h.mu.Lock()
+		h.waiting++
 		held := h.held
 		h.mu.Unlock()
 		<-held
 		h.mu.Lock()
 		h.messages++
 		h.mu.Unlock()
-		return pub(ctx, data)
+		return next(ctx, data)
 	}
 	t.Cleanup(h.release)
 	return h
+}
+
+func holdSeenLog(t *testing.T, s *Store) *heldPublishes {
+	t.Helper()
+	return holdPublishes(t, &s.seenLog.pub)
 }
 
 func (h *heldPublishes) release() {
@@ -46,6 +54,28 @@ func (h *heldPublishes) release() {
 	default:
 		close(h.held)
 	}
+}
+
+// waitHeld waits until n publishes are held.
+func (h *heldPublishes) waitHeld(t *testing.T, n int) {
+	t.Helper()
+	if err := eventually(10*time.Second, func() error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.waiting < n {
+			return fmt.Errorf("%d publishes held, want %d", h.waiting, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// count is how many publishes were made.
+func (h *heldPublishes) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.messages
 }
 
 // returnsWithin reports whether f returns within d, and its error.
