@@ -177,6 +177,17 @@ func (s *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	s.base = base
+	// The space may already hold tool owners: discover them now rather
+	// than waiting for the next welcome, and before the loop starts: the
+	// records it resumes may be decided at once, and routing waits for a
+	// discovery under way, not for one not yet begun (it found no owner
+	// and rejected "incapable").
+	for _, p := range s.space.Roster() {
+		s.present[p.ID] = true
+		s.catalog.refresh(base, p.ID)
+	}
+	s.checkVetoHolders(s.space.Roster())
+
 	loopCtx, stopLoop := context.WithCancel(base)
 	defer stopLoop()
 	loopDone := make(chan error, 1)
@@ -193,14 +204,6 @@ func (s *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 		stopShadow()
 		<-shadowDone
 	}()
-
-	// The space may already hold tool owners: discover them now rather
-	// than waiting for the next welcome.
-	for _, p := range s.space.Roster() {
-		s.present[p.ID] = true
-		s.catalog.refresh(base, p.ID)
-	}
-	s.checkVetoHolders(s.space.Roster())
 
 	storeCtx, stopStore := context.WithCancel(base)
 	var storeWG sync.WaitGroup
