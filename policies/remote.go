@@ -256,7 +256,6 @@ func (e *Engine) pollOnce(ctx context.Context) {
 		e.log.Debug("policy bundle not modified", "url", url, "revision", old.revision)
 	default:
 		rolledBack := e.remote.activated(b)
-		e.cur.Store(set)
 		switch {
 		case rolledBack:
 			// OPA accepts an older bundle too: its signature says who
@@ -267,7 +266,14 @@ func (e *Engine) pollOnce(ctx context.Context) {
 			e.log.Info("policy bundle activated", "url", url, "revision", set.revision, "previous", old.revision)
 		}
 	}
+	// The set in force and the error change together: whoever sees the
+	// new revision (Revision reads it without errMu) and then asks
+	// LastReloadError waits for this and sees the error of the same
+	// download, never the one before it.
 	e.errMu.Lock()
+	if set != nil && err == nil {
+		e.cur.Store(set)
+	}
 	e.remote.err = err
 	e.errMu.Unlock()
 	e.observeDownload(result)
