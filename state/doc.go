@@ -4,7 +4,10 @@
 // delivered (the outbox); member leases for groups; and the JSON-RPC id
 // blocks of rule 11.
 //
-// Everything lives in NATS JetStream key-value buckets, in every mode:
+// Everything lives in NATS JetStream, in every mode: key-value buckets,
+// and for a store alone (memory, DIR) two streams of its own, where its
+// pending records (recordLog) and seen ids (seenLog) are written many to
+// a message and kept in memory, since no other process reads them:
 //
 //   - memory: an embedded, in-process NATS server whose buckets use
 //     JetStream memory storage. Nothing survives Close.
@@ -19,6 +22,13 @@
 // Memory mode is not a second implementation: it runs the same code against
 // the same server with a different storage type, so its claim, CAS and TTL
 // semantics cannot diverge from the durable modes.
+//
+// Locks: Store.mu, Store.rpcMu, recordLog.mu, seenLog.mu and
+// groupSync.mu are leaves: none is taken under another. rpcMu is held
+// across the write that reserves a block of JSON-RPC ids; recordLog.mu
+// across a read of its stream only to bring memory back to the stream
+// (at Open, and after a failed publish), when every caller must wait for
+// that anyway.
 //
 // Guarantees callers build on (see docs/state.md):
 //   - Claim is an atomic create-if-absent: among any number of members that
