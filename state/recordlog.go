@@ -238,8 +238,9 @@ func (l *recordLog) remove(ctx context.Context, k string, last uint64) error {
 	return err
 }
 
-// writeUnlock applies a write (val nil: a removal) to memory, queues it,
-// unlocks and waits for the publish that carries it.
+// writeUnlock applies a write (val nil: a removal) to memory and queues
+// it, unlocks, and returns once the publish that carries it is done: its
+// own when no publish was running, else the log goroutine's.
 func (l *recordLog) writeUnlock(ctx context.Context, k string, val []byte) (uint64, error) {
 	l.rev++
 	rev := l.rev
