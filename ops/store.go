@@ -111,7 +111,7 @@ func (m *Metrics) registerStore(reg *prometheus.Registry) {
 	m.leaseRenewals = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_state_lease_renewals_total",
 		Help: "Renewals of this member's lease, by result: ok or failed (the store did not take it, or the lease had lapsed and was taken again)."}, []string{"result"}))
 	m.storeOpDur = registered(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fulfiller_state_op_duration_seconds",
-		Help: "Duration of state store operations, by op (claim, put, get, update, answered, delete, list, outbox, rpcid, lease, ping, take; seen: one seen-log write shared by the ids claimed meanwhile, alone on the store; sync: a write waiting to reach the disk, syncfs: one sync shared by those waiting).", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9)}, []string{"op"}))
+		Help: "Duration of state store operations, by op (claim, put, get, update, answered, delete, list, outbox, rpcid, lease, ping, take; seen: one seen-log write shared by the ids claimed meanwhile, and records: one record-log write shared by the record writes made meanwhile, alone on the store; sync: a write waiting to reach the disk, syncfs: one sync shared by those waiting).", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9)}, []string{"op"}))
 	m.storeErrors = registered(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulfiller_state_op_errors_total",
 		Help: "State store operations that failed, by op; lost compare-and-sets and missing or existing records are outcomes, not errors, and are not counted."}, []string{"op"}))
 }

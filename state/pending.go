@@ -323,8 +323,9 @@ func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 }
 
 // List returns every pending record of the group (all members), for the
-// operator API and recovery. It reads every key written within the
-// delete markers' minute (see snapshot): not for a hot path.
+// operator API and recovery. In a group it reads every key written within
+// the delete markers' lifetime (see snapshot): not for a hot path. Alone
+// it copies the record log's memory.
 func (s *Store) List(ctx context.Context) (ps []*Pending, err error) {
 	defer s.timed("list", time.Now(), &err)
 	entries, err := s.records.all(ctx)

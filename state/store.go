@@ -315,8 +315,9 @@ func (s *Store) connect() error {
 }
 
 // openBuckets creates or updates the buckets: six for a group's member;
-// for a store alone five and the seen log (seenLog), into which the seen
-// bucket of an older fulfiller's DIR store is moved.
+// for a store alone four, the record log (recordLog) and the seen log
+// (seenLog), into which the pending and seen buckets of an older
+// fulfiller's DIR store are moved.
 func (s *Store) openBuckets(ctx context.Context) error {
 	storage := jetstream.FileStorage
 	if s.cfg.Mode.Kind == Memory {
