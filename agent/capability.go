@@ -54,7 +54,7 @@ func Permits(caps []Capability, kind string, payload json.RawMessage) bool {
 		}
 		if !decodedOK {
 			decodedOK = true
-			if len(payload) > 0 && json.Unmarshal(payload, &decoded) != nil {
+			if len(payload) > 0 && Unmarshal(payload, &decoded) != nil {
 				decoded = nil
 			}
 			if decoded == nil {

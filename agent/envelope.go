@@ -128,10 +128,11 @@ var ErrNotEnvelope = errors.New("not a MEW envelope")
 // unknown protocol or no kind, or give a field the spec names a value of
 // another type (a number id, an object to): such a frame is malformed and
 // its receiver logs and skips it. Unknown fields and a bare-string to or
-// correlation_id are accepted.
+// correlation_id are accepted. Keys are matched exactly, as the gateway
+// matches them (see Unmarshal).
 func Decode(frame []byte) (Envelope, error) {
 	var env Envelope
-	if err := json.Unmarshal(frame, &env); err != nil {
+	if err := Unmarshal(frame, &env); err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", ErrNotEnvelope, err)
 	}
 	switch env.Protocol {

@@ -67,7 +67,7 @@ var ErrWrongRPCID = errors.New("answer carries another JSON-RPC id")
 // is refused with ErrWrongRPCID: it answers some other request.
 func DecodeAnswer(payload, want json.RawMessage) (RPCResponse, error) {
 	var resp RPCResponse
-	if err := json.Unmarshal(payload, &resp); err != nil {
+	if err := Unmarshal(payload, &resp); err != nil {
 		return RPCResponse{}, fmt.Errorf("%w: %v", errBadResponse, err)
 	}
 	if len(resp.ID) == 0 || string(resp.ID) == "null" || SameRPCID(resp.ID, want) {

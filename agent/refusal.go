@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -52,7 +51,7 @@ func RefusalOf(env Envelope, self string) (Refusal, bool) {
 		return Refusal{}, false
 	}
 	var p ErrorPayload
-	if err := json.Unmarshal(env.Payload, &p); err != nil || p.Error == "" {
+	if err := Unmarshal(env.Payload, &p); err != nil || p.Error == "" {
 		return Refusal{}, false
 	}
 	return Refusal{EnvelopeID: id, ErrorID: env.ID, Error: p}, true

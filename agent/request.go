@@ -92,7 +92,7 @@ func checkRPCID(env Envelope) error {
 	var p struct {
 		ID json.RawMessage `json:"id"`
 	}
-	if json.Unmarshal(env.Payload, &p) == nil && string(p.ID) == "0" {
+	if Unmarshal(env.Payload, &p) == nil && string(p.ID) == "0" {
 		return fmt.Errorf("send %s %s: %w", env.Kind, env.ID, ErrNoRPCID)
 	}
 	return nil
@@ -115,7 +115,7 @@ func (c *Client) RequestEnvelope(ctx context.Context, env Envelope) (RPCResponse
 		return RPCResponse{}, fmt.Errorf("request: to must name exactly one other participant, got %q", env.To)
 	}
 	var req RPCRequest
-	if err := json.Unmarshal(env.Payload, &req); err != nil || req.Method == "" {
+	if err := Unmarshal(env.Payload, &req); err != nil || req.Method == "" {
 		return RPCResponse{}, fmt.Errorf("request to %s: payload is not a JSON-RPC request", env.To[0])
 	}
 	if len(req.ID) == 0 || string(req.ID) == "null" {

@@ -105,7 +105,7 @@ func (s *spaceState) acceptWelcome(env *Envelope) (WelcomePayload, bool) {
 	if env.Kind != KindWelcome || !env.IsFromGateway() || !slices.Contains(env.To, s.self) {
 		return w, false
 	}
-	if err := json.Unmarshal(env.Payload, &w); err != nil {
+	if err := Unmarshal(env.Payload, &w); err != nil {
 		return w, false
 	}
 	if w.You.ID != "" && w.You.ID != s.self {
@@ -154,7 +154,7 @@ func (s *spaceState) observe(env *Envelope) effect {
 			return effect{}
 		}
 		var p PresencePayload
-		if json.Unmarshal(env.Payload, &p) != nil || p.Participant.ID == "" {
+		if Unmarshal(env.Payload, &p) != nil || p.Participant.ID == "" {
 			return effect{}
 		}
 		// Presence about our own id is not about this session: the gateway
@@ -174,7 +174,7 @@ func (s *spaceState) observe(env *Envelope) effect {
 			return effect{}
 		}
 		var p ErrorPayload
-		if json.Unmarshal(env.Payload, &p) == nil && p.SessionGone() {
+		if Unmarshal(env.Payload, &p) == nil && p.SessionGone() {
 			return effect{lost: "gateway reports no capabilities for this session (" + p.AttemptedKind + " refused)"}
 		}
 	}

@@ -66,17 +66,17 @@ type Proposal struct {
 
 // Tool describes the called tool, as its owner lists it.
 type Tool struct {
-	Name        string
-	Server      string
-	Description string
-	Annotations json.RawMessage
+	Name        string          `json:"name"`
+	Server      string          `json:"server"`
+	Description string          `json:"description"`
+	Annotations json.RawMessage `json:"annotations"`
 }
 
 // Policy is why the policy asks and who else may answer.
 type Policy struct {
-	Message   string
-	Approvers []string
-	Quorum    int
+	Message   string   `json:"message"`
+	Approvers []string `json:"approvers"`
+	Quorum    int      `json:"quorum"`
 }
 
 // GrantOffer is a grant the fulfiller offers with an approval (docs/design.md
@@ -108,7 +108,7 @@ var ErrNotElicitation = errors.New("not an elicitation request")
 // ParseCard reads an elicitation/create request envelope.
 func ParseCard(env agent.Envelope) (*Card, error) {
 	var req agent.RPCRequest
-	if err := json.Unmarshal(env.Payload, &req); err != nil || req.Method != agent.MethodElicitationCreate {
+	if err := agent.Unmarshal(env.Payload, &req); err != nil || req.Method != agent.MethodElicitationCreate {
 		return nil, ErrNotElicitation
 	}
 	if len(req.ID) == 0 {
@@ -135,7 +135,7 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 			DelegatedBy []string        `json:"delegated_by"`
 		} `json:"_meta"`
 	}
-	if err := json.Unmarshal(req.Params, &p); err != nil {
+	if err := agent.Unmarshal(req.Params, &p); err != nil {
 		return nil, fmt.Errorf("%w: params: %v", ErrNotElicitation, err)
 	}
 	c := &Card{RequestID: env.ID, RPCID: req.ID, From: env.From, Message: p.Message,
@@ -176,11 +176,11 @@ func (c *Card) grantOffer(offers []string, meta json.RawMessage) *GrantOffer {
 		MaxTTL json.RawMessage `json:"max_ttl"`
 		Scope  json.RawMessage `json:"scope"`
 	}
-	if json.Unmarshal(meta, &m) != nil || m.MaxTTL == nil || m.Scope == nil {
+	if agent.Unmarshal(meta, &m) != nil || m.MaxTTL == nil || m.Scope == nil {
 		return nil
 	}
 	var offer decision.Grantable
-	if err := json.Unmarshal([]byte(`{"max_ttl":`+string(m.MaxTTL)+`,"scope":`+string(m.Scope)+`}`), &offer); err != nil {
+	if err := agent.Unmarshal([]byte(`{"max_ttl":`+string(m.MaxTTL)+`,"scope":`+string(m.Scope)+`}`), &offer); err != nil {
 		return nil
 	}
 	ttl, err := time.ParseDuration(offers[0])
@@ -188,7 +188,7 @@ func (c *Card) grantOffer(offers []string, meta json.RawMessage) *GrantOffer {
 		return nil
 	}
 	var args map[string]json.RawMessage
-	_ = json.Unmarshal(c.Arguments(), &args)
+	_ = agent.Unmarshal(c.Arguments(), &args)
 	name := ""
 	if c.Tool != nil {
 		name = c.Tool.Name
@@ -197,7 +197,7 @@ func (c *Card) grantOffer(offers []string, meta json.RawMessage) *GrantOffer {
 		var p struct {
 			Name string `json:"name"`
 		}
-		_ = json.Unmarshal(c.Proposal.Params, &p)
+		_ = agent.Unmarshal(c.Proposal.Params, &p)
 		name = p.Name
 	}
 	call := grants.Call{Proposer: c.Proposal.From, Tool: name, Server: c.server(), Arguments: args}
@@ -219,7 +219,7 @@ func parseSchema(raw json.RawMessage) (fields []Field, delegates, grantOffers []
 	var s struct {
 		Properties json.RawMessage `json:"properties"`
 	}
-	if err := json.Unmarshal(raw, &s); err != nil || len(s.Properties) == 0 {
+	if err := agent.Unmarshal(raw, &s); err != nil || len(s.Properties) == 0 {
 		return nil, nil, nil, fmt.Errorf("%w: no requestedSchema properties", ErrNotElicitation)
 	}
 	keys, props, err := orderedObject(s.Properties)
@@ -236,7 +236,7 @@ func parseSchema(raw json.RawMessage) (fields []Field, delegates, grantOffers []
 			Enum        []string        `json:"enum"`
 			Default     json.RawMessage `json:"default"`
 		}
-		_ = json.Unmarshal(props[k], &prop)
+		_ = agent.Unmarshal(props[k], &prop)
 		switch k {
 		case approval.FieldApprove, approval.FieldReason, approval.FieldSignature:
 		case approval.FieldDelegateTo:
@@ -321,7 +321,7 @@ func (c *Card) Arguments() json.RawMessage {
 		var p struct {
 			Arguments json.RawMessage `json:"arguments"`
 		}
-		_ = json.Unmarshal(c.Proposal.Params, &p)
+		_ = agent.Unmarshal(c.Proposal.Params, &p)
 		return p.Arguments
 	}
 	return c.Proposal.Params

@@ -401,7 +401,7 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 	if !slices.Contains(env.To, c.conn.ID()) {
 		if c.listed(env.From) {
 			var req agent.RPCRequest
-			if json.Unmarshal(env.Payload, &req) == nil {
+			if agent.Unmarshal(env.Payload, &req) == nil {
 				s.peers.prompt(env, req) // another approver's prompt: its answer tells the quorum's progress
 			}
 			c.outcome(s, env) // perhaps the fulfilment of a proposal we approved
@@ -409,7 +409,7 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 		return
 	}
 	var req agent.RPCRequest
-	if json.Unmarshal(env.Payload, &req) != nil {
+	if agent.Unmarshal(env.Payload, &req) != nil {
 		return
 	}
 	if req.Method == agent.MethodToolsList && len(req.ID) > 0 {
@@ -599,7 +599,7 @@ func (c *Client) cancelled(s *session, env agent.Envelope, req agent.RPCRequest)
 		RequestID json.RawMessage `json:"requestId"`
 		Reason    string          `json:"reason"`
 	}
-	_ = json.Unmarshal(req.Params, &p)
+	_ = agent.Unmarshal(req.Params, &p)
 	rid := env.CorrelationID.First()
 	card := s.find(rid)
 	if card == nil {
@@ -633,7 +633,7 @@ func (c *Client) presence(s *session, env agent.Envelope) {
 		return
 	}
 	var p agent.PresencePayload
-	if json.Unmarshal(env.Payload, &p) != nil || !c.listed(p.Participant.ID) {
+	if agent.Unmarshal(env.Payload, &p) != nil || !c.listed(p.Participant.ID) {
 		return
 	}
 	who := p.Participant.ID
@@ -680,7 +680,7 @@ func (c *Client) outcome(s *session, env agent.Envelope) {
 			return
 		}
 		var req agent.RPCRequest
-		if json.Unmarshal(env.Payload, &req) != nil || req.Method == agent.MethodElicitationCreate || req.Method == agent.MethodCancelled || len(req.ID) == 0 {
+		if agent.Unmarshal(env.Payload, &req) != nil || req.Method == agent.MethodElicitationCreate || req.Method == agent.MethodCancelled || len(req.ID) == 0 {
 			return
 		}
 		s.approved.Remove(w.card.Proposal.ID)
@@ -693,7 +693,7 @@ func (c *Client) outcome(s *session, env agent.Envelope) {
 		var p struct {
 			Reason string `json:"reason"`
 		}
-		_ = json.Unmarshal(env.Payload, &p)
+		_ = agent.Unmarshal(env.Payload, &p)
 		s.approved.Remove(w.card.Proposal.ID)
 		w.reason, w.explain, w.from = p.Reason, c.opts.Now().Add(explainWait), env.From
 		s.rejects[env.ID] = w
@@ -705,7 +705,7 @@ func (c *Client) outcome(s *session, env agent.Envelope) {
 		var p struct {
 			Text string `json:"text"`
 		}
-		_ = json.Unmarshal(env.Payload, &p)
+		_ = agent.Unmarshal(env.Payload, &p)
 		delete(s.rejects, env.CorrelationID.First())
 		c.notify(Event{Kind: EventOutcome, Card: w.card, Answer: w.answer, Outcome: Outcome{Reason: w.reason, Message: p.Text}, Fulfiller: env.From})
 	}

@@ -204,3 +204,34 @@ func TestWorldForgedPromptWithSignedPrompts(t *testing.T) {
 		})
 	}
 }
+
+// A proposal may carry keys that differ from the real ones only in case.
+// No key repeats, so the proposal is valid; the policy and the tool owner
+// read "name" and "arguments", and the card must show what they read, not
+// the "Arguments" decoy beside them: encoding/json took the last key that
+// matched whatever its case, so the card showed notes.txt while motd was
+// written.
+func TestWorldCardShowsTheArgumentsThatRun(t *testing.T) {
+	w := newWorld(t, `{"approvers":["alice"],"message":"production writes need a human"}`, nil)
+	ui := newHoldUI()
+	w.approver("alice", ui, approver.Options{})
+	id := w.proposeCall("p-decoy", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"pwned"},`+
+		`"Arguments":{"path":"/srv/prod/notes.txt","content":"hi"},"Name":"read_file"}}`)
+	c := ui.card(t)
+	if got := argumentsPath(c); got != "/srv/prod/motd" {
+		t.Fatalf("the card shows %s, want /srv/prod/motd (what runs)", got)
+	}
+	if c.Tool == nil || c.Tool.Name != "write_file" {
+		t.Errorf("the card shows tool %+v, want write_file", c.Tool)
+	}
+	ui.release <- approve
+	if out := w.outcome(id); !out.Fulfilled {
+		t.Fatalf("outcome %+v", out)
+	}
+	if got, _ := w.files.Read("/srv/prod/motd"); got != "pwned" {
+		t.Errorf("motd holds %q: the tool ran another call than the card showed", got)
+	}
+	if _, ok := w.files.Read("/srv/prod/notes.txt"); ok {
+		t.Error("notes.txt was written")
+	}
+}

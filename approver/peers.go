@@ -1,7 +1,6 @@
 package approver
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -108,7 +107,7 @@ func (p *peers) prompt(env agent.Envelope, req agent.RPCRequest) {
 			} `json:"proposal"`
 		} `json:"_meta"`
 	}
-	if json.Unmarshal(req.Params, &params) != nil || params.Meta.Proposal.ID == "" {
+	if agent.Unmarshal(req.Params, &params) != nil || params.Meta.Proposal.ID == "" {
 		return
 	}
 	p.prompts.Add(env.ID, peerPrompt{approver: env.To[0], proposal: params.Meta.Proposal.ID})
@@ -131,7 +130,7 @@ func (p *peers) answer(env agent.Envelope) (proposal string, ok bool) {
 			} `json:"content"`
 		} `json:"result"`
 	}
-	if json.Unmarshal(env.Payload, &resp) != nil || resp.Result == nil {
+	if agent.Unmarshal(env.Payload, &resp) != nil || resp.Result == nil {
 		return "", false
 	}
 	r := resp.Result

@@ -45,14 +45,14 @@ type answerPayload struct {
 // elicitation result of a known action is ignored.
 func parseAnswer(payload json.RawMessage) answerPayload {
 	var resp agent.RPCResponse
-	if json.Unmarshal(payload, &resp) != nil {
+	if agent.Unmarshal(payload, &resp) != nil {
 		return answerPayload{why: "payload is not a JSON-RPC response"}
 	}
 	if resp.Error != nil {
 		return answerPayload{outcome: outcomeError, rpcErr: resp.Error}
 	}
 	var r result
-	if json.Unmarshal(resp.Result, &r) != nil {
+	if agent.Unmarshal(resp.Result, &r) != nil {
 		return answerPayload{why: "result is not an elicitation result"}
 	}
 	a := answerPayload{action: r.Action, content: r.Content}

@@ -227,7 +227,7 @@ func (e *Elicitor) Handle(env agent.Envelope) {
 				ID string `json:"id"`
 			} `json:"participant"`
 		}
-		if json.Unmarshal(env.Payload, &pr) == nil && pr.Event == "join" && pr.Participant.ID != "" && pr.Participant.ID != e.conn.ID() {
+		if agent.Unmarshal(env.Payload, &pr) == nil && pr.Event == "join" && pr.Participant.ID != "" && pr.Participant.ID != e.conn.ID() {
 			e.resync(pr.Participant.ID)
 		}
 	}
@@ -719,7 +719,7 @@ func callArguments(method string, params json.RawMessage) json.RawMessage {
 	var p struct {
 		Arguments json.RawMessage `json:"arguments"`
 	}
-	if json.Unmarshal(params, &p) != nil {
+	if agent.Unmarshal(params, &p) != nil {
 		return nil
 	}
 	return p.Arguments
@@ -910,7 +910,7 @@ func offeredEnum(payload json.RawMessage, name string) []string {
 			} `json:"requestedSchema"`
 		} `json:"params"`
 	}
-	if json.Unmarshal(payload, &p) != nil {
+	if agent.Unmarshal(payload, &p) != nil {
 		return nil
 	}
 	return p.Params.RequestedSchema.Properties[name].Enum

@@ -64,7 +64,7 @@ func parseCall(method string, params json.RawMessage) call {
 		return c
 	}
 	if raw, ok := p.raw("name"); ok {
-		_ = json.Unmarshal(raw, &c.tool)
+		_ = agent.Unmarshal(raw, &c.tool)
 	}
 	if raw, ok := p.raw("arguments"); ok {
 		c.args, _ = decodeObject(raw)
@@ -83,7 +83,7 @@ func editableFields(c call, inputSchema json.RawMessage, names []string, log *sl
 		var s struct {
 			Properties map[string]map[string]any `json:"properties"`
 		}
-		if json.Unmarshal(inputSchema, &s) == nil {
+		if agent.Unmarshal(inputSchema, &s) == nil {
 			props = s.Properties
 		}
 	}
@@ -195,7 +195,7 @@ func checkValue(f field, v json.RawMessage) error {
 		return fmt.Errorf("%s: no value", f.name)
 	case want == "string":
 		var s string
-		if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		if v[0] != '"' || agent.Unmarshal(v, &s) != nil {
 			return fmt.Errorf("%s must be a string", f.name)
 		}
 		if len(f.enum) > 0 && !slices.Contains(f.enum, s) {
@@ -367,19 +367,19 @@ type form struct {
 
 func readForm(content json.RawMessage) form {
 	var f form
-	_ = json.Unmarshal(content, &f.fields)
+	_ = agent.Unmarshal(content, &f.fields)
 	if raw, ok := f.fields[approval.FieldApprove]; ok {
 		f.approve = string(bytes.TrimSpace(raw)) == "true"
 	}
 	if raw, ok := f.fields[approval.FieldReason]; ok {
-		_ = json.Unmarshal(raw, &f.reason)
+		_ = agent.Unmarshal(raw, &f.reason)
 		f.reason = strings.TrimSpace(f.reason)
 	}
 	if raw, ok := f.fields[approval.FieldDelegateTo]; ok {
-		_ = json.Unmarshal(raw, &f.delegateTo)
+		_ = agent.Unmarshal(raw, &f.delegateTo)
 	}
 	if raw, ok := f.fields[approval.FieldGrant]; ok {
-		f.grantBad = json.Unmarshal(raw, &f.grant) != nil
+		f.grantBad = agent.Unmarshal(raw, &f.grant) != nil
 	}
 	return f
 }

@@ -83,3 +83,15 @@ func TestE2ENotifyArgumentsWhenTheDecisionSaysSo(t *testing.T) {
 		t.Errorf("ended %+v", end)
 	}
 }
+
+// A notification shows the arguments the tool owner will read, not a
+// decoy under a key that differs from "arguments" only in case.
+func TestE2ENotifiedArgumentsAreTheOnesThatRun(t *testing.T) {
+	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice"],"notify_arguments":true}`})
+	w.propose("p-decoy", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"pwned"},"Arguments":{"path":"/srv/prod/notes.txt","content":"hi"}}}`)
+	w.ask("alice")
+	poll.Until(t, "the opened event", func() bool { return len(w.eventsOf(elicit.EventOpened)) == 1 })
+	if got := string(w.eventsOf(elicit.EventOpened)[0].Prompt.Arguments); got != `{"path":"/srv/prod/motd","content":"pwned"}` {
+		t.Errorf("notified arguments %s", got)
+	}
+}

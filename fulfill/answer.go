@@ -3,6 +3,8 @@ package fulfill
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/mewkit/fulfiller/agent"
 )
 
 // Payloads fulfiller writes. Structs keep the key order of docs/protocol.md on
@@ -25,7 +27,7 @@ func reasonOf(payload json.RawMessage) string {
 	var r struct {
 		Reason string `json:"reason"`
 	}
-	_ = json.Unmarshal(payload, &r)
+	_ = agent.Unmarshal(payload, &r)
 	return r.Reason
 }
 

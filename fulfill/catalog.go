@@ -44,7 +44,7 @@ func (t ToolInfo) TaskSupport() string {
 	var e struct {
 		TaskSupport string `json:"taskSupport"`
 	}
-	if json.Unmarshal(t.Execution, &e) == nil {
+	if agent.Unmarshal(t.Execution, &e) == nil {
 		switch e.TaskSupport {
 		case TaskRequired, TaskOptional:
 			return e.TaskSupport
@@ -335,7 +335,7 @@ func (c *catalog) list(ctx context.Context, id string) (tools map[string]ToolInf
 			Tools      []ToolInfo `json:"tools"`
 			NextCursor string     `json:"nextCursor"`
 		}
-		if err := json.Unmarshal(resp.Result, &result); err != nil {
+		if err := agent.Unmarshal(resp.Result, &result); err != nil {
 			return nil, requests, fmt.Errorf("tools/list from %s: %w", id, err)
 		}
 		for _, t := range result.Tools {

@@ -25,7 +25,7 @@ func recordSnapshot(r *state.Pending) Snapshot {
 	s := Snapshot{ID: r.ProposalID, From: r.Proposer, State: string(r.Phase), Received: r.Received,
 		Deadline: r.ApprovalDeadline, Revision: r.Revision, Owner: r.Owner}
 	var env agent.Envelope
-	if json.Unmarshal(r.Envelope, &env) == nil {
+	if agent.Unmarshal(r.Envelope, &env) == nil {
 		if c, err := parsePayload(env.Payload); err == nil {
 			s.Method, s.Tool = c.method, c.tool
 		}

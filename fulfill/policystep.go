@@ -529,7 +529,7 @@ func proposalDeadlineHint(params json.RawMessage, received time.Time) (time.Time
 			TimeoutMS *float64 `json:"timeout_ms"`
 		} `json:"_meta"`
 	}
-	if len(params) == 0 || json.Unmarshal(params, &doc) != nil {
+	if len(params) == 0 || agent.Unmarshal(params, &doc) != nil {
 		return time.Time{}, false
 	}
 	var hint time.Time

@@ -402,7 +402,7 @@ func storedDecisionFor(p *lifecycle.Proposal) storedDecision {
 // envelope, or its decision): nobody can answer it.
 func proposalOf(r *state.Pending, pendingTTL, fulfillTimeout time.Duration) (lifecycle.Proposal, error) {
 	var env agent.Envelope
-	if err := json.Unmarshal(r.Envelope, &env); err != nil {
+	if err := agent.Unmarshal(r.Envelope, &env); err != nil {
 		return lifecycle.Proposal{}, fmt.Errorf("fulfill: record %q: proposal envelope: %w", truncID(r.ProposalID), err)
 	}
 	if env.ID != r.ProposalID || env.From == "" {

@@ -1082,3 +1082,20 @@ func TestRecordStoreUnderTheCore(t *testing.T) {
 		}
 	})
 }
+
+// A record's envelope is read back after a restart as it was read when it
+// arrived: keys exactly, so a "PAYLOAD" or "ID" beside the real ones (the
+// gateway passes them through) never becomes the call that is resumed.
+func TestProposalOfReadsTheEnvelopesKeysExactly(t *testing.T) {
+	env := `{"protocol":"mew/v0.4","id":"p-1","from":"coder","kind":"mcp/proposal",` +
+		`"payload":{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}},` +
+		`"PAYLOAD":{"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/tmp/x"}}},"ID":"p-2","FROM":""}`
+	r := &state.Pending{ProposalID: "p-1", Proposer: "coder", Envelope: json.RawMessage(env), Received: rsT0, Phase: state.Deciding}
+	p, err := proposalOf(r, rsTTL, rsFulfil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Method != "tools/call" || p.Tool != "write_file" || string(p.Params) != `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}` {
+		t.Errorf("resumed %s %s %s", p.Method, p.Tool, p.Params)
+	}
+}

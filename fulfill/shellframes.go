@@ -195,7 +195,7 @@ func (s *Fulfiller) checkAnswered(cid string, env agent.Envelope) {
 // discovery; a task's status notification wakes its follower.
 func (s *Fulfiller) onOtherRequest(env agent.Envelope) {
 	var req agent.RPCRequest
-	if json.Unmarshal(env.Payload, &req) != nil {
+	if agent.Unmarshal(env.Payload, &req) != nil {
 		return
 	}
 	switch req.Method {
@@ -244,7 +244,7 @@ func (s *Fulfiller) onPresence(env agent.Envelope) {
 			ID string `json:"id"`
 		} `json:"participant"`
 	}
-	if json.Unmarshal(env.Payload, &pr) != nil || pr.Participant.ID == "" || pr.Participant.ID == s.space.ID() {
+	if agent.Unmarshal(env.Payload, &pr) != nil || pr.Participant.ID == "" || pr.Participant.ID == s.space.ID() {
 		return
 	}
 	id := pr.Participant.ID

@@ -221,7 +221,7 @@ func taskHandle(result json.RawMessage) (s taskState, spec string, ok bool) {
 		Task *taskState `json:"task"`
 		taskState
 	}
-	if json.Unmarshal(result, &r) != nil {
+	if agent.Unmarshal(result, &r) != nil {
 		return taskState{}, "", false
 	}
 	switch {

@@ -176,7 +176,7 @@ func (w *wire) taskGet(ctx context.Context, f *taskFollower) (s taskState, spec 
 		}
 		return taskState{}, "", resp.Error
 	}
-	if err := json.Unmarshal(resp.Result, &s); err != nil || !s.valid() || s.TaskID != f.taskID {
+	if err := agent.Unmarshal(resp.Result, &s); err != nil || !s.valid() || s.TaskID != f.taskID {
 		return taskState{}, "", fmt.Errorf("tasks/get answer from %s is not task %s: %s", f.owner, f.taskID, resp.Result)
 	}
 	spec = TaskSpec2025
@@ -222,11 +222,11 @@ func (w *wire) taskNotice(env agent.Envelope) bool {
 		return false
 	}
 	var req agent.RPCRequest
-	if json.Unmarshal(env.Payload, &req) != nil || (req.Method != methodTaskStatus && req.Method != methodTaskStatusExt) {
+	if agent.Unmarshal(env.Payload, &req) != nil || (req.Method != methodTaskStatus && req.Method != methodTaskStatusExt) {
 		return false
 	}
 	var s taskState
-	if json.Unmarshal(req.Params, &s) != nil || s.TaskID == "" {
+	if agent.Unmarshal(req.Params, &s) != nil || s.TaskID == "" {
 		return false
 	}
 	w.mu.Lock()
@@ -272,7 +272,7 @@ func (w *wire) SendRelay(ctx context.Context, r lifecycle.SendRelay) error {
 	resp := agent.RPCResponse{JSONRPC: "2.0", ID: rpc}
 	if len(r.Error) > 0 {
 		var rpcErr agent.RPCError
-		if err := json.Unmarshal(r.Error, &rpcErr); err != nil {
+		if err := agent.Unmarshal(r.Error, &rpcErr); err != nil {
 			// Recorded by the core from what the follower or the reader
 			// read as an error object; relayed as the error it was.
 			rpcErr = agent.RPCError{Code: codeTaskEnded, Message: fmt.Sprintf("the call failed with an unreadable error: %s", r.Error)}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -626,7 +627,7 @@ func InputFromEnvelope(raw []byte, now time.Time) (*Input, error) {
 		From    string          `json:"from"`
 		Payload json.RawMessage `json:"payload"`
 	}
-	if err := json.Unmarshal(raw, &env); err != nil {
+	if err := agent.Unmarshal(raw, &env); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotProposal, err)
 	}
 	if env.Kind != "mcp/proposal" {
@@ -636,7 +637,7 @@ func InputFromEnvelope(raw []byte, now time.Time) (*Input, error) {
 		Method *string         `json:"method"`
 		Params json.RawMessage `json:"params"`
 	}
-	if err := json.Unmarshal(env.Payload, &payload); err != nil || payload.Method == nil {
+	if err := agent.Unmarshal(env.Payload, &payload); err != nil || payload.Method == nil {
 		return nil, errors.New("proposal payload must be an object with a string method")
 	}
 	in := &Input{
@@ -658,7 +659,7 @@ func InputFromEnvelope(raw []byte, now time.Time) (*Input, error) {
 			Name      any             `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
 		}
-		if err := json.Unmarshal(in.Params, &call); err != nil {
+		if err := agent.Unmarshal(in.Params, &call); err != nil {
 			return nil, fmt.Errorf("proposal params: %w", err)
 		}
 		if name, ok := call.Name.(string); ok {

@@ -67,7 +67,7 @@ func (p *Proposer) Observe(env agent.Envelope) {
 	case agent.KindRequest:
 		if t, ok := p.proposals[env.CorrelationID.First()]; ok && !t.closed && t.out.FulfilledBy == "" {
 			var req agent.RPCRequest
-			if json.Unmarshal(env.Payload, &req) == nil && req.Method != agent.MethodElicitationCreate {
+			if agent.Unmarshal(env.Payload, &req) == nil && req.Method != agent.MethodElicitationCreate {
 				t.out.FulfilledBy = env.From
 				p.requests[env.ID] = t
 			}
@@ -75,7 +75,7 @@ func (p *Proposer) Observe(env agent.Envelope) {
 	case agent.KindResponse:
 		if t, ok := p.requests[env.CorrelationID.First()]; ok && !t.closed {
 			var resp agent.RPCResponse
-			_ = json.Unmarshal(env.Payload, &resp)
+			_ = agent.Unmarshal(env.Payload, &resp)
 			t.out.Fulfilled, t.out.Result, t.out.Error = true, resp.Result, resp.Error
 			t.finish()
 		}
@@ -84,7 +84,7 @@ func (p *Proposer) Observe(env agent.Envelope) {
 			var r struct {
 				Reason string `json:"reason"`
 			}
-			_ = json.Unmarshal(env.Payload, &r)
+			_ = agent.Unmarshal(env.Payload, &r)
 			t.out.Rejected, t.out.RejectedBy, t.out.Reason = true, env.From, r.Reason
 			p.rejects[env.ID] = t
 			t.finish()
@@ -94,7 +94,7 @@ func (p *Proposer) Observe(env agent.Envelope) {
 			var c struct {
 				Text string `json:"text"`
 			}
-			_ = json.Unmarshal(env.Payload, &c)
+			_ = agent.Unmarshal(env.Payload, &c)
 			t.out.Chat = c.Text
 			close(t.chat)
 			delete(p.rejects, env.CorrelationID.First())

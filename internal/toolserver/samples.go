@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mewkit/fulfiller/agent"
 )
 
 var numberArgs = map[string]any{
@@ -22,8 +24,11 @@ var numberArgs = map[string]any{
 func Calculator() []Tool {
 	arith := func(op func(a, b float64) float64) func(context.Context, json.RawMessage) (string, error) {
 		return func(_ context.Context, raw json.RawMessage) (string, error) {
-			var args struct{ A, B *float64 }
-			if json.Unmarshal(raw, &args) != nil || args.A == nil || args.B == nil {
+			var args struct {
+				A *float64 `json:"a"`
+				B *float64 `json:"b"`
+			}
+			if agent.Unmarshal(raw, &args) != nil || args.A == nil || args.B == nil {
 				return "", badArgs("a and b must be numbers")
 			}
 			return strconv.FormatFloat(op(*args.A, *args.B), 'f', -1, 64), nil
@@ -76,7 +81,7 @@ type pathArgs struct {
 
 func parsePath(raw json.RawMessage) (pathArgs, error) {
 	var a pathArgs
-	if json.Unmarshal(raw, &a) != nil || a.Path == "" {
+	if agent.Unmarshal(raw, &a) != nil || a.Path == "" {
 		return a, badArgs("path must be a non-empty string")
 	}
 	return a, nil
@@ -182,8 +187,10 @@ func (j Jobs) Tools() []Tool {
 			Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": false},
 			TaskSupport: TaskRequired,
 			Call: func(ctx context.Context, raw json.RawMessage) (string, error) {
-				var a struct{ Steps *int }
-				if json.Unmarshal(raw, &a) != nil || a.Steps == nil || *a.Steps < 1 || *a.Steps > 1000 {
+				var a struct {
+					Steps *int `json:"steps"`
+				}
+				if agent.Unmarshal(raw, &a) != nil || a.Steps == nil || *a.Steps < 1 || *a.Steps > 1000 {
 					return "", badArgs("steps must be an integer from 1 to 1000")
 				}
 				if err := j.work(ctx, *a.Steps); err != nil {
@@ -202,8 +209,10 @@ func (j Jobs) Tools() []Tool {
 			Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": false},
 			TaskSupport: TaskOptional,
 			Call: func(ctx context.Context, raw json.RawMessage) (string, error) {
-				var a struct{ Target string }
-				if json.Unmarshal(raw, &a) != nil || a.Target == "" {
+				var a struct {
+					Target string `json:"target"`
+				}
+				if agent.Unmarshal(raw, &a) != nil || a.Target == "" {
 					return "", badArgs("target must be a non-empty string")
 				}
 				if err := j.work(ctx, 3); err != nil {

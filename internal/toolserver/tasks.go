@@ -421,7 +421,7 @@ func (s *Server) taskMethod(ctx context.Context, env agent.Envelope, req agent.R
 	var p struct {
 		TaskID string `json:"taskId"`
 	}
-	if err := json.Unmarshal(req.Params, &p); err != nil {
+	if err := agent.Unmarshal(req.Params, &p); err != nil {
 		s.reply(ctx, env, req, nil, &agent.RPCError{Code: CodeInvalidParams, Message: "params: " + err.Error()})
 		return
 	}
@@ -521,7 +521,7 @@ func CreatedTaskID(payload json.RawMessage) string {
 			} `json:"task"`
 		} `json:"result"`
 	}
-	if json.Unmarshal(payload, &r) != nil {
+	if agent.Unmarshal(payload, &r) != nil {
 		return ""
 	}
 	return r.Result.TaskID + r.Result.Task.TaskID

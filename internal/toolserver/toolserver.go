@@ -185,7 +185,7 @@ func (s *Server) Calls() int {
 
 func (s *Server) handle(ctx context.Context, env agent.Envelope) {
 	var req agent.RPCRequest
-	if err := json.Unmarshal(env.Payload, &req); err != nil {
+	if err := agent.Unmarshal(env.Payload, &req); err != nil {
 		s.log.Warn("unreadable request", "id", env.ID, "err", err)
 		return
 	}
@@ -207,7 +207,7 @@ func (s *Server) handle(ctx context.Context, env agent.Envelope) {
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
 		}
-		_ = json.Unmarshal(req.Params, &p)
+		_ = agent.Unmarshal(req.Params, &p)
 		s.mu.Lock()
 		if cancel, ok := s.running[env.CorrelationID.First()]; ok {
 			cancel()
@@ -238,7 +238,7 @@ func (s *Server) handleSDK(ctx context.Context, env agent.Envelope, req agent.RP
 		s.reply(ctx, env, req, map[string]any{"tools": tools}, nil)
 	case agent.MethodToolsCall:
 		var p callParams
-		if err := json.Unmarshal(req.Params, &p); err != nil || len(req.Params) == 0 || string(req.Params) == "null" {
+		if err := agent.Unmarshal(req.Params, &p); err != nil || len(req.Params) == 0 || string(req.Params) == "null" {
 			// The SDK destructures params and throws a TypeError.
 			s.reply(ctx, env, req, nil, &agent.RPCError{Code: CodeInternal, Message: "Cannot destructure property 'name' of 'params' as it is undefined."})
 			return
@@ -294,7 +294,7 @@ func (s *Server) list() []map[string]any {
 
 func (s *Server) call(ctx context.Context, env agent.Envelope, req agent.RPCRequest) {
 	var p callParams
-	if err := json.Unmarshal(req.Params, &p); err != nil {
+	if err := agent.Unmarshal(req.Params, &p); err != nil {
 		s.reply(ctx, env, req, nil, &agent.RPCError{Code: CodeInvalidParams, Message: "params: " + err.Error()})
 		return
 	}
