@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"io"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/mewkit/fulfiller/agent"
 )
@@ -45,11 +47,13 @@ type call struct {
 // a duplicate key anywhere in the payload is invalid too: decoders differ
 // on which of the two values counts (Go takes the last, others the first),
 // so the policy could decide one call while the tool owner runs the other.
+// So is text that is not UTF-8 or escapes half a surrogate pair ("\ud800"
+// alone: Go and OPA mend it to U+FFFD, a JavaScript tool keeps it; rule 13).
 //
-// It is one streaming pass over the payload that also finds method,
-// params and the tool name, so validation costs about what the single
-// json.Unmarshal it replaces did. Keys are matched exactly (JSON is
-// case-sensitive; encoding/json's struct decoding is not).
+// It is one pass of encoding/json/v2's tokenizer, which refuses duplicate
+// names, invalid UTF-8 and lone surrogates by default and reads keys
+// unescaped and exactly, as the tool owner reads them; params is the
+// payload's own bytes, never a copy (a large write is held once).
 func parsePayload(payload json.RawMessage) (call, error) {
 	var c call
 	if len(payload) == 0 {
@@ -58,78 +62,62 @@ func parsePayload(payload json.RawMessage) (call, error) {
 	if !isJSONObject(payload) {
 		return c, fmt.Errorf("proposal payload is not a JSON object")
 	}
-	if !utf8.Valid(payload) || loneSurrogate(payload) {
-		// Rule 13: decoders mend such text (Go and OPA with U+FFFD),
-		// tools may not, so the policy would decide other text than the
-		// tool owner gets.
-		return c, fmt.Errorf("proposal payload is not valid UTF-8")
+	if !utf8.Valid(payload) {
+		return c, errNotUTF8
 	}
-	s := scanner{dec: json.NewDecoder(bytes.NewReader(payload)), data: payload}
-	s.dec.UseNumber()
 	var (
 		hasMethod, methodString, hasParams, paramsObject bool
-		name                                             json.Token
-		hasName, argsObject                              bool
-		hasArgs                                          bool
+		hasName, nameString, hasArgs, argsObject         bool
 	)
-	err := s.object(func(key string) error {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(payload)) // parsed in place: a Buffer is not copied
+	err := members(dec, func(key string) error {
 		switch key {
 		case "method":
 			hasMethod = true
-			tok, err := s.token()
-			if err != nil {
-				return err
+			if dec.PeekKind() != '"' {
+				return dec.SkipValue()
 			}
-			c.method, methodString = tok.(string)
-			return s.rest(tok)
+			tok, err := dec.ReadToken()
+			methodString, c.method = true, tok.String()
+			return err
 		case "params":
 			hasParams = true
-			start := s.dec.InputOffset()
-			tok, err := s.token()
-			if err != nil {
-				return err
-			}
-			if d, ok := tok.(json.Delim); ok && d == '{' {
+			start := dec.InputOffset()
+			var err error
+			if dec.PeekKind() == '{' {
 				paramsObject = true
-				err = s.fields(func(key string) error {
+				err = members(dec, func(key string) error {
 					switch key {
 					case "name":
 						hasName = true
-						tok, err := s.token()
-						if err != nil {
-							return err
+						if dec.PeekKind() != '"' {
+							return dec.SkipValue()
 						}
-						name = tok
-						return s.rest(tok)
+						tok, err := dec.ReadToken()
+						nameString, c.tool = true, tok.String()
+						return err
 					case "arguments":
-						hasArgs = true
-						tok, err := s.token()
-						if err != nil {
-							return err
-						}
-						if d, ok := tok.(json.Delim); ok && d == '{' {
-							argsObject = true
-						}
-						return s.rest(tok)
+						hasArgs, argsObject = true, dec.PeekKind() == '{'
 					}
-					return s.value()
+					return dec.SkipValue()
 				})
 			} else {
-				err = s.rest(tok)
+				err = dec.SkipValue()
 			}
-			if err != nil {
-				return err
-			}
-			c.params = s.span(start)
-			return nil
+			c.params = bytes.TrimLeft(payload[start:dec.InputOffset()], " \t\r\n:")
+			return err
 		}
-		return s.value()
+		return dec.SkipValue()
 	})
-	if err != nil {
-		if errors.Is(err, errDuplicateKey) {
-			return call{}, fmt.Errorf("proposal payload %w", err)
+	if err == nil {
+		if _, err = dec.ReadToken(); err == io.EOF {
+			err = nil
+		} else if err == nil {
+			err = errors.New("more than one value")
 		}
-		return call{}, fmt.Errorf("proposal payload is not a JSON object")
+	}
+	if err != nil {
+		return call{}, payloadError(payload, err)
 	}
 	switch {
 	case !hasMethod:
@@ -144,175 +132,60 @@ func parsePayload(payload json.RawMessage) (call, error) {
 	if !paramsObject {
 		c.params = nil
 	}
-	if c.method == agent.MethodToolsCall {
-		// MCP requires both; a policy must never see a call whose tool it
-		// cannot name.
-		tool, _ := name.(string)
-		switch {
-		case !hasName:
-			return call{}, fmt.Errorf("tools/call has no params.name")
-		case tool == "":
-			return call{}, fmt.Errorf("tools/call params.name is not a non-empty string")
-		case hasArgs && !argsObject:
-			return call{}, fmt.Errorf("tools/call params.arguments is not an object")
-		}
-		c.tool = tool
+	if c.method != agent.MethodToolsCall {
+		c.tool = ""
+		return c, nil
+	}
+	// MCP requires both; a policy must never see a call whose tool it
+	// cannot name.
+	switch {
+	case !hasName:
+		return call{}, fmt.Errorf("tools/call has no params.name")
+	case !nameString || c.tool == "":
+		return call{}, fmt.Errorf("tools/call params.name is not a non-empty string")
+	case hasArgs && !argsObject:
+		return call{}, fmt.Errorf("tools/call params.arguments is not an object")
 	}
 	return c, nil
 }
 
-// loneSurrogate reports whether a JSON text escapes half of a UTF-16
-// surrogate pair ("\ud800" alone): text no UTF-8 can hold, which Go's
-// decoder turns into U+FFFD and a JavaScript tool keeps. In valid JSON a
-// backslash occurs only inside strings, so no string tracking is needed.
-func loneSurrogate(data []byte) bool {
-	escaped := func(i int) (rune, bool) { // the \uXXXX at data[i:]
-		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
-			return 0, false
-		}
-		var r rune
-		for _, c := range data[i+2 : i+6] {
-			switch {
-			case '0' <= c && c <= '9':
-				r = r<<4 | rune(c-'0')
-			case 'a' <= c && c <= 'f':
-				r = r<<4 | rune(c-'a'+10)
-			case 'A' <= c && c <= 'F':
-				r = r<<4 | rune(c-'A'+10)
-			default:
-				return 0, false
-			}
-		}
-		return r, true
+var errNotUTF8 = errors.New("proposal payload is not valid UTF-8")
+
+// payloadError says why the tokenizer refused a payload whose UTF-8 was
+// checked: a duplicate key, an escaped half of a surrogate pair, or (from
+// no envelope the agent hands over) JSON that is no object.
+func payloadError(payload []byte, err error) error {
+	var serr *jsontext.SyntacticError
+	if errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &serr) {
+		return fmt.Errorf("proposal payload has a duplicate key %q", serr.JSONPointer.LastToken())
 	}
-	for i := 0; i < len(data); i++ {
-		if data[i] != '\\' {
-			continue
-		}
-		r, ok := escaped(i)
-		if !ok {
-			i++ // another escape: skip the escaped byte (an escaped backslash too)
-			continue
-		}
-		switch {
-		case 0xD800 <= r && r < 0xDC00:
-			lo, ok := escaped(i + 6)
-			if !ok || lo < 0xDC00 || lo > 0xDFFF {
-				return true
-			}
-			i += 11
-		case 0xDC00 <= r && r <= 0xDFFF:
-			return true
-		default:
-			i += 5
-		}
+	if jsontext.Value(payload).IsValid(jsontext.AllowInvalidUTF8(true)) {
+		return errNotUTF8
 	}
-	return false
+	return fmt.Errorf("proposal payload is not a JSON object")
 }
 
-// errDuplicateKey marks a payload with a key twice in one object.
-var errDuplicateKey = errors.New("has a duplicate key")
-
-// scanner walks a JSON document token by token, refusing duplicate keys.
-type scanner struct {
-	dec  *json.Decoder
-	data []byte
-}
-
-func (s *scanner) token() (json.Token, error) { return s.dec.Token() }
-
-// value consumes the next value.
-func (s *scanner) value() error {
-	tok, err := s.dec.Token()
+// members reads the object that comes next in dec, calling visit with
+// each key to read its value.
+func members(dec *jsontext.Decoder, visit func(key string) error) error {
+	tok, err := dec.ReadToken()
 	if err != nil {
 		return err
 	}
-	return s.rest(tok)
-}
-
-// rest consumes what follows tok when tok opens an object or array.
-func (s *scanner) rest(tok json.Token) error {
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil
-	}
-	if d == '[' {
-		for s.dec.More() {
-			if err := s.value(); err != nil {
-				return err
-			}
-		}
-		_, err := s.dec.Token() // ']'
-		return err
-	}
-	return s.fields(nil)
-}
-
-// object consumes a whole object, calling visit for each key to consume its
-// value (nil: skip the values).
-func (s *scanner) object(visit func(key string) error) error {
-	tok, err := s.dec.Token()
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	if tok.Kind() != '{' {
 		return errors.New("not an object")
 	}
-	return s.fields(visit)
-}
-
-// smallObject is how many keys are checked for duplicates by a linear
-// search before a map is cheaper; an attacker's object with 100 000 keys
-// must not cost a quadratic scan.
-const smallObject = 16
-
-// fields consumes the members of an object whose '{' was read.
-func (s *scanner) fields(visit func(key string) error) error {
-	var (
-		few  [smallObject]string
-		keys = few[:0]
-		many map[string]struct{}
-	)
-	for s.dec.More() {
-		tok, err := s.dec.Token()
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
 		if err != nil {
 			return err
 		}
-		key, _ := tok.(string)
-		switch {
-		case many != nil:
-			if _, dup := many[key]; dup {
-				return fmt.Errorf("%w %q", errDuplicateKey, key)
-			}
-			many[key] = struct{}{}
-		case slices.Contains(keys, key):
-			return fmt.Errorf("%w %q", errDuplicateKey, key)
-		case len(keys) < smallObject:
-			keys = append(keys, key)
-		default:
-			many = make(map[string]struct{}, 2*smallObject)
-			for _, k := range keys {
-				many[k] = struct{}{}
-			}
-			many[key] = struct{}{}
-		}
-		if visit != nil {
-			err = visit(key)
-		} else {
-			err = s.value()
-		}
-		if err != nil {
+		if err := visit(name.String()); err != nil {
 			return err
 		}
 	}
-	_, err := s.dec.Token() // '}'
+	_, err = dec.ReadToken() // '}'
 	return err
-}
-
-// span returns the bytes of the value read since offset start (which was
-// taken right after its key), without the colon and blanks before it.
-func (s *scanner) span(start int64) json.RawMessage {
-	return bytes.TrimLeft(s.data[start:s.dec.InputOffset()], " \t\r\n:")
 }
 
 // toolCall extracts the tool name and arguments of a tools/call. Keys match
