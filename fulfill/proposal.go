@@ -188,21 +188,34 @@ func members(dec *jsontext.Decoder, visit func(key string) error) error {
 	return err
 }
 
-// toolCall extracts the tool name and arguments of a tools/call. Keys match
-// exactly, as for the tool owner: encoding/json's struct decoding would
-// also take "Name" for "name".
+// toolCall extracts the tool name and arguments of a tools/call, keys
+// matched exactly as for the tool owner; the arguments are params' own
+// bytes. Params that are not an object with distinct keys name nothing.
 func toolCall(params json.RawMessage) (name string, args json.RawMessage) {
 	if params == nil {
 		return "", nil
 	}
-	var p map[string]json.RawMessage
-	if json.Unmarshal(params, &p) != nil {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(params))
+	err := members(dec, func(key string) error {
+		switch key {
+		case "name":
+			if dec.PeekKind() == '"' {
+				tok, err := dec.ReadToken()
+				name = tok.String()
+				return err
+			}
+		case "arguments":
+			start := dec.InputOffset()
+			err := dec.SkipValue()
+			args = bytes.TrimLeft(params[start:dec.InputOffset()], " \t\r\n:")
+			return err
+		}
+		return dec.SkipValue()
+	})
+	if err != nil {
 		return "", nil
 	}
-	if raw := p["name"]; isJSONString(raw) {
-		_ = json.Unmarshal(raw, &name)
-	}
-	return name, p["arguments"]
+	return name, args
 }
 
 func firstByte(b []byte) byte {
