@@ -104,7 +104,7 @@ func parsePayload(payload json.RawMessage) (call, error) {
 			} else {
 				err = dec.SkipValue()
 			}
-			c.params = bytes.TrimLeft(payload[start:dec.InputOffset()], " \t\r\n:")
+			c.params = span(payload, start, dec)
 			return err
 		}
 		return dec.SkipValue()
@@ -165,6 +165,20 @@ func payloadError(payload []byte, err error) error {
 	return fmt.Errorf("proposal payload is not a JSON object")
 }
 
+// skipSpan reads the value that comes next in dec, a decoder over data,
+// and returns its bytes in data.
+func skipSpan(dec *jsontext.Decoder, data []byte) (json.RawMessage, error) {
+	start := dec.InputOffset()
+	err := dec.SkipValue()
+	return span(data, start, dec), err
+}
+
+// span is data from offset start, taken right after a key, to where dec
+// is now, without the colon and blanks before the value.
+func span(data []byte, start int64, dec *jsontext.Decoder) json.RawMessage {
+	return bytes.TrimLeft(data[start:dec.InputOffset()], " \t\r\n:")
+}
+
 // members reads the object that comes next in dec, calling visit with
 // each key to read its value.
 func members(dec *jsontext.Decoder, visit func(key string) error) error {
@@ -205,9 +219,8 @@ func toolCall(params json.RawMessage) (name string, args json.RawMessage) {
 				return err
 			}
 		case "arguments":
-			start := dec.InputOffset()
-			err := dec.SkipValue()
-			args = bytes.TrimLeft(params[start:dec.InputOffset()], " \t\r\n:")
+			var err error
+			args, err = skipSpan(dec, params)
 			return err
 		}
 		return dec.SkipValue()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/mewkit/fulfiller/agent"
 )
 
@@ -139,30 +140,17 @@ type jsonMember struct {
 	val json.RawMessage
 }
 
-// objectMembers reads a JSON object's members in order.
+// objectMembers reads a JSON object's members in order, each value a
+// slice of raw.
 func objectMembers(raw json.RawMessage) ([]jsonMember, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errors.New("not a JSON object")
-	}
 	var out []jsonMember
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, _ := tok.(string)
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return nil, err
-		}
+	dec := jsontext.NewDecoder(bytes.NewBuffer(raw))
+	err := members(dec, func(key string) error {
+		val, err := skipSpan(dec, raw)
 		out = append(out, jsonMember{key, val})
-	}
-	return out, nil
+		return err
+	})
+	return out, err
 }
 
 // writeObject writes members as a JSON object, in order.
