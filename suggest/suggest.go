@@ -39,6 +39,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/grants"
 	"github.com/mewkit/fulfiller/logrecord"
@@ -514,7 +515,9 @@ func readCall(rec *replay.Record) (*call, error) {
 			Server string `json:"server"`
 		} `json:"tool"`
 	}
-	if err := json.Unmarshal(rec.Input, &doc); err != nil {
+	// Keys exactly, as the policy and the tool owner read them (a decoy
+	// "Arguments" must not become what a suggestion learns).
+	if err := agent.Unmarshal(rec.Input, &doc); err != nil {
 		return nil, fmt.Errorf("input: %w", err)
 	}
 	if doc.Method != "tools/call" || doc.Params.Name == "" || doc.Proposer.ID == "" {

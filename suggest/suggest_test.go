@@ -600,3 +600,21 @@ func TestLearnNeedsRego(t *testing.T) {
 		t.Errorf("Learn without Rego: %v", err)
 	}
 }
+
+// A suggestion learns from the call the policy and the tool owner read:
+// keys exactly, never a decoy whose key differs from "arguments" or
+// "name" only in case.
+func TestReadCallIgnoresCaseVariantKeys(t *testing.T) {
+	rec := &replay.Record{}
+	rec.ProposalID = "p1"
+	rec.Input = json.RawMessage(`{"method":"tools/call",` +
+		`"params":{"name":"write_file","arguments":{"path":"/etc/sudoers"},"Name":"read_file","Arguments":{"path":"/srv/app/notes.txt"}},` +
+		`"proposer":{"id":"coder"},"tool":{"server":"fs"}}`)
+	c, err := readCall(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.tool != "write_file" || string(c.args["path"]) != `"/etc/sudoers"` {
+		t.Errorf("read %s with %s", c.tool, c.args["path"])
+	}
+}
