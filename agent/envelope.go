@@ -85,13 +85,13 @@ func stringOrList(b []byte) ([]string, error) {
 		return nil, nil
 	case b[0] == '"':
 		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
+		if err := Unmarshal(b, &s); err != nil {
 			return nil, err
 		}
 		return []string{s}, nil
 	}
 	var list []string
-	if err := json.Unmarshal(b, &list); err != nil {
+	if err := Unmarshal(b, &list); err != nil {
 		return nil, err
 	}
 	return list, nil

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/printable"
 )
@@ -770,7 +771,7 @@ func lower(b byte) byte {
 // display shows a default value: strings without quotes.
 func display(v json.RawMessage) string {
 	var s string
-	if json.Unmarshal(v, &s) == nil {
+	if agent.Unmarshal(v, &s) == nil {
 		return s
 	}
 	return string(v)

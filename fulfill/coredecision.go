@@ -3,6 +3,7 @@ package fulfill
 import (
 	"encoding/json"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
@@ -27,7 +28,7 @@ func coreDecision(d decision.Decision, route string, hinted bool) lifecycle.Deci
 // decision (its Extra), with what the core changed since: the route.
 // ok is false for a decision without Extra (none yet).
 func policyDecision(d *lifecycle.Decision) (sd storedDecision, ok bool) {
-	if d == nil || len(d.Extra) == 0 || json.Unmarshal(d.Extra, &sd) != nil {
+	if d == nil || len(d.Extra) == 0 || agent.Unmarshal(d.Extra, &sd) != nil {
 		return storedDecision{}, false
 	}
 	sd.Route = d.Target

@@ -31,7 +31,7 @@ func recordSnapshot(r *state.Pending) Snapshot {
 		}
 	}
 	var sd storedDecision
-	if len(r.Decision) > 0 && json.Unmarshal(r.Decision, &sd) == nil {
+	if len(r.Decision) > 0 && agent.Unmarshal(r.Decision, &sd) == nil {
 		s.Target = sd.Route
 	}
 	if r.Request != nil {

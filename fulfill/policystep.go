@@ -455,7 +455,7 @@ func (s *policyStep) grantThatDecided(ctx context.Context, in *policies.Input, d
 	var g struct {
 		ID string `json:"id"`
 	}
-	_ = json.Unmarshal(in.Grants[0], &g) // the oldest covering grant
+	_ = agent.Unmarshal(in.Grants[0], &g) // the oldest covering grant
 	return g.ID
 }
 
@@ -606,7 +606,7 @@ func (s *policyStep) runShadow(ctx context.Context) {
 // grantCall is what grants are matched against for a tools/call.
 func grantCall(proposer string, t *policies.Tool) grants.Call {
 	c := grants.Call{Proposer: proposer, Tool: t.Name, Server: t.Server}
-	_ = json.Unmarshal(t.Arguments, &c.Arguments) // arguments that are not an object match no pin
+	_ = agent.Unmarshal(t.Arguments, &c.Arguments) // arguments that are not an object match no pin
 	return c
 }
 

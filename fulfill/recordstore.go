@@ -422,7 +422,7 @@ func proposalOf(r *state.Pending, pendingTTL, fulfillTimeout time.Duration) (lif
 	}
 	if len(r.Decision) > 0 {
 		var sd storedDecision
-		if err := json.Unmarshal(r.Decision, &sd); err != nil {
+		if err := agent.Unmarshal(r.Decision, &sd); err != nil {
 			return lifecycle.Proposal{}, fmt.Errorf("fulfill: record %q: decision: %w", truncID(r.ProposalID), err)
 		}
 		rev := sd.Revision
