@@ -81,3 +81,30 @@ func inRoster(c *agent.Client, id string) bool {
 	}
 	return false
 }
+
+// Members keeps the order written, returns a repeated key each time (the
+// caller decides which counts, as JSON.parse's callers do) with keys
+// unescaped and exact, and gives each value as written, within the text.
+func TestMembers(t *testing.T) {
+	raw := []byte(`{"b": [1, 2], "a":{"x":1},"Name":"N","n\u0061me":"first","name" : "last"}`)
+	ms, err := agent.Members(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		got = append(got, m.Key+"="+string(m.Value))
+	}
+	want := []string{`b=[1, 2]`, `a={"x":1}`, `Name="N"`, `name="first"`, `name="last"`}
+	if !slices.Equal(got, want) {
+		t.Errorf("members %q, want %q", got, want)
+	}
+	if &ms[0].Value[0] != &raw[6] {
+		t.Error("a value is a copy, not a slice of the text")
+	}
+	for _, bad := range []string{`[1]`, `"s"`, `{"a":}`, ``} {
+		if _, err := agent.Members([]byte(bad)); err == nil {
+			t.Errorf("%q read as an object", bad)
+		}
+	}
+}

@@ -256,26 +256,17 @@ func parseSchema(raw json.RawMessage) (fields []Field, delegates, grantOffers []
 
 // orderedObject reads a JSON object's keys in order and its values raw.
 func orderedObject(raw json.RawMessage) ([]string, map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, nil, errors.New("not an object")
+	ms, err := agent.Members(raw)
+	if err != nil {
+		return nil, nil, err
 	}
 	var keys []string
 	vals := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, nil, err
+	for _, m := range ms {
+		if _, dup := vals[m.Key]; !dup {
+			keys = append(keys, m.Key)
 		}
-		k, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, nil, err
-		}
-		if _, dup := vals[k]; !dup {
-			keys = append(keys, k)
-		}
-		vals[k] = v
+		vals[m.Key] = m.Value
 	}
 	return keys, vals, nil
 }

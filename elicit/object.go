@@ -3,8 +3,9 @@ package elicit
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
+
+	"github.com/mewkit/fulfiller/agent"
 )
 
 // object is a JSON object that keeps its members in the order they were
@@ -82,36 +83,17 @@ func (o object) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// errNotObject means a JSON value that must be an object is not one.
-var errNotObject = errors.New("not a JSON object")
-
 // decodeObject reads a JSON object keeping its key order; values stay raw.
 // A key that occurs twice keeps its first position and its last value, as
 // JavaScript does.
 func decodeObject(b []byte) (object, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	tok, err := dec.Token()
+	ms, err := agent.Members(b)
 	if err != nil {
 		return nil, err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errNotObject
-	}
 	o := object{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		o.set(key, v)
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, err
+	for _, m := range ms {
+		o.set(m.Key, m.Value)
 	}
 	return o, nil
 }

@@ -70,7 +70,7 @@ func parsePayload(payload json.RawMessage) (call, error) {
 		hasName, nameString, hasArgs, argsObject         bool
 	)
 	dec := jsontext.NewDecoder(bytes.NewBuffer(payload)) // parsed in place: a Buffer is not copied
-	err := members(dec, func(key string) error {
+	err := agent.EachMember(dec, func(key string) error {
 		switch key {
 		case "method":
 			hasMethod = true
@@ -86,7 +86,7 @@ func parsePayload(payload json.RawMessage) (call, error) {
 			var err error
 			if dec.PeekKind() == '{' {
 				paramsObject = true
-				err = members(dec, func(key string) error {
+				err = agent.EachMember(dec, func(key string) error {
 					switch key {
 					case "name":
 						hasName = true
@@ -165,68 +165,33 @@ func payloadError(payload []byte, err error) error {
 	return fmt.Errorf("proposal payload is not a JSON object")
 }
 
-// skipSpan reads the value that comes next in dec, a decoder over data,
-// and returns its bytes in data.
-func skipSpan(dec *jsontext.Decoder, data []byte) (json.RawMessage, error) {
-	start := dec.InputOffset()
-	err := dec.SkipValue()
-	return span(data, start, dec), err
-}
-
 // span is data from offset start, taken right after a key, to where dec
 // is now, without the colon and blanks before the value.
 func span(data []byte, start int64, dec *jsontext.Decoder) json.RawMessage {
 	return bytes.TrimLeft(data[start:dec.InputOffset()], " \t\r\n:")
 }
 
-// members reads the object that comes next in dec, calling visit with
-// each key to read its value.
-func members(dec *jsontext.Decoder, visit func(key string) error) error {
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return err
-	}
-	if tok.Kind() != '{' {
-		return errors.New("not an object")
-	}
-	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return err
-		}
-		if err := visit(name.String()); err != nil {
-			return err
-		}
-	}
-	_, err = dec.ReadToken() // '}'
-	return err
-}
-
 // toolCall extracts the tool name and arguments of a tools/call, keys
 // matched exactly as for the tool owner; the arguments are params' own
-// bytes. Params that are not an object with distinct keys name nothing.
+// bytes. Of a key written twice the last counts, as for JSON.parse.
 func toolCall(params json.RawMessage) (name string, args json.RawMessage) {
 	if params == nil {
 		return "", nil
 	}
-	dec := jsontext.NewDecoder(bytes.NewBuffer(params))
-	err := members(dec, func(key string) error {
-		switch key {
-		case "name":
-			if dec.PeekKind() == '"' {
-				tok, err := dec.ReadToken()
-				name = tok.String()
-				return err
-			}
-		case "arguments":
-			var err error
-			args, err = skipSpan(dec, params)
-			return err
-		}
-		return dec.SkipValue()
-	})
+	ms, err := agent.Members(params)
 	if err != nil {
 		return "", nil
+	}
+	for _, m := range ms {
+		switch m.Key {
+		case "name":
+			name = ""
+			if isJSONString(m.Value) {
+				_ = agent.Unmarshal(m.Value, &name)
+			}
+		case "arguments":
+			args = m.Value
+		}
 	}
 	return name, args
 }

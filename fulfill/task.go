@@ -6,7 +6,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/mewkit/fulfiller/agent"
 )
 
@@ -90,27 +89,27 @@ type TaskInfo struct {
 // 2025-11-25 task with a ttl of the task's timeout, and the extension's
 // capability. Key order is kept; nothing changes for other calls.
 func requestParams(params json.RawMessage, task bool, ttl time.Duration) json.RawMessage {
-	members, err := objectMembers(params)
+	members, err := agent.Members(params)
 	if err != nil {
 		return params // validated as an object on admission; cannot happen
 	}
-	var meta []jsonMember
+	var meta []agent.Member
 	hasMeta, changed := false, false
 	out := members[:0:0]
 	for _, m := range members {
-		switch m.key {
+		switch m.Key {
 		case "task":
 			changed = true
 			continue
 		case "_meta":
-			ms, err := objectMembers(m.val)
+			ms, err := agent.Members(m.Value)
 			if err != nil {
 				out = append(out, m) // not ours to mend; the owner judges it
 				continue
 			}
 			hasMeta = true
 			for _, x := range ms {
-				if x.key == metaClientCaps {
+				if x.Key == metaClientCaps {
 					changed = true
 					continue
 				}
@@ -124,47 +123,28 @@ func requestParams(params json.RawMessage, task bool, ttl time.Duration) json.Ra
 		return params
 	}
 	if task {
-		out = append(out, jsonMember{"task", agent.MustPayload(map[string]int64{"ttl": ttl.Milliseconds()})})
-		meta = append(meta, jsonMember{metaClientCaps, json.RawMessage(`{"extensions":{"` + extensionTasks + `":{}}}`)})
+		out = append(out, agent.Member{Key: "task", Value: agent.MustPayload(map[string]int64{"ttl": ttl.Milliseconds()})})
+		meta = append(meta, agent.Member{Key: metaClientCaps, Value: json.RawMessage(`{"extensions":{"` + extensionTasks + `":{}}}`)})
 		hasMeta = true
 	}
 	if hasMeta {
-		out = append(out, jsonMember{"_meta", writeObject(meta)})
+		out = append(out, agent.Member{Key: "_meta", Value: writeObject(meta)})
 	}
 	return writeObject(out)
 }
 
-// jsonMember is one key of a JSON object, its value as written.
-type jsonMember struct {
-	key string
-	val json.RawMessage
-}
-
-// objectMembers reads a JSON object's members in order, each value a
-// slice of raw.
-func objectMembers(raw json.RawMessage) ([]jsonMember, error) {
-	var out []jsonMember
-	dec := jsontext.NewDecoder(bytes.NewBuffer(raw))
-	err := members(dec, func(key string) error {
-		val, err := skipSpan(dec, raw)
-		out = append(out, jsonMember{key, val})
-		return err
-	})
-	return out, err
-}
-
 // writeObject writes members as a JSON object, in order.
-func writeObject(ms []jsonMember) json.RawMessage {
+func writeObject(ms []agent.Member) json.RawMessage {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, m := range ms {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, _ := json.Marshal(m.key)
+		k, _ := json.Marshal(m.Key)
 		b.Write(k)
 		b.WriteByte(':')
-		b.Write(m.val)
+		b.Write(m.Value)
 	}
 	b.WriteByte('}')
 	return b.Bytes()
