@@ -62,9 +62,6 @@ func parsePayload(payload json.RawMessage) (call, error) {
 	if !isJSONObject(payload) {
 		return c, fmt.Errorf("proposal payload is not a JSON object")
 	}
-	if !utf8.Valid(payload) {
-		return c, errNotUTF8
-	}
 	var (
 		hasMethod, methodString, hasParams, paramsObject bool
 		hasName, nameString, hasArgs, argsObject         bool
@@ -151,10 +148,16 @@ func parsePayload(payload json.RawMessage) (call, error) {
 
 var errNotUTF8 = errors.New("proposal payload is not valid UTF-8")
 
-// payloadError says why the tokenizer refused a payload whose UTF-8 was
-// checked: a duplicate key, an escaped half of a surrogate pair, or (from
-// no envelope the agent hands over) JSON that is no object.
+// payloadError says why the tokenizer refused a payload, UTF-8 first (the
+// message a payload with a duplicate key too has always had): text that
+// is not UTF-8, a duplicate key, an escaped half of a surrogate pair, or
+// (from no envelope the agent hands over) JSON that is no object. The
+// tokenizer checks UTF-8 itself, so a payload that passes pays no second
+// pass for it.
 func payloadError(payload []byte, err error) error {
+	if !utf8.Valid(payload) {
+		return errNotUTF8
+	}
 	var serr *jsontext.SyntacticError
 	if errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &serr) {
 		return fmt.Errorf("proposal payload has a duplicate key %q", serr.JSONPointer.LastToken())
