@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/elicit/approval"
 )
 
 // outcome is what one approver's answer amounts to, before the escalation

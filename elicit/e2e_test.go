@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/internal/poll"
 )
 

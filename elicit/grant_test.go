@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approval"
-	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
-	"github.com/mewkit/fulfiller/grants"
+	"github.com/mewkit/fulfiller/elicit/approval"
+	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/fulfill/grants"
 	"github.com/mewkit/fulfiller/internal/poll"
 )
 

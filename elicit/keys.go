@@ -3,7 +3,7 @@ package elicit
 import (
 	"encoding/json"
 
-	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/elicit/approval"
 )
 
 // currentKeys is the approver key set in force now: CurrentKeys' when

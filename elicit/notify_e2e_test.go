@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/elicit/notify"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/notify"
 )
 
 // A webhook receiver that never answers delays nothing: the proposal is

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/elicit/approval"
 )
 
 // With a prompt key, every elicitation/create carries the fulfiller's

@@ -9,7 +9,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/state"
+	"github.com/mewkit/fulfiller/fulfill/state"
 )
 
 // An operator's cancel on another member withdraws the prompts the owner

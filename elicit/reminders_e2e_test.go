@@ -17,7 +17,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit"
-	"github.com/mewkit/fulfiller/notify"
+	"github.com/mewkit/fulfiller/elicit/notify"
 )
 
 // tieredEscalation asks alice, reminds after 300ms and asks bob too after

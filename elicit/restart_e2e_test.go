@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/elicit/approval"
 )
 
 // kill -9 of the fulfiller while a prompt is open, then a restart on the

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approval"
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/state"
 )
 
 // storeLog stands in for the fulfiller's record of one escalation (the

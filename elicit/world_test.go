@@ -19,17 +19,17 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approval"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/state"
 )
 
 func TestMain(m *testing.M) {

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/mewkit/fulfiller/toolmeta"
+	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
 // TestToolMetadataDeclaresTheFilesystemServer: the shipped

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 )
 
 // fakeRecorder is a decision log that can be made to fail, as one on a

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 )
 
 // refusal is the gateway's capability violation for our envelope id, as

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decision"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
 

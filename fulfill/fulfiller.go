@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/grantstore"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/toolmeta"
+	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
 // Space is what the Fulfiller needs of the MEW session; *agent.Client

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mewkit/fulfiller/decision"
-	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/grantstore"
-	"github.com/mewkit/fulfiller/state"
+	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/fulfill/grants"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/state"
 )
 
 // slowGrants is a grant store whose stored grants arrive when the test

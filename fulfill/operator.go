@@ -6,8 +6,8 @@ import (
 	"sort"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/state"
-	"github.com/mewkit/fulfiller/toolmeta"
+	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
 // ErrStoreUnavailable is wrapped by the operator methods' errors when the

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/state"
 )
 
 // Tests of the operator API in a group (docs/design.md "Durable and shared pending

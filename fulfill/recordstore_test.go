@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/state"
+	"github.com/mewkit/fulfiller/fulfill/state"
 )
 
 // Tests of recordStore, the lifecycle core's Store over fulfill's Store:

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
 

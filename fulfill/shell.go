@@ -14,8 +14,8 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/state"
 )
 
 // Fulfiller owns every pending proposal of this member: one

@@ -10,7 +10,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/state"
+	"github.com/mewkit/fulfiller/fulfill/state"
 )
 
 // watchGroup reads the group's leases every groupRefresh until ctx ends:

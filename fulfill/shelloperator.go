@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/state"
-	"github.com/mewkit/fulfiller/toolmeta"
+	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
 // Pending lists the proposals this member holds that still wait for

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mewkit/fulfiller/decision"
-	"github.com/mewkit/fulfiller/state"
+	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/fulfill/state"
 )
 
 // Store is the persistence of pending work (docs/design.md "Durable and shared

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/state"
+	"github.com/mewkit/fulfiller/fulfill/state"
 )
 
 // answerFor is the tool owner's response to a fulfilment request.

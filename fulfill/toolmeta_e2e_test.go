@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/toolmeta"
+	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
 // toolMetaPolicy decides on annotations alone, and checks on the way that

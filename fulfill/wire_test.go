@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/fulfill/grants"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/clocktest"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/state"
 )
 
 // wireRec is the shell's side of a wire under test: what its journal

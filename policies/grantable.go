@@ -5,7 +5,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/mewkit/fulfiller/decision"
+	"github.com/mewkit/fulfiller/fulfill/decision"
 )
 
 // parseGrantable reads a decision's grantable object strictly: a grant is

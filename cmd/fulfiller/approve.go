@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/inbox"
+	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/elicit/inbox"
 )
 
 type approveFlags struct {

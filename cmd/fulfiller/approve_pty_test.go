@@ -21,7 +21,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit/approver"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"

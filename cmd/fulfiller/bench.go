@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/loadtest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
-	"github.com/mewkit/fulfiller/state"
 )
 
 type benchFlags struct {

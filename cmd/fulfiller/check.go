@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/toolmeta"
+	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
 func newCheckCmd() *cobra.Command {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/inbox"
+	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/elicit/inbox"
 	"github.com/mewkit/fulfiller/internal/demo"
 	"github.com/mewkit/fulfiller/internal/sidecar"
 )

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/ops"
-	"github.com/mewkit/fulfiller/printable"
+	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/internal/ops"
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
 // grantsFlags are what both grants subcommands need to reach the API.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/grantstore"
-	"github.com/mewkit/fulfiller/ops"
+	"github.com/mewkit/fulfiller/fulfill/grants"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/internal/ops"
 	"github.com/mewkit/fulfiller/policies"
 )
 

@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approver"
-	"github.com/mewkit/fulfiller/notify"
-	"github.com/mewkit/fulfiller/teaminbox"
+	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/elicit/inbox/teaminbox"
+	"github.com/mewkit/fulfiller/elicit/notify"
 )
 
 // inboxFlags are what both inbox subcommands share: where the inbox keeps

@@ -20,13 +20,13 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/elicit/approval"
+	"github.com/mewkit/fulfiller/elicit/inbox/teaminbox"
 	"github.com/mewkit/fulfiller/internal/browsertest"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
 	"github.com/mewkit/fulfiller/internal/toolserver"
-	"github.com/mewkit/fulfiller/teaminbox"
 )
 
 // TestInboxFlagErrors: every bad value of an inbox flag or argument stops

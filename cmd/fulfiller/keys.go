@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mewkit/fulfiller/approval"
-	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit/approval"
+	"github.com/mewkit/fulfiller/elicit/approver"
 )
 
 func newKeysCmd() *cobra.Command {

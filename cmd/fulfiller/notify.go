@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/mewkit/fulfiller/notify"
+	"github.com/mewkit/fulfiller/elicit/notify"
 )
 
 // notifyFlags are run's flags for reaching approvers outside the space

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/mewkit/fulfiller/decisionlog"
+	"github.com/mewkit/fulfiller/fulfill/decisionlog"
 	"github.com/mewkit/fulfiller/internal/sidecar"
 )
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mewkit/fulfiller/approval"
-	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit/approval"
+	"github.com/mewkit/fulfiller/elicit/approver"
 )
 
 // keys generate --prompt makes a fulfiller's prompt key, in the approver

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/replay"
+	"github.com/mewkit/fulfiller/policies/replay"
 )
 
 type replayFlags struct {

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/outbox"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/state"
 )
 
 // TestRunBinarySendsAnswersQueuedBeforeARestart: an answer a previous

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/replay"
-	"github.com/mewkit/fulfiller/suggest"
+	"github.com/mewkit/fulfiller/policies/replay"
+	"github.com/mewkit/fulfiller/policies/suggest"
 )
 
 type suggestFlags struct {

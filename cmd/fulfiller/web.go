@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/mewkit/fulfiller/inbox"
+	"github.com/mewkit/fulfiller/elicit/inbox"
 )
 
 // webFlags are the approval inbox's flags, shared by approve and demo.

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mewkit/fulfiller/approval"
-	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit/approval"
+	"github.com/mewkit/fulfiller/elicit/approver"
 )
 
 // simulated is a scripted human approver: it answers the approve card the

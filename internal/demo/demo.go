@@ -18,18 +18,18 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approver"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/elicit/notify"
 	"github.com/mewkit/fulfiller/examples"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/sidecar"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/toolserver"
-	"github.com/mewkit/fulfiller/notify"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/state"
 	"sigs.k8s.io/yaml"
 )
 

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approver"
+	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/elicit/notify"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/logbuf"
-	"github.com/mewkit/fulfiller/notify"
 )
 
 func TestDemoStoryCompletes(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mewkit/fulfiller/notify"
+	"github.com/mewkit/fulfiller/elicit/notify"
 )
 
 // receiver is the demo's webhook receiver: what an operator puts behind

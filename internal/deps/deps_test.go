@@ -46,16 +46,16 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		pkg  string
 		deny []forbidden
 	}{
-		{"approver", []forbidden{opa, natsServer, natsClient}},
-		{"inbox", []forbidden{opa, natsServer, natsClient}},
-		{"teaminbox", []forbidden{opa, natsServer, natsClient}},
-		{"replay", []forbidden{opa, natsServer, natsClient}},
-		{"suggest", []forbidden{opa, natsServer, natsClient}},
-		{"approval", []forbidden{opa, natsServer, natsClient}},
-		{"decision", []forbidden{opa, natsServer, natsClient}},
-		{"grants", []forbidden{opa, natsServer, natsClient}},
-		{"logrecord", []forbidden{opa, natsServer, natsClient}},
-		{"printable", []forbidden{opa, natsServer, natsClient}},
+		{"elicit/approver", []forbidden{opa, natsServer, natsClient}},
+		{"elicit/inbox", []forbidden{opa, natsServer, natsClient}},
+		{"elicit/inbox/teaminbox", []forbidden{opa, natsServer, natsClient}},
+		{"policies/replay", []forbidden{opa, natsServer, natsClient}},
+		{"policies/suggest", []forbidden{opa, natsServer, natsClient}},
+		{"elicit/approval", []forbidden{opa, natsServer, natsClient}},
+		{"fulfill/decision", []forbidden{opa, natsServer, natsClient}},
+		{"fulfill/grants", []forbidden{opa, natsServer, natsClient}},
+		{"fulfill/decisionlog/logrecord", []forbidden{opa, natsServer, natsClient}},
+		{"internal/printable", []forbidden{opa, natsServer, natsClient}},
 	} {
 		t.Run(c.pkg, func(t *testing.T) {
 			root := module + "/" + c.pkg
@@ -77,7 +77,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 
 // leaves are the module's leaf packages: the wire and data formats the
 // sidecar shares with clients and tools.
-var leaves = []string{"approval", "decision", "grants", "logrecord", "printable"}
+var leaves = []string{"elicit/approval", "fulfill/decision", "fulfill/grants", "fulfill/decisionlog/logrecord", "internal/printable"}
 
 // TestLeavesImportOnlyLeaves keeps the leaf packages leaves: one that
 // imported, say, elicit or policies would bring the sidecar back into
@@ -181,4 +181,33 @@ func trim(chain []string) []string {
 		out[i] = strings.TrimPrefix(p, module+"/")
 	}
 	return out
+}
+
+// rooms are the top-level directories of the product brief (docs/design.md
+// "Layout"): every package of the module lives in one of them.
+var rooms = []string{"cmd", "agent", "policies", "fulfill", "elicit", "examples", "internal", "testdata"}
+
+// TestEveryPackageIsInARoom fails, naming it, for a package outside the
+// brief's rooms: a new top-level package is a new room nobody agreed on.
+func TestEveryPackageIsInARoom(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		testenv.Missing(t, "go command: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	n := 0
+	for _, pkg := range strings.Fields(string(out)) {
+		n++
+		rel := strings.TrimPrefix(pkg, module+"/")
+		room, _, _ := strings.Cut(rel, "/")
+		if rel == pkg || !slices.Contains(rooms, room) {
+			t.Errorf("package %s is outside the rooms %v", pkg, rooms)
+		}
+	}
+	if n < 10 {
+		t.Fatalf("go list found %d packages; the test reads nothing", n)
+	}
 }

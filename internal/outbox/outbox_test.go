@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/outbox"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
-	"github.com/mewkit/fulfiller/state"
 )
 
 func openDir(t *testing.T, ctx context.Context, dir, member string) *state.Store {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mewkit/fulfiller/elicit"
-	"github.com/mewkit/fulfiller/notify"
+	"github.com/mewkit/fulfiller/elicit/notify"
 )
 
 // notifier is the started notifier: observer goes into the elicitor's

@@ -11,10 +11,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mewkit/fulfiller/decisionlog"
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/ops"
+	"github.com/mewkit/fulfiller/fulfill/decisionlog"
+	"github.com/mewkit/fulfiller/internal/ops"
 )
 
 // OpsConfig is the operations surface: the decision log and the HTTP

@@ -27,16 +27,16 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approverkeys"
 	"github.com/mewkit/fulfiller/elicit"
+	"github.com/mewkit/fulfiller/elicit/approval/approverkeys"
+	"github.com/mewkit/fulfiller/elicit/notify"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grants"
-	"github.com/mewkit/fulfiller/grantstore"
-	"github.com/mewkit/fulfiller/notify"
-	"github.com/mewkit/fulfiller/ops"
+	"github.com/mewkit/fulfiller/fulfill/grants"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/internal/ops"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/state"
-	"github.com/mewkit/fulfiller/toolmeta"
+	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
 // Config is a sidecar's configuration, already parsed and checked for

@@ -19,14 +19,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/decisionlog"
+	"github.com/mewkit/fulfiller/elicit/notify"
+	"github.com/mewkit/fulfiller/fulfill/decisionlog"
+	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
-	"github.com/mewkit/fulfiller/notify"
 	"github.com/mewkit/fulfiller/policies"
-	"github.com/mewkit/fulfiller/state"
 )
 
 // escalateAll sends every proposal to the approvers.

@@ -7,10 +7,10 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill"
-	"github.com/mewkit/fulfiller/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/internal/ops"
 	"github.com/mewkit/fulfiller/internal/outbox"
-	"github.com/mewkit/fulfiller/ops"
-	"github.com/mewkit/fulfiller/state"
 )
 
 // StateConfig is where pending work lives (docs/design.md "Durable and

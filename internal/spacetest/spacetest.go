@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/approval"
+	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
