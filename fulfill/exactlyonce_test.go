@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"encoding/json"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"maps"
 	"slices"
 	"sync"
@@ -175,10 +176,10 @@ func TestStoreCrashAfterClaimWithItsDecision(t *testing.T) {
 	}
 	for _, r := range recs {
 		switch {
-		case r.ProposalID == "p1" && r.Phase == state.Answered && r.Reject != nil && r.Reject.Reason == "policy":
-		case r.ProposalID == "p2" && r.Phase == state.Fulfilling && r.Request != nil:
+		case r.ID == "p1" && r.Phase == state.Answered && r.Reject != nil && r.Reject.Reason == "policy":
+		case r.ID == "p2" && r.Phase == state.Fulfilling && r.Request != nil:
 		default:
-			t.Fatalf("record %s in phase %s (reject %+v, request %+v): want p1 answered with its reject, p2 fulfilling with its request", r.ProposalID, r.Phase, r.Reject, r.Request)
+			t.Fatalf("record %s in phase %s (reject %+v, request %+v): want p1 answered with its reject, p2 fulfilling with its request", r.ID, r.Phase, r.Reject, r.Request)
 		}
 	}
 	dec2 := &fakeDecider{decisions: decisions}
@@ -223,8 +224,8 @@ func TestStoreRejectedLineFollowsItsRecord(t *testing.T) {
 	st.group = true
 	log1 := &lockedRecorder{}
 	var atCrash []Stage
-	st.beforeAnswered = func(p *state.Pending) {
-		atCrash = log1.stages(p.ProposalID)
+	st.beforeAnswered = func(p *lifecycle.Proposal) {
+		atCrash = log1.stages(p.ID)
 		st.dead.Store(true) // kill -9: the write never happens
 	}
 	h := newStoreHarness(t, "fulfiller", st, Config{Observer: log1}, &fakeDecider{decisions: deny})
@@ -263,9 +264,9 @@ func TestStoreEscalatedLineFollowsItsRecord(t *testing.T) {
 	st.group = true
 	log1 := &lockedRecorder{}
 	var atCrash []Stage
-	st.beforeUpdate = func(p *state.Pending) {
+	st.beforeUpdate = func(p *lifecycle.Proposal) {
 		if p.Phase == state.AwaitingApproval && !st.dead.Load() {
-			atCrash = log1.stages(p.ProposalID)
+			atCrash = log1.stages(p.ID)
 			st.dead.Store(true) // kill -9: the write never happens
 		}
 	}
@@ -436,7 +437,7 @@ func TestStoreBusyRejectIsOneWrite(t *testing.T) {
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
 	esc.next(t)
 	recs, err := st.List(t.Context())
-	if err != nil || len(recs) != 1 || recs[0].ProposalID != "p1" || recs[0].Claim == "" || recs[0].Claim != recs[0].DecisionID {
+	if err != nil || len(recs) != 1 || recs[0].ID != "p1" || recs[0].Claim == "" || recs[0].Claim != recs[0].DecisionID {
 		t.Fatalf("records = %+v, %v; want p1's, claimed under its decision id", recs, err)
 	}
 	before := ops.writes()
@@ -473,8 +474,9 @@ func TestStoreCrashBetweenTheClaimsWrites(t *testing.T) {
 	}
 	// What ClaimRecord's first write leaves when the process dies before
 	// its second.
-	if err := st.Put(t.Context(), &state.Pending{ProposalID: "p1", Envelope: raw, Proposer: "coder", Received: time.Now().UTC(),
-		Size: len(raw), Phase: state.Deciding, Owner: "fulfiller", Claim: "dec-p1", DecisionID: "dec-p1"}); err != nil {
+	if err := st.Put(t.Context(), &lifecycle.Proposal{ID: "p1", Envelope: raw, From: "coder", Received: time.Now().UTC(),
+		Size: len(raw), Method: "tools/call", Tool: "add", Deadline: time.Now().Add(time.Minute),
+		Phase: state.Deciding, Owner: "fulfiller", Claim: "dec-p1", DecisionID: "dec-p1"}); err != nil {
 		t.Fatal(err)
 	}
 	// A replay's record: p0 ended long ago under dec-p0, the crash came
@@ -485,8 +487,9 @@ func TestStoreCrashBetweenTheClaimsWrites(t *testing.T) {
 	env0 := proposalEnv("p0", "coder", callOf("add"))
 	env0.Protocol = agent.ProtocolV04
 	raw0, _ := json.Marshal(env0)
-	if err := st.Put(t.Context(), &state.Pending{ProposalID: "p0", Envelope: raw0, Proposer: "coder", Received: time.Now().UTC(),
-		Size: len(raw0), Phase: state.Deciding, Owner: "fulfiller", Claim: "dec-replay", DecisionID: "dec-replay"}); err != nil {
+	if err := st.Put(t.Context(), &lifecycle.Proposal{ID: "p0", Envelope: raw0, From: "coder", Received: time.Now().UTC(),
+		Size: len(raw0), Method: "tools/call", Tool: "add", Deadline: time.Now().Add(time.Minute),
+		Phase: state.Deciding, Owner: "fulfiller", Claim: "dec-replay", DecisionID: "dec-replay"}); err != nil {
 		t.Fatal(err)
 	}
 	dec := &fakeDecider{decisions: storeDecisions}

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"sort"
 
-	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
@@ -21,18 +20,14 @@ func sortSnapshots(s []Snapshot) {
 
 // recordSnapshot shows a record of the store as the operator API shows a
 // proposal held here. Phases are named as the states are.
-func recordSnapshot(r *state.Pending) Snapshot {
-	s := Snapshot{ID: r.ProposalID, From: r.Proposer, State: string(r.Phase), Received: r.Received,
-		Deadline: r.ApprovalDeadline, Revision: r.Revision, Owner: r.Owner}
-	var env agent.Envelope
-	if agent.Unmarshal(r.Envelope, &env) == nil {
-		if c, err := parsePayload(env.Payload); err == nil {
-			s.Method, s.Tool = c.method, c.tool
-		}
+func recordSnapshot(r *lifecycle.Proposal) Snapshot {
+	s := Snapshot{ID: r.ID, From: r.From, State: string(r.Phase), Received: r.Received,
+		Method: r.Method, Tool: r.Tool, Owner: r.Owner}
+	if r.Phase == lifecycle.AwaitingApproval {
+		s.Deadline = r.Deadline
 	}
-	var sd storedDecision
-	if len(r.Decision) > 0 && agent.Unmarshal(r.Decision, &sd) == nil {
-		s.Target = sd.Route
+	if d := r.Decision; d != nil {
+		s.Target, s.Revision = d.Target, d.Revision
 	}
 	if r.Request != nil {
 		s.Target = r.Request.Target

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"slices"
 	"strings"
 	"sync"
@@ -226,14 +227,14 @@ func TestGroupOperatorNoCallAfterCancel(t *testing.T) {
 
 // faultyStore's cut reaches the operator's reads and takes too.
 
-func (s *faultyStore) Get(ctx context.Context, id string) (*state.Pending, error) {
+func (s *faultyStore) Get(ctx context.Context, id string) (*lifecycle.Proposal, error) {
 	if s.dead.Load() {
 		return nil, errCut
 	}
 	return s.Store.Get(ctx, id)
 }
 
-func (s *faultyStore) Take(ctx context.Context, id string) (*state.Pending, error) {
+func (s *faultyStore) Take(ctx context.Context, id string) (*lifecycle.Proposal, error) {
 	if s.dead.Load() {
 		return nil, errCut
 	}
@@ -249,7 +250,7 @@ func (s *faultyStore) Take(ctx context.Context, id string) (*state.Pending, erro
 // only after a Take (while the taken record is this member's, before the
 // cancel deletes it) and returns that listing only when scanRelease is
 // closed: a scan that read a record a moment before it ended here.
-func (s *faultyStore) Owned(ctx context.Context) ([]*state.Pending, error) {
+func (s *faultyStore) Owned(ctx context.Context) ([]*lifecycle.Proposal, error) {
 	if s.scanAfterTake == nil {
 		return s.Store.Owned(ctx)
 	}
@@ -372,7 +373,7 @@ func TestGroupOperatorCancelOfAReplaysRecordSendsNothing(t *testing.T) {
 	env := proposalEnv("p0", "coder", callOf("add"))
 	env.Protocol = agent.ProtocolV04
 	raw, _ := json.Marshal(env)
-	if err := a.st.Put(ctx, &state.Pending{ProposalID: "p0", Envelope: raw, Proposer: "coder", Received: time.Now().UTC(),
+	if err := a.st.Put(ctx, &lifecycle.Proposal{ID: "p0", Envelope: raw, From: "coder", Received: time.Now().UTC(),
 		Size: len(raw), Phase: state.Deciding, Owner: "ful-a", Claim: "dec-replay", DecisionID: "dec-replay"}); err != nil {
 		t.Fatal(err)
 	}

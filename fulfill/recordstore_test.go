@@ -1,6 +1,7 @@
 package fulfill
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,17 +52,10 @@ func rsEnvelope(t *testing.T, id, payload string) json.RawMessage {
 
 // rsClaim is the Proposal the core claims for id (phase Deciding).
 func rsClaim(t *testing.T, id, decisionID string) lifecycle.Proposal {
-	return lifecycle.Proposal{ID: id, From: "agent", Envelope: rsEnvelope(t, id, addCall),
+	return lifecycle.Proposal{V: lifecycle.RecordVersion, ID: id, From: "agent", Envelope: rsEnvelope(t, id, addCall),
 		Params: json.RawMessage(`{"name":"add","arguments":{"a":1,"b":2}}`), Size: 180, Received: rsT0,
 		Method: "tools/call", Tool: "add", Addressee: "calc", Owner: "m1", Phase: lifecycle.Deciding,
 		Deadline: rsT0.Add(rsTTL), DecisionID: decisionID, Claim: decisionID}
-}
-
-// rsPending is the record of rsClaim(id, decisionID), as it must be stored.
-func rsPending(t *testing.T, id, decisionID string) state.Pending {
-	return state.Pending{ProposalID: id, Envelope: rsEnvelope(t, id, addCall), Proposer: "agent", Received: rsT0, Size: 180,
-		DecisionID: decisionID, Phase: state.Deciding, Owner: "m1", Claim: decisionID,
-		Deadline: rsT0.Add(rsTTL), Addressee: "calc"}
 }
 
 func cloneProposal(p lifecycle.Proposal) lifecycle.Proposal {
@@ -74,27 +68,18 @@ func cloneProposal(p lifecycle.Proposal) lifecycle.Proposal {
 	return q
 }
 
-func clonePendingRecord(r state.Pending) state.Pending {
-	b, _ := json.Marshal(r)
-	var q state.Pending
-	if err := json.Unmarshal(b, &q); err != nil {
-		panic(err)
-	}
-	q.StoreRevision = r.StoreRevision
-	return q
-}
-
-// checkRecord fails t unless st holds exactly want for want.ProposalID.
-func checkRecord(t *testing.T, st Store, want state.Pending) {
+// checkRecord fails t unless st holds exactly want for want.ID: the
+// record is the Proposal, as it is.
+func checkRecord(t *testing.T, st Store, want lifecycle.Proposal) {
 	t.Helper()
-	got, err := st.Get(context.Background(), want.ProposalID)
+	got, err := st.Get(context.Background(), want.ID)
 	if err != nil {
-		t.Fatalf("get %s: %v", want.ProposalID, err)
+		t.Fatalf("get %s: %v", want.ID, err)
 	}
 	if !reflect.DeepEqual(*got, want) {
 		g, _ := json.MarshalIndent(got, "", "  ")
 		w, _ := json.MarshalIndent(want, "", "  ")
-		t.Fatalf("record of %s:\n%s (rev %d)\nwant:\n%s (rev %d)", want.ProposalID, g, got.StoreRevision, w, want.StoreRevision)
+		t.Fatalf("record of %s:\n%s (rev %d)\nwant:\n%s (rev %d)", want.ID, g, got.Rev, w, want.Rev)
 	}
 }
 
@@ -115,36 +100,29 @@ func checkRead(t *testing.T, rs *recordStore, want lifecycle.Proposal) {
 	}
 }
 
-// rsStep is one write of a walk through the phases: the core's record,
-// and the record the store must hold after it.
+// rsStep is one write of a walk through the phases: the core's record.
 type rsStep struct {
 	name   string
 	soon   bool
 	change func(p *lifecycle.Proposal)
-	want   func(r *state.Pending)
-	// extra is the stored decision's JSON (the read-back Extra), when it
-	// changes at this step.
-	extra string
 }
 
 // walk writes each step's record (compare-and-set on the last revision)
-// and checks the record stored and the Proposal read back, exactly.
-func walk(t *testing.T, st Store, rs *recordStore, p lifecycle.Proposal, want state.Pending, steps []rsStep) {
+// and checks that the store holds it and reads it back exactly: Params
+// read again from the envelope, nothing lost, nothing added.
+func walk(t *testing.T, st Store, rs *recordStore, p lifecycle.Proposal, steps []rsStep) {
 	t.Helper()
 	ctx := context.Background()
 	rev, err := rs.Write(ctx, lifecycle.Write{ID: p.ID, Seq: 1, Record: &p, Create: true})
 	if err != nil {
 		t.Fatalf("claim %s: %v", p.ID, err)
 	}
-	p.Rev, want.StoreRevision = rev, rev
-	checkRecord(t, st, want)
+	p.Rev = rev
+	checkRecord(t, st, p)
 	checkRead(t, rs, p)
-	extra := ""
 	for i, s := range steps {
 		p = cloneProposal(p)
 		s.change(&p)
-		want = clonePendingRecord(want)
-		s.want(&want)
 		w := lifecycle.Write{ID: p.ID, Seq: uint64(i + 2), Record: &p, Rev: p.Rev, Soon: s.soon}
 		rev, err := rs.Write(ctx, w)
 		if err != nil {
@@ -153,18 +131,9 @@ func walk(t *testing.T, st Store, rs *recordStore, p lifecycle.Proposal, want st
 		if rev <= p.Rev {
 			t.Fatalf("%s: revision %d after %d", s.name, rev, p.Rev)
 		}
-		p.Rev, want.StoreRevision = rev, rev
-		checkRecord(t, st, want)
-		if s.extra != "" {
-			extra = s.extra
-		}
-		read := cloneProposal(p)
-		if read.Decision != nil {
-			// Extra reads back as the record stores the decision:
-			// coreDecision's, with the route, params and approvers.
-			read.Decision.Extra = json.RawMessage(extra)
-		}
-		checkRead(t, rs, read)
+		p.Rev = rev
+		checkRecord(t, st, p)
+		checkRead(t, rs, p)
 	}
 }
 
@@ -188,32 +157,21 @@ func TestRecordStoreWalksTheTaskPath(t *testing.T) {
 			Request: "req-a", Signature: "sig-a", At: rsT0.Add(2 * time.Second)}
 		bob := lifecycle.Approval{Approver: "bob", At: rsT0.Add(3 * time.Second)}
 		req := lifecycle.Request{EnvelopeID: "req-1", RPCID: 42, Target: "calc2", SentAt: rsT0.Add(4 * time.Second), Task: true}
-		task := lifecycle.TaskRecord{ID: "task-1", Status: "working", Created: rsT0.Add(5 * time.Second), Deadline: rsT0.Add(time.Hour)}
+		task := lifecycle.TaskRecord{ID: "task-1", Status: "working", Created: rsT0.Add(5 * time.Second), Deadline: rsT0.Add(time.Hour), Spec: TaskSpec2025, PollMS: 500}
 		relay := lifecycle.RelayRecord{EnvelopeID: "relay-1", RPCID: 43, TaskID: "task-1", Result: json.RawMessage(`{"content":[{"type":"text","text":"7"}]}`)}
 
-		walk(t, st, rs, rsClaim(t, "p-task", "d1"), rsPending(t, "p-task", "d1"), []rsStep{{
+		walk(t, st, rs, rsClaim(t, "p-task", "d1"), []rsStep{{
 			name: "escalated", soon: true,
 			change: func(p *lifecycle.Proposal) {
 				d := esc
 				p.Phase, p.Decision, p.Deadline, p.Prompts = lifecycle.AwaitingApproval, &d, rsT0.Add(5*time.Minute), prompts
 			},
-			want: func(r *state.Pending) {
-				r.Phase, r.Decision, r.Revision, r.Prompts = state.AwaitingApproval, json.RawMessage(escJSON), "rev-7", prompts
-				r.Deadline, r.ApprovalDeadline = rsT0.Add(5*time.Minute), rsT0.Add(5*time.Minute)
-			},
-			extra: escJSON,
 		}, {
 			name: "approval counted", soon: true,
 			change: func(p *lifecycle.Proposal) {
 				p.Prompts[0].Answered = true
 				p.Approvals, p.ApprovedBy = []lifecycle.Approval{alice}, []string{"alice"}
 			},
-			want: func(r *state.Pending) {
-				r.Prompts[0].Answered = true
-				r.Approvals = []state.Approval{alice}
-				r.Decision = json.RawMessage(`{"action":"escalate","message":"ask","approvers":["alice","bob"],"quorum":2,"timeout":300000000000,"editable":["a"],"task":true,"reminders":[60000000000],"revision":"rev-7","route":"calc","approved_by":["alice"],"deadline_by_proposer":true}`)
-			},
-			extra: `{"action":"escalate","message":"ask","approvers":["alice","bob"],"quorum":2,"timeout":300000000000,"editable":["a"],"task":true,"reminders":[60000000000],"revision":"rev-7","route":"calc","approved_by":["alice"],"deadline_by_proposer":true}`,
 		}, {
 			name: "queued", soon: true,
 			change: func(p *lifecycle.Proposal) {
@@ -221,51 +179,25 @@ func TestRecordStoreWalksTheTaskPath(t *testing.T) {
 				p.Approvals, p.ApprovedBy = append(p.Approvals, bob), append(p.ApprovedBy, "bob")
 				p.Phase, p.Deadline, p.FinalArgs, p.Decision.Target = lifecycle.Queued, rsT0.Add(3*time.Second+rsTTL), edited, "calc2"
 			},
-			want: func(r *state.Pending) {
-				r.Prompts[1].Answered = true
-				r.Approvals = append(r.Approvals, bob)
-				r.Phase, r.Deadline, r.ApprovalDeadline = state.Queued, rsT0.Add(3*time.Second+rsTTL), time.Time{}
-				r.Decision = json.RawMessage(`{"action":"escalate","message":"ask","approvers":["alice","bob"],"quorum":2,"timeout":300000000000,"editable":["a"],"task":true,"reminders":[60000000000],"revision":"rev-7","route":"calc2","params":{"name":"add","arguments":{"a":5,"b":2}},"approved_by":["alice","bob"],"deadline_by_proposer":true}`)
-			},
-			extra: `{"action":"escalate","message":"ask","approvers":["alice","bob"],"quorum":2,"timeout":300000000000,"editable":["a"],"task":true,"reminders":[60000000000],"revision":"rev-7","route":"calc2","params":{"name":"add","arguments":{"a":5,"b":2}},"approved_by":["alice","bob"],"deadline_by_proposer":true}`,
 		}, {
 			name: "fulfilling",
 			change: func(p *lifecycle.Proposal) {
 				r := req
 				p.Phase, p.Request, p.Deadline = lifecycle.Fulfilling, &r, req.SentAt.Add(rsFulfil)
-			},
-			want: func(r *state.Pending) {
-				q := req
-				r.Phase, r.Request, r.Deadline, r.FulfilDeadline = state.Fulfilling, &q, req.SentAt.Add(rsFulfil), req.SentAt.Add(rsFulfil)
-			},
-		}, {
+			}}, {
 			name: "task",
 			change: func(p *lifecycle.Proposal) {
-				// The shell tells the store what the owner's answer said
-				// of the task beyond the core's TaskRecord.
-				rs.noteTask("p-task", "task-1", TaskSpec2025, 500*time.Millisecond)
 				tk := task
 				p.Phase, p.Task, p.Deadline = lifecycle.Task, &tk, task.Deadline
-			},
-			want: func(r *state.Pending) {
-				r.Phase, r.Deadline, r.FulfilDeadline = state.Running, task.Deadline, time.Time{}
-				r.Task = &state.Task{ID: "task-1", Spec: TaskSpec2025, Status: "working", Created: task.Created, Deadline: task.Deadline, Poll: 500}
-			},
-		}, {
+			}}, {
 			name: "task status", soon: true,
 			change: func(p *lifecycle.Proposal) { p.Task.Status = "input_required" },
-			want:   func(r *state.Pending) { r.Task.Status = "input_required" },
 		}, {
 			name: "relay committed",
 			change: func(p *lifecycle.Proposal) {
 				rl := relay
 				p.Phase, p.Relay = lifecycle.Answered, &rl
-			},
-			want: func(r *state.Pending) {
-				rl := relay
-				r.Phase, r.Relay = state.Answered, &rl
-			},
-		}})
+			}}})
 
 		p, err := rs.Read(context.Background(), "p-task")
 		if err != nil || p == nil {
@@ -291,30 +223,19 @@ func TestRecordStoreWalksTheRejectPath(t *testing.T) {
 		const fulJSON = `{"action":"fulfill","task_timeout":60000000000,"revision":"rev-8","route":"calc","params":{"name":"add","arguments":{"a":1,"b":2}}}`
 		req := lifecycle.Request{EnvelopeID: "req-2", RPCID: 9, Target: "calc", SentAt: rsT0.Add(time.Second)}
 		rej := lifecycle.RejectRecord{EnvelopeID: "rej-1", Reason: "timeout", Message: "no response within 30s", CancelRequest: true, CancelTask: true}
-		walk(t, st, rs, rsClaim(t, "p-rej", "d2"), rsPending(t, "p-rej", "d2"), []rsStep{{
+		walk(t, st, rs, rsClaim(t, "p-rej", "d2"), []rsStep{{
 			name: "fulfilling",
 			change: func(p *lifecycle.Proposal) {
 				d, r := ful, req
 				p.Decision, p.FinalArgs = &d, p.Params
 				p.Phase, p.Request, p.Deadline = lifecycle.Fulfilling, &r, req.SentAt.Add(rsFulfil)
 			},
-			want: func(r *state.Pending) {
-				q := req
-				r.Decision, r.Revision = json.RawMessage(fulJSON), "rev-8"
-				r.Phase, r.Request, r.Deadline, r.FulfilDeadline = state.Fulfilling, &q, req.SentAt.Add(rsFulfil), req.SentAt.Add(rsFulfil)
-			},
-			extra: fulJSON,
 		}, {
 			name: "reject committed",
 			change: func(p *lifecycle.Proposal) {
 				r := rej
 				p.Phase, p.Reject = lifecycle.Answered, &r
-			},
-			want: func(r *state.Pending) {
-				q := rej
-				r.Phase, r.Reject, r.FulfilDeadline = state.Answered, &q, time.Time{}
-			},
-		}})
+			}}})
 
 		// An invalid proposal: its claim, then its reject; Invalid is
 		// what parsePayload says of the envelope, read back from it.
@@ -325,30 +246,21 @@ func TestRecordStoreWalksTheRejectPath(t *testing.T) {
 		}
 		// parsePayload reads nothing else of an invalid payload: no
 		// method, tool or params (as fulfill's reader).
-		inv := lifecycle.Proposal{ID: "p-inv", From: "agent", Envelope: rsEnvelope(t, "p-inv", bad),
+		inv := lifecycle.Proposal{V: lifecycle.RecordVersion, ID: "p-inv", From: "agent", Envelope: rsEnvelope(t, "p-inv", bad),
 			Invalid: perr.Error(), Size: 90, Received: rsT0, Owner: "m1", Phase: lifecycle.Deciding,
 			Deadline: rsT0.Add(rsTTL), DecisionID: "d3", Claim: "d3"}
-		invRec := state.Pending{ProposalID: "p-inv", Envelope: rsEnvelope(t, "p-inv", bad), Proposer: "agent", Received: rsT0, Size: 90,
-			DecisionID: "d3", Phase: state.Deciding, Owner: "m1", Claim: "d3", Deadline: rsT0.Add(rsTTL)}
-		walk(t, st, rs, inv, invRec, []rsStep{{
+		walk(t, st, rs, inv, []rsStep{{
 			name: "invalid rejected",
 			change: func(p *lifecycle.Proposal) {
 				p.Phase, p.Reject = lifecycle.Answered, &lifecycle.RejectRecord{EnvelopeID: "rej-2", Reason: "invalid", Message: perr.Error()}
-			},
-			want: func(r *state.Pending) {
-				r.Phase, r.Reject = state.Answered, &state.Reject{EnvelopeID: "rej-2", Reason: "invalid", Message: perr.Error()}
-			},
-		}})
+			}}})
 
 		// Claimed in phase Answered at once, as fulfill's claimRecord
 		// claims an invalid proposal.
 		inv2 := inv
 		inv2.ID, inv2.Envelope, inv2.DecisionID, inv2.Claim = "p-inv2", rsEnvelope(t, "p-inv2", bad), "d4", "d4"
 		inv2.Phase, inv2.Reject = lifecycle.Answered, &lifecycle.RejectRecord{EnvelopeID: "rej-3", Reason: "invalid", Message: perr.Error()}
-		inv2Rec := invRec
-		inv2Rec.ProposalID, inv2Rec.Envelope, inv2Rec.DecisionID, inv2Rec.Claim = "p-inv2", rsEnvelope(t, "p-inv2", bad), "d4", "d4"
-		inv2Rec.Phase, inv2Rec.Reject = state.Answered, &state.Reject{EnvelopeID: "rej-3", Reason: "invalid", Message: perr.Error()}
-		walk(t, st, rs, inv2, inv2Rec, nil)
+		walk(t, st, rs, inv2, nil)
 	})
 }
 
@@ -381,7 +293,7 @@ func TestRecordStoreClaims(t *testing.T) {
 		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &replay, Create: true, ClaimOnly: true}); !errors.Is(err, lifecycle.ErrExists) {
 			t.Fatalf("claim only of a claimed id: %v; want ErrExists", err)
 		}
-		checkRecord(t, st, func() state.Pending { r := rsPending(t, "p1", "d1"); r.StoreRevision = rev; return r }())
+		checkRecord(t, st, func() lifecycle.Proposal { r := rsClaim(t, "p1", "d1"); r.Rev = rev; return r }())
 		// Ended: a replay after the record is gone is still one.
 		if _, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Rev: rev}); err != nil {
 			t.Fatalf("delete: %v", err)
@@ -412,31 +324,6 @@ func TestRecordStoreClaims(t *testing.T) {
 			t.Fatalf("a claim without a record left one: %+v, %v", got, err)
 		}
 
-		// A core that leaves Proposal.Claim empty: the claim records the
-		// decision id, and the record keeps it when the core rewrites it
-		// without, after an edit decided again (a new DecisionID) too, and
-		// after a restart (a new recordStore reads it back first).
-		p4 := rsClaim(t, "p4", "d7")
-		p4.Claim = ""
-		if p4.Rev, err = rs.Write(ctx, lifecycle.Write{ID: "p4", Record: &p4, Create: true}); err != nil {
-			t.Fatal(err)
-		}
-		p4.DecisionID = "d8"
-		if p4.Rev, err = rs.Write(ctx, lifecycle.Write{ID: "p4", Record: &p4, Rev: p4.Rev}); err != nil {
-			t.Fatal(err)
-		}
-		want := rsPending(t, "p4", "d8")
-		want.Claim, want.StoreRevision = "d7", p4.Rev
-		checkRecord(t, st, want)
-		restarted := newRecordStore(st, rsTTL, rsFulfil, nil)
-		if _, err := restarted.Read(ctx, "p4"); err != nil {
-			t.Fatal(err)
-		}
-		if p4.Rev, err = restarted.Write(ctx, lifecycle.Write{ID: "p4", Record: &p4, Rev: p4.Rev}); err != nil {
-			t.Fatal(err)
-		}
-		want.StoreRevision = p4.Rev
-		checkRecord(t, st, want)
 
 		if peer == nil {
 			return
@@ -486,8 +373,8 @@ func TestRecordStoreClaimLeftIsAppliedOnRetry(t *testing.T) {
 	}
 	st.recordLeft.Store(false)
 	rev, err := rs.Write(ctx, lifecycle.Write{ID: "p1", Record: &p, Create: true})
-	if err != nil || rev != left.StoreRevision {
-		t.Fatalf("claim tried again: rev %d, %v; want %d, nil", rev, err, left.StoreRevision)
+	if err != nil || rev != left.Rev {
+		t.Fatalf("claim tried again: rev %d, %v; want %d, nil", rev, err, left.Rev)
 	}
 }
 
@@ -509,8 +396,8 @@ func TestRecordStoreConflicts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := rsPending(t, "p1", "d1")
-		want.Phase, want.Decision, want.ApprovalDeadline, want.StoreRevision = state.AwaitingApproval, json.RawMessage(`{"action":"escalate","quorum":1}`), want.Deadline, rev2
+		want := cloneProposal(q)
+		want.Rev = rev2
 		stale := cloneProposal(p)
 		stale.Phase = lifecycle.Queued
 		for _, w := range []lifecycle.Write{
@@ -566,7 +453,7 @@ func (s *callStore) take() []string {
 	return c
 }
 
-func (s *callStore) ClaimRecord(ctx context.Context, p *state.Pending) (bool, string, error) {
+func (s *callStore) ClaimRecord(ctx context.Context, p *lifecycle.Proposal) (bool, string, error) {
 	if err := s.note("ClaimRecord"); err != nil {
 		return false, "", err
 	}
@@ -580,35 +467,35 @@ func (s *callStore) ClaimDecision(ctx context.Context, id, d string) (bool, stri
 	return s.Store.ClaimDecision(ctx, id, d)
 }
 
-func (s *callStore) Update(ctx context.Context, p *state.Pending) error {
+func (s *callStore) Update(ctx context.Context, p *lifecycle.Proposal) error {
 	if err := s.note("Update"); err != nil {
 		return err
 	}
 	return s.Store.Update(ctx, p)
 }
 
-func (s *callStore) UpdateSoon(ctx context.Context, p *state.Pending) error {
+func (s *callStore) UpdateSoon(ctx context.Context, p *lifecycle.Proposal) error {
 	if err := s.note("UpdateSoon"); err != nil {
 		return err
 	}
 	return s.Store.UpdateSoon(ctx, p)
 }
 
-func (s *callStore) MarkAnswered(ctx context.Context, p *state.Pending) error {
+func (s *callStore) MarkAnswered(ctx context.Context, p *lifecycle.Proposal) error {
 	if err := s.note("MarkAnswered"); err != nil {
 		return err
 	}
 	return s.Store.MarkAnswered(ctx, p)
 }
 
-func (s *callStore) Delete(ctx context.Context, p *state.Pending) error {
+func (s *callStore) Delete(ctx context.Context, p *lifecycle.Proposal) error {
 	if err := s.note("Delete"); err != nil {
 		return err
 	}
 	return s.Store.Delete(ctx, p)
 }
 
-func (s *callStore) Reclaim(ctx context.Context, p *state.Pending) (bool, error) {
+func (s *callStore) Reclaim(ctx context.Context, p *lifecycle.Proposal) (bool, error) {
 	if err := s.note("Reclaim"); err != nil {
 		return false, err
 	}
@@ -721,7 +608,7 @@ func TestRecordStoreOwned(t *testing.T) {
 		if err := real.Update(ctx, oldRec); err != nil {
 			t.Fatal(err)
 		}
-		old.Claim, old.Rev = "", oldRec.StoreRevision
+		old.Claim, old.Rev = "", oldRec.Rev
 
 		// A record whose envelope is another proposal's.
 		broken := rsClaim(t, "p-broken", "d4")
@@ -788,13 +675,50 @@ func count(calls []string, call string) int {
 	return n
 }
 
-// TestRecordStoreReadsFulfillsRecords: records written as fulfill writes
-// them today (claimRecord, escalate's and fulfil's saveRecord, task's,
-// markAnswered; storeDecision; no Deadline, Addressee or Relay) read back
-// right, with the deadline of their phase (the pending TTL from Received
-// while deciding or queued), and are written back without losing the
-// decision fulfill stored or the task's spec and poll interval.
-func TestRecordStoreReadsFulfillsRecords(t *testing.T) {
+// legacyRecord is the layout records had before lifecycle.RecordVersion
+// (state.Pending up to b7920f5), written here as those builds wrote it.
+type legacyRecord struct {
+	ProposalID       string                  `json:"proposal_id"`
+	Envelope         json.RawMessage         `json:"envelope"`
+	Proposer         string                  `json:"proposer"`
+	Received         time.Time               `json:"received"`
+	Size             int                     `json:"size"`
+	Decision         json.RawMessage         `json:"decision,omitempty"`
+	DecisionID       string                  `json:"decision_id,omitempty"`
+	Revision         string                  `json:"revision,omitempty"`
+	Phase            lifecycle.Phase         `json:"phase"`
+	Owner            string                  `json:"owner"`
+	Claim            string                  `json:"claim,omitempty"`
+	ApprovalDeadline time.Time               `json:"approval_deadline,omitzero"`
+	FulfilDeadline   time.Time               `json:"fulfil_deadline,omitzero"`
+	Deadline         time.Time               `json:"deadline,omitzero"`
+	Addressee        string                  `json:"addressee,omitempty"`
+	Prompts          []lifecycle.Prompt      `json:"prompts,omitempty"`
+	Approvals        []lifecycle.Approval    `json:"approvals,omitempty"`
+	Request          *lifecycle.Request      `json:"request,omitempty"`
+	Task             *legacyTask             `json:"task,omitempty"`
+	Reject           *lifecycle.RejectRecord `json:"reject,omitempty"`
+	Relay            *lifecycle.RelayRecord  `json:"relay,omitempty"`
+}
+
+type legacyTask struct {
+	ID       string    `json:"id"`
+	Spec     string    `json:"spec"`
+	Status   string    `json:"status"`
+	Created  time.Time `json:"created"`
+	Deadline time.Time `json:"deadline"`
+	Poll     int64     `json:"poll_ms,omitzero"`
+}
+
+// TestRecordStoreMigratesOldRecords: records written in the layout of
+// the builds before lifecycle.RecordVersion (as fulfill wrote them: its
+// claims, escalations, fulfilments, tasks and answers, some without a
+// Deadline or Addressee) read back as the Proposal they were, with the
+// deadline of their phase (the pending TTL from Received while deciding
+// or queued), the decision the record stored and the task's spec and
+// poll interval; written back by the core, they are in the current
+// layout and read back the same.
+func TestRecordStoreMigratesOldRecords(t *testing.T) {
 	eachStore(t, func(t *testing.T, st Store, _ func(string) Store) {
 		ctx := context.Background()
 		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
@@ -802,35 +726,35 @@ func TestRecordStoreReadsFulfillsRecords(t *testing.T) {
 			Editable: []string{"a"}, Grantable: &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}}}, NotifyArguments: true, Revision: "rev-1"}
 		ful := decision.Decision{Action: decision.Fulfill, Revision: "rev-1", Task: true, TaskTimeout: time.Minute}
 		params := json.RawMessage(`{"name":"add","arguments":{"a":1,"b":2}}`)
-		approval := state.Approval{Approver: "alice", Content: json.RawMessage(`{}`), At: rsT0.Add(time.Second)}
-		prompt := state.Prompt{Approver: "alice", EnvelopeID: "el-1", RPCID: 3, Sent: rsT0.Add(time.Second)}
-		req := state.Request{EnvelopeID: "req-1", RPCID: 4, Target: "calc", SentAt: rsT0.Add(2 * time.Second), Task: true}
+		approval := lifecycle.Approval{Approver: "alice", Content: json.RawMessage(`{}`), At: rsT0.Add(time.Second)}
+		prompt := lifecycle.Prompt{Approver: "alice", EnvelopeID: "el-1", RPCID: 3, Sent: rsT0.Add(time.Second)}
+		req := lifecycle.Request{EnvelopeID: "req-1", RPCID: 4, Target: "calc", SentAt: rsT0.Add(2 * time.Second), Task: true}
 
 		cases := []struct {
 			name   string
-			change func(r *state.Pending) // fulfill's own change of its claim record
+			change func(r *legacyRecord) // fulfill's own change of its claim record
 			want   func(p *lifecycle.Proposal)
 		}{{
 			name:   "deciding",
-			change: func(r *state.Pending) {},
+			change: func(r *legacyRecord) {},
 			want:   func(p *lifecycle.Proposal) {},
 		}, {
 			name: "awaiting approval",
-			change: func(r *state.Pending) {
-				r.Phase, r.Decision, r.DecisionID, r.Revision = state.AwaitingApproval, storeDecision(esc, "calc", nil, nil), "d1", "rev-1"
+			change: func(r *legacyRecord) {
+				r.Phase, r.Decision, r.DecisionID, r.Revision = lifecycle.AwaitingApproval, storeDecision(esc, "calc", nil, nil), "d1", "rev-1"
 				r.ApprovalDeadline = rsT0.Add(5 * time.Minute)
-				r.Prompts, r.Approvals = []state.Prompt{prompt}, []state.Approval{approval}
+				r.Prompts, r.Approvals = []lifecycle.Prompt{prompt}, []lifecycle.Approval{approval}
 			},
 			want: func(p *lifecycle.Proposal) {
-				p.Phase, p.Deadline = lifecycle.AwaitingApproval, rsT0.Add(5*time.Minute)
+				p.Phase, p.Deadline, p.DecisionID = lifecycle.AwaitingApproval, rsT0.Add(5*time.Minute), "d1"
 				p.Decision = &lifecycle.Decision{Action: lifecycle.Escalate, Message: "ask", Target: "calc", Approvers: []string{"alice"}, Quorum: 1,
 					Timeout: 5 * time.Minute, Revision: "rev-1", Extra: storeDecision(esc, "calc", nil, nil)}
 				p.Prompts, p.Approvals = []lifecycle.Prompt{prompt}, []lifecycle.Approval{approval}
 			},
 		}, {
 			name: "queued",
-			change: func(r *state.Pending) {
-				r.Phase, r.Decision = state.Queued, storeDecision(ful, "calc", params, []string{"alice"})
+			change: func(r *legacyRecord) {
+				r.Phase, r.Decision = lifecycle.Queued, storeDecision(ful, "calc", params, []string{"alice"})
 			},
 			want: func(p *lifecycle.Proposal) {
 				p.Phase = lifecycle.Queued
@@ -840,9 +764,9 @@ func TestRecordStoreReadsFulfillsRecords(t *testing.T) {
 			},
 		}, {
 			name: "fulfilling, decided at once (no decision stored)",
-			change: func(r *state.Pending) {
+			change: func(r *legacyRecord) {
 				q := req
-				r.Phase, r.Request, r.FulfilDeadline = state.Fulfilling, &q, req.SentAt.Add(10*time.Second)
+				r.Phase, r.Request, r.FulfilDeadline = lifecycle.Fulfilling, &q, req.SentAt.Add(10*time.Second)
 			},
 			want: func(p *lifecycle.Proposal) {
 				q := req
@@ -850,9 +774,9 @@ func TestRecordStoreReadsFulfillsRecords(t *testing.T) {
 			},
 		}, {
 			name: "fulfilling, before fulfil deadlines were recorded",
-			change: func(r *state.Pending) {
+			change: func(r *legacyRecord) {
 				q := req
-				r.Phase, r.Request = state.Fulfilling, &q
+				r.Phase, r.Request = lifecycle.Fulfilling, &q
 			},
 			want: func(p *lifecycle.Proposal) {
 				q := req
@@ -860,20 +784,20 @@ func TestRecordStoreReadsFulfillsRecords(t *testing.T) {
 			},
 		}, {
 			name: "task",
-			change: func(r *state.Pending) {
+			change: func(r *legacyRecord) {
 				q := req
-				r.Phase, r.Request, r.FulfilDeadline = state.Running, &q, req.SentAt.Add(10*time.Second)
-				r.Task = &state.Task{ID: "task-1", Spec: TaskSpec2025, Status: "working", Created: rsT0.Add(3 * time.Second), Deadline: rsT0.Add(time.Hour), Poll: 250}
+				r.Phase, r.Request, r.FulfilDeadline = lifecycle.Task, &q, req.SentAt.Add(10*time.Second)
+				r.Task = &legacyTask{ID: "task-1", Spec: TaskSpec2025, Status: "working", Created: rsT0.Add(3 * time.Second), Deadline: rsT0.Add(time.Hour), Poll: 250}
 			},
 			want: func(p *lifecycle.Proposal) {
 				q := req
 				p.Phase, p.Request, p.Deadline = lifecycle.Task, &q, rsT0.Add(time.Hour)
-				p.Task = &lifecycle.TaskRecord{ID: "task-1", Status: "working", Created: rsT0.Add(3 * time.Second), Deadline: rsT0.Add(time.Hour)}
+				p.Task = &lifecycle.TaskRecord{ID: "task-1", Status: "working", Created: rsT0.Add(3 * time.Second), Deadline: rsT0.Add(time.Hour), Spec: TaskSpec2025, PollMS: 250}
 			},
 		}, {
 			name: "answered",
-			change: func(r *state.Pending) {
-				r.Phase, r.Reject = state.Answered, &state.Reject{EnvelopeID: "rej-1", Reason: "policy", Message: "no"}
+			change: func(r *legacyRecord) {
+				r.Phase, r.Reject = lifecycle.Answered, &lifecycle.RejectRecord{EnvelopeID: "rej-1", Reason: "policy", Message: "no"}
 			},
 			want: func(p *lifecycle.Proposal) {
 				p.Phase, p.Deadline = lifecycle.Answered, time.Time{}
@@ -882,52 +806,52 @@ func TestRecordStoreReadsFulfillsRecords(t *testing.T) {
 		}}
 		for i, c := range cases {
 			id := "old-" + string(rune('a'+i))
-			// As fulfill's claimRecord writes it: no Deadline, no
-			// Addressee.
-			r := &state.Pending{ProposalID: id, Envelope: rsEnvelope(t, id, addCall), Proposer: "agent", Received: rsT0, Size: 180,
-				Phase: state.Deciding, Claim: "d0", DecisionID: "d0"}
-			if won, _, err := st.ClaimRecord(ctx, r); err != nil || !won {
-				t.Fatalf("%s: claim: %v, %v", c.name, won, err)
-			}
-			c.change(r)
-			if r.Phase == state.Answered {
-				if err := st.MarkAnswered(ctx, r); err != nil {
-					t.Fatalf("%s: %v", c.name, err)
-				}
-			} else if r.Phase != state.Deciding {
-				if err := st.Update(ctx, r); err != nil {
-					t.Fatalf("%s: %v", c.name, err)
-				}
-			}
-			want := lifecycle.Proposal{ID: id, From: "agent", Envelope: rsEnvelope(t, id, addCall), Params: params, Size: 180, Received: rsT0,
-				Method: "tools/call", Tool: "add", Owner: "m1", Phase: lifecycle.Deciding, Deadline: rsT0.Add(rsTTL),
-				DecisionID: r.DecisionID, Claim: "d0", Rev: r.StoreRevision}
-			c.want(&want)
-			checkRead(t, rs, want)
-
-			// Written back as the core would after resuming it: the
-			// record keeps what fulfill stored, the deadline now its own
-			// field (and ApprovalDeadline, FulfilDeadline in their phases).
-			got, err := rs.Read(ctx, id)
+			// As fulfill's claimRecord wrote it: no Deadline, no
+			// Addressee; then its own change.
+			old := legacyRecord{ProposalID: id, Envelope: rsEnvelope(t, id, addCall), Proposer: "agent", Received: rsT0, Size: 180,
+				Phase: lifecycle.Deciding, Owner: "m1", Claim: "d0", DecisionID: "d0"}
+			c.change(&old)
+			raw, err := json.Marshal(old)
 			if err != nil {
 				t.Fatal(err)
 			}
+			var r lifecycle.Proposal
+			if err := json.Unmarshal(raw, &r); err != nil {
+				t.Fatalf("%s: read the old layout: %v", c.name, err)
+			}
+			if r.V != 0 || !bytes.Equal(r.Legacy, raw) {
+				t.Fatalf("%s: an old record reads as version %d, legacy %q", c.name, r.V, r.Legacy)
+			}
+			if won, _, err := st.ClaimRecord(ctx, &r); err != nil || !won {
+				t.Fatalf("%s: claim: %v, %v", c.name, won, err)
+			}
+			want := lifecycle.Proposal{ID: id, From: "agent", Envelope: rsEnvelope(t, id, addCall), Params: params, Size: 180, Received: rsT0,
+				Method: "tools/call", Tool: "add", Owner: "m1", Phase: lifecycle.Deciding, Deadline: rsT0.Add(rsTTL),
+				DecisionID: "d0", Claim: "d0", Rev: r.Rev}
+			c.want(&want)
+			got, err := rs.Read(ctx, id)
+			if err != nil || got == nil {
+				t.Fatalf("%s: read: %v, %v", c.name, got, err)
+			}
+			if got.V != lifecycle.RecordVersion || got.Legacy != nil {
+				t.Fatalf("%s: a migrated record reads as version %d, legacy %q", c.name, got.V, got.Legacy)
+			}
+			want.V = lifecycle.RecordVersion
+			if !reflect.DeepEqual(*got, want) {
+				g, _ := json.MarshalIndent(got, "", "  ")
+				w, _ := json.MarshalIndent(want, "", "  ")
+				t.Fatalf("%s: migrated:\n%s\nwant:\n%s", c.name, g, w)
+			}
+
+			// Written back as the core would after resuming it: the
+			// record is the Proposal now, in the current layout.
 			rev, err := rs.Write(ctx, lifecycle.Write{ID: id, Record: got, Rev: got.Rev})
 			if err != nil {
 				t.Fatalf("%s: write back: %v", c.name, err)
 			}
-			back := clonePendingRecord(*r)
-			back.Owner, back.StoreRevision, back.Deadline = "m1", rev, want.Deadline
-			switch back.Phase {
-			case state.Queued, state.Answered, state.Running:
-				back.ApprovalDeadline, back.FulfilDeadline = time.Time{}, time.Time{}
-			case state.Fulfilling:
-				back.FulfilDeadline = want.Deadline
-			}
-			if back.Decision != nil {
-				back.Revision = "rev-1" // the decision's: fulfill's queued record left it unset
-			}
-			checkRecord(t, st, back)
+			want.Rev = rev
+			checkRecord(t, st, want)
+			checkRead(t, rs, want)
 		}
 	})
 }
@@ -1086,13 +1010,20 @@ func TestRecordStoreUnderTheCore(t *testing.T) {
 // A record's envelope is read back after a restart as it was read when it
 // arrived: keys exactly, so a "PAYLOAD" or "ID" beside the real ones (the
 // gateway passes them through) never becomes the call that is resumed.
-func TestProposalOfReadsTheEnvelopesKeysExactly(t *testing.T) {
+func TestMigrateReadsTheEnvelopesKeysExactly(t *testing.T) {
 	env := `{"protocol":"mew/v0.4","id":"p-1","from":"coder","kind":"mcp/proposal",` +
 		`"payload":{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}},` +
 		`"PAYLOAD":{"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/tmp/x"}}},"ID":"p-2","FROM":""}`
-	r := &state.Pending{ProposalID: "p-1", Proposer: "coder", Envelope: json.RawMessage(env), Received: rsT0, Phase: state.Deciding}
-	p, err := proposalOf(r, rsTTL, rsFulfil)
-	if err != nil {
+	raw, _ := json.Marshal(legacyRecord{ProposalID: "p-1", Proposer: "coder", Envelope: json.RawMessage(env), Received: rsT0, Phase: lifecycle.Deciding})
+	var p lifecycle.Proposal
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatal(err)
+	}
+	if string(p.Params) != `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}` {
+		t.Errorf("an old record's params read as %s", p.Params)
+	}
+	rs := newRecordStore(state.NewLocal("m1"), rsTTL, rsFulfil, nil)
+	if err := rs.migrate(&p); err != nil {
 		t.Fatal(err)
 	}
 	if p.Method != "tools/call" || p.Tool != "write_file" || string(p.Params) != `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}` {

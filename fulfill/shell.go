@@ -35,8 +35,8 @@ type Fulfiller struct {
 	loop    *lifecycle.Loop
 	journal *journal
 	records *ownWrites
-	// recordStore is under records: the task details it keeps for the
-	// record (noteTask) until the core carries them.
+	// recordStore is under records; the group's records taken over are
+	// completed by it (migrate) as the core's are.
 	recordStore *recordStore
 	wire        *wire
 	policy      *policyStep

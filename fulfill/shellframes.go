@@ -147,8 +147,7 @@ func (s *Fulfiller) onResponse(env agent.Envelope) {
 	}
 	if p.Request.Task && resp.Error == nil && s.wire.taskCreated(env.From, resp.Result, s.cfg.Clock.Now()) {
 		st, spec, _ := taskHandle(resp.Result)
-		r.TaskID, r.TaskStatus = st.TaskID, st.Status
-		s.recordStore.noteTask(p.ID, st.TaskID, spec, st.poll())
+		r.TaskID, r.TaskStatus, r.TaskSpec, r.TaskPoll = st.TaskID, st.Status, spec, st.poll()
 	}
 	if r.TaskID == "" {
 		r.Result = resp.Result

@@ -97,7 +97,7 @@ func (s *Fulfiller) adoptLapsed(ctx context.Context) {
 
 // resume hands records this member adopted to the core, and then the
 // responses their requests got while another member held them.
-func (s *Fulfiller) resume(ctx context.Context, recs []*state.Pending, how string) {
+func (s *Fulfiller) resume(ctx context.Context, recs []*lifecycle.Proposal, how string) {
 	ps := s.settle(ctx, recs)
 	if len(ps) == 0 {
 		return
@@ -116,29 +116,27 @@ func (s *Fulfiller) resume(ctx context.Context, recs []*state.Pending, how strin
 // settle reads records this member took over (adopted, or taken for an
 // operator's cancel) as the core's proposals: each settled first
 // (Reclaim: one a replay wrote is deleted and left out).
-func (s *Fulfiller) settle(ctx context.Context, recs []*state.Pending) []lifecycle.Proposal {
+func (s *Fulfiller) settle(ctx context.Context, recs []*lifecycle.Proposal) []lifecycle.Proposal {
 	var ps []lifecycle.Proposal
 	for _, r := range recs {
 		ok, err := s.cfg.Store.Reclaim(ctx, r)
 		if err != nil {
-			s.log.Error("record taken over not settled; left for the next scan", "proposal", r.ProposalID, "err", err)
+			s.log.Error("record taken over not settled; left for the next scan", "proposal", r.ID, "err", err)
 			continue
 		}
 		if !ok {
 			// A replay's record (its seen key holds another claim, whose
 			// proposal had its answer): it goes, and nothing is sent.
 			if err := s.cfg.Store.Delete(ctx, r); err != nil && !errors.Is(err, state.ErrConflict) {
-				s.log.Warn("a replay's record not deleted", "proposal", r.ProposalID, "err", err)
+				s.log.Warn("a replay's record not deleted", "proposal", r.ID, "err", err)
 			}
 			continue
 		}
-		p, err := proposalOf(r, s.cfg.PendingTTL, s.cfg.FulfillTimeout)
-		if err != nil {
-			s.log.Error("record taken over unreadable; skipped", "proposal", r.ProposalID, "err", err)
+		if err := s.recordStore.migrate(r); err != nil {
+			s.log.Error("record taken over unreadable; skipped", "proposal", r.ID, "err", err)
 			continue
 		}
-		p.Rev = r.StoreRevision // the revision this member's adopt (or take) wrote
-		ps = append(ps, p)
+		ps = append(ps, *r) // at the revision this member's adopt (or take) wrote
 	}
 	s.records.held(ps)
 	return ps

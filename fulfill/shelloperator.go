@@ -75,7 +75,8 @@ func (s *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 	}
 	out := own
 	for _, r := range recs {
-		if !here[r.ProposalID] && r.Phase != state.Answered {
+		if !here[r.ID] && r.Phase != lifecycle.Answered {
+			_ = s.recordStore.migrate(r) // one it cannot read is shown as the store has it
 			out = append(out, recordSnapshot(r))
 		}
 	}
@@ -143,7 +144,7 @@ func (s *Fulfiller) Cancel(id, by string) error {
 		}
 		return wait()
 	}
-	var r *state.Pending
+	var r *lifecycle.Proposal
 	var err error
 	for range maxTakes {
 		if r, err = s.cfg.Store.Take(ctx, id); !errors.Is(err, state.ErrConflict) {
@@ -161,7 +162,7 @@ func (s *Fulfiller) Cancel(id, by string) error {
 		return fmt.Errorf("cancel %s: %w: %w", id, ErrStoreUnavailable, err)
 	}
 	s.log.Info("proposal taken from the group's store to be cancelled by the operator", "proposal", id, "phase", r.Phase, "by", by)
-	ps := s.settle(ctx, []*state.Pending{r})
+	ps := s.settle(ctx, []*lifecycle.Proposal{r})
 	if len(ps) == 0 {
 		return fmt.Errorf("cancel %s: %w (the record was a replay's, now deleted)", id, ErrUnknownProposal)
 	}

@@ -3,6 +3,7 @@ package fulfill
 import (
 	"context"
 	"encoding/json"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"sync/atomic"
 	"time"
 
@@ -36,7 +37,7 @@ type Store interface {
 	// the record, so a claimed proposal always has one to resume. A lost
 	// claim means send nothing, and returns the winner's decision id (""
 	// when unknown) for the ignored line.
-	ClaimRecord(ctx context.Context, p *state.Pending) (won bool, winner string, err error)
+	ClaimRecord(ctx context.Context, p *lifecycle.Proposal) (won bool, winner string, err error)
 	// ClaimDecision is the claim without a record, for a proposal
 	// rejected "busy" at once (see claimAndAdmit): it costs one write
 	// where the record costs three (claim, seen key, delete).
@@ -44,21 +45,21 @@ type Store interface {
 	// Reclaim settles the seen key of a record before it is resumed (a
 	// crash may have come between ClaimRecord's writes); false: the
 	// record is a replay's, delete it and send nothing.
-	Reclaim(ctx context.Context, p *state.Pending) (ours bool, err error)
+	Reclaim(ctx context.Context, p *lifecycle.Proposal) (ours bool, err error)
 	// Update and Delete compare and set on p.StoreRevision
 	// (state.ErrConflict: someone else owns it now). UpdateSoon is Update
 	// that does not wait for the disk: for a write nothing sent depends
 	// on (an escalation's phase, an approval).
-	Update(ctx context.Context, p *state.Pending) error
-	UpdateSoon(ctx context.Context, p *state.Pending) error
-	Delete(ctx context.Context, p *state.Pending) error
+	Update(ctx context.Context, p *lifecycle.Proposal) error
+	UpdateSoon(ctx context.Context, p *lifecycle.Proposal) error
+	Delete(ctx context.Context, p *lifecycle.Proposal) error
 	// MarkAnswered records, just before a reject is written, which reject
 	// ends p (phase state.Answered): whoever resumes the record sends the
 	// same reject again instead of leaving the proposer without one.
-	MarkAnswered(ctx context.Context, p *state.Pending) error
+	MarkAnswered(ctx context.Context, p *lifecycle.Proposal) error
 	// List is the group's pending work; Owned is this member's.
-	List(ctx context.Context) ([]*state.Pending, error)
-	Owned(ctx context.Context) ([]*state.Pending, error)
+	List(ctx context.Context) ([]*lifecycle.Proposal, error)
+	Owned(ctx context.Context) ([]*lifecycle.Proposal, error)
 	// Members are the group's live leases; SetPending is this member's
 	// pending work for its next lease renewal (MemberInfo.Pending).
 	Members(ctx context.Context) ([]state.MemberInfo, error)
@@ -66,14 +67,14 @@ type Store interface {
 	// WatchLapsed reports members whose lease lapsed with work left;
 	// Adopt moves that work to this member, each record to one adopter.
 	WatchLapsed(ctx context.Context) (<-chan string, error)
-	Adopt(ctx context.Context, from string) ([]*state.Pending, error)
+	Adopt(ctx context.Context, from string) ([]*lifecycle.Proposal, error)
 	// Get reads one record (state.ErrNotFound); Take moves it to this
 	// member by compare-and-set for an operator's cancel (refused with
 	// state.ErrFulfilling once its request is written); WatchRecords
 	// reports every write to the group's records, so that a member whose
 	// record was taken or adopted stops at once (see operator.go).
-	Get(ctx context.Context, proposalID string) (*state.Pending, error)
-	Take(ctx context.Context, proposalID string) (*state.Pending, error)
+	Get(ctx context.Context, proposalID string) (*lifecycle.Proposal, error)
+	Take(ctx context.Context, proposalID string) (*lifecycle.Proposal, error)
 	WatchRecords(ctx context.Context) (<-chan state.RecordChange, error)
 }
 

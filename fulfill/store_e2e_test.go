@@ -301,8 +301,8 @@ func TestStoreRestartResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range recs { // at most "open", awaiting its response
-		if r.ProposalID != "open" || r.Request == nil || r.Request.EnvelopeID != calls["open"].ID {
-			t.Errorf("record left: %s phase %s request %+v", r.ProposalID, r.Phase, r.Request)
+		if r.ID != "open" || r.Request == nil || r.Request.EnvelopeID != calls["open"].ID {
+			t.Errorf("record left: %s phase %s request %+v", r.ID, r.Phase, r.Request)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"os"
 	"slices"
 	"sync"
@@ -48,10 +49,10 @@ type faultyStore struct {
 	recordLeft atomic.Bool
 	// beforeAnswered, when set before the fulfiller runs, is called as a
 	// MarkAnswered starts: what a crash at that point would leave.
-	beforeAnswered func(*state.Pending)
+	beforeAnswered func(*lifecycle.Proposal)
 	// beforeUpdate, when set before the fulfiller runs, is called as an
 	// Update starts, like beforeAnswered.
-	beforeUpdate func(*state.Pending)
+	beforeUpdate func(*lifecycle.Proposal)
 	// claimGate, when set before the fulfiller runs, holds every Claim
 	// until a value is sent on it (a slow store).
 	claimGate chan struct{}
@@ -82,7 +83,7 @@ func (s *faultyStore) gate(ctx context.Context) error {
 // Shared is the store's, or true when the store poses as a group's.
 func (s *faultyStore) Shared() bool { return s.group || s.Store.Shared() }
 
-func (s *faultyStore) ClaimRecord(ctx context.Context, p *state.Pending) (bool, string, error) {
+func (s *faultyStore) ClaimRecord(ctx context.Context, p *lifecycle.Proposal) (bool, string, error) {
 	if err := s.gate(ctx); err != nil {
 		return false, "", err
 	}
@@ -99,7 +100,7 @@ func (s *faultyStore) ClaimRecord(ctx context.Context, p *state.Pending) (bool, 
 	return won, winner, err
 }
 
-func (s *faultyStore) Reclaim(ctx context.Context, p *state.Pending) (bool, error) {
+func (s *faultyStore) Reclaim(ctx context.Context, p *lifecycle.Proposal) (bool, error) {
 	if s.dead.Load() {
 		return false, errCut
 	}
@@ -128,14 +129,14 @@ func (s *faultyStore) crashAfterClaim() {
 	}
 }
 
-func (s *faultyStore) Put(ctx context.Context, p *state.Pending) error {
+func (s *faultyStore) Put(ctx context.Context, p *lifecycle.Proposal) error {
 	if s.dead.Load() {
 		return errCut
 	}
 	return s.Store.Put(ctx, p)
 }
 
-func (s *faultyStore) Update(ctx context.Context, p *state.Pending) error {
+func (s *faultyStore) Update(ctx context.Context, p *lifecycle.Proposal) error {
 	if s.beforeUpdate != nil {
 		s.beforeUpdate(p)
 	}
@@ -145,7 +146,7 @@ func (s *faultyStore) Update(ctx context.Context, p *state.Pending) error {
 	return s.Store.Update(ctx, p)
 }
 
-func (s *faultyStore) UpdateSoon(ctx context.Context, p *state.Pending) error {
+func (s *faultyStore) UpdateSoon(ctx context.Context, p *lifecycle.Proposal) error {
 	if s.beforeUpdate != nil {
 		s.beforeUpdate(p)
 	}
@@ -155,7 +156,7 @@ func (s *faultyStore) UpdateSoon(ctx context.Context, p *state.Pending) error {
 	return s.Store.UpdateSoon(ctx, p)
 }
 
-func (s *faultyStore) MarkAnswered(ctx context.Context, p *state.Pending) error {
+func (s *faultyStore) MarkAnswered(ctx context.Context, p *lifecycle.Proposal) error {
 	if s.beforeAnswered != nil {
 		s.beforeAnswered(p)
 	}
@@ -169,7 +170,7 @@ func (s *faultyStore) MarkAnswered(ctx context.Context, p *state.Pending) error 
 	return err
 }
 
-func (s *faultyStore) Delete(ctx context.Context, p *state.Pending) error {
+func (s *faultyStore) Delete(ctx context.Context, p *lifecycle.Proposal) error {
 	if s.dead.Load() {
 		return errCut
 	}
@@ -183,14 +184,14 @@ func (s *faultyStore) Members(ctx context.Context) ([]state.MemberInfo, error) {
 	return s.Store.Members(ctx)
 }
 
-func (s *faultyStore) List(ctx context.Context) ([]*state.Pending, error) {
+func (s *faultyStore) List(ctx context.Context) ([]*lifecycle.Proposal, error) {
 	if s.dead.Load() {
 		return nil, errCut
 	}
 	return s.Store.List(ctx)
 }
 
-func (s *faultyStore) Adopt(ctx context.Context, from string) ([]*state.Pending, error) {
+func (s *faultyStore) Adopt(ctx context.Context, from string) ([]*lifecycle.Proposal, error) {
 	if s.dead.Load() {
 		return nil, errCut
 	}

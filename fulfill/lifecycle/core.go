@@ -393,7 +393,8 @@ func (s *step) proposed(ev Proposed) {
 	id := c.ids.DecisionID()
 	p := &Proposal{ID: ev.ID, From: ev.From, Envelope: ev.Envelope, Params: ev.Params, Invalid: ev.Invalid, Size: ev.Size,
 		Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee,
-		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: id, Claim: id}
+		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: id, Claim: id,
+		V: RecordVersion}
 	if p.Invalid != "" {
 		// Claimed answered (rule 1): its reject is in the claim, the
 		// one write, so a crash after it sends this very envelope.
@@ -1221,7 +1222,8 @@ func (s *step) taskStarted(e *entry, ev Responded) {
 	c := s.c
 	p := e.p
 	p.Phase = Task
-	p.Task = &TaskRecord{ID: ev.TaskID, Status: ev.TaskStatus, Created: s.now, Deadline: s.now.Add(c.taskTimeout(p))}
+	p.Task = &TaskRecord{ID: ev.TaskID, Status: ev.TaskStatus, Created: s.now, Deadline: s.now.Add(c.taskTimeout(p)),
+		Spec: ev.TaskSpec, PollMS: ev.TaskPoll.Milliseconds()}
 	p.Deadline = p.Task.Deadline
 	e.graceAt = time.Time{}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenFollow})

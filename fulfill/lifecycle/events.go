@@ -90,8 +90,13 @@ type Responded struct {
 	RPCID      int64
 	TaskID     string
 	TaskStatus string
-	Result     json.RawMessage
-	Error      json.RawMessage
+	// TaskSpec and TaskPoll: which revision of the tasks messages the
+	// owner speaks, and the poll interval it suggested (0: none), kept
+	// with the task's record for whoever follows it after a restart.
+	TaskSpec string
+	TaskPoll time.Duration
+	Result   json.RawMessage
+	Error    json.RawMessage
 	// Payload is the response's payload as read: an ignored answer's
 	// line carries it (fulfill logged the raw payload), else Result.
 	// Message is the shell's account of an answer not taken (which

@@ -77,14 +77,29 @@ type Decision struct {
 	Extra       json.RawMessage `json:"extra,omitempty"`
 }
 
-// Proposal is one pending proposal: the whole of its state, persisted as
-// it is (JSON) before anything it commits to is sent.
+// RecordVersion is the version of the record layout Proposal is stored
+// in (Proposal.V). Records without one were written by builds that kept a
+// record of their own beside the Proposal; state reads them into a
+// Proposal with V 0 and the record's bytes in Legacy, and the shell
+// completes them from those bytes (fulfill's migration) before the core
+// sees them.
+const RecordVersion = 2
+
+// Proposal is one pending proposal: the whole of its state, and the
+// record the store keeps of it, persisted as it is (JSON) before anything
+// it commits to is sent.
 type Proposal struct {
+	// V is the record layout's version: RecordVersion when written by
+	// this build (state sets it), 0 for a record read from an older one.
+	V        int             `json:"v"`
 	ID       string          `json:"id"`
 	From     string          `json:"from"`
 	Envelope json.RawMessage `json:"envelope,omitempty"` // the proposal as received
-	Params   json.RawMessage `json:"params,omitempty"`   // as proposed; nil when it had none
-	Invalid  string          `json:"invalid,omitempty"`  // why validation refused it (rule 1)
+	// Params is what the proposal's payload says, a slice of Envelope:
+	// not stored twice, the shell reads it from the envelope again when it
+	// loads a record.
+	Params   json.RawMessage `json:"-"`                 // as proposed; nil when it had none
+	Invalid  string          `json:"invalid,omitempty"` // why validation refused it (rule 1)
 	Size     int             `json:"size,omitempty"`
 	Received time.Time       `json:"received"`
 	// Method and Tool are what the shell's parser read of the payload
@@ -126,6 +141,9 @@ type Proposal struct {
 
 	// Rev is the record's revision in the store (compare-and-set).
 	Rev uint64 `json:"-"`
+	// Legacy is a record written before RecordVersion, as read (V 0):
+	// what the shell's migration reads the rest of the Proposal from.
+	Legacy json.RawMessage `json:"-"`
 }
 
 // Prompt is one elicitation to one approver; re-asked with the same ids
@@ -186,6 +204,11 @@ type TaskRecord struct {
 	Status   string    `json:"status"`
 	Created  time.Time `json:"created"`
 	Deadline time.Time `json:"deadline"`
+	// Spec is which revision of the tasks messages the owner speaks
+	// ("2025-11-25", or the extension's "2026-07-28"), and PollMS the
+	// poll interval it suggested: what the follower needs after a restart.
+	Spec   string `json:"spec,omitempty"`
+	PollMS int64  `json:"poll_ms,omitzero"`
 }
 
 // RelayRecord is a committed relay: the outcome of a task-augmented

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"time"
 	"unicode/utf8"
 
@@ -129,7 +130,7 @@ func (s *Store) claimSeen(ctx context.Context, proposalID, decisionID string) (w
 // that carries a fulfilment request or prompts is synced before a win
 // returns, as Update is, since they go out once it returns; any other
 // (deciding, queued, its reject) is not, as Put is not.
-func (s *Store) ClaimRecord(ctx context.Context, p *Pending) (won bool, winner string, err error) {
+func (s *Store) ClaimRecord(ctx context.Context, p *lifecycle.Proposal) (won bool, winner string, err error) {
 	defer s.timed("claim", time.Now(), &err)
 	if p.Request == nil && len(p.Prompts) == 0 {
 		return s.claimRecord(ctx, p)
@@ -149,19 +150,19 @@ func (s *Store) ClaimRecord(ctx context.Context, p *Pending) (won bool, winner s
 }
 
 // claimRecord is ClaimRecord without its sync and measurement.
-func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner string, err error) {
-	if !utf8.ValidString(p.ProposalID) {
-		return false, "", fmt.Errorf("state: claim: proposal id %q is not valid UTF-8", truncate(p.ProposalID))
+func (s *Store) claimRecord(ctx context.Context, p *lifecycle.Proposal) (won bool, winner string, err error) {
+	if !utf8.ValidString(p.ID) {
+		return false, "", fmt.Errorf("state: claim: proposal id %q is not valid UTF-8", truncate(p.ID))
 	}
 	if p.Claim == "" {
-		return false, "", fmt.Errorf("state: claim %q: no decision id", truncate(p.ProposalID))
+		return false, "", fmt.Errorf("state: claim %q: no decision id", truncate(p.ID))
 	}
 	p.Owner = s.cfg.Member
-	val, err := json.Marshal(p)
+	val, err := encodeRecord(p)
 	if err != nil {
-		return false, "", fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
+		return false, "", err
 	}
-	k := key(p.ProposalID)
+	k := key(p.ID)
 	if s.seenLog != nil {
 		// Alone: seen is known here, without a round trip. An id seen
 		// with this very claim is a retry of ours: its record says.
@@ -185,11 +186,11 @@ func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner s
 				s.obs.Claimed(false)
 				return false, "", nil
 			}
-			return false, "", fmt.Errorf("state: claim %q: %w", truncate(p.ProposalID), errors.Join(err, gerr))
+			return false, "", fmt.Errorf("state: claim %q: %w", truncate(p.ID), errors.Join(err, gerr))
 		}
-		got, derr := decodePending(e)
+		got, derr := decodeRecord(e)
 		if derr != nil {
-			return false, "", fmt.Errorf("state: claim %q: %w", truncate(p.ProposalID), errors.Join(err, derr))
+			return false, "", fmt.Errorf("state: claim %q: %w", truncate(p.ID), errors.Join(err, derr))
 		}
 		if got.Owner != s.cfg.Member || got.Claim != p.Claim {
 			s.obs.Claimed(false)
@@ -197,7 +198,7 @@ func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner s
 		}
 		rev = e.Revision() // our own create, applied
 	}
-	p.StoreRevision = rev
+	p.Rev = rev
 	s.remember(p)
 	var seenWon bool
 	var seenWinner string
@@ -207,7 +208,7 @@ func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner s
 		// log only before the record ends (Delete waits for it).
 		seenWon, seenWinner, err = s.seenLog.claim(ctx, k, p.Claim, false)
 	} else {
-		seenWon, seenWinner, err = s.claimSeen(ctx, p.ProposalID, p.Claim)
+		seenWon, seenWinner, err = s.claimSeen(ctx, p.ID, p.Claim)
 	}
 	switch {
 	case err != nil:
@@ -227,7 +228,7 @@ func (s *Store) claimRecord(ctx context.Context, p *Pending) (won bool, winner s
 
 // claimOf is the decision id a record's claim recorded (its decision's for
 // a record written by an older fulfiller).
-func claimOf(p *Pending) string {
+func claimOf(p *lifecycle.Proposal) string {
 	if p.Claim != "" {
 		return p.Claim
 	}
@@ -244,11 +245,11 @@ var ErrRecordLeft = errors.New("state: claim undecided, its record left for whoe
 // undoClaim deletes a record ClaimRecord wrote but did not win. If it
 // cannot, the record is resumed after a restart or by an adopter, and
 // Reclaim settles whose it is.
-func (s *Store) undoClaim(ctx context.Context, p *Pending) error {
-	k := key(p.ProposalID)
+func (s *Store) undoClaim(ctx context.Context, p *lifecycle.Proposal) error {
+	k := key(p.ID)
 	s.known.Remove(k)
-	if err := s.records.remove(ctx, k, p.StoreRevision); err != nil {
-		s.log.Error("record of a claim not won left in the store; whoever resumes it settles it", "proposal", truncate(p.ProposalID), "err", err)
+	if err := s.records.remove(ctx, k, p.Rev); err != nil {
+		s.log.Error("record of a claim not won left in the store; whoever resumes it settles it", "proposal", truncate(p.ID), "err", err)
 		return err
 	}
 	s.syncSoon()
@@ -263,12 +264,12 @@ func (s *Store) undoClaim(ctx context.Context, p *Pending) error {
 // record was a replay of an ended proposal, written just before a crash):
 // the caller deletes the record and sends nothing. Records written after a
 // separate claim (p.Claim empty) are always theirs.
-func (s *Store) Reclaim(ctx context.Context, p *Pending) (ours bool, err error) {
+func (s *Store) Reclaim(ctx context.Context, p *lifecycle.Proposal) (ours bool, err error) {
 	defer s.timed("reclaim", time.Now(), &err)
 	if p.Claim == "" {
 		return true, nil
 	}
-	won, winner, err := s.claimSeen(ctx, p.ProposalID, p.Claim)
+	won, winner, err := s.claimSeen(ctx, p.ID, p.Claim)
 	if err != nil {
 		return false, err
 	}

@@ -3,13 +3,14 @@ package state
 import (
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"sync"
 	"sync/atomic"
 	"testing"
 )
 
-func claimRec(id, claim string) *Pending {
-	return &Pending{ProposalID: id, Envelope: []byte(`{"id":"` + id + `"}`), Proposer: "coder", Phase: Deciding, Claim: claim}
+func claimRec(id, claim string) *lifecycle.Proposal {
+	return &lifecycle.Proposal{ID: id, Envelope: []byte(`{"id":"` + id + `"}`), From: "coder", Phase: Deciding, Claim: claim}
 }
 
 // TestClaimRecord: the claim is the record (one create-if-absent in the
@@ -27,8 +28,8 @@ func TestClaimRecord(t *testing.T) {
 				t.Fatalf("ClaimRecord = %v, %q, %v; want won under d1", won, winner, err)
 			}
 			got, err := s.Get(ctx, "p1")
-			if err != nil || got.Owner != "m1" || got.Claim != "d1" || got.Phase != Deciding || got.StoreRevision != p.StoreRevision {
-				t.Fatalf("record = %+v, %v; want m1's, claim d1, deciding, revision %d", got, err, p.StoreRevision)
+			if err != nil || got.Owner != "m1" || got.Claim != "d1" || got.Phase != Deciding || got.Rev != p.Rev {
+				t.Fatalf("record = %+v, %v; want m1's, claim d1, deciding, revision %d", got, err, p.Rev)
 			}
 			// A replay (or a peer) while the record is pending: lost, the
 			// winner's decision id, the record untouched.
@@ -77,7 +78,7 @@ func TestClaimRecord(t *testing.T) {
 			if wins.Load() != 1 {
 				t.Fatalf("%d winners, want 1", wins.Load())
 			}
-			if recs, err := s.List(ctx); err != nil || len(recs) != 1 || recs[0].ProposalID != "contended" {
+			if recs, err := s.List(ctx); err != nil || len(recs) != 1 || recs[0].ID != "contended" {
 				t.Fatalf("records = %+v, %v; want the contended one", recs, err)
 			}
 		})
@@ -117,7 +118,7 @@ func TestReclaim(t *testing.T) {
 				t.Fatalf("Reclaim of a replay's record = %v, %v; want not ours", ours, err)
 			}
 			// Records of older fulfillers (claimed apart) are theirs.
-			if ours, err := s.Reclaim(ctx, &Pending{ProposalID: "p3"}); err != nil || !ours {
+			if ours, err := s.Reclaim(ctx, &lifecycle.Proposal{ID: "p3"}); err != nil || !ours {
 				t.Fatalf("Reclaim of a record without a claim = %v, %v; want ours", ours, err)
 			}
 		})

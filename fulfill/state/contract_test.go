@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"net"
 	"os"
 	"os/exec"
@@ -363,21 +364,20 @@ func TestClaimableAgainAfterSeenTTL(t *testing.T) {
 	}
 }
 
-func samplePending(id, owner string) *Pending {
+func samplePending(id, owner string) *lifecycle.Proposal {
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	return &Pending{
-		ProposalID:       id,
-		Envelope:         json.RawMessage(`{"protocol":"mew/v0.4","id":"` + "x" + `","kind":"mcp/proposal","payload":{"method":"tools/call"}}`),
-		Proposer:         "agent-1",
-		Received:         now,
-		Size:             123,
-		Decision:         json.RawMessage(`{"action":"escalate","approvers":["alice"]}`),
-		DecisionID:       "d-1",
-		Revision:         "rev-abc",
-		Phase:            AwaitingApproval,
-		Owner:            owner,
-		ApprovalDeadline: now.Add(30 * time.Second),
-		Prompts:          []Prompt{{Approver: "alice", EnvelopeID: "e-1", RPCID: 7, Chain: []string{"alice"}, Sent: now}},
+	return &lifecycle.Proposal{
+		ID:         id,
+		Envelope:   json.RawMessage(`{"protocol":"mew/v0.4","id":"` + "x" + `","kind":"mcp/proposal","payload":{"method":"tools/call"}}`),
+		From:       "agent-1",
+		Received:   now,
+		Size:       123,
+		Decision:   &lifecycle.Decision{Action: lifecycle.Escalate, Approvers: []string{"alice"}, Revision: "rev-abc"},
+		DecisionID: "d-1",
+		Phase:      AwaitingApproval,
+		Owner:      owner,
+		Deadline:   now.Add(30 * time.Second),
+		Prompts:    []Prompt{{Approver: "alice", EnvelopeID: "e-1", RPCID: 7, Chain: []string{"alice"}, Sent: now}},
 	}
 }
 
@@ -418,8 +418,8 @@ func TestPendingRecords(t *testing.T) {
 			if err := s.Update(ctx, p); err != nil {
 				t.Fatalf("Update: %v", err)
 			}
-			if p.StoreRevision == stale.StoreRevision {
-				t.Fatal("Update did not advance StoreRevision")
+			if p.Rev == stale.Rev {
+				t.Fatal("Update did not advance Rev")
 			}
 			stale.Phase = Queued
 			if err := s.Update(ctx, &stale); !errors.Is(err, ErrConflict) {
@@ -445,8 +445,8 @@ func TestPendingRecords(t *testing.T) {
 			}
 			noted := *p
 			noted.Approvals = []Approval{{Approver: "alice", At: time.Now().UTC()}}
-			if err := s.UpdateSoon(ctx, &noted); err != nil || noted.StoreRevision == p.StoreRevision {
-				t.Fatalf("UpdateSoon = %v (revision %d, was %d)", err, noted.StoreRevision, p.StoreRevision)
+			if err := s.UpdateSoon(ctx, &noted); err != nil || noted.Rev == p.Rev {
+				t.Fatalf("UpdateSoon = %v (revision %d, was %d)", err, noted.Rev, p.Rev)
 			}
 			*p = noted
 			got, _ := s.Get(ctx, "a.b")
@@ -475,12 +475,12 @@ func TestPendingRecords(t *testing.T) {
 	}
 }
 
-func assertSamePending(t *testing.T, got, want *Pending) {
+func assertSamePending(t *testing.T, got, want *lifecycle.Proposal) {
 	t.Helper()
 	g, _ := json.Marshal(got)
 	w, _ := json.Marshal(want)
-	if string(g) != string(w) || got.StoreRevision != want.StoreRevision {
-		t.Fatalf("record differs:\n got %s (rev %d)\nwant %s (rev %d)", g, got.StoreRevision, w, want.StoreRevision)
+	if string(g) != string(w) || got.Rev != want.Rev {
+		t.Fatalf("record differs:\n got %s (rev %d)\nwant %s (rev %d)", g, got.Rev, w, want.Rev)
 	}
 }
 
@@ -510,7 +510,7 @@ func TestMarkAnswered(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, err := s.Get(ctx, "p.9")
-			if err != nil || got.Phase != Answered || got.Reject == nil || *got.Reject != *ans.Reject || got.StoreRevision != ans.StoreRevision {
+			if err != nil || got.Phase != Answered || got.Reject == nil || *got.Reject != *ans.Reject || got.Rev != ans.Rev {
 				t.Fatalf("Get after MarkAnswered = %+v, %v", got, err)
 			}
 			stale.Phase, stale.Reject = Answered, &Reject{EnvelopeID: "rej-2", Reason: "other"}
@@ -564,10 +564,10 @@ func TestRestartKeepsRecordsAndIDs(t *testing.T) {
 	cfg := Config{Mode: Mode{Kind: Dir, Dir: dir}, Space: "s", Member: "m"}
 	s := openStore(t, cfg)
 	ctx := ctxT(t)
-	var want []*Pending
+	var want []*lifecycle.Proposal
 	for i := range 5 {
 		p := samplePending(fmt.Sprintf("p%d", i), "m")
-		p.FulfilDeadline = p.Received.Add(time.Duration(i) * time.Minute)
+		p.Deadline = p.Received.Add(time.Duration(i) * time.Minute)
 		if err := s.Put(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -588,7 +588,7 @@ func TestRestartKeepsRecordsAndIDs(t *testing.T) {
 		t.Fatalf("Owned after restart = %d, %v; want %d", len(got), err, len(want))
 	}
 	for _, w := range want {
-		g, err := s.Get(ctx, w.ProposalID)
+		g, err := s.Get(ctx, w.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,16 +32,16 @@ func TestReadsAreCurrent(t *testing.T) {
 		if i%2 == 1 {
 			writer, reader = b, a
 		}
-		if _, err := writer.Get(ctx, p.ProposalID); err != nil {
+		if _, err := writer.Get(ctx, p.ID); err != nil {
 			t.Fatal(err)
 		}
 		p.Owner = writer.Member()
 		p.Size = i
-		cur, err := writer.Get(ctx, p.ProposalID)
+		cur, err := writer.Get(ctx, p.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.StoreRevision = cur.StoreRevision
+		p.Rev = cur.Rev
 		if err := writer.Update(ctx, p); err != nil {
 			t.Fatalf("round %d: Update: %v", i, err)
 		}
@@ -49,12 +49,12 @@ func TestReadsAreCurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ps) != 1 || ps[0].StoreRevision != p.StoreRevision || ps[0].Owner != writer.Member() || ps[0].Size != i {
+		if len(ps) != 1 || ps[0].Rev != p.Rev || ps[0].Owner != writer.Member() || ps[0].Size != i {
 			var got []string
 			for _, q := range ps {
-				got = append(got, fmt.Sprintf("%s owner %s rev %d size %d", q.ProposalID, q.Owner, q.StoreRevision, q.Size))
+				got = append(got, fmt.Sprintf("%s owner %s rev %d size %d", q.ID, q.Owner, q.Rev, q.Size))
 			}
-			t.Fatalf("round %d: %s wrote rev %d owner %s size %d; %s's List read %v", i, writer.Member(), p.StoreRevision, writer.Member(), i, reader.Member(), got)
+			t.Fatalf("round %d: %s wrote rev %d owner %s size %d; %s's List read %v", i, writer.Member(), p.Rev, writer.Member(), i, reader.Member(), got)
 		}
 
 		// A new member's lease, and a new answer, seen at once by another.

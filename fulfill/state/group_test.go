@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"os"
 	"slices"
 	"strings"
@@ -80,7 +81,7 @@ func TestLapsedMemberIsAdoptedExactlyOnce(t *testing.T) {
 	queued := samplePending("queued", "A")
 	queued.Phase = Queued
 	bs := samplePending("b-own", "B")
-	for _, p := range []*Pending{prompt, inflight, queued, bs} {
+	for _, p := range []*lifecycle.Proposal{prompt, inflight, queued, bs} {
 		if err := a.Put(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -119,9 +120,9 @@ func TestLapsedMemberIsAdoptedExactlyOnce(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, p := range won {
-				owner[p.ProposalID] = append(owner[p.ProposalID], s.Member())
+				owner[p.ID] = append(owner[p.ID], s.Member())
 				if p.Owner != s.Member() {
-					t.Errorf("adopted %s has owner %s", p.ProposalID, p.Owner)
+					t.Errorf("adopted %s has owner %s", p.ID, p.Owner)
 				}
 			}
 		})
@@ -179,7 +180,7 @@ func TestWatchLapsedReportsOrphansAtStart(t *testing.T) {
 	}
 	waitFor(t, ch, "gone")
 	won, err := b.Adopt(ctx, "gone")
-	if err != nil || len(won) != 1 || won[0].ProposalID != "orphan" {
+	if err != nil || len(won) != 1 || won[0].ID != "orphan" {
 		t.Fatalf("Adopt = %+v, %v", won, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -312,7 +313,7 @@ func (s *Store) allAnswers(ctx context.Context) ([]*Answer, error) {
 // compare-and-set, so when several members adopt at once each record goes
 // to exactly one of them; the records this call won are returned (resume
 // them as after a restart). Its answers are then in Outbox.
-func (s *Store) Adopt(ctx context.Context, from string) (won []*Pending, err error) {
+func (s *Store) Adopt(ctx context.Context, from string) (won []*lifecycle.Proposal, err error) {
 	if from == s.cfg.Member {
 		return nil, errors.New("state: cannot adopt from self; use Owned")
 	}

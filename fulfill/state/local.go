@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"reflect"
 	"slices"
 	"sort"
@@ -23,7 +24,7 @@ import (
 // It keeps Store's contract for a group of one, so that the Fulfiller has
 // one code path whatever the store: a claim wins an id once while the id
 // is remembered (the last SeenIDs ids); Update, MarkAnswered and Delete
-// compare and set on StoreRevision; a written Request is never rewritten;
+// compare and set on Rev; a written Request is never rewritten;
 // Take refuses a record being answered or fulfilled. Nobody else writes
 // its records, so its watches never report anything, and no member lapses.
 type Local struct {
@@ -32,7 +33,7 @@ type Local struct {
 
 	mu      sync.Mutex
 	rev     uint64
-	records map[string]*Pending
+	records map[string]*lifecycle.Proposal
 	seen    *lru.Cache[string, string] // proposal id → the claim's decision id
 }
 
@@ -44,7 +45,7 @@ const SeenIDs = 1 << 16
 // NewLocal makes an empty Local for the member id.
 func NewLocal(member string) *Local {
 	seen, _ := lru.New[string, string](SeenIDs)
-	return &Local{member: member, records: map[string]*Pending{}, seen: seen}
+	return &Local{member: member, records: map[string]*lifecycle.Proposal{}, seen: seen}
 }
 
 // InProcess is true: every call returns without I/O, so a caller needs no
@@ -62,19 +63,19 @@ func (l *Local) Member() string { return l.member }
 
 // ClaimRecord writes p as the claim of its id (see Store.ClaimRecord): lost
 // when a record exists or the id was claimed with another decision id.
-func (l *Local) ClaimRecord(_ context.Context, p *Pending) (won bool, winner string, err error) {
+func (l *Local) ClaimRecord(_ context.Context, p *lifecycle.Proposal) (won bool, winner string, err error) {
 	if p.Claim == "" {
-		return false, "", fmt.Errorf("state: claim %q: no decision id", truncate(p.ProposalID))
+		return false, "", fmt.Errorf("state: claim %q: no decision id", truncate(p.ID))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r, ok := l.records[p.ProposalID]; ok {
+	if r, ok := l.records[p.ID]; ok {
 		return false, claimOf(r), nil
 	}
-	if c, ok := l.seen.Get(p.ProposalID); ok && c != p.Claim {
+	if c, ok := l.seen.Get(p.ID); ok && c != p.Claim {
 		return false, c, nil
 	}
-	l.seen.Add(p.ProposalID, p.Claim)
+	l.seen.Add(p.ID, p.Claim)
 	p.Owner = l.member
 	l.put(p)
 	return true, p.Claim, nil
@@ -95,43 +96,43 @@ func (l *Local) ClaimDecision(_ context.Context, proposalID, decisionID string) 
 }
 
 // Reclaim reports whether p's claim still holds its id (see Store.Reclaim).
-func (l *Local) Reclaim(_ context.Context, p *Pending) (bool, error) {
+func (l *Local) Reclaim(_ context.Context, p *lifecycle.Proposal) (bool, error) {
 	if p.Claim == "" {
 		return true, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.seen.Get(p.ProposalID)
+	c, ok := l.seen.Get(p.ID)
 	if !ok {
-		l.seen.Add(p.ProposalID, p.Claim)
+		l.seen.Add(p.ID, p.Claim)
 		return true, nil
 	}
 	return c == p.Claim, nil
 }
 
-// Update replaces the record at p.StoreRevision (see Store.Update).
-func (l *Local) Update(_ context.Context, p *Pending) error {
+// Update replaces the record at p.Rev (see Store.Update).
+func (l *Local) Update(_ context.Context, p *lifecycle.Proposal) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.update(p)
 }
 
 // UpdateSoon is Update: nothing here waits for a disk.
-func (l *Local) UpdateSoon(ctx context.Context, p *Pending) error { return l.Update(ctx, p) }
+func (l *Local) UpdateSoon(ctx context.Context, p *lifecycle.Proposal) error { return l.Update(ctx, p) }
 
 // MarkAnswered is Update for a record moving to phase Answered.
-func (l *Local) MarkAnswered(_ context.Context, p *Pending) error {
+func (l *Local) MarkAnswered(_ context.Context, p *lifecycle.Proposal) error {
 	if p.Phase != Answered || p.Reject == nil || p.Reject.EnvelopeID == "" {
-		return fmt.Errorf("state: mark %q answered: phase %q with reject %+v", truncate(p.ProposalID), p.Phase, p.Reject)
+		return fmt.Errorf("state: mark %q answered: phase %q with reject %+v", truncate(p.ID), p.Phase, p.Reject)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.update(p)
 }
 
-func (l *Local) update(p *Pending) error {
-	cur, ok := l.records[p.ProposalID]
-	if !ok || cur.StoreRevision != p.StoreRevision {
+func (l *Local) update(p *lifecycle.Proposal) error {
+	cur, ok := l.records[p.ID]
+	if !ok || cur.Rev != p.Rev {
 		return ErrConflict
 	}
 	if cur.Request != nil && (p.Request == nil || !reflect.DeepEqual(*cur.Request, *p.Request)) {
@@ -142,38 +143,38 @@ func (l *Local) update(p *Pending) error {
 }
 
 // put stores a copy of p at the next revision, which p gets too.
-func (l *Local) put(p *Pending) {
+func (l *Local) put(p *lifecycle.Proposal) {
 	l.rev++
-	p.StoreRevision = l.rev
-	l.records[p.ProposalID] = clonePending(p)
+	p.Rev = l.rev
+	l.records[p.ID] = cloneRecord(p)
 }
 
-// Delete removes the record at p.StoreRevision (see Store.Delete).
-func (l *Local) Delete(_ context.Context, p *Pending) error {
+// Delete removes the record at p.Rev (see Store.Delete).
+func (l *Local) Delete(_ context.Context, p *lifecycle.Proposal) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cur, ok := l.records[p.ProposalID]
-	if !ok || cur.StoreRevision != p.StoreRevision {
+	cur, ok := l.records[p.ID]
+	if !ok || cur.Rev != p.Rev {
 		return ErrConflict
 	}
-	delete(l.records, p.ProposalID)
+	delete(l.records, p.ID)
 	return nil
 }
 
 // List returns copies of every record, in proposal id order.
-func (l *Local) List(context.Context) ([]*Pending, error) {
+func (l *Local) List(context.Context) ([]*lifecycle.Proposal, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]*Pending, 0, len(l.records))
+	out := make([]*lifecycle.Proposal, 0, len(l.records))
 	for _, r := range l.records {
-		out = append(out, clonePending(r))
+		out = append(out, cloneRecord(r))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ProposalID < out[j].ProposalID })
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 
 // Owned is List: every record is this member's.
-func (l *Local) Owned(ctx context.Context) ([]*Pending, error) { return l.List(ctx) }
+func (l *Local) Owned(ctx context.Context) ([]*lifecycle.Proposal, error) { return l.List(ctx) }
 
 // Members is this member alone, with no capacity of its own to add up:
 // the Fulfiller's own limits are the only ones.
@@ -191,22 +192,22 @@ func (l *Local) WatchLapsed(ctx context.Context) (<-chan string, error) {
 }
 
 // Adopt adopts nothing: there is no other member.
-func (l *Local) Adopt(context.Context, string) ([]*Pending, error) { return nil, nil }
+func (l *Local) Adopt(context.Context, string) ([]*lifecycle.Proposal, error) { return nil, nil }
 
 // Get returns a copy of one record (ErrNotFound).
-func (l *Local) Get(_ context.Context, proposalID string) (*Pending, error) {
+func (l *Local) Get(_ context.Context, proposalID string) (*lifecycle.Proposal, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, ok := l.records[proposalID]
 	if !ok {
 		return nil, ErrNotFound
 	}
-	return clonePending(r), nil
+	return cloneRecord(r), nil
 }
 
 // Take moves a record to this member (see Store.Take): it is already, so
 // only its refusals and a new revision remain.
-func (l *Local) Take(_ context.Context, proposalID string) (*Pending, error) {
+func (l *Local) Take(_ context.Context, proposalID string) (*lifecycle.Proposal, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, ok := l.records[proposalID]
@@ -218,7 +219,7 @@ func (l *Local) Take(_ context.Context, proposalID string) (*Pending, error) {
 	case r.Request != nil:
 		return nil, ErrFulfilling
 	}
-	p := clonePending(r)
+	p := cloneRecord(r)
 	p.Owner = l.member
 	l.put(p)
 	return p, nil
@@ -238,9 +239,9 @@ func closedAtEnd[T any](ctx context.Context) <-chan T {
 	return ch
 }
 
-// clonePending copies what a caller may change in place: the slices and
+// cloneRecord copies what a caller may change in place: the slices and
 // the structs pointed to. Raw JSON is never changed in place.
-func clonePending(p *Pending) *Pending {
+func cloneRecord(p *lifecycle.Proposal) *lifecycle.Proposal {
 	q := *p
 	q.Prompts = slices.Clone(p.Prompts)
 	q.Approvals = slices.Clone(p.Approvals)

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"testing"
 )
 
@@ -13,22 +14,22 @@ func TestLocalKeepsTheStoreContract(t *testing.T) {
 	ctx := context.Background()
 	l := NewLocal("f1")
 
-	p := &Pending{ProposalID: "p1", Proposer: "a", Phase: Deciding, Claim: "d1", DecisionID: "d1"}
+	p := &lifecycle.Proposal{ID: "p1", From: "a", Phase: Deciding, Claim: "d1", DecisionID: "d1"}
 	if won, winner, err := l.ClaimRecord(ctx, p); !won || winner != "d1" || err != nil {
 		t.Fatalf("first claim = %v %q %v, want won d1", won, winner, err)
 	}
-	if p.Owner != "f1" || p.StoreRevision == 0 {
-		t.Fatalf("claimed record owner %q revision %d", p.Owner, p.StoreRevision)
+	if p.Owner != "f1" || p.Rev == 0 {
+		t.Fatalf("claimed record owner %q revision %d", p.Owner, p.Rev)
 	}
 	// A replay (another decision id) loses to the record's claim, and so
 	// does a claim without a record.
-	if won, winner, _ := l.ClaimRecord(ctx, &Pending{ProposalID: "p1", Claim: "d2"}); won || winner != "d1" {
+	if won, winner, _ := l.ClaimRecord(ctx, &lifecycle.Proposal{ID: "p1", Claim: "d2"}); won || winner != "d1" {
 		t.Fatalf("replayed claim = %v %q, want lost to d1", won, winner)
 	}
 	if won, winner, _ := l.ClaimDecision(ctx, "p1", "d3"); won || winner != "d1" {
 		t.Fatalf("ClaimDecision of a claimed id = %v %q, want lost to d1", won, winner)
 	}
-	if _, _, err := l.ClaimRecord(ctx, &Pending{ProposalID: "p9"}); err == nil {
+	if _, _, err := l.ClaimRecord(ctx, &lifecycle.Proposal{ID: "p9"}); err == nil {
 		t.Fatal("a claim without a decision id was taken")
 	}
 
@@ -67,7 +68,7 @@ func TestLocalKeepsTheStoreContract(t *testing.T) {
 	}
 
 	// Answered: MarkAnswered wants its reject; a take refuses it.
-	q := &Pending{ProposalID: "p2", Phase: Deciding, Claim: "d4", DecisionID: "d4"}
+	q := &lifecycle.Proposal{ID: "p2", Phase: Deciding, Claim: "d4", DecisionID: "d4"}
 	if won, _, _ := l.ClaimRecord(ctx, q); !won {
 		t.Fatal("p2 not claimed")
 	}
@@ -92,12 +93,12 @@ func TestLocalKeepsTheStoreContract(t *testing.T) {
 	if again, _ := l.Get(ctx, "p2"); again.Relay.RPCID != 3 || again.Reject.Reason != "policy" {
 		t.Fatalf("stored answers changed through a copy: relay %+v, reject %+v", *again.Relay, *again.Reject)
 	}
-	if ps, _ := l.Owned(ctx); len(ps) != 2 || ps[0].ProposalID != "p1" || ps[1].ProposalID != "p2" {
+	if ps, _ := l.Owned(ctx); len(ps) != 2 || ps[0].ID != "p1" || ps[1].ID != "p2" {
 		t.Fatalf("Owned = %v, want p1 p2", ps)
 	}
 
 	// Delete compares and sets too; the id stays claimed after it.
-	if err := l.Delete(ctx, &Pending{ProposalID: "p2", StoreRevision: q.StoreRevision - 1}); !errors.Is(err, ErrConflict) {
+	if err := l.Delete(ctx, &lifecycle.Proposal{ID: "p2", Rev: q.Rev - 1}); !errors.Is(err, ErrConflict) {
 		t.Fatalf("delete at a stale revision: %v, want ErrConflict", err)
 	}
 	if err := l.Delete(ctx, q); err != nil {
@@ -106,14 +107,14 @@ func TestLocalKeepsTheStoreContract(t *testing.T) {
 	if _, err := l.Get(ctx, "p2"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("deleted record read: %v, want ErrNotFound", err)
 	}
-	if won, winner, _ := l.ClaimRecord(ctx, &Pending{ProposalID: "p2", Claim: "d5"}); won || winner != "d4" {
+	if won, winner, _ := l.ClaimRecord(ctx, &lifecycle.Proposal{ID: "p2", Claim: "d5"}); won || winner != "d4" {
 		t.Fatalf("claim of an ended id = %v %q, want lost to d4", won, winner)
 	}
 	// Resuming a record: its own claim holds the id.
 	if ours, _ := l.Reclaim(ctx, p); !ours {
 		t.Fatal("Reclaim of p1's own claim: not ours")
 	}
-	if ours, _ := l.Reclaim(ctx, &Pending{ProposalID: "p2", Claim: "d5"}); ours {
+	if ours, _ := l.Reclaim(ctx, &lifecycle.Proposal{ID: "p2", Claim: "d5"}); ours {
 		t.Fatal("Reclaim of a replay's record: ours")
 	}
 }

@@ -39,63 +39,6 @@ const (
 	Answered = lifecycle.Answered
 )
 
-// Pending is one unanswered proposal as stored. Times are absolute (UTC) so
-// that a restart or an adopter keeps the original deadlines.
-type Pending struct {
-	ProposalID string          `json:"proposal_id"`
-	Envelope   json.RawMessage `json:"envelope"` // the proposal as received
-	Proposer   string          `json:"proposer"`
-	Received   time.Time       `json:"received"`
-	Size       int             `json:"size"` // bytes of the proposal frame
-
-	Decision   json.RawMessage `json:"decision,omitempty"` // the policy's decision
-	DecisionID string          `json:"decision_id,omitempty"`
-	Revision   string          `json:"revision,omitempty"` // policy revision that decided
-
-	Phase Phase  `json:"phase"`
-	Owner string `json:"owner"` // member deciding and answering it
-	// Claim is the decision id the record was claimed with (ClaimRecord):
-	// the id the proposal's seen key holds, so that a replay's ignored
-	// line joins the decision that governs it (docs/design.md rule 10).
-	// It never changes (DecisionID does when an edit is decided again).
-	// Empty in records written after a separate claim (older fulfillers).
-	Claim string `json:"claim,omitempty"`
-
-	ApprovalDeadline time.Time `json:"approval_deadline,omitzero"`
-	FulfilDeadline   time.Time `json:"fulfil_deadline,omitzero"`
-	// Deadline is the lifecycle core's one deadline of the current phase
-	// (lifecycle.Proposal.Deadline): the pending TTL while deciding or
-	// queued, the approval deadline, the fulfil timeout, the task's. The
-	// core's writes set it, and ApprovalDeadline or FulfilDeadline as well
-	// in their phases, for fulfillers that read only those; records
-	// written before it have none (fulfill's recordStore reads them).
-	Deadline time.Time `json:"deadline,omitzero"`
-	// Addressee is the participant the proposal's `to` named as the
-	// call's target ("" when none), as the member that read it resolved
-	// it: who is in the space then is not in the record otherwise.
-	Addressee string `json:"addressee,omitempty"`
-
-	Prompts   []Prompt   `json:"prompts,omitempty"`
-	Approvals []Approval `json:"approvals,omitempty"`
-	// Request is the fulfilment request, recorded before it is sent. Once
-	// set it is never cleared or changed (Update refuses): whoever resumes
-	// the proposal awaits its response and never sends it again.
-	Request *Request `json:"request,omitempty"`
-	// Task is the MCP task the tool owner made of the request, once it
-	// answered with one (phase Running).
-	Task *Task `json:"task,omitempty"`
-	// Reject is the answer of a record in phase Answered.
-	Reject *Reject `json:"reject,omitempty"`
-	// Relay is the other answer a record in phase Answered can have: the
-	// outcome of a task-augmented request, relayed to the proposer with
-	// these ids again by whoever resumes the record.
-	Relay *Relay `json:"relay,omitempty"`
-
-	// StoreRevision is the record's revision in the store, set by every
-	// read and write; Update and Delete compare against it.
-	StoreRevision uint64 `json:"-"`
-}
-
 // Reject is the mcp/reject that ends a proposal, recorded before it is
 // written so that a crash between the two cannot leave the proposer
 // without its answer: the same envelope (same id) is sent again. It is
@@ -123,37 +66,31 @@ type Approval = lifecycle.Approval
 type Request = lifecycle.Request
 
 // Task is an MCP task (spec 2025-11-25, or the tasks extension of
-// 2026-07-28) that a fulfilment request became at its tool owner.
-type Task struct {
-	ID       string    `json:"id"`               // the owner's taskId
-	Spec     string    `json:"spec"`             // which revision's messages the owner speaks
-	Status   string    `json:"status"`           // last status seen (working, input_required, …)
-	Created  time.Time `json:"created"`          // when the owner's answer came
-	Deadline time.Time `json:"deadline"`         // cancelled and rejected "timeout" after this
-	Poll     int64     `json:"poll_ms,omitzero"` // the owner's suggested poll interval
-}
+// 2026-07-28) that a fulfilment request became at its tool owner: the
+// lifecycle's own type, persisted as it is.
+type Task = lifecycle.TaskRecord
 
 // Put stores a new pending record (create-if-absent: ErrExists when the
-// proposal already has one) and sets p.StoreRevision.
-func (s *Store) Put(ctx context.Context, p *Pending) (err error) {
+// proposal already has one) and sets p.Rev.
+func (s *Store) Put(ctx context.Context, p *lifecycle.Proposal) (err error) {
 	defer s.timed("put", time.Now(), &err)
-	if !utf8.ValidString(p.ProposalID) {
+	if !utf8.ValidString(p.ID) {
 		// JSON would store it altered, and the record would lose its key.
 		// Ids decoded from the wire are always valid UTF-8.
-		return fmt.Errorf("state: put: proposal id %q is not valid UTF-8", truncate(p.ProposalID))
+		return fmt.Errorf("state: put: proposal id %q is not valid UTF-8", truncate(p.ID))
 	}
-	val, err := json.Marshal(p)
+	val, err := encodeRecord(p)
 	if err != nil {
-		return fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
+		return err
 	}
-	rev, err := s.records.create(ctx, key(p.ProposalID), val)
+	rev, err := s.records.create(ctx, key(p.ID), val)
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return ErrExists
 		}
-		return fmt.Errorf("state: put %q: %w", truncate(p.ProposalID), err)
+		return fmt.Errorf("state: put %q: %w", truncate(p.ID), err)
 	}
-	p.StoreRevision = rev
+	p.Rev = rev
 	s.remember(p)
 	// Not synced: nothing goes out on the strength of a new record alone;
 	// the synced write that precedes a prompt or request about it takes
@@ -162,7 +99,7 @@ func (s *Store) Put(ctx context.Context, p *Pending) (err error) {
 }
 
 // Get returns the record of proposalID, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, proposalID string) (p *Pending, err error) {
+func (s *Store) Get(ctx context.Context, proposalID string) (p *lifecycle.Proposal, err error) {
 	defer s.timed("get", time.Now(), &err)
 	e, err := s.records.get(ctx, key(proposalID))
 	if err != nil {
@@ -171,19 +108,19 @@ func (s *Store) Get(ctx context.Context, proposalID string) (p *Pending, err err
 		}
 		return nil, fmt.Errorf("state: get %q: %w", truncate(proposalID), err)
 	}
-	p, err = decodePending(e)
+	p, err = decodeRecord(e)
 	if err == nil {
 		s.remember(p)
 	}
 	return p, err
 }
 
-// Update replaces the record if it is still at p.StoreRevision, and sets
-// p.StoreRevision to the new revision. ErrConflict when it changed (another
+// Update replaces the record if it is still at p.Rev, and sets
+// p.Rev to the new revision. ErrConflict when it changed (another
 // member adopted it, or a concurrent update won): reload and decide again.
 // ErrRequestRewritten when p would clear or change a Request already
 // written.
-func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
+func (s *Store) Update(ctx context.Context, p *lifecycle.Proposal) (err error) {
 	defer s.timed("update", time.Now(), &err)
 	failed := s.expectSync()
 	if err := s.update(ctx, p); err != nil {
@@ -202,7 +139,7 @@ func (s *Store) Update(ctx context.Context, p *Pending) (err error) {
 // lose only for the approver's client to answer again when its prompt is
 // re-asked (same ids) after the restart. So the path from an approval to
 // its fulfilment request waits for one sync, the request's.
-func (s *Store) UpdateSoon(ctx context.Context, p *Pending) (err error) {
+func (s *Store) UpdateSoon(ctx context.Context, p *lifecycle.Proposal) (err error) {
 	defer s.timed("update_soon", time.Now(), &err)
 	if err := s.update(ctx, p); err != nil {
 		return err
@@ -216,10 +153,10 @@ func (s *Store) UpdateSoon(ctx context.Context, p *Pending) (err error) {
 // It does not wait for a sync: docs/design.md syncs before prompts and requests,
 // and a reject is neither. A process crash keeps the write (it is in the
 // kernel); a sync follows within lazySync, as after Delete.
-func (s *Store) MarkAnswered(ctx context.Context, p *Pending) (err error) {
+func (s *Store) MarkAnswered(ctx context.Context, p *lifecycle.Proposal) (err error) {
 	defer s.timed("answered", time.Now(), &err)
 	if p.Phase != Answered || p.Reject == nil || p.Reject.EnvelopeID == "" {
-		return fmt.Errorf("state: mark %q answered: phase %q with reject %+v", truncate(p.ProposalID), p.Phase, p.Reject)
+		return fmt.Errorf("state: mark %q answered: phase %q with reject %+v", truncate(p.ID), p.Phase, p.Reject)
 	}
 	if err := s.update(ctx, p); err != nil {
 		return err
@@ -229,43 +166,43 @@ func (s *Store) MarkAnswered(ctx context.Context, p *Pending) (err error) {
 }
 
 // update is Update's compare-and-set without the sync.
-func (s *Store) update(ctx context.Context, p *Pending) error {
-	k := key(p.ProposalID)
+func (s *Store) update(ctx context.Context, p *lifecycle.Proposal) error {
+	k := key(p.ID)
 	old, ok := s.known.Get(k)
-	if !ok || old.rev != p.StoreRevision {
+	if !ok || old.rev != p.Rev {
 		// Not what this store last read or wrote: read it to check.
 		cur, err := s.records.get(ctx, k)
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				return ErrConflict // finished and deleted by someone else
 			}
-			return fmt.Errorf("state: update %q: %w", truncate(p.ProposalID), err)
+			return fmt.Errorf("state: update %q: %w", truncate(p.ID), err)
 		}
-		if cur.Revision() != p.StoreRevision {
+		if cur.Revision() != p.Rev {
 			return ErrConflict
 		}
-		rec, err := decodePending(cur)
+		rec, err := decodeRecord(cur)
 		if err != nil {
 			return err
 		}
-		old = knownRecord{rev: rec.StoreRevision, request: rec.Request}
+		old = knownRecord{rev: rec.Rev, request: rec.Request}
 	}
 	if old.request != nil && (p.Request == nil || !reflect.DeepEqual(*old.request, *p.Request)) {
 		return ErrRequestRewritten
 	}
-	val, err := json.Marshal(p)
+	val, err := encodeRecord(p)
 	if err != nil {
-		return fmt.Errorf("state: encode record %q: %w", truncate(p.ProposalID), err)
+		return err
 	}
-	rev, err := s.records.update(ctx, k, val, p.StoreRevision)
+	rev, err := s.records.update(ctx, k, val, p.Rev)
 	if err != nil {
 		if isWrongLastSeq(err) {
 			s.known.Remove(k)
 			return ErrConflict
 		}
-		return fmt.Errorf("state: update %q: %w", truncate(p.ProposalID), err)
+		return fmt.Errorf("state: update %q: %w", truncate(p.ID), err)
 	}
-	p.StoreRevision = rev
+	p.Rev = rev
 	s.remember(p)
 	return nil
 }
@@ -283,34 +220,34 @@ type knownRecord struct {
 // record first, as it would without the cache.
 const knownRecords = 1 << 16
 
-func (s *Store) remember(p *Pending) {
+func (s *Store) remember(p *lifecycle.Proposal) {
 	var req *Request
 	if p.Request != nil {
 		r := *p.Request
 		req = &r
 	}
-	s.known.Add(key(p.ProposalID), knownRecord{rev: p.StoreRevision, request: req})
+	s.known.Add(key(p.ID), knownRecord{rev: p.Rev, request: req})
 }
 
 // Delete removes the record when its proposal has ended, if it is still at
-// p.StoreRevision (else ErrConflict: someone else now owns it).
-func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
+// p.Rev (else ErrConflict: someone else now owns it).
+func (s *Store) Delete(ctx context.Context, p *lifecycle.Proposal) (err error) {
 	defer s.timed("delete", time.Now(), &err)
-	k := key(p.ProposalID)
+	k := key(p.ID)
 	if s.seenLog != nil {
 		// The record kept rule 5 while it lived; its seen entry does
 		// from now on, so it must be in the log first.
 		if err := s.seenLog.flushed(ctx, k); err != nil {
-			return fmt.Errorf("state: delete %q: %w", truncate(p.ProposalID), err)
+			return fmt.Errorf("state: delete %q: %w", truncate(p.ID), err)
 		}
 	}
 	s.known.Remove(k)
-	err = s.records.remove(ctx, k, p.StoreRevision)
+	err = s.records.remove(ctx, k, p.Rev)
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return ErrConflict
 		}
-		return fmt.Errorf("state: delete %q: %w", truncate(p.ProposalID), err)
+		return fmt.Errorf("state: delete %q: %w", truncate(p.ID), err)
 	}
 	// Not waited for: nothing that goes out depends on the end of a
 	// record being on disk (docs/design.md syncs writes before a prompt or a
@@ -326,14 +263,14 @@ func (s *Store) Delete(ctx context.Context, p *Pending) (err error) {
 // operator API and recovery. In a group it reads every key written within
 // the delete markers' lifetime (see snapshot): not for a hot path. Alone
 // it copies the record log's memory.
-func (s *Store) List(ctx context.Context) (ps []*Pending, err error) {
+func (s *Store) List(ctx context.Context) (ps []*lifecycle.Proposal, err error) {
 	defer s.timed("list", time.Now(), &err)
 	entries, err := s.records.all(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("state: list pending: %w", err)
 	}
 	for _, e := range entries {
-		p, err := decodePending(e)
+		p, err := decodeRecord(e)
 		if err != nil {
 			s.log.Error("skipping unreadable pending record", "key", e.Key(), "err", err)
 			continue
@@ -345,12 +282,12 @@ func (s *Store) List(ctx context.Context) (ps []*Pending, err error) {
 
 // Owned returns this member's pending records: what to resume after a
 // restart on the same store.
-func (s *Store) Owned(ctx context.Context) ([]*Pending, error) {
+func (s *Store) Owned(ctx context.Context) ([]*lifecycle.Proposal, error) {
 	all, err := s.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var mine []*Pending
+	var mine []*lifecycle.Proposal
 	for _, p := range all {
 		if p.Owner == s.cfg.Member {
 			mine = append(mine, p)
@@ -359,13 +296,45 @@ func (s *Store) Owned(ctx context.Context) ([]*Pending, error) {
 	return mine, nil
 }
 
-func decodePending(e jetstream.KeyValueEntry) (*Pending, error) {
-	var p Pending
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
+// decodeRecord reads the record of entry e: the engine's Proposal as it
+// is (lifecycle.Proposal's own decoding, which reads records written
+// before lifecycle.RecordVersion too), its Rev set.
+func decodeRecord(e jetstream.KeyValueEntry) (*lifecycle.Proposal, error) {
+	var p lifecycle.Proposal
+	if err := p.UnmarshalJSON(e.Value()); err != nil {
 		return nil, fmt.Errorf("state: decode record %s: %w", e.Key(), err)
 	}
-	p.StoreRevision = e.Revision()
+	p.Rev = e.Revision()
 	return &p, nil
+}
+
+// encodeRecord is the stored form of p: the engine's Proposal as it is,
+// with its version (lifecycle.Proposal.MarshalJSON, called as it is: a
+// json.Marshal around it would read a large envelope once more).
+//
+// A record read from an older build (V 0) and written back by the store
+// itself (an adoption, an operator's take: its owner changes) keeps the
+// layout it was read in, with the new owner: only the engine, which
+// completes such a record before it acts on it, writes it anew.
+func encodeRecord(p *lifecycle.Proposal) ([]byte, error) {
+	if p.V == 0 && len(p.Legacy) > 0 {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(p.Legacy, &m); err != nil {
+			return nil, fmt.Errorf("state: encode record %q: %w", truncate(p.ID), err)
+		}
+		m["owner"], _ = json.Marshal(p.Owner)
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("state: encode record %q: %w", truncate(p.ID), err)
+		}
+		p.Legacy = b
+		return b, nil
+	}
+	b, err := p.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("state: encode record %q: %w", truncate(p.ID), err)
+	}
+	return b, nil
 }
 
 // snapshot reads the current value of every live key in a bucket, as the

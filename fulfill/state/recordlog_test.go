@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestRecordLogAfterRestart(t *testing.T) {
 	s := openStore(t, cfg)
 	ctx := ctxT(t)
 	a, b, c := samplePending("a", "m"), samplePending("b", "m"), samplePending("c", "m")
-	for _, p := range []*Pending{a, b, c} {
+	for _, p := range []*lifecycle.Proposal{a, b, c} {
 		if err := s.Put(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -50,13 +51,13 @@ func TestRecordLogAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].ProposalID != "a" || got[1].ProposalID != "b" {
+	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" {
 		t.Fatalf("Owned after the restart = %d records %v, want a then b", len(got), ids(got))
 	}
 	assertSamePending(t, got[0], a)
 	assertSamePending(t, got[1], b)
-	if got[1].StoreRevision != b.StoreRevision || got[0].StoreRevision != a.StoreRevision {
-		t.Fatalf("revisions after the restart: a %d b %d, want %d %d", got[0].StoreRevision, got[1].StoreRevision, a.StoreRevision, b.StoreRevision)
+	if got[1].Rev != b.Rev || got[0].Rev != a.Rev {
+		t.Fatalf("revisions after the restart: a %d b %d, want %d %d", got[0].Rev, got[1].Rev, a.Rev, b.Rev)
 	}
 	if _, err := s.Get(ctx, "c"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get of the deleted record after the restart = %v, want ErrNotFound", err)
@@ -65,11 +66,11 @@ func TestRecordLogAfterRestart(t *testing.T) {
 	if err := s.Put(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	if d.StoreRevision <= b.StoreRevision {
-		t.Fatalf("a new record's revision %d, want past %d (the last before the restart)", d.StoreRevision, b.StoreRevision)
+	if d.Rev <= b.Rev {
+		t.Fatalf("a new record's revision %d, want past %d (the last before the restart)", d.Rev, b.Rev)
 	}
 	stale := *b
-	stale.StoreRevision = a.StoreRevision
+	stale.Rev = a.Rev
 	if err := s.Update(ctx, &stale); !errors.Is(err, ErrConflict) {
 		t.Fatalf("Update at another record's revision = %v, want ErrConflict", err)
 	}
@@ -79,10 +80,10 @@ func TestRecordLogAfterRestart(t *testing.T) {
 	}
 }
 
-func ids(ps []*Pending) []string {
+func ids(ps []*lifecycle.Proposal) []string {
 	var out []string
 	for _, p := range ps {
-		out = append(out, p.ProposalID)
+		out = append(out, p.ID)
 	}
 	return out
 }
@@ -200,10 +201,10 @@ func snapshottingStore(t *testing.T, n int) (*Store, Config) {
 
 // putThenEnd puts the records p0 to p(n-1) one after the other, deleting
 // at once each that keep does not keep, and returns those it keeps.
-func putThenEnd(t *testing.T, s *Store, n int, keep func(i int) bool) []*Pending {
+func putThenEnd(t *testing.T, s *Store, n int, keep func(i int) bool) []*lifecycle.Proposal {
 	t.Helper()
 	ctx := ctxT(t)
-	var kept []*Pending
+	var kept []*lifecycle.Proposal
 	for i := range n {
 		p := samplePending(fmt.Sprintf("p%d", i), "m")
 		if err := s.Put(ctx, p); err != nil {
@@ -220,7 +221,7 @@ func putThenEnd(t *testing.T, s *Store, n int, keep func(i int) bool) []*Pending
 
 // ownedAfterRestart opens the store of cfg again and checks that its
 // records are want, in order, each at its revision.
-func ownedAfterRestart(t *testing.T, cfg Config, want []*Pending) {
+func ownedAfterRestart(t *testing.T, cfg Config, want []*lifecycle.Proposal) {
 	t.Helper()
 	got, err := openStore(t, cfg).Owned(ctxT(t))
 	if err != nil {
@@ -282,10 +283,10 @@ func TestRecordLogReadsBackAfterAFailedPublish(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get of the write whose ack was lost = %v, want it (the stream has it)", err)
 	}
-	if got.StoreRevision == 0 {
+	if got.Rev == 0 {
 		t.Fatal("the record read back has no revision")
 	}
-	lost.StoreRevision = got.StoreRevision
+	lost.Rev = got.Rev
 	assertSamePending(t, got, lost)
 	got.Phase = Queued
 	if err := s.Update(ctx, got); err != nil {
@@ -307,7 +308,7 @@ func TestRecordLogMovesAnOlderPendingBucket(t *testing.T) {
 	}
 	old := samplePending("old", "m")
 	val, _ := json.Marshal(old)
-	if old.StoreRevision, err = kv.Create(ctx, key("old"), val); err != nil {
+	if old.Rev, err = kv.Create(ctx, key("old"), val); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -318,8 +319,8 @@ func TestRecordLogMovesAnOlderPendingBucket(t *testing.T) {
 		t.Fatalf("the older bucket's record after Open: %v", err)
 	}
 	assertSamePending(t, got, old)
-	if got.StoreRevision != old.StoreRevision {
-		t.Fatalf("moved at revision %d, want %d", got.StoreRevision, old.StoreRevision)
+	if got.Rev != old.Rev {
+		t.Fatalf("moved at revision %d, want %d", got.Rev, old.Rev)
 	}
 	if _, err := s.js.Stream(ctx, "KV_"+name); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("older pending bucket still there after Open (%v)", err)
@@ -329,8 +330,8 @@ func TestRecordLogMovesAnOlderPendingBucket(t *testing.T) {
 	}
 	s.Close()
 	s = openStore(t, cfg)
-	if again, err := s.Get(ctx, "old"); err != nil || again.StoreRevision != got.StoreRevision {
-		t.Fatalf("after another restart: %v at %v, want revision %d", err, again, got.StoreRevision)
+	if again, err := s.Get(ctx, "old"); err != nil || again.Rev != got.Rev {
+		t.Fatalf("after another restart: %v at %v, want revision %d", err, again, got.Rev)
 	}
 }
 
@@ -349,7 +350,7 @@ func TestRecordLogRevisionsGrowPastASnapshot(t *testing.T) {
 		if err := s.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		last = p.StoreRevision + 1 // the delete's
+		last = p.Rev + 1 // the delete's
 	}
 	if err := eventually(10*time.Second, func() error {
 		if n := recordLogMessages(t, s); n != 1 {
@@ -365,8 +366,8 @@ func TestRecordLogRevisionsGrowPastASnapshot(t *testing.T) {
 	if err := s.Put(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if p.StoreRevision <= last {
-		t.Fatalf("revision %d after the restart, want past %d", p.StoreRevision, last)
+	if p.Rev <= last {
+		t.Fatalf("revision %d after the restart, want past %d", p.Rev, last)
 	}
 }
 
@@ -426,7 +427,7 @@ func TestRecordLogConcurrentWritesAcrossSnapshots(t *testing.T) {
 	s, cfg := snapshottingStore(t, 64)
 	ctx := ctxT(t)
 	const writers, each = 8, 60
-	final := make([][]*Pending, writers)
+	final := make([][]*lifecycle.Proposal, writers)
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {
@@ -471,19 +472,19 @@ func TestRecordLogConcurrentWritesAcrossSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]*Pending{}
+	want := map[string]*lifecycle.Proposal{}
 	for _, ps := range final {
 		for _, p := range ps {
-			want[p.ProposalID] = p
+			want[p.ID] = p
 		}
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d records after the restart, want %d", len(got), len(want))
 	}
 	for _, p := range got {
-		w, ok := want[p.ProposalID]
+		w, ok := want[p.ID]
 		if !ok {
-			t.Fatalf("%s is back after the restart: it ended", p.ProposalID)
+			t.Fatalf("%s is back after the restart: it ended", p.ID)
 		}
 		assertSamePending(t, p, w)
 	}

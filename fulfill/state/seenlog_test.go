@@ -358,7 +358,7 @@ func TestSeenLogCrashBeforeItsEntryIsWritten(t *testing.T) {
 		t.Fatal("p1's entry is in the log: the crash was not before it")
 	}
 	recs, err := s.Owned(ctx)
-	if err != nil || len(recs) != 1 || recs[0].ProposalID != "p1" {
+	if err != nil || len(recs) != 1 || recs[0].ID != "p1" {
 		t.Fatalf("Owned = %v, %v; want p1's record", recs, err)
 	}
 	if ours, err := s.Reclaim(ctx, recs[0]); err != nil || !ours {

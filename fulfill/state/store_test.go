@@ -35,7 +35,7 @@ func TestEndedRecordLeavesNothingBehind(t *testing.T) {
 				// Alone: the record log forgets the record at once;
 				// its stream keeps writes until the next snapshot
 				// (TestRecordLogSnapshotBoundsTheStream).
-				if _, err := s.recordLog.get(ctx, key(p.ProposalID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				if _, err := s.recordLog.get(ctx, key(p.ID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 					t.Fatalf("record log get after Delete = %v, want not found", err)
 				}
 			} else if err := markersExpire(ctx, s); err != nil {

@@ -2,9 +2,9 @@ package state
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +24,7 @@ var ErrAnswered = errors.New("state: the record's reject is being written")
 // operator's cancel on any member of the group ends the proposal from
 // there (docs/design.md "Durable and shared pending work": the operator API of any
 // member cancels the group's pending work). It returns the record as
-// taken (Owner this member, StoreRevision the new revision).
+// taken (Owner this member, Rev the new revision).
 //
 // The former owner is fenced by the same compare-and-set that fences an
 // adopted member: its next Update or Delete of the record fails with
@@ -37,7 +37,7 @@ var ErrAnswered = errors.New("state: the record's reject is being written")
 // ErrNotFound: no such record (never pending, or ended). ErrConflict: the
 // record changed between the read and the write (its owner recorded a
 // prompt or an approval): read again and retry.
-func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err error) {
+func (s *Store) Take(ctx context.Context, proposalID string) (p *lifecycle.Proposal, err error) {
 	start := time.Now()
 	defer func() {
 		// A refused take is an answer, not a failing store.
@@ -55,7 +55,7 @@ func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err er
 		}
 		return nil, fmt.Errorf("state: take %q: %w", truncate(proposalID), err)
 	}
-	p, err = decodePending(e)
+	p, err = decodeRecord(e)
 	if err != nil {
 		return nil, err
 	}
@@ -66,14 +66,14 @@ func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err er
 		return nil, ErrFulfilling
 	}
 	p.Owner = s.cfg.Member
-	val, err := json.Marshal(p)
+	val, err := encodeRecord(p)
 	if err != nil {
-		return nil, fmt.Errorf("state: encode record %q: %w", truncate(proposalID), err)
+		return nil, err
 	}
 	rev, err := s.records.update(ctx, k, val, e.Revision())
 	switch {
 	case err == nil:
-		p.StoreRevision = rev
+		p.Rev = rev
 		return p, nil
 	case isWrongLastSeq(err):
 		return nil, ErrConflict
@@ -82,7 +82,7 @@ func (s *Store) Take(ctx context.Context, proposalID string) (p *Pending, err er
 	// record is ours and still has no request, it is taken (by this call
 	// or an earlier one: either way this member holds it now).
 	if cur, gerr := s.records.get(ctx, k); gerr == nil {
-		if got, derr := decodePending(cur); derr == nil && got.Owner == s.cfg.Member && got.Request == nil {
+		if got, derr := decodeRecord(cur); derr == nil && got.Owner == s.cfg.Member && got.Request == nil {
 			return got, nil
 		}
 	}

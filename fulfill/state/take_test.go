@@ -28,13 +28,13 @@ func TestTakeMovesTheRecordAndFencesTheOwner(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Take: %v", err)
 	}
-	if taken.Owner != "B" || taken.StoreRevision <= rec.StoreRevision || taken.ProposalID != "p.1 >" ||
+	if taken.Owner != "B" || taken.Rev <= rec.Rev || taken.ID != "p.1 >" ||
 		len(taken.Prompts) != 1 || taken.Prompts[0].EnvelopeID != "e-1" || taken.DecisionID != "d-1" {
-		t.Errorf("taken = %+v (A wrote revision %d), want owner B at a newer revision, prompts and decision kept", taken, rec.StoreRevision)
+		t.Errorf("taken = %+v (A wrote revision %d), want owner B at a newer revision, prompts and decision kept", taken, rec.Rev)
 	}
 	got, err := a.Get(ctx, "p.1 >")
-	if err != nil || got.Owner != "B" || got.StoreRevision != taken.StoreRevision {
-		t.Fatalf("record after the take = %+v, %v; want owner B at revision %d", got, err, taken.StoreRevision)
+	if err != nil || got.Owner != "B" || got.Rev != taken.Rev {
+		t.Fatalf("record after the take = %+v, %v; want owner B at revision %d", got, err, taken.Rev)
 	}
 	stale := *rec
 	stale.Phase = Queued
@@ -64,7 +64,7 @@ func TestTakeMovesTheRecordAndFencesTheOwner(t *testing.T) {
 	if _, err := b.Take(ctx, "in-flight"); !errors.Is(err, ErrFulfilling) {
 		t.Errorf("Take of a record with its request written = %v, want ErrFulfilling", err)
 	}
-	if got, err := a.Get(ctx, "in-flight"); err != nil || got.Owner != "A" || got.StoreRevision != inflight.StoreRevision {
+	if got, err := a.Get(ctx, "in-flight"); err != nil || got.Owner != "A" || got.Rev != inflight.Rev {
 		t.Errorf("refused take changed the record: %+v, %v", got, err)
 	}
 
@@ -73,7 +73,7 @@ func TestTakeMovesTheRecordAndFencesTheOwner(t *testing.T) {
 	if err := a.Put(ctx, long); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := b.Take(ctx, long.ProposalID); err != nil || got.Owner != "B" {
+	if got, err := b.Take(ctx, long.ID); err != nil || got.Owner != "B" {
 		t.Errorf("Take of a long id = %+v, %v", got, err)
 	}
 }
@@ -143,21 +143,21 @@ func TestWatchRecordsReportsATake(t *testing.T) {
 	if err := a.Put(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	if c := next(); c != (RecordChange{ProposalID: "w.1", Revision: rec.StoreRevision}) {
-		t.Errorf("own put reported as %+v, want revision %d", c, rec.StoreRevision)
+	if c := next(); c != (RecordChange{ProposalID: "w.1", Revision: rec.Rev}) {
+		t.Errorf("own put reported as %+v, want revision %d", c, rec.Rev)
 	}
 	taken, err := b.Take(ctx, "w.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := next(); c != (RecordChange{ProposalID: "w.1", Revision: taken.StoreRevision}) || c.Revision <= rec.StoreRevision {
-		t.Errorf("take reported as %+v, want revision %d > %d", c, taken.StoreRevision, rec.StoreRevision)
+	if c := next(); c != (RecordChange{ProposalID: "w.1", Revision: taken.Rev}) || c.Revision <= rec.Rev {
+		t.Errorf("take reported as %+v, want revision %d > %d", c, taken.Rev, rec.Rev)
 	}
 	if err := b.Delete(ctx, taken); err != nil {
 		t.Fatal(err)
 	}
-	if c := next(); c.ProposalID != "w.1" || !c.Removed || c.Revision <= taken.StoreRevision {
-		t.Errorf("delete reported as %+v, want a removal after revision %d", c, taken.StoreRevision)
+	if c := next(); c.ProposalID != "w.1" || !c.Removed || c.Revision <= taken.Rev {
+		t.Errorf("delete reported as %+v, want a removal after revision %d", c, taken.Rev)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"net"
 	"net/http/httptest"
 	"strconv"
@@ -170,10 +171,10 @@ func TestMetricsFollowTheStore(t *testing.T) {
 			t.Fatalf("claim: %v %v, want %v", won, err, want)
 		}
 	}
-	if err := store.Put(ctx, &state.Pending{ProposalID: "p-1", Envelope: []byte(`{}`)}); err != nil {
+	if err := store.Put(ctx, &lifecycle.Proposal{ID: "p-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Put(ctx, &state.Pending{ProposalID: "p-1", Envelope: []byte(`{}`)}); !errors.Is(err, state.ErrExists) {
+	if err := store.Put(ctx, &lifecycle.Proposal{ID: "p-1"}); !errors.Is(err, state.ErrExists) {
 		t.Fatalf("second put: %v", err)
 	}
 	leaseCtx, stopLease := context.WithCancel(ctx)
