@@ -324,7 +324,6 @@ func TestRecordStoreClaims(t *testing.T) {
 			t.Fatalf("a claim without a record left one: %+v, %v", got, err)
 		}
 
-
 		if peer == nil {
 			return
 		}
