@@ -36,7 +36,8 @@
 //     approvers' grant is made with the committed call).
 //   - recordstore.go, shellstore.go: lifecycle.Store over Store
 //     (state.Store, or state.Local in this process) — the record is the
-//     Proposal, persisted as state.Pending; the shell remembers the
+//     Proposal, persisted as it is (records of older builds completed
+//     once, migrate); the shell remembers the
 //     revisions it wrote, so that a record another member wrote (an
 //     operator's take, an adoption) releases the proposal here at once.
 //   - journal.go: lifecycle.Journal over the Observer — lines become
