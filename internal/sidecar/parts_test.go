@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+
+	"github.com/mewkit/fulfiller/elicit/notify"
+	"github.com/mewkit/fulfiller/fulfill/state"
 )
 
 // fakePart records its Start and Stop in a shared journal; startErr and
@@ -130,5 +133,37 @@ func TestRunnerStopJoinsErrors(t *testing.T) {
 	}
 	if err := r.Stop(); err != errC {
 		t.Errorf("stop: %#v, want the part's own error", err)
+	}
+}
+
+// The sidecar's parts start in the order docs/design.md gives (Stop
+// reverses it); the store, its probe and the notifier only when
+// configured.
+func TestSidecarPartsInDesignOrder(t *testing.T) {
+	names := func(cfg Config) []string {
+		t.Helper()
+		sc, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ns []string
+		for _, p := range sc.parts.parts {
+			ns = append(ns, p.name)
+		}
+		return ns
+	}
+	cfg := Config{Gateway: "ws://gateway.invalid/", ID: "fulfiller"}
+	want := []string{"operations", "policy", "shutdown account", "client", "elicitor", "grants", "watches", "fulfiller"}
+	if got := names(cfg); !slices.Equal(got, want) {
+		t.Errorf("parts %q, want %q", got, want)
+	}
+	target, err := notify.ParseTarget("https://hooks.invalid/", notify.Options{Secret: []byte("test-secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.State, cfg.Notify = &StateConfig{Mode: state.Mode{Kind: state.Memory}}, []notify.Target{target}
+	want = []string{"operations", "notifier", "policy", "state store", "state store probe", "shutdown account", "client", "elicitor", "grants", "watches", "fulfiller"}
+	if got := names(cfg); !slices.Equal(got, want) {
+		t.Errorf("parts %q, want %q", got, want)
 	}
 }
