@@ -13,7 +13,11 @@ import (
 // running; Stop stops everything Start started and waits for it. Every
 // goroutine a part runs is its own: started in its Start, ended and
 // waited for in its Stop. The runner calls Stop once, and only after a
-// Start that succeeded.
+// Start that succeeded. Stop returns what the sidecar's Stop is to
+// return (the shutdown account's *ShutdownError); a failure worth only
+// a log line (a store that does not close cleanly, a listener slow to
+// shut down) the part logs, as the sidecar always has, and does not
+// return.
 type part interface {
 	Start(ctx context.Context) error
 	Stop() error
