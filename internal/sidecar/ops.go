@@ -37,39 +37,43 @@ type OpsConfig struct {
 	HTTPToken string
 }
 
-// opsRuntime is the started operations surface. Its observers go into
-// fulfill.Config and elicit.Config; close shuts it down in the order the
-// design asks for: after the fulfiller has stopped, flush and close the
-// decision log, then stop the HTTP server.
+// opsRuntime is the operations surface, the sidecar's first part. Its
+// observers go into fulfill.Config and elicit.Config; its Stop, the
+// last, shuts it down in the order the design asks for: after the
+// fulfiller has stopped, flush and close the decision log, then stop
+// the HTTP server.
 type opsRuntime struct {
 	log     *slog.Logger
+	cfg     OpsConfig
+	keyed   func(string) bool // which approvers sign, for the decision log
 	dlog    *decisionlog.Logger
 	metrics *ops.Metrics
 	source  *ops.Source
 	handler *ops.Handler
 	server  *http.Server
-	addr    string // the listener's address, once bound
-	served  chan struct{}
-	stopHUP func()
+	addr    string         // the listener's address, once bound
+	serve   tasks          // the server's goroutine, ended by its Shutdown
+	hup     chan os.Signal // SIGHUP, which reopens the decision log
+	reopen  tasks          // the goroutine that does
 }
 
-// newOpsRuntime makes the metrics and their source; start opens what
-// the config names.
-func newOpsRuntime(log *slog.Logger) *opsRuntime {
-	rt := &opsRuntime{log: log, source: &ops.Source{}, stopHUP: func() {}}
+// newOpsRuntime makes the metrics and their source; Start opens what
+// cfg names.
+func newOpsRuntime(log *slog.Logger, cfg OpsConfig, keyed func(string) bool) *opsRuntime {
+	rt := &opsRuntime{log: log, cfg: cfg, keyed: keyed, source: &ops.Source{}}
 	rt.metrics = ops.NewMetrics(rt.source)
 	return rt
 }
 
-// start opens the decision log (keyed says which approvers sign) and
-// starts the listener. A failure is a *StartError of PartDecisionLog or
-// PartHTTP, with nothing left running.
-func (rt *opsRuntime) start(cfg OpsConfig, keyed func(string) bool) error {
-	log := rt.log
+// Start opens the decision log, reopened on SIGHUP, and starts the
+// listener. A failure is a *StartError of PartDecisionLog or PartHTTP,
+// with nothing left running.
+func (rt *opsRuntime) Start(ctx context.Context) error {
+	log, cfg := rt.log, rt.cfg
 	if cfg.DecisionLog != "" {
 		dl, err := decisionlog.Open(cfg.DecisionLog, decisionlog.Options{
 			Mask:   cfg.Mask,
-			Keyed:  keyed,
+			Keyed:  rt.keyed,
 			Sync:   cfg.Sync,
 			Logger: log,
 		})
@@ -82,10 +86,8 @@ func (rt *opsRuntime) start(cfg OpsConfig, keyed func(string) bool) error {
 		rt.source.SetAuditLog(dl)
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
-		done := make(chan struct{})
-		stopped := make(chan struct{})
-		go func() {
-			defer close(stopped)
+		rt.hup = hup
+		rt.reopen.goRun(ctx, func(ctx context.Context) {
 			for {
 				select {
 				case <-hup:
@@ -94,12 +96,11 @@ func (rt *opsRuntime) start(cfg OpsConfig, keyed func(string) bool) error {
 					} else {
 						log.Info("decision log reopened", "path", cfg.DecisionLog)
 					}
-				case <-done:
+				case <-ctx.Done():
 					return
 				}
 			}
-		}()
-		rt.stopHUP = func() { signal.Stop(hup); close(done); <-stopped }
+		})
 	}
 	if cfg.HTTP != "" {
 		ln, err := net.Listen("tcp", cfg.HTTP)
@@ -110,13 +111,11 @@ func (rt *opsRuntime) start(cfg OpsConfig, keyed func(string) bool) error {
 		rt.addr = ln.Addr().String()
 		rt.handler = ops.NewHandler(ops.Options{Source: rt.source, Metrics: rt.metrics, Token: cfg.HTTPToken, Logger: log})
 		rt.server = &http.Server{Handler: rt.handler, ReadHeaderTimeout: 10 * time.Second}
-		rt.served = make(chan struct{})
-		go func() {
-			defer close(rt.served)
+		rt.serve.goRun(ctx, func(context.Context) {
 			if err := rt.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "err", err)
 			}
-		}()
+		})
 		log.Info("serving health, metrics and the operator API", "addr", rt.addr, "token", cfg.HTTPToken != "")
 		if cfg.HTTPToken == "" {
 			log.Warn("the operator API (/v1/) is closed: every request gets 401 until a token is set with --http-token-file or FULFILLER_HTTP_TOKEN")
@@ -157,8 +156,11 @@ func (rt *opsRuntime) running(gw ops.Gateway, pol ops.Policy, ful *fulfill.Fulfi
 
 // closeLog flushes and closes the decision log.
 func (rt *opsRuntime) closeLog() {
-	rt.stopHUP()
-	rt.stopHUP = func() {}
+	if rt.hup != nil {
+		signal.Stop(rt.hup)
+		rt.reopen.stop()
+		rt.hup = nil
+	}
 	if rt.dlog == nil {
 		return
 	}
@@ -179,13 +181,15 @@ func (rt *opsRuntime) stopHTTP() {
 		rt.log.Warn("http server shutdown", "err", err)
 		_ = rt.server.Close()
 	}
-	<-rt.served
+	rt.serve.stop()
 	rt.server = nil
 }
 
-// close shuts everything down in order; call it after the fulfiller
-// has stopped.
-func (rt *opsRuntime) close() {
+// Stop shuts everything down in order, the decision log then the
+// listener; the runner calls it after the fulfiller has stopped. What
+// fails is logged.
+func (rt *opsRuntime) Stop() error {
 	rt.closeLog()
 	rt.stopHTTP()
+	return nil
 }

@@ -325,3 +325,54 @@ func TestRunInterruptedWhileStartingIsCleanStop(t *testing.T) {
 		t.Error("the fulfiller joined after the interrupt")
 	}
 }
+
+// The last part that can fail is the join: when it does, every part
+// started before it (the listener, the decision log, the notifier, the
+// store and its probe) is stopped again, nothing is left running, and
+// the error names the join.
+func TestJoinFailureStopsEveryPartBeforeIt(t *testing.T) {
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }))
+	defer hook.Close()
+	checkNoLeak(t)
+	w := newWorld(t)
+	target, err := notify.ParseTarget(hook.URL, notify.Options{Secret: []byte("test-secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.cfg.Notify = []notify.Target{target}
+	// A gateway that is gone: its port refuses the connection.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.cfg.Gateway = "ws://" + ln.Addr().String() + "/"
+	ln.Close()
+	sc, err := New(w.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sc.Start(t.Context())
+	var se *StartError
+	if !errors.As(err, &se) || se.Part != PartJoin {
+		t.Fatalf("start: %v; want a join StartError", err)
+	}
+	if err := sc.Store().Ping(context.Background()); err == nil {
+		t.Error("the store still answers after a failed start")
+	}
+	if addr := sc.OpsAddr(); addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("the listener's port is still taken after a failed start: %v", err)
+		} else {
+			ln.Close()
+		}
+	}
+	select {
+	case <-sc.Done():
+	default:
+		t.Error("Done is not closed after a failed start")
+	}
+	if err := sc.Stop(); err != nil {
+		t.Errorf("stop after a failed start: %v", err)
+	}
+}

@@ -31,6 +31,69 @@ type StateConfig struct {
 	Observer state.Observer
 }
 
+// storePart is the state store, opened before the join: nothing is
+// decided without somewhere to keep it. Its lease outlives Start's ctx
+// (SIGTERM) so that peers do not adopt work this process is still
+// answering; Stop, after the fulfiller and the client have stopped,
+// closes the store and so removes the lease: peers adopt anything left
+// at once. The sidecar has it only with a Config.State.
+type storePart struct {
+	cfg          *StateConfig
+	member, room string // the participant id and the space
+	maxPending   int
+	metrics      *ops.Metrics
+	log          *slog.Logger
+	store        *state.Store
+}
+
+// Start opens the store and starts the lease; a failure is a
+// *StartError of PartState.
+func (p *storePart) Start(ctx context.Context) error {
+	store, err := openStore(ctx, p.log, p.cfg, p.member, p.room, p.maxPending, p.metrics)
+	if err != nil {
+		return &StartError{Part: PartState, Err: err}
+	}
+	p.store = store
+	return nil
+}
+
+// Stop closes the store, removing the lease; a failure is logged.
+func (p *storePart) Stop() error {
+	if err := p.store.Close(); err != nil {
+		p.log.Error("state store close", "err", err)
+	}
+	return nil
+}
+
+// get is the store; nil without one (p nil) or before Start.
+func (p *storePart) get() *state.Store {
+	if p == nil {
+		return nil
+	}
+	return p.store
+}
+
+// storeProbe is the part that probes the store's health in the
+// background for /readyz and the metrics, from its opening until just
+// before it closes.
+type storeProbe struct {
+	store   *storePart
+	source  *ops.Source
+	running tasks // the probe's Run
+}
+
+func (p *storeProbe) Start(ctx context.Context) error {
+	probe := ops.NewStoreProbe(p.store.cfg.Mode.String(), p.store.store, 0)
+	p.source.SetStore(probe)
+	p.running.goRun(ctx, probe.Run)
+	return nil
+}
+
+func (p *storeProbe) Stop() error {
+	p.running.stop()
+	return nil
+}
+
 // openStore opens the store and starts this member's lease. --state
 // memory is the same embedded JetStream store with memory storage, so
 // claims, records and the operator API behave as in the other modes;
