@@ -388,6 +388,16 @@ func (c *catalog) owners(tool string) []ToolInfo {
 	return out
 }
 
+// listed reports whether server's tools/list is known (it answered one
+// on this session) and, if so, whether it lists tool.
+func (c *catalog) listed(server, tool string) (known, listed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tools, known := c.byServer[server]
+	_, listed = tools[tool]
+	return known, listed
+}
+
 // tool returns what server says about one of its tools.
 func (c *catalog) tool(server, name string) (ToolInfo, bool) {
 	c.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -223,3 +224,21 @@ const (
 	ReasonResponseFromOther   = "response_from_other"  // a response to our request from a participant it was not sent to
 	ReasonSpoofedWithdraw     = "spoofed_withdraw"     // a withdrawal from someone other than the proposer
 )
+
+// FulfilledStatus is how a fulfilment ended, as the decision log and the
+// metrics name it: "error" for a JSON-RPC error, "tool_error" for a
+// result the tool marked isError (the call ran and failed: ENOENT, say;
+// MCP's way for a tool to report its own failure), else "ok". isError
+// is read with keys matched exactly, as the tool's client reads it.
+func FulfilledStatus(result, rpcError json.RawMessage) string {
+	if len(rpcError) > 0 {
+		return "error"
+	}
+	var r struct {
+		IsError bool `json:"isError"`
+	}
+	if len(result) > 0 && agent.Unmarshal(result, &r) == nil && r.IsError {
+		return "tool_error"
+	}
+	return "ok"
+}

@@ -28,6 +28,7 @@ type fakeSpace struct {
 	tools  map[string][]ToolInfo
 	sent   chan agent.Envelope
 	silent map[string]bool // never answer tools/list
+	noList map[string]bool // answer tools/list with "Method not found"
 	// taskAnswer answers the task methods (tasks/get, tasks/result)
 	// sent with RequestEnvelope; nil: they fail.
 	taskAnswer func(req agent.RPCRequest) (agent.RPCResponse, error)
@@ -120,8 +121,11 @@ func (s *fakeSpace) RequestEnvelope(ctx context.Context, env agent.Envelope) (ag
 	}
 	to := env.To[0]
 	s.mu.Lock()
-	silent := s.silent[to]
+	silent, noList := s.silent[to], s.noList[to]
 	s.mu.Unlock()
+	if noList {
+		return agent.RPCResponse{Error: &agent.RPCError{Code: -32601, Message: "Method not found"}}, nil
+	}
 	if silent {
 		<-ctx.Done()
 		return agent.RPCResponse{}, ctx.Err()

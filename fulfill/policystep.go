@@ -490,6 +490,15 @@ func (s *policyStep) route(ctx context.Context, p *lifecycle.Proposal, current s
 	if _, ok := s.space.Participant(target); !ok {
 		return "", fmt.Sprintf("%s is not in the space", target)
 	}
+	if p.Method == agent.MethodToolsCall && p.Tool != "" {
+		// An owner that listed its tools and not this one would answer
+		// "Tool not found" (issue 41, row 14): nothing is sent. One whose
+		// list is not known (it answers no tools/list, or has not yet)
+		// is asked, as before.
+		if known, listed := s.catalog.listed(target, p.Tool); known && !listed {
+			return "", fmt.Sprintf("%s does not offer tool %q (it is not in its tools/list)", target, p.Tool)
+		}
+	}
 	payload, _ := json.Marshal(map[string]string{"method": p.Method})
 	if !s.space.Can(agent.KindRequest, payload) {
 		return "", fmt.Sprintf("fulfiller's capabilities do not allow mcp/request %s", p.Method)

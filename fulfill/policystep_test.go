@@ -267,6 +267,7 @@ func TestPolicyStepRoutingIncapable(t *testing.T) {
 	space.tools["other-ful"] = []ToolInfo{{Name: "mul"}}
 	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "mul"})
 	space.roster["printer"] = agent.Participant{ID: "printer"}
+	space.tools["printer"] = []ToolInfo{{Name: "add"}}
 	rig := newStepRig(t, space)
 	for _, c := range []struct {
 		name, payload string
@@ -286,6 +287,12 @@ func TestPolicyStepRoutingIncapable(t *testing.T) {
 			"", "other-ful"},
 		{"the policy's target is away", addCall, nil, decision.Fulfill, "scanner", "scanner is not in the space", ""},
 		{"the policy's target", addCall, nil, decision.Fulfill, "printer", "", "printer"},
+		// An owner whose tools/list is known and does not list the tool
+		// would answer "Tool not found": nothing is sent (issue 41, row 14).
+		{"addressed to an owner that does not list it", `{"method":"tools/call","params":{"name":"nope","arguments":{}}}`, []string{"calculator"}, decision.Fulfill, "",
+			`calculator does not offer tool "nope" (it is not in its tools/list)`, ""},
+		{"the policy's target does not list it", `{"method":"tools/call","params":{"name":"nope","arguments":{}}}`, nil, decision.Escalate, "calculator",
+			`calculator does not offer tool "nope" (it is not in its tools/list)`, ""},
 		{"not a tool call, nobody named", `{"method":"resources/read","params":{"uri":"x"}}`, nil, decision.Fulfill, "",
 			"no participant to send resources/read to; address the proposal to one", ""},
 	} {
@@ -298,10 +305,21 @@ func TestPolicyStepRoutingIncapable(t *testing.T) {
 		})
 	}
 
+	// An owner whose tools/list is not known (it answers none, as a
+	// participant built on the reference SDK may not) is asked, as before.
+	quiet := newFakeSpace()
+	quiet.roster["bridge"] = agent.Participant{ID: "bridge"}
+	quiet.noList = map[string]bool{"bridge": true}
+	step0 := newStepRig(t, quiet).step(decideOnly(decision.Decision{Action: decision.Fulfill, Revision: "r"}), nil, nil)
+	got0 := decideLogged(context.Background(), step0, lifecycle.Decide{ID: "p", Proposal: stepProposal("p", `{"method":"tools/call","params":{"name":"nope","arguments":{}}}`, "bridge")})
+	if got0.Incapable != "" || got0.Decision.Target != "bridge" {
+		t.Errorf("decided %+v, want it routed to bridge, whose tools are not known", got0)
+	}
+
 	// Without the capability to send the request, nobody can.
 	space.caps = []agent.Capability{{Kind: "mcp/request", Payload: json.RawMessage(`{"method":"tools/list"}`)}}
 	step := rig.step(decideOnly(decision.Decision{Action: decision.Fulfill}), nil, nil)
-	got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p", Proposal: stepProposal("p", addCall)})
+	got := decideLogged(context.Background(), step, lifecycle.Decide{ID: "p", Proposal: stepProposal("p", addCall, "calculator")})
 	if got.Incapable != "fulfiller's capabilities do not allow mcp/request tools/call" {
 		t.Errorf("decided %+v", got)
 	}

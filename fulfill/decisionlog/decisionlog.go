@@ -528,10 +528,7 @@ func (l *Logger) fromEvent(e fulfill.Event) *logrecord.Record {
 	case fulfill.StageFulfilled:
 		r.Type, r.By, r.Task = logrecord.TypeOutcome, e.By, taskOf(e.Task)
 		r.LatencyNS = e.Latency.Nanoseconds()
-		r.Status = "ok"
-		if len(e.RPCError) > 0 {
-			r.Status, r.RPCError = "error", e.RPCError
-		}
+		r.Status, r.RPCError = fulfill.FulfilledStatus(e.Result, e.RPCError), e.RPCError
 	case fulfill.StageRejected:
 		r.Type, r.Reason, r.Message = logrecord.TypeOutcome, e.Reason, e.Message
 		if e.Reason == decision.ReasonTimeout {

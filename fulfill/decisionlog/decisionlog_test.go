@@ -475,6 +475,16 @@ func TestTaskRecords(t *testing.T) {
 	ended.Status = "completed"
 	done.Stage, done.Task, done.Result, done.Latency = fulfill.StageFulfilled, &ended, json.RawMessage(`{"content":[]}`), time.Second
 	log.Observe(done)
+	// The tool's own failure (isError: true) is "tool_error", not "ok".
+	failed := base
+	failed.ProposalID = "p-2"
+	failed.Stage, failed.Result, failed.Latency = fulfill.StageFulfilled, json.RawMessage(`{"content":[{"type":"text","text":"ENOENT"}],"isError":true}`), time.Millisecond
+	log.Observe(failed)
+	// Keys exactly: an "IsError" beside the real one does not count.
+	decoy := failed
+	decoy.ProposalID = "p-3"
+	decoy.Result = json.RawMessage(`{"content":[],"IsError":true,"isError":false}`)
+	log.Observe(decoy)
 	if err := log.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -483,6 +493,8 @@ func TestTaskRecords(t *testing.T) {
 	want := []string{
 		head + `"type":"outcome","stage":"task",` + meta + `"task":{"id":"T1","spec":"2026-07-28","status":"working","created":"2026-11-25T10:00:00Z","deadline":"2026-11-25T11:00:00Z"}}`,
 		head + `"type":"outcome","stage":"fulfilled",` + meta + `"latency_ns":1000000000,"status":"ok","task":{"id":"T1","spec":"2026-07-28","status":"completed","created":"2026-11-25T10:00:00Z","deadline":"2026-11-25T11:00:00Z"}}`,
+		head + `"type":"outcome","stage":"fulfilled",` + strings.Replace(meta, "p-1", "p-2", 1) + `"latency_ns":1000000,"status":"tool_error"}`,
+		head + `"type":"outcome","stage":"fulfilled",` + strings.Replace(meta, "p-1", "p-3", 1) + `"latency_ns":1000000,"status":"ok"}`,
 	}
 	if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); !slices.Equal(got, want) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

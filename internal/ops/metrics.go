@@ -106,7 +106,7 @@ func NewMetrics(src *Source) *Metrics {
 	m.decisionDur = registered(reg, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fulfiller_decision_duration_seconds",
 		Help: "Time to evaluate the policy for one proposal.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9)}))
 	m.fulfilDur = registered(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fulfiller_fulfilment_duration_seconds",
-		Help: "Time from the fulfilment mcp/request to the tool owner's mcp/response, by status (ok, error).", Buckets: prometheus.ExponentialBuckets(0.005, 3, 10)}, []string{"status"}))
+		Help: "Time from the fulfilment mcp/request to the tool owner's mcp/response, by status (ok, error: a JSON-RPC error, tool_error: a result the tool marked isError).", Buckets: prometheus.ExponentialBuckets(0.005, 3, 10)}, []string{"status"}))
 	m.approvalDur = registered(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fulfiller_approval_wait_seconds",
 		Help: "Time an escalation waited for humans, by outcome (approved, rejected, withdrawn, superseded).", Buckets: prometheus.ExponentialBuckets(1, 3, 9)}, []string{"outcome"}))
 	m.openEsc = registered(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "fulfiller_escalations_open", Help: "Escalations waiting for human approvers now."}))
@@ -202,11 +202,7 @@ func (m *Metrics) Observe(e fulfill.Event) {
 		}
 		m.mu.Unlock()
 	case fulfill.StageFulfilled:
-		status := "ok"
-		if len(e.RPCError) > 0 {
-			status = "error"
-		}
-		m.fulfilDur.WithLabelValues(status).Observe(e.Latency.Seconds())
+		m.fulfilDur.WithLabelValues(fulfill.FulfilledStatus(e.Result, e.RPCError)).Observe(e.Latency.Seconds())
 		if e.Task != nil {
 			m.taskEnded(e, e.Task.Status)
 		}

@@ -42,6 +42,11 @@ func TestMetricsFromEvents(t *testing.T) {
 	ev(fulfill.StageFulfilled, "a", func(e *fulfill.Event) {
 		e.RPCError, e.Latency = json.RawMessage(`{"code":-1}`), 50*time.Millisecond
 	})
+	// A result with isError is the tool's own failure (ENOENT, say): a
+	// status of its own, neither ok nor a JSON-RPC error.
+	ev(fulfill.StageFulfilled, "e", func(e *fulfill.Event) {
+		e.Result, e.Latency = json.RawMessage(`{"content":[{"type":"text","text":"ENOENT"}],"isError":true}`), time.Millisecond
+	})
 	ev(fulfill.StageDecided, "b", func(e *fulfill.Event) {
 		e.Decision = &decision.Decision{Action: decision.Reject, Reason: "policy", Err: policies.ErrEvalTimeout}
 	})
@@ -77,6 +82,7 @@ func TestMetricsFromEvents(t *testing.T) {
 		`fulfiller_approval_wait_seconds_bucket{outcome="approved",le="243"} 1`,
 		`fulfiller_escalations_open 0`,
 		`fulfiller_fulfilment_duration_seconds_count{status="error"} 1`,
+		`fulfiller_fulfilment_duration_seconds_count{status="tool_error"} 1`,
 		`fulfiller_proposals_total{outcome="fulfilled",reason=""} 1`,
 		`fulfiller_proposals_total{outcome="rejected",reason="policy"} 1`,
 		`fulfiller_answers_undelivered_total{kind="mcp/reject",reason="refused"} 1`,
