@@ -187,12 +187,13 @@ func TestWatchLapsedReportsOrphansAtStart(t *testing.T) {
 
 func TestNextRPCIDUniqueAcrossMembers(t *testing.T) {
 	space := uniqueSpace(t)
-	const perMember = rpcBlock + 100 // crosses a block boundary
+	const bits = 8
+	const perMember = 1<<bits + 100 // crosses a block boundary
 	var mu sync.Mutex
 	seen := map[int64]string{}
 	var wg sync.WaitGroup
 	for i := range 3 {
-		s := clusterStore(t, space, fmt.Sprintf("m%d", i))
+		s := clusterStore(t, space, fmt.Sprintf("m%d", i), func(c *Config) { c.rpcBlockBits = bits })
 		wg.Go(func() {
 			ctx := ctxT(t)
 			for range perMember {

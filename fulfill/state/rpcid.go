@@ -2,6 +2,10 @@ package state
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,9 +15,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// rpcBlock is how many JSON-RPC ids one reservation hands out. One store
-// write per 4096 requests; at most that many ids are skipped per restart.
-const rpcBlock = 1 << 12
+// rpcBlockBits: one reservation hands out 2^28 JSON-RPC ids (a store
+// write at start, then one per 268 million requests), so the id space
+// below 2^53 holds 2^25 reservations: one a minute for 60 years. A
+// restart skips what its block had left.
+const rpcBlockBits = 28
 
 // rpcIDKey is the meta key holding the group's next unreserved id.
 const rpcIDKey = "rpc-next"
@@ -23,17 +29,61 @@ const rpcIDKey = "rpc-next"
 // are handed out from blocks reserved by compare-and-set on one counter in
 // the store. Ids stay below 2^53 so JavaScript peers read them exactly.
 // Only memory mode forgets its counter, with everything else, on Close.
+//
+// Within its block an id is not the next of a count but the count's
+// image under a permutation of the block keyed at random when it is
+// reserved (rpcPerm): every id of the block once, in an order nobody
+// outside this process can tell. Everything fulfiller sends is broadcast,
+// and an approver's client takes a second prompt under an id it has
+// seen for a forgery (the card is contested): with counted ids a forger
+// posted cards ahead under the next ones, and the genuine prompt arrived
+// contested (issue 41, row 6).
 func (s *Store) NextRPCID(ctx context.Context) (int64, error) {
 	s.rpcMu.Lock()
 	defer s.rpcMu.Unlock()
-	if s.rpcNext >= s.rpcEnd {
+	if s.rpcUsed >= s.rpcSize {
 		if err := s.reserveLocked(ctx); err != nil {
 			return 0, err
 		}
 	}
-	id := s.rpcNext
-	s.rpcNext++
+	id := s.rpcStart + int64(s.rpcPerm.at(uint64(s.rpcUsed)))
+	s.rpcUsed++
 	return id, nil
+}
+
+// rpcPerm is a permutation of [0, 2^bits) (bits even) keyed at random: a
+// Feistel network of ten rounds over two halves of bits/2, each round's
+// function AES under the key, as FF1's format-preserving encryption is
+// built. It is a bijection whatever the key, so ids never repeat within
+// a block; without the key, the ids seen so far say nothing of the next.
+type rpcPerm struct {
+	block cipher.Block
+	half  uint
+}
+
+// newRPCPerm makes a permutation of [0, 2^bits) under a fresh random key.
+func newRPCPerm(bits uint) rpcPerm {
+	key := make([]byte, 16)
+	rand.Read(key) // never fails (crypto/rand)
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		panic(err) // a 16-byte key is always valid
+	}
+	return rpcPerm{block: b, half: bits / 2}
+}
+
+// at is the image of i (below 2^(2·half)).
+func (p rpcPerm) at(i uint64) uint64 {
+	mask := uint64(1)<<p.half - 1
+	l, r := i>>p.half&mask, i&mask
+	var in, out [aes.BlockSize]byte
+	for round := range 10 {
+		in[0] = byte(round)
+		binary.BigEndian.PutUint64(in[8:], r)
+		p.block.Encrypt(out[:], in[:])
+		l, r = r, l^(binary.BigEndian.Uint64(out[:8])&mask)
+	}
+	return l<<p.half | r
 }
 
 func (s *Store) reserveRPCBlock(ctx context.Context) error {
@@ -60,7 +110,7 @@ func (s *Store) reserveLocked(ctx context.Context) (err error) {
 		case !errNoEntry(err):
 			return fmt.Errorf("state: reserve rpc ids: %w", err)
 		}
-		end := start + rpcBlock
+		end := start + s.rpcBlockSize()
 		if end >= 1<<53 {
 			return errors.New("state: rpc id space exhausted")
 		}
@@ -71,7 +121,8 @@ func (s *Store) reserveLocked(ctx context.Context) (err error) {
 			_, err = s.meta.Update(ctx, rpcIDKey, val, rev)
 		}
 		if err == nil {
-			s.rpcNext, s.rpcEnd = start, end
+			s.rpcStart, s.rpcUsed, s.rpcSize = start, 0, end-start
+			s.rpcPerm = newRPCPerm(s.rpcBits())
 			return nil
 		}
 		if transient(ctx, err) {
@@ -99,3 +150,14 @@ func transient(ctx context.Context, err error) bool {
 		return true
 	}
 }
+
+// rpcBits is the size of this store's blocks in bits: rpcBlockBits, or
+// the smaller one a test sets (Config.rpcBlockBits) to cross blocks.
+func (s *Store) rpcBits() uint {
+	if b := s.cfg.rpcBlockBits; b > 0 {
+		return b
+	}
+	return rpcBlockBits
+}
+
+func (s *Store) rpcBlockSize() int64 { return 1 << s.rpcBits() }

@@ -97,6 +97,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer receives measurements; nil discards.
 	Observer Observer
+
+	// rpcBlockBits: blocks of 2^rpcBlockBits JSON-RPC ids (even; 0:
+	// the package's), for the package's tests that cross blocks.
+	rpcBlockBits uint
 }
 
 // Store is pending state in NATS JetStream. Its methods are safe for
@@ -129,8 +133,10 @@ type Store struct {
 	seenLog *seenLog
 
 	rpcMu   sync.Mutex
-	rpcNext int64
-	rpcEnd  int64
+	// The reserved block of JSON-RPC ids: it starts at rpcStart, holds
+	// rpcSize, rpcUsed are handed out, in rpcPerm's order.
+	rpcStart, rpcSize, rpcUsed int64
+	rpcPerm                    rpcPerm
 
 	// sweepEvery is how often WatchLapsed looks for orphaned work besides
 	// the lease events: 4 leases (tests set it higher to prove the events).
