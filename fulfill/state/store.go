@@ -132,7 +132,7 @@ type Store struct {
 	seen    jetstream.KeyValue
 	seenLog *seenLog
 
-	rpcMu   sync.Mutex
+	rpcMu sync.Mutex
 	// The reserved block of JSON-RPC ids: it starts at rpcStart, holds
 	// rpcSize, rpcUsed are handed out, in rpcPerm's order.
 	rpcStart, rpcSize, rpcUsed int64
