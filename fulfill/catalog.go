@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -83,6 +84,8 @@ type catalog struct {
 	mu       sync.Mutex
 	byServer map[string]map[string]ToolInfo
 	gen      map[string]uint64 // drops answers older than the newest request or a leave
+	// asking counts the discoveries of each participant under way.
+	asking   map[string]int
 	inflight int
 	settled  chan struct{} // closed whenever no refresh is in flight
 	// learnt is closed (and replaced) whenever a server's tools become
@@ -139,6 +142,7 @@ func newCatalog(space Space, log *slog.Logger, timeout, settle time.Duration, co
 		sem:       make(chan struct{}, concurrency),
 		byServer:  map[string]map[string]ToolInfo{},
 		gen:       map[string]uint64{},
+		asking:    map[string]int{},
 		settled:   settled,
 		learnt:    make(chan struct{}),
 		conflicts: map[string]int{},
@@ -176,6 +180,7 @@ func (c *catalog) discover(ctx context.Context, id string) {
 		c.settled = make(chan struct{})
 	}
 	c.inflight++
+	c.asking[id]++
 	session := c.session
 	c.mu.Unlock()
 
@@ -223,6 +228,9 @@ func (c *catalog) discover(ctx context.Context, id string) {
 			}
 		}
 		c.inflight--
+		if c.asking[id]--; c.asking[id] <= 0 {
+			delete(c.asking, id)
+		}
 		if c.inflight == 0 {
 			close(c.settled)
 		}
@@ -386,6 +394,38 @@ func (c *catalog) owners(tool string) []ToolInfo {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Server < out[j].Server })
 	return out
+}
+
+// askingOf reports whether participant id's tools/list is being asked
+// (it joined, or we did, a moment ago) and not known yet.
+func (c *catalog) askingOf(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, known := c.byServer[id]
+	return c.asking[id] > 0 && !known
+}
+
+// waitAsked waits, bounded by ctx, until none of ids is being asked for
+// its tools/list any more (each known, or its discovery failed).
+func (c *catalog) waitAsked(ctx context.Context, ids []string) {
+	for {
+		c.mu.Lock()
+		busy := slices.ContainsFunc(ids, func(id string) bool {
+			_, known := c.byServer[id]
+			return c.asking[id] > 0 && !known
+		})
+		settled, learnt := c.settled, c.learnt
+		c.mu.Unlock()
+		if !busy {
+			return
+		}
+		select {
+		case <-settled:
+		case <-learnt:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // listed reports whether server's tools/list is known (it answered one

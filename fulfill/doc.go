@@ -109,6 +109,11 @@
 //     mcp/request): ours to decide, and that participant is the target.
 //   - `to` naming only other fulfiller-kind participants (they may send
 //     tools/call requests): theirs; we leave it alone and answer nothing.
+//     One of them whose tools/list is being asked (it joined, or we did,
+//     a moment ago) may be a tool server holding mcp/*: the proposal
+//     waits for that list (at most Config.DiscoveryWait, off the reader)
+//     and is ours if it offers the tool. A withdrawal by its proposer
+//     meanwhile drops it.
 //   - `to` naming nobody present: ours, and routing fails "incapable".
 //
 // A policy decision's `target` overrides the target in every case.

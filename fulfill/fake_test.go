@@ -29,6 +29,9 @@ type fakeSpace struct {
 	sent   chan agent.Envelope
 	silent map[string]bool // never answer tools/list
 	noList map[string]bool // answer tools/list with "Method not found"
+	// listGate holds the tools/list answer of a participant until its
+	// channel is closed: a discovery under way.
+	listGate map[string]chan struct{}
 	// taskAnswer answers the task methods (tasks/get, tasks/result)
 	// sent with RequestEnvelope; nil: they fail.
 	taskAnswer func(req agent.RPCRequest) (agent.RPCResponse, error)
@@ -121,8 +124,15 @@ func (s *fakeSpace) RequestEnvelope(ctx context.Context, env agent.Envelope) (ag
 	}
 	to := env.To[0]
 	s.mu.Lock()
-	silent, noList := s.silent[to], s.noList[to]
+	silent, noList, gate := s.silent[to], s.noList[to], s.listGate[to]
 	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return agent.RPCResponse{}, ctx.Err()
+		}
+	}
 	if noList {
 		return agent.RPCResponse{Error: &agent.RPCError{Code: -32601, Message: "Method not found"}}, nil
 	}

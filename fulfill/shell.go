@@ -45,6 +45,12 @@ type Fulfiller struct {
 	// Reader-owned (handle's goroutine): the participants present as
 	// last heard, for the roster diff after this member's reconnect.
 	present map[string]bool
+	// deferred are the proposals held while their addressee's tools are
+	// asked (deferProposal), by id: the proposer, or "" once withdrawn.
+	// They come back to the reader on undecided.
+	deferred  map[string]string
+	undecided chan agent.Envelope
+	deferWG   sync.WaitGroup
 	// answered remembers fulfilment requests whose response counted (by
 	// request envelope id), to notice a second, different one
 	// (checkAnswered); told the proposals whose proposer was told of an
@@ -83,7 +89,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 	if cfg.Store == nil {
 		cfg.Store = state.NewLocal(space.ID())
 	}
-	s := &Fulfiller{cfg: cfg, space: space, log: cfg.Logger, obs: cfg.Observer, present: map[string]bool{},
+	s := &Fulfiller{cfg: cfg, space: space, log: cfg.Logger, obs: cfg.Observer, present: map[string]bool{}, deferred: map[string]string{}, undecided: make(chan agent.Envelope),
 		peerResps: newPeerResponses(), base: context.Background()}
 	s.answered, _ = lru.New[string, *answeredResponse](answeredRequests)
 	s.told, _ = lru.New[string, struct{}](answeredRequests)
@@ -230,6 +236,8 @@ loop:
 				break loop
 			}
 			s.handle(env)
+		case env := <-s.undecided:
+			s.undecidedBack(env)
 		case <-ctx.Done():
 			break loop
 		}
@@ -240,9 +248,13 @@ loop:
 	stopLoop()
 	err := <-loopDone
 	s.wire.wait()
-	// Discoveries still running end now, not at their timeout.
+	// Discoveries still running end now, not at their timeout, and the
+	// proposals waiting for them are dropped with the process (the
+	// gateway replays nothing: a proposal read and not yet ours was
+	// never claimed).
 	cancelBase()
 	s.catalog.wait()
+	s.deferWG.Wait()
 	if owed, lost := s.ShutdownAnswers(); lost > 0 {
 		return fmt.Errorf("%d of %d answers owed at shutdown were not delivered: %w", lost, owed, ErrUndelivered)
 	}

@@ -2,6 +2,7 @@ package fulfill
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -27,7 +28,7 @@ func (s *Fulfiller) handle(env agent.Envelope) {
 	case agent.KindProposal:
 		s.onProposal(env)
 	case agent.KindWithdraw:
-		s.post(lifecycle.WithdrawnBy{ID: env.CorrelationID.First(), From: env.From, Reason: reasonOf(env.Payload)})
+		s.onWithdraw(env)
 	case agent.KindResponse:
 		s.onResponse(env)
 	case agent.KindRequest:
@@ -50,8 +51,22 @@ func (s *Fulfiller) onProposal(env agent.Envelope) {
 		s.log.Warn("proposal without id or from skipped", "id", env.ID, "from", env.From)
 		return
 	}
+	s.decideAddressee(env, true)
+}
+
+// decideAddressee hands the core a proposal that is ours (see
+// addresseeOf), or sets aside one addressed to another fulfiller. One
+// addressed to a participant that could be either, whose tools/list is
+// being asked (it joined, or we did, a moment ago), waits for that
+// discovery when mayWait (at most Config.DiscoveryWait, off the reader:
+// see deferProposal), and is decided then.
+func (s *Fulfiller) decideAddressee(env agent.Envelope, mayWait bool) {
 	c, err := parsePayload(env.Payload)
-	target, mine := addresseeOf(s.space, s.catalog, env, c.tool)
+	target, mine, asking := addresseeOf(s.space, s.catalog, env, c.tool)
+	if !mine && len(asking) > 0 && mayWait {
+		s.deferProposal(env, asking)
+		return
+	}
 	if !mine {
 		s.log.Debug("proposal addressed to another fulfiller; left alone", "proposal", env.ID, "to", env.To)
 		s.emit(Event{Stage: StageIgnored, ProposalID: env.ID, Proposer: env.From, Method: c.method, Tool: c.tool,
@@ -73,9 +88,13 @@ func (s *Fulfiller) onProposal(env agent.Envelope) {
 // addresseeOf applies the package's reading of `to` (see the package
 // doc): whether the proposal is ours to handle, and the participant it
 // names as target, if any.
-func addresseeOf(space Space, cat *catalog, env agent.Envelope, tool string) (target string, mine bool) {
+//
+// asking lists the addressees that may send tools/call requests (so are
+// taken for fulfillers) whose tools/list is being asked: when the
+// proposal is theirs for now, it may be ours once that list is known.
+func addresseeOf(space Space, cat *catalog, env agent.Envelope, tool string) (target string, mine bool, asking []string) {
 	if len(env.To) == 0 || slices.Contains(env.To, space.ID()) {
-		return "", true
+		return "", true, nil
 	}
 	sawFulfiller := false
 	for _, id := range env.To {
@@ -85,19 +104,71 @@ func addresseeOf(space Space, cat *catalog, env agent.Envelope, tool string) (ta
 		}
 		if tool != "" {
 			if _, offers := cat.tool(id, tool); offers {
-				return id, true
+				return id, true, nil
 			}
 		}
 		if agent.Permits(p.Capabilities, agent.KindRequest, json.RawMessage(`{"method":"tools/call"}`)) {
 			sawFulfiller = true
+			if tool != "" && cat.askingOf(id) {
+				asking = append(asking, id)
+			}
 			continue
 		}
-		return id, true
+		return id, true, nil
 	}
 	if sawFulfiller {
-		return "", false
+		return "", false, asking
 	}
-	return "", true // nobody named is here: ours, and routing will say incapable
+	return "", true, nil // nobody named is here: ours, and routing will say incapable
+}
+
+// deferProposal waits, off the reader, for the tools/list of the
+// addressees being asked (at most Config.DiscoveryWait), then hands env
+// back to the reader (Run's undecided), which decides it without waiting
+// again. A withdrawal meanwhile from its proposer drops it (onWithdraw):
+// the core never hears of a proposal withdrawn before it was ours.
+func (s *Fulfiller) deferProposal(env agent.Envelope, asking []string) {
+	if _, dup := s.deferred[env.ID]; dup {
+		return // the same id again while it waits: rule 5, as the core would
+	}
+	s.deferred[env.ID] = env.From
+	s.log.Debug("proposal addressed to a participant whose tools are being asked; decided once they are known", "proposal", env.ID, "to", env.To)
+	s.deferWG.Add(1)
+	go func() {
+		defer s.deferWG.Done()
+		ctx, cancel := context.WithTimeout(s.base, s.cfg.DiscoveryWait)
+		s.catalog.waitAsked(ctx, asking)
+		cancel()
+		select {
+		case s.undecided <- env:
+		case <-s.base.Done():
+		}
+	}()
+}
+
+// undecidedBack decides a proposal deferProposal held, unless its
+// proposer withdrew it meanwhile.
+func (s *Fulfiller) undecidedBack(env agent.Envelope) {
+	from, ok := s.deferred[env.ID]
+	delete(s.deferred, env.ID)
+	if !ok || from == "" {
+		return // withdrawn while it waited
+	}
+	s.decideAddressee(env, false)
+}
+
+// onWithdraw hands the core a withdrawal; one of a proposal held while
+// its addressee's tools are asked (deferProposal), from its proposer,
+// drops that proposal there and then.
+func (s *Fulfiller) onWithdraw(env agent.Envelope) {
+	id := env.CorrelationID.First()
+	if from, ok := s.deferred[id]; ok && from != "" && from == env.From {
+		s.deferred[id] = ""
+		s.emit(Event{Stage: StageIgnored, ProposalID: id, Proposer: env.From, Reason: "withdrawn",
+			Message: "withdrawn while its addressee's tools were being asked, before it was ours"})
+		return
+	}
+	s.post(lifecycle.WithdrawnBy{ID: id, From: env.From, Reason: reasonOf(env.Payload)})
 }
 
 // onResponse hands the core a response to one of its fulfilment
