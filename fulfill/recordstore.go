@@ -344,7 +344,7 @@ func pendingOf(p *lifecycle.Proposal) *state.Pending {
 		ProposalID: p.ID, Envelope: p.Envelope, Proposer: p.From, Received: p.Received.UTC(), Size: p.Size,
 		DecisionID: p.DecisionID, Phase: p.Phase, Owner: p.Owner, Claim: p.Claim,
 		Deadline: p.Deadline.UTC(), Addressee: p.Addressee,
-		Prompts: p.Prompts, Approvals: p.Approvals,
+		Prompts: p.Prompts, Approvals: p.Approvals, Escalation: p.Escalation,
 		StoreRevision: p.Rev,
 	}
 	switch p.Phase {
@@ -414,7 +414,7 @@ func proposalOf(r *state.Pending, pendingTTL, fulfillTimeout time.Duration) (lif
 		Method: c.method, Tool: c.tool, Addressee: r.Addressee, Owner: r.Owner,
 		Phase: r.Phase, Deadline: deadlineOf(r, pendingTTL, fulfillTimeout),
 		DecisionID: r.DecisionID, Claim: r.Claim,
-		Prompts: r.Prompts, Approvals: r.Approvals,
+		Prompts: r.Prompts, Approvals: r.Approvals, Escalation: r.Escalation,
 		Rev: r.StoreRevision,
 	}
 	if perr != nil {
@@ -431,7 +431,8 @@ func proposalOf(r *state.Pending, pendingTTL, fulfillTimeout time.Duration) (lif
 		}
 		p.Decision = &lifecycle.Decision{Action: lifecycle.Action(sd.Action), Reason: sd.Reason, Message: sd.Message, Target: sd.Route,
 			Approvers: sd.Approvers, Quorum: sd.Quorum, Timeout: sd.Timeout, Revision: rev,
-			Task: sd.Task, TaskTimeout: sd.TaskTimeout, Extra: r.Decision}
+			Task: sd.Task, TaskTimeout: sd.TaskTimeout, Editable: sd.Editable, Grantable: sd.Grantable,
+			NotifyArguments: sd.NotifyArguments, Reminders: sd.Reminders, EscalateTo: sd.EscalateTo, Extra: r.Decision}
 		p.FinalArgs, p.ApprovedBy = sd.Params, sd.ApprovedBy
 	}
 	if r.Request != nil {

@@ -133,6 +133,10 @@ func (i shellIDs) EnvelopeID() string { return agent.NewID(i.space.ID()) }
 func (i shellIDs) RPCID() int64       { return i.space.NextRPCID() }
 func (i shellIDs) DecisionID() string { return NewDecisionID() }
 
+// PromptID is random (crypto), as elicit's prompt ids are: a forger
+// cannot tell the next one.
+func (i shellIDs) PromptID() string { return agent.NewID(i.space.ID() + "-elicit") }
+
 // coreConfig is the lifecycle's configuration of cfg.
 func coreConfig(cfg Config) lifecycle.Config {
 	return lifecycle.Config{

@@ -244,6 +244,11 @@ func clonePending(p *Pending) *Pending {
 	q := *p
 	q.Prompts = slices.Clone(p.Prompts)
 	q.Approvals = slices.Clone(p.Approvals)
+	if p.Escalation != nil {
+		x := *p.Escalation
+		x.Approvers = slices.Clone(x.Approvers)
+		q.Escalation = &x
+	}
 	if p.Request != nil {
 		r := *p.Request
 		q.Request = &r

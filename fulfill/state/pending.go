@@ -77,6 +77,9 @@ type Pending struct {
 
 	Prompts   []Prompt   `json:"prompts,omitempty"`
 	Approvals []Approval `json:"approvals,omitempty"`
+	// Escalation is the rest of the humans' escalation (whom it asks so
+	// far, when its reminders and tiers count from, the steps done).
+	Escalation *Escalation `json:"escalation,omitempty"`
 	// Request is the fulfilment request, recorded before it is sent. Once
 	// set it is never cleared or changed (Update refuses): whoever resumes
 	// the proposal awaits its response and never sends it again.
@@ -115,6 +118,10 @@ type Prompt = lifecycle.Prompt
 // Approval is one approver's answer counted so far: the lifecycle's own
 // type, persisted as it is.
 type Approval = lifecycle.Approval
+
+// Escalation is an escalation's state beyond its prompts and approvals:
+// the lifecycle's own type, persisted as it is.
+type Escalation = lifecycle.Escalation
 
 // Request is a fulfilment request written to a tool owner: the
 // lifecycle's own type, persisted as it is. Once recorded it is never
