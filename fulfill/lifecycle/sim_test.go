@@ -89,6 +89,12 @@ var mustCover = []string{
 	"world/prompt_recorded", "world/approval_recorded", "world/acked_ended", "world/turns",
 	"world/claim_winner", "world/decided_before_claim", "world/early_decision_dropped", "world/claim_carries_decision", "world/carried_claim_landed", "world/claim_hold_lapsed", "world/unlogged/fulfilling", "world/unlogged/escalated", "world/request_away", "world/request_refused",
 	"rejected/other/unlogged", "rejected/other/refused",
+	// The core's own escalation.
+	"human/asked", "human/asked_again", "human/answered", "human/delegated", "human/reminded", "human/escalated",
+	"human/forgery", "human/ignored", "human/skipped", "human/step_dropped", "human/cancelled", "human/opened",
+	"human/ended/approved", "human/ended/disagree", "human/ended/incapable", "human/ended/timeout", "human/ended/other",
+	"human/ended/cancelled", "world/keys_changed", "world/approver_left", "world/approver_back", "world/prompt_unsent",
+	"world/delegated", "world/grant",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -2821,6 +2827,9 @@ func (s *sim) humanAnswers() bool {
 		plans := []string{"accept", "accept", "accept", "edit", "edit-reject", "decline", "cancel", "forged", "unsigned", "never",
 			"delegate", "delegate-bad", "error", "grant", "grant-bad", "edit-bad", "wrong-id"}
 		plan = plans[s.rng.IntN(len(plans))]
+		if _, grants := (fakeCodec{}).Offers(f.payload); len(grants) > 0 && s.rng.IntN(2) == 0 {
+			plan = "grant" // offered: taken often enough to be seen
+		}
 		s.promptPlan[f.id] = plan
 	}
 	a := fakeAnswer{Action: "accept", Approve: true, Signed: true}
