@@ -188,3 +188,29 @@ func (c Codec) Recount(p *lifecycle.Proposal, a lifecycle.Approval) (json.RawMes
 func (Codec) Offers(payload json.RawMessage) (delegates, grants []string) {
 	return offeredDelegates(payload), slices.Clip(offeredGrants(payload))
 }
+
+// WithContext is c reading what the record does not hold of a proposal
+// through f (the shell's: its tool, input schema, and whether its
+// deadline is the proposer's hint).
+func (c Codec) WithContext(f func(*lifecycle.Proposal) (*policies.Tool, json.RawMessage, bool)) lifecycle.Codec {
+	c.Context = f
+	return c
+}
+
+// EventOf is the Observer's Event for a step of the core's escalation
+// with its humans: what the Elicitor reported of the same step, so that
+// the decision log, the metrics and the notifier see the same.
+func EventOf(h lifecycle.Human) Event {
+	ev := Event{Kind: EventKind(h.Kind), ProposalID: h.ID, Approver: h.Approver, From: h.From, RequestID: h.RequestID,
+		Action: h.Action, Approve: h.Approve, Reason: h.Reason, To: h.To, Outcome: h.Outcome, DecisionID: h.DecisionID, Revision: h.Revision}
+	if n := h.Notice; n != nil {
+		p := &Prompt{Proposer: n.Proposer, Method: n.Method, Tool: n.Tool, Target: n.Target, Asked: n.Asked, Quorum: n.Quorum,
+			Deadline: n.Deadline, Resumed: n.Resumed}
+		p.Digest, _ = approval.CallDigest(n.Method, n.Params)
+		if n.Arguments != nil {
+			p.Arguments = callArguments(n.Method, n.Arguments)
+		}
+		ev.Prompt = p
+	}
+	return ev
+}

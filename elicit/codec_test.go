@@ -188,3 +188,23 @@ func TestCodecReadsTheForm(t *testing.T) {
 		t.Errorf("unknown action %+v", v)
 	}
 }
+
+// TestEventOf: a step of the core's escalation is the Observer's Event
+// the Elicitor made of it, the call's arguments only when allowed.
+func TestEventOf(t *testing.T) {
+	params := json.RawMessage(`{"name":"write","arguments":{"path":"/a"}}`)
+	h := lifecycle.Human{ID: "p1", Kind: lifecycle.HumanOpened, DecisionID: "d1", Revision: "r1",
+		Notice: &lifecycle.Notice{Proposer: "coder", Method: "tools/call", Tool: "write", Target: "fs", Params: params, Asked: []string{"alice"}, Quorum: 1}}
+	ev := EventOf(h)
+	digest, _ := approval.CallDigest("tools/call", params)
+	if ev.Kind != EventOpened || ev.ProposalID != "p1" || ev.DecisionID != "d1" || ev.Prompt == nil || ev.Prompt.Digest != digest || ev.Prompt.Arguments != nil || ev.Prompt.Tool != "write" {
+		t.Fatalf("%+v %+v", ev, ev.Prompt)
+	}
+	h.Notice.Arguments = params
+	if got := EventOf(h).Prompt.Arguments; string(got) != `{"path":"/a"}` {
+		t.Errorf("arguments %s", got)
+	}
+	if ev := EventOf(lifecycle.Human{ID: "p1", Kind: lifecycle.HumanForgery, Approver: "alice", From: "mallory", Action: "accept"}); ev.Kind != EventForgery || ev.From != "mallory" {
+		t.Errorf("%+v", ev)
+	}
+}

@@ -286,8 +286,8 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 	case ParticipantLeft:
 		s.left(ev)
 	case ParticipantJoined:
-		s.joined(ev)
-		if !c.cfg.Escalator {
+		s.joined(ev.ID)
+		if !c.cfg.Escalator && !ev.Welcome {
 			s.approverJoined(ev.ID)
 		}
 	case TaskStatus:
@@ -884,7 +884,10 @@ func (s *step) then(e *entry, w pendingWrite) {
 			// The approved call is committed: the grant its approver
 			// chose is made (for the call as fulfilled).
 			e.grant = nil
-			g.Params, g.DecisionID = e.p.FinalArgs, e.p.DecisionID
+			p := e.p
+			g.Params, g.DecisionID, g.Revision = p.FinalArgs, p.DecisionID, revisionOf(p)
+			g.Proposer, g.Method, g.Tool, g.Target, g.Proposed = p.From, p.Method, p.Tool, p.Request.Target, p.Params
+			g.Grantable = p.Decision.Grantable
 			s.emit(*g)
 		}
 		s.sendRequest(e)
@@ -1527,9 +1530,12 @@ func (s *step) left(ev ParticipantLeft) {
 // joined sends the requests held for the owner that is back (fulfill's
 // releaseHeld). The grace of a request that went out runs on: at its end
 // the owner is here, and its response is still awaited.
-func (s *step) joined(ev ParticipantJoined) {
-	delete(s.c.away, ev.ID)
-	for _, e := range s.c.fulfilling(ev.ID) {
+func (s *step) joined(id string) {
+	delete(s.c.away, id)
+	if s.c.rosterKnown {
+		s.c.present[id] = true
+	}
+	for _, e := range s.c.fulfilling(id) {
 		if e.held {
 			s.release(e)
 		}

@@ -163,7 +163,8 @@ func (s *step) human(e *entry, h Human) {
 
 // notice describes p's escalation asking asked.
 func notice(p *Proposal, asked []string, resumed bool) *Notice {
-	n := &Notice{Asked: asked, Quorum: quorumOf(p), Deadline: p.Deadline, Resumed: resumed}
+	n := &Notice{Proposer: p.From, Method: p.Method, Tool: p.Tool, Target: p.Decision.Target, Params: p.Params,
+		Asked: asked, Quorum: quorumOf(p), Deadline: p.Deadline, Resumed: resumed}
 	if p.Decision.NotifyArguments {
 		n.Arguments = p.Params
 	}

@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/mewkit/fulfiller/fulfill/decision"
 )
 
 // Event is something that happened to the core: a frame read, the result
@@ -249,8 +251,14 @@ type ParticipantLeft struct{ ID string }
 
 // ParticipantJoined: a participant is (back) in the space (its presence
 // join, or its place in a new roster). The requests held for it go out
-// now; a response it sends after its reconnect still counts.
-type ParticipantJoined struct{ ID string }
+// now; a response it sends after its reconnect still counts. An
+// approver's open prompts are sent again, and one listed who holds none
+// is asked, unless Welcome: the roster of this member's welcome, whose
+// Roster event came first and asked everyone present already.
+type ParticipantJoined struct {
+	ID      string
+	Welcome bool
+}
 
 // PromptRecorded: the shell's escalator (Config.Escalator) is about to
 // send Prompt for proposal ID. The core records it with the proposal and
@@ -638,11 +646,15 @@ type Human struct {
 // decision allows it (NotifyArguments: the call's params, which the
 // shell shows as arguments).
 type Notice struct {
-	Asked     []string
-	Quorum    int
-	Deadline  time.Time
-	Resumed   bool
-	Arguments json.RawMessage
+	// The proposal: who proposed which call (Params as proposed, for
+	// its digest), to be carried out by Target.
+	Proposer, Method, Tool, Target string
+	Params                         json.RawMessage
+	Asked                          []string
+	Quorum                         int
+	Deadline                       time.Time
+	Resumed                        bool
+	Arguments                      json.RawMessage
 }
 
 // CreateGrant: an approval that chose a grant was committed (its request
@@ -656,6 +668,12 @@ type CreateGrant struct {
 	Content            json.RawMessage
 	Request, Signature string
 	DecisionID         string
+	// The proposal and decision the grant comes of: who proposed which
+	// call (Proposed: the params as proposed, which the evidence's digest
+	// names), its route, the decision's revision and grantable terms.
+	Proposer, Method, Tool, Target, Revision string
+	Proposed                                 json.RawMessage
+	Grantable                                *decision.Grantable
 }
 
 func (Write) effect()       {}
