@@ -21,7 +21,8 @@ func coreDecision(d decision.Decision, route string, hinted bool) lifecycle.Deci
 	extra, _ := json.Marshal(sd)
 	return lifecycle.Decision{Action: lifecycle.Action(d.Action), Reason: d.Reason, Message: d.Message, Target: route,
 		Approvers: d.Approvers, Quorum: d.Quorum, Timeout: d.Timeout, Revision: d.Revision,
-		Task: d.Task, TaskTimeout: d.TaskTimeout, Extra: extra}
+		Task: d.Task, TaskTimeout: d.TaskTimeout, Editable: d.Editable, Grantable: d.Grantable,
+		NotifyArguments: d.NotifyArguments, Reminders: d.Reminders, EscalateTo: d.EscalateTo, Extra: extra}
 }
 
 // policyDecision reads back what coreDecision kept of the policy's

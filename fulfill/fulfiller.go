@@ -66,9 +66,12 @@ type Config struct {
 	ApprovalTimeout  time.Duration // [5m] a human's deadline when the decision sets none
 	DiscoveryWait    time.Duration // [2s] how long routing waits for a running tools/list
 	DecideWorkers    int           // [GOMAXPROCS] concurrent policy evaluations
-	Escalator        Escalator     // nil: escalations are rejected "policy" (not configured)
-	Observer         Observer      // nil: no events
-	Logger           *slog.Logger  // nil: discard
+	Escalator        Escalator     // nil: escalations are rejected "policy" (not configured), unless Approvals
+	// Approvals [nil: the Escalator asks] runs the humans' escalation in
+	// the lifecycle core, the shell its channel to the approvers.
+	Approvals *Approvals
+	Observer  Observer     // nil: no events
+	Logger    *slog.Logger // nil: discard
 	// Clock [the system's] is the time of the lifecycle's deadlines and
 	// timers (pending TTL, fulfil timeout, rejoin grace, task deadline);
 	// tests move a clocktest.Manual instead of waiting.

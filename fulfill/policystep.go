@@ -69,7 +69,7 @@ type policyConfig struct {
 func policyConfigOf(cfg Config) policyConfig {
 	return policyConfig{SpaceID: cfg.SpaceID, MaxPending: cfg.MaxPending, DecideWorkers: cfg.DecideWorkers,
 		DiscoveryWait: cfg.DiscoveryWait, ApprovalTimeout: cfg.ApprovalTimeout, TaskTimeout: cfg.TaskTimeout,
-		Escalation: cfg.Escalator != nil, ToolMetadata: cfg.ToolMetadata}
+		Escalation: cfg.Escalator != nil || cfg.Approvals != nil, ToolMetadata: cfg.ToolMetadata}
 }
 
 // newPolicyStep makes the policy step. shadows is the shadowing the

@@ -283,7 +283,8 @@ func (s *recordStore) migrate(r *lifecycle.Proposal) error {
 		}
 		r.Decision = &lifecycle.Decision{Action: lifecycle.Action(sd.Action), Reason: sd.Reason, Message: sd.Message, Target: sd.Route,
 			Approvers: sd.Approvers, Quorum: sd.Quorum, Timeout: sd.Timeout, Revision: rev,
-			Task: sd.Task, TaskTimeout: sd.TaskTimeout, Extra: old.Decision}
+			Task: sd.Task, TaskTimeout: sd.TaskTimeout, Editable: sd.Editable, Grantable: sd.Grantable,
+			NotifyArguments: sd.NotifyArguments, Reminders: sd.Reminders, EscalateTo: sd.EscalateTo, Extra: old.Decision}
 		r.FinalArgs, r.ApprovedBy = sd.Params, sd.ApprovedBy
 	}
 	if r.Deadline.IsZero() {

@@ -747,7 +747,8 @@ func TestRecordStoreMigratesOldRecords(t *testing.T) {
 			want: func(p *lifecycle.Proposal) {
 				p.Phase, p.Deadline, p.DecisionID = lifecycle.AwaitingApproval, rsT0.Add(5*time.Minute), "d1"
 				p.Decision = &lifecycle.Decision{Action: lifecycle.Escalate, Message: "ask", Target: "calc", Approvers: []string{"alice"}, Quorum: 1,
-					Timeout: 5 * time.Minute, Revision: "rev-1", Extra: storeDecision(esc, "calc", nil, nil)}
+					Timeout: 5 * time.Minute, Revision: "rev-1", Editable: esc.Editable, Grantable: esc.Grantable, NotifyArguments: true,
+					Extra: storeDecision(esc, "calc", nil, nil)}
 				p.Prompts, p.Approvals = []lifecycle.Prompt{prompt}, []lifecycle.Approval{approval}
 			},
 		}, {
@@ -861,6 +862,25 @@ type countIDs struct{ n int }
 func (c *countIDs) EnvelopeID() string { c.n++; return fmt.Sprintf("env-%d", c.n) }
 func (c *countIDs) RPCID() int64       { c.n++; return int64(c.n) }
 func (c *countIDs) DecisionID() string { c.n++; return fmt.Sprintf("dec-%d", c.n) }
+func (c *countIDs) PromptID() string   { c.n++; return fmt.Sprintf("prompt-%d", c.n) }
+
+// stubCodec is a lifecycle.Codec whose prompt payload names the prompt;
+// answers are not read here.
+type stubCodec struct{}
+
+func (stubCodec) Prompt(p *lifecycle.Proposal, spec lifecycle.PromptSpec) (json.RawMessage, error) {
+	return json.Marshal(map[string]any{"proposal": p.ID, "prompt": spec.EnvelopeID, "id": spec.RPCID})
+}
+
+func (stubCodec) Read(*lifecycle.Proposal, lifecycle.Prompt, json.RawMessage, lifecycle.KeySet) lifecycle.Verified {
+	return lifecycle.Verified{Why: "not read here"}
+}
+
+func (stubCodec) Recount(*lifecycle.Proposal, lifecycle.Approval) (json.RawMessage, string, error) {
+	return nil, "", nil
+}
+
+func (stubCodec) Offers(json.RawMessage) (delegates, grants []string) { return nil, nil }
 
 // coreOver runs a lifecycle Core's writes and reloads on rs as it steps:
 // step returns the other effects.
@@ -914,7 +934,7 @@ func TestRecordStoreUnderTheCore(t *testing.T) {
 	eachStore(t, func(t *testing.T, st Store, _ func(string) Store) {
 		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
 		cfg := lifecycle.Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: rsTTL, FulfillTimeout: rsFulfil,
-			ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second}
+			ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second, Codec: stubCodec{}}
 		ids := &countIDs{}
 		first := coreOver{t: t, core: lifecycle.New(cfg, ids), rs: rs}
 		propose := func(id, payload string) []lifecycle.Effect {
@@ -938,8 +958,8 @@ func TestRecordStoreUnderTheCore(t *testing.T) {
 		if len(sent) != 1 {
 			t.Fatalf("fulfilment: sent %+v", sent)
 		}
-		asked := effectsOf[lifecycle.Ask](decide("p-asked", decision.Decision{Action: decision.Escalate, Approvers: []string{"alice"}, Revision: "r1"}))
-		if len(asked) != 1 {
+		asked := effectsOf[lifecycle.SendPrompt](decide("p-asked", decision.Decision{Action: decision.Escalate, Approvers: []string{"alice"}, Revision: "r1"}))
+		if len(asked) != 1 || asked[0].Again {
 			t.Fatalf("escalation: asked %+v", asked)
 		}
 		if effs := decide("p-queued", decision.Decision{Action: decision.Fulfill, Revision: "r1"}); len(effectsOf[lifecycle.SendRequest](effs)) != 0 {
@@ -972,8 +992,8 @@ func TestRecordStoreUnderTheCore(t *testing.T) {
 		if got := effectsOf[lifecycle.SendReject](effs); len(got) != 1 || got[0] != rejected[0] {
 			t.Fatalf("resumed: rejects %+v; want the committed one again, %+v", got, rejected)
 		}
-		if got := effectsOf[lifecycle.Ask](effs); len(got) != 1 || !reflect.DeepEqual(got[0].Prompts, asked[0].Prompts) || !got[0].Deadline.Equal(asked[0].Deadline) {
-			t.Fatalf("resumed: asks %+v; want the same prompts as %+v", got, asked)
+		if got := effectsOf[lifecycle.SendPrompt](effs); len(got) != 1 || !got[0].Again || got[0].EnvelopeID != asked[0].EnvelopeID || got[0].RPCID != asked[0].RPCID || !bytes.Equal(got[0].Payload, asked[0].Payload) {
+			t.Fatalf("resumed: asks %+v; want the same prompt as %+v, again", got, asked)
 		}
 		for _, id := range []string{"p-sent", "p-asked"} {
 			var got *lifecycle.Proposal

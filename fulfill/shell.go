@@ -108,7 +108,12 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 	s.recordStore = newRecordStore(cfg.Store, cfg.PendingTTL, cfg.FulfillTimeout, cfg.Logger)
 	s.records = newOwnWrites(s.recordStore)
 	s.records.failed = s.journal.storeFailed
-	s.core = lifecycle.New(coreConfig(cfg), shellIDs{space})
+	lcfg := coreConfig(cfg)
+	if a := cfg.Approvals; a != nil {
+		lcfg.Codec = codecOf(a, s.promptContext)
+		s.wire.approvals = a
+	}
+	s.core = lifecycle.New(lcfg, shellIDs{space})
 	s.loop = lifecycle.NewLoop(s.core, cfg.Clock, s.records, s.wire, s.policy, s.journal, retryStore)
 	return s
 }
@@ -139,9 +144,13 @@ func (i shellIDs) EnvelopeID() string { return agent.NewID(i.space.ID()) }
 func (i shellIDs) RPCID() int64       { return i.space.NextRPCID() }
 func (i shellIDs) DecisionID() string { return NewDecisionID() }
 
+// PromptID is random (crypto), as elicit's prompt ids are: a forger
+// cannot tell the next one.
+func (i shellIDs) PromptID() string { return agent.NewID(i.space.ID() + "-elicit") }
+
 // coreConfig is the lifecycle's configuration of cfg.
 func coreConfig(cfg Config) lifecycle.Config {
-	return lifecycle.Config{
+	c := lifecycle.Config{
 		Member:                 cfg.Store.Member(),
 		MaxPending:             cfg.MaxPending,
 		MaxPendingPerProposer:  cfg.MaxPendingPerProposer,
@@ -157,9 +166,13 @@ func coreConfig(cfg Config) lifecycle.Config {
 		RetryAfter:             retryStore,
 		Approvers:              cfg.Approvers,
 		UnloggedMessage:        auditFailedMessage,
-		Escalator:              true,
+		Escalator:              cfg.Approvals == nil,
 		Alone:                  !cfg.Store.Shared(),
 	}
+	if a := cfg.Approvals; a != nil {
+		c.Keys, c.OfferGrants = a.Keys, a.OfferGrants
+	}
+	return c
 }
 
 // post hands the loop an event; it gives up only when the shell stops.

@@ -187,6 +187,11 @@ func (s *Fulfiller) onResponse(env agent.Envelope) {
 		return
 	}
 	if !ok || p.Request == nil {
+		if s.cfg.Approvals != nil {
+			// An approver's answer to one of the core's prompts, maybe:
+			// the core matches it (and drops what is not one).
+			s.post(answerOf(cid, env))
+		}
 		s.peerResps.keep(cid, env)
 		s.checkAnswered(cid, env)
 		return
@@ -292,17 +297,22 @@ func (s *Fulfiller) onOtherRequest(env agent.Envelope) {
 func (s *Fulfiller) welcomed() {
 	s.catalog.reset()
 	now := map[string]bool{}
+	var roster []string
 	for _, p := range s.space.Roster() {
 		now[p.ID] = true
+		roster = append(roster, p.ID)
 		s.catalog.refresh(s.base, p.ID)
 	}
+	// The gateway replays nothing: the core sends its open prompts
+	// again to whoever is here now.
+	s.post(lifecycle.Roster{Present: roster})
 	for id := range s.present {
 		if !now[id] {
 			s.post(lifecycle.ParticipantLeft{ID: id})
 		}
 	}
 	for id := range now {
-		s.post(lifecycle.ParticipantJoined{ID: id})
+		s.post(lifecycle.ParticipantJoined{ID: id, Welcome: true})
 	}
 	s.present = now
 }

@@ -32,12 +32,16 @@ import (
 // recorded ones), so an effect carried out again after a crash writes
 // the same envelopes.
 type wire struct {
-	space  Space
-	esc    Escalator // nil: escalation is not configured
-	grants *grantstore.Registry
-	cfg    wireConfig
-	hooks  wireHooks
-	log    *slog.Logger
+	space Space
+	esc   Escalator // nil: escalation is not configured
+	// approvals: the core's own escalation (Config.Approvals): the wire
+	// writes its prompts and cancellations, reports its steps, makes
+	// its grants.
+	approvals *Approvals
+	grants    *grantstore.Registry
+	cfg       wireConfig
+	hooks     wireHooks
+	log       *slog.Logger
 
 	// sent maps the envelope ids of recent rejects and fulfilment
 	// requests to what they answered, for refused (deliver.go's
@@ -547,6 +551,10 @@ func (w *wire) approvalContent(id string) json.RawMessage {
 // DropReason, drops them without a word (another member asks them now).
 // A recording still waiting for the core gets an error.
 func (w *wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) {
+	if w.approvals != nil {
+		w.cancelPrompts(ctx, c)
+		return
+	}
 	if c.Reason != "approved" {
 		// Approved: the grant waits for the request.
 		w.forgetAsk(c.ID)

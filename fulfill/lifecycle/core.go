@@ -40,6 +40,12 @@ type Core struct {
 	// away are the participants that left and did not come back, as
 	// far as this member heard: a request to one of them is held.
 	away map[string]bool
+	// present are the participants in the space as of this member's
+	// last welcome (Roster) and the joins and leaves since; rosterKnown
+	// once a Roster came. keys is the approver key set in force.
+	present     map[string]bool
+	rosterKnown bool
+	keys        KeySet
 
 	// seen are proposal ids this process read (rule 5 within the
 	// process; the store's claim is the group-wide check). ended are
@@ -143,6 +149,9 @@ type entry struct {
 	// unsent: the request's fulfilling line was not logged (Unlogged):
 	// it was never written, and is neither sent nor cancelled.
 	unsent bool
+	// grant: the grant an approval chose, created once the approved
+	// call is committed (its request recorded).
+	grant *CreateGrant
 }
 
 type earlyEnd struct {
@@ -166,6 +175,9 @@ const (
 	// committed (decidedBeforeClaim); pendingWrite.next is that
 	// write's, carried out once the claim is this member's.
 	thenClaimedDecided
+	// thenPrompts: the prompts of pendingWrite.prompts are recorded now
+	// and may be sent.
+	thenPrompts
 )
 
 type pendingWrite struct {
@@ -185,6 +197,9 @@ type pendingWrite struct {
 	// next: the write a claim carries (thenClaimedDecided), whose line
 	// and then follow the claim's.
 	next *pendingWrite
+	// prompts: the envelope ids of the prompts this write records, sent
+	// once it is durable (thenPrompts).
+	prompts []string
 }
 
 // New makes a Core.
@@ -196,7 +211,7 @@ func New(cfg Config, ids IDs) *Core {
 	if cfg.ClaimHold <= 0 {
 		cfg.ClaimHold = DefaultClaimHold
 	}
-	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{}, away: map[string]bool{},
+	return &Core{cfg: cfg, ids: ids, props: map[string]*entry{}, byRequest: map[string]string{}, away: map[string]bool{}, present: map[string]bool{}, keys: cfg.Keys,
 		slots: newSlotQueue(cfg.MaxInflight, per), byPrompt: map[string]string{}, nBy: map[string]int{}, seen: newIDSet(1 << 16), ended: newIDSet(1 << 16), withdrawals: &withdrawalSet{ids: newIDSet(1 << 14), by: map[string]withdrawal{}}}
 }
 
@@ -241,8 +256,14 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.withdrawn(ev)
 	case Responded:
 		s.responded(ev)
-	case PromptAnswered:
-		s.answered(ev)
+	case Answer:
+		s.answer(ev)
+	case Roster:
+		s.roster(ev)
+	case KeysChanged:
+		s.keysChanged(ev)
+	case PromptSent:
+		s.promptSent(ev)
 	case Verdict:
 		s.verdict(ev)
 	case PromptRecorded:
@@ -265,7 +286,10 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 	case ParticipantLeft:
 		s.left(ev)
 	case ParticipantJoined:
-		s.joined(ev)
+		s.joined(ev.ID)
+		if !c.cfg.Escalator && !ev.Welcome {
+			s.approverJoined(ev.ID)
+		}
 	case TaskStatus:
 		s.taskStatus(ev)
 	case TaskEnded:
@@ -857,19 +881,38 @@ func (s *step) then(e *entry, w pendingWrite) {
 			return // ended (timed out) before it was written: never sent
 		}
 		s.log(e, "fulfilling", func(l *Line) { l.Ahead = true })
+		if g := e.grant; g != nil {
+			// The approved call is committed: the grant its approver
+			// chose is made (for the call as fulfilled).
+			e.grant = nil
+			p := e.p
+			g.Params, g.DecisionID, g.Revision = p.FinalArgs, p.DecisionID, revisionOf(p)
+			g.Proposer, g.Method, g.Tool, g.Target, g.Proposed = p.From, p.Method, p.Tool, p.Request.Target, p.Params
+			g.Grantable = p.Decision.Grantable
+			s.emit(*g)
+		}
 		s.sendRequest(e)
 	case thenAsk:
 		if e.outcome != Open || e.p.Phase != AwaitingApproval {
 			return
 		}
 		approvers := c.approvers(e.p)
+		if !c.cfg.Escalator {
+			approvers = escOf(e.p).Approvers
+		}
 		s.log(e, "escalated", func(l *Line) { l.By, l.Deadline, l.Ahead = approvers, e.p.Deadline, true })
-		s.ask(e)
+		if c.cfg.Escalator {
+			s.ask(e)
+		} else {
+			s.opened(e, false)
+		}
 		s.status(e, Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline})
 	case thenQueued:
 		if e.outcome == Open && e.p.Phase == Queued {
 			s.status(e, Status{Stage: StatusQueued})
 		}
+	case thenPrompts:
+		s.sendPrompts(e, w.prompts)
 	}
 }
 
@@ -1004,8 +1047,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 	if e.outcome == Open {
 		s.end(e, Dropped, DropReason)
 	} else if e.asked {
-		s.emit(cancelAsk(e.p, DropReason))
-		e.asked = false
+		s.stopAsking(e, DropReason)
 	}
 	if e.outcome == Withdrawn || (e.early != nil && e.early.outcome == Withdrawn) {
 		s.c.withdrawals.put(e.p.ID, e.p.From, "")
@@ -1035,8 +1077,7 @@ func (s *step) end(e *entry, o Outcome, why string) {
 		if o == Dropped {
 			reason = DropReason
 		}
-		s.emit(cancelAsk(e.p, reason))
-		e.asked = false
+		s.stopAsking(e, reason)
 	} else if e.chatted {
 		s.emit(CancelAsk{ID: e.p.ID, Reason: DropReason}) // drops a status chat not written yet
 	}
@@ -1283,7 +1324,7 @@ func (s *step) commitRelay(e *entry, taskID string, result, rpcErr []byte) {
 	s.end(e, Fulfilled, "fulfilled")
 	p := e.p
 	p.Phase = Answered
-	p.Relay = &RelayRecord{EnvelopeID: s.c.ids.EnvelopeID(), RPCID: s.c.ids.RPCID(), TaskID: taskID, Result: result, Error: rpcErr}
+	p.Relay = &RelayRecord{EnvelopeID: s.c.ids.EnvelopeID(), RPCID: s.c.rpcID(), TaskID: taskID, Result: result, Error: rpcErr}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
 }
 
@@ -1337,10 +1378,7 @@ func (s *step) commitRejectCancel(e *entry, reason, message string, cancel strin
 // commitFulfil fulfils e with params at target, or queues it for a slot.
 func (s *step) commitFulfil(e *entry, target string, params []byte) {
 	c := s.c
-	if e.asked {
-		s.emit(cancelAsk(e.p, "approved"))
-		e.asked = false
-	}
+	s.stopAsking(e, "approved")
 	e.p.FinalArgs = params
 	if e.p.Decision != nil {
 		e.p.Decision.Target = target
@@ -1369,7 +1407,7 @@ func (s *step) startRequest(e *entry) {
 	c.slots.take(p.From)
 	target := p.Decision.Target
 	p.Phase = Fulfilling
-	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID(), Target: target, SentAt: s.now, Task: p.Decision.Task}
+	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.rpcID(), Target: target, SentAt: s.now, Task: p.Decision.Task}
 	p.Deadline = s.now.Add(c.cfg.FulfillTimeout)
 	c.byRequest[p.Request.EnvelopeID] = p.ID
 	if c.away[target] {
@@ -1482,6 +1520,7 @@ func (c *Core) fulfilling(owner string) []*entry {
 // (fulfill's ownerLeft); a grace that runs already is not restarted.
 func (s *step) left(ev ParticipantLeft) {
 	s.c.away[ev.ID] = true
+	delete(s.c.present, ev.ID)
 	if s.c.closing {
 		return
 	}
@@ -1493,9 +1532,12 @@ func (s *step) left(ev ParticipantLeft) {
 // joined sends the requests held for the owner that is back (fulfill's
 // releaseHeld). The grace of a request that went out runs on: at its end
 // the owner is here, and its response is still awaited.
-func (s *step) joined(ev ParticipantJoined) {
-	delete(s.c.away, ev.ID)
-	for _, e := range s.c.fulfilling(ev.ID) {
+func (s *step) joined(id string) {
+	delete(s.c.away, id)
+	if s.c.rosterKnown {
+		s.c.present[id] = true
+	}
+	for _, e := range s.c.fulfilling(id) {
 		if e.held {
 			s.release(e)
 		}
@@ -1593,11 +1635,6 @@ func (s *step) decided(ev Decided) {
 			s.commitReject(e, "incapable", ev.Incapable) // rule 1: nobody asked about a call nobody can carry out
 			return
 		}
-		approvers := c.approvers(p)
-		if len(approvers) == 0 && !c.cfg.Escalator {
-			s.commitReject(e, "policy", "the policy asks for human approval, but no approvers are configured")
-			return
-		}
 		timeout := d.Timeout
 		if timeout <= 0 {
 			timeout = c.cfg.ApprovalTimeout
@@ -1614,10 +1651,8 @@ func (s *step) decided(ev Decided) {
 			s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 			return
 		}
-		for _, a := range approvers {
-			pr := Prompt{Approver: a, EnvelopeID: c.ids.EnvelopeID(), RPCID: c.ids.RPCID()}
-			p.Prompts = append(p.Prompts, pr)
-			c.byPrompt[pr.EnvelopeID] = p.ID
+		if !s.startEscalation(e) {
+			return
 		}
 		// Recorded before any human is asked: a restart or an adopter
 		// asks the same prompts again, with the same deadline.
@@ -1738,6 +1773,10 @@ func (s *step) fired(ev Fired) {
 		}
 	case TimerHold:
 		s.unhold(e) // the decision follows the claim (decidedEarly)
+	case TimerStep:
+		if s.escRunning(e) {
+			s.due(e, ev.At)
+		}
 	case TimerGrace:
 		if e.outcome == Open && p.Phase == Fulfilling && ev.At.Equal(e.graceAt) {
 			s.graceEnded(e)
@@ -1774,6 +1813,10 @@ func (s *step) fired(ev Fired) {
 				// The escalator asked, and its verdict ends the
 				// escalation at this deadline (with its own words):
 				// one timer ends a prompt.
+				return
+			}
+			if !c.cfg.Escalator && e.asked {
+				s.escEnd(e, "timeout", timedOut(p))
 				return
 			}
 			s.commitReject(e, "timeout", "no approval by "+p.Deadline.UTC().Format(time.RFC3339))
@@ -1943,58 +1986,6 @@ func (s *step) spoofed(e *entry, ev Responded, reason string) {
 	})
 }
 
-func (s *step) answered(ev PromptAnswered) {
-	c := s.c
-	id, ok := c.byPrompt[ev.PromptID]
-	if !ok {
-		return
-	}
-	e, ok := c.props[id]
-	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding || c.cfg.Escalator {
-		return // (the shell's escalator counts the answers, and says so with a Verdict)
-	}
-	p := e.p
-	i := slices.IndexFunc(p.Prompts, func(pr Prompt) bool { return pr.EnvelopeID == ev.PromptID })
-	if i < 0 {
-		return
-	}
-	pr := &p.Prompts[i]
-	if ev.From != pr.Approver || !ev.Verified {
-		if !e.spoofed { // once per proposal, as an answer to its request
-			e.spoofed = true
-			s.log(e, "ignored", func(l *Line) { l.Reason, l.Message, l.By = "forged_answer", "answer from "+ev.From, []string{ev.From} })
-		}
-		return
-	}
-	if pr.Answered {
-		return // the same answer again (a re-asked prompt's client re-sends it)
-	}
-	pr.Answered = true
-	switch {
-	case ev.Action == Cancel:
-		s.commitReject(e, "other", "the approver cancelled")
-	case ev.Action != Accept || !ev.Approve:
-		s.commitReject(e, "disagree", ev.Reason)
-	default:
-		p.Approvals = append(p.Approvals, Approval{Approver: ev.From, Params: ev.Params})
-		p.ApprovedBy = append(p.ApprovedBy, ev.From)
-		if len(p.Approvals) < max(p.Decision.Quorum, 1) {
-			// Counted once, across restarts: recorded before more is
-			// done (nothing sent waits for it: a crash before it is
-			// durable asks the prompt again, whose answer counts then).
-			s.queueWrite(e, pendingWrite{rec: p.clone(), soon: true})
-			return
-		}
-		s.log(e, "approved", func(l *Line) { l.By = p.ApprovedBy })
-		if edited(p) {
-			// Rule 7: the edited call must pass the policy on its own.
-			s.decide(e, true, lastEdit(p))
-			return
-		}
-		s.commitFulfil(e, p.Decision.Target, p.Params)
-	}
-}
-
 func (s *step) verdict(ev Verdict) {
 	e, ok := s.c.props[ev.ID]
 	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding || ev.Round != e.round {
@@ -2080,8 +2071,8 @@ func (s *step) cancel(e *entry, by string) {
 	if e.asked {
 		// The escalation ends "cancelled" (fulfill's Escalator.Cancel
 		// reason for an operator's cancel), not with the reject's reason.
-		s.emit(cancelAsk(e.p, "cancelled"))
-		e.asked, e.chatted = false, false
+		s.stopAsking(e, "cancelled")
+		e.chatted = false
 	}
 	s.commitReject(e, "other", msg)
 }
@@ -2201,8 +2192,12 @@ func (s *step) resume(r Proposal, how string) {
 		// The same prompts again, with their ids (with Config.Escalator,
 		// the recorded ones and the approvals counted: the escalator
 		// asks what it recorded and counts those once).
-		s.ask(e)
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+		if !c.cfg.Escalator {
+			s.resumeEscalation(e)
+			return
+		}
+		s.ask(e)
 	case Queued:
 		s.commitFulfil(e, p.Decision.Target, p.FinalArgs)
 	default:
@@ -2245,7 +2240,7 @@ func (s *step) cancelRequest(e *entry) {
 func openPrompts(p *Proposal) []Prompt {
 	var out []Prompt
 	for _, pr := range p.Prompts {
-		if !pr.Answered {
+		if pr.open() {
 			out = append(out, pr)
 		}
 	}
@@ -2259,8 +2254,7 @@ func openPrompts(p *Proposal) []Prompt {
 func (s *step) discard(e *entry) {
 	c := s.c
 	if e.outcome == Open && e.asked {
-		s.emit(cancelAsk(e.p, DropReason))
-		e.asked = false
+		s.stopAsking(e, DropReason)
 	}
 	s.nack(e, ErrConflict)
 	c.letGo(e) // a slot it frees goes to the queue once the record is resumed
@@ -2389,6 +2383,21 @@ func (w *withdrawalSet) put(id, from, reason string) {
 func (w *withdrawalSet) get(id, from string) (withdrawal, bool) {
 	x, ok := w.by[id+"\n"+from]
 	return x, ok
+}
+
+// stopAsking ends e's escalation, its prompts out, for reason: the
+// escalator's (CancelAsk), or the core's own (its open prompts
+// cancelled, its end announced).
+func (s *step) stopAsking(e *entry, reason string) {
+	if !e.asked {
+		return
+	}
+	if s.c.cfg.Escalator {
+		s.emit(cancelAsk(e.p, reason))
+		e.asked = false
+		return
+	}
+	s.closeEscalation(e, reason, OutcomeCancelled, reason)
 }
 
 // cancelAsk cancels p's open prompts for reason, with what the shell

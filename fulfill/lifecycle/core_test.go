@@ -18,12 +18,13 @@ type counterIDs struct {
 func (c *counterIDs) EnvelopeID() string { c.n++; return fmt.Sprintf("%se%d", c.prefix, c.n) }
 func (c *counterIDs) RPCID() int64       { c.n++; return int64(c.n) }
 func (c *counterIDs) DecisionID() string { c.n++; return fmt.Sprintf("%sd%d", c.prefix, c.n) }
+func (c *counterIDs) PromptID() string   { c.n++; return fmt.Sprintf("%sp%d", c.prefix, c.n) }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func testCore(tune ...func(*Config)) *Core {
 	cfg := Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
-		ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second, Approvers: []string{"alice"}}
+		ApprovalTimeout: 5 * time.Minute, RetryAfter: time.Second, Approvers: []string{"alice"}, Codec: fakeCodec{}}
 	for _, f := range tune {
 		f(&cfg)
 	}
@@ -35,7 +36,7 @@ func kinds(effs []Effect) []string {
 	var out []string
 	for _, e := range effs {
 		switch e := e.(type) {
-		case Log, Schedule:
+		case Log, Schedule, Human:
 		case Write:
 			switch {
 			case e.Create:
@@ -749,10 +750,10 @@ func TestStatusChats(t *testing.T) {
 		w := only[Write](t, c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Escalate, Quorum: 1}}))
 		effs := c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2})
 		if !on {
-			same(t, kinds(effs), []string{"Ask"})
+			same(t, kinds(effs), []string{"SendPrompt"})
 			continue
 		}
-		same(t, kinds(effs), []string{"Ask", "Status"})
+		same(t, kinds(effs), []string{"SendPrompt", "Status"})
 		st := only[Status](t, effs)
 		if st.To != "coder" || st.Stage != StatusEscalated || len(st.Approvers) != 1 || st.Approvers[0] != "alice" || st.Quorum != 1 || !st.Deadline.Equal(t0.Add(5*time.Minute)) {
 			t.Fatalf("status %+v", st)

@@ -34,18 +34,23 @@
 //	         Answered (reject, or a task's relayed result, committed) → (deleted)
 //
 // Events: Proposed, Stored, Reloaded, Decided, Sent, Fired (deadline,
-// retry, resend, rejoin grace), WithdrawnBy, Responded (a task handle
-// too), TaskStatus, TaskEnded, PromptAnswered (the core counts answers)
-// or PromptRecorded, ApprovalRecorded and Verdict (the shell's
-// escalator does), SupersededBy, Cancelled (operator), Resumed
-// (restart, adoption, operator take), Released (lease lost, record
-// taken), ParticipantLeft and ParticipantJoined (the tool owner's
-// presence), GroupLoad (the group's "busy", from the leases), Closing.
-// Effects: Write (claim, claim without a record, update, delete;
-// compare-and-set; Soon when nothing sent waits for it), Reload, Decide
-// (with the proposal and this member's load), SendReject, SendRequest,
-// SendRelay, SendCancel, FollowTask, CancelTask, Ask (with the
-// proposal), CancelAsk, Acked, Status (status chats), Schedule, Log.
+// retry, resend, rejoin grace, an escalation's next reminder or tier),
+// WithdrawnBy, Responded (a task handle too), TaskStatus, TaskEnded,
+// Answer (an approver's answer as read), PromptSent, Roster (this
+// member's welcome: who is in the space), KeysChanged (the approver keys
+// in force), or PromptRecorded, ApprovalRecorded and Verdict (the
+// shell's escalator, Config.Escalator), SupersededBy, Cancelled
+// (operator), Resumed (restart, adoption, operator take), Released
+// (lease lost, record taken), ParticipantLeft and ParticipantJoined (the
+// tool owner's and the approvers' presence), GroupLoad (the group's
+// "busy", from the leases), Closing. Effects: Write (claim, claim
+// without a record, update, delete; compare-and-set; Soon when nothing
+// sent waits for it), Reload, Decide (with the proposal and this
+// member's load), SendReject, SendRequest, SendRelay, SendCancel,
+// FollowTask, CancelTask, SendPrompt, CancelAsk, Human (a step with
+// the humans: the decision log, metrics, notifications), CreateGrant,
+// Ask and Acked (the shell's escalator), Status (status chats),
+// Schedule, Log.
 //
 // Fulfilment slots (Config.MaxInflight) are shared among proposers as
 // fulfill's slots shares them: no proposer holds more than
@@ -55,10 +60,42 @@
 // proposer; a proposer at its share is passed over and keeps its place.
 //
 // Humans are asked in one of two ways. Without Config.Escalator the
-// core mints one prompt per approver, records them with the phase
-// AwaitingApproval, asks (Ask) and counts the answers (PromptAnswered).
-// With it (the shell's escalator: elicit's quorum, signatures,
-// delegation, reminders, tiers), the core records the phase alone
+// escalation is the core's own, a sub-machine of Step (escalation.go)
+// with elicit's semantics: the approvers present (Roster, joins,
+// leaves) are asked, the proposer never; fewer present than the quorum
+// is "incapable" at once. Each prompt (its approver, envelope id, which
+// IDs.PromptID makes unpredictable, JSON-RPC id, delegation chain,
+// payload as Config.Codec made it, the delegates and grants it offers,
+// its state: open, answered, handed on, unsent) is recorded before it
+// is sent (SendPrompt), as a request is. An Answer is matched to its
+// prompt by the core (rule 12: from the approver asked, the prompt's
+// JSON-RPC id if it carries one), then verified and read by the Codec
+// under the keys in force (KeysChanged; a prompt asked while its
+// approver was keyed stays signed-only). A quorum of distinct
+// approvers approving the same call (edits grouped by the call's key)
+// approves it, and an edit is decided again (rule 7); a decline or
+// approve:false vetoes ("disagree"), a cancel ends "other", a grant not
+// offered refuses the approval; a delegation to a delegate the form
+// offered asks that approver (never back along the chain, at most
+// MaxDelegationHops); the decision's reminders (announced only) and
+// escalate_to tiers (their approvers present asked) are TimerStep
+// events counted from Proposal.Escalation.Since, steps not before the
+// deadline dropped; the one Deadline rejects "timeout" with elicit's
+// words. The escalation ends "incapable" once the quorum can no longer
+// come, tiers still to come counted, and "disagree" when the approvers
+// approved different edits. Every end cancels the open prompts
+// (CancelAsk, with the end's reason; nothing on the wire for
+// DropReason) and is announced (Human ended). A resumed record asks its
+// open prompts again with the same ids and bytes, counts its recorded
+// approvals once (a record of an earlier build gets its prompts' states
+// and offers from its approvals, chains and payloads), and asks at once
+// the tiers whose time passed meanwhile (their reminders are not sent
+// late); a new welcome sends every open prompt again, and an approver
+// who comes in and holds no prompt is asked. A grant an approver chose
+// is created (CreateGrant) once the approved call is committed.
+//
+// With Config.Escalator (the shell's escalator: elicit's goroutines),
+// the core records the phase alone
 // (Write.Soon) and hands the proposal over (Ask, no prompts); the
 // escalator mints its prompts and records each (PromptRecorded) before
 // it sends it, and each approval (ApprovalRecorded) before it counts
@@ -147,7 +184,8 @@
 //     its record's delete makes it durable. A withdrawal of a proposal this
 //     member does not hold is remembered, and applied if the record comes
 //     to it later (adoption).
-//   - Prompts are recorded before they are asked (the escalator's: each
+//   - Prompts are recorded before they are asked (the core's own: sent
+//     once the write holding them is durable; the escalator's: each
 //     acked once recorded, then sent; each approval acked once recorded,
 //     then counted); a resumed prompt is asked again with its ids, a
 //     recorded approval counted again, once; every end cancels the
@@ -196,8 +234,14 @@
 // (the member crashed, or runs on and is released) with adoption by the
 // other member, the group's load read from the leases, and seeds with
 // small per-proposer and byte limits, shares of the fulfilment slots,
-// crowds (three proposers, few slots), status chats on, and the
-// escalator mode (a toy escalator, as elicit: it mints and records its
+// crowds (three proposers, few slots), status chats on, the core's own
+// escalation (three approvers leaving and joining, alice keyed and
+// carol's key coming and going, quorums of one and two, reminders and
+// escalate_to tiers, grants offered; answers that accept, edit,
+// decline, cancel, delegate to one offered or not, fail, choose a grant
+// offered or not, carry another JSON-RPC id, are forged or unsigned;
+// prompts that could not be sent, or were lost while their approver was
+// away), and the escalator mode (a toy escalator, as elicit: it mints and records its
 // prompts and sends each only once acked, records accepts and counts
 // them once acked, asks a resumed escalation's recorded prompts again
 // and counts its recorded approvals, posts its records and verdicts
@@ -211,7 +255,9 @@
 // it may take is free, freed slots going to the queued proposers in
 // turn; a resumed escalation asked with exactly its recorded prompts;
 // an Acked without error only for what the member's record holds, each
-// token acked once; an approver's approval recorded once; Soon on the
+// token acked once; an approver's approval recorded once; only
+// approvers who accepted in an approved line (the quorum's model); a
+// grant only for an approver who chose one; Soon on the
 // writes nothing sent waits for, and only on those; every line filled),
 // and at quiescence (every token of a live member acked): see onWire,
 // deliver, checkSlots, checkTurns, checkWrite, checkLine, escAcked and

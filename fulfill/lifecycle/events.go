@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/mewkit/fulfiller/fulfill/decision"
 )
 
 // Event is something that happened to the core: a frame read, the result
@@ -62,6 +64,7 @@ const (
 	TimerResend                    // write a reject that could not be written again
 	TimerGrace                     // the tool owner's rejoin grace (OwnerRejoinGrace) ends
 	TimerHold                      // a claim held for its decision (Config.ClaimHold) goes as it is
+	TimerStep                      // an escalation's next reminder or escalate_to tier is due
 )
 
 // Fired: the timer a Schedule asked for went off. Timers are never
@@ -135,17 +138,35 @@ const (
 	Cancel  AnswerAction = "cancel"
 )
 
-// PromptAnswered: an answer to the prompt whose envelope id is PromptID.
-// Verified is the shell's signature check (true when the approver has no
-// key); Params the edited params of an accept, nil when unedited.
-type PromptAnswered struct {
+// Answer: an mcp/response read whose correlation_id[0] is PromptID (a
+// prompt's envelope id), as read: who sent it, the JSON-RPC id it
+// carries (HasRPCID false for reference-SDK clients, which echo none;
+// rule 12) and its payload, which the core has Config.Codec verify once
+// it matched the answer to its prompt.
+type Answer struct {
 	PromptID string
 	From     string
-	Action   AnswerAction
-	Approve  bool
-	Verified bool
-	Params   json.RawMessage
-	Reason   string
+	HasRPCID bool
+	RPCID    int64
+	Payload  json.RawMessage
+}
+
+// Roster: this member's own welcome (a new session): Present are the
+// participants in the space now. The gateway replays nothing, so every
+// open prompt is sent again, byte for byte, to its approver if present,
+// and a listed approver present who holds no prompt is asked.
+type Roster struct{ Present []string }
+
+// KeysChanged: the approver key set in force changed (the keys file was
+// reloaded). Answers are verified under the set in force when they are
+// read; a prompt asked while its approver was keyed stays signed-only.
+type KeysChanged struct{ Keys KeySet }
+
+// PromptSent is the outcome of a SendPrompt that was not Again: a prompt
+// that could not be sent is closed ("could not be sent").
+type PromptSent struct {
+	ID, EnvelopeID string
+	Err            error
 }
 
 // Verdict: the shell's own escalator (elicit: quorum, signatures,
@@ -235,8 +256,14 @@ type ParticipantLeft struct{ ID string }
 
 // ParticipantJoined: a participant is (back) in the space (its presence
 // join, or its place in a new roster). The requests held for it go out
-// now; a response it sends after its reconnect still counts.
-type ParticipantJoined struct{ ID string }
+// now; a response it sends after its reconnect still counts. An
+// approver's open prompts are sent again, and one listed who holds none
+// is asked, unless Welcome: the roster of this member's welcome, whose
+// Roster event came first and asked everyone present already.
+type ParticipantJoined struct {
+	ID      string
+	Welcome bool
+}
 
 // PromptRecorded: the shell's escalator (Config.Escalator) is about to
 // send Prompt for proposal ID. The core records it with the proposal and
@@ -279,7 +306,10 @@ func (Sent) event()              {}
 func (Fired) event()             {}
 func (WithdrawnBy) event()       {}
 func (Responded) event()         {}
-func (PromptAnswered) event()    {}
+func (Answer) event()            {}
+func (Roster) event()            {}
+func (KeysChanged) event()       {}
+func (PromptSent) event()        {}
 func (Verdict) event()           {}
 func (SupersededBy) event()      {}
 func (Refused) event()           {}
@@ -451,11 +481,12 @@ type Acked struct {
 	Err   error
 }
 
-// CancelAsk cancels open prompts (notifications/cancelled to each);
-// Reason DropReason cancels nothing on the wire: another member asks the
-// same prompts now. The shell drops an Ask or a Status of the proposal
-// it has not carried out yet: nothing is asked, and no wait reported,
-// after the proposal ended (a CancelAsk without prompts is only that).
+// CancelAsk ends an escalation: it cancels its open prompts
+// (notifications/cancelled to each); Reason DropReason cancels nothing on
+// the wire: another member asks the same prompts now. The shell drops an
+// Ask, a SendPrompt or a Status of the proposal it has not carried out
+// yet: nothing is asked, and no wait reported, after the proposal ended
+// (a CancelAsk without prompts is only that).
 //
 // With Config.Escalator it ends the escalation the Ask started
 // (Escalator.Cancel(ID, Reason)); Prompts are the prompts recorded, which
@@ -552,6 +583,104 @@ type Line struct {
 	Note any `json:"-"`
 }
 
+// SendPrompt writes a prompt (its recorded Payload, an elicitation/create
+// request) to its approver To, once the record holding it is durable.
+// Again: the same prompt once more, byte for byte (after a reconnect, a
+// restart, an adoption); only a first send reports PromptSent.
+type SendPrompt struct {
+	ID, To, EnvelopeID string
+	RPCID              int64
+	Payload            json.RawMessage
+	Again              bool
+}
+
+// HumanKind names a step of an escalation with its humans (elicit's
+// EventKind values, which the shell's observers read).
+type HumanKind string
+
+// What a Human effect reports.
+const (
+	HumanSkipped    HumanKind = "skipped"     // Approver not asked: Reason says why
+	HumanAsked      HumanKind = "asked"       // a prompt went to Approver (RequestID)
+	HumanAskedAgain HumanKind = "asked_again" // the same prompt went again
+	HumanAnswered   HumanKind = "answered"    // Approver answered: Action, Approve, Reason
+	HumanDelegated  HumanKind = "delegated"   // Approver handed the prompt on to To
+	HumanCancelled  HumanKind = "cancelled"   // the open prompt at Approver was cancelled: Reason
+	HumanIgnored    HumanKind = "ignored"     // an answer did not count: Reason, From
+	HumanForgery    HumanKind = "forgery"     // an unsigned or badly signed answer for a keyed approver
+	// HumanStepDropped: a reminder or tier not before the deadline, never
+	// to happen (Reason says which, After when): the shell logs it.
+	HumanStepDropped HumanKind = "step_dropped"
+	// The escalation as a whole (Notice set): the notifier's
+	// prompt.opened, prompt.reminder, prompt.escalated, prompt.ended.
+	HumanOpened    HumanKind = "opened"
+	HumanReminded  HumanKind = "reminded"
+	HumanEscalated HumanKind = "escalated"
+	HumanEnded     HumanKind = "ended"
+)
+
+// Outcomes of HumanEnded besides a reject reason.
+const (
+	OutcomeApproved  = "approved"
+	OutcomeCancelled = "cancelled"
+)
+
+// Human reports one step of an escalation with its humans, for the
+// decision log, metrics and notifications (what elicit's Observer was
+// told): each approver's prompt, answer, delegation, cancellation, and
+// the escalation's opening, reminders, tiers and end. DecisionID and
+// Revision name the decision that escalated.
+type Human struct {
+	ID                   string
+	Kind                 HumanKind
+	Approver, From       string
+	RequestID            string
+	Action               string
+	Approve              bool
+	Reason, To           string
+	After                time.Duration // HumanStepDropped
+	Notice               *Notice
+	Outcome              string // HumanEnded
+	DecisionID, Revision string
+}
+
+// Notice describes the escalation as a whole for people not in the
+// space: whom it asks (Asked: the approvers with prompts open when it
+// opened; those still waited for at a reminder; a tier's; everyone asked
+// at its end), its quorum and deadline; Arguments only when the
+// decision allows it (NotifyArguments: the call's params, which the
+// shell shows as arguments).
+type Notice struct {
+	// The proposal: who proposed which call (Params as proposed, for
+	// its digest), to be carried out by Target.
+	Proposer, Method, Tool, Target string
+	Params                         json.RawMessage
+	Asked                          []string
+	Quorum                         int
+	Deadline                       time.Time
+	Resumed                        bool
+	Arguments                      json.RawMessage
+}
+
+// CreateGrant: an approval that chose a grant was committed (its request
+// recorded): the shell creates the grant, Duration long, for the call as
+// approved (Params) under the decision's grantable terms, with the
+// approver's signed evidence when there is one.
+type CreateGrant struct {
+	ID, Approver       string
+	Duration           time.Duration
+	Params             json.RawMessage
+	Content            json.RawMessage
+	Request, Signature string
+	DecisionID         string
+	// The proposal and decision the grant comes of: who proposed which
+	// call (Proposed: the params as proposed, which the evidence's digest
+	// names), its route, the decision's revision and grantable terms.
+	Proposer, Method, Tool, Target, Revision string
+	Proposed                                 json.RawMessage
+	Grantable                                *decision.Grantable
+}
+
 func (Write) effect()       {}
 func (Decide) effect()      {}
 func (Reload) effect()      {}
@@ -567,3 +696,6 @@ func (CancelAsk) effect()   {}
 func (Schedule) effect()    {}
 func (Log) effect()         {}
 func (Acked) effect()       {}
+func (SendPrompt) effect()  {}
+func (Human) effect()       {}
+func (CreateGrant) effect() {}

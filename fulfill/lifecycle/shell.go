@@ -59,6 +59,18 @@ type Wire interface {
 	Acked(ctx context.Context, a Acked)
 }
 
+// ApproverChannel is the shell's way to the approvers of the core's own
+// escalations (without Config.Escalator): a Wire that has it sends the
+// prompts (SendPrompt reports whether the envelope was written; the
+// Wire's CancelAsk cancels them), reports each step with the humans (Human: the
+// decision log, metrics, notifications) and creates the grants approvers
+// chose. A Wire without it drops these effects.
+type ApproverChannel interface {
+	SendPrompt(ctx context.Context, p SendPrompt) error
+	Human(ctx context.Context, h Human)
+	CreateGrant(ctx context.Context, g CreateGrant)
+}
+
 // Policy decides (the policy and routing). It never fails: an error is a
 // fail-closed reject decision.
 type Policy interface {
@@ -300,7 +312,7 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 			}
 			ln.prune(func(q Effect) bool {
 				switch q.(type) {
-				case Ask, Status:
+				case Ask, SendPrompt, Status:
 					return true
 				}
 				return false
@@ -463,6 +475,23 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 		l.wire.CancelAsk(ctx, e)
 	case Acked:
 		l.wire.Acked(ctx, e)
+	case SendPrompt:
+		ch, ok := l.wire.(ApproverChannel)
+		if !ok {
+			break
+		}
+		err := ch.SendPrompt(ctx, e)
+		if !e.Again {
+			return PromptSent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: err}
+		}
+	case Human:
+		if ch, ok := l.wire.(ApproverChannel); ok {
+			ch.Human(ctx, e)
+		}
+	case CreateGrant:
+		if ch, ok := l.wire.(ApproverChannel); ok {
+			ch.CreateGrant(ctx, e)
+		}
 	}
 	return nil
 }
@@ -520,7 +549,7 @@ func (l *Loop) unlogged(id string) {
 	if ln := l.lanes[id]; ln != nil {
 		ln.prune(func(q Effect) bool {
 			switch q.(type) {
-			case SendRequest, Ask, Status:
+			case SendRequest, Ask, SendPrompt, Status:
 				return true
 			}
 			return false
@@ -577,6 +606,12 @@ func effectID(e Effect) string {
 	case Log:
 		return e.Line.ProposalID
 	case Acked:
+		return e.ID
+	case SendPrompt:
+		return e.ID
+	case Human:
+		return e.ID
+	case CreateGrant:
 		return e.ID
 	}
 	panic(fmt.Sprintf("lifecycle: effect %T has no proposal", e))

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/fulfill/decision"
 )
 
 var (
@@ -87,6 +89,12 @@ var mustCover = []string{
 	"world/prompt_recorded", "world/approval_recorded", "world/acked_ended", "world/turns",
 	"world/claim_winner", "world/decided_before_claim", "world/early_decision_dropped", "world/claim_carries_decision", "world/carried_claim_landed", "world/claim_hold_lapsed", "world/unlogged/fulfilling", "world/unlogged/escalated", "world/request_away", "world/request_refused",
 	"rejected/other/unlogged", "rejected/other/refused",
+	// The core's own escalation.
+	"human/asked", "human/asked_again", "human/answered", "human/delegated", "human/reminded", "human/escalated",
+	"human/forgery", "human/ignored", "human/skipped", "human/step_dropped", "human/cancelled", "human/opened",
+	"human/ended/approved", "human/ended/disagree", "human/ended/incapable", "human/ended/timeout", "human/ended/other",
+	"human/ended/cancelled", "world/keys_changed", "world/approver_left", "world/approver_back", "world/prompt_unsent",
+	"world/delegated", "world/grant",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -106,11 +114,12 @@ type frame struct {
 	member               string // sent by this group member
 	inc                  int
 	approver, promptPoll string
-	leaves               int    // the tool owner's leaves before this frame
-	lost                 bool   // a request written while its owner was away
-	task                 bool   // a task-augmented request
-	taskID, status       string // a task handle, a task_cancel's task, a relay's task
-	result               string // a relay's result, a response's
+	leaves               int             // the tool owner's leaves before this frame
+	lost                 bool            // a request written while its owner was away
+	task                 bool            // a task-augmented request
+	taskID, status       string          // a task handle, a task_cancel's task, a relay's task
+	result               string          // a relay's result, a response's
+	payload              json.RawMessage // a prompt's, an answer's (the core's own escalation)
 }
 
 // wtask is a task at the tool owner.
@@ -251,6 +260,7 @@ type truth struct {
 	// otherAnswered: an approver answered the proposer directly (its
 	// own mcp/reject): the proposer has an answer that is not ours.
 	otherAnswered bool
+	grantable     bool // its decision offers a grant
 }
 
 type sim struct {
@@ -299,6 +309,11 @@ type sim struct {
 	neverSent map[string]bool
 	againIDs  map[string]bool
 	away      map[string]bool // requests the wire found their owner away for (ErrAway)
+	// approversAway: approvers not in the space (the core's own
+	// escalation: a prompt written to one is lost); keyed: those whose
+	// answers must be signed (KeysChanged toggles carol).
+	approversAway map[string]bool
+	keyed         fakeKeys
 }
 
 type simToken struct {
@@ -316,6 +331,10 @@ type simIDs struct {
 func (i simIDs) EnvelopeID() string { i.s.ids++; return fmt.Sprintf("%s-e%d", i.member, i.s.ids) }
 func (i simIDs) RPCID() int64       { i.s.ids++; return int64(i.s.ids) }
 func (i simIDs) DecisionID() string { i.s.ids++; return fmt.Sprintf("d%d", i.s.ids) }
+
+// PromptID is random (from the seed's generator): nothing the world
+// does may depend on guessing it.
+func (i simIDs) PromptID() string { return fmt.Sprintf("%s-q%016x", i.member, i.s.rng.Uint64()) }
 
 var errUnavailable = errors.New("store unavailable")
 
@@ -348,6 +367,19 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	s.cfg.StatusChats = s.rng.IntN(2) == 0
 	s.escalator = s.rng.IntN(2) == 0
 	s.cfg.Escalator = s.escalator
+	s.approversAway = map[string]bool{}
+	if !s.escalator {
+		// The core's own escalation: its codec, approvers' keys (alice
+		// signs; carol's key comes and goes), grants offered in some
+		// seeds, an approver away at start in some.
+		s.cfg.Codec = fakeCodec{}
+		s.keyed = fakeKeys{"alice"}
+		s.cfg.Keys = s.keyed
+		s.cfg.OfferGrants = s.rng.IntN(2) == 0
+		if s.rng.IntN(4) == 0 {
+			s.approversAway[[]string{"alice", "bob", "carol"}[s.rng.IntN(3)]] = true
+		}
+	}
 	nMembers := 1 + s.rng.IntN(2)
 	// A member by itself runs alone on its store (as an embedded one):
 	// what its store could not claim it answers all the same.
@@ -398,6 +430,17 @@ func (s *sim) start(m *member) {
 	m.owner = presence{}
 	m.follows = map[string]string{}
 	s.tracef("%s starts (incarnation %d)", m.id, m.inc)
+	if !s.escalator {
+		// Its welcome's roster, before the records are taken up.
+		var present []string
+		for _, a := range []string{"alice", "bob", "carol"} {
+			if !s.approversAway[a] {
+				present = append(present, a)
+			}
+		}
+		s.deliver(m, Roster{Present: present})
+		s.deliver(m, KeysChanged{Keys: s.keyed})
+	}
 	if recs := s.owned(m.id); len(recs) > 0 {
 		s.deliver(m, Resumed{Records: recs, How: "restart"})
 	}
@@ -577,6 +620,15 @@ func (s *sim) deliver(m *member, ev Event) {
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case Acked:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case SendPrompt:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case CreateGrant:
+			m.ops[e.ID] = append(m.ops[e.ID], e)
+		case Human:
+			s.covered["human/"+string(e.Kind)]++
+			if e.Kind == HumanEnded {
+				s.covered["human/ended/"+e.Outcome]++
+			}
 		case CancelAsk:
 			// An Ask not yet carried out is dropped: nothing is asked
 			// after the proposal ended; an Acked not handed over yet
@@ -584,7 +636,8 @@ func (s *sim) deliver(m *member, ev Event) {
 			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool {
 				_, ask := q.(Ask)
 				_, status := q.(Status)
-				return ask || status
+				_, prompt := q.(SendPrompt)
+				return ask || status || prompt
 			})
 			err := ErrEnded
 			if e.Reason == DropReason {
@@ -671,6 +724,12 @@ func (s *sim) act() {
 			if s.rng.IntN(3) == 0 && s.otherAnswers(false) {
 				return
 			}
+			if !s.escalator && s.rng.IntN(2) == 0 && s.approverMoves() {
+				return
+			}
+			if !s.escalator && s.rng.IntN(4) == 0 && s.keysChange() {
+				return
+			}
 			if s.operatorCancels() {
 				return
 			}
@@ -717,6 +776,13 @@ func (s *sim) broadcast(f frame) {
 
 var policies = []string{"fulfill", "fulfill", "fulfill", "reject", "escalate", "escalate", "escalate2", "incapable"}
 
+// corePolicies are the escalations only the core's own escalation runs
+// (quorum of three, reminders and tiers, grants), drawn besides policies.
+var corePolicies = []string{"escalate3", "escalate-tier", "escalate-grant"}
+
+// policyQuorum is the approvals each policy's escalation needs.
+var policyQuorum = map[string]int{"escalate": 1, "escalate2": 2, "escalate3": 2, "escalate-tier": 1, "escalate-grant": 1}
+
 func (s *sim) propose() bool {
 	if s.quiescing {
 		return false
@@ -733,6 +799,9 @@ func (s *sim) propose() bool {
 	}
 	id := fmt.Sprintf("p%d", len(s.order)+1)
 	from, policy := []string{"coder", "coder2"}[s.rng.IntN(2)], policies[s.rng.IntN(len(policies))]
+	if !s.escalator && s.rng.IntN(3) == 0 {
+		policy = corePolicies[s.rng.IntN(len(corePolicies))]
+	}
 	if s.crowd {
 		// Three proposers, most calls allowed: the queue for the slots
 		// holds several proposers' calls at once.
@@ -747,6 +816,7 @@ func (s *sim) propose() bool {
 	if t.task && s.rng.IntN(2) == 0 {
 		t.taskTimeout = 20 * time.Second
 	}
+	t.grantable = policy == "escalate-grant"
 	s.truth[id] = t
 	s.order = append(s.order, id)
 	s.tracef("%s proposes %s (%s, invalid %v)", t.from, id, t.policy, t.invalid)
@@ -864,6 +934,9 @@ func (s *sim) toolAnswers() bool {
 // wire: accept, accept with an edit, decline, cancel, forged, unsigned,
 // or never. An approver answers a re-asked prompt the same way.
 func (s *sim) approverAnswers() bool {
+	if !s.escalator {
+		return s.humanAnswers()
+	}
 	var prompts []frame
 	for _, f := range s.wire {
 		if f.kind == "prompt" {
@@ -950,7 +1023,7 @@ func (s *sim) deliverFrame() bool {
 			s.escalate(m, f)
 			break
 		}
-		s.deliver(m, PromptAnswered{PromptID: f.corr, From: f.from, Action: f.action, Approve: f.approve, Verified: f.verified, Params: f.params, Reason: "no"})
+		s.deliver(m, Answer{PromptID: f.corr, From: f.from, HasRPCID: f.hasRPC, RPCID: f.rpc, Payload: f.payload})
 	case "leave", "join":
 		s.hear(m, f)
 	case "reject", "request":
@@ -1009,7 +1082,8 @@ func (s *sim) carryOut(m *member, e Effect) {
 				}
 				_, ask := q.(Ask)
 				_, status := q.(Status)
-				return ask || status
+				_, prompt := q.(SendPrompt)
+				return ask || status || prompt
 			})
 			m.ops[pid] = ackedWith(m.ops[pid], ErrEnded, false)
 			s.deliver(m, Unlogged{ID: pid, Stage: e.Line.Stage})
@@ -1059,6 +1133,18 @@ func (s *sim) carryOut(m *member, e Effect) {
 			d.Action = Escalate
 		case "escalate2":
 			d.Action, d.Approvers, d.Quorum = Escalate, []string{"alice", "bob"}, 2
+		case "escalate3":
+			d.Action, d.Approvers, d.Quorum = Escalate, []string{"alice", "bob", "carol"}, 2
+			d.Reminders, d.Editable = []time.Duration{5 * time.Second}, []string{"policy"}
+		case "escalate-tier":
+			// The proposer listed too (never asked); a reminder, two
+			// tiers, and a reminder after the deadline (dropped).
+			d.Action, d.Approvers = Escalate, []string{"bob", t.from}
+			d.Reminders = []time.Duration{5 * time.Second, time.Hour}
+			d.EscalateTo = []decision.Tier{{After: 10 * time.Second, Approvers: []string{"carol"}}, {After: 20 * time.Second, Approvers: []string{"alice"}}}
+		case "escalate-grant":
+			d.Action, d.Approvers = Escalate, []string{"alice", "bob"}
+			d.Grantable = &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}}}
 		case "incapable":
 			d.Target, incapable = "", "no participant offers write"
 		}
@@ -1179,6 +1265,23 @@ func (s *sim) carryOut(m *member, e Effect) {
 		for _, id := range ids {
 			s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: cancel[id], corr: id, pid: e.ID, member: m.id, inc: m.inc})
 		}
+	case SendPrompt:
+		if !e.Again && s.rng.Float64() < s.failRate/4 {
+			s.tracef("%s prompt %s of %s not written", m.id, e.EnvelopeID, e.ID)
+			s.covered["world/prompt_unsent"]++
+			s.deliver(m, PromptSent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
+			return
+		}
+		s.broadcast(frame{kind: "prompt", id: e.EnvelopeID, from: m.id, to: e.To, pid: e.ID, rpc: e.RPCID, member: m.id, inc: m.inc, payload: e.Payload, lost: s.approversAway[e.To]})
+		if !e.Again {
+			s.deliver(m, PromptSent{ID: e.ID, EnvelopeID: e.EnvelopeID})
+		}
+	case CreateGrant:
+		t := s.truth[e.ID]
+		if e.Duration <= 0 || !t.grantable || !t.accepts[e.Approver] {
+			s.fail("%s creates a grant of %s for %s (%s), who did not choose it", m.id, e.Duration, e.ID, e.Approver)
+		}
+		s.covered["world/grant"]++
 	case Acked:
 		if m.esc == nil {
 			s.fail("%s acked token %d of %s without an escalator", m.id, e.Token, e.ID)
@@ -1346,7 +1449,7 @@ func (s *sim) checkLine(l Line) {
 	if l.Proposer != t.from || l.Method != "tools/call" || l.Tool != "write" || l.Target != "fs" {
 		s.fail("%s line of %s says proposer %q method %q tool %q target %q", l.Stage, l.ProposalID, l.Proposer, l.Method, l.Tool, l.Target)
 	}
-	quorum := map[string]int{"escalate": 1, "escalate2": 2}[t.policy]
+	quorum := policyQuorum[t.policy]
 	switch {
 	case l.Stage == "fulfilled":
 		// The owner's answer, or the task's outcome (the simulated
@@ -1363,6 +1466,9 @@ func (s *sim) checkLine(l Line) {
 		}
 	case l.Stage == "approved" && len(l.By) < max(quorum, 1):
 		s.fail("approved line of %s (%s) by %v", l.ProposalID, t.policy, l.By)
+	case l.Stage == "approved" && !s.escalator && slices.ContainsFunc(l.By, func(a string) bool { return !t.accepts[a] }):
+		// The quorum's model: only approvers who sent an accept count.
+		s.fail("approved line of %s by %v; only %v accepted", l.ProposalID, l.By, slices.Sorted(maps.Keys(t.accepts)))
 	case l.Stage == "escalated" && (len(l.By) == 0 || l.Deadline.IsZero()):
 		s.fail("escalated line of %s asks %v until %s", l.ProposalID, l.By, l.Deadline)
 	case l.Stage == "superseded" && len(l.By) != 1:
@@ -1470,6 +1576,14 @@ func (s *sim) ownerMoves() bool {
 
 // hear delivers the owner's presence to m, keeping m's view of it.
 func (s *sim) hear(m *member, f frame) {
+	if f.from != "fs" {
+		if f.kind == "leave" {
+			s.deliver(m, ParticipantLeft{ID: f.from})
+		} else {
+			s.deliver(m, ParticipantJoined{ID: f.from})
+		}
+		return
+	}
 	if f.kind == "leave" {
 		if !m.owner.away {
 			first := m.owner.first
@@ -2251,6 +2365,8 @@ func (s *sim) down(m *member) {
 			s.broadcast(requestFrame(m, e))
 		case SendRelay:
 			s.broadcast(relayFrame(m, e))
+		case SendPrompt:
+			s.broadcast(frame{kind: "prompt", id: e.EnvelopeID, from: m.id, to: e.To, pid: e.ID, rpc: e.RPCID, member: m.id, inc: m.inc, payload: e.Payload, lost: s.approversAway[e.To]})
 		}
 	}
 	// A ClaimOnly claim won, its reject not out: no record, so nobody
@@ -2430,7 +2546,7 @@ func (s *sim) onWire(f frame, m *member) {
 		if t.invalid || t.policy == "reject" || t.policy == "incapable" {
 			s.fail("fulfilment request for %s, which is %s (invalid %v)", f.pid, t.policy, t.invalid)
 		}
-		if quorum := map[string]int{"escalate": 1, "escalate2": 2}[t.policy]; len(t.accepts) < quorum {
+		if quorum := policyQuorum[t.policy]; len(t.accepts) < quorum {
 			s.fail("fulfilment request for %s with %d approvals from its approvers, %d needed", f.pid, len(t.accepts), quorum)
 		}
 		if s.logged(f.pid, "rejected", "") {
@@ -2496,7 +2612,7 @@ func (s *sim) onWire(f frame, m *member) {
 		}
 		switch f.reason {
 		case StatusEscalated:
-			if t.policy != "escalate" && t.policy != "escalate2" {
+			if policyQuorum[t.policy] == 0 {
 				s.fail("status escalated for %s, which is %s", f.pid, t.policy)
 			}
 		case StatusTask:
@@ -2686,4 +2802,129 @@ func (s *sim) quiesce() error {
 		}
 	}
 	return fmt.Errorf("not quiescent after 100000 steps")
+}
+
+// humanAnswers: an approver (or a forger) answers a prompt of the core's
+// own escalation seen on the wire (not one lost while its approver was
+// away): accept, edit (allowed, or one the policy then rejects), decline,
+// cancel, forged, unsigned, delegated (to one the form offered, or to
+// one it did not), an error, a grant (offered, or not), an edit the form
+// refuses, another JSON-RPC id, or never. An approver answers a prompt
+// sent again the same way.
+func (s *sim) humanAnswers() bool {
+	var prompts []frame
+	for _, f := range s.wire {
+		if f.kind == "prompt" && !f.lost && !s.approversAway[f.to] {
+			prompts = append(prompts, f)
+		}
+	}
+	if len(prompts) == 0 {
+		return false
+	}
+	f := prompts[s.rng.IntN(len(prompts))]
+	plan, ok := s.promptPlan[f.id]
+	if !ok {
+		plans := []string{"accept", "accept", "accept", "edit", "edit-reject", "decline", "cancel", "forged", "unsigned", "never",
+			"delegate", "delegate-bad", "error", "grant", "grant-bad", "edit-bad", "wrong-id"}
+		plan = plans[s.rng.IntN(len(plans))]
+		if _, grants := (fakeCodec{}).Offers(f.payload); len(grants) > 0 && s.rng.IntN(2) == 0 {
+			plan = "grant" // offered: taken often enough to be seen
+		}
+		s.promptPlan[f.id] = plan
+	}
+	a := fakeAnswer{Action: "accept", Approve: true, Signed: true}
+	fr := frame{kind: "answer", id: s.newID(), from: f.to, corr: f.id, pid: f.pid, hasRPC: s.rng.IntN(2) == 0, rpc: f.rpc}
+	delegates, grants := fakeCodec{}.Offers(f.payload)
+	switch plan {
+	case "never":
+		return false
+	case "edit":
+		a.Params = policyParams("fulfill")
+	case "edit-reject":
+		a.Params = policyParams("reject")
+	case "edit-bad":
+		a.Params, a.Bad = policyParams("fulfill"), true
+	case "decline":
+		a.Action, a.Approve, a.Reason = "decline", false, "no"
+	case "cancel":
+		a.Action, a.Approve = "cancel", false
+	case "forged":
+		fr.from = "mallory"
+		s.promptPlan[f.id] = "accept"
+	case "unsigned":
+		a.Signed = false
+		s.promptPlan[f.id] = "decline"
+	case "delegate":
+		a.Approve = false
+		if len(delegates) == 0 {
+			a.Action = "decline"
+		} else {
+			a.DelegateTo = delegates[s.rng.IntN(len(delegates))]
+			s.covered["world/delegated"]++
+		}
+	case "delegate-bad":
+		a.Approve, a.DelegateTo = false, "mallory"
+	case "error":
+		a.Error = "the client cannot show forms"
+	case "grant":
+		if len(grants) > 0 {
+			a.Grant = grants[s.rng.IntN(len(grants))]
+		}
+	case "grant-bad":
+		a.Grant = "3000h"
+	case "wrong-id":
+		fr.hasRPC, fr.rpc = true, f.rpc+1000
+		s.promptPlan[f.id] = "accept"
+	}
+	fr.payload = answerOf(a)
+	t := s.truth[f.pid]
+	if fr.from == f.to && plan != "wrong-id" && !(plan == "unsigned" && f.to == "alice") {
+		// Closed by its answer (carol's key may change: an unsigned
+		// answer of hers counts as closing, which only loosens the
+		// check that no prompt is left open).
+		t.promptEnded[f.id] = true
+		if a.Action == "accept" && a.Approve {
+			t.accepts[fr.from] = true
+		}
+	}
+	s.tracef("%s answers prompt %s (%s)", fr.from, f.id, plan)
+	s.broadcast(fr)
+	return true
+}
+
+// approverMoves: an approver leaves the space or comes back (only back
+// while the world quiesces). A prompt written while its approver is away
+// is lost; the core asks again when it is back.
+func (s *sim) approverMoves() bool {
+	a := []string{"alice", "bob", "carol"}[s.rng.IntN(3)]
+	if s.quiescing && !s.approversAway[a] {
+		return false
+	}
+	s.approversAway[a] = !s.approversAway[a]
+	kind := "join"
+	if s.approversAway[a] {
+		kind = "leave"
+		s.covered["world/approver_left"]++
+	} else {
+		s.covered["world/approver_back"]++
+	}
+	s.tracef("approver %s %ss", a, kind)
+	s.broadcast(frame{kind: kind, id: s.newID(), from: a})
+	return true
+}
+
+// keysChange: the approver keys file is reloaded, carol's key added or
+// removed; every live member reads it.
+func (s *sim) keysChange() bool {
+	if slices.Contains(s.keyed, "carol") {
+		s.keyed = fakeKeys{"alice"}
+	} else {
+		s.keyed = fakeKeys{"alice", "carol"}
+	}
+	s.covered["world/keys_changed"]++
+	s.tracef("keys now %v", s.keyed)
+	for _, m := range s.alive() {
+		s.deliver(m, KeysChanged{Keys: s.keyed})
+	}
+	return true
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/mewkit/fulfiller/fulfill/decision"
 )
 
 // Phase is where a pending proposal is. It is the one phase enum: the
@@ -72,9 +74,19 @@ type Decision struct {
 	// tool requires it, or allows it and the policy asks, as fulfill's
 	// callsAsTask); TaskTimeout bounds the task once created (0: the
 	// Config's).
-	Task        bool            `json:"task,omitempty"`
-	TaskTimeout time.Duration   `json:"task_timeout,omitempty"`
-	Extra       json.RawMessage `json:"extra,omitempty"`
+	Task        bool          `json:"task,omitempty"`
+	TaskTimeout time.Duration `json:"task_timeout,omitempty"`
+	// The escalation's terms (the policy's, in package decision's
+	// types): the arguments an approver may edit, the grant an approval
+	// may create, whether notifications may show the arguments, when a
+	// prompt still open is announced again, and the tiers asked too
+	// while it is open.
+	Editable        []string            `json:"editable,omitempty"`
+	Grantable       *decision.Grantable `json:"grantable,omitempty"`
+	NotifyArguments bool                `json:"notify_arguments,omitempty"`
+	Reminders       []time.Duration     `json:"reminders,omitempty"`
+	EscalateTo      []decision.Tier     `json:"escalate_to,omitempty"`
+	Extra           json.RawMessage     `json:"extra,omitempty"`
 }
 
 // RecordVersion is the version of the record layout Proposal is stored
@@ -124,8 +136,11 @@ type Proposal struct {
 	Claim    string    `json:"claim,omitempty"`
 	Decision *Decision `json:"decision,omitempty"`
 
-	Prompts    []Prompt        `json:"prompts,omitempty"`
-	Approvals  []Approval      `json:"approvals,omitempty"`
+	Prompts   []Prompt   `json:"prompts,omitempty"`
+	Approvals []Approval `json:"approvals,omitempty"`
+	// Escalation is the state of the humans' escalation (the core's
+	// own: not Config.Escalator) beyond its prompts and approvals.
+	Escalation *Escalation     `json:"escalation,omitempty"`
 	FinalArgs  json.RawMessage `json:"final_params,omitempty"` // params to fulfil (edited, or as proposed)
 	ApprovedBy []string        `json:"approved_by,omitempty"`
 	// Request is the fulfilment request, committed before it is sent;
@@ -146,17 +161,50 @@ type Proposal struct {
 	Legacy json.RawMessage `json:"-"`
 }
 
+// Escalation is what a proposal's escalation keeps besides its prompts
+// and approvals (Proposal.Deadline is its one deadline; its quorum and
+// plan are the decision's): whom it asks so far, when its reminders
+// and tiers count from, how many of those steps are done, and why the
+// last prompt could not be asked or counted (for an "incapable"
+// message). Persisted with the proposal, so that a restart or an
+// adopter carries on where it was.
+type Escalation struct {
+	// Approvers are those the escalation asks so far: the decision's
+	// (or the configured ones), then each tier's as it comes.
+	Approvers []string  `json:"approvers,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	// Started is when this escalation began here (the wait a timeout
+	// message names when the decision set no timeout).
+	Started  time.Time `json:"started,omitzero"`
+	PlanDone int       `json:"plan_done,omitempty"`
+	LastErr  string    `json:"last_error,omitempty"`
+	// Opened: the escalation was announced (prompt.opened), so its end
+	// is announced too.
+	Opened bool `json:"opened,omitempty"`
+}
+
+// PromptState is where a prompt is.
+type PromptState string
+
+// Prompt states. A prompt recorded without a state (by the escalator of
+// an earlier build) is open unless its approver's approval is recorded
+// or a later prompt's chain names the approver (resume derives it).
+const (
+	PromptOpen     PromptState = ""          // asked, no answer yet
+	PromptAnswered PromptState = "answered"  // its approver answered (or failed to show it)
+	PromptHandedOn PromptState = "handed_on" // its approver delegated it
+	PromptUnsent   PromptState = "unsent"    // it could not be made (signed) or sent
+)
+
 // Prompt is one elicitation to one approver; re-asked with the same ids
 // after a restart or an adoption, so an answer to either copy counts once.
-// It is the record's prompt as stored (state.Prompt is this type): Chain,
-// Sent, Signed and Payload are the shell's escalator's (Config.Escalator),
-// carried as they are.
+// It is the record's prompt as stored (state.Prompt is this type).
 type Prompt struct {
 	Approver   string `json:"approver"`
 	EnvelopeID string `json:"envelope_id"` // elicitation envelope id
 	RPCID      int64  `json:"rpc_id"`      // JSON-RPC id of elicitation/create
-	// Chain is the delegation chain that led to this approver (the
-	// escalator's), oldest first.
+	// Chain is the delegation chain that led to this approver, oldest
+	// first.
 	Chain []string  `json:"chain,omitempty"`
 	Sent  time.Time `json:"sent,omitzero"`
 	// Signed: the approver was keyed when asked, so only a signed answer
@@ -165,14 +213,24 @@ type Prompt struct {
 	// Payload is the elicitation/create payload as sent: whoever resumes
 	// the prompt sends it again byte for byte, which is how an approver's
 	// client knows it is the same question (and re-sends its answer).
-	Payload  json.RawMessage `json:"payload,omitempty"`
-	Answered bool            `json:"answered,omitempty"` // counted by the core (PromptAnswered)
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Answered: an earlier build's core counted its answer (read as
+	// PromptAnswered).
+	Answered bool        `json:"answered,omitempty"`
+	State    PromptState `json:"state,omitempty"`
+	// Delegates and Grants are what the prompt's form offered
+	// (delegate_to, grant durations): an answer choosing anything else
+	// is refused. Read back from Payload (Codec.Offers) for a prompt
+	// recorded without them.
+	Delegates []string `json:"delegates,omitempty"`
+	Grants    []string `json:"grants,omitempty"`
 }
 
+// open reports whether pr waits for its approver's answer.
+func (pr *Prompt) open() bool { return pr.State == PromptOpen && !pr.Answered }
+
 // Approval is an approver's accept, counted once. It is the record's
-// approval as stored (state.Approval is this type): Content,
-// SignatureVerified, Request, Signature and At are the shell's
-// escalator's, carried as they are.
+// approval as stored (state.Approval is this type).
 type Approval struct {
 	Approver string          `json:"approver"`
 	Params   json.RawMessage `json:"params,omitempty"` // edited params; nil: as proposed
@@ -184,6 +242,12 @@ type Approval struct {
 	Request   string    `json:"request,omitempty"`
 	Signature string    `json:"signature,omitempty"`
 	At        time.Time `json:"at,omitzero"`
+	// Key names the call approved ("": as proposed; else its canonical
+	// params): approvals of the same call count toward one quorum.
+	Key string `json:"key,omitempty"`
+	// Grant is the grant duration the approver chose ("": none), one
+	// the prompt offered.
+	Grant string `json:"grant,omitempty"`
 }
 
 // Request is the fulfilment request.
@@ -247,6 +311,11 @@ func (p Proposal) clone() *Proposal {
 	q.Prompts = append([]Prompt(nil), p.Prompts...)
 	q.Approvals = append([]Approval(nil), p.Approvals...)
 	q.ApprovedBy = append([]string(nil), p.ApprovedBy...)
+	if p.Escalation != nil {
+		x := *p.Escalation
+		x.Approvers = append([]string(nil), x.Approvers...)
+		q.Escalation = &x
+	}
 	if p.Decision != nil {
 		d := *p.Decision
 		q.Decision = &d
@@ -311,10 +380,16 @@ func (e *ClaimedError) Is(target error) bool { return target == ErrExists }
 // IDs mints the ids the core puts on the wire. The shell's comes from
 // the agent (envelope ids, the space's JSON-RPC id sequence); the
 // simulator's is a counter, so that a seed replays exactly.
+//
+// PromptID mints a prompt's envelope id, which must be unpredictable
+// (crypto randomness, as agent.NewID): an answer names its prompt by
+// it, and a forger who could tell the next one could post an answer
+// card ahead of the prompt.
 type IDs interface {
 	EnvelopeID() string
 	RPCID() int64
 	DecisionID() string
+	PromptID() string
 }
 
 // Config tunes a Core.
@@ -354,7 +429,15 @@ type Config struct {
 	// an Ask carrying what is recorded, and is told the outcome
 	// (Verdict). Off: the core mints one prompt per approver and counts
 	// the answers (PromptAnswered).
-	Escalator       bool
+	Escalator bool
+	// Codec builds the core's prompts and reads the answers to them
+	// (without Config.Escalator); Keys is the approver key set in force
+	// at start (KeysChanged replaces it); OfferGrants lets a grantable
+	// escalation of quorum 1 offer grants (off until the shell creates
+	// the grants approvers choose).
+	Codec           Codec
+	Keys            KeySet
+	OfferGrants     bool
 	ApprovalTimeout time.Duration // deadline for humans when the decision sets none
 	RetryAfter      time.Duration // a store write or a reject that failed is tried again after this
 	Approvers       []string      // asked when the decision names none

@@ -245,6 +245,11 @@ func cloneRecord(p *lifecycle.Proposal) *lifecycle.Proposal {
 	q := *p
 	q.Prompts = slices.Clone(p.Prompts)
 	q.Approvals = slices.Clone(p.Approvals)
+	if p.Escalation != nil {
+		x := *p.Escalation
+		x.Approvers = slices.Clone(x.Approvers)
+		q.Escalation = &x
+	}
 	if p.Request != nil {
 		r := *p.Request
 		q.Request = &r
