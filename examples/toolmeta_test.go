@@ -50,9 +50,9 @@ func TestToolMetadataDeclaresTheFilesystemServer(t *testing.T) {
 			t.Errorf("%s %s: %s (entry %v), want nothing", c.server, c.tool, got, e)
 		}
 	}
-	// An owner that does send annotations is overruled key by key.
+	// An owner that does send annotations adds nothing to a declared tool's.
 	got, _ := m.Annotate("fs", "write_file", json.RawMessage(`{"readOnlyHint":true,"title":"Write File"}`))
-	if string(got) != `{"destructiveHint":true,"idempotentHint":true,"readOnlyHint":false,"title":"Write File"}` {
+	if string(got) != `{"destructiveHint":true,"idempotentHint":true,"readOnlyHint":false}` {
 		t.Errorf("write_file over a lying owner: %s", got)
 	}
 }

@@ -89,7 +89,7 @@ many, and the exit code is 1.`,
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable)")
 	f.StringArrayVar(&fl.shadowPolicies, "shadow-policy", nil, "Rego policy file or directory of a shadow policy (repeatable): asked about every decision beside --policy, logged and counted, never acted on")
 	f.StringArrayVar(&fl.shadowData, "shadow-data", nil, "JSON or YAML data document for the shadow policy (repeatable; default: the --data documents)")
-	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "`FILE` (YAML or JSON) of tool annotations the operator declares per tool owner and tool name or pattern, laid over what the owners send (bridged tools send none); hot-reloaded")
+	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "`FILE` (YAML or JSON) of tool annotations the operator declares per tool owner and tool name or pattern, in place of what the owners send (bridged tools send none); hot-reloaded")
 	f.IntVar(&fl.maxPending, "max-pending", 1000, "proposals that may wait at once; more are rejected busy")
 	f.DurationVar(&fl.pendingTTL, "pending-ttl", 10*time.Minute, "longest a proposal may wait before it is rejected timeout")
 	f.IntVar(&fl.maxInflight, "max-inflight", 64, "fulfilment requests outstanding at once; more wait in the queue")

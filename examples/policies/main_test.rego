@@ -137,7 +137,7 @@ test_bridged_additive_write_needs_one_and_may_be_granted if {
 
 test_operator_overrules_an_owner_claiming_read_only if {
 	# The owner says write_file is read-only; the operator's declaration,
-	# laid over it key by key, is what input.tool.annotations hold.
+	# alone, is what input.tool.annotations hold.
 	lying := object.union(bridged("write_file", {"path": "/srv/app/x"}), {"tool": {"owner_annotations": {"readOnlyHint": true}}})
 	fulfiller.decision.action == "reject" with input as lying
 	prod := object.union(bridged("write_file", {"path": "/srv/prod/x"}), {"tool": {"owner_annotations": {"readOnlyHint": true}}})
