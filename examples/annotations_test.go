@@ -54,3 +54,30 @@ func TestDeclaredDestructiveToolIsNotReadOnlyOnTheOwnersWord(t *testing.T) {
 		}
 	}
 }
+
+// TestProductionMoveFileNeedsTwoApprovals (issue 41, row 4): with the
+// shipped examples/tool-metadata.yaml, a move_file in production is
+// destructive, as the filesystem server says, and needs two approvals.
+func TestProductionMoveFileNeedsTwoApprovals(t *testing.T) {
+	meta, err := toolmeta.Load("tool-metadata.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := policies.Load(context.Background(), policies.Options{Policies: []string{"policies"}, Data: []string{"policies/data.yaml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tool, quorum := range map[string]int{"move_file": 2, "write_file": 2, "edit_file": 2, "create_directory": 1} {
+		annotations, _ := meta.Annotate("fs", tool, nil)
+		args := json.RawMessage(`{"source":"/srv/prod/a","destination":"/srv/prod/b","path":"/srv/prod/a"}`)
+		d := engine.Decide(context.Background(), &policies.Input{
+			Method:   "tools/call",
+			Params:   json.RawMessage(`{"name":"` + tool + `","arguments":` + string(args) + `}`),
+			Tool:     &policies.Tool{Name: tool, Server: "fs", Arguments: args, Annotations: annotations},
+			Proposer: &policies.Participant{ID: "coder"},
+		})
+		if d.Action != policies.Escalate || d.Quorum != quorum {
+			t.Errorf("%s in production: %s quorum %d (%s), want escalate with quorum %d", tool, d.Action, d.Quorum, d.Message, quorum)
+		}
+	}
+}
