@@ -56,7 +56,7 @@ func (s *Slack) Message(ev Event) *slack.WebhookMessage {
 		fmt.Fprintf(&b, "*%s:* %s.", headline(ev.Type), esc(what(ev)))
 		fmt.Fprintf(&b, "\nAsked: %s (%d needed) · until %s", s.mentions(ev.Approvers), ev.Quorum, deadline(ev.Deadline))
 	}
-	fmt.Fprintf(&b, "\nProposal `%s` · call digest `%s`", esc(ev.Proposal), ev.Digest)
+	fmt.Fprintf(&b, "\nProposal `%s` · call digest `%s`", esc(clean(ev.Proposal)), ev.Digest)
 	if a := arguments(ev.Arguments); a != "" {
 		fmt.Fprintf(&b, "\nArguments:\n```%s```", esc(strings.ReplaceAll(a, "```", "` ` `")))
 	}

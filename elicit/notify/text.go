@@ -1,29 +1,20 @@
 package notify
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
+
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
-// isControl: control and bidirectional-override characters, which
-// could forge lines or reorder what a reader sees.
-func isControl(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
-}
-
 // clean makes a string that others wrote (the proposer's id, a tool's
-// name) safe for a mail header or a line of text.
-func clean(s string) string {
-	return strings.Map(func(r rune) rune {
-		if isControl(r) {
-			return '\uFFFD'
-		}
-		return r
-	}, s)
-}
+// name) safe for a mail header or a line of text: control, bidirectional
+// and invisible characters are shown escaped (\u202e), as on the cards
+// (internal/printable), never raw, so a notification cannot forge a line
+// or read otherwise than the call that runs.
+func clean(s string) string { return printable.String(s) }
 
 // what says what is asked, in words: "coder wants to call write_file on fs".
 func what(ev Event) string {
@@ -58,17 +49,18 @@ func ending(ev Event) string {
 // deadline formats a deadline as the cards show it, in UTC.
 func deadline(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
 
-// arguments indents the arguments for reading; "" without them.
+// arguments lays the arguments out for reading, as the proposal wrote
+// them (never re-encoded), escaped line by line as the cards show them;
+// "" without them.
 func arguments(raw json.RawMessage) string {
 	if len(raw) == 0 {
 		return ""
 	}
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
+	var b bytes.Buffer
+	if json.Indent(&b, raw, "", "  ") != nil {
 		return ""
 	}
-	b, _ := json.MarshalIndent(v, "", "  ")
-	return string(b)
+	return printable.Lines(b.String())
 }
 
 // headline says what an open prompt's event asks of its reader: a
