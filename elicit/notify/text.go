@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mewkit/fulfiller/internal/printable"
@@ -16,17 +17,36 @@ import (
 // or read otherwise than the call that runs.
 func clean(s string) string { return printable.String(s) }
 
-// what says what is asked, in words: "coder wants to call write_file on fs".
-func what(ev Event) string {
+// defang keeps text a proposer chose from forming a link wherever it is
+// shown: a ':' and a '.' are written [:] and [.], so that neither a
+// scheme (https:, mailto:) nor a domain is left for a mail client or a
+// chat to make a link of. It escapes what clean escapes first.
+var defang = func() func(string) string {
+	r := strings.NewReplacer(":", "[:]", ".", "[.]")
+	return func(s string) string { return r.Replace(clean(s)) }
+}()
+
+// quoted is text a proposer controls (its id, the proposal's id, the
+// tool's name), quoted as such for plain text (mail): in double quotes
+// that it cannot close (a quote of its own is shown as '), and defanged,
+// so that it can neither pass for fulfiller's words nor form a link.
+func quoted(s string) string {
+	return `"` + strings.ReplaceAll(defang(s), `"`, "'") + `"`
+}
+
+// what says what is asked, in words: `"coder" wants to call "write_file"
+// on "fs"`, each name others chose quoted by q.
+func what(ev Event, q func(string) string) string {
 	call := ev.Tool
 	if call == "" {
 		call = ev.Method
 	}
-	return fmt.Sprintf("%s wants to call %s on %s", clean(ev.Proposer), clean(call), clean(ev.Server))
+	return fmt.Sprintf("%s wants to call %s on %s", q(ev.Proposer), q(call), q(ev.Server))
 }
 
-// ending says how a prompt ended, in words.
-func ending(ev Event) string {
+// ending says how a prompt ended, in words; a reason others wrote is
+// quoted by q.
+func ending(ev Event, q func(string) string) string {
 	var s string
 	switch ev.Outcome {
 	case "approved":
@@ -41,7 +61,7 @@ func ending(ev Event) string {
 		s = "not approved (" + clean(ev.Outcome) + ")"
 	}
 	if ev.Reason != "" {
-		s += ": " + clean(ev.Reason)
+		s += ": " + q(ev.Reason)
 	}
 	return s
 }
