@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,12 +55,13 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	mu         sync.Mutex
-	passkeys   approval.Passkeys
-	ceremonies map[string]ceremony   // by random id
-	sessions   map[string]session    // by cookie value
-	uis        map[string]*UI        // by approver id
-	onEnrol    func(approver string) // Run's: join the space for them
+	mu            sync.Mutex
+	passkeys      approval.Passkeys
+	passkeysStamp fileStamp             // the passkeys file as last read
+	ceremonies    map[string]ceremony   // by random id
+	sessions      map[string]session    // by cookie value
+	uis           map[string]*UI        // by approver id
+	onEnrol       func(approver string) // Run's: join the space for them
 
 	// tamper, in tests, changes an answer after its assertion was made:
 	// what a compromised inbox server would try.
@@ -77,7 +80,11 @@ type ceremony struct {
 
 type session struct {
 	approver string
-	expires  time.Time
+	// credential is the passkey the approver had when the session began:
+	// a session lasts only while it is still theirs, so a re-enrolment
+	// (a lost device replaced) or `inbox revoke` ends every session.
+	credential []byte
+	expires    time.Time
 }
 
 // New makes a Server and reads the passkeys enrolled so far.
@@ -98,7 +105,50 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: opts, log: opts.Logger, passkeys: keys, ceremonies: map[string]ceremony{}, sessions: map[string]session{}, uis: map[string]*UI{}}, nil
+	if err := SweepEnrolments(opts.Dir, opts.Now()); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, passkeys: keys, ceremonies: map[string]ceremony{}, sessions: map[string]session{}, uis: map[string]*UI{}}
+	s.passkeysStamp = s.stampPasskeys()
+	return s, nil
+}
+
+// stampPasskeys is what the passkeys file is now, to tell a change
+// another process made (a re-enrolment by another inbox on the same
+// directory, `inbox revoke`): every write renames a new file into place.
+func (s *Server) stampPasskeys() fileStamp {
+	fi, err := os.Stat(filepath.Join(s.opts.Dir, PasskeysFile))
+	if err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{fi}
+}
+
+// fileStamp tells one version of a file from another: the same file
+// (device and inode), size and modification time.
+type fileStamp struct{ fi os.FileInfo }
+
+func (a fileStamp) same(b fileStamp) bool {
+	if a.fi == nil || b.fi == nil {
+		return a.fi == nil && b.fi == nil
+	}
+	return os.SameFile(a.fi, b.fi) && a.fi.Size() == b.fi.Size() && a.fi.ModTime().Equal(b.fi.ModTime())
+}
+
+// reloadPasskeys reads the passkeys file again when it changed since it
+// was last read; s.mu must be held. A file that cannot be read keeps
+// the passkeys in force (and is logged).
+func (s *Server) reloadPasskeys() {
+	stamp := s.stampPasskeys()
+	if stamp.same(s.passkeysStamp) {
+		return
+	}
+	keys, err := LoadPasskeys(s.opts.Dir)
+	if err != nil {
+		s.log.Warn("the passkeys file changed and cannot be read; the passkeys in force stay", "err", err)
+		return
+	}
+	s.passkeys, s.passkeysStamp = keys, stamp
 }
 
 // Enrolled lists the approvers with a passkey, sorted.
@@ -132,6 +182,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/enrol/finish", s.post(s.enrolFinish))
 	mux.HandleFunc("POST /api/login/begin", s.post(s.loginBegin))
 	mux.HandleFunc("POST /api/login/finish", s.post(s.loginFinish))
+	mux.HandleFunc("POST /api/logout", s.post(s.logout))
 	mux.HandleFunc("GET /api/cards", s.cards)
 	mux.HandleFunc("POST /api/answer/begin", s.post(s.answerBegin))
 	mux.HandleFunc("POST /api/answer/finish", s.post(s.answerFinish))
@@ -263,10 +314,19 @@ func (s *Server) sessionOf(r *http.Request) string {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reloadPasskeys()
 	for id, se := range s.sessions {
 		if subtle.ConstantTimeCompare([]byte(id), []byte(ck.Value)) == 1 {
-			if !s.opts.Now().Before(se.expires) {
+			pk, enrolled := s.passkeys[se.approver]
+			switch {
+			case !s.opts.Now().Before(se.expires):
 				delete(s.sessions, id)
+				return ""
+			case !enrolled || !bytes.Equal(pk.CredentialID, se.credential):
+				// Re-enrolled or revoked since: the session was the old
+				// passkey's (perhaps a lost device's).
+				delete(s.sessions, id)
+				s.log.Info("a session of a replaced or revoked passkey ended", "approver", se.approver)
 				return ""
 			}
 			return se.approver
@@ -278,10 +338,38 @@ func (s *Server) sessionOf(r *http.Request) string {
 func (s *Server) signIn(w http.ResponseWriter, approverID string) {
 	id := randomID()
 	s.mu.Lock()
-	s.sessions[id] = session{approver: approverID, expires: s.opts.Now().Add(sessionTTL)}
+	s.sessions[id] = session{approver: approverID, credential: s.passkeys[approverID].CredentialID, expires: s.opts.Now().Add(sessionTTL)}
 	s.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: len(s.opts.Origin) > 8 && s.opts.Origin[:8] == "https://", MaxAge: int(sessionTTL / time.Second)})
+		Secure: s.secure(), MaxAge: int(sessionTTL / time.Second)})
+}
+
+func (s *Server) secure() bool { return strings.HasPrefix(s.opts.Origin, "https://") }
+
+// endSessions ends every session of approver (a re-enrolment); s.mu
+// must be held.
+func (s *Server) endSessions(approver string) {
+	for id, se := range s.sessions {
+		if se.approver == approver {
+			delete(s.sessions, id)
+		}
+	}
+}
+
+// logout ends the request's session and clears its cookie.
+func (s *Server) logout(r *http.Request, _ json.RawMessage) (any, error) {
+	if ck, err := r.Cookie(cookieName); err == nil {
+		s.mu.Lock()
+		for id := range s.sessions {
+			if subtle.ConstantTimeCompare([]byte(id), []byte(ck.Value)) == 1 {
+				delete(s.sessions, id)
+			}
+		}
+		s.mu.Unlock()
+	}
+	http.SetCookie(writerOf(r), &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: s.secure(), MaxAge: -1})
+	return map[string]bool{"signed_out": true}, nil
 }
 
 // responseWriterKey lets API calls that sign in set the cookie.
@@ -368,6 +456,8 @@ func (s *Server) enrolFinish(r *http.Request, raw json.RawMessage) (any, error) 
 	}
 	s.mu.Lock()
 	s.passkeys[who] = pk
+	s.passkeysStamp = s.stampPasskeys()
+	s.endSessions(who) // the old passkey's sessions (a lost device) end
 	s.mu.Unlock()
 	s.log.Info("passkey enrolled", "approver", who)
 	if s.opts.Enrolled != nil {
@@ -401,6 +491,7 @@ type loginBeginIn struct {
 func (s *Server) allow(approverID string) ([]protocol.CredentialDescriptor, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reloadPasskeys()
 	pk, ok := s.passkeys[approverID]
 	if !ok {
 		return nil, false
@@ -432,6 +523,7 @@ func (s *Server) loginBegin(r *http.Request, raw json.RawMessage) (any, error) {
 // challenge (base64url).
 func (s *Server) verifyAssertion(approverID, challenge string, cred json.RawMessage) error {
 	s.mu.Lock()
+	s.reloadPasskeys()
 	pk, ok := s.passkeys[approverID]
 	s.mu.Unlock()
 	if !ok {
