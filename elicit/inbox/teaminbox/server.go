@@ -3,10 +3,13 @@ package teaminbox
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,8 +60,16 @@ type Server struct {
 
 	mu            sync.Mutex
 	passkeys      approval.Passkeys
-	passkeysStamp fileStamp             // the passkeys file as last read
-	ceremonies    map[string]ceremony   // by random id
+	passkeysStamp fileStamp           // the passkeys file as last read
+	ceremonies    map[string]ceremony // enrolments and answers, by random id
+	// ceremonyQueue is the ids of ceremonies in the order they were made
+	// (and expire); usedLogins the sign-in ceremonies that finished, until
+	// they expire, in usedQueue's order. loginKey authenticates sign-in
+	// ceremony ids, which hold their own state.
+	ceremonyQueue []queued
+	usedLogins    map[string]struct{}
+	usedQueue     []queued
+	loginKey      []byte
 	sessions      map[string]session    // by cookie value
 	uis           map[string]*UI        // by approver id
 	onEnrol       func(approver string) // Run's: join the space for them
@@ -108,7 +119,12 @@ func New(opts Options) (*Server, error) {
 	if err := SweepEnrolments(opts.Dir, opts.Now()); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, log: opts.Logger, passkeys: keys, ceremonies: map[string]ceremony{}, sessions: map[string]session{}, uis: map[string]*UI{}}
+	loginKey := make([]byte, 32)
+	if _, err := rand.Read(loginKey); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, passkeys: keys, ceremonies: map[string]ceremony{}, sessions: map[string]session{}, uis: map[string]*UI{},
+		usedLogins: map[string]struct{}{}, loginKey: loginKey}
 	s.passkeysStamp = s.stampPasskeys()
 	return s, nil
 }
@@ -278,32 +294,120 @@ func randomID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// newCeremony records a ceremony and returns its id.
+// maxCeremonies bounds the enrolment and answer ceremonies kept at once
+// (both need a link or a session to begin); past it the oldest goes.
+const maxCeremonies = 4096
+
+// queued is a ceremony id (or a used sign-in's) in the order it was
+// made: with one TTL for all, also the order they expire in, so that
+// expiry pops from the front, O(1) each.
+type queued struct {
+	id      string
+	expires time.Time
+}
+
+// newCeremony records a ceremony and returns its id. A sign-in's is kept
+// nowhere but in the id itself (loginCeremony): /api/login/begin needs no
+// credential, and whatever it kept a flood could fill.
 func (s *Server) newCeremony(c ceremony) string {
-	id := randomID()
 	now := s.opts.Now()
 	c.expires = now.Add(ceremonyTTL)
+	if c.kind == "login" {
+		return s.loginCeremony(c)
+	}
+	id := randomID()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, old := range s.ceremonies {
-		if !now.Before(old.expires) {
-			delete(s.ceremonies, k)
-		}
+	s.expireCeremonies(now)
+	for len(s.ceremonies) >= maxCeremonies && len(s.ceremonyQueue) > 0 {
+		delete(s.ceremonies, s.ceremonyQueue[0].id)
+		s.ceremonyQueue = s.ceremonyQueue[1:]
 	}
 	s.ceremonies[id] = c
+	s.ceremonyQueue = append(s.ceremonyQueue, queued{id, c.expires})
 	return id
 }
 
-// takeCeremony uses a ceremony up: each challenge is answered once.
+// expireCeremonies forgets the ceremonies and used sign-ins that expired
+// by now, from the front of their queues; s.mu must be held.
+func (s *Server) expireCeremonies(now time.Time) {
+	for len(s.ceremonyQueue) > 0 && !now.Before(s.ceremonyQueue[0].expires) {
+		delete(s.ceremonies, s.ceremonyQueue[0].id)
+		s.ceremonyQueue = s.ceremonyQueue[1:]
+	}
+	for len(s.usedQueue) > 0 && !now.Before(s.usedQueue[0].expires) {
+		delete(s.usedLogins, s.usedQueue[0].id)
+		s.usedQueue = s.usedQueue[1:]
+	}
+}
+
+// loginCeremony is a sign-in ceremony's id: the approver, the challenge
+// and the expiry, authenticated with the server's key (HMAC-SHA256), so
+// that the server keeps nothing until the sign-in finishes.
+func (s *Server) loginCeremony(c ceremony) string {
+	payload := binary.BigEndian.AppendUint64(nil, uint64(c.expires.UnixNano()))
+	payload = append(payload, mustDecode(c.challenge)...)
+	payload = append(payload, c.approver...)
+	mac := hmac.New(sha256.New, s.loginKey)
+	mac.Write(payload)
+	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// loginOf reads a sign-in ceremony's id; ok is false when it is not one
+// this server made.
+func (s *Server) loginOf(id string) (c ceremony, ok bool) {
+	p, m, found := strings.Cut(id, ".")
+	if !found {
+		return ceremony{}, false
+	}
+	payload, err1 := base64.RawURLEncoding.DecodeString(p)
+	sum, err2 := base64.RawURLEncoding.DecodeString(m)
+	if err1 != nil || err2 != nil || len(payload) < 8+32 {
+		return ceremony{}, false
+	}
+	mac := hmac.New(sha256.New, s.loginKey)
+	mac.Write(payload)
+	if !hmac.Equal(sum, mac.Sum(nil)) {
+		return ceremony{}, false
+	}
+	return ceremony{kind: "login", expires: time.Unix(0, int64(binary.BigEndian.Uint64(payload))),
+		challenge: base64.RawURLEncoding.EncodeToString(payload[8 : 8+32]), approver: string(payload[8+32:])}, true
+}
+
+// takeCeremony uses a ceremony up: each challenge is answered once. A
+// sign-in's is used up by spendLogin, once its assertion verified.
 func (s *Server) takeCeremony(id, kind string) (ceremony, error) {
+	expired := fail(http.StatusBadRequest, "the request expired or was already used; start again")
+	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireCeremonies(now)
+	if c, ok := s.loginOf(id); ok {
+		if _, used := s.usedLogins[id]; used || c.kind != kind || !now.Before(c.expires) {
+			return ceremony{}, expired
+		}
+		return c, nil
+	}
 	c, ok := s.ceremonies[id]
 	delete(s.ceremonies, id)
-	if !ok || c.kind != kind || !s.opts.Now().Before(c.expires) {
-		return ceremony{}, fail(http.StatusBadRequest, "the request expired or was already used; start again")
+	if !ok || c.kind != kind || !now.Before(c.expires) {
+		return ceremony{}, expired
 	}
 	return c, nil
+}
+
+// spendLogin records that the sign-in ceremony id finished: it is never
+// taken again before it expires. Only sign-ins whose passkey verified
+// get here, so the record is as bounded as real sign-ins are.
+func (s *Server) spendLogin(id string, c ceremony) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, used := s.usedLogins[id]; used {
+		return fail(http.StatusBadRequest, "the request expired or was already used; start again")
+	}
+	s.usedLogins[id] = struct{}{}
+	s.usedQueue = append(s.usedQueue, queued{id, c.expires})
+	return nil
 }
 
 // sessionOf returns the signed-in approver of the request, or "".
@@ -551,6 +655,9 @@ func (s *Server) loginFinish(r *http.Request, raw json.RawMessage) (any, error) 
 		return nil, err
 	}
 	if err := s.verifyAssertion(c.approver, c.challenge, in.Credential); err != nil {
+		return nil, err
+	}
+	if err := s.spendLogin(in.Ceremony, c); err != nil {
 		return nil, err
 	}
 	s.signIn(writerOf(r), c.approver)
