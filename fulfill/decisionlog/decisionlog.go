@@ -515,6 +515,12 @@ func (l *Logger) fromEvent(e fulfill.Event) *logrecord.Record {
 			if e.Decision.Err != nil {
 				r.Error = e.Decision.Err.Error()
 			}
+			if e.Decision.Retried {
+				r.PolicyTimeout = "retried"
+				if e.Decision.Err != nil && e.Decision.Reason == decision.ReasonBusy {
+					r.PolicyTimeout = "busy"
+				}
+			}
 		}
 		r.GrantID = e.GrantID
 		if e.Input != nil {
