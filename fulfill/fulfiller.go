@@ -118,7 +118,7 @@ type Config struct {
 	ShadowQueue int
 	// ToolMetadata [nil: none] is the tool metadata the operator declared
 	// (--tool-metadata; DESIGN "Tool metadata the owner does not send"):
-	// its annotations are laid over each tool owner's in input.tool
+	// its annotations replace each declared tool's owner's in input.tool
 	// (and in approval prompts), the owner's kept as
 	// input.tool.owner_annotations. A *toolmeta.Watcher (hot-reloaded)
 	// or a *toolmeta.Metadata provides it.

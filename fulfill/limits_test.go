@@ -164,9 +164,11 @@ func TestProposalNestedToTheDepthLimitIsDecided(t *testing.T) {
 	}
 }
 
-// A policy that cannot finish is cut by the evaluation timeout and fails
-// closed as reject "policy" on the wire; the fulfiller keeps deciding.
-func TestRunawayPolicyRejectsPolicyAndKeepsDeciding(t *testing.T) {
+// A policy that cannot finish is cut by the evaluation timeout, tried
+// once more and, cut again, fails closed as reject "busy" on the wire
+// (load is not a policy verdict: issue 41, row 13); the fulfiller keeps
+// deciding.
+func TestRunawayPolicyRejectsBusyAndKeepsDeciding(t *testing.T) {
 	lw := newLimitsWorld(t, 0, 100*time.Millisecond)
 	for _, tc := range []struct{ id, payload string }{
 		{"p-spin", `{"method":"tools/call","params":{"name":"spin","arguments":{}}}`},
@@ -175,10 +177,10 @@ func TestRunawayPolicyRejectsPolicyAndKeepsDeciding(t *testing.T) {
 	} {
 		id := lw.propose(tc.id, tc.payload)
 		out := lw.outcome(id)
-		if !out.Rejected || out.Reason != decision.ReasonPolicy {
-			t.Fatalf("%s: %+v, want reject policy", tc.id, out)
+		if !out.Rejected || out.Reason != decision.ReasonBusy {
+			t.Fatalf("%s: %+v, want reject busy", tc.id, out)
 		}
-		if d := lw.decision(id); !errors.Is(d.Err, policies.ErrEvalTimeout) {
+		if d := lw.decision(id); !errors.Is(d.Err, policies.ErrEvalTimeout) || !d.Retried {
 			t.Fatalf("%s: decision error %v, want the evaluation timeout", tc.id, d.Err)
 		}
 		next := lw.propose(tc.id+"-next", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":1}}}`)

@@ -60,7 +60,7 @@ type ToolView struct {
 	Server      string `json:"server"`
 	Description string `json:"description,omitempty"`
 	// Annotations are what policies see as input.tool.annotations: the
-	// owner's with the operator's declared keys laid over them.
+	// the operator's declared ones for a declared tool, else the owner's.
 	Annotations json.RawMessage `json:"annotations,omitempty"`
 	// OwnerAnnotations are what the owner sent in tools/list, verbatim.
 	OwnerAnnotations json.RawMessage `json:"owner_annotations,omitempty"`

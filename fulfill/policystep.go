@@ -351,8 +351,8 @@ func (s *policyStep) policyInput(ctx context.Context, p *lifecycle.Proposal, tar
 // toolDescription is toolInput's: name and arguments from params (tool,
 // the proposal's, when params name none), and server, description and
 // annotations from its owner's tools/list when the owner is known (the
-// target, else the only owner), with the operator's declared annotations
-// laid over the owner's. While the owner is unknown nothing is declared
+// target, else the only owner), the operator's declared annotations in
+// place of the owner's. While the owner is unknown nothing is declared
 // either: an entry for the owner might have applied, so no "*" entry is
 // guessed in its place.
 func (s *policyStep) toolDescription(tool, target string, params json.RawMessage) *policies.Tool {

@@ -120,7 +120,7 @@ func extraOf(t *testing.T, d lifecycle.Decision) storedDecision {
 
 // The policy input of a tools/call whose owner the catalog knows: the
 // envelope byte for byte, the tool as its owner described it with the
-// operator's declared annotations laid over the owner's, the grants
+// operator's declared annotations alone (the owner adds none), the grants
 // covering the call, the proposer and the roster with their
 // capabilities, and this member's load as the core counts it. The
 // decided event carries that input, and names the grant that let the
@@ -178,7 +178,7 @@ func TestPolicyStepInputOfAToolsCall(t *testing.T) {
 		`{"capabilities":[{"kind":"mcp/response"}],"id":"calculator"},` +
 		`{"capabilities":[{"kind":"mcp/proposal"},{"kind":"mcp/withdraw"}],"id":"coder"},` +
 		`{"capabilities":[{"kind":"mcp/*"}],"id":"other-ful"}]},` +
-		`"tool":{"annotations":{"destructiveHint":true,"readOnlyHint":true},"arguments":{"a":1,"b":2},"description":"Add two numbers",` +
+		`"tool":{"annotations":{"destructiveHint":true},"arguments":{"a":1,"b":2},"description":"Add two numbers",` +
 		`"execution":{"taskSupport":"optional"},"name":"add","owner_annotations":{"readOnlyHint":true},"server":"calculator"}}`
 	if string(doc) != want {
 		t.Errorf("policy input\n got %s\nwant %s", doc, want)

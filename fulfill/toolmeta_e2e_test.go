@@ -35,7 +35,7 @@ decision := {"action": "fulfill"} if {
 
 // TestE2EToolMetadata: a tool whose owner sends no annotations is
 // fulfilled on the read-only hint the operator declared; an owner's
-// read-only claim is overruled key by key (and kept verbatim as
+// read-only claim is overruled by the operator's annotations alone (and kept verbatim as
 // owner_annotations); a tool with no entry sees its owner's annotations;
 // one with neither sees none and is default-denied.
 func TestE2EToolMetadata(t *testing.T) {

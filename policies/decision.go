@@ -76,6 +76,10 @@ func malformed(field, format string, args ...any) error {
 var ErrUndefinedDecision = errors.New("undefined decision: no rule produced data.fulfiller.decision for this input")
 
 // failClosed is the reject every broken evaluation turns into.
+// BusyMessage is the message of a busy reject after two evaluations
+// ran past the policy timeout.
+const BusyMessage = "fulfiller is too loaded to decide this proposal now; propose it again"
+
 func failClosed(revision string, err error) Decision {
 	return Decision{
 		Action:   Reject,

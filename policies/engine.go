@@ -77,6 +77,11 @@ type Engine struct {
 
 	remote remoteState // guarded by reload, except err (errMu)
 
+	// stall, when set (by tests), runs at the start of each evaluation
+	// attempt of Decide (1, then 2 for the retry), inside its timeout: it
+	// stands for a process starved of CPU.
+	stall func(attempt int)
+
 	// watchTrace, when set (by tests, before Watch starts), hears what
 	// Watch does: "watching" once its watches are in place, "ignored"
 	// with the name of an event that cannot change the policy set. It
@@ -198,15 +203,32 @@ func (e *Engine) Reload(ctx context.Context) error {
 
 // Decide evaluates the policy for in. It never fails: anything that keeps
 // the policy from producing a valid decision — no decision, a malformed
-// one, a conflict or other evaluation error, the timeout, a cancelled ctx —
-// becomes a reject with reason "policy" whose Err says why.
+// one, a conflict or other evaluation error, a cancelled ctx — becomes a
+// reject with reason "policy" whose Err says why.
+//
+// The timeout is not a policy verdict: an evaluation cut by it most often
+// waited for a CPU on a loaded host (issue 41). It is tried once more, and
+// the second decision stands (Retried); when that one is cut too, the
+// answer is a reject with reason "busy" (BusyMessage), which a proposer
+// may retry, whose Err wraps ErrEvalTimeout.
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	set := e.cur.Load()
 	v, err := in.value(&e.cache, set.need)
 	if err != nil {
 		return failClosed(set.revision, fmt.Errorf("input: %w", err))
 	}
-	return e.eval(ctx, set, v, in.Now, nil)
+	d := e.eval(ctx, set, v, in.Now, nil, 1)
+	if !errors.Is(d.Err, ErrEvalTimeout) || ctx.Err() != nil {
+		return d
+	}
+	e.log.Warn("policy evaluation timed out; trying it once more (a loaded host is not a policy verdict)", "timeout", e.opts.Timeout)
+	d = e.eval(ctx, set, v, in.Now, nil, 2)
+	d.Retried = true
+	if errors.Is(d.Err, ErrEvalTimeout) {
+		d.Reason, d.Message = ReasonBusy, BusyMessage
+		d.Err = fmt.Errorf("%w after %v, twice: answered busy, not policy (the host may be too loaded to decide in time; a policy that always takes longer needs a larger --policy-timeout)", ErrEvalTimeout, e.opts.Timeout)
+	}
+	return d
 }
 
 // EvaluatedInput is the input document Decide evaluates for in, as JSON:
@@ -228,7 +250,7 @@ func (e *Engine) EvaluatedInput(in *Input) ([]byte, error) {
 // document has an RFC 3339 "now", time.now_ns() returns that time, so a
 // decision replayed from a log sees the clock it saw then.
 func (e *Engine) DecideDocument(ctx context.Context, doc *Document) Decision {
-	return e.eval(ctx, e.cur.Load(), doc.value, doc.now(), nil)
+	return e.eval(ctx, e.cur.Load(), doc.value, doc.now(), nil, 0)
 }
 
 // DecideJSON is ParseDocument then DecideDocument: it decides a complete
@@ -264,7 +286,7 @@ func (e *Engine) ExplainDocument(ctx context.Context, doc *Document) (Decision, 
 
 func (e *Engine) explain(ctx context.Context, set *policySet, input ast.Value, now time.Time) (Decision, Explanation) {
 	var x explainer
-	d := e.eval(ctx, set, input, now, &x)
+	d := e.eval(ctx, set, input, now, &x, 0)
 	return d, x.explanation()
 }
 
@@ -272,14 +294,14 @@ func (e *Engine) explain(ctx context.Context, set *policySet, input ast.Value, n
 // fresh metrics registry per call that nobody reads.
 var noMetrics = metrics.NoOp()
 
-// eval runs the prepared query once.
+// eval runs the prepared query once; attempt is Decide's (1, 2), else 0.
 //
 // Cancellation does not use a context.WithTimeout per call: rego would then
 // start a goroutine per evaluation to watch it. A timer and, only when the
 // caller's ctx can be cancelled, a context.AfterFunc flip OPA's Cancel
 // directly, which topdown polls as it evaluates — so a runaway policy is cut
 // at the timeout whatever it is doing between built-in calls.
-func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now time.Time, x *explainer) Decision {
+func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now time.Time, x *explainer, attempt int) Decision {
 	if ctx.Err() != nil {
 		return failClosed(set.revision, fmt.Errorf("policy evaluation cancelled: %w", context.Cause(ctx)))
 	}
@@ -293,6 +315,9 @@ func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now 
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, cancel.Cancel)
 		defer stop()
+	}
+	if e.stall != nil && attempt > 0 {
+		e.stall(attempt)
 	}
 
 	var builtinErrs []topdown.Error

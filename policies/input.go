@@ -38,9 +38,9 @@ type Tool struct {
 	Server      string          // participant id of the tool owner
 	Arguments   json.RawMessage // params.arguments
 	Description string
-	// Annotations are what policies decide on: the owner's annotations
-	// with the keys the operator declared (--tool-metadata) laid over
-	// them, the operator winning key by key; nil when neither gave any.
+	// Annotations are what policies decide on: for a tool the operator
+	// declared (--tool-metadata), the operator's annotations alone; for
+	// any other, the owner's; nil when neither gave any.
 	Annotations json.RawMessage
 	// OwnerAnnotations are the tool owner's annotations, verbatim from
 	// tools/list; nil when it gave none (a tool behind mew bridge never

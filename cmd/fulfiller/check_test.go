@@ -33,6 +33,9 @@ func TestCheckFailsExactlyWhenRunWould(t *testing.T) {
 	}
 	aFile := write("a-file", "x")
 	tokenFile := write("token", "secret\n")
+	strongToken := write("strong-token", "q0Jx3S9vLrT2mW8eYk4NcZ7hPu1AdG5fBn6RsEiOaVw=\n") // openssl rand -base64 32
+	oneChar := write("one-char-token", "x\n")
+	repeated := write("repeated-token", strings.Repeat("ab", 20)+"\n")
 	emptyToken := write("empty-token", " \n")
 	badKeys := write("keys", "alice not-a-key\n")
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
@@ -76,7 +79,15 @@ func TestCheckFailsExactlyWhenRunWould(t *testing.T) {
 		{"shadow policy", []string{"--policy", examplePolicies, "--shadow-policy", examplePolicies}, ""},
 		{"new log file", []string{"--decision-log", filepath.Join(dir, "new.jsonl"), "--http", "127.0.0.1:0"}, ""},
 		{"existing log file", []string{"--decision-log", write("old.jsonl", "{}\n"), "--token-file", tokenFile}, ""},
-		{"all interfaces with a token", []string{"--http", "0.0.0.0:0", "--http-token-file", tokenFile, "--policy", examplePolicies}, ""},
+		{"all interfaces with a token", []string{"--http", "0.0.0.0:0", "--http-token-file", strongToken, "--policy", examplePolicies}, ""},
+		// Issue 41, row 10: a token anyone could guess guards nothing.
+		{"all interfaces with a one-character token", []string{"--http", "0.0.0.0:0", "--http-token-file", oneChar},
+			"fulfiller: --http 0.0.0.0:0 is reachable from other machines and the operator API's token is too weak (about 5 bits; want at least 128): make one with `openssl rand -base64 32`\n"},
+		{"all interfaces with a short token", []string{"--http", ":0", "--http-token-file", tokenFile},
+			"fulfiller: --http :0 is reachable from other machines and the operator API's token is too weak (about 28 bits; want at least 128): make one with `openssl rand -base64 32`\n"},
+		{"all interfaces with a repetitive token", []string{"--http", ":0", "--http-token-file", repeated},
+			"fulfiller: --http :0 is reachable from other machines and the operator API's token is too weak (about 2 distinct characters; want at least 128 bits): make one with `openssl rand -base64 32`\n"},
+		{"loopback with a short token", []string{"--http", "127.0.0.1:0", "--http-token-file", oneChar}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

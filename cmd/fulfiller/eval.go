@@ -94,7 +94,7 @@ used (the message names the file, and the line for Rego errors).`,
 	f.StringVar(&fl.tools, "tools", "", "the tool owner's tools/list answer `FILE` (result, JSON-RPC response or mcp/response envelope) that fills input.tool, as run does")
 	fl.bundle.registerVerification(f)
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", policies.DefaultTimeout, "longest the evaluation may take (then: reject policy)")
-	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "tool-metadata `FILE` whose annotations are laid over the tool's, as run --tool-metadata does")
+	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "tool-metadata `FILE` whose annotations replace a declared tool's, as run --tool-metadata does")
 	f.StringVar(&fl.toolServer, "tool-server", "", "participant `ID` that owns the called tool (input.tool.server; picks the --tool-metadata entries)")
 	return cmd
 }

@@ -89,7 +89,7 @@ func TestEvalPrintInputDecidesAsOPA(t *testing.T) {
 
 // TestEvalTools: --tools fills input.tool from a tools/list answer as run
 // does from its catalog — description, owner_annotations, execution, and
-// annotations with the operator's declarations laid over them — in each
+// annotations, the operator's declaration in place of the owner's — in each
 // shape an author may paste; a wrong file is a one-line error, exit 2.
 func TestEvalTools(t *testing.T) {
 	echo := filepath.Join(testPolicies, "echo-tool")
@@ -135,8 +135,8 @@ func TestEvalTools(t *testing.T) {
 			t.Errorf("%q: input.tool\n%v\nwant\n%v", args, got, want)
 		}
 	}
-	// The operator's declaration wins key by key; the owner's stays
-	// visible as owner_annotations.
+	// The operator's declaration alone; the owner's stays visible as
+	// owner_annotations.
 	want["annotations"] = map[string]any{"readOnlyHint": false, "destructiveHint": true}
 	if got := tool("--tools", envelope, "--tool-metadata", meta); !reflect.DeepEqual(got, want) {
 		t.Errorf("with --tool-metadata: input.tool\n%v\nwant\n%v", got, want)

@@ -55,7 +55,7 @@ its --approver-keys: the inbox relays approvals but cannot make or change one.`,
 	pf.StringVar(&fl.dir, "inbox-dir", "", "`DIR` of the inbox's enrolment links (hashed), enrolled passkeys (DIR/passkeys, --approver-keys lines) and per-approver tokens (required; made with mode 0700)")
 	pf.StringVar(&fl.origin, "origin", "", "the inbox's address as browsers see it, https://host[:port] (http://localhost only on this machine): passkeys are bound to its host")
 	pf.StringVar(&fl.directory, "approver-directory", "", "`FILE` (YAML or JSON, as run's) of the approvers who may enrol: others are refused")
-	cmd.AddCommand(newInboxServeCmd(&fl), newInboxEnrolCmd(&fl))
+	cmd.AddCommand(newInboxServeCmd(&fl), newInboxEnrolCmd(&fl), newInboxRevokeCmd(&fl))
 	return cmd
 }
 
@@ -170,6 +170,43 @@ func runInboxEnrol(cmd *cobra.Command, fl *inboxFlags, id string, ttl time.Durat
 	fmt.Fprintf(cmd.ErrOrStderr(), "A one-time enrolment link for %s, until %s: whoever opens it first enrols a passkey as %s, so give it to %s only.\n",
 		id, time.Now().Add(ttl).UTC().Format("2006-01-02 15:04 MST"), id, to)
 	return nil
+}
+
+// --- revoke ---
+
+func newInboxRevokeCmd(fl *inboxFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke APPROVER",
+		Short: "Remove an approver's passkey: every session of theirs in the inbox ends",
+		Long: `revoke removes APPROVER's passkey from --inbox-dir/passkeys (a lost device
+that should sign nothing more, someone who left). A running "inbox serve" on
+the same --inbox-dir ends every browser session of theirs at their next
+request, and fulfiller run, reloading its --approver-keys file, stops
+counting the passkey. Enrol them again ("inbox enrol APPROVER") to give them
+a new one. Revoking the last passkey leaves a file whose only key line is
+"none", which run takes as every key removed on purpose.`,
+		Example: `  fulfiller inbox revoke alice --inbox-dir /var/lib/fulfiller-inbox`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("inbox revoke APPROVER: want one approver id, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := fl.needDir(); err != nil {
+				return err
+			}
+			id := args[0]
+			if err := teaminbox.RevokePasskey(fl.dir, id); err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return fileError("--inbox-dir", err)
+				}
+				return usageError(err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "Revoked %s's passkey: every session of theirs in the inbox ends, and fulfiller run stops counting it once it reloads its --approver-keys.\n", id)
+			return nil
+		},
+	}
 }
 
 // --- serve ---

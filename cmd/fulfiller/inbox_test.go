@@ -5,6 +5,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -18,6 +21,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/go-webauthn/webauthn/protocol/webauthncbor"
+	"github.com/go-webauthn/webauthn/protocol/webauthncose"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit/approval"
@@ -379,5 +384,44 @@ func TestInboxEnrolNamesWhomToSendTo(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Join(dir, "inbox", "enrol"))
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("enrol/ holds %v (%v), want one pending link", entries, err)
+	}
+}
+
+// TestInboxRevoke: `inbox revoke ID` removes the approver's passkey from
+// the inbox's passkeys file and says what follows; an approver without
+// one is a one-line error, exit 2 (issue 41, row 7).
+func TestInboxRevoke(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := key.PublicKey.Bytes()
+	cose, err := webauthncbor.Marshal(webauthncose.EC2PublicKeyData{
+		PublicKeyData: webauthncose.PublicKeyData{KeyType: int64(webauthncose.EllipticKey), Algorithm: int64(webauthncose.AlgES256)},
+		Curve:         int64(webauthncose.P256), XCoord: pub[1:33], YCoord: pub[33:],
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(id string) string {
+		pk := approval.Passkey{RPID: "localhost", Origin: "http://localhost:8766", CredentialID: []byte("cred-" + id), PublicKey: cose}
+		return id + " " + approval.KeyTypeWebAuthn + " " + approval.EncodePasskey(pk) + "\n"
+	}
+	path := filepath.Join(dir, "passkeys")
+	if err := os.WriteFile(path, []byte(line("alice")+line("bob")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := cli(t, "", "inbox", "revoke", "bob", "--inbox-dir", dir)
+	if code != 0 || stderr != "Revoked bob's passkey: every session of theirs in the inbox ends, and fulfiller run stops counting it once it reloads its --approver-keys.\n" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	b, _ := os.ReadFile(path)
+	if strings.Contains(string(b), "bob ") || !strings.Contains(string(b), line("alice")) {
+		t.Errorf("passkeys after revoke:\n%s", b)
+	}
+	_, stderr, code = cli(t, "", "inbox", "revoke", "carol", "--inbox-dir", dir)
+	if code != 2 || stderr != "fulfiller: carol has no passkey in "+path+"\n" {
+		t.Errorf("revoke carol: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -171,7 +171,7 @@ func TestRunBinaryNotifies(t *testing.T) {
 			t.Errorf("mail %q holds the arguments:\n%s", m.Subject, text)
 		}
 	}
-	const what = ": coder wants to call write_file on fs → "
+	const what = `: "coder" wants to call "write_file" on "fs" → `
 	wantMail := []string{
 		"[fulfiller] approval needed" + what + "alice@example.com",
 		"[fulfiller] reminder: approval still needed" + what + "alice@example.com",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -49,10 +50,67 @@ func (o *opsFlags) prepare(log *slog.Logger) (token string, err error) {
 	if err != nil {
 		return "", err
 	}
-	if o.http != "" && token == "" && !isLoopback(o.http) {
-		return "", usageErrorf("--http %s is reachable from other machines and no token guards the operator API: set --http-token-file or FULFILLER_HTTP_TOKEN, or bind 127.0.0.1", o.http)
+	if o.http != "" && !isLoopback(o.http) {
+		if token == "" {
+			return "", usageErrorf("--http %s is reachable from other machines and no token guards the operator API: set --http-token-file or FULFILLER_HTTP_TOKEN, or bind 127.0.0.1", o.http)
+		}
+		if weak := tokenWeakness(token); weak != "" {
+			return "", usageErrorf("--http %s is reachable from other machines and the operator API's token is too weak (%s): make one with `openssl rand -base64 32`", o.http, weak)
+		}
 	}
 	return token, nil
+}
+
+// minTokenBits is the least strength an operator API token must have on
+// an address other machines reach: 128 bits, what `openssl rand -base64
+// 16` gives (docs suggest 32 bytes).
+const minTokenBits = 128
+
+// minTokenDistinct is the fewest distinct characters such a token may
+// have: a long run of one or two characters is long, not strong.
+const minTokenDistinct = 8
+
+// tokenWeakness says why token is too weak to guard a listener others
+// reach, or "" when it is not. Its strength is estimated as a random
+// string's of its length over the character classes it uses (lower case
+// 26, upper case 26, digits 10, anything else 33), which a word or a
+// pattern only overstates: the bar is for a random token, as
+// `openssl rand` makes.
+func tokenWeakness(token string) string {
+	var lower, upper, digit, other bool
+	distinct := map[rune]bool{}
+	n := 0
+	for _, r := range token {
+		n++
+		distinct[r] = true
+		switch {
+		case r >= 'a' && r <= 'z':
+			lower = true
+		case r >= 'A' && r <= 'Z':
+			upper = true
+		case r >= '0' && r <= '9':
+			digit = true
+		default:
+			other = true
+		}
+	}
+	alphabet := 0
+	for _, c := range []struct {
+		used bool
+		size int
+	}{{lower, 26}, {upper, 26}, {digit, 10}, {other, 33}} {
+		if c.used {
+			alphabet += c.size
+		}
+	}
+	bits := float64(n) * math.Log2(float64(max(alphabet, 1)))
+	if bits < minTokenBits {
+		return fmt.Sprintf("about %.0f bits; want at least %d", bits, minTokenBits)
+	}
+	if len(distinct) < minTokenDistinct {
+		return fmt.Sprintf("about %d distinct characters; want at least %d bits", len(distinct), minTokenBits)
+	}
+	return ""
 }
 
 // isLoopback reports whether a listen address binds loopback only. An

@@ -166,6 +166,23 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 	answer(p2, "signed")
 	fulfilled("p-2")
 
+	// A writer that is not atomic truncates the file and writes it back
+	// later (issue 41, row 5): the empty file in between is refused at
+	// WARN, and an unsigned answer in that window is still a forgery.
+	if err := os.WriteFile(keysPath, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the truncated file refused", func() bool { return metric("fulfiller_approver_keys_reload_failures_total") == "2" })
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"approver keys reload failed; the last good keys stay in force","file":"`+keysPath+`","err":"`+keysPath+`: no approver keys:`) {
+		t.Errorf("the truncated file is not refused at WARN:\n%s", logs.String())
+	}
+	p3 := asked("p-3")
+	refusedUnsigned(p3, "p-3")
+	writeKeys(aliceLine)
+	poll.Until(t, "the file written back", func() bool { return metric("fulfiller_approver_keys_reload_failing") == "0" })
+	answer(p3, "signed")
+	fulfilled("p-3")
+
 	// The decision log marks alice's counted answers as verified, and the
 	// unsigned ones as forgeries.
 	raw, err := os.ReadFile(logPath)
@@ -190,7 +207,8 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 			approvals = append(approvals, r.ProposalID+":"+r.Stage+":"+r.Approver+":"+v)
 		}
 	}
-	want := []string{"p-1:forgery:alice:unverified", "p-1:answered:alice:verified", "p-2:forgery:alice:unverified", "p-2:answered:alice:verified"}
+	want := []string{"p-1:forgery:alice:unverified", "p-1:answered:alice:verified", "p-2:forgery:alice:unverified", "p-2:answered:alice:verified",
+		"p-3:forgery:alice:unverified", "p-3:answered:alice:verified"}
 	if strings.Join(approvals, " ") != strings.Join(want, " ") {
 		t.Errorf("decision log approvals %v, want %v", approvals, want)
 	}

@@ -128,7 +128,7 @@ func TestEvalToolMetadata(t *testing.T) {
 	// The input the policy saw: the declaration, the owner named, no
 	// owner_annotations (a bridged owner sends none).
 	stdout, _, code := cli(t, "", "eval", "--policy", filepath.Join(testPolicies, "echo-tool"), "--input", tree, "--tool-metadata", exampleToolMetadata, "--tool-server", "fs")
-	if d := decode(t, stdout); code != 0 || d["message"] != `{"annotations":{"readOnlyHint":true},"arguments":{"path":"/srv/app"},"name":"directory_tree","server":"fs"}` {
+	if d := decode(t, stdout); code != 0 || d["message"] != `{"annotations":{"openWorldHint":false,"readOnlyHint":true},"arguments":{"path":"/srv/app"},"name":"directory_tree","server":"fs"}` {
 		t.Errorf("input.tool: exit %d %v", code, d)
 	}
 	// Without --tool-server the owner is unknown: no entry applies, and

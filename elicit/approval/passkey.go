@@ -171,7 +171,17 @@ func describe(err error) string {
 type ApproverKeys struct {
 	Ed25519  Keys
 	Passkeys Passkeys
+	// None is true when the file says, in a line of its own, `none`: it
+	// removes every key on purpose. A file with no keys and no such line
+	// (empty, or comments only) is what a truncated write leaves, and a
+	// running fulfiller refuses it while keys are in force
+	// (approverkeys).
+	None bool
 }
+
+// NoKeysLine is the line that makes an approver keys file say, on
+// purpose, that no approver is keyed (ApproverKeys.None).
+const NoKeysLine = "none"
 
 // Has says whether the approver's answers must be signed.
 func (k ApproverKeys) Has(id string) bool {
@@ -193,10 +203,22 @@ func (k ApproverKeys) IDs() []string {
 // ParseApproverKeys reads an approver keys file whose lines are either
 // `<approver id> <base64url Ed25519 public key>` or `<approver id>
 // webauthn <credential>` (EncodePasskey); blank lines and # comments are
-// skipped. An approver listed twice, of either kind, is an error.
+// skipped. An approver listed twice, of either kind, is an error. A line
+// `none` (NoKeysLine) says the file keys nobody on purpose; it is an
+// error beside any key.
 func ParseApproverKeys(r io.Reader) (ApproverKeys, error) {
 	keys := ApproverKeys{Ed25519: Keys{}, Passkeys: Passkeys{}}
 	err := scanKeyLines(r, func(f []string) error {
+		if len(f) == 1 && f[0] == NoKeysLine {
+			if len(keys.IDs()) > 0 || keys.None {
+				return fmt.Errorf("`%s` removes every key: it must be the file's only line (besides comments)", NoKeysLine)
+			}
+			keys.None = true
+			return nil
+		}
+		if keys.None {
+			return fmt.Errorf("a key after `%s`: `%s` removes every key and must be the file's only line (besides comments)", NoKeysLine, NoKeysLine)
+		}
 		if keys.Has(f[0]) {
 			return fmt.Errorf("approver %s is listed twice", f[0])
 		}

@@ -289,6 +289,37 @@ func TestRenderEscapesControlCharacters(t *testing.T) {
 	}
 }
 
+// TestRenderEscapesInvisibleCharacters (issue 41, row 1): isolates and
+// zero-width characters in the arguments and the message would make the
+// card read "ls … # list the && rm -rf …" while the call that runs puts
+// rm -rf first; each is shown escaped.
+func TestRenderEscapesInvisibleCharacters(t *testing.T) {
+	// Raw in the JSON text, as a proposer may send them.
+	params := "{\"name\":\"run\",\"arguments\":{\"command\":\"ls \u2067# list the\u2069 && r\u200bm -rf /\"}}"
+	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
+	env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"list \u2066files\u2069\ufeff","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p\u200b1","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2030-01-01T00:00:00Z"},"tool":{"name":"run","server":"sh"},"policy":{"message":"ok\u2060"}}}}`)}
+	c, err := approver.ParseCard(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	c.Render(&b, time.Date(2029, 12, 31, 23, 59, 0, 0, time.UTC), false)
+	got := b.String() + c.Summary()
+	if strings.ContainsAny(got, "\u2066\u2067\u2069\u200b\ufeff\u2060") {
+		t.Errorf("the card holds invisible characters:\n%q", got)
+	}
+	for _, want := range []string{
+		`▌ approval requested — p\u200b1`,
+		`"command": "ls \u2067# list the\u2069 && r\u200bm -rf /"`,
+		`policy     ok\u2060`,
+		`p\u200b1: coder → run on sh`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("card lacks %q:\n%s", want, got)
+		}
+	}
+}
+
 // absentConn is a Conn whose space holds nobody else.
 type absentConn struct{}
 

@@ -48,6 +48,10 @@ type Card struct {
 	// call shown. A card whose digest does not match cannot be approved:
 	// the person would sign a call they were not shown.
 	DigestOK bool
+
+	// size is the prompt's payload in bytes, what the card counts toward
+	// Options.MaxCardBytes.
+	size int
 }
 
 // Proposal is the call the approver is asked about.
@@ -138,7 +142,7 @@ func ParseCard(env agent.Envelope) (*Card, error) {
 	if err := agent.Unmarshal(req.Params, &p); err != nil {
 		return nil, fmt.Errorf("%w: params: %v", ErrNotElicitation, err)
 	}
-	c := &Card{RequestID: env.ID, RPCID: req.ID, From: env.From, Message: p.Message,
+	c := &Card{RequestID: env.ID, RPCID: req.ID, From: env.From, Message: p.Message, size: len(env.Payload),
 		Tool: p.Meta.Tool, Target: p.Meta.Target, Policy: p.Meta.Policy, DelegatedBy: p.Meta.DelegatedBy}
 	fields, delegates, offers, err := parseSchema(p.Schema)
 	if err != nil {

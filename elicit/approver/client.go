@@ -69,6 +69,17 @@ type Options struct {
 	// terminal card, which shows one card at a time; an inbox page shows
 	// every open prompt side by side. The rest wait, in arrival order.
 	Open int
+	// MaxCards and MaxCardBytes bound the cards the client holds at once,
+	// shown or waiting: how many [max(Open, 64)], and the bytes of their
+	// prompts' payloads [8 MiB]. A prompt that would pass either bound
+	// makes room: the oldest waiting card is dropped, else (when every
+	// held card is shown) the oldest shown one, each ended with
+	// CauseDisplaced. So a flood of forged prompts costs bounded memory
+	// and the newest prompt is always held, and shown when MaxCards is at
+	// most Open (the inboxes). With FulfillerKeys a prompt that does not
+	// verify takes no place at all.
+	MaxCards     int
+	MaxCardBytes int
 	// Remember is how many sent answers are kept to be sent again when
 	// the fulfiller asks the same question again after a reconnect [256].
 	// An answer is forgotten sooner when its prompt's deadline passes.
@@ -93,6 +104,12 @@ type Client struct {
 	log  *slog.Logger
 }
 
+// The defaults of Options.MaxCards and Options.MaxCardBytes.
+const (
+	defaultMaxCards     = 64
+	defaultMaxCardBytes = 8 << 20
+)
+
 // New makes a Client. Feed it envelopes with Run.
 func New(conn Conn, ui UI, opts Options) *Client {
 	if len(opts.Fulfillers) == 0 {
@@ -109,6 +126,12 @@ func New(conn Conn, ui UI, opts Options) *Client {
 	}
 	if opts.Open <= 0 {
 		opts.Open = 1
+	}
+	if opts.MaxCards <= 0 {
+		opts.MaxCards = max(opts.Open, defaultMaxCards)
+	}
+	if opts.MaxCardBytes <= 0 {
+		opts.MaxCardBytes = defaultMaxCardBytes
 	}
 	return &Client{conn: conn, ui: ui, opts: opts, log: opts.Logger}
 }
@@ -500,7 +523,39 @@ func (c *Client) receive(ctx context.Context, s *session, env agent.Envelope) {
 	if c.replace(s, card) {
 		return
 	}
+	c.makeRoom(s, card)
 	s.queue = append(s.queue, card)
+}
+
+// makeRoom drops the oldest cards held, waiting ones first, until card
+// fits under Options.MaxCards and Options.MaxCardBytes: the bound that
+// keeps a flood of prompts (forged, where prompts are not signed) from
+// growing the client without end or hiding a later prompt behind it.
+func (c *Client) makeRoom(s *session, card *Card) {
+	held := func() (n, bytes int) {
+		for _, q := range s.queue {
+			n, bytes = n+1, bytes+q.size
+		}
+		for _, a := range s.open {
+			n, bytes = n+1, bytes+a.card.size
+		}
+		return n, bytes
+	}
+	for {
+		n, bytes := held()
+		if n == 0 || (n+1 <= c.opts.MaxCards && bytes+card.size <= c.opts.MaxCardBytes) {
+			return
+		}
+		oldest := ""
+		if len(s.queue) > 0 {
+			oldest = s.queue[0].RequestID
+		} else {
+			oldest = s.open[0].card.RequestID
+		}
+		c.log.Warn("more prompts at once than this client holds; the oldest is dropped to make room (forged prompts? sign them: --prompt-key, --fulfiller-keys)",
+			"dropped", oldest, "request", card.RequestID, "cards", n, "bytes", bytes, "max_cards", c.opts.MaxCards, "max_bytes", c.opts.MaxCardBytes)
+		c.end(s, oldest, End{Cause: CauseDisplaced})
+	}
 }
 
 // contest marks the open card with request id contested: another prompt

@@ -80,6 +80,10 @@ const (
 	// fulfiller's and the client cannot tell which, so the card takes no
 	// answer (docs/design.md "Proposer identity and grants").
 	CauseContested Cause = "contested"
+	// CauseDisplaced: more prompts came at once than the client holds
+	// (Options.MaxCards, MaxCardBytes), and this card, the oldest, made
+	// room. Nothing was sent; the fulfiller still waits for an answer.
+	CauseDisplaced Cause = "displaced"
 	CauseOther     Cause = "other" // anything else; End.Reason says what
 )
 
@@ -160,6 +164,8 @@ func (e End) String() string {
 		return "too few approvers are left to decide it"
 	case CauseContested:
 		return ContestedText
+	case CauseDisplaced:
+		return DisplacedText
 	}
 	switch e.Reason {
 	case "":
@@ -169,6 +175,9 @@ func (e End) String() string {
 	}
 	return "ended by the fulfiller (" + e.Reason + ")"
 }
+
+// DisplacedText says, for a person, why a card was dropped unanswered.
+const DisplacedText = "dropped: more prompts came at once than this client holds, and this one was the oldest (nothing was sent; the fulfiller still waits for an answer). Someone may be flooding you with forged prompts: tell the operator"
 
 // ContestedText says, for a person, why a contested card cannot be
 // answered and what to do.

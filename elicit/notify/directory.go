@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
 // Person is how to reach one approver outside the space.
@@ -65,7 +67,7 @@ func LoadDirectory(path string) (Directory, error) {
 		if p.Slack != "" && !slackID.MatchString(p.Slack) {
 			return nil, fmt.Errorf("%s: %s: slack %q is not a Slack member id (U… or W…, as the profile's \"Copy member ID\" gives)", path, id, p.Slack)
 		}
-		if strings.ContainsFunc(p.Name, isControl) {
+		if strings.ContainsFunc(p.Name, printable.Unsafe) {
 			return nil, fmt.Errorf("%s: %s: name has control characters", path, id)
 		}
 	}

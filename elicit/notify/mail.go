@@ -101,7 +101,8 @@ func (m *Mail) tlsConfig() *tls.Config {
 }
 
 // Message is the e-mail for ev: plain text, the inbox link as a plain
-// link to the page (nothing in it answers the prompt).
+// link to the page (nothing in it answers the prompt). Text a proposer
+// controls is quoted and defanged (quoted): it forms no link.
 func (m *Mail) Message(ev Event, to []string) (*gomail.Msg, error) {
 	msg := gomail.NewMsg()
 	if err := msg.From(m.from); err != nil {
@@ -114,14 +115,14 @@ func (m *Mail) Message(ev Event, to []string) (*gomail.Msg, error) {
 	var b strings.Builder
 	switch ev.Type {
 	case PromptEnded:
-		subject = fmt.Sprintf("[fulfiller] %s: %s", ending(ev), what(ev))
-		fmt.Fprintf(&b, "The prompt is closed: %s.\n\n%s.\n", ending(ev), what(ev))
+		subject = fmt.Sprintf("[fulfiller] %s: %s", ending(ev, quoted), what(ev, quoted))
+		fmt.Fprintf(&b, "The prompt is closed: %s.\n\n%s.\n", ending(ev, quoted), what(ev, quoted))
 	default:
-		subject = "[fulfiller] " + strings.ToLower(headline(ev.Type)) + ": " + what(ev)
-		fmt.Fprintf(&b, "%s, and needs %d approval(s) from: %s.\n\n", what(ev), ev.Quorum, m.names(ev.Approvers))
+		subject = "[fulfiller] " + strings.ToLower(headline(ev.Type)) + ": " + what(ev, quoted)
+		fmt.Fprintf(&b, "%s, and needs %d approval(s) from: %s.\n\n", what(ev, quoted), ev.Quorum, m.names(ev.Approvers))
 		fmt.Fprintf(&b, "Answer before %s.\n", deadline(ev.Deadline))
 	}
-	fmt.Fprintf(&b, "\nProposal:    %s\nCall digest: %s (compare it with the card before you approve)\n", clean(ev.Proposal), ev.Digest)
+	fmt.Fprintf(&b, "\nProposal:    %s\nCall digest: %s (compare it with the card before you approve)\n", quoted(ev.Proposal), ev.Digest)
 	if a := arguments(ev.Arguments); a != "" {
 		fmt.Fprintf(&b, "\nArguments:\n%s\n", a)
 	}

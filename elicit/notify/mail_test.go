@@ -44,13 +44,13 @@ func TestMailToApproversOverSTARTTLS(t *testing.T) {
 	if m.From.Address != "fulfiller@example.com" || len(m.To) != 1 || m.To[0].Address != "alice@example.com" {
 		t.Errorf("from %s to %+v", m.From.Address, m.To)
 	}
-	if m.Subject != "[fulfiller] approval needed: coder wants to call write_file on fs" {
+	if m.Subject != `[fulfiller] approval needed: "coder" wants to call "write_file" on "fs"` {
 		t.Errorf("subject %q", m.Subject)
 	}
 	text := strings.ReplaceAll(messageText(t, api, m.ID), "\r\n", "\n")
-	want := "coder wants to call write_file on fs, and needs 1 approval(s) from: Alice Liddell (alice), bob.\n\n" +
+	want := `"coder" wants to call "write_file" on "fs", and needs 1 approval(s) from: Alice Liddell (alice), bob.` + "\n\n" +
 		"Answer before 2026-11-22 10:15:00 UTC.\n\n" +
-		"Proposal:    p-write\nCall digest: 56dcae76b714 (compare it with the card before you approve)\n\n" +
+		"Proposal:    \"p-write\"\nCall digest: 56dcae76b714 (compare it with the card before you approve)\n\n" +
 		"Open your inbox to answer (sign in there; this link approves nothing):\nhttps://inbox.example/approve#proposal=p-write\n"
 	if !strings.HasPrefix(text, want) {
 		t.Errorf("body\n%s\nwant it to start with\n%s", text, want)

@@ -44,19 +44,20 @@ func (s *Slack) Send(ctx context.Context, ev Event) error {
 
 // Message is what the webhook gets for ev: mrkdwn text mentioning the
 // approvers the directory knows by Slack id. Links are not unfurled (an
-// unfurler fetches them), and what others wrote is escaped, so a
-// proposer named <!channel> pings nobody.
+// unfurler fetches them), and text a proposer controls is a code span it
+// cannot leave (code), so a proposer named <!channel> pings nobody and a
+// proposal id forms no link or formatting.
 func (s *Slack) Message(ev Event) *slack.WebhookMessage {
 	no := false
 	var b strings.Builder
 	switch ev.Type {
 	case PromptEnded:
-		fmt.Fprintf(&b, "*Prompt ended: %s.* %s.", esc(ending(ev)), esc(what(ev)))
+		fmt.Fprintf(&b, "*Prompt ended: %s.* %s.", ending(ev, code), what(ev, code))
 	default:
-		fmt.Fprintf(&b, "*%s:* %s.", headline(ev.Type), esc(what(ev)))
+		fmt.Fprintf(&b, "*%s:* %s.", headline(ev.Type), what(ev, code))
 		fmt.Fprintf(&b, "\nAsked: %s (%d needed) · until %s", s.mentions(ev.Approvers), ev.Quorum, deadline(ev.Deadline))
 	}
-	fmt.Fprintf(&b, "\nProposal `%s` · call digest `%s`", esc(ev.Proposal), ev.Digest)
+	fmt.Fprintf(&b, "\nProposal %s · call digest `%s`", code(ev.Proposal), ev.Digest)
 	if a := arguments(ev.Arguments); a != "" {
 		fmt.Fprintf(&b, "\nArguments:\n```%s```", esc(strings.ReplaceAll(a, "```", "` ` `")))
 	}
@@ -77,6 +78,13 @@ func (s *Slack) mentions(ids []string) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// code shows text a proposer controls as a Slack code span, where mrkdwn
+// neither formats nor links: a backtick, which would end the span, is
+// shown as ', and the text is defanged and escaped besides.
+func code(s string) string {
+	return "`" + esc(strings.ReplaceAll(defang(s), "`", "'")) + "`"
 }
 
 // esc escapes Slack mrkdwn's control characters (&, <, >), as Slack

@@ -40,11 +40,11 @@ func TestSlackWebhookMessage(t *testing.T) {
 	e.Prompt.Proposer = "<!channel> & co"
 	n.Observe(e)
 	n.Observe(ended("approved", ""))
-	want := `{"text":"*Approval needed:* \u0026lt;!channel\u0026gt; \u0026amp; co wants to call write_file on fs.\nAsked: \u003c@U012AB3CD\u003e, bob (1 needed) · until 2026-11-22 10:15:00 UTC\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `\n\u003chttps://inbox.example/approve#proposal=p-write|Open the inbox\u003e","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`
+	want := `{"text":"*Approval needed:* ` + "`" + `\u0026lt;!channel\u0026gt; \u0026amp; co` + "`" + ` wants to call ` + "`" + `write_file` + "`" + ` on ` + "`" + `fs` + "`" + `.\nAsked: \u003c@U012AB3CD\u003e, bob (1 needed) · until 2026-11-22 10:15:00 UTC\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `\n\u003chttps://inbox.example/approve#proposal=p-write|Open the inbox\u003e","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`
 	if got := <-bodies; got != want {
 		t.Errorf("prompt.opened\n got %s\nwant %s", got, want)
 	}
-	wantEnded := `{"text":"*Prompt ended: approved.* coder wants to call write_file on fs.\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`
+	wantEnded := `{"text":"*Prompt ended: approved.* ` + "`" + `coder` + "`" + ` wants to call ` + "`" + `write_file` + "`" + ` on ` + "`" + `fs` + "`" + `.\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`
 	if got := <-bodies; got != wantEnded {
 		t.Errorf("prompt.ended\n got %s\nwant %s", got, wantEnded)
 	}
@@ -121,8 +121,8 @@ func TestSlackReminderAndEscalated(t *testing.T) {
 	esc.Kind, esc.Prompt.Asked = elicit.EventEscalated, []string{"lead"}
 	n.Observe(esc)
 	for _, want := range []string{
-		`{"text":"*Reminder: approval still needed:* coder wants to call write_file on fs.\nAsked: alice (1 needed) · until 2026-11-22 10:15:00 UTC\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`,
-		`{"text":"*Escalated to you: approval needed:* coder wants to call write_file on fs.\nAsked: \u003c@U0LEAD\u003e (1 needed) · until 2026-11-22 10:15:00 UTC\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`,
+		`{"text":"*Reminder: approval still needed:* ` + "`coder` wants to call `write_file` on `fs`" + `.\nAsked: alice (1 needed) · until 2026-11-22 10:15:00 UTC\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`,
+		`{"text":"*Escalated to you: approval needed:* ` + "`coder` wants to call `write_file` on `fs`" + `.\nAsked: \u003c@U0LEAD\u003e (1 needed) · until 2026-11-22 10:15:00 UTC\nProposal ` + "`p-write`" + ` · call digest ` + "`56dcae76b714`" + `","replace_original":false,"delete_original":false,"unfurl_links":false,"unfurl_media":false}`,
 	} {
 		if got := <-bodies; got != want {
 			t.Errorf("\n got %s\nwant %s", got, want)

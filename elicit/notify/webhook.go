@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
 // SignatureHeader carries the HMAC-SHA256 of a webhook's body, keyed by
@@ -50,6 +52,10 @@ func (w *Webhook) Send(ctx context.Context, ev Event) error {
 	if err != nil {
 		return fmt.Errorf("%w: encode the event: %w", ErrPermanent, err)
 	}
+	// Bidirectional and invisible characters others wrote travel as \u
+	// escapes: the same text to a JSON reader, visible to a person
+	// reading the body.
+	body = printable.JSON(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrPermanent, w.name, unURL(err))

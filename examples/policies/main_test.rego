@@ -92,13 +92,13 @@ test_suggestion_never_beats_escalate_or_deny if {
 # owner sends none, and the operator declares them; a server reached
 # directly sends them itself. Both must be decided alike.
 fs_tools := {
-	"read_text_file": {"readOnlyHint": true},
-	"directory_tree": {"readOnlyHint": true},
-	"list_allowed_directories": {"readOnlyHint": true},
-	"write_file": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
-	"edit_file": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false},
-	"create_directory": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true},
-	"move_file": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false},
+	"read_text_file": {"readOnlyHint": true, "openWorldHint": false},
+	"directory_tree": {"readOnlyHint": true, "openWorldHint": false},
+	"list_allowed_directories": {"readOnlyHint": true, "openWorldHint": false},
+	"write_file": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true, "openWorldHint": false},
+	"edit_file": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": false},
+	"create_directory": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false},
+	"move_file": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": false},
 }
 
 # bridged is a call to a tool of the bridged fs: the operator's annotations
@@ -126,6 +126,8 @@ test_bridged_read_only_tool_is_fulfilled if {
 test_bridged_destructive_write_needs_two_in_production if {
 	fulfiller.decision.quorum == 2 with input as bridged("write_file", {"path": "/srv/prod/app.conf"})
 	fulfiller.decision.quorum == 2 with input as bridged("edit_file", {"path": "/srv/prod/app.conf"})
+	fulfiller.decision.quorum == 2 with input as bridged("move_file", {"source": "/srv/prod/a", "destination": "/srv/prod/b"})
+	fulfiller.decision.quorum == 1 with input as bridged("create_directory", {"path": "/srv/prod/new"})
 }
 
 test_bridged_additive_write_needs_one_and_may_be_granted if {
@@ -137,7 +139,7 @@ test_bridged_additive_write_needs_one_and_may_be_granted if {
 
 test_operator_overrules_an_owner_claiming_read_only if {
 	# The owner says write_file is read-only; the operator's declaration,
-	# laid over it key by key, is what input.tool.annotations hold.
+	# alone, is what input.tool.annotations hold.
 	lying := object.union(bridged("write_file", {"path": "/srv/app/x"}), {"tool": {"owner_annotations": {"readOnlyHint": true}}})
 	fulfiller.decision.action == "reject" with input as lying
 	prod := object.union(bridged("write_file", {"path": "/srv/prod/x"}), {"tool": {"owner_annotations": {"readOnlyHint": true}}})

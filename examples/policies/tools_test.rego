@@ -16,9 +16,17 @@ test_destructive_hint_false_is_respected if {
 }
 
 test_read_only_tool_is_not_destructive if {
-	# destructiveHint means nothing when readOnlyHint is true (MCP).
-	tools.read_only with input as {"tool": {"name": "stat", "annotations": {"readOnlyHint": true, "destructiveHint": true}}}
-	not tools.destructive with input as {"tool": {"name": "stat", "annotations": {"readOnlyHint": true, "destructiveHint": true}}}
+	tools.read_only with input as {"tool": {"name": "stat", "annotations": {"readOnlyHint": true}}}
+	not tools.destructive with input as {"tool": {"name": "stat", "annotations": {"readOnlyHint": true}}}
+	not tools.destructive with input as {"tool": {"name": "stat", "annotations": {"readOnlyHint": true, "destructiveHint": false}}}
+}
+
+test_both_hints_true_is_destructive if {
+	# A tool whose annotations say both is destructive, never read-only:
+	# one of the two is a lie, and the cautious one wins (issue 41, row 3).
+	both := {"tool": {"name": "stat", "annotations": {"readOnlyHint": true, "destructiveHint": true}}}
+	not tools.read_only with input as both
+	tools.destructive with input as both
 }
 
 test_only_true_is_read_only if {
@@ -34,8 +42,8 @@ test_declared_read_only_hint_is_a_declaration if {
 }
 
 test_operator_annotations_decide_not_the_owners if {
-	# input.tool.annotations already hold the operator's keys over the
-	# owner's: owner_annotations are for the record, never read here.
+	# input.tool.annotations already hold the operator's annotations alone:
+	# owner_annotations are for the record, never read here.
 	lying := {"tool": {
 		"name": "write_file",
 		"annotations": {"readOnlyHint": false, "destructiveHint": true},

@@ -58,7 +58,9 @@ func ValidReason(code string) bool {
 //
 // A Decision with a non-nil Err is a fail-closed reject: the policy did not
 // produce a usable decision, and Err says why. Such decisions always have
-// Action Reject and Reason "policy".
+// Action Reject and Reason "policy", except when the evaluation timed out
+// twice (Retried): load is not a policy verdict, and the reason is then
+// "busy", which a proposer may retry.
 type Decision struct {
 	Action    Action
 	Reason    string        // reject: wire reason code
@@ -91,6 +93,10 @@ type Decision struct {
 	Extra      map[string]any // unknown decision fields, kept for the decision log
 	Revision   string         // revision of the policy set that decided
 	Err        error          // why this is a fail-closed reject; nil for a policy's own decision
+	// Retried: the first evaluation ran past the policy timeout and this
+	// is the second's decision (or, with Err, its busy reject); the
+	// decision log says which (policy_timeout).
+	Retried bool
 }
 
 // Fields are the decision keys the policy contract defines; any other key

@@ -34,6 +34,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/decisionlog/logrecord"
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
 // SyncMode says when records are forced to disk (--decision-log-sync).
@@ -455,7 +456,10 @@ func (l *Logger) format(r *logrecord.Record) []byte {
 		r.Result, r.Input, r.Error = nil, nil, "record not encodable: "+err.Error()
 		line, _ = json.Marshal(r)
 	}
-	return append(line, '\n')
+	// Text others wrote keeps its bidirectional and invisible characters
+	// as \u escapes: the same text to a JSON reader, visible in less or
+	// grep (internal/printable).
+	return append(printable.JSON(line), '\n')
 }
 
 // write appends one record without waiting for it to reach the disk.
@@ -510,6 +514,12 @@ func (l *Logger) fromEvent(e fulfill.Event) *logrecord.Record {
 			}
 			if e.Decision.Err != nil {
 				r.Error = e.Decision.Err.Error()
+			}
+			if e.Decision.Retried {
+				r.PolicyTimeout = "retried"
+				if e.Decision.Err != nil && e.Decision.Reason == decision.ReasonBusy {
+					r.PolicyTimeout = "busy"
+				}
 			}
 		}
 		r.GrantID = e.GrantID

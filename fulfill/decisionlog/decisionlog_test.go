@@ -500,3 +500,67 @@ func TestTaskRecords(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestInvisibleCharactersEscapedInTheLine (issue 41, row 1): text others
+// wrote (a reason, a message, the arguments in the input) reaches the
+// log's lines with bidirectional and invisible characters as JSON \u
+// escapes: a person reading the file (less, grep) sees them, and a JSON
+// reader gets the same text.
+func TestInvisibleCharactersEscapedInTheLine(t *testing.T) {
+	var buf bytes.Buffer
+	log := decisionlog.New(&buf, decisionlog.Options{})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	const reason = "ls \u2067# list the\u2069 && r\u200bm -rf / \u0085\ufeff"
+	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAnswered, ProposalID: "p\u202e1", DecisionID: "d-1", Revision: "rev-1", Approver: "bob", Action: "decline", Reason: reason})
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	line := strings.TrimSpace(buf.String())
+	for _, r := range "\u2067\u2069\u200b\u202e\u0085\ufeff" {
+		if strings.ContainsRune(line, r) {
+			t.Errorf("the line holds %U raw: %s", r, line)
+		}
+	}
+	if want := `"proposal_id":"p\u202e1"`; !strings.Contains(line, want) {
+		t.Errorf("line lacks %s: %s", want, line)
+	}
+	if want := `"reason":"ls \u2067# list the\u2069 \u0026\u0026 r\u200bm -rf / \u0085\ufeff"`; !strings.Contains(line, want) {
+		t.Errorf("line lacks %s: %s", want, line)
+	}
+	var r struct {
+		ProposalID string `json:"proposal_id"`
+		Reason     string
+	}
+	if err := json.Unmarshal([]byte(line), &r); err != nil || r.Reason != reason || r.ProposalID != "p\u202e1" {
+		t.Errorf("read back %+v %v", r, err)
+	}
+}
+
+// TestPolicyTimeoutRecords (issue 41, row 13): the decision log says when
+// an evaluation ran past the policy timeout: "retried" when the second
+// evaluation decided, "busy" when it timed out too and the answer was a
+// busy reject, never a policy verdict.
+func TestPolicyTimeoutRecords(t *testing.T) {
+	var buf bytes.Buffer
+	log := decisionlog.New(&buf, decisionlog.Options{})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	base := fulfill.Event{Time: at, Stage: fulfill.StageDecided, ProposalID: "p-1", DecisionID: "d-1", Revision: "sha256:live"}
+	retried := base
+	retried.Decision = &decision.Decision{Action: decision.Fulfill, Message: "read-only", Revision: "sha256:live", Retried: true}
+	log.Observe(retried)
+	busy := base
+	busy.ProposalID, busy.DecisionID = "p-2", "d-2"
+	busy.Decision = &decision.Decision{Action: decision.Reject, Reason: "busy", Message: "fulfiller is too loaded to decide this proposal now; propose it again",
+		Revision: "sha256:live", Retried: true, Err: errors.New("policy evaluation timed out after 100ms, twice: answered busy, not policy")}
+	log.Observe(busy)
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"decision_id":"d-1","timestamp":"2026-11-22T10:00:00Z","type":"decision","stage":"decided","proposal_id":"p-1","revision":"sha256:live","result":{"action":"fulfill","message":"read-only","revision":"sha256:live"},"policy_timeout":"retried"}`,
+		`{"decision_id":"d-2","timestamp":"2026-11-22T10:00:00Z","type":"decision","stage":"decided","proposal_id":"p-2","revision":"sha256:live","result":{"action":"reject","reason":"busy","message":"fulfiller is too loaded to decide this proposal now; propose it again","revision":"sha256:live","error":"policy evaluation timed out after 100ms, twice: answered busy, not policy"},"error":"policy evaluation timed out after 100ms, twice: answered busy, not policy","policy_timeout":"busy"}`,
+	}
+	if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -11,7 +11,7 @@
 //	GET    /v1/proposals/{id}   one pending proposal of the group; 404 when it is not pending, 503 when the store cannot say
 //	DELETE /v1/proposals/{id}   reject it (reason "other", message naming the operator), from this member whichever member holds it; 409 when already answered, 503 when the store cannot be reached
 //	GET    /v1/policy           revision, files, whether it is the built-in default, last reload error
-//	GET    /v1/tools            every tool discovered in the space: owner, description, the annotations policies see (the owner's with --tool-metadata laid over them), the owner's own, and the --tool-metadata entry that applied
+//	GET    /v1/tools            every tool discovered in the space: owner, description, the annotations policies see (a declared tool's --tool-metadata, else the owner's), the owner's own, and the --tool-metadata entry that applied
 //	GET    /v1/grants           every grant kept (live, expired or revoked), oldest first, each with "live"
 //	GET    /v1/grants/{id}      one grant; 404 when there is none
 //	DELETE /v1/grants/{id}      revoke it: it stops matching at once (on every member of a group as their watch delivers); 404 when there is none

@@ -77,7 +77,7 @@ func TestToolsShowsDeclaredAndOwnerAnnotations(t *testing.T) {
 	want := `{"tools":[` +
 		`{"annotations":{"readOnlyHint":true},"description":"Read a file","inputSchema":{"type":"object"},` +
 		`"metadata":{"file":"` + path + `","line":2,"server":"fs","tool":"read_*"},"name":"read_file","server":"fs"},` +
-		`{"annotations":{"destructiveHint":true,"readOnlyHint":false,"title":"Write"},"description":"Write a file","inputSchema":{"type":"object"},` +
+		`{"annotations":{"destructiveHint":true,"readOnlyHint":false},"description":"Write a file","inputSchema":{"type":"object"},` +
 		`"metadata":{"file":"` + path + `","line":3,"server":"fs","tool":"write_file"},"name":"write_file",` +
 		`"owner_annotations":{"readOnlyHint":true,"title":"Write"},"server":"fs"}]}`
 	if code != 200 || compact(t, body) != want {

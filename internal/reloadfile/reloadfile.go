@@ -49,6 +49,20 @@ type Options[T any] struct {
 	Attrs    func(v T) []any
 	Messages Messages
 	Logger   *slog.Logger // nil: discard
+	// RefusedLevel is the level Messages.Failed is logged at; nil:
+	// slog.LevelError.
+	RefusedLevel slog.Leveler
+	// Check, when set, is asked about every change that parses before it
+	// is put in force, with the content in force and the new one: an
+	// error refuses the change as a parse error does (logged, counted,
+	// the last good content stays). It is how a file refuses a change
+	// that parses but is not what anyone meant, such as a truncated write.
+	Check func(inForce, next T) error
+	// Warn, when set, is asked about every change put in force: a
+	// message it returns is logged at WARN (with the file) after
+	// Messages.Reloaded, for a change that parses and was meant but that
+	// an operator must not miss.
+	Warn func(inForce, next T) string
 	// OnReload, when set, is told the outcome of every reload Watch
 	// makes: nil when the file's content is in force, else why it was
 	// refused.
@@ -112,10 +126,18 @@ func (f *File[T]) Reload() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	log := f.opts.Logger
+	inForce := *f.cur.Load()
+	if err == nil && f.opts.Check != nil && !bytes.Equal(raw, f.lastRaw) {
+		err = f.opts.Check(inForce, v)
+	}
 	if err != nil {
 		f.lastErr = err
 		f.failures.Add(1)
-		log.Error(f.opts.Messages.Failed, "file", f.path, "err", err)
+		var level slog.Level = slog.LevelError
+		if f.opts.RefusedLevel != nil {
+			level = f.opts.RefusedLevel.Level()
+		}
+		log.Log(context.Background(), level, f.opts.Messages.Failed, "file", f.path, "err", err)
 		return err
 	}
 	recovered := f.lastErr != nil
@@ -133,6 +155,11 @@ func (f *File[T]) Reload() error {
 		attrs = append(attrs, f.opts.Attrs(v)...)
 	}
 	log.Info(f.opts.Messages.Reloaded, attrs...)
+	if f.opts.Warn != nil {
+		if msg := f.opts.Warn(inForce, v); msg != "" {
+			log.Warn(msg, "file", f.path)
+		}
+	}
 	return nil
 }
 

@@ -186,3 +186,47 @@ func TestWatchFollowsRenamesAndConfigMapSwaps(t *testing.T) {
 	}
 	until("the ..data swap", "gamma")
 }
+
+// Check refuses a change that parses (counted, logged at RefusedLevel, the
+// last good content stays); Warn's message follows a change put in force.
+func TestCheckRefusesAndWarnWarns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "words")
+	write(t, path, "alpha\n")
+	var logs syncBuffer
+	f, err := Open(path, Options[words]{Read: readWords, Messages: messages,
+		RefusedLevel: slog.LevelWarn,
+		Check: func(inForce, next words) error {
+			if len(next) == 1 && next[0] == "" {
+				return errors.New("empty")
+			}
+			return nil
+		},
+		Warn: func(inForce, next words) string {
+			if len(next) < len(inForce) {
+				return "fewer words"
+			}
+			return ""
+		},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, "")
+	if err := f.Reload(); err == nil || err.Error() != "empty" || f.Failures() != 1 || f.Current()[0] != "alpha" {
+		t.Fatalf("Reload of an empty file = %v, %d failures, %v", err, f.Failures(), f.Current())
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="words refused"`) {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+	write(t, path, "alpha\nbeta\n")
+	if err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, "beta\n")
+	if err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="fewer words" file=`+path) {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+}

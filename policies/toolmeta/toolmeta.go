@@ -1,14 +1,15 @@
 // Package toolmeta provides the tool metadata an operator declares for the
 // tools of a space (--tool-metadata FILE; DESIGN "Tool metadata the owner
-// does not send"): annotations laid over what each tool's owner says in
-// tools/list.
+// does not send"): annotations that stand in place of what each declared
+// tool's owner says in tools/list.
 //
 // Two reasons to declare them. Tool servers behind the reference `mew
 // bridge` list only name, description and inputSchema — the bridge drops
 // the MCP server's annotations — so a policy deciding on readOnlyHint or
 // destructiveHint sees nothing for them. And annotations are the owner's
 // claims: any owner (or whoever answers tools/list in its name) may call a
-// destructive tool read-only. The operator's word wins, key by key.
+// destructive tool read-only. For a declared tool the operator's word is
+// the only one: the owner's annotations are not consulted.
 //
 // # The file
 //
@@ -35,8 +36,8 @@
 //
 // # Which entry applies
 //
-// For a tool, exactly one entry applies (or none); its annotations are
-// laid over the owner's. It is chosen by, in order:
+// For a tool, exactly one entry applies (or none); its annotations are the
+// tool's, in place of the owner's. It is chosen by, in order:
 //
 //  1. the owner's own participant id over "*";
 //  2. within that, an exact tool name over a pattern;
@@ -45,8 +46,8 @@
 //
 // So `fs: {"read_*": …}` beats `"*": {read_file: …}`: the entries for an
 // owner are read as a whole before any "*" entry is considered. An entry
-// with empty annotations ({annotations: {}}) still applies, which is how
-// one tool is exempted from a pattern.
+// with empty annotations ({annotations: {}}) still applies: the tool then
+// has no annotations at all (MCP's defaults), whatever its owner says.
 package toolmeta
 
 import (
@@ -424,48 +425,19 @@ func (s *toolSet) lookup(tool string) *Entry {
 }
 
 // Annotate returns the annotations a policy sees for tool as served by
-// server, whose owner sent owner in tools/list (nil when it sent none):
-// the owner's annotations with the keys of the entry that applies laid
-// over them, and that entry (nil when none applies; then owner comes back
-// unchanged). The result is nil when neither declares anything: absent,
-// never invented.
+// server, whose owner sent owner in tools/list (nil when it sent none),
+// and the entry that applies (nil when none does). For a declared tool
+// they are the operator's annotations alone: hints the operator leaves
+// out are absent (a policy reads them as MCP's defaults), never the
+// owner's, because an owner's readOnlyHint: true beside the operator's
+// destructiveHint: true would make a destructive tool look read-only
+// (docs/design.md, "Tool metadata the owner does not send"). For a tool
+// nobody declares they are owner, unchanged; nil when the owner sent
+// none: absent, never invented.
 func (m *Metadata) Annotate(server, tool string, owner json.RawMessage) (json.RawMessage, *Entry) {
 	e := m.Lookup(server, tool)
 	if e == nil {
 		return owner, nil
 	}
-	return Merge(owner, e), e
-}
-
-// Merge lays e's annotations over owner's, key by key: the operator wins
-// where both say something, the owner's other keys stay as sent. An owner
-// value that is not a JSON object (which MCP does not allow) contributes
-// nothing. Nil when the result would be an empty object the owner did not
-// send.
-func Merge(owner json.RawMessage, e *Entry) json.RawMessage {
-	if e == nil {
-		return owner
-	}
-	merged := map[string]json.RawMessage{}
-	ownerObject := false
-	if len(owner) > 0 {
-		if err := json.Unmarshal(owner, &merged); err != nil || merged == nil {
-			merged = map[string]json.RawMessage{}
-		} else {
-			ownerObject = true
-		}
-	}
-	for k, v := range e.keys {
-		merged[k] = v
-	}
-	if len(merged) == 0 && !ownerObject {
-		return nil
-	}
-	b, err := json.Marshal(merged)
-	if err != nil {
-		// Only an owner value that is not valid JSON gets here, and
-		// Unmarshal refused that above; keep the operator's alone.
-		return e.Annotations
-	}
-	return b
+	return e.Annotations, e
 }

@@ -88,12 +88,13 @@ func TestLookupPrecedence(t *testing.T) {
 	}
 }
 
-// TestAnnotate: the operator's keys laid over the owner's, key by key;
-// the owner's text back unchanged when no entry applies; nothing when
-// neither says anything.
+// TestAnnotate: for a declared tool, the operator's annotations alone (the
+// owner adds no hint: issue 41, row 3); the owner's text back unchanged
+// when no entry applies; nothing when neither says anything.
 func TestAnnotate(t *testing.T) {
 	m := parse(t, `fs:
   write_file: {annotations: {readOnlyHint: false, destructiveHint: true}}
+  wipe: {annotations: {destructiveHint: true}}
   quiet: {annotations: {}}
   titled: {annotations: {title: "Deploy (prod)", openWorldHint: false, idempotentHint: true}}
 `)
@@ -104,11 +105,14 @@ func TestAnnotate(t *testing.T) {
 	}{
 		{"owner sent none", "fs", "write_file", "", `{"destructiveHint":true,"readOnlyHint":false}`, true},
 		{"owner lies", "fs", "write_file", `{"readOnlyHint":true,"title":"Write","x-owner":{"a":[1,2]}}`,
-			`{"destructiveHint":true,"readOnlyHint":false,"title":"Write","x-owner":{"a":[1,2]}}`, true},
+			`{"destructiveHint":true,"readOnlyHint":false}`, true},
+		// The red team's case: a hint the operator left out is absent,
+		// never the owner's.
+		{"owner adds readOnlyHint", "fs", "wipe", `{"readOnlyHint":true}`, `{"destructiveHint":true}`, true},
 		{"no entry: verbatim", "fs", "read_file", `{ "readOnlyHint" : true }`, `{ "readOnlyHint" : true }`, false},
 		{"no entry, none sent", "fs", "read_file", "", "", false},
-		{"empty entry, none sent", "fs", "quiet", "", "", true},
-		{"empty entry, owner's kept", "fs", "quiet", `{"readOnlyHint":true}`, `{"readOnlyHint":true}`, true},
+		{"empty entry, none sent", "fs", "quiet", "", `{}`, true},
+		{"empty entry, owner's dropped", "fs", "quiet", `{"readOnlyHint":true}`, `{}`, true},
 		{"owner sent {}", "fs", "quiet", `{}`, `{}`, true},
 		{"owner's junk is dropped", "fs", "write_file", `"rw"`, `{"destructiveHint":true,"readOnlyHint":false}`, true},
 		{"owner's null", "fs", "write_file", `null`, `{"destructiveHint":true,"readOnlyHint":false}`, true},

@@ -3,8 +3,13 @@
 // changes, so that an approver enrolled (or re-enrolled after losing a
 // device) counts without a restart.
 //
-// A change that does not parse is refused: it is logged, counted, and the
-// last good keys stay in force. Readers take the current set with Keys,
+// A change that does not parse is refused: it is logged at WARN, counted,
+// and the last good keys stay in force. So is, while keys are in force, a
+// file that keys nobody without saying so (empty, or comments only): that
+// is what a writer that truncates the file and writes it back leaves in
+// between, and taking it would turn signed approvals off for a forger's
+// benefit. Removing every key is an explicit act: a file whose only line
+// is `none` (approval.NoKeysLine), logged at WARN. Readers take the current set with Keys,
 // an immutable value swapped atomically on each reload: an answer is
 // verified under one set, never under half of two.
 package approverkeys
@@ -13,6 +18,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -56,6 +62,19 @@ func Open(path string, opts Options) (*Watcher, error) {
 			WatchError: "approver keys watch error",
 			Watch:      "watch approver keys",
 		},
+		RefusedLevel: slog.LevelWarn,
+		Check: func(inForce, next approval.ApproverKeys) error {
+			if err := check(inForce, next); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			return nil
+		},
+		Warn: func(inForce, next approval.ApproverKeys) string {
+			if len(next.IDs()) == 0 && len(inForce.IDs()) > 0 {
+				return "approver keys removed: every approver's answers are taken on the gateway's word"
+			}
+			return ""
+		},
 		Logger: opts.Logger, OnReload: opts.OnReload, Watching: opts.Watching,
 	})
 	if err != nil {
@@ -63,6 +82,19 @@ func Open(path string, opts Options) (*Watcher, error) {
 	}
 	return &Watcher{file: f}, nil
 }
+
+// check refuses a change that keys nobody without saying so while keys
+// are in force.
+func check(inForce, next approval.ApproverKeys) error {
+	if len(next.IDs()) == 0 && !next.None && len(inForce.IDs()) > 0 {
+		return ErrNoKeys
+	}
+	return nil
+}
+
+// ErrNoKeys is why a change that keys nobody without saying so was
+// refused (wrapped with the file's name).
+var ErrNoKeys = errors.New("no approver keys: an empty file (or one of comments only) is refused while keys are in force; write `" + approval.NoKeysLine + "` to remove every key")
 
 // read reads the file once, so that the bytes compared on the next reload
 // are the bytes parsed.

@@ -215,3 +215,77 @@ func TestOpenRefusesABrokenFile(t *testing.T) {
 		t.Error("a nil watcher holds keys")
 	}
 }
+
+// TestTruncatedWriteKeepsTheKeys: a writer that is not atomic truncates
+// the file and writes it back a moment later (issue 41, row 5). The
+// empty file in between is refused at WARN, and the keys in force stay:
+// signed approvals never silently turn off. A file of comments only is
+// as empty. Removing every key is an explicit act: a file whose only line
+// is `none`, logged at WARN.
+func TestTruncatedWriteKeepsTheKeys(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "approver-keys")
+	alice := keyLine(t, "alice")
+	if err := os.WriteFile(path, []byte(alice), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	w, waitReload := watched(t, path, &logs)
+
+	// Truncated in place (O_TRUNC), as a non-atomic writer leaves it.
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := waitReload(true)
+	if want := path + ": no approver keys: an empty file (or one of comments only) is refused while keys are in force; write `none` to remove every key"; err == nil || err.Error() != want {
+		t.Fatalf("reload of a truncated file = %v, want %q", err, want)
+	}
+	if !w.Has("alice") || w.ReloadFailures() != 1 {
+		t.Fatalf("a truncated file dropped the keys: %v, %d failures", w.Keys().IDs(), w.ReloadFailures())
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="approver keys reload failed; the last good keys stay in force" file=`+path) {
+		t.Errorf("the refusal is not a warning:\n%s", logs.String())
+	}
+
+	if err := os.WriteFile(path, []byte("# being rewritten\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitReload(true)
+	if !w.Has("alice") {
+		t.Fatal("a file of comments only dropped the keys")
+	}
+
+	// Written back: in force again.
+	if err := os.WriteFile(path, []byte(alice), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitReload(false)
+	if !w.Has("alice") || w.LastReloadError() != nil {
+		t.Fatalf("after the write-back: %v, %v", w.Keys().IDs(), w.LastReloadError())
+	}
+
+	// `none` beside a key is a contradiction: refused.
+	if err := os.WriteFile(path, []byte("none\n"+alice), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitReload(true); err == nil || !strings.HasPrefix(err.Error(), path+":2: ") {
+		t.Fatalf("none beside a key: %v", err)
+	}
+
+	// The explicit act: every key removed, said at WARN.
+	if err := os.WriteFile(path, []byte("# alice left\nnone\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitReload(false)
+	if len(w.Keys().IDs()) != 0 {
+		t.Fatalf("after `none`: %v", w.Keys().IDs())
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="approver keys removed: every approver's answers are taken on the gateway's word" file=`+path) {
+		t.Errorf("removing every key is not a warning:\n%s", logs.String())
+	}
+	// With no keys in force, an empty file changes nothing and is fine.
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitReload(false)
+}

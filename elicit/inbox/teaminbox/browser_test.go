@@ -335,3 +335,26 @@ func TestTeamInboxCannotChangeTheCall(t *testing.T) {
 		}
 	}
 }
+
+// TestTeamInboxReEnrolmentAndSignOut (issue 41, row 7): alice's lost phone
+// is signed in; she enrols a new one, and the lost phone's page shows the
+// sign-in form, her cards gone, within its next refresh. On the new phone
+// Sign out does the same.
+func TestTeamInboxReEnrolmentAndSignOut(t *testing.T) {
+	w := newWorld(t)
+	lost := browserTab(t)
+	w.enrol(t, lost, "alice")
+	do(t, lost, "the sign-out button", chromedp.WaitVisible(`//button[@id="logout-button" and normalize-space()="Sign out"]`))
+
+	phone := browserTab(t)
+	w.enrol(t, phone, "alice")
+	do(t, lost, "the lost phone signed out", chromedp.WaitVisible(`//input[@id="login-id"]`),
+		chromedp.WaitNotVisible(`//button[@id="logout-button"]`))
+	if who := get(t, lost, "who", chromedp.Text(`//span[@id="who"]`)); who != "" {
+		t.Errorf("the lost phone still names %q", who)
+	}
+
+	do(t, phone, "sign out", chromedp.Click(`//button[@id="logout-button"]`),
+		chromedp.WaitVisible(`//input[@id="login-id"]`),
+		chromedp.WaitVisible(`//p[@id="status" and normalize-space()="Signed out."]`))
+}

@@ -130,13 +130,23 @@ func TestRunJoinsEnrolledApprovers(t *testing.T) {
 	}
 }
 
-// TestEnrolmentLinkExpires: a link works until its expiry, and not after.
+// TestEnrolmentLinkExpires: a link works until its expiry, and not after;
+// refused then, its file is removed.
 func TestEnrolmentLinkExpires(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	token, err := teaminbox.CreateEnrolment(dir, "alice", time.Hour, t0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Only the token's hash is kept.
+	entries, _ := os.ReadDir(filepath.Join(dir, "enrol"))
+	if len(entries) != 1 || strings.Contains(entries[0].Name(), token) {
+		t.Fatalf("enrol/ holds %v", entries)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "enrol", entries[0].Name()))
+	if strings.Contains(string(b), token) {
+		t.Errorf("the token is stored: %s", b)
 	}
 	for _, tc := range []struct {
 		at   time.Duration
@@ -154,13 +164,7 @@ func TestEnrolmentLinkExpires(t *testing.T) {
 			t.Errorf("after %s: %d %q, want %d %q", tc.at, code, msg, tc.code, tc.msg)
 		}
 	}
-	// Only the token's hash is kept.
-	entries, _ := os.ReadDir(filepath.Join(dir, "enrol"))
-	if len(entries) != 1 || strings.Contains(entries[0].Name(), token) {
-		t.Errorf("enrol/ holds %v", entries)
-	}
-	b, _ := os.ReadFile(filepath.Join(dir, "enrol", entries[0].Name()))
-	if strings.Contains(string(b), token) {
-		t.Errorf("the token is stored: %s", b)
+	if entries, _ := os.ReadDir(filepath.Join(dir, "enrol")); len(entries) != 0 {
+		t.Errorf("the expired link's file stays: %v", entries)
 	}
 }

@@ -3,16 +3,21 @@ package teaminbox
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,12 +58,21 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	mu         sync.Mutex
-	passkeys   approval.Passkeys
-	ceremonies map[string]ceremony   // by random id
-	sessions   map[string]session    // by cookie value
-	uis        map[string]*UI        // by approver id
-	onEnrol    func(approver string) // Run's: join the space for them
+	mu            sync.Mutex
+	passkeys      approval.Passkeys
+	passkeysStamp fileStamp           // the passkeys file as last read
+	ceremonies    map[string]ceremony // enrolments and answers, by random id
+	// ceremonyQueue is the ids of ceremonies in the order they were made
+	// (and expire); usedLogins the sign-in ceremonies that finished, until
+	// they expire, in usedQueue's order. loginKey authenticates sign-in
+	// ceremony ids, which hold their own state.
+	ceremonyQueue []queued
+	usedLogins    map[string]struct{}
+	usedQueue     []queued
+	loginKey      []byte
+	sessions      map[string]session    // by cookie value
+	uis           map[string]*UI        // by approver id
+	onEnrol       func(approver string) // Run's: join the space for them
 
 	// tamper, in tests, changes an answer after its assertion was made:
 	// what a compromised inbox server would try.
@@ -77,7 +91,11 @@ type ceremony struct {
 
 type session struct {
 	approver string
-	expires  time.Time
+	// credential is the passkey the approver had when the session began:
+	// a session lasts only while it is still theirs, so a re-enrolment
+	// (a lost device replaced) or `inbox revoke` ends every session.
+	credential []byte
+	expires    time.Time
 }
 
 // New makes a Server and reads the passkeys enrolled so far.
@@ -98,7 +116,55 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: opts, log: opts.Logger, passkeys: keys, ceremonies: map[string]ceremony{}, sessions: map[string]session{}, uis: map[string]*UI{}}, nil
+	if err := SweepEnrolments(opts.Dir, opts.Now()); err != nil {
+		return nil, err
+	}
+	loginKey := make([]byte, 32)
+	if _, err := rand.Read(loginKey); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, passkeys: keys, ceremonies: map[string]ceremony{}, sessions: map[string]session{}, uis: map[string]*UI{},
+		usedLogins: map[string]struct{}{}, loginKey: loginKey}
+	s.passkeysStamp = s.stampPasskeys()
+	return s, nil
+}
+
+// stampPasskeys is what the passkeys file is now, to tell a change
+// another process made (a re-enrolment by another inbox on the same
+// directory, `inbox revoke`): every write renames a new file into place.
+func (s *Server) stampPasskeys() fileStamp {
+	fi, err := os.Stat(filepath.Join(s.opts.Dir, PasskeysFile))
+	if err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{fi}
+}
+
+// fileStamp tells one version of a file from another: the same file
+// (device and inode), size and modification time.
+type fileStamp struct{ fi os.FileInfo }
+
+func (a fileStamp) same(b fileStamp) bool {
+	if a.fi == nil || b.fi == nil {
+		return a.fi == nil && b.fi == nil
+	}
+	return os.SameFile(a.fi, b.fi) && a.fi.Size() == b.fi.Size() && a.fi.ModTime().Equal(b.fi.ModTime())
+}
+
+// reloadPasskeys reads the passkeys file again when it changed since it
+// was last read; s.mu must be held. A file that cannot be read keeps
+// the passkeys in force (and is logged).
+func (s *Server) reloadPasskeys() {
+	stamp := s.stampPasskeys()
+	if stamp.same(s.passkeysStamp) {
+		return
+	}
+	keys, err := LoadPasskeys(s.opts.Dir)
+	if err != nil {
+		s.log.Warn("the passkeys file changed and cannot be read; the passkeys in force stay", "err", err)
+		return
+	}
+	s.passkeys, s.passkeysStamp = keys, stamp
 }
 
 // Enrolled lists the approvers with a passkey, sorted.
@@ -132,6 +198,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/enrol/finish", s.post(s.enrolFinish))
 	mux.HandleFunc("POST /api/login/begin", s.post(s.loginBegin))
 	mux.HandleFunc("POST /api/login/finish", s.post(s.loginFinish))
+	mux.HandleFunc("POST /api/logout", s.post(s.logout))
 	mux.HandleFunc("GET /api/cards", s.cards)
 	mux.HandleFunc("POST /api/answer/begin", s.post(s.answerBegin))
 	mux.HandleFunc("POST /api/answer/finish", s.post(s.answerFinish))
@@ -227,32 +294,120 @@ func randomID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// newCeremony records a ceremony and returns its id.
+// maxCeremonies bounds the enrolment and answer ceremonies kept at once
+// (both need a link or a session to begin); past it the oldest goes.
+const maxCeremonies = 4096
+
+// queued is a ceremony id (or a used sign-in's) in the order it was
+// made: with one TTL for all, also the order they expire in, so that
+// expiry pops from the front, O(1) each.
+type queued struct {
+	id      string
+	expires time.Time
+}
+
+// newCeremony records a ceremony and returns its id. A sign-in's is kept
+// nowhere but in the id itself (loginCeremony): /api/login/begin needs no
+// credential, and whatever it kept a flood could fill.
 func (s *Server) newCeremony(c ceremony) string {
-	id := randomID()
 	now := s.opts.Now()
 	c.expires = now.Add(ceremonyTTL)
+	if c.kind == "login" {
+		return s.loginCeremony(c)
+	}
+	id := randomID()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, old := range s.ceremonies {
-		if !now.Before(old.expires) {
-			delete(s.ceremonies, k)
-		}
+	s.expireCeremonies(now)
+	for len(s.ceremonies) >= maxCeremonies && len(s.ceremonyQueue) > 0 {
+		delete(s.ceremonies, s.ceremonyQueue[0].id)
+		s.ceremonyQueue = s.ceremonyQueue[1:]
 	}
 	s.ceremonies[id] = c
+	s.ceremonyQueue = append(s.ceremonyQueue, queued{id, c.expires})
 	return id
 }
 
-// takeCeremony uses a ceremony up: each challenge is answered once.
+// expireCeremonies forgets the ceremonies and used sign-ins that expired
+// by now, from the front of their queues; s.mu must be held.
+func (s *Server) expireCeremonies(now time.Time) {
+	for len(s.ceremonyQueue) > 0 && !now.Before(s.ceremonyQueue[0].expires) {
+		delete(s.ceremonies, s.ceremonyQueue[0].id)
+		s.ceremonyQueue = s.ceremonyQueue[1:]
+	}
+	for len(s.usedQueue) > 0 && !now.Before(s.usedQueue[0].expires) {
+		delete(s.usedLogins, s.usedQueue[0].id)
+		s.usedQueue = s.usedQueue[1:]
+	}
+}
+
+// loginCeremony is a sign-in ceremony's id: the approver, the challenge
+// and the expiry, authenticated with the server's key (HMAC-SHA256), so
+// that the server keeps nothing until the sign-in finishes.
+func (s *Server) loginCeremony(c ceremony) string {
+	payload := binary.BigEndian.AppendUint64(nil, uint64(c.expires.UnixNano()))
+	payload = append(payload, mustDecode(c.challenge)...)
+	payload = append(payload, c.approver...)
+	mac := hmac.New(sha256.New, s.loginKey)
+	mac.Write(payload)
+	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// loginOf reads a sign-in ceremony's id; ok is false when it is not one
+// this server made.
+func (s *Server) loginOf(id string) (c ceremony, ok bool) {
+	p, m, found := strings.Cut(id, ".")
+	if !found {
+		return ceremony{}, false
+	}
+	payload, err1 := base64.RawURLEncoding.DecodeString(p)
+	sum, err2 := base64.RawURLEncoding.DecodeString(m)
+	if err1 != nil || err2 != nil || len(payload) < 8+32 {
+		return ceremony{}, false
+	}
+	mac := hmac.New(sha256.New, s.loginKey)
+	mac.Write(payload)
+	if !hmac.Equal(sum, mac.Sum(nil)) {
+		return ceremony{}, false
+	}
+	return ceremony{kind: "login", expires: time.Unix(0, int64(binary.BigEndian.Uint64(payload))),
+		challenge: base64.RawURLEncoding.EncodeToString(payload[8 : 8+32]), approver: string(payload[8+32:])}, true
+}
+
+// takeCeremony uses a ceremony up: each challenge is answered once. A
+// sign-in's is used up by spendLogin, once its assertion verified.
 func (s *Server) takeCeremony(id, kind string) (ceremony, error) {
+	expired := fail(http.StatusBadRequest, "the request expired or was already used; start again")
+	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireCeremonies(now)
+	if c, ok := s.loginOf(id); ok {
+		if _, used := s.usedLogins[id]; used || c.kind != kind || !now.Before(c.expires) {
+			return ceremony{}, expired
+		}
+		return c, nil
+	}
 	c, ok := s.ceremonies[id]
 	delete(s.ceremonies, id)
-	if !ok || c.kind != kind || !s.opts.Now().Before(c.expires) {
-		return ceremony{}, fail(http.StatusBadRequest, "the request expired or was already used; start again")
+	if !ok || c.kind != kind || !now.Before(c.expires) {
+		return ceremony{}, expired
 	}
 	return c, nil
+}
+
+// spendLogin records that the sign-in ceremony id finished: it is never
+// taken again before it expires. Only sign-ins whose passkey verified
+// get here, so the record is as bounded as real sign-ins are.
+func (s *Server) spendLogin(id string, c ceremony) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, used := s.usedLogins[id]; used {
+		return fail(http.StatusBadRequest, "the request expired or was already used; start again")
+	}
+	s.usedLogins[id] = struct{}{}
+	s.usedQueue = append(s.usedQueue, queued{id, c.expires})
+	return nil
 }
 
 // sessionOf returns the signed-in approver of the request, or "".
@@ -263,10 +418,19 @@ func (s *Server) sessionOf(r *http.Request) string {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reloadPasskeys()
 	for id, se := range s.sessions {
 		if subtle.ConstantTimeCompare([]byte(id), []byte(ck.Value)) == 1 {
-			if !s.opts.Now().Before(se.expires) {
+			pk, enrolled := s.passkeys[se.approver]
+			switch {
+			case !s.opts.Now().Before(se.expires):
 				delete(s.sessions, id)
+				return ""
+			case !enrolled || !bytes.Equal(pk.CredentialID, se.credential):
+				// Re-enrolled or revoked since: the session was the old
+				// passkey's (perhaps a lost device's).
+				delete(s.sessions, id)
+				s.log.Info("a session of a replaced or revoked passkey ended", "approver", se.approver)
 				return ""
 			}
 			return se.approver
@@ -278,10 +442,38 @@ func (s *Server) sessionOf(r *http.Request) string {
 func (s *Server) signIn(w http.ResponseWriter, approverID string) {
 	id := randomID()
 	s.mu.Lock()
-	s.sessions[id] = session{approver: approverID, expires: s.opts.Now().Add(sessionTTL)}
+	s.sessions[id] = session{approver: approverID, credential: s.passkeys[approverID].CredentialID, expires: s.opts.Now().Add(sessionTTL)}
 	s.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: len(s.opts.Origin) > 8 && s.opts.Origin[:8] == "https://", MaxAge: int(sessionTTL / time.Second)})
+		Secure: s.secure(), MaxAge: int(sessionTTL / time.Second)})
+}
+
+func (s *Server) secure() bool { return strings.HasPrefix(s.opts.Origin, "https://") }
+
+// endSessions ends every session of approver (a re-enrolment); s.mu
+// must be held.
+func (s *Server) endSessions(approver string) {
+	for id, se := range s.sessions {
+		if se.approver == approver {
+			delete(s.sessions, id)
+		}
+	}
+}
+
+// logout ends the request's session and clears its cookie.
+func (s *Server) logout(r *http.Request, _ json.RawMessage) (any, error) {
+	if ck, err := r.Cookie(cookieName); err == nil {
+		s.mu.Lock()
+		for id := range s.sessions {
+			if subtle.ConstantTimeCompare([]byte(id), []byte(ck.Value)) == 1 {
+				delete(s.sessions, id)
+			}
+		}
+		s.mu.Unlock()
+	}
+	http.SetCookie(writerOf(r), &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: s.secure(), MaxAge: -1})
+	return map[string]bool{"signed_out": true}, nil
 }
 
 // responseWriterKey lets API calls that sign in set the cookie.
@@ -368,6 +560,8 @@ func (s *Server) enrolFinish(r *http.Request, raw json.RawMessage) (any, error) 
 	}
 	s.mu.Lock()
 	s.passkeys[who] = pk
+	s.passkeysStamp = s.stampPasskeys()
+	s.endSessions(who) // the old passkey's sessions (a lost device) end
 	s.mu.Unlock()
 	s.log.Info("passkey enrolled", "approver", who)
 	if s.opts.Enrolled != nil {
@@ -401,6 +595,7 @@ type loginBeginIn struct {
 func (s *Server) allow(approverID string) ([]protocol.CredentialDescriptor, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reloadPasskeys()
 	pk, ok := s.passkeys[approverID]
 	if !ok {
 		return nil, false
@@ -432,6 +627,7 @@ func (s *Server) loginBegin(r *http.Request, raw json.RawMessage) (any, error) {
 // challenge (base64url).
 func (s *Server) verifyAssertion(approverID, challenge string, cred json.RawMessage) error {
 	s.mu.Lock()
+	s.reloadPasskeys()
 	pk, ok := s.passkeys[approverID]
 	s.mu.Unlock()
 	if !ok {
@@ -459,6 +655,9 @@ func (s *Server) loginFinish(r *http.Request, raw json.RawMessage) (any, error) 
 		return nil, err
 	}
 	if err := s.verifyAssertion(c.approver, c.challenge, in.Credential); err != nil {
+		return nil, err
+	}
+	if err := s.spendLogin(in.Ceremony, c); err != nil {
 		return nil, err
 	}
 	s.signIn(writerOf(r), c.approver)

@@ -69,6 +69,7 @@ func CreateEnrolment(dir, approver string, ttl time.Duration, now time.Time) (st
 		return "", err
 	}
 	token := base64.RawURLEncoding.EncodeToString(raw)
+	_ = SweepEnrolments(dir, now) // the expired links go as a new one comes
 	b, _ := json.Marshal(pendingEnrolment{Approver: approver, Expires: now.Add(ttl).UTC()})
 	if err := os.WriteFile(filepath.Join(dir, enrolDir, tokenHash(token)), b, 0o600); err != nil {
 		return "", err
@@ -92,9 +93,37 @@ func lookupEnrolment(dir, token string, now time.Time) (string, error) {
 	}
 	var p pendingEnrolment
 	if json.Unmarshal(b, &p) != nil || !now.Before(p.Expires) || !approverID.MatchString(p.Approver) {
+		// Refused for good: the link is gone, as its expiry says.
+		_ = os.Remove(filepath.Join(dir, enrolDir, tokenHash(token)))
 		return "", ErrEnrolment
 	}
 	return p.Approver, nil
+}
+
+// SweepEnrolments removes the enrolment links of dir that expired by now
+// (or that cannot be read as one): an expired link is never honoured,
+// and its file does not stay. Errors are the directory's; a file that
+// cannot be removed is left for the next sweep.
+func SweepEnrolments(dir string, now time.Time) error {
+	entries, err := os.ReadDir(filepath.Join(dir, enrolDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, enrolDir, e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var p pendingEnrolment
+		if json.Unmarshal(b, &p) != nil || !now.Before(p.Expires) {
+			_ = os.Remove(path)
+		}
+	}
+	return nil
 }
 
 // useEnrolment uses the token up: removing its file is the single use (of
@@ -132,9 +161,35 @@ func appendPasskey(dir, approver string, p approval.Passkey) error {
 		return err
 	}
 	keys[approver] = p
+	return writePasskeys(dir, keys)
+}
+
+// RevokePasskey removes approver's passkey from dir's passkeys file
+// (`fulfiller inbox revoke ID`): a running inbox ends every session of
+// theirs, and fulfiller run, reloading the file as --approver-keys, stops
+// counting it. Revoking the last passkey writes a file that says so
+// (approval.NoKeysLine), which run takes; an empty one it would refuse.
+func RevokePasskey(dir, approver string) error {
+	keys, err := LoadPasskeys(dir)
+	if err != nil {
+		return err
+	}
+	if _, ok := keys[approver]; !ok {
+		return fmt.Errorf("%s has no passkey in %s", approver, filepath.Join(dir, PasskeysFile))
+	}
+	delete(keys, approver)
+	return writePasskeys(dir, keys)
+}
+
+// writePasskeys replaces dir's passkeys file with keys, renamed into
+// place whole (fulfiller run may reload it at any moment).
+func writePasskeys(dir string, keys approval.Passkeys) error {
 	out := []byte("# Enrolled by fulfiller inbox serve: --approver-keys lines.\n")
 	for _, id := range (approval.ApproverKeys{Passkeys: keys}).IDs() {
 		out = fmt.Appendf(out, "%s %s %s\n", id, approval.KeyTypeWebAuthn, approval.EncodePasskey(keys[id]))
+	}
+	if len(keys) == 0 {
+		out = append(out, "# Every passkey was revoked.\n"+approval.NoKeysLine+"\n"...)
 	}
 	tmp := filepath.Join(dir, PasskeysFile+".tmp")
 	if err := os.WriteFile(tmp, out, 0o600); err != nil {

@@ -1,10 +1,13 @@
 package teaminbox
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"sync"
 
 	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
 // keepEnded is how many ended cards an approver's page still shows.
@@ -121,14 +124,18 @@ func (u *UI) trim() {
 }
 
 // cardView is a card as the page gets it. Everything in it is shown as
-// text, never HTML.
+// text, never HTML, and every text others wrote (proposer, tool owner,
+// policy, the other approvers) went through printable: control,
+// bidirectional and invisible characters are escaped, as approve --web
+// and the terminal card show them, so that the page never reads one call
+// while another runs.
 type cardView struct {
 	Request   string   `json:"request"`
 	Proposal  string   `json:"proposal"`
 	State     string   `json:"state"`
 	Summary   string   `json:"summary"`
 	Message   string   `json:"message"`
-	Arguments string   `json:"arguments"`
+	Arguments string   `json:"arguments"` // indented JSON
 	Digest    string   `json:"digest"`
 	DigestOK  bool     `json:"digest_ok"`
 	Quorum    int      `json:"quorum"`
@@ -142,6 +149,7 @@ type cardView struct {
 func (u *UI) view() []cardView {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	p := printable.String
 	out := []cardView{}
 	for _, id := range u.order {
 		e := u.cards[id]
@@ -149,22 +157,37 @@ func (u *UI) view() []cardView {
 			continue
 		}
 		c := e.card
-		v := cardView{Request: c.RequestID, State: e.state, Summary: c.Summary(), Message: c.Message,
-			Arguments: string(c.Arguments()), DigestOK: c.DigestOK, Quorum: c.Policy.Quorum,
-			Status: e.status, Outcome: e.outcome, Peers: []string{}}
+		v := cardView{Request: c.RequestID, State: e.state, Summary: p(c.Summary()), Message: p(c.Message),
+			Arguments: arguments(c.Arguments()), DigestOK: c.DigestOK, Quorum: c.Policy.Quorum,
+			Status: p(e.status), Outcome: p(e.outcome), Peers: []string{}}
 		if c.Proposal != nil {
-			v.Proposal, v.Digest = c.Proposal.ID, c.Proposal.Digest
+			v.Proposal, v.Digest = p(c.Proposal.ID), c.Proposal.Digest
 		}
 		if d := c.Deadline(); !d.IsZero() {
 			v.Deadline = d.UTC().Format("2006-01-02T15:04:05Z")
 		}
-		for _, p := range e.peers {
-			v.Peers = append(v.Peers, p.String())
+		for _, peer := range e.peers {
+			v.Peers = append(v.Peers, p(peer.String()))
 		}
 		if len(e.peers) > 0 {
-			v.Progress = approver.Progress(c, e.peers)
+			v.Progress = p(approver.Progress(c, e.peers))
 		}
 		out = append(out, v)
 	}
 	return out
+}
+
+// arguments lays the call's arguments out for reading, as the proposal
+// wrote them (never re-encoded), escaped line by line: the indentation's
+// newlines are the page's, a newline inside a value is already \n in JSON.
+func arguments(args json.RawMessage) string {
+	if len(args) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	text := string(args)
+	if json.Indent(&b, args, "", "  ") == nil {
+		text = b.String()
+	}
+	return printable.Lines(text)
 }

@@ -46,13 +46,17 @@ type Record struct {
 	Target     string    `json:"target,omitempty"`
 
 	// Decision records.
-	Input       json.RawMessage    `json:"input,omitempty"`
-	Erased      []string           `json:"erased,omitempty"` // masked input paths, as in OPA ("/input/params/arguments/password")
-	Result      *decision.Decision `json:"result,omitempty"`
-	Error       string             `json:"error,omitempty"`       // why the decision failed closed
-	Reevaluated bool               `json:"reevaluated,omitempty"` // asked again after an approver edited the call
-	GrantID     string             `json:"grant_id,omitempty"`    // decision: the grant that let it through; grant: the grant made
-	LatencyNS   int64              `json:"latency_ns,omitempty"`
+	Input  json.RawMessage    `json:"input,omitempty"`
+	Erased []string           `json:"erased,omitempty"` // masked input paths, as in OPA ("/input/params/arguments/password")
+	Result *decision.Decision `json:"result,omitempty"`
+	Error  string             `json:"error,omitempty"` // why the decision failed closed
+	// PolicyTimeout says an evaluation ran past the policy timeout:
+	// "retried" (the second evaluation decided) or "busy" (it timed out
+	// too, and the answer was a busy reject; load is not a policy verdict).
+	PolicyTimeout string `json:"policy_timeout,omitempty"`
+	Reevaluated   bool   `json:"reevaluated,omitempty"` // asked again after an approver edited the call
+	GrantID       string `json:"grant_id,omitempty"`    // decision: the grant that let it through; grant: the grant made
+	LatencyNS     int64  `json:"latency_ns,omitempty"`
 
 	// Outcome records.
 	Status   string          `json:"status,omitempty"` // fulfilled: ok or error; rejected with reason timeout: timeout

@@ -158,14 +158,31 @@ async function refresh() {
     const data = await api("/api/cards");
     $("who").textContent = data.approver;
     $("login").hidden = true;
+    $("logout-button").hidden = false;
     // Keep an open Decline form: re-render only when nothing is typed.
     if (!document.activeElement || document.activeElement.tagName !== "TEXTAREA") render(data.cards);
   } catch (e) {
-    if (e.status === 401) { $("login").hidden = false; $("cards").replaceChildren(); return; }
+    if (e.status === 401) { signedOut(); return; }
     say(e.message);
   }
   clearTimeout(timer);
   timer = setTimeout(refresh, 1000);
+}
+
+// signedOut shows the sign-in form and nothing of the cards: after a
+// sign-out, and when the session ended (a re-enrolment, inbox revoke).
+function signedOut() {
+  clearTimeout(timer);
+  $("who").textContent = "";
+  $("logout-button").hidden = true;
+  $("login").hidden = false;
+  $("cards").replaceChildren();
+}
+
+async function logout() {
+  await api("/api/logout", {});
+  signedOut();
+  say("Signed out.");
 }
 
 function start() {
@@ -175,6 +192,7 @@ function start() {
 
 document.addEventListener("DOMContentLoaded", () => {
   $("login-button").onclick = () => login($("login-id").value).catch((e) => say("Sign-in failed: " + e.message));
+  $("logout-button").onclick = () => logout().catch((e) => say("Sign-out failed: " + e.message));
   // The enrolment token is in the fragment: browsers never send it in a
   // request line or a Referer, so it stays out of every log.
   const token = location.pathname === "/enrol" ? location.hash.slice(1) : "";
