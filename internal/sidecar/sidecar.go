@@ -33,6 +33,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/grants"
 	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/ops"
 	"github.com/mewkit/fulfiller/policies"
@@ -321,20 +322,20 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 
 	// Subscribed from the join on (DialSubscribed): a proposal sent the
 	// moment the fulfiller appears in the roster would otherwise arrive
-	// before Subscribe and never be answered. The second subscription is
-	// the elicitor's: in a group an approver answers the member that
-	// asked, and when that member's work was adopted, the adopter must
-	// hear the answer too.
+	// before Subscribe and never be answered. It sees every frame (All):
+	// in a group an approver answers the member that asked, and when
+	// that member's work was adopted, the adopter must hear the answer
+	// too.
 	client, subs, err := agent.DialSubscribed(ctx, agent.Config{
 		URL: cfg.Gateway, Space: cfg.Space, Token: cfg.Token, ID: cfg.ID,
 		MaxFrame: cfg.MaxFrame, JoinTimeout: cfg.JoinTimeout, Logger: log,
 		RPCIDs: rpcIDSource(store), Outbox: out,
-	}, agent.SubscribeOptions{All: true, Buffer: 1024, Impersonations: true}, agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
+	}, agent.SubscribeOptions{All: true, Buffer: 1024, Impersonations: true})
 	if err != nil {
 		return &StartError{Part: PartJoin, Err: fmt.Errorf("join %s as %s: %w", cfg.Gateway, cfg.ID, err)}
 	}
 	s.client = client
-	sub, answers := subs[0], subs[1]
+	sub := subs[0]
 	s.onStop(func() { _ = client.Close(); sub.Close() })
 	// The agent's "joined space" line (gateway, id, the capabilities
 	// granted and who else is there) is the one line a join logs.
@@ -352,22 +353,19 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 		next := approvalObs
 		approvalObs = func(e elicit.Event) { next(e); extra(e) }
 	}
-	ecfg := elicit.Config{DefaultApprovers: cfg.Approvers, PromptKey: cfg.PromptKey, OfferGrants: true, Logger: log, Observer: approvalObs}
+	// The humans are asked by the fulfiller's core; elicit is the codec
+	// of its prompts and answers, and the Event its observers read.
+	ecfg := elicit.Config{DefaultApprovers: cfg.Approvers, Logger: log}
 	if cfg.Keys != nil {
 		ecfg.CurrentKeys = cfg.Keys.Keys
 	}
-	elicitor := elicit.New(client, ecfg)
-	elicitCtx, stopElicit := context.WithCancel(context.WithoutCancel(ctx))
-	elicitDone := make(chan struct{})
-	go func() { defer close(elicitDone); _ = elicitor.Run(elicitCtx, answers.C()) }()
-	s.onStop(func() {
-		// After the fulfiller has answered everything: its Cancels have
-		// told the approvers already.
-		elicitor.Close()
-		stopElicit()
-		<-elicitDone
-		answers.Close()
-	})
+	elicit.LogKeys(ecfg)
+	approvals := &fulfill.Approvals{Codec: elicit.Codec{Signer: client.ID(), PromptKey: cfg.PromptKey, Logger: log}, OfferGrants: true,
+		Observer: func(h lifecycle.Human) { approvalObs(elicit.EventOf(h)) }}
+	if cfg.Keys != nil {
+		keys := cfg.Keys
+		approvals.CurrentKeys = func() lifecycle.KeySet { return keys.Keys() }
+	}
 
 	// Grants approvers make live in the store, mirrored in memory.
 	grantReg := grantstore.NewRegistry(grantStore(store), log)
@@ -378,7 +376,7 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 
 	fcfg := cfg.Fulfill
 	fcfg.SpaceID = cfg.Space
-	fcfg.Escalator = elicitor
+	fcfg.Approvals = approvals
 	fcfg.Observer = s.ops.observer()
 	if cfg.Observer != nil {
 		fcfg.Observer = fulfill.Observers{fcfg.Observer, cfg.Observer}
