@@ -201,7 +201,7 @@ func (c Codec) WithContext(f func(*lifecycle.Proposal) (*policies.Tool, json.Raw
 // with its humans: what the Elicitor reported of the same step, so that
 // the decision log, the metrics and the notifier see the same.
 func EventOf(h lifecycle.Human) Event {
-	ev := Event{Kind: EventKind(h.Kind), ProposalID: h.ID, Approver: h.Approver, From: h.From, RequestID: h.RequestID,
+	ev := Event{Time: h.At, Kind: EventKind(h.Kind), ProposalID: h.ID, Approver: h.Approver, From: h.From, RequestID: h.RequestID,
 		Action: h.Action, Approve: h.Approve, Reason: h.Reason, To: h.To, Outcome: h.Outcome, DecisionID: h.DecisionID, Revision: h.Revision}
 	if n := h.Notice; n != nil {
 		p := &Prompt{Proposer: n.Proposer, Method: n.Method, Tool: n.Tool, Target: n.Target, Asked: n.Asked, Quorum: n.Quorum,

@@ -2,6 +2,24 @@
 // elicitation carried in MEW envelopes (docs/protocol.md, "Escalation by MCP
 // elicitation"), and turns their answers into fulfil or reject.
 //
+// # Where it runs
+//
+// The escalation itself (whom to ask, quorum, veto, delegation,
+// reminders, tiers, the deadline, the grant chosen) is a pure sub-machine
+// of the fulfiller's lifecycle core (fulfill/lifecycle, escalation.go),
+// run by the fulfiller's one event loop: no goroutine or timer per
+// escalation. This package is its Codec: Codec.Prompt builds the
+// elicitation/create payload of a prompt (below), Codec.Read verifies an
+// answer under the approver keys in force and reads its form into a
+// verified answer; EventOf turns the core's steps with the humans into
+// the Event the decision log, the metrics and the notifier read, and
+// LogKeys says at start who must sign. The fulfiller's shell is the
+// approvers' channel: it writes the prompts and their cancellations over
+// the agent, and hands the core the answers, the roster and key reloads
+// (fulfill.Approvals; internal/sidecar wires it). The Elicitor, a
+// goroutine per escalation behind fulfill.Escalator, is what ran it
+// before; nothing in production uses it any more.
+//
 // # What goes on the wire
 //
 // For each approver the decision names (else --approvers) who is in the
@@ -75,8 +93,8 @@
 // forgery attempt. See approval.Sign, approval.Verify and
 // approval.CallDigest.
 //
-// The keys may change while escalations are open (Config.CurrentKeys: the
-// file is reloaded). An answer is verified under the keys in force when it
+// The keys may change while escalations are open (the file is reloaded;
+// the shell hands the core the set in force before each answer). An answer is verified under the keys in force when it
 // arrives: a key removed or replaced (an approver who lost a device and
 // enrolled again) verifies nothing from then on, even for prompts sent
 // before, and an approver keyed since a prompt was sent must sign their

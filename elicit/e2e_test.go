@@ -140,8 +140,8 @@ func TestE2EWithdrawWhileWaiting(t *testing.T) {
 	if got := w.answers(id); len(got) != 0 {
 		t.Errorf("a withdrawn proposal was answered: %v", got)
 	}
-	if w.el.Open() != 0 {
-		t.Errorf("%d escalations still open", w.el.Open())
+	if n := w.awaitingApproval(); n != 0 {
+		t.Errorf("%d escalations still open", n)
 	}
 }
 

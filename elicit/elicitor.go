@@ -130,13 +130,24 @@ func New(conn Conn, cfg Config) *Elicitor {
 	}
 	e := &Elicitor{conn: conn, cfg: cfg, log: cfg.Logger, open: map[string]*escalation{}, routes: map[string]route{}}
 	e.base, e.stop = context.WithCancel(context.Background())
-	// Said of the keys at start; a reloaded file's count is logged by
-	// whoever reloads it.
+	LogKeys(cfg)
+	return e
+}
+
+// LogKeys says what cfg's approver keys are at start, once: with none,
+// that an approval is only as trustworthy as the gateway, which does not
+// authenticate from; else who must sign and who need not. (A reloaded
+// file's count is logged by whoever reloads it.)
+func LogKeys(cfg Config) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	keyed := cfg.currentKeys().IDs()
 	if len(keyed) == 0 && cfg.CurrentKeys == nil {
-		e.log.Warn("no approver keys configured: approvals are taken on the gateway's word, and the gateway does not authenticate from, so an approval is only as trustworthy as the gateway and everyone in the space (see --approver-keys)")
+		log.Warn("no approver keys configured: approvals are taken on the gateway's word, and the gateway does not authenticate from, so an approval is only as trustworthy as the gateway and everyone in the space (see --approver-keys)")
 	} else if len(keyed) == 0 {
-		e.log.Warn("the approver keys file lists no approver yet: approvals are taken on the gateway's word until someone enrols (the file is reloaded when it changes)")
+		log.Warn("the approver keys file lists no approver yet: approvals are taken on the gateway's word until someone enrols (the file is reloaded when it changes)")
 	} else {
 		var unkeyed []string
 		for _, id := range cfg.DefaultApprovers {
@@ -145,11 +156,10 @@ func New(conn Conn, cfg Config) *Elicitor {
 			}
 		}
 		if len(unkeyed) > 0 {
-			e.log.Warn("approvers without a key: their answers are taken on the gateway's word", "approvers", unkeyed)
+			log.Warn("approvers without a key: their answers are taken on the gateway's word", "approvers", unkeyed)
 		}
-		e.log.Info("signed approvals required", "approvers", keyed)
+		log.Info("signed approvals required", "approvers", keyed)
 	}
-	return e
 }
 
 // Escalate starts asking the approvers about one proposal and returns at

@@ -265,8 +265,8 @@ func TestE2EWithdrawnStopsReminders(t *testing.T) {
 	if got := w.elicitations(); len(got) != 1 {
 		t.Errorf("%d elicitations on the wire, want alice's alone", len(got))
 	}
-	if w.el.Open() != 0 {
-		t.Errorf("%d escalations still open", w.el.Open())
+	if n := w.awaitingApproval(); n != 0 {
+		t.Errorf("%d escalations still open", n)
 	}
 }
 

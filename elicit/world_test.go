@@ -23,6 +23,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/proposer"
@@ -113,14 +114,15 @@ type worldOptions struct {
 
 // world is a whole space on loopback: the in-process gateway, a file tool
 // server, the real fulfiller (agent, Rego engine, lifecycle) with the real
-// Elicitor, a proposer, and humans whose answers each test scripts.
+// escalation (the lifecycle core's own, with elicit's Codec, as the
+// sidecar runs it), a proposer, and humans whose answers each test
+// scripts.
 type world struct {
 	t        *testing.T
 	srv      *space.Server
 	prop     *proposer.Proposer
 	coder    *agent.Client
 	ful      *fulfill.Fulfiller
-	el       *elicit.Elicitor
 	humans   map[string]*human
 	logs     *lockedBuffer
 	fc       *agent.Client
@@ -247,15 +249,21 @@ func (w *world) startFulfiller() {
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
 	w.fc = fc
-	w.el = elicit.New(fc, elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, CurrentKeys: opts.currentKeys, PromptKey: opts.promptKey, OfferGrants: opts.offerGrants, Logger: log, Observer: func(e elicit.Event) {
-		w.mu.Lock()
-		w.events = append(w.events, e)
-		w.mu.Unlock()
-		if opts.observe != nil {
-			opts.observe(e)
-		}
-	}})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
+	ecfg := elicit.Config{DefaultApprovers: opts.approvers, Keys: opts.keys, CurrentKeys: opts.currentKeys, Logger: log}
+	elicit.LogKeys(ecfg)
+	approvals := &fulfill.Approvals{Codec: elicit.Codec{Signer: "fulfiller", PromptKey: opts.promptKey, Logger: log}, OfferGrants: opts.offerGrants,
+		Keys: approval.ApproverKeys{Ed25519: opts.keys}, Observer: func(h lifecycle.Human) {
+			e := elicit.EventOf(h)
+			w.mu.Lock()
+			w.events = append(w.events, e)
+			w.mu.Unlock()
+			if opts.observe != nil {
+				opts.observe(e)
+			}
+		}}
+	if opts.currentKeys != nil {
+		approvals.CurrentKeys = func() lifecycle.KeySet { return opts.currentKeys() }
+	}
 	var regStore grantstore.Store
 	if w.store != nil {
 		regStore = w.store // grants outlive the process with the rest
@@ -267,7 +275,7 @@ func (w *world) startFulfiller() {
 	// DiscoverySettle: nobody in these worlds forges a tools/list
 	// answer (fulfill's tests cover that), and the 500 ms default would
 	// be waited out by every world before its first proposal.
-	w.ful = fulfill.New(fc, w.engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: w.el, Logger: log, Store: cfgStore, Grants: w.grants,
+	w.ful = fulfill.New(fc, w.engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Approvals: approvals, Approvers: opts.approvers, Logger: log, Store: cfgStore, Grants: w.grants,
 		StatusChats: opts.statusChats, DiscoverySettle: time.Millisecond,
 		Observer: fulfill.ObserverFunc(func(e fulfill.Event) {
 			w.mu.Lock()
@@ -276,9 +284,8 @@ func (w *world) startFulfiller() {
 		})})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, fcancel := context.WithCancel(ctx)
-	fulDone, elDone := make(chan struct{}), make(chan struct{})
+	fulDone := make(chan struct{})
 	go func() { defer close(fulDone); _ = w.ful.Run(fctx, fulSub.C()) }()
-	go func() { defer close(elDone); _ = w.el.Run(ctx, elSub.C()) }()
 	regDone := make(chan struct{})
 	if reg := w.grants; reg != nil {
 		go func() { defer close(regDone); _ = reg.Run(fctx) }()
@@ -286,20 +293,27 @@ func (w *world) startFulfiller() {
 	} else {
 		close(regDone)
 	}
-	el := w.el
 	var once sync.Once
 	w.stopFul = func() {
 		once.Do(func() {
 			fcancel()
 			<-fulDone
 			<-regDone
-			el.Close()
-			elSub.Close()
-			<-elDone
 		})
 	}
 	t.Cleanup(w.stopFul)
 	poll.Until(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
+}
+
+// awaitingApproval counts the proposals whose escalation is open.
+func (w *world) awaitingApproval() int {
+	n := 0
+	for _, p := range w.ful.Pending() {
+		if p.State == "awaiting_approval" {
+			n++
+		}
+	}
+	return n
 }
 
 // crashFulfiller stops the fulfiller process as kill -9 would: its store

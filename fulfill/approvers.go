@@ -31,8 +31,12 @@ type Approvals struct {
 	// deadline is the proposer's own.
 	Codec lifecycle.Codec
 	// Keys is the approver key set in force at start (nil: nobody is
-	// keyed); Fulfiller.KeysChanged replaces it.
-	Keys lifecycle.KeySet
+	// keyed); Fulfiller.KeysChanged replaces it. CurrentKeys, when set,
+	// is the set in force now (a keys file reloaded while the fulfiller
+	// runs): read at start and before each answer is handed to the
+	// core, which verifies the answer under it.
+	Keys        lifecycle.KeySet
+	CurrentKeys func() lifecycle.KeySet
 	// OfferGrants lets a grantable escalation of quorum 1 offer grants.
 	OfferGrants bool
 	// Observer, when set, is told each step with the humans (the
@@ -119,15 +123,51 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// Human reports a step with the humans to the Approvals' Observer.
-// A reminder or tier that will not happen is only logged.
+// Human reports a step with the humans to the Approvals' Observer, on
+// the proposal's lane: in its order with the proposal's decision-log
+// lines. A reminder or tier that will not happen is only logged.
 func (w *wire) Human(_ context.Context, h lifecycle.Human) {
 	if h.Kind == lifecycle.HumanStepDropped {
 		w.log.Warn(h.Reason, "proposal", h.ID, "after", h.After)
 		return
 	}
+	w.logHuman(h)
 	if w.approvals != nil && w.approvals.Observer != nil {
 		w.approvals.Observer(h)
+	}
+}
+
+// logHuman logs a step with the humans as the Elicitor logged it (never
+// an answer's content or signature).
+func (w *wire) logHuman(h lifecycle.Human) {
+	switch h.Kind {
+	case lifecycle.HumanSkipped:
+		w.log.Info("approver not asked", "proposal", h.ID, "approver", h.Approver, "reason", h.Reason)
+	case lifecycle.HumanAsked:
+		w.log.Info("asked approver", "proposal", h.ID, "approver", h.Approver, "request", h.RequestID)
+	case lifecycle.HumanAskedAgain:
+		w.log.Info("asked approver again after a reconnect", "proposal", h.ID, "approver", h.Approver, "request", h.RequestID)
+	case lifecycle.HumanAnswered:
+		w.log.Info("approver answered", "proposal", h.ID, "approver", h.Approver, "request", h.RequestID, "action", h.Action, "approve", h.Approve)
+	case lifecycle.HumanDelegated:
+		w.log.Info("approver delegated", "proposal", h.ID, "approver", h.Approver, "to", h.To)
+	case lifecycle.HumanIgnored:
+		switch {
+		case h.From != h.Approver && h.Reason == "not addressed to "+h.From:
+			w.log.Warn("answer to an elicitation from a participant it was not sent to; ignored",
+				"proposal", h.ID, "request", h.RequestID, "approver", h.Approver, "from", h.From)
+		case h.Reason == "already answered":
+			w.log.Info("second answer to an elicitation ignored", "proposal", h.ID, "request", h.RequestID, "approver", h.From)
+		default:
+			w.log.Warn("answer ignored: "+h.Reason, "proposal", h.ID, "approver", h.Approver, "request", h.RequestID)
+		}
+	case lifecycle.HumanForgery:
+		w.log.Warn("forgery attempt: answer for a keyed approver is unsigned or badly signed; ignored",
+			"proposal", h.ID, "approver", h.Approver, "request", h.RequestID, "from", h.From, "action", h.Action, "err", h.Reason)
+	case lifecycle.HumanReminded:
+		w.log.Info("reminder: the prompt is still open", "proposal", h.ID)
+	case lifecycle.HumanEscalated:
+		w.log.Info("escalated", "proposal", h.ID)
 	}
 }
 

@@ -49,7 +49,9 @@ func TestCoreEscalationThroughTheShell(t *testing.T) {
 	var mu sync.Mutex
 	var humans []lifecycle.Human
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}}}}
-	h := newHarness(t, Config{Approvals: &Approvals{Codec: answerCodec{}, Observer: func(x lifecycle.Human) { mu.Lock(); humans = append(humans, x); mu.Unlock() }}}, dec)
+	space := newFakeSpace()
+	space.setPresent("alice", true)
+	h := newHarnessOn(t, space, Config{Approvals: &Approvals{Codec: answerCodec{}, Observer: func(x lifecycle.Human) { mu.Lock(); humans = append(humans, x); mu.Unlock() }}}, dec)
 	prompt := func(id string) agent.Envelope {
 		t.Helper()
 		h.deliver(proposalEnv(id, "coder", addCall))

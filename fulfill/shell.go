@@ -171,6 +171,9 @@ func coreConfig(cfg Config) lifecycle.Config {
 	}
 	if a := cfg.Approvals; a != nil {
 		c.Keys, c.OfferGrants = a.Keys, a.OfferGrants
+		if a.CurrentKeys != nil {
+			c.Keys = a.CurrentKeys()
+		}
 	}
 	return c
 }
@@ -201,11 +204,17 @@ func (s *Fulfiller) Run(ctx context.Context, in <-chan agent.Envelope) error {
 	// records it resumes may be decided at once, and routing waits for a
 	// discovery under way, not for one not yet begun (it found no owner
 	// and rejected "incapable").
+	var roster []string
 	for _, p := range s.space.Roster() {
 		s.present[p.ID] = true
+		roster = append(roster, p.ID)
 		s.catalog.refresh(base, p.ID)
 	}
 	s.checkVetoHolders(s.space.Roster())
+	// Who is here, before the loop resumes any record: an escalation
+	// asks only approvers present. Stepped directly: nothing else runs
+	// the core yet.
+	s.core.Step(s.cfg.Clock.Now(), lifecycle.Roster{Present: roster})
 
 	loopCtx, stopLoop := context.WithCancel(base)
 	defer stopLoop()

@@ -187,9 +187,13 @@ func (s *Fulfiller) onResponse(env agent.Envelope) {
 		return
 	}
 	if !ok || p.Request == nil {
-		if s.cfg.Approvals != nil {
+		if a := s.cfg.Approvals; a != nil {
 			// An approver's answer to one of the core's prompts, maybe:
-			// the core matches it (and drops what is not one).
+			// the core matches it (and drops what is not one), under
+			// the keys in force now.
+			if a.CurrentKeys != nil {
+				s.post(lifecycle.KeysChanged{Keys: a.CurrentKeys()})
+			}
 			s.post(answerOf(cid, env))
 		}
 		s.peerResps.keep(cid, env)

@@ -353,6 +353,8 @@ func (w *wire) Status(ctx context.Context, s lifecycle.Status) {
 		st.Stage, st.Approvers, st.Deadline, st.Quorum = StatusEscalated, s.Approvers, s.Deadline.UTC(), max(s.Quorum, 1)
 		if a, ok := w.asks.Peek(s.ID); ok && a.decision.DeadlineByProposer {
 			st.DeadlineBy = "proposer"
+		} else if sd, ok := policyDecision(s.Decision); ok && sd.DeadlineByProposer {
+			st.DeadlineBy = "proposer"
 		}
 		text = fmt.Sprintf("Waiting for approval by %s (%d needed) until %s.", strings.Join(st.Approvers, ", "), st.Quorum, st.Deadline.Format(time.RFC3339))
 	case lifecycle.StatusQueued:

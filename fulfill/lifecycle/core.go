@@ -901,12 +901,19 @@ func (s *step) then(e *entry, w pendingWrite) {
 			approvers = escOf(e.p).Approvers
 		}
 		s.log(e, "escalated", func(l *Line) { l.By, l.Deadline, l.Ahead = approvers, e.p.Deadline, true })
+		d := *e.p.Decision
+		st := Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline, Decision: &d}
 		if c.cfg.Escalator {
 			s.ask(e)
-		} else {
-			s.opened(e, false)
+			s.status(e, st)
+			return
 		}
-		s.status(e, Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline})
+		// The proposer is told before the prompts go out: they are
+		// what the approvers answer, and a chat that waits for a
+		// session must not hold them up, nor hold up a shutdown's
+		// reject behind them.
+		s.status(e, st)
+		s.opened(e, false)
 	case thenQueued:
 		if e.outcome == Open && e.p.Phase == Queued {
 			s.status(e, Status{Stage: StatusQueued})

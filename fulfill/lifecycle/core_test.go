@@ -753,7 +753,7 @@ func TestStatusChats(t *testing.T) {
 			same(t, kinds(effs), []string{"SendPrompt"})
 			continue
 		}
-		same(t, kinds(effs), []string{"SendPrompt", "Status"})
+		same(t, kinds(effs), []string{"Status", "SendPrompt"})
 		st := only[Status](t, effs)
 		if st.To != "coder" || st.Stage != StatusEscalated || len(st.Approvers) != 1 || st.Approvers[0] != "alice" || st.Quorum != 1 || !st.Deadline.Equal(t0.Add(5*time.Minute)) {
 			t.Fatalf("status %+v", st)

@@ -11,10 +11,11 @@
 // # The shell
 //
 // Package fulfill is the shell around this core: its Fulfiller runs a
-// Loop with a Store over the state package, a Wire over the MEW space and
-// the elicit Escalator (Config.Escalator), a Policy over OPA, routing and
-// grants, and a Journal over its Observers; its package doc lists the
-// pieces. The lock-based lifecycle it had before (a proposal changed by
+// Loop with a Store over the state package, a Wire over the MEW space
+// (with fulfill.Approvals, also the ApproverChannel of the core's own
+// escalation, whose Codec is elicit's; production runs it so), a Policy
+// over OPA, routing and grants, and a Journal over its Observers; its
+// package doc lists the pieces. The lock-based lifecycle it had before (a proposal changed by
 // about nine goroutines under a mutex, its deadline, decision and seen
 // ids each held in three copies) is gone.
 //

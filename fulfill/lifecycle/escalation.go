@@ -157,7 +157,7 @@ func (c *Core) rpcID() int64 { return c.ids.RPCID() }
 
 // human emits a step of e's escalation with its humans.
 func (s *step) human(e *entry, h Human) {
-	h.ID, h.DecisionID, h.Revision = e.p.ID, e.p.DecisionID, revisionOf(e.p)
+	h.ID, h.At, h.DecisionID, h.Revision = e.p.ID, s.now, e.p.DecisionID, revisionOf(e.p)
 	s.emit(h)
 }
 
@@ -235,26 +235,42 @@ func (c *Core) grantOffers(p *Proposal) []string {
 	return out
 }
 
-// newPrompt mints a prompt for approver (handed on along chain) and adds
-// it to e's proposal, unsent: it goes out once the record holding it is
-// durable (sendPrompts). One that cannot be made is recorded as unsent.
-func (s *step) newPrompt(e *entry, approver string, chain []string) string {
+// newPrompts mints a prompt for each of approvers (handed on along
+// chain) and adds them to e's proposal, unsent: they go out once the
+// record holding them is durable (sendPrompts). All are registered
+// before any is made, as elicit registered its seats before it asked:
+// a form offers as delegates only those who hold no prompt (quorum
+// above one). One that cannot be made is recorded as unsent.
+func (s *step) newPrompts(e *entry, approvers []string, chain []string) []string {
 	c, p := s.c, e.p
-	pr := Prompt{Approver: approver, EnvelopeID: c.promptID(), RPCID: c.rpcID(), Chain: chain, Sent: s.now.UTC(),
-		Signed: c.keys != nil && c.keys.Has(approver)}
-	pr.Delegates = c.delegatesFor(p, approver, chain)
-	pr.Grants = c.grantOffers(p)
-	spec := PromptSpec{Approver: approver, EnvelopeID: pr.EnvelopeID, RPCID: pr.RPCID, Chain: chain,
-		Approvers: slices.Clone(escOf(p).Approvers), Quorum: quorumOf(p), Delegates: pr.Delegates, Grants: pr.Grants}
-	payload, err := c.cfg.Codec.Prompt(p, spec)
-	if err != nil {
-		pr.State = PromptUnsent
-		escOf(p).LastErr = fmt.Sprintf("the request to %s could not be signed", approver)
+	first := len(p.Prompts)
+	var ids []string
+	for _, a := range approvers {
+		pr := Prompt{Approver: a, EnvelopeID: c.promptID(), RPCID: c.rpcID(), Chain: chain, Sent: s.now.UTC(),
+			Signed: c.keys != nil && c.keys.Has(a)}
+		p.Prompts = append(p.Prompts, pr)
+		c.byPrompt[pr.EnvelopeID] = p.ID
+		ids = append(ids, pr.EnvelopeID)
 	}
-	pr.Payload = payload
-	p.Prompts = append(p.Prompts, pr)
-	c.byPrompt[pr.EnvelopeID] = p.ID
-	return pr.EnvelopeID
+	for i := first; i < len(p.Prompts); i++ {
+		pr := &p.Prompts[i]
+		pr.Delegates = c.delegatesFor(p, pr.Approver, chain)
+		pr.Grants = c.grantOffers(p)
+		spec := PromptSpec{Approver: pr.Approver, EnvelopeID: pr.EnvelopeID, RPCID: pr.RPCID, Chain: chain,
+			Approvers: slices.Clone(escOf(p).Approvers), Quorum: quorumOf(p), Delegates: pr.Delegates, Grants: pr.Grants}
+		payload, err := c.cfg.Codec.Prompt(p, spec)
+		if err != nil {
+			pr.State = PromptUnsent
+			escOf(p).LastErr = fmt.Sprintf("the request to %s could not be signed", pr.Approver)
+		}
+		pr.Payload = payload
+	}
+	return ids
+}
+
+// newPrompt is newPrompts for one approver.
+func (s *step) newPrompt(e *entry, approver string, chain []string) string {
+	return s.newPrompts(e, []string{approver}, chain)[0]
 }
 
 // sendPrompts sends e's prompts named by ids, recorded now, if still open
@@ -320,9 +336,7 @@ func (s *step) startEscalation(e *entry) bool {
 		s.commitReject(e, "incapable", tooFew(approvers, online, q))
 		return false
 	}
-	for _, a := range online {
-		s.newPrompt(e, a, nil)
-	}
+	s.newPrompts(e, online, nil)
 	return true
 }
 
@@ -454,11 +468,10 @@ func (s *step) escalateTo(e *entry, t decision.Tier, announce bool) []string {
 	if announce {
 		s.human(e, Human{Kind: HumanEscalated, Notice: notice(p, added, false)})
 	}
-	var ids []string
-	for _, a := range ask {
-		ids = append(ids, s.newPrompt(e, a, nil))
+	if len(ask) == 0 {
+		return nil
 	}
-	return ids
+	return s.newPrompts(e, ask, nil)
 }
 
 // askAgain: who came into the space (everyone, when empty: this member's
@@ -480,15 +493,15 @@ func (s *step) askAgain(e *entry, who string, resumed bool) {
 		}
 		s.human(e, Human{Kind: kind, Approver: pr.Approver, RequestID: pr.EnvelopeID})
 	}
-	var ids []string
+	var late []string
 	for _, a := range escOf(p).Approvers {
 		if (who != "" && a != who) || a == p.From || answered(p, a) || holdsOpen(p, a) || !c.online(a) {
 			continue
 		}
-		ids = append(ids, s.newPrompt(e, a, nil))
+		late = append(late, a)
 	}
-	if len(ids) > 0 {
-		s.recordPrompts(e, ids)
+	if len(late) > 0 {
+		s.recordPrompts(e, s.newPrompts(e, late, nil))
 	}
 }
 

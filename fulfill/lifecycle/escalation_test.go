@@ -203,6 +203,17 @@ func TestEscalationDelegation(t *testing.T) {
 	effs = w.answer(bob, "bob", fakeAnswer{Action: "accept", Approve: true})
 	only[SendRequest](t, effs)
 
+	// Quorum above one: those asked already are not offered (a second
+	// prompt would cost a distinct approval).
+	w = newEscWorld(t, []string{"alice", "bob", "carol"})
+	p = prompts(w.escalate(Decision{Approvers: []string{"alice", "bob", "carol"}, Quorum: 2}))
+	for a, pr := range p {
+		_ = json.Unmarshal(pr.Payload, &spec)
+		if len(spec.Delegates) != 0 {
+			t.Fatalf("%s offered %v", a, spec.Delegates)
+		}
+	}
+
 	w = newEscWorld(t, []string{"alice"})
 	p = prompts(w.escalate(Decision{Approvers: []string{"alice"}}))
 	effs = w.answer(p["alice"], "alice", fakeAnswer{Action: "accept", DelegateTo: "mallory"})

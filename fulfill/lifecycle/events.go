@@ -529,12 +529,15 @@ const (
 // people, _meta["fulfiller/status"] for programs).
 type Status struct {
 	ID, To, Stage string
-	Approvers     []string
-	Quorum        int
-	Deadline      time.Time
-	Target        string // the tool owner (task)
-	TaskID        string
-	TaskStatus    string
+	// Decision is the proposal's (escalated): the shell's own terms in
+	// it (Extra) say whether the deadline is the proposer's hint.
+	Decision   *Decision
+	Approvers  []string
+	Quorum     int
+	Deadline   time.Time
+	Target     string // the tool owner (task)
+	TaskID     string
+	TaskStatus string
 }
 
 // Schedule asks for a Fired at At.
@@ -632,6 +635,7 @@ const (
 // Revision name the decision that escalated.
 type Human struct {
 	ID                   string
+	At                   time.Time // when the core took the step
 	Kind                 HumanKind
 	Approver, From       string
 	RequestID            string

@@ -11,6 +11,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/grants"
 	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/internal/ops"
 )
 
@@ -23,9 +24,9 @@ type clientPart struct {
 	store *storePart // nil without Config.State
 
 	client *agent.Client
-	// sub is what the fulfiller reads, answers the elicitor's (which
-	// closes it when it stops).
-	sub, answers *agent.Subscription
+	// sub is what the fulfiller reads: every frame (answers to prompts
+	// included).
+	sub *agent.Subscription
 }
 
 // Start joins; a failure is a *StartError of PartState (the outbox) or
@@ -42,19 +43,19 @@ func (p *clientPart) Start(ctx context.Context) error {
 	}
 	// Subscribed from the join on (DialSubscribed): a proposal sent the
 	// moment the fulfiller appears in the roster would otherwise arrive
-	// before Subscribe and never be answered. The second subscription is
-	// the elicitor's: in a group an approver answers the member that
-	// asked, and when that member's work was adopted, the adopter must
-	// hear the answer too.
+	// before Subscribe and never be answered. It sees every frame (All):
+	// in a group an approver answers the member that asked, and when
+	// that member's work was adopted, the adopter must hear the answer
+	// too.
 	client, subs, err := agent.DialSubscribed(ctx, agent.Config{
 		URL: cfg.Gateway, Space: cfg.Space, Token: cfg.Token, ID: cfg.ID,
 		MaxFrame: cfg.MaxFrame, JoinTimeout: cfg.JoinTimeout, Logger: log,
 		RPCIDs: rpcIDSource(store), Outbox: out,
-	}, agent.SubscribeOptions{All: true, Buffer: 1024, Impersonations: true}, agent.SubscribeOptions{Kinds: elicit.Kinds, Buffer: 256, All: store != nil})
+	}, agent.SubscribeOptions{All: true, Buffer: 1024, Impersonations: true})
 	if err != nil {
 		return &StartError{Part: PartJoin, Err: fmt.Errorf("join %s as %s: %w", cfg.Gateway, cfg.ID, err)}
 	}
-	p.client, p.sub, p.answers = client, subs[0], subs[1]
+	p.client, p.sub = client, subs[0]
 	// The agent's "joined space" line (gateway, id, the capabilities
 	// granted and who else is there) is the one line a join logs.
 	if why := ops.CannotAnswer(client.Capabilities()); why != "" {
@@ -71,45 +72,46 @@ func (p *clientPart) Stop() error {
 	return nil
 }
 
-// elicitorPart asks the approvers and hears their answers until Stop.
-type elicitorPart struct {
+// approvalsPart is the fulfiller's channel to the approvers: the core
+// asks the humans (its escalation), elicit is the codec of its prompts
+// and answers, and the approvals' observers (operations, notifier, the
+// sidecar's own) hear each step. It runs nothing of its own.
+type approvalsPart struct {
 	cfg      *Config
 	log      *slog.Logger
 	ops      *opsRuntime
 	notifier *notifier // nil without targets
 	client   *clientPart
 
-	elicitor *elicit.Elicitor
-	running  tasks // its Run
+	approvals *fulfill.Approvals
 }
 
-func (p *elicitorPart) Start(ctx context.Context) error {
+func (p *approvalsPart) Start(context.Context) error {
 	cfg := p.cfg
 	approvalObs := p.notifier.observer(p.ops.approvalObserver())
 	if extra := cfg.ApprovalObserver; extra != nil {
 		next := approvalObs
 		approvalObs = func(e elicit.Event) { next(e); extra(e) }
 	}
-	// Grants are offered wherever the policy's decision is grantable: the
-	// policy, not a flag, decides whether people may grant.
-	ecfg := elicit.Config{DefaultApprovers: cfg.Approvers, PromptKey: cfg.PromptKey, OfferGrants: true, Logger: p.log, Observer: approvalObs}
+	ecfg := elicit.Config{DefaultApprovers: cfg.Approvers, Logger: p.log}
 	if cfg.Keys != nil {
 		ecfg.CurrentKeys = cfg.Keys.Keys
 	}
-	p.elicitor = elicit.New(p.client.client, ecfg)
-	answers := p.client.answers.C()
-	p.running.goRun(ctx, func(ctx context.Context) { _ = p.elicitor.Run(ctx, answers) })
+	elicit.LogKeys(ecfg)
+	// Grants are offered wherever the policy's decision is grantable: the
+	// policy, not a flag, decides whether people may grant.
+	p.approvals = &fulfill.Approvals{Codec: elicit.Codec{Signer: p.client.client.ID(), PromptKey: cfg.PromptKey, Logger: p.log}, OfferGrants: true,
+		Observer: func(h lifecycle.Human) { approvalObs(elicit.EventOf(h)) }}
+	if cfg.Keys != nil {
+		keys := cfg.Keys
+		p.approvals.CurrentKeys = func() lifecycle.KeySet { return keys.Keys() }
+	}
 	return nil
 }
 
-// Stop runs after the fulfiller has answered everything: its Cancels
-// have told the approvers already.
-func (p *elicitorPart) Stop() error {
-	p.elicitor.Close()
-	p.running.stop()
-	p.client.answers.Close()
-	return nil
-}
+// Stop has nothing to stop: the fulfiller, stopped before, cancelled
+// every prompt still open.
+func (p *approvalsPart) Stop() error { return nil }
 
 // grantsPart is the registry of the grants approvers make, kept in the
 // store and mirrored in memory. It runs nothing: its expiry and its
@@ -139,14 +141,14 @@ func (p *grantsPart) Stop() error { return nil }
 // answers every pending one (within Fulfill.ShutdownTimeout) while the
 // client is still joined.
 type fulfillerPart struct {
-	cfg      *Config
-	log      *slog.Logger
-	ops      *opsRuntime
-	policy   *policyPart
-	store    *storePart // nil without Config.State
-	client   *clientPart
-	elicitor *elicitorPart
-	grants   *grantsPart
+	cfg       *Config
+	log       *slog.Logger
+	ops       *opsRuntime
+	policy    *policyPart
+	store     *storePart // nil without Config.State
+	client    *clientPart
+	approvals *approvalsPart
+	grants    *grantsPart
 
 	ful     *fulfill.Fulfiller
 	runErr  error         // Run's, once done is closed
@@ -158,7 +160,7 @@ func (p *fulfillerPart) Start(ctx context.Context) error {
 	cfg := p.cfg
 	fcfg := cfg.Fulfill
 	fcfg.SpaceID = cfg.Space
-	fcfg.Escalator = p.elicitor.elicitor
+	fcfg.Approvals = p.approvals.approvals
 	fcfg.Observer = p.ops.observer()
 	if cfg.Observer != nil {
 		fcfg.Observer = fulfill.Observers{fcfg.Observer, cfg.Observer}

@@ -13,9 +13,9 @@ import (
 // notifier is the part that tells Config.Notify's targets of prompts
 // opening and ending; the sidecar has it only with targets. It starts
 // before the join, so that a bad target stops the sidecar before it
-// answers anything, and stops after the elicitor: the prompt.ended of
+// answers anything, and stops after the fulfiller: the prompt.ended of
 // the prompts cancelled at shutdown still go out, within the notifier's
-// drain. observer goes into the elicitor's observer.
+// drain. observer goes into the approvals' observer.
 type notifier struct {
 	cfg     notify.Config // Start makes the Notifier of it
 	log     *slog.Logger
@@ -53,7 +53,7 @@ func (nt *notifier) Stop() error {
 	return nil
 }
 
-// observer adds the notifier, when there is one, to the elicitor's
+// observer adds the notifier, when there is one, to the approvals'
 // observer.
 func (nt *notifier) observer(next func(elicit.Event)) func(elicit.Event) {
 	if nt == nil {

@@ -153,7 +153,7 @@ func TestSidecarPartsInDesignOrder(t *testing.T) {
 		return ns
 	}
 	cfg := Config{Gateway: "ws://gateway.invalid/", ID: "fulfiller"}
-	want := []string{"operations", "policy", "shutdown account", "client", "elicitor", "grants", "watches", "fulfiller"}
+	want := []string{"operations", "policy", "shutdown account", "client", "approvals", "grants", "watches", "fulfiller"}
 	if got := names(cfg); !slices.Equal(got, want) {
 		t.Errorf("parts %q, want %q", got, want)
 	}
@@ -162,7 +162,7 @@ func TestSidecarPartsInDesignOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.State, cfg.Notify = &StateConfig{Mode: state.Mode{Kind: state.Memory}}, []notify.Target{target}
-	want = []string{"operations", "notifier", "policy", "state store", "state store probe", "shutdown account", "client", "elicitor", "grants", "watches", "fulfiller"}
+	want = []string{"operations", "notifier", "policy", "state store", "state store probe", "shutdown account", "client", "approvals", "grants", "watches", "fulfiller"}
 	if got := names(cfg); !slices.Equal(got, want) {
 		t.Errorf("parts %q, want %q", got, want)
 	}

@@ -1,6 +1,6 @@
 // Package sidecar is fulfiller's one composition root: it builds and
 // runs the sidecar `fulfiller run` is (the agent client, the policy
-// engine and its shadow, the state store, the elicitor, the grants, the
+// engine and its shadow, the state store, the approvals, the grants, the
 // fulfiller, the decision log, the metrics and operator API, the
 // notifications, the tool metadata) with one start/stop lifecycle.
 // `fulfiller run`, `fulfiller demo` (internal/demo) and `fulfiller
@@ -14,11 +14,11 @@
 // listener) first, so that probes answer 503 while the policy loads and
 // the agent joins, then the notifier, the policy (its shadow and the
 // tool metadata), the state store and its probe, the join, the
-// elicitor, the grants, the watches, and the fulfiller last. When one
+// approvals, the grants, the watches, and the fulfiller last. When one
 // fails, those started before it are stopped again in reverse. Stop
 // stops them all in reverse, each once: the fulfiller answers what is
 // pending while the client is still joined, then the watches, the
-// elicitor, the client (after which the shutdown is accounted for), the
+// approvals, the client (after which the shutdown is accounted for), the
 // probe and the store (its lease removed), the notifier, the decision
 // log (flushed) and the listener. Each goroutine is its part's: started
 // in its Start, ended and waited for in its Stop. Run is Start, a wait
@@ -90,7 +90,7 @@ type Config struct {
 	Approvers []string
 	// Keys are the approvers whose answers count only when signed: the
 	// --approver-keys file, reloaded while the sidecar runs (nil: none).
-	// The elicitor verifies each answer, and the decision log marks each
+	// The fulfiller verifies each answer, and the decision log marks each
 	// approver, under the keys in force at that moment.
 	Keys *approverkeys.Watcher
 	// PromptKey, when set, signs every approval prompt.
@@ -193,12 +193,12 @@ func New(cfg Config) (*Sidecar, error) {
 
 	// The operations surface first, so that probes answer (503) while
 	// the policy loads and the agent joins; stopped last: after the
-	// fulfiller has stopped and the elicitor too, the decision log is
+	// fulfiller has stopped, the decision log is
 	// flushed, then the HTTP server stops.
 	s.ops = newOpsRuntime(log, c.Ops, c.Keys.Has)
 	s.parts.add("operations", s.ops)
 	// Before the join, so that a bad target stops the sidecar before it
-	// answers anything; stopped after the elicitor.
+	// answers anything; stopped after the fulfiller.
 	nt := newNotifier(c, s.ops.metrics, log)
 	if nt != nil {
 		s.parts.add("notifier", nt)
@@ -216,20 +216,20 @@ func New(cfg Config) (*Sidecar, error) {
 	s.ful = &fulfillerPart{cfg: c, log: log, ops: s.ops, policy: s.policy, store: s.store, client: s.client, done: make(chan struct{})}
 	s.parts.add("shutdown account", &shutdownAccount{log: log, client: s.client, ful: s.ful})
 	s.parts.add("client", s.client)
-	elicitor := &elicitorPart{cfg: c, log: log, ops: s.ops, notifier: nt, client: s.client}
-	s.parts.add("elicitor", elicitor)
+	approvals := &approvalsPart{cfg: c, log: log, ops: s.ops, notifier: nt, client: s.client}
+	s.parts.add("approvals", approvals)
 	s.grants = &grantsPart{cfg: c, log: log, ops: s.ops, store: s.store}
 	s.parts.add("grants", s.grants)
 	s.parts.add("watches", &watches{log: log, policy: s.policy, keys: c.Keys, grants: s.grants})
 	// The fulfiller, last: it answers from its start on, until Stop.
-	s.ful.elicitor, s.ful.grants = elicitor, s.grants
+	s.ful.approvals, s.ful.grants = approvals, s.grants
 	s.parts.add("fulfiller", s.ful)
 	return s, nil
 }
 
 // Start starts every part, in order: the operations surface, the
 // notifier, the policy (and shadow, and tool metadata), the store and
-// its lease (and its probe), the join, the elicitor, the grants, the
+// its lease (and its probe), the join, the approvals, the grants, the
 // watches, and the fulfiller. ctx bounds the starting only (the policy
 // load, the store's opening, the join); what runs afterwards runs until
 // Stop. On an error everything started so far is stopped again, in
@@ -255,7 +255,7 @@ func (s *Sidecar) Done() <-chan struct{} { return s.ful.done }
 
 // Stop stops every part Start started, in reverse order: the fulfiller
 // first (it stops taking proposals and answers every pending one,
-// within Fulfill.ShutdownTimeout), then the watches, the elicitor, the
+// within Fulfill.ShutdownTimeout), then the watches, the approvals, the
 // client, the store's probe and the store (its lease removed), the
 // notifier (letting the last notifications out), the decision log
 // (flushed) and the HTTP listener. No goroutine the sidecar started is
