@@ -70,7 +70,8 @@ func writtenAhead(s Stage) bool {
 
 // Log implements lifecycle.Journal. It returns the Recorder's error for
 // a line written ahead of a send (fulfilling, escalated): the core then
-// fails closed (lifecycle.Unlogged), as the lock-based lifecycle did.
+// fails closed (lifecycle.Unlogged): nothing is sent that the decision
+// log does not have.
 func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 	if l.Stage == string(StageDecided) {
 		// The policy step's record of the decision, with its input and

@@ -97,8 +97,8 @@ func (s *policyStep) Decide(ctx context.Context, d lifecycle.Decide) lifecycle.D
 		return s.recheck(ctx, d)
 	}
 	p := &d.Proposal
-	// The first decision's target is the one the proposal's `to` named
-	// (fulfill's p.target before routing).
+	// The first decision's target is the one the proposal's `to` named:
+	// routing has not run yet.
 	in := s.policyInput(ctx, p, p.Addressee, p.Params, nil, d.Pending, d.Inflight)
 	start := time.Now()
 	dec, ok := s.evaluate(ctx, in)
@@ -140,8 +140,7 @@ func (n *decidedNote) log() {
 	n.step.shadow(n.ev, n.in, n.dec)
 }
 
-// act is what fulfill's act and escalate make of the first decision
-// before anything is recorded: the route (or why there is none, for a
+// act is what the first decision becomes before anything is recorded: the route (or why there is none, for a
 // fulfil and an escalation alike: rule 1, nobody is asked about a call
 // nobody can carry out), the task choice, and for an escalation the
 // checks that reject it here (no escalator; the proposer's deadline
@@ -287,7 +286,7 @@ func (s *policyStep) evaluate(ctx context.Context, in *policies.Input) (decision
 }
 
 // event is the event of stage for p as the decision decisionID of
-// revision governs it, with target as fulfill's p.target at that step.
+// revision governs it, with target as known at that step.
 func (s *policyStep) event(stage Stage, p *lifecycle.Proposal, decisionID, revision, target string) Event {
 	return Event{Stage: stage, ProposalID: p.ID, DecisionID: decisionID, Revision: revision, Proposer: p.From,
 		Method: p.Method, Tool: p.Tool, Target: target}
@@ -316,7 +315,7 @@ func approvalInput(approvals []lifecycle.Approval) *policies.Approval {
 }
 
 // policyInput builds the policy input document for p (docs/design.md,
-// Policy contract), as fulfill's input does: params are the proposal's,
+// Policy contract): params are the proposal's,
 // or an approver's edit of them; approval is set only for the re-check;
 // target is the participant the call goes to as known at this step (the
 // addressee, then the route). Fields that are not known are left out,
@@ -431,7 +430,7 @@ func (s *policyStep) awaitStoredGrants(ctx context.Context) {
 	}
 }
 
-// grantOffer is fulfill's grantOffer: the policy's offer without its
+// grantOffer is the policy's offer without its
 // "proposer" pin unless the gateway authenticates senders.
 func (s *policyStep) grantOffer(g *decision.Grantable) *decision.Grantable {
 	if g == nil || (s.grants != nil && s.grants.AuthenticatesFrom()) {
@@ -459,7 +458,7 @@ func (s *policyStep) grantThatDecided(ctx context.Context, in *policies.Input, d
 	return g.ID
 }
 
-// route is fulfill's route: who carries the call out (the decision's
+// route is who carries the call out (the decision's
 // target, else current: the addressee or the route already chosen, else
 // the tool's only owner), or why nobody can.
 func (s *policyStep) route(ctx context.Context, p *lifecycle.Proposal, current string, d decision.Decision) (target, why string) {
@@ -506,7 +505,7 @@ func (s *policyStep) route(ctx context.Context, p *lifecycle.Proposal, current s
 	return target, ""
 }
 
-// callsAsTask is fulfill's callsAsTask: a call to the tool at target goes
+// callsAsTask reports whether a call to the tool at target goes
 // out task-augmented when the tool requires it, or allows it and the
 // decision asks for it (want).
 func (s *policyStep) callsAsTask(p *lifecycle.Proposal, target string, want bool) bool {
@@ -579,7 +578,7 @@ func (s *policyStep) shadowEvent(ev Event) Event {
 		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target}
 }
 
-// runShadow is fulfill's runShadow for the step: it evaluates the queued
+// runShadow evaluates the shadow policy on the queued
 // decisions until ctx ends; what is still queued then is dropped
 // (counted). The shell runs it on a goroutine it owns, beside the Loop,
 // and ends its ctx once the Loop's Run has returned (the Loop's Decides

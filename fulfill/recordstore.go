@@ -190,8 +190,7 @@ func (s *recordStore) Read(ctx context.Context, id string) (*lifecycle.Proposal,
 // crash, and is deleted and left out. A Reclaim that fails fails Owned
 // (the Loop tries again): resuming a record whose claim is not settled
 // could answer a replay. A record whose proposal cannot be read is left
-// in the store for an operator, as fulfill's resume does: nobody can
-// answer it.
+// in the store for an operator: nobody can answer it.
 func (s *recordStore) Owned(ctx context.Context) ([]lifecycle.Proposal, error) {
 	recs, err := s.st.Owned(ctx)
 	if err != nil {
@@ -288,7 +287,8 @@ func (s *recordStore) migrate(r *lifecycle.Proposal) error {
 		r.FinalArgs, r.ApprovedBy = sd.Params, sd.ApprovedBy
 	}
 	if r.Deadline.IsZero() {
-		// Older still: the deadline of its phase as fulfill kept it.
+		// Older still: the deadline of its phase, from what the record
+		// has.
 		// The pending TTL is counted from Received, as the core's
 		// deadlines are absolute: an old record resumed after its TTL is
 		// rejected "timeout" rather than decided a TTL after the restart.

@@ -26,11 +26,10 @@ import (
 )
 
 // wire is lifecycle.Wire over a Space and an Escalator: the envelopes
-// the lock-based Fulfiller writes (answer.go, fulfil.go, task.go,
-// status.go, escalate.go), byte for byte, built from the core's effects
-// instead of a *proposal. The ids on the wire are the effect's (the
-// recorded ones), so an effect carried out again after a crash writes
-// the same envelopes.
+// of the core's effects (rejects and their chats, fulfilment requests,
+// cancellations, relays, status chats). The ids on the wire are the
+// effect's (the recorded ones), so an effect carried out again after a
+// crash writes the same envelopes.
 type wire struct {
 	space Space
 	esc   Escalator // nil: escalation is not configured
@@ -72,8 +71,7 @@ type wire struct {
 // wireConfig is what the wire needs of the Fulfiller's Config.
 type wireConfig struct {
 	SpaceID string // names grants (makeGrant's id)
-	// FulfillTimeout bounds one task request (tasks/get, tasks/result),
-	// as fulfill's taskRequest does.
+	// FulfillTimeout bounds one task request (tasks/get, tasks/result).
 	FulfillTimeout time.Duration
 	// Tracked bounds what the wire remembers per proposal (escalations,
 	// task handles) and per envelope (refusals); 0: rejectsTracked.
@@ -81,8 +79,7 @@ type wireConfig struct {
 }
 
 // wireEvents is what the shell's journal and observers hear from the
-// wire, where the lock-based Fulfiller calls announce, undelivered and
-// emit.
+// wire: what was written, what could not be, and the other events.
 type wireEvents interface {
 	// written: the envelope whose decision-log line the journal wrote
 	// ahead (rejected, fulfilling, fulfilled for a relay) was written;
@@ -277,7 +274,7 @@ func (w *wire) SendRequest(ctx context.Context, r lifecycle.SendRequest) error {
 	}
 	env.Payload = agent.MustPayload(payload)
 	// The grant the approvers chose is made with the committed call,
-	// before it goes out (as fulfill did): the proposer's next call may
+	// before it goes out: the proposer's next call may
 	// follow its answer at once, and must find the grant.
 	w.makeGrant(ctx, r)
 	sent := w.track(env.ID, r.ID, agent.KindRequest)
@@ -456,7 +453,7 @@ func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
 func (w *wire) wait() { w.wg.Wait() }
 
 // noEscalatorMessage is the reject message of an escalation without an
-// Escalator (fulfill's escalate and resumeOne).
+// Escalator, new or resumed.
 const noEscalatorMessage = "the policy asks for human approval, but escalation is not configured on this fulfiller"
 
 // errAskEnded is what a recording waits for in vain: the proposal's

@@ -41,7 +41,7 @@ func (w *wire) taskCreated(owner string, result json.RawMessage, at time.Time) b
 	return true
 }
 
-// taskInfo is the task a Status reports, as fulfill's TaskInfo.
+// taskInfo is the task a Status reports, as observers see it (TaskInfo).
 func (w *wire) taskInfo(s lifecycle.Status) *TaskInfo {
 	info := &TaskInfo{ID: s.TaskID, Status: s.TaskStatus, Deadline: s.Deadline}
 	if h, ok := w.handles.Peek(taskKey(s.Target, s.TaskID)); ok {
@@ -151,8 +151,7 @@ func (w *wire) taskRequest(ctx context.Context, f *taskFollower, method string) 
 }
 
 // wireTaskEnvelope is a task method for the task's owner, correlated to
-// the task-augmented request; id nil: RequestEnvelope gives it one
-// (fulfill's taskEnvelope).
+// the task-augmented request; id nil: RequestEnvelope gives it one.
 func wireTaskEnvelope(owner, taskID, request, method string, id json.RawMessage) agent.Envelope {
 	return agent.Envelope{
 		To:            []string{owner},

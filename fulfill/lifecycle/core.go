@@ -71,8 +71,8 @@ type entry struct {
 	round  uint64 // Ask.Round of the last Ask
 	reqOut bool   // the request was written (or resumed)
 	// reqSending: SendRequest went out to the shell: a response to it
-	// may come before its Sent does (the owner is quick), and counts, as
-	// fulfill's does once the write returned (waitWritten).
+	// may come before its Sent does (the owner is quick), and counts: the
+	// request reached the owner, or it could not have answered.
 	reqSending bool
 	slot       bool
 	queued     bool
@@ -144,7 +144,7 @@ type entry struct {
 	againID string
 	// spoofed: an answer not taken (forged, from another participant,
 	// with another JSON-RPC id) was logged: the next ones are not, so a
-	// flood of forgeries makes one line (fulfill's spoofed flag).
+	// flood of forgeries makes one line.
 	spoofed bool
 	// unsent: the request's fulfilling line was not logged (Unlogged):
 	// it was never written, and is neither sent nor cancelled.
@@ -326,7 +326,7 @@ type step struct {
 func (s *step) emit(e ...Effect) { s.out = append(s.out, e...) }
 
 // lineOf is the decision-log line of stage about p, with what every
-// line says of its proposal (fulfill's Event): its decision, proposer,
+// line says of its proposal (the journal's Event): its decision, proposer,
 // method, tool, target (the route once decided, else the addressee) and
 // task. Every line the core writes is made here.
 func lineOf(p *Proposal, stage string, fill func(*Line)) Line {
@@ -1025,7 +1025,8 @@ func (c *Core) track(e *entry) {
 }
 
 // refusal is the reject of a proposal that cannot be admitted now, in
-// fulfill's order and words (fulfill.refusal): shutting down, or busy
+// this order (the first that applies is what the proposer is told):
+// shutting down, or busy
 // (this member's pending limit, the proposer's, the group full, the
 // frame bytes). The proposal itself is not counted.
 func (c *Core) refusal(p *Proposal) (reason, message string) {
@@ -1136,7 +1137,7 @@ func (s *step) startQueued() {
 }
 
 // slotQueue shares the fulfilment slots (Config.MaxInflight) among
-// proposers, as fulfill's slots does: no proposer holds more than
+// proposers: no proposer holds more than
 // perProposer at once, and a freed slot goes to the queued proposers in
 // turn (round-robin), first come within a proposer. Without it one
 // proposer's calls to a tool that hangs fill every slot, and everyone
@@ -1306,7 +1307,7 @@ func (s *step) taskStatus(ev TaskStatus) {
 	s.taskStatusChat(e)
 }
 
-// taskEnded relays the outcome of e's task (fulfill's finishTask), or
+// taskEnded relays the outcome of e's task, or
 // rejects e "other" when the owner no longer knows the task (nothing to
 // cancel there).
 func (s *step) taskEnded(ev TaskEnded) {
@@ -1524,7 +1525,8 @@ func (c *Core) fulfilling(owner string) []*entry {
 }
 
 // left starts the rejoin grace of every fulfilment whose owner left
-// (fulfill's ownerLeft); a grace that runs already is not restarted.
+// (a dropped link is a leave too); a grace that runs already is not
+// restarted.
 func (s *step) left(ev ParticipantLeft) {
 	s.c.away[ev.ID] = true
 	delete(s.c.present, ev.ID)
@@ -1551,7 +1553,7 @@ func (s *step) joined(id string) {
 	}
 }
 
-// graceEnded ends the rejoin grace of e's owner (fulfill's ownerGone):
+// graceEnded ends the rejoin grace of e's owner:
 // an owner that is back keeps e (a held request goes out now); one still
 // away, as this member has heard, will not answer, and e is rejected
 // "incapable". A request that went out (or is going out) is cancelled
@@ -1832,7 +1834,7 @@ func (s *step) fired(ev Fired) {
 			s.commitReject(e, "timeout", fmt.Sprintf("%s did not answer within %s", p.Request.Target, c.cfg.FulfillTimeout))
 		case Task:
 			// Cancelled at its owner (tasks/cancel), then rejected
-			// "timeout" (fulfill's taskTimedOut).
+			// "timeout".
 			s.commitReject(e, "timeout", fmt.Sprintf("task %s at %s did not end within %s", p.Task.ID, p.Request.Target, c.taskTimeout(p)))
 		}
 	}
@@ -1890,7 +1892,7 @@ func (s *step) superseded(ev SupersededBy) {
 	e, ok := s.c.props[ev.ID]
 	// A proposal in phase Task is not superseded either: its proposer
 	// waits for the relayed result, and only it, an operator or the
-	// task's deadline may end it (fulfill's StateTask).
+	// task's deadline may end it.
 	if !ok {
 		return
 	}
@@ -1922,8 +1924,8 @@ func (s *step) endQuietly(e *entry, how earlyEnd) {
 	line := lineOf(e.p, how.stage, func(l *Line) {
 		l.Message, l.By = how.why, how.by
 		if how.outcome == Withdrawn {
-			// The proposer's reason for withdrawing (fulfill's event
-			// carries it as the reason).
+			// The proposer's reason for withdrawing is the line's
+			// reason: it is the proposer's word, not ours.
 			l.Reason, l.Message = how.why, ""
 		}
 	})
@@ -1965,7 +1967,7 @@ func (s *step) responded(ev Responded) {
 		return
 	case req.Task:
 		// No task was made: the call's outcome, which the proposer saw
-		// no request for, is relayed at once (fulfill's taskAnswered).
+		// no request for, is relayed at once.
 		s.commitRelay(e, "", ev.Result, ev.Error)
 		return
 	}
@@ -1977,7 +1979,7 @@ func (s *step) responded(ev Responded) {
 }
 
 // spoofed logs an answer to e's request that is not taken, once per
-// proposal (fulfill's ignoreResponse): a flood of forgeries must not
+// proposal: a flood of forgeries must not
 // flood the decision log. Its line carries the raw payload when the
 // shell gave it.
 func (s *step) spoofed(e *entry, ev Responded, reason string) {
@@ -2076,8 +2078,8 @@ func (s *step) cancel(e *entry, by string) {
 		msg += " (" + by + ")"
 	}
 	if e.asked {
-		// The escalation ends "cancelled" (fulfill's Escalator.Cancel
-		// reason for an operator's cancel), not with the reject's reason.
+		// The escalation ends "cancelled" (what the approvers are told of
+		// an operator's cancel), not with the reject's reason.
 		s.stopAsking(e, "cancelled")
 		e.chatted = false
 	}

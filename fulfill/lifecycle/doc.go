@@ -15,9 +15,7 @@
 // (with fulfill.Approvals, also the ApproverChannel of the core's own
 // escalation, whose Codec is elicit's; production runs it so), a Policy
 // over OPA, routing and grants, and a Journal over its Observers; its
-// package doc lists the pieces. The lock-based lifecycle it had before (a proposal changed by
-// about nine goroutines under a mutex, its deadline, decision and seen
-// ids each held in three copies) is gone.
+// package doc lists the pieces.
 //
 // # The core
 //
@@ -53,8 +51,8 @@
 // Ask and Acked (the shell's escalator), Status (status chats),
 // Schedule, Log.
 //
-// Fulfilment slots (Config.MaxInflight) are shared among proposers as
-// fulfill's slots shares them: no proposer holds more than
+// Fulfilment slots (Config.MaxInflight) are shared among proposers: no
+// proposer holds more than
 // Config.MaxInflightPerProposer at once (a resumed request takes its
 // slot even past the limits: it is out already), and a freed slot goes
 // to the queued proposers in turn (round-robin), first come within a
@@ -116,11 +114,12 @@
 // Every decision-log line is made by one filler (lineOf) from its
 // proposal: the proposer, method, tool and target (the route once
 // decided, else the addressee), the revision, the task; each stage adds
-// what fulfill's event of that stage says (fulfilled: the outcome, the
+// what the journal's event of that stage says (fulfilled: the outcome, the
 // round trip and who approved; approved: who; escalated: whom, until
 // when; superseded and ignored answers: who sent it, and what).
 //
-// Admission (fulfill's refusal, in its order and words): shutting down
+// Admission (refusal; the first that applies is what the proposer is
+// told): shutting down
 // ("other"), then "busy" for this member's MaxPending, the proposer's
 // MaxPendingPerProposer, the group full (GroupLoad) and MaxPendingBytes
 // (Proposal.Size). Looked at when the proposal is read, and only then:
@@ -134,15 +133,16 @@
 // when the owner is back; a fulfilment whose owner leaves gets the same
 // grace, and its owner's response meanwhile counts; an owner still away
 // at its end gets the proposal rejected "incapable", the request not
-// cancelled once it was written (fulfill's ownerGone). A request the
+// cancelled once it was written (the owner that left has it, or lost
+// it). A request the
 // wire finds its owner away for (ErrAway: not in the roster, though no
 // leave was read) is held the same way, recorded already, and goes out
 // as it is when the owner is back. A request the gateway refuses
 // (Refused) never reached its owner: rejected "other", nothing to
-// cancel. Cancels say fulfill's reasons (RejectRecord.CancelReason:
-// "timeout", "shutdown", "the tool owner left"), and an escalation ends
-// with fulfill's Escalator.Cancel reasons (withdrawn, superseded,
-// "cancelled" for an operator, a reject's reason, DropReason).
+// cancel. Cancels say why (RejectRecord.CancelReason: "timeout",
+// "shutdown", "the tool owner left"), and an escalation ends with the
+// reason its approvers are told (withdrawn, superseded, "cancelled" for
+// an operator, a reject's reason, DropReason).
 // Loop (shell.go) is the shell: one goroutine steps the Core, each
 // proposal's effects run in order on a goroutine of their own and come
 // back as events, timers run on a Clock that tests control.
@@ -166,7 +166,7 @@
 //     otherwise the record read is resumed. A claim never written by
 //     its deadline is left alone: with no record, an answer could be a
 //     second one.
-//   - The one exception, by design (fulfill's claimAndAdmit): a proposal
+//   - The one exception, by design: a proposal
 //     refused at once ("busy", or shutting down) is claimed without a
 //     record; a crash between that claim and its reject leaves its
 //     proposer to its own timeout, which for "busy" is the same advice.
@@ -268,12 +268,12 @@
 //	go test ./fulfill/lifecycle -run 'TestSimulation$' -seeds 200000 # a longer run
 //	go test ./fulfill/lifecycle -run 'TestSimulation$' -seed 42 -v   # replay one seed with its trace
 //
-// # Where the shell and the core differ from the lock-based fulfill
+// # Choices that are not obvious
 //
 //   - A store that fails makes proposals wait (the core tries the write
 //     again, and nothing is sent about a proposal whose record does not
-//     say it is this member's to answer) where fulfill answered "busy"
-//     (alone) or "other": one answer across crashes over a fast one.
+//     say it is this member's to answer) rather than answering "busy" or
+//     "other" at once: one answer across crashes over a fast one.
 //     Alone on its store (Config.Alone) a claim is tried on past the
 //     deadline and the proposal rejected "timeout" once it lands; in a
 //     group it is given up at the deadline.

@@ -101,7 +101,7 @@ type Responded struct {
 	Result   json.RawMessage
 	Error    json.RawMessage
 	// Payload is the response's payload as read: an ignored answer's
-	// line carries it (fulfill logged the raw payload), else Result.
+	// line carries it (what was sent is the evidence), else Result.
 	// Message is the shell's account of an answer not taken (which
 	// response, to which request, why): its ignored line's message.
 	Payload json.RawMessage
@@ -118,9 +118,9 @@ type TaskStatus struct {
 // TaskEnded: proposal ID's task ended at its owner (completed, failed,
 // cancelled): Result or Error is what the call returned (the follower
 // read tasks/result where the revision needs it, and made the error of a
-// task that ended without one, as fulfill's finishTask does), relayed to
-// the proposer. Gone instead: the owner no longer knows the task (its
-// tasks/get error, as fulfill words it: "task not found: …"); nothing will
+// task that ended without one), relayed to the proposer. Gone instead:
+// the owner no longer knows the task (its tasks/get error, worded "task
+// not found: …"); nothing will
 // come of it, and the proposal is rejected "other".
 type TaskEnded struct {
 	ID, TaskID, Status string
@@ -294,8 +294,8 @@ type ApprovalRecorded struct {
 // proposal): Peers is the pending work the other live members published
 // with their leases, Capacity the sum of MaxPending over the live
 // members (0: not read yet, and the group never counts as full). The
-// core adds its own open proposals as of this event, as fulfill adds
-// its own count at the read, and refuses new proposals "busy" while
+// core adds its own open proposals as of this event (its own count is
+// fresher than the lease it published), and refuses new proposals "busy" while
 // that sum is at Capacity.
 type GroupLoad struct{ Peers, Capacity int }
 
@@ -511,7 +511,7 @@ type CancelAsk struct {
 // DropReason is CancelAsk's reason when the proposal is another member's.
 const DropReason = "adopted_elsewhere"
 
-// Status stages (fulfill's StatusEscalated, StatusQueued, StatusTask).
+// Status stages: what a status chat says the proposal waits for.
 const (
 	StatusEscalated = "escalated" // waiting for humans: Approvers, Quorum, Deadline
 	StatusQueued    = "queued"    // allowed, waiting for a fulfilment slot

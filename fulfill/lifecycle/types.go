@@ -25,7 +25,7 @@ const (
 	// MCP task, followed until its end or Deadline (the task's own). The
 	// proposer has had no answer yet (the task's relayed result is it):
 	// a withdrawal, an operator's cancel and the deadline still end it,
-	// others' answers do not (fulfill's StateTask; state.Running).
+	// others' answers do not (state.Running).
 	Task     Phase = "task"
 	Answered Phase = "answered" // Reject committed; sent (again) until written
 )
@@ -93,7 +93,7 @@ type Decision struct {
 // in (Proposal.V). Records without one were written by builds that kept a
 // record of their own beside the Proposal; state reads them into a
 // Proposal with V 0 and the record's bytes in Legacy, and the shell
-// completes them from those bytes (fulfill's migration) before the core
+// completes them from those bytes (fulfill's recordStore.migrate) before the core
 // sees them.
 const RecordVersion = 2
 
@@ -277,8 +277,9 @@ type TaskRecord struct {
 
 // RelayRecord is a committed relay: the outcome of a task-augmented
 // request (the task's result, or the owner's answer when it made no
-// task), written to the proposer as fulfill's relay does (an mcp/request
-// tasks/result correlated to the proposal, then the mcp/response to it).
+// task), written to the proposer as a reference-SDK proposer takes a
+// fulfilment (an mcp/request tasks/result correlated to the proposal,
+// then the mcp/response to it).
 // Like a reject it is recorded before it is written, and written again
 // with the same ids after a restart.
 type RelayRecord struct {
@@ -301,8 +302,8 @@ type RejectRecord struct {
 	// (tasks/cancel) before the reject is sent, and again after a restart.
 	CancelTask bool `json:"cancel_task,omitempty"`
 	// CancelReason is the notifications/cancelled reason of a
-	// CancelRequest, as fulfill sent it ("timeout", "shutdown", "the
-	// tool owner left"); the reject's Reason when empty.
+	// CancelRequest ("timeout", "shutdown", "the tool owner left"); the
+	// reject's Reason when empty.
 	CancelReason string `json:"cancel_reason,omitempty"`
 }
 
@@ -419,7 +420,7 @@ type Config struct {
 	StatusChats bool
 	// MaxInflightPerProposer bounds the fulfilment slots one proposer
 	// holds at once (0: MaxInflight), and a freed slot goes to the
-	// queued proposers in turn (fulfill's slots), so that one proposer's
+	// queued proposers in turn, so that one proposer's
 	// calls to a tool that hangs cannot make everyone else's wait.
 	MaxInflightPerProposer int
 	// Escalator: the shell's escalator asks the humans (quorum,
