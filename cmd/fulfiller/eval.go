@@ -203,6 +203,12 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, fl 
 	if err != nil {
 		return loadFlagError(err, flagPaths{"--policy", fl.policies}, flagPaths{"--data", fl.data})
 	}
+	if missing := engine.MissingData(); len(missing) > 0 {
+		// As run --check says it: without the data, such a read is
+		// undefined and the decision printed is not the one run makes
+		// with its --data (a blocklist's reject can become a fulfil).
+		opts.Logger.Warn(fmt.Sprintf("the policies read %s, which no --data provides: such a read is undefined, so the rules that need it never match", strings.Join(missing, ", ")))
+	}
 
 	var out any
 	var d decision.Decision

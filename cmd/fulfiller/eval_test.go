@@ -320,3 +320,18 @@ func TestTestCommand(t *testing.T) {
 		}
 	})
 }
+
+// eval without the --data the policies read says so, as run --check does
+// (issue 42): the decision it prints is not the one run makes with its
+// data. With the data given it says nothing.
+func TestEvalWarnsOfMissingData(t *testing.T) {
+	in := filepath.Join(proposals, "read.json")
+	stdout, stderr, code := cli(t, "", "eval", "--policy", examplePolicies, "--input", in, "--policy-timeout", "1m")
+	if code != 0 || !strings.Contains(stderr, "which no --data provides") || !strings.Contains(stderr, "data.") {
+		t.Fatalf("without --data: exit %d, stderr %q; want the warning naming the data read", code, stderr)
+	}
+	decode(t, stdout) // stdout is still one JSON object
+	if _, stderr, code := cli(t, "", "eval", "--policy", examplePolicies, "--data", exampleData, "--input", in, "--policy-timeout", "1m"); code != 0 || stderr != "" {
+		t.Fatalf("with --data: exit %d, stderr %q; want no warning", code, stderr)
+	}
+}
