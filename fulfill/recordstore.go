@@ -230,14 +230,24 @@ func truncID(id string) string {
 // (another id or sender, or no envelope to read): nobody can answer it
 // on the strength of such a record, and it is left for an operator.
 func checkEnvelope(r *lifecycle.Proposal) error {
+	env, err := envelopeOf(r)
+	if err == nil && env.From != r.From {
+		err = fmt.Errorf("fulfill: record %q: its envelope is proposal %q from %q", truncID(r.ID), truncID(env.ID), env.From)
+	}
+	return err
+}
+
+// envelopeOf reads r's envelope, which must be its proposal's (its id,
+// with a sender).
+func envelopeOf(r *lifecycle.Proposal) (agent.Envelope, error) {
 	var env agent.Envelope
 	if err := agent.Unmarshal(r.Envelope, &env); err != nil {
-		return fmt.Errorf("fulfill: record %q: proposal envelope: %w", truncID(r.ID), err)
+		return env, fmt.Errorf("fulfill: record %q: proposal envelope: %w", truncID(r.ID), err)
 	}
-	if env.ID != r.ID || env.From == "" || env.From != r.From {
-		return fmt.Errorf("fulfill: record %q: its envelope is proposal %q from %q", truncID(r.ID), truncID(env.ID), env.From)
+	if env.ID != r.ID || env.From == "" {
+		return env, fmt.Errorf("fulfill: record %q: its envelope is proposal %q from %q", truncID(r.ID), truncID(env.ID), env.From)
 	}
-	return nil
+	return env, nil
 }
 
 // migrate completes a record written before lifecycle.RecordVersion
@@ -259,12 +269,9 @@ func (s *recordStore) migrate(r *lifecycle.Proposal) error {
 	if err := agent.Unmarshal(r.Legacy, &old); err != nil {
 		return fmt.Errorf("fulfill: record %q: %w", truncID(r.ID), err)
 	}
-	var env agent.Envelope
-	if err := agent.Unmarshal(r.Envelope, &env); err != nil {
-		return fmt.Errorf("fulfill: record %q: proposal envelope: %w", truncID(r.ID), err)
-	}
-	if env.ID != r.ID || env.From == "" {
-		return fmt.Errorf("fulfill: record %q: its envelope is proposal %q from %q", truncID(r.ID), truncID(env.ID), env.From)
+	env, err := envelopeOf(r)
+	if err != nil {
+		return err
 	}
 	c, perr := parsePayload(env.Payload)
 	r.Method, r.Tool, r.Params = c.method, c.tool, c.params
