@@ -214,6 +214,10 @@ func TestLateWithdrawIgnored(t *testing.T) {
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
+	// Observers hear "fulfilling" once the request's write returns, which
+	// can be just after the space has the frame: the withdrawal comes
+	// after that, as a proposer's would (a round trip later).
+	waitFor(t, func() bool { return len(h.stageEventsOf("p1", StageFulfilling)) == 1 })
 	h.deliver(agent.Envelope{ID: "w1", From: "coder", Kind: agent.KindWithdraw, CorrelationID: agent.CorrelationIDs{"p1"}})
 	h.deliver(response(t, "r1", "calculator", req, `{}`))
 	want := []Stage{StageReceived, StageDecided, StageFulfilling, StageIgnored, StageFulfilled}
