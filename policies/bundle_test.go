@@ -492,10 +492,8 @@ func TestBundleFileReloadKeepsLastGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- e.Watch(ctx) }()
-	defer func() { cancel(); <-done }()
+	// An edit made before the watches are in place is never seen.
+	startWatch(t, e)
 
 	replace(bundletest.Build(t, src("escalate"), bundletest.Options{Revision: "v2", SigningKey: otherPriv}))
 	poll.Until(t, "the forged bundle refused", func() bool { return e.LastReloadError() != nil })
