@@ -182,13 +182,16 @@ func TestRunWithMemoryStateGoesThroughTheStore(t *testing.T) {
 
 // claimedWithDecisions reports whether ops are those of a fulfiller alone
 // on its store (lifecycle.Config.Alone): a claim and a delete per
-// proposal, the claim carrying the decision. A decision slower than the
-// claim waits for (ClaimHold, 50 ms: a loaded test machine) follows its
-// claim in an update: a few may. The ids go to the seen log, at most one
-// write each (fewer when claims come together).
+// proposal, and at most one write between them. The claim carries the
+// decision when the decision comes within ClaimHold (50 ms), which a
+// loaded CI machine does not promise for every proposal: that the claim
+// waits for it is the core's test (TestAloneClaimCarriesItsDecision, on
+// its clock); how many did here is the bench's figure, not a bound.
+// The ids go to the seen log, at most one write each (fewer when claims
+// come together).
 func claimedWithDecisions(ops map[string]Percentiles, r Report) bool {
 	after := ops["update"].Count + ops["answered"].Count + ops["update_soon"].Count
-	return ops["claim"].Count == int(r.Sent) && ops["delete"].Count == int(r.Sent) && after <= int(r.Sent)/10 &&
+	return ops["claim"].Count == int(r.Sent) && ops["delete"].Count == int(r.Sent) && after <= int(r.Sent) &&
 		ops["seen"].Count >= 1 && ops["seen"].Count <= int(r.Sent)
 }
 
