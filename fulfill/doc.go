@@ -91,12 +91,10 @@
 // # Locks
 //
 // The lifecycle has none: the core is touched by the loop's goroutine
-// only. What is left are leaves, never held across a send, an evaluation
-// or a wait, and nothing is locked under them: journal.mu, wire.mu,
-// ownWrites.mu (and one ownRev.mu per record, held across that record's
-// write so that a record change the watch reports is judged after the
-// write's revision is known), the catalog's, peerResponses.mu, the
-// bounded LRUs' own, and a Clock's.
+// only. The shell's locks are leaves but one (ownRev.mu, held across its
+// record's write); every lock of the module, with what it guards and the
+// order where one is taken under another, is in docs/locks.md, which a
+// test keeps complete.
 //
 // # How `to` is read
 //

@@ -23,8 +23,8 @@
 // the same server with a different storage type, so its claim, CAS and TTL
 // semantics cannot diverge from the durable modes.
 //
-// Locks: Store.mu, Store.rpcMu, recordLog.mu, seenLog.mu and
-// groupSync.mu are leaves: none is taken under another. rpcMu is held
+// Locks (docs/locks.md): Store.mu, Store.rpcMu, recordLog.mu, seenLog.mu
+// and groupSync.mu are leaves: none is taken under another. rpcMu is held
 // across the write that reserves a block of JSON-RPC ids; recordLog.mu
 // across a read of its stream only to bring memory back to the stream
 // (at Open, and after a failed publish), when every caller must wait for
