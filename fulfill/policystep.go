@@ -321,7 +321,12 @@ func approvalInput(approvals []lifecycle.Approval) *policies.Approval {
 // addressee, then the route). Fields that are not known are left out,
 // never invented.
 func (s *policyStep) policyInput(ctx context.Context, p *lifecycle.Proposal, target string, params json.RawMessage, approval *policies.Approval, pending, inflight int) *policies.Input {
+	frontEnd := p.FrontEnd
+	if frontEnd == "" {
+		frontEnd = FrontEndMEW // a record of a build before there were two
+	}
 	in := &policies.Input{
+		FrontEnd: frontEnd,
 		Proposal: p.Envelope, // the frame as received, byte for byte
 		Method:   p.Method,
 		Params:   params,

@@ -169,7 +169,7 @@ func TestPolicyStepInputOfAToolsCall(t *testing.T) {
 	}
 	// The document as policies see it (keys sorted), the proposal in it
 	// as parsed from the frame.
-	want := `{"agent":{"id":"fulfiller","inflight":1,"max_pending":1000,"pending":3},` +
+	want := `{"agent":{"id":"fulfiller","inflight":1,"max_pending":1000,"pending":3},"front_end":"mew",` +
 		`"grants":[{"created":"2026-03-01T11:59:00Z","expires":"2026-03-01T12:59:00Z","granted_by":"alice","id":"g-1","server":"calculator","tool":"add"}],` +
 		`"method":"tools/call","now":"2026-03-01T12:00:00Z","params":{"arguments":{"a":1,"b":2},"name":"add"},` +
 		`"proposal":{"from":"coder","id":"p1","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"arguments":{"a":1,"b":2},"name":"add"}},"protocol":"mew/v0.4"},` +

@@ -212,3 +212,7 @@ func firstByte(b []byte) byte {
 
 func isJSONString(b []byte) bool { return firstByte(b) == '"' }
 func isJSONObject(b []byte) bool { return firstByte(b) == '{' }
+
+// FrontEndMEW is the MEW participant's name as a front end: the policy
+// input's front_end for a space's mcp/proposal ("mcp" is fulfiller mcp's).
+const FrontEndMEW = "mew"

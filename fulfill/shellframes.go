@@ -78,7 +78,7 @@ func (s *Fulfiller) decideAddressee(env agent.Envelope, mayWait bool) {
 		raw, _ = agent.Encode(env)
 	}
 	ev := lifecycle.Proposed{ID: env.ID, From: env.From, Envelope: raw, Params: c.params, Size: len(raw),
-		Method: c.method, Tool: c.tool, Addressee: target}
+		FrontEnd: FrontEndMEW, Method: c.method, Tool: c.tool, Addressee: target}
 	if err != nil {
 		ev.Invalid = err.Error()
 	}

@@ -19,21 +19,23 @@ const (
 	fieldApproval
 	fieldNow
 	fieldGrants
+	fieldFrontEnd
 
 	allFields fieldSet = 1<<iota - 1
 )
 
 var fieldNames = map[string]fieldSet{
-	"proposal": fieldProposal,
-	"method":   fieldMethod,
-	"params":   fieldParams,
-	"tool":     fieldTool,
-	"proposer": fieldProposer,
-	"space":    fieldSpace,
-	"agent":    fieldAgent,
-	"approval": fieldApproval,
-	"now":      fieldNow,
-	"grants":   fieldGrants,
+	"proposal":  fieldProposal,
+	"method":    fieldMethod,
+	"params":    fieldParams,
+	"tool":      fieldTool,
+	"proposer":  fieldProposer,
+	"space":     fieldSpace,
+	"agent":     fieldAgent,
+	"approval":  fieldApproval,
+	"now":       fieldNow,
+	"grants":    fieldGrants,
+	"front_end": fieldFrontEnd,
 }
 
 func (s fieldSet) has(f fieldSet) bool { return s&f != 0 }

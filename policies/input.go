@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,11 @@ import (
 // the policy contract in docs/design.md. Fields left at their zero value are
 // absent from the document: the engine never invents what it does not know.
 type Input struct {
+	// FrontEnd is where the proposal came from: "mew" (a space's
+	// mcp/proposal) or "mcp" (an MCP client's tools/call through
+	// fulfiller mcp), so that one policy file can serve both and tell
+	// them apart where it must; "" leaves input.front_end out.
+	FrontEnd string
 	Proposal json.RawMessage // the envelope exactly as received
 	Method   string          // payload.method
 	Params   json.RawMessage // payload.params; nil when the proposal had none
@@ -50,12 +56,22 @@ type Tool struct {
 	// 2025-11-25: taskSupport says whether it runs as a task), verbatim;
 	// nil when the owner gave none.
 	Execution json.RawMessage
+	// Changed says the tool's definition (description, input schema,
+	// annotations) differs from the one pinned for its server: a tool
+	// changed under the user (a "rug pull") is the policy's to stop.
+	// Digest is the definition's digest now, PinnedDigest the pinned
+	// one; both are set only when Changed is.
+	Changed              bool
+	Digest, PinnedDigest string
 }
 
 // Participant is a member of the space.
 type Participant struct {
 	ID           string
 	Capabilities json.RawMessage // as in the gateway's welcome/presence
+	// Client is an MCP client's clientInfo as it sent it (name, version):
+	// a claim, not an identity, which the id is.
+	Client json.RawMessage
 }
 
 // Space is the space the fulfiller serves.
@@ -106,6 +122,11 @@ var (
 	keyContent      = ast.StringTerm("content")
 	keyNow          = ast.StringTerm("now")
 	keyGrants       = ast.StringTerm("grants")
+	keyFrontEnd     = ast.StringTerm("front_end")
+	keyChanged      = ast.StringTerm("changed")
+	keyDigest       = ast.StringTerm("digest")
+	keyPinnedDigest = ast.StringTerm("pinned_digest")
+	keyClient       = ast.StringTerm("client")
 )
 
 // Value builds the input document as an ast.Value, the form the evaluator
@@ -127,6 +148,9 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 	var buf [10][2]*ast.Term
 	b := objBuilder{pairs: buf[:0], slab: &slab}
 
+	if in.FrontEnd != "" && need.has(fieldFrontEnd) {
+		b.add(keyFrontEnd, ast.String(in.FrontEnd))
+	}
 	var p *jsonParser
 	if in.Proposal != nil && need.has(fieldProposal) {
 		p = newJSONParser(in.Proposal)
@@ -148,7 +172,7 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 		b.add(keyParams, v)
 	}
 	if t := in.Tool; t != nil && need.has(fieldTool) {
-		var buf [7][2]*ast.Term
+		var buf [10][2]*ast.Term
 		tb := objBuilder{pairs: buf[:0], slab: &slab}
 		if t.Name != "" {
 			tb.add(keyName, ast.String(t.Name))
@@ -186,6 +210,11 @@ func (in *Input) value(cache *inputCache, need fieldSet) (ast.Value, error) {
 				return nil, fmt.Errorf("tool.execution: %w", err)
 			}
 			tb.add(keyExecution, v)
+		}
+		if t.Changed {
+			tb.add(keyChanged, ast.Boolean(true))
+			tb.add(keyDigest, ast.String(t.Digest))
+			tb.add(keyPinnedDigest, ast.String(t.PinnedDigest))
 		}
 		b.add(keyTool, tb.object())
 	}
@@ -276,7 +305,7 @@ func (a AgentInfo) value() ast.Value {
 }
 
 func (pt *Participant) value(cache *inputCache) (ast.Value, error) {
-	var buf [2][2]*ast.Term
+	var buf [3][2]*ast.Term
 	pb := objBuilder{pairs: buf[:0], slab: new(termSlab)}
 	if pt.ID != "" {
 		pb.add(keyID, ast.String(pt.ID))
@@ -287,6 +316,13 @@ func (pt *Participant) value(cache *inputCache) (ast.Value, error) {
 			return nil, fmt.Errorf("capabilities: %w", err)
 		}
 		pb.add(keyCapabilities, v)
+	}
+	if pt.Client != nil {
+		v, err := cache.value(pt.Client)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		pb.add(keyClient, v)
 	}
 	return pb.object(), nil
 }
@@ -410,10 +446,17 @@ func (c *inputCache) participant(pt *Participant) (ast.Value, error) {
 	if c == nil {
 		return pt.value(nil)
 	}
+	// One proposer's value per capabilities and clientInfo: a client
+	// that reconnects with another version is another value.
+	key := string(pt.Capabilities)
+	if pt.Client != nil {
+		key += "\x00" + string(pt.Client)
+	}
 	c.mu.RLock()
-	v, ok := c.proposers[pt.ID][string(pt.Capabilities)]
+	v, ok := c.proposers[pt.ID][key]
 	c.mu.RUnlock()
-	if ok && (pt.Capabilities == nil) == (v.(ast.Object).Get(keyCapabilities) == nil) {
+	if ok && (pt.Capabilities == nil) == (v.(ast.Object).Get(keyCapabilities) == nil) &&
+		(pt.Client == nil) == (v.(ast.Object).Get(keyClient) == nil) {
 		return v, nil
 	}
 	v, err := pt.value(c)
@@ -429,10 +472,10 @@ func (c *inputCache) participant(pt *Participant) (ast.Value, error) {
 		byCaps = make(map[string]ast.Value)
 		c.proposers[pt.ID] = byCaps
 	}
-	if _, ok := byCaps[string(pt.Capabilities)]; !ok {
+	if _, ok := byCaps[key]; !ok {
 		c.nProp++
 	}
-	byCaps[string(pt.Capabilities)] = v
+	byCaps[key] = v
 	c.mu.Unlock()
 	return v, nil
 }
@@ -568,13 +611,14 @@ func (d *Document) MarshalJSON() ([]byte, error) {
 }
 
 // ErrNotProposal is returned by ParseEvalInput for JSON that is neither an
-// input document nor a proposal envelope.
-var ErrNotProposal = errors.New(`neither an input document (an object with a "proposal" key) nor an mcp/proposal envelope`)
+// input document, a proposal envelope nor an MCP tools/call request.
+var ErrNotProposal = errors.New(`neither an input document (an object with a "proposal" key), an mcp/proposal envelope nor an MCP tools/call request`)
 
-// ParseEvalInput reads what `fulfiller eval --input` takes: either a full
-// input document, recognised by its "proposal" key and used verbatim, or a
-// bare mcp/proposal envelope, around which the documented input is built
-// with now (see InputFromEnvelope).
+// ParseEvalInput reads what `fulfiller eval --input` takes: a full input
+// document, recognised by its "proposal" key and used verbatim; a bare
+// mcp/proposal envelope, around which the documented input is built with
+// now (see InputFromEnvelope); or an MCP client's tools/call request, as
+// fulfiller mcp would see it (see InputFromMCPCall).
 func ParseEvalInput(raw []byte, now time.Time) (*Document, error) {
 	doc, _, err := ParseEvalInputWith(raw, now, nil)
 	return doc, err
@@ -602,7 +646,11 @@ func ParseEvalInputWith(raw []byte, now time.Time, complete func(*Input) error) 
 		doc, err := ParseDocument(raw)
 		return doc, false, err
 	}
-	in, err := InputFromEnvelope(raw, now)
+	build := InputFromEnvelope
+	if _, ok := probe["jsonrpc"]; ok {
+		build = InputFromMCPCall
+	}
+	in, err := build(raw, now)
 	if err != nil {
 		return nil, true, err
 	}
@@ -641,6 +689,7 @@ func InputFromEnvelope(raw []byte, now time.Time) (*Input, error) {
 		return nil, errors.New("proposal payload must be an object with a string method")
 	}
 	in := &Input{
+		FrontEnd: "mew",
 		Proposal: raw,
 		Method:   *payload.Method,
 		Now:      now,
@@ -654,13 +703,57 @@ func InputFromEnvelope(raw []byte, now time.Time) (*Input, error) {
 		}
 		in.Params = payload.Params
 	}
+	if err := in.toolOfCall(); err != nil {
+		return nil, fmt.Errorf("proposal params: %w", err)
+	}
+	return in, nil
+}
+
+// InputFromMCPCall builds the input for an MCP client's tools/call
+// request (JSON-RPC, as the client sends it to fulfiller mcp): front_end
+// "mcp", proposal (the request as received), method, params, tool.name,
+// tool.arguments, and now. Who the client is and which upstream serves
+// the tool are fulfiller mcp's to say (its --client-id or token, its
+// upstream's name): they are left out, as InputFromEnvelope leaves out
+// what only the sidecar knows.
+func InputFromMCPCall(raw []byte, now time.Time) (*Input, error) {
+	var req struct {
+		JSONRPC string          `json:"jsonrpc"`
+		Method  *string         `json:"method"`
+		Params  json.RawMessage `json:"params"`
+	}
+	if err := agent.Unmarshal(raw, &req); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotProposal, err)
+	}
+	if req.Method == nil || *req.Method != "tools/call" {
+		m := "none"
+		if req.Method != nil {
+			m = strconv.Quote(*req.Method)
+		}
+		return nil, fmt.Errorf("%w (a JSON-RPC request whose method is %s: fulfiller mcp decides tools/call only, and passes the rest through)", ErrNotProposal, m)
+	}
+	if len(req.Params) == 0 || req.Params[0] != '{' {
+		return nil, errors.New("tools/call params must be an object with the tool's name")
+	}
+	in := &Input{FrontEnd: "mcp", Proposal: raw, Method: *req.Method, Params: req.Params, Now: now}
+	if err := in.toolOfCall(); err != nil {
+		return nil, fmt.Errorf("tools/call params: %w", err)
+	}
+	if in.Tool == nil {
+		return nil, errors.New("tools/call params must name the tool (a string name)")
+	}
+	return in, nil
+}
+
+// toolOfCall fills Tool's name and arguments from a tools/call's params.
+func (in *Input) toolOfCall() error {
 	if in.Method == "tools/call" && in.Params != nil {
 		var call struct {
 			Name      any             `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
 		}
 		if err := agent.Unmarshal(in.Params, &call); err != nil {
-			return nil, fmt.Errorf("proposal params: %w", err)
+			return err
 		}
 		if name, ok := call.Name.(string); ok {
 			in.Tool = &Tool{Name: name}
@@ -669,5 +762,5 @@ func InputFromEnvelope(raw []byte, now time.Time) (*Input, error) {
 			}
 		}
 	}
-	return in, nil
+	return nil
 }

@@ -174,6 +174,21 @@ func TestInputDocument(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
 
+	// An MCP client's call (fulfiller mcp): the front end, the client's
+	// clientInfo beside its id, and a tool whose definition changed.
+	mcpIn := &Input{FrontEnd: "mcp", Method: "tools/call",
+		Tool:     &Tool{Name: "read_file", Server: "fs", Changed: true, Digest: "sha256:new", PinnedDigest: "sha256:old"},
+		Proposer: &Participant{ID: "local", Client: json.RawMessage(`{"name":"claude-code","version":"2.1.0"}`)}}
+	got, err = json.Marshal(mcpIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = `{"front_end":"mcp","method":"tools/call","proposer":{"client":{"name":"claude-code","version":"2.1.0"},"id":"local"},` +
+		`"tool":{"changed":true,"digest":"sha256:new","name":"read_file","pinned_digest":"sha256:old","server":"fs"}}`
+	if string(got) != want {
+		t.Errorf("mcp input:\ngot  %s\nwant %s", got, want)
+	}
+
 	// A grant that is not an object is refused, never passed on.
 	if _, err := json.Marshal(&Input{Grants: []json.RawMessage{json.RawMessage(`"g-1"`)}}); err == nil || !strings.Contains(err.Error(), "grants[0]: must be an object") {
 		t.Errorf("a string grant: %v", err)
@@ -225,11 +240,36 @@ func TestParseEvalInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := json.Marshal(doc)
-	want := `{"method":"tools/call","now":"2026-11-22T10:00:00Z","params":{"arguments":{"path":"/tmp/x"},"name":"read_file"},` +
+	want := `{"front_end":"mew","method":"tools/call","now":"2026-11-22T10:00:00Z","params":{"arguments":{"path":"/tmp/x"},"name":"read_file"},` +
 		`"proposal":{"from":"coder","id":"p-1","kind":"mcp/proposal","payload":{"method":"tools/call","params":{"arguments":{"path":"/tmp/x"},"name":"read_file"}},"protocol":"mew/v0.4"},` +
 		`"proposer":{"id":"coder"},"tool":{"arguments":{"path":"/tmp/x"},"name":"read_file"}}`
 	if string(got) != want {
 		t.Errorf("envelope:\ngot  %s\nwant %s", got, want)
+	}
+
+	// An MCP client's tools/call request, as fulfiller mcp sees it: the
+	// same document, front_end "mcp", the request as the proposal; who
+	// the client is and which upstream serves the tool are not guessed.
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/tmp/x"}}}`
+	doc, envelope, err := ParseEvalInputWith([]byte(call), testNow, nil)
+	if err != nil || !envelope {
+		t.Fatalf("tools/call request: %v, completed %v", err, envelope)
+	}
+	got, _ = json.Marshal(doc)
+	want = `{"front_end":"mcp","method":"tools/call","now":"2026-11-22T10:00:00Z","params":{"arguments":{"path":"/tmp/x"},"name":"read_file"},` +
+		`"proposal":{"id":7,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{"path":"/tmp/x"},"name":"read_file"}},` +
+		`"tool":{"arguments":{"path":"/tmp/x"},"name":"read_file"}}`
+	if string(got) != want {
+		t.Errorf("tools/call request:\ngot  %s\nwant %s", got, want)
+	}
+	for raw, msg := range map[string]string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`:                           `whose method is "tools/list": fulfiller mcp decides tools/call only`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`:                           "tools/call params must be an object",
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}`: "tools/call params must name the tool",
+	} {
+		if _, err := ParseEvalInput([]byte(raw), testNow); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: err %v, want one saying %q", raw, err, msg)
+		}
 	}
 
 	// A full document is taken verbatim: nothing added, odd fields kept.
@@ -249,13 +289,13 @@ func TestParseEvalInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ = json.Marshal(doc)
-	if !strings.HasPrefix(string(got), `{"method":"tools/list","now":"2026-11-22T10:00:00Z","proposal":`) || strings.Contains(string(got), `"params"`) || strings.Contains(string(got), `"tool"`) {
+	if !strings.HasPrefix(string(got), `{"front_end":"mew","method":"tools/list","now":"2026-11-22T10:00:00Z","proposal":`) || strings.Contains(string(got), `"params"`) || strings.Contains(string(got), `"tool"`) {
 		t.Errorf("tools/list: %s", got)
 	}
 
 	// What the caller knows beyond the envelope completes the input built
 	// around it; a full document is never completed.
-	doc, envelope, err := ParseEvalInputWith([]byte(env), testNow, func(in *Input) error {
+	doc, envelope, err = ParseEvalInputWith([]byte(env), testNow, func(in *Input) error {
 		in.Tool.Server, in.Tool.Annotations = "fs", json.RawMessage(`{"readOnlyHint":true}`)
 		return nil
 	})
@@ -329,6 +369,9 @@ func TestInputCacheKeepsProposersAndCountsApart(t *testing.T) {
 		for _, c := range caps {
 			for _, a := range []AgentInfo{{}, {ID: "fulfiller", Pending: 1, MaxPending: 50}, {ID: "fulfiller", Pending: 51, MaxPending: 50}, {Pending: 1, Inflight: 2, MaxPending: 50}} {
 				inputs = append(inputs, &Input{Method: "tools/call", Proposer: &Participant{ID: id, Capabilities: c}, Agent: a})
+				for _, client := range []string{`{"name":"claude-code","version":"2.1.0"}`, `{"name":"claude-code","version":"2.2.0"}`} {
+					inputs = append(inputs, &Input{Method: "tools/call", Proposer: &Participant{ID: id, Capabilities: c, Client: json.RawMessage(client)}, Agent: a})
+				}
 			}
 		}
 	}

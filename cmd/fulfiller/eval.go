@@ -38,10 +38,13 @@ func newEvalCmd() *cobra.Command {
 		Long: `eval decides one proposal with the policies, as the sidecar would, and prints
 the decision as one JSON object on stdout.
 
---input (a file, or - for stdin) holds either a bare mcp/proposal envelope —
-eval builds the policy input around it: proposal, method, params, proposer.id,
-tool.name and tool.arguments for tools/call, and now — or a full policy input
-document (an object with a "proposal" key), which is evaluated as it is.
+--input (a file, or - for stdin) holds a bare mcp/proposal envelope — eval
+builds the policy input around it as run would: front_end "mew", proposal,
+method, params, proposer.id, tool.name and tool.arguments for tools/call,
+and now — or an MCP client's tools/call request (JSON-RPC), built as
+fulfiller mcp would: front_end "mcp", the request as proposal, method,
+params, tool.name, tool.arguments and now — or a full policy input document
+(an object with a "proposal" key), which is evaluated as it is.
 
 --tool-metadata FILE lays the annotations the operator declares there over
 the tool's, as run --tool-metadata does, so that input.tool.annotations is

@@ -237,7 +237,7 @@ func TestEvalUsageErrors(t *testing.T) {
 		{"input not JSON", []string{"--input", exampleData},
 			`^fulfiller: --input ` + regexp.QuoteMeta(exampleData) + `: line 1: invalid character`},
 		{"input not a proposal", []string{"--input", "-"},
-			`^fulfiller: --input \(stdin\): neither an input document .* nor an mcp/proposal envelope \(kind is "chat"\)\n$`},
+			`^fulfiller: --input \(stdin\): neither an input document .*, an mcp/proposal envelope nor an MCP tools/call request \(kind is "chat"\)\n$`},
 		{"stray argument", []string{"--input", "-", "extra"},
 			`^fulfiller: unexpected argument "extra"\n$`},
 		{"bad flag", []string{"--input", "-", "--explian"},
@@ -333,5 +333,34 @@ func TestEvalWarnsOfMissingData(t *testing.T) {
 	decode(t, stdout) // stdout is still one JSON object
 	if _, stderr, code := cli(t, "", "eval", "--policy", examplePolicies, "--data", exampleData, "--input", in, "--policy-timeout", "1m"); code != 0 || stderr != "" {
 		t.Fatalf("with --data: exit %d, stderr %q; want no warning", code, stderr)
+	}
+}
+
+// An MCP client's tools/call request is decided as fulfiller mcp would
+// decide it: the example policies, written for a space, decide it the
+// same way (one policy file serves both front ends), and --print-input
+// shows front_end "mcp" with the request as the proposal.
+func TestEvalDecidesAnMCPToolsCall(t *testing.T) {
+	read := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/srv/app/config.yaml"}}}`
+	stdout, stderr, code := cli(t, read, "eval", "--policy", examplePolicies, "--data", exampleData, "--input", "-", "--policy-timeout", "1m")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if got := decode(t, stdout); got["action"] != "fulfill" || got["message"] != "read-only" {
+		t.Errorf("read_file through fulfiller mcp: %v", got)
+	}
+	stdout, _, code = cli(t, read, "eval", "--policy", examplePolicies, "--input", "-", "--tool-server", "fs", "--print-input")
+	if code != 0 {
+		t.Fatalf("--print-input: exit %d", code)
+	}
+	in := decode(t, stdout)
+	tool, _ := in["tool"].(map[string]any)
+	prop, _ := in["proposal"].(map[string]any)
+	if in["front_end"] != "mcp" || in["method"] != "tools/call" || tool["name"] != "read_file" || tool["server"] != "fs" || prop["jsonrpc"] != "2.0" {
+		t.Errorf("input of a tools/call request: %v", in)
+	}
+	_, stderr, code = cli(t, `{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///x"}}`, "eval", "--policy", examplePolicies, "--input", "-")
+	if code != 2 || !strings.Contains(stderr, `whose method is "resources/read": fulfiller mcp decides tools/call only`) {
+		t.Errorf("a resources/read request: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -416,7 +416,7 @@ func (s *step) proposed(ev Proposed) {
 	c.seen.add(ev.ID)
 	id := c.ids.DecisionID()
 	p := &Proposal{ID: ev.ID, From: ev.From, Envelope: ev.Envelope, Params: ev.Params, Invalid: ev.Invalid, Size: ev.Size,
-		Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee,
+		FrontEnd: ev.FrontEnd, Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee,
 		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: id, Claim: id,
 		V: RecordVersion}
 	if p.Invalid != "" {

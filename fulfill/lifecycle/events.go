@@ -16,7 +16,8 @@ type Event interface{ event() }
 // (rule 1), done by the shell's parser before the event.
 type Proposed struct {
 	ID, From string
-	// Method, Tool and Addressee: see Proposal.
+	// FrontEnd, Method, Tool and Addressee: see Proposal.
+	FrontEnd                string
 	Method, Tool, Addressee string
 	Envelope                json.RawMessage
 	Params                  json.RawMessage

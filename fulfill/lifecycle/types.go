@@ -103,9 +103,13 @@ const RecordVersion = 2
 type Proposal struct {
 	// V is the record layout's version: RecordVersion when written by
 	// this build (state sets it), 0 for a record read from an older one.
-	V        int             `json:"v"`
-	ID       string          `json:"id"`
-	From     string          `json:"from"`
+	V    int    `json:"v"`
+	ID   string `json:"id"`
+	From string `json:"from"`
+	// FrontEnd is the front end the proposal came in by ("mew", "mcp";
+	// "" in records of builds before there were two, all "mew"): the
+	// policy's input.front_end, and whose answer it is.
+	FrontEnd string          `json:"front_end,omitempty"`
 	Envelope json.RawMessage `json:"envelope,omitempty"` // the proposal as received
 	// Params is what the proposal's payload says, a slice of Envelope:
 	// not stored twice, the shell reads it from the envelope again when it
