@@ -132,6 +132,10 @@ type Store struct {
 	seen    jetstream.KeyValue
 	seenLog *seenLog
 
+	// unlock releases the state directory's lock (Dir), after the
+	// embedded server has shut down.
+	unlock func()
+
 	rpcMu sync.Mutex
 	// The reserved block of JSON-RPC ids: it starts at rpcStart, holds
 	// rpcSize, rpcUsed are handed out, in rpcPerm's order.
@@ -225,6 +229,11 @@ func (s *Store) startEmbedded() error {
 		if err := mkdirPrivate(dir, s.log); err != nil {
 			return err
 		}
+		unlock, err := lockDir(dir)
+		if err != nil {
+			return err
+		}
+		s.unlock = unlock
 		flush, release, err := fsSync(dir)
 		if err != nil {
 			return err
@@ -647,6 +656,9 @@ func (s *Store) shutdown() {
 	}
 	if s.tmpDir != "" {
 		os.RemoveAll(s.tmpDir)
+	}
+	if s.unlock != nil {
+		s.unlock() // last: the directory is free once its server is down
 	}
 }
 
