@@ -108,7 +108,7 @@ func dropOnCleanup(t *testing.T, s *Store) *Store {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, kind := range []string{"seen", "pending", "outbox", "members", "meta", "grants"} {
+		for _, kind := range []string{"seen", "pending", "outbox", "members", "meta", "grants", "pins"} {
 			s.js.DeleteKeyValue(ctx, bucketName(kind, s.cfg.Space))
 		}
 	})

@@ -121,7 +121,7 @@ type Store struct {
 	// so that Update need not read a record before writing it.
 	known *lru.Cache[string, knownRecord]
 
-	members, outbox, meta, grants jetstream.KeyValue
+	members, outbox, meta, grants, pins jetstream.KeyValue
 	// records holds the pending records: pending, a group's KV bucket,
 	// or recordLog, a store alone's log (pending nil).
 	records   recordBucket
@@ -370,6 +370,8 @@ func (s *Store) openBuckets(ctx context.Context) error {
 		{&s.meta, "meta", jetstream.KeyValueConfig{}},
 		// grants: per-key TTL (each grant until a while after its expiry).
 		{&s.grants, "grants", jetstream.KeyValueConfig{LimitMarkerTTL: limitMarkerTTL}},
+		// pins: fulfiller mcp's tool definitions, kept until accepted.
+		{&s.pins, "pins", jetstream.KeyValueConfig{}},
 	}
 	if s.Shared() {
 		// pending: no age; deletes leave markers that expire, which
