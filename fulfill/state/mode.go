@@ -20,12 +20,18 @@ const (
 	Dir
 	// External is a NATS cluster reached over the network.
 	External
+	// SharedDir is a directory several processes on one machine share
+	// (fulfiller mcp, which a client starts once per session): one of
+	// them hosts an embedded server on loopback for all, and another
+	// takes over when it ends (share.go). ParseMode never returns it; a
+	// command that runs many processes on one --state turns Dir into it.
+	SharedDir
 )
 
 // Mode is a parsed --state value.
 type Mode struct {
 	Kind Kind
-	Dir  string   // Kind == Dir: the directory
+	Dir  string   // Kind == Dir or SharedDir: the directory
 	URLs []string // Kind == External: server URLs, nats:// or tls://
 }
 
@@ -34,7 +40,7 @@ func (m Mode) String() string {
 	switch m.Kind {
 	case Memory:
 		return "memory"
-	case Dir:
+	case Dir, SharedDir:
 		return m.Dir
 	case External:
 		return strings.Join(m.URLs, ",")

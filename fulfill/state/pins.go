@@ -32,11 +32,11 @@ func (s *Store) Pin(ctx context.Context, server string, digests map[string]strin
 		case err == nil:
 			pinned[name], created = d, true
 		case isWrongLastSeq(err):
-			e, err := s.pins.Get(ctx, k)
+			d, err := s.pinOf(ctx, k)
 			if err != nil {
 				return nil, fmt.Errorf("state: read the pin of tool %q of %q: %w", truncate(name), truncate(server), err)
 			}
-			pinned[name] = string(e.Value())
+			pinned[name] = d
 		default:
 			return nil, fmt.Errorf("state: pin tool %q of %q: %w", truncate(name), truncate(server), err)
 		}
@@ -49,6 +49,26 @@ func (s *Store) Pin(ctx context.Context, server string, digests map[string]strin
 		}
 	}
 	return pinned, nil
+}
+
+// pinOf reads the pin another process just made. In a cluster a read
+// may reach a replica that has not applied that write yet (the bucket
+// allows direct gets): not found there is tried again, a few times.
+func (s *Store) pinOf(ctx context.Context, k string) (string, error) {
+	for try := 1; ; try++ {
+		e, err := s.pins.Get(ctx, k)
+		if err == nil {
+			return string(e.Value()), nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) || try == 10 {
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Duration(try) * 10 * time.Millisecond):
+		}
+	}
 }
 
 // Accept records digests as server's tool definitions, replacing what

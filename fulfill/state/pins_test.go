@@ -46,12 +46,16 @@ func TestPinsKeepTheFirstDefinitionUntilAccepted(t *testing.T) {
 			other := b.open(t, "m2")
 			var wg sync.WaitGroup
 			results := make([]map[string]string, 2)
+			errs := make([]error, 2)
 			for i, st := range []*Store{s, other} {
 				wg.Go(func() {
-					results[i], _ = st.Pin(ctx, "new", map[string]string{"t": []string{"sha256:x", "sha256:y"}[i]})
+					results[i], errs[i] = st.Pin(ctx, "new", map[string]string{"t": []string{"sha256:x", "sha256:y"}[i]})
 				})
 			}
 			wg.Wait()
+			if errs[0] != nil || errs[1] != nil {
+				t.Fatalf("two members pinning one tool at once: %v, %v", errs[0], errs[1])
+			}
 			if results[0]["t"] == "" || results[0]["t"] != results[1]["t"] {
 				t.Errorf("two members pinning one tool at once: %v and %v, want one digest for both", results[0], results[1])
 			}

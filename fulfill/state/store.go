@@ -135,6 +135,8 @@ type Store struct {
 	// unlock releases the state directory's lock (Dir), after the
 	// embedded server has shut down.
 	unlock func()
+	// share is this process's part in a SharedDir directory.
+	share *share
 
 	rpcMu sync.Mutex
 	// The reserved block of JSON-RPC ids: it starts at rpcStart, holds
@@ -194,6 +196,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		err = s.startEmbedded()
 	case External:
 		err = s.connect()
+	case SharedDir:
+		err = s.startShared(ctx)
 	default:
 		err = errors.New("state: no mode")
 	}
@@ -584,7 +588,7 @@ func (s *Store) Persistent() bool { return s.cfg.Mode.Kind != Memory }
 
 // Shared reports whether other fulfillers can use this store (External
 // mode: a group); an embedded server serves this process alone.
-func (s *Store) Shared() bool { return s.cfg.Mode.Kind == External }
+func (s *Store) Shared() bool { return s.cfg.Mode.Kind == External || s.cfg.Mode.Kind == SharedDir }
 
 // Member returns this store's member id.
 func (s *Store) Member() string { return s.cfg.Member }
@@ -648,6 +652,9 @@ func (s *Store) shutdown() {
 	}
 	if s.nc != nil {
 		s.nc.Close()
+	}
+	if s.share != nil {
+		s.share.close()
 	}
 	if s.ns != nil {
 		s.ns.Shutdown()
