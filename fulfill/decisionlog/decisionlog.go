@@ -582,7 +582,8 @@ func revision(rev string) *string {
 }
 
 // ObserveApproval takes elicit's events (elicit.Config.Observer): a line
-// for each human answer that counted and each forged one.
+// for each human answer that counted, each forged one, and each
+// delegation (whose answer then counts is part of the record).
 func (l *Logger) ObserveApproval(e elicit.Event) {
 	r := &logrecord.Record{Type: logrecord.TypeApproval, Stage: string(e.Kind), Timestamp: e.Time.UTC(), ProposalID: e.ProposalID,
 		DecisionID: e.DecisionID, Revision: revision(e.Revision), Approver: e.Approver, Action: e.Action, Reason: e.Reason}
@@ -602,6 +603,9 @@ func (l *Logger) ObserveApproval(e elicit.Event) {
 		v := false
 		r.SignatureVerified = &v
 		r.Message = "answer from " + e.From + " ignored"
+	case elicit.EventDelegated:
+		r.To = e.To
+		r.Message = e.Approver + " handed their request on to " + e.To
 	default:
 		return
 	}

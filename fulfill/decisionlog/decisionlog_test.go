@@ -328,7 +328,7 @@ func TestMaskErasesArgumentsEverywhere(t *testing.T) {
 
 // TestApprovalRecords: an accepted answer of a keyed approver is logged
 // as verified, a forgery as not verified, an unkeyed answer without the
-// field.
+// field, a delegation with whom it went to.
 func TestApprovalRecords(t *testing.T) {
 	var buf bytes.Buffer
 	log := decisionlog.New(&buf, decisionlog.Options{Keyed: func(a string) bool { return a == "alice" }})
@@ -338,17 +338,19 @@ func TestApprovalRecords(t *testing.T) {
 	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventForgery, ProposalID: "p-1", DecisionID: did, Revision: "rev-1", Approver: "alice", From: "mallory", Action: "accept", Reason: "no signature"})
 	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAnswered, ProposalID: "p-1", DecisionID: did, Revision: "rev-1", Approver: "bob", Action: "decline", Reason: "not today"})
 	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventAsked, ProposalID: "p-1", DecisionID: did, Revision: "rev-1", Approver: "bob"}) // not an answer: not logged
+	log.ObserveApproval(elicit.Event{Time: at, Kind: elicit.EventDelegated, ProposalID: "p-1", DecisionID: did, Revision: "rev-1", Approver: "carol", RequestID: "q-1", To: "dave"})
 	if err := log.Close(); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d lines, want 3:\n%s", len(lines), buf.String())
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4:\n%s", len(lines), buf.String())
 	}
 	want := []string{
 		`"type":"approval","stage":"answered","proposal_id":"p-1","revision":"rev-1","approver":"alice","action":"accept","approve":true,"signature_verified":true}`,
 		`"type":"approval","stage":"forgery","proposal_id":"p-1","revision":"rev-1","reason":"no signature","message":"answer from mallory ignored","approver":"alice","action":"accept","signature_verified":false}`,
 		`"type":"approval","stage":"answered","proposal_id":"p-1","revision":"rev-1","reason":"not today","approver":"bob","action":"decline","approve":false}`,
+		`"type":"approval","stage":"delegated","proposal_id":"p-1","revision":"rev-1","message":"carol handed their request on to dave","approver":"carol","to":"dave"}`,
 	}
 	for i, l := range lines {
 		if l != `{"decision_id":"`+did+`","timestamp":"2026-11-22T10:00:00Z",`+want[i] {

@@ -76,6 +76,8 @@ type Record struct {
 	Action            string `json:"action,omitempty"`             // accept, decline or cancel
 	Approve           *bool  `json:"approve,omitempty"`            // accept with approve true
 	SignatureVerified *bool  `json:"signature_verified,omitempty"` // nil: the approver has no key, the gateway's word was taken
+	// To is whom the approver handed their request on to (delegated).
+	To string `json:"to,omitempty"`
 
 	// Shadow records.
 	Shadow *Shadow `json:"shadow,omitempty"`
