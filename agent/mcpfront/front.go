@@ -147,6 +147,19 @@ func (f *Front) Run(ctx context.Context) error {
 		}()
 	}
 	<-ctx.Done()
+	// The clients' sessions end with the Front (an HTTP one lives past
+	// its requests until it is deleted or idle).
+	for _, u := range f.ups {
+		u.mu.Lock()
+		s := u.server
+		u.mu.Unlock()
+		if s == nil {
+			continue
+		}
+		for ss := range s.Sessions() {
+			_ = ss.Close()
+		}
+	}
 	f.wg.Wait()
 	return nil
 }
@@ -317,8 +330,10 @@ func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (
 	ss := r.Session
 	p := Proposal{ID: id.String(), RPCID: rpcID, FrontEnd: FrontEnd, Server: u.Name, Proposer: f.cfg.ClientID,
 		Method: "tools/call", Params: raw, Received: time.Now()}
-	if r.Extra != nil && r.Extra.TokenInfo != nil && r.Extra.TokenInfo.UserID != "" {
-		p.Proposer = r.Extra.TokenInfo.UserID
+	if r.Extra != nil {
+		if id, ok := clientOf(r.Extra.TokenInfo); ok {
+			p.Proposer = id
+		}
 	}
 	if ip := ss.InitializeParams(); ip != nil {
 		if ci := ip.ClientInfo; ci != nil {
