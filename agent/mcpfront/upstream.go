@@ -159,6 +159,7 @@ func (u *upstream) run(ctx context.Context) error {
 		u.listChanged(notifyTools) // what a restarted upstream lists may differ
 	}
 	err = cs.Wait()
+	_ = cs.Close() // what the session started (its subscriptions/listen) ends with it
 	if err == nil {
 		err = errors.New("its connection closed")
 	}
