@@ -1,6 +1,7 @@
 package mcpfront
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -313,6 +314,9 @@ func forward[R mcp.Result](u *upstream, do func(*mcp.ClientSession) (R, error)) 
 func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	params := r.Params
 	rpcID := unstamp(params)
+	if err := checkCall(params); err != nil {
+		return nil, err
+	}
 	// The call as the policy reads it and approvers see it: its name and
 	// arguments. Its _meta (a progressToken, the client's own keys) stays
 	// with the client.
@@ -382,6 +386,23 @@ func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (
 			return rejectResult(Reject{Code: "other", Message: "fulfiller is shutting down"}), nil
 		}
 	}
+}
+
+// checkCall refuses a call MCP does not allow before anyone decides it:
+// a tool without a name, or arguments that are not an object.
+func checkCall(p *mcp.CallToolParamsRaw) error {
+	if p.Name == "" {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tools/call: params.name is missing"}
+	}
+	args := bytes.TrimSpace(p.Arguments)
+	if len(args) == 0 || string(args) == "null" {
+		p.Arguments = nil
+		return nil
+	}
+	if args[0] != '{' {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tools/call: params.arguments must be an object"}
+	}
+	return nil
 }
 
 // withdrawReason tells a client's notifications/cancelled (the request
@@ -520,13 +541,17 @@ func withoutResultType(res *mcp.CallToolResult) (json.RawMessage, error) {
 	return json.Marshal(m)
 }
 
+// codeRejected is the SDK's code for a message its transport could not
+// deliver (jsonrpc2.ErrRejected): the upstream never answered.
+const codeRejected = -32005
+
 // isUpstreamRPCError tells an error the upstream answered from one the
 // SDK made of a connection that ended.
 func isUpstreamRPCError(e *jsonrpc.Error) bool {
 	// The SDK's own for a lost connection are internal errors without
 	// data; an upstream's protocol errors (unknown tool, bad params) are
 	// answered as they came.
-	return e.Code != jsonrpc.CodeInternalError || len(e.Data) > 0
+	return e.Code != jsonrpc.CodeInternalError && e.Code != codeRejected || len(e.Data) > 0
 }
 
 // SendCancel implements Effects.
