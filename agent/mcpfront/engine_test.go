@@ -10,6 +10,7 @@ import (
 
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+	"github.com/mewkit/fulfiller/policies"
 )
 
 // fakeEngine decides from a table (tool name → "fulfil", "reject:CODE:
@@ -22,7 +23,6 @@ type fakeEngine struct {
 	fx    Effects
 	table map[string]string
 	in    chan func()
-	codec elicit.Codec
 
 	mu          sync.Mutex
 	proposals   []Proposal
@@ -34,6 +34,7 @@ type fakeEngine struct {
 
 type fakeCall struct {
 	p        Proposal
+	codec    elicit.Codec
 	lp       *lifecycle.Proposal
 	prompt   string
 	sent     bool
@@ -91,7 +92,7 @@ func (e *fakeEngine) Answered(ctx context.Context, a PromptAnswer) error {
 			return
 		}
 		payload := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":1,"result":%s}`, a.Result)
-		v := e.codec.Read(c.lp, lifecycle.Prompt{Approver: Caller, EnvelopeID: a.PromptID}, payload, nil)
+		v := c.codec.Read(c.lp, lifecycle.Prompt{Approver: Caller, EnvelopeID: a.PromptID}, payload, nil)
 		switch v.Kind {
 		case lifecycle.AnswerApproved:
 			params := c.p.Params
@@ -141,7 +142,7 @@ func (e *fakeEngine) decide(p Proposal) {
 	case strings.HasPrefix(rule, "reject:"):
 		code, msg, _ := strings.Cut(strings.TrimPrefix(rule, "reject:"), ":")
 		e.answer(c, Answer{ProposalID: p.ID, Reject: &Reject{Code: code, Message: msg}})
-	case rule == "escalate":
+	case rule == "escalate" || rule == "escalate-edit":
 		if !p.Elicitation {
 			e.answer(c, Answer{ProposalID: p.ID, Reject: &Reject{Code: "incapable"}})
 			return
@@ -149,8 +150,17 @@ func (e *fakeEngine) decide(p Proposal) {
 		c.lp = &lifecycle.Proposal{ID: p.ID, From: p.Proposer, Method: p.Method, Params: p.Params, Tool: p.Tool.Name,
 			Deadline: time.Now().Add(time.Minute),
 			Decision: &lifecycle.Decision{Action: lifecycle.Escalate, Message: "a write needs you", Approvers: []string{Caller}, Quorum: 1, Timeout: time.Minute}}
+		if rule == "escalate-edit" {
+			c.lp.Decision.Editable = []string{"path"}
+		}
+		// What the record does not hold and the form shows: the tool's
+		// input schema, as the front end listed it (it types the
+		// editable fields).
+		c.codec = elicit.Codec{Context: func(*lifecycle.Proposal) (*policies.Tool, json.RawMessage, bool) {
+			return nil, p.Tool.InputSchema, false
+		}}
 		promptID := "prompt-" + p.ID
-		payload, err := e.codec.Prompt(c.lp, lifecycle.PromptSpec{Approver: Caller, EnvelopeID: promptID, RPCID: 1, Approvers: []string{Caller}, Quorum: 1})
+		payload, err := c.codec.Prompt(c.lp, lifecycle.PromptSpec{Approver: Caller, EnvelopeID: promptID, RPCID: 1, Approvers: []string{Caller}, Quorum: 1})
 		if err != nil {
 			e.answer(c, Answer{ProposalID: p.ID, Reject: &Reject{Code: "other", Message: err.Error()}})
 			return

@@ -42,9 +42,9 @@ const upMeta = `{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"files","
 
 var table = map[string]string{
 	"read_file":   "fulfil",
-	"list_dir":    "fulfil",
 	"write_file":  "reject:policy:writes outside the repo are not allowed",
 	"delete_path": "escalate",
+	"list_dir":    "escalate-edit",
 }
 
 func newRig(t *testing.T, cfg Config) *rig {
@@ -520,5 +520,22 @@ func waitFor(t *testing.T, c <-chan struct{}) {
 	case <-c:
 	case <-time.After(10 * time.Second):
 		t.Fatal("timed out")
+	}
+}
+
+// TestCallerEdits: the caller edits an argument the decision offered,
+// and the upstream runs the call as edited.
+func TestCallerEdits(t *testing.T) {
+	r := newRig(t, Config{})
+	el := &elicitor{answer: func(context.Context) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true, "path": "/repo"}}, nil
+	}}
+	cs := r.client(&mcp.ClientOptions{ElicitationHandler: el.handle})
+	res := call(t, cs, "list_dir", map[string]any{"path": "/"})
+	if g := jsonOf(t, res); g != upMeta+`"content":[{"type":"text","text":"/repo/a.txt\n/repo/b.txt"}]}` {
+		t.Errorf("result %s", g)
+	}
+	if g := jsonOf(t, el.asked[0].RequestedSchema); !strings.Contains(g, `"path":{"default":"/","title":"path","type":"string"}`) {
+		t.Errorf("the form offers no path to edit: %s", g)
 	}
 }
