@@ -105,7 +105,7 @@ func (r *rig) stdioClient(name string, opts *mcp.ClientOptions) *mcp.ClientSessi
 		defer r.wg.Done()
 		_ = r.front.ServeStdio(r.ctx, name, st)
 	}()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client"}, opts).Connect(r.ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client"}, opts).Connect(r.ctx, ct, r.sessionOpts())
 	if err != nil {
 		r.t.Fatal(err)
 	}

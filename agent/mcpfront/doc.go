@@ -32,11 +32,15 @@
 // notifications/cancelled ends the call's context, which cancels what
 // the front end does for it.
 //
-// Clients speak the handshake revisions (2025-11-25 and before): there
-// fulfiller can hold a call and ask the caller with elicitation/create
-// meanwhile. A 2026-07-28 client is answered with 2025-11-25 (the go-sdk
-// client falls back to it); carrying that revision's input_required
-// retries is still to come (see Prompt below).
+// The caller is asked as the client's revision allows. A client of the
+// handshake revisions (2025-11-25 and before) gets elicitation/create
+// while the call is held in its handler. A 2026-07-28 client gets an
+// input_required result (SEP-2322) whose requestState is the proposal
+// id; its SDK asks the person and retries the call with the answers,
+// which go to the engine, and the call is held again in the retry's
+// handler (a retry naming a call not waiting for one, or another
+// client's, is an invalid-params error). A client that never retries is
+// withdrawn as disconnected after Config.RetryWait.
 //
 // # Plugging in the engine
 //

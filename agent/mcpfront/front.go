@@ -31,6 +31,10 @@ type Config struct {
 	// progress notification this often, so that a client that resets its
 	// timeout on progress keeps waiting for the approvers [10s].
 	ProgressEvery time.Duration
+	// RetryWait is how long a call whose client was sent input_required
+	// (2026-07-28) waits for the client's retry before it is withdrawn as
+	// disconnected [10m].
+	RetryWait time.Duration
 	// BackoffMin and BackoffMax bound the wait before an upstream that
 	// ended is started again [100ms, 10s]; ConnectTimeout bounds its
 	// start (process, initialize, first tools/list) [30s].
@@ -65,19 +69,34 @@ type Front struct {
 
 // held is a tools/call waiting for its answer.
 type held struct {
-	p   Proposal
-	u   *upstream
-	ss  *mcp.ServerSession
-	ctx context.Context // the handler's: it carries the request for the transport
-	// token is the client's progressToken (nil: none).
-	token  any
+	p      Proposal
+	u      *upstream
 	answer chan Answer // one answer, buffered
+	// mrtr: the client is asked through input_required results (asks),
+	// and comes back with its answers in a retry of the call.
+	mrtr bool
+	asks chan Prompt
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// The handler holding the call now (nil ctx while an input_required
+	// result waits for the client's retry): its session, its context
+	// (it carries the request for the transport), its progressToken.
+	ss       *mcp.ServerSession
+	ctx      context.Context
+	token    any
+	detached uint64 // >0 while waiting for a retry: which wait
+	expire   *time.Timer
 	answered bool
 	gone     bool
 	prompts  map[string]context.CancelFunc
 	progress float64
+}
+
+// handler is who holds h now (nil ctx: nobody, a retry is awaited).
+func (h *held) handler() (*mcp.ServerSession, context.Context, any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ss, h.ctx, h.token
 }
 
 // Errors of the Effects.
@@ -105,6 +124,9 @@ func New(cfg Config, ups ...Upstream) (*Front, error) {
 	}
 	if cfg.ProgressEvery == 0 {
 		cfg.ProgressEvery = 10 * time.Second
+	}
+	if cfg.RetryWait <= 0 {
+		cfg.RetryWait = 10 * time.Minute
 	}
 	if cfg.BackoffMin <= 0 {
 		cfg.BackoffMin = 100 * time.Millisecond
@@ -198,12 +220,10 @@ func (f *Front) ServeStdio(ctx context.Context, name string, t mcp.Transport) er
 	return ss.Wait()
 }
 
-// handshakeVersions are the protocol revisions the clients may speak:
-// those of the initialize handshake, where fulfiller can ask the caller
-// with elicitation/create while it holds the call. A 2026-07-28 client
-// is answered with 2025-11-25 (the go-sdk client falls back to it); its
-// own revision's input_required retries are not carried yet.
-var handshakeVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
+// mrtrVersion is the first revision whose clients are asked through
+// input_required results they retry (SEP-2322), not elicitation/create
+// sent while the call is held.
+const mrtrVersion = "2026-07-28"
 
 // newServer is the server the clients of u see: the upstream's
 // serverInfo, instructions and capabilities (tools always, with
@@ -224,8 +244,7 @@ func (f *Front) newServer(u *upstream, init *mcp.InitializeResult) *mcp.Server {
 		instructions = init.Instructions
 	}
 	caps.Tools = &mcp.ToolCapabilities{ListChanged: true}
-	opts := &mcp.ServerOptions{Instructions: instructions, Capabilities: &caps, Logger: f.log,
-		SupportedProtocolVersions: handshakeVersions}
+	opts := &mcp.ServerOptions{Instructions: instructions, Capabilities: &caps, Logger: f.log}
 	if caps.Resources != nil && caps.Resources.Subscribe {
 		opts.SubscribeHandler = func(ctx context.Context, r *mcp.SubscribeRequest) error {
 			cs, err := u.session()
@@ -349,18 +368,39 @@ func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (
 	}
 	token := params.GetProgressToken()
 	p.Progress = token != nil
+	if params.RequestState != "" {
+		return f.resume(ctx, u, r, p.Proposer)
+	}
 	p.Tool, err = u.tool(ctx, params.Name, params.Arguments)
 	if err != nil {
 		return rejectResult(Reject{Code: "other", Message: err.Error()}), nil
 	}
-	h := &held{p: p, u: u, ss: ss, ctx: ctx, token: token, answer: make(chan Answer, 1), prompts: map[string]context.CancelFunc{}}
+	h := &held{p: p, u: u, ss: ss, ctx: ctx, token: token, answer: make(chan Answer, 1), asks: make(chan Prompt, 8),
+		prompts: map[string]context.CancelFunc{}}
+	if ip := ss.InitializeParams(); ip != nil && ip.ProtocolVersion >= mrtrVersion {
+		h.mrtr = true
+	}
 	f.mu.Lock()
 	f.held[p.ID] = h
 	f.mu.Unlock()
-	defer f.release(h)
 	if err := f.eng.Propose(ctx, p); err != nil {
+		f.release(h)
 		return rejectResult(Reject{Code: "other", Message: "fulfiller could not take the call: " + err.Error()}), nil
 	}
+	return f.hold(ctx, h)
+}
+
+// hold waits for h's answer in the handler of ctx. It returns early
+// with an input_required result when the caller is to be asked on a
+// 2026-07-28 client: h then waits for the client's retry (resume).
+func (f *Front) hold(ctx context.Context, h *held) (*mcp.CallToolResult, error) {
+	detached := false
+	defer func() {
+		if !detached {
+			f.release(h)
+		}
+	}()
+	_, _, token := h.handler()
 	var tick <-chan time.Time
 	if token != nil && f.cfg.ProgressEvery > 0 {
 		t := time.NewTicker(f.cfg.ProgressEvery)
@@ -377,6 +417,15 @@ func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (
 			// same (the engine logs what it did).
 			f.withdraw(h, withdrawReason(ctx))
 			return nil, ctx.Err()
+		case pr := <-h.asks:
+			res, err := inputRequired(pr, h.p.ID)
+			if err != nil {
+				f.promptFailed(h, pr, err)
+				continue
+			}
+			detached = true
+			f.detach(h)
+			return res, nil
 		case <-tick:
 			f.notifyProgress(h, "waiting for fulfiller's decision")
 		case <-ctx.Done():
@@ -385,6 +434,105 @@ func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (
 		case <-f.ctx.Done():
 			return rejectResult(Reject{Code: "other", Message: "fulfiller is shutting down"}), nil
 		}
+	}
+}
+
+// inputRequired is the result that asks a 2026-07-28 client for pr: the
+// client answers it and retries the call with its answer and state.
+func inputRequired(pr Prompt, state string) (*mcp.CallToolResult, error) {
+	var params mcp.ElicitParams
+	if err := json.Unmarshal(pr.Params, &params); err != nil {
+		return nil, fmt.Errorf("the prompt's params: %w", err)
+	}
+	if params.Mode == "" {
+		params.Mode = "form"
+	}
+	res := &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{pr.PromptID: &params}, RequestState: state}
+	// The result type is the SDK's to set, and it sets it only for its
+	// own tools: it is read back from the wire form.
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	m["resultType"] = json.RawMessage(`"input_required"`)
+	if raw, err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	out := new(mcp.CallToolResult)
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// detach leaves h waiting for the client's retry, for Config.RetryWait
+// at most: a client that never retries is withdrawn as disconnected.
+func (f *Front) detach(h *held) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.detached++
+	wait := h.detached
+	h.ss, h.ctx, h.token = nil, nil, nil
+	h.expire = time.AfterFunc(f.cfg.RetryWait, func() {
+		h.mu.Lock()
+		still := h.detached == wait && h.ctx == nil
+		h.mu.Unlock()
+		if still {
+			f.withdraw(h, WithdrawDisconnected)
+			f.release(h)
+		}
+	})
+}
+
+// resume is a 2026-07-28 client's retry of a held call: its answers go
+// to the engine, and the call is held again in this handler.
+func (f *Front) resume(ctx context.Context, u *upstream, r *mcp.CallToolRequest, proposer string) (*mcp.CallToolResult, error) {
+	params := r.Params
+	h := f.lookup(params.RequestState)
+	if h == nil || h.u != u || h.p.Proposer != proposer || h.p.Tool.Name != params.Name {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+			Message: "tools/call: requestState names no call of this client waiting here (answered, expired, or another's)"}
+	}
+	h.mu.Lock()
+	if h.ctx != nil || h.gone {
+		h.mu.Unlock()
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tools/call: this call is not waiting for a retry"}
+	}
+	h.detached++ // the expiry of the wait that ends here does nothing
+	if h.expire != nil {
+		h.expire.Stop()
+	}
+	h.ss, h.ctx, h.token = r.Session, ctx, params.GetProgressToken()
+	var answers []PromptAnswer
+	for id, resp := range params.InputResponses {
+		if _, open := h.prompts[id]; !open {
+			continue // not asked, or cancelled since
+		}
+		delete(h.prompts, id)
+		a := PromptAnswer{ProposalID: h.p.ID, PromptID: id}
+		a.Result, a.Err = json.Marshal(resp)
+		answers = append(answers, a)
+	}
+	h.mu.Unlock()
+	for _, a := range answers {
+		if err := f.eng.Answered(ctx, a); err != nil {
+			f.log.Warn("mcp prompt answer not taken by the engine", "proposal", h.p.ID, "err", err)
+		}
+	}
+	return f.hold(ctx, h)
+}
+
+// promptFailed tells the engine a prompt could not be asked.
+func (f *Front) promptFailed(h *held, pr Prompt, err error) {
+	h.mu.Lock()
+	delete(h.prompts, pr.PromptID)
+	h.mu.Unlock()
+	if err := f.eng.Answered(f.ctx, PromptAnswer{ProposalID: h.p.ID, PromptID: pr.PromptID, Err: err}); err != nil {
+		f.log.Warn("mcp prompt failure not taken by the engine", "proposal", h.p.ID, "err", err)
 	}
 }
 
@@ -422,6 +570,9 @@ func (f *Front) release(h *held) {
 	f.mu.Unlock()
 	h.mu.Lock()
 	h.gone = true
+	if h.expire != nil {
+		h.expire.Stop()
+	}
 	for id, cancel := range h.prompts {
 		cancel()
 		delete(h.prompts, id)
@@ -468,7 +619,7 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 	}
 	out.Meta = nil // the client's _meta stays with the client; its progressToken is carried below
 	upToken := ""
-	if h.token != nil {
+	if h.p.Progress {
 		upToken = "fulfiller-" + r.ProposalID
 		out.SetProgressToken(upToken)
 		f.mu.Lock()
@@ -586,7 +737,7 @@ func (f *Front) Answer(_ context.Context, a Answer) error {
 // Status implements Effects.
 func (f *Front) Status(_ context.Context, s Status) {
 	h := f.lookup(s.ProposalID)
-	if h == nil || h.token == nil {
+	if h == nil {
 		return
 	}
 	msg := s.Message
@@ -611,10 +762,14 @@ func (f *Front) Status(_ context.Context, s Status) {
 
 func (f *Front) notifyProgress(h *held, msg string) {
 	h.mu.Lock()
+	ss, ctx, token := h.ss, h.ctx, h.token
 	h.progress++
 	n := h.progress
 	h.mu.Unlock()
-	if err := h.ss.NotifyProgress(h.ctx, &mcp.ProgressNotificationParams{ProgressToken: h.token, Progress: n, Message: msg}); err != nil {
+	if token == nil || ctx == nil {
+		return // no token, or nobody to tell while a retry is awaited
+	}
+	if err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg}); err != nil {
 		f.log.Debug("mcp progress not sent", "proposal", h.p.ID, "err", err)
 	}
 }
@@ -626,11 +781,15 @@ func (f *Front) progress(ctx context.Context, p *mcp.ProgressNotificationParams)
 	f.mu.Lock()
 	h := f.tokens[tok]
 	f.mu.Unlock()
-	if h == nil || h.token == nil {
+	if h == nil {
+		return
+	}
+	ss, ctx, token := h.handler()
+	if token == nil || ctx == nil {
 		return
 	}
 	q := *p
-	q.ProgressToken = h.token
+	q.ProgressToken = token
 	h.mu.Lock()
 	// Progress must increase across ours and the upstream's.
 	if q.Progress <= h.progress {
@@ -638,7 +797,7 @@ func (f *Front) progress(ctx context.Context, p *mcp.ProgressNotificationParams)
 	}
 	h.progress = q.Progress
 	h.mu.Unlock()
-	_ = h.ss.NotifyProgress(h.ctx, &q)
+	_ = ss.NotifyProgress(ctx, &q)
 }
 
 // SendPrompt implements Effects.
@@ -660,7 +819,28 @@ func (f *Front) SendPrompt(_ context.Context, p Prompt) error {
 	if params.Mode != "form" {
 		return fmt.Errorf("mcpfront: prompt mode %q: fulfiller asks in form mode only", params.Mode)
 	}
-	pctx, cancel := context.WithCancel(h.ctx)
+	if h.mrtr {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.gone {
+			return ErrUnknown
+		}
+		if h.prompts[p.PromptID] != nil {
+			return fmt.Errorf("mcpfront: prompt %s is out already", p.PromptID)
+		}
+		select {
+		case h.asks <- p:
+		default:
+			return fmt.Errorf("mcpfront: too many prompts for one call")
+		}
+		h.prompts[p.PromptID] = func() {} // answered in the retry, unless cancelled first
+		return nil
+	}
+	ss, hctx, _ := h.handler()
+	if hctx == nil {
+		return ErrUnknown
+	}
+	pctx, cancel := context.WithCancel(hctx)
 	h.mu.Lock()
 	if h.gone {
 		h.mu.Unlock()
@@ -678,12 +858,12 @@ func (f *Front) SendPrompt(_ context.Context, p Prompt) error {
 	go func() {
 		defer f.wg.Done()
 		defer cancel()
-		res, err := h.ss.Elicit(pctx, &params)
+		res, err := ss.Elicit(pctx, &params)
 		h.mu.Lock()
 		_, open := h.prompts[p.PromptID]
 		delete(h.prompts, p.PromptID)
 		h.mu.Unlock()
-		if !open || h.ctx.Err() != nil {
+		if !open || hctx.Err() != nil {
 			// Cancelled by the engine, or the client cancelled the call
 			// or went away: the Withdrawal tells the engine, and no
 			// answer is owed.

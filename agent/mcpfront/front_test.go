@@ -3,6 +3,7 @@ package mcpfront
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"reflect"
 	"strings"
@@ -34,6 +35,32 @@ type rig struct {
 	up    *mcp.Server
 	calls atomic.Int64 // tool calls the upstream ran
 	wg    sync.WaitGroup
+	// version is the protocol revision the clients ask for: 2025-11-25
+	// (the handshake, elicitation/create while the call is held) unless
+	// a test says 2026-07-28 (input_required and retries).
+	version string
+}
+
+// Revisions of the clients.
+const (
+	v20251125 = "2025-11-25"
+	v20260728 = "2026-07-28"
+)
+
+// revisions runs f under each revision of the clients.
+func revisions(t *testing.T, f func(t *testing.T, version string)) {
+	for _, v := range []string{v20251125, v20260728} {
+		t.Run(v, func(t *testing.T) { f(t, v) })
+	}
+}
+
+// frontMeta is the _meta a result of the front end's own carries under
+// version: the 2026-07-28 revision names the server in every result.
+func frontMeta(version string, meta string) string {
+	if version >= v20260728 {
+		return strings.TrimSuffix(meta, "}") + `,"io.modelcontextprotocol/serverInfo":{"name":"files","version":"1.0.0"}}`
+	}
+	return meta
 }
 
 // upMeta opens a result as the upstream sends it to fulfiller, which
@@ -107,12 +134,19 @@ func (r *rig) client(opts *mcp.ClientOptions) *mcp.ClientSession {
 		defer r.wg.Done()
 		_ = r.front.ServeStdio(r.ctx, "files", st)
 	}()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "0.1"}, opts).Connect(r.ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "0.1"}, opts).Connect(r.ctx, ct, r.sessionOpts())
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { _ = cs.Close() })
 	return cs
+}
+
+func (r *rig) sessionOpts() *mcp.ClientSessionOptions {
+	if r.version == "" {
+		return &mcp.ClientSessionOptions{ProtocolVersion: v20251125}
+	}
+	return &mcp.ClientSessionOptions{ProtocolVersion: r.version}
 }
 
 // direct connects a go-sdk client to the upstream itself.
@@ -271,8 +305,11 @@ func (e *elicitor) handle(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Eli
 	return e.answer(ctx)
 }
 
-func TestCallerAccepts(t *testing.T) {
+func TestCallerAccepts(t *testing.T) { revisions(t, testCallerAccepts) }
+
+func testCallerAccepts(t *testing.T, version string) {
 	r := newRig(t, Config{})
+	r.version = version
 	el := &elicitor{answer: func(context.Context) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
 	}}
@@ -314,7 +351,11 @@ func TestCallerAccepts(t *testing.T) {
 	}
 	pmu.Lock()
 	defer pmu.Unlock()
-	if len(progress) == 0 || progress[0] != `{"progressToken":"tok-1","message":"waiting for approval by [@caller]","progress":1}` {
+	// Held in the handler (2025-11-25), the call tells its wait; asked
+	// through input_required (2026-07-28), it may have returned before
+	// the engine's status came, and nothing is owed then.
+	if (version < v20260728 || len(progress) > 0) &&
+		(len(progress) == 0 || progress[0] != `{"progressToken":"tok-1","message":"waiting for approval by [@caller]","progress":1}`) {
 		t.Errorf("progress %q", progress)
 	}
 	if ps := r.eng.seen(); len(ps) != 1 || !ps[0].Elicitation || !ps[0].Progress {
@@ -322,18 +363,21 @@ func TestCallerAccepts(t *testing.T) {
 	}
 }
 
-func TestCallerDeclines(t *testing.T) {
+func TestCallerDeclines(t *testing.T) { revisions(t, testCallerDeclines) }
+
+func testCallerDeclines(t *testing.T, version string) {
 	r := newRig(t, Config{})
+	r.version = version
 	for _, c := range []struct {
 		res  *mcp.ElicitResult
 		want string
 	}{
 		{&mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": false, "reason": "not today"}},
-			`{"_meta":{"fulfiller/reason":"disagree"},"content":[{"type":"text","text":"fulfiller refused this call (disagree): not today"}],"isError":true}`},
+			`{"_meta":` + frontMeta(version, `{"fulfiller/reason":"disagree"}`) + `,"content":[{"type":"text","text":"fulfiller refused this call (disagree): not today"}],"isError":true}`},
 		{&mcp.ElicitResult{Action: "decline"},
-			`{"_meta":{"fulfiller/reason":"disagree"},"content":[{"type":"text","text":"fulfiller refused this call (disagree): the approver declined"}],"isError":true}`},
+			`{"_meta":` + frontMeta(version, `{"fulfiller/reason":"disagree"}`) + `,"content":[{"type":"text","text":"fulfiller refused this call (disagree): the approver declined"}],"isError":true}`},
 		{&mcp.ElicitResult{Action: "cancel"},
-			`{"_meta":{"fulfiller/reason":"other"},"content":[{"type":"text","text":"fulfiller refused this call (other): the approver cancelled"}],"isError":true}`},
+			`{"_meta":` + frontMeta(version, `{"fulfiller/reason":"other"}`) + `,"content":[{"type":"text","text":"fulfiller refused this call (other): the approver cancelled"}],"isError":true}`},
 	} {
 		el := &elicitor{answer: func(context.Context) (*mcp.ElicitResult, error) { return c.res, nil }}
 		cs := r.client(&mcp.ClientOptions{ElicitationHandler: el.handle})
@@ -350,11 +394,14 @@ func TestCallerDeclines(t *testing.T) {
 	}
 }
 
-func TestClientWithoutElicitation(t *testing.T) {
+func TestClientWithoutElicitation(t *testing.T) { revisions(t, testClientWithoutElicitation) }
+
+func testClientWithoutElicitation(t *testing.T, version string) {
 	r := newRig(t, Config{})
+	r.version = version
 	cs := r.client(nil)
 	got := call(t, cs, "delete_path", map[string]any{"path": "/repo/a.txt"})
-	want := `{"_meta":{"fulfiller/reason":"incapable"},"content":[{"type":"text","text":"fulfiller refused this call (incapable): this client cannot ask you"}],"isError":true}`
+	want := `{"_meta":` + frontMeta(version, `{"fulfiller/reason":"incapable"}`) + `,"content":[{"type":"text","text":"fulfiller refused this call (incapable): this client cannot ask you"}],"isError":true}`
 	if g := jsonOf(t, got); g != want {
 		t.Errorf("got %s\nwant %s", g, want)
 	}
@@ -395,7 +442,7 @@ func TestDisconnectWhileAsked(t *testing.T) {
 		_ = r.front.ServeStdio(r.ctx, "files", st)
 	}()
 	cut := cutTransport{ct, make(chan mcp.Connection, 1)}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client"}, &mcp.ClientOptions{ElicitationHandler: el.handle}).Connect(r.ctx, cut, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client"}, &mcp.ClientOptions{ElicitationHandler: el.handle}).Connect(r.ctx, cut, r.sessionOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,8 +572,11 @@ func waitFor(t *testing.T, c <-chan struct{}) {
 
 // TestCallerEdits: the caller edits an argument the decision offered,
 // and the upstream runs the call as edited.
-func TestCallerEdits(t *testing.T) {
+func TestCallerEdits(t *testing.T) { revisions(t, testCallerEdits) }
+
+func testCallerEdits(t *testing.T, version string) {
 	r := newRig(t, Config{})
+	r.version = version
 	el := &elicitor{answer: func(context.Context) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true, "path": "/repo"}}, nil
 	}}
@@ -537,5 +587,45 @@ func TestCallerEdits(t *testing.T) {
 	}
 	if g := jsonOf(t, el.asked[0].RequestedSchema); !strings.Contains(g, `"path":{"default":"/","title":"path","type":"string"}`) {
 		t.Errorf("the form offers no path to edit: %s", g)
+	}
+}
+
+// TestRetryNeverComes: a 2026-07-28 client asked through input_required
+// that cancels instead of retrying is withdrawn once RetryWait passes,
+// and nothing runs; a retry naming a call that is not waiting (or not
+// the client's) is refused.
+func TestRetryNeverComes(t *testing.T) {
+	r := newRig(t, Config{RetryWait: 200 * time.Millisecond})
+	r.version = v20260728
+	asked := make(chan struct{})
+	el := &elicitor{answer: func(ctx context.Context) (*mcp.ElicitResult, error) {
+		close(asked)
+		return nil, errors.New("the person closed the dialog")
+	}}
+	cs := r.client(&mcp.ClientOptions{ElicitationHandler: el.handle})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_path", Arguments: map[string]any{"path": "/repo/a.txt"}}); err == nil {
+		t.Error("a call whose input failed returned no error")
+	}
+	waitFor(t, asked)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(r.eng.withdrawn()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w := r.eng.withdrawn(); len(w) != 1 || w[0].Reason != WithdrawDisconnected || w[0].ProposalID != r.eng.seen()[0].ID {
+		t.Errorf("withdrawals %+v, want the call's, disconnected", w)
+	}
+	if n := r.calls.Load(); n != 0 {
+		t.Errorf("the upstream ran %d calls, want none", n)
+	}
+	// A retry of a call no longer waiting: a JSON-RPC error, nothing
+	// proposed.
+	retry := &mcp.CallToolParams{Name: "delete_path", Arguments: map[string]any{"path": "/"}, RequestState: r.eng.seen()[0].ID}
+	if _, err := cs.CallTool(ctx, retry); err == nil || !strings.Contains(err.Error(), "requestState names no call") {
+		t.Errorf("a retry of a call no longer waiting: %v", err)
+	}
+	if n := len(r.eng.seen()); n != 1 {
+		t.Errorf("%d proposals, want 1", n)
 	}
 }
