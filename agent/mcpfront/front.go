@@ -170,6 +170,18 @@ func (f *Front) Run(ctx context.Context) error {
 		}()
 	}
 	<-ctx.Done()
+	// Calls waiting for a 2026-07-28 client's retry end with the Front.
+	f.mu.Lock()
+	var waiting []*held
+	for _, h := range f.held {
+		waiting = append(waiting, h)
+	}
+	f.mu.Unlock()
+	for _, h := range waiting {
+		if _, hctx, _ := h.handler(); hctx == nil {
+			f.release(h)
+		}
+	}
 	// The clients' sessions end with the Front (an HTTP one lives past
 	// its requests until it is deleted or idle).
 	for _, u := range f.ups {

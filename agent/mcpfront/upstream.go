@@ -292,6 +292,12 @@ func (u *upstream) listChanged(k listKind) {
 func (u *upstream) newClient() *mcp.Client {
 	return mcp.NewClient(&mcp.Implementation{Name: "fulfiller", Version: u.f.cfg.Version}, &mcp.ClientOptions{
 		Logger: u.f.log,
+		// fulfiller declares nothing to the upstream: not the SDK's
+		// default roots (an empty list of them would shrink what a
+		// server like the filesystem one may touch to nothing), nor
+		// sampling or elicitation, which it does not carry to the
+		// clients (one upstream session serves them all).
+		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(ctx context.Context, r *mcp.ToolListChangedRequest) {
 			if err := u.refreshTools(ctx, r.Session); err != nil {
 				u.f.log.Warn("mcp upstream's tools could not be listed again", "upstream", u.Name, "err", err)
