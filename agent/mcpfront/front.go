@@ -58,8 +58,9 @@ type Front struct {
 	running chan struct{} // closed when Run starts
 	wg      sync.WaitGroup
 
-	mu   sync.Mutex
-	held map[string]*held
+	mu      sync.Mutex
+	closing bool // Run is ending: nothing more is started (see goes)
+	held    map[string]*held
 	// tokens maps the progress token sent upstream to its call; reqs
 	// the requests out, by proposal (they outlive a withdrawn call until
 	// the engine cancels them or they end).
@@ -160,7 +161,9 @@ func New(cfg Config, ups ...Upstream) (*Front, error) {
 // waits for everything the Front started (upstream requests, prompts).
 // Clients' calls still held are answered "other" as it ends.
 func (f *Front) Run(ctx context.Context) error {
+	f.mu.Lock()
 	f.ctx = ctx
+	f.mu.Unlock()
 	close(f.running)
 	for _, u := range f.ups {
 		f.wg.Add(1)
@@ -172,6 +175,7 @@ func (f *Front) Run(ctx context.Context) error {
 	<-ctx.Done()
 	// Calls waiting for a 2026-07-28 client's retry end with the Front.
 	f.mu.Lock()
+	f.closing = true
 	var waiting []*held
 	for _, h := range f.held {
 		waiting = append(waiting, h)
@@ -197,6 +201,21 @@ func (f *Front) Run(ctx context.Context) error {
 	}
 	f.wg.Wait()
 	return nil
+}
+
+// errClosed: the Front is not running (Run has not started, or ended).
+var errClosed = errors.New("mcpfront: the front end is not running")
+
+// goes counts a goroutine the Front owns, unless Run is not running:
+// it must not be added while Run waits for the others.
+func (f *Front) goes() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctx == nil || f.closing {
+		return false
+	}
+	f.wg.Add(1)
+	return true
 }
 
 // Ready waits until upstream name has been started once (its server
@@ -616,7 +635,13 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 	if err := json.Unmarshal(r.Params, &params); err != nil {
 		return fmt.Errorf("mcpfront: the request's params: %w", err)
 	}
-	rctx, cancel := context.WithCancel(f.ctx)
+	f.mu.Lock()
+	fctx := f.ctx
+	f.mu.Unlock()
+	if fctx == nil {
+		return errClosed
+	}
+	rctx, cancel := context.WithCancel(fctx)
 	f.mu.Lock()
 	if f.reqs[r.ProposalID] != nil {
 		f.mu.Unlock()
@@ -625,6 +650,13 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 	}
 	f.reqs[r.ProposalID] = cancel
 	f.mu.Unlock()
+	if !f.goes() {
+		f.mu.Lock()
+		delete(f.reqs, r.ProposalID)
+		f.mu.Unlock()
+		cancel()
+		return errClosed
+	}
 	out := &mcp.CallToolParams{Name: params.Name, Meta: params.Meta}
 	if len(params.Arguments) > 0 {
 		out.Arguments = params.Arguments
@@ -638,7 +670,6 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 		f.tokens[upToken] = h
 		f.mu.Unlock()
 	}
-	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
 		defer cancel()
@@ -866,7 +897,13 @@ func (f *Front) SendPrompt(_ context.Context, p Prompt) error {
 	}
 	h.prompts[p.PromptID] = cancel
 	h.mu.Unlock()
-	f.wg.Add(1)
+	if !f.goes() {
+		h.mu.Lock()
+		delete(h.prompts, p.PromptID)
+		h.mu.Unlock()
+		cancel()
+		return errClosed
+	}
 	go func() {
 		defer f.wg.Done()
 		defer cancel()
