@@ -18,6 +18,7 @@ const rpcIDKey = "fulfiller.internal/rpc_id"
 // stampTransport stamps each tools/call read with its JSON-RPC id.
 type stampTransport struct{ mcp.Transport }
 
+// Connect connects t's transport and stamps what it reads.
 func (t stampTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c, err := t.Transport.Connect(ctx)
 	if err != nil {
@@ -28,6 +29,7 @@ func (t stampTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 
 type stampConn struct{ mcp.Connection }
 
+// Read reads a message and stamps it when it is a tools/call.
 func (c stampConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
 	if r, ok := m.(*jsonrpc.Request); ok && err == nil {
