@@ -1,0 +1,332 @@
+package mcpfront
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Upstream is an MCP server fulfiller stands in front of.
+type Upstream struct {
+	// Name is the upstream's NAME: tool.server in the policy input, the
+	// key of its pins and grants, and /mcp/NAME over HTTP.
+	Name string
+	// Transport makes a new transport to the upstream each time it is
+	// (re)started.
+	Transport func() (mcp.Transport, error)
+	// What says what the upstream is, for errors and logs.
+	What string
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// CommandUpstream is an upstream over stdio: argv is started (again
+// after it exits), its stderr goes to stderr (fulfiller's log), never to
+// the client.
+func CommandUpstream(name string, argv []string, stderr io.Writer) Upstream {
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	return Upstream{Name: name, What: "the command " + strings.Join(argv, " "), Transport: func() (mcp.Transport, error) {
+		if len(argv) == 0 {
+			return nil, errors.New("no command")
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stderr = stderr
+		return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
+	}}
+}
+
+// URLUpstream is an upstream over Streamable HTTP.
+func URLUpstream(name, endpoint string, hc *http.Client) Upstream {
+	return Upstream{Name: name, What: endpoint, Transport: func() (mcp.Transport, error) {
+		return &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1}, nil
+	}}
+}
+
+// ParseUpstream reads --upstream's NAME=cmd:COMMAND ARGS (split as a
+// POSIX shell would, SplitWords) or NAME=URL (http or https).
+func ParseUpstream(spec string, stderr io.Writer) (Upstream, error) {
+	name, rest, ok := strings.Cut(spec, "=")
+	if !ok || !nameRE.MatchString(name) {
+		return Upstream{}, fmt.Errorf("--upstream %q: want NAME=cmd:COMMAND ARGS or NAME=URL, NAME of letters, digits, '.', '_' and '-'", spec)
+	}
+	if line, ok := strings.CutPrefix(rest, "cmd:"); ok {
+		argv, err := SplitWords(line)
+		if err != nil {
+			return Upstream{}, fmt.Errorf("--upstream %s: %w", name, err)
+		}
+		return CommandUpstream(name, argv, stderr), nil
+	}
+	u, err := url.Parse(rest)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Upstream{}, fmt.Errorf("--upstream %s: %q is neither cmd:COMMAND nor an http(s) URL", name, rest)
+	}
+	return URLUpstream(name, rest, nil), nil
+}
+
+// upstream is an Upstream at run time: its session (nil while down), the
+// server that faces the clients, and the tools it lists.
+type upstream struct {
+	Upstream
+	f      *Front
+	client *mcp.Client
+	ready  chan struct{} // closed once the first session is up (and server set)
+
+	mu      sync.Mutex
+	cs      *mcp.ClientSession
+	down    error // why there is no session
+	server  *mcp.Server
+	tools   map[string]*mcp.Tool
+	digests map[string]string
+}
+
+// session is the live session, or an error naming the upstream.
+func (u *upstream) session() (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.cs == nil {
+		return nil, fmt.Errorf("upstream %s is not running (%v); fulfiller is restarting it", u.Name, u.down)
+	}
+	return u.cs, nil
+}
+
+// supervise keeps a session to the upstream until ctx ends: started,
+// and started again with backoff after it ends (a process that exits, a
+// server that is unreachable or answers garbage). Calls out on the
+// session that ends get an error result naming the upstream (see call).
+func (u *upstream) supervise(ctx context.Context) {
+	wait := u.f.cfg.BackoffMin
+	for {
+		started := time.Now()
+		err := u.run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		u.f.log.Warn("mcp upstream ended; restarting", "upstream", u.Name, "what", u.What, "err", err, "after", wait)
+		if time.Since(started) > 10*u.f.cfg.BackoffMax {
+			wait = u.f.cfg.BackoffMin // it ran well for a while: start over
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, u.f.cfg.BackoffMax)
+	}
+}
+
+// run connects once and waits for the session to end.
+func (u *upstream) run(ctx context.Context) error {
+	t, err := u.Transport()
+	if err != nil {
+		return u.setDown(fmt.Errorf("upstream %s cannot be started: %w", u.Name, err))
+	}
+	cctx, cancel := context.WithTimeout(ctx, u.f.cfg.ConnectTimeout)
+	cs, err := u.client.Connect(cctx, t, nil)
+	cancel()
+	if err != nil {
+		return u.setDown(fmt.Errorf("upstream %s (%s) did not start: %w", u.Name, u.What, err))
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cs.Close() })
+	defer stop()
+	if err := u.refreshTools(ctx, cs); err != nil {
+		_ = cs.Close()
+		return u.setDown(err)
+	}
+	u.mu.Lock()
+	first := u.server == nil
+	if first {
+		u.server = u.f.newServer(u, cs.InitializeResult())
+	}
+	u.cs, u.down = cs, nil
+	u.mu.Unlock()
+	if first {
+		close(u.ready)
+	} else {
+		u.listChanged(notifyTools) // what a restarted upstream lists may differ
+	}
+	err = cs.Wait()
+	_ = cs.Close() // what the session started (its subscriptions/listen) ends with it
+	if err == nil {
+		err = errors.New("its connection closed")
+	}
+	return u.setDown(fmt.Errorf("upstream %s (%s) ended: %w", u.Name, u.What, err))
+}
+
+func (u *upstream) setDown(err error) error {
+	u.mu.Lock()
+	u.cs, u.down = nil, err
+	u.mu.Unlock()
+	return err
+}
+
+// refreshTools lists the upstream's tools (every page) and pins them.
+func (u *upstream) refreshTools(ctx context.Context, cs *mcp.ClientSession) error {
+	if r := cs.InitializeResult(); r == nil || r.Capabilities == nil || r.Capabilities.Tools == nil {
+		return nil
+	}
+	var tools []*mcp.Tool
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("upstream %s: tools/list: %w", u.Name, err)
+		}
+		tools = append(tools, t)
+	}
+	return u.observe(ctx, tools, true)
+}
+
+// observe records the definitions listed (all of them when whole, else
+// one page), pinning those never seen.
+func (u *upstream) observe(ctx context.Context, tools []*mcp.Tool, whole bool) error {
+	digests := make(map[string]string, len(tools))
+	defs := make(map[string]*mcp.Tool, len(tools))
+	for _, t := range tools {
+		d, err := Digest(t)
+		if err != nil {
+			return fmt.Errorf("upstream %s: %w", u.Name, err)
+		}
+		digests[t.Name], defs[t.Name] = d, t
+	}
+	pinned, err := u.f.pins.Pin(ctx, u.Name, digests)
+	if err != nil {
+		return fmt.Errorf("upstream %s: the tool pins cannot be read: %w", u.Name, err)
+	}
+	for name, d := range digests {
+		if p := pinned[name]; p != d {
+			u.f.log.Warn("mcp tool definition changed since it was pinned", "upstream", u.Name, "tool", name, "pinned", p, "now", d)
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if whole || u.tools == nil {
+		u.tools, u.digests = map[string]*mcp.Tool{}, map[string]string{}
+	}
+	for name := range defs {
+		u.tools[name], u.digests[name] = defs[name], digests[name]
+	}
+	return nil
+}
+
+// tool is input.tool for a call of name with args.
+func (u *upstream) tool(ctx context.Context, name string, args json.RawMessage) (Tool, error) {
+	t := Tool{Name: name, Arguments: args, Server: u.Name}
+	u.mu.Lock()
+	def, digest := u.tools[name], u.digests[name]
+	u.mu.Unlock()
+	if def == nil {
+		return t, nil
+	}
+	t.Listed, t.Description, t.Digest = true, def.Description, digest
+	t.InputSchema, _ = json.Marshal(def.InputSchema)
+	if def.Annotations != nil {
+		t.Annotations, _ = json.Marshal(def.Annotations)
+	}
+	pinned, err := u.f.pins.Pin(ctx, u.Name, map[string]string{name: digest})
+	if err != nil {
+		return t, fmt.Errorf("upstream %s: the tool pins cannot be read: %w", u.Name, err)
+	}
+	if p := pinned[name]; p != digest {
+		t.Changed = &ToolChange{Old: p, New: digest}
+	}
+	return t, nil
+}
+
+type listKind int
+
+const (
+	notifyTools listKind = iota
+	notifyPrompts
+	notifyResources
+)
+
+// placeholder is the name of the feature added and removed at once to
+// make the SDK's server send a list_changed notification to every
+// session: the SDK sends them only for its own features, and the lists
+// themselves are the upstream's (the middleware answers them), so the
+// placeholder is never listed.
+const placeholder = "fulfiller.list-changed"
+
+// listChanged tells every client that a list changed.
+func (u *upstream) listChanged(k listKind) {
+	u.mu.Lock()
+	s := u.server
+	u.mu.Unlock()
+	if s == nil {
+		return
+	}
+	switch k {
+	case notifyTools:
+		s.AddTool(&mcp.Tool{Name: placeholder, InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, errors.New("not a tool")
+		})
+		s.RemoveTools(placeholder)
+	case notifyPrompts:
+		s.AddPrompt(&mcp.Prompt{Name: placeholder}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return nil, errors.New("not a prompt")
+		})
+		s.RemovePrompts(placeholder)
+	case notifyResources:
+		uri := "fulfiller:" + placeholder
+		s.AddResource(&mcp.Resource{URI: uri, Name: placeholder}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return nil, errors.New("not a resource")
+		})
+		s.RemoveResources(uri)
+	}
+}
+
+// newClient is the client fulfiller is to the upstream: it hears the
+// upstream's notifications and hands them on to the clients.
+func (u *upstream) newClient() *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "fulfiller", Version: u.f.cfg.Version}, &mcp.ClientOptions{
+		Logger: u.f.log,
+		// fulfiller declares nothing to the upstream: not the SDK's
+		// default roots (an empty list of them would shrink what a
+		// server like the filesystem one may touch to nothing), nor
+		// sampling or elicitation, which it does not carry to the
+		// clients (one upstream session serves them all).
+		Capabilities: &mcp.ClientCapabilities{},
+		ToolListChangedHandler: func(ctx context.Context, r *mcp.ToolListChangedRequest) {
+			if err := u.refreshTools(ctx, r.Session); err != nil {
+				u.f.log.Warn("mcp upstream's tools could not be listed again", "upstream", u.Name, "err", err)
+			}
+			u.listChanged(notifyTools)
+		},
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { u.listChanged(notifyPrompts) },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { u.listChanged(notifyResources) },
+		ResourceUpdatedHandler: func(ctx context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+			u.mu.Lock()
+			s := u.server
+			u.mu.Unlock()
+			if s != nil {
+				_ = s.ResourceUpdated(ctx, r.Params)
+			}
+		},
+		LoggingMessageHandler: func(ctx context.Context, r *mcp.LoggingMessageRequest) {
+			u.mu.Lock()
+			s := u.server
+			u.mu.Unlock()
+			if s == nil {
+				return
+			}
+			for ss := range s.Sessions() {
+				_ = ss.Log(ctx, r.Params)
+			}
+		},
+		ProgressNotificationHandler: func(ctx context.Context, r *mcp.ProgressNotificationClientRequest) {
+			u.f.progress(ctx, r.Params)
+		},
+	})
+}
