@@ -4,6 +4,8 @@ import (
 	"maps"
 	"sync"
 	"testing"
+
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // The first definition seen of a tool is pinned; a later, different one
@@ -59,6 +61,18 @@ func TestPinsKeepTheFirstDefinitionUntilAccepted(t *testing.T) {
 			if results[0]["t"] == "" || results[0]["t"] != results[1]["t"] {
 				t.Errorf("two members pinning one tool at once: %v and %v, want one digest for both", results[0], results[1])
 			}
+			// An accept by one member reaches the other's pins in memory
+			// (each call asks them, with no round trip).
+			if got, err := other.Pin(ctx, "fs", map[string]string{"write_file": "sha256:w2"}); err != nil || got["write_file"] != "sha256:w" {
+				t.Fatalf("other's pin of a changed write_file = %v, %v", got, err)
+			}
+			if err := s.Accept(ctx, "fs", map[string]string{"write_file": "sha256:w2"}); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, "the other member sees the accepted definition", func() bool {
+				got, err := other.Pin(ctx, "fs", map[string]string{"write_file": "sha256:w2"})
+				return err == nil && got["write_file"] == "sha256:w2"
+			})
 		})
 	}
 }

@@ -137,6 +137,9 @@ type Store struct {
 	unlock func()
 	// share is this process's part in a SharedDir directory.
 	share *share
+	// pinsMem is the pins bucket in memory, watched from the first Pin on.
+	pinOnce sync.Once
+	pinsMem atomic.Pointer[pins]
 
 	rpcMu sync.Mutex
 	// The reserved block of JSON-RPC ids: it starts at rpcStart, holds
