@@ -36,8 +36,8 @@ type Codec struct {
 
 var _ lifecycle.Codec = Codec{}
 
-// escalation is the fulfill.Escalation a prompt of p is made from, as
-// the shell handed one to the Elicitor.
+// escalation is the fulfill.Escalation a prompt of p is made from: the
+// form builders (form.go) read that shape.
 func (c Codec) escalation(p *lifecycle.Proposal) fulfill.Escalation {
 	esc := fulfill.Escalation{Proposal: agent.Envelope{ID: p.ID, From: p.From}, Method: p.Method, Params: p.Params, Deadline: p.Deadline}
 	if d := p.Decision; d != nil {
@@ -70,8 +70,7 @@ func (c Codec) form(esc fulfill.Escalation) (call, string, []field, error) {
 	return cl, digest, editableFields(cl, esc.InputSchema, esc.Decision.Editable, c.logger()), nil
 }
 
-// Prompt is the elicitation/create payload asking spec.Approver about p,
-// byte for byte what the Elicitor sent for the same prompt.
+// Prompt is the elicitation/create payload asking spec.Approver about p.
 func (c Codec) Prompt(p *lifecycle.Proposal, spec lifecycle.PromptSpec) (json.RawMessage, error) {
 	esc := c.escalation(p)
 	cl, digest, fields, err := c.form(esc)
@@ -113,7 +112,7 @@ func keysOf(keys lifecycle.KeySet) approval.ApproverKeys {
 
 // Read verifies an answer to prompt pr of p under keys (the set in force
 // now: a replaced key verifies nothing, an approver keyed since must
-// sign) and reads its form, as the Elicitor read answers.
+// sign) and reads its form.
 func (c Codec) Read(p *lifecycle.Proposal, pr lifecycle.Prompt, payload json.RawMessage, keys lifecycle.KeySet) lifecycle.Verified {
 	verify := verifier(keysOf(keys), pr.Approver)
 	a := parseAnswer(payload)
@@ -198,8 +197,8 @@ func (c Codec) WithContext(f func(*lifecycle.Proposal) (*policies.Tool, json.Raw
 }
 
 // EventOf is the Observer's Event for a step of the core's escalation
-// with its humans: what the Elicitor reported of the same step, so that
-// the decision log, the metrics and the notifier see the same.
+// with its humans, as the decision log, the metrics and the notifier
+// read it.
 func EventOf(h lifecycle.Human) Event {
 	ev := Event{Time: h.At, Kind: EventKind(h.Kind), ProposalID: h.ID, Approver: h.Approver, From: h.From, RequestID: h.RequestID,
 		Action: h.Action, Approve: h.Approve, Reason: h.Reason, To: h.To, Outcome: h.Outcome, DecisionID: h.DecisionID, Revision: h.Revision}
@@ -214,3 +213,50 @@ func EventOf(h lifecycle.Human) Event {
 	}
 	return ev
 }
+
+// callArguments are what a notification shows as the call's arguments:
+// a tools/call's params.arguments, another method's params.
+func callArguments(method string, params json.RawMessage) json.RawMessage {
+	if method != agent.MethodToolsCall {
+		return params
+	}
+	var p struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if agent.Unmarshal(params, &p) != nil {
+		return nil
+	}
+	return p.Arguments
+}
+
+// offeredDelegates reads the delegate_to choices a recorded prompt
+// offered, so that a resumed prompt accepts the same delegations.
+func offeredDelegates(payload json.RawMessage) []string {
+	return offeredEnum(payload, approval.FieldDelegateTo)
+}
+
+// offeredGrants reads the grant durations a recorded prompt offered, so
+// that a resumed prompt accepts the same choices (the stored decision is
+// not needed to know them).
+func offeredGrants(payload json.RawMessage) []string {
+	return slices.DeleteFunc(offeredEnum(payload, approval.FieldGrant), func(g string) bool { return g == "" })
+}
+
+// offeredEnum reads the enum of one field of a recorded prompt's form.
+func offeredEnum(payload json.RawMessage, name string) []string {
+	var p struct {
+		Params struct {
+			RequestedSchema struct {
+				Properties map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"requestedSchema"`
+		} `json:"params"`
+	}
+	if agent.Unmarshal(payload, &p) != nil {
+		return nil
+	}
+	return p.Params.RequestedSchema.Properties[name].Enum
+}
+
+// grantOffers are the grant durations this escalation's form offers: none
