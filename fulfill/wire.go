@@ -581,15 +581,6 @@ func (w *wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) {
 	if w.esc == nil {
 		return
 	}
-	pc, canCancel := w.esc.(PromptCanceller)
-	if returned == nil && c.Reason != lifecycle.DropReason && len(c.Prompts) > 0 && canCancel {
-		// Asked by another member (a record taken for an operator's
-		// cancel): withdrawn from here as recorded, never asked first.
-		esc := Escalation{Proposal: agent.Envelope{ID: c.ID}, DecisionID: c.DecisionID, Prompts: c.Prompts, Approvals: c.Approvals}
-		esc.Decision.Revision = c.Revision
-		pc.CancelRecorded(esc, c.Reason)
-		return
-	}
 	w.esc.Cancel(c.ID, c.Reason)
 }
 
