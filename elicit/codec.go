@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit/approval"
-	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/policies"
@@ -36,10 +36,28 @@ type Codec struct {
 
 var _ lifecycle.Codec = Codec{}
 
-// escalation is the fulfill.Escalation a prompt of p is made from: the
-// form builders (form.go) read that shape.
-func (c Codec) escalation(p *lifecycle.Proposal) fulfill.Escalation {
-	esc := fulfill.Escalation{Proposal: agent.Envelope{ID: p.ID, From: p.From}, Method: p.Method, Params: p.Params, Deadline: p.Deadline}
+// escalation is what an approver is shown of a proposal: the form
+// builders (form.go) read it.
+type escalation struct {
+	ID, From string // the proposal's id and its proposer
+	Method   string
+	Params   json.RawMessage
+	Tool     *policies.Tool // nil when the method is not tools/call
+	// InputSchema is the tool's JSON Schema from its owner's tools/list,
+	// when known: it types the fields an approver may edit.
+	InputSchema json.RawMessage
+	Target      string // who will carry the call out
+	Decision    decision.Decision
+	Deadline    time.Time
+	// DeadlineByProposer: the proposal's own deadline hint, sooner than
+	// the policy's timeout, set Deadline (the approver is told: the
+	// proposer stops waiting then).
+	DeadlineByProposer bool
+}
+
+// escalation is what a prompt of p shows.
+func (c Codec) escalation(p *lifecycle.Proposal) escalation {
+	esc := escalation{ID: p.ID, From: p.From, Method: p.Method, Params: p.Params, Deadline: p.Deadline}
 	if d := p.Decision; d != nil {
 		esc.Target = d.Target
 		esc.Decision = decision.Decision{Action: decision.Escalate, Message: d.Message, Approvers: d.Approvers, Quorum: d.Quorum,
@@ -61,7 +79,7 @@ func (c Codec) logger() *slog.Logger {
 
 // form reads what every prompt of p shares: its call, digest and
 // editable fields.
-func (c Codec) form(esc fulfill.Escalation) (call, string, []field, error) {
+func (c Codec) form(esc escalation) (call, string, []field, error) {
 	digest, err := approval.CallDigest(esc.Method, esc.Params)
 	if err != nil {
 		return call{}, "", nil, fmt.Errorf("the call cannot be shown to an approver: %w", err)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit/approval"
-	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
@@ -24,7 +23,7 @@ func TestCodecDelegatedPrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	esc := fulfill.Escalation{Proposal: agent.Envelope{ID: "p-1", From: "coder"}, Method: "tools/list", Deadline: p.Deadline,
+	esc := escalation{ID: "p-1", From: "coder", Method: "tools/list", Deadline: p.Deadline,
 		Decision: decision.Decision{Action: decision.Escalate, Quorum: 2, Revision: "r"}}
 	digest, _ := approval.CallDigest("tools/list", nil)
 	cl := parseCall("tools/list", nil)

@@ -88,7 +88,7 @@ type Event struct {
 	Outcome string
 
 	// DecisionID and Revision name the decision that escalated
-	// (fulfill.Escalation), so that the decision log joins each human's
+	// (lifecycle.Human), so that the decision log joins each human's
 	// answer to it; Revision is never empty for a policy's escalation.
 	DecisionID string
 	Revision   string
