@@ -22,20 +22,17 @@ import (
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/internal/clocktest"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // wireRec is the shell's side of a wire under test: what its journal
 // and observers heard, and the events posted to the core.
 type wireRec struct {
-	mu          sync.Mutex
-	writes      []string
-	undelivers  []string
-	observed    []Event
-	posted      chan lifecycle.Event
-	methods     map[string]string
-	described   []string
-	describeErr bool
+	mu         sync.Mutex
+	writes     []string
+	undelivers []string
+	observed   []Event
+	posted     chan lifecycle.Event
+	methods    map[string]string
 }
 
 func (r *wireRec) written(proposalID, envelopeID string) {
@@ -98,14 +95,8 @@ func newTestWire(t *testing.T, space Space, reg *grantstore.Registry) (*wire, *w
 			}
 			return agent.MethodToolsCall
 		},
-		describe: func(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage) {
-			rec.mu.Lock()
-			rec.described = append(rec.described, p.ID)
-			rec.mu.Unlock()
-			return &policies.Tool{Name: p.Tool, Server: p.Decision.Target, Description: "Add two numbers"}, json.RawMessage(`{"type":"object"}`)
-		},
 	}
-	return newWire(space, nil, reg, wireConfig{SpaceID: "lab", FulfillTimeout: 5 * time.Second}, hooks, nil), rec
+	return newWire(space, reg, wireConfig{SpaceID: "lab", FulfillTimeout: 5 * time.Second}, hooks, nil), rec
 }
 
 var stamped = regexp.MustCompile(`"ts":"[^"]*"`)
