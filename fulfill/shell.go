@@ -103,8 +103,7 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 	s.policy = newPolicyStep(space, decider, s.catalog, policyConfigOf(cfg), cfg.Observer,
 		newShadowing(cfg.Shadow, cfg.ShadowTimeout, cfg.ShadowQueue), cfg.Grants, cfg.Logger, cfg.Clock)
 	s.wire = newWire(space, cfg.Grants, wireConfig{SpaceID: cfg.SpaceID, FulfillTimeout: cfg.FulfillTimeout},
-		wireHooks{events: s.journal, post: func(ctx context.Context, ev lifecycle.Event) error { return s.loop.Post(ctx, ev) },
-			method: s.journal.method}, cfg.Logger)
+		wireHooks{events: s.journal, method: s.journal.method}, cfg.Logger)
 	s.recordStore = newRecordStore(cfg.Store, cfg.PendingTTL, cfg.FulfillTimeout, cfg.Logger)
 	s.records = newOwnWrites(s.recordStore)
 	s.records.failed = s.journal.storeFailed
@@ -166,7 +165,6 @@ func coreConfig(cfg Config) lifecycle.Config {
 		RetryAfter:             retryStore,
 		Approvers:              cfg.Approvers,
 		UnloggedMessage:        auditFailedMessage,
-		Escalator:              cfg.Approvals == nil,
 		Alone:                  !cfg.Store.Shared(),
 	}
 	if a := cfg.Approvals; a != nil {

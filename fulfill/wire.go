@@ -14,7 +14,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
@@ -78,8 +77,6 @@ type wireEvents interface {
 // wireHooks are what the shell gives the wire.
 type wireHooks struct {
 	events wireEvents
-	// post hands the core an event (Loop.Post): Ask's verdict.
-	post func(ctx context.Context, ev lifecycle.Event) error
 	// method is the JSON-RPC method of proposal id's call (its
 	// Proposal.Method), which SendRequest does not carry.
 	method func(proposalID string) string
@@ -334,23 +331,10 @@ func (w *wire) statusChat(ctx context.Context, proposalID, to string, st Proposa
 // withdrawn from their approvers (cancelPrompts).
 func (w *wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) { w.cancelPrompts(ctx, c) }
 
-// Ask comes only to a fulfiller without Config.Approvals, which cannot
-// ask the humans: an escalated record it resumed (from a member that
-// could) is rejected "policy" at once, as a new escalation is, rather
-// than at its deadline.
-func (w *wire) Ask(ctx context.Context, a lifecycle.Ask) {
-	v := lifecycle.Verdict{ID: a.ID, Round: a.Round, Reason: decision.ReasonPolicy, Message: noEscalationMessage}
-	if err := w.hooks.post(ctx, v); err != nil {
-		w.log.Warn("verdict not handed to the core", "proposal", a.ID, "err", err)
-	}
-}
-
-// Acked answers a recording of an escalator; the shell has none.
-func (w *wire) Acked(context.Context, lifecycle.Acked) {}
-
 // noEscalationMessage is the reject message of an escalation on a
-// fulfiller without Config.Approvals, new or resumed.
-const noEscalationMessage = "the policy asks for human approval, but escalation is not configured on this fulfiller"
+// fulfiller without Config.Approvals, new (the policy step's) or resumed
+// (the core's).
+const noEscalationMessage = lifecycle.NoApprovalsMessage
 
 func (w *wire) observe(ev Event) {
 	stamp(&ev)

@@ -25,13 +25,12 @@ import (
 )
 
 // wireRec is the shell's side of a wire under test: what its journal
-// and observers heard, and the events posted to the core.
+// and observers heard.
 type wireRec struct {
 	mu         sync.Mutex
 	writes     []string
 	undelivers []string
 	observed   []Event
-	posted     chan lifecycle.Event
 	methods    map[string]string
 }
 
@@ -59,34 +58,14 @@ func (r *wireRec) heard() (writes, undelivers []string) {
 	return slices.Clone(r.writes), slices.Clone(r.undelivers)
 }
 
-// next is the next event the wire posted to the core.
-func (r *wireRec) next(t *testing.T) lifecycle.Event {
-	t.Helper()
-	select {
-	case ev := <-r.posted:
-		return ev
-	case <-time.After(poll.Limit):
-		t.Fatal("nothing posted to the core")
-		return nil
-	}
-}
-
 // newTestWire is a wire over space (and reg: may be nil) whose
 // hooks are a wireRec's; proposals call tools/call unless rec.methods
 // says otherwise.
 func newTestWire(t *testing.T, space Space, reg *grantstore.Registry) (*wire, *wireRec) {
 	t.Helper()
-	rec := &wireRec{posted: make(chan lifecycle.Event, 16), methods: map[string]string{}}
+	rec := &wireRec{methods: map[string]string{}}
 	hooks := wireHooks{
 		events: rec,
-		post: func(ctx context.Context, ev lifecycle.Event) error {
-			select {
-			case rec.posted <- ev:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		},
 		method: func(id string) string {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()

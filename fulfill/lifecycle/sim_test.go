@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -561,10 +562,6 @@ func (s *sim) deliver(m *member, ev Event) {
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case CancelTask:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case Ask:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case Acked:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case SendPrompt:
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case CreateGrant:
@@ -575,20 +572,13 @@ func (s *sim) deliver(m *member, ev Event) {
 				s.covered["human/ended/"+e.Outcome]++
 			}
 		case CancelAsk:
-			// An Ask not yet carried out is dropped: nothing is asked
-			// after the proposal ended; an Acked not handed over yet
-			// says its prompt is not to be sent (see CancelAsk, Acked).
+			// A prompt or a status not yet carried out is dropped:
+			// nothing is asked after the proposal ended (see CancelAsk).
 			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool {
-				_, ask := q.(Ask)
 				_, status := q.(Status)
 				_, prompt := q.(SendPrompt)
-				return ask || status || prompt
+				return status || prompt
 			})
-			err := ErrEnded
-			if e.Reason == DropReason {
-				err = ErrConflict
-			}
-			m.ops[e.ID] = ackedWith(m.ops[e.ID], err, false)
 			m.ops[e.ID] = append(m.ops[e.ID], e)
 		default:
 			panic(fmt.Sprintf("unknown effect %T", e))
@@ -973,12 +963,10 @@ func (s *sim) carryOut(m *member, e Effect) {
 					s.neverSent[r.EnvelopeID] = true
 					return true
 				}
-				_, ask := q.(Ask)
 				_, status := q.(Status)
 				_, prompt := q.(SendPrompt)
-				return ask || status || prompt
+				return status || prompt
 			})
-			m.ops[pid] = ackedWith(m.ops[pid], ErrEnded, false)
 			s.deliver(m, Unlogged{ID: pid, Stage: e.Line.Stage})
 			return
 		}
@@ -1121,13 +1109,6 @@ func (s *sim) carryOut(m *member, e Effect) {
 		s.broadcast(frame{kind: "task_cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, taskID: e.TaskID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
 	case SendCancel:
 		s.broadcast(frame{kind: "cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
-	case Ask:
-		if e.Proposal.ID != e.ID {
-			s.fail("%s asks about %s with proposal %q", m.id, e.ID, e.Proposal.ID)
-		}
-		for _, p := range e.Prompts {
-			s.broadcast(frame{kind: "prompt", id: p.EnvelopeID, from: m.id, to: p.Approver, pid: e.ID, rpc: p.RPCID, member: m.id, inc: m.inc})
-		}
 	case CancelAsk:
 		// The shell cancels the prompts recorded.
 		cancel := map[string]string{}
@@ -1167,27 +1148,10 @@ func (s *sim) carryOut(m *member, e Effect) {
 
 // release has m stop acting on proposal id (its lease lapsed, or its
 // record was taken), as the Loop does before it steps Released: its
-// effects not carried out are dropped, except the Acked, handed over
-// with ErrConflict (see Released).
+// effects not carried out are dropped (see Released).
 func (s *sim) release(m *member, id string) {
-	m.ops[id] = ackedWith(m.ops[id], ErrConflict, true)
+	m.ops[id] = nil
 	s.deliver(m, Released{ID: id})
-}
-
-// ackedWith gives each Acked of effs without an error err; only: the
-// other effects are dropped.
-func ackedWith(effs []Effect, err error, only bool) []Effect {
-	var out []Effect
-	for _, q := range effs {
-		if a, ok := q.(Acked); ok && a.Err == nil {
-			a.Err = err
-			q = a
-		} else if !ok && only {
-			continue
-		}
-		out = append(out, q)
-	}
-	return out
 }
 
 // requestFrame is a fulfilment request as it goes out: a task-augmented
@@ -1641,8 +1605,9 @@ func (s *sim) checkTurns(m *member, queued map[*entry]bool) {
 }
 
 // checkAsks checks that a record read (resumed, adopted, read again)
-// in phase AwaitingApproval is asked with exactly its recorded prompts
-// (with the core counting, those not answered) and approvals.
+// in phase AwaitingApproval asks again only its recorded open prompts,
+// each as recorded: the same approver, JSON-RPC id and payload (an
+// approver's client knows it is the same question and answers once).
 func (s *sim) checkAsks(m *member, ev Event, effs []Effect) {
 	var recs []Proposal
 	switch ev := ev.(type) {
@@ -1654,27 +1619,18 @@ func (s *sim) checkAsks(m *member, ev Event, effs []Effect) {
 		}
 	}
 	for _, x := range effs {
-		a, ok := x.(Ask)
-		if !ok {
+		a, ok := x.(SendPrompt)
+		if !ok || !a.Again {
 			continue
 		}
 		i := slices.IndexFunc(recs, func(r Proposal) bool { return r.ID == a.ID })
 		if i < 0 {
 			continue
 		}
-		r := recs[i]
-		var want []string
-		for _, p := range r.Prompts {
-			if !p.Answered {
-				want = append(want, p.EnvelopeID)
-			}
-		}
-		var got []string
-		for _, p := range a.Prompts {
-			got = append(got, p.EnvelopeID)
-		}
-		if !slices.Equal(got, want) || len(a.Proposal.Approvals) != len(r.Approvals) {
-			s.fail("%s asks %s again with prompts %v and %d approvals; its record holds %v and %d", m.id, a.ID, got, len(a.Proposal.Approvals), want, len(r.Approvals))
+		open := openPrompts(&recs[i])
+		j := slices.IndexFunc(open, func(p Prompt) bool { return p.EnvelopeID == a.EnvelopeID })
+		if j < 0 || open[j].Approver != a.To || open[j].RPCID != a.RPCID || !bytes.Equal(open[j].Payload, a.Payload) {
+			s.fail("%s asks %s again with prompt %s to %s (rpc %d); its record's open prompts are %+v", m.id, a.ID, a.EnvelopeID, a.To, a.RPCID, open)
 		}
 		s.covered["world/resumed_ask"]++
 	}
