@@ -16,7 +16,7 @@ import (
 )
 
 // Codec is elicit's lifecycle.Codec: it builds the elicitation/create
-// payload of a prompt of the core's own escalation (the message,
+// payload of a prompt of the core's escalation (the message,
 // requestedSchema and _meta an approver's client shows, signed with
 // PromptKey when set) and reads an approver's answer to one, verified
 // under the approver key set in force. It is pure: it holds no state

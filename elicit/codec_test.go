@@ -131,7 +131,8 @@ func TestCodecReadsTheForm(t *testing.T) {
 }
 
 // TestEventOf: a step of the core's escalation is the Observer's Event
-// the Elicitor made of it, the call's arguments only when allowed.
+// the decision log, metrics and notifier have always read, the call's
+// arguments only when allowed.
 func TestEventOf(t *testing.T) {
 	params := json.RawMessage(`{"name":"write","arguments":{"path":"/a"}}`)
 	h := lifecycle.Human{ID: "p1", Kind: lifecycle.HumanOpened, DecisionID: "d1", Revision: "r1",

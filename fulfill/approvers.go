@@ -137,8 +137,8 @@ func (w *wire) Human(_ context.Context, h lifecycle.Human) {
 	}
 }
 
-// logHuman logs a step with the humans as the Elicitor logged it (never
-// an answer's content or signature).
+// logHuman logs a step with the humans, in the words operators' log
+// searches know (never an answer's content or signature).
 func (w *wire) logHuman(h lifecycle.Human) {
 	switch h.Kind {
 	case lifecycle.HumanSkipped:

@@ -49,7 +49,7 @@ func (answerCodec) Read(_ *lifecycle.Proposal, _ lifecycle.Prompt, payload json.
 	return v
 }
 
-// The shell as the channel of the core's own escalation: the prompt goes
+// The shell as the channel of the core's escalation: the prompt goes
 // to the approver as the codec made it, the approver's answer (matched
 // by correlation, sender and JSON-RPC id) lets the call through, a
 // decline rejects it, and a withdrawal cancels the open prompt.

@@ -147,7 +147,7 @@ func (n *decidedNote) log() {
 // act is what the first decision becomes before anything is recorded: the route (or why there is none, for a
 // fulfil and an escalation alike: rule 1, nobody is asked about a call
 // nobody can carry out), the task choice, and for an escalation the
-// checks that reject it here (no escalator; the proposer's deadline
+// checks that reject it here (no Config.Approvals; the proposer's deadline
 // hint leaves no time) and the deadline the hint shortens.
 func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.Decision) lifecycle.Decided {
 	p := &d.Proposal
@@ -305,8 +305,7 @@ func (s *policyStep) emit(e Event) {
 }
 
 // approvalInput is input.approval for the re-check: who approved, and
-// the form content of the last approval (the one whose edit is checked,
-// as elicit's verdict passes it).
+// the form content of the last approval (the one whose edit is checked).
 func approvalInput(approvals []lifecycle.Approval) *policies.Approval {
 	a := &policies.Approval{}
 	for _, ap := range approvals {

@@ -57,7 +57,7 @@ decision := {"action": "reject", "reason": "policy", "message": "writes stay und
 
 const writeCall = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`
 
-// world is a space with a file server, the real fulfiller and elicitor,
+// world is a space with a file server, the real fulfiller and its codec,
 // a proposer, and approvers that run approver.Client with a given UI.
 type world struct {
 	t     *testing.T
@@ -83,7 +83,7 @@ func newWorldGrants(t *testing.T, escalation string, keys approval.Keys, offerGr
 	return newWorldConfig(t, escalation, elicit.Config{Keys: keys, OfferGrants: offerGrants})
 }
 
-// newWorldConfig is newWorld whose elicitor has cfg (approver keys, a
+// newWorldConfig is newWorld whose escalations run as cfg says (approver keys, a
 // prompt key, grants).
 func newWorldConfig(t *testing.T, escalation string, cfg elicit.Config) *world {
 	t.Helper()

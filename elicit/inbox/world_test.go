@@ -63,7 +63,7 @@ decision := {"action": "reject", "reason": "policy", "message": "writes stay und
 
 const alone = `{"approvers":["alice"],"message":"production writes need a human","editable":["path","content"]}`
 
-// world is a space with a file server, the real fulfiller and elicitor, a
+// world is a space with a file server, the real fulfiller and its codec, a
 // proposer, and alice's approver client with the inbox as its face,
 // served over HTTP as `fulfiller approve --web` serves it.
 type world struct {

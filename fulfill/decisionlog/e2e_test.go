@@ -42,7 +42,7 @@ unsafe if startswith(input.tool.arguments.path, "/etc/")
 `
 
 // TestE2EEveryLineJoinsItsDecision runs a whole space — the in-process
-// gateway, a file tool server, the real engine, Fulfiller and Elicitor,
+// gateway, a file tool server, the real engine and Fulfiller with elicit's codec,
 // an approver answering by hand — through every kind of journey with the
 // decision log on, and checks docs/design.md rule 10 on every line: proposal_id,
 // decision_id and revision are present; every line after a decision

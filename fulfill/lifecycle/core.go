@@ -2112,8 +2112,8 @@ func openPrompts(p *Proposal) []Prompt {
 
 // discard lets go of e in memory without a word or a write, as its
 // record (read again) replaces it. An escalation it ran stops without a
-// word (the record's is asked again): what the escalator recorded and
-// waits for is answered ErrConflict, the record saying what holds.
+// word: the record's prompts are asked again, the record saying what
+// holds.
 func (s *step) discard(e *entry) {
 	c := s.c
 	if e.outcome == Open && e.asked {

@@ -203,8 +203,7 @@ type Reloaded struct {
 
 // Released: this member's lease on the proposal's record lapsed (or an
 // operator took it) and another member holds it now. The shell stops
-// carrying out the proposal's effects not yet carried out (an Acked is
-// still handed over, with ErrConflict: its escalator is answered) before it
+// carrying out the proposal's effects not yet carried out before it
 // steps the core with this, and before the record is adopted: a lease
 // protocol's guarantee (a member that cannot renew stops acting before
 // its lease lapses), without which no store write can fence a send.

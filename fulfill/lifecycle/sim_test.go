@@ -90,7 +90,7 @@ var mustCover = []string{
 	"world/turns",
 	"world/claim_winner", "world/decided_before_claim", "world/early_decision_dropped", "world/claim_carries_decision", "world/carried_claim_landed", "world/claim_hold_lapsed", "world/unlogged/fulfilling", "world/unlogged/escalated", "world/request_away", "world/request_refused",
 	"rejected/other/unlogged", "rejected/other/refused",
-	// The core's own escalation.
+	// The core's escalation.
 	"human/asked", "human/asked_again", "human/answered", "human/delegated", "human/reminded", "human/escalated",
 	"human/forgery", "human/ignored", "human/skipped", "human/step_dropped", "human/cancelled", "human/opened",
 	"human/ended/approved", "human/ended/disagree", "human/ended/incapable", "human/ended/timeout", "human/ended/other",
@@ -120,7 +120,7 @@ type frame struct {
 	task                 bool            // a task-augmented request
 	taskID, status       string          // a task handle, a task_cancel's task, a relay's task
 	result               string          // a relay's result, a response's
-	payload              json.RawMessage // a prompt's, an answer's (the core's own escalation)
+	payload              json.RawMessage // a prompt's, an answer's (the core's escalation)
 }
 
 // wtask is a task at the tool owner.
@@ -264,8 +264,8 @@ type sim struct {
 	neverSent map[string]bool
 	againIDs  map[string]bool
 	away      map[string]bool // requests the wire found their owner away for (ErrAway)
-	// approversAway: approvers not in the space (the core's own
-	// escalation: a prompt written to one is lost); keyed: those whose
+	// approversAway: approvers not in the space (a prompt written to
+	// one is lost); keyed: those whose
 	// answers must be signed (KeysChanged toggles carol).
 	approversAway map[string]bool
 	keyed         fakeKeys
@@ -313,12 +313,12 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 		s.cfg.MaxInflight = 1 + s.rng.IntN(2)
 	}
 	s.cfg.StatusChats = s.rng.IntN(2) == 0
-	// A draw kept from the seeds that ran a toy escalator instead of the
-	// core's escalation, so that the other seeds replay as before.
+	// A draw no seed uses any more, kept so that every seed draws what it
+	// drew before and replays as before.
 	_ = s.rng.IntN(2)
 	s.approversAway = map[string]bool{}
 	{
-		// The core's own escalation: its codec, approvers' keys (alice
+		// The core's escalation: its codec, approvers' keys (alice
 		// signs; carol's key comes and goes), grants offered in some
 		// seeds, an approver away at start in some.
 		s.cfg.Codec = fakeCodec{}
@@ -709,8 +709,8 @@ func (s *sim) broadcast(f frame) {
 
 var policies = []string{"fulfill", "fulfill", "fulfill", "reject", "escalate", "escalate", "escalate2", "incapable"}
 
-// corePolicies are the escalations only the core's own escalation runs
-// (quorum of three, reminders and tiers, grants), drawn besides policies.
+// corePolicies are the richer escalations (quorum of three, reminders
+// and tiers, grants), drawn besides policies.
 var corePolicies = []string{"escalate3", "escalate-tier", "escalate-grant"}
 
 // policyQuorum is the approvals each policy's escalation needs.
@@ -2217,7 +2217,7 @@ func (s *sim) onWire(f frame, m *member) {
 			s.fail("prompt for %s, which is %s", f.pid, t.policy)
 		}
 		// Recorded before it is sent: whoever holds the record next asks
-		// it again with its ids (with the escalator: acked first).
+		// it again with its ids.
 		if r := s.record(f.pid); r == nil || r.Owner != m.id || !slices.ContainsFunc(r.Prompts, func(p Prompt) bool { return p.EnvelopeID == f.id }) {
 			s.fail("%s sent prompt %s for %s, which its record does not hold", m.id, f.id, f.pid)
 		}

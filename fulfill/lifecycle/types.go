@@ -194,8 +194,8 @@ type Escalation struct {
 // PromptState is where a prompt is.
 type PromptState string
 
-// Prompt states. A prompt recorded without a state (by the escalator of
-// an earlier build) is open unless its approver's approval is recorded
+// Prompt states. A prompt recorded without a state (by an earlier build,
+// which kept none) is open unless its approver's approval is recorded
 // or a later prompt's chain names the approver (resume derives it).
 const (
 	PromptOpen     PromptState = ""          // asked, no answer yet

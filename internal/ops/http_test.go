@@ -59,7 +59,7 @@ func compact(t *testing.T, body string) string {
 }
 
 // TestOperatorCancelsPendingEscalation runs a real space, agent, policy
-// engine, elicitor and fulfiller behind the ops handler: a proposal
+// engine and fulfiller (asking through elicit) behind the ops handler: a proposal
 // escalated to a human who never answers is listed, shown and cancelled
 // over HTTP, and its proposer receives the reject; the metrics follow.
 func TestOperatorCancelsPendingEscalation(t *testing.T) {
