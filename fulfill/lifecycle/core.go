@@ -2253,10 +2253,9 @@ func (s *step) stopAsking(e *entry, reason string) {
 	s.closeEscalation(e, reason, OutcomeCancelled, reason)
 }
 
-// cancelAsk cancels p's open prompts for reason, with the approvals
-// recorded and the decision the prompts were asked under.
+// cancelAsk cancels p's open prompts for reason.
 func cancelAsk(p *Proposal, reason string) CancelAsk {
-	return CancelAsk{ID: p.ID, Prompts: openPrompts(p), Approvals: slices.Clone(p.Approvals), DecisionID: p.DecisionID, Revision: revisionOf(p), Reason: reason}
+	return CancelAsk{ID: p.ID, Prompts: openPrompts(p), Reason: reason}
 }
 
 // revisionOf is the policy revision of p's decision ("" before one).

@@ -405,14 +405,8 @@ type SendCancel struct {
 // after the proposal ended (a CancelAsk without prompts is only that).
 type CancelAsk struct {
 	ID      string
-	Prompts []Prompt
-	// Approvals are the approvals recorded: the approvers who answered
-	// are not told again.
-	Approvals []Approval
-	// DecisionID and Revision: the decision the prompts were asked
-	// under, as the cancel names it.
-	DecisionID, Revision string
-	Reason               string
+	Prompts []Prompt // the open ones: approvers who answered are not told again
+	Reason  string
 }
 
 // DropReason is CancelAsk's reason when the proposal is another member's.
