@@ -172,9 +172,9 @@ func (w *wire) logHuman(h lifecycle.Human) {
 }
 
 // CreateGrant makes the grant an approver chose, pinned to the call just
-// committed (makeGrant's rules: the id is the proposal's, so a restart
-// that makes it again finds it made). One that cannot be made is
-// reported, and the approval stands.
+// committed. Its id is the proposal's (in its space), so a restart that
+// makes it again finds it made. One that cannot be made is reported,
+// and the approval stands.
 func (w *wire) CreateGrant(ctx context.Context, g lifecycle.CreateGrant) {
 	if w.grants == nil {
 		return

@@ -49,7 +49,7 @@ type wire struct {
 
 // wireConfig is what the wire needs of the Fulfiller's Config.
 type wireConfig struct {
-	SpaceID string // names grants (makeGrant's id)
+	SpaceID string // names grants (CreateGrant's id)
 	// FulfillTimeout bounds one task request (tasks/get, tasks/result).
 	FulfillTimeout time.Duration
 	// Tracked bounds what the wire remembers per proposal (task

@@ -183,7 +183,7 @@ type Refused struct{ ID, EnvelopeID string }
 
 // Unlogged: the decision log could not write proposal ID's line of Stage
 // written ahead of a send (Line.Ahead: fulfilling, escalated). The Loop
-// dropped what the line was ahead of (the request, the Ask, the Status);
+// dropped what the line was ahead of (the request, the prompts, the Status);
 // the core rejects the proposal "other" (Config.UnloggedMessage): a
 // request recorded but never written is never sent, nor cancelled.
 type Unlogged struct{ ID, Stage string }
