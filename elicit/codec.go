@@ -6,17 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit/approval"
-	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/policies"
 )
 
 // Codec is elicit's lifecycle.Codec: it builds the elicitation/create
-// payload of a prompt of the core's own escalation (the message,
+// payload of a prompt of the core's escalation (the message,
 // requestedSchema and _meta an approver's client shows, signed with
 // PromptKey when set) and reads an approver's answer to one, verified
 // under the approver key set in force. It is pure: it holds no state
@@ -36,10 +36,28 @@ type Codec struct {
 
 var _ lifecycle.Codec = Codec{}
 
-// escalation is the fulfill.Escalation a prompt of p is made from, as
-// the shell handed one to the Elicitor.
-func (c Codec) escalation(p *lifecycle.Proposal) fulfill.Escalation {
-	esc := fulfill.Escalation{Proposal: agent.Envelope{ID: p.ID, From: p.From}, Method: p.Method, Params: p.Params, Deadline: p.Deadline}
+// escalation is what an approver is shown of a proposal: the form
+// builders (form.go) read it.
+type escalation struct {
+	ID, From string // the proposal's id and its proposer
+	Method   string
+	Params   json.RawMessage
+	Tool     *policies.Tool // nil when the method is not tools/call
+	// InputSchema is the tool's JSON Schema from its owner's tools/list,
+	// when known: it types the fields an approver may edit.
+	InputSchema json.RawMessage
+	Target      string // who will carry the call out
+	Decision    decision.Decision
+	Deadline    time.Time
+	// DeadlineByProposer: the proposal's own deadline hint, sooner than
+	// the policy's timeout, set Deadline (the approver is told: the
+	// proposer stops waiting then).
+	DeadlineByProposer bool
+}
+
+// escalation is what a prompt of p shows.
+func (c Codec) escalation(p *lifecycle.Proposal) escalation {
+	esc := escalation{ID: p.ID, From: p.From, Method: p.Method, Params: p.Params, Deadline: p.Deadline}
 	if d := p.Decision; d != nil {
 		esc.Target = d.Target
 		esc.Decision = decision.Decision{Action: decision.Escalate, Message: d.Message, Approvers: d.Approvers, Quorum: d.Quorum,
@@ -61,7 +79,7 @@ func (c Codec) logger() *slog.Logger {
 
 // form reads what every prompt of p shares: its call, digest and
 // editable fields.
-func (c Codec) form(esc fulfill.Escalation) (call, string, []field, error) {
+func (c Codec) form(esc escalation) (call, string, []field, error) {
 	digest, err := approval.CallDigest(esc.Method, esc.Params)
 	if err != nil {
 		return call{}, "", nil, fmt.Errorf("the call cannot be shown to an approver: %w", err)
@@ -70,8 +88,7 @@ func (c Codec) form(esc fulfill.Escalation) (call, string, []field, error) {
 	return cl, digest, editableFields(cl, esc.InputSchema, esc.Decision.Editable, c.logger()), nil
 }
 
-// Prompt is the elicitation/create payload asking spec.Approver about p,
-// byte for byte what the Elicitor sent for the same prompt.
+// Prompt is the elicitation/create payload asking spec.Approver about p.
 func (c Codec) Prompt(p *lifecycle.Proposal, spec lifecycle.PromptSpec) (json.RawMessage, error) {
 	esc := c.escalation(p)
 	cl, digest, fields, err := c.form(esc)
@@ -113,7 +130,7 @@ func keysOf(keys lifecycle.KeySet) approval.ApproverKeys {
 
 // Read verifies an answer to prompt pr of p under keys (the set in force
 // now: a replaced key verifies nothing, an approver keyed since must
-// sign) and reads its form, as the Elicitor read answers.
+// sign) and reads its form.
 func (c Codec) Read(p *lifecycle.Proposal, pr lifecycle.Prompt, payload json.RawMessage, keys lifecycle.KeySet) lifecycle.Verified {
 	verify := verifier(keysOf(keys), pr.Approver)
 	a := parseAnswer(payload)
@@ -198,8 +215,8 @@ func (c Codec) WithContext(f func(*lifecycle.Proposal) (*policies.Tool, json.Raw
 }
 
 // EventOf is the Observer's Event for a step of the core's escalation
-// with its humans: what the Elicitor reported of the same step, so that
-// the decision log, the metrics and the notifier see the same.
+// with its humans, as the decision log, the metrics and the notifier
+// read it.
 func EventOf(h lifecycle.Human) Event {
 	ev := Event{Time: h.At, Kind: EventKind(h.Kind), ProposalID: h.ID, Approver: h.Approver, From: h.From, RequestID: h.RequestID,
 		Action: h.Action, Approve: h.Approve, Reason: h.Reason, To: h.To, Outcome: h.Outcome, DecisionID: h.DecisionID, Revision: h.Revision}
@@ -214,3 +231,50 @@ func EventOf(h lifecycle.Human) Event {
 	}
 	return ev
 }
+
+// callArguments are what a notification shows as the call's arguments:
+// a tools/call's params.arguments, another method's params.
+func callArguments(method string, params json.RawMessage) json.RawMessage {
+	if method != agent.MethodToolsCall {
+		return params
+	}
+	var p struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if agent.Unmarshal(params, &p) != nil {
+		return nil
+	}
+	return p.Arguments
+}
+
+// offeredDelegates reads the delegate_to choices a recorded prompt
+// offered, so that a resumed prompt accepts the same delegations.
+func offeredDelegates(payload json.RawMessage) []string {
+	return offeredEnum(payload, approval.FieldDelegateTo)
+}
+
+// offeredGrants reads the grant durations a recorded prompt offered, so
+// that a resumed prompt accepts the same choices (the stored decision is
+// not needed to know them).
+func offeredGrants(payload json.RawMessage) []string {
+	return slices.DeleteFunc(offeredEnum(payload, approval.FieldGrant), func(g string) bool { return g == "" })
+}
+
+// offeredEnum reads the enum of one field of a recorded prompt's form.
+func offeredEnum(payload json.RawMessage, name string) []string {
+	var p struct {
+		Params struct {
+			RequestedSchema struct {
+				Properties map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"requestedSchema"`
+		} `json:"params"`
+	}
+	if agent.Unmarshal(payload, &p) != nil {
+		return nil
+	}
+	return p.Params.RequestedSchema.Properties[name].Enum
+}
+
+// grantOffers are the grant durations this escalation's form offers: none

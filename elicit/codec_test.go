@@ -2,7 +2,6 @@ package elicit
 
 import (
 	"bytes"
-	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
@@ -11,70 +10,12 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit/approval"
-	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/policies"
 )
 
-// TestCodecPromptIsTheElicitorsBytes pins the codec's prompt to what the
-// Elicitor sends for the same escalation: the same message, schema,
-// _meta (tool, policy, grant offer, delegation) and prompt signature,
-// byte for byte.
-func TestCodecPromptIsTheElicitorsBytes(t *testing.T) {
-	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{0x05}, 32))
-	deadline := time.Now().Add(time.Hour).Truncate(time.Second).UTC()
-	tool := &policies.Tool{Name: "write_file", Server: "fs", Description: "writes a file", Annotations: json.RawMessage(`{"destructiveHint":true}`)}
-	schemaJSON := json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"mode":{"type":"integer"}}}`)
-	params := json.RawMessage(`{"name":"write_file","arguments":{"path":"/srv/motd","mode":420}}`)
-	d := decision.Decision{Action: decision.Escalate, Message: "writes need a human.", Approvers: []string{"alice", "bob"}, Quorum: 1,
-		Editable: []string{"path", "mode"}, Grantable: &decision.Grantable{MaxTTL: 8 * time.Hour, Scope: []decision.GrantField{{Path: "tool"}, {Path: "arguments.path", Prefix: true}}},
-		Revision: "rev-7"}
-	for _, byProposer := range []bool{false, true} {
-		conn := &fakeConn{roster: []string{"alice", "bob"}}
-		e := New(conn, Config{PromptKey: key, OfferGrants: true})
-		esc := fulfill.Escalation{Proposal: agent.Envelope{ID: "p-9", From: "coder"}, Method: agent.MethodToolsCall, Params: params,
-			Tool: tool, InputSchema: schemaJSON, Target: "fs", Decision: d, Deadline: deadline, DeadlineByProposer: byProposer, DecisionID: "dec-1"}
-		e.Escalate(context.Background(), esc, func(fulfill.Verdict) {})
-		poll.Until(t, "both prompts sent", func() bool { return len(conn.payloads()) == 2 })
-		e.Close()
-		conn.mu.Lock()
-		sent := conn.sent[:2]
-		conn.mu.Unlock()
-
-		p := &lifecycle.Proposal{ID: "p-9", From: "coder", Method: agent.MethodToolsCall, Params: params, Deadline: deadline,
-			Decision: &lifecycle.Decision{Action: lifecycle.Escalate, Message: d.Message, Target: "fs", Approvers: d.Approvers, Quorum: 1,
-				Editable: d.Editable, Grantable: d.Grantable, Revision: d.Revision}}
-		c := Codec{Signer: "fulfiller", PromptKey: key, Context: func(*lifecycle.Proposal) (*policies.Tool, json.RawMessage, bool) {
-			return tool, schemaJSON, byProposer
-		}}
-		for _, env := range sent {
-			var head struct {
-				ID int64 `json:"id"`
-			}
-			if err := json.Unmarshal(env.Payload, &head); err != nil {
-				t.Fatal(err)
-			}
-			approver := env.To[0]
-			other := map[string]string{"alice": "bob", "bob": "alice"}[approver]
-			got, err := c.Prompt(p, lifecycle.PromptSpec{Approver: approver, EnvelopeID: env.ID, RPCID: head.ID, Approvers: d.Approvers, Quorum: 1,
-				Delegates: []string{other}, Grants: []string{"15m", "1h", "8h"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, env.Payload) {
-				t.Errorf("prompt to %s (deadline by proposer %v):\n codec %s\n elicit %s", approver, byProposer, got, env.Payload)
-			}
-			if dl, gr := c.Offers(got); len(dl) != 1 || dl[0] != other || len(gr) != 3 {
-				t.Errorf("offers read back: %v %v", dl, gr)
-			}
-		}
-	}
-}
-
 // TestCodecDelegatedPrompt pins a delegated prompt (its chain, no grant
-// offered) to the Elicitor's message and _meta.
+// offered) to form.go's message and _meta.
 func TestCodecDelegatedPrompt(t *testing.T) {
 	p := &lifecycle.Proposal{ID: "p-1", From: "coder", Method: "tools/list", Deadline: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
 		Decision: &lifecycle.Decision{Action: lifecycle.Escalate, Quorum: 2, Revision: "r"}}
@@ -82,7 +23,7 @@ func TestCodecDelegatedPrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	esc := fulfill.Escalation{Proposal: agent.Envelope{ID: "p-1", From: "coder"}, Method: "tools/list", Deadline: p.Deadline,
+	esc := escalation{ID: "p-1", From: "coder", Method: "tools/list", Deadline: p.Deadline,
 		Decision: decision.Decision{Action: decision.Escalate, Quorum: 2, Revision: "r"}}
 	digest, _ := approval.CallDigest("tools/list", nil)
 	cl := parseCall("tools/list", nil)
@@ -190,7 +131,8 @@ func TestCodecReadsTheForm(t *testing.T) {
 }
 
 // TestEventOf: a step of the core's escalation is the Observer's Event
-// the Elicitor made of it, the call's arguments only when allowed.
+// the decision log, metrics and notifier have always read, the call's
+// arguments only when allowed.
 func TestEventOf(t *testing.T) {
 	params := json.RawMessage(`{"name":"write","arguments":{"path":"/a"}}`)
 	h := lifecycle.Human{ID: "p1", Kind: lifecycle.HumanOpened, DecisionID: "d1", Revision: "r1",

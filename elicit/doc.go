@@ -16,9 +16,8 @@
 // LogKeys says at start who must sign. The fulfiller's shell is the
 // approvers' channel: it writes the prompts and their cancellations over
 // the agent, and hands the core the answers, the roster and key reloads
-// (fulfill.Approvals; internal/sidecar wires it). The Elicitor, a
-// goroutine per escalation behind fulfill.Escalator, is what ran it
-// before; nothing in production uses it any more.
+// (fulfill.Approvals; internal/sidecar wires it, tests build it with
+// Config.Approvals).
 //
 // # What goes on the wire
 //

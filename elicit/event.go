@@ -36,7 +36,7 @@ const (
 	EventEnded     EventKind = "ended" // an opened escalation ended: Outcome says how, Reason why
 )
 
-// Outcomes of EventEnded besides a verdict's reject reason (disagree,
+// Outcomes of EventEnded besides the reject reason it ended with (disagree,
 // timeout, incapable, other, …).
 const (
 	OutcomeApproved  = "approved"  // the quorum approved
@@ -84,11 +84,11 @@ type Event struct {
 	// the escalation as a whole.
 	Prompt *Prompt
 	// Outcome: EventEnded, OutcomeApproved, OutcomeCancelled or the
-	// verdict's reject reason; Reason then carries the why.
+	// reject reason it ended with; Reason then carries the why.
 	Outcome string
 
 	// DecisionID and Revision name the decision that escalated
-	// (fulfill.Escalation), so that the decision log joins each human's
+	// (lifecycle.Human), so that the decision log joins each human's
 	// answer to it; Revision is never empty for a policy's escalation.
 	DecisionID string
 	Revision   string

@@ -16,7 +16,7 @@ import (
 
 // Fault tests: links drop and approvers come and go while a human is asked.
 // The gateway replays nothing, so what was sent while a link was down is
-// lost; the elicitor asks again, and each proposal still gets exactly one
+// lost; the fulfiller asks again, and each proposal still gets exactly one
 // answer.
 
 // askedAgain waits for the next envelope to who and checks that it is

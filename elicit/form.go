@@ -14,7 +14,6 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit/approval"
-	"github.com/mewkit/fulfiller/fulfill"
 )
 
 // MaxDelegationHops bounds how often one request may be handed on, so a
@@ -243,12 +242,12 @@ func schema(fields []field, delegates, grants []string) object {
 // message is the short sentence every MCP client shows: who proposed what,
 // where, why the policy asks, and the call's short digest so that two
 // look-alike proposals can be told apart.
-func message(esc fulfill.Escalation, c call, digest string, quorum int, delegatedBy []string) string {
+func message(esc escalation, c call, digest string, quorum int, delegatedBy []string) string {
 	var b strings.Builder
 	if n := len(delegatedBy); n > 0 {
 		fmt.Fprintf(&b, "%s delegated this to you. ", delegatedBy[n-1])
 	}
-	who := esc.Proposal.From
+	who := esc.From
 	if c.method == agent.MethodToolsCall && c.tool != "" {
 		fmt.Fprintf(&b, "%s wants to call %s", who, c.tool)
 		if esc.Target != "" {
@@ -290,14 +289,14 @@ func clip(s string, n int) string {
 // meta is params._meta: the proposal named without a correlation_id (see
 // docs/protocol.md), and context for richer clients. Nothing in it is needed to
 // answer.
-func meta(esc fulfill.Escalation, digest string, quorum int, approvers []string, fields []field, delegatedBy []string) object {
+func meta(esc escalation, digest string, quorum int, approvers []string, fields []field, delegatedBy []string) object {
 	params := json.RawMessage("null")
 	if len(bytes.TrimSpace(esc.Params)) > 0 {
 		params = esc.Params
 	}
 	prop := object{
-		{"id", esc.Proposal.ID},
-		{"from", esc.Proposal.From},
+		{"id", esc.ID},
+		{"from", esc.From},
 		{"method", esc.Method},
 		{"params", params},
 		{"digest", digest},

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/fulfill"
 )
 
 func TestEditableFieldsFromInputSchema(t *testing.T) {
@@ -78,9 +77,8 @@ func TestMessage(t *testing.T) {
 	}
 }
 
-func escalationFor(from, target, msg string) fulfill.Escalation {
-	e := fulfill.Escalation{Target: target}
-	e.Proposal.From = from
+func escalationFor(from, target, msg string) escalation {
+	e := escalation{From: from, Target: target}
 	e.Decision.Message = msg
 	return e
 }

@@ -51,7 +51,7 @@ func TestE2ENotifyHangingReceiverDelaysNothing(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("approved to fulfilled took %s", d)
 	}
-	// The elicitor said how it ended, naming who was asked.
+	// The escalation's end was observed, naming who was asked.
 	poll.Until(t, "the ended event", func() bool { return len(w.eventsOf(elicit.EventEnded)) == 1 })
 	op, end := w.eventsOf(elicit.EventOpened)[0], w.eventsOf(elicit.EventEnded)[0]
 	if p := op.Prompt; p == nil || p.Proposer != "coder" || p.Tool != "write_file" || p.Target != "fs" || p.Digest != writeDigest ||

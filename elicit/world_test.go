@@ -106,7 +106,7 @@ type worldOptions struct {
 	// authenticatesFrom is run's --gateway-authenticates-from: grants
 	// may be pinned to a proposer.
 	authenticatesFrom bool
-	// observe, when set, also hears the elicitor's events (a notifier).
+	// observe, when set, also hears the escalations' events (a notifier).
 	observe func(elicit.Event)
 	// promptKey signs the fulfiller's prompts (Config.PromptKey).
 	promptKey ed25519.PrivateKey
@@ -114,7 +114,7 @@ type worldOptions struct {
 
 // world is a whole space on loopback: the in-process gateway, a file tool
 // server, the real fulfiller (agent, Rego engine, lifecycle) with the real
-// escalation (the lifecycle core's own, with elicit's Codec, as the
+// escalation (the lifecycle core's, with elicit's Codec, as the
 // sidecar runs it), a proposer, and humans whose answers each test
 // scripts.
 type world struct {
@@ -227,8 +227,9 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	return w
 }
 
-// startFulfiller starts the fulfiller process: its agent, Elicitor and
-// Fulfiller (on a DIR state store when opts.stateDir is set).
+// startFulfiller starts the fulfiller process: its agent and Fulfiller,
+// asking through elicit's Codec (on a DIR state store when
+// opts.stateDir is set).
 func (w *world) startFulfiller() {
 	t, opts, ctx, log := w.t, w.opts, w.ctx, w.log
 	var cfgStore fulfill.Store

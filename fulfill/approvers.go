@@ -137,8 +137,8 @@ func (w *wire) Human(_ context.Context, h lifecycle.Human) {
 	}
 }
 
-// logHuman logs a step with the humans as the Elicitor logged it (never
-// an answer's content or signature).
+// logHuman logs a step with the humans, in the words operators' log
+// searches know (never an answer's content or signature).
 func (w *wire) logHuman(h lifecycle.Human) {
 	switch h.Kind {
 	case lifecycle.HumanSkipped:
@@ -172,9 +172,9 @@ func (w *wire) logHuman(h lifecycle.Human) {
 }
 
 // CreateGrant makes the grant an approver chose, pinned to the call just
-// committed (makeGrant's rules: the id is the proposal's, so a restart
-// that makes it again finds it made). One that cannot be made is
-// reported, and the approval stands.
+// committed. Its id is the proposal's (in its space), so a restart that
+// makes it again finds it made. One that cannot be made is reported,
+// and the approval stands.
 func (w *wire) CreateGrant(ctx context.Context, g lifecycle.CreateGrant) {
 	if w.grants == nil {
 		return

@@ -1,8 +1,6 @@
 package fulfill
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
 
 // fakeRecorder is a decision log that can be made to fail, as one on a
@@ -34,32 +33,6 @@ func (r *fakeRecorder) Record(e Event) error {
 
 func (r *fakeRecorder) setFailing(v bool) { r.mu.Lock(); r.failing = v; r.mu.Unlock() }
 
-// fakeEscalator counts escalations and answers each with a fixed verdict
-// (none when verdict is nil).
-type fakeEscalator struct {
-	mu      sync.Mutex
-	asked   []Escalation
-	verdict *Verdict
-}
-
-func (e *fakeEscalator) Escalate(_ context.Context, esc Escalation, done func(Verdict)) {
-	e.mu.Lock()
-	e.asked = append(e.asked, esc)
-	v := e.verdict
-	e.mu.Unlock()
-	if v != nil {
-		go done(*v)
-	}
-}
-
-func (e *fakeEscalator) Cancel(string, string) {}
-
-func (e *fakeEscalator) escalations() []Escalation {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]Escalation(nil), e.asked...)
-}
-
 const auditChat = `{"text":"` + auditFailedMessage + `","format":"plain"}`
 
 // TestAuditFailureRefusesFulfilment: while the decision log cannot be
@@ -83,15 +56,15 @@ func TestAuditFailureRefusesFulfilment(t *testing.T) {
 // record of it; the proposal is rejected "other" instead.
 func TestAuditFailureRefusesEscalation(t *testing.T) {
 	rec := &fakeRecorder{failing: true}
-	esc := &fakeEscalator{}
-	h := newHarness(t, Config{Observer: rec, Escalator: esc}, &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate}}})
+	space := newFakeSpace()
+	space.setPresent("alice", true)
+	h := newHarnessOn(t, space, Config{Observer: rec, Approvals: &Approvals{Codec: answerCodec{}}},
+		&fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}}}})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	rej := h.space.next(t)
 	wantEnvelope(t, rej, agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"other"}`)
 	wantEnvelope(t, h.space.next(t), agent.KindChat, []string{"coder"}, []string{rej.ID}, auditChat)
-	if n := len(esc.escalations()); n != 0 {
-		t.Fatalf("%d escalations without a record", n)
-	}
+	h.space.quiet(t, 20*time.Millisecond) // nothing more: no prompt to alice
 }
 
 // TestAuditFailureStillRejects: denying is always safe, so the policy's
@@ -142,13 +115,20 @@ func (h *harness) stageEventsOf(id string, stage Stage) []Event {
 // proposal carries the id of the decision in force — the first decision
 // adopts the proposal's id, events before it carry no revision — and a
 // re-evaluation after an approver's edit is a new decision whose id the
-// events after it carry. The escalation hands the id to the escalator.
+// events after it carry. The humans are asked and answer under the
+// first decision: its id joins their steps to it.
 func TestDecisionIDGovernsEveryEvent(t *testing.T) {
-	edited := json.RawMessage(`{"name":"add","arguments":{"a":2,"b":2}}`)
-	esc := &fakeEscalator{verdict: &Verdict{Approved: true, By: []string{"alice"}, Params: edited}}
-	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Revision: "rev-1"}}}
-	h := newHarness(t, Config{Escalator: esc}, dec)
+	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}, Revision: "rev-1"}}}
+	space := newFakeSpace()
+	space.setPresent("alice", true)
+	var mu sync.Mutex
+	var humans []lifecycle.Human
+	approvals := testApprovals()
+	approvals.Observer = func(x lifecycle.Human) { mu.Lock(); humans = append(humans, x); mu.Unlock() }
+	h := newHarnessOn(t, space, Config{Approvals: approvals}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
+	prompt := nextPrompt(t, h.space, "alice", "p1")
+	h.deliver(answerTo(t, prompt, "alice", `{"action":"accept","content":{"approve":true,"params":{"name":"add","arguments":{"a":2,"b":2}}}}`))
 	waitFor(t, func() bool { return dec.count() == 2 }) // asked again after the edit
 	req := h.space.next(t)
 	wantEnvelope(t, req, agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
@@ -180,8 +160,19 @@ func TestDecisionIDGovernsEveryEvent(t *testing.T) {
 	if evs[5].DecisionID != second || evs[5].Revision != "rev-1" {
 		t.Errorf("fulfilling: id %q, want the re-evaluation's %q", evs[5].DecisionID, second)
 	}
-	if e := esc.escalations(); len(e) != 1 || e[0].DecisionID != first {
-		t.Errorf("escalation carries %+v, want decision id %q", e, first)
+	mu.Lock()
+	defer mu.Unlock()
+	steps := 0
+	for _, x := range humans {
+		if x.Kind == lifecycle.HumanAsked || x.Kind == lifecycle.HumanAnswered {
+			steps++
+			if x.DecisionID != first || x.Revision != "rev-1" {
+				t.Errorf("%s: decision %q %q, want the first decision %q rev-1", x.Kind, x.DecisionID, x.Revision, first)
+			}
+		}
+	}
+	if steps != 2 {
+		t.Errorf("steps with the humans %+v, want alice asked and answering", humans)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 // coreDecision is the lifecycle's view of the policy's decision d, routed
 // to route ("" while not routed): what the core acts on, with the whole
 // decision kept in Extra as the record stores it (storedDecision), for
-// the escalator (editable fields, grants, reminders, tiers,
+// the prompts (editable fields, grants, reminders, tiers,
 // notify_arguments) and whoever resumes the record. hinted: the
 // proposal's deadline hint set the approval deadline (d.Timeout is then
 // the time left until it).

@@ -11,8 +11,8 @@
 // metrics ask the loop (Loop.Do), and everything that happens to a
 // proposal reaches the core as an event — frames read (shellframes.go),
 // timers on Config.Clock, store results, the policy's answers, the
-// escalator's recordings and verdicts, withdrawals, group changes and
-// the operator's cancels. The core's lifecycle, exactly-once rules and
+// approvers' answers, withdrawals, group changes and the operator's
+// cancels. The core's lifecycle, exactly-once rules and
 // simulator are described in fulfill/lifecycle's doc.
 //
 // The pieces, each tested alone and all of them together end to end:
@@ -30,10 +30,12 @@
 //     deadline hint; it writes the decided line (with its input).
 //   - wire.go, wiretask.go: lifecycle.Wire — the envelopes (rejects and
 //     their chats, fulfilment requests, cancellations, status chats,
-//     relays of a task's outcome, the task follower) and the Escalator
-//     (called off the proposal's lane; its prompts and approvals are
-//     recorded through the core before they are sent or counted; the
-//     approvers' grant is made with the committed call).
+//     relays of a task's outcome, the task follower).
+//   - approvers.go: the approvers' channel of the core's escalation
+//     (Config.Approvals) — it writes the prompts the Codec made and
+//     their cancellations, hands the core the answers and the keys in
+//     force, reports each step with the humans, and makes the grants
+//     approvers chose once the approved call is committed.
 //   - recordstore.go, shellstore.go: lifecycle.Store over Store
 //     (state.Store, or state.Local in this process) — the record is the
 //     Proposal, persisted as it is (records of older builds completed
@@ -57,9 +59,9 @@
 // count against the sum of their --max-pending) the whole group's: a
 // proposal over any of them is rejected "busy" as it is read, never by
 // evicting older work. Each proposal has one deadline: the pending TTL
-// while deciding or queued, the escalation's while humans are asked (the
-// Escalator's verdict ends it), the fulfil timeout once its request is
-// committed, the task's once the owner made one.
+// while deciding or queued, the escalation's while humans are asked, the
+// fulfil timeout once its request is committed, the task's once the
+// owner made one.
 //
 // # Durable and shared pending work (Config.Store)
 //

@@ -270,7 +270,7 @@ func TestStoreEscalatedLineFollowsItsRecord(t *testing.T) {
 			st.dead.Store(true) // kill -9: the write never happens
 		}
 	}
-	h := newStoreHarness(t, "fulfiller", st, Config{Observer: log1, Escalator: newRecEscalator()}, &fakeDecider{decisions: storeDecisions})
+	h := newStoreHarness(t, "fulfiller", st, Config{Observer: log1, Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	st.crashSpace = h.space
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
 	waitFor(t, func() bool { return st.dead.Load() })
@@ -285,11 +285,8 @@ func TestStoreEscalatedLineFollowsItsRecord(t *testing.T) {
 
 	st2 := openStore(t, mode, "fulfiller")
 	log2 := &lockedRecorder{}
-	esc2 := newRecEscalator()
-	newStoreHarness(t, "fulfiller", st2, Config{Observer: log2, Escalator: esc2}, &fakeDecider{decisions: storeDecisions})
-	if e := <-esc2.asked; e.Proposal.ID != "p1" {
-		t.Fatalf("after the restart asked about %s, want p1", e.Proposal.ID)
-	}
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{Observer: log2, Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
+	nextPrompt(t, h2.space, "alice", "p1") // asked after the restart
 	n := 0
 	for _, s := range append(log1.stages("p1"), log2.stages("p1")...) {
 		if s == StageEscalated {
@@ -360,18 +357,14 @@ func (c *opCounter) count(op string) int {
 func TestStoreOneSyncFromApprovalToRequest(t *testing.T) {
 	ops := &opCounter{}
 	st := openStore(t, state.Mode{Kind: state.Dir, Dir: t.TempDir()}, "fulfiller", func(c *state.Config) { c.Observer = ops })
-	esc := newRecEscalator()
-	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
+	h := newStoreHarness(t, "fulfiller", st, Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
-	e := esc.next(t)
+	prompt := nextPrompt(t, h.space, "alice", "p1")
 	if n := ops.count("sync"); n != 1 {
 		t.Errorf("syncs waited for before the prompt = %d, want 1 (the prompt's record)", n)
 	}
 	before := ops.count("sync")
-	if err := e.RecordApproval(state.Approval{Approver: "alice", At: time.Now().UTC()}); err != nil {
-		t.Fatal(err)
-	}
-	esc.done("p1")(Verdict{Approved: true, By: []string{"alice"}})
+	h.deliver(answerTo(t, prompt, "alice", approveResult))
 	if req := h.space.next(t); !isToolsCall(req) {
 		t.Fatalf("sent %s %s, want the tools/call", req.Kind, req.Payload)
 	}
@@ -432,10 +425,9 @@ func TestStoreAloneClaimCarriesTheDecision(t *testing.T) {
 func TestStoreBusyRejectIsOneWrite(t *testing.T) {
 	ops := &opCounter{}
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller", func(c *state.Config) { c.Observer = ops })
-	esc := newRecEscalator()
-	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc, MaxPending: 1}, &fakeDecider{decisions: storeDecisions})
+	h := newStoreHarness(t, "fulfiller", st, Config{Approvals: testApprovals(), MaxPending: 1}, &fakeDecider{decisions: storeDecisions})
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
-	esc.next(t)
+	nextPrompt(t, h.space, "alice", "p1")
 	recs, err := st.List(t.Context())
 	if err != nil || len(recs) != 1 || recs[0].ID != "p1" || recs[0].Claim == "" || recs[0].Claim != recs[0].DecisionID {
 		t.Fatalf("records = %+v, %v; want p1's, claimed under its decision id", recs, err)

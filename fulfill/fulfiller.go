@@ -66,9 +66,9 @@ type Config struct {
 	ApprovalTimeout  time.Duration // [5m] a human's deadline when the decision sets none
 	DiscoveryWait    time.Duration // [2s] how long routing waits for a running tools/list
 	DecideWorkers    int           // [GOMAXPROCS] concurrent policy evaluations
-	Escalator        Escalator     // nil: escalations are rejected "policy" (not configured), unless Approvals
-	// Approvals [nil: the Escalator asks] runs the humans' escalation in
-	// the lifecycle core, the shell its channel to the approvers.
+	// Approvals [nil: escalations are rejected "policy", not configured]
+	// runs the humans' escalation in the lifecycle core, the shell its
+	// channel to the approvers.
 	Approvals *Approvals
 	Observer  Observer     // nil: no events
 	Logger    *slog.Logger // nil: discard

@@ -116,7 +116,7 @@ func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 		}
 	}
 	if ev.Stage == StageEscalated {
-		j.announce(ev) // the prompts' own sends are the escalator's
+		j.announce(ev) // the prompts' own sends are the approvers' channel's
 		return nil
 	}
 	j.mu.Lock()

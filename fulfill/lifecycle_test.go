@@ -156,7 +156,9 @@ func TestIncapable(t *testing.T) {
 	})
 }
 
-func TestEscalationWithoutEscalatorRejectsPolicy(t *testing.T) {
+// Without Config.Approvals nobody can ask the humans: an escalation is
+// rejected "policy" at once, and the chat says why.
+func TestEscalationWithoutApprovalsRejectsPolicy(t *testing.T) {
 	h := newHarness(t, Config{}, &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate}}})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"policy"}`)

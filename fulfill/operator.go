@@ -42,17 +42,6 @@ func recordSnapshot(r *lifecycle.Proposal) Snapshot {
 // own writes (each prompt and approval it records is one).
 const maxTakes = 10
 
-// PromptCanceller is implemented by an Escalator that can withdraw the
-// prompts another member of the group asked, as recorded in the store
-// (esc.Prompts, with esc.Approvals saying who already answered), without
-// asking them first: each prompt still open gets notifications/cancelled
-// with reason, from this member. Escalator.Cancel serves the prompts an
-// Escalator asked itself; this serves an operator's cancel of a proposal
-// taken from another member. *elicit.Elicitor implements it.
-type PromptCanceller interface {
-	CancelRecorded(esc Escalation, reason string)
-}
-
 // ToolView is a discovered tool as the operator API shows it (GET
 // /v1/tools): what policies see of it.
 type ToolView struct {

@@ -7,7 +7,6 @@ import (
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,28 +18,6 @@ import (
 // Tests of the operator API in a group (docs/design.md "Durable and shared pending
 // work": the operator API of any member lists and cancels the group's
 // pending work), on the package's shared NATS server.
-
-// withdrawingEscalator is a recEscalator that can also withdraw prompts
-// another member recorded (PromptCanceller), as elicit does.
-type withdrawingEscalator struct {
-	*recEscalator
-	wmu       sync.Mutex
-	withdrawn []Escalation
-	reasons   []string
-}
-
-func (w *withdrawingEscalator) CancelRecorded(esc Escalation, reason string) {
-	w.wmu.Lock()
-	defer w.wmu.Unlock()
-	w.withdrawn = append(w.withdrawn, esc)
-	w.reasons = append(w.reasons, reason)
-}
-
-func (r *recEscalator) cancelled() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.cancels)
-}
 
 // waitLong waits for cond on the shared server (poll.Limit is generous,
 // for a loaded machine under -race).
@@ -54,20 +31,19 @@ func sentBy(m *member, d time.Duration) []agent.Envelope { return drain(m.space,
 
 // Member B's operator cancels the prompt member A holds: B takes A's
 // record, the proposer gets exactly one mcp/reject (reason other) and its
-// chat, from B; the prompt A recorded is withdrawn from B without being
-// asked again; A drops the proposal without a word and frees its slot; a
-// later approval at A can record nothing and fulfils nothing; a replay of
-// the id runs nothing anywhere. Before the cancel, B lists A's proposal
-// with owner A.
+// chat, from B, and the approver A asked is told the prompt is withdrawn
+// (notifications/cancelled for A's prompt, from B: the record it took
+// names the prompt), without being asked again; A drops the proposal
+// without a word and frees its slot; the approver's late approval
+// fulfils nothing at either member; a replay of the id runs nothing
+// anywhere. Before the cancel, B lists A's proposal with owner A.
 func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
 	mode := natsServer(t)
-	escA := newRecEscalator()
-	a := newMember(t, mode, "ful-a", Config{Escalator: escA}, &fakeDecider{decisions: storeDecisions})
-	escB := &withdrawingEscalator{recEscalator: newRecEscalator()}
-	b := newMember(t, mode, "ful-b", Config{Escalator: escB}, &fakeDecider{decisions: storeDecisions})
+	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
+	b := newMember(t, mode, "ful-b", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 
 	a.deliver(proposalEnv("p1", "coder", callOf("ask")))
-	esc := escA.next(t)
+	prompt := nextPrompt(t, a.space, "alice", "p1")
 	b.deliver(proposalEnv("p1", "coder", callOf("ask")))
 	b.waitStage(t, "p1", StageIgnored) // lost the claim to a
 
@@ -95,12 +71,14 @@ func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
 	if err := b.f.Cancel("p1", "alice via API"); err != nil {
 		t.Fatalf("b.Cancel(p1): %v", err)
 	}
-	// Exactly one answer, from B: the reject and its chat, nothing else.
+	// Exactly one answer, from B, after the withdrawal of A's prompt:
+	// the cancellation, the reject and its chat, nothing else (no prompt
+	// asked again).
 	bSent := sentBy(b, 300*time.Millisecond)
-	if len(bSent) != 2 {
-		t.Fatalf("b sent %d envelopes, want the reject and its chat: %v", len(bSent), bSent)
+	if len(bSent) != 3 {
+		t.Fatalf("b sent %d envelopes, want the prompt's cancellation, the reject and its chat: %v", len(bSent), bSent)
 	}
-	rej, chat := bSent[0], bSent[1]
+	cancel, rej, chat := bSent[0], bSent[1], bSent[2]
 	if rej.Kind != agent.KindReject || !slices.Equal(rej.To, []string{"coder"}) || !slices.Equal(rej.CorrelationID, agent.CorrelationIDs{"p1"}) ||
 		!jsonEqual(rej.Payload, `{"reason":"other"}`) || rej.From != "ful-b" {
 		t.Errorf("b's reject = %+v", rej)
@@ -109,34 +87,21 @@ func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
 		!jsonEqual(chat.Payload, `{"text":"cancelled by the operator (alice via API)","format":"plain"}`) {
 		t.Errorf("b's chat = %+v", chat)
 	}
-	// The prompt A recorded, withdrawn from B, and not asked again.
-	escB.wmu.Lock()
-	if len(escB.withdrawn) != 1 || escB.reasons[0] != "cancelled" || escB.withdrawn[0].Proposal.ID != "p1" ||
-		len(escB.withdrawn[0].Prompts) != 1 || escB.withdrawn[0].Prompts[0].EnvelopeID != "elicit-p1" ||
-		escB.withdrawn[0].DecisionID != esc.DecisionID {
-		t.Errorf("b withdrew %+v (reasons %v), want a's prompt elicit-p1 once, reason cancelled, decision %s", escB.withdrawn, escB.reasons, esc.DecisionID)
-	}
-	escB.wmu.Unlock()
-	escB.mu.Lock()
-	if len(escB.escs) != 0 {
-		t.Errorf("b asked the prompts again: %+v", escB.escs)
-	}
-	escB.mu.Unlock()
+	wantPromptCancelled(t, cancel, "ful-b", prompt, "cancelled")
 
 	// A learns at once (WatchRecords): the proposal is dropped without a
-	// word (its prompts are B's to withdraw) and its slot is free.
-	waitLong(t, "a drops p1", func() bool { return slices.Contains(escA.cancelled(), "p1:"+DropReason) })
+	// word (its prompt was B's to withdraw) and its slot is free.
 	waitLong(t, "a frees p1's slot", func() bool { n, _ := a.f.Counts(); return n == 0 })
 	if p := a.f.Pending(); len(p) != 0 {
 		t.Errorf("a still lists %+v", p)
 	}
-	// A late approval at A records nothing and fulfils nothing.
-	if err := esc.RecordApproval(state.Approval{Approver: "alice", At: time.Now().UTC()}); !errors.Is(err, state.ErrConflict) {
-		t.Errorf("a's RecordApproval after the take = %v, want state.ErrConflict", err)
-	}
-	escA.done("p1")(Verdict{Approved: true, By: []string{"alice"}})
-	if envs := sentBy(a, 300*time.Millisecond); len(envs) != 0 {
-		t.Errorf("a sent %d envelopes after b's cancel, want none: %v", len(envs), envs)
+	// alice's late approval of the withdrawn prompt fulfils nothing, at
+	// either member.
+	deliverAll(answerTo(t, prompt, "alice", approveResult), a, b)
+	for _, m := range []*member{a, b} {
+		if envs := sentBy(m, 300*time.Millisecond); len(envs) != 0 {
+			t.Errorf("%s sent %d envelopes after b's cancel, want none: %v", m.space.id, len(envs), envs)
+		}
 	}
 	recs, err := b.st.List(t.Context())
 	if err != nil || len(recs) != 0 {
@@ -270,10 +235,9 @@ func (s *faultyStore) Owned(ctx context.Context) ([]*lifecycle.Proposal, error) 
 // and the record watch's drop). One reject, nothing resumed or asked.
 func TestGroupOperatorCancelIsNotResumedByTheStartupScan(t *testing.T) {
 	mode := natsServer(t)
-	escA := newRecEscalator()
-	a := newMember(t, mode, "ful-a", Config{Escalator: escA}, &fakeDecider{decisions: storeDecisions})
+	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	a.deliver(proposalEnv("p1", "coder", callOf("ask")))
-	escA.next(t)
+	prompt := nextPrompt(t, a.space, "alice", "p1")
 
 	st := openStore(t, mode, "ful-b")
 	st.scanAfterTake, st.scanListed, st.scanRelease = make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -282,8 +246,7 @@ func TestGroupOperatorCancelIsNotResumedByTheStartupScan(t *testing.T) {
 	if err := st.StartLease(leaseCtx); err != nil {
 		t.Fatal(err)
 	}
-	escB := &withdrawingEscalator{recEscalator: newRecEscalator()}
-	b := &member{harness: newStoreHarness(t, "ful-b", st, Config{Escalator: escB}, &fakeDecider{decisions: storeDecisions}), st: st, stopLease: stopLease}
+	b := &member{harness: newStoreHarness(t, "ful-b", st, Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions}), st: st, stopLease: stopLease}
 
 	if err := b.f.Cancel("p1", "ops"); err != nil {
 		t.Fatalf("b.Cancel(p1): %v", err)
@@ -295,21 +258,19 @@ func TestGroupOperatorCancelIsNotResumedByTheStartupScan(t *testing.T) {
 		list, err := b.f.GroupPending(t.Context())
 		return err == nil && len(list) == 0
 	})
+	// The withdrawal of a's prompt, p1's reject and its chat; no prompt
+	// asked again.
 	sent := sentBy(b, 300*time.Millisecond)
-	if len(sent) != 2 || sent[0].Kind != agent.KindReject || sent[0].CorrelationID.First() != "p1" || sent[1].Kind != agent.KindChat {
-		t.Fatalf("b sent %v, want p1's reject and its chat only", sent)
+	if len(sent) != 3 || sent[1].Kind != agent.KindReject || sent[1].CorrelationID.First() != "p1" || sent[2].Kind != agent.KindChat {
+		t.Fatalf("b sent %v, want the prompt's cancellation, p1's reject and its chat only", sent)
 	}
+	wantPromptCancelled(t, sent[0], "ful-b", prompt, "cancelled")
 	// Taken for the cancel (a resumed line saying so), never resumed by
 	// the scan of b's own records.
 	for _, ev := range b.stageEventsOf("p1", StageResumed) {
 		if !strings.HasPrefix(ev.Message, "taken for an operator's cancel") {
 			t.Errorf("b resumed p1 (%s), which it cancelled (stages %v)", ev.Message, b.stages("p1"))
 		}
-	}
-	select {
-	case e := <-escB.asked:
-		t.Errorf("b asked about %s, a proposal it cancelled", e.Proposal.ID)
-	default:
 	}
 }
 
@@ -320,11 +281,10 @@ func TestGroupOperatorCancelIsNotResumedByTheStartupScan(t *testing.T) {
 // delete the record first: the crash left the proposer with no answer.)
 func TestGroupOperatorCancelSurvivesACrash(t *testing.T) {
 	mode := natsServer(t)
-	escA := newRecEscalator()
-	a := newMember(t, mode, "ful-a", Config{Escalator: escA}, &fakeDecider{decisions: storeDecisions})
-	b := newMember(t, mode, "ful-b", Config{Escalator: newRecEscalator()}, &fakeDecider{decisions: storeDecisions})
+	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
+	b := newMember(t, mode, "ful-b", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	a.deliver(proposalEnv("p1", "coder", callOf("ask")))
-	escA.next(t)
+	nextPrompt(t, a.space, "alice", "p1")
 	b.deliver(proposalEnv("p1", "coder", callOf("ask")))
 	b.waitStage(t, "p1", StageIgnored) // lost the claim to a
 
@@ -334,7 +294,7 @@ func TestGroupOperatorCancelSurvivesACrash(t *testing.T) {
 
 	// B comes back (or, should its lease lapse first, A adopts the
 	// record): the recorded reject goes out, and then the record goes.
-	b2 := newMember(t, mode, "ful-b", Config{Escalator: newRecEscalator()}, &fakeDecider{decisions: storeDecisions})
+	b2 := newMember(t, mode, "ful-b", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	waitLong(t, "p1 to leave the group's pending work", func() bool {
 		list, err := b2.f.GroupPending(t.Context())
 		return err == nil && len(list) == 0

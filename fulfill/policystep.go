@@ -59,17 +59,21 @@ type policyConfig struct {
 	DiscoveryWait   time.Duration // how long routing waits for a running tools/list
 	ApprovalTimeout time.Duration // a human's deadline when the decision sets none
 	TaskTimeout     time.Duration // a task's, when the decision sets none
-	// Escalation: an Escalator is configured; without one a decision to
+	// Escalation: Config.Approvals is set; without it a decision to
 	// escalate is rejected "policy".
 	Escalation   bool
 	ToolMetadata ToolMetadata // nil: nothing declared
 }
 
+// minHintedDeadline: a proposer's deadline sooner than this from now is
+// treated as passed — no human can read a card that fast.
+const minHintedDeadline = 2 * time.Second
+
 // policyConfigOf is the policy step's part of cfg, whose defaults are set.
 func policyConfigOf(cfg Config) policyConfig {
 	return policyConfig{SpaceID: cfg.SpaceID, MaxPending: cfg.MaxPending, DecideWorkers: cfg.DecideWorkers,
 		DiscoveryWait: cfg.DiscoveryWait, ApprovalTimeout: cfg.ApprovalTimeout, TaskTimeout: cfg.TaskTimeout,
-		Escalation: cfg.Escalator != nil || cfg.Approvals != nil, ToolMetadata: cfg.ToolMetadata}
+		Escalation: cfg.Approvals != nil, ToolMetadata: cfg.ToolMetadata}
 }
 
 // newPolicyStep makes the policy step. shadows is the shadowing the
@@ -143,7 +147,7 @@ func (n *decidedNote) log() {
 // act is what the first decision becomes before anything is recorded: the route (or why there is none, for a
 // fulfil and an escalation alike: rule 1, nobody is asked about a call
 // nobody can carry out), the task choice, and for an escalation the
-// checks that reject it here (no escalator; the proposer's deadline
+// checks that reject it here (no Config.Approvals; the proposer's deadline
 // hint leaves no time) and the deadline the hint shortens.
 func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.Decision) lifecycle.Decided {
 	p := &d.Proposal
@@ -160,7 +164,7 @@ func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.D
 	hinted := false
 	if dec.Action == decision.Escalate {
 		if !s.cfg.Escalation {
-			out.Decision = shellReject(dec, decision.ReasonPolicy, "the policy asks for human approval, but escalation is not configured on this fulfiller")
+			out.Decision = shellReject(dec, decision.ReasonPolicy, noEscalationMessage)
 			return out
 		}
 		timeout := dec.Timeout
@@ -301,8 +305,7 @@ func (s *policyStep) emit(e Event) {
 }
 
 // approvalInput is input.approval for the re-check: who approved, and
-// the form content of the last approval (the one whose edit is checked,
-// as elicit's verdict passes it).
+// the form content of the last approval (the one whose edit is checked).
 func approvalInput(approvals []lifecycle.Approval) *policies.Approval {
 	a := &policies.Approval{}
 	for _, ap := range approvals {

@@ -418,7 +418,7 @@ func TestPolicyStepDeadlineHint(t *testing.T) {
 	}
 }
 
-// Without an escalator, a decision to escalate is rejected "policy" with
+// Without Config.Approvals, a decision to escalate is rejected "policy" with
 // today's message; one nobody could carry out is still "incapable".
 func TestPolicyStepEscalationNotConfigured(t *testing.T) {
 	rig := newStepRig(t, newFakeSpace())

@@ -218,11 +218,14 @@ func TestNoShadowNoEvents(t *testing.T) {
 // the re-evaluation's decision id. The shadow's rejects change nothing.
 func TestShadowReevaluatedAfterEdit(t *testing.T) {
 	edited := json.RawMessage(`{"name":"add","arguments":{"a":2,"b":2}}`)
-	esc := &fakeEscalator{verdict: &Verdict{Approved: true, By: []string{"alice"}, Params: edited}}
-	live := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Revision: "rev-1"}}}
+	live := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}, Revision: "rev-1"}}}
 	shadow := &fakeDecider{} // rejects everything
-	h := newHarness(t, Config{Escalator: esc, Shadow: shadow}, live)
+	space := newFakeSpace()
+	space.setPresent("alice", true)
+	h := newHarnessOn(t, space, Config{Approvals: testApprovals(), Shadow: shadow}, live)
 	h.deliver(proposalEnv("p1", "coder", addCall))
+	prompt := nextPrompt(t, h.space, "alice", "p1")
+	h.deliver(answerTo(t, prompt, "alice", `{"action":"accept","content":{"approve":true,"params":`+string(edited)+`}}`))
 	req := h.space.next(t)
 	wantEnvelope(t, req, agent.KindRequest, []string{"calculator"}, []string{"p1"},
 		fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":2}}}`, rpcID(t, req)))

@@ -102,9 +102,8 @@ func New(space Space, decider Decider, cfg Config) *Fulfiller {
 	s.journal.peers = cfg.PeerFulfillers
 	s.policy = newPolicyStep(space, decider, s.catalog, policyConfigOf(cfg), cfg.Observer,
 		newShadowing(cfg.Shadow, cfg.ShadowTimeout, cfg.ShadowQueue), cfg.Grants, cfg.Logger, cfg.Clock)
-	s.wire = newWire(space, cfg.Escalator, cfg.Grants, wireConfig{SpaceID: cfg.SpaceID, FulfillTimeout: cfg.FulfillTimeout},
-		wireHooks{events: s.journal, post: func(ctx context.Context, ev lifecycle.Event) error { return s.loop.Post(ctx, ev) },
-			method: s.journal.method, describe: s.describe}, cfg.Logger)
+	s.wire = newWire(space, cfg.Grants, wireConfig{SpaceID: cfg.SpaceID, FulfillTimeout: cfg.FulfillTimeout},
+		wireHooks{events: s.journal, method: s.journal.method}, cfg.Logger)
 	s.recordStore = newRecordStore(cfg.Store, cfg.PendingTTL, cfg.FulfillTimeout, cfg.Logger)
 	s.records = newOwnWrites(s.recordStore)
 	s.records.failed = s.journal.storeFailed
@@ -166,7 +165,6 @@ func coreConfig(cfg Config) lifecycle.Config {
 		RetryAfter:             retryStore,
 		Approvers:              cfg.Approvers,
 		UnloggedMessage:        auditFailedMessage,
-		Escalator:              cfg.Approvals == nil,
 		Alone:                  !cfg.Store.Shared(),
 	}
 	if a := cfg.Approvals; a != nil {
@@ -269,7 +267,6 @@ loop:
 	s.shutdown(base)
 	stopLoop()
 	err := <-loopDone
-	s.wire.wait()
 	// Discoveries still running end now, not at their timeout, and the
 	// proposals waiting for them are dropped with the process (the
 	// gateway replays nothing: a proposal read and not yet ours was

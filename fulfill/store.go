@@ -87,8 +87,8 @@ var (
 // fails a step (closed) instead of holding it.
 const storeTimeout = 10 * time.Second
 
-// DropReason, given to Escalator.Cancel, stops an escalation without a
-// word to its approvers: the proposal belongs to another member of the
+// DropReason, a CancelAsk's reason, stops an escalation without a word
+// to its approvers: the proposal belongs to another member of the
 // group now, which has asked the same prompts again (same envelope ids),
 // and a notifications/cancelled from us would cancel its prompts too.
 const DropReason = "adopted_elsewhere"

@@ -177,21 +177,12 @@ func TestStoreUpdateFailsNoRequest(t *testing.T) {
 // store takes it.
 func TestStoreEscalationNotRecordedNoPrompt(t *testing.T) {
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
-	esc := newRecEscalator()
-	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
+	h := newStoreHarness(t, "fulfiller", st, Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	st.failUpdate.Store(true)
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
-	h.space.quiet(t, 300*time.Millisecond)
-	esc.mu.Lock()
-	n := len(esc.escs)
-	esc.mu.Unlock()
-	if n != 0 {
-		t.Errorf("escalator asked %d times before the escalation was recorded, want 0", n)
-	}
+	h.space.quiet(t, 300*time.Millisecond) // no prompt before the record
 	st.failUpdate.Store(false)
-	if e := esc.next(t); e.Proposal.ID != "p1" {
-		t.Fatalf("escalated %s, want p1", e.Proposal.ID)
-	}
+	nextPrompt(t, h.space, "alice", "p1")
 }
 
 // byKind sorts what one member sent: tools/calls and rejects by proposal.
@@ -220,22 +211,24 @@ func byKind(t *testing.T, envs []agent.Envelope) (calls, rejects map[string]agen
 
 // Restart on the same DIR store (kill -9 while a prompt is open, a prompt
 // is about to expire and a fulfilment request is in flight): the expired
-// prompt is rejected "timeout" at once, the open prompt is asked again with
-// its recorded ids and an accept fulfils it once, the request in flight is
-// never written again and is rejected "timeout" at its deadline.
+// prompt is rejected "timeout" at once and withdrawn from its approver,
+// the open prompt is asked again with its recorded ids and an accept
+// fulfils it once, the request in flight is never written again and is
+// rejected "timeout" at its deadline.
 func TestStoreRestartResumes(t *testing.T) {
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
-	esc := newRecEscalator()
-	cfg := Config{Escalator: esc, FulfillTimeout: 3 * time.Second}
+	cfg := Config{Approvals: testApprovals(), FulfillTimeout: 3 * time.Second}
 	h := newStoreHarness(t, "fulfiller", st, cfg, &fakeDecider{decisions: storeDecisions})
 
 	h.deliver(proposalEnv("open", "coder", callOf("ask")))
-	if e := esc.next(t); e.Proposal.ID != "open" {
-		t.Fatalf("escalated %s", e.Proposal.ID)
-	}
+	openPrompt := nextPrompt(t, h.space, "alice", "open")
 	h.deliver(proposalEnv("expiring", "coder", callOf("soon")))
-	soon := esc.next(t)
+	soonPrompt := nextPrompt(t, h.space, "alice", "expiring")
+	soon, ok := h.f.Get("expiring")
+	if !ok {
+		t.Fatal("expiring is not pending")
+	}
 	// The request goes last, just before the crash: its 3s must not pass
 	// while a slow machine is still escalating the others (it would then
 	// end before the crash, and its cancel go to the dead process's wire).
@@ -259,23 +252,22 @@ func TestStoreRestartResumes(t *testing.T) {
 	}
 
 	st2 := openStore(t, mode, "fulfiller")
-	esc2 := newRecEscalator()
 	// A long fulfil timeout after the restart: the resumed request keeps
 	// the deadline recorded when it was sent (3s), while the approved call
 	// sent now must not time out on a slow machine before the test looks.
-	h2 := newStoreHarness(t, "fulfiller", st2, Config{Escalator: esc2, FulfillTimeout: time.Minute}, &fakeDecider{decisions: storeDecisions})
-	e := esc2.next(t)
-	if e.Proposal.ID != "open" || len(e.Prompts) != 1 || e.Prompts[0].EnvelopeID != "elicit-open" || e.Prompts[0].RPCID != 7000 {
-		t.Fatalf("resumed escalation %s with prompts %+v, want open with elicit-open/7000", e.Proposal.ID, e.Prompts)
+	h2 := newStoreHarness(t, "fulfiller", st2, Config{Approvals: testApprovals(), FulfillTimeout: time.Minute}, &fakeDecider{decisions: storeDecisions})
+	again, before := awaitPrompt(t, h2.space, "alice", "open")
+	if again.ID != openPrompt.ID || string(again.Payload) != string(openPrompt.Payload) {
+		t.Fatalf("resumed prompt %s %s, want the recorded %s %s", again.ID, again.Payload, openPrompt.ID, openPrompt.Payload)
 	}
-	if time.Until(e.Deadline) < 30*time.Second {
-		t.Errorf("resumed deadline %v: not the recorded one (a minute after the proposal)", e.Deadline)
+	if s, ok := h2.f.Get("open"); !ok || time.Until(s.Deadline) < 30*time.Second {
+		t.Errorf("resumed %+v: not the recorded deadline (a minute after the proposal)", s)
 	}
 	h2.waitStage(t, "expiring", StageRejected)
-	esc2.done("open")(Verdict{Approved: true, By: []string{"alice"}})
+	h2.deliver(answerTo(t, openPrompt, "alice", approveResult))
 	h2.waitStage(t, "open", StageFulfilling)
 	h2.waitStage(t, "inflight", StageRejected)
-	calls, rejects, other := byKind(t, drain(h2.space, 300*time.Millisecond))
+	calls, rejects, other := byKind(t, append(before, drain(h2.space, 300*time.Millisecond)...))
 	if len(calls) != 1 || calls["open"].ID == "" {
 		t.Errorf("tools/calls after restart = %v, want exactly the approved one", calls)
 	}
@@ -295,6 +287,16 @@ func TestStoreRestartResumes(t *testing.T) {
 	}
 	if !cancelled {
 		t.Errorf("the in-flight request was not cancelled at its owner; sent %v", other)
+	}
+	withdrawn := false
+	for _, env := range other {
+		if env.CorrelationID.First() == soonPrompt.ID {
+			withdrawn = true
+			wantPromptCancelled(t, env, "fulfiller", soonPrompt, "timeout")
+		}
+	}
+	if !withdrawn {
+		t.Errorf("the expired prompt was not withdrawn from alice; sent %v", other)
 	}
 	recs, err := st2.List(t.Context())
 	if err != nil {
@@ -391,9 +393,8 @@ func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
 // fulfils it once. A forged withdraw of the adopted prompt is ignored.
 func TestStoreAdoptionAfterCrash(t *testing.T) {
 	mode := natsServer(t)
-	a := newMember(t, mode, "ful-a", Config{Escalator: newRecEscalator(), MaxInflight: 1}, &fakeDecider{decisions: storeDecisions})
-	escB := newRecEscalator()
-	b := newMember(t, mode, "ful-b", Config{Escalator: escB}, &fakeDecider{decisions: storeDecisions})
+	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals(), MaxInflight: 1}, &fakeDecider{decisions: storeDecisions})
+	b := newMember(t, mode, "ful-b", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 
 	// a claims all three (b sees each once a has claimed it).
 	claimedByA := func(env agent.Envelope) {
@@ -409,15 +410,16 @@ func TestStoreAdoptionAfterCrash(t *testing.T) {
 	claimedByA(proposalEnv("queued", "coder", callOf("add")))
 	a.waitStage(t, "queued", StageQueued)
 	claimedByA(proposalEnv("open", "coder", callOf("ask")))
-	a.harness.f.cfg.Escalator.(*recEscalator).next(t)
+	prompt := nextPrompt(t, a.space, "alice", "open")
 	for _, id := range []string{"inflight", "queued", "open"} {
 		b.waitStage(t, id, StageIgnored)
 	}
 
 	a.crash()
-	e := escB.next(t)
-	if e.Proposal.ID != "open" || len(e.Prompts) != 1 || e.Prompts[0].EnvelopeID != "elicit-open" {
-		t.Fatalf("adopted escalation %s prompts %+v", e.Proposal.ID, e.Prompts)
+	// The adopted prompt is asked again with its ids.
+	again, before := awaitPrompt(t, b.space, "alice", "open")
+	if again.ID != prompt.ID || string(again.Payload) != string(prompt.Payload) {
+		t.Fatalf("b asked %s %s, want a's prompt %s %s again", again.ID, again.Payload, prompt.ID, prompt.Payload)
 	}
 	b.waitStage(t, "inflight", StageResumed)
 	b.waitStage(t, "queued", StageFulfilling)
@@ -428,10 +430,10 @@ func TestStoreAdoptionAfterCrash(t *testing.T) {
 
 	b.deliver(answerFor(t, req))
 	b.waitStage(t, "inflight", StageFulfilled)
-	escB.done("open")(Verdict{Approved: true, By: []string{"alice"}})
+	b.deliver(answerTo(t, prompt, "alice", approveResult))
 	b.waitStage(t, "open", StageFulfilling)
 
-	calls, rejects, _ := byKind(t, drain(b.space, 300*time.Millisecond))
+	calls, rejects, _ := byKind(t, append(before, drain(b.space, 300*time.Millisecond)...))
 	if len(rejects) != 0 {
 		t.Errorf("b rejected %v", rejects)
 	}
@@ -506,10 +508,9 @@ func TestStoreBusyWhenGroupFull(t *testing.T) {
 	if err := st.StartLease(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	esc := newRecEscalator()
-	h := newStoreHarness(t, "fulfiller", st, Config{Escalator: esc}, &fakeDecider{decisions: storeDecisions})
+	h := newStoreHarness(t, "fulfiller", st, Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	h.deliver(proposalEnv("p1", "coder", callOf("ask")))
-	esc.next(t)
+	nextPrompt(t, h.space, "alice", "p1")
 	groupFull := func() bool {
 		var pending, capacity int
 		err := h.f.loop.Do(t.Context(), func(c *lifecycle.Core) { pending, capacity = c.GroupLoad() })

@@ -288,7 +288,8 @@ func newMember(t *testing.T, mode state.Mode, id string, cfg Config, dec *fakeDe
 
 // newStoreHarness runs a Fulfiller named id on store st; the calculator
 // also offers "ask", which storeDecisions escalates, and "deny", for
-// tests whose policy rejects it.
+// tests whose policy rejects it. With Config.Approvals, alice (who
+// approves storeDecisions' escalations) is present.
 func newStoreHarness(t *testing.T, id string, st *faultyStore, cfg Config, dec *fakeDecider) *harness {
 	t.Helper()
 	space := newFakeSpace()
@@ -296,6 +297,9 @@ func newStoreHarness(t *testing.T, id string, st *faultyStore, cfg Config, dec *
 	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "ask", Description: "needs a human"}, ToolInfo{Name: "soon", Description: "needs a human soon"},
 		ToolInfo{Name: "deny", Description: "a policy rejects it"},
 		ToolInfo{Name: "migrate", Description: "runs as an MCP task", Execution: json.RawMessage(`{"taskSupport":"required"}`)})
+	if cfg.Approvals != nil {
+		space.setPresent("alice", true) // storeDecisions' approver
+	}
 	cfg.Store = st
 	return newHarnessOn(t, space, cfg, dec)
 }
@@ -315,59 +319,6 @@ func (h *harness) waitStage(t *testing.T, id string, stage Stage) {
 	if !poll.Within(poll.Limit, func() bool { return slices.Contains(h.stages(id), stage) }) {
 		t.Fatalf("%s: no %s event within %s (stages %v)", id, stage, poll.Limit, h.stages(id))
 	}
-}
-
-// recEscalator records escalations and, like elicit, records one prompt
-// (to alice) before "sending" it when the escalation is new.
-type recEscalator struct {
-	mu      sync.Mutex
-	escs    []Escalation
-	dones   map[string]func(Verdict)
-	cancels []string
-	asked   chan Escalation
-	manual  bool // records no prompt itself (newAskEscalator)
-}
-
-func newRecEscalator() *recEscalator {
-	return &recEscalator{dones: map[string]func(Verdict){}, asked: make(chan Escalation, 16)}
-}
-
-func (r *recEscalator) Escalate(_ context.Context, e Escalation, done func(Verdict)) {
-	if !r.manual && e.RecordPrompt != nil && len(e.Prompts) == 0 {
-		pr := state.Prompt{Approver: "alice", EnvelopeID: "elicit-" + e.Proposal.ID, RPCID: 7000, Sent: time.Now().UTC()}
-		if err := e.RecordPrompt(pr); err != nil {
-			done(Verdict{Reason: "other", Message: err.Error()})
-			return
-		}
-	}
-	r.mu.Lock()
-	r.escs = append(r.escs, e)
-	r.dones[e.Proposal.ID] = done
-	r.mu.Unlock()
-	r.asked <- e
-}
-
-func (r *recEscalator) Cancel(id, reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cancels = append(r.cancels, id+":"+reason)
-}
-
-func (r *recEscalator) next(t *testing.T) Escalation {
-	t.Helper()
-	select {
-	case e := <-r.asked:
-		return e
-	case <-time.After(15 * time.Second):
-		t.Fatal("no escalation within 15s")
-		return Escalation{}
-	}
-}
-
-func (r *recEscalator) done(id string) func(Verdict) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.dones[id]
 }
 
 var storeDecisions = map[string]decision.Decision{

@@ -15,27 +15,23 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/grants"
 	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
-	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/clocktest"
 	"github.com/mewkit/fulfiller/internal/poll"
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // wireRec is the shell's side of a wire under test: what its journal
-// and observers heard, and the events posted to the core.
+// and observers heard.
 type wireRec struct {
-	mu          sync.Mutex
-	writes      []string
-	undelivers  []string
-	observed    []Event
-	posted      chan lifecycle.Event
-	methods     map[string]string
-	described   []string
-	describeErr bool
+	mu         sync.Mutex
+	writes     []string
+	undelivers []string
+	observed   []Event
+	methods    map[string]string
 }
 
 func (r *wireRec) written(proposalID, envelopeID string) {
@@ -62,34 +58,14 @@ func (r *wireRec) heard() (writes, undelivers []string) {
 	return slices.Clone(r.writes), slices.Clone(r.undelivers)
 }
 
-// next is the next event the wire posted to the core.
-func (r *wireRec) next(t *testing.T) lifecycle.Event {
-	t.Helper()
-	select {
-	case ev := <-r.posted:
-		return ev
-	case <-time.After(poll.Limit):
-		t.Fatal("nothing posted to the core")
-		return nil
-	}
-}
-
-// newTestWire is a wire over space (and esc, reg: may be nil) whose
+// newTestWire is a wire over space (and reg: may be nil) whose
 // hooks are a wireRec's; proposals call tools/call unless rec.methods
 // says otherwise.
-func newTestWire(t *testing.T, space Space, esc Escalator, reg *grantstore.Registry) (*wire, *wireRec) {
+func newTestWire(t *testing.T, space Space, reg *grantstore.Registry) (*wire, *wireRec) {
 	t.Helper()
-	rec := &wireRec{posted: make(chan lifecycle.Event, 16), methods: map[string]string{}}
+	rec := &wireRec{methods: map[string]string{}}
 	hooks := wireHooks{
 		events: rec,
-		post: func(ctx context.Context, ev lifecycle.Event) error {
-			select {
-			case rec.posted <- ev:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		},
 		method: func(id string) string {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
@@ -98,14 +74,8 @@ func newTestWire(t *testing.T, space Space, esc Escalator, reg *grantstore.Regis
 			}
 			return agent.MethodToolsCall
 		},
-		describe: func(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage) {
-			rec.mu.Lock()
-			rec.described = append(rec.described, p.ID)
-			rec.mu.Unlock()
-			return &policies.Tool{Name: p.Tool, Server: p.Decision.Target, Description: "Add two numbers"}, json.RawMessage(`{"type":"object"}`)
-		},
 	}
-	return newWire(space, esc, reg, wireConfig{SpaceID: "lab", FulfillTimeout: 5 * time.Second}, hooks, nil), rec
+	return newWire(space, reg, wireConfig{SpaceID: "lab", FulfillTimeout: 5 * time.Second}, hooks, nil), rec
 }
 
 var stamped = regexp.MustCompile(`"ts":"[^"]*"`)
@@ -175,7 +145,7 @@ func TestWireRejectAsTheFulfiller(t *testing.T) {
 	oldReject, oldChat := h.space.next(t), h.space.next(t)
 
 	space := newFakeSpace()
-	w, rec := newTestWire(t, space, nil, nil)
+	w, rec := newTestWire(t, space, nil)
 	if err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p1", To: "coder", EnvelopeID: oldReject.ID, Reason: "policy", Message: "default deny"}); err != nil {
 		t.Fatalf("SendReject: %v", err)
 	}
@@ -226,7 +196,7 @@ func TestWireRejectAsTheFulfiller(t *testing.T) {
 // writes it again), reported undelivered, and no longer refusable.
 func TestWireRejectNotWritten(t *testing.T) {
 	space := &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")}
-	w, rec := newTestWire(t, space, nil, nil)
+	w, rec := newTestWire(t, space, nil)
 	err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p1", To: "coder", EnvelopeID: "rej-1", Reason: "policy", Message: "no"})
 	if err == nil || !errors.Is(err, space.err) {
 		t.Fatalf("SendReject = %v, want the write's error", err)
@@ -250,7 +220,7 @@ func TestWireRequestAsTheFulfiller(t *testing.T) {
 	old := h.space.next(t)
 
 	space := newFakeSpace()
-	w, rec := newTestWire(t, space, nil, nil)
+	w, rec := newTestWire(t, space, nil)
 	err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: old.ID, RPCID: rpcID(t, old),
 		Params: json.RawMessage(`{"name":"add","arguments":{"a":1,"b":2},"task":{"ttl":5},"_meta":{"progressToken":1}}`), TaskTTL: time.Hour})
 	if err != nil {
@@ -297,7 +267,7 @@ func TestWireRequestSessionLost(t *testing.T) {
 		{fmt.Errorf("write: %w", agent.ErrSessionLost), false, []string{"p1 req-1"}, nil},
 		{errors.New("link down"), true, nil, []string{"p1 mcp/request not_written"}},
 	} {
-		w, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: c.err}, nil, nil)
+		w, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: c.err}, nil)
 		err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 1, Params: json.RawMessage(`{"name":"add"}`)})
 		if (err != nil) != c.wantErr || (err != nil && !errors.Is(err, c.err)) {
 			t.Errorf("%v: SendRequest = %v", c.err, err)
@@ -322,7 +292,7 @@ func TestWireCancelAsTheFulfiller(t *testing.T) {
 	old := h.space.next(t)
 
 	space := newFakeSpace()
-	w, _ := newTestWire(t, space, nil, nil)
+	w, _ := newTestWire(t, space, nil)
 	c := lifecycle.SendCancel{ID: "p1", To: "calculator", RequestEnvelopeID: req.ID, RPCID: rpcID(t, req), Reason: "timeout"}
 	w.SendCancel(t.Context(), c)
 	got := space.next(t)
@@ -330,7 +300,7 @@ func TestWireCancelAsTheFulfiller(t *testing.T) {
 	literalOnWire(t, "cancellation", got, true, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["%s"],"payload":{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"timeout"}}}`, req.ID, rpcID(t, req)))
 
 	qs := &queueSpace{fakeSpace: newFakeSpace(), queued: make(chan agent.Envelope, 1)}
-	qw, _ := newTestWire(t, qs, nil, nil)
+	qw, _ := newTestWire(t, qs, nil)
 	qw.SendCancel(t.Context(), c)
 	select {
 	case env := <-qs.queued:
@@ -346,16 +316,21 @@ func TestWireCancelAsTheFulfiller(t *testing.T) {
 // impersonation chat.
 func TestWireStatusAsTheFulfiller(t *testing.T) {
 	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
-	esc := newRecEscalator()
 	dec := &fakeDecider{decisions: map[string]decision.Decision{
 		"add": {Action: decision.Escalate, Approvers: []string{"alice", "bob"}, Quorum: 2, Timeout: time.Minute},
 	}}
-	h := newHarness(t, Config{StatusChats: true, Escalator: esc, Clock: clock}, dec)
+	hs := newFakeSpace()
+	hs.setPresent("alice", true)
+	hs.setPresent("bob", true)
+	h := newHarnessOn(t, hs, Config{StatusChats: true, Approvals: testApprovals(), Clock: clock}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
-	oldEscalated := h.space.next(t)
+	var oldEscalated agent.Envelope
+	for oldEscalated.Kind != agent.KindChat { // beside the prompts to alice and bob
+		oldEscalated = h.space.next(t)
+	}
 
 	space := newFakeSpace()
-	w, _ := newTestWire(t, space, nil, nil)
+	w, _ := newTestWire(t, space, nil)
 	w.Status(t.Context(), lifecycle.Status{ID: "p1", To: "coder", Stage: lifecycle.StatusEscalated, Approvers: []string{"alice", "bob"}, Quorum: 2, Deadline: clock.Now().Add(time.Minute)})
 	got := space.next(t)
 	sameOnWire(t, "escalated status chat", got, oldEscalated, true)
@@ -365,11 +340,9 @@ func TestWireStatusAsTheFulfiller(t *testing.T) {
 	literalOnWire(t, "queued status chat", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["p2"],"payload":{"text":"Allowed; waiting for a free fulfilment slot.","format":"plain","_meta":{"fulfiller/status":{"v":1,"proposal":"p2","stage":"queued"}}}}`)
 
 	// A deadline the proposer's hint set says so (the escalation's
-	// decision, from its Ask, records it).
-	ew, _ := newTestWire(t, space, newAskEscalator(), nil)
+	// decision records it).
 	p := escalatedProposal(t, "p3", true)
-	ew.Ask(t.Context(), lifecycle.Ask{ID: "p3", Deadline: clock.Now().Add(30 * time.Second), Quorum: 1, Proposal: p})
-	ew.Status(t.Context(), lifecycle.Status{ID: "p3", To: "coder", Stage: lifecycle.StatusEscalated, Approvers: []string{"alice"}, Quorum: 1, Deadline: clock.Now().Add(30 * time.Second)})
+	w.Status(t.Context(), lifecycle.Status{ID: "p3", To: "coder", Stage: lifecycle.StatusEscalated, Decision: p.Decision, Approvers: []string{"alice"}, Quorum: 1, Deadline: clock.Now().Add(30 * time.Second)})
 	literalOnWire(t, "hinted status chat", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"chat","correlation_id":["p3"],"payload":{"text":"Waiting for approval by alice (1 needed) until 2026-11-27T03:00:30Z.","format":"plain","_meta":{"fulfiller/status":{"v":1,"proposal":"p3","stage":"escalated","approvers":["alice"],"quorum":1,"deadline":"2026-11-27T03:00:30Z","deadline_by":"proposer"}}}}`)
 
 	w.impersonated(t.Context(), "p1", "coder", agent.Envelope{ID: "forged-1", Kind: agent.KindReject})
@@ -406,7 +379,7 @@ func TestWireTaskAsTheFulfiller(t *testing.T) {
 	oldStatus, oldRelay, oldResp := h.space.next(t), h.space.next(t), h.space.next(t)
 
 	space := taskSpace()
-	w, rec := newTestWire(t, space, nil, nil)
+	w, rec := newTestWire(t, space, nil)
 	params := json.RawMessage(`{"name":"migrate","arguments":{"a":1}}`)
 	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "job", To: "calculator", EnvelopeID: oldReq.ID, RPCID: rpcID(t, oldReq), Params: params, Task: true, TaskTTL: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -457,7 +430,7 @@ func TestWireTaskAsTheFulfiller(t *testing.T) {
 // An error relayed, and a relay without a result; tasks/cancel.
 func TestWireRelayErrorAndTaskCancel(t *testing.T) {
 	space := newFakeSpace()
-	w, _ := newTestWire(t, space, nil, nil)
+	w, _ := newTestWire(t, space, nil)
 	if err := w.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job", To: "coder", EnvelopeID: "rel-1", RPCID: 7, TaskID: "T1", Error: json.RawMessage(`{"code":-32603,"message":"task T1 was cancelled at calculator"}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +448,7 @@ func TestWireRelayErrorAndTaskCancel(t *testing.T) {
 	literalOnWire(t, "tasks/cancel", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["req-1"],"payload":{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"taskId":"T1"}}}`)
 
 	// A relay whose request cannot be written is the effect's error.
-	fw, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")}, nil, nil)
+	fw, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")}, nil)
 	if err := fw.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job", To: "coder", EnvelopeID: "rel-1", RPCID: 7}); err == nil {
 		t.Error("SendRelay of an unwritten relay succeeded")
 	}
@@ -562,7 +535,7 @@ func TestWireFollowTask(t *testing.T) {
 			space := newFakeSpace()
 			owner := &taskOwner{states: c.states, asked: make(chan struct{}, 1)}
 			space.taskAnswer = owner.answer
-			w, _ := newTestWire(t, space, nil, nil)
+			w, _ := newTestWire(t, space, nil)
 			if c.name != "completed" {
 				// Handed over by the reader (the others: followed again
 				// after a restart, nothing known but what tasks/get says).
@@ -583,7 +556,7 @@ func TestWireTaskNoticeWakesTheFollower(t *testing.T) {
 	space := newFakeSpace()
 	owner := &taskOwner{states: []string{`{"taskId":"T1","status":"working","pollInterval":30000}`}, asked: make(chan struct{}, 1)}
 	space.taskAnswer = owner.answer
-	w, _ := newTestWire(t, space, nil, nil)
+	w, _ := newTestWire(t, space, nil)
 	w.taskCreated("calculator", json.RawMessage(`{"task":{"taskId":"T1","status":"working","pollInterval":30000}}`), time.Now())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -621,14 +594,6 @@ func TestWireTaskNoticeWakesTheFollower(t *testing.T) {
 	}
 }
 
-// newAskEscalator is a recEscalator that records nothing itself: the
-// test drives the recording callbacks.
-func newAskEscalator() *recEscalator {
-	r := newRecEscalator()
-	r.manual = true
-	return r
-}
-
 // escalatedProposal is proposal id as the core holds it once escalated
 // to alice, with a grant on offer; hinted: the proposer's deadline
 // hint set its deadline.
@@ -642,154 +607,30 @@ func escalatedProposal(t *testing.T, id string, hinted bool) lifecycle.Proposal 
 		Method: "tools/call", Tool: "add", Phase: lifecycle.AwaitingApproval, DecisionID: "dec-" + id, Decision: &cd}
 }
 
-// Ask hands the Escalator what the humans are shown and what was
-// recorded; each prompt and approval is recorded through the core
-// before the Escalator acts on it; the verdict goes to the core.
-func TestWireAskRecordsThroughTheCore(t *testing.T) {
-	esc := newAskEscalator()
-	w, rec := newTestWire(t, newFakeSpace(), esc, nil)
-	p := escalatedProposal(t, "p1", false)
-	p.Prompts = []lifecycle.Prompt{{Approver: "alice", EnvelopeID: "el-0", RPCID: 40}}
-	p.Approvals = []lifecycle.Approval{{Approver: "bob"}}
-	deadline := time.Date(2026, 11, 27, 3, 1, 0, 0, time.UTC)
-	w.Ask(t.Context(), lifecycle.Ask{ID: "p1", Prompts: p.Prompts, Deadline: deadline, Quorum: 1, Proposal: p})
-	e := <-esc.asked
-	if e.Proposal.ID != "p1" || e.Proposal.From != "coder" || string(e.Proposal.Raw) != string(p.Envelope) || e.Method != "tools/call" || string(e.Params) != string(p.Params) ||
-		e.Target != "calculator" || !e.Deadline.Equal(deadline) || e.DeadlineByProposer || e.DecisionID != "dec-p1" ||
-		e.Decision.Action != decision.Escalate || !slices.Equal(e.Decision.Approvers, []string{"alice"}) || e.Decision.Timeout != time.Minute || e.Decision.Revision != "rev-1" ||
-		e.Decision.Grantable == nil || e.Decision.Grantable.MaxTTL != time.Hour ||
-		e.Tool == nil || e.Tool.Name != "add" || e.Tool.Server != "calculator" || string(e.InputSchema) != `{"type":"object"}` ||
-		len(e.Prompts) != 1 || e.Prompts[0].EnvelopeID != "el-0" || len(e.Approvals) != 1 || e.Approvals[0].Approver != "bob" {
-		t.Fatalf("escalation %+v", e)
-	}
-
-	// A prompt is recorded, then may be sent.
-	pr := state.Prompt{Approver: "alice", EnvelopeID: "el-1", RPCID: 41}
-	got := make(chan error, 1)
-	go func() { got <- e.RecordPrompt(pr) }()
-	ev := rec.next(t)
-	recorded, ok := ev.(lifecycle.PromptRecorded)
-	if !ok || recorded.ID != "p1" || recorded.Prompt.EnvelopeID != "el-1" || recorded.Token == 0 {
-		t.Fatalf("posted %#v, want the prompt recorded", ev)
-	}
-	select {
-	case err := <-got:
-		t.Fatalf("RecordPrompt returned %v before the core acked", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	w.Acked(t.Context(), lifecycle.Acked{ID: "p1", Token: recorded.Token + 1000}) // someone else's: ignored
-	w.Acked(t.Context(), lifecycle.Acked{ID: "p1", Token: recorded.Token})
-	if err := <-got; err != nil {
-		t.Fatalf("RecordPrompt = %v", err)
-	}
-
-	// An approval the core cannot record, the record being another
-	// member's: the Escalator drops its prompts without a word.
-	go func() { got <- e.RecordApproval(state.Approval{Approver: "alice"}) }()
-	approval, ok := rec.next(t).(lifecycle.ApprovalRecorded)
-	if !ok || approval.ID != "p1" || approval.Approval.Approver != "alice" || approval.Token == recorded.Token {
-		t.Fatalf("posted %+v, want the approval recorded", approval)
-	}
-	w.Acked(t.Context(), lifecycle.Acked{ID: "p1", Token: approval.Token, Err: lifecycle.ErrConflict})
-	if err := <-got; !errors.Is(err, state.ErrConflict) || !errors.Is(err, lifecycle.ErrConflict) {
-		t.Fatalf("RecordApproval = %v, want a conflict", err)
-	}
-
-	// The verdict goes to the core as it is.
-	esc.dones["p1"](Verdict{Approved: true, By: []string{"alice"}, Params: json.RawMessage(`{"name":"add","arguments":{"a":2}}`), Content: json.RawMessage(`{"note":"ok"}`)})
-	v, ok := rec.next(t).(lifecycle.Verdict)
-	if !ok || v.ID != "p1" || !v.Approved || !slices.Equal(v.By, []string{"alice"}) || string(v.Params) != `{"name":"add","arguments":{"a":2}}` || v.Reason != "" || v.Superseded {
-		t.Fatalf("posted %+v, want the verdict", v)
-	}
-	if c := w.approvalContent("p1"); string(c) != `{"note":"ok"}` {
-		t.Errorf("approval content %s", c)
-	}
-	esc.dones["p1"](Verdict{Reason: "timeout", Message: "no answer", Superseded: false})
-	if v := rec.next(t).(lifecycle.Verdict); v.Approved || v.Reason != "timeout" || v.Message != "no answer" {
-		t.Errorf("posted %+v", v)
-	}
-}
-
-// CancelAsk cancels at the Escalator (DropReason as it is); a recording
-// still waiting for the core gets an error then (a conflict for
-// DropReason), and one whose context ends gets that.
-func TestWireCancelAsk(t *testing.T) {
-	esc := newAskEscalator()
-	w, rec := newTestWire(t, newFakeSpace(), esc, nil)
-	for _, c := range []struct {
-		id, reason string
-		conflict   bool
-	}{{"p1", "withdrawn", false}, {"p2", lifecycle.DropReason, true}} {
-		w.Ask(t.Context(), lifecycle.Ask{ID: c.id, Deadline: time.Now().Add(time.Minute), Quorum: 1, Proposal: escalatedProposal(t, c.id, false)})
-		e := <-esc.asked
-		got := make(chan error, 1)
-		go func() { got <- e.RecordPrompt(state.Prompt{Approver: "alice", EnvelopeID: "el-" + c.id}) }()
-		rec.next(t)
-		w.CancelAsk(t.Context(), lifecycle.CancelAsk{ID: c.id, Reason: c.reason})
-		err := <-got
-		if err == nil || !errors.Is(err, errAskEnded) || errors.Is(err, state.ErrConflict) != c.conflict {
-			t.Errorf("%s: RecordPrompt after the cancel = %v", c.reason, err)
-		}
-	}
-	if !slices.Equal(esc.cancels, []string{"p1:withdrawn", "p2:" + lifecycle.DropReason}) {
-		t.Errorf("Escalator cancels %v", esc.cancels)
-	}
-
-	ctx, cancel := context.WithCancel(t.Context())
-	w.Ask(ctx, lifecycle.Ask{ID: "p3", Deadline: time.Now().Add(time.Minute), Quorum: 1, Proposal: escalatedProposal(t, "p3", false)})
-	e := <-esc.asked
-	got := make(chan error, 1)
-	go func() { got <- e.RecordPrompt(state.Prompt{Approver: "alice", EnvelopeID: "el-p3"}) }()
-	rec.next(t)
-	cancel()
-	if err := <-got; !errors.Is(err, context.Canceled) {
-		t.Errorf("RecordPrompt after its context ended = %v", err)
-	}
-
-	// Without an Escalator (a record resumed from a member that had
-	// one), the proposal is rejected "policy" at once, as fulfill does.
-	nw, nrec := newTestWire(t, newFakeSpace(), nil, nil)
-	nw.Ask(t.Context(), lifecycle.Ask{ID: "p4", Proposal: escalatedProposal(t, "p4", false)})
-	if v, ok := nrec.next(t).(lifecycle.Verdict); !ok || v.ID != "p4" || v.Approved || v.Reason != "policy" ||
-		v.Message != "the policy asks for human approval, but escalation is not configured on this fulfiller" {
-		t.Errorf("posted %+v without an Escalator", v)
-	}
-	nw.CancelAsk(t.Context(), lifecycle.CancelAsk{ID: "p4", Reason: "policy"})
-}
-
-// The grant the approver chose is made once the approved call's request
-// goes out, pinned to that call (the edited one when edited): the
-// proposer's, the route's, the params sent; StageGranted says so. A
-// proposal rejected instead makes none.
-func TestWireGrantMadeAtTheRequest(t *testing.T) {
+// CreateGrant makes the grant the approver chose, pinned to the call
+// committed (the edited one when edited): the proposer's, the route's,
+// the params sent, with the signed answer as its evidence; its id is the
+// proposal's, so the same grant made again after a crash is not a
+// second; StageGranted says so.
+func TestWireCreateGrant(t *testing.T) {
 	reg := grantstore.NewRegistry(nil, nil)
-	esc := newAskEscalator()
-	space := newFakeSpace()
-	w, rec := newTestWire(t, space, esc, reg)
-	for _, id := range []string{"p1", "p2"} {
-		w.Ask(t.Context(), lifecycle.Ask{ID: id, Deadline: time.Now().Add(time.Minute), Quorum: 1, Proposal: escalatedProposal(t, id, false)})
-		<-esc.asked
-		esc.dones[id](Verdict{Approved: true, By: []string{"alice"}, Params: json.RawMessage(`{"name":"add","arguments":{"a":5,"b":2}}`), Grant: time.Hour,
-			Evidence: &grants.Evidence{Request: "req-el", Signature: "sig"}})
-		rec.next(t)
-	}
-	w.CancelAsk(t.Context(), lifecycle.CancelAsk{ID: "p1", Reason: "approved"}) // the core's, at the fulfilment: the grant waits
-	if len(reg.List()) != 0 {
-		t.Fatal("a grant was made before the request went out")
-	}
-	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 3, Params: json.RawMessage(`{"name":"add","arguments":{"a":5,"b":2}}`)}); err != nil {
-		t.Fatal(err)
-	}
-	space.next(t)
+	w, rec := newTestWire(t, newFakeSpace(), reg)
+	p := escalatedProposal(t, "p1", false)
+	g := lifecycle.CreateGrant{ID: "p1", Approver: "alice", Duration: time.Hour, Params: json.RawMessage(`{"name":"add","arguments":{"a":5,"b":2}}`),
+		Content: json.RawMessage(`{"approve":true,"a":5}`), Request: "req-el", Signature: "sig", DecisionID: "dec-p1",
+		Proposer: "coder", Method: "tools/call", Tool: "add", Target: "calculator", Revision: "rev-1", Proposed: p.Params, Grantable: p.Decision.Grantable}
+	w.CreateGrant(t.Context(), g)
 	gs := reg.List()
 	if len(gs) != 1 {
 		t.Fatalf("grants %+v, want one", gs)
 	}
-	g := gs[0]
+	gr := gs[0]
 	sum := sha256.Sum256([]byte("lab\x00p1"))
-	if g.ID != "grant-"+hex.EncodeToString(sum[:8]) || g.Tool != "add" || g.Server != "calculator" || g.Proposer != "" || g.GrantedBy != "alice" || g.Expires.Sub(g.Created) != time.Hour ||
-		len(g.Pins) != 1 || g.Pins[0].Field != "arguments.a" || string(g.Pins[0].Value) != "5" || g.Evidence == nil || g.Evidence.Signature != "sig" {
-		t.Errorf("grant %+v", g)
+	digest, _ := approval.CallDigest("tools/call", p.Params)
+	if gr.ID != "grant-"+hex.EncodeToString(sum[:8]) || gr.Tool != "add" || gr.Server != "calculator" || gr.Proposer != "" || gr.GrantedBy != "alice" || gr.Expires.Sub(gr.Created) != time.Hour ||
+		len(gr.Pins) != 1 || gr.Pins[0].Field != "arguments.a" || string(gr.Pins[0].Value) != "5" || gr.Evidence == nil ||
+		gr.Evidence.Signature != "sig" || gr.Evidence.Request != "req-el" || gr.Evidence.Digest != digest || gr.Evidence.Action != approval.ActionAccept || string(gr.Evidence.Content) != `{"approve":true,"a":5}` {
+		t.Errorf("grant %+v (evidence %+v)", gr, gr.Evidence)
 	}
 	rec.mu.Lock()
 	observed := slices.Clone(rec.observed)
@@ -798,28 +639,15 @@ func TestWireGrantMadeAtTheRequest(t *testing.T) {
 		t.Fatalf("observed %+v, want StageGranted", observed)
 	}
 	ev := observed[0]
-	want := fmt.Sprintf("%s → add, a = 5 allowed for 1h, until %s", grants.Anyone, g.Expires.Format(time.RFC3339))
+	want := fmt.Sprintf("%s → add, a = 5 allowed for 1h, until %s", grants.Anyone, gr.Expires.Format(time.RFC3339))
 	if ev.Stage != StageGranted || ev.ProposalID != "p1" || ev.DecisionID != "dec-p1" || ev.Revision != "rev-1" || ev.Proposer != "coder" || ev.Method != "tools/call" ||
-		ev.Tool != "add" || ev.Target != "calculator" || !slices.Equal(ev.By, []string{"alice"}) || ev.GrantID != g.ID || ev.Message != want || ev.Time.IsZero() {
+		ev.Tool != "add" || ev.Target != "calculator" || !slices.Equal(ev.By, []string{"alice"}) || ev.GrantID != gr.ID || ev.Message != want || ev.Time.IsZero() {
 		t.Errorf("granted event %+v (message want %q)", ev, want)
 	}
-	// Its request again (written again after a crash) makes no second.
-	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 3, Params: json.RawMessage(`{"name":"add","arguments":{"a":5,"b":2}}`)}); err != nil {
-		t.Fatal(err)
-	}
-	space.next(t)
-
-	// p2's edited call fails its re-check: rejected, no grant.
-	if err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p2", To: "coder", EnvelopeID: "rej-2", Reason: "policy"}); err != nil {
-		t.Fatal(err)
-	}
-	space.next(t)
-	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p2", To: "calculator", EnvelopeID: "req-2", RPCID: 4, Params: json.RawMessage(`{"name":"add","arguments":{"a":5}}`)}); err != nil {
-		t.Fatal(err)
-	}
-	space.next(t)
+	// Made again (its effect carried out again after a crash): no second.
+	w.CreateGrant(t.Context(), g)
 	if n := len(reg.List()); n != 1 {
-		t.Errorf("%d grants, want p1's only", n)
+		t.Errorf("%d grants after the same grant again, want one", n)
 	}
 }
 
@@ -827,7 +655,7 @@ func TestWireGrantMadeAtTheRequest(t *testing.T) {
 // gateway replays nothing): lifecycle.ErrAway, and the core holds it.
 func TestWireRequestToAnAbsentOwner(t *testing.T) {
 	space := newFakeSpace()
-	w, _ := newTestWire(t, space, nil, nil)
+	w, _ := newTestWire(t, space, nil)
 	space.setPresent("calculator", false)
 	err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 3, Params: json.RawMessage(`{"name":"add"}`)})
 	if !errors.Is(err, lifecycle.ErrAway) {

@@ -259,7 +259,6 @@ func (w *wire) CancelTask(ctx context.Context, c lifecycle.CancelTask) {
 // then the mcp/response to it, to the proposer, whose result or error is
 // what the tool call returned. The ids are the committed relay's.
 func (w *wire) SendRelay(ctx context.Context, r lifecycle.SendRelay) error {
-	w.forgetAsk(r.ID)
 	rpc := json.RawMessage(strconv.FormatInt(r.RPCID, 10))
 	req := agent.Envelope{
 		ID:            r.EnvelopeID,

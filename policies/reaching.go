@@ -10,7 +10,7 @@ import (
 
 // parseReminders reads a decision's reminders: a list (or set) of
 // positive durations after the escalation started, each at most once.
-// They are returned shortest first, so that the elicitor can walk them in
+// They are returned shortest first, so that the escalation can walk them in
 // order whatever order the policy wrote (a Rego set sorts "10m" before
 // "2m").
 func parseReminders(v ast.Value) ([]time.Duration, error) {

@@ -57,7 +57,7 @@ decision := {"action": "reject", "reason": "policy", "message": "writes stay und
 
 const writeCall = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"}}}`
 
-// world is a space with a file server, the real fulfiller and elicitor,
+// world is a space with a file server, the real fulfiller and its codec,
 // a proposer, and approvers that run approver.Client with a given UI.
 type world struct {
 	t     *testing.T
@@ -83,7 +83,7 @@ func newWorldGrants(t *testing.T, escalation string, keys approval.Keys, offerGr
 	return newWorldConfig(t, escalation, elicit.Config{Keys: keys, OfferGrants: offerGrants})
 }
 
-// newWorldConfig is newWorld whose elicitor has cfg (approver keys, a
+// newWorldConfig is newWorld whose escalations run as cfg says (approver keys, a
 // prompt key, grants).
 func newWorldConfig(t *testing.T, escalation string, cfg elicit.Config) *world {
 	t.Helper()
@@ -121,8 +121,6 @@ func newWorldConfig(t *testing.T, escalation string, cfg elicit.Config) *world {
 		t.Fatal(err)
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
-	el := elicit.New(fc, cfg)
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	var reg *grantstore.Registry
 	if offerGrants {
 		reg = grantstore.NewRegistry(nil, nil)
@@ -130,19 +128,15 @@ func newWorldConfig(t *testing.T, escalation string, cfg elicit.Config) *world {
 	// DiscoverySettle: nobody in these worlds forges a tools/list
 	// answer (fulfill's tests cover that), and the 500 ms default would
 	// be waited out by every world before its first proposal.
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, Grants: reg, DiscoverySettle: time.Millisecond})
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Approvals: cfg.Approvals("fulfiller"), Approvers: cfg.DefaultApprovers, Grants: reg, DiscoverySettle: time.Millisecond})
 	w.ful = ful
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, fcancel := context.WithCancel(ctx)
-	fulDone, elDone := make(chan struct{}), make(chan struct{})
+	fulDone := make(chan struct{})
 	go func() { defer close(fulDone); _ = ful.Run(fctx, fulSub.C()) }()
-	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
 	t.Cleanup(func() {
 		fcancel()
 		<-fulDone
-		el.Close()
-		elSub.Close()
-		<-elDone
 	})
 	poll.Until(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
 	w.prop = spacetest.NewProposer(t, w.join("coder", "coder-token"))

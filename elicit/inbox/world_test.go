@@ -63,7 +63,7 @@ decision := {"action": "reject", "reason": "policy", "message": "writes stay und
 
 const alone = `{"approvers":["alice"],"message":"production writes need a human","editable":["path","content"]}`
 
-// world is a space with a file server, the real fulfiller and elicitor, a
+// world is a space with a file server, the real fulfiller and its codec, a
 // proposer, and alice's approver client with the inbox as its face,
 // served over HTTP as `fulfiller approve --web` serves it.
 type world struct {
@@ -126,8 +126,6 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		t.Fatal(err)
 	}
 	fc := w.join("fulfiller", "fulfiller-token")
-	el := elicit.New(fc, elicit.Config{Keys: o.keys, OfferGrants: o.grants})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
 	var reg *grantstore.Registry
 	if o.grants {
 		reg = grantstore.NewRegistry(nil, nil)
@@ -135,17 +133,13 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	// DiscoverySettle: nobody in these worlds forges a tools/list
 	// answer (fulfill's tests cover that), and the 500 ms default would
 	// be waited out by every world before its first proposal.
-	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, Grants: reg, DiscoverySettle: time.Millisecond})
+	w.ful = fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Approvals: elicit.Config{Keys: o.keys, OfferGrants: o.grants}.Approvals("fulfiller"), Grants: reg, DiscoverySettle: time.Millisecond})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
-	fulDone, elDone := make(chan struct{}), make(chan struct{})
+	fulDone := make(chan struct{})
 	go func() { defer close(fulDone); _ = w.ful.Run(ctx, fulSub.C()) }()
-	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
 	t.Cleanup(func() {
 		cancel()
 		<-fulDone
-		el.Close()
-		elSub.Close()
-		<-elDone
 	})
 	poll.Until(t, "tool discovery", func() bool { return len(w.ful.Tools()) == 4 })
 	w.humans = map[string]*agent.Client{}

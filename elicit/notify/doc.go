@@ -3,7 +3,7 @@
 // docs/operations.md, "Notifications"): signed JSON webhooks, Slack
 // incoming webhooks and e-mail.
 //
-// A Notifier is an observer of the elicitor (elicit.Config.Observer): it
+// A Notifier is an observer of the humans' escalation (elicit.Config.Observer): it
 // turns elicit.EventOpened and elicit.EventEnded into jobs on a bounded
 // queue per target, which worker goroutines it owns deliver with retries.
 // Nothing it does can delay or change a decision: Observe never blocks

@@ -52,8 +52,8 @@ type Event struct {
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
-// eventOf turns an elicitor event into a notification; ok is false for
-// the elicitor's other events, which are about one approver each.
+// eventOf turns an escalation's event into a notification; ok is false
+// for the other events, which are about one approver each.
 func eventOf(e elicit.Event, space, inbox string) (Event, bool) {
 	var typ Type
 	switch e.Kind {

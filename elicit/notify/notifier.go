@@ -120,7 +120,7 @@ func New(cfg Config) *Notifier {
 	return n
 }
 
-// Observe is the elicitor's observer (elicit.Config.Observer): it queues
+// Observe is an escalation observer (elicit.Config.Observer): it queues
 // prompt.opened and prompt.ended for every target and returns at once.
 func (n *Notifier) Observe(e elicit.Event) {
 	ev, ok := eventOf(e, n.cfg.Space, n.cfg.InboxURL)

@@ -31,7 +31,7 @@ var (
 	deadline = t0.Add(15 * time.Minute)
 )
 
-// opened is the elicitor's event for a write_file escalation to alice and
+// opened is the escalation's event for a write_file escalation to alice and
 // bob; args are set only when the decision said notify_arguments.
 func opened(args string) elicit.Event {
 	p := &elicit.Prompt{Proposer: "coder", Method: "tools/call", Tool: "write_file", Target: "fs",

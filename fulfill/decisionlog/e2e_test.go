@@ -42,7 +42,7 @@ unsafe if startswith(input.tool.arguments.path, "/etc/")
 `
 
 // TestE2EEveryLineJoinsItsDecision runs a whole space — the in-process
-// gateway, a file tool server, the real engine, Fulfiller and Elicitor,
+// gateway, a file tool server, the real engine and Fulfiller with elicit's codec,
 // an approver answering by hand — through every kind of journey with the
 // decision log on, and checks docs/design.md rule 10 on every line: proposal_id,
 // decision_id and revision are present; every line after a decision
@@ -112,14 +112,11 @@ func TestE2EEveryLineJoinsItsDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	fc := spacetest.Join(t, ctx, srv, "fulfiller", "fulfiller-token")
-	el := elicit.New(fc, elicit.Config{Observer: dlog.ObserveApproval})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, MaxPending: 2, MaxPendingPerProposer: 2, Escalator: el, Observer: fulfill.Observers{dlog}})
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, MaxPending: 2, MaxPendingPerProposer: 2, Approvals: elicit.Config{Observer: dlog.ObserveApproval}.Approvals("fulfiller"), Observer: fulfill.Observers{dlog}})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	fctx, stopFul := context.WithCancel(ctx)
-	fulDone, elDone := make(chan struct{}), make(chan struct{})
+	fulDone := make(chan struct{})
 	go func() { defer close(fulDone); _ = ful.Run(fctx, fulSub.C()) }()
-	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
 	poll.Until(t, "tool discovery", func() bool { return len(ful.Tools()) > 0 })
 
 	coder := spacetest.Join(t, ctx, srv, "coder", "coder-token")
@@ -180,9 +177,6 @@ func TestE2EEveryLineJoinsItsDecision(t *testing.T) {
 	poll.Until(t, "the marker's response to be handled", func() bool { return len(ful.Pending()) == 1 })
 	stopFul() // p-w2 is rejected "other" at shutdown
 	<-fulDone
-	el.Close()
-	elSub.Close()
-	<-elDone
 	if err := dlog.Close(); err != nil {
 		t.Fatal(err)
 	}

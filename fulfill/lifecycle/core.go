@@ -33,7 +33,6 @@ type Core struct {
 	// ended proposal's timer until then).
 	forgotten []string
 	seq       uint64 // of the last Write: unique, so a result finds its write
-	round     uint64 // of the last Ask: unique, so the escalator's posts find their escalation
 	// groupPending and groupCap are the group's load as of the last
 	// GroupLoad: this member's open proposals then, plus its peers'.
 	groupPending, groupCap int
@@ -67,9 +66,8 @@ type entry struct {
 	seq     uint64
 	retryAt time.Time
 
-	asked  bool   // Ask went out: prompts are open at approvers
-	round  uint64 // Ask.Round of the last Ask
-	reqOut bool   // the request was written (or resumed)
+	asked  bool // the escalation opened: prompts are open at approvers
+	reqOut bool // the request was written (or resumed)
 	// reqSending: SendRequest went out to the shell: a response to it
 	// may come before its Sent does (the owner is quick), and counts: the
 	// request reached the owner, or it could not have answered.
@@ -190,10 +188,6 @@ type pendingWrite struct {
 	then      then
 	// soon: nothing sent waits for this write (Write.Soon).
 	soon bool
-	// acks are the tokens of the PromptRecorded and ApprovalRecorded
-	// this write records: each is Acked once it is durable, or with an
-	// error when the proposal ends first (nack).
-	acks []uint64
 	// next: the write a claim carries (thenClaimedDecided), whose line
 	// and then follow the claim's.
 	next *pendingWrite
@@ -264,15 +258,6 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.keysChanged(ev)
 	case PromptSent:
 		s.promptSent(ev)
-	case Verdict:
-		s.verdict(ev)
-	case PromptRecorded:
-		// Not Soon: the prompt is sent once this is durable.
-		s.recorded(ev.ID, ev.Token, ev.Round, func(p *Proposal) { p.Prompts = append(p.Prompts, ev.Prompt) }, false)
-	case ApprovalRecorded:
-		// Soon: nothing sent waits for it (an approval lost in a crash
-		// is asked for again with its prompt).
-		s.recorded(ev.ID, ev.Token, ev.Round, func(p *Proposal) { p.Approvals = append(p.Approvals, ev.Approval) }, true)
 	case SupersededBy:
 		s.superseded(ev)
 	case Resumed:
@@ -287,7 +272,7 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 		s.left(ev)
 	case ParticipantJoined:
 		s.joined(ev.ID)
-		if !c.cfg.Escalator && !ev.Welcome {
+		if !ev.Welcome {
 			s.approverJoined(ev.ID)
 		}
 	case TaskStatus:
@@ -364,16 +349,6 @@ func (s *step) decide(e *entry, again bool, edit []byte) {
 		d.Params, d.Approvals, d.DecisionID = edit, slices.Clone(e.p.Approvals), e.againID
 	}
 	s.emit(d)
-}
-
-// ask sends e's open prompts (the recorded ones, with Config.Escalator),
-// with e as it is now.
-func (s *step) ask(e *entry) {
-	p := e.p
-	e.asked = true
-	s.c.round++
-	e.round = s.c.round
-	s.emit(Ask{ID: p.ID, Round: e.round, Prompts: openPrompts(p), Deadline: p.Deadline, Quorum: max(p.Decision.Quorum, 1), Proposal: *p.clone()})
 }
 
 // approvers are those e's escalation asks: the decision's, else the
@@ -530,7 +505,7 @@ func queues(c *Core, e *entry, ev Decided) bool {
 // mergeable reports whether w can be written as part of the claim before
 // it: an update of the record that nothing but its then waits on.
 func mergeable(w pendingWrite) bool {
-	return w.rec != nil && !w.create && !w.claimOnly && len(w.acks) == 0 && w.next == nil
+	return w.rec != nil && !w.create && !w.claimOnly && w.next == nil
 }
 
 // undoDecided restores e as it was before its decision was carried out
@@ -565,7 +540,6 @@ func (s *step) queueWrite(e *entry, w pendingWrite) {
 		// the other cost one write, not one each).
 		last := &e.writes[n-1]
 		last.rec, last.soon = w.rec, last.soon && w.soon
-		last.acks = append(last.acks, w.acks...)
 		return
 	}
 	e.writes = append(e.writes, w)
@@ -576,48 +550,6 @@ func (s *step) queueWrite(e *entry, w pendingWrite) {
 // on it but its acks.
 func plainUpdate(w pendingWrite) bool {
 	return w.rec != nil && !w.create && w.then == thenNothing && w.line == nil
-}
-
-// nack answers the tokens e's writes still carry with err: e ended (or is
-// another member's) before they were recorded, so the escalator neither
-// sends those prompts nor counts those approvals.
-func (s *step) nack(e *entry, err error) {
-	for i := range e.writes {
-		for _, t := range e.writes[i].acks {
-			s.emit(Acked{ID: e.p.ID, Token: t, Err: err})
-		}
-		e.writes[i].acks = nil
-	}
-}
-
-// escalating reports whether e's escalation runs here (Config.Escalator):
-// the escalator may record prompts and approvals.
-func (s *step) escalating(e *entry) bool {
-	return s.c.cfg.Escalator && e.outcome == Open && e.p.Phase == AwaitingApproval && e.asked && !e.deciding
-}
-
-// recorded records what the escalator is about to send (a prompt) or to
-// count (an approval), and answers its token once that is durable.
-func (s *step) recorded(id string, token, round uint64, add func(*Proposal), soon bool) {
-	c := s.c
-	e, ok := c.props[id]
-	var err error
-	switch {
-	case !ok && c.ended.has(id):
-		err = ErrEnded
-	case !ok || e.outcome == Dropped:
-		err = ErrConflict // another member's (or never this one's)
-	case !s.escalating(e) || round != e.round:
-		// Its escalation ended, even if another asks now (the
-		// proposal released and adopted back): that one records its own.
-		err = ErrEnded
-	}
-	if err != nil {
-		s.emit(Acked{ID: id, Token: token, Err: err})
-		return
-	}
-	add(e.p)
-	s.queueWrite(e, pendingWrite{rec: e.p.clone(), soon: soon, acks: []uint64{token}})
 }
 
 func (s *step) issue(e *entry) {
@@ -717,15 +649,6 @@ func (s *step) written(e *entry, rev uint64) {
 		s.emit(Log{Line: *w.line})
 	}
 	s.then(e, w)
-	for _, t := range w.acks {
-		// Recorded: the escalator may send the prompt (count the
-		// approval), unless its escalation ended meanwhile.
-		var err error
-		if !s.escalating(e) {
-			err = ErrEnded
-		}
-		s.emit(Acked{ID: e.p.ID, Token: t, Err: err})
-	}
 	s.issue(e)
 	s.forgetIfDone(e)
 }
@@ -896,18 +819,10 @@ func (s *step) then(e *entry, w pendingWrite) {
 		if e.outcome != Open || e.p.Phase != AwaitingApproval {
 			return
 		}
-		approvers := c.approvers(e.p)
-		if !c.cfg.Escalator {
-			approvers = escOf(e.p).Approvers
-		}
+		approvers := escOf(e.p).Approvers
 		s.log(e, "escalated", func(l *Line) { l.By, l.Deadline, l.Ahead = approvers, e.p.Deadline, true })
 		d := *e.p.Decision
 		st := Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline, Decision: &d}
-		if c.cfg.Escalator {
-			s.ask(e)
-			s.status(e, st)
-			return
-		}
 		// The proposer is told before the prompts go out: they are
 		// what the approvers answer, and a chat that waits for a
 		// session must not hold them up, nor hold up a shutdown's
@@ -1090,13 +1005,6 @@ func (s *step) end(e *entry, o Outcome, why string) {
 		s.emit(CancelAsk{ID: e.p.ID, Reason: DropReason}) // drops a status chat not written yet
 	}
 	e.chatted = false
-	// What the escalator recorded and waits for is not recorded now
-	// (after the CancelAsk: it stops asking before it hears).
-	if o == Dropped {
-		s.nack(e, ErrConflict)
-	} else {
-		s.nack(e, ErrEnded)
-	}
 	s.unqueue(e)
 	s.giveSlot(e)
 }
@@ -1494,7 +1402,7 @@ func (s *step) unlogged(ev Unlogged) {
 		e.unsent, e.reqSending = true, false
 		s.commitRejectCancel(e, "other", msg, "")
 	case ev.Stage == "escalated" && e.p.Phase == AwaitingApproval:
-		// Nothing was asked (the Ask and its status were dropped).
+		// Nothing was asked (the prompts and the status were dropped).
 		e.asked, e.chatted = false, false
 		s.commitReject(e, "other", msg)
 	}
@@ -1651,13 +1559,8 @@ func (s *step) decided(ev Decided) {
 		p.Phase = AwaitingApproval
 		p.Deadline = s.now.Add(timeout)
 		p.Prompts, p.Approvals, p.ApprovedBy = nil, nil, nil
-		if c.cfg.Escalator {
-			// The escalator mints and records its prompts (each before
-			// it is sent, PromptRecorded); this write only says humans
-			// are asked, and nothing sent waits for it: a crash before
-			// it is durable decides the proposal again.
-			s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenAsk, soon: true})
-			s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+		if c.cfg.Codec == nil {
+			s.commitReject(e, "policy", NoApprovalsMessage)
 			return
 		}
 		if !s.startEscalation(e) {
@@ -1818,13 +1721,7 @@ func (s *step) fired(ev Fired) {
 		case Deciding, Queued:
 			s.commitReject(e, "timeout", fmt.Sprintf("not decided within %s", c.cfg.PendingTTL))
 		case AwaitingApproval:
-			if c.cfg.Escalator && e.asked {
-				// The escalator asked, and its verdict ends the
-				// escalation at this deadline (with its own words):
-				// one timer ends a prompt.
-				return
-			}
-			if !c.cfg.Escalator && e.asked {
+			if e.asked {
 				s.escEnd(e, "timeout", timedOut(p))
 				return
 			}
@@ -1995,51 +1892,6 @@ func (s *step) spoofed(e *entry, ev Responded, reason string) {
 	})
 }
 
-func (s *step) verdict(ev Verdict) {
-	e, ok := s.c.props[ev.ID]
-	if !ok || e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding || ev.Round != e.round {
-		return // stale: its escalation was cancelled before it came
-	}
-	p := e.p
-	e.asked = false // the escalator ended, and cancelled what it had open
-	switch {
-	case ev.Superseded:
-		why := ev.Message
-		if why == "" {
-			why = "answered by " + fmt.Sprint(ev.By)
-		}
-		s.endQuietly(e, earlyEnd{outcome: Superseded, stage: "superseded", why: why, by: slices.Clone(ev.By)})
-	case !ev.Approved:
-		reason := ev.Reason
-		if reason == "" {
-			reason = "disagree"
-		}
-		s.commitReject(e, reason, ev.Message)
-	default:
-		p.ApprovedBy = slices.Clone(ev.By)
-		if !s.c.cfg.Escalator {
-			// Without the escalator's records, the verdict is the
-			// approvals (the last one's edit, if any).
-			p.Approvals = nil
-			for i, by := range ev.By {
-				a := Approval{Approver: by}
-				if i == len(ev.By)-1 {
-					a.Params = ev.Params
-				}
-				p.Approvals = append(p.Approvals, a)
-			}
-		}
-		// With it, the approvals are those it recorded (ApprovalRecorded,
-		// with their content and evidence), kept as they are.
-		s.log(e, "approved", func(l *Line) { l.By = p.ApprovedBy })
-		if ev.Params != nil {
-			s.decide(e, true, ev.Params)
-			return
-		}
-		s.commitFulfil(e, p.Decision.Target, p.Params)
-	}
-}
-
 func (s *step) cancelled(ev Cancelled) {
 	e, ok := s.c.props[ev.ID]
 	if ok && e.outcome == Open && (e.claimHeld || e.carrying()) {
@@ -2198,15 +2050,17 @@ func (s *step) resume(r Proposal, how string) {
 			s.commitReject(e, "timeout", "no approval by "+p.Deadline.UTC().Format(time.RFC3339)+" (the deadline passed while no fulfiller held the proposal)")
 			return
 		}
-		// The same prompts again, with their ids (with Config.Escalator,
-		// the recorded ones and the approvals counted: the escalator
-		// asks what it recorded and counts those once).
-		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
-		if !c.cfg.Escalator {
-			s.resumeEscalation(e)
+		if c.cfg.Codec == nil {
+			// Nobody can ask the humans here (a record of a member
+			// that could): rejected at once, as a new escalation is,
+			// rather than at its deadline; its prompts are withdrawn.
+			s.commitReject(e, "policy", NoApprovalsMessage)
 			return
 		}
-		s.ask(e)
+		// The same prompts again, with their ids, and the approvals
+		// recorded counted once.
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+		s.resumeEscalation(e)
 	case Queued:
 		s.commitFulfil(e, p.Decision.Target, p.FinalArgs)
 	default:
@@ -2258,14 +2112,13 @@ func openPrompts(p *Proposal) []Prompt {
 
 // discard lets go of e in memory without a word or a write, as its
 // record (read again) replaces it. An escalation it ran stops without a
-// word (the record's is asked again): what the escalator recorded and
-// waits for is answered ErrConflict, the record saying what holds.
+// word: the record's prompts are asked again, the record saying what
+// holds.
 func (s *step) discard(e *entry) {
 	c := s.c
 	if e.outcome == Open && e.asked {
 		s.stopAsking(e, DropReason)
 	}
-	s.nack(e, ErrConflict)
 	c.letGo(e) // a slot it frees goes to the queue once the record is resumed
 }
 
@@ -2322,9 +2175,6 @@ func (s *step) forget(e *entry) {
 	}
 	if e.outcome != Dropped {
 		c.ended.add(id)
-		s.nack(e, ErrEnded)
-	} else {
-		s.nack(e, ErrConflict)
 	}
 	if freed {
 		s.startQueued()
@@ -2394,26 +2244,18 @@ func (w *withdrawalSet) get(id, from string) (withdrawal, bool) {
 	return x, ok
 }
 
-// stopAsking ends e's escalation, its prompts out, for reason: the
-// escalator's (CancelAsk), or the core's own (its open prompts
-// cancelled, its end announced).
+// stopAsking ends e's escalation, its prompts out, for reason: its open
+// prompts cancelled, its end announced.
 func (s *step) stopAsking(e *entry, reason string) {
 	if !e.asked {
-		return
-	}
-	if s.c.cfg.Escalator {
-		s.emit(cancelAsk(e.p, reason))
-		e.asked = false
 		return
 	}
 	s.closeEscalation(e, reason, OutcomeCancelled, reason)
 }
 
-// cancelAsk cancels p's open prompts for reason, with what the shell
-// needs to withdraw them where its escalator did not ask them (the
-// approvals recorded, the decision they were asked under).
+// cancelAsk cancels p's open prompts for reason.
 func cancelAsk(p *Proposal, reason string) CancelAsk {
-	return CancelAsk{ID: p.ID, Prompts: openPrompts(p), Approvals: slices.Clone(p.Approvals), DecisionID: p.DecisionID, Revision: revisionOf(p), Reason: reason}
+	return CancelAsk{ID: p.ID, Prompts: openPrompts(p), Reason: reason}
 }
 
 // revisionOf is the policy revision of p's decision ("" before one).

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -177,163 +178,58 @@ func TestClaimThatNeverLands(t *testing.T) {
 	}
 }
 
-// An approval with edited params, from the shell's escalator, is decided
-// again (rule 7) under a new decision id, with the approvals it
-// recorded, and the edited call is the one fulfilled; no prompt is
-// cancelled by the core (the escalator did).
-func TestVerdictWithAnEditIsDecidedAgain(t *testing.T) {
-	c := testCore(func(cfg *Config) { cfg.Escalator = true })
-	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder", Params: []byte(`{"name":"w","arguments":{"path":"/a"}}`)}))
-	c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
-	w := only[Write](t, c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Escalate, Target: "fs", Approvers: []string{"alice"}}}))
-	if w.Record.Phase != AwaitingApproval || len(w.Record.Prompts) != 0 || !w.Soon {
-		t.Fatalf("recorded %+v (soon %v) before asking, want the phase alone, soon", w.Record, w.Soon)
-	}
-	ask := only[Ask](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
-	if ask.Quorum != 1 || len(ask.Prompts) != 0 || ask.Proposal.ID != "p1" || ask.Proposal.Decision.Approvers[0] != "alice" {
-		t.Fatalf("asked %+v", ask)
-	}
-	w = only[Write](t, c.Step(t0, ApprovalRecorded{ID: "p1", Token: 7, Round: ask.Round, Approval: Approval{Approver: "alice", Content: []byte(`{"ok":true}`)}}))
-	if ack := only[Acked](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 3})); ack.Token != 7 || ack.Err != nil {
-		t.Fatalf("acked %+v", ack)
-	}
-	edited := []byte(`{"name":"w","arguments":{"path":"/b"}}`)
-	effs := c.Step(t0, Verdict{ID: "p1", Round: ask.Round, Approved: true, By: []string{"alice"}, Params: edited})
-	same(t, kinds(effs), []string{"Decide"})
+// An approval with edited params is decided again (rule 7) under a new
+// decision id, which the lines and the record after it carry, with the
+// approvals recorded, and the edited call is the one fulfilled.
+func TestApprovalWithAnEditIsDecidedAgain(t *testing.T) {
+	w := newEscWorld(t, []string{"alice"})
+	asked := prompts(w.escalate(Decision{Target: "fs", Approvers: []string{"alice"}}))
+	edited := json.RawMessage(`{"name":"write","arguments":{"path":"/b"}}`)
+	effs := w.answer(asked["alice"], "alice", fakeAnswer{Action: "accept", Approve: true, Params: edited})
 	d := only[Decide](t, effs)
-	if !d.Again || string(d.Params) != string(edited) || len(d.Approvals) != 1 || string(d.Approvals[0].Content) != `{"ok":true}` || d.Proposal.ID != "p1" || d.Pending != 1 {
+	claimedAs := d.Proposal.DecisionID
+	if !d.Again || string(d.Params) != string(edited) || len(d.Approvals) != 1 || d.Approvals[0].Approver != "alice" || string(d.Approvals[0].Params) != string(edited) ||
+		d.Proposal.ID != "p1" || d.DecisionID == "" || d.DecisionID == claimedAs {
 		t.Fatalf("decided again with %+v", d)
 	}
-	effs = c.Step(t0, Decided{ID: "p1", Again: true, Decision: Decision{Action: Fulfill, Target: "fs"}})
+	effs = w.c.Step(w.now, Decided{ID: "p1", Again: true, Decision: Decision{Action: Fulfill, Target: "fs"}})
 	same(t, kinds(effs), []string{"write fulfilling"})
-	w = only[Write](t, effs)
-	if string(w.Record.FinalArgs) != string(edited) || w.Record.DecisionID == claim.Record.DecisionID || w.Record.Claim != claim.Record.DecisionID || w.Soon {
-		t.Fatalf("recorded params %s under decision %s (claimed as %s, claim %s), soon %v", w.Record.FinalArgs, w.Record.DecisionID, claim.Record.DecisionID, w.Record.Claim, w.Soon)
+	for _, l := range logs(effs) {
+		if l.DecisionID != d.DecisionID {
+			t.Fatalf("%s line under %q, want the re-check's %q", l.Stage, l.DecisionID, d.DecisionID)
+		}
 	}
-	if len(w.Record.Approvals) != 1 || string(w.Record.Approvals[0].Content) != `{"ok":true}` || len(w.Record.ApprovedBy) != 1 {
-		t.Fatalf("recorded approvals %+v by %v, want the escalator's, kept", w.Record.Approvals, w.Record.ApprovedBy)
+	wr := only[Write](t, effs)
+	if string(wr.Record.FinalArgs) != string(edited) || wr.Record.DecisionID != d.DecisionID || wr.Record.Claim != claimedAs || wr.Soon {
+		t.Fatalf("recorded params %s under decision %s (claimed as %s, claim %s), soon %v", wr.Record.FinalArgs, wr.Record.DecisionID, claimedAs, wr.Record.Claim, wr.Soon)
 	}
-	req := only[SendRequest](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 4}))
+	if len(wr.Record.Approvals) != 1 || !reflect.DeepEqual(wr.Record.ApprovedBy, []string{"alice"}) {
+		t.Fatalf("recorded approvals %+v by %v, want alice's, kept", wr.Record.Approvals, wr.Record.ApprovedBy)
+	}
+	req := only[SendRequest](t, w.c.Step(w.now, Stored{ID: "p1", Seq: wr.Seq, Rev: 99}))
 	if string(req.Params) != string(edited) || req.To != "fs" {
 		t.Fatalf("requested %+v", req)
 	}
 }
 
-// With the shell's escalator, the core records each prompt before it is
-// sent (not Soon) and each approval before it counts (Soon), answers
-// each token once (Acked), at once with ErrEnded or ErrConflict when it
-// cannot; an end cancels the escalation first, then answers the tokens
-// still waiting; a record resumed asks its recorded prompts again.
-func TestEscalatorRecordsItsPromptsAndApprovals(t *testing.T) {
-	c := testCore(func(cfg *Config) { cfg.Escalator, cfg.Approvers = true, []string{"alice", "bob"} })
-	escalate := func(id string) uint64 {
-		t.Helper()
-		claim := only[Write](t, c.Step(t0, Proposed{ID: id, From: "coder"}))
-		c.Step(t0, Stored{ID: id, Seq: claim.Seq, Rev: 1})
-		w := only[Write](t, c.Step(t0, Decided{ID: id, Decision: Decision{Action: Escalate, Target: "fs", Quorum: 2}}))
-		effs := c.Step(t0, Stored{ID: id, Seq: w.Seq, Rev: 2})
-		if l := only[Log](t, effs).Line; l.Stage != "escalated" || !reflect.DeepEqual(l.By, []string{"alice", "bob"}) || !l.Deadline.Equal(t0.Add(5*time.Minute)) {
-			t.Fatalf("escalated line %+v", l)
-		}
-		return only[Ask](t, effs).Round
+// Without a Codec nobody can ask the humans: a decision to escalate is
+// rejected "policy" at once, and so is an escalated record resumed from
+// a member that could ask, whose prompts are withdrawn.
+func TestEscalationWithoutACodecRejectsPolicy(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.Codec = nil })
+	w := admitted(t, c, "p1", Decision{Action: Escalate, Target: "fs"})
+	if r := w.Record.Reject; w.Record.Phase != Answered || r == nil || r.Reason != "policy" || r.Message != NoApprovalsMessage {
+		t.Fatalf("escalation without a codec wrote %+v", w.Record)
 	}
-	r := escalate("p1")
-	alice := Prompt{Approver: "alice", EnvelopeID: "x1", RPCID: 41}
-	effs := c.Step(t0, PromptRecorded{ID: "p1", Token: 1, Round: r, Prompt: alice})
-	same(t, kinds(effs), []string{"write awaiting_approval"})
-	w1 := only[Write](t, effs)
-	if w1.Soon || len(w1.Record.Prompts) != 1 || w1.Record.Prompts[0].EnvelopeID != "x1" {
-		t.Fatalf("recorded %+v (soon %v)", w1.Record.Prompts, w1.Soon)
+	alice := Prompt{Approver: "alice", EnvelopeID: "x1", RPCID: 41, Payload: []byte(`{}`)}
+	rec := Proposal{ID: "p2", From: "coder", Owner: "m2", Phase: AwaitingApproval, DecisionID: "d2", Deadline: t0.Add(time.Minute), Rev: 3,
+		Decision: &Decision{Action: Escalate, Target: "fs", Approvers: []string{"alice"}}, Prompts: []Prompt{alice}}
+	effs := c.Step(t0, Resumed{Records: []Proposal{rec}, How: "adopted from m2"})
+	if ca := only[CancelAsk](t, effs); len(ca.Prompts) != 1 || ca.Prompts[0].EnvelopeID != "x1" || ca.Reason == DropReason {
+		t.Fatalf("cancelled %+v, want alice's prompt withdrawn", ca)
 	}
-	// While it is written: bob's prompt waits for it, and alice's and
-	// bob's approvals are written together, after it.
-	same(t, kinds(c.Step(t0, PromptRecorded{ID: "p1", Token: 2, Round: r, Prompt: Prompt{Approver: "bob", EnvelopeID: "x2", RPCID: 42}})), nil)
-	same(t, kinds(c.Step(t0, ApprovalRecorded{ID: "p1", Token: 3, Round: r, Approval: Approval{Approver: "alice"}})), nil)
-	effs = c.Step(t0, Stored{ID: "p1", Seq: w1.Seq, Rev: 3})
-	same(t, kinds(effs), []string{"Acked", "write awaiting_approval"})
-	if a := only[Acked](t, effs); a.Token != 1 || a.Err != nil {
-		t.Fatalf("acked %+v", a)
-	}
-	w2 := only[Write](t, effs)
-	if w2.Soon || len(w2.Record.Prompts) != 2 || len(w2.Record.Approvals) != 1 {
-		t.Fatalf("wrote %d prompts, %d approvals (soon %v) in one write, want 2, 1, not soon (a prompt waits for it)", len(w2.Record.Prompts), len(w2.Record.Approvals), w2.Soon)
-	}
-	same(t, kinds(c.Step(t0, ApprovalRecorded{ID: "p1", Token: 4, Round: r, Approval: Approval{Approver: "bob"}})), nil)
-	effs = c.Step(t0, Stored{ID: "p1", Seq: w2.Seq, Rev: 4})
-	var tokens []uint64
-	for _, e := range effs {
-		if a, ok := e.(Acked); ok && a.Err == nil {
-			tokens = append(tokens, a.Token)
-		}
-	}
-	if !reflect.DeepEqual(tokens, []uint64{2, 3}) {
-		t.Fatalf("acked %v, want 2 3", tokens)
-	}
-	w3 := only[Write](t, effs)
-	if !w3.Soon || len(w3.Record.Approvals) != 2 {
-		t.Fatalf("wrote %d approvals (soon %v), want 2, soon", len(w3.Record.Approvals), w3.Soon)
-	}
-	if a := only[Acked](t, c.Step(t0, Stored{ID: "p1", Seq: w3.Seq, Rev: 5})); a.Token != 4 || a.Err != nil {
-		t.Fatalf("acked %+v", a)
-	}
-	effs = c.Step(t0, Verdict{ID: "p1", Round: r, Approved: true, By: []string{"alice", "bob"}})
-	w := only[Write](t, effs)
-	if w.Record.Phase != Fulfilling || !reflect.DeepEqual(w.Record.ApprovedBy, []string{"alice", "bob"}) || len(w.Record.Approvals) != 2 {
-		t.Fatalf("fulfilled %s approved by %v with %d approvals", w.Record.Phase, w.Record.ApprovedBy, len(w.Record.Approvals))
-	}
-	// Too late, or not this member's.
-	if a := only[Acked](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 5, Round: r, Prompt: alice})); a.Token != 5 || a.Err != ErrEnded {
-		t.Fatalf("after the verdict: %+v", a)
-	}
-	if a := only[Acked](t, c.Step(t0, ApprovalRecorded{ID: "p9", Token: 6})); a.Token != 6 || a.Err != ErrConflict {
-		t.Fatalf("not held here: %+v", a)
-	}
-
-	// A withdrawal while a prompt is written: the escalation is
-	// cancelled, then the token answered, once.
-	r = escalate("p2")
-	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p2", Token: 10, Round: r, Prompt: Prompt{Approver: "alice", EnvelopeID: "x10"}}))
-	effs = c.Step(t0, WithdrawnBy{ID: "p2", From: "coder"})
-	same(t, kinds(effs), []string{"CancelAsk", "Acked"})
-	if a := only[Acked](t, effs); a.Token != 10 || a.Err != ErrEnded {
-		t.Fatalf("withdrawn: %+v", a)
-	}
-	if ca := only[CancelAsk](t, effs); ca.Reason != "withdrawn" || len(ca.Prompts) != 1 {
-		t.Fatalf("cancelled %+v", ca)
-	}
-	same(t, kinds(c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 3})), []string{"delete"})
-
-	// Released: another member asks now.
-	r = escalate("p3")
-	only[Write](t, c.Step(t0, PromptRecorded{ID: "p3", Token: 20, Round: r, Prompt: Prompt{Approver: "alice", EnvelopeID: "x20"}}))
-	effs = c.Step(t0, Released{ID: "p3"})
-	same(t, kinds(effs), []string{"CancelAsk", "Acked"})
-	if a := only[Acked](t, effs); a.Err != ErrConflict || only[CancelAsk](t, effs).Reason != DropReason {
-		t.Fatalf("released: %+v", effs)
-	}
-
-	// A prompt's write reported failed but applied: read back, it is
-	// written (acked), and the escalation runs on, not asked again.
-	r = escalate("p5")
-	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p5", Token: 30, Round: r, Prompt: Prompt{Approver: "alice", EnvelopeID: "x30"}}))
-	c.Step(t0, Stored{ID: "p5", Seq: w.Seq, Err: errors.New("timeout")})
-	again := only[Write](t, c.Step(t0.Add(time.Second), Fired{ID: "p5", At: t0.Add(time.Second), Kind: TimerRetry}))
-	same(t, kinds(c.Step(t0.Add(time.Second), Stored{ID: "p5", Seq: again.Seq, Err: ErrConflict})), []string{"Reload"})
-	applied := *w.Record
-	applied.Rev = 7
-	effs = c.Step(t0.Add(time.Second), Reloaded{ID: "p5", Record: &applied})
-	same(t, kinds(effs), []string{"Acked"})
-	if a := only[Acked](t, effs); a.Token != 30 || a.Err != nil {
-		t.Fatalf("read back applied: %+v", a)
-	}
-
-	// Resumed (adopted): the recorded prompts and approvals are asked
-	// again as they are.
-	rec := Proposal{ID: "p4", From: "coder", Owner: "m1", Phase: AwaitingApproval, DecisionID: "d4", Deadline: t0.Add(time.Minute), Rev: 9,
-		Decision: &Decision{Action: Escalate, Quorum: 2}, Prompts: []Prompt{alice, {Approver: "bob", EnvelopeID: "x2"}}, Approvals: []Approval{{Approver: "alice"}}}
-	ask := only[Ask](t, c.Step(t0, Resumed{Records: []Proposal{rec}, How: "adopted from m2"}))
-	if len(ask.Prompts) != 2 || ask.Prompts[0].EnvelopeID != "x1" || ask.Prompts[1].EnvelopeID != "x2" || len(ask.Proposal.Approvals) != 1 || ask.Quorum != 2 {
-		t.Fatalf("asked again %+v", ask)
+	if r := only[Write](t, effs).Record.Reject; r == nil || r.Reason != "policy" || r.Message != NoApprovalsMessage {
+		t.Fatalf("resumed escalation without a codec: reject %+v", r)
 	}
 }
 
@@ -371,31 +267,6 @@ func TestRefusalsWaitingForTheStoreAreBounded(t *testing.T) {
 	c.Step(t0.Add(time.Second), Sent{ID: "p3", EnvelopeID: rej.EnvelopeID})
 	if w := only[Write](t, c.Step(t0.Add(time.Second), Proposed{ID: "p7", From: "coder"})); !w.ClaimOnly {
 		t.Fatalf("p7 written %+v, want a refusal's claim", w)
-	}
-}
-
-// What an escalation posts after it was cancelled counts for no later
-// escalation of the same proposal: released and adopted back, the
-// proposal is asked again under a new Round, and the old escalation's
-// late prompt is refused (ErrEnded), its late verdict ignored.
-func TestStaleEscalationPostsCountForNothing(t *testing.T) {
-	c := testCore(func(cfg *Config) { cfg.Escalator, cfg.Approvers = true, []string{"alice"} })
-	w := admitted(t, c, "p1", Decision{Action: Escalate, Target: "fs"})
-	old := only[Ask](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
-	same(t, kinds(c.Step(t0, Released{ID: "p1"})), []string{"CancelAsk"})
-	rec := Proposal{ID: "p1", From: "coder", Owner: "m1", Phase: AwaitingApproval, DecisionID: old.Proposal.DecisionID, Deadline: t0.Add(time.Minute), Rev: 3,
-		Decision: &Decision{Action: Escalate, Target: "fs"}}
-	ask := only[Ask](t, c.Step(t0, Resumed{Records: []Proposal{rec}, How: "adopted from m2"}))
-	if ask.Round == old.Round {
-		t.Fatalf("asked again under the same round %d", ask.Round)
-	}
-	if a := only[Acked](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 1, Round: old.Round, Prompt: Prompt{Approver: "alice", EnvelopeID: "x1"}})); a.Err != ErrEnded {
-		t.Fatalf("the old escalation's prompt: %+v, want ErrEnded", a)
-	}
-	same(t, kinds(c.Step(t0, Verdict{ID: "p1", Round: old.Round, Approved: true, By: []string{"alice"}})), nil)
-	w = only[Write](t, c.Step(t0, PromptRecorded{ID: "p1", Token: 2, Round: ask.Round, Prompt: Prompt{Approver: "alice", EnvelopeID: "x2"}}))
-	if len(w.Record.Prompts) != 1 || w.Record.Prompts[0].EnvelopeID != "x2" || w.Record.Phase != AwaitingApproval {
-		t.Fatalf("the new escalation's prompt recorded as %+v", w.Record)
 	}
 }
 
@@ -828,27 +699,6 @@ func TestUnloggedLineFailsClosed(t *testing.T) {
 	same(t, kinds(effs), []string{"write answered"})
 	if r := only[Write](t, effs).Record.Reject; r.Reason != "other" || r.Message != "log down" {
 		t.Fatalf("unlogged escalation: %+v", r)
-	}
-}
-
-// The re-check of an edited call carries the id of the decision it
-// makes, which the decided line and what follows carry.
-func TestDecideAgainCarriesItsDecisionID(t *testing.T) {
-	c := testCore(func(cfg *Config) { cfg.Escalator = true })
-	w := admitted(t, c, "p1", Decision{Action: Escalate, Target: "fs"})
-	ask := only[Ask](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
-	d := only[Decide](t, c.Step(t0, Verdict{ID: "p1", Round: ask.Round, Approved: true, By: []string{"alice"}, Params: []byte(`{"x":2}`)}))
-	if !d.Again || d.DecisionID == "" || d.DecisionID == d.Proposal.DecisionID {
-		t.Fatalf("re-check %+v", d)
-	}
-	effs := c.Step(t0, Decided{ID: "p1", Again: true, Decision: Decision{Action: Fulfill, Target: "fs"}})
-	for _, l := range logs(effs) {
-		if l.DecisionID != d.DecisionID {
-			t.Fatalf("%s line under %q, want the re-check's %q", l.Stage, l.DecisionID, d.DecisionID)
-		}
-	}
-	if got := only[Write](t, effs).Record.DecisionID; got != d.DecisionID {
-		t.Fatalf("record governed by %q, want %q", got, d.DecisionID)
 	}
 }
 

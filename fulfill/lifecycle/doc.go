@@ -12,10 +12,10 @@
 //
 // Package fulfill is the shell around this core: its Fulfiller runs a
 // Loop with a Store over the state package, a Wire over the MEW space
-// (with fulfill.Approvals, also the ApproverChannel of the core's own
-// escalation, whose Codec is elicit's; production runs it so), a Policy
-// over OPA, routing and grants, and a Journal over its Observers; its
-// package doc lists the pieces.
+// (with fulfill.Approvals, also the ApproverChannel of the core's
+// escalation, whose Codec is elicit's), a Policy over OPA, routing and
+// grants, and a Journal over its Observers; its package doc lists the
+// pieces.
 //
 // # The core
 //
@@ -37,8 +37,7 @@
 // WithdrawnBy, Responded (a task handle too), TaskStatus, TaskEnded,
 // Answer (an approver's answer as read), PromptSent, Roster (this
 // member's welcome: who is in the space), KeysChanged (the approver keys
-// in force), or PromptRecorded, ApprovalRecorded and Verdict (the
-// shell's escalator, Config.Escalator), SupersededBy, Cancelled
+// in force), SupersededBy, Cancelled
 // (operator), Resumed (restart, adoption, operator take), Released
 // (lease lost, record taken), ParticipantLeft and ParticipantJoined (the
 // tool owner's and the approvers' presence), GroupLoad (the group's
@@ -48,8 +47,7 @@
 // member's load), SendReject, SendRequest, SendRelay, SendCancel,
 // FollowTask, CancelTask, SendPrompt, CancelAsk, Human (a step with
 // the humans: the decision log, metrics, notifications), CreateGrant,
-// Ask and Acked (the shell's escalator), Status (status chats),
-// Schedule, Log.
+// Status (status chats), Schedule, Log.
 //
 // Fulfilment slots (Config.MaxInflight) are shared among proposers: no
 // proposer holds more than
@@ -58,9 +56,9 @@
 // to the queued proposers in turn (round-robin), first come within a
 // proposer; a proposer at its share is passed over and keeps its place.
 //
-// Humans are asked in one of two ways. Without Config.Escalator the
-// escalation is the core's own, a sub-machine of Step (escalation.go)
-// with elicit's semantics: the approvers present (Roster, joins,
+// The humans' escalation is a sub-machine of Step (escalation.go) with
+// elicit's semantics (without Config.Codec nobody can be asked, and an
+// escalation is rejected "policy"): the approvers present (Roster, joins,
 // leaves) are asked, the proposer never; fewer present than the quorum
 // is "incapable" at once. Each prompt (its approver, envelope id, which
 // IDs.PromptID makes unpredictable, JSON-RPC id, delegation chain,
@@ -92,24 +90,6 @@
 // late); a new welcome sends every open prompt again, and an approver
 // who comes in and holds no prompt is asked. A grant an approver chose
 // is created (CreateGrant) once the approved call is committed.
-//
-// With Config.Escalator (the shell's escalator: elicit's goroutines),
-// the core records the phase alone
-// (Write.Soon) and hands the proposal over (Ask, no prompts); the
-// escalator mints its prompts and records each (PromptRecorded) before
-// it sends it, and each approval (ApprovalRecorded) before it counts
-// it; the core appends it to the record and answers its token with
-// Acked once the write is durable, or at once with ErrEnded (the
-// escalation ended here) or ErrConflict (another member's proposal);
-// every token is answered once (an end answers those still being
-// written, after its CancelAsk). The Verdict ends the escalation: the
-// approvals recorded stay the record's, ApprovedBy is its By, and an
-// edit is decided again (rule 7). A record resumed in AwaitingApproval
-// is asked (Ask) with its recorded prompts and approvals, which the
-// escalator asks and counts again with their ids; one read again while
-// its escalation runs here is first dropped (CancelAsk with DropReason).
-// Every end of a proposal whose Ask went out, other than its Verdict,
-// is a CancelAsk (DropReason for a drop or a fence).
 //
 // Every decision-log line is made by one filler (lineOf) from its
 // proposal: the proposer, method, tool and target (the route once
@@ -185,13 +165,11 @@
 //     its record's delete makes it durable. A withdrawal of a proposal this
 //     member does not hold is remembered, and applied if the record comes
 //     to it later (adoption).
-//   - Prompts are recorded before they are asked (the core's own: sent
-//     once the write holding them is durable; the escalator's: each
-//     acked once recorded, then sent; each approval acked once recorded,
-//     then counted); a resumed prompt is asked again with its ids, a
-//     recorded approval counted again, once; every end cancels the
-//     prompts still open, except a drop for another member (which asks
-//     the same ids). A
+//   - Prompts are recorded before they are asked (sent once the write
+//     holding them is durable); a resumed prompt is asked again with its
+//     ids and bytes, a recorded approval counted again, once; every end
+//     cancels the prompts still open, whichever member sent them, except
+//     a drop for another member (which asks the same ids). A
 //     status chat goes out once what it reports is recorded, is never an
 //     answer, and one not written yet is dropped with the proposal's end.
 //   - The decision log is written ahead of what it describes, in the
@@ -200,7 +178,7 @@
 //     resumed reject's again), so a crash cannot leave the line of an
 //     answer that then never happens. The lines of fulfilling and
 //     escalated are Line.Ahead: one the Journal cannot write fails
-//     closed (the Loop drops the request, Ask and Status it was ahead of
+//     closed (the Loop drops the request, prompts and Status it was ahead of
 //     and posts Unlogged; the proposal is rejected "other" with
 //     Config.UnloggedMessage, its recorded request never sent nor
 //     cancelled). A rejected line that cannot be written is only
@@ -219,8 +197,8 @@
 // # The simulator
 //
 // sim_test.go's TestSimulation runs one or two members (Cores in the Loop's
-// contract: each proposal's effects in order, an Acked not handed over
-// when its escalation ends handed over with an error) over a shared store with
+// contract: each proposal's effects in order, those not carried out
+// dropped at its end as the Loop drops them) over a shared store with
 // compare-and-set, a broadcasting wire, proposers (valid, invalid, replayed
 // ids; honest and forged withdrawals; frames of 64 to 512 bytes), a
 // tool owner (answers with the JSON-RPC id, SDK-style without it, with a
@@ -235,18 +213,14 @@
 // (the member crashed, or runs on and is released) with adoption by the
 // other member, the group's load read from the leases, and seeds with
 // small per-proposer and byte limits, shares of the fulfilment slots,
-// crowds (three proposers, few slots), status chats on, the core's own
+// crowds (three proposers, few slots), status chats on, the humans'
 // escalation (three approvers leaving and joining, alice keyed and
 // carol's key coming and going, quorums of one and two, reminders and
 // escalate_to tiers, grants offered; answers that accept, edit,
 // decline, cancel, delegate to one offered or not, fail, choose a grant
 // offered or not, carry another JSON-RPC id, are forged or unsigned;
 // prompts that could not be sent, or were lost while their approver was
-// away), and the escalator mode (a toy escalator, as elicit: it mints and records its
-// prompts and sends each only once acked, records accepts and counts
-// them once acked, asks a resumed escalation's recorded prompts again
-// and counts its recorded approvals, posts its records and verdicts
-// later, as its own goroutines would). Invariants are checked as each
+// away). Invariants are checked as each
 // envelope goes out (a prompt only once its record holds it), after each
 // step (each admission against the limits, counted apart from the core;
 // no request committed while its owner is away as the member heard;
@@ -254,15 +228,13 @@
 // proposal running a task ended; no proposer holding more fresh
 // fulfilments than its share, no queued proposal waiting while a slot
 // it may take is free, freed slots going to the queued proposers in
-// turn; a resumed escalation asked with exactly its recorded prompts;
-// an Acked without error only for what the member's record holds, each
-// token acked once; an approver's approval recorded once; only
+// turn; a resumed escalation asking again only its recorded open
+// prompts, each as recorded; an approver's approval recorded once; only
 // approvers who accepted in an approved line (the quorum's model); a
 // grant only for an approver who chose one; Soon on the
 // writes nothing sent waits for, and only on those; every line filled),
-// and at quiescence (every token of a live member acked): see onWire,
-// deliver, checkSlots, checkTurns, checkWrite, checkLine, escAcked and
-// final.
+// and at quiescence: see onWire, deliver, checkSlots, checkTurns,
+// checkAsks, checkWrite, checkLine and final.
 //
 //	go test ./fulfill/lifecycle -run 'TestSimulation$'               # 20000 seeds (2000 with -short)
 //	go test ./fulfill/lifecycle -run 'TestSimulation$' -seeds 200000 # a longer run
@@ -277,9 +249,6 @@
 //     Alone on its store (Config.Alone) a claim is tried on past the
 //     deadline and the proposal rejected "timeout" once it lands; in a
 //     group it is given up at the deadline.
-//   - Each escalation has a Round (Ask.Round): what an escalation that
-//     was cancelled posts late (the proposal released and adopted back,
-//     asked again) counts for nothing.
 //   - Decide runs beside its proposal's lane: a withdrawal, an
 //     operator's cancel or a record's delete never wait for the policy.
 //     Alone on its store (Config.Alone) the policy is asked before the
@@ -296,9 +265,6 @@
 //   - Lines of frames set aside ("ignored") are written at once; the
 //     others follow their proposal's effects (a withdrawn line once the
 //     record is gone, after the prompts it cancelled).
-//   - In escalator mode the escalator's verdict ends a prompt at its
-//     deadline (one timer); the core's deadline ends it only when nobody
-//     asked.
 //   - A relay is recorded before it is written and written again until
 //     it is; a claim the store cannot settle is tried again.
 package lifecycle

@@ -390,9 +390,10 @@ func (s *step) scheduleStep(e *entry) {
 	}
 }
 
-// escRunning reports whether e's escalation runs here (the core's own).
+// escRunning reports whether e's escalation runs here: open, its
+// prompts out, not being decided again.
 func (s *step) escRunning(e *entry) bool {
-	return !s.c.cfg.Escalator && e.outcome == Open && e.p.Phase == AwaitingApproval && e.asked && !e.deciding
+	return e.outcome == Open && e.p.Phase == AwaitingApproval && e.asked && !e.deciding
 }
 
 // due does every step of e's plan whose time has come (at: the timer's).

@@ -170,27 +170,6 @@ type PromptSent struct {
 	Err            error
 }
 
-// Verdict: the shell's own escalator (elicit: quorum, signatures,
-// delegation, reminders, tiers) ended proposal ID's escalation, instead
-// of the core counting PromptAnswered. The escalator cancels its own
-// prompts still open. By are the approvers whose answers count (the
-// proposal's ApprovedBy; the approvals stay those it recorded with
-// ApprovalRecorded); Params the edited params of an approval, nil when
-// approved as proposed: the edited call is decided again (rule 7).
-type Verdict struct {
-	ID         string
-	Approved   bool
-	By         []string
-	Params     json.RawMessage
-	Reason     string // when not approved: the wire reason (disagree when empty)
-	Message    string
-	Superseded bool // an approver answered the proposer directly
-	// Round is the Ask.Round of the escalation this verdict ends: a
-	// verdict of an escalation cancelled since (the proposal released
-	// and adopted back, asked again) is stale and ignored.
-	Round uint64
-}
-
 // SupersededBy: another participant answered proposal ID (its own
 // mcp/request or mcp/reject naming it). Why is the superseded line's
 // message (fulfill's "fulfilled by X", "rejected by X (reason)"); By
@@ -204,7 +183,7 @@ type Refused struct{ ID, EnvelopeID string }
 
 // Unlogged: the decision log could not write proposal ID's line of Stage
 // written ahead of a send (Line.Ahead: fulfilling, escalated). The Loop
-// dropped what the line was ahead of (the request, the Ask, the Status);
+// dropped what the line was ahead of (the request, the prompts, the Status);
 // the core rejects the proposal "other" (Config.UnloggedMessage): a
 // request recorded but never written is never sent, nor cancelled.
 type Unlogged struct{ ID, Stage string }
@@ -224,8 +203,7 @@ type Reloaded struct {
 
 // Released: this member's lease on the proposal's record lapsed (or an
 // operator took it) and another member holds it now. The shell stops
-// carrying out the proposal's effects not yet carried out (an Acked is
-// still handed over, with ErrConflict: its escalator is answered) before it
+// carrying out the proposal's effects not yet carried out before it
 // steps the core with this, and before the record is adopted: a lease
 // protocol's guarantee (a member that cannot renew stops acting before
 // its lease lapses), without which no store write can fence a send.
@@ -266,30 +244,6 @@ type ParticipantJoined struct {
 	Welcome bool
 }
 
-// PromptRecorded: the shell's escalator (Config.Escalator) is about to
-// send Prompt for proposal ID. The core records it with the proposal and
-// answers with Acked carrying Token once the record is written (the
-// prompt may be sent then), or with Acked's Err when it cannot be: the
-// escalation ended here (ErrEnded: answered, withdrawn, decided,
-// shutting down), or the proposal is another member's (ErrConflict).
-// Every Token is answered exactly once.
-type PromptRecorded struct {
-	ID     string
-	Prompt Prompt
-	Token  uint64
-	Round  uint64 // the Ask.Round of the escalation that sends it
-}
-
-// ApprovalRecorded: the shell's escalator counted Approval for proposal
-// ID; as PromptRecorded, the core answers Acked once it is recorded, and
-// the escalator counts it only then (once, across restarts).
-type ApprovalRecorded struct {
-	ID       string
-	Approval Approval
-	Token    uint64
-	Round    uint64 // the Ask.Round of the escalation that counts it
-}
-
 // GroupLoad is the group's load as the shell last read it from the
 // member leases (about once a second, one record per member, never per
 // proposal): Peers is the pending work the other live members published
@@ -311,7 +265,6 @@ func (Answer) event()            {}
 func (Roster) event()            {}
 func (KeysChanged) event()       {}
 func (PromptSent) event()        {}
-func (Verdict) event()           {}
 func (SupersededBy) event()      {}
 func (Refused) event()           {}
 func (Unlogged) event()          {}
@@ -321,8 +274,6 @@ func (Reloaded) event()          {}
 func (Released) event()          {}
 func (Cancelled) event()         {}
 func (GroupLoad) event()         {}
-func (PromptRecorded) event()    {}
-func (ApprovalRecorded) event()  {}
 func (ParticipantLeft) event()   {}
 func (ParticipantJoined) event() {}
 func (TaskStatus) event()        {}
@@ -358,8 +309,7 @@ type Write struct {
 	ClaimOnly bool
 	Rev       uint64
 	// Soon: nothing sent waits for this write to be durable (an
-	// escalation's phase with Config.Escalator, an approval counted, the
-	// phase Queued, a task's status): the store may acknowledge it
+	// approval counted, the phase Queued, a task's status): the store may acknowledge it
 	// before its disk sync (state's UpdateSoon). Claims, requests,
 	// answers, prompts and deletes are never Soon. A claim (Create) may
 	// carry the record in its decided phase (Config.Alone): the store
@@ -446,67 +396,17 @@ type SendCancel struct {
 	Reason                    string
 }
 
-// Ask sends (again) the open prompts of a proposal, each to its approver.
-// With Config.Escalator it hands the proposal to the escalator instead:
-// Prompts are those recorded (none for a new escalation; after a
-// restart, an adoption or a record read again, the escalator asks these
-// again with their ids, and mints and records the others it needs), the
-// recorded approvals are in Proposal.Approvals (counted as given).
-type Ask struct {
-	ID       string
-	Prompts  []Prompt
-	Deadline time.Time
-	Quorum   int // approvals needed (at least 1)
-	// Round numbers this escalation, unique in the Core: what the
-	// escalator posts back for it (PromptRecorded, ApprovalRecorded,
-	// Verdict) carries it, so nothing an escalation cancelled before
-	// posted counts for the next one of the same proposal.
-	Round uint64
-	// Proposal is the proposal as it is now (a copy): what the humans
-	// are shown, and, with Config.Escalator, the prompts and approvals
-	// recorded so far (a resumed escalation asks the same again).
-	Proposal Proposal
-}
-
-// Acked answers a PromptRecorded or ApprovalRecorded (Token): nil Err
-// once it is recorded (durable), ErrEnded or ErrConflict when it is not
-// and will not be (see PromptRecorded). The shell hands it to the
-// escalator that waits. An Acked not yet handed over when a CancelAsk of
-// its proposal comes is handed over with Err ErrEnded (ErrConflict for
-// DropReason), and one of a Released proposal with ErrConflict: what it
-// recorded is not sent after the escalation ended, and no token goes
-// unanswered.
-type Acked struct {
-	ID    string
-	Token uint64
-	Err   error
-}
-
 // CancelAsk ends an escalation: it cancels its open prompts
-// (notifications/cancelled to each); Reason DropReason cancels nothing on
-// the wire: another member asks the same prompts now. The shell drops an
-// Ask, a SendPrompt or a Status of the proposal it has not carried out
-// yet: nothing is asked, and no wait reported, after the proposal ended
-// (a CancelAsk without prompts is only that).
-//
-// With Config.Escalator it ends the escalation the Ask started
-// (Escalator.Cancel(ID, Reason)); Prompts are the prompts recorded, which
-// the shell cancels itself when its escalator holds no escalation for the
-// proposal (its Ask was dropped: a resumed escalation ended before it
-// was asked again). A Verdict ends the escalation too: no CancelAsk
-// follows one.
+// (notifications/cancelled to each), whichever member sent them (a
+// record taken from another member names that member's prompts); Reason
+// DropReason cancels nothing on the wire: another member asks the same
+// prompts now. The shell drops a SendPrompt or a Status of the proposal
+// it has not carried out yet: nothing is asked, and no wait reported,
+// after the proposal ended (a CancelAsk without prompts is only that).
 type CancelAsk struct {
 	ID      string
-	Prompts []Prompt
-	// Approvals are the approvals recorded (Config.Escalator): a shell
-	// whose escalator did not ask these prompts (a record taken from
-	// another member) cancels those still open itself, and the
-	// approvers who answered are not told again.
-	Approvals []Approval
-	// DecisionID and Revision: the decision the prompts were asked
-	// under, as the cancel names it.
-	DecisionID, Revision string
-	Reason               string
+	Prompts []Prompt // the open ones: approvers who answered are not told again
+	Reason  string
 }
 
 // DropReason is CancelAsk's reason when the proposal is another member's.
@@ -696,11 +596,9 @@ func (SendRelay) effect()   {}
 func (FollowTask) effect()  {}
 func (CancelTask) effect()  {}
 func (Status) effect()      {}
-func (Ask) effect()         {}
 func (CancelAsk) effect()   {}
 func (Schedule) effect()    {}
 func (Log) effect()         {}
-func (Acked) effect()       {}
 func (SendPrompt) effect()  {}
 func (Human) effect()       {}
 func (CreateGrant) effect() {}

@@ -50,17 +50,13 @@ type Wire interface {
 	SendRelay(ctx context.Context, r SendRelay) error
 	SendCancel(ctx context.Context, c SendCancel)
 	Status(ctx context.Context, s Status)
-	Ask(ctx context.Context, a Ask)
 	CancelAsk(ctx context.Context, c CancelAsk)
 	FollowTask(ctx context.Context, f FollowTask, report func(Event))
 	CancelTask(ctx context.Context, c CancelTask)
-	// Acked hands the escalator waiting on a PromptRecorded or
-	// ApprovalRecorded its answer (Config.Escalator).
-	Acked(ctx context.Context, a Acked)
 }
 
-// ApproverChannel is the shell's way to the approvers of the core's own
-// escalations (without Config.Escalator): a Wire that has it sends the
+// ApproverChannel is the shell's way to the approvers of the core's
+// escalations: a Wire that has it sends the
 // prompts (SendPrompt reports whether the envelope was written; the
 // Wire's CancelAsk cancels them), reports each step with the humans (Human: the
 // decision log, metrics, notifications) and creates the grants approvers
@@ -142,9 +138,9 @@ func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, jou
 // Post hands the loop an event (a frame read, a lease released, Closing).
 // It returns once the loop has taken the event, which it applies before
 // anything else: after Post(Released) nothing more is done about the
-// proposal (its effects not carried out are dropped, but for its Acked,
-// handed over with ErrConflict; one being carried out reports to a core
-// that let go of it), so its record may be adopted.
+// proposal (its effects not carried out are dropped; one being carried
+// out reports to a core that let go of it), so its record may be
+// adopted.
 // It blocks while the loop is busy, and gives up when ctx ends.
 func (l *Loop) Post(ctx context.Context, ev Event) error {
 	select {
@@ -301,22 +297,16 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 			ln = &lane{}
 			l.lanes[id] = ln
 		}
-		if c, ok := e.(CancelAsk); ok {
-			// An Ask or a Status not yet carried out is dropped (see
-			// CancelAsk); an Acked not yet handed over says that its
-			// prompt is not to be sent (its approval not counted) after
-			// all: the escalation ends (see Acked).
-			err := ErrEnded
-			if c.Reason == DropReason {
-				err = ErrConflict
-			}
+		if _, ok := e.(CancelAsk); ok {
+			// A prompt or a Status not yet carried out is dropped (see
+			// CancelAsk).
 			ln.prune(func(q Effect) bool {
 				switch q.(type) {
-				case Ask, SendPrompt, Status:
+				case SendPrompt, Status:
 					return true
 				}
 				return false
-			}, err)
+			})
 		}
 		ln.effs = append(ln.effs, e)
 		touched = append(touched, id)
@@ -469,12 +459,8 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 		l.wire.SendCancel(ctx, e)
 	case Status:
 		l.wire.Status(ctx, e)
-	case Ask:
-		l.wire.Ask(ctx, e)
 	case CancelAsk:
 		l.wire.CancelAsk(ctx, e)
-	case Acked:
-		l.wire.Acked(ctx, e)
 	case SendPrompt:
 		ch, ok := l.wire.(ApproverChannel)
 		if !ok {
@@ -532,47 +518,39 @@ func (l *Loop) unfollow(id string) {
 
 // release drops the effects of proposal id not carried out yet: nothing
 // more is done about it here before another member may adopt its record
-// (see Released), but the escalator waiting on an Acked is answered.
+// (see Released).
 func (l *Loop) release(id string) {
 	if ln := l.lanes[id]; ln != nil {
-		ln.prune(func(q Effect) bool { _, ack := q.(Acked); return !ack }, ErrConflict)
+		ln.prune(func(Effect) bool { return true })
 	}
 }
 
 // unlogged drops what proposal id's line written ahead (Line.Ahead) was
-// ahead of, not carried out yet: its request, its Ask and its Status are
-// not sent, as the decision log does not have them (fail closed). An
-// Acked not yet handed over is handed over with ErrEnded, as at a
-// CancelAsk; the writes, lines and answers the core has queued since are
+// ahead of, not carried out yet: its request, its prompts and its
+// Status are not sent, as the decision log does not have them (fail
+// closed); the writes, lines and answers the core has queued since are
 // kept: it waits for their results.
 func (l *Loop) unlogged(id string) {
 	if ln := l.lanes[id]; ln != nil {
 		ln.prune(func(q Effect) bool {
 			switch q.(type) {
-			case SendRequest, Ask, SendPrompt, Status:
+			case SendRequest, SendPrompt, Status:
 				return true
 			}
 			return false
-		}, ErrEnded)
+		})
 	}
 }
 
-// prune drops the lane's effects not carried out yet that drop reports,
-// and hands each Acked it keeps over with err when it had none: the
-// escalator waiting on it is answered once, and told that what it
-// recorded is not to be sent (counted) here. A CancelAsk, a Released and
-// an Unlogged prune the proposal's lane, each of what no longer happens.
-func (ln *lane) prune(drop func(Effect) bool, err error) {
+// prune drops the lane's effects not carried out yet that drop reports.
+// A CancelAsk, a Released and an Unlogged prune the proposal's lane,
+// each of what no longer happens.
+func (ln *lane) prune(drop func(Effect) bool) {
 	kept := ln.effs[:0]
 	for _, e := range ln.effs {
-		if drop(e) {
-			continue
+		if !drop(e) {
+			kept = append(kept, e)
 		}
-		if a, ok := e.(Acked); ok && a.Err == nil {
-			a.Err = err
-			e = a
-		}
-		kept = append(kept, e)
 	}
 	ln.effs = kept
 }
@@ -599,14 +577,10 @@ func effectID(e Effect) string {
 		return e.ID
 	case Status:
 		return e.ID
-	case Ask:
-		return e.ID
 	case CancelAsk:
 		return e.ID
 	case Log:
 		return e.Line.ProposalID
-	case Acked:
-		return e.ID
 	case SendPrompt:
 		return e.ID
 	case Human:

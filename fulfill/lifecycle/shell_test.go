@@ -117,8 +117,15 @@ func (w *chanWire) SendRequest(_ context.Context, r SendRequest) error {
 func (w *chanWire) SendCancel(_ context.Context, c SendCancel) {
 	w.sent <- "cancel " + c.RequestEnvelopeID
 }
-func (w *chanWire) Ask(_ context.Context, a Ask)             { w.sent <- "ask " + a.ID }
 func (w *chanWire) CancelAsk(_ context.Context, c CancelAsk) { w.sent <- "cancel-ask " + c.ID }
+
+// SendPrompt makes chanWire an ApproverChannel: prompts are reported;
+// the steps with the humans are not.
+func (w *chanWire) SendPrompt(_ context.Context, p SendPrompt) error {
+	w.sent <- "prompt " + p.EnvelopeID
+	return nil
+}
+func (w *chanWire) Human(context.Context, Human) {}
 
 func (w *chanWire) SendRelay(_ context.Context, r SendRelay) error {
 	w.sent <- fmt.Sprintf("relay %s to %s of %s: %s", r.EnvelopeID, r.To, r.TaskID, r.Result)
@@ -139,10 +146,6 @@ func (w *chanWire) Status(_ context.Context, s Status) {
 
 func (w *chanWire) CancelTask(_ context.Context, c CancelTask) {
 	w.sent <- "tasks/cancel " + c.TaskID
-}
-
-func (w *chanWire) Acked(_ context.Context, a Acked) {
-	w.sent <- fmt.Sprintf("acked %d %v", a.Token, a.Err)
 }
 
 type policyFunc func(Decide) Decided
@@ -171,7 +174,7 @@ func startLoop(t *testing.T, store Store, wire Wire, clock Clock, d Decision) (p
 func startLoopWith(t *testing.T, store Store, wire Wire, clock Clock, d Decision, journal Journal) (post func(Event), stop func()) {
 	t.Helper()
 	core := New(Config{Member: "m1", MaxPending: 10, MaxInflight: 4, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
-		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}}, &counterIDs{prefix: fmt.Sprintf("run%d-", runs.Add(1))})
+		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}, Codec: fakeCodec{}}, &counterIDs{prefix: fmt.Sprintf("run%d-", runs.Add(1))})
 	loop := NewLoop(core, clock, store, wire, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID, Decision: d} }), journal, time.Millisecond)
 	lastLoop.Store(loop)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -434,7 +437,7 @@ func TestLoopPostAllAppliesBackToBack(t *testing.T) {
 	}
 	for {
 		got := next(t, wire.sent)
-		if strings.HasPrefix(got, "ask ") {
+		if strings.HasPrefix(got, "prompt ") {
 			t.Fatalf("sent %q: a prompt asked again before its cancel", got)
 		}
 		if strings.HasPrefix(got, "reject ") {
@@ -446,63 +449,52 @@ func TestLoopPostAllAppliesBackToBack(t *testing.T) {
 	}
 }
 
-// An Acked still waiting in its proposal's lane when the escalation ends
-// is handed over with an error, never dropped: with ErrEnded after a
-// CancelAsk (the prompt is not sent after the proposal's end), with
-// ErrConflict after a release (another member holds the record). Run is
-// not started: each lane carries out its first effect and keeps the
-// rest, which the test reads.
-func TestLoopAnswersEveryAckedOnce(t *testing.T) {
+// A prompt still waiting in its proposal's lane when the escalation
+// ends is not sent: dropped at the CancelAsk (nothing is asked after the
+// proposal's end), and at a release with everything else (another
+// member holds the record, and asks its prompts itself). Run is not
+// started: each lane carries out its first effect and keeps the rest,
+// which the test reads.
+func TestLoopSendsNoPromptAfterTheEnd(t *testing.T) {
 	core := New(Config{Member: "m1", MaxPending: 10, MaxInflight: 4, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
-		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}, Escalator: true}, &counterIDs{})
+		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}, Codec: fakeCodec{}}, &counterIDs{})
 	loop := NewLoop(core, clocktest.New(t0), newMemStore("m1"), &chanWire{sent: make(chan string, 16)}, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID} }), nopJournal{}, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() { cancel(); loop.wg.Wait() }()
-	// pending returns the Acked waiting in id's lane, after the prompt
-	// token was recorded (its write stored).
-	pending := func(id string, token uint64) []Acked {
+	loop.step(ctx, Roster{Present: []string{"alice"}})
+	// resumed resumes id's escalation, its prompt to alice open, and
+	// returns the prompts waiting in its lane.
+	resumed := func(id string) []SendPrompt {
 		t.Helper()
 		rec := Proposal{ID: id, From: "coder", Owner: "m1", Phase: AwaitingApproval, DecisionID: "d-" + id, Deadline: t0.Add(time.Minute), Rev: 1,
-			Decision: &Decision{Action: Escalate}}
+			Decision: &Decision{Action: Escalate, Approvers: []string{"alice"}},
+			Prompts:  []Prompt{{Approver: "alice", EnvelopeID: "x-" + id, RPCID: 7, Payload: []byte(`{}`), Sent: t0}}}
 		loop.step(ctx, Resumed{Records: []Proposal{rec}, How: "restart"})
-		loop.step(ctx, PromptRecorded{ID: id, Token: token, Round: core.props[id].round, Prompt: Prompt{Approver: "alice", EnvelopeID: fmt.Sprintf("x%d", token)}})
-		var w Write
-		for _, e := range loop.lanes[id].effs {
-			if x, ok := e.(Write); ok {
-				w = x
-			}
-		}
-		loop.step(ctx, Stored{ID: id, Seq: w.Seq, Rev: 2})
-		return ackedIn(loop.lanes[id].effs)
+		return promptsIn(loop.lanes[id].effs)
 	}
-	if got := pending("p1", 1); len(got) != 1 || got[0].Token != 1 || got[0].Err != nil {
-		t.Fatalf("waiting %+v, want token 1 recorded", got)
+	if got := resumed("p1"); len(got) != 1 || got[0].EnvelopeID != "x-p1" || !got[0].Again {
+		t.Fatalf("waiting %+v, want the prompt x-p1 asked again", got)
 	}
 	loop.step(ctx, WithdrawnBy{ID: "p1", From: "coder"})
-	if got := ackedIn(loop.lanes["p1"].effs); len(got) != 1 || got[0].Token != 1 || got[0].Err != ErrEnded {
-		t.Fatalf("after the withdrawal %+v, want token 1 with ErrEnded", got)
-	}
-	for _, e := range loop.lanes["p1"].effs {
-		if _, ok := e.(Ask); ok {
-			t.Fatal("the Ask is still to be carried out after the withdrawal")
-		}
+	if got := promptsIn(loop.lanes["p1"].effs); len(got) != 0 {
+		t.Fatalf("after the withdrawal %+v, want no prompt to send", got)
 	}
 
-	if got := pending("p2", 2); len(got) != 1 || got[0].Err != nil {
-		t.Fatalf("waiting %+v, want token 2 recorded", got)
+	if got := resumed("p2"); len(got) != 1 {
+		t.Fatalf("waiting %+v, want the prompt x-p2 asked again", got)
 	}
 	loop.release("p2")
 	loop.step(ctx, Released{ID: "p2"})
-	if got := ackedIn(loop.lanes["p2"].effs); len(got) != 1 || got[0].Token != 2 || got[0].Err != ErrConflict {
-		t.Fatalf("after the release %+v, want token 2 with ErrConflict", got)
+	if got := promptsIn(loop.lanes["p2"].effs); len(got) != 0 {
+		t.Fatalf("after the release %+v, want no prompt to send", got)
 	}
 }
 
-func ackedIn(effs []Effect) []Acked {
-	var out []Acked
+func promptsIn(effs []Effect) []SendPrompt {
+	var out []SendPrompt
 	for _, e := range effs {
-		if a, ok := e.(Acked); ok {
-			out = append(out, a)
+		if p, ok := e.(SendPrompt); ok {
+			out = append(out, p)
 		}
 	}
 	return out

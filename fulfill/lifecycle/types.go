@@ -35,6 +35,10 @@ const (
 // far shorter than a proposer waits for an answer.
 const DefaultClaimHold = 50 * time.Millisecond
 
+// NoApprovalsMessage is the reject message (reason "policy") of an
+// escalation where nobody can ask the humans (Config.Codec nil).
+const NoApprovalsMessage = "the policy asks for human approval, but escalation is not configured on this fulfiller"
+
 // Outcome is how a proposal ended in this process.
 type Outcome string
 
@@ -142,8 +146,8 @@ type Proposal struct {
 
 	Prompts   []Prompt   `json:"prompts,omitempty"`
 	Approvals []Approval `json:"approvals,omitempty"`
-	// Escalation is the state of the humans' escalation (the core's
-	// own: not Config.Escalator) beyond its prompts and approvals.
+	// Escalation is the state of the humans' escalation beyond its
+	// prompts and approvals.
 	Escalation *Escalation     `json:"escalation,omitempty"`
 	FinalArgs  json.RawMessage `json:"final_params,omitempty"` // params to fulfil (edited, or as proposed)
 	ApprovedBy []string        `json:"approved_by,omitempty"`
@@ -190,8 +194,8 @@ type Escalation struct {
 // PromptState is where a prompt is.
 type PromptState string
 
-// Prompt states. A prompt recorded without a state (by the escalator of
-// an earlier build) is open unless its approver's approval is recorded
+// Prompt states. A prompt recorded without a state (by an earlier build,
+// which kept none) is open unless its approver's approval is recorded
 // or a later prompt's chain names the approver (resume derives it).
 const (
 	PromptOpen     PromptState = ""          // asked, no answer yet
@@ -353,11 +357,6 @@ var (
 	// ErrConflict: the record is not this member's any more (adopted,
 	// taken) or is gone: nothing more may be sent about it.
 	ErrConflict = errors.New("lifecycle: record changed by another member")
-	// ErrEnded (Acked.Err): the proposal, or its escalation, ended here
-	// before the prompt or approval was recorded (answered, withdrawn,
-	// decided, shutting down): the prompt is not sent, the approval not
-	// counted, and nothing more is asked about it.
-	ErrEnded = errors.New("lifecycle: proposal ended")
 	// ErrAway (the Wire's SendRequest): the request's tool owner is not
 	// in the space, so nothing was written (the gateway replays nothing:
 	// it would be lost). The core holds the request for the owner's
@@ -427,19 +426,13 @@ type Config struct {
 	// queued proposers in turn, so that one proposer's
 	// calls to a tool that hangs cannot make everyone else's wait.
 	MaxInflightPerProposer int
-	// Escalator: the shell's escalator asks the humans (quorum,
-	// signatures, delegation, reminders, tiers) and mints the prompts:
-	// the core records each (PromptRecorded) and approval
-	// (ApprovalRecorded) before the escalator may act on it, asks with
-	// an Ask carrying what is recorded, and is told the outcome
-	// (Verdict). Off: the core mints one prompt per approver and counts
-	// the answers (PromptAnswered).
-	Escalator bool
-	// Codec builds the core's prompts and reads the answers to them
-	// (without Config.Escalator); Keys is the approver key set in force
-	// at start (KeysChanged replaces it); OfferGrants lets a grantable
-	// escalation of quorum 1 offer grants (off until the shell creates
-	// the grants approvers choose).
+	// Codec builds the core's prompts and reads the answers to them;
+	// nil: nobody can ask the humans here, and an escalation (a
+	// decision, or a record resumed from a member that could ask) is
+	// rejected "policy" with NoApprovalsMessage. Keys is the approver
+	// key set in force at start (KeysChanged replaces it); OfferGrants
+	// lets a grantable escalation of quorum 1 offer grants (off until
+	// the shell creates the grants approvers choose).
 	Codec           Codec
 	Keys            KeySet
 	OfferGrants     bool

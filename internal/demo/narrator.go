@@ -15,7 +15,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 )
 
-// stageApproval marks a step with one human (from the elicitor) in a
+// stageApproval marks a step with one human (from the escalation) in a
 // proposal's journey; its Message is the line to print.
 const stageApproval fulfill.Stage = "approval"
 
@@ -45,8 +45,8 @@ func (n *narrator) Observe(e fulfill.Event) {
 	n.mu.Unlock()
 }
 
-// ObserveApproval is the elicitor's observer: each step with a human
-// becomes a line of the proposal's journey.
+// ObserveApproval observes the escalations (elicit.Config.Observer):
+// each step with a human becomes a line of the proposal's journey.
 func (n *narrator) ObserveApproval(e elicit.Event) {
 	line := n.describeApproval(e)
 	n.mu.Lock()
@@ -59,7 +59,7 @@ func (n *narrator) ObserveApproval(e elicit.Event) {
 	n.mu.Unlock()
 }
 
-// opened reports whether the elicitor opened an escalation for id: the
+// opened reports whether an escalation opened for id: the
 // notifier then sends its prompt.opened and, in the end, prompt.ended.
 func (n *narrator) opened(id string) bool {
 	n.mu.Lock()
@@ -72,7 +72,7 @@ func (n *narrator) opened(id string) bool {
 	return false
 }
 
-// waitApprovals waits until count elicitor events of kind were seen for id.
+// waitApprovals waits until count escalation events of kind were seen for id.
 func (n *narrator) waitApprovals(ctx context.Context, id string, kind elicit.EventKind, count int) {
 	for {
 		n.mu.Lock()

@@ -59,7 +59,7 @@ func compact(t *testing.T, body string) string {
 }
 
 // TestOperatorCancelsPendingEscalation runs a real space, agent, policy
-// engine, elicitor and fulfiller behind the ops handler: a proposal
+// engine and fulfiller (asking through elicit) behind the ops handler: a proposal
 // escalated to a human who never answers is listed, shown and cancelled
 // over HTTP, and its proposer receives the reject; the metrics follow.
 func TestOperatorCancelsPendingEscalation(t *testing.T) {
@@ -101,12 +101,8 @@ func TestOperatorCancelsPendingEscalation(t *testing.T) {
 		t.Fatalf("readyz before wiring: %d %s", code, body)
 	}
 
-	el := elicit.New(fc, elicit.Config{DefaultApprovers: []string{"alice"}, Observer: m.ObserveApproval})
-	answers := fc.Subscribe(agent.SubscribeOptions{Kinds: []string{agent.KindResponse}, Buffer: 64})
-	elDone := make(chan struct{})
-	elCtx, stopEl := context.WithCancel(context.Background())
-	go func() { defer close(elDone); _ = el.Run(elCtx, answers.C()) }()
-	ful := fulfill.New(fc, engine, fulfill.Config{Escalator: el, Observer: m})
+	approvals := elicit.Config{Observer: m.ObserveApproval}.Approvals(fc.ID())
+	ful := fulfill.New(fc, engine, fulfill.Config{Approvals: approvals, Approvers: []string{"alice"}, Observer: m})
 	sub := fc.Subscribe(agent.SubscribeOptions{All: true, Buffer: 64})
 	fulCtx, stopFul := context.WithCancel(context.Background())
 	fulDone := make(chan struct{})
@@ -114,11 +110,7 @@ func TestOperatorCancelsPendingEscalation(t *testing.T) {
 	defer func() {
 		stopFul()
 		<-fulDone
-		el.Close()
-		stopEl()
-		<-elDone
 		sub.Close()
-		answers.Close()
 	}()
 	src.SetGateway(fc)
 	src.SetPolicy(engine)

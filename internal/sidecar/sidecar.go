@@ -80,7 +80,7 @@ type Config struct {
 
 	// Fulfill is the lifecycle's limits and timeouts (zero values:
 	// fulfill's defaults, which are run's flag defaults except
-	// StatusChats, on in run). The sidecar sets its SpaceID, Escalator,
+	// StatusChats, on in run). The sidecar sets its SpaceID, Approvals,
 	// Observer, Logger, Store, Grants, Shadow, ShadowTimeout
 	// (Policy.Timeout) and ToolMetadata, and its Approvers when nil
 	// (Approvers).

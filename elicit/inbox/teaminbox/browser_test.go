@@ -125,15 +125,12 @@ func (w *world) startFulfillerWith(policyText string) *spacetestProposer {
 		t.Fatal(err)
 	}
 	fc := spacetest.Join(t, w.ctx, w.srv, "fulfiller", "fulfiller-token")
-	el := elicit.New(fc, elicit.Config{Keys: keys.Ed25519, Passkeys: keys.Passkeys, Observer: w.observe})
-	elSub := fc.Subscribe(agent.SubscribeOptions{Kinds: elicit.Kinds})
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Escalator: el, DiscoverySettle: time.Millisecond})
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Approvals: elicit.Config{Keys: keys.Ed25519, Passkeys: keys.Passkeys, Observer: w.observe}.Approvals("fulfiller"), DiscoverySettle: time.Millisecond})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	ctx, cancel := context.WithCancel(w.ctx)
-	fulDone, elDone := make(chan struct{}), make(chan struct{})
+	fulDone := make(chan struct{})
 	go func() { defer close(fulDone); _ = ful.Run(ctx, fulSub.C()) }()
-	go func() { defer close(elDone); _ = el.Run(ctx, elSub.C()) }()
-	t.Cleanup(func() { cancel(); <-fulDone; el.Close(); elSub.Close(); <-elDone })
+	t.Cleanup(func() { cancel(); <-fulDone })
 	poll.Until(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
 	return &spacetestProposer{w: w, c: spacetest.Join(t, w.ctx, w.srv, "coder", "coder-token")}
 }
