@@ -820,7 +820,11 @@ func (s *step) then(e *entry, w pendingWrite) {
 			return
 		}
 		approvers := escOf(e.p).Approvers
-		s.log(e, "escalated", func(l *Line) { l.By, l.Deadline, l.Ahead = approvers, e.p.Deadline, true })
+		// The policy's message is what the humans are asked about: the
+		// line says it too (docs/operations.md, the decision log).
+		s.log(e, "escalated", func(l *Line) {
+			l.By, l.Message, l.Deadline, l.Ahead = approvers, e.p.Decision.Message, e.p.Deadline, true
+		})
 		d := *e.p.Decision
 		st := Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline, Decision: &d}
 		// The proposer is told before the prompts go out: they are

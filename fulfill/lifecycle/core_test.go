@@ -690,10 +690,10 @@ func TestUnloggedLineFailsClosed(t *testing.T) {
 	}
 	same(t, kinds(c.Step(t0, Stored{ID: "p1", Seq: only[Write](t, effs).Seq, Rev: 3})), []string{"SendReject"})
 
-	w = admitted(t, c, "p2", Decision{Action: Escalate})
+	w = admitted(t, c, "p2", Decision{Action: Escalate, Message: "write_file targets production"})
 	effs = c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 2})
-	if l := logs(effs); len(l) != 1 || l[0].Stage != "escalated" || !l[0].Ahead {
-		t.Fatalf("escalated line %+v, want one written ahead", l)
+	if l := logs(effs); len(l) != 1 || l[0].Stage != "escalated" || !l[0].Ahead || l[0].Message != "write_file targets production" {
+		t.Fatalf("escalated line %+v, want one written ahead with the policy's message", l)
 	}
 	effs = c.Step(t0, Unlogged{ID: "p2", Stage: "escalated"})
 	same(t, kinds(effs), []string{"write answered"})
