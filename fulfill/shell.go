@@ -178,6 +178,10 @@ func coreConfig(cfg Config) lifecycle.Config {
 	return c
 }
 
+// Handoffs reports the goroutine hand-offs of the core's loop and the
+// proposals it read (lifecycle.Loop.Handoffs), for the bench.
+func (s *Fulfiller) Handoffs() (handoffs, proposals int64) { return s.loop.Handoffs() }
+
 // post hands the loop an event; it gives up only when the shell stops.
 func (s *Fulfiller) post(ev lifecycle.Event) {
 	if err := s.loop.Post(s.base, ev); err != nil {

@@ -105,7 +105,11 @@ type Loop struct {
 	batches chan []Event
 	stopped chan struct{} // closed when Run returns
 	live    atomic.Int64  // Core.Live after the last step
-	idle    chan func()   // handed to a worker waiting for work (see work)
+	// handoffs counts the goroutine hand-offs (Handoffs); proposals the
+	// proposals read (Proposed events).
+	handoffs  atomic.Int64
+	proposals atomic.Int64
+	idle      chan func() // handed to a worker waiting for work (see work)
 
 	// Touched by Run's goroutine only.
 	lanes    map[string]*lane
@@ -186,6 +190,17 @@ func (l *Loop) Do(ctx context.Context, fn func(*Core)) error {
 	return nil
 }
 
+// Handoffs reports how many times work crossed between goroutines
+// (an event posted to the loop from another, an effect handed to a
+// worker, a worker's result back, a Do's question and its answer) and how
+// many proposals the loop read: each hand-off costs a wake-up and a trip
+// through the scheduler, what a lock-based build did not pay, so their
+// ratio is the engine's overhead per proposal (fulfiller bench reports
+// it).
+func (l *Loop) Handoffs() (handoffs, proposals int64) {
+	return l.handoffs.Load(), l.proposals.Load()
+}
+
 // ErrStopped: the loop is not running.
 var ErrStopped = errors.New("lifecycle: loop stopped")
 
@@ -219,13 +234,16 @@ func (l *Loop) Run(ctx context.Context) error {
 	for {
 		select {
 		case ev := <-l.in:
+			l.handoffs.Add(1)
 			if f, ok := ev.(Fired); ok {
 				l.fired(f)
 			}
 			l.step(ctx, ev)
 		case q := <-l.queries:
+			l.handoffs.Add(2) // the question, and the answer the caller waits for
 			q(l.core)
 		case evs := <-l.batches:
+			l.handoffs.Add(1)
 			var touched []string
 			for _, ev := range evs {
 				touched = append(touched, l.apply(ctx, ev)...)
@@ -234,6 +252,7 @@ func (l *Loop) Run(ctx context.Context) error {
 				l.dispatch(ctx, id)
 			}
 		case d := <-l.done:
+			l.handoffs.Add(1)
 			ln := l.lanes[d.id]
 			ln.running = false
 			if d.result != nil {
@@ -279,6 +298,9 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 		l.unlogged(u.ID)
 	}
 	now := l.clock.Now()
+	if _, ok := ev.(Proposed); ok {
+		l.proposals.Add(1)
+	}
 	effs := l.core.Step(now, ev)
 	for _, id := range l.core.forgotten {
 		l.unschedule(id) // before the Schedules of a record that replaced it
@@ -346,6 +368,7 @@ const workerIdle = 2 * time.Second
 // fulfiller's CPU growing stacks (runtime.newstack, in the bench's
 // profile). Workers end with ctx; Run waits for them.
 func (l *Loop) work(ctx context.Context, f func()) {
+	l.handoffs.Add(1)
 	select {
 	case l.idle <- f:
 		return
