@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -450,12 +451,12 @@ func TestLoopPostAllAppliesBackToBack(t *testing.T) {
 // is handed over with an error, never dropped: with ErrEnded after a
 // CancelAsk (the prompt is not sent after the proposal's end), with
 // ErrConflict after a release (another member holds the record). Run is
-// not started: each lane carries out its first effect and keeps the
-// rest, which the test reads.
+// not started, and the wire's Ask waits for the end: each lane's worker
+// stays in its Ask and keeps the rest, which the test reads.
 func TestLoopAnswersEveryAckedOnce(t *testing.T) {
 	core := New(Config{Member: "m1", MaxPending: 10, MaxInflight: 4, PendingTTL: time.Minute, FulfillTimeout: 30 * time.Second,
 		ApprovalTimeout: time.Minute, RetryAfter: time.Millisecond, Approvers: []string{"alice"}, Escalator: true}, &counterIDs{})
-	loop := NewLoop(core, clocktest.New(t0), newMemStore("m1"), &chanWire{sent: make(chan string, 16)}, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID} }), nopJournal{}, time.Millisecond)
+	loop := NewLoop(core, clocktest.New(t0), newMemStore("m1"), askHoldWire{&chanWire{sent: make(chan string, 16)}}, policyFunc(func(x Decide) Decided { return Decided{ID: x.ID} }), nopJournal{}, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() { cancel(); loop.wg.Wait() }()
 	// pending returns the Acked waiting in id's lane, after the prompt
@@ -467,22 +468,22 @@ func TestLoopAnswersEveryAckedOnce(t *testing.T) {
 		loop.step(ctx, Resumed{Records: []Proposal{rec}, How: "restart"})
 		loop.step(ctx, PromptRecorded{ID: id, Token: token, Round: core.props[id].round, Prompt: Prompt{Approver: "alice", EnvelopeID: fmt.Sprintf("x%d", token)}})
 		var w Write
-		for _, e := range loop.lanes[id].effs {
+		for _, e := range laneOf(loop, id) {
 			if x, ok := e.(Write); ok {
 				w = x
 			}
 		}
 		loop.step(ctx, Stored{ID: id, Seq: w.Seq, Rev: 2})
-		return ackedIn(loop.lanes[id].effs)
+		return ackedIn(laneOf(loop, id))
 	}
 	if got := pending("p1", 1); len(got) != 1 || got[0].Token != 1 || got[0].Err != nil {
 		t.Fatalf("waiting %+v, want token 1 recorded", got)
 	}
 	loop.step(ctx, WithdrawnBy{ID: "p1", From: "coder"})
-	if got := ackedIn(loop.lanes["p1"].effs); len(got) != 1 || got[0].Token != 1 || got[0].Err != ErrEnded {
+	if got := ackedIn(laneOf(loop, "p1")); len(got) != 1 || got[0].Token != 1 || got[0].Err != ErrEnded {
 		t.Fatalf("after the withdrawal %+v, want token 1 with ErrEnded", got)
 	}
-	for _, e := range loop.lanes["p1"].effs {
+	for _, e := range laneOf(loop, "p1") {
 		if _, ok := e.(Ask); ok {
 			t.Fatal("the Ask is still to be carried out after the withdrawal")
 		}
@@ -493,9 +494,25 @@ func TestLoopAnswersEveryAckedOnce(t *testing.T) {
 	}
 	loop.release("p2")
 	loop.step(ctx, Released{ID: "p2"})
-	if got := ackedIn(loop.lanes["p2"].effs); len(got) != 1 || got[0].Token != 2 || got[0].Err != ErrConflict {
+	if got := ackedIn(laneOf(loop, "p2")); len(got) != 1 || got[0].Token != 2 || got[0].Err != ErrConflict {
 		t.Fatalf("after the release %+v, want token 2 with ErrConflict", got)
 	}
+}
+
+// askHoldWire is a chanWire whose Ask returns only when its context ends.
+type askHoldWire struct{ *chanWire }
+
+func (askHoldWire) Ask(ctx context.Context, _ Ask) { <-ctx.Done() }
+
+// laneOf is a copy of the effects waiting in proposal id's lane.
+func laneOf(l *Loop, id string) []Effect {
+	ln := l.lanes[id]
+	if ln == nil {
+		return nil
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return slices.Clone(ln.effs)
 }
 
 func ackedIn(effs []Effect) []Acked {
