@@ -168,6 +168,7 @@ func coreConfig(cfg Config) lifecycle.Config {
 		UnloggedMessage:        auditFailedMessage,
 		Escalator:              cfg.Approvals == nil,
 		Alone:                  !cfg.Store.Shared(),
+		ReserveIDs:             reservedIDs,
 	}
 	if a := cfg.Approvals; a != nil {
 		c.Keys, c.OfferGrants = a.Keys, a.OfferGrants

@@ -71,6 +71,13 @@ type ApproverChannel interface {
 	CreateGrant(ctx context.Context, g CreateGrant)
 }
 
+// IDReserver hands out JSON-RPC ids ahead (ReserveIDs): n ids never
+// handed out before, or an error (the store is unavailable: the Loop
+// tries again). The Wire of a Core with Config.ReserveIDs must be one.
+type IDReserver interface {
+	ReserveIDs(ctx context.Context, n int) ([]int64, error)
+}
+
 // Policy decides (the policy and routing). It never fails: an error is a
 // fail-closed reject decision.
 type Policy interface {
@@ -267,6 +274,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.wg.Wait()
 	}()
+	// The first JSON-RPC ids are asked for now (Config.ReserveIDs),
+	// not when the first request needs one.
+	l.step(ctx, IDsReserved{})
 	// This member's records from before are read beside the events, not
 	// before them: a slow store at start must not stop the frames (the
 	// core takes a record of a proposal it ended meanwhile as stale).
@@ -370,6 +380,10 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 			l.schedule(ctx, s, now)
 			continue
 		}
+		if r, ok := e.(ReserveIDs); ok {
+			l.reserve(ctx, r)
+			continue
+		}
 		if lg, ok := e.(Log); ok && lg.Line.Stage == "ignored" && !lg.Line.Ahead {
 			// A frame set aside changes nothing the proposal's effects
 			// do: its line is written now, not behind them (a replay
@@ -419,6 +433,30 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 // (and ignores one the proposal no longer waits for).
 func (l *Loop) decide(ctx context.Context, d Decide) {
 	_ = l.Post(ctx, l.policy.Decide(ctx, d))
+}
+
+// reserve reserves r.N JSON-RPC ids on a worker, tried until it is made
+// (or ctx ends), and posts them (IDsReserved): the store's compare-and-set
+// that a block of ids may need is never waited for in Step.
+func (l *Loop) reserve(ctx context.Context, r ReserveIDs) {
+	res, ok := l.wire.(IDReserver)
+	if !ok {
+		panic("lifecycle: Config.ReserveIDs with a Wire that is no IDReserver")
+	}
+	l.work(ctx, func() {
+		for {
+			ids, err := res.ReserveIDs(ctx, r.N)
+			if err == nil {
+				_ = l.Post(ctx, IDsReserved{IDs: ids})
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(l.retry):
+			}
+		}
+	})
 }
 
 // workerIdle is how long a worker waits for more work before it ends.
