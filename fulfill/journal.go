@@ -64,19 +64,16 @@ func newJournal(obs Observer, log *slog.Logger) *journal {
 	return &journal{obs: obs, log: log, records: hasRecorder(obs), ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, tried: map[string]bool{}, resent: map[string]bool{}, waiters: map[string][]lineWaiter{}}
 }
 
-// Immediate implements lifecycle.Immediate: a line only observed (not
-// written ahead, or with no Recorder to write it) returns at once, as
-// Observe must (Observer), so the core's loop writes it itself; a line a
-// Recorder writes ahead may wait for the disk, on a worker.
+// Immediate implements lifecycle.Immediate: with no Recorder among the
+// observers a line is only observed, and returns at once as Observe must
+// (Observer), so the core's loop writes it itself. With one (the
+// decision log), every line stays on a worker: the log's Observe waits
+// once its backlog is full (a slow disk slows the fulfiller down), and
+// that wait must hold up the proposal's lane, never the loop's timers,
+// withdrawals and answers.
 func (j *journal) Immediate(e lifecycle.Effect) bool {
-	l, ok := e.(lifecycle.Log)
-	if !ok {
-		return false
-	}
-	if l.Line.Stage == string(StageDecided) || !writtenAhead(Stage(l.Line.Stage)) {
-		return true
-	}
-	return !j.records
+	_, ok := e.(lifecycle.Log)
+	return ok && !j.records
 }
 
 // hasRecorder reports whether obs writes lines ahead (a Recorder, or
