@@ -8,7 +8,8 @@
 // transition function (state + event → effects) that owns every pending
 // proposal of this member; one goroutine (lifecycle.Loop) applies its
 // events. Nobody keeps a second copy: the reader, the operator API and
-// metrics ask the loop (Loop.Do), and everything that happens to a
+// metrics ask the loop (Loop.Do; the reader places a response with
+// Loop.Match, in one hand-off), and everything that happens to a
 // proposal reaches the core as an event — frames read (shellframes.go),
 // timers on Config.Clock, store results, the policy's answers, the
 // approvers' answers, withdrawals, group changes and the operator's

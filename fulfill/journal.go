@@ -26,6 +26,8 @@ type journal struct {
 	// peers are the fellow fulfillers (--peer-fulfillers): a proposal
 	// they supersede is the expected division of work.
 	peers []string
+	// records: some observer is a Recorder, whose Record may wait.
+	records bool
 
 	mu sync.Mutex
 	// ahead are the lines written ahead whose envelope is not written
@@ -59,7 +61,34 @@ const recentLines = 4096
 
 func newJournal(obs Observer, log *slog.Logger) *journal {
 	recent, _ := lru.New[string, Event](recentLines)
-	return &journal{obs: obs, log: log, ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, tried: map[string]bool{}, resent: map[string]bool{}, waiters: map[string][]lineWaiter{}}
+	return &journal{obs: obs, log: log, records: hasRecorder(obs), ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, tried: map[string]bool{}, resent: map[string]bool{}, waiters: map[string][]lineWaiter{}}
+}
+
+// Immediate implements lifecycle.Immediate: with no Recorder among the
+// observers a line is only observed, and returns at once as Observe must
+// (Observer), so the core's loop writes it itself. With one (the
+// decision log), every line stays on a worker: the log's Observe waits
+// once its backlog is full (a slow disk slows the fulfiller down), and
+// that wait must hold up the proposal's lane, never the loop's timers,
+// withdrawals and answers.
+func (j *journal) Immediate(e lifecycle.Effect) bool {
+	_, ok := e.(lifecycle.Log)
+	return ok && !j.records
+}
+
+// hasRecorder reports whether obs writes lines ahead (a Recorder, or
+// Observers holding one).
+func hasRecorder(obs Observer) bool {
+	if os, ok := obs.(Observers); ok {
+		for _, o := range os {
+			if hasRecorder(o) {
+				return true
+			}
+		}
+		return false
+	}
+	_, ok := obs.(Recorder)
+	return ok
 }
 
 // writtenAhead are the stages whose line is written ahead of the

@@ -60,6 +60,16 @@ type recordStore struct {
 
 var _ lifecycle.Store = (*recordStore)(nil)
 
+// Immediate implements lifecycle.Immediate: a store in this process
+// (state.Local, InProcess) writes without I/O, so the core's loop writes
+// its records itself rather than handing each write to a worker and its
+// result back.
+func (s *recordStore) Immediate(e lifecycle.Effect) bool {
+	_, write := e.(lifecycle.Write)
+	ip, ok := s.st.(interface{ InProcess() bool })
+	return write && ok && ip.InProcess()
+}
+
 // newRecordStore makes the lifecycle's Store over st. pendingTTL and
 // fulfillTimeout are fulfill's Config.PendingTTL and FulfillTimeout: a
 // record written before records carried their deadline is given

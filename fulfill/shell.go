@@ -166,6 +166,7 @@ func coreConfig(cfg Config) lifecycle.Config {
 		Approvers:              cfg.Approvers,
 		UnloggedMessage:        auditFailedMessage,
 		Alone:                  !cfg.Store.Shared(),
+		ReserveIDs:             reservedIDs,
 	}
 	if a := cfg.Approvals; a != nil {
 		c.Keys, c.OfferGrants = a.Keys, a.OfferGrants
@@ -175,6 +176,10 @@ func coreConfig(cfg Config) lifecycle.Config {
 	}
 	return c
 }
+
+// Handoffs reports the goroutine hand-offs of the core's loop and the
+// proposals it read (lifecycle.Loop.Handoffs), for the bench.
+func (s *Fulfiller) Handoffs() (handoffs, proposals int64) { return s.loop.Handoffs() }
 
 // post hands the loop an event; it gives up only when the shell stops.
 func (s *Fulfiller) post(ev lifecycle.Event) {

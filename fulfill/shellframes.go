@@ -175,30 +175,39 @@ func (s *Fulfiller) onWithdraw(env agent.Envelope) {
 // requests. The gateway does not authenticate from: the core takes only
 // the target's answer, with the request's JSON-RPC id or none (rule 12);
 // a second, different answer to a request already answered means one of
-// them was forged (checkAnswered).
+// them was forged (checkAnswered). The response is placed on the loop's
+// goroutine (Loop.Match: one hand-off, the reader does not wait for the
+// loop), by matchResponse.
 func (s *Fulfiller) onResponse(env agent.Envelope) {
 	cid := env.CorrelationID.First()
 	if s.catalog.observe(s.base, env) {
 		return // an answer to our discovery
 	}
-	var p lifecycle.Proposal
-	var ok bool
-	if !s.ask(s.base, func(c *lifecycle.Core) { p, ok = c.ByRequest(cid) }) {
-		return
+	if err := s.loop.Match(s.base, func(c *lifecycle.Core) []lifecycle.Event { return s.matchResponse(c, cid, env) }); err != nil {
+		s.log.Debug("response not taken: stopping", "envelope", env.ID)
 	}
+}
+
+// matchResponse is onResponse on the loop's goroutine: the events that
+// response env to request cid makes for core c. What it does besides
+// returns at once (observers, the shell's leaf-locked caches), as
+// Loop.Match asks.
+func (s *Fulfiller) matchResponse(c *lifecycle.Core, cid string, env agent.Envelope) []lifecycle.Event {
+	p, ok := c.ByRequest(cid)
 	if !ok || p.Request == nil {
+		var out []lifecycle.Event
 		if a := s.cfg.Approvals; a != nil {
 			// An approver's answer to one of the core's prompts, maybe:
 			// the core matches it (and drops what is not one), under
 			// the keys in force now.
 			if a.CurrentKeys != nil {
-				s.post(lifecycle.KeysChanged{Keys: a.CurrentKeys()})
+				out = append(out, lifecycle.KeysChanged{Keys: a.CurrentKeys()})
 			}
-			s.post(answerOf(cid, env))
+			out = append(out, answerOf(cid, env))
 		}
 		s.peerResps.keep(cid, env)
 		s.checkAnswered(cid, env)
-		return
+		return out
 	}
 	r := lifecycle.Responded{RequestID: cid, From: env.From}
 	if env.From != p.Request.Target {
@@ -206,21 +215,19 @@ func (s *Fulfiller) onResponse(env agent.Envelope) {
 		// proposer may have taken it), once per proposal.
 		r.Payload = env.Payload
 		r.Message = fmt.Sprintf("response %s to fulfilment request %s came from %s, not %s", env.ID, cid, env.From, p.Request.Target)
-		s.post(r)
-		return
+		return []lifecycle.Event{r}
 	}
 	resp, err := agent.DecodeAnswer(env.Payload, strconv.AppendInt(nil, p.Request.RPCID, 10))
 	switch {
 	case errors.Is(err, agent.ErrWrongRPCID):
 		r.HasRPCID, r.RPCID = true, wrongRPCID(resp.ID, p.Request.RPCID)
 		r.Message = fmt.Sprintf("response %s to fulfilment request %s: %v", env.ID, cid, err)
-		s.post(r)
-		return
+		return []lifecycle.Event{r}
 	case err != nil:
 		s.emit(Event{Stage: StageIgnored, ProposalID: p.ID, DecisionID: p.DecisionID, Proposer: p.From, Method: p.Method, Tool: p.Tool,
 			Target: p.Request.Target, Reason: ReasonMalformedResponse, By: []string{env.From},
 			Message: fmt.Sprintf("response %s to fulfilment request %s: %v", env.ID, cid, err)})
-		return
+		return nil
 	}
 	if len(resp.ID) > 0 && string(resp.ID) != "null" {
 		r.HasRPCID, r.RPCID = true, p.Request.RPCID
@@ -237,7 +244,7 @@ func (s *Fulfiller) onResponse(env agent.Envelope) {
 	}
 	s.answered.Add(cid, &answeredResponse{ev: Event{ProposalID: p.ID, DecisionID: p.DecisionID, Proposer: p.From, Method: p.Method, Tool: p.Tool, Target: p.Request.Target},
 		target: p.Request.Target, response: env.ID, digest: sha256.Sum256(env.Payload)})
-	s.post(r)
+	return []lifecycle.Event{r}
 }
 
 // wrongRPCID is a JSON-RPC id the core can compare: the answer's when it

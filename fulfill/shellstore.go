@@ -81,6 +81,13 @@ func (o *ownWrites) Write(ctx context.Context, w lifecycle.Write) (uint64, error
 }
 
 // Owned implements lifecycle.Store.
+// Immediate is its store's (lifecycle.Immediate): the revisions kept
+// here are taken under leaf locks only.
+func (o *ownWrites) Immediate(e lifecycle.Effect) bool {
+	i, ok := o.Store.(lifecycle.Immediate)
+	return ok && i.Immediate(e)
+}
+
 func (o *ownWrites) Owned(ctx context.Context) ([]lifecycle.Proposal, error) {
 	recs, err := o.Store.Owned(ctx)
 	o.held(recs)

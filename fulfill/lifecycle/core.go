@@ -33,6 +33,10 @@ type Core struct {
 	// ended proposal's timer until then).
 	forgotten []string
 	seq       uint64 // of the last Write: unique, so a result finds its write
+	// rpcIDs are the JSON-RPC ids reserved and not used yet, next first
+	// (Config.ReserveIDs); reserving: a ReserveIDs is out.
+	rpcIDs    []int64
+	reserving bool
 	// groupPending and groupCap are the group's load as of the last
 	// GroupLoad: this member's open proposals then, plus its peers'.
 	groupPending, groupCap int
@@ -74,7 +78,11 @@ type entry struct {
 	reqSending bool
 	slot       bool
 	queued     bool
-	deciding   bool // a Decide is outstanding
+	// forIDs: queued only for want of a JSON-RPC id (Config.ReserveIDs),
+	// a slot free: a wait of a round trip to a worker, neither logged
+	// nor told to the proposer as a wait for a slot.
+	forIDs   bool
+	deciding bool // a Decide is outstanding
 	// decidedEarly: the Decided that came before the claim landed
 	// but could not be carried out as part of it (see claimHeld);
 	// taken once it lands.
@@ -237,7 +245,13 @@ func (c *Core) Step(now time.Time, ev Event) []Effect {
 	c.forgotten = c.forgotten[:0]
 	switch ev := ev.(type) {
 	case Proposed:
+		s.topUp()
 		s.proposed(ev)
+	case IDsReserved:
+		c.reserving = false
+		c.rpcIDs = append(c.rpcIDs, ev.IDs...)
+		s.topUp()
+		s.startQueued()
 	case Stored:
 		s.stored(ev)
 	case Decided:
@@ -499,7 +513,47 @@ func (e *entry) carrying() bool { return e.beforeDecided != nil }
 // one whose claim is slow to land would keep the turn of the proposals
 // behind it.
 func queues(c *Core, e *entry, ev Decided) bool {
-	return ev.Decision.Action == Fulfill && ev.Incapable == "" && !c.slots.free(e.p.From)
+	return ev.Decision.Action == Fulfill && ev.Incapable == "" && !c.canStart(e.p.From)
+}
+
+// canStart reports whether a fulfilment of proposer's may start now: a
+// slot is free and a JSON-RPC id is at hand for its request.
+func (c *Core) canStart(proposer string) bool {
+	return c.slots.free(proposer) && c.haveRPCID()
+}
+
+// haveRPCID reports whether an id is at hand without waiting: one
+// reserved, or every id from IDs.RPCID (no ReserveIDs).
+func (c *Core) haveRPCID() bool { return c.cfg.ReserveIDs == 0 || len(c.rpcIDs) > 0 }
+
+// rpcID hands out the next JSON-RPC id the core puts on the wire: a
+// reserved one (Config.ReserveIDs), the reservation topped up once half
+// are used. With none at hand (a reservation not back yet), a prompt or
+// a relay takes one from IDs.RPCID; a request never does: it waits
+// (canStart).
+func (s *step) rpcID() int64 {
+	c := s.c
+	if c.cfg.ReserveIDs == 0 {
+		return c.ids.RPCID()
+	}
+	defer s.topUp()
+	if len(c.rpcIDs) == 0 {
+		return c.ids.RPCID()
+	}
+	id := c.rpcIDs[0]
+	c.rpcIDs = c.rpcIDs[1:]
+	return id
+}
+
+// topUp asks for more JSON-RPC ids when half of a reservation is used,
+// unless a reservation is out.
+func (s *step) topUp() {
+	c := s.c
+	if c.cfg.ReserveIDs == 0 || c.reserving || len(c.rpcIDs) > c.cfg.ReserveIDs/2 {
+		return
+	}
+	c.reserving = true
+	s.emit(ReserveIDs{N: c.cfg.ReserveIDs})
 }
 
 // mergeable reports whether w can be written as part of the claim before
@@ -834,7 +888,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 		s.status(e, st)
 		s.opened(e, false)
 	case thenQueued:
-		if e.outcome == Open && e.p.Phase == Queued {
+		if e.outcome == Open && e.p.Phase == Queued && !e.forIDs {
 			s.status(e, Status{Stage: StatusQueued})
 		}
 	case thenPrompts:
@@ -1034,7 +1088,7 @@ func (s *step) giveSlot(e *entry) {
 // queued proposers in turn.
 func (s *step) startQueued() {
 	c := s.c
-	for !c.closing {
+	for !c.closing && c.haveRPCID() {
 		id, ok := c.slots.next(func(id string) bool {
 			e, ok := c.props[id]
 			return ok && e.outcome == Open && e.queued
@@ -1043,7 +1097,7 @@ func (s *step) startQueued() {
 			return
 		}
 		e := c.props[id]
-		e.queued = false
+		e.queued, e.forIDs = false, false
 		s.startRequest(e)
 	}
 }
@@ -1244,7 +1298,7 @@ func (s *step) commitRelay(e *entry, taskID string, result, rpcErr []byte) {
 	s.end(e, Fulfilled, "fulfilled")
 	p := e.p
 	p.Phase = Answered
-	p.Relay = &RelayRecord{EnvelopeID: s.c.ids.EnvelopeID(), RPCID: s.c.rpcID(), TaskID: taskID, Result: result, Error: rpcErr}
+	p.Relay = &RelayRecord{EnvelopeID: s.c.ids.EnvelopeID(), RPCID: s.rpcID(), TaskID: taskID, Result: result, Error: rpcErr}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenSendReject})
 }
 
@@ -1303,12 +1357,16 @@ func (s *step) commitFulfil(e *entry, target string, params []byte) {
 	if e.p.Decision != nil {
 		e.p.Decision.Target = target
 	}
-	if !c.slots.free(e.p.From) || c.closing {
+	if !c.canStart(e.p.From) || c.closing {
+		s.topUp()
 		e.p.Phase = Queued
 		e.p.Deadline = s.now.Add(c.cfg.PendingTTL)
 		e.queued = true
+		e.forIDs = c.slots.free(e.p.From) && !c.closing
 		c.slots.enqueue(e.p.From, e.p.ID)
-		s.log(e, "queued", nil)
+		if !e.forIDs {
+			s.log(e, "queued", nil)
+		}
 		// Nothing sent waits for it: a crash before it is durable
 		// resumes the proposal decided, or not yet (decided again).
 		s.queueWrite(e, pendingWrite{rec: e.p.clone(), then: thenQueued, soon: true})
@@ -1327,7 +1385,7 @@ func (s *step) startRequest(e *entry) {
 	c.slots.take(p.From)
 	target := p.Decision.Target
 	p.Phase = Fulfilling
-	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: c.rpcID(), Target: target, SentAt: s.now, Task: p.Decision.Task}
+	p.Request = &Request{EnvelopeID: c.ids.EnvelopeID(), RPCID: s.rpcID(), Target: target, SentAt: s.now, Task: p.Decision.Task}
 	p.Deadline = s.now.Add(c.cfg.FulfillTimeout)
 	c.byRequest[p.Request.EnvelopeID] = p.ID
 	if c.away[target] {

@@ -3,7 +3,10 @@
 // non-concurrent core in a thin shell) whose Step takes the time and one
 // event and returns the effects the shell must carry out. Step does no
 // I/O, starts no goroutine and reads no clock; ids come from an IDs the
-// shell gives it. Timers, store results, policy decisions, sends,
+// shell gives it, JSON-RPC ids (Config.ReserveIDs) from those the shell
+// reserved ahead (ReserveIDs, answered by IDsReserved; a request due
+// while none is at hand waits queued), so Step never waits for the
+// store's compare-and-set. Timers, store results, policy decisions, sends,
 // withdrawals, answers, adoption and shutdown are all events, so one
 // goroutine applying Step owns every pending proposal, and a seeded
 // simulator (sim_test.go) can drive it through crashes and restarts.
@@ -41,13 +44,13 @@
 // (operator), Resumed (restart, adoption, operator take), Released
 // (lease lost, record taken), ParticipantLeft and ParticipantJoined (the
 // tool owner's and the approvers' presence), GroupLoad (the group's
-// "busy", from the leases), Closing. Effects: Write (claim, claim
+// "busy", from the leases), Closing, IDsReserved. Effects: Write (claim, claim
 // without a record, update, delete; compare-and-set; Soon when nothing
 // sent waits for it), Reload, Decide (with the proposal and this
 // member's load), SendReject, SendRequest, SendRelay, SendCancel,
 // FollowTask, CancelTask, SendPrompt, CancelAsk, Human (a step with
 // the humans: the decision log, metrics, notifications), CreateGrant,
-// Status (status chats), Schedule, Log.
+// Status (status chats), Schedule, Log, ReserveIDs.
 //
 // Fulfilment slots (Config.MaxInflight) are shared among proposers: no
 // proposer holds more than
@@ -124,8 +127,14 @@
 // reason its approvers are told (withdrawn, superseded, "cancelled" for
 // an operator, a reject's reason, DropReason).
 // Loop (shell.go) is the shell: one goroutine steps the Core, each
-// proposal's effects run in order on a goroutine of their own and come
-// back as events, timers run on a Clock that tests control.
+// proposal's effects run in order, on a worker that runs them until one
+// reports an event (a proposal's lines and the send after them are one
+// trip), or on the loop's goroutine when they cannot wait (Immediate: an
+// in-process store's write, a line only observed); their results come
+// back as events, timers run on a Clock that tests control. A frame only
+// the core can place (a response) is placed on its goroutine (Match),
+// not asked about (Do) and then posted. Loop.Handoffs counts the
+// goroutine hand-offs (fulfiller bench reports them per proposal).
 //
 // # Exactly once, and the order of effects
 //

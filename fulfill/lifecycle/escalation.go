@@ -149,11 +149,9 @@ func (c *Core) online(a string) bool {
 	return !c.away[a]
 }
 
-// promptID and rpcID mint a prompt's ids (every JSON-RPC id the core
-// puts on the wire comes from rpcID).
+// promptID mints a prompt's envelope id (its JSON-RPC id comes from
+// step.rpcID, as every JSON-RPC id the core puts on the wire).
 func (c *Core) promptID() string { return c.ids.PromptID() }
-
-func (c *Core) rpcID() int64 { return c.ids.RPCID() }
 
 // human emits a step of e's escalation with its humans.
 func (s *step) human(e *entry, h Human) {
@@ -246,7 +244,7 @@ func (s *step) newPrompts(e *entry, approvers []string, chain []string) []string
 	first := len(p.Prompts)
 	var ids []string
 	for _, a := range approvers {
-		pr := Prompt{Approver: a, EnvelopeID: c.promptID(), RPCID: c.rpcID(), Chain: chain, Sent: s.now.UTC(),
+		pr := Prompt{Approver: a, EnvelopeID: c.promptID(), RPCID: s.rpcID(), Chain: chain, Sent: s.now.UTC(),
 			Signed: c.keys != nil && c.keys.Has(a)}
 		p.Prompts = append(p.Prompts, pr)
 		c.byPrompt[pr.EnvelopeID] = p.ID

@@ -188,6 +188,12 @@ type Refused struct{ ID, EnvelopeID string }
 // request recorded but never written is never sent, nor cancelled.
 type Unlogged struct{ ID, Stage string }
 
+// IDsReserved: JSON-RPC ids the shell reserved for the core (ReserveIDs),
+// none handed out before, in the order to use them. The Loop steps one
+// with none as it starts, so that the first reservation is asked for
+// before the first proposal needs it.
+type IDsReserved struct{ IDs []int64 }
+
 // Resumed hands the core records from the store: its own at start, or a
 // lapsed member's it adopted.
 type Resumed struct {
@@ -255,6 +261,7 @@ type ParticipantJoined struct {
 type GroupLoad struct{ Peers, Capacity int }
 
 func (Proposed) event()          {}
+func (IDsReserved) event()       {}
 func (Stored) event()            {}
 func (Decided) event()           {}
 func (Sent) event()              {}
@@ -441,6 +448,12 @@ type Status struct {
 	TaskStatus string
 }
 
+// ReserveIDs asks the shell for N JSON-RPC ids (Config.ReserveIDs),
+// answered by IDsReserved; a reservation that fails is tried again until
+// it is made. It belongs to no proposal: the Loop carries it out beside
+// the lanes.
+type ReserveIDs struct{ N int }
+
 // Schedule asks for a Fired at At.
 type Schedule struct {
 	ID   string
@@ -587,6 +600,7 @@ type CreateGrant struct {
 }
 
 func (Write) effect()       {}
+func (ReserveIDs) effect()  {}
 func (Decide) effect()      {}
 func (Reload) effect()      {}
 func (SendReject) effect()  {}

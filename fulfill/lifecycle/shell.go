@@ -67,6 +67,13 @@ type ApproverChannel interface {
 	CreateGrant(ctx context.Context, g CreateGrant)
 }
 
+// IDReserver hands out JSON-RPC ids ahead (ReserveIDs): n ids never
+// handed out before, or an error (the store is unavailable: the Loop
+// tries again). The Wire of a Core with Config.ReserveIDs must be one.
+type IDReserver interface {
+	ReserveIDs(ctx context.Context, n int) ([]int64, error)
+}
+
 // Policy decides (the policy and routing). It never fails: an error is a
 // fail-closed reject decision.
 type Policy interface {
@@ -81,9 +88,21 @@ type Journal interface {
 	Log(ctx context.Context, l Line) error
 }
 
+// Immediate is implemented by a Store or a Journal some of whose
+// effects return at once (no I/O, no wait: an in-process store's write,
+// a decision-log line only observed): the Loop carries such an effect
+// out on its own goroutine when it is next in its proposal's lane, and
+// applies its result at once, instead of handing it to a worker and the
+// result back (two goroutine hand-offs, which cost more than the effect).
+type Immediate interface {
+	Immediate(e Effect) bool
+}
+
 // Loop is the thin shell around a Core: one goroutine applies Step to
-// every event, in order; each proposal's effects are carried out on a
-// goroutine of their own, one after the other, and their results come
+// every event, in order; each proposal's effects are carried out in
+// order, on a worker while they may wait (one worker runs a proposal's
+// effects one after the other until one reports an event) and on the
+// loop's goroutine when they cannot (Immediate), and their results come
 // back as events. Timers post Fired. Make one with NewLoop, feed it with
 // Post and run it with Run.
 type Loop struct {
@@ -98,10 +117,15 @@ type Loop struct {
 	in      chan Event
 	done    chan laneDone
 	queries chan func(*Core)
+	matches chan func(*Core) []Event
 	batches chan []Event
 	stopped chan struct{} // closed when Run returns
 	live    atomic.Int64  // Core.Live after the last step
-	idle    chan func()   // handed to a worker waiting for work (see work)
+	// handoffs counts the goroutine hand-offs (Handoffs); proposals the
+	// proposals read (Proposed events).
+	handoffs  atomic.Int64
+	proposals atomic.Int64
+	idle      chan func() // handed to a worker waiting for work (see work)
 
 	// Touched by Run's goroutine only.
 	lanes    map[string]*lane
@@ -110,16 +134,28 @@ type Loop struct {
 	wg       sync.WaitGroup
 
 	// followers stop the task followers, by proposal; touched by the
-	// lanes' goroutines (FollowTask, CancelTask).
+	// lanes' goroutines (FollowTask, CancelTask). idleLanes are the
+	// lanes a worker left empty, for Run's goroutine to forget (sweep);
+	// nIdle counts them, so that Run looks without taking mu.
 	mu        sync.Mutex
 	followers map[string]*follower
+	idleLanes []string
+	nIdle     atomic.Int32
+
+	// The store's and the journal's Immediate, when they have one.
+	storeNow, journalNow Immediate
 }
 
 type follower struct{ stop context.CancelFunc }
 
+// lane is one proposal's effects not carried out yet. The map of lanes
+// is Run's; a lane's effects and running are shared with the worker that
+// runs it, under mu: a worker takes its effects one at a time, so a
+// prune (Released, CancelAsk, Unlogged) drops exactly those not begun.
 type lane struct {
+	mu      sync.Mutex
 	effs    []Effect
-	running bool
+	running bool // a worker runs the lane (it reports on done, or leaves it idle)
 }
 
 type laneDone struct {
@@ -130,9 +166,12 @@ type laneDone struct {
 // NewLoop makes a Loop for core. retry is how long a failed Reload or
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
-	return &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		in: make(chan Event), done: make(chan laneDone, 64), queries: make(chan func(*Core)), idle: make(chan func()), batches: make(chan []Event), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
+	l := &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
+		in: make(chan Event), done: make(chan laneDone, 64), queries: make(chan func(*Core)), matches: make(chan func(*Core) []Event), idle: make(chan func()), batches: make(chan []Event), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
 		followers: map[string]*follower{}}
+	l.storeNow, _ = store.(Immediate)
+	l.journalNow, _ = journal.(Immediate)
+	return l
 }
 
 // Post hands the loop an event (a frame read, a lease released, Closing).
@@ -164,6 +203,24 @@ func (l *Loop) PostAll(ctx context.Context, evs ...Event) error {
 	}
 }
 
+// Match hands the loop fn, which it calls with the Core on its goroutine
+// between two events, and applies the events fn returns at once, in
+// order: how the shell turns a frame only the core can place (a response,
+// found by its request's envelope id) into events in one hand-off, where
+// Do and then Post cost three. fn must only read the Core, and must not
+// block or call the Loop. Match returns once the loop has taken fn, and
+// gives up when ctx ends or Run has returned (ErrStopped).
+func (l *Loop) Match(ctx context.Context, fn func(*Core) []Event) error {
+	select {
+	case l.matches <- fn:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.stopped:
+		return ErrStopped
+	}
+}
+
 // Do calls fn with the Core on the loop's goroutine, between two events,
 // and returns once it has: how the shell reads the core (the operator
 // API's list, a proposal's state) without a second copy of it. fn must
@@ -180,6 +237,17 @@ func (l *Loop) Do(ctx context.Context, fn func(*Core)) error {
 	}
 	<-ran
 	return nil
+}
+
+// Handoffs reports how many times work crossed between goroutines
+// (an event posted to the loop from another, an effect handed to a
+// worker, a worker's result back, a Do's question and its answer) and how
+// many proposals the loop read: each hand-off costs a wake-up and a trip
+// through the scheduler, what a lock-based build did not pay, so their
+// ratio is the engine's overhead per proposal (fulfiller bench reports
+// it).
+func (l *Loop) Handoffs() (handoffs, proposals int64) {
+	return l.handoffs.Load(), l.proposals.Load()
 }
 
 // ErrStopped: the loop is not running.
@@ -202,6 +270,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.wg.Wait()
 	}()
+	// The first JSON-RPC ids are asked for now (Config.ReserveIDs),
+	// not when the first request needs one.
+	l.step(ctx, IDsReserved{})
 	// This member's records from before are read beside the events, not
 	// before them: a slow store at start must not stop the frames (the
 	// core takes a record of a proposal it ended meanwhile as stale).
@@ -213,15 +284,30 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 	}()
 	for {
+		if l.nIdle.Load() > 0 {
+			l.sweep()
+		}
 		select {
 		case ev := <-l.in:
+			l.handoffs.Add(1)
 			if f, ok := ev.(Fired); ok {
 				l.fired(f)
 			}
 			l.step(ctx, ev)
 		case q := <-l.queries:
+			l.handoffs.Add(2) // the question, and the answer the caller waits for
 			q(l.core)
+		case fn := <-l.matches:
+			l.handoffs.Add(1)
+			var touched []string
+			for _, ev := range fn(l.core) {
+				touched = append(touched, l.apply(ctx, ev)...)
+			}
+			for _, id := range touched {
+				l.dispatch(ctx, id)
+			}
 		case evs := <-l.batches:
+			l.handoffs.Add(1)
 			var touched []string
 			for _, ev := range evs {
 				touched = append(touched, l.apply(ctx, ev)...)
@@ -230,8 +316,11 @@ func (l *Loop) Run(ctx context.Context) error {
 				l.dispatch(ctx, id)
 			}
 		case d := <-l.done:
+			l.handoffs.Add(1)
 			ln := l.lanes[d.id]
+			ln.mu.Lock()
 			ln.running = false
+			ln.mu.Unlock()
 			if d.result != nil {
 				l.step(ctx, d.result)
 			}
@@ -275,6 +364,9 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 		l.unlogged(u.ID)
 	}
 	now := l.clock.Now()
+	if _, ok := ev.(Proposed); ok {
+		l.proposals.Add(1)
+	}
 	effs := l.core.Step(now, ev)
 	for _, id := range l.core.forgotten {
 		l.unschedule(id) // before the Schedules of a record that replaced it
@@ -282,6 +374,10 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 	for _, e := range effs {
 		if s, ok := e.(Schedule); ok {
 			l.schedule(ctx, s, now)
+			continue
+		}
+		if r, ok := e.(ReserveIDs); ok {
+			l.reserve(ctx, r)
 			continue
 		}
 		if lg, ok := e.(Log); ok && lg.Line.Stage == "ignored" && !lg.Line.Ahead {
@@ -297,6 +393,7 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 			ln = &lane{}
 			l.lanes[id] = ln
 		}
+		ln.mu.Lock()
 		if _, ok := e.(CancelAsk); ok {
 			// A prompt or a Status not yet carried out is dropped (see
 			// CancelAsk).
@@ -309,6 +406,7 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 			})
 		}
 		ln.effs = append(ln.effs, e)
+		ln.mu.Unlock()
 		touched = append(touched, id)
 	}
 	l.live.Store(int64(l.core.Live()))
@@ -318,12 +416,37 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 // decide asks the policy beside the proposal's lane: it starts in the
 // lane's order (after the lines before it), but an evaluation may take as
 // long as the policy's timeout, and what else happens to the proposal
-// meanwhile (its withdrawal, its record's delete) must not wait for it.
+// meanwhile (its withdrawal, its record's delete) must not wait for it,
+// so runLane hands the lane on before it calls decide on its worker.
 // Nothing of the proposal waits in its lane for the answer either: the
 // core emits the effects that follow a decision once Decided comes back
 // (and ignores one the proposal no longer waits for).
 func (l *Loop) decide(ctx context.Context, d Decide) {
-	l.work(ctx, func() { _ = l.Post(ctx, l.policy.Decide(ctx, d)) })
+	_ = l.Post(ctx, l.policy.Decide(ctx, d))
+}
+
+// reserve reserves r.N JSON-RPC ids on a worker, tried until it is made
+// (or ctx ends), and posts them (IDsReserved): the store's compare-and-set
+// that a block of ids may need is never waited for in Step.
+func (l *Loop) reserve(ctx context.Context, r ReserveIDs) {
+	res, ok := l.wire.(IDReserver)
+	if !ok {
+		panic("lifecycle: Config.ReserveIDs with a Wire that is no IDReserver")
+	}
+	l.work(ctx, func() {
+		for {
+			ids, err := res.ReserveIDs(ctx, r.N)
+			if err == nil {
+				_ = l.Post(ctx, IDsReserved{IDs: ids})
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(l.retry):
+			}
+		}
+	})
 }
 
 // workerIdle is how long a worker waits for more work before it ends.
@@ -336,6 +459,7 @@ const workerIdle = 2 * time.Second
 // fulfiller's CPU growing stacks (runtime.newstack, in the bench's
 // profile). Workers end with ctx; Run waits for them.
 func (l *Loop) work(ctx context.Context, f func()) {
+	l.handoffs.Add(1)
 	select {
 	case l.idle <- f:
 		return
@@ -396,26 +520,121 @@ func (l *Loop) unschedule(id string) {
 	delete(l.timersOf, id)
 }
 
-// dispatch starts the next effect of a proposal's lane, if none runs.
+// dispatch carries out the effects at the head of proposal id's lane
+// that are Immediate, applying their results at once, and hands the rest
+// to a worker (runLane), unless one runs the lane already.
 func (l *Loop) dispatch(ctx context.Context, id string) {
-	ln := l.lanes[id]
-	if ln == nil || ln.running {
-		return
-	}
-	if len(ln.effs) == 0 {
-		delete(l.lanes, id)
-		return
-	}
-	e := ln.effs[0]
-	ln.effs = ln.effs[1:]
-	ln.running = true
-	l.work(ctx, func() {
-		res := l.carryOut(ctx, e)
-		select {
-		case l.done <- laneDone{id: id, result: res}:
-		case <-ctx.Done():
+	for {
+		ln := l.lanes[id]
+		if ln == nil {
+			return
 		}
-	})
+		ln.mu.Lock()
+		if ln.running {
+			ln.mu.Unlock()
+			return
+		}
+		if len(ln.effs) == 0 {
+			ln.mu.Unlock()
+			delete(l.lanes, id)
+			return
+		}
+		e := ln.effs[0]
+		if !l.immediate(e) {
+			ln.running = true
+			ln.mu.Unlock()
+			l.work(ctx, func() { l.runLane(ctx, id, ln) })
+			return
+		}
+		ln.effs = ln.effs[1:]
+		ln.mu.Unlock()
+		if res := l.carryOut(ctx, e); res != nil {
+			l.step(ctx, res) // which dispatches the lane again: the loop looks afresh
+		}
+	}
+}
+
+// immediate reports whether e returns at once (Immediate), so that Run's
+// goroutine carries it out.
+func (l *Loop) immediate(e Effect) bool {
+	switch e.(type) {
+	case Log:
+		return l.journalNow != nil && l.journalNow.Immediate(e)
+	case Write:
+		return l.storeNow != nil && l.storeNow.Immediate(e)
+	}
+	return false
+}
+
+// runLane carries out the effects of proposal id's lane in order, on a
+// worker, until one reports an event (handed to Run, which applies it and
+// dispatches the lane again) or none is left (the lane is left idle, for
+// Run to forget): a proposal's lines and the send they precede cost one
+// hand-off, not one each. A Decide hands the lane on before the policy is
+// asked (see decide).
+func (l *Loop) runLane(ctx context.Context, id string, ln *lane) {
+	for {
+		ln.mu.Lock()
+		if len(ln.effs) == 0 {
+			ln.running = false
+			ln.mu.Unlock()
+			l.laneIdle(id)
+			return
+		}
+		e := ln.effs[0]
+		ln.effs = ln.effs[1:]
+		if d, ok := e.(Decide); ok {
+			more := len(ln.effs) > 0
+			if !more {
+				ln.running = false
+			}
+			ln.mu.Unlock()
+			if more {
+				l.work(ctx, func() { l.runLane(ctx, id, ln) })
+			} else {
+				l.laneIdle(id)
+			}
+			l.decide(ctx, d)
+			return
+		}
+		ln.mu.Unlock()
+		if res := l.carryOut(ctx, e); res != nil {
+			select {
+			case l.done <- laneDone{id: id, result: res}:
+			case <-ctx.Done():
+			}
+			return
+		}
+	}
+}
+
+// laneIdle tells Run that a worker left proposal id's lane empty.
+func (l *Loop) laneIdle(id string) {
+	l.mu.Lock()
+	l.idleLanes = append(l.idleLanes, id)
+	l.mu.Unlock()
+	l.nIdle.Add(1)
+}
+
+// sweep forgets the lanes workers left empty (laneIdle) that are still
+// empty and idle: those of proposals whose last effects have run.
+func (l *Loop) sweep() {
+	l.mu.Lock()
+	ids := l.idleLanes
+	l.idleLanes = nil
+	l.nIdle.Store(0)
+	l.mu.Unlock()
+	for _, id := range ids {
+		ln := l.lanes[id]
+		if ln == nil {
+			continue
+		}
+		ln.mu.Lock()
+		if !ln.running && len(ln.effs) == 0 {
+			delete(l.lanes, id)
+		}
+		ln.mu.Unlock()
+	}
 }
 
 // carryOut does one effect and returns the event that reports it.
@@ -521,7 +740,9 @@ func (l *Loop) unfollow(id string) {
 // (see Released).
 func (l *Loop) release(id string) {
 	if ln := l.lanes[id]; ln != nil {
+		ln.mu.Lock()
 		ln.prune(func(Effect) bool { return true })
+		ln.mu.Unlock()
 	}
 }
 
@@ -532,6 +753,7 @@ func (l *Loop) release(id string) {
 // kept: it waits for their results.
 func (l *Loop) unlogged(id string) {
 	if ln := l.lanes[id]; ln != nil {
+		ln.mu.Lock()
 		ln.prune(func(q Effect) bool {
 			switch q.(type) {
 			case SendRequest, SendPrompt, Status:
@@ -539,12 +761,13 @@ func (l *Loop) unlogged(id string) {
 			}
 			return false
 		})
+		ln.mu.Unlock()
 	}
 }
 
 // prune drops the lane's effects not carried out yet that drop reports.
 // A CancelAsk, a Released and an Unlogged prune the proposal's lane,
-// each of what no longer happens.
+// each of what no longer happens. The caller holds ln.mu.
 func (ln *lane) prune(drop func(Effect) bool) {
 	kept := ln.effs[:0]
 	for _, e := range ln.effs {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -470,13 +471,13 @@ func TestLoopSendsNoPromptAfterTheEnd(t *testing.T) {
 			Decision: &Decision{Action: Escalate, Approvers: []string{"alice"}},
 			Prompts:  []Prompt{{Approver: "alice", EnvelopeID: "x-" + id, RPCID: 7, Payload: []byte(`{}`), Sent: t0}}}
 		loop.step(ctx, Resumed{Records: []Proposal{rec}, How: "restart"})
-		return promptsIn(loop.lanes[id].effs)
+		return promptsIn(laneOf(loop, id))
 	}
 	if got := resumed("p1"); len(got) != 1 || got[0].EnvelopeID != "x-p1" || !got[0].Again {
 		t.Fatalf("waiting %+v, want the prompt x-p1 asked again", got)
 	}
 	loop.step(ctx, WithdrawnBy{ID: "p1", From: "coder"})
-	if got := promptsIn(loop.lanes["p1"].effs); len(got) != 0 {
+	if got := promptsIn(laneOf(loop, "p1")); len(got) != 0 {
 		t.Fatalf("after the withdrawal %+v, want no prompt to send", got)
 	}
 
@@ -485,9 +486,20 @@ func TestLoopSendsNoPromptAfterTheEnd(t *testing.T) {
 	}
 	loop.release("p2")
 	loop.step(ctx, Released{ID: "p2"})
-	if got := promptsIn(loop.lanes["p2"].effs); len(got) != 0 {
+	if got := promptsIn(laneOf(loop, "p2")); len(got) != 0 {
 		t.Fatalf("after the release %+v, want no prompt to send", got)
 	}
+}
+
+// laneOf is a copy of the effects waiting in proposal id's lane.
+func laneOf(l *Loop, id string) []Effect {
+	ln := l.lanes[id]
+	if ln == nil {
+		return nil
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return slices.Clone(ln.effs)
 }
 
 func promptsIn(effs []Effect) []SendPrompt {

@@ -464,4 +464,12 @@ type Config struct {
 	// ClaimHold bounds how long a claim waits for its decision (Alone).
 	// 0: DefaultClaimHold.
 	ClaimHold time.Duration
+	// ReserveIDs is how many JSON-RPC ids the core asks the shell for at
+	// a time (ReserveIDs, answered by IDsReserved), again once half are
+	// used: the shell's ids come from blocks reserved in the store
+	// (compare-and-set), and Step must never wait for one. A fulfilment
+	// due while none is reserved waits in the queue of the fulfilment
+	// slots (phase Queued) until they come. 0: every id from IDs.RPCID,
+	// which must then return at once (the simulator's counter).
+	ReserveIDs int
 }

@@ -236,6 +236,11 @@ type Report struct {
 	// component.
 	ProfiledCPUSeconds float64 `json:"profiled_cpu_seconds,omitempty"`
 	ProfileError       string  `json:"profile_error,omitempty"`
+	// HandoffsPerProposal is how many times the fulfiller's work
+	// crossed between goroutines (lifecycle.Loop.Handoffs) in the same
+	// window, per proposal read: the engine's overhead beside the
+	// decision itself (issue 39 asks at most 8).
+	HandoffsPerProposal float64 `json:"handoffs_per_proposal,omitempty"`
 	// HeapProfileError says why Config.HeapProfile got no profile.
 	HeapProfileError string `json:"heap_profile_error,omitempty"`
 
@@ -644,6 +649,7 @@ func (w *world) drive(ctx context.Context) Report {
 	var prof bytes.Buffer
 	profErr := pprof.StartCPUProfile(&prof)
 	cpu0 := cpuTime()
+	hand0, props0 := w.sidecar.Fulfiller().Handoffs()
 	w.storeOps.reset()
 	t.start = time.Now()
 
@@ -745,6 +751,9 @@ func (w *world) drive(ctx context.Context) Report {
 	cpu := cpuTime() - cpu0
 	if profErr == nil {
 		pprof.StopCPUProfile()
+	}
+	if hand, props := w.sidecar.Fulfiller().Handoffs(); props > props0 {
+		rep.HandoffsPerProposal = float64(hand-hand0) / float64(props-props0)
 	}
 	if cfg.HeapProfile != nil {
 		// After the CPU time and profile, so that the collection it

@@ -42,6 +42,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.CPUShare != nil {
 		fmt.Fprintf(w, "fulfiller CPU per proposal: %.0f µs (%.0f%% of process CPU)\n", r.FulfillerCPUPerProposal, 100*r.CPUShare[ComponentFulfiller])
 		fmt.Fprintf(w, "  %.0f µs with its pro-rata part of the unlabelled runtime CPU (GC marking, scheduler)\n", r.FulfillerCPUProRata)
+		if r.HandoffsPerProposal > 0 {
+			fmt.Fprintf(w, "goroutine hand-offs per proposal: %.1f  (the fulfiller's core loop: events posted to it, effects to its workers and back)\n", r.HandoffsPerProposal)
+		}
 		fmt.Fprintf(w, "CPU by component %s  (pprof label %s; the profile sampled %.2fs of the %.2fs)\n",
 			shares(r.CPUShare), LabelKey, r.ProfiledCPUSeconds, r.CPUSeconds)
 	} else if r.ProfileError != "" {
