@@ -315,7 +315,7 @@ func (n *narrator) describe(e fulfill.Event) string {
 		if e.Task == nil {
 			return ""
 		}
-		return pad("task") + " " + n.paint(ansiYellow, fmt.Sprintf("%s runs it as MCP task %s (%s, spec %s), followed until %s", e.Target, short(e.Task.ID)+"…", e.Task.Status, e.Task.Spec, e.Task.Deadline.Local().Format("15:04:05")))
+		return pad("task") + " " + n.paint(ansiYellow, e.Target+" runs it as MCP task "+short(e.Task.ID)+"…"+taskDetails(*e.Task))
 	case fulfill.StageFulfilled:
 		if e.RPCError != nil {
 			return pad("fulfilled") + " " + n.paint(ansiRed, "tool error "+string(e.RPCError))
@@ -355,6 +355,27 @@ func (n *narrator) summary(results []result) {
 	}
 	tw.Flush()
 	fmt.Fprintf(n.out, "\n%d of %d proposals ended as the policy says.\n", ok, len(results))
+}
+
+// taskDetails is what is known of a task beyond its id: " (status, spec
+// S), followed until T", leaving out what is unknown rather than printing
+// it empty (a status line of a task resumed from an older record).
+func taskDetails(t fulfill.TaskInfo) string {
+	var parts []string
+	if t.Status != "" {
+		parts = append(parts, t.Status)
+	}
+	if t.Spec != "" {
+		parts = append(parts, "spec "+t.Spec)
+	}
+	s := ""
+	if len(parts) > 0 {
+		s = " (" + strings.Join(parts, ", ") + ")"
+	}
+	if !t.Deadline.IsZero() {
+		s += ", followed until " + t.Deadline.Local().Format("15:04:05")
+	}
+	return s
 }
 
 func pad(s string) string { return fmt.Sprintf("%-10s", s) }
