@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -169,25 +170,39 @@ func (n *narrator) waitStage(ctx context.Context, id string, stage fulfill.Stage
 
 func (n *narrator) waitTerminal(ctx context.Context, id string) {
 	n.waitFor(ctx, id, func(es []fulfill.Event) bool {
-		for _, e := range es {
-			switch e.Stage {
-			case fulfill.StageFulfilled, fulfill.StageRejected, fulfill.StageWithdrawn, fulfill.StageSuperseded:
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(es, func(e fulfill.Event) bool { return terminal(e.Stage) })
 	})
 }
 
-func (n *narrator) has(id string, stage fulfill.Stage) bool {
+// terminal reports whether stage ends a proposal.
+func terminal(stage fulfill.Stage) bool {
+	switch stage {
+	case fulfill.StageFulfilled, fulfill.StageRejected, fulfill.StageWithdrawn, fulfill.StageSuperseded:
+		return true
+	}
+	return false
+}
+
+// ended reports whether proposal id has ended.
+func (n *narrator) ended(id string) bool {
+	return n.outcome(id) != "not ended"
+}
+
+// outcome is how proposal id ended, as a step's want says it
+// (fulfilled, rejected:<reason>, withdrawn, superseded), or "not ended".
+func (n *narrator) outcome(id string) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, e := range n.events[id] {
-		if e.Stage == stage {
-			return true
+		switch {
+		case !terminal(e.Stage):
+		case e.Stage == fulfill.StageRejected:
+			return "rejected:" + e.Reason
+		default:
+			return string(e.Stage)
 		}
 	}
-	return false
+	return "not ended"
 }
 
 // take removes and returns the events of one proposal.
