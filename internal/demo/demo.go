@@ -1,5 +1,5 @@
 // Package demo runs the whole fulfiller story on one machine: an in-process
-// MEW space, two tool servers, scripted proposers, and the real fulfiller
+// MEW space, three tool servers, scripted proposers, and the real fulfiller
 // (agent, policy engine with the example policies, lifecycle) — and narrates
 // each proposal's journey to its outcome. It backs `fulfiller demo`.
 package demo
@@ -366,8 +366,9 @@ func Run(ctx context.Context, opts Options) error {
 		fmt.Fprintln(opts.Out, "holding the space open (--hold); interrupt to exit")
 		// How to try `run` without MEW: this gateway, its space and the
 		// demo fulfiller's token (fixed, above), with an id of its own.
-		fmt.Fprintf(opts.Out, "try fulfiller run against this gateway, from the repository's root (a second fulfiller beside the demo's):\n"+
-			"  FULFILLER_TOKEN=fulfiller-token fulfiller run --gateway %s --space %s --id fulfiller-2 --peer-fulfillers fulfiller "+
+		fmt.Fprintf(opts.Out, "try fulfiller run against this gateway, from the repository's root (a second fulfiller beside the demo's;\n"+
+			"with a built binary, write fulfiller run for go run ./cmd/fulfiller run):\n"+
+			"  FULFILLER_TOKEN=fulfiller-token go run ./cmd/fulfiller run --gateway %s --space %s --id fulfiller-2 --peer-fulfillers fulfiller "+
 			"--policy examples/policies --data examples/policies/data.yaml --state memory --http 127.0.0.1:9465\n", srv.URL(), space.DefaultSpaceID)
 		<-ctx.Done()
 	}
