@@ -68,6 +68,13 @@ func TestReadmeForNewcomers(t *testing.T) {
 	if i := strings.Index(text, "MCP"); !strings.HasPrefix(text[i-1:], "[MCP](https://modelcontextprotocol.io) (Model Context Protocol") {
 		t.Errorf("the first MCP is not linked and expanded: %q", text[max(i-40, 0):i+80])
 	}
+	// "A team, on phones" shows the team inbox (inbox serve), not
+	// approve --web's page.
+	team := text[strings.Index(text, "**A team, on phones.**"):]
+	team = team[:strings.Index(team, "## Documentation")]
+	if !strings.Contains(team, "docs/images/team-inbox-phone.png") || strings.Contains(team, "docs/images/inbox-phone.png") {
+		t.Errorf("A team, on phones shows the wrong pictures: %s", team)
+	}
 	for _, stale := range []string{
 		"being wired into `run`",
 		"the production delete waits for you",
