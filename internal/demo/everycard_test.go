@@ -5,11 +5,39 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/elicit/approver"
 )
+
+// everyCard is a person in the browser inbox of demo --web: several cards
+// open at once, each answered the same way as soon as it shows.
+type everyCard struct {
+	approve bool
+	mu      sync.Mutex
+	cards   []string
+}
+
+// Ask implements approver.UI.
+func (u *everyCard) Ask(_ context.Context, c *approver.Card) (approver.Answer, error) {
+	id := c.RequestID
+	if c.Proposal != nil {
+		id = c.Proposal.ID
+	}
+	u.mu.Lock()
+	u.cards = append(u.cards, id)
+	u.mu.Unlock()
+	if u.approve {
+		return approver.Answer{Action: approval.ActionAccept, Approve: true}, nil
+	}
+	return approver.Answer{Action: approval.ActionAccept, Reason: "not now"}, nil
+}
+
+// Notify implements approver.UI.
+func (*everyCard) Notify(approver.Event) {}
 
 // cardPrompt finds each card's header and the choice prompt after it.
 var cardPrompt = regexp.MustCompile(`▌ approval requested — (\S+)`)
@@ -95,21 +123,49 @@ func TestDemoInteractiveAnswersEveryCard(t *testing.T) {
 			if !strings.Contains(strings.Join(cards, " "), "demo-9-delete_path") {
 				t.Errorf("step 9's card was not answered; answered %v", cards)
 			}
-			step9 := text[strings.Index(text, "\n 9 "):]
-			step9 = step9[:strings.Index(step9, "\n10 ")]
-			for _, want := range []string{c.answer, "cancelled  the prompt at oncall-bob"} {
-				if !strings.Contains(step9, want) {
-					t.Errorf("step 9 lacks %q:\n%s", want, step9)
-				}
-			}
-			for _, want := range []string{
-				" 9  coder     delete_path  " + c.step9,
-				"15 of 15 proposals ended as the policy says.",
-			} {
-				if !strings.Contains(text, want) {
-					t.Errorf("narration lacks %q:\n%s", want, text)
-				}
-			}
+			checkStep9(t, text, c.answer, c.step9)
 		})
+		// As demo --web: the inbox shows several cards at once.
+		t.Run(c.name+" in the browser", func(t *testing.T) {
+			ui := &everyCard{approve: c.name == "approve"}
+			bound := 2*scripted + 30*time.Second
+			took, text, err := timed(Options{Approver: ui, ApproverCards: 8, Step: 5 * time.Minute}, bound+15*time.Second)
+			ui.mu.Lock()
+			cards := ui.cards
+			ui.mu.Unlock()
+			t.Logf("interactive demo (as --web), %s every card (%d cards: %s): %s; scripted: %s", c.name, len(cards), strings.Join(cards, ", "),
+				took.Round(10*time.Millisecond), scripted.Round(10*time.Millisecond))
+			if took > bound {
+				t.Errorf("the interactive demo took %s, the scripted one %s: more than %s", took, scripted, bound)
+			}
+			if err != nil {
+				t.Fatalf("demo: %v\n%s", err, text)
+			}
+			checkStep9(t, text, strings.TrimSuffix(c.answer, ": not now"), c.step9)
+		})
+	}
+}
+
+// checkStep9 checks how step 9 and the story ended.
+func checkStep9(t *testing.T, text, answer, outcome string) {
+	t.Helper()
+	i := strings.Index(text, "\n 9 ")
+	j := strings.Index(text, "\n10 ")
+	if i < 0 || j < i {
+		t.Fatalf("no step 9 in:\n%s", text)
+	}
+	step9 := text[i:j]
+	for _, want := range []string{answer, "cancelled  the prompt at oncall-bob"} {
+		if !strings.Contains(step9, want) {
+			t.Errorf("step 9 lacks %q:\n%s", want, step9)
+		}
+	}
+	for _, want := range []string{
+		" 9  coder     delete_path  " + outcome,
+		"15 of 15 proposals ended as the policy says.",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("narration lacks %q:\n%s", want, text)
+		}
 	}
 }
