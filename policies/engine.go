@@ -287,7 +287,7 @@ func (e *Engine) ExplainDocument(ctx context.Context, doc *Document) (Decision, 
 func (e *Engine) explain(ctx context.Context, set *policySet, input ast.Value, now time.Time) (Decision, Explanation) {
 	var x explainer
 	d := e.eval(ctx, set, input, now, &x, 0)
-	return d, x.explanation()
+	return d, x.explanation(set.missing)
 }
 
 // noMetrics is shared by every evaluation: rego would otherwise allocate a

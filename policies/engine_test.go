@@ -638,4 +638,10 @@ decision := {"action": "fulfill"} if {
 	if !slices.Equal(failed, want) {
 		t.Errorf("unmatched branches failed at %q, want %q", failed, want)
 	}
+	// The branches that read data nobody provided say which.
+	for i, want := range [][]string{nil, {"data.settings"}, {"data.settings"}} {
+		if i < len(x.Unmatched) && !slices.Equal(x.Unmatched[i].Unprovided, want) {
+			t.Errorf("branch %d (%s): unprovided %q, want %q", i, x.Unmatched[i].Failed, x.Unmatched[i].Unprovided, want)
+		}
+	}
 }
