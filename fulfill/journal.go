@@ -253,7 +253,7 @@ func eventOf(l lifecycle.Line) Event {
 		Reason: l.Reason, Message: l.Message, By: l.By, Result: l.Result, RPCError: l.RPCError,
 		Latency: l.Latency, Deadline: l.Deadline}
 	if l.TaskID != "" {
-		ev.Task = &TaskInfo{ID: l.TaskID, Status: l.TaskStatus}
+		ev.Task = &TaskInfo{ID: l.TaskID, Spec: l.TaskSpec, Status: l.TaskStatus, Created: l.TaskCreated, Deadline: l.TaskDeadline}
 	}
 	if ev.Time.IsZero() {
 		ev.Time = time.Now()

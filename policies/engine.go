@@ -287,7 +287,7 @@ func (e *Engine) ExplainDocument(ctx context.Context, doc *Document) (Decision, 
 func (e *Engine) explain(ctx context.Context, set *policySet, input ast.Value, now time.Time) (Decision, Explanation) {
 	var x explainer
 	d := e.eval(ctx, set, input, now, &x, 0)
-	return d, x.explanation()
+	return d, x.explanation(set.missing)
 }
 
 // noMetrics is shared by every evaluation: rego would otherwise allocate a
@@ -337,7 +337,12 @@ func (e *Engine) eval(ctx context.Context, set *policySet, input ast.Value, now 
 		opts = append(opts, rego.EvalTime(now))
 	}
 	if x != nil {
-		opts = append(opts, rego.EvalQueryTracer(x.tracer()), rego.EvalPrintHook(x))
+		// Without the rule index: it leaves out, untried, the branches
+		// whose input or data it can tell will not match (a read of
+		// data nobody provided among them), and the explanation promises
+		// every branch of the decision that did not decide, with why.
+		// The decision is the same; only the evaluation is longer.
+		opts = append(opts, rego.EvalQueryTracer(x.tracer()), rego.EvalPrintHook(x), rego.EvalRuleIndexing(false))
 	}
 
 	rs, err := set.query.Eval(ctx, opts...)

@@ -606,3 +606,42 @@ decision := {"action": "fulfill"} if input.proposal.id`)
 		t.Errorf("decision = %+v", d)
 	}
 }
+
+// Explain lists every branch of the decision that did not decide, also
+// those the rule index would skip untried: a branch whose input cannot
+// match and one that reads data nobody provided (issue 42: the guide
+// promises every branch tried, and the else that failed on missing data
+// was left out).
+func TestExplainListsBranchesTheIndexSkips(t *testing.T) {
+	e := loadInline(t, `package fulfiller
+
+default decision := {"action": "reject", "reason": "policy"}
+
+decision := {"action": "fulfill"} if {
+	input.tool.name == "nothing"
+} else := {"action": "reject", "reason": "policy", "message": "blocked"} if {
+	data.settings.blocklist[_] == input.proposer
+} else := {"action": "fulfill", "message": "allowed"} if {
+	allowed := data.settings.allowed
+	input.proposer in allowed
+}`)
+	in := callInput(t, "coder", "write_file", `{}`, "")
+	d, x := e.Explain(t.Context(), in)
+	if want := e.Decide(t.Context(), in); !reflect.DeepEqual(d, want) {
+		t.Errorf("Explain decided %+v, Decide %+v", d, want)
+	}
+	var failed []string
+	for _, b := range x.Unmatched {
+		failed = append(failed, b.Failed)
+	}
+	want := []string{`input.tool.name == "nothing"`, `data.settings.blocklist[_] == input.proposer`, `allowed := data.settings.allowed`}
+	if !slices.Equal(failed, want) {
+		t.Errorf("unmatched branches failed at %q, want %q", failed, want)
+	}
+	// The branches that read data nobody provided say which.
+	for i, want := range [][]string{nil, {"data.settings"}, {"data.settings"}} {
+		if i < len(x.Unmatched) && !slices.Equal(x.Unmatched[i].Unprovided, want) {
+			t.Errorf("branch %d (%s): unprovided %q, want %q", i, x.Unmatched[i].Failed, x.Unmatched[i].Unprovided, want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package policies
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -42,6 +44,10 @@ type UnmatchedBranch struct {
 	Location string `json:"location"`  // file:line of the branch (its else, for an else branch)
 	Failed   string `json:"failed"`    // the body's expression that failed, as written
 	FailedAt string `json:"failed_at"` // file:line of that expression
+	// Unprovided: the data documents the failed expression reads that no
+	// data file provides (as run --check and eval warn of them): why it
+	// could not succeed, whatever the input.
+	Unprovided []string `json:"unprovided,omitempty"`
 }
 
 // FilteredTrace is the evaluation trace as opa eval --explain=MODE prints
@@ -119,7 +125,9 @@ func (x *explainer) Print(pctx print.Context, msg string) error {
 	return nil
 }
 
-func (x *explainer) explanation() Explanation {
+// explanation reads the trace; missing are the data documents the
+// policies read that no data file provides (policySet.missing).
+func (x *explainer) explanation(missing []string) Explanation {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := Explanation{Rules: []FiredRule{}, Notes: x.prints, events: x.buf}
@@ -192,6 +200,7 @@ func (x *explainer) explanation() Explanation {
 		if fail.Location != nil {
 			b.FailedAt = fail.Location.String()
 		}
+		b.Unprovided = unprovided(fail.Node.(*ast.Expr), missing)
 		out.Unmatched = append(out.Unmatched, b)
 	}
 	return out
@@ -199,3 +208,21 @@ func (x *explainer) explanation() Explanation {
 
 // decisionPath is the rule fulfiller queries, data.fulfiller.decision.
 var decisionPath = ast.MustParseRef("data.fulfiller.decision")
+
+// unprovided lists the documents of missing (data.a.b) that expr reads.
+func unprovided(expr *ast.Expr, missing []string) []string {
+	var out []string
+	ast.WalkRefs(expr, func(r ast.Ref) bool {
+		if !r.HasPrefix(ast.DefaultRootRef) {
+			return false
+		}
+		path := r.ConstantPrefix().String()
+		for _, m := range missing {
+			if (path == m || strings.HasPrefix(path, m+".") || strings.HasPrefix(path, m+"[")) && !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+		return false
+	})
+	return out
+}

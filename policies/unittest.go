@@ -76,6 +76,12 @@ type TestReport struct {
 	// opa test --coverage) when TestOptions.Coverage; nil otherwise.
 	Coverage *cover.Report
 
+	// MissingData lists the data documents the policies (the modules
+	// without test_ rules) read and no data file under the paths
+	// provides, as Engine.MissingData does for run and eval: a test
+	// that does not give them (with data.x as …) sees them undefined.
+	MissingData []string
+
 	modules map[string]*ast.Module // the loaded modules, to name rules in WriteCoverage
 }
 
@@ -224,6 +230,9 @@ func RunTests(ctx context.Context, paths []string, opts TestOptions) (TestReport
 		rep := cov.Report(modules)
 		report.Coverage = &rep
 	}
+	if report.MissingData, err = missingTestData(ctx, store, txn, compiler.Modules); err != nil {
+		return TestReport{}, err
+	}
 	// Results arrive in completion order; report them in source order.
 	slices.SortFunc(report.Results, func(a, b TestResult) int {
 		return cmp.Or(cmpLocation(a.Location, b.Location), strings.Compare(a.Name, b.Name))
@@ -291,6 +300,47 @@ func splitLocation(loc string) (string, int) {
 	var n int
 	fmt.Sscanf(loc[i+1:], "%d", &n)
 	return loc[:i], n
+}
+
+// missingTestData is missingData for a test run: the reads of the
+// compiled modules that hold no test_ rule (the policies under test),
+// against the data the test store was loaded with.
+func missingTestData(ctx context.Context, store storage.Store, txn storage.Transaction, compiled map[string]*ast.Module) ([]string, error) {
+	policies := map[string]*ast.Module{}
+	for name, m := range compiled {
+		if !slices.ContainsFunc(m.Rules, func(r *ast.Rule) bool { return strings.HasPrefix(r.Head.Name.String(), tester.TestPrefix) }) {
+			policies[name] = m
+		}
+	}
+	v, err := store.Read(ctx, txn, storage.RootPath)
+	if err != nil {
+		return nil, fmt.Errorf("test store: %w", err)
+	}
+	data, ok := v.(map[string]any)
+	if !ok {
+		// A store that keeps AST values: its JSON is the same data.
+		if data, err = asJSONObject(v); err != nil {
+			return nil, fmt.Errorf("test store: %w", err)
+		}
+	}
+	return missingData(policies, data), nil
+}
+
+// asJSONObject turns the store's root (an ast.Value) into a JSON object.
+func asJSONObject(v any) (map[string]any, error) {
+	val, ok := v.(ast.Value)
+	if !ok {
+		return nil, fmt.Errorf("data is %T, not an object", v)
+	}
+	j, err := ast.JSON(val)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := j.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("data is %T, not an object", j)
+	}
+	return obj, nil
 }
 
 // skipHidden keeps editor droppings and .git out of test runs.

@@ -28,6 +28,17 @@ func TestRunTestsExamples(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^PASS  data\.fulfiller\.readonly_test\.test_read_only_hint_fulfils \(.+\)$`).MatchString(out) {
 		t.Errorf("no PASS line for test_read_only_hint_fulfils:\n%s", out)
 	}
+	// The path helper the guide shows (paths.rego), with its tests for
+	// "..", "//" and encoded dots, and production's use of it (issue 42).
+	for _, name := range []string{
+		"paths_test.test_clean_dot_dot", "paths_test.test_clean_double_slash", "paths_test.test_clean_encoded_dots",
+		"paths_test.test_under_refuses_what_startswith_lets_through",
+		"production_test.test_encoded_production_path_escalates", "production_test.test_dotted_and_doubled_production_paths_escalate",
+	} {
+		if !regexp.MustCompile(`(?m)^PASS  data\.fulfiller\.` + regexp.QuoteMeta(name) + ` \(.+\)$`).MatchString(out) {
+			t.Errorf("no PASS line for %s:\n%s", name, out)
+		}
+	}
 	if !strings.HasSuffix(out, "\n"+strconv.Itoa(len(report.Results))+" passed, 0 failed\n") {
 		t.Errorf("summary line missing:\n%s", out)
 	}

@@ -25,17 +25,20 @@ func newDemoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole story on this machine, with no setup",
-		Long: `demo starts an in-process MEW space, two sample tool servers (a calculator
-and a small file system), scripted proposers and the fulfiller with the
-example policies, and prints each proposal's journey to its outcome. It exits
-0 when every proposal ended as the policies say it should.
+		Long: `demo starts an in-process MEW space, three sample tool servers (calculator,
+a small file system fs, and jobs, which runs its long jobs as MCP tasks),
+scripted proposers and the fulfiller with the example policies, and prints
+each proposal's journey to its outcome. It exits 0 when every proposal
+ended as the policies say it should.
 
-Escalations go to two simulated approvers, oncall-alice and oncall-bob. With
---interactive you are oncall-alice: the approval cards of "fulfiller approve"
-appear here, and the production delete waits for your answer. With --web
-you answer in your browser instead, in the inbox of "fulfiller approve --web",
-served on ` + defaultWebAddr + ` (--web=ADDR for another address); its address is
-printed.`,
+Escalations go to simulated approvers: oncall-alice and oncall-bob on call,
+and oncall-lead, asked about payments when nobody on call answers. With
+--interactive you are oncall-alice: the approval cards of "fulfiller
+approve" appear here, and every request to oncall-alice waits for your
+answer (six or seven cards, depending on what you answer); whatever you
+answer, the story goes on. With --web you answer in your browser instead,
+in the inbox of "fulfiller approve --web", served on ` + defaultWebAddr + `
+(--web=ADDR for another address); its address is printed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 && cmd.Flags().Changed("web") && strings.Contains(args[0], ":") {
 				return usageErrorf("demo --web %s: write --web=%s (a bare --web serves on %s)", args[0], args[0], defaultWebAddr)

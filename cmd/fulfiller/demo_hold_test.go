@@ -19,7 +19,7 @@ import (
 )
 
 // TestDemoHoldPrintsARunThatJoins: `fulfiller demo --hold` prints, once
-// its story has played, the `fulfiller run` line that joins its gateway
+// its story has played, the `go run ./cmd/fulfiller run` line that joins its gateway
 // (URL, space and a token to use), and that line works as printed from
 // the repository's root: the second fulfiller joins and /readyz answers
 // 200. Only the --http port is swapped for a free one, so the test does
@@ -65,17 +65,20 @@ func TestDemoHoldPrintsARunThatJoins(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("demo --hold printed no run line")
 	}
+	// The line is written for a newcomer who has only used go run, as
+	// the README's: the test runs the same command as its binary.
 	fields := strings.Fields(line)
-	if len(fields) < 3 || fields[1] != "fulfiller" || fields[2] != "run" || !strings.Contains(line, " --gateway ws://127.0.0.1:") || !strings.Contains(line, " --space fulfiller-lab ") {
-		t.Fatalf("run line %q: want FULFILLER_TOKEN=… fulfiller run --gateway ws://… --space …", line)
+	if len(fields) < 5 || strings.Join(fields[1:5], " ") != "go run ./cmd/fulfiller run" || !strings.Contains(line, " --gateway ws://127.0.0.1:") || !strings.Contains(line, " --space fulfiller-lab ") {
+		t.Fatalf("run line %q: want FULFILLER_TOKEN=… go run ./cmd/fulfiller run --gateway ws://… --space …", line)
 	}
+	fields = append(fields[:1], fields[4:]...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	args := fields[2:]
+	args := fields[1:]
 	for i := range args {
 		if args[i] == "--http" && i+1 < len(args) {
 			args[i+1] = addr

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,3 +129,91 @@ func TestDemoInteractiveQuitsAtTheCard(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoInteractiveEveryCardInTmux answers every card of `demo
+// --interactive` in a real terminal, once approving them all and once
+// declining them all, and checks that the story ends about as fast as the
+// scripted demo: before, approving the card of the proposal withdrawn in
+// step 9 left the demo waiting 5 minutes for a cancellation that could
+// not come (issue 42). Both times are in the test log.
+func TestDemoInteractiveEveryCardInTmux(t *testing.T) {
+	t.Parallel() // the fulfiller as a process of its own: mostly waiting
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		testenv.Missing(t, "tmux is not installed (apt-get install -y tmux)")
+	}
+	bin := fulfillerBinary(t)
+	start := time.Now()
+	if out, err := exec.Command(bin, "demo", "--color", "never").CombinedOutput(); err != nil {
+		t.Fatalf("scripted demo: %v\n%s", err, out)
+	}
+	scripted := time.Since(start)
+	t.Logf("scripted demo: %s", scripted.Round(10*time.Millisecond))
+	// The person's pause at step 9 (3s) and key presses, with room for a
+	// loaded machine; a stall is minutes.
+	bound := 2*scripted + 30*time.Second
+	for _, way := range []string{"approve", "decline"} {
+		t.Run(way, func(t *testing.T) {
+			socket := "fulfiller-test-" + strconv.Itoa(os.Getpid()) + "-every-" + way
+			run := func(args ...string) string {
+				out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("tmux %v: %v\n%s", args, err, out)
+				}
+				return string(out)
+			}
+			start := time.Now()
+			run("new-session", "-d", "-s", "demo", "-x", "160", "-y", "50", "NO_COLOR=1 '"+bin+"' demo --interactive; echo \"exit=$?\"; sleep 60")
+			t.Cleanup(func() { _ = exec.Command(tmux, "-L", socket, "kill-server").Run() })
+			screen := func() string { return run("capture-pane", "-t", "demo", "-p", "-S", "-") }
+			answered := map[string]bool{}
+			var cards []string
+			for {
+				s := screen()
+				if strings.Contains(s, "exit=") {
+					break
+				}
+				if time.Since(start) > bound {
+					t.Fatalf("the interactive demo (%s every card: %s) had not ended after %s; the scripted one took %s:\n%s", way, strings.Join(cards, ", "), bound, scripted, s)
+				}
+				for _, m := range tmuxCard.FindAllStringSubmatchIndex(s, -1) {
+					id := s[m[2]:m[3]]
+					if answered[id] || !strings.Contains(s[m[1]:], "q quit ›") {
+						continue
+					}
+					answered[id] = true
+					cards = append(cards, id)
+					if way == "approve" {
+						run("send-keys", "-t", "demo", "a")
+						continue
+					}
+					run("send-keys", "-t", "demo", "d")
+					for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+						s := screen()
+						if i := strings.LastIndex(s, "▌ approval requested — "+id); i >= 0 && strings.Contains(s[i:], "reason, sent to the proposer (optional):") {
+							break
+						}
+						if strings.Contains(s[strings.LastIndex(s, "▌ approval requested — "+id):], "✗ ended") || time.Now().After(deadline) {
+							break // the card went away before the reason was asked
+						}
+					}
+					run("send-keys", "-t", "demo", "-l", "not now")
+					run("send-keys", "-t", "demo", "Enter")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			took := time.Since(start)
+			t.Logf("interactive demo, %s every card (%s): %s; scripted: %s", way, strings.Join(cards, ", "), took.Round(10*time.Millisecond), scripted.Round(10*time.Millisecond))
+			s := screen()
+			if !strings.Contains(s, "exit=0") || !strings.Contains(s, "15 of 15 proposals ended as the policy says.") {
+				t.Errorf("the demo did not end well:\n%s", s)
+			}
+			if !answered["demo-9-delete_path"] {
+				t.Errorf("step 9's card was not answered: %v", cards)
+			}
+		})
+	}
+}
+
+// tmuxCard finds the cards on a screen of `demo --interactive`.
+var tmuxCard = regexp.MustCompile(`▌ approval requested — (\S+)`)

@@ -22,7 +22,8 @@ func newFmtCmd() *cobra.Command {
 		Long: `fmt formats the .rego files under each PATH (test files included, hidden
 files and directories skipped) with OPA's formatter, as opa fmt formats
 Rego v1. Without a flag it prints the formatted text of every file on
-stdout.
+stdout; with --fail alone it prints no text but names, on stderr, each
+file whose formatting differs.
 
   -l  list the files whose formatting differs (as opa fmt -l)
   -d  print a unified diff of each such file against its formatted text
@@ -69,6 +70,15 @@ func runFmt(stdout, stderr io.Writer, paths []string, fl fmtFlags) error {
 			continue
 		}
 		switch {
+		case fl.fail && !fl.list && !fl.diff && !fl.write:
+			// A check, as opa fmt --fail without -l or -d is: no text,
+			// which run together would name no file, but each file that
+			// needs formatting, by name, with opa's "unexpected diff".
+			if f.Changed() {
+				changed++
+				fmt.Fprintf(stderr, "fulfiller: %s: unexpected diff: needs formatting (fmt -d shows how, fmt -w does it)\n", f.Path)
+			}
+			continue
 		case !fl.list && !fl.diff && !fl.write:
 			if f.Changed() {
 				changed++ // for --fail

@@ -335,8 +335,16 @@ func TestFmtCommand(t *testing.T) {
 	if stdout, stderr, code := cli(t, "", "fmt", p); code != 0 || stderr != "" || stdout != formatted {
 		t.Errorf("plain: exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
 	}
-	if stdout, stderr, code := cli(t, "", "fmt", "--fail", p); code != 2 || stderr != "" || stdout != formatted {
-		t.Errorf("plain --fail: exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	// --fail alone is a check, as opa fmt --fail: no text (a directory's
+	// files printed run together named none of them, issue 42), but each
+	// file that needs formatting, by name, on stderr; exit 2.
+	want := "fulfiller: " + p + ": unexpected diff: needs formatting (fmt -d shows how, fmt -w does it)\n" +
+		"fulfiller: " + pt + ": unexpected diff: needs formatting (fmt -d shows how, fmt -w does it)\n"
+	if stdout, stderr, code := cli(t, "", "fmt", "--fail", unformatted); code != 2 || stderr != want || stdout != "" {
+		t.Errorf("--fail DIR: exit %d, stderr %q, stdout:\n%s\nwant exit 2, no stdout and stderr %q", code, stderr, stdout, want)
+	}
+	if stdout, stderr, code := cli(t, "", "fmt", "--fail", examplePolicies); code != 0 || stderr != "" || stdout != "" {
+		t.Errorf("--fail on formatted policies: exit %d, stderr %q, stdout %q; want nothing", code, stderr, stdout)
 	}
 
 	// -w on a copy: rewritten in place, permissions kept, nothing left

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/cover"
@@ -95,6 +96,13 @@ func runPolicyTests(ctx context.Context, stdout, stderr io.Writer, paths []strin
 	}
 	if len(report.Results) == 0 {
 		fmt.Fprintln(stderr, "fulfiller: no test_ rules found")
+	}
+	if len(report.MissingData) > 0 {
+		// As eval and run --check say it: a test that does not give such
+		// data (with data.x as …) sees it undefined, and passes or fails
+		// for a reason that is not the policy's.
+		newEvalLogger(stderr).Warn(fmt.Sprintf("the policies read %s, which no data file under %s provides: a test that does not give it (with %s as …) sees it undefined, so the rules that need it never match",
+			strings.Join(report.MissingData, ", "), strings.Join(paths, ", "), report.MissingData[0]))
 	}
 	// Coverage is reported only when every test passed, as opa test
 	// does: lines reached by a failing test say little.

@@ -7,21 +7,36 @@
 #   lets such a call through without asking.
 package fulfiller.production
 
+import data.fulfiller.paths
 import data.fulfiller.tools
 
-# A cheap first look at the arguments as one lower-case text: most calls
-# contain none of the targets' `contains` words and stop here, without
-# visiting each argument. (JSON escapes only quotes, backslashes, control
-# characters and <>&, which the `contains` words never hold: a data test
-# checks that.)
-argument_text := lower(json.marshal(input.tool.arguments))
+# The path argument as the file system will read it (paths.rego): an
+# encoded /srv/%70rod/db is /srv/prod/db, and production. A path that
+# cleans to itself adds nothing.
+default clean_path := ""
 
-# The argument strings, at any depth, that match a production target.
+clean_path := paths.clean(input.tool.arguments.path) if is_string(input.tool.arguments.path)
+
+# A cheap first look at the arguments (and the cleaned path) as one
+# lower-case text: most calls contain none of the targets' `contains` words
+# and stop here, without visiting each argument. (JSON escapes only quotes,
+# backslashes, control characters and <>&, which the `contains` words never
+# hold: a data test checks that.)
+argument_text := lower(concat("\n", [json.marshal(input.tool.arguments), clean_path]))
+
+# Every argument string, at any depth, and the cleaned path.
+argument_strings contains s if {
+	walk(input.tool.arguments, [_, s])
+	is_string(s)
+}
+
+argument_strings contains clean_path if clean_path != ""
+
+# The argument strings that match a production target.
 matches contains s if {
 	some target in data.settings.production.targets
 	contains(argument_text, target.contains)
-	walk(input.tool.arguments, [_, s])
-	is_string(s)
+	some s in argument_strings
 	lowered := lower(s)
 	contains(lowered, target.contains)
 	regex.match(target.pattern, lowered)

@@ -17,6 +17,23 @@ test_production_path_escalates_to_on_call if {
 	} with input as call("write_file", {}, {"path": "/srv/prod/app.conf", "content": "x"})
 }
 
+# The path is checked as the file system will read it (paths.clean): an
+# encoded, doubled or dotted path to production is production.
+test_encoded_production_path_escalates if {
+	production.matches == {"/srv/prod/db"} with input as call("read_file", {}, {"path": "/srv/%70rod/db"})
+	production.escalate.message == "read_file targets production (/srv/prod/db)" with input as call("read_file", {}, {"path": "/srv/%70rod/db"})
+}
+
+test_dotted_and_doubled_production_paths_escalate if {
+	production.escalate with input as call("read_file", {}, {"path": "/srv/app/%2e%2e//%70roduction/db"})
+	production.escalate with input as call("read_file", {}, {"path": "/srv/app/..//prod/db"})
+}
+
+test_a_path_that_leaves_production_is_still_asked_about if {
+	# It names production; whether it reads there, a human decides.
+	production.escalate with input as call("read_file", {}, {"path": "/srv/prod/../app/config.yaml"})
+}
+
 test_nested_arguments_are_searched if {
 	production.escalate.quorum == 2 with input as call("deploy", {}, {"target": {"envs": ["staging", "Production"]}})
 }

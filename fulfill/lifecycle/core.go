@@ -338,6 +338,7 @@ func lineOf(p *Proposal, stage string, fill func(*Line)) Line {
 	}
 	if t := p.Task; t != nil {
 		l.TaskID, l.TaskStatus = t.ID, t.Status
+		l.TaskSpec, l.TaskCreated, l.TaskDeadline = t.Spec, t.Created, t.Deadline
 	}
 	if fill != nil {
 		fill(&l)

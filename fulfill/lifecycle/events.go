@@ -492,6 +492,13 @@ type Line struct {
 	Latency    time.Duration   `json:"latency,omitempty"`
 	TaskID     string          `json:"task_id,omitempty"`
 	TaskStatus string          `json:"task_status,omitempty"`
+	// TaskSpec, TaskCreated and TaskDeadline: the rest of a task's record
+	// (the revision its owner speaks, when it was made, when fulfiller
+	// stops following it), so that observers and the decision log show
+	// the task whole and not only its id.
+	TaskSpec     string    `json:"task_spec,omitempty"`
+	TaskCreated  time.Time `json:"task_created,omitzero"`
+	TaskDeadline time.Time `json:"task_deadline,omitzero"`
 	// Ahead: the line is written ahead of a send (fulfilling, escalated)
 	// and the send must not happen unless it is written: the Journal
 	// reports its failure, and the Loop posts Unlogged (fail closed).

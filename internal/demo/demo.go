@@ -1,5 +1,5 @@
 // Package demo runs the whole fulfiller story on one machine: an in-process
-// MEW space, two tool servers, scripted proposers, and the real fulfiller
+// MEW space, three tool servers, scripted proposers, and the real fulfiller
 // (agent, policy engine with the example policies, lifecycle) — and narrates
 // each proposal's journey to its outcome. It backs `fulfiller demo`.
 package demo
@@ -366,8 +366,9 @@ func Run(ctx context.Context, opts Options) error {
 		fmt.Fprintln(opts.Out, "holding the space open (--hold); interrupt to exit")
 		// How to try `run` without MEW: this gateway, its space and the
 		// demo fulfiller's token (fixed, above), with an id of its own.
-		fmt.Fprintf(opts.Out, "try fulfiller run against this gateway, from the repository's root (a second fulfiller beside the demo's):\n"+
-			"  FULFILLER_TOKEN=fulfiller-token fulfiller run --gateway %s --space %s --id fulfiller-2 --peer-fulfillers fulfiller "+
+		fmt.Fprintf(opts.Out, "try fulfiller run against this gateway, from the repository's root (a second fulfiller beside the demo's;\n"+
+			"with a built binary, write fulfiller run for go run ./cmd/fulfiller run):\n"+
+			"  FULFILLER_TOKEN=fulfiller-token go run ./cmd/fulfiller run --gateway %s --space %s --id fulfiller-2 --peer-fulfillers fulfiller "+
 			"--policy examples/policies --data examples/policies/data.yaml --state memory --http 127.0.0.1:9465\n", srv.URL(), space.DefaultSpaceID)
 		<-ctx.Done()
 	}
@@ -443,14 +444,16 @@ func script() []step {
 		{title: "writing outside production, which no rule allows", from: "coder", payload: call("write_file", `{"path":"/srv/app/notes.txt","content":"hi"}`), want: "rejected:policy"},
 		{title: "deleting production data (destructive: two approvers)", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/db"}`), want: "fulfilled", human: true,
 			yours: "deleting production data (destructive: two approvers, you and oncall-bob)"},
-		{title: "writing to production: an approver declines", from: "coder", payload: call("write_file", `{"path":"/srv/prod/motd","content":"down for maintenance"}`), want: "rejected:disagree"},
+		{title: "writing to production: an approver declines", from: "coder", payload: call("write_file", `{"path":"/srv/prod/motd","content":"down for maintenance"}`), want: "rejected:disagree", human: true,
+			yours: "writing to production: oncall-bob declines at once, unless you answer first"},
 		{title: "reading a production log: approved, and allowed for 1h", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/app.log"}`), want: "fulfilled", human: true,
 			yours: "reading a production log: you decide, and may allow reads like it for a while (l: approve and grant)"},
 		{title: "the next production log read: the grant lets it through", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/error.log"}`), want: "fulfilled", human: true,
 			yours: "the next production log read: a grant you made lets it through; without one you are asked again"},
 		{title: "after the operator revokes the grant, people are asked again", from: "coder", payload: call("read_file", `{"path":"/srv/prod/logs/debug.log"}`), want: "fulfilled", human: true, revokeGrants: true,
 			yours: "after the operator revokes any grant, you are asked again"},
-		{title: "withdrawn while the approvers are asked", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/cache"}`), want: "withdrawn", withdraw: true},
+		{title: "withdrawn while the approvers are asked", from: "coder", payload: call("delete_path", `{"path":"/srv/prod/cache"}`), want: "withdrawn", withdraw: true, human: true,
+			yours: "withdrawn while you and oncall-bob are asked: the proposer changes its mind after 3s, unless you decline first"},
 		{title: "a read-only tool nobody offers", from: "coder", payload: call("list_users", `{}`), want: "rejected:incapable"},
 		{title: "a blocklisted proposer", from: "mallory", payload: call("read_file", `{"path":"/srv/prod/db/users"}`), want: "rejected:policy"},
 		{title: "a proposal without a method", from: "coder", payload: `{"params":{"name":"add"}}`, want: "rejected:invalid"},
@@ -533,26 +536,33 @@ func play(ctx context.Context, n int, s step, p *proposer.Proposer, nar *narrato
 	}
 	if s.withdraw {
 		// Once both approvers have the prompt, the proposer changes its
-		// mind: the fulfiller must cancel both prompts and answer nothing.
+		// mind: the fulfiller must cancel the prompts still open and
+		// answer nothing.
 		nar.waitApprovals(ctx, id, elicit.EventAsked, 2)
 		if interactive {
-			select { // give the person a moment to see the card
-			case <-time.After(3 * time.Second):
-			case <-ctx.Done():
+			// Give the person a moment to see the card. They may answer
+			// it meanwhile: an approval (one of the two needed) leaves
+			// only oncall-bob's prompt to cancel; a decline ends the
+			// proposal before there is anything to withdraw.
+			pause, cancel := context.WithTimeout(ctx, 3*time.Second)
+			nar.waitTerminal(pause, id)
+			cancel()
+		}
+		if !nar.ended(id) {
+			if err := p.Withdraw(ctx, id, "no_longer_needed"); err != nil {
+				r.got = "withdrawal not sent: " + err.Error()
+				show(ctx, r, nar.take(id))
+				return r
 			}
 		}
-		if err := p.Withdraw(ctx, id, "no_longer_needed"); err != nil {
-			r.got = "withdrawal not sent: " + err.Error()
-			show(ctx, r, nar.take(id))
-			return r
-		}
-		nar.waitStage(ctx, id, fulfill.StageWithdrawn)
-		nar.waitApprovals(ctx, id, elicit.EventCancelled, 2)
-		r.got = "withdrawn"
-		if !nar.has(id, fulfill.StageWithdrawn) {
-			r.got = "not withdrawn"
-		}
-		r.ok = r.got == s.want
+		nar.waitTerminal(ctx, id)
+		// The escalation's end is announced after every prompt still open
+		// was cancelled: however many the person left open, this is when
+		// the step is over (waiting for two cancels stalled the step to
+		// its timeout when the person had answered one prompt already).
+		nar.waitApprovals(ctx, id, elicit.EventEnded, 1)
+		r.got = nar.outcome(id)
+		r.ok = r.got == s.want || (s.want == wantHuman && nar.ended(id))
 		show(ctx, r, nar.take(id))
 		return r
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ func TestDemoStoryCompletes(t *testing.T) {
 	var out strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	start := time.Now().Truncate(time.Second)
 	if err := Run(ctx, Options{Out: &out, PolicyTimeout: time.Minute}); err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
@@ -114,6 +116,45 @@ func TestDemoStoryCompletes(t *testing.T) {
 	}
 	if strings.Contains(text, "\033[") {
 		t.Error("colour codes without Color")
+	}
+	checkTaskLine(t, text, start)
+}
+
+// checkTaskLine checks step 14's task line names the task's revision of
+// the tasks spec and a deadline after the story began: it used to print
+// "(working, spec ), followed until 00:00:00" (issue 42).
+func checkTaskLine(t *testing.T, text string, start time.Time) {
+	t.Helper()
+	m := regexp.MustCompile(`├─ task       jobs runs it as MCP task \S+… \(working, spec (\d{4}-\d\d-\d\d)\), followed until (\d\d:\d\d:\d\d)\n`).FindStringSubmatch(text)
+	if m == nil {
+		t.Errorf("no task line with a spec and a deadline:\n%s", text)
+		return
+	}
+	until, err := time.ParseInLocation("15:04:05", m[2], time.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Time of day only: how far after the start, modulo a day.
+	since := (until.Sub(time.Date(0, 1, 1, start.Hour(), start.Minute(), start.Second(), 0, time.Local)) + 24*time.Hour) % (24 * time.Hour)
+	if since <= 0 || since > 2*time.Hour {
+		t.Errorf("task followed until %s, %s after the story began at %s", m[2], since, start.Format("15:04:05"))
+	}
+}
+
+// A task's line leaves out what is not known of it instead of printing
+// it empty.
+func TestTaskDetailsLeaveOutTheUnknown(t *testing.T) {
+	for _, c := range []struct {
+		task fulfill.TaskInfo
+		want string
+	}{
+		{fulfill.TaskInfo{ID: "t"}, ""},
+		{fulfill.TaskInfo{ID: "t", Status: "working"}, " (working)"},
+		{fulfill.TaskInfo{ID: "t", Status: "working", Spec: "2025-11-25", Deadline: time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local)}, " (working, spec 2025-11-25), followed until 03:04:05"},
+	} {
+		if got := taskDetails(c.task); got != c.want {
+			t.Errorf("taskDetails(%+v) = %q, want %q", c.task, got, c.want)
+		}
 	}
 }
 

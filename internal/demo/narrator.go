@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -169,25 +170,39 @@ func (n *narrator) waitStage(ctx context.Context, id string, stage fulfill.Stage
 
 func (n *narrator) waitTerminal(ctx context.Context, id string) {
 	n.waitFor(ctx, id, func(es []fulfill.Event) bool {
-		for _, e := range es {
-			switch e.Stage {
-			case fulfill.StageFulfilled, fulfill.StageRejected, fulfill.StageWithdrawn, fulfill.StageSuperseded:
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(es, func(e fulfill.Event) bool { return terminal(e.Stage) })
 	})
 }
 
-func (n *narrator) has(id string, stage fulfill.Stage) bool {
+// terminal reports whether stage ends a proposal.
+func terminal(stage fulfill.Stage) bool {
+	switch stage {
+	case fulfill.StageFulfilled, fulfill.StageRejected, fulfill.StageWithdrawn, fulfill.StageSuperseded:
+		return true
+	}
+	return false
+}
+
+// ended reports whether proposal id has ended.
+func (n *narrator) ended(id string) bool {
+	return n.outcome(id) != "not ended"
+}
+
+// outcome is how proposal id ended, as a step's want says it
+// (fulfilled, rejected:<reason>, withdrawn, superseded), or "not ended".
+func (n *narrator) outcome(id string) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, e := range n.events[id] {
-		if e.Stage == stage {
-			return true
+		switch {
+		case !terminal(e.Stage):
+		case e.Stage == fulfill.StageRejected:
+			return "rejected:" + e.Reason
+		default:
+			return string(e.Stage)
 		}
 	}
-	return false
+	return "not ended"
 }
 
 // take removes and returns the events of one proposal.
@@ -315,7 +330,7 @@ func (n *narrator) describe(e fulfill.Event) string {
 		if e.Task == nil {
 			return ""
 		}
-		return pad("task") + " " + n.paint(ansiYellow, fmt.Sprintf("%s runs it as MCP task %s (%s, spec %s), followed until %s", e.Target, short(e.Task.ID)+"…", e.Task.Status, e.Task.Spec, e.Task.Deadline.Local().Format("15:04:05")))
+		return pad("task") + " " + n.paint(ansiYellow, e.Target+" runs it as MCP task "+short(e.Task.ID)+"…"+taskDetails(*e.Task))
 	case fulfill.StageFulfilled:
 		if e.RPCError != nil {
 			return pad("fulfilled") + " " + n.paint(ansiRed, "tool error "+string(e.RPCError))
@@ -355,6 +370,27 @@ func (n *narrator) summary(results []result) {
 	}
 	tw.Flush()
 	fmt.Fprintf(n.out, "\n%d of %d proposals ended as the policy says.\n", ok, len(results))
+}
+
+// taskDetails is what is known of a task beyond its id: " (status, spec
+// S), followed until T", leaving out what is unknown rather than printing
+// it empty (a status line of a task resumed from an older record).
+func taskDetails(t fulfill.TaskInfo) string {
+	var parts []string
+	if t.Status != "" {
+		parts = append(parts, t.Status)
+	}
+	if t.Spec != "" {
+		parts = append(parts, "spec "+t.Spec)
+	}
+	s := ""
+	if len(parts) > 0 {
+		s = " (" + strings.Join(parts, ", ") + ")"
+	}
+	if !t.Deadline.IsZero() {
+		s += ", followed until " + t.Deadline.Local().Format("15:04:05")
+	}
+	return s
 }
 
 func pad(s string) string { return fmt.Sprintf("%-10s", s) }

@@ -99,6 +99,19 @@ function el(tag, text, attrs) {
   return e;
 }
 
+// deadline shows an RFC 3339 deadline as a person reads it: the local
+// time and how long is left ("Answer by 14:05 (4 min left)"), with the
+// exact instant in a <time> element's datetime and title.
+function deadline(at) {
+  const d = new Date(at);
+  if (isNaN(d)) return el("p", "Deadline " + at, { class: "deadline" });
+  const p = el("p", "Answer by ", { class: "deadline" });
+  const t = el("time", d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }), { datetime: at, title: d.toString() });
+  const mins = Math.round((d - Date.now()) / 60000);
+  p.append(t, mins > 0 ? " (" + mins + " min left)" : mins === 0 ? " (less than a minute left)" : " (passed)");
+  return p;
+}
+
 // A notification's link names its card in the fragment (#proposal=ID):
 // the page marks that card, and scrolls it into view once (again when
 // another link is followed into the open page).
@@ -121,7 +134,7 @@ function render(cards) {
     if (c.message) a.append(el("p", c.message));
     a.append(el("pre", c.arguments));
     a.append(el("p", "Call digest " + c.digest, { class: "digest" }));
-    if (c.deadline) a.append(el("p", "Deadline " + c.deadline));
+    if (c.deadline) a.append(deadline(c.deadline));
     if (c.progress) a.append(el("p", c.progress, { class: "progress" }));
     else if (c.quorum > 1) a.append(el("p", "Needs " + c.quorum + " approvals.", { class: "progress" }));
     if (c.status) a.append(el("p", c.status, { class: "card-status" }));
