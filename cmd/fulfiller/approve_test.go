@@ -47,7 +47,9 @@ func TestRunApproverKeysErrors(t *testing.T) {
 	if code != 2 || errOut != "fulfiller: --approver-keys "+bad+":3: key of bob: not base64url without padding\n" {
 		t.Errorf("code %d stderr %q", code, errOut)
 	}
-	missing := filepath.Join(dir, "nope.keys")
+	// A missing file is nobody enrolled yet (TestAbsentFileIsNoEnrolmentYet);
+	// a missing directory is an error.
+	missing := filepath.Join(dir, "nodir", "nope.keys")
 	if _, errOut, code = cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--approver-keys", missing); code != 2 || !strings.Contains(errOut, missing) {
 		t.Errorf("missing file: code %d stderr %q", code, errOut)
 	}

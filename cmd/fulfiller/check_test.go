@@ -68,6 +68,12 @@ func TestCheckFailsExactlyWhenRunWould(t *testing.T) {
 		{"token twice", []string{"--token", "x", "--token-file", tokenFile},
 			"fulfiller: --token-file and --token (or FULFILLER_TOKEN) are both set: give one\n"},
 		{"bad approver keys", []string{"--approver-keys", badKeys}, "fulfiller: --approver-keys "},
+		// docs/operations.md's team inbox: run may start before serve has
+		// made its passkeys file (nobody enrolled yet), not in a directory
+		// that does not exist.
+		{"approver keys not written yet", []string{"--approver-keys", filepath.Join(dir, "passkeys")}, ""},
+		{"approver keys directory missing", []string{"--approver-keys", filepath.Join(dir, "nodir", "passkeys")},
+			"fulfiller: --approver-keys " + filepath.Join(dir, "nodir", "passkeys") + ": no such file or directory\n"},
 		{"broken policy", []string{"--policy", filepath.Join(testPolicies, "broken")},
 			"fulfiller: " + filepath.Join(testPolicies, "broken", "policy.rego") + ":5:1: rego_parse_error: unexpected } token\n\t}\n\t^\n"},
 		{"broken shadow policy", []string{"--policy", examplePolicies, "--shadow-policy", filepath.Join(testPolicies, "broken")},

@@ -428,3 +428,49 @@ func TestDeployFilesInTheDocs(t *testing.T) {
 // `openssl rand -base64 32` the manifests ask for, since run refuses a
 // weak operator token on a listener others reach.
 func fakeSecret(key string) string { return "secret-" + key + "-q0Jx3S9vLrT2mW8eYk4NcZ7hPu1AdG5f" }
+
+// TestDeployInstallOrder (issue 42): docs/operations.md's systemd install
+// block puts in place every file the unit's header says it expects
+// (/usr/local/bin/fulfiller first of all) before it runs
+// `systemd-analyze verify`, which fails while the ExecStart= program is
+// missing; and it installs the unit TestDeploySystemdUnit verifies.
+func TestDeployInstallOrder(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- install: systemd -->\n```sh\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/operations.md has no <!-- install: systemd --> sh block")
+	}
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	verify := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "systemd-analyze verify") })
+	if verify < 0 {
+		t.Fatalf("the install block never verifies the unit:\n%s", block)
+	}
+	unit, err := os.ReadFile(filepath.Join(deployDir, "fulfiller.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The header's "Files this unit expects", and the unit itself.
+	expected := []string{"/etc/systemd/system/fulfiller.service"}
+	for _, m := range regexp.MustCompile(`(?m)^#\s+(/\S+?)/?\s{2,}`).FindAllStringSubmatch(string(unit), -1) {
+		expected = append(expected, m[1])
+	}
+	if !slices.Contains(expected, "/usr/local/bin/fulfiller") || len(expected) < 5 {
+		t.Fatalf("the unit's header names %q; want the binary, the config, the policies and the env file", expected)
+	}
+	for _, want := range expected {
+		at := slices.IndexFunc(lines, func(l string) bool {
+			f := strings.Fields(strings.SplitN(l, "#", 2)[0])
+			return len(f) > 0 && f[len(f)-1] == want && (slices.Contains(f, "install") || slices.Contains(f, "cp"))
+		})
+		switch {
+		case at < 0:
+			t.Errorf("the install block does not install %s:\n%s", want, block)
+		case at > verify:
+			t.Errorf("the install block installs %s after systemd-analyze verify (line %d, verify on line %d)", want, at+1, verify+1)
+		}
+	}
+}

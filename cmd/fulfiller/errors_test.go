@@ -88,7 +88,7 @@ func TestErrorsInWords(t *testing.T) {
 		{[]string{"--policy", nope}, nil, "--policy " + nope + ": no such file or directory"},
 		{[]string{"--policy", aFile}, nil, "--policy " + aFile + ": not a .rego file or a .tar.gz bundle (data documents go in --data)"},
 		{[]string{"--policy", examplePolicies, "--data", nope + ".yaml"}, nil, "--data " + nope + ".yaml: no such file or directory"},
-		{[]string{"--approver-keys", nope}, nil, "--approver-keys " + nope + ": no such file or directory"},
+		{[]string{"--approver-keys", filepath.Join(nope, "keys")}, nil, "--approver-keys " + filepath.Join(nope, "keys") + ": no such file or directory"},
 		{[]string{"--token-file", nope}, map[string]string{}, "--token-file " + nope + ": no such file or directory"},
 		{[]string{"--http-token-file", nope}, nil, "--http-token-file " + nope + ": no such file or directory"},
 		{[]string{"--http", "127.0.0.1:abc"}, nil, `--http "127.0.0.1:abc": want HOST:PORT, e.g. 127.0.0.1:9464 (0.0.0.0:9464 for every interface)`},

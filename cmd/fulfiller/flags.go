@@ -72,10 +72,10 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(translateNATS(slog.NewTextHandler(w, opts))), nil
 	case "json":
 		opts.ReplaceAttr = durationsAsText
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(translateNATS(slog.NewJSONHandler(w, opts))), nil
 	}
 	return nil, usageErrorf("--log-format %q: want text or json", format)
 }

@@ -263,7 +263,11 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	}
 	// Everything below up to the sidecar's start is shared with --check:
 	// each step opens or parses with the function run itself uses, so
-	// --check fails exactly when run would.
+	// --check fails exactly when run would. What it logs is held until
+	// the whole configuration is found good: a fatal error is printed
+	// alone, not after warnings about something else.
+	log, releaseLogs := holdLogs(log)
+	defer releaseLogs(false) // an error: the warnings are dropped
 	if fl.cmd != nil {
 		warnConfig(log, fl.cmd, joinToken, httpToken)
 	}
@@ -311,10 +315,10 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 		if _, err := fl.notify.prepare(log, fl.flagSet()); err != nil {
 			return err
 		}
+		releaseLogs(true)
 		log.Info("configuration is valid", "revision", engine.Revision(), "files", len(engine.Files()), "approver_keys", len(keys.Keys().IDs()), "tool_metadata_entries", meta.Metadata().Len())
 		return nil
 	}
-	logPromptKey(log, fl.id, promptKey)
 	opsCfg, err := fl.ops.config(log)
 	if err != nil {
 		return err
@@ -337,6 +341,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if err != nil {
 		return err
 	}
+	logPromptKey(log, fl.id, promptKey)
 	sc, err := sidecar.New(sidecar.Config{
 		Gateway: fl.gateway, Space: fl.space, Token: token, ID: fl.id,
 		MaxFrame: int64(fl.maxFrame), JoinTimeout: fl.joinTimeout,
@@ -367,6 +372,7 @@ func runSidecar(ctx context.Context, fl runFlags) error {
 	if err != nil {
 		return err
 	}
+	releaseLogs(true)
 	return fl.sidecarError(sc.Run(ctx), stateMode)
 }
 

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -150,5 +153,71 @@ func TestRunStoreUnreachable(t *testing.T) {
 	got := errorLines(stderr)
 	if code != 1 || !strings.HasPrefix(got, "fulfiller: --state nats://127.0.0.1:1: state: connect to nats://127.0.0.1:1: ") || strings.Count(got, "\n") != 1 {
 		t.Fatalf("exit %d, error %q", code, got)
+	}
+}
+
+// TestStateCheckTriesTheDirectory (issue 42): --check tries what run will
+// do with the state directory instead of asking access(2), which says
+// yes to root for /proc/x: both fail alike, exit 2, and the error is all
+// of stderr, with no warning about something else (the unsigned prompts)
+// above it. A relative --state's error names the absolute path it means.
+func TestStateCheckTriesTheDirectory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("needs /proc, where no one can create a directory")
+	}
+	deny := t.TempDir()
+	if err := os.Chmod(deny, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(deny, 0o700) })
+	tests := []struct {
+		name, chdir, state, want string
+	}{
+		{"under /proc", "", "/proc/x", "fulfiller: --state /proc/x: no such file or directory\n"},
+		{"relative under /proc", "/proc", "x", "fulfiller: --state x: mkdir /proc/x: no such file or directory\n"},
+		{"relative, two levels", "/proc", "x/y", "fulfiller: --state x/y: mkdir /proc/x/y: no such file or directory\n"},
+	}
+	if os.Geteuid() != 0 { // root may write anywhere
+		tests = append(tests, struct{ name, chdir, state, want string }{
+			"relative in a directory one may not write", deny, "state",
+			"fulfiller: --state state: mkdir " + filepath.Join(deny, "state") + ": permission denied\n"})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.chdir != "" {
+				t.Chdir(tc.chdir)
+			}
+			args := []string{"run", "--gateway", "ws://127.0.0.1:1", "--join-timeout", "1s", "--state", tc.state}
+			for _, check := range []bool{true, false} {
+				a := args
+				if check {
+					a = append(a, "--check")
+				}
+				_, stderr, code := cli(t, "", a...)
+				if code != 2 || stderr != tc.want {
+					t.Errorf("check=%v: exit %d, stderr:\n%s\nwant exit 2 and only:\n%s", check, code, stderr, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestStateCheckLeavesNothing: --check made and removed the directory it
+// tried, and every parent it made; an existing directory keeps no file.
+func TestStateCheckLeavesNothing(t *testing.T) {
+	root := t.TempDir()
+	existing := filepath.Join(root, "existing")
+	if err := os.Mkdir(existing, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(root, "a", "b", "state"), existing} {
+		if _, stderr, code := cli(t, "", "run", "--gateway", "ws://127.0.0.1:1", "--state", dir, "--check"); code != 0 {
+			t.Fatalf("%s: exit %d\n%s", dir, code, stderr)
+		}
+	}
+	var left []string
+	_ = filepath.WalkDir(root, func(p string, _ fs.DirEntry, _ error) error { left = append(left, p); return nil })
+	if want := []string{root, existing}; !slices.Equal(left, want) {
+		t.Errorf("after --check: %q, want %q", left, want)
 	}
 }

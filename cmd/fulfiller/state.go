@@ -53,9 +53,9 @@ func (s *stateFlags) mode() (state.Mode, error) {
 	return m, nil
 }
 
-// check proves that open could use the flags, without creating or
-// starting anything: a DIR must be a directory that can be written, or be
-// creatable under the nearest existing parent; a creds file must be a
+// check proves that open could use the flags, leaving nothing behind and
+// starting nothing: a DIR is tried as run will use it (checkStateDir);
+// a creds file must be a
 // readable regular file (with a warning when group or others may read it:
 // it holds a private key seed). An external store is not contacted.
 func (s *stateFlags) check(log *slog.Logger) (state.Mode, error) {
@@ -89,36 +89,73 @@ func (s *stateFlags) check(log *slog.Logger) (state.Mode, error) {
 	return m, nil
 }
 
-// checkStateDir reports why dir could not serve as a state directory.
+// checkStateDir tries what run will do with dir, so that --check fails
+// exactly when run's store would: an existing directory must take a new
+// file (one is created and removed), a missing one is created as run
+// creates it (MkdirAll, 0700) and removed again with every parent it
+// made. Asking access(2) instead said yes to root for /proc/x, which no
+// one can create. A relative dir's error names its absolute path too: the
+// working directory of a service is not always the one you think.
 func checkStateDir(dir string) error {
-	fi, err := os.Stat(dir)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	fi, err := os.Stat(abs)
 	switch {
 	case err == nil && !fi.IsDir():
 		return fmt.Errorf("%s: not a directory", dir)
 	case err == nil:
-		if err := dirWritable(dir); err != nil {
-			return &fs.PathError{Op: "write", Path: dir, Err: err}
+		f, err := os.CreateTemp(abs, ".fulfiller-check-*")
+		if err != nil {
+			return stateDirError(dir, abs, "write", err)
+		}
+		name := f.Name()
+		_ = f.Close()
+		if err := os.Remove(name); err != nil {
+			return stateDirError(dir, abs, "write", err)
 		}
 		return nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return err
+		return stateDirError(dir, abs, "stat", err)
 	}
-	// Created with MkdirAll: the nearest existing ancestor must take it.
-	parent := filepath.Dir(dir)
+	// The nearest existing ancestor: what MkdirAll starts from, and where
+	// the removal stops.
+	parent := filepath.Dir(abs)
 	for {
 		fi, err := os.Stat(parent)
 		if err == nil {
 			if !fi.IsDir() {
-				return &fs.PathError{Op: "mkdir", Path: dir, Err: fmt.Errorf("%s is not a directory", parent)}
+				return fmt.Errorf("%s: %s is not a directory", dir, parent)
 			}
-			if err := dirWritable(parent); err != nil {
-				return &fs.PathError{Op: "mkdir", Path: dir, Err: err}
-			}
-			return nil
+			break
 		}
 		if !errors.Is(err, fs.ErrNotExist) || parent == filepath.Dir(parent) {
-			return &fs.PathError{Op: "mkdir", Path: dir, Err: err}
+			return stateDirError(dir, abs, "mkdir", err)
 		}
 		parent = filepath.Dir(parent)
 	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return stateDirError(dir, abs, "mkdir", err)
+	}
+	for d := abs; d != parent; d = filepath.Dir(d) {
+		if err := os.Remove(d); err != nil {
+			return stateDirError(dir, d, "remove what --check made", err)
+		}
+	}
+	return nil
+}
+
+// stateDirError is why dir (abs, absolute) cannot be the state
+// directory: the operation and the system's reason, and for a relative
+// dir the absolute path it means.
+func stateDirError(dir, abs, op string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	if filepath.IsAbs(dir) && abs == filepath.Clean(dir) {
+		return &fs.PathError{Op: op, Path: dir, Err: err}
+	}
+	return fmt.Errorf("%s: %s %s: %w", dir, op, abs, err)
 }

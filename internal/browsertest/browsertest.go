@@ -8,6 +8,8 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,4 +95,32 @@ func Get[T any](t testing.TB, ctx context.Context, what string, a chromedp.Actio
 		t.Fatalf("%s: %v", what, err)
 	}
 	return v
+}
+
+// ConsoleErrors collects what the page of ctx reports as an error from
+// now until ctx ends: console.error, an uncaught exception, and the
+// browser's own log entries at error level, among them every request
+// that failed (a 401, a 404 favicon). It returns the errors so far, each
+// as "text url".
+func ConsoleErrors(ctx context.Context) func() []string {
+	var mu sync.Mutex
+	var problems []string
+	console := chromedp.Console(ctx) // subscribed now, not when the goroutine runs
+	go func() {
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				mu.Lock()
+				problems = append(problems, m.String()+" "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(problems)
+	}
 }

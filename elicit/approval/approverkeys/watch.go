@@ -12,6 +12,13 @@
 // is `none` (approval.NoKeysLine), logged at WARN. Readers take the current set with Keys,
 // an immutable value swapped atomically on each reload: an answer is
 // verified under one set, never under half of two.
+//
+// A file that does not exist yet, in a directory that does, is no
+// approver enrolled yet: the team inbox (`fulfiller inbox serve`) makes
+// its passkeys file at its first start, and the fulfiller may start
+// first. The watcher starts with no keys, says so at WARN, and reads the
+// file when it appears. Once a file has been read, its going away is a
+// refused change like any other.
 package approverkeys
 
 import (
@@ -19,8 +26,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"sync/atomic"
 
 	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/internal/reloadfile"
@@ -47,10 +57,30 @@ type Watcher struct {
 }
 
 // Open loads the file at path; an error (naming the file, and the line
-// when one is wrong) means there are no keys to start with.
+// when one is wrong) means there are no keys to start with. A file that
+// does not exist in a directory that does is no approver enrolled yet
+// (logged at WARN): no keys, until the file appears.
 func Open(path string, opts Options) (*Watcher, error) {
+	// absent stays true until the file has been read once: until then a
+	// missing file is what it was at start, no approver enrolled yet.
+	var absent atomic.Bool
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if fi, derr := os.Stat(filepath.Dir(path)); derr == nil && fi.IsDir() {
+			absent.Store(true)
+		}
+	}
+	readOrAbsent := func(path string) ([]byte, approval.ApproverKeys, error) {
+		raw, keys, err := read(path)
+		if errors.Is(err, fs.ErrNotExist) && absent.Load() {
+			return nil, approval.ApproverKeys{}, nil
+		}
+		if err == nil {
+			absent.Store(false)
+		}
+		return raw, keys, err
+	}
 	f, err := reloadfile.Open(path, reloadfile.Options[approval.ApproverKeys]{
-		Read: read,
+		Read: readOrAbsent,
 		// How many approvers are keyed, of each kind; never a key.
 		Attrs: func(k approval.ApproverKeys) []any {
 			return []any{"approvers", len(k.IDs()), "ed25519", len(k.Ed25519), "passkeys", len(k.Passkeys)}
@@ -80,8 +110,15 @@ func Open(path string, opts Options) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	if absent.Load() && opts.Logger != nil {
+		opts.Logger.Warn(MsgAbsent, "file", path)
+	}
 	return &Watcher{file: f}, nil
 }
+
+// MsgAbsent is logged at WARN when Open finds no file: nobody is keyed
+// until it appears (docs/operations.md, "Pinning").
+const MsgAbsent = "approver keys file does not exist yet: no approver has enrolled, so every approver's answers are taken on the gateway's word until it appears; it is read as soon as it does"
 
 // check refuses a change that keys nobody without saying so while keys
 // are in force.

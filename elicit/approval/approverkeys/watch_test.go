@@ -3,6 +3,8 @@ package approverkeys_test
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -288,4 +290,49 @@ func TestTruncatedWriteKeepsTheKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReload(false)
+}
+
+// TestAbsentFileIsNoEnrolmentYet: run may start before the team inbox has
+// made its passkeys file (docs/operations.md's order). A missing file in
+// a directory that exists is no approver enrolled yet: no keys, a WARN
+// saying so, and the file is read when it appears, empty as serve first
+// writes it and then with a key. Once read, the file going away is a
+// refused change. A missing directory is still an error.
+func TestAbsentFileIsNoEnrolmentYet(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := approverkeys.Open(filepath.Join(dir, "nodir", "passkeys"), approverkeys.Options{}); err == nil || !strings.Contains(err.Error(), "no such file or directory") {
+		t.Fatalf("missing directory: %v, want no such file or directory", err)
+	}
+
+	path := filepath.Join(dir, "passkeys")
+	var logs syncBuffer
+	w, waitReload := watched(t, path, &logs)
+	if got := w.Keys().IDs(); len(got) != 0 {
+		t.Fatalf("keys before the file exists: %v", got)
+	}
+	if !strings.Contains(logs.String(), "level=WARN msg=\""+approverkeys.MsgAbsent+"\" file="+path) {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+	// As serve does at its first start: an empty file, mode 0600.
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitReload(false)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(keyLine(t, "alice")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	waitReload(false)
+	if !w.Has("alice") {
+		t.Fatalf("after alice enrolled: %v", w.Keys().IDs())
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitReload(true); !errors.Is(err, fs.ErrNotExist) || !w.Has("alice") {
+		t.Fatalf("file removed: reload error %v, keys %v; want refused with alice still keyed", err, w.Keys().IDs())
+	}
 }

@@ -355,3 +355,53 @@ func TestTeamInboxReEnrolmentAndSignOut(t *testing.T) {
 		chromedp.WaitVisible(`//input[@id="login-id"]`),
 		chromedp.WaitVisible(`//p[@id="status" and normalize-space()="Signed out."]`))
 }
+
+// TestTeamInboxEnrolPageAndConsole (issue 42): the enrolment page names
+// the approver its link enrols before anything is pressed; a used link
+// says so at once, with the sign-in form and no Enrol button; and from
+// the first load to signed in, signed out and the used link, the browser
+// console shows no error: no 401 from asking for cards before sign-in,
+// no 404 favicon.
+func TestTeamInboxEnrolPageAndConsole(t *testing.T) {
+	w := newWorld(t)
+	alice := browserTab(t)
+	consoleErrors := browsertest.ConsoleErrors(alice)
+
+	do(t, alice, "the page before anyone enrolled", chromedp.Navigate(w.origin+"/"),
+		chromedp.WaitVisible(`//input[@id="login-id"]`))
+	token, err := teaminbox.CreateEnrolment(w.dir, "alice", 10*time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := w.origin + "/enrol#" + token
+	do(t, alice, "open the link", chromedp.Navigate(link),
+		chromedp.WaitVisible(`//button[normalize-space()="Enrol passkey"]`))
+	const wantText = "Enrol a passkey for alice. You will use it to sign in and to sign each approval."
+	if got := get(t, alice, "the enrol text", chromedp.Text(`//section[@id="enrol"]/p`)); got != wantText {
+		t.Errorf("enrol page says %q, want %q", got, wantText)
+	}
+	do(t, alice, "enrol", chromedp.Click(`//button[normalize-space()="Enrol passkey"]`),
+		chromedp.WaitVisible(`//span[@id="who" and normalize-space()="alice"]`),
+		chromedp.Click(`//button[@id="logout-button"]`),
+		chromedp.WaitVisible(`//p[@id="status" and normalize-space()="Signed out."]`))
+
+	if errs := consoleErrors(); len(errs) != 0 {
+		t.Errorf("the console showed errors before sign-in and at enrolment:\n%s", strings.Join(errs, "\n"))
+	}
+
+	// The used link, opened again: it says so before any button.
+	do(t, alice, "the used link", chromedp.Navigate(link),
+		chromedp.WaitVisible(`//input[@id="login-id"]`),
+		chromedp.WaitVisible(`//p[@id="status" and starts-with(normalize-space(), "This enrolment link no longer works")]`))
+	if visible := get(t, alice, "the enrol button", chromedp.Evaluate[bool](`!document.getElementById("enrol").hidden`, chromedp.EvalAsValue)); visible {
+		t.Error("a used link still shows the Enrol button")
+	}
+	// Sign in again with the passkey: the cards come, still no error.
+	do(t, alice, "sign in", chromedp.SendKeys(`//input[@id="login-id"]`, "alice"),
+		chromedp.Click(`//button[@id="login-button"]`),
+		chromedp.WaitVisible(`//span[@id="who" and normalize-space()="alice"]`),
+		chromedp.WaitVisible(`//section[@id="cards"]/p[normalize-space()="Nothing waits for you."]`))
+	if errs := consoleErrors(); len(errs) != 0 {
+		t.Errorf("the console showed errors:\n%s", strings.Join(errs, "\n"))
+	}
+}

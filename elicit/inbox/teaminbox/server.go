@@ -194,6 +194,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /enrol", s.page)
 	mux.HandleFunc("GET /app.js", asset("text/javascript", appJS))
 	mux.HandleFunc("GET /app.css", asset("text/css", appCSS))
+	mux.HandleFunc("GET /icon.svg", asset("image/svg+xml", iconSVG))
+	mux.HandleFunc("GET /api/session", s.session)
+	mux.HandleFunc("POST /api/enrol/check", s.post(s.enrolCheck))
 	mux.HandleFunc("POST /api/enrol/begin", s.post(s.enrolBegin))
 	mux.HandleFunc("POST /api/enrol/finish", s.post(s.enrolFinish))
 	mux.HandleFunc("POST /api/login/begin", s.post(s.loginBegin))
@@ -213,6 +216,12 @@ var appJS []byte
 
 //go:embed assets/app.css
 var appCSS []byte
+
+// iconSVG is the page's icon (index.html links it): without one the
+// browser asks for /favicon.ico and logs the 404 in the console.
+//
+//go:embed assets/icon.svg
+var iconSVG []byte
 
 func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -489,6 +498,28 @@ type enrolBeginIn struct {
 	Token string `json:"token"`
 }
 
+// enrolCheck tells the enrolment page whom its link enrols, without
+// using the link up, so that the page names the approver before the
+// button and says at once that a used, expired or withdrawn link is one
+// (not only when the button is pressed). It answers 200 either way: a
+// link that does not work is what the page shows, not a failed request
+// in the browser's console. The operator sees the refusal in the log,
+// as at enrolBegin.
+func (s *Server) enrolCheck(r *http.Request, raw json.RawMessage) (any, error) {
+	var in enrolBeginIn
+	_ = json.Unmarshal(raw, &in)
+	who, err := lookupEnrolment(s.opts.Dir, in.Token, s.opts.Now())
+	if err == nil && !s.allowed(who) {
+		s.log.Warn("an enrolment link for an approver not in the approver directory was refused", "approver", who)
+		err = ErrEnrolment
+	}
+	if err != nil {
+		s.log.Warn("team inbox refused a request", "path", r.URL.Path, "why", err.Error())
+		return map[string]any{"valid": false, "error": err.Error()}, nil
+	}
+	return map[string]any{"valid": true, "approver": who}, nil
+}
+
 func (s *Server) enrolBegin(r *http.Request, raw json.RawMessage) (any, error) {
 	var in enrolBeginIn
 	_ = json.Unmarshal(raw, &in)
@@ -665,6 +696,13 @@ func (s *Server) loginFinish(r *http.Request, raw json.RawMessage) (any, error) 
 }
 
 // --- cards and answers ---
+
+// session says who the request's session is ("" when signed out), with
+// 200 either way: the page asks it at load, and a 401 there (as from
+// /api/cards) is an error in the console of everyone not signed in yet.
+func (s *Server) session(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"approver": s.sessionOf(r)})
+}
 
 func (s *Server) cards(w http.ResponseWriter, r *http.Request) {
 	who := s.sessionOf(r)

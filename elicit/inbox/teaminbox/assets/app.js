@@ -198,9 +198,35 @@ async function logout() {
   say("Signed out.");
 }
 
-function start() {
+// start shows the cards when the browser has a session, else the
+// sign-in form: asked of /api/session, which answers 200 either way, so
+// that a person not signed in yet sees no failed request in the console.
+async function start() {
   $("enrol").hidden = true;
+  try {
+    const s = await api("/api/session");
+    if (!s.approver) { signedOut(); return; }
+  } catch (e) {
+    say(e.message);
+    return;
+  }
   refresh();
+}
+
+// showEnrolment names the approver the link enrols before anything is
+// pressed, or says at once that the link no longer works (used, expired
+// or withdrawn) and offers the sign-in form instead of the button.
+async function showEnrolment(token) {
+  const c = await api("/api/enrol/check", { token });
+  if (!c.valid) {
+    history.replaceState(null, "", "/");
+    say("This enrolment link no longer works: it was used, has expired or was withdrawn. Ask whoever sent it for a new one; if you enrolled with it, sign in.");
+    signedOut();
+    return;
+  }
+  $("enrol-who").textContent = c.approver;
+  $("enrol").hidden = false;
+  $("enrol-button").onclick = () => enrol(token).catch((e) => say("Enrolment failed: " + e.message));
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -210,8 +236,7 @@ document.addEventListener("DOMContentLoaded", () => {
   // request line or a Referer, so it stays out of every log.
   const token = location.pathname === "/enrol" ? location.hash.slice(1) : "";
   if (token) {
-    $("enrol").hidden = false;
-    $("enrol-button").onclick = () => enrol(token).catch((e) => say("Enrolment failed: " + e.message));
+    showEnrolment(token).catch((e) => say("Enrolment failed: " + e.message));
     return;
   }
   start();
