@@ -37,3 +37,16 @@ test_under_refuses_what_startswith_lets_through if {
 test_broken_encoding_is_never_under if {
 	not paths.under("/srv/public/%zz", "/srv/public/")
 }
+
+# A path already clean is returned as it is, without the segment walk;
+# the walk still gives what the shortcut would not.
+test_clean_paths_as_they_are if {
+	paths.clean("/srv/app/config.yaml") == "/srv/app/config.yaml"
+	paths.clean("/srv/a+b/c") == "/srv/a+b/c"
+	paths.clean("/srv/app/") == "/srv/app"
+	paths.clean("srv/app") == "/srv/app"
+	paths.clean("/srv/.hidden/x") == "/srv/.hidden/x"
+	paths.clean("/srv/./x/.") == "/srv/x"
+	paths.clean("/") == "/"
+	paths.clean("") == "/"
+}
