@@ -582,6 +582,11 @@ func TestPolicyStepWaitsForStoredGrants(t *testing.T) {
 	store, reg := runSlowGrants(t)
 
 	rig := newStepRig(t, newFakeSpace())
+	// The registry expires grants on the wall clock: a grant made at
+	// stepEpoch (in the past) is swept soon after it is loaded, and the
+	// decision then sees none. The step's clock and the grant are now.
+	now := time.Now().UTC().Truncate(time.Second)
+	rig.clock = clocktest.New(now)
 	dec := &fakeDecider{decisions: fulfilAdd}
 	step := rig.step(dec, nil, reg)
 	result := make(chan lifecycle.Decided, 1)
@@ -594,7 +599,7 @@ func TestPolicyStepWaitsForStoredGrants(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 
-	store.load(t, stepEpoch)
+	store.load(t, now)
 	if r := <-result; r.Decision.Action != lifecycle.Fulfill {
 		t.Errorf("decided %+v", r)
 	}
