@@ -172,8 +172,11 @@ func (w *wire) SendReject(ctx context.Context, r lifecycle.SendReject) error {
 		w.hooks.events.undelivered(r.ID, agent.KindReject, UndeliveredNotWritten, err.Error())
 		return fmt.Errorf("reject %s of proposal %s: %w", r.EnvelopeID, r.ID, err)
 	}
-	w.hooks.events.written(r.ID, r.EnvelopeID)
 	close(sent.written)
+	// The reject is told written once its explanation went too: a
+	// shutdown waits for the answers it owes to be written, and would
+	// otherwise end the link between the reject and its chat.
+	defer w.hooks.events.written(r.ID, r.EnvelopeID)
 	if r.Message == "" {
 		return nil
 	}
