@@ -320,7 +320,7 @@ func TestE2EInvalid(t *testing.T) {
 		t.Fatalf("outcome %+v", out)
 	}
 	exact(t, w.answers(id)[0], `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/reject","correlation_id":["bad-1"],"payload":{"reason":"invalid"}}`)
-	if chat := w.prop.WaitChat(context.Background(), id); chat != "proposal payload has no method" {
+	if chat := waitChat(t, w.prop, id); chat != "proposal payload has no method" {
 		t.Errorf("chat %q", chat)
 	}
 }
@@ -333,7 +333,7 @@ func TestE2EIncapable(t *testing.T) {
 		if out.Reason != "incapable" {
 			t.Fatalf("outcome %+v", out)
 		}
-		if chat := w.prop.WaitChat(context.Background(), id); chat != `no participant in the space offers tool "divide"` {
+		if chat := waitChat(t, w.prop, id); chat != `no participant in the space offers tool "divide"` {
 			t.Errorf("chat %q", chat)
 		}
 	})
@@ -345,7 +345,7 @@ func TestE2EIncapable(t *testing.T) {
 		if out := w.outcome(id); out.Reason != "incapable" {
 			t.Fatalf("outcome %+v", out)
 		}
-		if chat := w.prop.WaitChat(context.Background(), id); chat != "fulfiller's capabilities do not allow mcp/request tools/call" {
+		if chat := waitChat(t, w.prop, id); chat != "fulfiller's capabilities do not allow mcp/request tools/call" {
 			t.Errorf("chat %q", chat)
 		}
 	})
@@ -513,8 +513,18 @@ func TestE2EShutdownAnswersPendingWork(t *testing.T) {
 		if out.Reason != "other" {
 			t.Errorf("%s: %+v, want reject other", id, out)
 		}
-		if chat := w.prop.WaitChat(context.Background(), id); chat != "fulfiller is shutting down; propose again later" {
+		if chat := waitChat(t, w.prop, id); chat != "fulfiller is shutting down; propose again later" {
 			t.Errorf("%s chat %q", id, chat)
 		}
 	}
+}
+
+// waitChat is the chat explaining proposal id's answer, waited for at
+// most 30 s: a chat that never comes fails the test instead of hanging
+// the run.
+func waitChat(t *testing.T, p *proposer.Proposer, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return p.WaitChat(ctx, id)
 }

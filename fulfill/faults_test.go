@@ -1,7 +1,6 @@
 package fulfill_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -139,7 +138,7 @@ func TestFaultToolOwnerLeavesRejectsIncapable(t *testing.T) {
 	if !out.Rejected || out.Reason != "incapable" {
 		t.Fatalf("outcome %+v", out)
 	}
-	if chat := w.prop.WaitChat(context.Background(), id); chat != "calculator left the space before answering" {
+	if chat := waitChat(t, w.prop, id); chat != "calculator left the space before answering" {
 		t.Errorf("chat %q", chat)
 	}
 	ans := w.answers(id)

@@ -38,7 +38,7 @@ func TestE2EToolNameNotAStringRejectedInvalid(t *testing.T) {
 			t.Fatalf("%s: %d answers, want exactly one reject", id, len(ans))
 		}
 		exact(t, ans[0], `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/reject","correlation_id":["`+id+`"],"payload":{"reason":"invalid"}}`)
-		if chat := w.prop.WaitChat(context.Background(), id); chat != tc.chat {
+		if chat := waitChat(t, w.prop, id); chat != tc.chat {
 			t.Errorf("%s: chat %q, want %q", id, chat, tc.chat)
 		}
 	}
@@ -261,7 +261,7 @@ func TestE2EInvalidUTF8RejectedInvalid(t *testing.T) {
 			t.Fatalf("%s: %d answers, want exactly one reject", id, len(ans))
 		}
 		exact(t, ans[0], `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["coder"],"kind":"mcp/reject","correlation_id":["`+id+`"],"payload":{"reason":"invalid"}}`)
-		if chat := w.prop.WaitChat(context.Background(), id); chat != "proposal payload is not valid UTF-8" {
+		if chat := waitChat(t, w.prop, id); chat != "proposal payload is not valid UTF-8" {
 			t.Errorf("%s: chat %q", id, chat)
 		}
 	}
