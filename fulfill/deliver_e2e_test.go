@@ -49,10 +49,7 @@ func TestShutdownCancelsRunningFulfilmentAtTheOwner(t *testing.T) {
 	if !out.Rejected || out.Reason != "other" {
 		t.Fatalf("outcome %+v", out)
 	}
-	// Bounded: a chat that never comes is a failure, not a hung run.
-	ctx, cancelWait := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancelWait()
-	if chat := w.prop.WaitChat(ctx, id); chat != "fulfiller is shutting down; the call was cancelled at calculator" {
+	if chat := waitChat(t, w.prop, id); chat != "fulfiller is shutting down; the call was cancelled at calculator" {
 		t.Errorf("chat %q", chat)
 	}
 	if owed, lost := w.ful.ShutdownAnswers(); owed != 1 || lost != 0 {

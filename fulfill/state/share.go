@@ -114,19 +114,12 @@ func shareToken(dir string) (string, error) {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", fmt.Errorf("state: make a token: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, tokenFile+".*")
+	tmp, err := writeAside(dir, tokenFile, []byte(hex.EncodeToString(raw[:])+"\n"))
+	defer os.Remove(tmp)
 	if err != nil {
 		return "", fmt.Errorf("state: make %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.WriteString(hex.EncodeToString(raw[:]) + "\n")
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return "", fmt.Errorf("state: make %s: %w", path, werr)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("state: make %s: %w", path, err)
 	}
 	b, err := os.ReadFile(path)
@@ -255,19 +248,27 @@ func readAddr(dir string) (sharedAddr, error) {
 // old address or the new, never half of one.
 func writeAddr(dir string, port int) error {
 	b, _ := json.Marshal(sharedAddr{Port: port, PID: os.Getpid()})
-	tmp, err := os.CreateTemp(dir, addrFile+".*")
+	tmp, err := writeAside(dir, addrFile, b)
+	defer os.Remove(tmp)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.Write(b)
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
+	return os.Rename(tmp, filepath.Join(dir, addrFile))
+}
+
+// writeAside writes data to a new file beside name in dir (0600) and
+// returns its path, for the caller to link or rename into place, and to
+// remove ("" when none was made).
+func writeAside(dir, name string, data []byte) (string, error) {
+	f, err := os.CreateTemp(dir, name+".*")
+	if err != nil {
+		return "", err
 	}
-	if werr != nil {
-		return werr
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, addrFile))
+	return f.Name(), err
 }
 
 // Dial implements nats.CustomDialer: the host's address is read anew
