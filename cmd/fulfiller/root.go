@@ -64,6 +64,7 @@ func subcommands() []*cobra.Command {
 		newSuggestCmd(),
 		newApproveCmd(),
 		newInboxCmd(),
+		newMCPCmd(),
 		newKeysCmd(),
 		newVersionCmd(),
 	}
