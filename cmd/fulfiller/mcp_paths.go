@@ -11,7 +11,9 @@ import (
 
 // mcpStateDir is --state's default for `fulfiller mcp`:
 // $XDG_STATE_HOME/fulfiller, else ~/.local/state/fulfiller.
-func mcpStateDir() string { return filepath.Join(xdgDir("XDG_STATE_HOME", ".local", "state"), "fulfiller") }
+func mcpStateDir() string {
+	return filepath.Join(xdgDir("XDG_STATE_HOME", ".local", "state"), "fulfiller")
+}
 
 // mcpConfigDir is where `fulfiller mcp init` writes and `fulfiller mcp`
 // reads its policy by default: $XDG_CONFIG_HOME/fulfiller, else
