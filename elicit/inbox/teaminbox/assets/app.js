@@ -260,7 +260,7 @@ function facts(dl, c) {
   const add = (k, val) => { if (val) rows.push([k, val]); };
   add("Tool", c.tool ? c.tool + (c.description ? " — " + c.description : "") : "");
   if (c.annotations.length) add("Annotations", c.annotations.map((x) => x.name + ": " + x.value).join(", "));
-  if (c.policy_message !== c.message) add("Policy", c.policy_message);
+  if (!c.message.includes(c.policy_message)) add("Policy", c.policy_message);
   if (c.approvers.length) add("Approvers", (c.quorum || 1) + " of " + c.approvers.length + " must approve (" + c.approvers.join(", ") + ")");
   if (c.delegated_by.length) add("Handed on by", c.delegated_by.join(" → "));
   if (c.grant) add("Grantable", "You may also allow " + c.grant.terms + ", for up to " + c.grant.max_ttl);
