@@ -227,8 +227,8 @@ func samePin(a, b grants.Pin) bool {
 // TestTeamInboxRefusesWhatTheCardDoesNotOffer: on a card with neither
 // a grant, editable arguments nor anyone to hand it to, a grant, an edit,
 // a delegation or an unknown action is refused with a 400 that says why,
-// and nothing is sent: the proposal still waits. The page offers none of
-// them.
+// and nothing is sent. The page offers none of them; Decline with a
+// reason goes out signed, and so does Dismiss.
 func TestTeamInboxRefusesWhatTheCardDoesNotOffer(t *testing.T) {
 	w := newWorld(t)
 	alice := browserTab(t)
@@ -258,7 +258,34 @@ func TestTeamInboxRefusesWhatTheCardDoesNotOffer(t *testing.T) {
 	if w.fulfilments("p-plain") != 0 {
 		t.Fatal("a refused answer was fulfilled")
 	}
-	do(t, alice, "the card still open", chromedp.WaitVisible(card("p-plain", "open")))
+	// What the card offers still works: Decline, with a reason for the
+	// proposer, signed by her passkey.
+	at := card("p-plain", "open")
+	do(t, alice, "decline", chromedp.Click(at+`//button[normalize-space()="Decline"]`),
+		chromedp.SendKeys(at+`//textarea[@name="reason"]`, "not during the freeze"),
+		chromedp.Click(at+`//button[normalize-space()="Send"]`),
+		chromedp.WaitVisible(card("p-plain", "sent")))
+	sent := w.wire.WaitFor(t, "alice's refusal", func(env agent.Envelope) bool {
+		return env.From == "alice" && env.Kind == agent.KindResponse && env.CorrelationID.First() == w.requestOf(t, "p-plain")
+	})
+	if action, content := spacetest.ElicitResult(t, sent); action != "accept" || !strings.HasPrefix(string(content), `{"approve":false,"reason":"not during the freeze","signature":"`) {
+		t.Errorf("alice's answer %s %s", action, content)
+	}
+	// And Dismiss, by its key (c) on the card the keys select: a cancel,
+	// signed over no content.
+	p.propose("p-dismiss", "/srv/prod/banner")
+	do(t, alice, "the next card", chromedp.WaitVisible(card("p-dismiss", "open")+`//button[normalize-space()="Dismiss"]`),
+		chromedp.WaitVisible(card("p-dismiss", "open")+`[contains(@class,"selected")]`),
+		chromedp.KeyEvent("c"), chromedp.WaitVisible(card("p-dismiss", "sent")))
+	sent = w.wire.WaitFor(t, "alice's dismissal", func(env agent.Envelope) bool {
+		return env.From == "alice" && env.Kind == agent.KindResponse && env.CorrelationID.First() == w.requestOf(t, "p-dismiss")
+	})
+	if action, content := spacetest.ElicitResult(t, sent); action != "cancel" || !strings.HasPrefix(string(content), `{"signature":"`) {
+		t.Errorf("alice's dismissal %s %s", action, content)
+	}
+	if f := forgeries(); len(f) != 0 {
+		t.Fatalf("forgeries: %+v", f)
+	}
 }
 
 // TestTeamInboxEditArguments: where the decision allows edits, alice
@@ -329,5 +356,38 @@ func TestTeamInboxContestedCard(t *testing.T) {
 	}
 	if sent := w.answersOf(t, "alice", "p-contested"); len(sent) != 0 {
 		t.Fatalf("alice answered the contested prompt: %s", sent[0].Payload)
+	}
+}
+
+// TestTeamInboxDelegate: where another approver may decide instead,
+// alice hands the prompt to bob from her page, her passkey signing the
+// delegation; the fulfiller takes it (no forgery), and bob's approval,
+// signed with his passkey, has the call run once.
+func TestTeamInboxDelegate(t *testing.T) {
+	w := newWorld(t)
+	alice := browserTab(t)
+	w.enrol(t, alice, "alice")
+	bob := browserTab(t)
+	w.enrol(t, bob, "bob")
+	p := w.startFulfillerWith(strings.Replace(policy, `"approvers": ["alice"]`, `"approvers": ["alice", "bob"]`, 1))
+	p.propose("p-hand", "/srv/prod/motd")
+	at := card("p-hand", "open")
+	do(t, alice, "delegate", chromedp.Click(at+`//button[normalize-space()="Delegate"]`),
+		chromedp.WaitVisible(at+`//select[@name="delegate_to"]`))
+	if to := get(t, alice, "whom to", chromedp.Text(at+`//select[@name="delegate_to"]`)); strings.TrimSpace(to) != "bob" {
+		t.Fatalf("delegates %q, want bob", to)
+	}
+	do(t, alice, "hand over", chromedp.Click(at+`//button[normalize-space()="Hand over"]`),
+		chromedp.WaitVisible(card("p-hand", "sent")))
+	sent := w.wire.WaitFor(t, "alice's delegation", func(env agent.Envelope) bool {
+		return env.From == "alice" && env.Kind == agent.KindResponse && env.CorrelationID.First() == w.requestOf(t, "p-hand")
+	})
+	if action, content := spacetest.ElicitResult(t, sent); action != "accept" || !strings.HasPrefix(string(content), `{"approve":false,"delegate_to":"bob","signature":"`) {
+		t.Errorf("alice's answer %s %s", action, content)
+	}
+	do(t, bob, "bob approves", chromedp.Click(card("p-hand", "open")+`//button[normalize-space()="Approve"]`))
+	poll.Until(t, "the fulfilment", func() bool { return w.fulfilments("p-hand") == 1 })
+	if f := forgeries(); len(f) != 0 {
+		t.Fatalf("forgeries: %+v", f)
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
 // Options configure a Server.
@@ -834,7 +835,8 @@ func (s *Server) answerBegin(r *http.Request, raw json.RawMessage) (any, error) 
 		return nil, fail(http.StatusForbidden, "no passkey for %s", who)
 	}
 	id := s.newCeremony(ceremony{kind: "answer", challenge: challenge, approver: who, requestID: card.RequestID, answer: a})
-	return map[string]any{"ceremony": id, "publicKey": opts, "digest": card.Proposal.Digest, "answer": a.Describe()}, nil
+	return map[string]any{"ceremony": id, "publicKey": opts, "digest": card.Proposal.Digest,
+		"answer": printable.String(a.Describe())}, nil
 }
 
 // answerContent is the content the approver client will send for a (no

@@ -90,6 +90,8 @@ async function answer(c, body, errLine) {
   body.request = c.request;
   try {
     const begin = await api("/api/answer/begin", body);
+    // What the passkey is about to sign, in words, while the device asks.
+    say("Confirm with your passkey: " + begin.answer);
     const cred = await navigator.credentials.get({ publicKey: requestOptions(begin.publicKey) });
     const done = await api("/api/answer/finish", { ceremony: begin.ceremony, credential: assertionJSON(cred) });
     say("Sent: " + done.sent);
