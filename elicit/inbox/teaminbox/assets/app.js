@@ -86,7 +86,7 @@ async function login(approver) {
 // approve, reason, edits, delegate_to, grant}); errors go to errLine (a
 // form's) or the page's status line.
 async function answer(c, body, errLine) {
-  const show = (msg) => { if (errLine) errLine.textContent = msg; else say(msg); };
+  const show = (msg) => { if (errLine) { say(""); errLine.textContent = msg; } else say(msg); };
   body.request = c.request;
   try {
     const begin = await api("/api/answer/begin", body);
