@@ -790,7 +790,7 @@ func answerOf(card *approver.Card, in answerIn) (approver.Answer, error) {
 		}
 		a.Grant = in.Grant
 	}
-	edits, err := checkEdits(card, in.Edits)
+	edits, err := approver.CheckEdits(card, in.Edits)
 	if err != nil {
 		return approver.Answer{}, err
 	}

@@ -1,4 +1,4 @@
-package teaminbox
+package approver
 
 import (
 	"bytes"
@@ -7,42 +7,41 @@ import (
 	"math"
 	"slices"
 	"strings"
-
-	"github.com/mewkit/fulfiller/elicit/approver"
 )
 
-// checkEdits validates the changed arguments against the card's form,
-// as approve --web does (elicit/inbox): only editable fields, each of
-// its type (and enum). An edit equal to the proposed value is not a
+// CheckEdits validates an approver's changed arguments (by field name,
+// as a page sends them) against the card's form: only editable fields,
+// each of its type (and enum). Both inboxes check with it, so that what
+// one accepts the other does. An edit equal to the proposed value is not a
 // change and is dropped. The result is in the form's order, so that the
 // content signed is the same whatever order the page sent them in.
-func checkEdits(c *approver.Card, edits map[string]json.RawMessage) ([]approver.Edit, error) {
+func CheckEdits(c *Card, edits map[string]json.RawMessage) ([]Edit, error) {
 	for name := range edits {
-		if !slices.ContainsFunc(c.Fields, func(f approver.Field) bool { return f.Name == name }) {
+		if !slices.ContainsFunc(c.Fields, func(f Field) bool { return f.Name == name }) {
 			return nil, fmt.Errorf("%q is not an editable argument", name)
 		}
 	}
-	var out []approver.Edit
+	var out []Edit
 	for _, f := range c.Fields {
 		raw, ok := edits[f.Name]
 		if !ok {
 			continue
 		}
-		v, err := checkValue(f, raw)
+		v, err := checkEditValue(f, raw)
 		if err != nil {
 			return nil, err
 		}
 		if sameJSON(v, f.Default) {
 			continue
 		}
-		out = append(out, approver.Edit{Name: f.Name, Value: v})
+		out = append(out, Edit{Name: f.Name, Value: v})
 	}
 	return out, nil
 }
 
-// checkValue checks one edited value against its field and returns it
+// checkEditValue checks one edited value against its field and returns it
 // compact, as typed ("<" stays "<").
-func checkValue(f approver.Field, raw json.RawMessage) (json.RawMessage, error) {
+func checkEditValue(f Field, raw json.RawMessage) (json.RawMessage, error) {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
