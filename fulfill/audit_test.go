@@ -207,7 +207,9 @@ func TestEveryLineOfASpaceProposalNamesTheMEWFrontEnd(t *testing.T) {
 	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
 	h.deliver(proposalEnv("p2", "coder", `{"method":"tools/call","params":{"name":"format_disk"}}`))
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p2"}, `{"reason":"policy"}`)
-	waitFor(t, func() bool { return len(h.stageEventsOf("p1", StageFulfilling)) == 1 && len(h.stageEventsOf("p2", StageRejected)) == 1 })
+	waitFor(t, func() bool {
+		return len(h.stageEventsOf("p1", StageFulfilling)) == 1 && len(h.stageEventsOf("p2", StageRejected)) == 1
+	})
 	for _, id := range []string{"p1", "p2"} {
 		evs := h.eventsOf(id)
 		if len(evs) < 3 {
