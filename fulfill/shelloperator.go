@@ -13,7 +13,7 @@ import (
 // Pending lists the proposals this member holds that still wait for
 // something, oldest first, as the core holds them. It reads no store:
 // GroupPending lists the group's.
-func (s *Fulfiller) Pending() []Snapshot {
+func (s *Engine) Pending() []Snapshot {
 	var open []lifecycle.Proposal
 	s.ask(context.Background(), func(c *lifecycle.Core) { open = c.Open() })
 	out := make([]Snapshot, 0, len(open))
@@ -28,7 +28,7 @@ func (s *Fulfiller) Pending() []Snapshot {
 }
 
 // Get returns one pending proposal this member holds.
-func (s *Fulfiller) Get(id string) (Snapshot, bool) {
+func (s *Engine) Get(id string) (Snapshot, bool) {
 	var p lifecycle.Proposal
 	var ok bool
 	s.ask(context.Background(), func(c *lifecycle.Core) { p, ok = c.Get(id) })
@@ -61,7 +61,7 @@ func proposalSnapshot(p lifecycle.Proposal) Snapshot {
 // proposals this member holds, and every other record in the Store,
 // whichever member owns it. When the store cannot be read it returns
 // this member's proposals with an error wrapping ErrStoreUnavailable.
-func (s *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
+func (s *Engine) GroupPending(ctx context.Context) ([]Snapshot, error) {
 	own := s.Pending()
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -86,7 +86,7 @@ func (s *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 
 // GroupGet returns one pending proposal of the group: the one this member
 // holds, else its record in the Store.
-func (s *Fulfiller) GroupGet(ctx context.Context, id string) (Snapshot, bool, error) {
+func (s *Engine) GroupGet(ctx context.Context, id string) (Snapshot, bool, error) {
 	if snap, ok := s.Get(id); ok {
 		return snap, true, nil
 	}
@@ -200,7 +200,7 @@ func (s *Fulfiller) ToolViews() []ToolView {
 }
 
 // Counts reports pending and in-flight work, for metrics and /readyz.
-func (s *Fulfiller) Counts() (pending, inflight int) {
+func (s *Engine) Counts() (pending, inflight int) {
 	s.ask(context.Background(), func(c *lifecycle.Core) { pending, inflight = c.Live(), c.Inflight() })
 	return pending, inflight
 }
