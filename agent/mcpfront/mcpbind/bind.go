@@ -38,30 +38,14 @@ type Loop interface {
 	Match(ctx context.Context, fn func(*lifecycle.Core) []lifecycle.Event) error
 }
 
-// ToolMetadata is the operator's declared annotations (--tool-metadata,
-// fulfill.ToolMetadata): declared annotations stand in place of the
-// upstream's.
-type ToolMetadata interface {
-	Annotate(server, tool string, owner json.RawMessage) (json.RawMessage, bool)
-}
-
 // Options configures a Binding.
 type Options struct {
 	// Logger logs to stderr ([slog.DiscardHandler]).
 	Logger *slog.Logger
-	// Human, when set, is told each step with the humans (the decision
-	// log's, metrics' and notifications' view), on the proposal's lane:
-	// it must be quick.
-	Human func(lifecycle.Human)
-	// Grant, when set, makes the grant an approver chose (the engine's
-	// grant store); without it none is made.
-	Grant func(ctx context.Context, g lifecycle.CreateGrant)
-	// ToolMetadata: the operator's declared annotations (nil: none).
-	ToolMetadata ToolMetadata
 }
 
 // Binding is the MCP front end's Engine over fulfiller's engine, and the
-// engine's FrontEnd (Name, Wire, IDs, Input, Route, Describe) over the
+// engine's FrontEnd (Name, Wire, IDs, Input, Tool, Route) over the
 // front end's Effects. Make one with New, give it both sides with Bind
 // before either runs.
 type Binding struct {
@@ -231,19 +215,18 @@ func (b *Binding) Withdrawn(ctx context.Context, w mcpfront.Withdrawal) error {
 // Name is the front end's name: input.front_end.
 func (b *Binding) Name() string { return mcpfront.FrontEnd }
 
-// Wire is the core's effects on MCP peers (also a
-// lifecycle.ApproverChannel for "@caller", and a lifecycle.IDReserver).
+// Wire is the core's effects on MCP peers: the client's answer, the
+// upstream's request, the caller's prompts (SendPrompt, for "@caller"
+// only), and JSON-RPC ids reserved ahead (lifecycle.IDReserver).
 func (b *Binding) Wire() lifecycle.Wire { return wire{b} }
 
 // IDs mints the ids the core puts on the wire.
 func (b *Binding) IDs() lifecycle.IDs { return &b.ids }
 
-// Input fills what the policy input needs of the MCP front end:
-// input.front_end "mcp", input.tool (server = the upstream's NAME, its
-// definition as listed, changed from the pin), input.proposer (the
-// client's id, its clientInfo). in.Params, when set, are the params
-// decided (an approver's edit); else the proposal's.
-func (b *Binding) Input(_ context.Context, p *lifecycle.Proposal, target string, in *policies.Input) {
+// Input fills what only the MCP front end knows of a proposal's policy
+// input: input.front_end "mcp", input.proposer (the client's id, and
+// its clientInfo: a claim). There is no space: input.space is left out.
+func (b *Binding) Input(_ context.Context, p *lifecycle.Proposal, in *policies.Input) {
 	in.FrontEnd = mcpfront.FrontEnd
 	if in.Method == "" {
 		in.Method = p.Method
@@ -251,45 +234,47 @@ func (b *Binding) Input(_ context.Context, p *lifecycle.Proposal, target string,
 	if in.Proposal == nil {
 		in.Proposal = p.Envelope // the call as the front end read it
 	}
-	params := in.Params
+	in.Proposer = &policies.Participant{ID: p.From}
+	if e, ok := ReadEnvelope(p); ok && e.Client.Name != "" {
+		if ci, err := json.Marshal(e.Client); err == nil {
+			in.Proposer.Client = ci
+		}
+	}
+}
+
+// Tool is input.tool of p's call with params (the proposal's, or an
+// approver's edit; nil: the proposal's): server is the upstream's NAME,
+// the rest its definition as the upstream listed it when the call was
+// made, Changed when it differs from the one pinned; and the tool's
+// input schema, for the approvers' form. The MCP front end never sends a
+// call as a task, so no Execution is given.
+func (b *Binding) Tool(p *lifecycle.Proposal, target string, params json.RawMessage) (*policies.Tool, json.RawMessage) {
+	e, ok := ReadEnvelope(p)
+	if !ok {
+		return nil, nil
+	}
 	if params == nil {
 		params = p.Params
 	}
-	in.Proposer = &policies.Participant{ID: p.From}
-	e, ok := ReadEnvelope(p)
-	if !ok {
-		return
-	}
-	if ci, err := json.Marshal(e.Client); err == nil && e.Client.Name != "" {
-		in.Proposer.Client = ci
+	if params == nil {
+		params = e.Params
 	}
 	if target == "" {
 		target = e.Server
 	}
-	in.Tool = b.tool(e, target, params)
-}
-
-// tool is input.tool of e's call with params.
-func (b *Binding) tool(e Envelope, server string, params json.RawMessage) *policies.Tool {
 	name, args := toolCall(params)
 	if name == "" {
 		name = e.Tool.Name
 	}
-	t := &policies.Tool{Name: name, Arguments: args, Server: server}
-	if name == e.Tool.Name && server == e.Server {
-		t.Description = e.Tool.Description
-		t.OwnerAnnotations = e.Tool.Annotations
-		if e.Changed != nil {
-			t.Changed, t.Digest, t.PinnedDigest = true, e.Changed.New, e.Changed.Old
-		}
+	t := &policies.Tool{Name: name, Arguments: args, Server: target}
+	if name != e.Tool.Name || target != e.Server {
+		return t, nil // not the tool listed with the call
 	}
-	t.Annotations = t.OwnerAnnotations
-	if b.opts.ToolMetadata != nil {
-		if a, ok := b.opts.ToolMetadata.Annotate(server, name, t.OwnerAnnotations); ok {
-			t.Annotations = a
-		}
+	t.Description, t.OwnerAnnotations, t.Annotations = e.Tool.Description, e.Tool.Annotations, e.Tool.Annotations
+	if e.Changed != nil {
+		t.Changed, t.Digest, t.PinnedDigest = true, e.Changed.New, e.Changed.Old
 	}
-	return t
+	return t, e.Tool.InputSchema
 }
 
 // toolCall reads a tools/call's params: its name and arguments.
@@ -304,47 +289,30 @@ func toolCall(params json.RawMessage) (string, json.RawMessage) {
 	return c.Name, c.Arguments
 }
 
-// Route is who carries the call out: the upstream the client called
-// (a decision naming another is refused: a client's call goes to the
-// server it called), never as a task. An escalation that needs the
-// caller's approval from a client that cannot be asked (it declared no
-// elicitation) is incapable at once, unless the other approvers named
-// can reach the quorum.
-func (b *Binding) Route(_ context.Context, p *lifecycle.Proposal, current string, d decision.Decision) (target, incapable string, task bool) {
+// Route is who carries the call out: the upstream the client called (a
+// decision naming another is refused: a client's call goes to the
+// server it called). An escalation that needs the caller's approval
+// from a client that cannot be asked (it declared no elicitation) is
+// incapable at once, unless the other approvers named can reach the
+// quorum: nobody is asked in vain, and the client is not left waiting.
+func (b *Binding) Route(_ context.Context, p *lifecycle.Proposal, current string, d decision.Decision) (target, incapable string) {
 	target = current
 	if target == "" {
 		target = p.Addressee
 	}
 	if d.Target != "" && d.Target != target {
-		return "", fmt.Sprintf("the decision names target %q, but the call was made to upstream %q", d.Target, target), false
+		return "", fmt.Sprintf("the decision names target %q, but the call was made to upstream %q", d.Target, target)
 	}
 	if target == "" {
-		return "", "no upstream to send the call to", false
+		return "", "no upstream to send the call to"
 	}
 	if d.Action == decision.Escalate && slices.Contains(d.Approvers, mcpfront.Caller) {
 		e, _ := ReadEnvelope(p)
 		if !e.Elicitation && len(d.Approvers)-1 < max(d.Quorum, 1) {
-			return "", "this client cannot ask you: it did not declare elicitation support, and the policy asks " + mcpfront.Caller, false
+			return "", "this client cannot ask you: it did not declare elicitation support, and the policy asks " + mcpfront.Caller
 		}
 	}
-	return target, "", false
-}
-
-// Describe is what a prompt about p shows beside the record: the tool
-// (_meta.tool) and its input schema (it types the editable fields).
-func (b *Binding) Describe(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage) {
-	e, ok := ReadEnvelope(p)
-	if !ok {
-		return nil, nil
-	}
-	params := p.FinalArgs
-	if params == nil {
-		params = p.Params
-	}
-	if params == nil {
-		params = e.Params
-	}
-	return b.tool(e, e.Server, params), e.Tool.InputSchema
+	return target, ""
 }
 
 // ids mints the core's ids. Nothing MCP carries names them across

@@ -105,7 +105,8 @@ type table struct {
 func (t *table) Decide(ctx context.Context, d lifecycle.Decide) lifecycle.Decided {
 	p := &d.Proposal
 	in := &policies.Input{Params: d.Params}
-	t.b.Input(ctx, p, p.Addressee, in)
+	t.b.Input(ctx, p, in)
+	in.Tool, _ = t.b.Tool(p, p.Addressee, d.Params)
 	t.mu.Lock()
 	t.ins = append(t.ins, in)
 	t.mu.Unlock()
@@ -118,7 +119,7 @@ func (t *table) Decide(ctx context.Context, d lifecycle.Decide) lifecycle.Decide
 	if dec.Action == decision.Reject {
 		return out
 	}
-	target, why, _ := t.b.Route(ctx, p, "", dec)
+	target, why := t.b.Route(ctx, p, "", dec)
 	out.Decision.Target, out.Incapable = target, why
 	return out
 }
@@ -176,7 +177,7 @@ func newRig(t *testing.T) *rig {
 	r.front = front
 	r.pol = &table{b: r.b, rules: rules}
 	codec := elicit.Codec{Context: func(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage, bool) {
-		tool, schema := r.b.Describe(p)
+		tool, schema := r.b.Tool(p, "", nil)
 		return tool, schema, false
 	}}
 	core := lifecycle.New(lifecycle.Config{Member: "m1", MaxPending: 100, MaxInflight: 10, PendingTTL: time.Minute,
@@ -376,14 +377,14 @@ func TestToolChangedReachesThePolicy(t *testing.T) {
 	p := &lifecycle.Proposal{ID: "p1", From: "alice", Method: "tools/call", Tool: "read_file", Addressee: "files", Envelope: env,
 		Params: json.RawMessage(`{"name":"read_file","arguments":{"path":"/x"}}`)}
 	in := &policies.Input{}
-	b.Input(context.Background(), p, "files", in)
+	b.Input(context.Background(), p, in)
+	in.Tool, _ = b.Tool(p, "files", nil)
 	if !in.Tool.Changed || in.Tool.Digest != "new" || in.Tool.PinnedDigest != "old" || in.Tool.Description != "now evil" || in.Proposer.ID != "alice" {
 		t.Fatalf("input.tool %+v proposer %+v", in.Tool, in.Proposer)
 	}
 	// An approver's edit is decided as edited.
-	in = &policies.Input{Params: json.RawMessage(`{"name":"read_file","arguments":{"path":"/y"}}`)}
-	b.Input(context.Background(), p, "files", in)
-	if string(in.Tool.Arguments) != `{"path":"/y"}` {
-		t.Fatalf("edited arguments %s", in.Tool.Arguments)
+	tool, _ := b.Tool(p, "files", json.RawMessage(`{"name":"read_file","arguments":{"path":"/y"}}`))
+	if string(tool.Arguments) != `{"path":"/y"}` {
+		t.Fatalf("edited arguments %s", tool.Arguments)
 	}
 }

@@ -112,29 +112,14 @@ func (w wire) SendPrompt(ctx context.Context, p lifecycle.SendPrompt) error {
 	return nil
 }
 
-// Human reports a step with the humans (Options.Human).
-func (w wire) Human(_ context.Context, h lifecycle.Human) {
-	switch h.Kind {
-	case lifecycle.HumanAsked:
-		w.b.log.Info("asked approver", "proposal", h.ID, "approver", h.Approver)
-	case lifecycle.HumanAnswered:
-		w.b.log.Info("approver answered", "proposal", h.ID, "approver", h.Approver, "action", h.Action, "approve", h.Approve)
-	case lifecycle.HumanSkipped:
-		w.b.log.Info("approver not asked", "proposal", h.ID, "approver", h.Approver, "reason", h.Reason)
-	}
-	if w.b.opts.Human != nil {
-		w.b.opts.Human(h)
-	}
-}
+// Human does nothing: the engine reports the steps with the humans
+// (its own part of the approvers' channel). It is here so that the wire
+// is a lifecycle.ApproverChannel on a bare Loop too.
+func (w wire) Human(context.Context, lifecycle.Human) {}
 
-// CreateGrant makes the grant an approver chose (Options.Grant).
-func (w wire) CreateGrant(ctx context.Context, g lifecycle.CreateGrant) {
-	if w.b.opts.Grant == nil {
-		w.b.log.Warn("grant not made: grants are off", "proposal", g.ID, "by", g.Approver)
-		return
-	}
-	w.b.opts.Grant(ctx, g)
-}
+// CreateGrant does nothing, for the same reason: the engine makes the
+// grants approvers chose.
+func (w wire) CreateGrant(context.Context, lifecycle.CreateGrant) {}
 
 // ReserveIDs hands out JSON-RPC ids from the process's count: no other
 // process sees them (the SDK numbers the messages on the wire).
