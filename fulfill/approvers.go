@@ -2,17 +2,10 @@ package fulfill
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/elicit/approval"
-	"github.com/mewkit/fulfiller/fulfill/decision"
-	"github.com/mewkit/fulfiller/fulfill/grants"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -57,21 +50,6 @@ func codecOf(a *Approvals, describe func(*lifecycle.Proposal) (*policies.Tool, j
 		return c.WithContext(describe)
 	}
 	return a.Codec
-}
-
-// promptContext is what a prompt of p shows beside the record: its tool
-// and input schema (describe), and whether its deadline is the
-// proposer's hint (the stored decision says).
-func (s *Fulfiller) promptContext(p *lifecycle.Proposal) (*policies.Tool, json.RawMessage, bool) {
-	sd, _ := policyDecision(p.Decision)
-	tool, schema := s.describe(p)
-	return tool, schema, sd.DeadlineByProposer
-}
-
-// KeysChanged tells the core the approver key set now in force (the keys
-// file was reloaded): answers read from now on are verified under it.
-func (s *Fulfiller) KeysChanged(keys lifecycle.KeySet) {
-	s.post(lifecycle.KeysChanged{Keys: keys})
 }
 
 // SendPrompt writes a prompt of the core's escalation: its recorded
@@ -121,89 +99,6 @@ func mustJSON(v any) json.RawMessage {
 		panic(err)
 	}
 	return b
-}
-
-// Human reports a step with the humans to the Approvals' Observer, on
-// the proposal's lane: in its order with the proposal's decision-log
-// lines. A reminder or tier that will not happen is only logged.
-func (w *wire) Human(_ context.Context, h lifecycle.Human) {
-	if h.Kind == lifecycle.HumanStepDropped {
-		w.log.Warn(h.Reason, "proposal", h.ID, "after", h.After)
-		return
-	}
-	w.logHuman(h)
-	if w.approvals != nil && w.approvals.Observer != nil {
-		w.approvals.Observer(h)
-	}
-}
-
-// logHuman logs a step with the humans, in the words operators' log
-// searches know (never an answer's content or signature).
-func (w *wire) logHuman(h lifecycle.Human) {
-	switch h.Kind {
-	case lifecycle.HumanSkipped:
-		w.log.Info("approver not asked", "proposal", h.ID, "approver", h.Approver, "reason", h.Reason)
-	case lifecycle.HumanAsked:
-		w.log.Info("asked approver", "proposal", h.ID, "approver", h.Approver, "request", h.RequestID)
-	case lifecycle.HumanAskedAgain:
-		w.log.Info("asked approver again after a reconnect", "proposal", h.ID, "approver", h.Approver, "request", h.RequestID)
-	case lifecycle.HumanAnswered:
-		w.log.Info("approver answered", "proposal", h.ID, "approver", h.Approver, "request", h.RequestID, "action", h.Action, "approve", h.Approve)
-	case lifecycle.HumanDelegated:
-		w.log.Info("approver delegated", "proposal", h.ID, "approver", h.Approver, "to", h.To)
-	case lifecycle.HumanIgnored:
-		switch {
-		case h.From != h.Approver && h.Reason == "not addressed to "+h.From:
-			w.log.Warn("answer to an elicitation from a participant it was not sent to; ignored",
-				"proposal", h.ID, "request", h.RequestID, "approver", h.Approver, "from", h.From)
-		case h.Reason == "already answered":
-			w.log.Info("second answer to an elicitation ignored", "proposal", h.ID, "request", h.RequestID, "approver", h.From)
-		default:
-			w.log.Warn("answer ignored: "+h.Reason, "proposal", h.ID, "approver", h.Approver, "request", h.RequestID)
-		}
-	case lifecycle.HumanForgery:
-		w.log.Warn("forgery attempt: answer for a keyed approver is unsigned or badly signed; ignored",
-			"proposal", h.ID, "approver", h.Approver, "request", h.RequestID, "from", h.From, "action", h.Action, "err", h.Reason)
-	case lifecycle.HumanReminded:
-		w.log.Info("reminder: the prompt is still open", "proposal", h.ID)
-	case lifecycle.HumanEscalated:
-		w.log.Info("escalated", "proposal", h.ID)
-	}
-}
-
-// CreateGrant makes the grant an approver chose, pinned to the call just
-// committed. Its id is the proposal's (in its space), so a restart that
-// makes it again finds it made. One that cannot be made is reported,
-// and the approval stands.
-func (w *wire) CreateGrant(ctx context.Context, g lifecycle.CreateGrant) {
-	if w.grants == nil {
-		return
-	}
-	ev := Event{Stage: StageGranted, ProposalID: g.ID, DecisionID: g.DecisionID, Revision: g.Revision,
-		Proposer: g.Proposer, Method: g.Method, Tool: g.Tool, Target: g.Target, By: []string{g.Approver}}
-	name, args := toolCall(g.Params)
-	call := grantCall(g.Proposer, &policies.Tool{Name: name, Server: g.Target, Arguments: args})
-	sum := sha256.Sum256([]byte(w.cfg.SpaceID + "\x00" + g.ID))
-	id := "grant-" + hex.EncodeToString(sum[:8])
-	gr, err := grants.New(id, g.Grantable, call, g.Duration, g.Approver, time.Now().UTC())
-	if err == nil {
-		if g.Signature != "" {
-			digest, _ := approval.CallDigest(g.Method, g.Proposed)
-			gr.Evidence = &grants.Evidence{Request: g.Request, Digest: digest, Action: approval.ActionAccept, Content: g.Content, Signature: g.Signature}
-		}
-		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		err = w.grants.Create(sctx, gr)
-		cancel()
-	}
-	if err != nil {
-		w.log.Warn("grant not made; the approval stands", "proposal", g.ID, "by", g.Approver, "err", err)
-		ev.Message = fmt.Sprintf("no grant made: %v", err)
-		w.observe(ev)
-		return
-	}
-	w.log.Info("grant made", "grant", gr.ID, "proposal", g.ID, "by", g.Approver, "proposer", gr.Proposer, "tool", gr.Tool, "expires", gr.Expires)
-	ev.GrantID, ev.Message = gr.ID, fmt.Sprintf("%s allowed for %s, until %s", gr.Terms(), decision.FormatGrantDuration(g.Duration), gr.Expires.Format(time.RFC3339))
-	w.observe(ev)
 }
 
 // answerOf is the core's Answer for an mcp/response correlated to cid:

@@ -72,8 +72,11 @@ const (
 // Event is one step of one proposal. Observers get every event of every
 // proposal they can see, in order per proposal.
 type Event struct {
-	Time       time.Time
-	Stage      Stage
+	Time  time.Time
+	Stage Stage
+	// FrontEnd is the front end the proposal came in by ("mew", "mcp"):
+	// input.front_end; for an event about no proposal, the engine's.
+	FrontEnd   string
 	ProposalID string
 	Proposer   string
 	Method     string

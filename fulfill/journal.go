@@ -28,6 +28,8 @@ type journal struct {
 	peers []string
 	// records: some observer is a Recorder, whose Record may wait.
 	records bool
+	// frontEnd is the engine's front end: every line is of its proposals.
+	frontEnd string
 
 	mu sync.Mutex
 	// ahead are the lines written ahead whose envelope is not written
@@ -112,6 +114,7 @@ func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 		return nil
 	}
 	ev := eventOf(l)
+	ev.FrontEnd = j.frontEnd
 	stamp(&ev)
 	j.logFor(ev)
 	if ev.Stage == StageSuperseded && len(ev.By) > 0 {
@@ -188,7 +191,7 @@ func (j *journal) undelivered(proposalID, kind, reason, detail string) {
 	if !ok {
 		ev = Event{ProposalID: proposalID}
 	}
-	ev = Event{Stage: StageUndelivered, ProposalID: proposalID, DecisionID: ev.DecisionID, Revision: ev.Revision,
+	ev = Event{Stage: StageUndelivered, FrontEnd: j.frontEnd, ProposalID: proposalID, DecisionID: ev.DecisionID, Revision: ev.Revision,
 		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target,
 		Envelope: kind, Reason: reason, Message: detail}
 	stamp(&ev)
@@ -198,6 +201,9 @@ func (j *journal) undelivered(proposalID, kind, reason, detail string) {
 // observe tells the observers of an event that is no line of the core
 // (the wire's StageGranted).
 func (j *journal) observe(ev Event) {
+	if ev.FrontEnd == "" {
+		ev.FrontEnd = j.frontEnd
+	}
 	stamp(&ev)
 	j.obs.Observe(ev)
 }

@@ -28,9 +28,11 @@ import (
 // task; the approval deadline the proposer's own hint shortens. It never
 // fails: the Decider's errors are fail-closed rejects, as today.
 type policyStep struct {
-	space   Space
+	// fe is the front end the proposals came in by: what the policy
+	// input needs of it (proposer, space, the tool's description) and
+	// the route of a decision.
+	fe      FrontEnd
 	decider Decider
-	catalog *catalog
 	cfg     policyConfig
 	obs     Observer
 	shadows *shadowing           // nil: no shadow policy
@@ -53,10 +55,8 @@ var _ lifecycle.Policy = (*policyStep)(nil)
 // policyConfig is what the policy step reads of a Config (with its
 // defaults set): see policyConfigOf.
 type policyConfig struct {
-	SpaceID         string        // input.space.id
 	MaxPending      int           // input.agent.max_pending
 	DecideWorkers   int           // concurrent evaluations
-	DiscoveryWait   time.Duration // how long routing waits for a running tools/list
 	ApprovalTimeout time.Duration // a human's deadline when the decision sets none
 	TaskTimeout     time.Duration // a task's, when the decision sets none
 	// Escalation: Config.Approvals is set; without it a decision to
@@ -71,15 +71,15 @@ const minHintedDeadline = 2 * time.Second
 
 // policyConfigOf is the policy step's part of cfg, whose defaults are set.
 func policyConfigOf(cfg Config) policyConfig {
-	return policyConfig{SpaceID: cfg.SpaceID, MaxPending: cfg.MaxPending, DecideWorkers: cfg.DecideWorkers,
-		DiscoveryWait: cfg.DiscoveryWait, ApprovalTimeout: cfg.ApprovalTimeout, TaskTimeout: cfg.TaskTimeout,
+	return policyConfig{MaxPending: cfg.MaxPending, DecideWorkers: cfg.DecideWorkers,
+		ApprovalTimeout: cfg.ApprovalTimeout, TaskTimeout: cfg.TaskTimeout,
 		Escalation: cfg.Approvals != nil, ToolMetadata: cfg.ToolMetadata}
 }
 
 // newPolicyStep makes the policy step. shadows is the shadowing the
 // caller runs with runShadow (nil: no shadow policy); grants is
 // Config.Grants (nil: off). cfg.DecideWorkers below 1 counts as 1.
-func newPolicyStep(space Space, decider Decider, cat *catalog, cfg policyConfig, obs Observer, shadows *shadowing,
+func newPolicyStep(fe FrontEnd, decider Decider, cfg policyConfig, obs Observer, shadows *shadowing,
 	grants *grantstore.Registry, log *slog.Logger, clock lifecycle.Clock) *policyStep {
 	if obs == nil {
 		obs = Observers(nil)
@@ -90,7 +90,7 @@ func newPolicyStep(space Space, decider Decider, cat *catalog, cfg policyConfig,
 	if clock == nil {
 		clock = lifecycle.SystemClock{}
 	}
-	return &policyStep{space: space, decider: decider, catalog: cat, cfg: cfg, obs: obs, shadows: shadows, grants: grants,
+	return &policyStep{fe: fe, decider: decider, cfg: cfg, obs: obs, shadows: shadows, grants: grants,
 		log: log, clock: clock, evalSlots: make(chan struct{}, max(cfg.DecideWorkers, 1))}
 }
 
@@ -156,7 +156,7 @@ func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.D
 		out.Decision = coreDecision(dec, "", false)
 		return out
 	}
-	target, why := s.route(ctx, p, p.Addressee, dec)
+	target, why := s.fe.Route(ctx, p, p.Addressee, dec)
 	if target == "" {
 		out.Decision, out.Incapable = coreDecision(dec, "", false), why
 		return out
@@ -235,7 +235,7 @@ func (s *policyStep) recheck(ctx context.Context, d lifecycle.Decide) (out lifec
 		// A record from before routing was kept with the decision (it
 		// cannot be asked about otherwise): route it now.
 		var why string
-		if route, why = s.route(ctx, p, p.Addressee, dec); route == "" {
+		if route, why = s.fe.Route(ctx, p, p.Addressee, dec); route == "" {
 			out.Decision, out.Incapable = coreDecision(dec, "", false), why
 			return out
 		}
@@ -292,7 +292,7 @@ func (s *policyStep) evaluate(ctx context.Context, in *policies.Input) (decision
 // event is the event of stage for p as the decision decisionID of
 // revision governs it, with target as known at that step.
 func (s *policyStep) event(stage Stage, p *lifecycle.Proposal, decisionID, revision, target string) Event {
-	return Event{Stage: stage, ProposalID: p.ID, DecisionID: decisionID, Revision: revision, Proposer: p.From,
+	return Event{Stage: stage, FrontEnd: s.frontEndOf(p), ProposalID: p.ID, DecisionID: decisionID, Revision: revision, Proposer: p.From,
 		Method: p.Method, Tool: p.Tool, Target: target}
 }
 
@@ -317,77 +317,64 @@ func approvalInput(approvals []lifecycle.Approval) *policies.Approval {
 	return a
 }
 
+// frontEndOf is input.front_end of p: the front end it came in by (a
+// record of a build before there were two names none: it came in by
+// this one, the only front end there was).
+func (s *policyStep) frontEndOf(p *lifecycle.Proposal) string {
+	if p.FrontEnd != "" {
+		return p.FrontEnd
+	}
+	return s.fe.Name()
+}
+
 // policyInput builds the policy input document for p (docs/design.md,
 // Policy contract): params are the proposal's,
 // or an approver's edit of them; approval is set only for the re-check;
 // target is the participant the call goes to as known at this step (the
 // addressee, then the route). Fields that are not known are left out,
-// never invented.
+// never invented. The front end fills in what only it knows (the
+// proposer, the space, this agent's id); the load is the core's.
 func (s *policyStep) policyInput(ctx context.Context, p *lifecycle.Proposal, target string, params json.RawMessage, approval *policies.Approval, pending, inflight int) *policies.Input {
-	frontEnd := p.FrontEnd
-	if frontEnd == "" {
-		frontEnd = FrontEndMEW // a record of a build before there were two
-	}
 	in := &policies.Input{
-		FrontEnd: frontEnd,
-		Proposal: p.Envelope, // the frame as received, byte for byte
+		FrontEnd: s.frontEndOf(p),
+		Proposal: p.Envelope, // the proposal as received, byte for byte
 		Method:   p.Method,
 		Params:   params,
 		Approval: approval,
 		Now:      s.clock.Now().UTC(),
 	}
 	if p.Tool != "" {
-		in.Tool = s.toolDescription(p.Tool, target, params)
+		in.Tool, _ = s.toolDescription(p, target, params)
 		in.Grants = s.grantsFor(ctx, p.From, in.Tool, in.Now)
 	}
-	if who, ok := s.space.Participant(p.From); ok {
-		in.Proposer = &policies.Participant{ID: who.ID, Capabilities: capsJSON(who.Capabilities)}
-	} else {
+	s.fe.Input(ctx, p, in)
+	if in.Proposer == nil {
 		in.Proposer = &policies.Participant{ID: p.From}
 	}
-	roster := s.space.Roster()
-	sp := &policies.Space{ID: s.cfg.SpaceID, Participants: make([]policies.Participant, 0, len(roster))}
-	for _, who := range roster {
-		sp.Participants = append(sp.Participants, policies.Participant{ID: who.ID, Capabilities: capsJSON(who.Capabilities)})
-	}
-	in.Space = sp
-	in.Agent = policies.AgentInfo{ID: s.space.ID(), Pending: pending, Inflight: inflight, MaxPending: s.cfg.MaxPending}
+	in.Agent.Pending, in.Agent.Inflight, in.Agent.MaxPending = pending, inflight, s.cfg.MaxPending
 	return in
 }
 
-// toolDescription is toolInput's: name and arguments from params (tool,
-// the proposal's, when params name none), and server, description and
-// annotations from its owner's tools/list when the owner is known (the
-// target, else the only owner), the operator's declared annotations in
-// place of the owner's. While the owner is unknown nothing is declared
-// either: an entry for the owner might have applied, so no "*" entry is
-// guessed in its place.
-func (s *policyStep) toolDescription(tool, target string, params json.RawMessage) *policies.Tool {
-	name, args := toolCall(params)
-	if name == "" {
-		name = tool
+// toolDescription is input.tool of p's call to target with params, and
+// the tool's input schema: what the front end knows of it (name and
+// arguments from params, the tool as its owner lists it), with the
+// operator's declared annotations (Config.ToolMetadata) in place of the
+// owner's. While the owner is unknown nothing is declared either: an
+// entry for the owner might have applied, so no "*" entry is guessed in
+// its place.
+func (s *policyStep) toolDescription(p *lifecycle.Proposal, target string, params json.RawMessage) (*policies.Tool, json.RawMessage) {
+	t, schema := s.fe.Tool(p, target, params)
+	if t == nil {
+		return nil, nil
 	}
-	t := &policies.Tool{Name: name, Arguments: args}
-	server := target
-	if server == "" {
-		if owners := s.catalog.owners(name); len(owners) == 1 {
-			server = owners[0].Server
-		}
-	}
-	if server == "" {
-		return t
-	}
-	t.Server = server
-	if info, ok := s.catalog.tool(server, name); ok {
-		t.Description = info.Description
-		t.OwnerAnnotations = info.Annotations
-		t.Execution = info.Execution
+	if t.Server == "" {
+		return t, schema
 	}
 	t.Annotations = t.OwnerAnnotations
 	if s.cfg.ToolMetadata != nil {
-		t.Annotations, _ = s.cfg.ToolMetadata.Annotate(server, name, t.OwnerAnnotations)
+		t.Annotations, _ = s.cfg.ToolMetadata.Annotate(t.Server, t.Name, t.OwnerAnnotations)
 	}
-	return t
+	return t, schema
 }
 
 // grantsFor are the live grants covering a call, as input.grants (nil
@@ -466,65 +453,18 @@ func (s *policyStep) grantThatDecided(ctx context.Context, in *policies.Input, d
 	return g.ID
 }
 
-// route is who carries the call out (the decision's
-// target, else current: the addressee or the route already chosen, else
-// the tool's only owner), or why nobody can.
-func (s *policyStep) route(ctx context.Context, p *lifecycle.Proposal, current string, d decision.Decision) (target, why string) {
-	target = d.Target
-	if target == "" {
-		target = current
-	}
-	if target == "" && p.Method == agent.MethodToolsCall && p.Tool != "" {
-		lctx, cancel := context.WithTimeout(ctx, s.cfg.DiscoveryWait)
-		owners := s.catalog.lookup(lctx, p.Tool)
-		cancel()
-		switch len(owners) {
-		case 0:
-			return "", fmt.Sprintf("no participant in the space offers tool %q", p.Tool)
-		case 1:
-			target = owners[0].Server
-		default:
-			names := make([]string, len(owners))
-			for i, o := range owners {
-				names[i] = o.Server
-			}
-			return "", fmt.Sprintf("tool %q is offered by %v; address the proposal to one of them", p.Tool, names)
-		}
-	}
-	if target == "" {
-		return "", fmt.Sprintf("no participant to send %s to; address the proposal to one", p.Method)
-	}
-	if _, ok := s.space.Participant(target); !ok {
-		return "", fmt.Sprintf("%s is not in the space", target)
-	}
-	if p.Method == agent.MethodToolsCall && p.Tool != "" {
-		// An owner that listed its tools and not this one would answer
-		// "Tool not found" (issue 41, row 14): nothing is sent. One whose
-		// list is not known (it answers no tools/list, or has not yet)
-		// is asked, as before.
-		if known, listed := s.catalog.listed(target, p.Tool); known && !listed {
-			return "", fmt.Sprintf("%s does not offer tool %q (it is not in its tools/list)", target, p.Tool)
-		}
-	}
-	payload, _ := json.Marshal(map[string]string{"method": p.Method})
-	if !s.space.Can(agent.KindRequest, payload) {
-		return "", fmt.Sprintf("fulfiller's capabilities do not allow mcp/request %s", p.Method)
-	}
-	return target, ""
-}
-
 // callsAsTask reports whether a call to the tool at target goes
-// out task-augmented when the tool requires it, or allows it and the
-// decision asks for it (want).
+// out task-augmented: when the tool, as its owner lists it, requires it,
+// or allows it and the decision asks for it (want).
 func (s *policyStep) callsAsTask(p *lifecycle.Proposal, target string, want bool) bool {
 	if p.Method != agent.MethodToolsCall || p.Tool == "" {
 		return false
 	}
-	info, ok := s.catalog.tool(target, p.Tool)
-	if !ok {
+	t, _ := s.fe.Tool(p, target, p.Params)
+	if t == nil || t.Server == "" {
 		return false
 	}
-	switch info.TaskSupport() {
+	switch (ToolInfo{Execution: t.Execution}).TaskSupport() {
 	case TaskRequired:
 		return true
 	case TaskOptional:
@@ -582,7 +522,7 @@ func (s *policyStep) shadow(ev Event, in *policies.Input, d decision.Decision) {
 // shadowEvent is the StageShadow event of the decision ev logs: governed
 // by it, stamped when the shadow has answered.
 func (s *policyStep) shadowEvent(ev Event) Event {
-	return Event{Stage: StageShadow, ProposalID: ev.ProposalID, DecisionID: ev.DecisionID, Revision: ev.Revision,
+	return Event{Stage: StageShadow, FrontEnd: ev.FrontEnd, ProposalID: ev.ProposalID, DecisionID: ev.DecisionID, Revision: ev.Revision,
 		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target}
 }
 
@@ -629,15 +569,3 @@ func grantCall(proposer string, t *policies.Tool) grants.Call {
 // grantsLoadWait bounds how long a decision waits for the store's grants
 // the first time, after a start.
 const grantsLoadWait = 10 * time.Second
-
-// capsJSON is the capabilities as the policy input carries them (nil: none known).
-func capsJSON(caps []agent.Capability) json.RawMessage {
-	if caps == nil {
-		return nil
-	}
-	b, err := json.Marshal(caps)
-	if err != nil {
-		return nil
-	}
-	return b
-}

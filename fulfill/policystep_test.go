@@ -74,13 +74,14 @@ func newStepRig(t *testing.T, space *fakeSpace) *stepRig {
 	}
 	cat.wait()
 	return &stepRig{space: space, cat: cat, clock: clocktest.New(stepEpoch), obs: &eventLog{}, logs: &bytes.Buffer{},
-		cfg: policyConfig{SpaceID: "lab", MaxPending: 1000, DecideWorkers: 2, DiscoveryWait: time.Second,
+		cfg: policyConfig{MaxPending: 1000, DecideWorkers: 2,
 			ApprovalTimeout: 5 * time.Minute, TaskTimeout: time.Hour, Escalation: true}}
 }
 
 func (r *stepRig) step(dec Decider, shadows *shadowing, reg *grantstore.Registry) *policyStep {
 	log := slog.New(slog.NewTextHandler(r.logs, nil))
-	return newPolicyStep(r.space, dec, r.cat, r.cfg, r.obs, shadows, reg, log, r.clock)
+	fe := &mewFront{space: r.space, catalog: r.cat, spaceID: "lab", wait: time.Second}
+	return newPolicyStep(fe, dec, r.cfg, r.obs, shadows, reg, log, r.clock)
 }
 
 // decideOnly answers every evaluation with d.

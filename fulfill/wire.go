@@ -14,7 +14,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/mewkit/fulfiller/agent"
-	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
 
@@ -25,14 +24,11 @@ import (
 // again after a crash writes the same envelopes.
 type wire struct {
 	space Space
-	// approvals: the core's escalation (Config.Approvals): the wire
-	// writes its prompts and cancellations, reports its steps, makes
-	// its grants.
-	approvals *Approvals
-	grants    *grantstore.Registry
-	cfg       wireConfig
-	hooks     wireHooks
-	log       *slog.Logger
+	cfg   wireConfig
+	// hooks are the engine's journal (mewFront.attach); set before
+	// anything is sent.
+	hooks wireHooks
+	log   *slog.Logger
 
 	// sent maps the envelope ids of recent rejects and fulfilment
 	// requests to what they answered, for refused (deliver.go's
@@ -49,7 +45,6 @@ type wire struct {
 
 // wireConfig is what the wire needs of the Fulfiller's Config.
 type wireConfig struct {
-	SpaceID string // names grants (CreateGrant's id)
 	// FulfillTimeout bounds one task request (tasks/get, tasks/result).
 	FulfillTimeout time.Duration
 	// Tracked bounds what the wire remembers per proposal (task
@@ -88,8 +83,8 @@ type wireSent struct {
 	written          chan struct{} // closed once the write's outcome has been reported
 }
 
-// newWire makes the wire. reg may be nil.
-func newWire(space Space, reg *grantstore.Registry, cfg wireConfig, hooks wireHooks, log *slog.Logger) *wire {
+// newWire makes the wire; its hooks are set before it sends anything.
+func newWire(space Space, cfg wireConfig, log *slog.Logger) *wire {
 	if cfg.Tracked <= 0 {
 		cfg.Tracked = rejectsTracked
 	}
@@ -101,11 +96,19 @@ func newWire(space Space, reg *grantstore.Registry, cfg wireConfig, hooks wireHo
 		panic(err) // only for a size below 1
 	}
 	handles, _ := lru.New[string, wireTaskHandle](cfg.Tracked)
-	return &wire{space: space, grants: reg, cfg: cfg, hooks: hooks, log: log,
+	return &wire{space: space, cfg: cfg, log: log,
 		sent: sent, followers: map[string]*taskFollower{}, handles: handles}
 }
 
-var _ lifecycle.Wire = (*wire)(nil)
+var (
+	_ lifecycle.Wire = (*wire)(nil)
+	_ PromptSender   = (*wire)(nil)
+	_ selfReporting  = (*wire)(nil)
+)
+
+// reportsDeliveries: the wire tells the journal of its answers itself
+// (hooks), a refusal after the write included.
+func (w *wire) reportsDeliveries() {}
 
 // sendAndGet writes env, bounded by sendTimeout under ctx.
 func (w *wire) sendAndGet(ctx context.Context, env agent.Envelope) (agent.Envelope, error) {
@@ -338,11 +341,6 @@ func (w *wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) { w.cancelP
 // fulfiller without Config.Approvals, new (the policy step's) or resumed
 // (the core's).
 const noEscalationMessage = lifecycle.NoApprovalsMessage
-
-func (w *wire) observe(ev Event) {
-	stamp(&ev)
-	w.hooks.events.observe(ev)
-}
 
 // Queuer is implemented by a Space that can keep an envelope while the
 // link is down and write it after the reconnect (*agent.Client does).

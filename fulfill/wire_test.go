@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"sync"
@@ -58,10 +59,9 @@ func (r *wireRec) heard() (writes, undelivers []string) {
 	return slices.Clone(r.writes), slices.Clone(r.undelivers)
 }
 
-// newTestWire is a wire over space (and reg: may be nil) whose
-// hooks are a wireRec's; proposals call tools/call unless rec.methods
-// says otherwise.
-func newTestWire(t *testing.T, space Space, reg *grantstore.Registry) (*wire, *wireRec) {
+// newTestWire is a wire over space whose hooks are a wireRec's;
+// proposals call tools/call unless rec.methods says otherwise.
+func newTestWire(t *testing.T, space Space) (*wire, *wireRec) {
 	t.Helper()
 	rec := &wireRec{methods: map[string]string{}}
 	hooks := wireHooks{
@@ -75,7 +75,9 @@ func newTestWire(t *testing.T, space Space, reg *grantstore.Registry) (*wire, *w
 			return agent.MethodToolsCall
 		},
 	}
-	return newWire(space, reg, wireConfig{SpaceID: "lab", FulfillTimeout: 5 * time.Second}, hooks, nil), rec
+	w := newWire(space, wireConfig{FulfillTimeout: 5 * time.Second}, nil)
+	w.hooks = hooks
+	return w, rec
 }
 
 var stamped = regexp.MustCompile(`"ts":"[^"]*"`)
@@ -145,7 +147,7 @@ func TestWireRejectAsTheFulfiller(t *testing.T) {
 	oldReject, oldChat := h.space.next(t), h.space.next(t)
 
 	space := newFakeSpace()
-	w, rec := newTestWire(t, space, nil)
+	w, rec := newTestWire(t, space)
 	if err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p1", To: "coder", EnvelopeID: oldReject.ID, Reason: "policy", Message: "default deny"}); err != nil {
 		t.Fatalf("SendReject: %v", err)
 	}
@@ -196,7 +198,7 @@ func TestWireRejectAsTheFulfiller(t *testing.T) {
 // writes it again), reported undelivered, and no longer refusable.
 func TestWireRejectNotWritten(t *testing.T) {
 	space := &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")}
-	w, rec := newTestWire(t, space, nil)
+	w, rec := newTestWire(t, space)
 	err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p1", To: "coder", EnvelopeID: "rej-1", Reason: "policy", Message: "no"})
 	if err == nil || !errors.Is(err, space.err) {
 		t.Fatalf("SendReject = %v, want the write's error", err)
@@ -220,7 +222,7 @@ func TestWireRequestAsTheFulfiller(t *testing.T) {
 	old := h.space.next(t)
 
 	space := newFakeSpace()
-	w, rec := newTestWire(t, space, nil)
+	w, rec := newTestWire(t, space)
 	err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: old.ID, RPCID: rpcID(t, old),
 		Params: json.RawMessage(`{"name":"add","arguments":{"a":1,"b":2},"task":{"ttl":5},"_meta":{"progressToken":1}}`), TaskTTL: time.Hour})
 	if err != nil {
@@ -267,7 +269,7 @@ func TestWireRequestSessionLost(t *testing.T) {
 		{fmt.Errorf("write: %w", agent.ErrSessionLost), false, []string{"p1 req-1"}, nil},
 		{errors.New("link down"), true, nil, []string{"p1 mcp/request not_written"}},
 	} {
-		w, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: c.err}, nil)
+		w, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: c.err})
 		err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 1, Params: json.RawMessage(`{"name":"add"}`)})
 		if (err != nil) != c.wantErr || (err != nil && !errors.Is(err, c.err)) {
 			t.Errorf("%v: SendRequest = %v", c.err, err)
@@ -292,7 +294,7 @@ func TestWireCancelAsTheFulfiller(t *testing.T) {
 	old := h.space.next(t)
 
 	space := newFakeSpace()
-	w, _ := newTestWire(t, space, nil)
+	w, _ := newTestWire(t, space)
 	c := lifecycle.SendCancel{ID: "p1", To: "calculator", RequestEnvelopeID: req.ID, RPCID: rpcID(t, req), Reason: "timeout"}
 	w.SendCancel(t.Context(), c)
 	got := space.next(t)
@@ -300,7 +302,7 @@ func TestWireCancelAsTheFulfiller(t *testing.T) {
 	literalOnWire(t, "cancellation", got, true, fmt.Sprintf(`{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["%s"],"payload":{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"timeout"}}}`, req.ID, rpcID(t, req)))
 
 	qs := &queueSpace{fakeSpace: newFakeSpace(), queued: make(chan agent.Envelope, 1)}
-	qw, _ := newTestWire(t, qs, nil)
+	qw, _ := newTestWire(t, qs)
 	qw.SendCancel(t.Context(), c)
 	select {
 	case env := <-qs.queued:
@@ -330,7 +332,7 @@ func TestWireStatusAsTheFulfiller(t *testing.T) {
 	}
 
 	space := newFakeSpace()
-	w, _ := newTestWire(t, space, nil)
+	w, _ := newTestWire(t, space)
 	w.Status(t.Context(), lifecycle.Status{ID: "p1", To: "coder", Stage: lifecycle.StatusEscalated, Approvers: []string{"alice", "bob"}, Quorum: 2, Deadline: clock.Now().Add(time.Minute)})
 	got := space.next(t)
 	sameOnWire(t, "escalated status chat", got, oldEscalated, true)
@@ -379,7 +381,7 @@ func TestWireTaskAsTheFulfiller(t *testing.T) {
 	oldStatus, oldRelay, oldResp := h.space.next(t), h.space.next(t), h.space.next(t)
 
 	space := taskSpace()
-	w, rec := newTestWire(t, space, nil)
+	w, rec := newTestWire(t, space)
 	params := json.RawMessage(`{"name":"migrate","arguments":{"a":1}}`)
 	if err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "job", To: "calculator", EnvelopeID: oldReq.ID, RPCID: rpcID(t, oldReq), Params: params, Task: true, TaskTTL: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -430,7 +432,7 @@ func TestWireTaskAsTheFulfiller(t *testing.T) {
 // An error relayed, and a relay without a result; tasks/cancel.
 func TestWireRelayErrorAndTaskCancel(t *testing.T) {
 	space := newFakeSpace()
-	w, _ := newTestWire(t, space, nil)
+	w, _ := newTestWire(t, space)
 	if err := w.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job", To: "coder", EnvelopeID: "rel-1", RPCID: 7, TaskID: "T1", Error: json.RawMessage(`{"code":-32603,"message":"task T1 was cancelled at calculator"}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +450,7 @@ func TestWireRelayErrorAndTaskCancel(t *testing.T) {
 	literalOnWire(t, "tasks/cancel", space.next(t), true, `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfiller","to":["calculator"],"kind":"mcp/request","correlation_id":["req-1"],"payload":{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"taskId":"T1"}}}`)
 
 	// A relay whose request cannot be written is the effect's error.
-	fw, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")}, nil)
+	fw, rec := newTestWire(t, &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")})
 	if err := fw.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job", To: "coder", EnvelopeID: "rel-1", RPCID: 7}); err == nil {
 		t.Error("SendRelay of an unwritten relay succeeded")
 	}
@@ -535,7 +537,7 @@ func TestWireFollowTask(t *testing.T) {
 			space := newFakeSpace()
 			owner := &taskOwner{states: c.states, asked: make(chan struct{}, 1)}
 			space.taskAnswer = owner.answer
-			w, _ := newTestWire(t, space, nil)
+			w, _ := newTestWire(t, space)
 			if c.name != "completed" {
 				// Handed over by the reader (the others: followed again
 				// after a restart, nothing known but what tasks/get says).
@@ -556,7 +558,7 @@ func TestWireTaskNoticeWakesTheFollower(t *testing.T) {
 	space := newFakeSpace()
 	owner := &taskOwner{states: []string{`{"taskId":"T1","status":"working","pollInterval":30000}`}, asked: make(chan struct{}, 1)}
 	space.taskAnswer = owner.answer
-	w, _ := newTestWire(t, space, nil)
+	w, _ := newTestWire(t, space)
 	w.taskCreated("calculator", json.RawMessage(`{"task":{"taskId":"T1","status":"working","pollInterval":30000}}`), time.Now())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -612,9 +614,10 @@ func escalatedProposal(t *testing.T, id string, hinted bool) lifecycle.Proposal 
 // the params sent, with the signed answer as its evidence; its id is the
 // proposal's, so the same grant made again after a crash is not a
 // second; StageGranted says so.
-func TestWireCreateGrant(t *testing.T) {
+func TestEngineWireCreateGrant(t *testing.T) {
 	reg := grantstore.NewRegistry(nil, nil)
-	w, rec := newTestWire(t, newFakeSpace(), reg)
+	rec := &wireRec{}
+	w := newEngineWire(&wire{}, rec, Config{SpaceID: "lab", Grants: reg}, slog.New(slog.DiscardHandler))
 	p := escalatedProposal(t, "p1", false)
 	g := lifecycle.CreateGrant{ID: "p1", Approver: "alice", Duration: time.Hour, Params: json.RawMessage(`{"name":"add","arguments":{"a":5,"b":2}}`),
 		Content: json.RawMessage(`{"approve":true,"a":5}`), Request: "req-el", Signature: "sig", DecisionID: "dec-p1",
@@ -655,7 +658,7 @@ func TestWireCreateGrant(t *testing.T) {
 // gateway replays nothing): lifecycle.ErrAway, and the core holds it.
 func TestWireRequestToAnAbsentOwner(t *testing.T) {
 	space := newFakeSpace()
-	w, _ := newTestWire(t, space, nil)
+	w, _ := newTestWire(t, space)
 	space.setPresent("calculator", false)
 	err := w.SendRequest(t.Context(), lifecycle.SendRequest{ID: "p1", To: "calculator", EnvelopeID: "req-1", RPCID: 3, Params: json.RawMessage(`{"name":"add"}`)})
 	if !errors.Is(err, lifecycle.ErrAway) {

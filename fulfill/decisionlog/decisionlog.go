@@ -501,7 +501,7 @@ func (l *Logger) fromEvent(e fulfill.Event) *logrecord.Record {
 	r := &logrecord.Record{
 		DecisionID: e.DecisionID, Revision: revision(e.Revision),
 		Timestamp: e.Time.UTC(), Stage: string(e.Stage), ProposalID: e.ProposalID,
-		Proposer: e.Proposer, Method: e.Method, Tool: e.Tool, Target: e.Target,
+		Proposer: e.Proposer, Method: e.Method, Tool: e.Tool, Target: e.Target, FrontEnd: e.FrontEnd,
 	}
 	switch e.Stage {
 	case fulfill.StageDecided:

@@ -44,6 +44,7 @@ type Record struct {
 	Method     string    `json:"method,omitempty"`
 	Tool       string    `json:"tool,omitempty"`
 	Target     string    `json:"target,omitempty"`
+	FrontEnd   string    `json:"front_end,omitempty"` // "mew" or "mcp", as input.front_end; absent in logs of builds before there were two
 
 	// Decision records.
 	Input  json.RawMessage    `json:"input,omitempty"`
