@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -78,6 +79,7 @@ type mcpFlags struct {
 	policyTimeout       time.Duration
 	logFormat, logLevel string
 	name                string
+	log                 *slog.Logger // set by start
 }
 
 func (fl *mcpFlags) register(f *pflag.FlagSet) {
@@ -146,6 +148,7 @@ func (fl *mcpFlags) start(ctx context.Context, ups []mcpfront.Upstream) (*mcpser
 	if err != nil {
 		return nil, err
 	}
+	fl.log = log
 	s, err := mcpserve.Start(ctx, mcpserve.Config{
 		Upstreams: ups, State: m, DecisionLog: fl.decisionLog, ClientID: fl.clientID, Approvers: fl.approvers,
 		Policy:          policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log},
@@ -247,6 +250,16 @@ func runMCPServe(ctx context.Context, fl mcpFlags, listen string, tokens mcpfron
 	srv := &http.Server{Handler: s.Handler(mcpfront.HTTPOptions{Tokens: tokens}), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// Said once the upstreams are up (an endpoint answers 503 until its
+	// upstream has started), or have had their time to start: one that
+	// is still down is started again in the background, and logged.
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	for _, up := range ups {
+		if err := s.Front().Ready(rctx, up.Name); err != nil && ctx.Err() == nil {
+			fl.log.Warn("mcp upstream not up yet; serving the others", "err", err)
+		}
+	}
+	cancel()
 	fmt.Fprintf(fl.cmd.ErrOrStderr(), "fulfiller mcp serving on http://%s/mcp/NAME\n", ln.Addr())
 	select {
 	case <-ctx.Done():

@@ -232,24 +232,26 @@ func TestMCPStdioDecidesEveryCall(t *testing.T) {
 		t.Errorf("a.txt after a refused delete: %v", err)
 	}
 
-	// The decision log: every decision is the MCP front end's.
-	decided := 0
-	for _, l := range r.lines(t) {
+	// The decision log: every line is the MCP front end's.
+	decided, lines := 0, r.lines(t)
+	for _, l := range lines {
+		if l["front_end"] != "mcp" {
+			t.Errorf("decision log line %v: front_end %v, want mcp", l["stage"], l["front_end"])
+		}
 		if l["stage"] != "decided" {
 			continue
 		}
 		decided++
 		in, _ := l["input"].(map[string]any)
 		tool, _ := in["tool"].(map[string]any)
-		if in["front_end"] != "mcp" || tool["server"] != "files" {
-			t.Errorf("decided line: input.front_end %v, input.tool.server %v; want mcp, files", in["front_end"], tool["server"])
-		}
-		if fe, ok := l["front_end"]; ok && fe != "mcp" {
-			t.Errorf("decided line: front_end %v, want mcp", fe)
+		proposer, _ := in["proposer"].(map[string]any)
+		client, _ := proposer["client"].(map[string]any)
+		if in["front_end"] != "mcp" || tool["server"] != "files" || proposer["id"] != "local" || client["name"] != "e2e-client" {
+			t.Errorf("decided line: input.front_end %v, tool.server %v, proposer %v; want mcp, files, local with its clientInfo", in["front_end"], tool["server"], proposer)
 		}
 	}
-	if decided != 3 {
-		t.Errorf("%d decided lines, want 3", decided)
+	if decided != 3 || len(lines) != 7 {
+		t.Errorf("%d lines, %d decided; want 7 (3 decided, fulfilling, fulfilled, 2 rejected)", len(lines), decided)
 	}
 }
 
