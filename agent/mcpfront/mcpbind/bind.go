@@ -201,12 +201,21 @@ func (b *Binding) Answered(ctx context.Context, a mcpfront.PromptAnswer) error {
 
 // Withdrawn implements mcpfront.Engine: a WithdrawnBy from the
 // proposal's proposer, read from the core's record (on the Loop's
-// goroutine) rather than kept here.
+// goroutine) rather than kept here. A call already sent upstream is
+// past a withdrawal for the core (its request is committed), but the
+// client that cancelled it or left no longer waits: its cancellation
+// goes on to the upstream, as a proxy's would, and the upstream's
+// outcome (cancelled) ends the proposal.
 func (b *Binding) Withdrawn(ctx context.Context, w mcpfront.Withdrawal) error {
 	return b.loop.Match(ctx, func(c *lifecycle.Core) []lifecycle.Event {
 		p, ok := c.Get(w.ProposalID)
 		if !ok {
 			return nil // ended already
+		}
+		if p.Phase == lifecycle.Fulfilling && p.Request != nil {
+			// Returns at once (it ends the request's context), as
+			// Match asks.
+			b.fx.SendCancel(ctx, mcpfront.Cancel{ProposalID: w.ProposalID, Reason: w.Reason})
 		}
 		return []lifecycle.Event{lifecycle.WithdrawnBy{ID: w.ProposalID, From: p.From, Reason: w.Reason}}
 	})

@@ -140,10 +140,14 @@ type rig struct {
 	files *toolserver.Files
 	calls atomic.Int64
 	wg    sync.WaitGroup
+	// hung: the upstream's hang tool started; cancelled: it was
+	// cancelled.
+	hung, cancelled chan struct{}
 }
 
 var rules = map[string]decision.Decision{
 	"read_file":   {Action: decision.Fulfill},
+	"hang":        {Action: decision.Fulfill},
 	"write_file":  {Action: decision.Reject, Reason: "policy", Message: "writes outside the repo are not allowed"},
 	"delete_path": {Action: decision.Escalate, Approvers: []string{mcpfront.Caller}, Quorum: 1, Message: "a delete needs you"},
 }
@@ -151,8 +155,15 @@ var rules = map[string]decision.Decision{
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &rig{t: t, ctx: ctx, log: &journal{}, files: toolserver.NewFiles(map[string]string{"/repo/a.txt": "hello"})}
-	var tools []toolserver.Tool
+	r := &rig{t: t, ctx: ctx, log: &journal{}, files: toolserver.NewFiles(map[string]string{"/repo/a.txt": "hello"}),
+		hung: make(chan struct{}, 1), cancelled: make(chan struct{}, 1)}
+	tools := []toolserver.Tool{{Name: "hang", Description: "Run until cancelled", InputSchema: map[string]any{"type": "object"},
+		Call: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			r.hung <- struct{}{}
+			<-ctx.Done()
+			r.cancelled <- struct{}{}
+			return "", ctx.Err()
+		}}}
 	for _, tl := range r.files.Tools() {
 		call := tl.Call
 		tl.Call = func(ctx context.Context, args json.RawMessage) (string, error) {
@@ -387,4 +398,33 @@ func TestToolChangedReachesThePolicy(t *testing.T) {
 	if string(tool.Arguments) != `{"path":"/y"}` {
 		t.Fatalf("edited arguments %s", tool.Arguments)
 	}
+}
+
+// A client that cancels a call the upstream is running: the upstream is
+// told (notifications/cancelled), as a proxy would, and the proposal
+// ends with the upstream's outcome; nothing reaches the client.
+func TestCancelDuringTheCallReachesTheUpstream(t *testing.T) {
+	r := newRig(t)
+	cs := r.client(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hang", Arguments: map[string]any{}})
+		done <- err
+	}()
+	select {
+	case <-r.hung:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream never ran the call")
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a cancelled call returned a result")
+	}
+	select {
+	case <-r.cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream was never told the call was cancelled")
+	}
+	r.waitStages(r.proposalOf("hang"), "received", "decided", "fulfilling", "ignored", "fulfilled")
 }
