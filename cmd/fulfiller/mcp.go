@@ -23,7 +23,7 @@ import (
 )
 
 // newMCPCmd is `fulfiller mcp`: fulfiller's decisions in front of MCP
-// servers (docs/mcp.md). `fulfiller mcp [flags] -- COMMAND ARGS` serves
+// servers (docs/design.md, "The MCP front end"). `fulfiller mcp [flags] -- COMMAND ARGS` serves
 // one client over stdio in front of COMMAND; `mcp serve` serves clients
 // over Streamable HTTP. The subcommands that manage the front end's
 // files (init, accept-tools) are mcpAdminCommands.
@@ -72,6 +72,7 @@ type mcpFlags struct {
 	policies, data      []string
 	state               string
 	decisionLog         string
+	toolMetadata        string
 	approvers           []string
 	clientID            string
 	approvalTimeout     time.Duration
@@ -86,6 +87,7 @@ func (fl *mcpFlags) register(f *pflag.FlagSet) {
 	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable; default: "+filepath.Join(mcpConfigDir(), "policies")+" when it exists)")
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable; default: "+filepath.Join(mcpConfigDir(), "data.yaml")+" when it exists)")
 	f.StringVar(&fl.state, "state", mcpStateDir(), "where tool pins and grants live: a `DIR` every fulfiller mcp on it shares, or memory")
+	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "`FILE` (YAML or JSON) of tool annotations declared per upstream NAME and tool, in place of what the upstreams send; hot-reloaded")
 	f.StringVar(&fl.decisionLog, "decision-log", "", "append every decision and outcome as JSON lines to `FILE` (none by default)")
 	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated ids; @caller is the person at the client)")
 	f.StringVar(&fl.clientID, "client-id", "local", "the client's id: input.proposer.id, and whom grants name")
@@ -150,7 +152,7 @@ func (fl *mcpFlags) start(ctx context.Context, ups []mcpfront.Upstream) (*mcpser
 	}
 	fl.log = log
 	s, err := mcpserve.Start(ctx, mcpserve.Config{
-		Upstreams: ups, State: m, DecisionLog: fl.decisionLog, ClientID: fl.clientID, Approvers: fl.approvers,
+		Upstreams: ups, State: m, DecisionLog: fl.decisionLog, ToolMetadata: fl.toolMetadata, ClientID: fl.clientID, Approvers: fl.approvers,
 		Policy:          policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log},
 		ApprovalTimeout: fl.approvalTimeout, FulfillTimeout: fl.fulfillTimeout, Version: buildVersion(), Logger: log,
 	})
@@ -162,6 +164,8 @@ func (fl *mcpFlags) start(ctx context.Context, ups []mcpfront.Upstream) (*mcpser
 		return nil, err
 	case se.Part == "policy":
 		return nil, loadFlagError(se.Err, flagPaths{"--policy", fl.policies}, flagPaths{"--data", fl.data})
+	case se.Part == "tool metadata":
+		return nil, usageErrorf("--tool-metadata %w", se.Err)
 	case se.Part == "decision log":
 		return nil, decisionLogError(se.Err)
 	case se.Part == "state":

@@ -297,6 +297,7 @@ func TestMCPBadFlags(t *testing.T) {
 		{[]string{"mcp", "--"}, "no COMMAND after --"},
 		{[]string{"mcp", "--approval-timeout", "0s", "--", "x"}, "--approval-timeout 0s: must be positive"},
 		{[]string{"mcp", "--state", "nats://localhost:4222", "--", "x"}, "fulfiller mcp keeps its state in a directory or in memory"},
+		{[]string{"mcp", "--tool-metadata", "/nonexistent/meta.yaml", "--state", "memory", "--", "x"}, "--tool-metadata"},
 		{[]string{"mcp", "serve", "--upstream", "fs=cmd:x"}, "--listen is required"},
 		{[]string{"mcp", "serve", "--listen", "0.0.0.0:0", "--upstream", "fs=cmd:x"}, "--listen"},
 	} {

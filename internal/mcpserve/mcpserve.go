@@ -36,6 +36,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/sidecar"
 	"github.com/mewkit/fulfiller/policies"
+	"github.com/mewkit/fulfiller/policies/toolmeta"
 )
 
 // Config is a front end's configuration, parsed and checked by the
@@ -48,6 +49,9 @@ type Config struct {
 	// State is where pins and grants are kept: a directory (shared by
 	// every process on it) or memory.
 	State state.Mode
+	// ToolMetadata is the file of tool annotations the operator declares
+	// per upstream NAME and tool ("": none); hot-reloaded.
+	ToolMetadata string
 	// DecisionLog is the decision log's path ("": none).
 	DecisionLog string
 	// ClientID is the proposer of a client no bearer token names
@@ -77,14 +81,16 @@ type Server struct {
 
 	// Run's goroutines: each stopped by its cancel, done when it has
 	// returned.
-	stopEngine, stopFront, stopGrants context.CancelFunc
-	engineDone, frontDone, grantsDone chan struct{}
-	runErr                            error // the engine's Run's, once engineDone is closed
-	once                              sync.Once
+	stopEngine, stopFront, stopWatches context.CancelFunc
+	engineDone, frontDone              chan struct{}
+	watches                            sync.WaitGroup
+	runErr                             error // the engine's Run's, once engineDone is closed
+	once                               sync.Once
 }
 
 // StartError names the part that failed to start (for the flag to
-// blame): "policy", "state", "decision log", "front end".
+// blame): "policy", "tool metadata", "state", "decision log", "front
+// end".
 type StartError struct {
 	Part string
 	Err  error
@@ -110,6 +116,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	log.Info("policy loaded", "revision", policy.Revision(), "files", len(policy.Files()))
 	s := &Server{log: log}
+	var meta *toolmeta.Watcher
+	if cfg.ToolMetadata != "" {
+		if meta, err = toolmeta.Open(cfg.ToolMetadata, toolmeta.Options{Logger: log}); err != nil {
+			return nil, &StartError{Part: "tool metadata", Err: err}
+		}
+	}
 	if cfg.DecisionLog != "" {
 		if s.dlog, err = decisionlog.Open(cfg.DecisionLog, decisionlog.Options{Logger: log}); err != nil {
 			return nil, &StartError{Part: "decision log", Err: err}
@@ -139,30 +151,35 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		dl := s.dlog
 		approvals.Observer = func(h lifecycle.Human) { dl.ObserveApproval(elicit.EventOf(h)) }
 	}
-	s.engine = fulfill.NewEngine(bind, policy, fulfill.Config{
+	fcfg := fulfill.Config{
 		MaxPending: cfg.MaxPending, MaxInflight: cfg.MaxInflight, PendingTTL: cfg.PendingTTL,
 		FulfillTimeout: cfg.FulfillTimeout, ApprovalTimeout: cfg.ApprovalTimeout, ShutdownTimeout: cfg.ShutdownTimeout,
 		StatusChats: true, Approvals: approvals, Approvers: cfg.Approvers,
 		Observer: obs, Logger: log, Grants: grantReg, ShadowTimeout: cfg.Policy.Timeout,
-	})
+	}
+	if meta != nil {
+		fcfg.ToolMetadata = meta
+	}
+	s.engine = fulfill.NewEngine(bind, policy, fcfg)
 	bind.Bind(s.engine, front)
 
 	// The engine and the front end run until Close: the engine first
 	// (the front end's events go to it), stopped last (the calls the
 	// front end still holds are answered before it ends).
-	grantsCtx, stopGrants := context.WithCancel(context.WithoutCancel(ctx))
+	watchCtx, stopWatches := context.WithCancel(context.WithoutCancel(ctx))
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	frontCtx, stopFront := context.WithCancel(context.WithoutCancel(ctx))
-	s.stopEngine, s.stopFront, s.stopGrants = stopEngine, stopFront, stopGrants
-	s.engineDone, s.frontDone, s.grantsDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
-	// The grants in the store are mirrored (and expired) until Close:
-	// the policy step waits for them before its first decision.
-	go func() {
-		defer close(s.grantsDone)
-		if err := grantReg.Run(grantsCtx); err != nil && grantsCtx.Err() == nil {
-			log.Error("grants no longer followed", "err", err)
-		}
-	}()
+	s.stopEngine, s.stopFront, s.stopWatches = stopEngine, stopFront, stopWatches
+	s.engineDone, s.frontDone = make(chan struct{}), make(chan struct{})
+	// What the engine reads is kept fresh until Close, as run's watches
+	// do: the policy's hot reload, the grants in the store mirrored and
+	// expired (the policy step waits for them before its first
+	// decision), the tool metadata's hot reload.
+	s.watch(watchCtx, "policy", policy.Watch)
+	s.watch(watchCtx, "grants", grantReg.Run)
+	if meta != nil {
+		s.watch(watchCtx, "tool metadata", meta.Watch)
+	}
 	go func() {
 		defer close(s.engineDone)
 		s.runErr = s.engine.Run(engCtx)
@@ -172,6 +189,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		_ = front.Run(frontCtx)
 	}()
 	return s, nil
+}
+
+// watch runs f (a hot reload, the grants' mirror) until Close; when it
+// ends earlier by an error, the log says what no longer reloads.
+func (s *Server) watch(ctx context.Context, what string, f func(context.Context) error) {
+	s.watches.Add(1)
+	go func() {
+		defer s.watches.Done()
+		if err := f(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error(what+" watch stopped; it is no longer kept fresh", "err", err)
+		}
+	}()
 }
 
 // openStore opens m for pins and grants: a directory is one every
@@ -211,8 +240,8 @@ func (s *Server) Close() error {
 		<-s.frontDone
 		s.stopEngine()
 		<-s.engineDone
-		s.stopGrants()
-		<-s.grantsDone
+		s.stopWatches()
+		s.watches.Wait()
 		s.closeStore()
 		s.closeLog()
 	})
