@@ -23,9 +23,9 @@ import (
 )
 
 // newMCPCmd is `fulfiller mcp`: fulfiller's decisions in front of MCP
-// servers (docs/design.md, "The MCP front end"). `fulfiller mcp [flags] -- COMMAND ARGS` serves
-// one client over stdio in front of COMMAND; `mcp serve` serves clients
-// over Streamable HTTP. The subcommands that manage the front end's
+// servers (docs/design.md, "The MCP front end"). `fulfiller mcp [flags]
+// -- COMMAND ARGS` serves one client over stdio in front of COMMAND;
+// `mcp serve` serves clients over Streamable HTTP. The subcommands that manage the front end's
 // files (init, accept-tools) are mcpAdminCommands.
 func newMCPCmd() *cobra.Command {
 	fl := mcpFlags{}
