@@ -144,7 +144,9 @@ func New(cfg Config, ups ...Upstream) (*Front, error) {
 	f := &Front{cfg: cfg, eng: cfg.Engine, pins: cfg.Pins, log: cfg.Logger, ups: map[string]*upstream{},
 		running: make(chan struct{}), held: map[string]*held{}, tokens: map[string]*held{}, reqs: map[string]context.CancelFunc{}}
 	for _, up := range ups {
-		if !nameRE.MatchString(up.Name) {
+		// The only upstream may be nameless: named after its serverInfo
+		// at its first start (stdio).
+		if (up.Name != "" || len(ups) > 1) && !nameRE.MatchString(up.Name) {
 			return nil, fmt.Errorf("mcpfront: upstream name %q: letters, digits, '.', '_' and '-' only", up.Name)
 		}
 		if f.ups[up.Name] != nil {

@@ -21,7 +21,10 @@ import (
 // Upstream is an MCP server fulfiller stands in front of.
 type Upstream struct {
 	// Name is the upstream's NAME: tool.server in the policy input, the
-	// key of its pins and grants, and /mcp/NAME over HTTP.
+	// key of its pins and grants, and /mcp/NAME over HTTP. Empty (the
+	// only upstream, over stdio: `fulfiller mcp` without --name): the
+	// serverInfo.name the upstream gives at its first start (see
+	// serverName); ServeStdio then takes the name "".
 	Name string
 	// Transport makes a new transport to the upstream each time it is
 	// (re)started.
@@ -31,6 +34,28 @@ type Upstream struct {
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// serverName is a NAME made of what an upstream calls itself
+// (serverInfo.name): what a NAME may not hold becomes '_'; "upstream"
+// when nothing is left.
+func serverName(info *mcp.Implementation) string {
+	if info == nil {
+		return "upstream"
+	}
+	b := []byte(info.Name)
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if name := string(b); nameRE.MatchString(name) {
+		return name
+	}
+	return "upstream"
+}
 
 // CommandUpstream is an upstream over stdio: argv is started (again
 // after it exits), its stderr goes to stderr (fulfiller's log), never to
@@ -142,6 +167,12 @@ func (u *upstream) run(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = cs.Close() })
 	defer stop()
+	if u.Name == "" {
+		// Named once, before anything is keyed by the name (its pins)
+		// and before ready: the clients' handlers read it after.
+		u.Name = serverName(cs.InitializeResult().ServerInfo)
+		u.f.log.Info("mcp upstream named after its serverInfo", "upstream", u.Name, "what", u.What)
+	}
 	if err := u.refreshTools(ctx, cs); err != nil {
 		_ = cs.Close()
 		return u.setDown(err)

@@ -1,18 +1,296 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/mewkit/fulfiller/agent/mcpfront"
+	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/internal/mcpserve"
+	"github.com/mewkit/fulfiller/policies"
+)
 
 // newMCPCmd is `fulfiller mcp`: fulfiller's decisions in front of MCP
-// servers (docs/mcp.md). Its subcommands that run the front end are in
-// this file; the ones that manage its files (init, accept-tools) are
-// mcpAdminCommands.
+// servers (docs/design.md, "The MCP front end"). `fulfiller mcp [flags]
+// -- COMMAND ARGS` serves one client over stdio in front of COMMAND;
+// `mcp serve` serves clients over Streamable HTTP. The subcommands that manage the front end's
+// files (init, accept-tools) are mcpAdminCommands.
 func newMCPCmd() *cobra.Command {
+	fl := mcpFlags{}
 	cmd := &cobra.Command{
-		Use:   "mcp",
+		Use:   "mcp [flags] -- COMMAND [ARG...]",
 		Short: "Decide an MCP client's tool calls with Rego policies, in front of MCP servers",
-		Args:  unknownCommand,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Long: `mcp stands in front of the MCP server COMMAND (started with ARGs) for the MCP
+client that started it, over stdio: every tools/call is decided by the policies
+in --policy (fulfil, reject with a reason the model reads, or ask the person at
+the client through elicitation: "@caller"); everything else passes through.
+Logs go to stderr, never stdout.`,
+		Example: `  claude mcp add fs -- fulfiller mcp -- npx -y @modelcontextprotocol/server-filesystem ~/src`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() < 0 {
+				if len(args) > 0 {
+					return unknownCommand(cmd, args)
+				}
+				return usageErrorf("no server to stand in front of: fulfiller mcp [flags] -- COMMAND [ARG...]")
+			}
+			if cmd.ArgsLenAtDash() > 0 {
+				return usageErrorf("unexpected %q before --: fulfiller mcp [flags] -- COMMAND [ARG...]", args[0])
+			}
+			if len(args) == 0 {
+				return usageErrorf("no COMMAND after --: fulfiller mcp [flags] -- COMMAND [ARG...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fl.cmd = cmd
+			return runMCPStdio(cmd.Context(), fl, args)
+		},
 	}
+	fl.register(cmd.Flags())
+	cmd.Flags().StringVar(&fl.name, "name", "", "the upstream's `NAME`: tool.server in the policy input, what pins and grants are keyed by (default: the serverInfo.name it gives)")
+	cmd.AddCommand(newMCPServeCmd())
 	cmd.AddCommand(mcpAdminCommands()...)
 	return cmd
+}
+
+// mcpFlags are the flags of mcp and mcp serve: run's where they mean the
+// same.
+type mcpFlags struct {
+	cmd                 *cobra.Command
+	policies, data      []string
+	state               string
+	decisionLog         string
+	toolMetadata        string
+	approvers           []string
+	clientID            string
+	approvalTimeout     time.Duration
+	fulfillTimeout      time.Duration
+	policyTimeout       time.Duration
+	logFormat, logLevel string
+	name                string
+	log                 *slog.Logger // set by start
+}
+
+func (fl *mcpFlags) register(f *pflag.FlagSet) {
+	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable; default: "+filepath.Join(mcpConfigDir(), "policies")+" when it exists)")
+	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable; default: "+filepath.Join(mcpConfigDir(), "data.yaml")+" when it exists)")
+	f.StringVar(&fl.state, "state", mcpStateDir(), "where tool pins and grants live: a `DIR` every fulfiller mcp on it shares, or memory")
+	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "`FILE` (YAML or JSON) of tool annotations declared per upstream NAME and tool, in place of what the upstreams send; hot-reloaded")
+	f.StringVar(&fl.decisionLog, "decision-log", "", "append every decision and outcome as JSON lines to `FILE` (none by default)")
+	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated ids; @caller is the person at the client)")
+	f.StringVar(&fl.clientID, "client-id", "local", "the client's id: input.proposer.id, and whom grants name")
+	f.DurationVar(&fl.approvalTimeout, "approval-timeout", 5*time.Minute, "a human's deadline when the policy sets none")
+	f.DurationVar(&fl.fulfillTimeout, "fulfill-timeout", 5*time.Minute, "wait for the upstream's answer to an allowed call before cancelling it and rejecting timeout")
+	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take")
+	f.StringVar(&fl.logFormat, "log-format", "text", "log format (to stderr): text or json")
+	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+// validate checks what only flags say; exit 2 with one line otherwise.
+func (fl *mcpFlags) validate() (state.Mode, error) {
+	m, err := state.ParseMode(fl.state)
+	if err != nil {
+		return state.Mode{}, usageErrorf("--state %v", err)
+	}
+	if m.Kind == state.External {
+		return state.Mode{}, usageErrorf("--state %s: fulfiller mcp keeps its state in a directory or in memory", fl.state)
+	}
+	if fl.clientID == "" {
+		return state.Mode{}, usageErrorf("--client-id must not be empty")
+	}
+	for name, v := range map[string]time.Duration{"--approval-timeout": fl.approvalTimeout, "--fulfill-timeout": fl.fulfillTimeout, "--policy-timeout": fl.policyTimeout} {
+		if v <= 0 {
+			return state.Mode{}, usageErrorf("%s %s: must be positive", name, v)
+		}
+	}
+	return m, nil
+}
+
+// defaults fills --policy and --data from the user's configuration
+// directory when they are not given and it has them (a client starts
+// fulfiller mcp in whatever directory it likes).
+func (fl *mcpFlags) defaults() {
+	if !fl.cmd.Flags().Changed("policy") {
+		if p := filepath.Join(mcpConfigDir(), "policies"); exists(p) {
+			fl.policies = []string{p}
+		}
+	}
+	if !fl.cmd.Flags().Changed("data") {
+		if p := filepath.Join(mcpConfigDir(), "data.yaml"); exists(p) {
+			fl.data = []string{p}
+		}
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// start validates the flags and starts the front end in front of ups.
+func (fl *mcpFlags) start(ctx context.Context, ups []mcpfront.Upstream) (*mcpserve.Server, error) {
+	m, err := fl.validate()
+	if err != nil {
+		return nil, err
+	}
+	fl.defaults()
+	log, err := newLogger(fl.cmd.ErrOrStderr(), fl.logFormat, fl.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	fl.log = log
+	s, err := mcpserve.Start(ctx, mcpserve.Config{
+		Upstreams: ups, State: m, DecisionLog: fl.decisionLog, ToolMetadata: fl.toolMetadata, ClientID: fl.clientID, Approvers: fl.approvers,
+		Policy:          policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log},
+		ApprovalTimeout: fl.approvalTimeout, FulfillTimeout: fl.fulfillTimeout, Version: buildVersion(), Logger: log,
+	})
+	var se *mcpserve.StartError
+	switch {
+	case err == nil:
+		return s, nil
+	case !errors.As(err, &se):
+		return nil, err
+	case se.Part == "policy":
+		return nil, loadFlagError(se.Err, flagPaths{"--policy", fl.policies}, flagPaths{"--data", fl.data})
+	case se.Part == "tool metadata":
+		return nil, usageErrorf("--tool-metadata %w", se.Err)
+	case se.Part == "decision log":
+		return nil, decisionLogError(se.Err)
+	case se.Part == "state":
+		return nil, fmt.Errorf("--state %w", se.Err)
+	}
+	return nil, usageError(err)
+}
+
+// runMCPStdio is fulfiller mcp -- COMMAND ARGS: one client on stdin and
+// stdout, until it leaves (or SIGINT/SIGTERM).
+func runMCPStdio(ctx context.Context, fl mcpFlags, argv []string) error {
+	// Without --name the upstream is named after its serverInfo.name
+	// (the front end's nameless upstream, served as "").
+	name := fl.name
+	up := mcpfront.CommandUpstream(name, argv, fl.cmd.ErrOrStderr())
+	s, err := fl.start(ctx, []mcpfront.Upstream{up})
+	if err != nil {
+		return err
+	}
+	// A server that does not start is said at once (exit 1), rather
+	// than leaving the client waiting for an initialize answer.
+	rctx, cancel := context.WithTimeout(ctx, mcpStartTimeout)
+	err = s.Front().Ready(rctx, name)
+	cancel()
+	if err != nil {
+		_ = s.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	serveErr := s.ServeStdio(ctx, name, &mcp.StdioTransport{})
+	closeErr := s.Close()
+	if serveErr != nil && ctx.Err() == nil && !errors.Is(serveErr, io.EOF) {
+		return serveErr
+	}
+	return closeErr
+}
+
+// mcpStartTimeout bounds the wait for an upstream's first start
+// (process, initialize, tools/list).
+const mcpStartTimeout = 30 * time.Second
+
+// newMCPServeCmd is fulfiller mcp serve: the upstreams over Streamable
+// HTTP, one endpoint each (http://ADDR/mcp/NAME), for any number of
+// clients.
+func newMCPServeCmd() *cobra.Command {
+	fl := mcpFlags{}
+	var listen, tokensFile string
+	var upstreams []string
+	cmd := &cobra.Command{
+		Use:   "serve --listen ADDR --upstream NAME=cmd:COMMAND ARGS|NAME=URL...",
+		Short: "Serve MCP clients over Streamable HTTP in front of the upstreams",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl.cmd = cmd
+			if listen == "" {
+				return usageErrorf("--listen is required (host:port; loopback unless --client-tokens)")
+			}
+			if len(upstreams) == 0 {
+				return usageErrorf("--upstream is required: NAME=cmd:COMMAND ARGS or NAME=URL (repeatable)")
+			}
+			var ups []mcpfront.Upstream
+			for _, spec := range upstreams {
+				up, err := mcpfront.ParseUpstream(spec, cmd.ErrOrStderr())
+				if err != nil {
+					return usageError(err)
+				}
+				ups = append(ups, up)
+			}
+			var tokens mcpfront.ClientTokens
+			if tokensFile != "" {
+				var err error
+				if tokens, err = mcpfront.ReadClientTokens(tokensFile); err != nil {
+					return usageErrorf("--client-tokens %w", err)
+				}
+			}
+			if err := mcpfront.CheckListen(listen, tokens); err != nil {
+				return usageError(err)
+			}
+			return runMCPServe(cmd.Context(), fl, listen, tokens, ups)
+		},
+	}
+	fl.register(cmd.Flags())
+	cmd.Flags().StringVar(&listen, "listen", "", "`ADDR` (host:port) to serve on; a non-loopback one needs --client-tokens")
+	cmd.Flags().StringArrayVar(&upstreams, "upstream", nil, "an upstream: `NAME=cmd:COMMAND ARGS` (split as a POSIX shell would, no expansion) or NAME=URL (repeatable)")
+	cmd.Flags().StringVar(&tokensFile, "client-tokens", "", "`FILE` of \"<client-id> <sha256 hex of its bearer token>\" lines: the clients allowed, and who each is")
+	return cmd
+}
+
+// runMCPServe serves the upstreams on listen until SIGINT/SIGTERM.
+func runMCPServe(ctx context.Context, fl mcpFlags, listen string, tokens mcpfront.ClientTokens, ups []mcpfront.Upstream) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return usageErrorf("--listen %s: %w", listen, err)
+	}
+	s, err := fl.start(ctx, ups)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: s.Handler(mcpfront.HTTPOptions{Tokens: tokens}), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	// Said once the upstreams are up (an endpoint answers 503 until its
+	// upstream has started), or have had their time to start: one that
+	// is still down is started again in the background, and logged.
+	rctx, cancel := context.WithTimeout(ctx, mcpStartTimeout)
+	for _, up := range ups {
+		if err := s.Front().Ready(rctx, up.Name); err != nil && ctx.Err() == nil {
+			fl.log.Warn("mcp upstream not up yet; serving the others", "err", err)
+		}
+	}
+	cancel()
+	fmt.Fprintf(fl.cmd.ErrOrStderr(), "fulfiller mcp serving on http://%s/mcp/NAME\n", ln.Addr())
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	closeErr := s.Close()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return closeErr
 }

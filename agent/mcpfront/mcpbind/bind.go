@@ -1,0 +1,351 @@
+// Package mcpbind binds the MCP front end (agent/mcpfront) to fulfiller's
+// engine (fulfill, over fulfill/lifecycle): it is the front end's Engine,
+// whose events it turns into the core's, and the engine's FrontEnd for
+// MCP, whose effects it carries out through the front end's Effects.
+//
+// It holds no state of any proposal: the core's record is the one
+// owner of a proposal's state, and the binding reads it (Loop.Match, on
+// the Loop's goroutine) where an event needs it: the upstream's
+// response is relayed to the client only when the core still waits for
+// it, so the client gets it exactly once, and only if the core took it.
+// What the policy input and the approvers' prompts need of a call (its
+// upstream, the client's clientInfo and capabilities, the tool's
+// definition as listed and whether it changed) travels in the
+// proposal's Envelope (see Envelope), which the core keeps.
+package mcpbind
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+
+	"github.com/mewkit/fulfiller/agent/mcpfront"
+	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// Loop is what the binding needs of the engine: fulfill.Engine's (and
+// lifecycle.Loop's) Post and Match.
+type Loop interface {
+	Post(ctx context.Context, ev lifecycle.Event) error
+	Match(ctx context.Context, fn func(*lifecycle.Core) []lifecycle.Event) error
+}
+
+// Options configures a Binding.
+type Options struct {
+	// Logger logs to stderr ([slog.DiscardHandler]).
+	Logger *slog.Logger
+}
+
+// Binding is the MCP front end's Engine over fulfiller's engine, and the
+// engine's FrontEnd (Name, Wire, IDs, Input, Tool, Route) over the
+// front end's Effects. Make one with New, give it both sides with Bind
+// before either runs.
+type Binding struct {
+	opts Options
+	log  *slog.Logger
+	loop Loop
+	fx   mcpfront.Effects
+	ids  ids
+}
+
+// New makes a Binding.
+func New(opts Options) *Binding {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Binding{opts: opts, log: opts.Logger}
+}
+
+// Bind gives the binding the engine's loop and the front end's effects
+// (the *mcpfront.Front). It is called once, before the engine and the
+// front end run: each needs the other, so neither can be given at New.
+func (b *Binding) Bind(loop Loop, fx mcpfront.Effects) {
+	b.loop, b.fx = loop, fx
+}
+
+var _ mcpfront.Engine = (*Binding)(nil)
+
+// Envelope is what the core keeps of a call in Proposal.Envelope: the
+// call as the front end read it, enough to rebuild it and to make its
+// policy input and prompts again (a record resumed) without asking the
+// front end.
+type Envelope struct {
+	// ID is the proposal's id; RPCID the client's JSON-RPC id.
+	ID    string          `json:"id"`
+	RPCID json.RawMessage `json:"rpc_id,omitempty"`
+	// FrontEnd is "mcp".
+	FrontEnd string `json:"front_end"`
+	// Server is the upstream's NAME; Proposer the client's id, Client
+	// its clientInfo (a claim).
+	Server   string               `json:"server"`
+	Proposer string               `json:"proposer"`
+	Client   mcpfront.ClientInfo  `json:"client"`
+	Method   string               `json:"method"`
+	Params   json.RawMessage      `json:"params"`
+	Tool     Tool                 `json:"tool"`
+	Changed  *mcpfront.ToolChange `json:"changed,omitempty"`
+	// Elicitation: "@caller" can be asked; Progress: Status reaches
+	// the client.
+	Elicitation bool `json:"elicitation,omitempty"`
+	Progress    bool `json:"progress,omitempty"`
+}
+
+// Tool is the tool's definition as the upstream lists it now (empty but
+// for Name when it does not list it).
+type Tool struct {
+	Name        string          `json:"name"`
+	Listed      bool            `json:"listed,omitempty"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	Digest      string          `json:"digest,omitempty"`
+}
+
+// envelopeOf is p as the core keeps it.
+func envelopeOf(p mcpfront.Proposal) Envelope {
+	return Envelope{ID: p.ID, RPCID: p.RPCID, FrontEnd: mcpfront.FrontEnd, Server: p.Server, Proposer: p.Proposer,
+		Client: p.Client, Method: p.Method, Params: p.Params,
+		Tool: Tool{Name: p.Tool.Name, Listed: p.Tool.Listed, Description: p.Tool.Description, InputSchema: p.Tool.InputSchema,
+			Annotations: p.Tool.Annotations, Digest: p.Tool.Digest},
+		Changed: p.Tool.Changed, Elicitation: p.Elicitation, Progress: p.Progress}
+}
+
+// ReadEnvelope reads a proposal's Envelope back (ok false: it is not an
+// MCP front end's).
+func ReadEnvelope(p *lifecycle.Proposal) (Envelope, bool) {
+	var e Envelope
+	if len(p.Envelope) == 0 || json.Unmarshal(p.Envelope, &e) != nil || e.FrontEnd != mcpfront.FrontEnd {
+		return Envelope{}, false
+	}
+	return e, true
+}
+
+// Propose implements mcpfront.Engine: the call becomes a Proposed.
+func (b *Binding) Propose(ctx context.Context, p mcpfront.Proposal) error {
+	env, err := json.Marshal(envelopeOf(p))
+	if err != nil {
+		return fmt.Errorf("mcpbind: proposal %s: %w", p.ID, err)
+	}
+	return b.loop.Post(ctx, lifecycle.Proposed{ID: p.ID, From: p.Proposer, FrontEnd: mcpfront.FrontEnd,
+		Method: p.Method, Tool: p.Tool.Name, Addressee: p.Server, Envelope: env, Params: p.Params, Size: len(env)})
+}
+
+// Responded implements mcpfront.Engine. On the Loop's goroutine, the
+// response is matched to the core's proposal: only while the core waits
+// for that proposal's request is it relayed to the client, and the core
+// told (lifecycle.Responded, which ends the proposal fulfilled). A
+// response the core does not wait for (the proposal ended: withdrawn,
+// timed out, shut down) reaches nobody.
+func (b *Binding) Responded(ctx context.Context, r mcpfront.Response) error {
+	return b.loop.Match(ctx, func(c *lifecycle.Core) []lifecycle.Event {
+		p, ok := c.Get(r.ProposalID)
+		if !ok || p.Phase != lifecycle.Fulfilling || p.Request == nil || p.Request.Task {
+			b.log.Debug("mcp response the engine no longer waits for; dropped", "proposal", r.ProposalID)
+			return nil
+		}
+		ev := lifecycle.Responded{RequestID: p.Request.EnvelopeID, From: p.Request.Target, Result: r.Result}
+		a := mcpfront.Answer{ProposalID: r.ProposalID, Result: r.Result, Error: r.Error}
+		if r.Error != nil {
+			raw, err := json.Marshal(r.Error)
+			if err != nil {
+				raw = json.RawMessage(`{"code":-32603,"message":"the upstream's error cannot be read"}`)
+			}
+			ev.Result, ev.Error = nil, raw
+		}
+		// Effects.Answer returns at once (it hands the answer to the
+		// held call), as Match asks of what fn does.
+		if err := b.fx.Answer(ctx, a); err != nil {
+			b.log.Debug("mcp result not relayed: the client is gone", "proposal", r.ProposalID, "err", err)
+		}
+		return []lifecycle.Event{ev}
+	})
+}
+
+// Answered implements mcpfront.Engine: the caller's answer becomes the
+// core's Answer from "@caller", its payload the JSON-RPC response the
+// codec reads (an error one when the prompt failed: the caller's part
+// ends, AnswerFailed).
+func (b *Binding) Answered(ctx context.Context, a mcpfront.PromptAnswer) error {
+	var payload []byte
+	var err error
+	if a.Err != nil {
+		payload, err = json.Marshal(struct {
+			JSONRPC string `json:"jsonrpc"`
+			Error   struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}{JSONRPC: "2.0", Error: struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}{Code: -32603, Message: a.Err.Error()}})
+	} else {
+		payload, err = json.Marshal(struct {
+			JSONRPC string          `json:"jsonrpc"`
+			Result  json.RawMessage `json:"result"`
+		}{JSONRPC: "2.0", Result: a.Result})
+	}
+	if err != nil {
+		return fmt.Errorf("mcpbind: answer to prompt %s: %w", a.PromptID, err)
+	}
+	return b.loop.Post(ctx, lifecycle.Answer{PromptID: a.PromptID, From: mcpfront.Caller, Payload: payload})
+}
+
+// Withdrawn implements mcpfront.Engine: a WithdrawnBy from the
+// proposal's proposer, read from the core's record (on the Loop's
+// goroutine) rather than kept here. A call already sent upstream is
+// past a withdrawal for the core (its request is committed), but the
+// client that cancelled it or left no longer waits: its cancellation
+// goes on to the upstream, as a proxy's would, and the upstream's
+// outcome (cancelled) ends the proposal.
+func (b *Binding) Withdrawn(ctx context.Context, w mcpfront.Withdrawal) error {
+	return b.loop.Match(ctx, func(c *lifecycle.Core) []lifecycle.Event {
+		p, ok := c.Get(w.ProposalID)
+		if !ok {
+			return nil // ended already
+		}
+		if p.Phase == lifecycle.Fulfilling && p.Request != nil {
+			// Returns at once (it ends the request's context), as
+			// Match asks.
+			b.fx.SendCancel(ctx, mcpfront.Cancel{ProposalID: w.ProposalID, Reason: w.Reason})
+		}
+		return []lifecycle.Event{lifecycle.WithdrawnBy{ID: w.ProposalID, From: p.From, Reason: w.Reason}}
+	})
+}
+
+// Name is the front end's name: input.front_end.
+func (b *Binding) Name() string { return mcpfront.FrontEnd }
+
+// Wire is the core's effects on MCP peers: the client's answer, the
+// upstream's request, the caller's prompts (SendPrompt, for "@caller"
+// only), and JSON-RPC ids reserved ahead (lifecycle.IDReserver).
+func (b *Binding) Wire() lifecycle.Wire { return wire{b} }
+
+// IDs mints the ids the core puts on the wire.
+func (b *Binding) IDs() lifecycle.IDs { return &b.ids }
+
+// Input fills what only the MCP front end knows of a proposal's policy
+// input: input.front_end "mcp", input.proposer (the client's id, and
+// its clientInfo: a claim). There is no space: input.space is left out.
+func (b *Binding) Input(_ context.Context, p *lifecycle.Proposal, in *policies.Input) {
+	in.FrontEnd = mcpfront.FrontEnd
+	if in.Method == "" {
+		in.Method = p.Method
+	}
+	if in.Proposal == nil {
+		in.Proposal = p.Envelope // the call as the front end read it
+	}
+	in.Proposer = &policies.Participant{ID: p.From}
+	if e, ok := ReadEnvelope(p); ok && e.Client.Name != "" {
+		if ci, err := json.Marshal(e.Client); err == nil {
+			in.Proposer.Client = ci
+		}
+	}
+}
+
+// Tool is input.tool of p's call with params (the proposal's, or an
+// approver's edit; nil: the proposal's): server is the upstream's NAME,
+// the rest its definition as the upstream listed it when the call was
+// made, Changed when it differs from the one pinned; and the tool's
+// input schema, for the approvers' form. The MCP front end never sends a
+// call as a task, so no Execution is given.
+func (b *Binding) Tool(p *lifecycle.Proposal, target string, params json.RawMessage) (*policies.Tool, json.RawMessage) {
+	e, ok := ReadEnvelope(p)
+	if !ok {
+		return nil, nil
+	}
+	if params == nil {
+		params = p.Params
+	}
+	if params == nil {
+		params = e.Params
+	}
+	if target == "" {
+		target = e.Server
+	}
+	name, args := toolCall(params)
+	if name == "" {
+		name = e.Tool.Name
+	}
+	t := &policies.Tool{Name: name, Arguments: args, Server: target}
+	if name != e.Tool.Name || target != e.Server {
+		return t, nil // not the tool listed with the call
+	}
+	t.Description, t.OwnerAnnotations, t.Annotations = e.Tool.Description, e.Tool.Annotations, e.Tool.Annotations
+	if e.Changed != nil {
+		t.Changed, t.Digest, t.PinnedDigest = true, e.Changed.New, e.Changed.Old
+	}
+	return t, e.Tool.InputSchema
+}
+
+// toolCall reads a tools/call's params: its name and arguments.
+func toolCall(params json.RawMessage) (string, json.RawMessage) {
+	var c struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if len(params) == 0 || json.Unmarshal(params, &c) != nil {
+		return "", nil
+	}
+	return c.Name, c.Arguments
+}
+
+// Route is who carries the call out: the upstream the client called (a
+// decision naming another is refused: a client's call goes to the
+// server it called). An escalation that needs the caller's approval
+// from a client that cannot be asked (it declared no elicitation) is
+// incapable at once, unless the other approvers named can reach the
+// quorum: nobody is asked in vain, and the client is not left waiting.
+func (b *Binding) Route(_ context.Context, p *lifecycle.Proposal, current string, d decision.Decision) (target, incapable string) {
+	target = current
+	if target == "" {
+		target = p.Addressee
+	}
+	if d.Target != "" && d.Target != target {
+		return "", fmt.Sprintf("the decision names target %q, but the call was made to upstream %q", d.Target, target)
+	}
+	if target == "" {
+		return "", "no upstream to send the call to"
+	}
+	if d.Action == decision.Escalate && slices.Contains(d.Approvers, mcpfront.Caller) {
+		e, _ := ReadEnvelope(p)
+		if !e.Elicitation && len(d.Approvers)-1 < max(d.Quorum, 1) {
+			return "", "this client cannot ask you: it did not declare elicitation support, and the policy asks " + mcpfront.Caller
+		}
+	}
+	return target, ""
+}
+
+// ids mints the core's ids. Nothing MCP carries names them across
+// processes (the SDK numbers its own JSON-RPC messages): the envelope
+// and decision ids are UUIDv7 (unique across sessions and restarts), a
+// prompt's is random (unpredictable, as lifecycle.IDs asks), and the
+// JSON-RPC ids count up in this process.
+type ids struct{ rpc atomic.Int64 }
+
+func (i *ids) EnvelopeID() string { return uuid.Must(uuid.NewV7()).String() }
+func (i *ids) RPCID() int64       { return i.rpc.Add(1) }
+func (i *ids) DecisionID() string { return uuid.Must(uuid.NewV7()).String() }
+func (i *ids) PromptID() string   { return uuid.NewString() }
+
+// reserve hands out n JSON-RPC ids from the same count.
+func (i *ids) reserve(n int) []int64 {
+	last := i.rpc.Add(int64(n))
+	out := make([]int64, n)
+	for k := range out {
+		out[k] = last - int64(n) + 1 + int64(k)
+	}
+	return out
+}
+
+// errNoRelay: the MCP front end never sends a call as a task (Route
+// says so), so there is no task's outcome to relay.
+var errNoRelay = errors.New("mcpbind: the MCP front end sends no task-augmented calls")
