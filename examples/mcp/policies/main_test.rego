@@ -186,9 +186,9 @@ test_unknown_tools_may_be_asked_instead if {
 
 # Of an unknown tool every string argument is looked at for secrets.
 test_an_unknown_tools_secret_is_refused_even_when_asked if {
-	d := fulfiller.decision with input as call("upload_blob", {"blob": {"from": "/home/dev/.ssh/id_rsa"}})
+	d := fulfiller.decision with input as call("blob_copy", {"blob": {"from": "/home/dev/.ssh/id_rsa"}})
 		with data.workspace_roots as roots
-		with data.developer as {"push_words": []}
+		with data.developer as {"unknown_tools": "ask"}
 	contains(d.message, "is a secret")
 }
 

@@ -10,9 +10,9 @@ package fulfiller.workspace
 import data.fulfiller.paths
 
 # The defaults, for the filesystem server (@modelcontextprotocol/server-filesystem)
-# and the git server (mcp-server-git). data.developer in data.yaml
-# overrides any of them (a list given there replaces the one here), so
-# that tuning the policy never means editing this file.
+# and the git server (mcp-server-git). data.developer in data.yaml adds
+# to them (a list given there is added to the one here; any other value
+# replaces it), so that tuning the policy never means editing this file.
 defaults := {
 	# Tools that only look. They run when every path they name is inside
 	# a working tree.
@@ -67,7 +67,12 @@ default overrides := {}
 
 overrides := data.developer
 
-settings := object.union(defaults, overrides)
+settings := {k: merged(k) | some k, _ in defaults}
+
+merged(k) := array.concat(defaults[k], overrides[k]) if {
+	is_array(defaults[k])
+	is_array(overrides[k])
+} else := object.get(overrides, k, defaults[k])
 
 # The working trees, absolute, as init wrote them.
 default roots := []
