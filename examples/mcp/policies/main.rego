@@ -54,11 +54,11 @@ questions contains sprintf("the definition of %s of %s changed since it was pinn
 	input.tool.changed == true
 }
 
-questions contains sprintf("%s %s: it is named for a %s", [ws.name, args_text, ws.kind]) if {
+questions contains sprintf("%s is named for a %s, which is asked about wherever it points", [ws.name, ws.kind]) if {
 	ws.kind in {"delete", "push"}
 }
 
-questions contains sprintf("%s %s: the policy asks about it every time", [ws.name, args_text]) if {
+questions contains sprintf("%s is one of the tools asked about every time (ask_tools)", [ws.name]) if {
 	ws.kind == "ask"
 }
 
@@ -66,7 +66,7 @@ questions contains sprintf("%s reaches outside the working tree (%s): %s", [ws.n
 	count(ws.outside) > 0
 }
 
-questions contains sprintf("%s %s: a tool the starter policy does not know", [ws.name, args_text]) if {
+questions contains sprintf("the starter policy does not know %s of %s (unknown_tools: ask)", [ws.name, server]) if {
 	input.method == "tools/call"
 	ws.kind == "unknown"
 	ws.settings.unknown_tools == "ask"
@@ -91,6 +91,3 @@ server := object.get(input.tool, "server", "its server")
 roots_text := concat(", ", ws.roots) if count(ws.roots) > 0
 
 else := "no working tree is set: run fulfiller mcp init"
-
-# The call's arguments, short, for the question.
-args_text := sprintf("%s", [substring(json.marshal(object.get(input.tool, "arguments", {})), 0, 200)])

@@ -101,7 +101,7 @@ test_encoded_dots_do_not_escape if {
 test_deletes_and_pushes_ask_the_caller if {
 	d := decide("git_push", {"repo_path": "/home/dev/src/app", "remote": "origin"})
 	asks(d)
-	d.message == `git_push {"remote":"origin","repo_path":"/home/dev/src/app"}: it is named for a push`
+	d.message == "git_push is named for a push, which is asked about wherever it points"
 	asks(decide("delete_file", {"path": "/home/dev/src/app/x"}))
 	asks(decide("deleteFile", {"path": "/home/dev/src/app/x"}))
 	asks(decide("git_clean", {"repo_path": "/home/dev/src/app"}))
