@@ -69,7 +69,9 @@ func TestMCPInitWritesAStarterPolicyThatPasses(t *testing.T) {
 	decide := func(path string) map[string]any {
 		t.Helper()
 		call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_file","arguments":{"path":` + quoteJSON(path) + `,"content":"x"}}}`
-		stdout, stderr, code := cli(t, call, "eval", "--policy", policyDir, "--data", data, "--input", "-")
+		// The decision, not its speed (a loaded machine under -race):
+		// a generous --policy-timeout.
+		stdout, stderr, code := cli(t, call, "eval", "--policy", policyDir, "--data", data, "--input", "-", "--policy-timeout", "1m")
 		if code != 0 {
 			t.Fatalf("eval %s: exit %d, %s", path, code, stderr)
 		}

@@ -45,7 +45,7 @@ refusals contains sprintf("%s is a relative path, and fulfiller cannot tell wher
 refusals contains sprintf("fulfiller's starter policy does not know the tool %s of %s, so it cannot check what it would do. Ask the user to list it in data.yaml (developer.read_tools, write_tools or ask_tools)", [ws.name, server]) if {
 	input.method == "tools/call"
 	ws.kind == "unknown"
-	ws.settings.unknown_tools != "ask"
+	ws.unknown_tools != "ask"
 }
 
 # --- asked: the person at the client decides --------------------------
@@ -69,7 +69,7 @@ questions contains sprintf("%s reaches outside the working tree (%s): %s", [ws.n
 questions contains sprintf("the starter policy does not know %s of %s (unknown_tools: ask)", [ws.name, server]) if {
 	input.method == "tools/call"
 	ws.kind == "unknown"
-	ws.settings.unknown_tools == "ask"
+	ws.unknown_tools == "ask"
 }
 
 # --- how ---------------------------------------------------------------
@@ -82,8 +82,8 @@ refuse(msg) := {"action": "reject", "reason": "policy", "message": msg}
 # rather than left to someone who cannot be reached.
 ask(msg) := {"action": "escalate", "approvers": ["@caller"], "message": msg} if {
 	input.front_end == "mcp"
-} else := {"action": "escalate", "approvers": ws.settings.mew_approvers, "message": msg} if {
-	count(ws.settings.mew_approvers) > 0
+} else := {"action": "escalate", "approvers": ws.mew_approvers, "message": msg} if {
+	count(ws.mew_approvers) > 0
 } else := refuse(sprintf("%s; in a space nobody can be asked (set developer.mew_approvers in data.yaml)", [msg]))
 
 server := object.get(input.tool, "server", "its server")

@@ -67,9 +67,33 @@ default overrides := {}
 
 overrides := data.developer
 
-settings := {k: merged(k) | some k, _ in defaults}
+# Each setting is a rule of its own, so that a decision computes only
+# the ones it reads, once.
+read_tools := setting("read_tools")
 
-merged(k) := array.concat(defaults[k], overrides[k]) if {
+write_tools := setting("write_tools")
+
+ask_tools := setting("ask_tools")
+
+delete_words := setting("delete_words")
+
+push_words := setting("push_words")
+
+path_arguments := setting("path_arguments")
+
+repo_relative_arguments := setting("repo_relative_arguments")
+
+secret_dirs := setting("secret_dirs")
+
+secret_names := setting("secret_names")
+
+not_secret_names := setting("not_secret_names")
+
+unknown_tools := setting("unknown_tools")
+
+mew_approvers := setting("mew_approvers")
+
+setting(k) := array.concat(defaults[k], overrides[k]) if {
 	is_array(defaults[k])
 	is_array(overrides[k])
 } else := object.get(overrides, k, defaults[k])
@@ -91,15 +115,15 @@ words := {w | some w in regex.split(`[^a-z0-9]+`, lname); w != ""}
 # kind is the first that fits: ask (listed, or named for a delete or a
 # push), read, write; else unknown.
 kind := "ask" if {
-	name in settings.ask_tools
+	name in ask_tools
 } else := "delete" if {
-	named_for(settings.delete_words)
+	named_for(delete_words)
 } else := "push" if {
-	named_for(settings.push_words)
+	named_for(push_words)
 } else := "read" if {
-	name in settings.read_tools
+	name in read_tools
 } else := "write" if {
-	name in settings.write_tools
+	name in write_tools
 } else := "unknown"
 
 named_for(ws) if {
@@ -117,12 +141,12 @@ named_for(ws) if {
 
 # Every path the call names, as written ("~" expanded with data.home).
 named contains expand(p) if {
-	some k in settings.path_arguments
+	some k in path_arguments
 	some p in strings_of(input.tool.arguments[k])
 }
 
 named contains expand(p) if {
-	some k in settings.repo_relative_arguments
+	some k in repo_relative_arguments
 	some f in strings_of(input.tool.arguments[k])
 	p := relative_to_repo(f)
 }
@@ -207,11 +231,11 @@ else := {paths.resolve(p)}
 
 secret_marks(path) := dirs | names if {
 	segs := [s | some s in split(lower(path), "/"); s != ""]
-	dirs := {d | some s in segs; some d in settings.secret_dirs; s == d}
+	dirs := {d | some s in segs; some d in secret_dirs; s == d}
 	last := segs[count(segs) - 1]
 	names := {g |
-		not last in settings.not_secret_names
-		some g in settings.secret_names
+		not last in not_secret_names
+		some g in secret_names
 		glob.match(g, null, last)
 	}
 }
