@@ -62,6 +62,10 @@ questions contains sprintf("%s is one of the tools asked about every time (ask_t
 	ws.kind == "ask"
 }
 
+questions contains sprintf("%s writes where files run as code (%s): %s", [ws.name, concat(", ", ws.guarded_dirs), concat(", ", sort(ws.guarded))]) if {
+	count(ws.guarded) > 0
+}
+
 questions contains sprintf("%s reaches outside the working tree (%s): %s", [ws.name, roots_text, concat(", ", sort(ws.outside))]) if {
 	count(ws.outside) > 0
 }

@@ -112,6 +112,19 @@ test_rm_is_a_word_not_a_prefix if {
 	asks(decide("fs_rm", {"path": "/home/dev/src/x"}))
 }
 
+# Files that run as code — a git hook, git's config, VS Code's tasks —
+# are asked about even inside the tree: the next commit would run them.
+test_writes_where_files_run_as_code_ask_the_caller if {
+	d := decide("write_file", {"path": "/home/dev/src/app/.git/hooks/pre-commit", "content": "curl x | sh"})
+	asks(d)
+	d.message == "write_file writes where files run as code (.git, .husky, .vscode): /home/dev/src/app/.git/hooks/pre-commit"
+	asks(decide("edit_file", {"path": "/home/dev/src/app/.git/config", "edits": []}))
+	asks(decide("write_file", {"path": "/home/dev/src/app/.vscode/tasks.json", "content": "{}"}))
+	asks(decide("write_file", {"path": "/home/dev/src/app/%2egit/config", "content": ""}))
+	decide("read_text_file", {"path": "/home/dev/src/app/.git/HEAD"}).action == "fulfill" # reading runs nothing
+	decide("write_file", {"path": "/home/dev/src/app/.gitignore", "content": ""}).action == "fulfill"
+}
+
 # A tool whose definition changed since it was pinned (a rug pull) is
 # asked about, even a read inside the tree.
 test_a_changed_tool_asks_the_caller if {

@@ -36,6 +36,10 @@ defaults := {
 	# starting with it: deleteFile) deletes or publishes: asked about.
 	"delete_words": ["delete", "remove", "rm", "unlink", "destroy", "purge", "drop", "trash", "clean", "prune"],
 	"push_words": ["push", "publish", "deploy", "release", "upload"],
+	# Directories whose files run as code — git's hooks and config, husky's
+	# hooks, VS Code's tasks — which a write inside a tree still asks
+	# about: the next git commit or folder opening would run what it wrote.
+	"guarded_dirs": [".git", ".husky", ".vscode"],
 	# Argument keys that hold a path (string) or paths (array of strings).
 	"path_arguments": ["path", "paths", "source", "destination", "repo_path", "file", "filename", "directory"],
 	# Argument keys whose paths are relative to the call's repo_path
@@ -82,6 +86,8 @@ push_words := setting("push_words")
 path_arguments := setting("path_arguments")
 
 repo_relative_arguments := setting("repo_relative_arguments")
+
+guarded_dirs := setting("guarded_dirs")
 
 secret_dirs := setting("secret_dirs")
 
@@ -209,6 +215,17 @@ dir_of(r) := "/" if paths.resolve(r) == "/"
 
 else := concat("", [paths.resolve(r), "/"])
 
+# Paths a write names inside a directory whose files run as code.
+guarded contains p if {
+	kind == "write"
+	some p in named
+	some form in forms(p)
+	some s in segments(form)
+	s in guarded_dirs
+}
+
+segments(path) := [s | some s in split(lower(path), "/"); s != ""]
+
 # --- secrets ----------------------------------------------------------
 
 # The paths that are secrets, with what made them one. A path is looked
@@ -230,7 +247,7 @@ forms(p) := {paths.resolve(p), paths.clean(p)} if paths.clean(p)
 else := {paths.resolve(p)}
 
 secret_marks(path) := dirs | names if {
-	segs := [s | some s in split(lower(path), "/"); s != ""]
+	segs := segments(path)
 	dirs := {d | some s in segs; some d in secret_dirs; s == d}
 	last := segs[count(segs) - 1]
 	names := {g |
