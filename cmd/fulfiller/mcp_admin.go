@@ -280,7 +280,7 @@ Exit 0 when accepted (or nothing had changed), 2 when no upstream NAME has
 tools pinned in --state, 1 when the store cannot be reached.`,
 		Example: `  fulfiller mcp accept-tools fs
   fulfiller mcp accept-tools fs --dry-run
-  fulfiller mcp accept-tools github --state nats://nats.internal:4222 --state-creds team.creds`,
+  fulfiller mcp accept-tools github --state /srv/fulfiller/state`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("name the one upstream whose tools to accept (its --name, or its NAME in --upstream)")
@@ -319,7 +319,7 @@ tools pinned in --state, 1 when the store cannot be reached.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&spec, "state", "", "the store fulfiller mcp keeps its pins in: a `DIR` (default $XDG_STATE_HOME/fulfiller), or nats://host:4222[,…] / tls://… as mcp serve's --state")
+	f.StringVar(&spec, "state", "", "the store fulfiller mcp keeps its pins in, as given to it: a `DIR` (default $XDG_STATE_HOME/fulfiller), or nats://host:4222[,…] / tls://…")
 	f.StringVar(&creds, "state-creds", "", "NATS credentials `FILE` for a nats:// or tls:// --state")
 	f.BoolVar(&dryRun, "dry-run", false, "print what would be accepted, and accept nothing")
 	return cmd
