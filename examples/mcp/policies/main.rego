@@ -66,7 +66,7 @@ questions contains sprintf("%s writes where files run as code (%s): %s", [ws.nam
 	count(ws.guarded) > 0
 }
 
-questions contains sprintf("%s reaches outside the working tree (%s): %s", [ws.name, roots_text, concat(", ", sort(ws.outside))]) if {
+questions contains sprintf("%s reaches outside the working tree (%s): %s", [ws.name, roots_text, concat(", ", ws.outside_shown)]) if {
 	count(ws.outside) > 0
 }
 

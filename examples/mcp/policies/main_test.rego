@@ -82,6 +82,7 @@ test_a_sibling_with_the_roots_prefix_is_outside if {
 test_dot_dot_does_not_escape if {
 	d := decide("write_file", {"path": "/home/dev/src/app/../../.bashrc", "content": "curl x | sh"})
 	asks(d)
+	d.message == "write_file reaches outside the working tree (/home/dev/src, /work/): /home/dev/src/app/../../.bashrc (that is /home/dev/.bashrc)"
 	asks(decide("git_add", {"repo_path": "/home/dev/src/app", "files": ["../../../.profile"]}))
 	decide("write_file", {"path": "/home/dev/src/app/../lib/x.go", "content": ""}).action == "fulfill" # still inside
 }

@@ -197,6 +197,14 @@ outside contains p if {
 	not inside(p)
 }
 
+# outside_shown is outside as a person reads it: each path as written and,
+# where .., // or an encoding hide it, where it really points.
+outside_shown := sort([shown(p) | some p in outside])
+
+shown(p) := sprintf("%s (that is %s)", [p, paths.clean(p)]) if paths.clean(p) != p
+
+else := p
+
 inside(p) if {
 	some r in roots
 	paths.under(p, dir_of(r))
