@@ -92,6 +92,9 @@ type entry struct {
 	// decision commits (decidedBeforeClaim). A deadline, a withdrawal,
 	// a shutdown issue it as it is.
 	claimHeld bool
+	// deadlineHeld: the deadline's timer waits for the held claim to
+	// go (unhold), which the hold's own timer makes happen first.
+	deadlineHeld bool
 	// beforeDecided: the proposal as it was before its decision was
 	// carried out ahead of its claim (decidedBeforeClaim), restored if
 	// the claim is lost (a replay's line says nothing of a decision it
@@ -473,7 +476,16 @@ func (s *step) proposed(ev Proposed) {
 		e.claimHeld = true
 	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, then: thenClaimed})
-	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	if e.claimHeld && c.cfg.ClaimHold < c.cfg.PendingTTL {
+		// The hold ends before the deadline, and until then all the
+		// deadline would do is end the hold: its timer is set when the
+		// claim goes as it is (unhold), and never for a claim that
+		// carries its decision, whose phase has a deadline of its own
+		// (or none: answered). One timer a proposal fewer.
+		e.deadlineHeld = true
+	} else {
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	}
 	if e.claimHeld {
 		s.emit(Schedule{ID: p.ID, At: s.now.Add(c.cfg.ClaimHold), Kind: TimerHold})
 		s.decide(e, false, nil)
@@ -487,6 +499,14 @@ func (s *step) unhold(e *entry) {
 	if e.claimHeld {
 		e.claimHeld = false
 		s.issue(e)
+	}
+	if e.deadlineHeld {
+		// The proposal's deadline timer, not set while its claim was
+		// held (proposed): set now if it still decides, as it is.
+		e.deadlineHeld = false
+		if e.outcome == Open && e.p.Phase == Deciding {
+			s.emit(Schedule{ID: e.p.ID, At: e.p.Deadline, Kind: TimerDeadline})
+		}
 	}
 }
 
