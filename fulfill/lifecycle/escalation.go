@@ -568,7 +568,10 @@ func (s *step) answer(ev Answer) {
 		ignore(pr.Approver, "not addressed to "+ev.From)
 		if !e.spoofed {
 			e.spoofed = true
-			s.log(e, "ignored", func(l *Line) { l.Reason, l.Message, l.By = "forged_answer", "answer from "+ev.From, []string{ev.From} })
+			s.log(e, "ignored", func(l Line) Line {
+				l.Reason, l.Message, l.By = "forged_answer", "answer from "+ev.From, []string{ev.From}
+				return l
+			})
 		}
 		return
 	}
@@ -754,7 +757,7 @@ func (s *step) approvedBy(e *entry, g []Approval) {
 				Request: last.Request, Signature: last.Signature}
 		}
 	}
-	s.log(e, "approved", func(l *Line) { l.By = p.ApprovedBy })
+	s.log(e, "approved", func(l Line) Line { l.By = p.ApprovedBy; return l })
 	if last.Params != nil {
 		s.decide(e, true, last.Params)
 		return
