@@ -97,6 +97,11 @@ var mustCover = []string{
 	"human/ended/approved", "human/ended/disagree", "human/ended/incapable", "human/ended/timeout", "human/ended/other",
 	"human/ended/cancelled", "world/keys_changed", "world/approver_left", "world/approver_back", "world/prompt_unsent",
 	"world/delegated", "world/grant",
+	// The Loop's own paths: ids reserved (and a reservation failed),
+	// Immediate writes, reads retried, a lane's effects dropped at a
+	// release or a CancelAsk, a follower stopped, a new roster.
+	"world/reserved", "world/reserve_failed", "world/waits_for_ids", "world/immediate_write", "world/read_failed",
+	"world/owned_failed", "world/pruned_released", "world/pruned_ask", "world/follower_stopped", "world/reconnect",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -320,7 +325,15 @@ func (i simIDs) PromptID() string { return fmt.Sprintf("%s-q%016x", i.member, i.
 
 var errUnavailable = errors.New("store unavailable")
 
-func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err error) {
+// simulate runs one seed: steps of the world, then its quiescence; with
+// verbose, it prints its trace when an invariant breaks.
+func simulate(seed uint64, steps int, verbose bool, covered map[string]int) error {
+	_, err := runSim(seed, steps, verbose, covered)
+	return err
+}
+
+// runSim runs one seed and returns its world (with verbose, its trace).
+func runSim(seed uint64, steps int, verbose bool, covered map[string]int) (_ *sim, err error) {
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
 		toolPlan: map[string]string{}, promptPlan: map[string]string{}, tasks: map[string]*wtask{}, durableTasks: map[string]string{}, unwritten: map[string]bool{},
@@ -394,10 +407,34 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	for s.step = 0; s.step < steps; s.step++ {
 		s.act()
 		if err := s.check(); err != nil {
-			return fmt.Errorf("step %d: %w", s.step, err)
+			return s, fmt.Errorf("step %d: %w", s.step, err)
 		}
 	}
-	return s.quiesce()
+	return s, s.quiesce()
+}
+
+// A seed replays exactly: the Loop's goroutines run one at a time in
+// the order the seed draws, so the same seed makes the same trace
+// (every step, call, frame and line), which is what -seed N -v relies on.
+func TestSimulationReplays(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		a, err := runSim(seed, *flagSteps, true, map[string]int{})
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		b, _ := runSim(seed, *flagSteps, true, map[string]int{})
+		if i := slices.Compare(a.trace, b.trace); i != 0 {
+			n := 0
+			for n < min(len(a.trace), len(b.trace)) && a.trace[n] == b.trace[n] {
+				n++
+			}
+			t.Fatalf("seed %d ran twice: the traces part at line %d of %d and %d:\n%s\n%s", seed, n, len(a.trace), len(b.trace),
+				strings.Join(a.trace[n:min(n+3, len(a.trace))], "\n"), strings.Join(b.trace[n:min(n+3, len(b.trace))], "\n"))
+		}
+		if len(a.trace) < *flagSteps {
+			t.Fatalf("seed %d traced %d lines", seed, len(a.trace))
+		}
+	}
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -624,6 +661,18 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 			s.covered["human/"+string(e.Kind)]++
 			if e.Kind == HumanEnded {
 				s.covered["human/ended/"+e.Outcome]++
+			}
+		case CancelAsk:
+			// The Loop drops the prompts and status chats of the
+			// proposal not begun yet (this step's own are behind it).
+			if m.sh.queued(e.ID, func(q Effect) bool {
+				switch q.(type) {
+				case SendPrompt, Status:
+					return true
+				}
+				return false
+			}) {
+				s.covered["world/pruned_ask"]++
 			}
 		}
 	}
@@ -1017,6 +1066,18 @@ func (s *sim) runOp() bool {
 	return true
 }
 
+// queued reports whether proposal pid has an effect that waits in
+// the Loop's lane, not begun yet.
+func (sh *shell) queued(pid string, is func(Effect) bool) bool {
+	ln := sh.loop.lanes[pid]
+	if ln == nil {
+		return false
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return slices.ContainsFunc(ln.effs, is)
+}
+
 // busy reports whether proposal pid has effects queued or being carried
 // out in the Loop.
 func (sh *shell) busy(pid string) bool {
@@ -1081,6 +1142,9 @@ func (s *sim) decide(m *member, e Decide) Decided {
 // record was taken): its Loop drops the effects not carried out (see
 // Released).
 func (s *sim) release(m *member, id string) {
+	if m.sh.queued(id, func(Effect) bool { return true }) {
+		s.covered["world/pruned_released"]++
+	}
 	s.deliver(m, Released{ID: id})
 }
 

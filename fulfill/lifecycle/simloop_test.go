@@ -596,6 +596,9 @@ func (sh *shell) FollowTask(ctx context.Context, f FollowTask, report func(Event
 	s.tracef("%s follows task %s of %s", m.id, f.TaskID, f.ID)
 	for {
 		if !s.block(ctx, &simOp{what: "follow " + f.ID, news: true}) {
+			if !sh.dead {
+				s.covered["world/follower_stopped"]++
+			}
 			return
 		}
 		for _, ev := range fl.news {
