@@ -145,14 +145,15 @@ type Loop struct {
 	// The store's and the journal's Immediate, when they have one.
 	storeNow, journalNow Immediate
 
-	// sched replaces the goroutines, channels and timers the Loop runs
-	// its work with (nil: those); see sched.
+	// sched replaces the goroutines, channels and retry waits the Loop
+	// runs its work with (nil: those); see sched.
 	sched sched
 }
 
 // sched is how a Loop's work leaves its goroutine, comes back to it and
-// waits. Without one (Loop.sched nil) that is goroutines, channels and
-// time, as in production. The simulator (sim_test.go, simloop_test.go)
+// waits to be tried again. Without one (Loop.sched nil) that is
+// goroutines, channels and time.After, as in production (timers are the
+// Clock's). The simulator (sim_test.go, simloop_test.go)
 // sets its own before Run: each of the Loop's goroutines is a coroutine
 // of the simulator, every input of Run one of its queues and every wait
 // one of its turns, so that one thing runs at a time in the order the
