@@ -1055,6 +1055,11 @@ func (s *sim) runOp() bool {
 		return true
 	}
 	fresh := !t.c.started
+	if fresh {
+		s.tracef("  %s starts", t.c.name)
+	} else {
+		s.tracef("  %s: %s", t.c.name, t.c.op.what)
+	}
 	s.resume(t.c)
 	if fresh && t.c.runnable() && s.rng.IntN(2) == 0 {
 		// Started, and the call it began carried out in the same turn.

@@ -24,7 +24,7 @@ import (
 // the seed draws, and a crash finds each of them either done or not. Run
 // waits for its inputs (recv) in the same way; what the world posts
 // (Post, PostAll, Match, Do: frames read, timers, leases) is taken at
-// once, what the Loop's own coroutines send (a lane's result, a
+// once (after the inputs before it), what the Loop's own coroutines send (a lane's result, a
 // decision, a task's news) waits in inbox for Run's turn. Nothing runs
 // beside anything else, so a seed replays exactly.
 type shell struct {
