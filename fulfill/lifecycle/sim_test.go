@@ -1033,18 +1033,11 @@ func (s *sim) runOp() bool {
 		if len(sh.inbox) > 0 {
 			ts = append(ts, turn{sh, sh.run})
 		}
-		live := sh.coros[:0]
 		for _, c := range sh.coros {
-			if c.finished {
-				continue
-			}
-			live = append(live, c)
 			if c.runnable() {
 				ts = append(ts, turn{sh, c})
 			}
 		}
-		clear(sh.coros[len(live):])
-		sh.coros = live
 	}
 	if len(ts) == 0 {
 		return false
@@ -1054,7 +1047,7 @@ func (s *sim) runOp() bool {
 		t.sh.pump(t.sh.taken + 1)
 		return true
 	}
-	fresh := !t.c.started
+	fresh := t.c.fresh
 	if fresh {
 		s.tracef("  %s starts", t.c.name)
 	} else {

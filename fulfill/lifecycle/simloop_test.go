@@ -48,13 +48,19 @@ type shell struct {
 }
 
 // coro is one of a shell's goroutines, as a coroutine of the simulator.
+// A worker's coroutine that finished its work waits for more (idle), as
+// the Loop's workers do: a coroutine is a goroutine, and making one per
+// lane cost the race detector's run most of its time.
 type coro struct {
-	name              string
-	next              func() (struct{}, bool)
-	stop              func()
-	yield             func(struct{}) bool
-	loop              bool // Run's own
-	started, finished bool
+	name  string
+	next  func() (struct{}, bool)
+	stop  func()
+	yield func(struct{}) bool
+	loop  bool   // Run's own
+	work  func() // what it runs next (fresh)
+	// fresh: it has work it has not begun; idle: none; finished: it was
+	// stopped (or Run returned).
+	fresh, idle, finished bool
 	// op is the call into the world it waits in, under ctx (nil: it runs,
 	// or it is Run waiting for an input).
 	op  *simOp
@@ -109,15 +115,26 @@ func (s *sim) newShell(m *member, core *Core) *shell {
 	sh.loop.sched = sh
 	sh.run = sh.newCoro(fmt.Sprintf("%s.run", m.id), func() { _ = sh.loop.Run(sh.ctx) })
 	sh.run.loop = true
+	sh.run.fresh = false
 	s.resume(sh.run)
 	return sh
 }
 
+// newCoro makes a coroutine that runs f when first resumed, then each
+// work spawn hands it, until it is stopped.
 func (sh *shell) newCoro(name string, f func()) *coro {
-	c := &coro{name: name}
+	c := &coro{name: name, work: f, fresh: true}
 	c.next, c.stop = iter.Pull(func(yield func(struct{}) bool) {
 		c.yield = yield
-		f()
+		for {
+			f := c.work
+			c.work = nil
+			f()
+			c.idle = true
+			if !yield(struct{}{}) {
+				return
+			}
+		}
 	})
 	return c
 }
@@ -129,7 +146,7 @@ func (s *sim) resume(c *coro) {
 		panic(fmt.Sprintf("coroutine %s resumed from %s", c.name, s.cur.name))
 	}
 	s.cur = c
-	c.started = true
+	c.fresh, c.idle = false, false
 	if _, ok := c.next(); !ok {
 		c.finished = true
 	}
@@ -161,15 +178,22 @@ func (s *sim) block(ctx context.Context, op *simOp) bool {
 	return ok && ctx.Err() == nil
 }
 
-// runnable reports whether the simulator may resume c now: not started
-// yet, or waiting in a call (a follower only once it was stopped: its
-// task's news are taskProgress's).
+// runnable reports whether the simulator may resume c now: its work
+// not begun yet, or waiting in a call (a follower only once it was
+// stopped: its task's news are taskProgress's).
 func (c *coro) runnable() bool {
-	return !c.finished && (!c.started || c.op != nil && (!c.op.news || c.ctx.Err() != nil))
+	return !c.finished && (c.fresh || c.op != nil && (!c.op.news || c.ctx.Err() != nil))
 }
 
-// spawn (sched) makes f a coroutine, started when the seed picks it.
+// spawn (sched) hands f to an idle coroutine, or a new one: it begins
+// when the seed picks it.
 func (sh *shell) spawn(f func()) {
+	for _, c := range sh.coros {
+		if c.idle && !c.fresh && !c.finished {
+			c.work, c.fresh = f, true
+			return
+		}
+	}
 	sh.coros = append(sh.coros, sh.newCoro(fmt.Sprintf("%s.%d", sh.m.id, len(sh.coros)), f))
 }
 
