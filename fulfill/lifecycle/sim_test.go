@@ -138,7 +138,7 @@ type frame struct {
 // the withdrawal was durable, whether the proposer had its answer, and
 // (for a prompt) whether the member's record held the prompt.
 type began struct {
-	withdrawnHere, durableWd, answered, recorded bool
+	withdrawnHere, durableWd, answered, recorded, rejected bool
 }
 
 // beginning is what the world knows as m's Loop begins sending f.
@@ -146,6 +146,9 @@ func (s *sim) beginning(m *member, f frame) began {
 	b := began{withdrawnHere: m.withdrawnHere[f.pid], answered: s.views[f.pid].answered()}
 	if t := s.truth[f.pid]; t != nil {
 		b.durableWd = t.durableWd
+	}
+	if f.kind == "request" {
+		b.rejected = s.logged(f.pid, "rejected", "")
 	}
 	if f.kind == "prompt" {
 		r := s.record(f.pid)
@@ -2124,9 +2127,12 @@ func (s *sim) onWire(f frame, m *member) {
 		if quorum := policyQuorum[t.policy]; len(t.accepts) < quorum {
 			s.fail("fulfilment request for %s with %d approvals from its approvers, %d needed", f.pid, len(t.accepts), quorum)
 		}
-		if s.logged(f.pid, "rejected", "") {
+		if f.began.rejected {
 			// A call written after its proposal's reject was committed
-			// runs for nobody.
+			// runs for nobody. Judged as of when the send began: a
+			// member released while its write is under way still
+			// finishes it (the Loop stops no send it began), after the
+			// adopter's reject and cancel if the wire is that slow.
 			s.fail("fulfilment request %s for %s after its reject was committed", f.id, f.pid)
 		}
 		if !s.logged(f.pid, "fulfilling", "") {
