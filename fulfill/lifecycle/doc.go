@@ -253,7 +253,7 @@
 // approvers who accepted in an approved line (the quorum's model); a
 // grant only for an approver who chose one; Soon on the
 // writes nothing sent waits for, and only on those; every line filled),
-// and at quiescence: see onWire, deliver, checkSlots, checkTurns,
+// and at quiescence: see onWire, stepped, checkSlots, checkTurns,
 // checkAsks, checkWrite, checkLine and final.
 //
 //	go test ./fulfill/lifecycle -run 'TestSimulation$'               # 20000 seeds (2000 with -short)
