@@ -25,7 +25,8 @@ var (
 	flagSteps = flag.Int("steps", 300, "TestSimulation: world steps per seed before the world quiesces")
 )
 
-// TestSimulation drives Cores (one or two group members) through random
+// TestSimulation drives one or two group members, each a Core in the
+// real Loop over fake adapters (simloop_test.go), through random
 // schedules of proposals, withdrawals, tool and human answers, timers,
 // store errors, crashes, restarts and member loss, and checks the
 // invariants after every step. A failing seed prints the command that
