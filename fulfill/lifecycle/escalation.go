@@ -482,7 +482,7 @@ func (s *step) askAgain(e *entry, who string, resumed bool) {
 	c, p := s.c, e.p
 	for i := range p.Prompts {
 		pr := p.Prompts[i]
-		if !pr.open() || (who != "" && pr.Approver != who) || !c.online(pr.Approver) || len(pr.Payload) == 0 {
+		if !pr.open() || (who != "" && pr.Approver != who) || !c.online(pr.Approver) || len(pr.Payload) == 0 || unrecorded(e, pr.EnvelopeID) {
 			continue
 		}
 		s.emit(SendPrompt{ID: p.ID, To: pr.Approver, EnvelopeID: pr.EnvelopeID, RPCID: pr.RPCID, Payload: pr.Payload, Again: true})
@@ -502,6 +502,17 @@ func (s *step) askAgain(e *entry, who string, resumed bool) {
 	if len(late) > 0 {
 		s.recordPrompts(e, s.newPrompts(e, late, nil))
 	}
+}
+
+// unrecorded reports whether prompt id waits for the write that records
+// it: that write asks it once durable (thenPrompts), never before.
+func unrecorded(e *entry, id string) bool {
+	for _, w := range e.writes {
+		if slices.Contains(w.prompts, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // present: the roster of this member's new session, or a join.
