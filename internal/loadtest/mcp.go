@@ -430,8 +430,9 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	}
 
 	tally := &mcpTally{}
-	params := &mcp.CallToolParams{Name: MCPTool, Arguments: map[string]any{"a": 1, "b": 2}}
 	call := func(ctx context.Context, cs *mcp.ClientSession, side string, h *histogram) bool {
+		// Params of its own per call: CallTool writes into them (_meta).
+		params := &mcp.CallToolParams{Name: MCPTool, Arguments: map[string]any{"a": 1, "b": 2}}
 		cctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
 		defer cancel()
 		t0 := time.Now()
