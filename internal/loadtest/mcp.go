@@ -474,8 +474,13 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	wg.Wait()
 	if tally.errors.Load() > 0 || tally.unanswered.Load() > 0 {
 		// A rig that cannot answer is not measured: the report says why.
+		// The measured calls were never made: unanswered, every one.
+		never := int64(cfg.Calls)
+		if !cfg.ProxiedOnly {
+			never *= 2
+		}
 		rep := &MCPReport{FrontEnd: "mcp", Transport: cfg.Transport, Clients: cfg.Clients, Calls: cfg.Calls, ProxiedOnly: cfg.ProxiedOnly,
-			Errors: tally.errors.Load(), Unanswered: tally.unanswered.Load() + int64(cfg.Calls), FirstError: tally.firstError}
+			Errors: tally.errors.Load(), Unanswered: tally.unanswered.Load() + never, FirstError: tally.firstError}
 		rep.Notes = append(rep.Notes, "the warm-up failed: nothing measured")
 		return rep, nil
 	}
