@@ -377,14 +377,13 @@ func serveLoopback(ctx context.Context, component string, h http.Handler) (strin
 	return "http://" + ln.Addr().String() + "/mcp", stop, nil
 }
 
-// mcpTally is what the clients count, shared.
+// mcpTally is what the clients count, shared (the latencies are each
+// client's own histograms, merged at the end).
 type mcpTally struct {
-	mu         sync.Mutex
-	direct     histogram
-	proxied    histogram
-	firstError string
-	errors     atomic.Int64
-	unanswered atomic.Int64
+	direct, proxied histogram
+	firstError      atomic.Pointer[string] // the first failure's, kept
+	errors          atomic.Int64
+	unanswered      atomic.Int64
 }
 
 func (t *mcpTally) fail(side string, err error) {
@@ -393,11 +392,16 @@ func (t *mcpTally) fail(side string, err error) {
 	} else {
 		t.errors.Add(1)
 	}
-	t.mu.Lock()
-	if t.firstError == "" {
-		t.firstError = side + ": " + err.Error()
+	msg := side + ": " + err.Error()
+	t.firstError.CompareAndSwap(nil, &msg)
+}
+
+// first is the first failure's message ("": none).
+func (t *mcpTally) first() string {
+	if p := t.firstError.Load(); p != nil {
+		return *p
 	}
-	t.mu.Unlock()
+	return ""
 }
 
 // measureMCP connects the clients, warms up, then runs the measured
@@ -480,7 +484,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 			never *= 2
 		}
 		rep := &MCPReport{FrontEnd: "mcp", Transport: cfg.Transport, Clients: cfg.Clients, Calls: cfg.Calls, ProxiedOnly: cfg.ProxiedOnly,
-			Errors: tally.errors.Load(), Unanswered: tally.unanswered.Load() + never, FirstError: tally.firstError}
+			Errors: tally.errors.Load(), Unanswered: tally.unanswered.Load() + never, FirstError: tally.first()}
 		rep.Notes = append(rep.Notes, "the warm-up failed: nothing measured")
 		return rep, nil
 	}
@@ -518,7 +522,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		tally.proxied.merge(&hists[i][1])
 	}
 	rep.Direct, rep.Proxied = tally.direct.percentiles(), tally.proxied.percentiles()
-	rep.Errors, rep.FirstError = tally.errors.Load(), tally.firstError
+	rep.Errors, rep.FirstError = tally.errors.Load(), tally.first()
 	sides := 2
 	if cfg.ProxiedOnly {
 		sides = 1
