@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/mewkit/fulfiller/agent"
 )
 
 // CheckEdits validates an approver's changed arguments (by field name,
@@ -88,7 +90,7 @@ func sameJSON(a, b json.RawMessage) bool {
 		return false
 	}
 	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+	if agent.Unmarshal(a, &x) != nil || agent.Unmarshal(b, &y) != nil {
 		return false
 	}
 	xb, _ := json.Marshal(x)
