@@ -19,6 +19,12 @@ import (
 //go:embed policies/*.rego policies/data.yaml
 var Policies embed.FS
 
+// MCP holds examples/mcp: the starter policy of `fulfiller mcp init`
+// (policies/, with its tests) and the template of its data (data.yaml).
+//
+//go:embed mcp/policies/*.rego mcp/data.yaml
+var MCP embed.FS
+
 // Write copies the example policies (without their tests) to dir/policies
 // and their data beside that directory, as dir/data.yaml: data comes only
 // from --data, never from a policy directory. It returns the two paths to

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +41,7 @@ func (s *Store) Pin(ctx context.Context, server string, digests map[string]strin
 		}
 	}
 	if len(missing) == 0 {
+		s.noteListed(ctx, c, server, digests, pinned)
 		return pinned, nil // the call's usual way: no store round trip
 	}
 	defer s.timed("pin", time.Now(), &err)
@@ -67,7 +71,32 @@ func (s *Store) Pin(ctx context.Context, server string, digests map[string]strin
 			return nil, err
 		}
 	}
+	s.noteListed(ctx, c, server, digests, pinned)
 	return pinned, nil
+}
+
+// noteListed records, for each tool of digests whose definition differs
+// from its pin (or differed, and the record says so), the digest listed
+// now, so that `fulfiller mcp accept-tools` — another process, which
+// never sees the upstream — knows what to accept (Changes). It writes
+// only when the record changes (the watch keeps what is recorded in
+// memory), never on a call of a tool that is as pinned. A failed write
+// is logged, not returned: the pin, which decides, is already read, and
+// the next listing writes again.
+func (s *Store) noteListed(ctx context.Context, c *pins, server string, digests, pinned map[string]string) {
+	for name, d := range digests {
+		k := listedKey(server, name)
+		was, noted := c.get(k)
+		if (d == pinned[name] && !noted) || (noted && was == d) {
+			continue
+		}
+		if _, err := s.pins.Put(ctx, k, []byte(d)); err != nil {
+			s.log.Warn("the listed definition of a changed tool is not recorded: accept-tools cannot accept it until it is listed again",
+				"upstream", truncate(server), "tool", truncate(name), "err", err)
+			continue
+		}
+		c.set(k, d)
+	}
 }
 
 // pins is the store's copy of the pins bucket in memory, kept by a watch:
@@ -220,8 +249,79 @@ func (s *Store) Pinned(ctx context.Context, server string) (map[string]string, e
 	return out, nil
 }
 
+// ToolChange is a tool whose definition, as an upstream last listed it,
+// differs from the one pinned: digests as Pin takes them.
+type ToolChange struct {
+	Pinned, Listed string
+}
+
+// Changes returns server's tools, by name, whose definition as last
+// listed by any fulfiller mcp on this store differs from the pinned one:
+// what `fulfiller mcp accept-tools NAME` accepts (Accept of the Listed
+// digests). A tool whose name is too long to keep reversibly is left out.
+func (s *Store) Changes(ctx context.Context, server string) (map[string]ToolChange, error) {
+	pinned, err := s.Pinned(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	prefix := listedPrefix + key(server) + "."
+	keys, err := s.pins.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("state: list pins: %w", err)
+	}
+	out := map[string]ToolChange{}
+	for k := range keys.Keys() {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		name, ok := idOf(rest)
+		if !ok {
+			continue
+		}
+		e, err := s.pins.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("state: read the listed definition of %q: %w", truncate(name), err)
+		}
+		if p, ok := pinned[name]; ok && p != string(e.Value()) {
+			out[name] = ToolChange{Pinned: p, Listed: string(e.Value())}
+		}
+	}
+	return out, nil
+}
+
+// PinnedServers returns the names of the upstreams that have tools
+// pinned, sorted (for accept-tools to say which names it knows).
+func (s *Store) PinnedServers(ctx context.Context) ([]string, error) {
+	keys, err := s.pins.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("state: list pins: %w", err)
+	}
+	seen := map[string]bool{}
+	for k := range keys.Keys() {
+		first, _, ok := strings.Cut(k, ".")
+		if !ok || k[:len(first)+1] == listedPrefix {
+			continue
+		}
+		if name, ok := idOf(first); ok {
+			seen[name] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen)), nil
+}
+
 // pinKey is the key of server's tool name: two tokens, each key().
 func pinKey(server, name string) string { return key(server) + "." + key(name) }
+
+// listedPrefix starts the keys of the definitions last listed where they
+// differ from the pin (noteListed). key() never makes a token "now", so
+// these keys are never taken for a pin's.
+const listedPrefix = "now."
+
+// listedKey is the key of server's tool name's definition as last listed.
+func listedKey(server, name string) string { return listedPrefix + pinKey(server, name) }
 
 // chanClosed reports whether ch is closed, without waiting.
 func chanClosed(ch chan struct{}) bool {

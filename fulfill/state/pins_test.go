@@ -2,6 +2,7 @@ package state
 
 import (
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 
@@ -75,4 +76,61 @@ func TestPinsKeepTheFirstDefinitionUntilAccepted(t *testing.T) {
 			})
 		})
 	}
+}
+
+// accept-tools runs in a process of its own, which never sees the
+// upstream: what it accepts is what a fulfiller mcp on the same state
+// directory last listed. A changed definition is told with its pin; one
+// changed back is no change; a new tool is pinned, not a change; after
+// Accept of the listed digests the pins are the listed definitions, and
+// the front end's next call of the tool sees them at once.
+func TestChangesAreWhatTheFrontEndLastListed(t *testing.T) {
+	dir := t.TempDir()
+	open := func(member string) *Store {
+		t.Helper()
+		s, err := Open(ctxT(t), Config{Mode: Mode{Kind: SharedDir, Dir: dir}, Space: "mcp", Member: member})
+		if err != nil {
+			t.Fatalf("Open %s: %v", member, err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	front := open("mcp-1")
+	ctx := ctxT(t)
+	if _, err := front.Pin(ctx, "fs", map[string]string{"read_file": "sha256:r1", "write_file": "sha256:w1", "edit_file": "sha256:e1"}); err != nil {
+		t.Fatal(err)
+	}
+	// Listed again: read_file changed, edit_file changed and changed back,
+	// a new tool appeared.
+	if _, err := front.Pin(ctx, "fs", map[string]string{"read_file": "sha256:r2", "edit_file": "sha256:e2", "new_tool": "sha256:n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := front.Pin(ctx, "fs", map[string]string{"edit_file": "sha256:e1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := front.Pin(ctx, "git", map[string]string{"git_status": "sha256:g1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	admin := open("mcp-accept-tools")
+	got, err := admin.Changes(ctx, "fs")
+	if want := map[string]ToolChange{"read_file": {Pinned: "sha256:r1", Listed: "sha256:r2"}}; err != nil || !maps.Equal(got, want) {
+		t.Fatalf("Changes(fs) = %v, %v; want %v", got, err, want)
+	}
+	if got, err := admin.Changes(ctx, "git"); err != nil || len(got) != 0 {
+		t.Fatalf("Changes(git) = %v, %v; want none", got, err)
+	}
+	if got, err := admin.PinnedServers(ctx); err != nil || !slices.Equal(got, []string{"fs", "git"}) {
+		t.Fatalf("PinnedServers = %v, %v", got, err)
+	}
+	if err := admin.Accept(ctx, "fs", map[string]string{"read_file": "sha256:r2"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := admin.Changes(ctx, "fs"); err != nil || len(got) != 0 {
+		t.Fatalf("Changes(fs) after Accept = %v, %v; want none", got, err)
+	}
+	poll.Until(t, "the front end's next call sees the accepted definition", func() bool {
+		got, err := front.Pin(ctx, "fs", map[string]string{"read_file": "sha256:r2"})
+		return err == nil && got["read_file"] == "sha256:r2"
+	})
 }
