@@ -66,6 +66,9 @@ decision log's lines. With --mcp --interactive you answer the cards.`,
 						return usageErrorf("demo --mcp has no --%s: fulfiller mcp's story has no space or operator API", name)
 					}
 				}
+				if of.decisionLog == "-" {
+					return usageErrorf("demo --mcp --decision-log -: the story reads its log back; give a file")
+				}
 				return runMCPDemo(cmd, color, logLevel, step, interactive, of.decisionLog)
 			}
 			if web.addr != "" && interactive {

@@ -5,9 +5,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -113,7 +115,7 @@ func TestDemoMCPTellsEachStepsOutcome(t *testing.T) {
 	deleteAsks := "├─ decided escalate to @caller (quorum 1): delete_file is named for a delete, which is asked about wherever it points (policy …"
 	wantLines(t, steps, 5, tree,
 		deleteAsks,
-		"├─ prompted @caller (elicitation/create on the agent's own session: its client shows you a form)",
+		"├─ prompted @caller (…",
 		"│ ▌ approval requested — …",
 		"│ policy delete_file is named for a delete, which is asked about wherever it points",
 		"├─ answered @caller approves: old build output; make writes it again",
@@ -140,7 +142,7 @@ func TestDemoMCPTellsEachStepsOutcome(t *testing.T) {
 	}
 	wantLines(t, steps, 8, tree,
 		"7 of 7 steps ended as the starter policy says.",
-		"the decision log (22 JSON lines in a temporary file; --decision-log PATH keeps it; every line carries front_end \"mcp\", client, server and tool)",
+		"the decision log (22 JSON lines in a temporary file; --decision-log PATH keeps it; …",
 		"step 2 decision decided read_text_file fulfill: read inside the working tree (policy …",
 		"step 2 outcome fulfilled read_text_file ok",
 		"step 4 outcome rejected read_text_file policy",
@@ -237,5 +239,54 @@ func TestDemoMCPRefusesTheSpacesFlags(t *testing.T) {
 	_, stderr, code := cli(t, "", "demo", "--mcp", "--hold")
 	if code != 2 || !strings.Contains(stderr, "demo --mcp has no --hold") {
 		t.Errorf("demo --mcp --hold: exit %d, %q; want 2 and a line naming --hold", code, stderr)
+	}
+}
+
+// TestDemoMCPKeepsTheDecisionLog: demo --mcp --decision-log PATH keeps
+// the story's log, appended to what the file held, and tells only this
+// run's lines; --decision-log - (stdout, the narration's) is refused.
+func TestDemoMCPKeepsTheDecisionLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	before := `{"type":"decision","stage":"decided","proposal_id":"earlier"}` + "\n"
+	if err := os.WriteFile(path, []byte(before), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := cli(t, "", "demo", "--mcp", "--color", "never", "--decision-log", path)
+	if code != 0 {
+		t.Fatalf("demo --mcp --decision-log: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "the decision log (22 JSON lines in "+path+";") {
+		t.Errorf("the story does not tell its 22 lines in %s:\n%s", path, stdout)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 23 || lines[0]+"\n" != before {
+		t.Fatalf("%s holds %d lines, want the earlier one and 22:\n%s", path, len(lines), b)
+	}
+	decisions := 0
+	for _, l := range lines[1:] {
+		var rec struct {
+			Type     string `json:"type"`
+			FrontEnd string `json:"front_end"`
+		}
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		if rec.Type == "decision" {
+			decisions++
+			if rec.FrontEnd != "mcp" {
+				t.Errorf("a decision of fulfiller mcp's with front_end %q: %s", rec.FrontEnd, l)
+			}
+		}
+	}
+	if decisions != 6 {
+		t.Errorf("%d decisions logged, want 6 (one per call)", decisions)
+	}
+	_, stderr, code = cli(t, "", "demo", "--mcp", "--decision-log", "-")
+	if code != 2 || !strings.Contains(stderr, "give a file") {
+		t.Errorf("demo --mcp --decision-log -: exit %d, %q; want 2", code, stderr)
 	}
 }

@@ -160,6 +160,8 @@ func RunMCP(ctx context.Context, opts MCPOptions) (err error) {
 		go func() { defer sessions.Done(); _ = ss.Wait() }()
 		return client, nil
 	}}
+	n := newMCPNarrator(opts.Out, opts.Color, logPath)
+	n.log.skipExisting()
 	srv, err := mcpserve.Start(ctx, mcpserve.Config{
 		Upstreams: []mcpfront.Upstream{up},
 		Policy:    policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: opts.PolicyTimeout, Logger: opts.Logger},
@@ -183,7 +185,6 @@ func RunMCP(ctx context.Context, opts MCPOptions) (err error) {
 		}
 	}()
 
-	n := newMCPNarrator(opts.Out, opts.Color, logPath)
 	agentSide, frontSide := mcp.NewInMemoryTransports()
 	sctx, stopServe := context.WithCancel(ctx)
 	served := make(chan struct{})
@@ -214,7 +215,11 @@ func RunMCP(ctx context.Context, opts MCPOptions) (err error) {
 	}
 	defer cs.Close()
 
-	n.header(tree, opts.Approver != nil)
+	version := ""
+	if r := cs.InitializeResult(); r != nil {
+		version = r.ProtocolVersion
+	}
+	n.header(tree, version, opts.Approver != nil)
 	var results []mcpResult
 	for i, s := range mcpScript(tree) {
 		if ctx.Err() != nil {
@@ -225,7 +230,8 @@ func RunMCP(ctx context.Context, opts MCPOptions) (err error) {
 		}
 		if s.rugPull {
 			toolserver.AddMCP(server, rugPulled(tree))
-			n.note("the fs server redefines read_text_file under you: its description now asks the model for ~/.ssh/id_ed25519; it sends notifications/tools/list_changed")
+			n.note("the fs server redefines read_text_file under you: its description now asks the model for ~/.ssh/id_ed25519.\n" +
+				"     fulfiller hears notifications/tools/list_changed, lists fs's tools again (read_text_file no longer matches its pin) and tells the agent's client")
 			wait, cancel := context.WithTimeout(ctx, opts.Step)
 			select {
 			case <-listChanged:

@@ -39,6 +39,13 @@ type mcpNarrator struct {
 	stepOf map[string]int
 	// current is the proposal of the step being played ("" until known).
 	current string
+
+	// version is the MCP revision the agent's client and fulfiller
+	// speak; retries, from 2026-07-28 on, that fulfiller asks the person
+	// with an input_required result the client answers by calling again
+	// (SEP-2322), not with elicitation/create while the call is held.
+	version string
+	retries bool
 }
 
 func newMCPNarrator(out io.Writer, color bool, logPath string) *mcpNarrator {
@@ -80,9 +87,18 @@ type logLine struct {
 
 // logTail reads the lines appended to a decision log since the last read.
 type logTail struct {
-	path    string
-	offset  int64
-	partial []byte
+	path string
+	// start is where this run's lines begin: a --decision-log file that
+	// exists is appended to.
+	start, offset int64
+	partial       []byte
+}
+
+// skipExisting makes the tail begin at the log's end now.
+func (t *logTail) skipExisting() {
+	if fi, err := os.Stat(t.path); err == nil {
+		t.start, t.offset = fi.Size(), fi.Size()
+	}
 }
 
 // next returns the complete lines written since the last call.
@@ -106,9 +122,17 @@ func (t *logTail) next() ([]logLine, error) {
 	return parseLines(b[:end])
 }
 
-// all returns every line of the log.
+// all returns every line this run wrote.
 func (t *logTail) all() ([]logLine, error) {
-	b, err := os.ReadFile(t.path)
+	f, err := os.Open(t.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(t.start, io.SeekStart); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, err
 	}
@@ -138,12 +162,13 @@ type mcpResult struct {
 	ok   bool
 }
 
-func (n *mcpNarrator) header(tree string, interactive bool) {
+func (n *mcpNarrator) header(tree, version string, interactive bool) {
+	n.version, n.retries = version, version >= "2026-07-28"
 	fmt.Fprintln(n.out, n.paint(ansiBold, "fulfiller demo --mcp")+n.paint(ansiDim, " — fulfiller mcp between a coding agent and an MCP server, in process"))
 	fmt.Fprintln(n.out, "policy   examples/mcp/policies, the starter policy fulfiller mcp init writes")
 	fmt.Fprintln(n.out, "tree     "+tree+n.paint(ansiDim, " (workspace_roots): README.md, main.go, src/, build/old.log and .env"))
-	fmt.Fprintln(n.out, "server   fs, a filesystem server over the tree (Go, go-sdk), over an in-memory transport as fulfiller mcp -- COMMAND")
-	fmt.Fprintln(n.out, "agent    a go-sdk client plays the coding agent (client id local); it declares elicitation, so fulfiller can ask you")
+	fmt.Fprintln(n.out, "server   fs, a filesystem server over the tree (Go, go-sdk): fulfiller mcp's upstream, on an in-memory transport where fulfiller mcp -- COMMAND has stdio")
+	fmt.Fprintln(n.out, "agent    a go-sdk client plays the coding agent (client id local, MCP "+version+"); it declares elicitation, so fulfiller can ask you")
 	if interactive {
 		fmt.Fprintln(n.out, "humans   you are the person at the client (@caller): answer the cards below")
 	} else {
@@ -254,7 +279,11 @@ func (n *mcpNarrator) asked(id string) {
 	}
 	n.mu.Unlock()
 	n.catchUp()
-	n.branch("prompted", "@caller"+n.paint(ansiDim, " (elicitation/create on the agent's own session: its client shows you a form)"))
+	how := " (elicitation/create on the agent's own session, the call held meanwhile: its client shows you a form)"
+	if n.retries {
+		how = " (an input_required result, MCP " + n.version + ": the agent's client shows you a form, then calls again with your answer)"
+	}
+	n.branch("prompted", "@caller"+n.paint(ansiDim, how))
 }
 
 // card shows the form the person sees, as fulfiller approve draws it.
@@ -398,7 +427,7 @@ func (n *mcpNarrator) decisionLog(lines []logLine, kept string) {
 	if kept != "" {
 		where = kept
 	}
-	fmt.Fprintf(n.out, "%s %s\n", n.paint(ansiBold, "the decision log"), n.paint(ansiDim, fmt.Sprintf("(%d JSON lines in %s; every line carries front_end \"mcp\", client, server and tool)", len(lines), where)))
+	fmt.Fprintf(n.out, "%s %s\n", n.paint(ansiBold, "the decision log"), n.paint(ansiDim, fmt.Sprintf("(%d JSON lines in %s; a decision or outcome names front_end \"mcp\", the proposer, target and tool, an approval the proposal_id)", len(lines), where)))
 	tw := tabwriter.NewWriter(n.out, 0, 0, 2, ' ', 0)
 	n.mu.Lock()
 	stepOf := n.stepOf
