@@ -185,6 +185,18 @@ func runMCPStdio(ctx context.Context, fl mcpFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
+	// A server that does not start is said at once (exit 1), rather
+	// than leaving the client waiting for an initialize answer.
+	rctx, cancel := context.WithTimeout(ctx, mcpStartTimeout)
+	err = s.Front().Ready(rctx, name)
+	cancel()
+	if err != nil {
+		_ = s.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	serveErr := s.ServeStdio(ctx, name, &mcp.StdioTransport{})
 	closeErr := s.Close()
 	if serveErr != nil && ctx.Err() == nil && !errors.Is(serveErr, io.EOF) {
@@ -192,6 +204,10 @@ func runMCPStdio(ctx context.Context, fl mcpFlags, argv []string) error {
 	}
 	return closeErr
 }
+
+// mcpStartTimeout bounds the wait for an upstream's first start
+// (process, initialize, tools/list).
+const mcpStartTimeout = 30 * time.Second
 
 // newMCPServeCmd is fulfiller mcp serve: the upstreams over Streamable
 // HTTP, one endpoint each (http://ADDR/mcp/NAME), for any number of
@@ -257,7 +273,7 @@ func runMCPServe(ctx context.Context, fl mcpFlags, listen string, tokens mcpfron
 	// Said once the upstreams are up (an endpoint answers 503 until its
 	// upstream has started), or have had their time to start: one that
 	// is still down is started again in the background, and logged.
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, mcpStartTimeout)
 	for _, up := range ups {
 		if err := s.Front().Ready(rctx, up.Name); err != nil && ctx.Err() == nil {
 			fl.log.Warn("mcp upstream not up yet; serving the others", "err", err)
