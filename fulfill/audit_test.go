@@ -197,3 +197,31 @@ func TestIgnoredFramesCarryADecisionID(t *testing.T) {
 		}
 	}
 }
+
+// The Fulfiller is the MEW front end on an Engine: every line of a
+// space's proposal, and the policy's input, name front end "mew", so a
+// decision log shared with fulfiller mcp tells them apart.
+func TestEveryLineOfASpaceProposalNamesTheMEWFrontEnd(t *testing.T) {
+	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
+	h.deliver(proposalEnv("p1", "coder", addCall))
+	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
+	h.deliver(proposalEnv("p2", "coder", `{"method":"tools/call","params":{"name":"format_disk"}}`))
+	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p2"}, `{"reason":"policy"}`)
+	waitFor(t, func() bool {
+		return len(h.stageEventsOf("p1", StageFulfilling)) == 1 && len(h.stageEventsOf("p2", StageRejected)) == 1
+	})
+	for _, id := range []string{"p1", "p2"} {
+		evs := h.eventsOf(id)
+		if len(evs) < 3 {
+			t.Fatalf("events of %s: %+v", id, evs)
+		}
+		for _, e := range evs {
+			if e.FrontEnd != FrontEndMEW {
+				t.Errorf("%s event of %s names front end %q, want %q", e.Stage, id, e.FrontEnd, FrontEndMEW)
+			}
+			if e.Stage == StageDecided && (e.Input == nil || e.Input.FrontEnd != FrontEndMEW) {
+				t.Errorf("decided event of %s: input %+v", id, e.Input)
+			}
+		}
+	}
+}

@@ -4,10 +4,12 @@
 //
 // # One owner
 //
-// A *Fulfiller is the shell around fulfill/lifecycle's Core, a pure
+// An *Engine is the shell around fulfill/lifecycle's Core, a pure
 // transition function (state + event → effects) that owns every pending
 // proposal of this member; one goroutine (lifecycle.Loop) applies its
-// events. Nobody keeps a second copy: the reader, the operator API and
+// events. An Engine serves one FrontEnd, where proposals come from and
+// answers go: a *Fulfiller is the MEW front end on one (a space's
+// participant), fulfiller mcp's the MCP one (agent/mcpfront). Nobody keeps a second copy: the reader, the operator API and
 // metrics ask the loop (Loop.Do; the reader places a response with
 // Loop.Match, in one hand-off), and everything that happens to a
 // proposal reaches the core as an event — frames read (shellframes.go),
@@ -18,25 +20,32 @@
 //
 // The pieces, each tested alone and all of them together end to end:
 //
-//   - shell.go: New and Run — the loop, the reader, the group's
-//     watchers, and shutdown (hand the work over to a live peer, else
-//     answer it "other"; ShutdownAnswers counts what could not be
-//     written).
+//   - engine.go: FrontEnd, NewEngine and Run — the core, the loop, the
+//     policy step, the record store, the journal and the approvals'
+//     codec built once for a front end, and shutdown (answer the work
+//     "other"; ShutdownAnswers counts what could not be written).
+//     engine_wire.go: the Loop's Wire, the front end's with the
+//     approvers' steps (Human, CreateGrant) and delivery reports.
+//   - shell.go, frontend_mew.go: New and Run of the MEW front end — its
+//     FrontEnd (space, catalog, wire: the proposer, roster and tools of
+//     the policy input, routing), the reader, the group's watchers, and
+//     the hand-over of work to a live peer at shutdown.
 //   - shellframes.go: envelopes to events (proposal parsing and rule 1,
 //     `to`, responses matched by correlation and sender, rule 12, and the
 //     conflicting second answer, supersession, presence, refusals,
 //     impersonation).
-//   - policystep.go: lifecycle.Policy — the policy input, Decider,
-//     routing, grants, the shadow policy, task choice and the proposer's
-//     deadline hint; it writes the decided line (with its input).
+//   - policystep.go: lifecycle.Policy — the policy input (with the
+//     front end's part), Decider, the front end's routing, grants, the
+//     shadow policy, task choice and the proposer's deadline hint; it
+//     writes the decided line (with its input).
 //   - wire.go, wiretask.go: lifecycle.Wire — the envelopes (rejects and
 //     their chats, fulfilment requests, cancellations, status chats,
 //     relays of a task's outcome, the task follower).
 //   - approvers.go: the approvers' channel of the core's escalation
-//     (Config.Approvals) — it writes the prompts the Codec made and
-//     their cancellations, hands the core the answers and the keys in
-//     force, reports each step with the humans, and makes the grants
-//     approvers chose once the approved call is committed.
+//     (Config.Approvals) in a space — it writes the prompts the Codec
+//     made and their cancellations and hands the core the answers; the
+//     engine's wire reports each step with the humans and makes the
+//     grants approvers chose once the approved call is committed.
 //   - recordstore.go, shellstore.go: lifecycle.Store over Store
 //     (state.Store, or state.Local in this process) — the record is the
 //     Proposal, persisted as it is (records of older builds completed

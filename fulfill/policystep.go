@@ -20,11 +20,12 @@ import (
 // does between a proposal's claim and the action on its decision (decide,
 // act's routing, escalate's checks, and onVerdict's re-check of an edited
 // call), on the Proposal the core hands it rather than on a *proposal.
-// It builds the policy input (input, toolInput), asks the Decider, emits
+// It builds the policy input (what the front end knows of the proposal
+// and its tool, with grants and load), asks the Decider, emits
 // the decided event (the decision log's line: the core's own is dropped
 // by the shell's journal), hands the decision to the shadow policy, and
-// answers the core with the decision routed: the tool owner that carries
-// the call out, or why there is none; whether the call goes out as a
+// answers the core with the decision routed (FrontEnd.Route): the peer
+// that carries the call out, or why there is none; whether the call goes out as a
 // task; the approval deadline the proposer's own hint shortens. It never
 // fails: the Decider's errors are fail-closed rejects, as today.
 type policyStep struct {

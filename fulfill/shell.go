@@ -20,6 +20,9 @@ import (
 // (shellgroup.go) and the operator (shelloperator.go) by asking the
 // engine's loop, never by keeping a copy of a proposal's state.
 type Fulfiller struct {
+	// Engine is the engine this front end feeds; its methods (Post,
+	// KeysChanged, Handoffs, ShutdownAnswers, the operator's reads) are
+	// the Fulfiller's, but Run, which reads the space.
 	*Engine
 	space   Space
 	wire    *wire

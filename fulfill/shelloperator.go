@@ -13,9 +13,9 @@ import (
 // Pending lists the proposals this member holds that still wait for
 // something, oldest first, as the core holds them. It reads no store:
 // GroupPending lists the group's.
-func (s *Fulfiller) Pending() []Snapshot {
+func (e *Engine) Pending() []Snapshot {
 	var open []lifecycle.Proposal
-	s.ask(context.Background(), func(c *lifecycle.Core) { open = c.Open() })
+	e.ask(context.Background(), func(c *lifecycle.Core) { open = c.Open() })
 	out := make([]Snapshot, 0, len(open))
 	for _, p := range open {
 		if p.Phase == lifecycle.Answered {
@@ -28,10 +28,10 @@ func (s *Fulfiller) Pending() []Snapshot {
 }
 
 // Get returns one pending proposal this member holds.
-func (s *Fulfiller) Get(id string) (Snapshot, bool) {
+func (e *Engine) Get(id string) (Snapshot, bool) {
 	var p lifecycle.Proposal
 	var ok bool
-	s.ask(context.Background(), func(c *lifecycle.Core) { p, ok = c.Get(id) })
+	e.ask(context.Background(), func(c *lifecycle.Core) { p, ok = c.Get(id) })
 	if !ok || p.Phase == lifecycle.Answered {
 		return Snapshot{}, false
 	}
@@ -61,11 +61,11 @@ func proposalSnapshot(p lifecycle.Proposal) Snapshot {
 // proposals this member holds, and every other record in the Store,
 // whichever member owns it. When the store cannot be read it returns
 // this member's proposals with an error wrapping ErrStoreUnavailable.
-func (s *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
-	own := s.Pending()
+func (e *Engine) GroupPending(ctx context.Context) ([]Snapshot, error) {
+	own := e.Pending()
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	recs, err := s.cfg.Store.List(ctx)
+	recs, err := e.cfg.Store.List(ctx)
 	if err != nil {
 		return own, fmt.Errorf("list the group's pending work: %w: %w", ErrStoreUnavailable, err)
 	}
@@ -76,7 +76,7 @@ func (s *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 	out := own
 	for _, r := range recs {
 		if !here[r.ID] && r.Phase != lifecycle.Answered {
-			_ = s.recordStore.migrate(r) // one it cannot read is shown as the store has it
+			_ = e.recordStore.migrate(r) // one it cannot read is shown as the store has it
 			out = append(out, recordSnapshot(r))
 		}
 	}
@@ -86,13 +86,13 @@ func (s *Fulfiller) GroupPending(ctx context.Context) ([]Snapshot, error) {
 
 // GroupGet returns one pending proposal of the group: the one this member
 // holds, else its record in the Store.
-func (s *Fulfiller) GroupGet(ctx context.Context, id string) (Snapshot, bool, error) {
-	if snap, ok := s.Get(id); ok {
+func (e *Engine) GroupGet(ctx context.Context, id string) (Snapshot, bool, error) {
+	if snap, ok := e.Get(id); ok {
 		return snap, true, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	r, err := s.cfg.Store.Get(ctx, id)
+	r, err := e.cfg.Store.Get(ctx, id)
 	switch {
 	case errors.Is(err, state.ErrNotFound):
 		return Snapshot{}, false, nil
@@ -200,7 +200,7 @@ func (s *Fulfiller) ToolViews() []ToolView {
 }
 
 // Counts reports pending and in-flight work, for metrics and /readyz.
-func (s *Fulfiller) Counts() (pending, inflight int) {
-	s.ask(context.Background(), func(c *lifecycle.Core) { pending, inflight = c.Live(), c.Inflight() })
+func (e *Engine) Counts() (pending, inflight int) {
+	e.ask(context.Background(), func(c *lifecycle.Core) { pending, inflight = c.Live(), c.Inflight() })
 	return pending, inflight
 }

@@ -21,15 +21,9 @@ import (
 
 	"github.com/mewkit/fulfiller/examples"
 	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/internal/mcpserve"
 	"github.com/mewkit/fulfiller/internal/printable"
 )
-
-// mcpStoreSpace is the space of fulfiller mcp's store: every `fulfiller
-// mcp` on one --state keeps its pins and grants in this one set of
-// buckets, keyed by upstream NAME. The front end must open its store
-// with it, or accept-tools reads other buckets than the front end pins
-// in.
-const mcpStoreSpace = "mcp"
 
 // mcpAdminCommands are the `fulfiller mcp` subcommands that manage the
 // front end's files rather than run it.
@@ -310,7 +304,7 @@ tools pinned in --state, 1 when the store cannot be reached.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			st, err := state.Open(ctx, state.Config{Mode: m, Creds: creds, Space: mcpStoreSpace, Member: fmt.Sprintf("mcp-accept-tools-%d", os.Getpid())})
+			st, err := state.Open(ctx, state.Config{Mode: m, Creds: creds, Space: mcpserve.StoreSpace, Member: fmt.Sprintf("mcp-accept-tools-%d", os.Getpid())})
 			if err != nil {
 				return fmt.Errorf("mcp accept-tools: open --state %s: %w", m, err)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/internal/mcpserve"
 	"github.com/mewkit/fulfiller/internal/poll"
 )
 
@@ -198,7 +199,7 @@ func TestMCPAcceptToolsAcceptsWhatTheFrontEndListed(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	front, err := state.Open(ctx, state.Config{Mode: state.Mode{Kind: state.SharedDir, Dir: dir}, Space: mcpStoreSpace, Member: "mcp-front"})
+	front, err := state.Open(ctx, state.Config{Mode: state.Mode{Kind: state.SharedDir, Dir: dir}, Space: mcpserve.StoreSpace, Member: "mcp-front"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -12,7 +11,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -296,7 +294,7 @@ func (req answerRequest) answer(c *approver.Card) (approver.Answer, error) {
 		if c.Proposal != nil && !c.DigestOK {
 			return approver.Answer{}, approver.ErrDigestMismatch
 		}
-		edits, err := checkEdits(c, req.Edits)
+		edits, err := approver.CheckEdits(c, req.Edits)
 		if err != nil {
 			return approver.Answer{}, err
 		}
@@ -317,91 +315,6 @@ func (req answerRequest) answer(c *approver.Card) (approver.Answer, error) {
 		return approver.Answer{Action: approval.ActionCancel}, nil
 	}
 	return approver.Answer{}, fmt.Errorf("unknown action %q: want approve, decline, delegate or dismiss", req.Action)
-}
-
-// checkEdits validates the changed arguments against the form's schema:
-// only editable fields, each of its type (and enum). An edit equal to the
-// proposed value is not a change and is dropped. The result is in the
-// form's order.
-func checkEdits(c *approver.Card, edits map[string]json.RawMessage) ([]approver.Edit, error) {
-	for name := range edits {
-		if !slices.ContainsFunc(c.Fields, func(f approver.Field) bool { return f.Name == name }) {
-			return nil, fmt.Errorf("%q is not an editable argument", name)
-		}
-	}
-	var out []approver.Edit
-	for _, f := range c.Fields {
-		raw, ok := edits[f.Name]
-		if !ok {
-			continue
-		}
-		v, err := checkValue(f, raw)
-		if err != nil {
-			return nil, err
-		}
-		if same(v, f.Default) {
-			continue
-		}
-		out = append(out, approver.Edit{Name: f.Name, Value: v})
-	}
-	return out, nil
-}
-
-// checkValue checks one edited value against its field and returns it
-// compact.
-func checkValue(f approver.Field, raw json.RawMessage) (json.RawMessage, error) {
-	var v any
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%s: not JSON: %v", f.Name, err)
-	}
-	switch f.Type {
-	case "integer":
-		n, ok := v.(json.Number)
-		if _, err := n.Int64(); !ok || err != nil {
-			return nil, fmt.Errorf("%s must be a whole number", f.Name)
-		}
-	case "number":
-		n, ok := v.(json.Number)
-		x, err := n.Float64()
-		if !ok || err != nil || math.IsInf(x, 0) || math.IsNaN(x) {
-			return nil, fmt.Errorf("%s must be a number", f.Name)
-		}
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			return nil, fmt.Errorf("%s must be true or false", f.Name)
-		}
-	default:
-		s, ok := v.(string)
-		if !ok {
-			return nil, fmt.Errorf("%s must be text", f.Name)
-		}
-		if len(f.Enum) > 0 && !slices.Contains(f.Enum, s) {
-			return nil, fmt.Errorf("%s must be one of %s", f.Name, strings.Join(f.Enum, ", "))
-		}
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // the value as typed: "<" stays "<"
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
-// same reports whether two JSON values are equal.
-func same(a, b json.RawMessage) bool {
-	if len(b) == 0 {
-		return false
-	}
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return false
-	}
-	xb, _ := json.Marshal(x)
-	yb, _ := json.Marshal(y)
-	return string(xb) == string(yb)
 }
 
 // Serve serves the inbox on ln until ctx ends, over TLS when certFile

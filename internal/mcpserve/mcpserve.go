@@ -203,6 +203,12 @@ func (s *Server) watch(ctx context.Context, what string, f func(context.Context)
 	}()
 }
 
+// StoreSpace is the space of fulfiller mcp's store: every `fulfiller
+// mcp` on one --state keeps its pins and grants in this one set of
+// buckets, keyed by upstream NAME, and `fulfiller mcp accept-tools`
+// reads them there.
+const StoreSpace = "mcp"
+
 // openStore opens m for pins and grants: a directory is one every
 // `fulfiller mcp` on it shares (state.SharedDir), each process a member
 // of its own.
@@ -211,7 +217,7 @@ func openStore(ctx context.Context, m state.Mode, log *slog.Logger) (*state.Stor
 		m.Kind = state.SharedDir
 	}
 	member := "mcp-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
-	store, err := state.Open(ctx, state.Config{Mode: m, Space: "mcp", Member: member, Logger: log})
+	store, err := state.Open(ctx, state.Config{Mode: m, Space: StoreSpace, Member: member, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("state %s: %w", m, err)
 	}

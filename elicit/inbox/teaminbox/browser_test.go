@@ -21,6 +21,7 @@ import (
 	"github.com/mewkit/fulfiller/elicit/approver"
 	"github.com/mewkit/fulfiller/elicit/inbox/teaminbox"
 	"github.com/mewkit/fulfiller/fulfill"
+	"github.com/mewkit/fulfiller/fulfill/grants/grantstore"
 	"github.com/mewkit/fulfiller/internal/browsertest"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/space"
@@ -51,6 +52,9 @@ type world struct {
 	dir    string
 	origin string
 	wg     sync.WaitGroup
+	// grants, when set before startFulfiller, are the fulfiller's grants
+	// (what `fulfiller grants list` shows), and its prompts offer them.
+	grants *grantstore.Registry
 }
 
 func newWorld(t *testing.T) *world {
@@ -63,6 +67,7 @@ func newWorld(t *testing.T) *world {
 		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
 		"tool-token":      {{Kind: "mcp/response"}, {Kind: "chat"}},
 		"human-token":     {{Kind: "mcp/response"}, {Kind: "chat"}},
+		"mallory-token":   {{Kind: "mcp/response"}, {Kind: "mcp/request"}, {Kind: "chat"}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +130,8 @@ func (w *world) startFulfillerWith(policyText string) *spacetestProposer {
 		t.Fatal(err)
 	}
 	fc := spacetest.Join(t, w.ctx, w.srv, "fulfiller", "fulfiller-token")
-	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Approvals: elicit.Config{Keys: keys.Ed25519, Passkeys: keys.Passkeys, Observer: w.observe}.Approvals("fulfiller"), DiscoverySettle: time.Millisecond})
+	ful := fulfill.New(fc, engine, fulfill.Config{SpaceID: space.DefaultSpaceID, Approvals: elicit.Config{Keys: keys.Ed25519, Passkeys: keys.Passkeys, Observer: w.observe, OfferGrants: w.grants != nil}.Approvals("fulfiller"),
+		Grants: w.grants, DiscoverySettle: time.Millisecond})
 	fulSub := fc.Subscribe(agent.SubscribeOptions{All: true})
 	ctx, cancel := context.WithCancel(w.ctx)
 	fulDone := make(chan struct{})

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
 // Options configure a Server.
@@ -713,12 +715,87 @@ func (s *Server) cards(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"approver": who, "cards": s.UI(who).view()})
 }
 
-// answerIn is what the page asks to send about one card.
+// answerIn is what the page asks to send about one card: what
+// approve --web's page sends, in the approver client's terms.
 type answerIn struct {
 	Request string `json:"request"` // the elicitation envelope id (card id)
 	Action  string `json:"action"`  // accept, decline, cancel
 	Approve bool   `json:"approve"`
 	Reason  string `json:"reason"`
+	// Edits are the editable arguments the approver changed, by name
+	// (JSON values); an approval only.
+	Edits map[string]json.RawMessage `json:"edits"`
+	// DelegateTo hands the decision to another approver the card names.
+	DelegateTo string `json:"delegate_to"`
+	// Grant, with an approval, is how long to allow calls like this one:
+	// one of the card's grant offers, sent back exactly.
+	Grant string `json:"grant"`
+}
+
+// maxReason bounds a reason typed on the page: it travels in the answer
+// and in a chat to the proposer.
+const maxReason = 2000
+
+// answerOf checks what the page asks to send against what the card
+// offers, default deny: only an approval carries edits or a grant, only
+// the form's editable fields with values of their type, only a delegate
+// the card names, only a grant duration the card offers and only for the
+// call as shown (the terms the approver read are the call's, not an
+// edited one's). The page offers nothing else; a request that asks for
+// more is refused here, before any passkey signs it.
+func answerOf(card *approver.Card, in answerIn) (approver.Answer, error) {
+	if len(in.Reason) > maxReason {
+		return approver.Answer{}, fmt.Errorf("the reason is longer than %d bytes", maxReason)
+	}
+	switch in.Action {
+	case approval.ActionAccept:
+	case approval.ActionDecline, approval.ActionCancel:
+		if in.Approve || in.Reason != "" || len(in.Edits) > 0 || in.DelegateTo != "" || in.Grant != "" {
+			// A reason for the proposer travels as an accept that does
+			// not approve: MCP's decline and cancel carry no content.
+			return approver.Answer{}, fmt.Errorf("a %s carries no approval, reason, edits, delegate or grant", in.Action)
+		}
+		return approver.Answer{Action: in.Action}, nil
+	default:
+		return approver.Answer{}, fmt.Errorf("unknown action %q: want accept, decline or cancel", in.Action)
+	}
+	a := approver.Answer{Action: approval.ActionAccept, Approve: in.Approve, Reason: in.Reason}
+	if in.DelegateTo != "" {
+		if in.Approve || len(in.Edits) > 0 || in.Grant != "" {
+			return approver.Answer{}, errors.New("a delegation carries no approval, edits or grant")
+		}
+		if !slices.Contains(card.Delegates, in.DelegateTo) {
+			return approver.Answer{}, fmt.Errorf("%q is not an approver this card may be handed to", in.DelegateTo)
+		}
+		a.DelegateTo = in.DelegateTo
+		return a, nil
+	}
+	if !in.Approve {
+		if len(in.Edits) > 0 || in.Grant != "" {
+			return approver.Answer{}, errors.New("edits and grants come only with an approval")
+		}
+		return a, nil // a refusal with a reason
+	}
+	if card.Proposal != nil && !card.DigestOK {
+		return approver.Answer{}, approver.ErrDigestMismatch
+	}
+	if in.Grant != "" {
+		switch {
+		case card.Grant == nil:
+			return approver.Answer{}, fmt.Errorf("%w: this card offers no grant", approver.ErrGrantNotOffered)
+		case !slices.Contains(card.Grant.Offers, in.Grant):
+			return approver.Answer{}, fmt.Errorf("%w: %q is not one of its durations (%s)", approver.ErrGrantNotOffered, in.Grant, strings.Join(card.Grant.Offers, ", "))
+		case len(in.Edits) > 0:
+			return approver.Answer{}, errors.New("a grant comes with an approval of the call as shown, not with edits")
+		}
+		a.Grant = in.Grant
+	}
+	edits, err := approver.CheckEdits(card, in.Edits)
+	if err != nil {
+		return approver.Answer{}, err
+	}
+	a.Edits = edits
+	return a, nil
 }
 
 // answerBegin turns what the approver chose into the answer content and
@@ -730,8 +807,10 @@ func (s *Server) answerBegin(r *http.Request, raw json.RawMessage) (any, error) 
 		return nil, fail(http.StatusUnauthorized, "sign in with your passkey")
 	}
 	var in answerIn
-	if err := json.Unmarshal(raw, &in); err != nil {
-		return nil, fail(http.StatusBadRequest, "the answer is not readable")
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields() // a choice this server does not know is refused, never dropped
+	if err := dec.Decode(&in); err != nil {
+		return nil, fail(http.StatusBadRequest, "the answer is not readable: %v", err)
 	}
 	card := s.UI(who).open(in.Request)
 	if card == nil {
@@ -739,12 +818,9 @@ func (s *Server) answerBegin(r *http.Request, raw json.RawMessage) (any, error) 
 		// way this session cannot answer it.
 		return nil, fail(http.StatusForbidden, "no open card %s of yours", in.Request)
 	}
-	if len(in.Reason) > 2000 {
-		return nil, fail(http.StatusBadRequest, "the reason is longer than 2000 bytes")
-	}
-	a := approver.Answer{Action: in.Action, Approve: in.Approve, Reason: in.Reason}
-	if in.Action != approval.ActionAccept {
-		a.Approve, a.Reason = false, ""
+	a, err := answerOf(card, in)
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "%v", err)
 	}
 	content, err := answerContent(card, a)
 	if err != nil {
@@ -759,7 +835,8 @@ func (s *Server) answerBegin(r *http.Request, raw json.RawMessage) (any, error) 
 		return nil, fail(http.StatusForbidden, "no passkey for %s", who)
 	}
 	id := s.newCeremony(ceremony{kind: "answer", challenge: challenge, approver: who, requestID: card.RequestID, answer: a})
-	return map[string]any{"ceremony": id, "publicKey": opts, "digest": card.Proposal.Digest}, nil
+	return map[string]any{"ceremony": id, "publicKey": opts, "digest": card.Proposal.Digest,
+		"answer": printable.String(a.Describe())}, nil
 }
 
 // answerContent is the content the approver client will send for a (no

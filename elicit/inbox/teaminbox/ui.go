@@ -28,6 +28,7 @@ type entry struct {
 	answer  chan approver.Answer // buffered 1; nil once ended
 	state   string               // open, sent, ended
 	status  string               // why it ended, what was sent, the outcome
+	cause   approver.Cause       // ended: why (contested is a warning)
 	peers   []approver.PeerAnswer
 	outcome string
 }
@@ -68,7 +69,7 @@ func (u *UI) Notify(ev approver.Event) {
 	}
 	switch ev.Kind {
 	case approver.EventEnded:
-		e.state, e.answer, e.status = "ended", nil, ev.End.String()
+		e.state, e.answer, e.status, e.cause = "ended", nil, ev.End.String(), ev.End.Cause
 		if len(ev.End.By) > 0 {
 			e.peers = ev.End.By
 		}
@@ -123,56 +124,169 @@ func (u *UI) trim() {
 	}
 }
 
-// cardView is a card as the page gets it. Everything in it is shown as
-// text, never HTML, and every text others wrote (proposer, tool owner,
-// policy, the other approvers) went through printable: control,
-// bidirectional and invisible characters are escaped, as approve --web
-// and the terminal card show them, so that the page never reads one call
-// while another runs.
+// cardView is a card as the page gets it: what approve --web's card
+// shows (elicit/inbox's View), for a page that answers with a passkey.
+// Everything in it is shown as text, never HTML, and every text others
+// wrote (proposer, tool owner, policy, the other approvers) went through
+// printable: control, bidirectional and invisible characters are
+// escaped, as approve --web and the terminal card show them, so that the
+// page never reads one call while another runs.
 type cardView struct {
-	Request   string   `json:"request"`
-	Proposal  string   `json:"proposal"`
-	State     string   `json:"state"`
-	Summary   string   `json:"summary"`
-	Message   string   `json:"message"`
-	Arguments string   `json:"arguments"` // indented JSON
-	Digest    string   `json:"digest"`
-	DigestOK  bool     `json:"digest_ok"`
-	Quorum    int      `json:"quorum"`
-	Progress  string   `json:"progress"`
-	Peers     []string `json:"peers"`
-	Status    string   `json:"status"`
-	Outcome   string   `json:"outcome"`
-	Deadline  string   `json:"deadline"`
+	Request     string       `json:"request"`
+	Proposal    string       `json:"proposal"`
+	State       string       `json:"state"`
+	Summary     string       `json:"summary"`
+	Message     string       `json:"message"`
+	Fulfiller   string       `json:"fulfiller"` // who asks
+	Proposer    string       `json:"proposer"`
+	Tool        string       `json:"tool"`
+	Server      string       `json:"server"`
+	Description string       `json:"description"` // the tool's, as its owner lists it
+	Annotations []annotation `json:"annotations"`
+	PolicyMsg   string       `json:"policy_message"`
+	Approvers   []string     `json:"approvers"`
+	DelegatedBy []string     `json:"delegated_by"`
+	Revision    string       `json:"revision"`
+	Arguments   string       `json:"arguments"` // indented JSON
+	Digest      string       `json:"digest"`
+	DigestOK    bool         `json:"digest_ok"`
+	Quorum      int          `json:"quorum"`
+	Progress    string       `json:"progress"`
+	Peers       []string     `json:"peers"`
+	Status      string       `json:"status"`
+	Cause       string       `json:"cause"` // ended: approver.Cause
+	Outcome     string       `json:"outcome"`
+	Deadline    string       `json:"deadline"`
+	// DeadlineBy is "proposer" when the deadline is the proposer's own:
+	// it stops waiting then.
+	DeadlineBy string `json:"deadline_by"`
+	// What the approver may answer besides Approve and Decline: the
+	// editable arguments, the approvers the card may be handed to, and
+	// the grant offered with an approval (nil: none). Fields' names,
+	// delegates and grant offers are sent back as chosen, so kept exact
+	// (the server checks each against the card).
+	Fields         []fieldView `json:"fields"`
+	Delegates      []string    `json:"delegates"`
+	DelegateLabels []string    `json:"delegate_labels"` // Delegates, escaped to be shown
+	Grant          *grantView  `json:"grant"`
+}
+
+// grantView is the grant a card offers with an approval (docs/design.md
+// "Grants").
+type grantView struct {
+	Offers      []string `json:"offers"`       // sent back: exact
+	OfferLabels []string `json:"offer_labels"` // shown: escaped
+	Terms       string   `json:"terms"`        // what a grant would allow, in words
+	MaxTTL      string   `json:"max_ttl"`
+}
+
+// annotation is one of the tool's annotations (readOnlyHint, …).
+type annotation struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// fieldView is an editable argument; Default is the proposed value.
+type fieldView struct {
+	Name        string          `json:"name"`  // sent back: exact
+	Label       string          `json:"label"` // shown: escaped
+	Type        string          `json:"type"`
+	Description string          `json:"description,omitempty"`
+	Enum        []string        `json:"enum,omitempty"`        // sent back: exact
+	EnumLabels  []string        `json:"enum_labels,omitempty"` // shown: escaped
+	Default     json.RawMessage `json:"default,omitempty"`
 }
 
 func (u *UI) view() []cardView {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	p := printable.String
 	out := []cardView{}
 	for _, id := range u.order {
-		e := u.cards[id]
-		if e == nil {
-			continue
+		if e := u.cards[id]; e != nil {
+			out = append(out, e.view())
 		}
-		c := e.card
-		v := cardView{Request: c.RequestID, State: e.state, Summary: p(c.Summary()), Message: p(c.Message),
-			Arguments: arguments(c.Arguments()), DigestOK: c.DigestOK, Quorum: c.Policy.Quorum,
-			Status: p(e.status), Outcome: p(e.outcome), Peers: []string{}}
-		if c.Proposal != nil {
-			v.Proposal, v.Digest = p(c.Proposal.ID), c.Proposal.Digest
+	}
+	return out
+}
+
+// view is the entry as the page gets it; u.mu must be held.
+func (e *entry) view() cardView {
+	p := printable.String
+	c := e.card
+	v := cardView{Request: c.RequestID, State: e.state, Summary: p(c.Summary()), Message: p(c.Message), Fulfiller: p(c.From),
+		Arguments: arguments(c.Arguments()), DigestOK: c.DigestOK, Quorum: c.Policy.Quorum, PolicyMsg: p(c.Policy.Message),
+		Status: p(e.status), Cause: string(e.cause), Outcome: p(e.outcome),
+		Peers: []string{}, Approvers: []string{}, DelegatedBy: []string{}, Annotations: []annotation{}, Fields: []fieldView{},
+		Delegates: []string{}, DelegateLabels: []string{}}
+	if pr := c.Proposal; pr != nil {
+		v.Proposal, v.Proposer, v.Digest, v.Revision = p(pr.ID), p(pr.From), pr.Digest, p(pr.Revision)
+		if pr.DeadlineByProposer {
+			v.DeadlineBy = "proposer"
 		}
-		if d := c.Deadline(); !d.IsZero() {
-			v.Deadline = d.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	if t := c.Tool; t != nil {
+		v.Tool, v.Server, v.Description = p(t.Name), p(t.Server), p(t.Description)
+		v.Annotations = annotations(t.Annotations)
+	}
+	if v.Server == "" {
+		v.Server = p(c.Target)
+	}
+	if d := c.Deadline(); !d.IsZero() {
+		v.Deadline = d.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	for _, a := range c.Policy.Approvers {
+		v.Approvers = append(v.Approvers, p(a))
+	}
+	for _, a := range c.DelegatedBy {
+		v.DelegatedBy = append(v.DelegatedBy, p(a))
+	}
+	v.Delegates = append(v.Delegates, c.Delegates...)
+	v.DelegateLabels = append(v.DelegateLabels, escapeAll(c.Delegates)...)
+	if g := c.Grant; g != nil {
+		v.Grant = &grantView{Offers: g.Offers, OfferLabels: escapeAll(g.Offers), Terms: p(g.Terms), MaxTTL: p(g.MaxTTL)}
+	}
+	for _, f := range c.Fields {
+		v.Fields = append(v.Fields, fieldView{Name: f.Name, Label: p(f.Name), Type: f.Type, Description: p(f.Description), Enum: f.Enum, EnumLabels: escapeAll(f.Enum), Default: f.Default})
+	}
+	for _, peer := range e.peers {
+		v.Peers = append(v.Peers, p(peer.String()))
+	}
+	if len(e.peers) > 0 {
+		v.Progress = p(approver.Progress(c, e.peers))
+	}
+	return v
+}
+
+// escapeAll is texts, each through printable.String, to be shown.
+func escapeAll(texts []string) []string {
+	out := make([]string, len(texts))
+	for i, t := range texts {
+		out[i] = printable.String(t)
+	}
+	return out
+}
+
+// annotations lists a tool's annotations, in their order, as words.
+func annotations(raw json.RawMessage) []annotation {
+	out := []annotation{}
+	if len(raw) == 0 {
+		return out
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return out
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return out
 		}
-		for _, peer := range e.peers {
-			v.Peers = append(v.Peers, p(peer.String()))
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return out
 		}
-		if len(e.peers) > 0 {
-			v.Progress = p(approver.Progress(c, e.peers))
-		}
-		out = append(out, v)
+		name, _ := k.(string)
+		out = append(out, annotation{Name: printable.String(name), Value: printable.String(string(v))})
 	}
 	return out
 }
