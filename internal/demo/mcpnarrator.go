@@ -16,6 +16,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent/mcpfront"
 	"github.com/mewkit/fulfiller/elicit/approver"
+	"github.com/mewkit/fulfiller/internal/printable"
 )
 
 // mcpNarrator tells demo --mcp's story: each step as the agent's client
@@ -203,7 +204,7 @@ func (n *mcpNarrator) play(ctx context.Context, num int, s mcpStep, cs *mcp.Clie
 			names = append(names, t.Name)
 			d, _ := mcpfront.Digest(t)
 			if s.rugPull && t.Name == s.tool {
-				n.branch("listed", n.paint(ansiYellow, t.Name+" is now "+short(d)+"…: "+t.Description))
+				n.branch("listed", n.paint(ansiYellow, t.Name+" is now "+short(d)+"…: "+printable.String(t.Description)))
 			}
 		}
 		if s.tool == "" {
@@ -267,7 +268,8 @@ func toolText(res *mcp.CallToolResult) string {
 			parts = append(parts, strings.TrimSpace(tc.Text))
 		}
 	}
-	return strings.ReplaceAll(strings.Join(parts, " "), "\n", " ⏎ ")
+	// A server's text: kept from steering the terminal, as the card's.
+	return printable.String(strings.ReplaceAll(strings.Join(parts, " "), "\n", " ⏎ "))
 }
 
 // asked is told that fulfiller asks the person about proposal id: the
