@@ -546,6 +546,8 @@ func TestSameRPCID(t *testing.T) {
 		{`"a"`, `"a"`, true}, {`"a"`, `"b"`, false}, {`1e999999999`, `1`, false},
 		{`1e999999999`, `1e999999999`, true}, {`null`, `null`, false}, {`{}`, `{}`, false},
 		{`9007199254740993`, `9007199254740992`, false},
+		{`-3`, `-3`, true}, {`0`, `0`, true}, {`-`, `-`, false}, {``, ``, false},
+		{` 7`, ` 7`, true}, {`123456789012345678901234567890`, `123456789012345678901234567890`, true},
 	} {
 		if got := SameRPCID(json.RawMessage(c.a), json.RawMessage(c.b)); got != c.same {
 			t.Errorf("SameRPCID(%s, %s) = %v, want %v", c.a, c.b, got, c.same)

@@ -130,7 +130,7 @@ func NewEngine(fe FrontEnd, decider Decider, cfg Config) *Engine {
 		newShadowing(cfg.Shadow, cfg.ShadowTimeout, cfg.ShadowQueue), cfg.Grants, cfg.Logger, cfg.Clock)
 	e.wire = newEngineWire(fe.Wire(), e.journal, cfg, cfg.Logger)
 	e.recordStore = newRecordStore(cfg.Store, cfg.PendingTTL, cfg.FulfillTimeout, cfg.Logger)
-	e.records = newOwnWrites(e.recordStore)
+	e.records = newOwnWrites(e.recordStore, cfg.Store.Shared())
 	e.records.failed = e.journal.storeFailed
 	lcfg := coreConfig(cfg)
 	if e.wire.reserver == nil {

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
@@ -33,10 +33,11 @@ type journal struct {
 
 	mu sync.Mutex
 	// ahead are the lines written ahead whose envelope is not written
-	// yet, by proposal; recent the last line of each recent proposal,
+	// yet, by proposal; recent what the last line of each recent
+	// proposal said of it (not safe for concurrent use: under mu),
 	// for the events the wire reports later (a refused reject).
 	ahead  map[string]Event
-	recent *lru.Cache[string, Event]
+	recent *simplelru.LRU[string, recentLine]
 	// From Closing on, the rejects owed (by proposal) and which of them
 	// were written: what shutdown reports (ShutdownAnswers).
 	closing bool
@@ -61,8 +62,13 @@ type lineWaiter struct {
 // one round trip of its write.
 const recentLines = 4096
 
+// recentLine is what journal.recent keeps of a proposal's last line: what
+// an undelivered answer's event and the wire's request read of it (every
+// line is kept, so a whole Event was a copy of 350 bytes per line).
+type recentLine struct{ decisionID, revision, proposer, method, tool, target string }
+
 func newJournal(obs Observer, log *slog.Logger) *journal {
-	recent, _ := lru.New[string, Event](recentLines)
+	recent, _ := simplelru.NewLRU[string, recentLine](recentLines, nil)
 	return &journal{obs: obs, log: log, records: hasRecorder(obs), ahead: map[string]Event{}, recent: recent, owed: map[string]bool{}, tried: map[string]bool{}, resent: map[string]bool{}, waiters: map[string][]lineWaiter{}}
 }
 
@@ -125,7 +131,7 @@ func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 		}
 	}
 	j.mu.Lock()
-	j.recent.Add(ev.ProposalID, ev)
+	j.recent.Add(ev.ProposalID, recentLine{ev.DecisionID, ev.Revision, ev.Proposer, ev.Method, ev.Tool, ev.Target})
 	j.notifyLocked(ev)
 	if ev.Stage == StageRejected && j.closing {
 		if _, ok := j.owed[ev.ProposalID]; !ok {
@@ -185,7 +191,10 @@ func (j *journal) undelivered(proposalID, kind, reason, detail string) {
 		j.tried[proposalID] = true
 	}
 	if !ok {
-		ev, ok = j.recent.Peek(proposalID)
+		var r recentLine
+		if r, ok = j.recent.Peek(proposalID); ok {
+			ev = Event{DecisionID: r.decisionID, Revision: r.revision, Proposer: r.proposer, Method: r.method, Tool: r.tool, Target: r.target}
+		}
 	}
 	j.mu.Unlock()
 	if !ok {
@@ -217,8 +226,8 @@ func (j *journal) method(id string) string {
 	if ev, ok := j.ahead[id]; ok {
 		return ev.Method
 	}
-	ev, _ := j.recent.Peek(id)
-	return ev.Method
+	r, _ := j.recent.Peek(id)
+	return r.method
 }
 
 func (j *journal) announce(ev Event) {
@@ -295,6 +304,9 @@ func (j *journal) await(id string, match func(Event) bool) (<-chan Event, func()
 // notifyLocked hands ev to the waiters of its proposal it matches.
 // Called with j.mu held.
 func (j *journal) notifyLocked(ev Event) {
+	if len(j.waiters) == 0 {
+		return // nobody waits (an operator's cancel does): no lookup per line
+	}
 	ws := j.waiters[ev.ProposalID]
 	kept := ws[:0]
 	for _, w := range ws {

@@ -22,6 +22,11 @@ type ownWrites struct {
 	// (unavailable, refused, or a conflict): shutdown waits no longer for
 	// that proposal.
 	failed func(proposalID string)
+	// track: the store is shared, so the group's watch asks theirs.
+	// Alone on its store nobody else writes this member's records and
+	// nothing asks: a write is only the store's (no map entry, no lock
+	// per write).
+	track bool
 
 	mu   sync.Mutex
 	revs map[string]*ownRev
@@ -38,8 +43,8 @@ type ownRev struct {
 	done bool
 }
 
-func newOwnWrites(st lifecycle.Store) *ownWrites {
-	return &ownWrites{Store: st, revs: map[string]*ownRev{}}
+func newOwnWrites(st lifecycle.Store, track bool) *ownWrites {
+	return &ownWrites{Store: st, track: track, revs: map[string]*ownRev{}}
 }
 
 func (o *ownWrites) rev(id string) *ownRev {
@@ -61,6 +66,13 @@ func (o *ownWrites) forget(id string) {
 
 // Write implements lifecycle.Store.
 func (o *ownWrites) Write(ctx context.Context, w lifecycle.Write) (uint64, error) {
+	if !o.track {
+		rev, err := o.Store.Write(ctx, w)
+		if err != nil && o.failed != nil && !errors.Is(err, lifecycle.ErrConflict) && !errors.Is(err, lifecycle.ErrExists) {
+			o.failed(w.ID)
+		}
+		return rev, err
+	}
 	r := o.rev(w.ID)
 	r.mu.Lock()
 	rev, err := o.Store.Write(ctx, w)
@@ -97,6 +109,9 @@ func (o *ownWrites) Owned(ctx context.Context) ([]lifecycle.Proposal, error) {
 // held notes the revisions of records this member takes over (resumed,
 // adopted, taken).
 func (o *ownWrites) held(recs []lifecycle.Proposal) {
+	if !o.track {
+		return
+	}
 	for _, p := range recs {
 		r := o.rev(p.ID)
 		r.mu.Lock()

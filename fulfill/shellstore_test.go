@@ -29,7 +29,7 @@ func (g *gatedStore) Write(_ context.Context, w lifecycle.Write) (uint64, error)
 // in the decision log.
 func TestOwnWritesAreNotTheirs(t *testing.T) {
 	g := &gatedStore{started: make(chan lifecycle.Write), finish: make(chan uint64)}
-	o := newOwnWrites(g)
+	o := newOwnWrites(g, true)
 	write := func(w lifecycle.Write, rev uint64) {
 		done := make(chan struct{})
 		go func() {

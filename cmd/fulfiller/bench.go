@@ -38,6 +38,11 @@ type benchFlags struct {
 	rounds                       int
 	toolStyle                    string
 	memoryLimit                  sizeValue
+	// --front-end mcp's (benchMCP).
+	frontEnd, mcpTransport string
+	clients, calls         int
+	proxiedOnly            bool
+	callTimeout            time.Duration
 }
 
 func newBenchCmd() *cobra.Command {
@@ -79,13 +84,42 @@ the decision path alone.
 --state, prints both and what durability costs (throughput ratio, target
 >= 0.7). Every report gives the fulfiller's own CPU per proposal, apart
 from the space, tool and proposers in the same process, from a CPU
-profile of the measured window labelled by component.`,
+profile of the measured window labelled by component.
+
+--front-end mcp measures fulfiller mcp instead: the in-repo tool server
+(calc, its add tool) reached by go-sdk clients directly and through the
+real MCP front end with --policy/--data (default: a policy that allows
+calc's add), each client alternating a direct call and a proxied one, so
+both see the same machine. It reports both sides' round trips
+(p50/p90/p99), proxied ÷ direct and the µs added at p50, calls/s, the
+fulfiller's CPU per call and errors; it exits 1 on any error or
+unanswered call. --mcp-transport stdio (default) is fulfiller mcp: one
+client on OS pipes, the tool server a child on its stdio (this program
+re-executed); http is mcp serve: --clients clients over loopback
+Streamable HTTP, the tool server on loopback HTTP too; --proxied-only
+leaves the direct calls out, for mcp serve's throughput alone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fl.frontEnd == "mcp" {
+				return benchMCP(cmd, fl)
+			}
+			if fl.frontEnd != "mew" {
+				return usageErrorf("--front-end %q: want mew or mcp", fl.frontEnd)
+			}
+			if err := onlyFlagsOf(cmd, "--front-end mcp", mcpBenchFlags); err != nil {
+				return err
+			}
 			return runBench(cmd, fl)
 		},
 	}
+	cmd.AddCommand(newBenchToolServerCmd())
 	f := cmd.Flags()
+	f.StringVar(&fl.frontEnd, "front-end", "mew", "which front end to load: mew (a MEW space, as run) or mcp (fulfiller mcp, against direct calls)")
+	f.StringVar(&fl.mcpTransport, "mcp-transport", loadtest.MCPStdio, "with --front-end mcp: stdio (fulfiller mcp, the tool server a child) or http (mcp serve over loopback)")
+	f.IntVar(&fl.clients, "clients", 0, "with --front-end mcp: concurrent clients, each alternating a direct and a proxied call (default: 1 over stdio, 8 over http)")
+	f.IntVar(&fl.calls, "calls", 20_000, "with --front-end mcp: measured calls per side (direct and proxied)")
+	f.BoolVar(&fl.proxiedOnly, "proxied-only", false, "with --front-end mcp: no direct calls, only through the front end (its throughput alone)")
+	f.DurationVar(&fl.callTimeout, "call-timeout", 10*time.Second, "with --front-end mcp: a call not answered within this counts as unanswered")
 	f.IntVar(&fl.proposers, "proposers", 4, "proposer participants, each with its own WebSocket")
 	f.IntVar(&fl.proposals, "proposals", 100_000, "proposals to send in all")
 	f.Float64Var(&fl.rate, "rate", 0, "proposals per second in all; 0: as fast as possible")
@@ -389,6 +423,112 @@ func benchToolCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) er
 		return errors.New("bench failed: a run left proposals unsent, unanswered, answered twice, or refused honest answers (see the reports)")
 	}
 	return nil
+}
+
+// mcpBenchFlags are --front-end mcp's own; mewBenchFlags the MEW bench's
+// that mean nothing to it (--policy, --data, --policy-timeout, --json,
+// --cpuprofile and --log-level are both's).
+var (
+	mcpBenchFlags = []string{"mcp-transport", "clients", "calls", "proxied-only", "call-timeout"}
+	mewBenchFlags = []string{"proposers", "proposals", "rate", "mix", "from", "window", "max-pending", "max-inflight",
+		"stall-timeout", "progress", "vs-opa-server", "opa-bin", "opa-decisions", "memory-limit", "heapprofile",
+		"state", "state-creds", "state-compare", "state-baseline", "rounds", "tool-style"}
+)
+
+// onlyFlagsOf refuses the flags in names when given: they belong to
+// the other front end's bench (what).
+func onlyFlagsOf(cmd *cobra.Command, what string, names []string) error {
+	for _, n := range names {
+		if cmd.Flags().Changed(n) {
+			return usageErrorf("--%s is for %s", n, what)
+		}
+	}
+	return nil
+}
+
+// benchMCP is bench --front-end mcp: loadtest.RunMCP with the flags.
+func benchMCP(cmd *cobra.Command, fl benchFlags) error {
+	if err := onlyFlagsOf(cmd, "--front-end mew", mewBenchFlags); err != nil {
+		return err
+	}
+	if fl.mcpTransport != loadtest.MCPStdio && fl.mcpTransport != loadtest.MCPHTTP {
+		return usageErrorf("--mcp-transport %q: want stdio or http", fl.mcpTransport)
+	}
+	if fl.clients == 0 {
+		fl.clients = 1
+		if fl.mcpTransport == loadtest.MCPHTTP {
+			fl.clients = 8
+		}
+	}
+	for name, v := range map[string]int{"--clients": fl.clients, "--calls": fl.calls} {
+		if v < 1 {
+			return usageErrorf("%s %d: must be at least 1", name, v)
+		}
+	}
+	if fl.policyTimeout <= 0 {
+		return usageErrorf("--policy-timeout %s: must be positive", fl.policyTimeout)
+	}
+	if fl.callTimeout <= 0 {
+		return usageErrorf("--call-timeout %s: must be positive", fl.callTimeout)
+	}
+	if len(fl.data) > 0 && len(fl.policies) == 0 {
+		return usageErrorf("--data needs --policy (the default policy has no data)")
+	}
+	log, err := newLogger(os.Stderr, "text", fl.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg := loadtest.MCPConfig{
+		Transport: fl.mcpTransport, Policies: fl.policies, Data: fl.data, PolicyTimeout: fl.policyTimeout,
+		Calls: fl.calls, Clients: fl.clients, ProxiedOnly: fl.proxiedOnly, CallTimeout: fl.callTimeout, Logger: log,
+	}
+	if fl.mcpTransport == loadtest.MCPStdio {
+		// The tool server is this program re-executed (no go run, no
+		// second binary): bench mcp-tool-server.
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this program for the tool server: %w", err)
+		}
+		cfg.Child = []string{exe, "bench", benchToolServerUse}
+	}
+	if fl.cpuProfile != "" {
+		profile, err := os.Create(fl.cpuProfile)
+		if err != nil {
+			return usageErrorf("--cpuprofile %v", err)
+		}
+		defer profile.Close()
+		cfg.CPUProfile = profile
+	}
+	rep, err := loadtest.RunMCP(cmd.Context(), cfg)
+	if err != nil {
+		if errors.Is(err, loadtest.ErrPolicy) {
+			return usageError(err)
+		}
+		return err
+	}
+	if err := writeReport(cmd.OutOrStdout(), fl.jsonOut, rep); err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("bench failed: %d errors, %d unanswered calls (first: %s)", rep.Errors, rep.Unanswered, rep.FirstError)
+	}
+	return nil
+}
+
+const benchToolServerUse = "mcp-tool-server"
+
+// newBenchToolServerCmd is the MCP bench's child: the in-repo calculator
+// tool server on stdio. Hidden: only the bench starts it.
+func newBenchToolServerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    benchToolServerUse,
+		Short:  "Serve the MCP bench's tool server (calc) on stdio",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return loadtest.ServeCalculator(cmd.Context())
+		},
+	}
 }
 
 // writeReport prints r as indented JSON or as its text.

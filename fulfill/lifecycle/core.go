@@ -92,6 +92,9 @@ type entry struct {
 	// decision commits (decidedBeforeClaim). A deadline, a withdrawal,
 	// a shutdown issue it as it is.
 	claimHeld bool
+	// deadlineHeld: the deadline's timer waits for the held claim to
+	// go (unhold), which the hold's own timer makes happen first.
+	deadlineHeld bool
 	// beforeDecided: the proposal as it was before its decision was
 	// carried out ahead of its claim (decidedBeforeClaim), restored if
 	// the claim is lost (a replay's line says nothing of a decision it
@@ -231,7 +234,7 @@ func (c *Core) Open() []Proposal {
 	var out []Proposal
 	for _, e := range c.props {
 		if e.outcome == Open {
-			out = append(out, *e.p.clone())
+			out = append(out, e.p.copy())
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -322,13 +325,25 @@ type step struct {
 	out []Effect
 }
 
-func (s *step) emit(e ...Effect) { s.out = append(s.out, e...) }
+func (s *step) emit(e ...Effect) {
+	if s.out == nil {
+		// Room for what most steps emit, in one allocation where the
+		// slice grown from nothing took three.
+		s.out = make([]Effect, 0, 4)
+	}
+	s.out = append(s.out, e...)
+}
 
 // lineOf is the decision-log line of stage about p, with what every
 // line says of its proposal (the journal's Event): its decision, proposer,
 // method, tool, target (the route once decided, else the addressee) and
 // task. Every line the core writes is made here.
-func lineOf(p *Proposal, stage string, fill func(*Line)) Line {
+//
+// fill takes the line and returns it, not a pointer to it: a line
+// filled through a pointer escapes to the heap, and every line is boxed
+// into its Log effect once already (two copies of a line of 400 bytes
+// per line, 3–4 lines per proposal, were the core's largest allocation).
+func lineOf(p *Proposal, stage string, fill func(Line) Line) Line {
 	l := Line{Stage: stage, ProposalID: p.ID, DecisionID: p.DecisionID, Proposer: p.From, Method: p.Method, Tool: p.Tool, Target: p.Addressee}
 	if d := p.Decision; d != nil {
 		l.Revision = d.Revision
@@ -341,12 +356,12 @@ func lineOf(p *Proposal, stage string, fill func(*Line)) Line {
 		l.TaskSpec, l.TaskCreated, l.TaskDeadline = t.Spec, t.Created, t.Deadline
 	}
 	if fill != nil {
-		fill(&l)
+		l = fill(l)
 	}
 	return l
 }
 
-func (s *step) log(e *entry, stage string, fill func(*Line)) {
+func (s *step) log(e *entry, stage string, fill func(Line) Line) {
 	s.emit(Log{Line: lineOf(e.p, stage, fill)})
 }
 
@@ -355,7 +370,7 @@ func (s *step) log(e *entry, stage string, fill func(*Line)) {
 func (s *step) decide(e *entry, again bool, edit []byte) {
 	c := s.c
 	e.deciding, e.again = true, again
-	d := Decide{ID: e.p.ID, Again: again, Proposal: *e.p.clone(), Pending: c.Live(), Inflight: c.slots.used}
+	d := Decide{ID: e.p.ID, Again: again, Proposal: e.p.copy(), Pending: c.Live(), Inflight: c.slots.used}
 	if again {
 		// The re-check's decision governs what follows (rule 10): its id
 		// goes with the Decide, for the policy's line, and is adopted
@@ -400,7 +415,10 @@ func (s *step) proposed(ev Proposed) {
 		default:
 			dup.DecisionID = c.ids.DecisionID()
 		}
-		s.emit(Log{Line: lineOf(dup, "ignored", func(l *Line) { l.Reason, l.Message, l.Revision = "duplicate", "proposal id seen before", revision })})
+		s.emit(Log{Line: lineOf(dup, "ignored", func(l Line) Line {
+			l.Reason, l.Message, l.Revision = "duplicate", "proposal id seen before", revision
+			return l
+		})})
 		return
 	}
 	c.seen.add(ev.ID)
@@ -429,8 +447,9 @@ func (s *step) proposed(ev Proposed) {
 				// nothing is sent: the proposer's own timeout answers it,
 				// as it would in a group.
 				c.setOutcome(e, Dropped)
-				s.log(e, "ignored", func(l *Line) {
+				s.log(e, "ignored", func(l Line) Line {
 					l.Reason, l.Message = "store_unavailable", "refused ("+reason+"), but the store has not claimed the refusals before it"
+					return l
 				})
 				c.letGo(e)
 				return
@@ -457,7 +476,16 @@ func (s *step) proposed(ev Proposed) {
 		e.claimHeld = true
 	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, then: thenClaimed})
-	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	if e.claimHeld && c.cfg.ClaimHold < c.cfg.PendingTTL {
+		// The hold ends before the deadline, and until then all the
+		// deadline would do is end the hold: its timer is set when the
+		// claim goes as it is (unhold), and never for a claim that
+		// carries its decision, whose phase has a deadline of its own
+		// (or none: answered). One timer a proposal fewer.
+		e.deadlineHeld = true
+	} else {
+		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
+	}
 	if e.claimHeld {
 		s.emit(Schedule{ID: p.ID, At: s.now.Add(c.cfg.ClaimHold), Kind: TimerHold})
 		s.decide(e, false, nil)
@@ -472,6 +500,14 @@ func (s *step) unhold(e *entry) {
 		e.claimHeld = false
 		s.issue(e)
 	}
+	if e.deadlineHeld {
+		// The proposal's deadline timer, not set while its claim was
+		// held (proposed): set now if it still decides, as it is.
+		e.deadlineHeld = false
+		if e.outcome == Open && e.p.Phase == Deciding {
+			s.emit(Schedule{ID: e.p.ID, At: e.p.Deadline, Kind: TimerDeadline})
+		}
+	}
 }
 
 // decidedBeforeClaim carries out ev, the decision of e whose claim is
@@ -482,7 +518,14 @@ func (s *step) unhold(e *entry) {
 // e.afterClaim for the claim to land: a replay that loses its claim has
 // only its ignored line, and e is restored as it was (duplicate).
 func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
-	e.beforeDecided = e.p.clone()
+	// The held claim's record is a copy of the proposal as it was
+	// received, which nothing changed while the claim waited for its
+	// decision (an end or a shutdown issues it first: unhold): it is
+	// what e was before its decision. When the claim carries the
+	// decision's record instead (merged, below), no write holds it any
+	// more and it is e's copy as it was; else it is copied.
+	before := e.writes[0].rec
+	e.beforeDecided = before
 	out := s.out
 	s.out = nil
 	e.claimed = true // decided carries out a claimed proposal's decision
@@ -501,6 +544,7 @@ func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 		// Nothing to carry (a request held for its owner's return): the
 		// claim goes as it was, and what the decision did follows it.
 		e.writes[0] = claim
+		e.beforeDecided = before.clone()
 	}
 	s.unhold(e)
 }
@@ -679,7 +723,7 @@ func (s *step) duplicate(e *entry, winner string) {
 	if winner != "" {
 		e.p.DecisionID, e.p.Claim = winner, winner
 	}
-	s.log(e, "ignored", func(l *Line) { l.Reason = "duplicate" })
+	s.log(e, "ignored", func(l Line) Line { l.Reason = "duplicate"; return l })
 	s.c.seen.put(e.p.ID, winner)
 	s.forget(e)
 }
@@ -767,7 +811,7 @@ func (s *step) reloaded(ev Reloaded) {
 func (s *step) unclaimed(e *entry) {
 	s.undoDecided(e)
 	s.c.setOutcome(e, Dropped)
-	s.log(e, "ignored", func(l *Line) { l.Reason = "store_unavailable" })
+	s.log(e, "ignored", func(l Line) Line { l.Reason = "store_unavailable"; return l })
 	s.forget(e)
 }
 
@@ -858,7 +902,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 		if e.outcome != Open || e.p.Phase != Fulfilling {
 			return // ended (timed out) before it was written: never sent
 		}
-		s.log(e, "fulfilling", func(l *Line) { l.Ahead = true })
+		s.log(e, "fulfilling", func(l Line) Line { l.Ahead = true; return l })
 		if g := e.grant; g != nil {
 			// The approved call is committed: the grant its approver
 			// chose is made (for the call as fulfilled).
@@ -877,8 +921,9 @@ func (s *step) then(e *entry, w pendingWrite) {
 		approvers := escOf(e.p).Approvers
 		// The policy's message is what the humans are asked about: the
 		// line says it too (docs/operations.md, the decision log).
-		s.log(e, "escalated", func(l *Line) {
+		s.log(e, "escalated", func(l Line) Line {
 			l.By, l.Message, l.Deadline, l.Ahead = approvers, e.p.Decision.Message, e.p.Deadline, true
+			return l
 		})
 		d := *e.p.Decision
 		st := Status{Stage: StatusEscalated, Approvers: approvers, Quorum: max(e.p.Decision.Quorum, 1), Deadline: e.p.Deadline, Decision: &d}
@@ -1035,7 +1080,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 		s.c.withdrawals.put(e.p.ID, e.p.From, "")
 	}
 	s.c.setOutcome(e, Dropped) // its end is the record holder's, not this member's
-	s.log(e, "ignored", func(l *Line) { l.Reason, l.Message = reason, message })
+	s.log(e, "ignored", func(l Line) Line { l.Reason, l.Message = reason, message; return l })
 	s.forget(e)
 }
 
@@ -1251,7 +1296,7 @@ func (s *step) taskStarted(e *entry, ev Responded) {
 // for a new task).
 func (s *step) follow(e *entry, message string) {
 	p := e.p
-	s.log(e, "task", func(l *Line) { l.Reason, l.Message = p.Task.Status, message })
+	s.log(e, "task", func(l Line) Line { l.Reason, l.Message = p.Task.Status, message; return l })
 	s.emit(FollowTask{ID: p.ID, To: p.Request.Target, TaskID: p.Task.ID, RequestEnvelopeID: p.Request.EnvelopeID, Deadline: p.Deadline})
 	s.taskStatusChat(e)
 }
@@ -1270,7 +1315,7 @@ func (s *step) taskStatus(ev TaskStatus) {
 	// Best effort, as fulfill's: a status lost in a crash is read again
 	// by whoever follows the task next.
 	s.queueWrite(e, pendingWrite{rec: e.p.clone(), soon: true})
-	s.log(e, "task", func(l *Line) { l.Reason, l.Message = ev.Status, ev.Message })
+	s.log(e, "task", func(l Line) Line { l.Reason, l.Message = ev.Status, ev.Message; return l })
 	s.taskStatusChat(e)
 }
 
@@ -1309,12 +1354,13 @@ func (s *step) sendAnswer(e *entry) {
 	e.sending = true
 	p := e.p
 	if r := p.Relay; r != nil {
-		s.log(e, "fulfilled", func(l *Line) {
+		s.log(e, "fulfilled", func(l Line) Line {
 			l.Message = "relayed the outcome of task " + r.TaskID
 			l.Result, l.RPCError, l.By = r.Result, r.Error, p.ApprovedBy
 			if p.Request != nil {
 				l.Latency = s.now.Sub(p.Request.SentAt)
 			}
+			return l
 		})
 		s.emit(SendRelay{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, TaskID: r.TaskID, Result: r.Result, Error: r.Error})
 		return
@@ -1569,7 +1615,9 @@ func (s *step) decided(ev Decided) {
 			return
 		}
 		s.unhold(e)
-		e.decidedEarly = &ev // taken once the claim lands (then)
+		// A copy: &ev itself would move every Decided to the heap.
+		early := ev
+		e.decidedEarly = &early // taken once the claim lands (then)
 		return
 	}
 	e.deciding, e.again = false, false
@@ -1582,7 +1630,7 @@ func (s *step) decided(ev Decided) {
 		}
 	}
 	p.Decision = &d
-	s.log(e, "decided", func(l *Line) { l.Action, l.Reason, l.Note = d.Action, d.Reason, ev.Note })
+	s.log(e, "decided", func(l Line) Line { l.Action, l.Reason, l.Note = d.Action, d.Reason, ev.Note; return l })
 	if ev.Again {
 		params := e.edit
 		switch d.Action {
@@ -1809,8 +1857,9 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 		return
 	}
 	if ev.From != e.p.From {
-		s.log(e, "ignored", func(l *Line) {
+		s.log(e, "ignored", func(l Line) Line {
 			l.Reason, l.Message, l.By = "spoofed_withdraw", "withdrawal from "+ev.From, []string{ev.From}
+			return l
 		})
 		return
 	}
@@ -1822,7 +1871,7 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 		return
 	}
 	if e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Answered {
-		s.log(e, "ignored", func(l *Line) { l.Reason = "late_withdraw" })
+		s.log(e, "ignored", func(l Line) Line { l.Reason = "late_withdraw"; return l })
 		return
 	}
 	if !e.claimed {
@@ -1844,7 +1893,7 @@ func (s *step) earlyBeforeClaim(e *entry, end earlyEnd, ignoredAs string) {
 		return
 	}
 	if ignoredAs != "" {
-		e.afterClaim = append(e.afterClaim, Log{Line: lineOf(e.p, "ignored", func(l *Line) { l.Reason = ignoredAs })})
+		e.afterClaim = append(e.afterClaim, Log{Line: lineOf(e.p, "ignored", func(l Line) Line { l.Reason = ignoredAs; return l })})
 	}
 }
 
@@ -1881,13 +1930,14 @@ func (s *step) superseded(ev SupersededBy) {
 // record (queued after a claim still being written).
 func (s *step) endQuietly(e *entry, how earlyEnd) {
 	s.end(e, how.outcome, how.stage)
-	line := lineOf(e.p, how.stage, func(l *Line) {
+	line := lineOf(e.p, how.stage, func(l Line) Line {
 		l.Message, l.By = how.why, how.by
 		if how.outcome == Withdrawn {
 			// The proposer's reason for withdrawing is the line's
 			// reason: it is the proposer's word, not ours.
 			l.Reason, l.Message = how.why, ""
 		}
+		return l
 	})
 	// Writes not yet issued carried what no longer happens; the one
 	// outstanding (a claim, say) is followed by the delete.
@@ -1932,8 +1982,9 @@ func (s *step) responded(ev Responded) {
 		return
 	}
 	s.end(e, Fulfilled, "fulfilled")
-	s.log(e, "fulfilled", func(l *Line) {
+	s.log(e, "fulfilled", func(l Line) Line {
 		l.Result, l.RPCError, l.By, l.Latency = ev.Result, ev.Error, e.p.ApprovedBy, s.now.Sub(req.SentAt)
+		return l
 	})
 	s.queueWrite(e, pendingWrite{})
 }
@@ -1947,11 +1998,12 @@ func (s *step) spoofed(e *entry, ev Responded, reason string) {
 		return
 	}
 	e.spoofed = true
-	s.log(e, "ignored", func(l *Line) {
+	s.log(e, "ignored", func(l Line) Line {
 		l.Reason, l.By, l.Message, l.Result, l.RPCError = reason, []string{ev.From}, ev.Message, ev.Result, ev.Error
 		if ev.Payload != nil {
 			l.Result, l.RPCError = ev.Payload, nil
 		}
+		return l
 	})
 }
 
@@ -1970,7 +2022,7 @@ func (s *step) cancelled(ev Cancelled) {
 		} else {
 			p.DecisionID = s.c.ids.DecisionID()
 		}
-		l := lineOf(p, "ignored", func(l *Line) { l.Reason, l.Message = "cancel_refused", "cancel by "+ev.By })
+		l := lineOf(p, "ignored", func(l Line) Line { l.Reason, l.Message = "cancel_refused", "cancel by "+ev.By; return l })
 		if ok {
 			if e.outcome == Open && !e.claimed {
 				l.Message += ": not claimed yet"
@@ -2066,7 +2118,7 @@ func (s *step) resume(r Proposal, how string) {
 	c.props[r.ID] = e
 	c.track(e)
 	p := e.p
-	s.log(e, "resumed", func(l *Line) { l.Message = how + " (" + string(p.Phase) + ")" })
+	s.log(e, "resumed", func(l Line) Line { l.Message = how + " (" + string(p.Phase) + ")"; return l })
 	if w, ok := c.withdrawals.get(p.ID, p.From); ok && early == nil {
 		early = &earlyEnd{outcome: Withdrawn, stage: "withdrawn", why: w.reason}
 	}
@@ -2144,7 +2196,7 @@ func (s *step) resume(r Proposal, how string) {
 // durable, and again when a resumed record sends it again.
 func (s *step) logReject(e *entry) {
 	r := e.p.Reject
-	s.log(e, "rejected", func(l *Line) { l.Reason, l.Message = r.Reason, r.Message })
+	s.log(e, "rejected", func(l Line) Line { l.Reason, l.Message = r.Reason, r.Message; return l })
 }
 
 // cancelRequest cancels e's fulfilment request at its owner when its
@@ -2247,9 +2299,14 @@ func (s *step) forget(e *entry) {
 // idSet is a bounded set of ids, each with a value (the seen set's: the
 // decision id its claim holds): the oldest go first.
 type idSet struct {
-	max   int
-	ids   map[string]string
+	max int
+	ids map[string]string
+	// order is the ids in the order they came, a ring once it holds
+	// max: next is where the next id goes, over the oldest. (A slice
+	// cut from the front and appended to at the back was copied anew
+	// each time it outgrew its array, once every few thousand ids.)
 	order []string
+	next  int
 }
 
 func newIDSet(max int) *idSet { return &idSet{max: max, ids: map[string]string{}} }
@@ -2272,12 +2329,14 @@ func (s *idSet) add(id string) (evicted string) {
 		return ""
 	}
 	s.ids[id] = ""
-	s.order = append(s.order, id)
-	if len(s.order) > s.max {
-		evicted = s.order[0]
-		delete(s.ids, evicted)
-		s.order = s.order[1:]
+	if len(s.order) < s.max {
+		s.order = append(s.order, id)
+		return ""
 	}
+	evicted = s.order[s.next]
+	delete(s.ids, evicted)
+	s.order[s.next] = id
+	s.next = (s.next + 1) % s.max
 	return evicted
 }
 

@@ -854,3 +854,28 @@ func TestAloneClaimCarriesItsDecision(t *testing.T) {
 	}
 	same(t, kinds(c.Step(t0, Decided{ID: "p3", Decision: Decision{Action: Fulfill, Target: "fs"}})), nil)
 }
+
+// The seen set forgets its oldest id first once it holds its bound, and
+// only then: an id read again within the bound is still a replay.
+func TestIDSetForgetsTheOldestFirst(t *testing.T) {
+	s := newIDSet(3)
+	for _, id := range []string{"a", "b", "c"} {
+		if ev := s.add(id); ev != "" {
+			t.Fatalf("add %s evicted %q under the bound", id, ev)
+		}
+	}
+	if ev := s.add("b"); ev != "" || !s.has("a") {
+		t.Fatalf("adding b again evicted %q", ev)
+	}
+	for _, want := range [][2]string{{"d", "a"}, {"e", "b"}, {"f", "c"}, {"g", "d"}} {
+		if ev := s.add(want[0]); ev != want[1] {
+			t.Fatalf("add %s evicted %q, want %q", want[0], ev, want[1])
+		}
+		if s.has(want[1]) || !s.has(want[0]) {
+			t.Fatalf("after add %s: has %s %v, has %s %v", want[0], want[1], s.has(want[1]), want[0], s.has(want[0]))
+		}
+	}
+	if len(s.ids) != 3 {
+		t.Fatalf("%d ids held, want the bound 3", len(s.ids))
+	}
+}

@@ -205,10 +205,14 @@
 //
 // # The simulator
 //
-// sim_test.go's TestSimulation runs one or two members (Cores in the Loop's
-// contract: each proposal's effects in order, those not carried out
-// dropped at its end as the Loop drops them) over a shared store with
-// compare-and-set, a broadcasting wire, proposers (valid, invalid, replayed
+// sim_test.go's TestSimulation runs one or two members, each a Core in
+// the real Loop, over a shared store with compare-and-set, a
+// broadcasting wire and the rest of the world as fake adapters
+// (simloop_test.go). The Loop's goroutines, channels and waits are the
+// simulator's (Loop.sched): one thing runs at a time, in the order the
+// seed draws (a call into the world, a result taken by Run, a retry), so
+// a seed replays exactly and a crash finds each call being made done or
+// not. The world has proposers (valid, invalid, replayed
 // ids; honest and forged withdrawals; frames of 64 to 512 bytes), a
 // tool owner (answers with the JSON-RPC id, SDK-style without it, with a
 // wrong id, forged from another participant, late, never; answers a
@@ -217,10 +221,14 @@
 // written while it is away), approvers (accept, edit, edit the policy
 // then rejects, decline, cancel, forged, unsigned, late, never; an
 // approver's own reject), store outages (writes refused, and writes
-// applied but reported failed), crashes (the first effect of each
-// proposal may or may not have happened), restarts, shutdowns, lease loss
+// applied but reported failed; reads, the records' read at start and id
+// reservations failing and tried again), crashes (each call being made
+// may or may not have happened), restarts, shutdowns, lease loss
 // (the member crashed, or runs on and is released) with adoption by the
-// other member, the group's load read from the leases, and seeds with
+// other member, the group's load read from the leases, a member's
+// session reconnecting (a new roster), and seeds with JSON-RPC ids
+// reserved ahead (Config.ReserveIDs), with writes (alone) and lines
+// Immediate, with
 // small per-proposer and byte limits, shares of the fulfilment slots,
 // crowds (three proposers, few slots), status chats on, the humans'
 // escalation (three approvers leaving and joining, alice keyed and
@@ -230,7 +238,10 @@
 // offered or not, carry another JSON-RPC id, are forged or unsigned;
 // prompts that could not be sent, or were lost while their approver was
 // away). Invariants are checked as each
-// envelope goes out (a prompt only once its record holds it), after each
+// envelope goes out (what may not go out after a proposal's end, as of
+// when the Loop began sending it; a prompt only once its record holds
+// it; a JSON-RPC id in one envelope only, a request's reserved when the
+// core reserves them), after each
 // step (each admission against the limits, counted apart from the core;
 // no request committed while its owner is away as the member heard;
 // "incapable" only after a grace with the owner still away; how a
@@ -242,7 +253,7 @@
 // approvers who accepted in an approved line (the quorum's model); a
 // grant only for an approver who chose one; Soon on the
 // writes nothing sent waits for, and only on those; every line filled),
-// and at quiescence: see onWire, deliver, checkSlots, checkTurns,
+// and at quiescence: see onWire, stepped, checkSlots, checkTurns,
 // checkAsks, checkWrite, checkLine and final.
 //
 //	go test ./fulfill/lifecycle -run 'TestSimulation$'               # 20000 seeds (2000 with -short)

@@ -482,7 +482,7 @@ func (s *step) askAgain(e *entry, who string, resumed bool) {
 	c, p := s.c, e.p
 	for i := range p.Prompts {
 		pr := p.Prompts[i]
-		if !pr.open() || (who != "" && pr.Approver != who) || !c.online(pr.Approver) || len(pr.Payload) == 0 {
+		if !pr.open() || (who != "" && pr.Approver != who) || !c.online(pr.Approver) || len(pr.Payload) == 0 || unrecorded(e, pr.EnvelopeID) {
 			continue
 		}
 		s.emit(SendPrompt{ID: p.ID, To: pr.Approver, EnvelopeID: pr.EnvelopeID, RPCID: pr.RPCID, Payload: pr.Payload, Again: true})
@@ -502,6 +502,17 @@ func (s *step) askAgain(e *entry, who string, resumed bool) {
 	if len(late) > 0 {
 		s.recordPrompts(e, s.newPrompts(e, late, nil))
 	}
+}
+
+// unrecorded reports whether prompt id waits for the write that records
+// it: that write asks it once durable (thenPrompts), never before.
+func unrecorded(e *entry, id string) bool {
+	for _, w := range e.writes {
+		if slices.Contains(w.prompts, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // present: the roster of this member's new session, or a join.
@@ -568,7 +579,10 @@ func (s *step) answer(ev Answer) {
 		ignore(pr.Approver, "not addressed to "+ev.From)
 		if !e.spoofed {
 			e.spoofed = true
-			s.log(e, "ignored", func(l *Line) { l.Reason, l.Message, l.By = "forged_answer", "answer from "+ev.From, []string{ev.From} })
+			s.log(e, "ignored", func(l Line) Line {
+				l.Reason, l.Message, l.By = "forged_answer", "answer from "+ev.From, []string{ev.From}
+				return l
+			})
 		}
 		return
 	}
@@ -754,7 +768,7 @@ func (s *step) approvedBy(e *entry, g []Approval) {
 				Request: last.Request, Signature: last.Signature}
 		}
 	}
-	s.log(e, "approved", func(l *Line) { l.By = p.ApprovedBy })
+	s.log(e, "approved", func(l Line) Line { l.By = p.ApprovedBy; return l })
 	if last.Params != nil {
 		s.decide(e, true, last.Params)
 		return

@@ -9,7 +9,7 @@ func (c *Core) Get(id string) (Proposal, bool) {
 	if !ok || e.outcome != Open {
 		return Proposal{}, false
 	}
-	return *e.p.clone(), true
+	return e.p.copy(), true
 }
 
 // ByRequest returns a copy of the open proposal whose fulfilment request

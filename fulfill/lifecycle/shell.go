@@ -144,6 +144,48 @@ type Loop struct {
 
 	// The store's and the journal's Immediate, when they have one.
 	storeNow, journalNow Immediate
+
+	// sched replaces the goroutines, channels and retry waits the Loop
+	// runs its work with (nil: those); see sched.
+	sched sched
+}
+
+// sched is how a Loop's work leaves its goroutine, comes back to it and
+// waits to be tried again. Without one (Loop.sched nil) that is
+// goroutines, channels and time.After, as in production (timers are the
+// Clock's). The simulator (sim_test.go, simloop_test.go)
+// sets its own before Run: each of the Loop's goroutines is a coroutine
+// of the simulator, every input of Run one of its queues and every wait
+// one of its turns, so that one thing runs at a time in the order the
+// seed draws, and a seed replays exactly. Every place the Loop crosses
+// goroutines or waits goes through here, and nothing else changes: the
+// simulator runs the Loop's own code.
+type sched interface {
+	// spawn runs f beside the loop's goroutine: a worker, a task's
+	// follower, the read of this member's records at start.
+	spawn(f func())
+	// recv waits for Run's next input; false once ctx ended.
+	recv(ctx context.Context) (input, bool)
+	// send hands Run an input (Post, PostAll, Match, Do, a lane's
+	// result); it gives up when ctx ends.
+	send(ctx context.Context, in input) error
+	// pause is the wait before a retry (Loop.retry); false once ctx
+	// ended.
+	pause(ctx context.Context) bool
+	// step is c.Step(now, ev): the simulator checks its invariants
+	// around it.
+	step(c *Core, now time.Time, ev Event) []Effect
+}
+
+// input is one of Run's inputs under a sched: the one field set says
+// which (an event posted, a batch, a Match, a Do, a lane's result).
+type input struct {
+	ev     Event
+	evs    []Event
+	match  func(*Core) []Event
+	query  func(*Core)
+	done   laneDone
+	isDone bool
 }
 
 type follower struct{ stop context.CancelFunc }
@@ -182,6 +224,9 @@ func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, jou
 // adopted.
 // It blocks while the loop is busy, and gives up when ctx ends.
 func (l *Loop) Post(ctx context.Context, ev Event) error {
+	if l.sched != nil {
+		return l.sched.send(ctx, input{ev: ev})
+	}
 	select {
 	case l.in <- ev:
 		return nil
@@ -195,6 +240,9 @@ func (l *Loop) Post(ctx context.Context, ev Event) error {
 // Resumed and at once Cancelled: the resumed prompts are never asked
 // again before the cancel drops them).
 func (l *Loop) PostAll(ctx context.Context, evs ...Event) error {
+	if l.sched != nil {
+		return l.sched.send(ctx, input{evs: evs})
+	}
 	select {
 	case l.batches <- evs:
 		return nil
@@ -211,6 +259,9 @@ func (l *Loop) PostAll(ctx context.Context, evs ...Event) error {
 // block or call the Loop. Match returns once the loop has taken fn, and
 // gives up when ctx ends or Run has returned (ErrStopped).
 func (l *Loop) Match(ctx context.Context, fn func(*Core) []Event) error {
+	if l.sched != nil {
+		return l.sched.send(ctx, input{match: fn})
+	}
 	select {
 	case l.matches <- fn:
 		return nil
@@ -228,12 +279,18 @@ func (l *Loop) Match(ctx context.Context, fn func(*Core) []Event) error {
 func (l *Loop) Do(ctx context.Context, fn func(*Core)) error {
 	ran := make(chan struct{})
 	q := func(c *Core) { fn(c); close(ran) }
-	select {
-	case l.queries <- q:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.stopped:
-		return ErrStopped
+	if l.sched != nil {
+		if err := l.sched.send(ctx, input{query: q}); err != nil {
+			return err
+		}
+	} else {
+		select {
+		case l.queries <- q:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.stopped:
+			return ErrStopped
+		}
 	}
 	<-ran
 	return nil
@@ -276,58 +333,121 @@ func (l *Loop) Run(ctx context.Context) error {
 	// This member's records from before are read beside the events, not
 	// before them: a slow store at start must not stop the frames (the
 	// core takes a record of a proposal it ended meanwhile as stale).
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
+	l.spawn(func() {
 		if recs, err := l.owned(ctx); err == nil {
 			_ = l.Post(ctx, Resumed{Records: recs, How: "restart"})
 		}
-	}()
+	})
 	for {
 		if l.nIdle.Load() > 0 {
 			l.sweep()
 		}
+		if l.sched != nil {
+			in, ok := l.sched.recv(ctx)
+			if !ok {
+				return nil
+			}
+			l.take(ctx, in)
+			continue
+		}
 		select {
 		case ev := <-l.in:
-			l.handoffs.Add(1)
-			if f, ok := ev.(Fired); ok {
-				l.fired(f)
-			}
-			l.step(ctx, ev)
+			l.posted(ctx, ev)
 		case q := <-l.queries:
 			l.handoffs.Add(2) // the question, and the answer the caller waits for
 			q(l.core)
 		case fn := <-l.matches:
 			l.handoffs.Add(1)
-			var touched []string
-			for _, ev := range fn(l.core) {
-				touched = append(touched, l.apply(ctx, ev)...)
-			}
-			for _, id := range touched {
-				l.dispatch(ctx, id)
-			}
+			l.applyAll(ctx, fn(l.core))
 		case evs := <-l.batches:
 			l.handoffs.Add(1)
-			var touched []string
-			for _, ev := range evs {
-				touched = append(touched, l.apply(ctx, ev)...)
-			}
-			for _, id := range touched {
-				l.dispatch(ctx, id)
-			}
+			l.applyAll(ctx, evs)
 		case d := <-l.done:
-			l.handoffs.Add(1)
-			ln := l.lanes[d.id]
-			ln.mu.Lock()
-			ln.running = false
-			ln.mu.Unlock()
-			if d.result != nil {
-				l.step(ctx, d.result)
-			}
-			l.dispatch(ctx, d.id)
+			l.laneDone(ctx, d)
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// take is Run's select under a sched: in is what one of its channels
+// would have brought.
+func (l *Loop) take(ctx context.Context, in input) {
+	switch {
+	case in.isDone:
+		l.laneDone(ctx, in.done)
+	case in.query != nil:
+		l.handoffs.Add(2)
+		in.query(l.core)
+	case in.match != nil:
+		l.handoffs.Add(1)
+		l.applyAll(ctx, in.match(l.core))
+	case in.evs != nil:
+		l.handoffs.Add(1)
+		l.applyAll(ctx, in.evs)
+	default:
+		l.posted(ctx, in.ev)
+	}
+}
+
+// posted applies an event Post handed over (a timer's Fired among them).
+func (l *Loop) posted(ctx context.Context, ev Event) {
+	l.handoffs.Add(1)
+	if f, ok := ev.(Fired); ok {
+		l.fired(f)
+	}
+	l.step(ctx, ev)
+}
+
+// applyAll applies evs back to back, then starts the lanes they touched
+// (Match, PostAll).
+func (l *Loop) applyAll(ctx context.Context, evs []Event) {
+	var touched []string
+	for _, ev := range evs {
+		touched = append(touched, l.apply(ctx, ev)...)
+	}
+	for _, id := range touched {
+		l.dispatch(ctx, id)
+	}
+}
+
+// laneDone takes a worker's report on a lane: the lane is idle again,
+// its result is applied, and its next effects start.
+func (l *Loop) laneDone(ctx context.Context, d laneDone) {
+	l.handoffs.Add(1)
+	ln := l.lanes[d.id]
+	ln.mu.Lock()
+	ln.running = false
+	ln.mu.Unlock()
+	if d.result != nil {
+		l.step(ctx, d.result)
+	}
+	l.dispatch(ctx, d.id)
+}
+
+// spawn runs f on a goroutine Run waits for (or the sched's).
+func (l *Loop) spawn(f func()) {
+	if l.sched != nil {
+		l.sched.spawn(f)
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+}
+
+// pause waits l.retry before a retry; false once ctx ended.
+func (l *Loop) pause(ctx context.Context) bool {
+	if l.sched != nil {
+		return l.sched.pause(ctx)
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(l.retry):
+		return true
 	}
 }
 
@@ -337,10 +457,8 @@ func (l *Loop) owned(ctx context.Context) ([]Proposal, error) {
 		if err == nil {
 			return recs, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !l.pause(ctx) {
 			return nil, fmt.Errorf("lifecycle: own records not read: %w", err)
-		case <-time.After(l.retry):
 		}
 	}
 }
@@ -367,7 +485,12 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 	if _, ok := ev.(Proposed); ok {
 		l.proposals.Add(1)
 	}
-	effs := l.core.Step(now, ev)
+	var effs []Effect
+	if l.sched != nil {
+		effs = l.sched.step(l.core, now, ev)
+	} else {
+		effs = l.core.Step(now, ev)
+	}
 	for _, id := range l.core.forgotten {
 		l.unschedule(id) // before the Schedules of a record that replaced it
 	}
@@ -440,10 +563,8 @@ func (l *Loop) reserve(ctx context.Context, r ReserveIDs) {
 				_ = l.Post(ctx, IDsReserved{IDs: ids})
 				return
 			}
-			select {
-			case <-ctx.Done():
+			if !l.pause(ctx) {
 				return
-			case <-time.After(l.retry):
 			}
 		}
 	})
@@ -460,6 +581,10 @@ const workerIdle = 2 * time.Second
 // profile). Workers end with ctx; Run waits for them.
 func (l *Loop) work(ctx context.Context, f func()) {
 	l.handoffs.Add(1)
+	if l.sched != nil {
+		l.sched.spawn(f)
+		return
+	}
 	select {
 	case l.idle <- f:
 		return
@@ -599,12 +724,21 @@ func (l *Loop) runLane(ctx context.Context, id string, ln *lane) {
 		}
 		ln.mu.Unlock()
 		if res := l.carryOut(ctx, e); res != nil {
-			select {
-			case l.done <- laneDone{id: id, result: res}:
-			case <-ctx.Done():
-			}
+			l.report(ctx, laneDone{id: id, result: res})
 			return
 		}
+	}
+}
+
+// report hands Run a worker's result on a lane (Run's laneDone).
+func (l *Loop) report(ctx context.Context, d laneDone) {
+	if l.sched != nil {
+		_ = l.sched.send(ctx, input{done: d, isDone: true})
+		return
+	}
+	select {
+	case l.done <- d:
+	case <-ctx.Done():
 	}
 }
 
@@ -653,10 +787,8 @@ func (l *Loop) carryOut(ctx context.Context, e Effect) Event {
 			if err == nil {
 				return Reloaded{ID: e.ID, Record: rec}
 			}
-			select {
-			case <-ctx.Done():
+			if !l.pause(ctx) {
 				return nil
-			case <-time.After(l.retry):
 			}
 		}
 	case Decide:
@@ -712,9 +844,7 @@ func (l *Loop) follow(ctx context.Context, f FollowTask) {
 	}
 	l.followers[f.ID] = me
 	l.mu.Unlock()
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
+	l.spawn(func() {
 		l.wire.FollowTask(fctx, f, func(ev Event) { _ = l.Post(fctx, ev) })
 		cancel()
 		l.mu.Lock()
@@ -722,7 +852,7 @@ func (l *Loop) follow(ctx context.Context, f FollowTask) {
 			delete(l.followers, f.ID)
 		}
 		l.mu.Unlock()
-	}()
+	})
 }
 
 // unfollow stops the follower of proposal id's task, if one runs.

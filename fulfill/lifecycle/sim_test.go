@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -24,7 +25,8 @@ var (
 	flagSteps = flag.Int("steps", 300, "TestSimulation: world steps per seed before the world quiesces")
 )
 
-// TestSimulation drives Cores (one or two group members) through random
+// TestSimulation drives one or two group members, each a Core in the
+// real Loop over fake adapters (simloop_test.go), through random
 // schedules of proposals, withdrawals, tool and human answers, timers,
 // store errors, crashes, restarts and member loss, and checks the
 // invariants after every step. A failing seed prints the command that
@@ -96,6 +98,11 @@ var mustCover = []string{
 	"human/ended/approved", "human/ended/disagree", "human/ended/incapable", "human/ended/timeout", "human/ended/other",
 	"human/ended/cancelled", "world/keys_changed", "world/approver_left", "world/approver_back", "world/prompt_unsent",
 	"world/delegated", "world/grant",
+	// The Loop's own paths: ids reserved (and a reservation failed),
+	// Immediate writes, reads retried, a lane's effects dropped at a
+	// release or a CancelAsk, a follower stopped, a new roster.
+	"world/reserved", "world/reserve_failed", "world/waits_for_ids", "world/immediate_write", "world/read_failed",
+	"world/owned_failed", "world/pruned_released", "world/pruned_ask", "world/follower_stopped", "world/reconnect",
 }
 
 // frame is an envelope on the simulated wire (the gateway broadcasts
@@ -121,6 +128,34 @@ type frame struct {
 	taskID, status       string          // a task handle, a task_cancel's task, a relay's task
 	result               string          // a relay's result, a response's
 	payload              json.RawMessage // a prompt's, an answer's (the core's escalation)
+	// began is what the world knew when the member's Loop began the
+	// send (onWire's checks of what may not go out after a proposal's
+	// end): a send being made when its proposal ends still goes out.
+	began began
+}
+
+// began is what the world knew of a proposal as a member's Loop began a
+// send about it: whether the member had taken its withdrawal, whether
+// the withdrawal was durable, whether the proposer had its answer, and
+// (for a prompt) whether the member's record held the prompt.
+type began struct {
+	withdrawnHere, durableWd, answered, recorded, rejected bool
+}
+
+// beginning is what the world knows as m's Loop begins sending f.
+func (s *sim) beginning(m *member, f frame) began {
+	b := began{withdrawnHere: m.withdrawnHere[f.pid], answered: s.views[f.pid].answered()}
+	if t := s.truth[f.pid]; t != nil {
+		b.durableWd = t.durableWd
+	}
+	if f.kind == "request" {
+		b.rejected = s.logged(f.pid, "rejected", "")
+	}
+	if f.kind == "prompt" {
+		r := s.record(f.pid)
+		b.recorded = r != nil && r.Owner == m.id && slices.ContainsFunc(r.Prompts, func(p Prompt) bool { return p.EnvelopeID == f.id })
+	}
+	return b
 }
 
 // wtask is a task at the tool owner.
@@ -142,9 +177,8 @@ type member struct {
 	closing bool
 	inc     int
 	inbox   []frame
-	ops     map[string][]Effect // per proposal, in order
-	// timers are the Schedules not yet fired.
-	timers []Fired
+	// sh is this incarnation's shell: the Loop that runs core.
+	sh *shell
 	// withdrawnHere: this incarnation ended the proposal as withdrawn.
 	withdrawnHere map[string]bool
 	// fresh are the fulfilments this incarnation committed (not resumed):
@@ -161,9 +195,6 @@ type member struct {
 	// against it.
 	group groupView
 	owner presence
-	// follows are the tasks this incarnation follows (FollowTask carried
-	// out, no CancelTask yet): proposal → task id.
-	follows map[string]string
 }
 
 type groupView struct{ pending, capacity int }
@@ -269,6 +300,18 @@ type sim struct {
 	// answers must be signed (KeysChanged toggles carol).
 	approversAway map[string]bool
 	keyed         fakeKeys
+	// cur is the shell's coroutine running (nil: the world runs);
+	// later is what the world does once it waits again.
+	cur   *coro
+	later []func()
+	// storeNow, journalNow: the members' writes (alone on the store)
+	// and lines are Immediate, carried out on the Loop's goroutine.
+	storeNow, journalNow bool
+	// reserved are the JSON-RPC ids handed out by ReserveIDs (the last
+	// nextReserved); rpcOwner the envelope each id went out in.
+	nextReserved int64
+	reserved     map[int64]bool
+	rpcOwner     map[int64]string
 }
 
 type simIDs struct {
@@ -286,12 +329,21 @@ func (i simIDs) PromptID() string { return fmt.Sprintf("%s-q%016x", i.member, i.
 
 var errUnavailable = errors.New("store unavailable")
 
-func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err error) {
+// simulate runs one seed: steps of the world, then its quiescence; with
+// verbose, it prints its trace when an invariant breaks.
+func simulate(seed uint64, steps int, verbose bool, covered map[string]int) error {
+	_, err := runSim(seed, steps, verbose, covered)
+	return err
+}
+
+// runSim runs one seed and returns its world (with verbose, its trace).
+func runSim(seed uint64, steps int, verbose bool, covered map[string]int) (_ *sim, err error) {
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
 		toolPlan: map[string]string{}, promptPlan: map[string]string{}, tasks: map[string]*wtask{}, durableTasks: map[string]string{}, unwritten: map[string]bool{},
 		store:     simStore{recs: map[string]*stored{}, claimed: map[string]string{}},
-		neverSent: map[string]bool{}, againIDs: map[string]bool{}, away: map[string]bool{}}
+		neverSent: map[string]bool{}, againIDs: map[string]bool{}, away: map[string]bool{},
+		nextReserved: 1 << 20, reserved: map[int64]bool{}, rpcOwner: map[int64]string{}}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
 		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"},
 		OwnerRejoinGrace: 5 * time.Second, TaskTimeout: 40 * time.Second, UnloggedMessage: unloggedMessage}
@@ -313,9 +365,12 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 		s.cfg.MaxInflight = 1 + s.rng.IntN(2)
 	}
 	s.cfg.StatusChats = s.rng.IntN(2) == 0
-	// A draw no seed uses any more, kept so that every seed draws what it
-	// drew before and replays as before.
-	_ = s.rng.IntN(2)
+	// JSON-RPC ids reserved ahead in a seed in three (a small block, so
+	// that it runs out and is topped up).
+	if s.rng.IntN(3) == 0 {
+		s.cfg.ReserveIDs = 2 + s.rng.IntN(4)
+	}
+	s.journalNow = s.rng.IntN(3) == 0
 	s.approversAway = map[string]bool{}
 	{
 		// The core's escalation: its codec, approvers' keys (alice
@@ -331,8 +386,18 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	}
 	nMembers := 1 + s.rng.IntN(2)
 	// A member by itself runs alone on its store (as an embedded one):
-	// what its store could not claim it answers all the same.
+	// what its store could not claim it answers all the same. Its
+	// writes are Immediate in a seed in two, as an in-process store's.
 	s.cfg.Alone = nMembers == 1
+	s.storeNow = s.cfg.Alone && s.rng.IntN(2) == 0
+	defer func() {
+		// Every coroutine ends with its seed.
+		for _, m := range s.members {
+			if m.sh != nil {
+				m.sh.kill(false)
+			}
+		}
+	}()
 	for i := range nMembers {
 		m := &member{id: fmt.Sprintf("m%d", i+1)}
 		s.members = append(s.members, m)
@@ -346,10 +411,34 @@ func simulate(seed uint64, steps int, verbose bool, covered map[string]int) (err
 	for s.step = 0; s.step < steps; s.step++ {
 		s.act()
 		if err := s.check(); err != nil {
-			return fmt.Errorf("step %d: %w", s.step, err)
+			return s, fmt.Errorf("step %d: %w", s.step, err)
 		}
 	}
-	return s.quiesce()
+	return s, s.quiesce()
+}
+
+// A seed replays exactly: the Loop's goroutines run one at a time in
+// the order the seed draws, so the same seed makes the same trace
+// (every step, call, frame and line), which is what -seed N -v relies on.
+func TestSimulationReplays(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		a, err := runSim(seed, *flagSteps, true, map[string]int{})
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		b, _ := runSim(seed, *flagSteps, true, map[string]int{})
+		if i := slices.Compare(a.trace, b.trace); i != 0 {
+			n := 0
+			for n < min(len(a.trace), len(b.trace)) && a.trace[n] == b.trace[n] {
+				n++
+			}
+			t.Fatalf("seed %d ran twice: the traces part at line %d of %d and %d:\n%s\n%s", seed, n, len(a.trace), len(b.trace),
+				strings.Join(a.trace[n:min(n+3, len(a.trace))], "\n"), strings.Join(b.trace[n:min(n+3, len(b.trace))], "\n"))
+		}
+		if len(a.trace) < *flagSteps {
+			t.Fatalf("seed %d traced %d lines", seed, len(a.trace))
+		}
+	}
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -363,8 +452,6 @@ func (s *sim) start(m *member) {
 	m.inc++
 	m.alive = true
 	m.closing = false
-	m.ops = map[string][]Effect{}
-	m.timers = nil
 	m.inbox = nil
 	m.withdrawnHere = map[string]bool{}
 	m.fresh = map[*entry]bool{}
@@ -374,10 +461,11 @@ func (s *sim) start(m *member) {
 	m.core = New(cfg, simIDs{s, m.id})
 	m.group = groupView{}
 	m.owner = presence{}
-	m.follows = map[string]string{}
 	s.tracef("%s starts (incarnation %d)", m.id, m.inc)
+	// Its Loop reads its records from before (Store.Owned) beside what
+	// it is posted: its welcome's roster and the keys.
+	m.sh = s.newShell(m, m.core)
 	{
-		// Its welcome's roster, before the records are taken up.
 		var present []string
 		for _, a := range []string{"alice", "bob", "carol"} {
 			if !s.approversAway[a] {
@@ -386,9 +474,6 @@ func (s *sim) start(m *member) {
 		}
 		s.deliver(m, Roster{Present: present})
 		s.deliver(m, KeysChanged{Keys: s.keyed})
-	}
-	if recs := s.owned(m.id); len(recs) > 0 {
-		s.deliver(m, Resumed{Records: recs, How: "restart"})
 	}
 	if s.ownerAway {
 		// The roster of its welcome: the owner is not in it.
@@ -411,8 +496,41 @@ func (s *sim) owned(member string) []Proposal {
 	return out
 }
 
-// deliver steps m's core with ev and takes its effects.
+// deliver posts ev to m's Loop (Loop.Post), which takes it and applies it
+// (stepped) before deliver returns.
 func (s *sim) deliver(m *member, ev Event) {
+	if _, ok := ev.(Proposed); ok {
+		m.sh.proposed++
+	}
+	if err := m.sh.loop.Post(m.sh.ctx, ev); err != nil {
+		panic(fmt.Sprintf("%s: post %T: %v", m.id, ev, err))
+	}
+}
+
+// eventString is ev for a trace: its type, and the proposal it is about.
+func eventString(ev Event) string {
+	switch ev := ev.(type) {
+	case Fired:
+		return fmt.Sprintf("Fired %s kind %d at %s", ev.ID, ev.Kind, ev.At.Format("15:04:05"))
+	case Stored:
+		return fmt.Sprintf("Stored %s seq %d rev %d err %v", ev.ID, ev.Seq, ev.Rev, ev.Err)
+	case Resumed:
+		return fmt.Sprintf("Resumed %d records (%s)", len(ev.Records), ev.How)
+	}
+	v := reflect.ValueOf(ev)
+	if f := v.FieldByName("ID"); f.IsValid() && f.Kind() == reflect.String {
+		return fmt.Sprintf("%T %s", ev, f.String())
+	}
+	return fmt.Sprintf("%T", ev)
+}
+
+// stepped is m's Core.Step as its Loop applies ev, with the invariants
+// checked around it: what changed in the core, and the effects it made.
+func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
+	if c != m.core {
+		panic(fmt.Sprintf("%s steps a core not its own", m.id))
+	}
+
 	type before struct {
 		held, sending bool
 		outcome       Outcome
@@ -428,6 +546,7 @@ func (s *sim) deliver(m *member, ev Event) {
 		queued[e] = e.outcome == Open && e.p.Phase == Queued
 	}
 	s.notSuperseded(m, ev)
+	s.heard(m, ev)
 	var early *entry
 	if d, ok := ev.(Decided); ok {
 		if e := m.core.props[d.ID]; e != nil && !e.claimed && e.deciding {
@@ -449,7 +568,10 @@ func (s *sim) deliver(m *member, ev Event) {
 			carried[id] = true
 		}
 	}
-	effs := m.core.Step(s.now, ev)
+	effs := m.core.Step(now, ev)
+	if s.verbose {
+		s.tracef("  %s steps %s: %v", m.id, eventString(ev), kinds(effs))
+	}
 	if early != nil && !early.claimed {
 		for _, e := range effs {
 			if l, ok := e.(Log); ok && (l.Line.Stage == "decided" || l.Line.Stage == "fulfilling" || l.Line.Stage == "rejected") {
@@ -539,51 +661,26 @@ func (s *sim) deliver(m *member, ev Event) {
 				// that still applies is taken again (and logged again).
 				delete(m.withdrawnHere, l.ProposalID)
 			}
-			m.ops[l.ProposalID] = append(m.ops[l.ProposalID], e)
-		case Schedule:
-			m.timers = append(m.timers, Fired{ID: e.ID, At: e.At, Kind: e.Kind})
-		case Write:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case Decide:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case Reload:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case SendReject:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case SendRequest:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case SendCancel:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case SendRelay:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case FollowTask:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case Status:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case CancelTask:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case SendPrompt:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		case CreateGrant:
-			m.ops[e.ID] = append(m.ops[e.ID], e)
 		case Human:
 			s.covered["human/"+string(e.Kind)]++
 			if e.Kind == HumanEnded {
 				s.covered["human/ended/"+e.Outcome]++
 			}
 		case CancelAsk:
-			// A prompt or a status not yet carried out is dropped:
-			// nothing is asked after the proposal ended (see CancelAsk).
-			m.ops[e.ID] = slices.DeleteFunc(m.ops[e.ID], func(q Effect) bool {
-				_, status := q.(Status)
-				_, prompt := q.(SendPrompt)
-				return status || prompt
-			})
-			m.ops[e.ID] = append(m.ops[e.ID], e)
-		default:
-			panic(fmt.Sprintf("unknown effect %T", e))
+			// The Loop drops the prompts and status chats of the
+			// proposal not begun yet (this step's own are behind it).
+			if m.sh.queued(e.ID, func(q Effect) bool {
+				switch q.(type) {
+				case SendPrompt, Status:
+					return true
+				}
+				return false
+			}) {
+				s.covered["world/pruned_ask"]++
+			}
 		}
 	}
+	return effs
 }
 
 func (s *sim) fail(format string, args ...any) {
@@ -661,6 +758,9 @@ func (s *sim) act() {
 				return
 			}
 			if s.rng.IntN(4) == 0 && s.keysChange() {
+				return
+			}
+			if s.rng.IntN(4) == 0 && s.reconnect() {
 				return
 			}
 			if s.operatorCancels() {
@@ -780,7 +880,7 @@ func (s *sim) withdraw() bool {
 	var busy []string
 	for _, pid := range waiting {
 		for _, m := range s.alive() {
-			if len(m.ops[pid]) > 0 {
+			if m.sh.busy(pid) {
 				busy = append(busy, pid)
 			}
 		}
@@ -904,7 +1004,11 @@ func (s *sim) deliverFrame() bool {
 		if f.taskID == "" {
 			ev.Result = json.RawMessage(f.result)
 		}
-		s.deliver(m, ev)
+		// Placed on the Loop's goroutine (Match), as fulfill places a
+		// response it cannot correlate itself.
+		if err := m.sh.loop.Match(m.sh.ctx, func(*Core) []Event { return []Event{ev} }); err != nil {
+			panic(fmt.Sprintf("%s: match: %v", m.id, err))
+		}
 	case "answer":
 		s.deliver(m, Answer{PromptID: f.corr, From: f.from, HasRPCID: f.hasRPC, RPCID: f.rpc, Payload: f.payload})
 	case "leave", "join":
@@ -917,240 +1021,132 @@ func (s *sim) deliverFrame() bool {
 	return true
 }
 
+// runOp gives a turn to one of the live members' shells, as the seed
+// draws: Run takes its next input (a lane's result, a decision, a task's
+// news), or one of the Loop's coroutines starts or carries out the call
+// it waits in (a store write, a line, a frame, a policy decision, a
+// retry); what a coroutine sends Run is often taken at once.
 func (s *sim) runOp() bool {
-	type key struct {
-		m  *member
-		id string
+	type turn struct {
+		sh *shell
+		c  *coro
 	}
-	var ks []key
+	var ts []turn
 	for _, m := range s.alive() {
-		ids := make([]string, 0, len(m.ops))
-		for id, q := range m.ops {
-			if len(q) > 0 {
-				ids = append(ids, id)
+		sh := m.sh
+		if len(sh.inbox) > 0 {
+			ts = append(ts, turn{sh, sh.run})
+		}
+		for _, c := range sh.coros {
+			if c.runnable() {
+				ts = append(ts, turn{sh, c})
 			}
 		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			ks = append(ks, key{m, id})
-		}
 	}
-	if len(ks) == 0 {
+	if len(ts) == 0 {
 		return false
 	}
-	k := ks[s.rng.IntN(len(ks))]
-	q := k.m.ops[k.id]
-	e := q[0]
-	k.m.ops[k.id] = q[1:]
-	s.carryOut(k.m, e)
+	t := ts[s.rng.IntN(len(ts))]
+	if t.c == t.sh.run {
+		t.sh.pump(t.sh.taken + 1)
+		return true
+	}
+	fresh := t.c.fresh
+	if fresh {
+		s.tracef("  %s starts", t.c.name)
+	} else {
+		s.tracef("  %s: %s", t.c.name, t.c.op.what)
+	}
+	s.resume(t.c)
+	if fresh && t.c.runnable() && s.rng.IntN(2) == 0 {
+		// Started, and the call it began carried out in the same turn.
+		s.resume(t.c)
+	}
+	if s.rng.IntN(4) > 0 {
+		t.sh.pump(t.sh.sent)
+	}
 	return true
 }
 
-// carryOut does what an effect says, as the shell would, and steps the
-// core with the result.
-func (s *sim) carryOut(m *member, e Effect) {
-	switch e := e.(type) {
-	case Log:
-		if e.Line.Ahead && s.rng.Float64() < s.failRate/2 {
-			// The decision log cannot take a line written ahead: the
-			// shell drops what it was ahead of (Loop.unlogged) and says
-			// so; the core fails closed.
-			pid := e.Line.ProposalID
-			s.tracef("%s line %s of %s not written", m.id, e.Line.Stage, pid)
-			s.covered["world/unlogged/"+e.Line.Stage]++
-			m.ops[pid] = slices.DeleteFunc(m.ops[pid], func(q Effect) bool {
-				if r, ok := q.(SendRequest); ok {
-					s.neverSent[r.EnvelopeID] = true
-					return true
-				}
-				_, status := q.(Status)
-				_, prompt := q.(SendPrompt)
-				return status || prompt
-			})
-			s.deliver(m, Unlogged{ID: pid, Stage: e.Line.Stage})
-			return
-		}
-		s.writeLine(m, e.Line)
-	case Write:
-		rev, err := s.write(m, e)
-		s.tracef("%s write %s seq %d create %v claim-only %v delete %v: rev %d err %v", m.id, e.ID, e.Seq, e.Create, e.ClaimOnly, e.Record == nil, rev, err)
-		s.deliver(m, Stored{ID: e.ID, Seq: e.Seq, Rev: rev, Err: err})
-	case Reload:
-		var rec *Proposal
-		if st := s.store.recs[e.ID]; st != nil {
-			rec = &Proposal{}
-			if err := json.Unmarshal(st.data, rec); err != nil {
-				panic(err)
-			}
-			rec.Rev = st.rev
-		}
-		s.tracef("%s reloads %s: %v", m.id, e.ID, rec != nil)
-		s.covered["world/reload"]++
-		s.deliver(m, Reloaded{ID: e.ID, Record: rec})
-	case Decide:
-		t := s.truth[e.ID]
-		if e.Proposal.ID != e.ID || e.Proposal.From != t.from || e.Pending < 1 || e.Inflight < 0 {
-			s.fail("%s decides %s with proposal %q from %q, load %d/%d", m.id, e.ID, e.Proposal.ID, e.Proposal.From, e.Pending, e.Inflight)
-		}
-		policy := t.policy
-		if e.Again {
-			s.covered["world/edit_rechecked"]++
-			if e.DecisionID == "" || e.DecisionID == e.Proposal.DecisionID || s.againIDs[e.DecisionID] {
-				s.fail("%s re-checks %s under decision %q (it had %q)", m.id, e.ID, e.DecisionID, e.Proposal.DecisionID)
-			}
-			s.againIDs[e.DecisionID] = true
-			var args struct {
-				Arguments struct{ Policy string } `json:"arguments"`
-			}
-			_ = json.Unmarshal(e.Params, &args)
-			policy = args.Arguments.Policy
-		}
-		d := Decision{Action: Fulfill, Target: "fs", Revision: "r1", Task: t.task, TaskTimeout: t.taskTimeout}
-		incapable := ""
-		switch policy {
-		case "reject":
-			d.Action, d.Reason, d.Message = Reject, "policy", "not allowed"
-		case "escalate":
-			d.Action = Escalate
-		case "escalate2":
-			d.Action, d.Approvers, d.Quorum = Escalate, []string{"alice", "bob"}, 2
-		case "escalate3":
-			d.Action, d.Approvers, d.Quorum = Escalate, []string{"alice", "bob", "carol"}, 2
-			d.Reminders, d.Editable = []time.Duration{5 * time.Second}, []string{"policy"}
-		case "escalate-tier":
-			// The proposer listed too (never asked); a reminder, two
-			// tiers, and a reminder after the deadline (dropped).
-			d.Action, d.Approvers = Escalate, []string{"bob", t.from}
-			d.Reminders = []time.Duration{5 * time.Second, time.Hour}
-			d.EscalateTo = []decision.Tier{{After: 10 * time.Second, Approvers: []string{"carol"}}, {After: 20 * time.Second, Approvers: []string{"alice"}}}
-		case "escalate-grant":
-			d.Action, d.Approvers = Escalate, []string{"alice", "bob"}
-			d.Grantable = &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}}}
-		case "incapable":
-			d.Target, incapable = "", "no participant offers write"
-		}
-		s.tracef("%s decides %s: %s", m.id, e.ID, d.Action)
-		s.deliver(m, Decided{ID: e.ID, Decision: d, Incapable: incapable, Again: e.Again})
-	case SendReject:
-		if s.rng.Float64() < s.failRate/2 {
-			s.tracef("%s reject %s not written", m.id, e.ID)
-			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
-			return
-		}
-		s.broadcast(frame{kind: "reject", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
-		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
-	case SendRequest:
-		if s.rng.Float64() < s.failRate/2 {
-			s.tracef("%s request %s not written", m.id, e.ID)
-			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
-			return
-		}
-		if s.ownerAway && s.rng.IntN(2) == 0 {
-			// The wire's roster has the owner gone (its leave frame not
-			// read here yet, or none came): nothing is written, and this
-			// member now knows the owner is away.
-			s.tracef("%s request %s: %s away", m.id, e.ID, e.To)
-			s.covered["world/request_away"]++
-			s.away[e.EnvelopeID] = true
-			if !m.owner.away {
-				first := m.owner.first
-				if first.IsZero() {
-					first = s.now
-				}
-				m.owner = presence{away: true, since: s.now, first: first}
-			}
-			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: fmt.Errorf("request %s: %w", e.EnvelopeID, ErrAway)})
-			return
-		}
-		if s.rng.Float64() < s.failRate/4 {
-			// Written, and refused by the gateway (a system/error read
-			// later): it never reached the owner.
-			s.tracef("%s request %s refused by the gateway", m.id, e.ID)
-			s.covered["world/request_refused"]++
-			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
-			s.deliver(m, Refused{ID: e.ID, EnvelopeID: e.EnvelopeID})
-			return
-		}
-		if s.away[e.EnvelopeID] {
-			s.covered["world/away_resent"]++ // held, and sent as it was once its owner is back
-		}
-		s.broadcast(requestFrame(m, e))
-		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
-	case SendRelay:
-		if s.rng.Float64() < s.failRate/2 || s.rng.IntN(8) == 0 {
-			s.unwritten[e.EnvelopeID] = true
-			s.tracef("%s relay %s not written", m.id, e.ID)
-			s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
-			return
-		}
-		if s.unwritten[e.EnvelopeID] {
-			s.covered["world/resent_relay"]++ // the same envelope, written at last
-		}
-		s.broadcast(relayFrame(m, e))
-		s.deliver(m, Sent{ID: e.ID, EnvelopeID: e.EnvelopeID})
-	case Status:
-		s.broadcast(frame{kind: "status", id: s.newID(), from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Stage, taskID: e.TaskID, status: e.TaskStatus, member: m.id, inc: m.inc})
-	case FollowTask:
-		if s.durableTasks[e.TaskID] != e.ID {
-			// Followed only once recorded: a task followed by nobody
-			// after a crash must not be one anybody followed.
-			s.fail("%s follows task %s of %s before a record holds it", m.id, e.TaskID, e.ID)
-		}
-		m.follows[e.ID] = e.TaskID
-		s.tracef("%s follows task %s of %s", m.id, e.TaskID, e.ID)
-	case CancelTask:
-		delete(m.follows, e.ID)
-		if e.Reason == DropReason {
-			return // another member follows it now
-		}
-		if t := s.tasks[e.TaskID]; t != nil && !t.ended() {
-			t.status = "cancelled"
-		}
-		s.broadcast(frame{kind: "task_cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, taskID: e.TaskID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
-	case SendCancel:
-		s.broadcast(frame{kind: "cancel", id: s.newID(), from: m.id, to: e.To, corr: e.RequestEnvelopeID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
-	case CancelAsk:
-		// The shell cancels the prompts recorded.
-		cancel := map[string]string{}
-		for _, p := range e.Prompts {
-			cancel[p.EnvelopeID] = p.Approver
-		}
-		if e.Reason == DropReason {
-			return
-		}
-		ids := make([]string, 0, len(cancel))
-		for id := range cancel {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			s.broadcast(frame{kind: "prompt_cancel", id: s.newID(), from: m.id, to: cancel[id], corr: id, pid: e.ID, member: m.id, inc: m.inc})
-		}
-	case SendPrompt:
-		if !e.Again && s.rng.Float64() < s.failRate/4 {
-			s.tracef("%s prompt %s of %s not written", m.id, e.EnvelopeID, e.ID)
-			s.covered["world/prompt_unsent"]++
-			s.deliver(m, PromptSent{ID: e.ID, EnvelopeID: e.EnvelopeID, Err: errors.New("not written")})
-			return
-		}
-		s.broadcast(frame{kind: "prompt", id: e.EnvelopeID, from: m.id, to: e.To, pid: e.ID, rpc: e.RPCID, member: m.id, inc: m.inc, payload: e.Payload, lost: s.approversAway[e.To]})
-		if !e.Again {
-			s.deliver(m, PromptSent{ID: e.ID, EnvelopeID: e.EnvelopeID})
-		}
-	case CreateGrant:
-		t := s.truth[e.ID]
-		if e.Duration <= 0 || !t.grantable || !t.accepts[e.Approver] {
-			s.fail("%s creates a grant of %s for %s (%s), who did not choose it", m.id, e.Duration, e.ID, e.Approver)
-		}
-		s.covered["world/grant"]++
+// queued reports whether proposal pid has an effect that waits in
+// the Loop's lane, not begun yet.
+func (sh *shell) queued(pid string, is func(Effect) bool) bool {
+	ln := sh.loop.lanes[pid]
+	if ln == nil {
+		return false
 	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return slices.ContainsFunc(ln.effs, is)
+}
+
+// busy reports whether proposal pid has effects queued or being carried
+// out in the Loop.
+func (sh *shell) busy(pid string) bool {
+	ln := sh.loop.lanes[pid]
+	if ln == nil {
+		return false
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.running || len(ln.effs) > 0
+}
+
+// decide is the seed's policy for a Decide: the proposal's, or its
+// edit's when the edited call is decided again.
+func (s *sim) decide(m *member, e Decide) Decided {
+	t := s.truth[e.ID]
+	if e.Proposal.ID != e.ID || e.Proposal.From != t.from || e.Pending < 1 || e.Inflight < 0 {
+		s.fail("%s decides %s with proposal %q from %q, load %d/%d", m.id, e.ID, e.Proposal.ID, e.Proposal.From, e.Pending, e.Inflight)
+	}
+	policy := t.policy
+	if e.Again {
+		s.covered["world/edit_rechecked"]++
+		if e.DecisionID == "" || e.DecisionID == e.Proposal.DecisionID || s.againIDs[e.DecisionID] {
+			s.fail("%s re-checks %s under decision %q (it had %q)", m.id, e.ID, e.DecisionID, e.Proposal.DecisionID)
+		}
+		s.againIDs[e.DecisionID] = true
+		var args struct {
+			Arguments struct{ Policy string } `json:"arguments"`
+		}
+		_ = json.Unmarshal(e.Params, &args)
+		policy = args.Arguments.Policy
+	}
+	d := Decision{Action: Fulfill, Target: "fs", Revision: "r1", Task: t.task, TaskTimeout: t.taskTimeout}
+	incapable := ""
+	switch policy {
+	case "reject":
+		d.Action, d.Reason, d.Message = Reject, "policy", "not allowed"
+	case "escalate":
+		d.Action = Escalate
+	case "escalate2":
+		d.Action, d.Approvers, d.Quorum = Escalate, []string{"alice", "bob"}, 2
+	case "escalate3":
+		d.Action, d.Approvers, d.Quorum = Escalate, []string{"alice", "bob", "carol"}, 2
+		d.Reminders, d.Editable = []time.Duration{5 * time.Second}, []string{"policy"}
+	case "escalate-tier":
+		// The proposer listed too (never asked); a reminder, two
+		// tiers, and a reminder after the deadline (dropped).
+		d.Action, d.Approvers = Escalate, []string{"bob", t.from}
+		d.Reminders = []time.Duration{5 * time.Second, time.Hour}
+		d.EscalateTo = []decision.Tier{{After: 10 * time.Second, Approvers: []string{"carol"}}, {After: 20 * time.Second, Approvers: []string{"alice"}}}
+	case "escalate-grant":
+		d.Action, d.Approvers = Escalate, []string{"alice", "bob"}
+		d.Grantable = &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "tool"}}}
+	case "incapable":
+		d.Target, incapable = "", "no participant offers write"
+	}
+	s.tracef("%s decides %s: %s", m.id, e.ID, d.Action)
+	return Decided{ID: e.ID, Decision: d, Incapable: incapable, Again: e.Again}
 }
 
 // release has m stop acting on proposal id (its lease lapsed, or its
-// record was taken), as the Loop does before it steps Released: its
-// effects not carried out are dropped (see Released).
+// record was taken): its Loop drops the effects not carried out (see
+// Released).
 func (s *sim) release(m *member, id string) {
-	m.ops[id] = nil
+	if m.sh.queued(id, func(Effect) bool { return true }) {
+		s.covered["world/pruned_released"]++
+	}
 	s.deliver(m, Released{ID: id})
 }
 
@@ -1170,33 +1166,30 @@ func relayFrame(m *member, e SendRelay) frame {
 	return frame{kind: "relay", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, taskID: e.TaskID, result: string(e.Result) + string(e.Error), member: m.id, inc: m.inc}
 }
 
-// taskProgress: the task a member follows moves on at its owner (a
-// new status, its end, or the owner forgets it), and the member's
-// follower reads it; one that ended is read as ended again. Sometimes a
-// stale report about another task id comes.
+// taskProgress: the task a member's follower follows moves on at its
+// owner (a new status, its end, or the owner forgets it), and the
+// follower reads it and reports it to its Loop; one that ended is read
+// as ended again. Sometimes a stale report about another task id comes
+// first.
 func (s *sim) taskProgress() bool {
-	type follow struct {
-		m        *member
-		pid, tid string
-	}
-	var fs []follow
+	var fs []*follow
+	var shs []*shell
 	for _, m := range s.alive() {
-		pids := make([]string, 0, len(m.follows))
-		for pid := range m.follows {
-			pids = append(pids, pid)
-		}
-		sort.Strings(pids)
-		for _, pid := range pids {
-			fs = append(fs, follow{m, pid, m.follows[pid]})
+		for _, pid := range slices.Sorted(maps.Keys(m.sh.follows)) {
+			f := m.sh.follows[pid]
+			if c := f.c; c.op != nil && c.op.news && c.ctx.Err() == nil {
+				fs, shs = append(fs, f), append(shs, m.sh)
+			}
 		}
 	}
 	if len(fs) == 0 {
 		return false
 	}
-	f := fs[s.rng.IntN(len(fs))]
+	i := s.rng.IntN(len(fs))
+	f, sh := fs[i], shs[i]
 	t := s.tasks[f.tid]
 	if t == nil {
-		s.fail("%s follows task %s of %s, which its owner never made", f.m.id, f.tid, f.pid)
+		s.fail("%s follows task %s of %s, which its owner never made", sh.m.id, f.tid, f.pid)
 		return false
 	}
 	if !t.ended() {
@@ -1210,22 +1203,24 @@ func (s *sim) taskProgress() bool {
 			t.gone = true
 		}
 	}
-	s.tracef("%s's follower reads task %s of %s: %s gone %v", f.m.id, f.tid, f.pid, t.status, t.gone)
+	s.tracef("%s's follower reads task %s of %s: %s gone %v", sh.m.id, f.tid, f.pid, t.status, t.gone)
 	if s.rng.IntN(10) == 0 {
-		s.deliver(f.m, TaskStatus{ID: f.pid, TaskID: "stale-" + f.tid, Status: "working"})
+		f.news = append(f.news, TaskStatus{ID: f.pid, TaskID: "stale-" + f.tid, Status: "working"})
 	}
 	switch {
 	case t.gone:
 		s.covered["world/task_gone"]++
-		delete(f.m.follows, f.pid)
-		s.deliver(f.m, TaskEnded{ID: f.pid, TaskID: f.tid, Gone: "task not found: expired"})
+		f.ended = true
+		f.news = append(f.news, TaskEnded{ID: f.pid, TaskID: f.tid, Gone: "task not found: expired"})
 	case t.ended():
-		delete(f.m.follows, f.pid)
-		s.deliver(f.m, TaskEnded{ID: f.pid, TaskID: f.tid, Status: t.status, Result: json.RawMessage(t.result)})
+		f.ended = true
+		f.news = append(f.news, TaskEnded{ID: f.pid, TaskID: f.tid, Status: t.status, Result: json.RawMessage(t.result)})
 	default:
 		s.covered["world/task_status"]++
-		s.deliver(f.m, TaskStatus{ID: f.pid, TaskID: f.tid, Status: t.status})
+		f.news = append(f.news, TaskStatus{ID: f.pid, TaskID: f.tid, Status: t.status})
 	}
+	s.resume(f.c)
+	sh.pump(sh.sent)
 	return true
 }
 
@@ -1348,7 +1343,12 @@ func (s *sim) operatorCancels() bool {
 			s.store.recs[id] = &stored{data: data, rev: s.store.rev}
 			r.Rev = s.store.rev
 			s.covered["world/take"]++
-			s.deliver(m, Resumed{Records: []Proposal{r}, How: "taken by the operator"})
+			// Resumed and at once Cancelled, back to back (PostAll):
+			// the resumed prompts are never asked before the cancel.
+			if err := m.sh.loop.PostAll(m.sh.ctx, Resumed{Records: []Proposal{r}, How: "taken by the operator"}, Cancelled{ID: id, By: "ops"}); err != nil {
+				panic(fmt.Sprintf("%s: post: %v", m.id, err))
+			}
+			return true
 		}
 	}
 	s.deliver(m, Cancelled{ID: id, By: "ops"})
@@ -1379,14 +1379,20 @@ func (s *sim) otherAnswers(onlyTasks bool) bool {
 	return true
 }
 
-// inPhase returns the proposals open in phase ph at a live member.
+// inPhase returns the proposals open in phase ph at a live member, as
+// its Loop reads them (Do).
 func (s *sim) inPhase(ph Phase) []string {
 	var out []string
 	for _, m := range s.alive() {
-		for _, pid := range m.core.sorted() {
-			if e := m.core.props[pid]; e.outcome == Open && e.p.Phase == ph {
-				out = append(out, pid)
+		err := m.sh.loop.Do(m.sh.ctx, func(c *Core) {
+			for _, pid := range c.sorted() {
+				if e := c.props[pid]; e.outcome == Open && e.p.Phase == ph {
+					out = append(out, pid)
+				}
 			}
+		})
+		if err != nil {
+			panic(fmt.Sprintf("%s: do: %v", m.id, err))
 		}
 	}
 	return out
@@ -1412,29 +1418,43 @@ func (s *sim) ownerMoves() bool {
 	return true
 }
 
-// hear delivers the owner's presence to m, keeping m's view of it.
+// hear delivers a participant's presence to m (stepped keeps m's view
+// of the tool owner's as its core takes it).
 func (s *sim) hear(m *member, f frame) {
-	if f.from != "fs" {
-		if f.kind == "leave" {
-			s.deliver(m, ParticipantLeft{ID: f.from})
-		} else {
-			s.deliver(m, ParticipantJoined{ID: f.from})
-		}
-		return
-	}
 	if f.kind == "leave" {
-		if !m.owner.away {
-			first := m.owner.first
-			if first.IsZero() {
-				first = s.now
-			}
-			m.owner = presence{away: true, since: s.now, first: first}
-		}
 		s.deliver(m, ParticipantLeft{ID: f.from})
+	} else {
+		s.deliver(m, ParticipantJoined{ID: f.from})
+	}
+}
+
+// heard keeps m's view of the tool owner's presence as its core takes
+// ev: its leave, its join, or a request the wire found it away for.
+func (s *sim) heard(m *member, ev Event) {
+	switch ev := ev.(type) {
+	case ParticipantLeft:
+		if ev.ID != "fs" {
+			return
+		}
+	case ParticipantJoined:
+		if ev.ID == "fs" {
+			m.owner = presence{first: m.owner.first}
+		}
+		return
+	case Sent:
+		if !errors.Is(ev.Err, ErrAway) {
+			return
+		}
+	default:
 		return
 	}
-	m.owner = presence{first: m.owner.first}
-	s.deliver(m, ParticipantJoined{ID: f.from})
+	if !m.owner.away {
+		first := m.owner.first
+		if first.IsZero() {
+			first = s.now
+		}
+		m.owner = presence{away: true, since: s.now, first: first}
+	}
 }
 
 // notSuperseded counts another's answer read while the proposal runs a
@@ -1530,6 +1550,12 @@ func (s *sim) checkSlots(m *member, prev map[string]*entry, fulfilling map[*entr
 		s.fail("%s holds %d fulfilments it committed (limit %d)", m.id, freshUsed, s.cfg.MaxInflight)
 	}
 	if m.core.closing || used >= s.cfg.MaxInflight {
+		return
+	}
+	if s.cfg.ReserveIDs > 0 && len(m.core.rpcIDs) == 0 {
+		// No JSON-RPC id at hand: a request waits for the ids reserved
+		// (ReserveIDs, out on a worker), slot free or not.
+		s.covered["world/waits_for_ids"]++
 		return
 	}
 	for _, id := range m.core.sorted() {
@@ -1851,13 +1877,15 @@ func (s *sim) checkWrite(w Write, cur *stored) {
 	}
 }
 
+// fireTimer fires the live members' earliest timer (their Loops'
+// Clock.AfterFunc), the time moving on to it: the Loop posts its Fired.
 func (s *sim) fireTimer() bool {
-	var best *member
+	var best *shell
 	bi := -1
 	for _, m := range s.alive() {
-		for i, t := range m.timers {
-			if bi < 0 || t.At.Before(best.timers[bi].At) {
-				best, bi = m, i
+		for i, t := range m.sh.timers {
+			if bi < 0 || t.at.Before(best.timers[bi].at) {
+				best, bi = m.sh, i
 			}
 		}
 	}
@@ -1866,11 +1894,11 @@ func (s *sim) fireTimer() bool {
 	}
 	t := best.timers[bi]
 	best.timers = slices.Delete(best.timers, bi, bi+1)
-	if t.At.After(s.now) {
-		s.now = t.At
+	if t.at.After(s.now) {
+		s.now = t.at
 	}
-	s.tracef("%s timer %s kind %d at %s", best.id, t.ID, t.Kind, t.At.Format("15:04:05"))
-	s.deliver(best, t)
+	s.tracef("%s timer at %s", best.m.id, t.at.Format("15:04:05"))
+	t.f()
 	return true
 }
 
@@ -1900,27 +1928,8 @@ func (s *sim) anyAlive() (*member, bool) {
 func (s *sim) down(m *member) {
 	s.tracef("%s crashes", m.id)
 	s.covered["world/crash"]++
-	for _, id := range slices.Sorted(maps.Keys(m.ops)) {
-		q := m.ops[id]
-		if len(q) == 0 || s.rng.IntN(2) == 0 {
-			continue
-		}
-		switch e := q[0].(type) {
-		case Log:
-			s.writeLine(m, e.Line)
-		case Write:
-			rev, err := s.write(m, e)
-			s.tracef("  %s's write %s happened before the crash: rev %d err %v", m.id, e.ID, rev, err)
-		case SendReject:
-			s.broadcast(frame{kind: "reject", id: e.EnvelopeID, from: m.id, to: e.To, corr: e.ID, pid: e.ID, reason: e.Reason, member: m.id, inc: m.inc})
-		case SendRequest:
-			s.broadcast(requestFrame(m, e))
-		case SendRelay:
-			s.broadcast(relayFrame(m, e))
-		case SendPrompt:
-			s.broadcast(frame{kind: "prompt", id: e.EnvelopeID, from: m.id, to: e.To, pid: e.ID, rpc: e.RPCID, member: m.id, inc: m.inc, payload: e.Payload, lost: s.approversAway[e.To]})
-		}
-	}
+	// Each call its Loop was making may have happened.
+	m.sh.kill(true)
 	// A ClaimOnly claim won, its reject not out: no record, so nobody
 	// answers it (the exempted case).
 	for id, e := range m.core.props {
@@ -1931,8 +1940,6 @@ func (s *sim) down(m *member) {
 	}
 	m.alive = false
 	m.core = nil
-	m.ops = nil
-	m.timers = nil
 	m.inbox = nil
 }
 
@@ -2028,6 +2035,13 @@ func (s *sim) check() error {
 			if e := checkLoad(m.core); e != nil {
 				return fmt.Errorf("%s: %w", m.id, e)
 			}
+			// What the Loop publishes and counts, from any goroutine.
+			if l := m.sh.loop; l.Live() != m.core.Live() {
+				return fmt.Errorf("%s: the Loop says %d live, its core %d", m.id, l.Live(), m.core.Live())
+			}
+			if _, n := m.sh.loop.Handoffs(); n != m.sh.proposed {
+				return fmt.Errorf("%s: the Loop counted %d proposals, %d were posted", m.id, n, m.sh.proposed)
+			}
 		}
 	}
 	return err
@@ -2080,11 +2094,24 @@ func (s *sim) onWire(f frame, m *member) {
 	}
 	switch f.kind {
 	case "request", "reject", "prompt", "relay":
-		if t.durableWd {
+		if f.began.durableWd {
 			s.fail("%s %s sent for %s after its withdrawal was written", f.kind, f.id, f.pid)
 		}
-		if m.withdrawnHere[f.pid] {
+		if f.began.withdrawnHere {
 			s.fail("%s sent %s %s for %s after it took its withdrawal", m.id, f.kind, f.id, f.pid)
+		}
+	}
+	switch f.kind {
+	case "request", "prompt":
+		// A JSON-RPC id goes out in one envelope only (a prompt asked
+		// again keeps its envelope); a request's was reserved ahead
+		// when the core reserves them (Config.ReserveIDs).
+		if e, ok := s.rpcOwner[f.rpc]; ok && e != f.id {
+			s.fail("%s %s for %s goes out with JSON-RPC id %d, which %s had", f.kind, f.id, f.pid, f.rpc, e)
+		}
+		s.rpcOwner[f.rpc] = f.id
+		if f.kind == "request" && s.cfg.ReserveIDs > 0 && !s.reserved[f.rpc] {
+			s.fail("request %s for %s goes out with JSON-RPC id %d, never reserved", f.id, f.pid, f.rpc)
 		}
 	}
 	switch f.kind {
@@ -2101,9 +2128,12 @@ func (s *sim) onWire(f frame, m *member) {
 		if quorum := policyQuorum[t.policy]; len(t.accepts) < quorum {
 			s.fail("fulfilment request for %s with %d approvals from its approvers, %d needed", f.pid, len(t.accepts), quorum)
 		}
-		if s.logged(f.pid, "rejected", "") {
+		if f.began.rejected {
 			// A call written after its proposal's reject was committed
-			// runs for nobody.
+			// runs for nobody. Judged as of when the send began: a
+			// member released while its write is under way still
+			// finishes it (the Loop stops no send it began), after the
+			// adopter's reject and cancel if the wire is that slow.
 			s.fail("fulfilment request %s for %s after its reject was committed", f.id, f.pid)
 		}
 		if !s.logged(f.pid, "fulfilling", "") {
@@ -2156,10 +2186,10 @@ func (s *sim) onWire(f frame, m *member) {
 		if f.to != t.from {
 			s.fail("status chat for %s to %s, not its proposer %s", f.pid, f.to, t.from)
 		}
-		if v.answered() {
+		if f.began.answered {
 			s.fail("status chat %s for %s after its answer", f.reason, f.pid)
 		}
-		if t.durableWd || m.withdrawnHere[f.pid] {
+		if f.began.durableWd || f.began.withdrawnHere {
 			s.fail("status chat %s for %s after its withdrawal", f.reason, f.pid)
 		}
 		switch f.reason {
@@ -2218,7 +2248,7 @@ func (s *sim) onWire(f frame, m *member) {
 		}
 		// Recorded before it is sent: whoever holds the record next asks
 		// it again with its ids.
-		if r := s.record(f.pid); r == nil || r.Owner != m.id || !slices.ContainsFunc(r.Prompts, func(p Prompt) bool { return p.EnvelopeID == f.id }) {
+		if !f.began.recorded {
 			s.fail("%s sent prompt %s for %s, which its record does not hold", m.id, f.id, f.pid)
 		}
 		t.prompts[f.id] = f
@@ -2361,8 +2391,11 @@ func (s *sim) humanAnswers() bool {
 		plans := []string{"accept", "accept", "accept", "edit", "edit-reject", "decline", "cancel", "forged", "unsigned", "never",
 			"delegate", "delegate-bad", "error", "grant", "grant-bad", "edit-bad", "wrong-id"}
 		plan = plans[s.rng.IntN(len(plans))]
-		if _, grants := (fakeCodec{}).Offers(f.payload); len(grants) > 0 && s.rng.IntN(2) == 0 {
+		switch delegates, grants := (fakeCodec{}).Offers(f.payload); {
+		case len(grants) > 0 && s.rng.IntN(2) == 0:
 			plan = "grant" // offered: taken often enough to be seen
+		case len(delegates) > 0 && s.rng.IntN(4) == 0:
+			plan = "delegate" // likewise
 		}
 		s.promptPlan[f.id] = plan
 	}
@@ -2444,6 +2477,25 @@ func (s *sim) approverMoves() bool {
 	}
 	s.tracef("approver %s %ss", a, kind)
 	s.broadcast(frame{kind: kind, id: s.newID(), from: a})
+	return true
+}
+
+// reconnect: a member's session with the space drops and comes back:
+// the welcome's roster asks its open prompts again.
+func (s *sim) reconnect() bool {
+	m, ok := s.anyAlive()
+	if !ok {
+		return false
+	}
+	var present []string
+	for _, a := range []string{"alice", "bob", "carol"} {
+		if !s.approversAway[a] {
+			present = append(present, a)
+		}
+	}
+	s.tracef("%s reconnects", m.id)
+	s.covered["world/reconnect"]++
+	s.deliver(m, Roster{Present: present})
 	return true
 }
 

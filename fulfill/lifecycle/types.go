@@ -315,8 +315,20 @@ type RejectRecord struct {
 	CancelReason string `json:"cancel_reason,omitempty"`
 }
 
-func (p Proposal) clone() *Proposal {
-	q := p
+// clone is a deep copy of p on the heap (see copy).
+func (p *Proposal) clone() *Proposal {
+	q := p.copy()
+	return &q
+}
+
+// copy is a deep copy of p as a value: its slices and the structs it
+// points to are its own (raw JSON is never changed in place, so it is
+// shared). A value, not a pointer, for what is copied into an effect or
+// an answer (a Decide, Get): the copy stays off the heap until the effect
+// is boxed, which is one allocation where a clone and then a copy of it
+// were two.
+func (p *Proposal) copy() Proposal {
+	q := *p
 	q.Prompts = append([]Prompt(nil), p.Prompts...)
 	q.Approvals = append([]Approval(nil), p.Approvals...)
 	q.ApprovedBy = append([]string(nil), p.ApprovedBy...)
@@ -345,7 +357,7 @@ func (p Proposal) clone() *Proposal {
 		r := *p.Relay
 		q.Relay = &r
 	}
-	return &q
+	return q
 }
 
 // Errors a store write comes back with (Stored.Err). Anything else is

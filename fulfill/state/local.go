@@ -10,7 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // Local keeps the pending work of one process in its memory: records,
@@ -34,7 +34,9 @@ type Local struct {
 	mu      sync.Mutex
 	rev     uint64
 	records map[string]*lifecycle.Proposal
-	seen    *lru.Cache[string, string] // proposal id → the claim's decision id
+	// seen: proposal id → the claim's decision id. Used under mu only,
+	// so the LRU without a lock of its own (one lock pair fewer a claim).
+	seen *simplelru.LRU[string, string]
 }
 
 // SeenIDs is how many claimed proposal ids a Local remembers for rule 5
@@ -44,7 +46,7 @@ const SeenIDs = 1 << 16
 
 // NewLocal makes an empty Local for the member id.
 func NewLocal(member string) *Local {
-	seen, _ := lru.New[string, string](SeenIDs)
+	seen, _ := simplelru.NewLRU[string, string](SeenIDs, nil)
 	return &Local{member: member, records: map[string]*lifecycle.Proposal{}, seen: seen}
 }
 

@@ -1,0 +1,586 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mewkit/fulfiller/agent/mcpfront"
+	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/internal/mcpserve"
+	"github.com/mewkit/fulfiller/internal/toolserver"
+	"github.com/mewkit/fulfiller/policies"
+)
+
+// MCP transports the MCP bench runs over (MCPConfig.Transport).
+const (
+	// MCPStdio is `fulfiller mcp -- COMMAND`: one client on OS pipes to
+	// the front end, the tool server a child process on its stdio.
+	MCPStdio = "stdio"
+	// MCPHTTP is `fulfiller mcp serve`: clients over loopback Streamable
+	// HTTP, the tool server on loopback Streamable HTTP too.
+	MCPHTTP = "http"
+)
+
+// ComponentClients labels the MCP bench's clients (direct and proxied)
+// in its CPU profile, as ComponentProposers does the MEW bench's.
+const ComponentClients = "clients"
+
+// MCPServerName is the bench upstream's NAME (tool.server in the policy
+// input); MCPTool is the tool every call calls: the in-repo calculator's
+// add, read-only.
+const (
+	MCPServerName = "calc"
+	MCPTool       = "add"
+)
+
+// MCPDefaultPolicy is the policy the MCP bench decides with when given
+// none: the bench's tool is allowed, anything else refused.
+const MCPDefaultPolicy = `package fulfiller
+
+import rego.v1
+
+default decision := {"action": "reject", "reason": "policy", "message": "only the bench's calc add is allowed"}
+
+decision := {"action": "fulfill"} if {
+	input.tool.server == "calc"
+	input.tool.name == "add"
+}
+`
+
+// MCPConfig is an MCP bench run: the in-repo tool server reached
+// directly by go-sdk clients and through the real MCP front end
+// (internal/mcpserve, as `fulfiller mcp` and `mcp serve` run it), the
+// calls interleaved so that both sides see the same machine.
+type MCPConfig struct {
+	// Transport is MCPStdio or MCPHTTP.
+	Transport string
+	// Child is the tool server's command for MCPStdio: a program that
+	// serves toolserver.Calculator on its stdio (ServeCalculator). It is
+	// started twice: once for the direct clients, once as the front
+	// end's upstream.
+	Child []string
+	// ChildEnv is added to the child's environment.
+	ChildEnv []string
+	// Policies and Data are the front end's --policy and --data; none:
+	// MCPDefaultPolicy.
+	Policies, Data []string
+	// PolicyTimeout is --policy-timeout.
+	PolicyTimeout time.Duration
+	// Calls is the measured calls per side (direct and proxied).
+	Calls int
+	// Clients is the concurrent clients; each has a direct session and a
+	// proxied one and alternates between them.
+	Clients int
+	// ProxiedOnly leaves the direct calls out: mcp serve's throughput
+	// alone.
+	ProxiedOnly bool
+	// CallTimeout is how long one call may take before it counts as
+	// unanswered.
+	CallTimeout time.Duration
+	// CPUProfile, when set, receives the CPU profile of the measured
+	// window, goroutines labelled component=fulfiller|tool|clients.
+	CPUProfile io.Writer
+	// Logger logs the front end's events [discarded].
+	Logger *slog.Logger
+}
+
+// MCPReport is what an MCP bench run measured: round trips in µs.
+type MCPReport struct {
+	FrontEnd  string `json:"front_end"`
+	Transport string `json:"transport"`
+	Clients   int    `json:"clients"`
+	// Calls is the measured calls asked per side.
+	Calls       int         `json:"calls"`
+	ProxiedOnly bool        `json:"proxied_only,omitempty"`
+	Direct      Percentiles `json:"direct"`
+	Proxied     Percentiles `json:"proxied"`
+	// RatioP50 is proxied p50 ÷ direct p50 (target ≤ 1.3); AddedP50 the
+	// difference in µs (target ≤ 150).
+	RatioP50 float64 `json:"ratio_p50"`
+	AddedP50 float64 `json:"added_p50_us"`
+	RatioP90 float64 `json:"ratio_p90"`
+	RatioP99 float64 `json:"ratio_p99"`
+	// Seconds is the measured window; ProxiedPerSec the calls answered
+	// through the front end per second of it, CallsPerSec all calls'.
+	Seconds       float64 `json:"seconds"`
+	ProxiedPerSec float64 `json:"proxied_calls_per_sec"`
+	CallsPerSec   float64 `json:"calls_per_sec"`
+	// Errors are calls answered wrongly (a transport or JSON-RPC error,
+	// isError, or a result other than the sum); FirstError says the first.
+	Errors     int64  `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+	// Unanswered are calls with no answer within the call timeout, or
+	// never made (the run ended).
+	Unanswered int64 `json:"unanswered"`
+	// FulfillerCPUPerCall is the front end's own CPU (µs) per proxied
+	// call, from the labelled CPU profile; ProcessCPUPerCall the whole
+	// bench process's per call (either side; the stdio tool server, a
+	// child, not in it).
+	FulfillerCPUPerCall float64 `json:"fulfiller_cpu_per_call_us"`
+	ProcessCPUPerCall   float64 `json:"process_cpu_per_call_us"`
+	// CPUShares are the profile's samples by component (fraction).
+	CPUShares map[string]float64 `json:"cpu_shares,omitempty"`
+	Notes     []string           `json:"notes,omitempty"`
+}
+
+// OK is whether every call was answered, rightly.
+func (r *MCPReport) OK() bool {
+	return r.Errors == 0 && r.Unanswered == 0 && r.Proxied.Count == r.Calls && (r.ProxiedOnly || r.Direct.Count == r.Calls)
+}
+
+// WriteText prints r for a person.
+func (r *MCPReport) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "front end: mcp over %s, %d clients, %d calls per side", r.Transport, r.Clients, r.Calls)
+	if r.ProxiedOnly {
+		fmt.Fprint(w, " (proxied only)")
+	}
+	fmt.Fprintf(w, "\nmeasured: %.2f s, %.0f proxied calls/s, %.0f calls/s in all\n", r.Seconds, r.ProxiedPerSec, r.CallsPerSec)
+	fmt.Fprintf(w, "%-8s %8s %9s %9s %9s %9s\n", "", "calls", "p50 µs", "p90 µs", "p99 µs", "max µs")
+	row := func(name string, p Percentiles) {
+		fmt.Fprintf(w, "%-8s %8d %9.1f %9.1f %9.1f %9.1f\n", name, p.Count, p.P50, p.P90, p.P99, p.Max)
+	}
+	if !r.ProxiedOnly {
+		row("direct", r.Direct)
+	}
+	row("proxied", r.Proxied)
+	if !r.ProxiedOnly {
+		fmt.Fprintf(w, "proxied ÷ direct: p50 %.2f× (%+.1f µs), p90 %.2f×, p99 %.2f×\n", r.RatioP50, r.AddedP50, r.RatioP90, r.RatioP99)
+	}
+	fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.ProcessCPUPerCall)
+	fmt.Fprintf(w, "errors: %d, unanswered: %d\n", r.Errors, r.Unanswered)
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+// ServeCalculator serves toolserver.Calculator on stdin and stdout until
+// stdin closes: the MCP bench's child tool server.
+func ServeCalculator(ctx context.Context) error {
+	s := toolserver.NewMCP(&mcp.Implementation{Name: MCPServerName, Version: "1.0.0"}, toolserver.Calculator()...)
+	return s.Run(ctx, &mcp.StdioTransport{})
+}
+
+// mcpRig is what a run talks to: how to reach the tool server directly
+// and through the front end, and what to stop.
+type mcpRig struct {
+	direct  func(ctx context.Context) (*mcp.ClientSession, error)
+	proxied func(ctx context.Context) (*mcp.ClientSession, error)
+	closers []func()
+}
+
+func (r *mcpRig) close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+}
+
+// RunMCP runs the MCP bench: cfg.Clients clients each alternating a call
+// to the tool server directly and one through the front end (after a
+// warm-up that is not measured), and reports both sides' round trips.
+// It returns an error when the rig cannot start (ErrPolicy for the
+// policy); wrong or missing answers are the report's.
+func RunMCP(ctx context.Context, cfg MCPConfig) (*MCPReport, error) {
+	if cfg.Clients < 1 || cfg.Calls < 1 {
+		return nil, errors.New("mcp bench: clients and calls must be at least 1")
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.Policies) == 0 {
+		dir, err := os.MkdirTemp("", "fulfiller-mcpbench-")
+		if err != nil {
+			return nil, fmt.Errorf("mcp bench policy: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		path := filepath.Join(dir, "bench.rego")
+		if err := os.WriteFile(path, []byte(MCPDefaultPolicy), 0o600); err != nil {
+			return nil, fmt.Errorf("mcp bench policy: %w", err)
+		}
+		cfg.Policies = []string{path}
+	}
+	rig, err := startMCPRig(ctx, cfg, log)
+	if rig != nil {
+		defer rig.close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return measureMCP(ctx, cfg, rig)
+}
+
+// startMCPRig starts the tool server and the front end (labelled
+// fulfiller in the profile) as cfg.Transport says.
+func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig, error) {
+	rig := &mcpRig{}
+	var up mcpfront.Upstream
+	var hc *http.Client
+	switch cfg.Transport {
+	case MCPStdio:
+		if len(cfg.Child) == 0 {
+			return rig, errors.New("mcp bench: stdio needs the tool server's command")
+		}
+		child := func() (mcp.Transport, error) {
+			cmd := exec.Command(cfg.Child[0], cfg.Child[1:]...)
+			cmd.Env = append(os.Environ(), cfg.ChildEnv...)
+			cmd.Stderr = os.Stderr
+			return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
+		}
+		up = mcpfront.Upstream{Name: MCPServerName, What: "the bench's tool server", Transport: child}
+		// The direct clients share one child and one session, as the
+		// front end's calls share its upstream's.
+		var once sync.Once
+		var shared *mcp.ClientSession
+		var sharedErr error
+		rig.direct = func(ctx context.Context) (*mcp.ClientSession, error) {
+			once.Do(func() {
+				t, _ := child()
+				shared, sharedErr = benchClient().Connect(ctx, t, nil)
+				if sharedErr == nil {
+					rig.closers = append(rig.closers, func() { _ = shared.Close() })
+				}
+			})
+			return shared, sharedErr
+		}
+	case MCPHTTP:
+		// Enough idle connections for every client's session, so that
+		// no call pays for a new TCP connection.
+		hc = &http.Client{Transport: &http.Transport{MaxIdleConns: 4*cfg.Clients + 16, MaxIdleConnsPerHost: 4*cfg.Clients + 16, IdleConnTimeout: time.Minute}}
+		tool := toolserver.NewMCP(&mcp.Implementation{Name: MCPServerName, Version: "1.0.0"}, toolserver.Calculator()...)
+		url, stop, err := serveLoopback(ctx, ComponentTool, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return tool }, nil))
+		if err != nil {
+			return rig, err
+		}
+		rig.closers = append(rig.closers, stop)
+		up = mcpfront.URLUpstream(MCPServerName, url, hc)
+		rig.direct = func(ctx context.Context) (*mcp.ClientSession, error) {
+			return benchClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
+		}
+	default:
+		return rig, fmt.Errorf("mcp bench: transport %q: want stdio or http", cfg.Transport)
+	}
+
+	var srv *mcpserve.Server
+	var err error
+	labelled(ctx, ComponentFulfiller, func(ctx context.Context) {
+		srv, err = mcpserve.Start(ctx, mcpserve.Config{
+			Upstreams: []mcpfront.Upstream{up}, State: state.Mode{Kind: state.Memory},
+			Policy:   policies.Options{Policies: cfg.Policies, Data: cfg.Data, Timeout: cfg.PolicyTimeout, Logger: log},
+			ClientID: "bench", Logger: log, Version: "bench",
+		})
+	})
+	if err != nil {
+		if se, ok := errors.AsType[*mcpserve.StartError](err); ok && se.Part == "policy" {
+			return rig, fmt.Errorf("%w: %w", ErrPolicy, se.Err)
+		}
+		return rig, fmt.Errorf("mcp bench: start the front end: %w", err)
+	}
+	rig.closers = append(rig.closers, func() { _ = srv.Close() })
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := srv.Front().Ready(rctx, MCPServerName); err != nil {
+		return rig, fmt.Errorf("mcp bench: the tool server behind the front end: %w", err)
+	}
+
+	switch cfg.Transport {
+	case MCPStdio:
+		// The client on OS pipes, as a client that started `fulfiller
+		// mcp` is on its stdin and stdout; the front end serves it as
+		// runMCPStdio does.
+		rig.proxied = func(ctx context.Context) (*mcp.ClientSession, error) {
+			toFront, clientOut, err := os.Pipe()
+			if err != nil {
+				return nil, fmt.Errorf("pipe: %w", err)
+			}
+			clientIn, fromFront, err := os.Pipe()
+			if err != nil {
+				return nil, fmt.Errorf("pipe: %w", err)
+			}
+			serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+			done := make(chan struct{})
+			labelled(serveCtx, ComponentFulfiller, func(serveCtx context.Context) {
+				go func() {
+					defer close(done)
+					_ = srv.ServeStdio(serveCtx, MCPServerName, &mcp.IOTransport{Reader: toFront, Writer: fromFront})
+				}()
+			})
+			rig.closers = append(rig.closers, func() { stop(); _ = clientOut.Close(); <-done; _ = clientIn.Close() })
+			return benchClient().Connect(ctx, &mcp.IOTransport{Reader: clientIn, Writer: clientOut}, nil)
+		}
+	case MCPHTTP:
+		var url string
+		var stop func()
+		labelled(ctx, ComponentFulfiller, func(ctx context.Context) {
+			url, stop, err = serveLoopback(ctx, ComponentFulfiller, srv.Handler(mcpfront.HTTPOptions{}))
+		})
+		if err != nil {
+			return rig, err
+		}
+		// Stopped before the front end closes (closers run backwards).
+		rig.closers = append(rig.closers, stop)
+		url = url[:len(url)-len("/mcp")] + "/mcp/" + MCPServerName
+		rig.proxied = func(ctx context.Context) (*mcp.ClientSession, error) {
+			return benchClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
+		}
+	}
+	return rig, nil
+}
+
+func benchClient() *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "fulfiller-bench", Version: "1.0.0"}, nil)
+}
+
+// serveLoopback serves h on a loopback port, its goroutines labelled
+// component, and returns its /mcp URL and what stops it.
+func serveLoopback(ctx context.Context, component string, h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("mcp bench: listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	labelled(ctx, component, func(context.Context) {
+		go func() {
+			defer close(done)
+			_ = srv.Serve(ln)
+		}()
+	})
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+		<-done
+	}
+	return "http://" + ln.Addr().String() + "/mcp", stop, nil
+}
+
+// mcpTally is what the clients count, shared (the latencies are each
+// client's own histograms, merged at the end).
+type mcpTally struct {
+	direct, proxied histogram
+	firstError      atomic.Pointer[string] // the first failure's, kept
+	errors          atomic.Int64
+	unanswered      atomic.Int64
+}
+
+func (t *mcpTally) fail(side string, err error) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.unanswered.Add(1)
+	} else {
+		t.errors.Add(1)
+	}
+	msg := side + ": " + err.Error()
+	t.firstError.CompareAndSwap(nil, &msg)
+}
+
+// first is the first failure's message ("": none).
+func (t *mcpTally) first() string {
+	if p := t.firstError.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// measureMCP connects the clients, warms up, then runs the measured
+// calls under a CPU profile.
+func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, error) {
+	type client struct{ direct, proxied *mcp.ClientSession }
+	clients := make([]client, cfg.Clients)
+	var err error
+	labelled(ctx, ComponentClients, func(ctx context.Context) {
+		for i := range clients {
+			if !cfg.ProxiedOnly {
+				if clients[i].direct, err = rig.direct(ctx); err != nil {
+					err = fmt.Errorf("mcp bench: connect to the tool server: %w", err)
+					return
+				}
+			}
+			if clients[i].proxied, err = rig.proxied(ctx); err != nil {
+				err = fmt.Errorf("mcp bench: connect to the front end: %w", err)
+				return
+			}
+			p := clients[i].proxied
+			rig.closers = append(rig.closers, func() { _ = p.Close() })
+			if d := clients[i].direct; d != nil && cfg.Transport == MCPHTTP {
+				rig.closers = append(rig.closers, func() { _ = d.Close() })
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	tally := &mcpTally{}
+	call := func(ctx context.Context, cs *mcp.ClientSession, side string, h *histogram) bool {
+		// Params of its own per call: CallTool writes into them (_meta).
+		params := &mcp.CallToolParams{Name: MCPTool, Arguments: map[string]any{"a": 1, "b": 2}}
+		cctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
+		defer cancel()
+		t0 := time.Now()
+		res, err := cs.CallTool(cctx, params)
+		d := time.Since(t0)
+		switch {
+		case err != nil:
+			tally.fail(side, err)
+			return false
+		case res.IsError || len(res.Content) != 1:
+			tally.fail(side, fmt.Errorf("answered isError=%v: %s", res.IsError, resultText(res)))
+			return false
+		case resultText(res) != "3":
+			tally.fail(side, fmt.Errorf("answered %q, want 3", resultText(res)))
+			return false
+		}
+		if h != nil {
+			h.record(d.Nanoseconds())
+		}
+		return true
+	}
+
+	// Warm-up: connections, the policy's first evaluations, the Go
+	// runtime's pools; not measured.
+	warm := max(1, min(50, cfg.Calls/(10*cfg.Clients)))
+	var wg sync.WaitGroup
+	labelled(ctx, ComponentClients, func(ctx context.Context) {
+		for _, c := range clients {
+			wg.Go(func() {
+				for range warm {
+					if c.direct != nil {
+						call(ctx, c.direct, "direct (warm-up)", nil)
+					}
+					call(ctx, c.proxied, "proxied (warm-up)", nil)
+				}
+			})
+		}
+	})
+	wg.Wait()
+	if tally.errors.Load() > 0 || tally.unanswered.Load() > 0 {
+		// A rig that cannot answer is not measured: the report says why.
+		// The measured calls were never made: unanswered, every one.
+		never := int64(cfg.Calls)
+		if !cfg.ProxiedOnly {
+			never *= 2
+		}
+		rep := &MCPReport{FrontEnd: "mcp", Transport: cfg.Transport, Clients: cfg.Clients, Calls: cfg.Calls, ProxiedOnly: cfg.ProxiedOnly,
+			Errors: tally.errors.Load(), Unanswered: tally.unanswered.Load() + never, FirstError: tally.first()}
+		rep.Notes = append(rep.Notes, "the warm-up failed: nothing measured")
+		return rep, nil
+	}
+
+	var prof bytes.Buffer
+	profErr := pprof.StartCPUProfile(&prof)
+	cpu0 := cpuTime()
+	start := time.Now()
+	var next atomic.Int64
+	hists := make([][2]histogram, len(clients))
+	labelled(ctx, ComponentClients, func(ctx context.Context) {
+		for i, c := range clients {
+			wg.Go(func() {
+				h := &hists[i]
+				for next.Add(1) <= int64(cfg.Calls) && ctx.Err() == nil {
+					// Interleaved: a direct call, then a proxied one, so
+					// that both see the machine as it is at the time.
+					if c.direct != nil {
+						call(ctx, c.direct, "direct", &h[0])
+					}
+					call(ctx, c.proxied, "proxied", &h[1])
+				}
+			})
+		}
+	})
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+	rep := &MCPReport{FrontEnd: "mcp", Transport: cfg.Transport, Clients: cfg.Clients, Calls: cfg.Calls, ProxiedOnly: cfg.ProxiedOnly, Seconds: elapsed.Seconds()}
+	if profErr == nil {
+		pprof.StopCPUProfile()
+	}
+	for i := range hists {
+		tally.direct.merge(&hists[i][0])
+		tally.proxied.merge(&hists[i][1])
+	}
+	rep.Direct, rep.Proxied = tally.direct.percentiles(), tally.proxied.percentiles()
+	rep.Errors, rep.FirstError = tally.errors.Load(), tally.first()
+	sides := 2
+	if cfg.ProxiedOnly {
+		sides = 1
+	}
+	answered := int64(rep.Direct.Count + rep.Proxied.Count)
+	rep.Unanswered = int64(sides*cfg.Calls) - answered - rep.Errors
+	rep.ProxiedPerSec = float64(rep.Proxied.Count) / elapsed.Seconds()
+	rep.CallsPerSec = float64(answered) / elapsed.Seconds()
+	if rep.Direct.P50 > 0 {
+		rep.RatioP50 = rep.Proxied.P50 / rep.Direct.P50
+		rep.AddedP50 = rep.Proxied.P50 - rep.Direct.P50
+		rep.RatioP90 = rep.Proxied.P90 / rep.Direct.P90
+		rep.RatioP99 = rep.Proxied.P99 / rep.Direct.P99
+	}
+	if answered > 0 {
+		rep.ProcessCPUPerCall = float64(cpu.Microseconds()) / float64(answered)
+	}
+	if profErr != nil {
+		rep.Notes = append(rep.Notes, "no CPU profile ("+profErr.Error()+"): the fulfiller's CPU per call is not known")
+		return rep, nil
+	}
+	if cfg.CPUProfile != nil {
+		if _, err := cfg.CPUProfile.Write(prof.Bytes()); err != nil {
+			return nil, fmt.Errorf("write the CPU profile: %w", err)
+		}
+	}
+	sums, err := cpuByLabel(prof.Bytes(), LabelKey)
+	if err != nil {
+		rep.Notes = append(rep.Notes, err.Error())
+		return rep, nil
+	}
+	var total int64
+	for _, v := range sums {
+		total += v
+	}
+	if total > 0 {
+		rep.CPUShares = map[string]float64{}
+		for k, v := range sums {
+			if k == "" {
+				k = ComponentOther
+			}
+			rep.CPUShares[k] += float64(v) / float64(total)
+		}
+		// The profile's shares apply to the process's measured CPU time,
+		// which the profile's sampling undercounts.
+		if rep.Proxied.Count > 0 {
+			rep.FulfillerCPUPerCall = rep.CPUShares[ComponentFulfiller] * float64(cpu.Microseconds()) / float64(rep.Proxied.Count)
+		}
+	}
+	return rep, nil
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	if len(res.Content) == 0 {
+		return ""
+	}
+	if t, ok := res.Content[0].(*mcp.TextContent); ok {
+		return t.Text
+	}
+	return fmt.Sprintf("%T", res.Content[0])
+}

@@ -1,0 +1,118 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mcpCalcEnv, in this test binary's environment, makes it the MCP
+// bench's child tool server (ServeCalculator) instead of the tests, as
+// `fulfiller bench mcp-tool-server` is for the command.
+const mcpCalcEnv = "FULFILLER_TEST_MCP_CALC"
+
+func init() {
+	if os.Getenv(mcpCalcEnv) != "" {
+		if err := ServeCalculator(context.Background()); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// checkMCPReport asserts what a user reads in a passing report: every
+// call answered on both sides, the ratio and the added µs computed
+// from the two p50s.
+func checkMCPReport(t *testing.T, rep *MCPReport, transport string, clients, calls int) {
+	t.Helper()
+	if !rep.OK() || rep.Errors != 0 || rep.Unanswered != 0 || rep.FirstError != "" {
+		t.Fatalf("report not OK: %+v", rep)
+	}
+	if rep.FrontEnd != "mcp" || rep.Transport != transport || rep.Clients != clients || rep.Calls != calls {
+		t.Errorf("report says front end %q over %q, %d clients, %d calls; want mcp over %q, %d, %d", rep.FrontEnd, rep.Transport, rep.Clients, rep.Calls, transport, clients, calls)
+	}
+	if rep.Direct.Count != calls || rep.Proxied.Count != calls {
+		t.Errorf("answered %d direct and %d proxied calls, want %d each", rep.Direct.Count, rep.Proxied.Count, calls)
+	}
+	if rep.Direct.P50 <= 0 || rep.Proxied.P50 <= 0 || rep.Seconds <= 0 || rep.ProxiedPerSec <= 0 {
+		t.Errorf("no latency or throughput: %+v", rep)
+	}
+	if got, want := rep.RatioP50, rep.Proxied.P50/rep.Direct.P50; got != want {
+		t.Errorf("ratio_p50 %v, want proxied p50 ÷ direct p50 = %v", got, want)
+	}
+	if got, want := rep.AddedP50, rep.Proxied.P50-rep.Direct.P50; got != want {
+		t.Errorf("added_p50_us %v, want %v", got, want)
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	for _, want := range []string{"front end: mcp over " + transport, "direct", "proxied", "proxied ÷ direct: p50", "errors: 0, unanswered: 0"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+}
+
+func TestRunMCPOverHTTP(t *testing.T) {
+	rep, err := RunMCP(t.Context(), MCPConfig{Transport: MCPHTTP, Clients: 3, Calls: 60, PolicyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMCPReport(t, rep, MCPHTTP, 3, 60)
+}
+
+// Over stdio the tool server is a child (this test binary) on its stdio,
+// once for the direct client and once as the front end's upstream.
+func TestRunMCPOverStdio(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunMCP(t.Context(), MCPConfig{Transport: MCPStdio, Child: []string{exe}, ChildEnv: []string{mcpCalcEnv + "=1"}, Clients: 1, Calls: 40, PolicyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMCPReport(t, rep, MCPStdio, 1, 40)
+}
+
+// A proxied call the policy refuses is an error of the run: the bench
+// measures allowed calls, and says why one was not.
+func TestRunMCPRefusedCallFailsTheRun(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "deny.rego")
+	const deny = `package fulfiller
+
+import rego.v1
+
+default decision := {"action": "reject", "reason": "policy", "message": "the bench may not add"}
+`
+	if err := os.WriteFile(policy, []byte(deny), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunMCP(t.Context(), MCPConfig{Transport: MCPHTTP, Clients: 1, Calls: 10, Policies: []string{policy}, PolicyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || rep.Errors == 0 {
+		t.Fatalf("a run whose calls are refused is OK: %+v", rep)
+	}
+	if !strings.Contains(rep.FirstError, "proxied") || !strings.Contains(rep.FirstError, "the bench may not add") {
+		t.Errorf("first error %q: want the proxied call's refusal with the policy's message", rep.FirstError)
+	}
+}
+
+func TestRunMCPPolicyErrorIsErrPolicy(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "broken.rego")
+	if err := os.WriteFile(policy, []byte("package fulfiller\n\ndecision := {"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := RunMCP(t.Context(), MCPConfig{Transport: MCPHTTP, Clients: 1, Calls: 1, Policies: []string{policy}, PolicyTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "broken.rego") {
+		t.Fatalf("err %v: want the policy's error naming broken.rego", err)
+	}
+	if !errors.Is(err, ErrPolicy) {
+		t.Errorf("err %v is not ErrPolicy", err)
+	}
+}
