@@ -13,13 +13,14 @@ import (
 	"github.com/mewkit/fulfiller/elicit/approver"
 	"github.com/mewkit/fulfiller/elicit/inbox"
 	"github.com/mewkit/fulfiller/internal/demo"
+	"github.com/mewkit/fulfiller/internal/mcpserve"
 	"github.com/mewkit/fulfiller/internal/sidecar"
 )
 
 func newDemoCmd() *cobra.Command {
 	var color, logLevel string
 	var step time.Duration
-	var interactive, hold bool
+	var interactive, hold, mcpStory bool
 	var of opsFlags
 	var web webFlags
 	cmd := &cobra.Command{
@@ -38,7 +39,17 @@ approve" appear here, and every request to oncall-alice waits for your
 answer (six or seven cards, depending on what you answer); whatever you
 answer, the story goes on. With --web you answer in your browser instead,
 in the inbox of "fulfiller approve --web", served on ` + defaultWebAddr + `
-(--web=ADDR for another address); its address is printed.`,
+(--web=ADDR for another address); its address is printed.
+
+With --mcp it tells the story of "fulfiller mcp" instead, with no MEW space:
+a go-sdk client plays a coding agent in front of a filesystem server over a
+temporary working tree, with fulfiller mcp and its starter policy (the one
+"fulfiller mcp init" writes) between them. tools/list passes through; a read
+and a write inside the tree run; reading .env is refused with the message
+the model reads; two deletes ask you (@caller) through elicitation, and the
+client answers as you would (approve one, decline the other); a tool whose
+definition changes under you (a rug pull) is flagged and asks; then the
+decision log's lines. With --mcp --interactive you answer the cards.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 && cmd.Flags().Changed("web") && strings.Contains(args[0], ":") {
 				return usageErrorf("demo --web %s: write --web=%s (a bare --web serves on %s)", args[0], args[0], defaultWebAddr)
@@ -48,6 +59,17 @@ in the inbox of "fulfiller approve --web", served on ` + defaultWebAddr + `
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := web.validate(); err != nil {
 				return err
+			}
+			if mcpStory {
+				for _, name := range []string{"web", "hold", "http", "http-token", "http-token-file", "mask", "decision-log-sync"} {
+					if cmd.Flags().Changed(name) {
+						return usageErrorf("demo --mcp has no --%s: fulfiller mcp's story has no space or operator API", name)
+					}
+				}
+				if of.decisionLog == "-" {
+					return usageErrorf("demo --mcp --decision-log -: the story reads its log back; give a file")
+				}
+				return runMCPDemo(cmd, color, logLevel, step, interactive, of.decisionLog)
 			}
 			if web.addr != "" && interactive {
 				return usageErrorf("--web and --interactive: choose the browser or this terminal")
@@ -135,10 +157,47 @@ in the inbox of "fulfiller approve --web", served on ` + defaultWebAddr + `
 	cmd.Flags().StringVar(&logLevel, "log-level", "error", "log level of the components: debug, info, warn or error")
 	cmd.Flags().DurationVar(&step, "step-timeout", 10*time.Second, "how long to wait for each proposal's outcome (with --interactive: 5m, past the example approval deadline)")
 	cmd.Flags().BoolVar(&interactive, "interactive", false, "be oncall-alice yourself: answer the approval cards at this terminal")
+	cmd.Flags().BoolVar(&mcpStory, "mcp", false, "tell the story of fulfiller mcp instead: a coding agent's MCP client, fulfiller mcp with the starter policy, a filesystem server")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the space and the fulfiller up after the story until interrupted (to curl --http; without --http-token-file a token is made and printed)")
 	of.register(cmd.Flags())
 	web.register(cmd.Flags(), "be oncall-alice in your browser: serve the approval inbox (a bare --web on "+defaultWebAddr+", else --web=`ADDR`)", true)
 	return cmd
+}
+
+// runMCPDemo is demo --mcp: the story of fulfiller mcp (demo.RunMCP).
+func runMCPDemo(cmd *cobra.Command, color, logLevel string, step time.Duration, interactive bool, decisionLog string) error {
+	useColor, err := colorMode(color, os.Stdout)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(os.Stderr, "text", logLevel)
+	if err != nil {
+		return err
+	}
+	opts := demo.MCPOptions{Out: cmd.OutOrStdout(), Color: useColor, Logger: log, Step: step, DecisionLog: decisionLog, Version: buildVersion()}
+	if interactive {
+		var ui *approver.Terminal
+		if in, ok := cmd.InOrStdin().(*os.File); ok {
+			ui = approver.NewTerminal(in, cmd.OutOrStdout(), useColor)
+		} else {
+			ui = &approver.Terminal{In: cmd.InOrStdin(), Out: cmd.OutOrStdout(), Color: useColor}
+		}
+		// The narration goes through the card UI, which keeps the
+		// prompt line intact, as demo --interactive's.
+		opts.Approver, opts.Out = ui, ui
+		if !cmd.Flags().Changed("step-timeout") {
+			opts.Step = 5 * time.Minute // fulfiller mcp's --approval-timeout
+		}
+	}
+	err = demo.RunMCP(cmd.Context(), opts)
+	if errors.Is(err, demo.ErrStopped) {
+		fmt.Fprintln(cmd.ErrOrStderr(), "fulfiller: demo stopped")
+		return nil
+	}
+	if se, ok := errors.AsType[*mcpserve.StartError](err); ok && se.Part == "decision log" {
+		return decisionLogError(se.Err)
+	}
+	return err
 }
 
 // colorMode resolves --color; auto honours NO_COLOR and colours only a
