@@ -97,7 +97,16 @@ func realPath(t *testing.T, dir string) string {
 	return p
 }
 
-func startFS(t *testing.T, opts *mcp.ClientOptions) *fsRig {
+// Revisions of the MCP clients the tests run: 2025-11-25 is asked
+// (elicitation/create) while its call is held; 2026-07-28 answers
+// input_required and retries its call (multi-round-trip).
+const (
+	rev20251125 = "2025-11-25"
+	rev20260728 = "2026-07-28"
+)
+
+// startFS starts the rig with a go-sdk client of opts speaking revision.
+func startFS(t *testing.T, revision string, opts *mcp.ClientOptions) *fsRig {
 	t.Helper()
 	entry := npmFilesystem(t)
 	tmp := realPath(t, t.TempDir())
@@ -129,9 +138,13 @@ func startFS(t *testing.T, opts *mcp.ClientOptions) *fsRig {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fs-client", Version: "1.0"}, opts).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fs-client", Version: "1.0"}, opts).Connect(ctx, &mcp.CommandTransport{Command: cmd},
+		&mcp.ClientSessionOptions{ProtocolVersion: revision})
 	if err != nil {
 		t.Fatalf("connect to fulfiller mcp: %v", err)
+	}
+	if got := cs.InitializeResult().ProtocolVersion; got != revision {
+		t.Fatalf("fulfiller mcp speaks %s to a client of %s", got, revision)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
 	r.cs = cs
@@ -161,12 +174,23 @@ func fileIs(t *testing.T, path, want string) {
 // writes inside the working tree run, a secret is refused without its
 // content, a write outside the tree asks @caller (accept runs it, decline
 // leaves the file untouched), and every decision-log line names the
-// call's client, server and JSON-RPC id.
+// call's client, server and JSON-RPC id. Under both revisions of the
+// client: 2025-11-25 asked while its call is held, 2026-07-28 through
+// input_required and its retry.
 func TestMCPFilesystemStarterPolicy(t *testing.T) {
 	t.Parallel()
+	for _, rev := range []string{rev20251125, rev20260728} {
+		t.Run(rev, func(t *testing.T) {
+			t.Parallel()
+			testFilesystemStarterPolicy(t, rev)
+		})
+	}
+}
+
+func testFilesystemStarterPolicy(t *testing.T, revision string) {
 	var answer atomic.Pointer[mcp.ElicitResult]
 	var asked atomic.Int32
-	r := startFS(t, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	r := startFS(t, revision, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 		asked.Add(1)
 		return answer.Load(), nil
 	}})
@@ -276,7 +300,7 @@ func TestMCPFilesystemStarterPolicy(t *testing.T) {
 // incapable, and the file is not written.
 func TestMCPFilesystemClientWithoutElicitation(t *testing.T) {
 	t.Parallel()
-	r := startFS(t, nil)
+	r := startFS(t, rev20251125, nil)
 	outside := filepath.Join(r.Other, "out.txt")
 	res := r.call(t, "write_file", map[string]any{"path": outside, "content": "x"})
 	if !refused(res, "incapable", "this client cannot ask you: it did not declare elicitation support, and the policy asks @caller") {
