@@ -86,9 +86,12 @@ type treeRig struct {
 	asked     atomic.Int32
 	prompts   chan string // the elicitations' messages
 	answer    atomic.Pointer[mcp.ElicitResult]
+	schema    atomic.Value // the last elicitation's requestedSchema
 }
 
-func startTree(t *testing.T) *treeRig {
+// startTree starts the rig; flags go to fulfiller mcp (a --policy of
+// the test's in place of the starter policy).
+func startTree(t *testing.T, flags ...string) *treeRig {
 	t.Helper()
 	tmp := realPath(t, t.TempDir())
 	r := &treeRig{Root: filepath.Join(tmp, "tree"), Log: filepath.Join(tmp, "decisions.jsonl"), prompts: make(chan string, 16)}
@@ -106,7 +109,8 @@ func startTree(t *testing.T) *treeRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(fulfillerBinary(t), "mcp", "--decision-log", r.Log, "--name", "files", "--", "env", mcpTreeEnv+"="+r.Root, exe)
+	args := append(append([]string{"mcp", "--decision-log", r.Log, "--name", "files"}, flags...), "--", "env", mcpTreeEnv+"="+r.Root, exe)
+	cmd := exec.Command(fulfillerBinary(t), args...)
 	cmd.Env = r.env
 	stderr := &logbuf.Buffer{}
 	cmd.Stderr = stderr
@@ -122,6 +126,7 @@ func startTree(t *testing.T) *treeRig {
 		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			r.asked.Add(1)
 			r.prompts <- req.Params.Message
+			r.schema.Store(req.Params.RequestedSchema)
 			return r.answer.Load(), nil
 		}}).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
@@ -411,4 +416,70 @@ func startServe(t *testing.T, tmp string, args ...string) string {
 		t.Fatal("fulfiller mcp serve did not say where it serves")
 	}
 	return ""
+}
+
+// mcpGrantPolicy asks @caller about every read, offering a grant of up
+// to an hour for the tool, and lets a read through on a live grant.
+const mcpGrantPolicy = `package fulfiller
+
+import rego.v1
+
+decision := {"action": "fulfill", "message": sprintf("allowed by %s's grant", [g.granted_by])} if {
+	some g in input.grants
+	g.tool == input.tool.name
+} else := {"action": "escalate", "approvers": ["@caller"], "message": "a read needs you",
+	"grantable": {"max_ttl": "1h", "scope": ["proposer", "tool"]}}
+`
+
+// Grants through the MCP front end: @caller approves a call and "also
+// allows calls like this" for the offered time (the form's grant
+// field); the same call by the same client then runs without asking,
+// on the grant, which the decision log records (a grant line, and the
+// grant_id of the decision it let through).
+func TestMCPGrantFromCaller(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	policy := filepath.Join(tmp, "policy.rego")
+	if err := os.WriteFile(policy, []byte(mcpGrantPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startTree(t, "--policy", policy)
+	r.answer.Store(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true, "grant": "1h"}})
+	if res := r.read(t, "hello.txt"); res.IsError || resultText(res) != "hello" || r.asked.Load() != 1 {
+		t.Fatalf("the approved read: isError %v, %q after %d prompts; want it run after 1", res.IsError, resultText(res), r.asked.Load())
+	}
+	var form struct {
+		Properties struct {
+			Grant struct {
+				Title string   `json:"title"`
+				Enum  []string `json:"enum"`
+			} `json:"grant"`
+		} `json:"properties"`
+	}
+	raw := jsonOfT(t, r.schema.Load())
+	if err := json.Unmarshal([]byte(raw), &form); err != nil || form.Properties.Grant.Title != "Also allow calls like this for" ||
+		fmt.Sprint(form.Properties.Grant.Enum) != "[ 15m 1h]" {
+		t.Errorf("the prompt's form: %s; want a grant field offering none, 15m, 1h", raw)
+	}
+	if res := r.read(t, "hello.txt"); res.IsError || resultText(res) != "hello" || r.asked.Load() != 1 {
+		t.Errorf("the same read again: isError %v, %q after %d prompts; want it run on the grant, unasked", res.IsError, resultText(res), r.asked.Load())
+	}
+	if err := r.cs.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	var granted, decidedBy string
+	for _, l := range (&mcpRig{Log: r.Log}).lines(t) {
+		switch {
+		case l["type"] == "grant":
+			granted, _ = l["grant_id"].(string)
+			if l["front_end"] != "mcp" || fmt.Sprint(l["by"]) != "[@caller]" || l["client"] != "tree-client" || l["server"] != "files" {
+				t.Errorf("grant line: %v", l)
+			}
+		case l["stage"] == "decided" && l["grant_id"] != nil:
+			decidedBy, _ = l["grant_id"].(string)
+		}
+	}
+	if granted == "" || decidedBy != granted {
+		t.Errorf("the decision log: grant %q made, the second read decided by grant %q; want the same", granted, decidedBy)
+	}
 }
