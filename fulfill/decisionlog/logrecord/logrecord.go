@@ -45,6 +45,15 @@ type Record struct {
 	Tool       string    `json:"tool,omitempty"`
 	Target     string    `json:"target,omitempty"`
 	FrontEnd   string    `json:"front_end,omitempty"` // "mew" or "mcp", as input.front_end; absent in logs of builds before there were two
+	// Client, Server and RPCID name an MCP front end's call (DESIGN:
+	// "its decision log lines carry front_end, client, server, tool"):
+	// the client's clientInfo name (a claim), the upstream's NAME, and
+	// the client's JSON-RPC id of its tools/call. Absent on MEW lines,
+	// and on the lines of a call told before its decision (an invalid
+	// one) or resumed after a restart, which know no decided input.
+	Client string          `json:"client,omitempty"`
+	Server string          `json:"server,omitempty"`
+	RPCID  json.RawMessage `json:"rpc_id,omitempty"`
 
 	// Decision records.
 	Input  json.RawMessage    `json:"input,omitempty"`
