@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -120,37 +118,6 @@ func appendNew(list []string, s string) []string {
 	return append(list, s)
 }
 
-// The lines of the data template that init fills in.
-var (
-	rootsLine = regexp.MustCompile(`(?m)^workspace_roots: .*$`)
-	homeLine  = regexp.MustCompile(`(?m)^home: .*$`)
-)
-
-// starterData is the data template with the working trees and home
-// directory filled in, as JSON (which YAML reads as it is: no quoting of
-// a path can go wrong).
-func starterData(roots []string, home string) ([]byte, error) {
-	tmpl, err := examples.MCP.ReadFile("mcp/data.yaml")
-	if err != nil {
-		return nil, err
-	}
-	if len(rootsLine.FindAll(tmpl, -1)) != 1 || len(homeLine.FindAll(tmpl, -1)) != 1 {
-		return nil, errors.New("the embedded data template lost its workspace_roots or home line")
-	}
-	r, err := json.Marshal(roots)
-	if err != nil {
-		return nil, err
-	}
-	h := []byte("null")
-	if home != "" {
-		if h, err = json.Marshal(home); err != nil {
-			return nil, err
-		}
-	}
-	out := rootsLine.ReplaceAllLiteral(tmpl, append([]byte("workspace_roots: "), r...))
-	return homeLine.ReplaceAllLiteral(out, append([]byte("home: "), h...)), nil
-}
-
 // writeStarter writes the starter policy to dir/policies and its data
 // to dir/data.yaml and returns the paths written, in order. Without
 // force it writes nothing when any of them exists. Each file is written
@@ -175,7 +142,7 @@ func writeStarter(dir string, roots []string, home string, force bool) ([]string
 	if err != nil {
 		return nil, fmt.Errorf("read the embedded starter policy: %w", err)
 	}
-	data, err := starterData(roots, home)
+	data, err := examples.MCPData(roots, home)
 	if err != nil {
 		return nil, fmt.Errorf("read the embedded starter data: %w", err)
 	}

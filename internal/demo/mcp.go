@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -134,7 +133,7 @@ func RunMCP(ctx context.Context, opts MCPOptions) (err error) {
 			return fmt.Errorf("demo: %w", err)
 		}
 	}
-	policyDir, dataFile, err := writeStarter(dir, tree)
+	policyDir, dataFile, err := examples.WriteMCP(dir, []string{tree}, dir)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -277,35 +276,6 @@ func RunMCP(ctx context.Context, opts MCPOptions) (err error) {
 		return errors.New("demo: " + strings.Join(failed, "; "))
 	}
 	return nil
-}
-
-// writeStarter writes the starter policy of fulfiller mcp init (without
-// its tests) to dir/policies, and its data with tree as the working tree
-// and dir as the home directory to dir/data.yaml.
-func writeStarter(dir, tree string) (policyDir, dataFile string, err error) {
-	policyDir = filepath.Join(dir, "policies")
-	if err := os.Mkdir(policyDir, 0o755); err != nil {
-		return "", "", err
-	}
-	err = fs.WalkDir(examples.MCP, "mcp/policies", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.rego") {
-			return err
-		}
-		b, err := examples.MCP.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(policyDir, filepath.Base(path)), b, 0o644)
-	})
-	if err != nil {
-		return "", "", fmt.Errorf("write the starter policy: %w", err)
-	}
-	data, err := json.Marshal(map[string]any{"workspace_roots": []string{tree}, "home": dir, "developer": map[string]any{}})
-	if err != nil {
-		return "", "", err
-	}
-	dataFile = filepath.Join(dir, "data.yaml") // JSON is YAML
-	return policyDir, dataFile, os.WriteFile(dataFile, data, 0o644)
 }
 
 // callerHand is the person at the client: it answers the elicitations
