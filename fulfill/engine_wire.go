@@ -168,7 +168,7 @@ func (w *engineWire) CreateGrant(ctx context.Context, g lifecycle.CreateGrant) {
 		return
 	}
 	ev := Event{Stage: StageGranted, ProposalID: g.ID, DecisionID: g.DecisionID, Revision: g.Revision,
-		Proposer: g.Proposer, Method: g.Method, Tool: g.Tool, Target: g.Target, By: []string{g.Approver}}
+		Proposer: g.Proposer, Method: g.Method, Tool: g.Tool, Target: g.Target, LogFields: g.Log, By: []string{g.Approver}}
 	name, args := toolCall(g.Params)
 	call := grantCall(g.Proposer, &policies.Tool{Name: name, Server: g.Target, Arguments: args})
 	sum := sha256.Sum256([]byte(w.spaceID + "\x00" + g.ID))

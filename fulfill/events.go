@@ -9,6 +9,7 @@ import (
 
 	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/policies"
 )
 
@@ -82,6 +83,11 @@ type Event struct {
 	Method     string
 	Tool       string
 	Target     string
+	// LogFields are what the proposal's front end names of the call on
+	// each of its events (lifecycle.LogFields: an MCP call's client,
+	// server and rpc_id); nil for MEW, and for an event about no
+	// proposal.
+	LogFields *lifecycle.LogFields
 
 	// DecisionID names the decision that governs the proposal at this
 	// step (docs/design.md rule 10): minted once per proposal, adopted by the

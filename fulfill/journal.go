@@ -65,7 +65,10 @@ const recentLines = 4096
 // recentLine is what journal.recent keeps of a proposal's last line: what
 // an undelivered answer's event and the wire's request read of it (every
 // line is kept, so a whole Event was a copy of 350 bytes per line).
-type recentLine struct{ decisionID, revision, proposer, method, tool, target string }
+type recentLine struct {
+	decisionID, revision, proposer, method, tool, target string
+	fields                                               *lifecycle.LogFields
+}
 
 func newJournal(obs Observer, log *slog.Logger) *journal {
 	recent, _ := simplelru.NewLRU[string, recentLine](recentLines, nil)
@@ -131,7 +134,7 @@ func (j *journal) Log(_ context.Context, l lifecycle.Line) error {
 		}
 	}
 	j.mu.Lock()
-	j.recent.Add(ev.ProposalID, recentLine{ev.DecisionID, ev.Revision, ev.Proposer, ev.Method, ev.Tool, ev.Target})
+	j.recent.Add(ev.ProposalID, recentLine{ev.DecisionID, ev.Revision, ev.Proposer, ev.Method, ev.Tool, ev.Target, ev.LogFields})
 	j.notifyLocked(ev)
 	if ev.Stage == StageRejected && j.closing {
 		if _, ok := j.owed[ev.ProposalID]; !ok {
@@ -193,7 +196,7 @@ func (j *journal) undelivered(proposalID, kind, reason, detail string) {
 	if !ok {
 		var r recentLine
 		if r, ok = j.recent.Peek(proposalID); ok {
-			ev = Event{DecisionID: r.decisionID, Revision: r.revision, Proposer: r.proposer, Method: r.method, Tool: r.tool, Target: r.target}
+			ev = Event{DecisionID: r.decisionID, Revision: r.revision, Proposer: r.proposer, Method: r.method, Tool: r.tool, Target: r.target, LogFields: r.fields}
 		}
 	}
 	j.mu.Unlock()
@@ -201,7 +204,7 @@ func (j *journal) undelivered(proposalID, kind, reason, detail string) {
 		ev = Event{ProposalID: proposalID}
 	}
 	ev = Event{Stage: StageUndelivered, FrontEnd: j.frontEnd, ProposalID: proposalID, DecisionID: ev.DecisionID, Revision: ev.Revision,
-		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target,
+		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target, LogFields: ev.LogFields,
 		Envelope: kind, Reason: reason, Message: detail}
 	stamp(&ev)
 	j.obs.Observe(ev)
@@ -264,7 +267,7 @@ func (j *journal) shutdownAnswers() (owed, unwritten int) {
 // eventOf is the Event a line reports.
 func eventOf(l lifecycle.Line) Event {
 	ev := Event{Stage: Stage(l.Stage), ProposalID: l.ProposalID, DecisionID: l.DecisionID, Revision: l.Revision,
-		Proposer: l.Proposer, Method: l.Method, Tool: l.Tool, Target: l.Target,
+		Proposer: l.Proposer, Method: l.Method, Tool: l.Tool, Target: l.Target, LogFields: l.Log,
 		Reason: l.Reason, Message: l.Message, By: l.By, Result: l.Result, RPCError: l.RPCError,
 		Latency: l.Latency, Deadline: l.Deadline}
 	if l.TaskID != "" {

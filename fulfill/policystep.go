@@ -294,7 +294,7 @@ func (s *policyStep) evaluate(ctx context.Context, in *policies.Input) (decision
 // revision governs it, with target as known at that step.
 func (s *policyStep) event(stage Stage, p *lifecycle.Proposal, decisionID, revision, target string) Event {
 	return Event{Stage: stage, FrontEnd: s.frontEndOf(p), ProposalID: p.ID, DecisionID: decisionID, Revision: revision, Proposer: p.From,
-		Method: p.Method, Tool: p.Tool, Target: target}
+		Method: p.Method, Tool: p.Tool, Target: target, LogFields: p.Log}
 }
 
 func (s *policyStep) emit(e Event) {
@@ -524,7 +524,7 @@ func (s *policyStep) shadow(ev Event, in *policies.Input, d decision.Decision) {
 // by it, stamped when the shadow has answered.
 func (s *policyStep) shadowEvent(ev Event) Event {
 	return Event{Stage: StageShadow, FrontEnd: ev.FrontEnd, ProposalID: ev.ProposalID, DecisionID: ev.DecisionID, Revision: ev.Revision,
-		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target}
+		Proposer: ev.Proposer, Method: ev.Method, Tool: ev.Tool, Target: ev.Target, LogFields: ev.LogFields}
 }
 
 // runShadow evaluates the shadow policy on the queued

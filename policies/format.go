@@ -10,6 +10,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
 	"github.com/sergi/go-diff/diffmatchpatch"
+
+	"github.com/mewkit/fulfiller/internal/atomicfile"
 )
 
 // Format returns src formatted as opa fmt formats Rego v1, with OPA's
@@ -184,23 +186,7 @@ func (f FormattedFile) Write() error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", f.Path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".fmt-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", f.Path, err)
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename, nothing is left to remove
-	if _, err := tmp.Write(f.Formatted); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", f.Path, err)
-	}
-	if err := tmp.Chmod(info.Mode().Perm()); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", f.Path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", f.Path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, f.Formatted, info.Mode().Perm()); err != nil {
 		return fmt.Errorf("write %s: %w", f.Path, err)
 	}
 	return nil

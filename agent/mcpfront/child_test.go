@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -70,6 +72,12 @@ func runChild() int {
 // stdio, started by a --upstream spec as a user would write it.
 func childRig(t *testing.T, kind string) *rig {
 	t.Helper()
+	return childRigWith(t, kind, Config{BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+}
+
+// childRigWith is childRig with the Front's cfg (its Engine the rig's).
+func childRigWith(t *testing.T, kind string, cfg Config) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &rig{t: t, ctx: ctx}
 	up, err := ParseUpstream(fmt.Sprintf(`%s=cmd:env %s=%s '%s' -test.run=^$`, kind, childEnv, kind, os.Args[0]), os.Stderr)
@@ -77,7 +85,8 @@ func childRig(t *testing.T, kind string) *rig {
 		t.Fatal(err)
 	}
 	r.eng = newFakeEngine(map[string]string{"pid": "fulfil", "hang": "fulfil", "add": "fulfil", "echo": "fulfil"})
-	f, err := New(Config{Engine: r.eng, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}, up)
+	cfg.Engine = r.eng
+	f, err := New(cfg, up)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +187,49 @@ func TestUpstreamKilledMidCall(t *testing.T) {
 	}
 	if g := text(call(t, cs, "add", map[string]any{"a": 2, "b": 3})); g != "5" {
 		t.Errorf("add: %s", g)
+	}
+}
+
+// A call made just after the upstream died, while fulfiller waits out
+// the backoff before it starts it again, waits for the restart and is
+// answered by the new process, not refused.
+func TestCallWaitsForTheRestart(t *testing.T) {
+	// A backoff far longer than the call takes to arrive: the call
+	// lands in it.
+	r := childRigWith(t, "jobs", Config{BackoffMin: time.Second, BackoffMax: 2 * time.Second})
+	cs := r.stdioClient("jobs", nil)
+	pid1, err := strconv.Atoi(text(call(t, cs, "pid", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	u := r.front.ups["jobs"]
+	if !poll.Within(10*time.Second, func() bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.cs == nil
+	}) {
+		t.Fatal("the upstream's end was never seen")
+	}
+	res := call(t, cs, "pid", nil)
+	pid2, err := strconv.Atoi(text(res))
+	if res.IsError || err != nil || pid2 == pid1 {
+		t.Fatalf("a call while the upstream restarts: %s; want the pid of the restarted process", jsonOf(t, res))
+	}
+}
+
+// A call waiting for an upstream that does not come back ends with its
+// context, and its error names the upstream and why it is down.
+func TestRestartWaitEndsWithTheCall(t *testing.T) {
+	u := &upstream{Upstream: Upstream{Name: "jobs"}, down: errors.New("upstream jobs (a command) ended: signal: killed")}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := u.sessionFor(ctx)
+	want := "upstream jobs is not running (upstream jobs (a command) ended: signal: killed); the call ended while fulfiller was restarting it: context canceled"
+	if err == nil || err.Error() != want {
+		t.Fatalf("sessionFor: %v; want %q", err, want)
 	}
 }
 

@@ -692,7 +692,7 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 // send calls the upstream: its result or JSON-RPC error as it came, or
 // a result that names the upstream that failed.
 func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParams) Response {
-	cs, err := u.session()
+	cs, err := u.sessionFor(ctx)
 	if err == nil {
 		var res *mcp.CallToolResult
 		res, err = cs.CallTool(ctx, params)

@@ -116,7 +116,17 @@ type upstream struct {
 	server  *mcp.Server
 	tools   map[string]*mcp.Tool
 	digests map[string]string
+	// back is closed when the next session is up (then set nil): what
+	// the calls that wait for a restart wait on (sessionFor). Made by
+	// the first of them while there is no session.
+	back chan struct{}
 }
+
+// restartWait bounds how long a call waits for an upstream that is
+// being started again (sessionFor): far longer than a restart's first
+// backoff (100ms) and a local server's start take, short enough that a
+// client whose upstream does not come back hears so while it waits.
+const restartWait = 5 * time.Second
 
 // session is the live session, or an error naming the upstream.
 func (u *upstream) session() (*mcp.ClientSession, error) {
@@ -126,6 +136,43 @@ func (u *upstream) session() (*mcp.ClientSession, error) {
 		return nil, fmt.Errorf("upstream %s is not running (%v); fulfiller is restarting it", u.Name, u.down)
 	}
 	return u.cs, nil
+}
+
+// sessionFor is the session a tools/call goes out on. While the
+// upstream is down (it ended, and supervise starts it again after its
+// backoff) the call waits for the restarted session rather than fail
+// for a gap of a fraction of a second: until ctx ends or restartWait
+// has passed, then an error naming the upstream. The call is not sent
+// before there is a session, so it never runs twice.
+func (u *upstream) sessionFor(ctx context.Context) (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	cs := u.cs
+	u.mu.Unlock()
+	if cs != nil {
+		return cs, nil
+	}
+	timer := time.NewTimer(restartWait)
+	defer timer.Stop()
+	for {
+		u.mu.Lock()
+		cs, down := u.cs, u.down
+		if cs == nil && u.back == nil {
+			u.back = make(chan struct{})
+		}
+		back := u.back
+		u.mu.Unlock()
+		if cs != nil {
+			return cs, nil
+		}
+		select {
+		case <-back:
+			// Up again, unless it ended at once: look again.
+		case <-ctx.Done():
+			return nil, fmt.Errorf("upstream %s is not running (%v); the call ended while fulfiller was restarting it: %w", u.Name, down, context.Cause(ctx))
+		case <-timer.C:
+			return nil, fmt.Errorf("upstream %s is not running (%v); fulfiller is restarting it, and it did not come back within %s", u.Name, down, restartWait)
+		}
+	}
 }
 
 // supervise keeps a session to the upstream until ctx ends: started,
@@ -183,6 +230,10 @@ func (u *upstream) run(ctx context.Context) error {
 		u.server = u.f.newServer(u, cs.InitializeResult())
 	}
 	u.cs, u.down = cs, nil
+	if u.back != nil {
+		close(u.back) // the calls waiting for the restart go out on it
+		u.back = nil
+	}
 	u.mu.Unlock()
 	if first {
 		close(u.ready)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mewkit/fulfiller/examples"
 	"github.com/mewkit/fulfiller/fulfill/state"
+	"github.com/mewkit/fulfiller/internal/atomicfile"
 	"github.com/mewkit/fulfiller/internal/mcpserve"
 	"github.com/mewkit/fulfiller/internal/printable"
 )
@@ -163,36 +164,13 @@ func writeStarter(dir string, roots []string, home string, force bool) ([]string
 		return nil, fmt.Errorf("mcp init: %w", err)
 	}
 	for _, p := range order {
-		if err := writeFileAside(p, files[p]); err != nil {
-			return nil, fmt.Errorf("mcp init: %w", err)
+		// Aside, then renamed: a policy loader watching the directory
+		// (a running fulfiller mcp) never reads a file half-written.
+		if err := atomicfile.Write(p, files[p], 0o644); err != nil {
+			return nil, fmt.Errorf("mcp init: write %s: %w", p, err)
 		}
 	}
 	return order, nil
-}
-
-// writeFileAside writes b to a new file beside p (a name no policy
-// loader reads) and renames it to p.
-func writeFileAside(p string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	return nil
 }
 
 // printStarter says what init wrote and what to run next.

@@ -230,8 +230,9 @@ func jsonOfT(t *testing.T, v any) string {
 
 // An upstream killed while a call runs: the client gets an error result
 // naming the upstream (nothing hangs), fulfiller mcp starts the upstream
-// again, and a call runs on it. A call made while it restarts (after
-// its backoff) is refused at once, saying so: the client is not held.
+// again, and a call runs on it. A call made while it restarts waits
+// for it (agent/mcpfront's TestCallWaitsForTheRestart); one that does
+// not see it back in time is refused, saying so.
 func TestMCPUpstreamKilledMidCall(t *testing.T) {
 	t.Parallel()
 	r := startTree(t)

@@ -30,14 +30,12 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/decisionlog/logrecord"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/internal/printable"
-	"github.com/mewkit/fulfiller/policies"
 )
 
 // SyncMode says when records are forced to disk (--decision-log-sync).
@@ -125,48 +123,6 @@ type Logger struct {
 	kick      chan struct{}
 	stop      chan struct{}
 	committer chan struct{} // closed when the committer has stopped
-
-	// calls are the MCP calls' client, server and rpc_id by proposal,
-	// read from their decided input, for the lines that follow it (the
-	// engine's outcome events do not carry them). Bounded: a proposal
-	// that outlives callsKept later ones loses them on its last lines.
-	calls *lru.Cache[string, callFields]
-}
-
-// callsKept bounds Logger.calls.
-const callsKept = 4096
-
-// callFields are what an MCP call's lines say of it beside front_end
-// and tool: logrecord.Record's Client, Server, RPCID.
-type callFields struct {
-	client, server string
-	rpcID          json.RawMessage
-}
-
-// mcpCall reads callFields from a decided event's input: the MCP front
-// end's input.proposal is its envelope of the call (mcpbind.Envelope:
-// rpc_id, server, client), input.tool.server the upstream. Read by its
-// JSON names, as any reader of the input would: decisionlog does not
-// depend on a front end.
-func mcpCall(in *policies.Input) (callFields, bool) {
-	if in == nil || in.FrontEnd != "mcp" {
-		return callFields{}, false
-	}
-	var env struct {
-		RPCID  json.RawMessage `json:"rpc_id"`
-		Server string          `json:"server"`
-		Client struct {
-			Name string `json:"name"`
-		} `json:"client"`
-	}
-	if len(in.Proposal) > 0 {
-		_ = json.Unmarshal(in.Proposal, &env) // a proposal of another shape names nothing
-	}
-	c := callFields{client: env.Client.Name, server: env.Server, rpcID: env.RPCID}
-	if in.Tool != nil && in.Tool.Server != "" {
-		c.server = in.Tool.Server
-	}
-	return c, c.client != "" || c.server != "" || len(c.rpcID) > 0
 }
 
 // Open starts a decision log at path; "-" is stdout. The file is appended
@@ -226,7 +182,6 @@ func newLogger(w io.Writer, syncFn func() error, opts Options) *Logger {
 		stop:      make(chan struct{}),
 		committer: make(chan struct{}),
 	}
-	l.calls, _ = lru.New[string, callFields](callsKept) // errs only on a size below 1
 	l.committed = sync.NewCond(&l.mu)
 	l.room = sync.NewCond(&l.mu)
 	go l.commitLoop()
@@ -549,13 +504,10 @@ func (l *Logger) fromEvent(e fulfill.Event) *logrecord.Record {
 		Timestamp: e.Time.UTC(), Stage: string(e.Stage), ProposalID: e.ProposalID,
 		Proposer: e.Proposer, Method: e.Method, Tool: e.Tool, Target: e.Target, FrontEnd: e.FrontEnd,
 	}
-	if e.FrontEnd == "mcp" && e.ProposalID != "" {
-		if c, ok := mcpCall(e.Input); ok && e.Stage == fulfill.StageDecided {
-			l.calls.Add(e.ProposalID, c)
-		}
-		if c, ok := l.calls.Get(e.ProposalID); ok {
-			r.Client, r.Server, r.RPCID = c.client, c.server, c.rpcID
-		}
+	if f := e.LogFields; f != nil {
+		// What the front end named of the call at intake, kept with its
+		// record (an MCP call's client, server, rpc_id): on every line.
+		r.Client, r.Server, r.RPCID = f.Client, f.Server, f.RPCID
 	}
 	switch e.Stage {
 	case fulfill.StageDecided:
@@ -639,15 +591,29 @@ func revision(rev string) *string {
 // for each human answer that counted, each forged one, and each
 // delegation (whose answer then counts is part of the record).
 func (l *Logger) ObserveApproval(e elicit.Event) {
+	l.observeApproval(e, "", nil)
+}
+
+// ObserveHuman takes the core's escalation steps
+// (fulfill.Approvals.Observer) as ObserveApproval takes elicit's, and
+// its lines name the call as the proposal's front end does (Human.Log:
+// an MCP call's client, server and rpc_id, front_end "mcp"): what a
+// front end other than MEW's passes, whose events elicit does not see.
+func (l *Logger) ObserveHuman(h lifecycle.Human) {
+	l.observeApproval(elicit.EventOf(h), h.FrontEnd, h.Log)
+}
+
+// observeApproval is ObserveApproval for a call of frontEnd that names
+// fields on its lines ("" and nil: the line names neither).
+func (l *Logger) observeApproval(e elicit.Event, frontEnd string, fields *lifecycle.LogFields) {
 	r := &logrecord.Record{Type: logrecord.TypeApproval, Stage: string(e.Kind), Timestamp: e.Time.UTC(), ProposalID: e.ProposalID,
 		DecisionID: e.DecisionID, Revision: revision(e.Revision), Approver: e.Approver, Action: e.Action, Reason: e.Reason}
 	if r.Timestamp.IsZero() {
 		r.Timestamp = time.Now().UTC()
 	}
-	if c, ok := l.calls.Get(e.ProposalID); ok {
-		// An MCP call's answer (@caller's): elicit knows no front end,
-		// the call's decided line told it.
-		r.FrontEnd, r.Client, r.Server, r.RPCID = "mcp", c.client, c.server, c.rpcID
+	r.FrontEnd = frontEnd
+	if fields != nil {
+		r.Client, r.Server, r.RPCID = fields.Client, fields.Server, fields.RPCID
 	}
 	keyed := l.opts.Keyed != nil && l.opts.Keyed(e.Approver)
 	switch e.Kind {

@@ -344,7 +344,7 @@ func (s *step) emit(e ...Effect) {
 // into its Log effect once already (two copies of a line of 400 bytes
 // per line, 3–4 lines per proposal, were the core's largest allocation).
 func lineOf(p *Proposal, stage string, fill func(Line) Line) Line {
-	l := Line{Stage: stage, ProposalID: p.ID, DecisionID: p.DecisionID, Proposer: p.From, Method: p.Method, Tool: p.Tool, Target: p.Addressee}
+	l := Line{Stage: stage, ProposalID: p.ID, DecisionID: p.DecisionID, Proposer: p.From, Method: p.Method, Tool: p.Tool, Target: p.Addressee, Log: p.Log}
 	if d := p.Decision; d != nil {
 		l.Revision = d.Revision
 		if d.Target != "" {
@@ -400,7 +400,7 @@ func (s *step) proposed(ev Proposed) {
 		// joins the decision its claim holds.
 		// (The replay's sender says who sent it: a replay of another's
 		// id is no less ignored.)
-		dup := &Proposal{ID: ev.ID, From: ev.From, Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee}
+		dup := &Proposal{ID: ev.ID, From: ev.From, Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee, Log: ev.Log}
 		// It joins the decision that governs the proposal (rule 10):
 		// its own while held here, the one it ended under (kept with
 		// the seen id), else the claim's winner the store named.
@@ -424,7 +424,7 @@ func (s *step) proposed(ev Proposed) {
 	c.seen.add(ev.ID)
 	id := c.ids.DecisionID()
 	p := &Proposal{ID: ev.ID, From: ev.From, Envelope: ev.Envelope, Params: ev.Params, Invalid: ev.Invalid, Size: ev.Size,
-		FrontEnd: ev.FrontEnd, Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee,
+		FrontEnd: ev.FrontEnd, Method: ev.Method, Tool: ev.Tool, Addressee: ev.Addressee, Log: ev.Log,
 		Received: s.now, Owner: c.cfg.Member, Phase: Deciding, Deadline: s.now.Add(c.cfg.PendingTTL), DecisionID: id, Claim: id,
 		V: RecordVersion}
 	if p.Invalid != "" {
@@ -909,7 +909,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			e.grant = nil
 			p := e.p
 			g.Params, g.DecisionID, g.Revision = p.FinalArgs, p.DecisionID, revisionOf(p)
-			g.Proposer, g.Method, g.Tool, g.Target, g.Proposed = p.From, p.Method, p.Tool, p.Request.Target, p.Params
+			g.Proposer, g.Method, g.Tool, g.Target, g.Proposed, g.Log = p.From, p.Method, p.Tool, p.Request.Target, p.Params, p.Log
 			g.Grantable = p.Decision.Grantable
 			s.emit(*g)
 		}

@@ -156,6 +156,7 @@ func (c *Core) promptID() string { return c.ids.PromptID() }
 // human emits a step of e's escalation with its humans.
 func (s *step) human(e *entry, h Human) {
 	h.ID, h.At, h.DecisionID, h.Revision = e.p.ID, s.now, e.p.DecisionID, revisionOf(e.p)
+	h.FrontEnd, h.Log = e.p.FrontEnd, e.p.Log
 	s.emit(h)
 }
 

@@ -23,6 +23,9 @@ type Proposed struct {
 	Params                  json.RawMessage
 	Invalid                 string
 	Size                    int
+	// Log: what the front end names of the call on each of its lines
+	// (Proposal.Log); nil for none.
+	Log *LogFields
 }
 
 // Stored is the result of the Write with the same ID and Seq.
@@ -480,6 +483,8 @@ type Line struct {
 	Method   string `json:"method,omitempty"`
 	Tool     string `json:"tool,omitempty"`
 	Target   string `json:"target,omitempty"` // the route, once decided (or the addressee)
+	// Log: what the front end names of the call (Proposal.Log).
+	Log *LogFields `json:"log_fields,omitempty"`
 	// By: who answered (approvers for approved and fulfilled, the other
 	// participant for superseded and an ignored answer); Deadline: an
 	// escalation's; Result and RPCError: a fulfilment's outcome (or an
@@ -567,6 +572,10 @@ type Human struct {
 	Notice               *Notice
 	Outcome              string // HumanEnded
 	DecisionID, Revision string
+	// FrontEnd and Log: the front end the proposal came in by, and
+	// what it names of the call (Proposal.FrontEnd, Proposal.Log).
+	FrontEnd string
+	Log      *LogFields
 }
 
 // Notice describes the escalation as a whole for people not in the
@@ -604,6 +613,9 @@ type CreateGrant struct {
 	Proposer, Method, Tool, Target, Revision string
 	Proposed                                 json.RawMessage
 	Grantable                                *decision.Grantable
+	// Log: what the front end names of the call (Proposal.Log), for
+	// the granted line.
+	Log *LogFields
 }
 
 func (Write) effect()       {}

@@ -130,6 +130,11 @@ type Proposal struct {
 	Tool      string `json:"tool,omitempty"`
 	Addressee string `json:"addressee,omitempty"`
 	Owner     string `json:"owner"` // the group member that answers it
+	// Log is what the proposal's front end names of it on every line
+	// (Proposed.Log): kept with the record, so a resumed proposal's
+	// lines say it too. Nil for a front end that names nothing (MEW),
+	// and in records written before there was one.
+	Log *LogFields `json:"log_fields,omitempty"`
 
 	Phase Phase `json:"phase"`
 	// Deadline is the one deadline of the current phase: the pending TTL
@@ -167,6 +172,20 @@ type Proposal struct {
 	// Legacy is a record written before RecordVersion, as read (V 0):
 	// what the shell's migration reads the rest of the Proposal from.
 	Legacy json.RawMessage `json:"-"`
+}
+
+// LogFields are what a front end names of a call on every decision-log
+// line of its proposal, beside the proposer, method, tool and target the
+// core fills in from the record: for the MCP front end the client (its
+// clientInfo name, a claim), the server (the upstream called) and the
+// client's JSON-RPC id. The front end gives them at intake; the record
+// is their one owner, and every Line, Human and CreateGrant of the
+// proposal points at them. Never changed once given, so the pointer is
+// shared, not copied.
+type LogFields struct {
+	Client string          `json:"client,omitempty"`
+	Server string          `json:"server,omitempty"`
+	RPCID  json.RawMessage `json:"rpc_id,omitempty"`
 }
 
 // Escalation is what a proposal's escalation keeps besides its prompts

@@ -19,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/mewkit/fulfiller/internal/atomicfile"
 )
 
 // A directory several processes share (SharedDir: fulfiller mcp, which
@@ -114,12 +116,7 @@ func shareToken(dir string) (string, error) {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", fmt.Errorf("state: make a token: %w", err)
 	}
-	tmp, err := writeAside(dir, tokenFile, []byte(hex.EncodeToString(raw[:])+"\n"))
-	defer os.Remove(tmp)
-	if err != nil {
-		return "", fmt.Errorf("state: make %s: %w", path, err)
-	}
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+	if _, err := atomicfile.Create(path, []byte(hex.EncodeToString(raw[:])+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("state: make %s: %w", path, err)
 	}
 	b, err := os.ReadFile(path)
@@ -248,27 +245,7 @@ func readAddr(dir string) (sharedAddr, error) {
 // old address or the new, never half of one.
 func writeAddr(dir string, port int) error {
 	b, _ := json.Marshal(sharedAddr{Port: port, PID: os.Getpid()})
-	tmp, err := writeAside(dir, addrFile, b)
-	defer os.Remove(tmp)
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, addrFile))
-}
-
-// writeAside writes data to a new file beside name in dir (0600) and
-// returns its path, for the caller to link or rename into place, and to
-// remove ("" when none was made).
-func writeAside(dir, name string, data []byte) (string, error) {
-	f, err := os.CreateTemp(dir, name+".*")
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return f.Name(), err
+	return atomicfile.Write(filepath.Join(dir, addrFile), b, 0o600)
 }
 
 // Dial implements nats.CustomDialer: the host's address is read anew

@@ -149,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if s.dlog != nil {
 		obs = s.dlog
 		dl := s.dlog
-		approvals.Observer = func(h lifecycle.Human) { dl.ObserveApproval(elicit.EventOf(h)) }
+		approvals.Observer = func(h lifecycle.Human) { dl.ObserveHuman(h) }
 	}
 	fcfg := fulfill.Config{
 		MaxPending: cfg.MaxPending, MaxInflight: cfg.MaxInflight, PendingTTL: cfg.PendingTTL,

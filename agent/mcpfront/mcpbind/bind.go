@@ -128,14 +128,18 @@ func ReadEnvelope(p *lifecycle.Proposal) (Envelope, bool) {
 	return e, true
 }
 
-// Propose implements mcpfront.Engine: the call becomes a Proposed.
+// Propose implements mcpfront.Engine: the call becomes a Proposed. It
+// names the call's client, upstream and JSON-RPC id for every line of
+// the proposal (lifecycle.LogFields), the busy reject before any
+// decision included; the core's record keeps them.
 func (b *Binding) Propose(ctx context.Context, p mcpfront.Proposal) error {
 	env, err := json.Marshal(envelopeOf(p))
 	if err != nil {
 		return fmt.Errorf("mcpbind: proposal %s: %w", p.ID, err)
 	}
 	return b.loop.Post(ctx, lifecycle.Proposed{ID: p.ID, From: p.Proposer, FrontEnd: mcpfront.FrontEnd,
-		Method: p.Method, Tool: p.Tool.Name, Addressee: p.Server, Envelope: env, Params: p.Params, Size: len(env)})
+		Method: p.Method, Tool: p.Tool.Name, Addressee: p.Server, Envelope: env, Params: p.Params, Size: len(env),
+		Log: &lifecycle.LogFields{Client: p.Client.Name, Server: p.Server, RPCID: p.RPCID}})
 }
 
 // Responded implements mcpfront.Engine. On the Loop's goroutine, the

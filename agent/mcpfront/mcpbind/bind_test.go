@@ -3,6 +3,7 @@ package mcpbind
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,12 @@ var rules = map[string]decision.Decision{
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
+	return newRigWith(t, nil)
+}
+
+// newRigWith is newRig with the core's configuration changed by tune.
+func newRigWith(t *testing.T, tune func(*lifecycle.Config)) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &rig{t: t, ctx: ctx, log: &journal{}, files: toolserver.NewFiles(map[string]string{"/repo/a.txt": "hello"}),
 		hung: make(chan struct{}, 1), cancelled: make(chan struct{}, 1)}
@@ -191,9 +198,13 @@ func newRig(t *testing.T) *rig {
 		tool, schema := r.b.Tool(p, "", nil)
 		return tool, schema, false
 	}}
-	core := lifecycle.New(lifecycle.Config{Member: "m1", MaxPending: 100, MaxInflight: 10, PendingTTL: time.Minute,
+	cfg := lifecycle.Config{Member: "m1", MaxPending: 100, MaxInflight: 10, PendingTTL: time.Minute,
 		FulfillTimeout: time.Minute, ApprovalTimeout: time.Minute, RetryAfter: 50 * time.Millisecond, Codec: codec,
-		Alone: true, ReserveIDs: 16}, r.b.IDs())
+		Alone: true, ReserveIDs: 16}
+	if tune != nil {
+		tune(&cfg)
+	}
+	core := lifecycle.New(cfg, r.b.IDs())
 	loop := lifecycle.NewLoop(core, lifecycle.SystemClock{}, &memStore{recs: map[string]lifecycle.Proposal{}}, r.b.Wire(), r.pol, r.log, 50*time.Millisecond)
 	r.b.Bind(loop, front)
 	r.wg.Add(2)
@@ -324,6 +335,67 @@ func TestCallerApproves(t *testing.T) {
 		t.Fatalf("delete_path: isError %v %q after %d prompts", res.IsError, text(res), asked.Load())
 	}
 	r.waitStages(r.proposalOf("delete_path"), "received", "decided", "escalated", "approved", "fulfilling", "fulfilled")
+}
+
+// Every line of an MCP call names its client, upstream and JSON-RPC id
+// as the binding named them at intake (lifecycle.LogFields, kept with
+// the record): a fulfilment's, a policy's reject's, an escalation the
+// caller approves, and a call rejected busy before any decision (the
+// pending bytes are full), which has no decided line to read them from.
+func TestEveryLineNamesTheCall(t *testing.T) {
+	r := newRig(t)
+	var asked atomic.Int64
+	cs := r.client(caller(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, &asked))
+	call(t, cs, "read_file", map[string]any{"path": "/repo/a.txt"})
+	call(t, cs, "write_file", map[string]any{"path": "/repo/a.txt", "content": "evil"})
+	call(t, cs, "delete_path", map[string]any{"path": "/repo/a.txt"})
+	r.waitStages(r.proposalOf("read_file"), "received", "decided", "fulfilling", "fulfilled")
+	r.waitStages(r.proposalOf("write_file"), "received", "decided", "rejected")
+	r.waitStages(r.proposalOf("delete_path"), "received", "decided", "escalated", "approved", "fulfilling", "fulfilled")
+
+	full := newRigWith(t, func(c *lifecycle.Config) { c.MaxPendingBytes = 1 })
+	res := call(t, full.client(nil), "read_file", map[string]any{"path": "/repo/a.txt"})
+	if !res.IsError || res.Meta["fulfiller/reason"] != "busy" {
+		t.Fatalf("read_file with no pending bytes free: isError %v %q meta %v; want a busy reject", res.IsError, text(res), res.Meta)
+	}
+	if n := len(full.pol.inputs()); n != 0 {
+		t.Fatalf("the policy decided %d calls; want the busy one rejected before any decision", n)
+	}
+	if !poll.Within(10*time.Second, func() bool {
+		full.log.mu.Lock()
+		defer full.log.mu.Unlock()
+		return slices.ContainsFunc(full.log.lines, func(l lifecycle.Line) bool { return l.Stage == "rejected" })
+	}) {
+		t.Fatal("no rejected line for the busy call")
+	}
+
+	for _, rg := range []*rig{r, full} {
+		rpcIDs := map[string]string{} // proposal → rpc_id
+		stages := 0
+		rg.log.mu.Lock()
+		for _, l := range rg.log.lines {
+			stages++
+			if l.Log == nil || l.Log.Client != "test-client" || l.Log.Server != "files" || len(l.Log.RPCID) == 0 {
+				t.Errorf("%s line of %s (%s) names %+v; want client test-client, server files, an rpc_id", l.Stage, l.ProposalID, l.Tool, l.Log)
+				continue
+			}
+			if prev, ok := rpcIDs[l.ProposalID]; ok && prev != string(l.Log.RPCID) {
+				t.Errorf("proposal %s: rpc_id %s, then %s", l.ProposalID, prev, l.Log.RPCID)
+			}
+			rpcIDs[l.ProposalID] = string(l.Log.RPCID)
+		}
+		rg.log.mu.Unlock()
+		seen := map[string]bool{}
+		for _, id := range rpcIDs {
+			if seen[id] {
+				t.Errorf("two proposals have rpc_id %s", id)
+			}
+			seen[id] = true
+		}
+		if want := map[*rig]int{r: 3, full: 1}[rg]; len(rpcIDs) != want || stages == 0 {
+			t.Errorf("%d proposals logged (%d lines); want %d", len(rpcIDs), stages, want)
+		}
+	}
 }
 
 func TestCallerDeclines(t *testing.T) {
