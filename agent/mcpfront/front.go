@@ -91,6 +91,16 @@ type held struct {
 	gone     bool
 	prompts  map[string]context.CancelFunc
 	progress float64
+	// relayed is the upstream's last result as send decoded it and as
+	// the engine got it (raw): an Answer that relays those bytes is
+	// answered with the decoded result, not decoded again.
+	relayed *relayedResult
+}
+
+// relayedResult is an upstream's result, decoded and as JSON.
+type relayedResult struct {
+	raw json.RawMessage
+	res *mcp.CallToolResult
 }
 
 // handler is who holds h now (nil ctx: nobody, a retry is awaited).
@@ -444,7 +454,7 @@ func (f *Front) hold(ctx context.Context, h *held) (*mcp.CallToolResult, error) 
 		select {
 		case a := <-h.answer:
 			if ctx.Err() == nil {
-				return answerResult(a)
+				return h.answerResult(a)
 			}
 			// Answered as the client left: it is a withdrawal all the
 			// same (the engine logs what it did).
@@ -633,9 +643,14 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 	if h == nil {
 		return ErrUnknown
 	}
-	var params mcp.CallToolParamsRaw
-	if err := json.Unmarshal(r.Params, &params); err != nil {
-		return fmt.Errorf("mcpfront: the request's params: %w", err)
+	// The call as proposed (what the engine sends but for an approver's
+	// edit) is not read again: call read its name and arguments.
+	params := mcp.CallToolParamsRaw{Name: h.p.Tool.Name, Arguments: h.p.Tool.Arguments}
+	if !bytes.Equal(r.Params, h.p.Params) {
+		params = mcp.CallToolParamsRaw{}
+		if err := json.Unmarshal(r.Params, &params); err != nil {
+			return fmt.Errorf("mcpfront: the request's params: %w", err)
+		}
 	}
 	f.mu.Lock()
 	fctx := f.ctx
@@ -659,11 +674,12 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 		cancel()
 		return errClosed
 	}
-	out := &mcp.CallToolParams{Name: params.Name, Meta: params.Meta}
+	// The client's _meta stays with the client; its progressToken is
+	// carried below.
+	out := &mcp.CallToolParams{Name: params.Name}
 	if len(params.Arguments) > 0 {
 		out.Arguments = params.Arguments
 	}
-	out.Meta = nil // the client's _meta stays with the client; its progressToken is carried below
 	upToken := ""
 	if h.p.Progress {
 		upToken = "fulfiller-" + r.ProposalID
@@ -676,8 +692,13 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 		defer f.wg.Done()
 		defer cancel()
 		start := time.Now()
-		resp := f.send(rctx, h.u, out)
+		resp, res := f.send(rctx, h.u, out)
 		resp.ProposalID, resp.Latency = r.ProposalID, time.Since(start)
+		if res != nil {
+			h.mu.Lock()
+			h.relayed = &relayedResult{raw: resp.Result, res: res}
+			h.mu.Unlock()
+		}
 		f.mu.Lock()
 		delete(f.tokens, upToken)
 		delete(f.reqs, r.ProposalID)
@@ -690,20 +711,22 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 }
 
 // send calls the upstream: its result or JSON-RPC error as it came, or
-// a result that names the upstream that failed.
-func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParams) Response {
+// a result that names the upstream that failed. The result is also
+// returned decoded (nil for the others), as the client is to get it.
+func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParams) (Response, *mcp.CallToolResult) {
 	cs, err := u.session()
 	if err == nil {
 		var res *mcp.CallToolResult
 		res, err = cs.CallTool(ctx, params)
 		if err == nil {
-			raw, merr := withoutResultType(res)
+			res = withoutResultType(res)
+			raw, merr := json.Marshal(res)
 			if merr == nil {
-				return Response{Result: raw}
+				return Response{Result: raw}, res
 			}
 			err = fmt.Errorf("its result cannot be relayed: %w", merr)
 		} else if werr := (*jsonrpc.Error)(nil); errors.As(err, &werr) && ctx.Err() == nil && isUpstreamRPCError(werr) {
-			return Response{Error: &RPCError{Code: werr.Code, Message: werr.Message, Data: werr.Data}}
+			return Response{Error: &RPCError{Code: werr.Code, Message: werr.Message, Data: werr.Data}}, nil
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -715,26 +738,16 @@ func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParam
 	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}},
 		Meta: mcp.Meta{"fulfiller/upstream": u.Name}}
 	raw, _ := json.Marshal(res)
-	return Response{Result: raw, Failed: true}
+	return Response{Result: raw, Failed: true}, nil
 }
 
-// withoutResultType is res as JSON without its resultType, which is the
-// hop's (fulfiller to the upstream), not the result's: the client's hop
-// sets its own.
-func withoutResultType(res *mcp.CallToolResult) (json.RawMessage, error) {
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, err
-	}
-	if _, ok := m["resultType"]; !ok {
-		return raw, nil
-	}
-	delete(m, "resultType")
-	return json.Marshal(m)
+// withoutResultType is res without its resultType, which is the hop's
+// (fulfiller to the upstream), not the result's: the client's hop sets
+// its own. The SDK keeps it unexported, so res is copied field by field
+// (TestWithoutResultTypeCopiesEveryField fails when the SDK adds one).
+func withoutResultType(res *mcp.CallToolResult) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Meta: res.Meta, Content: res.Content, StructuredContent: res.StructuredContent,
+		IsError: res.IsError, InputRequests: res.InputRequests, RequestState: res.RequestState}
 }
 
 // codeRejected is the SDK's code for a message its transport could not
@@ -975,6 +988,19 @@ var defaultMessages = map[string]string{
 	"incapable": "this client cannot ask you",
 	"busy":      "fulfiller is busy; try again later",
 	"other":     "the call was not carried out",
+}
+
+// answerResult is the result (or JSON-RPC error) of an Answer to h: the
+// upstream's result as send decoded it when the answer relays it as it
+// came, else answerResult's.
+func (h *held) answerResult(a Answer) (*mcp.CallToolResult, error) {
+	h.mu.Lock()
+	r := h.relayed
+	h.mu.Unlock()
+	if r != nil && a.Reject == nil && a.Error == nil && bytes.Equal(a.Result, r.raw) {
+		return r.res, nil
+	}
+	return answerResult(a)
 }
 
 // answerResult is the result (or JSON-RPC error) of an Answer.
