@@ -57,6 +57,7 @@ type Front struct {
 	ctx     context.Context
 	running chan struct{} // closed when Run starts
 	wg      sync.WaitGroup
+	jobs    chan func() // to a goroutine of start that waits for one
 
 	mu      sync.Mutex
 	closing bool // Run is ending: nothing more is started (see goes)
@@ -152,7 +153,7 @@ func New(cfg Config, ups ...Upstream) (*Front, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Front{cfg: cfg, eng: cfg.Engine, pins: cfg.Pins, log: cfg.Logger, ups: map[string]*upstream{},
-		running: make(chan struct{}), held: map[string]*held{}, tokens: map[string]*held{}, reqs: map[string]context.CancelFunc{}}
+		running: make(chan struct{}), jobs: make(chan func()), held: map[string]*held{}, tokens: map[string]*held{}, reqs: map[string]context.CancelFunc{}}
 	for _, up := range ups {
 		// The only upstream may be nameless: named after its serverInfo
 		// at its first start (stdio).
@@ -228,6 +229,46 @@ func (f *Front) goes() bool {
 	}
 	f.wg.Add(1)
 	return true
+}
+
+// workerIdle is how long a goroutine of start waits for its next job.
+const workerIdle = 10 * time.Second
+
+// start runs job in a goroutine the Front owns (false: the Front is not
+// running, and job does not run): one that ran an earlier job and waits
+// for the next, or a new one. Reused, a goroutine keeps the stack it
+// grew to the SDK's depth: a new one per upstream request spent a tenth
+// of what fulfiller adds to a relayed call growing its stack.
+func (f *Front) start(job func()) bool {
+	select {
+	case f.jobs <- job:
+		return true
+	default:
+	}
+	if !f.goes() {
+		return false
+	}
+	go f.worker(job)
+	return true
+}
+
+// worker runs job, then the jobs start hands it, until it has waited
+// workerIdle for one or Run ends.
+func (f *Front) worker(job func()) {
+	defer f.wg.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		job()
+		idle.Reset(workerIdle)
+		select {
+		case job = <-f.jobs:
+		case <-idle.C:
+			return
+		case <-f.ctx.Done():
+			return
+		}
+	}
 }
 
 // Ready waits until upstream name has been started once (its server
@@ -375,7 +416,7 @@ func forward[R mcp.Result](u *upstream, do func(*mcp.ClientSession) (R, error)) 
 // call is a tools/call: a proposal to the engine, held until its answer.
 func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	params := r.Params
-	rpcID := unstamp(params)
+	rpcID := rpcIDOf(r.Extra)
 	if err := checkCall(params); err != nil {
 		return nil, err
 	}
@@ -652,28 +693,6 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 			return fmt.Errorf("mcpfront: the request's params: %w", err)
 		}
 	}
-	f.mu.Lock()
-	fctx := f.ctx
-	f.mu.Unlock()
-	if fctx == nil {
-		return errClosed
-	}
-	rctx, cancel := context.WithCancel(fctx)
-	f.mu.Lock()
-	if f.reqs[r.ProposalID] != nil {
-		f.mu.Unlock()
-		cancel()
-		return fmt.Errorf("mcpfront: proposal %s: its request is out already", r.ProposalID)
-	}
-	f.reqs[r.ProposalID] = cancel
-	f.mu.Unlock()
-	if !f.goes() {
-		f.mu.Lock()
-		delete(f.reqs, r.ProposalID)
-		f.mu.Unlock()
-		cancel()
-		return errClosed
-	}
 	// The client's _meta stays with the client; its progressToken is
 	// carried below.
 	out := &mcp.CallToolParams{Name: params.Name}
@@ -684,13 +703,30 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 	if h.p.Progress {
 		upToken = "fulfiller-" + r.ProposalID
 		out.SetProgressToken(upToken)
-		f.mu.Lock()
+	}
+	f.mu.Lock()
+	if f.ctx == nil || f.closing {
+		f.mu.Unlock()
+		return errClosed
+	}
+	if f.reqs[r.ProposalID] != nil {
+		f.mu.Unlock()
+		return fmt.Errorf("mcpfront: proposal %s: its request is out already", r.ProposalID)
+	}
+	rctx, cancel := context.WithCancel(f.ctx)
+	f.reqs[r.ProposalID] = cancel
+	if upToken != "" {
 		f.tokens[upToken] = h
+	}
+	f.mu.Unlock()
+	forget := func() {
+		cancel()
+		f.mu.Lock()
+		delete(f.tokens, upToken)
+		delete(f.reqs, r.ProposalID)
 		f.mu.Unlock()
 	}
-	go func() {
-		defer f.wg.Done()
-		defer cancel()
+	started := f.start(func() {
 		start := time.Now()
 		resp, res := f.send(rctx, h.u, out)
 		resp.ProposalID, resp.Latency = r.ProposalID, time.Since(start)
@@ -699,14 +735,15 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 			h.relayed = &relayedResult{raw: resp.Result, res: res}
 			h.mu.Unlock()
 		}
-		f.mu.Lock()
-		delete(f.tokens, upToken)
-		delete(f.reqs, r.ProposalID)
-		f.mu.Unlock()
+		forget()
 		if err := f.eng.Responded(f.ctx, resp); err != nil {
 			f.log.Warn("mcp response not taken by the engine", "proposal", r.ProposalID, "err", err)
 		}
-	}()
+	})
+	if !started {
+		forget()
+		return errClosed
+	}
 	return nil
 }
 
@@ -912,15 +949,7 @@ func (f *Front) SendPrompt(_ context.Context, p Prompt) error {
 	}
 	h.prompts[p.PromptID] = cancel
 	h.mu.Unlock()
-	if !f.goes() {
-		h.mu.Lock()
-		delete(h.prompts, p.PromptID)
-		h.mu.Unlock()
-		cancel()
-		return errClosed
-	}
-	go func() {
-		defer f.wg.Done()
+	started := f.start(func() {
 		defer cancel()
 		res, err := ss.Elicit(pctx, &params)
 		h.mu.Lock()
@@ -946,7 +975,14 @@ func (f *Front) SendPrompt(_ context.Context, p Prompt) error {
 		if err := f.eng.Answered(f.ctx, a); err != nil {
 			f.log.Warn("mcp prompt answer not taken by the engine", "proposal", p.ProposalID, "err", err)
 		}
-	}()
+	})
+	if !started {
+		h.mu.Lock()
+		delete(h.prompts, p.PromptID)
+		h.mu.Unlock()
+		cancel()
+		return errClosed
+	}
 	return nil
 }
 

@@ -1,8 +1,13 @@
 package mcpfront
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -50,38 +55,64 @@ func TestWithoutResultTypeCopiesEveryField(t *testing.T) {
 	}
 }
 
-// A tools/call is stamped with its JSON-RPC id whatever its params hold,
-// and the handler gets the params back as the client sent them.
-func TestStampKeepsTheParams(t *testing.T) {
-	for _, tc := range []struct{ params, wantArgs, wantMeta string }{
-		{`{"name":"add","arguments":{"a":1,"b":2}}`, `{"a":1,"b":2}`, ``},
-		{` { "name" : "add" } `, ``, ``},
-		{`{"name":"add","_meta":{"progressToken":"p"},"arguments":{}}`, `{}`, `{"progressToken":"p"}`},
-		{`{"_meta":null,"name":"add"}`, ``, ``},
+// fakeConn reads one message.
+type fakeConn struct {
+	mcp.Connection
+	msg jsonrpc.Message
+}
+
+func (c fakeConn) Read(context.Context) (jsonrpc.Message, error) { return c.msg, nil }
+
+// A tools/call read over stdio reaches the handler with its JSON-RPC id,
+// its params untouched; other messages are not stamped.
+func TestStampConnKeepsTheParams(t *testing.T) {
+	for _, tc := range []struct {
+		id     any
+		method string
+		want   string
+	}{
+		{float64(7), "tools/call", "7"},
+		{"req-é\n", "tools/call", `"req-é\n"`},
+		{float64(8), "tools/list", "null"},
 	} {
-		req, err := jsonrpc.MakeID(float64(7))
+		id, err := jsonrpc.MakeID(tc.id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &jsonrpc.Request{ID: req, Method: "tools/call", Params: json.RawMessage(tc.params)}
-		stamp(r)
-		var p mcp.CallToolParamsRaw
-		if err := json.Unmarshal(r.Params, &p); err != nil {
-			t.Fatalf("%s stamped into %s: %v", tc.params, r.Params, err)
+		params := `{"name":"add","arguments":{"a":1,"b":2}}`
+		in := &jsonrpc.Request{ID: id, Method: tc.method, Params: json.RawMessage(params)}
+		m, err := stampConn{fakeConn{msg: in}}.Read(t.Context())
+		if err != nil {
+			t.Fatal(err)
 		}
-		if id := unstamp(&p); string(id) != "7" {
-			t.Errorf("%s: stamped id %s, want 7 (params %s)", tc.params, id, r.Params)
+		r := m.(*jsonrpc.Request)
+		extra, _ := r.Extra.(*mcp.RequestExtra)
+		if got := string(rpcIDOf(extra)); got != tc.want {
+			t.Errorf("%s %v: rpc id %s, want %s", tc.method, tc.id, got, tc.want)
 		}
-		if p.Name != "add" || string(p.Arguments) != tc.wantArgs {
-			t.Errorf("%s: name %q, arguments %s after the stamp", tc.params, p.Name, p.Arguments)
+		if string(r.Params) != params {
+			t.Errorf("params %s after the stamp, want %s", r.Params, params)
 		}
-		meta := ""
-		if p.Meta != nil {
-			b, _ := json.Marshal(p.Meta)
-			meta = string(b)
+	}
+}
+
+// Over HTTP the id is the body's, never a header the client sent.
+func TestStampBodyTakesTheIDFromTheBody(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"add"}}`, "41"},
+		{`{"jsonrpc":"2.0","id":42,"method":"tools/list"}`, "null"},
+		{`not json`, "null"},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/mcp/calc", strings.NewReader(tc.body))
+		req.Header.Set(rpcIDHeader, "666")
+		if !stampBody(httptest.NewRecorder(), req, 1<<20) {
+			t.Fatalf("%s: refused", tc.body)
 		}
-		if meta != tc.wantMeta {
-			t.Errorf("%s: _meta %s after the stamp, want %q", tc.params, meta, tc.wantMeta)
+		if got := string(rpcIDOf(&mcp.RequestExtra{Header: req.Header})); got != tc.want {
+			t.Errorf("%s: rpc id %s, want %s", tc.body, got, tc.want)
+		}
+		if body, _ := io.ReadAll(req.Body); string(body) != tc.body {
+			t.Errorf("body %s after the stamp, want it as sent", body)
 		}
 	}
 }
