@@ -186,10 +186,17 @@ func (c *envelopeCache) put(raw []byte, r readEnv) {
 
 // Propose implements mcpfront.Engine: the call becomes a Proposed.
 func (b *Binding) Propose(ctx context.Context, p mcpfront.Proposal) error {
-	env, err := json.Marshal(envelopeOf(p))
+	e := envelopeOf(p)
+	env, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("mcpbind: proposal %s: %w", p.ID, err)
 	}
+	// The engine reads the envelope back to decide the call: it is
+	// known already (the same JSON values; their spacing as the front
+	// end made them).
+	r := readEnv{Envelope: e}
+	r.name, r.args = toolCall(e.Params)
+	envelopes.put(env, r)
 	return b.loop.Post(ctx, lifecycle.Proposed{ID: p.ID, From: p.Proposer, FrontEnd: mcpfront.FrontEnd,
 		Method: p.Method, Tool: p.Tool.Name, Addressee: p.Server, Envelope: env, Params: p.Params, Size: len(env)})
 }
