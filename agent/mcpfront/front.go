@@ -57,6 +57,7 @@ type Front struct {
 	ctx     context.Context
 	running chan struct{} // closed when Run starts
 	wg      sync.WaitGroup
+	jobs    chan func() // to a goroutine of start that waits for one
 
 	mu      sync.Mutex
 	closing bool // Run is ending: nothing more is started (see goes)
@@ -91,6 +92,16 @@ type held struct {
 	gone     bool
 	prompts  map[string]context.CancelFunc
 	progress float64
+	// relayed is the upstream's last result as send decoded it and as
+	// the engine got it (raw): an Answer that relays those bytes is
+	// answered with the decoded result, not decoded again.
+	relayed *relayedResult
+}
+
+// relayedResult is an upstream's result, decoded and as JSON.
+type relayedResult struct {
+	raw json.RawMessage
+	res *mcp.CallToolResult
 }
 
 // handler is who holds h now (nil ctx: nobody, a retry is awaited).
@@ -142,7 +153,7 @@ func New(cfg Config, ups ...Upstream) (*Front, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Front{cfg: cfg, eng: cfg.Engine, pins: cfg.Pins, log: cfg.Logger, ups: map[string]*upstream{},
-		running: make(chan struct{}), held: map[string]*held{}, tokens: map[string]*held{}, reqs: map[string]context.CancelFunc{}}
+		running: make(chan struct{}), jobs: make(chan func()), held: map[string]*held{}, tokens: map[string]*held{}, reqs: map[string]context.CancelFunc{}}
 	for _, up := range ups {
 		// The only upstream may be nameless: named after its serverInfo
 		// at its first start (stdio).
@@ -218,6 +229,46 @@ func (f *Front) goes() bool {
 	}
 	f.wg.Add(1)
 	return true
+}
+
+// workerIdle is how long a goroutine of start waits for its next job.
+const workerIdle = 10 * time.Second
+
+// start runs job in a goroutine the Front owns (false: the Front is not
+// running, and job does not run): one that ran an earlier job and waits
+// for the next, or a new one. Reused, a goroutine keeps the stack it
+// grew to the SDK's depth: a new one per upstream request spent a tenth
+// of what fulfiller adds to a relayed call growing its stack.
+func (f *Front) start(job func()) bool {
+	select {
+	case f.jobs <- job:
+		return true
+	default:
+	}
+	if !f.goes() {
+		return false
+	}
+	go f.worker(job)
+	return true
+}
+
+// worker runs job, then the jobs start hands it, until it has waited
+// workerIdle for one or Run ends.
+func (f *Front) worker(job func()) {
+	defer f.wg.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		job()
+		idle.Reset(workerIdle)
+		select {
+		case job = <-f.jobs:
+		case <-idle.C:
+			return
+		case <-f.ctx.Done():
+			return
+		}
+	}
 }
 
 // Ready waits until upstream name has been started once (its server
@@ -365,7 +416,7 @@ func forward[R mcp.Result](u *upstream, do func(*mcp.ClientSession) (R, error)) 
 // call is a tools/call: a proposal to the engine, held until its answer.
 func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	params := r.Params
-	rpcID := unstamp(params)
+	rpcID := rpcIDOf(r.Extra)
 	if err := checkCall(params); err != nil {
 		return nil, err
 	}
@@ -444,7 +495,7 @@ func (f *Front) hold(ctx context.Context, h *held) (*mcp.CallToolResult, error) 
 		select {
 		case a := <-h.answer:
 			if ctx.Err() == nil {
-				return answerResult(a)
+				return h.answerResult(a)
 			}
 			// Answered as the client left: it is a withdrawal all the
 			// same (the engine logs what it did).
@@ -633,77 +684,86 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 	if h == nil {
 		return ErrUnknown
 	}
-	var params mcp.CallToolParamsRaw
-	if err := json.Unmarshal(r.Params, &params); err != nil {
-		return fmt.Errorf("mcpfront: the request's params: %w", err)
+	// The call as proposed (what the engine sends but for an approver's
+	// edit) is not read again: call read its name and arguments.
+	params := mcp.CallToolParamsRaw{Name: h.p.Tool.Name, Arguments: h.p.Tool.Arguments}
+	if !bytes.Equal(r.Params, h.p.Params) {
+		params = mcp.CallToolParamsRaw{}
+		if err := json.Unmarshal(r.Params, &params); err != nil {
+			return fmt.Errorf("mcpfront: the request's params: %w", err)
+		}
 	}
-	f.mu.Lock()
-	fctx := f.ctx
-	f.mu.Unlock()
-	if fctx == nil {
-		return errClosed
-	}
-	rctx, cancel := context.WithCancel(fctx)
-	f.mu.Lock()
-	if f.reqs[r.ProposalID] != nil {
-		f.mu.Unlock()
-		cancel()
-		return fmt.Errorf("mcpfront: proposal %s: its request is out already", r.ProposalID)
-	}
-	f.reqs[r.ProposalID] = cancel
-	f.mu.Unlock()
-	if !f.goes() {
-		f.mu.Lock()
-		delete(f.reqs, r.ProposalID)
-		f.mu.Unlock()
-		cancel()
-		return errClosed
-	}
-	out := &mcp.CallToolParams{Name: params.Name, Meta: params.Meta}
+	// The client's _meta stays with the client; its progressToken is
+	// carried below.
+	out := &mcp.CallToolParams{Name: params.Name}
 	if len(params.Arguments) > 0 {
 		out.Arguments = params.Arguments
 	}
-	out.Meta = nil // the client's _meta stays with the client; its progressToken is carried below
 	upToken := ""
 	if h.p.Progress {
 		upToken = "fulfiller-" + r.ProposalID
 		out.SetProgressToken(upToken)
-		f.mu.Lock()
-		f.tokens[upToken] = h
-		f.mu.Unlock()
 	}
-	go func() {
-		defer f.wg.Done()
-		defer cancel()
-		start := time.Now()
-		resp := f.send(rctx, h.u, out)
-		resp.ProposalID, resp.Latency = r.ProposalID, time.Since(start)
+	f.mu.Lock()
+	if f.ctx == nil || f.closing {
+		f.mu.Unlock()
+		return errClosed
+	}
+	if f.reqs[r.ProposalID] != nil {
+		f.mu.Unlock()
+		return fmt.Errorf("mcpfront: proposal %s: its request is out already", r.ProposalID)
+	}
+	rctx, cancel := context.WithCancel(f.ctx)
+	f.reqs[r.ProposalID] = cancel
+	if upToken != "" {
+		f.tokens[upToken] = h
+	}
+	f.mu.Unlock()
+	forget := func() {
+		cancel()
 		f.mu.Lock()
 		delete(f.tokens, upToken)
 		delete(f.reqs, r.ProposalID)
 		f.mu.Unlock()
+	}
+	started := f.start(func() {
+		start := time.Now()
+		resp, res := f.send(rctx, h.u, out)
+		resp.ProposalID, resp.Latency = r.ProposalID, time.Since(start)
+		if res != nil {
+			h.mu.Lock()
+			h.relayed = &relayedResult{raw: resp.Result, res: res}
+			h.mu.Unlock()
+		}
+		forget()
 		if err := f.eng.Responded(f.ctx, resp); err != nil {
 			f.log.Warn("mcp response not taken by the engine", "proposal", r.ProposalID, "err", err)
 		}
-	}()
+	})
+	if !started {
+		forget()
+		return errClosed
+	}
 	return nil
 }
 
 // send calls the upstream: its result or JSON-RPC error as it came, or
-// a result that names the upstream that failed.
-func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParams) Response {
+// a result that names the upstream that failed. The result is also
+// returned decoded (nil for the others), as the client is to get it.
+func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParams) (Response, *mcp.CallToolResult) {
 	cs, err := u.sessionFor(ctx)
 	if err == nil {
 		var res *mcp.CallToolResult
 		res, err = cs.CallTool(ctx, params)
 		if err == nil {
-			raw, merr := withoutResultType(res)
+			res = withoutResultType(res)
+			raw, merr := json.Marshal(res)
 			if merr == nil {
-				return Response{Result: raw}
+				return Response{Result: raw}, res
 			}
 			err = fmt.Errorf("its result cannot be relayed: %w", merr)
 		} else if werr := (*jsonrpc.Error)(nil); errors.As(err, &werr) && ctx.Err() == nil && isUpstreamRPCError(werr) {
-			return Response{Error: &RPCError{Code: werr.Code, Message: werr.Message, Data: werr.Data}}
+			return Response{Error: &RPCError{Code: werr.Code, Message: werr.Message, Data: werr.Data}}, nil
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -715,26 +775,16 @@ func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParam
 	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}},
 		Meta: mcp.Meta{"fulfiller/upstream": u.Name}}
 	raw, _ := json.Marshal(res)
-	return Response{Result: raw, Failed: true}
+	return Response{Result: raw, Failed: true}, nil
 }
 
-// withoutResultType is res as JSON without its resultType, which is the
-// hop's (fulfiller to the upstream), not the result's: the client's hop
-// sets its own.
-func withoutResultType(res *mcp.CallToolResult) (json.RawMessage, error) {
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, err
-	}
-	if _, ok := m["resultType"]; !ok {
-		return raw, nil
-	}
-	delete(m, "resultType")
-	return json.Marshal(m)
+// withoutResultType is res without its resultType, which is the hop's
+// (fulfiller to the upstream), not the result's: the client's hop sets
+// its own. The SDK keeps it unexported, so res is copied field by field
+// (TestWithoutResultTypeCopiesEveryField fails when the SDK adds one).
+func withoutResultType(res *mcp.CallToolResult) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Meta: res.Meta, Content: res.Content, StructuredContent: res.StructuredContent,
+		IsError: res.IsError, InputRequests: res.InputRequests, RequestState: res.RequestState}
 }
 
 // codeRejected is the SDK's code for a message its transport could not
@@ -899,15 +949,7 @@ func (f *Front) SendPrompt(_ context.Context, p Prompt) error {
 	}
 	h.prompts[p.PromptID] = cancel
 	h.mu.Unlock()
-	if !f.goes() {
-		h.mu.Lock()
-		delete(h.prompts, p.PromptID)
-		h.mu.Unlock()
-		cancel()
-		return errClosed
-	}
-	go func() {
-		defer f.wg.Done()
+	started := f.start(func() {
 		defer cancel()
 		res, err := ss.Elicit(pctx, &params)
 		h.mu.Lock()
@@ -933,7 +975,14 @@ func (f *Front) SendPrompt(_ context.Context, p Prompt) error {
 		if err := f.eng.Answered(f.ctx, a); err != nil {
 			f.log.Warn("mcp prompt answer not taken by the engine", "proposal", p.ProposalID, "err", err)
 		}
-	}()
+	})
+	if !started {
+		h.mu.Lock()
+		delete(h.prompts, p.PromptID)
+		h.mu.Unlock()
+		cancel()
+		return errClosed
+	}
 	return nil
 }
 
@@ -975,6 +1024,19 @@ var defaultMessages = map[string]string{
 	"incapable": "this client cannot ask you",
 	"busy":      "fulfiller is busy; try again later",
 	"other":     "the call was not carried out",
+}
+
+// answerResult is the result (or JSON-RPC error) of an Answer to h: the
+// upstream's result as send decoded it when the answer relays it as it
+// came, else answerResult's.
+func (h *held) answerResult(a Answer) (*mcp.CallToolResult, error) {
+	h.mu.Lock()
+	r := h.relayed
+	h.mu.Unlock()
+	if r != nil && a.Reject == nil && a.Error == nil && bytes.Equal(a.Result, r.raw) {
+		return r.res, nil
+	}
+	return answerResult(a)
 }
 
 // answerResult is the result (or JSON-RPC error) of an Answer.

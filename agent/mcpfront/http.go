@@ -179,10 +179,11 @@ func clientOf(ti *auth.TokenInfo) (string, bool) {
 }
 
 // stampBody reads the (bounded) body of a POST and stamps a tools/call
-// in it with its JSON-RPC id, as stampTransport does for stdio. It
-// answers 413 itself for a body over the bound, and leaves anything it
-// cannot read for the SDK to answer.
+// in it with its JSON-RPC id (rpcIDHeader), as stampTransport does for
+// stdio. It answers 413 itself for a body over the bound, and leaves
+// anything it cannot read for the SDK to answer.
 func stampBody(w http.ResponseWriter, r *http.Request, limit int64) bool {
+	r.Header.Del(rpcIDHeader) // the client's word is not taken for it
 	if r.Method != http.MethodPost || r.Body == nil {
 		return true
 	}
@@ -197,10 +198,9 @@ func stampBody(w http.ResponseWriter, r *http.Request, limit int64) bool {
 		return false
 	}
 	if msg, err := jsonrpc.DecodeMessage(body); err == nil {
-		if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "tools/call" {
-			stamp(req)
-			if out, err := jsonrpc.EncodeMessage(req); err == nil {
-				body = out
+		if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "tools/call" && req.IsCall() {
+			if id, ok := rpcIDText(req.ID); ok {
+				r.Header.Set(rpcIDHeader, id)
 			}
 		}
 	}

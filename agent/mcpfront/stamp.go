@@ -3,17 +3,21 @@ package mcpfront
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// rpcIDKey is the _meta key under which the transport hands a
-// tools/call's JSON-RPC id to the handler: the SDK does not expose it,
-// and the decision log keeps it beside the proposal id. The transport
-// always overwrites it, so a client cannot choose what it says, and the
-// handler removes it before anything else sees the params.
-const rpcIDKey = "fulfiller.internal/rpc_id"
+// rpcIDHeader is the header under which a tools/call's JSON-RPC id
+// reaches the handler, in the request's RequestExtra: the SDK does not
+// expose the id, and the decision log keeps it beside the proposal id.
+// Over HTTP it is a header of the request that stampBody sets (removing
+// any the client sent, so that a client cannot choose what it says);
+// over stdio stampConn makes the RequestExtra, which nothing else sets.
+// The params are not touched: stamping them (in _meta) cost a decoding
+// and an encoding of every call, and the SDK's decoding of the _meta.
+const rpcIDHeader = "Fulfiller-Internal-Rpc-Id"
 
 // stampTransport stamps each tools/call read with its JSON-RPC id.
 type stampTransport struct{ mcp.Transport }
@@ -32,56 +36,27 @@ type stampConn struct{ mcp.Connection }
 // Read reads a message and stamps it when it is a tools/call.
 func (c stampConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
-	if r, ok := m.(*jsonrpc.Request); ok && err == nil {
-		stamp(r)
+	if r, ok := m.(*jsonrpc.Request); ok && err == nil && r.Method == "tools/call" && r.IsCall() {
+		if id, ok := rpcIDText(r.ID); ok {
+			r.Extra = &mcp.RequestExtra{Header: http.Header{rpcIDHeader: {id}}}
+		}
 	}
 	return m, err
 }
 
-// stamp puts r's id in its params' _meta when r is a tools/call.
-func stamp(r *jsonrpc.Request) {
-	if r.Method != "tools/call" || !r.IsCall() {
-		return
-	}
-	var params map[string]json.RawMessage
-	if json.Unmarshal(r.Params, &params) != nil || params == nil {
-		return // malformed: the SDK answers it
-	}
-	var meta map[string]json.RawMessage
-	if m, ok := params["_meta"]; ok && json.Unmarshal(m, &meta) != nil {
-		return
-	}
-	if meta == nil {
-		meta = map[string]json.RawMessage{}
-	}
-	id, err := json.Marshal(r.ID.Raw())
-	if err != nil {
-		return
-	}
-	meta[rpcIDKey] = id
-	if params["_meta"], err = json.Marshal(meta); err != nil {
-		return
-	}
-	if raw, err := json.Marshal(params); err == nil {
-		r.Params = raw
-	}
+// rpcIDText is id as JSON.
+func rpcIDText(id jsonrpc.ID) (string, bool) {
+	raw, err := json.Marshal(id.Raw())
+	return string(raw), err == nil
 }
 
-// unstamp removes the stamp from params and returns the id it held
-// (null when the transport stamps nothing).
-func unstamp(p *mcp.CallToolParamsRaw) json.RawMessage {
-	id := json.RawMessage("null")
-	if p.Meta == nil {
-		return id
-	}
-	if v, ok := p.Meta[rpcIDKey]; ok {
-		if raw, err := json.Marshal(v); err == nil {
-			id = raw
-		}
-		delete(p.Meta, rpcIDKey)
-		if len(p.Meta) == 0 {
-			p.Meta = nil
+// rpcIDOf is the JSON-RPC id the transport stamped on a call (null when
+// it stamped nothing).
+func rpcIDOf(extra *mcp.RequestExtra) json.RawMessage {
+	if extra != nil {
+		if id := extra.Header.Get(rpcIDHeader); id != "" && json.Valid([]byte(id)) {
+			return json.RawMessage(id)
 		}
 	}
-	return id
+	return json.RawMessage("null")
 }

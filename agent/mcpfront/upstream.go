@@ -120,6 +120,9 @@ type upstream struct {
 	// the calls that wait for a restart wait on (sessionFor). Made by
 	// the first of them while there is no session.
 	back chan struct{}
+	// schemas are the tools' input schemas and annotations as JSON,
+	// made once when listed rather than at every call (tool).
+	schemas map[string]toolJSON
 }
 
 // restartWait bounds how long a call waits for an upstream that is
@@ -127,6 +130,9 @@ type upstream struct {
 // backoff (100ms) and a local server's start take, short enough that a
 // client whose upstream does not come back hears so while it waits.
 const restartWait = 5 * time.Second
+
+// toolJSON is what input.tool gives of a definition as JSON.
+type toolJSON struct{ inputSchema, annotations json.RawMessage }
 
 // session is the live session, or an error naming the upstream.
 func (u *upstream) session() (*mcp.ClientSession, error) {
@@ -275,12 +281,19 @@ func (u *upstream) refreshTools(ctx context.Context, cs *mcp.ClientSession) erro
 func (u *upstream) observe(ctx context.Context, tools []*mcp.Tool, whole bool) error {
 	digests := make(map[string]string, len(tools))
 	defs := make(map[string]*mcp.Tool, len(tools))
+	schemas := make(map[string]toolJSON, len(tools))
 	for _, t := range tools {
 		d, err := Digest(t)
 		if err != nil {
 			return fmt.Errorf("upstream %s: %w", u.Name, err)
 		}
 		digests[t.Name], defs[t.Name] = d, t
+		var j toolJSON
+		j.inputSchema, _ = json.Marshal(t.InputSchema)
+		if t.Annotations != nil {
+			j.annotations, _ = json.Marshal(t.Annotations)
+		}
+		schemas[t.Name] = j
 	}
 	pinned, err := u.f.pins.Pin(ctx, u.Name, digests)
 	if err != nil {
@@ -294,10 +307,10 @@ func (u *upstream) observe(ctx context.Context, tools []*mcp.Tool, whole bool) e
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if whole || u.tools == nil {
-		u.tools, u.digests = map[string]*mcp.Tool{}, map[string]string{}
+		u.tools, u.digests, u.schemas = map[string]*mcp.Tool{}, map[string]string{}, map[string]toolJSON{}
 	}
 	for name := range defs {
-		u.tools[name], u.digests[name] = defs[name], digests[name]
+		u.tools[name], u.digests[name], u.schemas[name] = defs[name], digests[name], schemas[name]
 	}
 	return nil
 }
@@ -306,16 +319,13 @@ func (u *upstream) observe(ctx context.Context, tools []*mcp.Tool, whole bool) e
 func (u *upstream) tool(ctx context.Context, name string, args json.RawMessage) (Tool, error) {
 	t := Tool{Name: name, Arguments: args, Server: u.Name}
 	u.mu.Lock()
-	def, digest := u.tools[name], u.digests[name]
+	def, digest, j := u.tools[name], u.digests[name], u.schemas[name]
 	u.mu.Unlock()
 	if def == nil {
 		return t, nil
 	}
 	t.Listed, t.Description, t.Digest = true, def.Description, digest
-	t.InputSchema, _ = json.Marshal(def.InputSchema)
-	if def.Annotations != nil {
-		t.Annotations, _ = json.Marshal(def.Annotations)
-	}
+	t.InputSchema, t.Annotations = j.inputSchema, j.annotations
 	pinned, err := u.f.pins.Pin(ctx, u.Name, map[string]string{name: digest})
 	if err != nil {
 		return t, fmt.Errorf("upstream %s: the tool pins cannot be read: %w", u.Name, err)

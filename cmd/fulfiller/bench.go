@@ -87,17 +87,19 @@ from the space, tool and proposers in the same process, from a CPU
 profile of the measured window labelled by component.
 
 --front-end mcp measures fulfiller mcp instead: the in-repo tool server
-(calc, its add tool) reached by go-sdk clients directly and through the
-real MCP front end with --policy/--data (default: a policy that allows
-calc's add), each client alternating a direct call and a proxied one, so
-both see the same machine. It reports both sides' round trips
-(p50/p90/p99), proxied ÷ direct and the µs added at p50, calls/s, the
-fulfiller's CPU per call and errors; it exits 1 on any error or
+(calc, its add tool) reached by go-sdk clients directly, through a bare
+go-sdk relay (no engine, no policy: the floor of any proxy on the same
+transports) and through the real MCP front end with --policy/--data
+(default: a policy that allows calc's add), each client calling the three
+in turn, so all see the same machine. It reports each side's round trips
+(p50/p90/p99), proxied ÷ direct and the µs added at p50, the relay ÷
+direct and what fulfiller adds over the relay, calls/s, the fulfiller's
+and the relay's CPU per call and errors; it exits 1 on any error or
 unanswered call. --mcp-transport stdio (default) is fulfiller mcp: one
 client on OS pipes, the tool server a child on its stdio (this program
 re-executed); http is mcp serve: --clients clients over loopback
 Streamable HTTP, the tool server on loopback HTTP too; --proxied-only
-leaves the direct calls out, for mcp serve's throughput alone.`,
+leaves the direct and relayed calls out, for mcp serve's throughput alone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if fl.frontEnd == "mcp" {

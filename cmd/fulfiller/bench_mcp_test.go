@@ -57,6 +57,9 @@ func TestBenchMCPReport(t *testing.T) {
 					Count int     `json:"count"`
 					P50   float64 `json:"p50_us"`
 				} `json:"direct"`
+				Relayed struct {
+					Count int `json:"count"`
+				} `json:"relayed"`
 				Proxied struct {
 					Count int     `json:"count"`
 					P50   float64 `json:"p50_us"`
@@ -68,8 +71,8 @@ func TestBenchMCPReport(t *testing.T) {
 			if rep.FrontEnd != "mcp" || rep.Transport != transport || rep.Clients != 2 || rep.Calls != 30 || rep.Errors != 0 || rep.Unanswer != 0 {
 				t.Errorf("report %+v: want mcp over %s, 2 clients, 30 calls, no errors", rep, transport)
 			}
-			if rep.Direct.Count != 30 || rep.Proxied.Count != 30 || rep.PerSec <= 0 {
-				t.Errorf("answered %d direct, %d proxied (%v/s): want 30 each", rep.Direct.Count, rep.Proxied.Count, rep.PerSec)
+			if rep.Direct.Count != 30 || rep.Relayed.Count != 30 || rep.Proxied.Count != 30 || rep.PerSec <= 0 {
+				t.Errorf("answered %d direct, %d relayed, %d proxied (%v/s): want 30 each", rep.Direct.Count, rep.Relayed.Count, rep.Proxied.Count, rep.PerSec)
 			}
 			if rep.Direct.P50 <= 0 || rep.RatioP50 != rep.Proxied.P50/rep.Direct.P50 || rep.AddedP50 != rep.Proxied.P50-rep.Direct.P50 {
 				t.Errorf("ratio %v, added %v µs from p50s %v and %v", rep.RatioP50, rep.AddedP50, rep.Proxied.P50, rep.Direct.P50)

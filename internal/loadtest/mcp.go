@@ -63,16 +63,18 @@ decision := {"action": "fulfill"} if {
 `
 
 // MCPConfig is an MCP bench run: the in-repo tool server reached
-// directly by go-sdk clients and through the real MCP front end
-// (internal/mcpserve, as `fulfiller mcp` and `mcp serve` run it), the
-// calls interleaved so that both sides see the same machine.
+// directly by go-sdk clients, through a bare go-sdk relay (the floor of
+// any proxy on these transports: newBareRelay) and through the real MCP
+// front end (internal/mcpserve, as `fulfiller mcp` and `mcp serve` run
+// it), the calls interleaved so that all three sides see the same
+// machine.
 type MCPConfig struct {
 	// Transport is MCPStdio or MCPHTTP.
 	Transport string
 	// Child is the tool server's command for MCPStdio: a program that
 	// serves toolserver.Calculator on its stdio (ServeCalculator). It is
-	// started twice: once for the direct clients, once as the front
-	// end's upstream.
+	// started three times: once for the direct clients, once for the
+	// bare relay, once as the front end's upstream.
 	Child []string
 	// ChildEnv is added to the child's environment.
 	ChildEnv []string
@@ -83,17 +85,18 @@ type MCPConfig struct {
 	PolicyTimeout time.Duration
 	// Calls is the measured calls per side (direct and proxied).
 	Calls int
-	// Clients is the concurrent clients; each has a direct session and a
-	// proxied one and alternates between them.
+	// Clients is the concurrent clients; each has a direct session, one
+	// through the bare relay and one through the front end, and calls
+	// them in turn.
 	Clients int
-	// ProxiedOnly leaves the direct calls out: mcp serve's throughput
-	// alone.
+	// ProxiedOnly leaves the direct and relayed calls out: mcp serve's
+	// throughput alone.
 	ProxiedOnly bool
 	// CallTimeout is how long one call may take before it counts as
 	// unanswered.
 	CallTimeout time.Duration
 	// CPUProfile, when set, receives the CPU profile of the measured
-	// window, goroutines labelled component=fulfiller|tool|clients.
+	// window, goroutines labelled component=fulfiller|relay|tool|clients.
 	CPUProfile io.Writer
 	// Logger logs the front end's events [discarded].
 	Logger *slog.Logger
@@ -108,13 +111,21 @@ type MCPReport struct {
 	Calls       int         `json:"calls"`
 	ProxiedOnly bool        `json:"proxied_only,omitempty"`
 	Direct      Percentiles `json:"direct"`
-	Proxied     Percentiles `json:"proxied"`
+	// Relayed are the calls through the bare go-sdk relay: what the two
+	// extra hops cost without fulfiller.
+	Relayed Percentiles `json:"relayed"`
+	Proxied Percentiles `json:"proxied"`
 	// RatioP50 is proxied p50 ÷ direct p50 (target ≤ 1.3); AddedP50 the
 	// difference in µs (target ≤ 150).
 	RatioP50 float64 `json:"ratio_p50"`
 	AddedP50 float64 `json:"added_p50_us"`
 	RatioP90 float64 `json:"ratio_p90"`
 	RatioP99 float64 `json:"ratio_p99"`
+	// RelayRatioP50 is the bare relay's p50 ÷ direct p50: over 1.3 the
+	// target is out of reach of any go-sdk proxy on these transports.
+	// OverRelayP50 is what fulfiller adds over the relay at p50 (µs).
+	RelayRatioP50 float64 `json:"relay_ratio_p50"`
+	OverRelayP50  float64 `json:"over_relay_p50_us"`
 	// Seconds is the measured window; ProxiedPerSec the calls answered
 	// through the front end per second of it, CallsPerSec all calls'.
 	Seconds       float64 `json:"seconds"`
@@ -133,6 +144,9 @@ type MCPReport struct {
 	// child, not in it).
 	FulfillerCPUPerCall float64 `json:"fulfiller_cpu_per_call_us"`
 	ProcessCPUPerCall   float64 `json:"process_cpu_per_call_us"`
+	// RelayCPUPerCall is the bare relay's CPU (µs) per relayed call,
+	// measured as FulfillerCPUPerCall is.
+	RelayCPUPerCall float64 `json:"relay_cpu_per_call_us"`
 	// CPUShares are the profile's samples by component (fraction).
 	CPUShares map[string]float64 `json:"cpu_shares,omitempty"`
 	Notes     []string           `json:"notes,omitempty"`
@@ -140,7 +154,8 @@ type MCPReport struct {
 
 // OK is whether every call was answered, rightly.
 func (r *MCPReport) OK() bool {
-	return r.Errors == 0 && r.Unanswered == 0 && r.Proxied.Count == r.Calls && (r.ProxiedOnly || r.Direct.Count == r.Calls)
+	return r.Errors == 0 && r.Unanswered == 0 && r.Proxied.Count == r.Calls &&
+		(r.ProxiedOnly || r.Direct.Count == r.Calls && r.Relayed.Count == r.Calls)
 }
 
 // WriteText prints r for a person.
@@ -156,12 +171,17 @@ func (r *MCPReport) WriteText(w io.Writer) {
 	}
 	if !r.ProxiedOnly {
 		row("direct", r.Direct)
+		row("relayed", r.Relayed)
 	}
 	row("proxied", r.Proxied)
 	if !r.ProxiedOnly {
 		fmt.Fprintf(w, "proxied ÷ direct: p50 %.2f× (%+.1f µs), p90 %.2f×, p99 %.2f×\n", r.RatioP50, r.AddedP50, r.RatioP90, r.RatioP99)
+		fmt.Fprintf(w, "bare relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the relay: %+.1f µs at p50\n",
+			r.RelayRatioP50, r.Relayed.P50-r.Direct.P50, r.OverRelayP50)
+		fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, bare relay %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.RelayCPUPerCall, r.ProcessCPUPerCall)
+	} else {
+		fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.ProcessCPUPerCall)
 	}
-	fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.ProcessCPUPerCall)
 	fmt.Fprintf(w, "errors: %d, unanswered: %d\n", r.Errors, r.Unanswered)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
@@ -182,6 +202,7 @@ func ServeCalculator(ctx context.Context) error {
 // and through the front end, and what to stop.
 type mcpRig struct {
 	direct  func(ctx context.Context) (*mcp.ClientSession, error)
+	relay   func(ctx context.Context) (*mcp.ClientSession, error)
 	proxied func(ctx context.Context) (*mcp.ClientSession, error)
 	closers []func()
 }
@@ -236,6 +257,9 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 	rig := &mcpRig{}
 	var up mcpfront.Upstream
 	var hc *http.Client
+	// relayUp is the bare relay's own transport to the tool server, as
+	// the front end has its own.
+	var relayUp func() (mcp.Transport, error)
 	switch cfg.Transport {
 	case MCPStdio:
 		if len(cfg.Child) == 0 {
@@ -248,6 +272,7 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 			return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
 		}
 		up = mcpfront.Upstream{Name: MCPServerName, What: "the bench's tool server", Transport: child}
+		relayUp = child
 		// The direct clients share one child and one session, as the
 		// front end's calls share its upstream's.
 		var once sync.Once
@@ -274,6 +299,9 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 		}
 		rig.closers = append(rig.closers, stop)
 		up = mcpfront.URLUpstream(MCPServerName, url, hc)
+		relayUp = func() (mcp.Transport, error) {
+			return &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil
+		}
 		rig.direct = func(ctx context.Context) (*mcp.ClientSession, error) {
 			return benchClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
 		}
@@ -281,8 +309,31 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 		return rig, fmt.Errorf("mcp bench: transport %q: want stdio or http", cfg.Transport)
 	}
 
-	var srv *mcpserve.Server
+	// The bare relay: one session to the tool server for all its
+	// clients, as the front end's upstream is one.
+	var relay *mcp.Server
 	var err error
+	if !cfg.ProxiedOnly {
+		labelled(ctx, ComponentRelay, func(ctx context.Context) {
+			var t mcp.Transport
+			if t, err = relayUp(); err != nil {
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			var cs *mcp.ClientSession
+			if cs, err = benchClient().Connect(cctx, t, nil); err != nil {
+				return
+			}
+			rig.closers = append(rig.closers, func() { _ = cs.Close() })
+			relay = newBareRelay(cs)
+		})
+		if err != nil {
+			return rig, fmt.Errorf("mcp bench: the bare relay's session to the tool server: %w", err)
+		}
+	}
+
+	var srv *mcpserve.Server
 	labelled(ctx, ComponentFulfiller, func(ctx context.Context) {
 		srv, err = mcpserve.Start(ctx, mcpserve.Config{
 			Upstreams: []mcpfront.Upstream{up}, State: state.Mode{Kind: state.Memory},
@@ -309,24 +360,20 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 		// mcp` is on its stdin and stdout; the front end serves it as
 		// runMCPStdio does.
 		rig.proxied = func(ctx context.Context) (*mcp.ClientSession, error) {
-			toFront, clientOut, err := os.Pipe()
-			if err != nil {
-				return nil, fmt.Errorf("pipe: %w", err)
-			}
-			clientIn, fromFront, err := os.Pipe()
-			if err != nil {
-				return nil, fmt.Errorf("pipe: %w", err)
-			}
-			serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-			done := make(chan struct{})
-			labelled(serveCtx, ComponentFulfiller, func(serveCtx context.Context) {
-				go func() {
-					defer close(done)
-					_ = srv.ServeStdio(serveCtx, MCPServerName, &mcp.IOTransport{Reader: toFront, Writer: fromFront})
-				}()
+			return rig.overPipes(ctx, ComponentFulfiller, func(ctx context.Context, t mcp.Transport) error {
+				return srv.ServeStdio(ctx, MCPServerName, t)
 			})
-			rig.closers = append(rig.closers, func() { stop(); _ = clientOut.Close(); <-done; _ = clientIn.Close() })
-			return benchClient().Connect(ctx, &mcp.IOTransport{Reader: clientIn, Writer: clientOut}, nil)
+		}
+		rig.relay = func(ctx context.Context) (*mcp.ClientSession, error) {
+			return rig.overPipes(ctx, ComponentRelay, func(ctx context.Context, t mcp.Transport) error {
+				ss, err := relay.Connect(ctx, t, nil)
+				if err != nil {
+					return err
+				}
+				stop := context.AfterFunc(ctx, func() { _ = ss.Close() })
+				defer stop()
+				return ss.Wait()
+			})
 		}
 	case MCPHTTP:
 		var url string
@@ -343,8 +390,44 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 		rig.proxied = func(ctx context.Context) (*mcp.ClientSession, error) {
 			return benchClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
 		}
+		if relay != nil {
+			relayURL, stopRelay, err := serveLoopback(ctx, ComponentRelay, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return relay }, nil))
+			if err != nil {
+				return rig, err
+			}
+			rig.closers = append(rig.closers, stopRelay)
+			rig.relay = func(ctx context.Context) (*mcp.ClientSession, error) {
+				return benchClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: relayURL, HTTPClient: hc, MaxRetries: -1}, nil)
+			}
+		}
 	}
 	return rig, nil
+}
+
+// overPipes connects a bench client on OS pipes to serve (run in a
+// goroutine labelled component until the rig closes), as a client that
+// started `fulfiller mcp` is on its stdin and stdout.
+func (r *mcpRig) overPipes(ctx context.Context, component string, serve func(context.Context, mcp.Transport) error) (*mcp.ClientSession, error) {
+	toServer, clientOut, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	clientIn, fromServer, err := os.Pipe()
+	if err != nil {
+		_ = toServer.Close()
+		_ = clientOut.Close()
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	labelled(serveCtx, component, func(serveCtx context.Context) {
+		go func() {
+			defer close(done)
+			_ = serve(serveCtx, &mcp.IOTransport{Reader: toServer, Writer: fromServer})
+		}()
+	})
+	r.closers = append(r.closers, func() { stop(); _ = clientOut.Close(); <-done; _ = clientIn.Close() })
+	return benchClient().Connect(ctx, &mcp.IOTransport{Reader: clientIn, Writer: clientOut}, nil)
 }
 
 func benchClient() *mcp.Client {
@@ -380,10 +463,10 @@ func serveLoopback(ctx context.Context, component string, h http.Handler) (strin
 // mcpTally is what the clients count, shared (the latencies are each
 // client's own histograms, merged at the end).
 type mcpTally struct {
-	direct, proxied histogram
-	firstError      atomic.Pointer[string] // the first failure's, kept
-	errors          atomic.Int64
-	unanswered      atomic.Int64
+	direct, relayed, proxied histogram
+	firstError               atomic.Pointer[string] // the first failure's, kept
+	errors                   atomic.Int64
+	unanswered               atomic.Int64
 }
 
 func (t *mcpTally) fail(side string, err error) {
@@ -407,7 +490,7 @@ func (t *mcpTally) first() string {
 // measureMCP connects the clients, warms up, then runs the measured
 // calls under a CPU profile.
 func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, error) {
-	type client struct{ direct, proxied *mcp.ClientSession }
+	type client struct{ direct, relay, proxied *mcp.ClientSession }
 	clients := make([]client, cfg.Clients)
 	var err error
 	labelled(ctx, ComponentClients, func(ctx context.Context) {
@@ -417,6 +500,12 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 					err = fmt.Errorf("mcp bench: connect to the tool server: %w", err)
 					return
 				}
+				if clients[i].relay, err = rig.relay(ctx); err != nil {
+					err = fmt.Errorf("mcp bench: connect to the bare relay: %w", err)
+					return
+				}
+				r := clients[i].relay
+				rig.closers = append(rig.closers, func() { _ = r.Close() })
 			}
 			if clients[i].proxied, err = rig.proxied(ctx); err != nil {
 				err = fmt.Errorf("mcp bench: connect to the front end: %w", err)
@@ -469,6 +558,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 				for range warm {
 					if c.direct != nil {
 						call(ctx, c.direct, "direct (warm-up)", nil)
+						call(ctx, c.relay, "relayed (warm-up)", nil)
 					}
 					call(ctx, c.proxied, "proxied (warm-up)", nil)
 				}
@@ -481,7 +571,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		// The measured calls were never made: unanswered, every one.
 		never := int64(cfg.Calls)
 		if !cfg.ProxiedOnly {
-			never *= 2
+			never *= 3
 		}
 		rep := &MCPReport{FrontEnd: "mcp", Transport: cfg.Transport, Clients: cfg.Clients, Calls: cfg.Calls, ProxiedOnly: cfg.ProxiedOnly,
 			Errors: tally.errors.Load(), Unanswered: tally.unanswered.Load() + never, FirstError: tally.first()}
@@ -494,16 +584,18 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	cpu0 := cpuTime()
 	start := time.Now()
 	var next atomic.Int64
-	hists := make([][2]histogram, len(clients))
+	hists := make([][3]histogram, len(clients))
 	labelled(ctx, ComponentClients, func(ctx context.Context) {
 		for i, c := range clients {
 			wg.Go(func() {
 				h := &hists[i]
 				for next.Add(1) <= int64(cfg.Calls) && ctx.Err() == nil {
-					// Interleaved: a direct call, then a proxied one, so
-					// that both see the machine as it is at the time.
+					// Interleaved: a direct call, a relayed one, then a
+					// proxied one, so that all see the machine as it is
+					// at the time.
 					if c.direct != nil {
 						call(ctx, c.direct, "direct", &h[0])
+						call(ctx, c.relay, "relayed", &h[2])
 					}
 					call(ctx, c.proxied, "proxied", &h[1])
 				}
@@ -520,14 +612,15 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	for i := range hists {
 		tally.direct.merge(&hists[i][0])
 		tally.proxied.merge(&hists[i][1])
+		tally.relayed.merge(&hists[i][2])
 	}
-	rep.Direct, rep.Proxied = tally.direct.percentiles(), tally.proxied.percentiles()
+	rep.Direct, rep.Relayed, rep.Proxied = tally.direct.percentiles(), tally.relayed.percentiles(), tally.proxied.percentiles()
 	rep.Errors, rep.FirstError = tally.errors.Load(), tally.first()
-	sides := 2
+	sides := 3
 	if cfg.ProxiedOnly {
 		sides = 1
 	}
-	answered := int64(rep.Direct.Count + rep.Proxied.Count)
+	answered := int64(rep.Direct.Count + rep.Relayed.Count + rep.Proxied.Count)
 	rep.Unanswered = int64(sides*cfg.Calls) - answered - rep.Errors
 	rep.ProxiedPerSec = float64(rep.Proxied.Count) / elapsed.Seconds()
 	rep.CallsPerSec = float64(answered) / elapsed.Seconds()
@@ -536,6 +629,8 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		rep.AddedP50 = rep.Proxied.P50 - rep.Direct.P50
 		rep.RatioP90 = rep.Proxied.P90 / rep.Direct.P90
 		rep.RatioP99 = rep.Proxied.P99 / rep.Direct.P99
+		rep.RelayRatioP50 = rep.Relayed.P50 / rep.Direct.P50
+		rep.OverRelayP50 = rep.Proxied.P50 - rep.Relayed.P50
 	}
 	if answered > 0 {
 		rep.ProcessCPUPerCall = float64(cpu.Microseconds()) / float64(answered)
@@ -570,6 +665,9 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		// which the profile's sampling undercounts.
 		if rep.Proxied.Count > 0 {
 			rep.FulfillerCPUPerCall = rep.CPUShares[ComponentFulfiller] * float64(cpu.Microseconds()) / float64(rep.Proxied.Count)
+		}
+		if rep.Relayed.Count > 0 {
+			rep.RelayCPUPerCall = rep.CPUShares[ComponentRelay] * float64(cpu.Microseconds()) / float64(rep.Relayed.Count)
 		}
 	}
 	return rep, nil

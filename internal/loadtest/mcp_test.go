@@ -35,8 +35,14 @@ func checkMCPReport(t *testing.T, rep *MCPReport, transport string, clients, cal
 	if rep.FrontEnd != "mcp" || rep.Transport != transport || rep.Clients != clients || rep.Calls != calls {
 		t.Errorf("report says front end %q over %q, %d clients, %d calls; want mcp over %q, %d, %d", rep.FrontEnd, rep.Transport, rep.Clients, rep.Calls, transport, clients, calls)
 	}
-	if rep.Direct.Count != calls || rep.Proxied.Count != calls {
-		t.Errorf("answered %d direct and %d proxied calls, want %d each", rep.Direct.Count, rep.Proxied.Count, calls)
+	if rep.Direct.Count != calls || rep.Relayed.Count != calls || rep.Proxied.Count != calls {
+		t.Errorf("answered %d direct, %d relayed and %d proxied calls, want %d each", rep.Direct.Count, rep.Relayed.Count, rep.Proxied.Count, calls)
+	}
+	if got, want := rep.RelayRatioP50, rep.Relayed.P50/rep.Direct.P50; got != want {
+		t.Errorf("relay_ratio_p50 %v, want relayed p50 ÷ direct p50 = %v", got, want)
+	}
+	if got, want := rep.OverRelayP50, rep.Proxied.P50-rep.Relayed.P50; got != want {
+		t.Errorf("over_relay_p50_us %v, want %v", got, want)
 	}
 	if rep.Direct.P50 <= 0 || rep.Proxied.P50 <= 0 || rep.Seconds <= 0 || rep.ProxiedPerSec <= 0 {
 		t.Errorf("no latency or throughput: %+v", rep)
@@ -49,7 +55,7 @@ func checkMCPReport(t *testing.T, rep *MCPReport, transport string, clients, cal
 	}
 	var text strings.Builder
 	rep.WriteText(&text)
-	for _, want := range []string{"front end: mcp over " + transport, "direct", "proxied", "proxied ÷ direct: p50", "errors: 0, unanswered: 0"} {
+	for _, want := range []string{"front end: mcp over " + transport, "direct", "relayed", "proxied", "proxied ÷ direct: p50", "bare relay ÷ direct: p50", "fulfiller over the relay", "errors: 0, unanswered: 0"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}

@@ -15,12 +15,14 @@
 package mcpbind
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/google/uuid"
@@ -119,13 +121,67 @@ func envelopeOf(p mcpfront.Proposal) Envelope {
 }
 
 // ReadEnvelope reads a proposal's Envelope back (ok false: it is not an
-// MCP front end's).
+// MCP front end's). Its slices are shared with other reads of the same
+// envelope: read them, never write to them.
 func ReadEnvelope(p *lifecycle.Proposal) (Envelope, bool) {
-	var e Envelope
-	if len(p.Envelope) == 0 || json.Unmarshal(p.Envelope, &e) != nil || e.FrontEnd != mcpfront.FrontEnd {
-		return Envelope{}, false
+	r, ok := readEnvelope(p)
+	return r.Envelope, ok
+}
+
+// readEnvelope is ReadEnvelope with the call's name and arguments, read
+// once with the envelope.
+func readEnvelope(p *lifecycle.Proposal) (readEnv, bool) {
+	if len(p.Envelope) == 0 {
+		return readEnv{}, false
 	}
-	return e, true
+	if r, ok := envelopes.get(p.Envelope); ok {
+		return r, true
+	}
+	var r readEnv
+	if json.Unmarshal(p.Envelope, &r.Envelope) != nil || r.FrontEnd != mcpfront.FrontEnd {
+		return readEnv{}, false
+	}
+	r.name, r.args = toolCall(r.Params)
+	envelopes.put(p.Envelope, r)
+	return r, true
+}
+
+// readEnv is an Envelope read, with its Params' name and arguments.
+type readEnv struct {
+	Envelope
+	name string
+	args json.RawMessage
+}
+
+// envelopes remembers the envelopes read lately, by their bytes: the
+// engine reads a call's envelope three times or more to decide it (its
+// policy input, its tool twice), and decoding it was a tenth of what
+// fulfiller adds to a relayed call. Keyed by content, it holds nothing
+// of a proposal's state: an envelope reads the same whoever asks.
+var envelopes = envelopeCache{max: 1024}
+
+// envelopeCache is a bounded memo of envelopes decoded: emptied when
+// full, which costs one decoding more per envelope in flight.
+type envelopeCache struct {
+	max int
+	mu  sync.Mutex
+	m   map[string]readEnv
+}
+
+func (c *envelopeCache) get(raw []byte) (readEnv, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[string(raw)]
+	return r, ok
+}
+
+func (c *envelopeCache) put(raw []byte, r readEnv) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[string]readEnv, c.max)
+	}
+	c.m[string(raw)] = r
 }
 
 // Propose implements mcpfront.Engine: the call becomes a Proposed. It
@@ -133,10 +189,17 @@ func ReadEnvelope(p *lifecycle.Proposal) (Envelope, bool) {
 // the proposal (lifecycle.LogFields), the busy reject before any
 // decision included; the core's record keeps them.
 func (b *Binding) Propose(ctx context.Context, p mcpfront.Proposal) error {
-	env, err := json.Marshal(envelopeOf(p))
+	e := envelopeOf(p)
+	env, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("mcpbind: proposal %s: %w", p.ID, err)
 	}
+	// The engine reads the envelope back to decide the call: it is
+	// known already (the same JSON values; their spacing as the front
+	// end made them).
+	r := readEnv{Envelope: e}
+	r.name, r.args = toolCall(e.Params)
+	envelopes.put(env, r)
 	return b.loop.Post(ctx, lifecycle.Proposed{ID: p.ID, From: p.Proposer, FrontEnd: mcpfront.FrontEnd,
 		Method: p.Method, Tool: p.Tool.Name, Addressee: p.Server, Envelope: env, Params: p.Params, Size: len(env),
 		Log: &lifecycle.LogFields{Client: p.Client.Name, Server: p.Server, RPCID: p.RPCID}})
@@ -262,7 +325,7 @@ func (b *Binding) Input(_ context.Context, p *lifecycle.Proposal, in *policies.I
 // input schema, for the approvers' form. The MCP front end never sends a
 // call as a task, so no Execution is given.
 func (b *Binding) Tool(p *lifecycle.Proposal, target string, params json.RawMessage) (*policies.Tool, json.RawMessage) {
-	e, ok := ReadEnvelope(p)
+	e, ok := readEnvelope(p)
 	if !ok {
 		return nil, nil
 	}
@@ -275,7 +338,10 @@ func (b *Binding) Tool(p *lifecycle.Proposal, target string, params json.RawMess
 	if target == "" {
 		target = e.Server
 	}
-	name, args := toolCall(params)
+	name, args := e.name, e.args // the call as proposed, read with its envelope
+	if !bytes.Equal(params, e.Params) {
+		name, args = toolCall(params) // an approver's edit
+	}
 	if name == "" {
 		name = e.Tool.Name
 	}
