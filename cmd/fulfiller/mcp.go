@@ -40,6 +40,9 @@ func newMCPCmd() *cobra.Command {
 client that started it, over stdio: every tools/call is decided by the policies
 in --policy (fulfil, reject with a reason the model reads, or ask the person at
 the client through elicitation: "@caller"); everything else passes through.
+Other approvers answer in the team inbox hosted with --inbox ADDR (enrolled with
+"fulfiller inbox enrol", docs/mcp.md#team-approvers); --notify tells them of
+prompts, --http serves the metrics and operator API (grants list, pending).
 Logs go to stderr, never stdout.`,
 		Example: `  claude mcp add fs -- fulfiller mcp -- npx -y @modelcontextprotocol/server-filesystem ~/src`,
 		Args: func(cmd *cobra.Command, args []string) error {

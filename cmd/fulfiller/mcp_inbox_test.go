@@ -204,3 +204,31 @@ func TestMCPInboxApprovers(t *testing.T) {
 		t.Errorf("webhook events %q (%d badly signed), want %q", got, hook.bad, want)
 	}
 }
+
+// TestMCPInboxBadFlags: the team inbox's flags are checked before
+// anything starts, each refusal naming the flag (exit 2).
+func TestMCPInboxBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mcp", "--state", "memory", "--inbox", "127.0.0.1:0", "--", "x"}, "--inbox-dir is required"},
+		{[]string{"mcp", "--state", "memory", "--inbox-dir", dir, "--", "x"}, "--inbox-dir and --inbox-origin go with --inbox ADDR"},
+		{[]string{"mcp", "--state", "memory", "--inbox", "0.0.0.0:0", "--inbox-dir", dir, "--", "x"}, "--inbox 0.0.0.0:0: the team inbox is served over plain HTTP, so only on loopback"},
+		{[]string{"mcp", "--state", "memory", "--inbox", "nowhere", "--inbox-dir", dir, "--", "x"}, `--inbox "nowhere": want host:port`},
+		{[]string{"mcp", "--state", "memory", "--inbox", "127.0.0.1:0", "--inbox-dir", dir, "--inbox-origin", "http://inbox.example.com", "--", "x"}, "--inbox-origin http://inbox.example.com: passkeys need https"},
+		{[]string{"mcp", "serve", "--listen", "127.0.0.1:0", "--upstream", "fs=cmd:x", "--state", "memory", "--http", "0.0.0.0:9464"}, "--http 0.0.0.0:9464 is reachable from other machines and no token guards the operator API"},
+		{[]string{"mcp", "--state", "memory", "--approver-keys", filepath.Join(dir, "nope", "keys"), "--", "x"}, "--approver-keys"},
+	} {
+		root := newRootCmd()
+		var stderr strings.Builder
+		root.SetOut(&stderr)
+		root.SetErr(&stderr)
+		root.SetArgs(c.args)
+		err := root.Execute()
+		if exitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: exit %d, %v; want exit 2 naming %q", c.args, exitCode(err), err, c.want)
+		}
+	}
+}
