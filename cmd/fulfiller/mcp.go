@@ -117,7 +117,7 @@ func (fl *mcpFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" or \"<approver id> webauthn <credential>\" lines: those approvers' answers count only when signed (default with --inbox: --inbox-dir/passkeys)")
 	f.StringVar(&fl.inbox, "inbox", "", "host the team inbox on `ADDR` (loopback host:port, or behind a proxy that terminates TLS for --inbox-origin): approvers other than @caller answer there, with the passkeys enrolled by \"fulfiller inbox enrol\"")
 	f.StringVar(&fl.inboxDir.dir, "inbox-dir", "", "`DIR` of the team inbox's enrolment links, passkeys (DIR/passkeys) and tokens, as inbox serve's (required with --inbox)")
-	f.StringVar(&fl.inboxDir.origin, "inbox-origin", "", "the team inbox's address as browsers see it, https://host[:port] (default: http://localhost:PORT of --inbox); enrol with the same --origin")
+	f.StringVar(&fl.inboxDir.origin, "inbox-origin", "", "the team inbox's `URL` as browsers see it, https://host[:port] (default: http://localhost:PORT of --inbox); enrol with the same --origin")
 	fl.notify.register(f)
 	f.StringVar(&fl.ops.http, "http", "", "serve /healthz, /readyz, /metrics and the operator API (grants, pending calls) on `ADDR` (e.g. 127.0.0.1:9464)")
 	f.StringVar(&fl.ops.httpToken, "http-token", "", "bearer token the operator API (/v1/) requires; without one /v1/ answers 401 (prefer FULFILLER_HTTP_TOKEN or --http-token-file; never logged)")
