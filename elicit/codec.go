@@ -219,7 +219,8 @@ func (c Codec) WithContext(f func(*lifecycle.Proposal) (*policies.Tool, json.Raw
 // read it.
 func EventOf(h lifecycle.Human) Event {
 	ev := Event{Time: h.At, Kind: EventKind(h.Kind), ProposalID: h.ID, Approver: h.Approver, From: h.From, RequestID: h.RequestID,
-		Action: h.Action, Approve: h.Approve, Reason: h.Reason, To: h.To, Outcome: h.Outcome, DecisionID: h.DecisionID, Revision: h.Revision}
+		Action: h.Action, Approve: h.Approve, Reason: h.Reason, To: h.To, Outcome: h.Outcome, DecisionID: h.DecisionID, Revision: h.Revision,
+		FrontEnd: h.FrontEnd, Log: h.Log}
 	if n := h.Notice; n != nil {
 		p := &Prompt{Proposer: n.Proposer, Method: n.Method, Tool: n.Tool, Target: n.Target, Asked: n.Asked, Quorum: n.Quorum,
 			Deadline: n.Deadline, Resumed: n.Resumed}

@@ -3,6 +3,8 @@ package elicit
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
 
 // EventKind names a step of asking humans.
@@ -92,4 +94,10 @@ type Event struct {
 	// answer to it; Revision is never empty for a policy's escalation.
 	DecisionID string
 	Revision   string
+
+	// FrontEnd and Log: the front end the proposal came through and the
+	// fields it names on every line of it (lifecycle.Human's), so that an
+	// approval's line says which call it was, as the proposal's do.
+	FrontEnd string
+	Log      *lifecycle.LogFields
 }

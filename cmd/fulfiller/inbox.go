@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -321,6 +322,48 @@ func splitFulfillers(values []string) ([]string, error) {
 	return ids, nil
 }
 
+// listenInbox binds the inbox's address, flag naming the flag to blame.
+func listenInbox(flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) {
+			err = op.Err
+		}
+		return nil, usageErrorf("%s %s: %v", flag, addr, err)
+	}
+	return ln, nil
+}
+
+// server makes the team inbox on --inbox-dir for the page served on ln
+// (tls: HTTPS), as inbox serve and fulfiller mcp --inbox host it: the
+// origin is --origin, else http(s)://localhost:PORT (a secure context
+// for passkeys on this machine, unlike http://127.0.0.1). allowed are the
+// approvers who may enrol (nil: anyone).
+func (fl *inboxFlags) server(log *slog.Logger, ln net.Listener, tls bool, allowed []string) (*teaminbox.Server, string, error) {
+	origin := strings.TrimSuffix(fl.origin, "/")
+	if origin == "" {
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		scheme := "http"
+		if tls {
+			scheme = "https"
+		}
+		origin = scheme + "://localhost:" + port
+	}
+	rpID, err := checkOrigin(origin)
+	if err != nil {
+		return nil, "", err
+	}
+	srv, err := teaminbox.New(teaminbox.Options{Dir: fl.dir, RPID: rpID, Origin: origin, Approvers: allowed, Logger: log.With("component", "team inbox")})
+	if err != nil {
+		return nil, "", fileError("--inbox-dir", err)
+	}
+	if fi, err := os.Stat(fl.dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn(fmt.Sprintf("--inbox-dir %s is open to group or others (mode %#o): chmod 700 it", fl.dir, fi.Mode().Perm()))
+	}
+	return srv, origin, nil
+}
+
 func runInboxServe(cmd *cobra.Command, fl *inboxFlags, sf inboxServeFlags) error {
 	if err := sf.validate(fl); err != nil {
 		return err
@@ -342,53 +385,31 @@ func runInboxServe(cmd *cobra.Command, fl *inboxFlags, sf inboxServeFlags) error
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", sf.listen)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) {
-			err = op.Err
-		}
-		return usageErrorf("--listen %s: %v", sf.listen, err)
-	}
-	defer ln.Close()
-	origin := strings.TrimSuffix(fl.origin, "/")
-	if origin == "" {
-		// On loopback the page is http://localhost:PORT: a secure context
-		// for passkeys, unlike http://127.0.0.1.
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		scheme := "http"
-		if sf.cert != "" {
-			scheme = "https"
-		}
-		origin = scheme + "://localhost:" + port
-	}
-	rpID, err := checkOrigin(origin)
+	ln, err := listenInbox("--listen", sf.listen)
 	if err != nil {
 		return err
 	}
-	srv, err := teaminbox.New(teaminbox.Options{Dir: fl.dir, RPID: rpID, Origin: origin, Approvers: allowed, Logger: log.With("component", "team inbox")})
+	defer ln.Close()
+	srv, origin, err := fl.server(log, ln, sf.cert != "", allowed)
 	if err != nil {
-		return fileError("--inbox-dir", err)
-	}
-	if fi, err := os.Stat(fl.dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		log.Warn(fmt.Sprintf("--inbox-dir %s is open to group or others (mode %#o): chmod 700 it", fl.dir, fi.Mode().Perm()))
+		return err
 	}
 
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
-	join := func(ctx context.Context, id string) (*agent.Client, *agent.Subscription, error) {
+	join := func(ctx context.Context, id string) (approver.Link, error) {
 		tok := token
 		if own, err := teaminbox.ApproverToken(fl.dir, id); err == nil {
 			tok = own
 		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, nil, err
+			return approver.Link{}, err
 		}
 		c, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: sf.gateway, Space: sf.space, Token: tok, ID: id, JoinTimeout: sf.joinTimeout,
 			Logger: log.With("component", "agent")}, approver.SubscribeOptions())
 		if err != nil {
-			return nil, nil, fmt.Errorf("join %s as %s: %w", sf.gateway, id, err)
+			return approver.Link{}, fmt.Errorf("join %s as %s: %w", sf.gateway, id, err)
 		}
-		return c, subs[0], nil
+		return approver.SpaceLink(c, subs[0]), nil
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln, sf.cert, sf.key) }()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,6 +18,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mewkit/fulfiller/agent/mcpfront"
+	"github.com/mewkit/fulfiller/elicit/approval/approverkeys"
+	"github.com/mewkit/fulfiller/elicit/inbox/teaminbox"
+	"github.com/mewkit/fulfiller/fulfill/decisionlog"
 	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/mcpserve"
 	"github.com/mewkit/fulfiller/policies"
@@ -36,6 +40,9 @@ func newMCPCmd() *cobra.Command {
 client that started it, over stdio: every tools/call is decided by the policies
 in --policy (fulfil, reject with a reason the model reads, or ask the person at
 the client through elicitation: "@caller"); everything else passes through.
+Other approvers answer in the team inbox hosted with --inbox ADDR (enrolled with
+"fulfiller inbox enrol", docs/mcp.md#team-approvers); --notify tells them of
+prompts, --http serves the metrics and operator API (grants list, pending).
 Logs go to stderr, never stdout.`,
 		Example: `  claude mcp add fs -- fulfiller mcp -- npx -y @modelcontextprotocol/server-filesystem ~/src`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -80,7 +87,18 @@ type mcpFlags struct {
 	policyTimeout       time.Duration
 	logFormat, logLevel string
 	name                string
-	log                 *slog.Logger // set by start
+	approverKeys        string
+	// notify is run's --notify and its companions; ops only its
+	// --http, --http-token and --http-token-file (--decision-log is
+	// mcp's own).
+	notify notifyFlags
+	ops    opsFlags
+	// inbox is the team inbox hosted in-process (--inbox ADDR), on
+	// inbox serve's --inbox-dir; its page's origin is --inbox-origin.
+	inbox       string
+	inboxDir    inboxFlags
+	inboxOrigin string       // the inbox's page, once started
+	log         *slog.Logger // set by start
 }
 
 func (fl *mcpFlags) register(f *pflag.FlagSet) {
@@ -96,6 +114,14 @@ func (fl *mcpFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&fl.policyTimeout, "policy-timeout", 100*time.Millisecond, "longest one policy evaluation may take")
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format (to stderr): text or json")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" or \"<approver id> webauthn <credential>\" lines: those approvers' answers count only when signed (default with --inbox: --inbox-dir/passkeys)")
+	f.StringVar(&fl.inbox, "inbox", "", "host the team inbox on `ADDR` (loopback host:port, or behind a proxy that terminates TLS for --inbox-origin): approvers other than @caller answer there, with the passkeys enrolled by \"fulfiller inbox enrol\"")
+	f.StringVar(&fl.inboxDir.dir, "inbox-dir", "", "`DIR` of the team inbox's enrolment links, passkeys (DIR/passkeys) and tokens, as inbox serve's (required with --inbox)")
+	f.StringVar(&fl.inboxDir.origin, "inbox-origin", "", "the team inbox's `URL` as browsers see it, https://host[:port] (default: http://localhost:PORT of --inbox); enrol with the same --origin")
+	fl.notify.register(f)
+	f.StringVar(&fl.ops.http, "http", "", "serve /healthz, /readyz, /metrics and the operator API (grants, pending calls) on `ADDR` (e.g. 127.0.0.1:9464)")
+	f.StringVar(&fl.ops.httpToken, "http-token", "", "bearer token the operator API (/v1/) requires; without one /v1/ answers 401 (prefer FULFILLER_HTTP_TOKEN or --http-token-file; never logged)")
+	f.StringVar(&fl.ops.httpTokenFile, "http-token-file", "", "read the operator API's bearer token from `FILE` (read once at start, trimmed; mode 0600)")
 }
 
 // validate checks what only flags say; exit 2 with one line otherwise.
@@ -113,6 +139,26 @@ func (fl *mcpFlags) validate() (state.Mode, error) {
 	for name, v := range map[string]time.Duration{"--approval-timeout": fl.approvalTimeout, "--fulfill-timeout": fl.fulfillTimeout, "--policy-timeout": fl.policyTimeout} {
 		if v <= 0 {
 			return state.Mode{}, usageErrorf("%s %s: must be positive", name, v)
+		}
+	}
+	switch {
+	case fl.inbox == "" && (fl.inboxDir.dir != "" || fl.inboxDir.origin != ""):
+		return state.Mode{}, usageErrorf("--inbox-dir and --inbox-origin go with --inbox ADDR: the team inbox this process hosts")
+	case fl.inbox != "":
+		if err := fl.inboxDir.needDir(); err != nil {
+			return state.Mode{}, err
+		}
+		host, _, err := net.SplitHostPort(fl.inbox)
+		if err != nil {
+			return state.Mode{}, usageErrorf("--inbox %q: want host:port, e.g. %s", fl.inbox, defaultInboxListen)
+		}
+		if !loopback(host) {
+			return state.Mode{}, usageErrorf("--inbox %s: the team inbox is served over plain HTTP, so only on loopback (127.0.0.1, ::1, localhost), behind a reverse proxy that terminates TLS for --inbox-origin", fl.inbox)
+		}
+		if fl.inboxDir.origin != "" {
+			if _, err := checkOrigin(fl.inboxDir.origin); err != nil {
+				return state.Mode{}, usageErrorf("--inbox-origin%s", strings.TrimPrefix(err.Error(), "--origin"))
+			}
 		}
 	}
 	return m, nil
@@ -151,14 +197,26 @@ func (fl *mcpFlags) start(ctx context.Context, ups []mcpfront.Upstream) (*mcpser
 		return nil, err
 	}
 	fl.log = log
-	s, err := mcpserve.Start(ctx, mcpserve.Config{
+	warnConfig(log, fl.cmd, httpToken)
+	cfg := mcpserve.Config{
 		Upstreams: ups, State: m, DecisionLog: fl.decisionLog, ToolMetadata: fl.toolMetadata, ClientID: fl.clientID, Approvers: fl.approvers,
 		Policy:          policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log},
 		ApprovalTimeout: fl.approvalTimeout, FulfillTimeout: fl.fulfillTimeout, Version: buildVersion(), Logger: log,
-	})
+	}
+	if err := fl.approvalsConfig(&cfg, log); err != nil {
+		return nil, err
+	}
+	s, err := mcpserve.Start(ctx, cfg)
+	if err != nil && cfg.InboxListener != nil {
+		_ = cfg.InboxListener.Close()
+	}
 	var se *mcpserve.StartError
 	switch {
 	case err == nil:
+		if cfg.Inbox != nil {
+			// stdout is the MCP client's: the page's address goes to stderr.
+			fmt.Fprintf(fl.cmd.ErrOrStderr(), "fulfiller mcp: team inbox on %s/ (approvers enrolled: %s)\n", fl.inboxOrigin, strings.Join(cfg.Inbox.Enrolled(), ", "))
+		}
 		return s, nil
 	case !errors.As(err, &se):
 		return nil, err
@@ -170,8 +228,66 @@ func (fl *mcpFlags) start(ctx context.Context, ups []mcpfront.Upstream) (*mcpser
 		return nil, decisionLogError(se.Err)
 	case se.Part == "state":
 		return nil, fmt.Errorf("--state %w", se.Err)
+	case se.Part == "http":
+		return nil, listenError(fl.ops.http, se.Err)
 	}
 	return nil, usageError(err)
+}
+
+// approvalsConfig fills cfg with who approves beyond @caller and who
+// hears of it: the team inbox hosted here (--inbox, built as inbox
+// serve builds it), the approver keys (default: the inbox's passkeys),
+// the notifications (run's --notify) and the operator API (--http).
+func (fl *mcpFlags) approvalsConfig(cfg *mcpserve.Config, log *slog.Logger) error {
+	keysFile := fl.approverKeys
+	if keysFile == "" && fl.inbox != "" {
+		// The inbox relays approvals; only its passkeys make them count.
+		keysFile = filepath.Join(fl.inboxDir.dir, teaminbox.PasskeysFile)
+	}
+	if keysFile != "" {
+		keys, err := approverkeys.Open(keysFile, approverkeys.Options{Logger: log})
+		if err != nil {
+			return fileError("--approver-keys", err)
+		}
+		cfg.Keys = keys
+	}
+	fl.ops.logSync = string(decisionlog.SyncAlways) // --decision-log is mcp's own: only --http is checked here
+	token, err := fl.ops.prepare(log)
+	if err != nil {
+		return err
+	}
+	cfg.HTTP, cfg.HTTPToken = fl.ops.http, token
+	if fl.inbox != "" {
+		// One directory of approvers: whom --notify reaches, and who may
+		// enrol.
+		fl.inboxDir.directory = fl.notify.directory
+		_, allowed, err := fl.inboxDir.approvers()
+		if err != nil {
+			return err
+		}
+		ln, err := listenInbox("--inbox", fl.inbox)
+		if err != nil {
+			return err
+		}
+		srv, origin, err := fl.inboxDir.server(log, ln, false, allowed)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		cfg.Inbox, cfg.InboxListener, fl.inboxOrigin = srv, ln, origin
+		if fl.notify.inboxURL == "" {
+			fl.notify.inboxURL = origin + "/"
+		}
+	}
+	targets, err := fl.notify.prepare(log, fl.cmd.Flags())
+	if err != nil {
+		if cfg.InboxListener != nil {
+			_ = cfg.InboxListener.Close()
+		}
+		return err
+	}
+	cfg.Notify, cfg.InboxURL = targets, fl.notify.inboxURL
+	return nil
 }
 
 // runMCPStdio is fulfiller mcp -- COMMAND ARGS: one client on stdin and

@@ -591,7 +591,7 @@ func revision(rev string) *string {
 // for each human answer that counted, each forged one, and each
 // delegation (whose answer then counts is part of the record).
 func (l *Logger) ObserveApproval(e elicit.Event) {
-	l.observeApproval(e, "", nil)
+	l.observeApproval(e, e.FrontEnd, e.Log)
 }
 
 // ObserveHuman takes the core's escalation steps
@@ -600,7 +600,7 @@ func (l *Logger) ObserveApproval(e elicit.Event) {
 // an MCP call's client, server and rpc_id, front_end "mcp"): what a
 // front end other than MEW's passes, whose events elicit does not see.
 func (l *Logger) ObserveHuman(h lifecycle.Human) {
-	l.observeApproval(elicit.EventOf(h), h.FrontEnd, h.Log)
+	l.ObserveApproval(elicit.EventOf(h))
 }
 
 // observeApproval is ObserveApproval for a call of frontEnd that names

@@ -175,7 +175,7 @@ func (p *fulfillerPart) Start(ctx context.Context) error {
 		fcfg.Approvers = cfg.Approvers
 	}
 	p.ful = fulfill.New(p.client.client, p.policy.engine, fcfg)
-	p.ops.running(p.client.client, p.policy.engine, p.ful, p.grants.reg)
+	p.ops.running(p.client.client, p.policy.engine, p.ful, p.ful, p.grants.reg)
 	in := p.client.sub.C()
 	p.running.goRun(ctx, func(ctx context.Context) {
 		defer close(p.done)

@@ -143,13 +143,15 @@ func (rt *opsRuntime) approvalObserver() func(elicit.Event) {
 	}
 }
 
-// running makes the live parts known to /readyz, /metrics and /v1/.
-func (rt *opsRuntime) running(gw ops.Gateway, pol ops.Policy, ful *fulfill.Fulfiller, g ops.Grants) {
+// running makes the live parts known to /readyz, /metrics and /v1/:
+// the front end (gw), the policy, the lifecycle's counts and operator
+// API (a *fulfill.Fulfiller is both) and the grants.
+func (rt *opsRuntime) running(gw ops.Gateway, pol ops.Policy, counter ops.Counter, op ops.Operator, g ops.Grants) {
 	rt.source.SetGateway(gw)
 	rt.source.SetPolicy(pol)
-	rt.source.SetCounter(ful)
+	rt.source.SetCounter(counter)
 	if rt.handler != nil {
-		rt.handler.SetOperator(ful)
+		rt.handler.SetOperator(op)
 		rt.handler.SetGrants(g)
 	}
 }

@@ -100,17 +100,20 @@ func (p *policyPart) toolMetadata() fulfill.ToolMetadata {
 // good version when a change is broken (logged). They start just before
 // the fulfiller and stop just after it.
 type watches struct {
-	log     *slog.Logger
-	policy  *policyPart
-	keys    *approverkeys.Watcher // nil without Config.Keys
-	grants  *grantsPart
+	log    *slog.Logger
+	policy *policyPart
+	keys   *approverkeys.Watcher // nil without Config.Keys
+	// grants is the grants' expiry and following of the store
+	// (grantstore.Registry.Run), read at Start: the registry is made by
+	// a part started before.
+	grants  func(context.Context) error
 	running tasks
 }
 
 func (w *watches) Start(ctx context.Context) error {
 	w.watch(ctx, "policy", w.policy.engine.Watch)
 	w.watch(ctx, "", w.policy.engine.PollBundle) // a remote bundle's downloads are logged and counted by the engine
-	w.watch(ctx, "", w.grants.reg.Run)
+	w.watch(ctx, "", w.grants)
 	if w.policy.meta != nil {
 		w.watch(ctx, "tool metadata", w.policy.meta.Watch)
 	}

@@ -220,7 +220,7 @@ func New(cfg Config) (*Sidecar, error) {
 	s.parts.add("approvals", approvals)
 	s.grants = &grantsPart{cfg: c, log: log, ops: s.ops, store: s.store}
 	s.parts.add("grants", s.grants)
-	s.parts.add("watches", &watches{log: log, policy: s.policy, keys: c.Keys, grants: s.grants})
+	s.parts.add("watches", &watches{log: log, policy: s.policy, keys: c.Keys, grants: func(ctx context.Context) error { return s.grants.reg.Run(ctx) }})
 	// The fulfiller, last: it answers from its start on, until Stop.
 	s.ful.approvals, s.ful.grants = approvals, s.grants
 	s.parts.add("fulfiller", s.ful)

@@ -22,11 +22,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/google/uuid"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/agent/mcpfront"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
@@ -42,8 +44,21 @@ type Loop interface {
 
 // Options configures a Binding.
 type Options struct {
+	// Approvers, when set, reaches the approvers other than "@caller"
+	// (the team inbox hosted in-process: an approver.Local): their
+	// prompts and the prompts' cancellations go to it as a space's
+	// envelopes, and their answers come back through ApproverAnswered.
+	// Without it only "@caller" can be asked.
+	Approvers ApproverChannel
 	// Logger logs to stderr ([slog.DiscardHandler]).
 	Logger *slog.Logger
+}
+
+// ApproverChannel carries envelopes to approvers by id (To), as a
+// space would: approver.Local's Send. It fails when none of them can
+// be reached.
+type ApproverChannel interface {
+	Send(ctx context.Context, env agent.Envelope) error
 }
 
 // Binding is the MCP front end's Engine over fulfiller's engine, and the
@@ -264,6 +279,37 @@ func (b *Binding) Answered(ctx context.Context, a mcpfront.PromptAnswer) error {
 		return fmt.Errorf("mcpbind: answer to prompt %s: %w", a.PromptID, err)
 	}
 	return b.loop.Post(ctx, lifecycle.Answer{PromptID: a.PromptID, From: mcpfront.Caller, Payload: payload})
+}
+
+// ApproverAnswered takes an envelope an approver of Options.Approvers
+// sent the fulfiller: an answer (mcp/response) to one of its prompts
+// becomes the core's Answer from that approver, as a space's answer
+// does (the JSON-RPC id it carries, matched and verified by the core:
+// an unsigned answer for a keyed approver is a forgery there). Anything
+// else an approver's client sends is not for the MCP front end and is
+// dropped.
+func (b *Binding) ApproverAnswered(ctx context.Context, env agent.Envelope) error {
+	cid := env.CorrelationID.First()
+	if env.Kind != agent.KindResponse || cid == "" {
+		return nil
+	}
+	a := lifecycle.Answer{PromptID: cid, From: env.From, Payload: env.Payload}
+	var head struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(env.Payload, &head) == nil && len(head.ID) > 0 && string(head.ID) != "null" {
+		// Rule 12: an id that is no integer matches no prompt.
+		a.HasRPCID = true
+		n, err := strconv.ParseInt(string(head.ID), 10, 64)
+		if err != nil {
+			n = -1
+		}
+		a.RPCID = n
+	}
+	if err := b.loop.Post(ctx, a); err != nil {
+		return fmt.Errorf("mcpbind: answer of %s to prompt %s: %w", env.From, cid, err)
+	}
+	return nil
 }
 
 // Withdrawn implements mcpfront.Engine: a WithdrawnBy from the

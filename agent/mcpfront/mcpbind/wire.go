@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/agent/mcpfront"
 	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 )
@@ -73,8 +74,10 @@ func (w wire) Status(ctx context.Context, s lifecycle.Status) {
 	w.b.fx.Status(ctx, mcpfront.Status{ProposalID: s.ID, Stage: stage, Approvers: s.Approvers, Deadline: s.Deadline})
 }
 
-// CancelAsk ends the caller's prompts of the escalation. Other
-// approvers are the engine's own channels' (the team inbox).
+// CancelAsk ends the escalation's prompts: the caller's through the
+// client, the other approvers' with the notifications/cancelled a
+// space carries, through Options.Approvers (an approver no longer
+// connected is owed nothing: its card went with it).
 func (w wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) {
 	if c.Reason == lifecycle.DropReason {
 		return
@@ -82,8 +85,32 @@ func (w wire) CancelAsk(ctx context.Context, c lifecycle.CancelAsk) {
 	for _, pr := range c.Prompts {
 		if pr.Approver == mcpfront.Caller {
 			w.b.fx.CancelPrompt(ctx, mcpfront.CancelPrompt{ProposalID: c.ID, PromptID: pr.EnvelopeID, Reason: c.Reason})
+			continue
+		}
+		if w.b.opts.Approvers == nil {
+			continue
+		}
+		payload, err := json.Marshal(cancelled{JSONRPC: "2.0", Method: agent.MethodCancelled, Params: cancelledParams{RequestID: pr.RPCID, Reason: c.Reason}})
+		if err != nil {
+			continue // cannot happen: the fields always marshal
+		}
+		env := agent.Envelope{To: []string{pr.Approver}, Kind: agent.KindRequest, CorrelationID: agent.CorrelationIDs{pr.EnvelopeID}, Payload: payload}
+		if err := w.b.opts.Approvers.Send(ctx, env); err != nil {
+			w.b.log.Debug("cancellation of a prompt not delivered: the approver is not connected", "approver", pr.Approver, "request", pr.EnvelopeID, "err", err)
 		}
 	}
+}
+
+// cancelled is a prompt's notifications/cancelled, as a space carries it.
+type cancelled struct {
+	JSONRPC string          `json:"jsonrpc"`
+	Method  string          `json:"method"`
+	Params  cancelledParams `json:"params"`
+}
+
+type cancelledParams struct {
+	RequestID int64  `json:"requestId"`
+	Reason    string `json:"reason"`
 }
 
 // FollowTask returns at once: nothing is sent as a task (Route).
@@ -92,12 +119,22 @@ func (w wire) FollowTask(context.Context, lifecycle.FollowTask, func(lifecycle.E
 // CancelTask does nothing: nothing is sent as a task.
 func (w wire) CancelTask(context.Context, lifecycle.CancelTask) {}
 
-// SendPrompt asks the caller through the client's elicitation: the
-// recorded elicitation/create request's params. Only "@caller" is
-// reached this way; an approver of another channel is not sent here.
+// SendPrompt asks an approver: "@caller" through the client's
+// elicitation (the recorded elicitation/create request's params), any
+// other approver through Options.Approvers, the whole request in an
+// envelope under the prompt's id, as a space carries it. An approver
+// neither reaches is not asked (the error says so; the core counts it
+// unreachable).
 func (w wire) SendPrompt(ctx context.Context, p lifecycle.SendPrompt) error {
 	if p.To != mcpfront.Caller {
-		return fmt.Errorf("mcpbind: approver %s cannot be asked through the MCP client (only %s)", p.To, mcpfront.Caller)
+		if w.b.opts.Approvers == nil {
+			return fmt.Errorf("mcpbind: approver %s cannot be asked: only %s is, without the team inbox (--inbox)", p.To, mcpfront.Caller)
+		}
+		env := agent.Envelope{ID: p.EnvelopeID, To: []string{p.To}, Kind: agent.KindRequest, Payload: p.Payload}
+		if err := w.b.opts.Approvers.Send(ctx, env); err != nil {
+			return fmt.Errorf("mcpbind: prompt of proposal %s to %s: %w", p.ID, p.To, err)
+		}
+		return nil
 	}
 	var req struct {
 		Params json.RawMessage `json:"params"`

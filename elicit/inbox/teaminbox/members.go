@@ -10,15 +10,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mewkit/fulfiller/agent"
 	"github.com/mewkit/fulfiller/elicit/approver"
 	"github.com/mewkit/fulfiller/internal/httpserve"
 )
 
-// Join connects one approver to the space, subscribed with
-// approver.SubscribeOptions() from the join on (agent.DialSubscribed): the
-// fulfiller re-sends open prompts the moment an approver appears.
-type Join func(ctx context.Context, approverID string) (*agent.Client, *agent.Subscription, error)
+// Join connects one approver to the fulfiller: in a space, joined and
+// subscribed with approver.SubscribeOptions() from the join on
+// (agent.DialSubscribed, approver.SpaceLink: the fulfiller re-sends open
+// prompts the moment an approver appears); in fulfiller mcp's process,
+// through its approver.Local.
+type Join func(ctx context.Context, approverID string) (approver.Link, error)
 
 // Rejoin delays: a join that failed, or a client that stopped, is tried
 // again after joinRetry, doubling up to joinRetryMax.
@@ -75,19 +76,18 @@ func (s *Server) Run(ctx context.Context, join Join, opts approver.Options) erro
 	return nil
 }
 
-// member keeps approver id in the space until ctx ends.
+// member keeps approver id connected to the fulfiller until ctx ends.
 func (s *Server) member(ctx context.Context, id string, join Join, opts approver.Options) {
 	log := s.log.With("approver", id)
 	opts.Logger = log
 	opts.Key = nil
 	delay := joinRetry
 	for {
-		c, sub, err := join(ctx, id)
+		link, err := join(ctx, id)
 		if err == nil {
-			log.Info("joined the space for an enrolled approver")
-			err = approver.New(c, s.UI(id), opts).Run(ctx, sub.C())
-			sub.Close()
-			_ = c.Close()
+			log.Info("connected to the fulfiller for an enrolled approver")
+			err = approver.New(link.Conn, s.UI(id), opts).Run(ctx, link.In)
+			link.Close()
 			delay = joinRetry
 		}
 		if ctx.Err() != nil {
@@ -96,7 +96,7 @@ func (s *Server) member(ctx context.Context, id string, join Join, opts approver
 		if err == nil {
 			err = fmt.Errorf("the connection ended")
 		}
-		log.Warn("the approver is not in the space; joining again", "in", delay, "err", err)
+		log.Warn("the approver is not connected to the fulfiller; connecting again", "in", delay, "err", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():

@@ -87,15 +87,15 @@ func TestRunJoinsEnrolledApprovers(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var joined []string
-	join := func(ctx context.Context, id string) (*agent.Client, *agent.Subscription, error) {
+	join := func(ctx context.Context, id string) (approver.Link, error) {
 		mu.Lock()
 		joined = append(joined, id)
 		mu.Unlock()
 		c, subs, err := agent.DialSubscribed(ctx, agent.Config{URL: srv.URL(), ID: id, Token: "human-token"}, approver.SubscribeOptions())
 		if err != nil {
-			return nil, nil, err
+			return approver.Link{}, err
 		}
-		return c, subs[0], nil
+		return approver.SpaceLink(c, subs[0]), nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
