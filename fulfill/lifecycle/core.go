@@ -70,18 +70,11 @@ type entry struct {
 	seq     uint64
 	retryAt time.Time
 
-	asked  bool // the escalation opened: prompts are open at approvers
-	reqOut bool // the request was written (or resumed)
-	// reqSending: SendRequest went out to the shell: a response to it
-	// may come before its Sent does (the owner is quick), and counts: the
-	// request reached the owner, or it could not have answered.
-	reqSending bool
-	slot       bool
-	queued     bool
-	// forIDs: queued only for want of a JSON-RPC id (Config.ReserveIDs),
-	// a slot free: a wait of a round trip to a worker, neither logged
-	// nor told to the proposer as a wait for a slot.
-	forIDs   bool
+	asked bool // the escalation opened: prompts are open at approvers
+	// req is where the fulfilment request stands on the wire.
+	req reqState
+	// slot is e's place in the sharing of fulfilment slots.
+	slot     slotState
 	deciding bool // a Decide is outstanding
 	// decidedEarly: the Decided that came before the claim landed
 	// but could not be carried out as part of it (see claimHeld);
@@ -132,14 +125,9 @@ type entry struct {
 	// until it is forgotten.
 	refusing bool
 	refused  *RejectRecord
-	// held: the fulfilment request waits for its tool owner to come
-	// back (neither recorded nor sent; see startRequest; heldLogged: the
-	// wire found the owner away, ErrAway, after it was recorded and its
-	// line logged); graceAt is when
-	// the owner's rejoin grace ends (zero: none running).
-	held       bool
-	heldLogged bool
-	graceAt    time.Time
+	// graceAt is when the request's tool owner's rejoin grace ends
+	// (zero: none running).
+	graceAt time.Time
 	// taskDone: the task ended at its owner (its follower said so):
 	// nothing is left to cancel there.
 	taskDone bool
@@ -155,13 +143,70 @@ type entry struct {
 	// with another JSON-RPC id) was logged: the next ones are not, so a
 	// flood of forgeries makes one line.
 	spoofed bool
-	// unsent: the request's fulfilling line was not logged (Unlogged):
-	// it was never written, and is neither sent nor cancelled.
-	unsent bool
 	// grant: the grant an approval chose, created once the approved
 	// call is committed (its request recorded).
 	grant *CreateGrant
 }
+
+// reqState is where a proposal's fulfilment request stands on the wire
+// (phase Fulfilling, and a task's request after it): one state, so that
+// a request held for its owner is never also out.
+type reqState uint8
+
+const (
+	// reqNone: no request, or one being recorded before it is sent.
+	reqNone reqState = iota
+	// reqHeld: due while its tool owner is away, so neither recorded
+	// nor sent (startRequest): recorded and sent once the owner is back
+	// (release).
+	reqHeld
+	// reqHeldLogged: held as reqHeld, but the wire found the owner away
+	// (ErrAway) after the request was recorded and its line logged: it
+	// goes out as it is.
+	reqHeldLogged
+	// reqSending: SendRequest went out to the shell: a response to it
+	// may come before its Sent does (the owner is quick), and counts: the
+	// request reached the owner, or it could not have answered.
+	reqSending
+	// reqOut: the request was written (or resumed).
+	reqOut
+	// reqUnsent: nothing went out that a reject should cancel: the
+	// request's fulfilling line was not logged (Unlogged), the gateway
+	// refused it, or the claim carrying the decision landed when the
+	// decision could no longer be carried out (claimedDecided).
+	reqUnsent
+)
+
+// held reports whether the request waits for its tool owner to come back.
+func (r reqState) held() bool { return r == reqHeld || r == reqHeldLogged }
+
+// out reports whether the request went out, or is going: an answer to
+// it counts.
+func (r reqState) out() bool { return r == reqSending || r == reqOut }
+
+// cancellable reports whether a reject cancels the request at its owner
+// (rule 4): one held or never sent did not reach it.
+func (r reqState) cancellable() bool { return !r.held() && r != reqUnsent }
+
+// slotState is a proposal's place in the sharing of fulfilment slots
+// (slotQueue).
+type slotState uint8
+
+const (
+	slotNone slotState = iota
+	// slotQueued: waiting for a slot (phase Queued).
+	slotQueued
+	// slotQueuedForIDs: queued only for want of a JSON-RPC id
+	// (Config.ReserveIDs), a slot free: a wait of a round trip to a
+	// worker, neither logged nor told to the proposer as a wait for a
+	// slot.
+	slotQueuedForIDs
+	// slotHeld: holding a slot (its request is out, or held).
+	slotHeld
+)
+
+// queued reports whether the proposal waits in the slot queue.
+func (q slotState) queued() bool { return q == slotQueued || q == slotQueuedForIDs }
 
 type earlyEnd struct {
 	outcome    Outcome
@@ -934,7 +979,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 		s.status(e, st)
 		s.opened(e, false)
 	case thenQueued:
-		if e.outcome == Open && e.p.Phase == Queued && !e.forIDs {
+		if e.outcome == Open && e.p.Phase == Queued && e.slot != slotQueuedForIDs {
 			s.status(e, Status{Stage: StatusQueued})
 		}
 	case thenPrompts:
@@ -963,11 +1008,11 @@ func (s *step) claimedDecided(e *entry, w pendingWrite) {
 		s.endQuietly(e, *e.early)
 		return
 	case e.cancelBy != nil:
-		e.unsent = true // nothing went out that the reject should cancel
+		e.req = reqUnsent // nothing went out that the reject should cancel
 		s.cancel(e, *e.cancelBy)
 		return
 	case s.c.closing:
-		e.unsent = true
+		e.req = reqUnsent
 		s.closeOne(e)
 		return
 	case !s.now.Before(deciding):
@@ -975,7 +1020,7 @@ func (s *step) claimedDecided(e *entry, w pendingWrite) {
 		// proposal's deadline (Alone, its tries go on): what the
 		// decision committed does not go out that late, as a claim
 		// landing late is not decided (then).
-		e.unsent = true
+		e.req = reqUnsent
 		s.commitReject(e, "timeout", fmt.Sprintf("not claimed within %s: the pending-work store did not take it", s.c.cfg.PendingTTL))
 		return
 	}
@@ -1115,16 +1160,16 @@ func (s *step) end(e *entry, o Outcome, why string) {
 
 // unqueue takes e out of the queue for a fulfilment slot.
 func (s *step) unqueue(e *entry) {
-	if e.queued {
-		e.queued = false
+	if e.slot.queued() {
+		e.slot = slotNone
 		s.c.slots.remove(e.p.From, e.p.ID)
 	}
 }
 
 // giveSlot gives e's fulfilment slot to the queued proposals, in turn.
 func (s *step) giveSlot(e *entry) {
-	if e.slot {
-		e.slot = false
+	if e.slot == slotHeld {
+		e.slot = slotNone
 		s.c.slots.give(e.p.From)
 		s.startQueued()
 	}
@@ -1137,13 +1182,13 @@ func (s *step) startQueued() {
 	for !c.closing && c.haveRPCID() {
 		id, ok := c.slots.next(func(id string) bool {
 			e, ok := c.props[id]
-			return ok && e.outcome == Open && e.queued
+			return ok && e.outcome == Open && e.slot.queued()
 		})
 		if !ok {
 			return
 		}
 		e := c.props[id]
-		e.queued, e.forIDs = false, false
+		e.slot = slotNone
 		s.startRequest(e)
 	}
 }
@@ -1254,7 +1299,7 @@ func (s *step) commitRejectFor(e *entry, reason, message, cancelWhy string) {
 	// reject, and again with it after a restart (rule 4); a held one
 	// never went out, nor did one whose line was not logged.
 	cancel := ""
-	if e.p.Phase == Fulfilling && e.p.Request != nil && !e.held && !e.unsent {
+	if e.p.Phase == Fulfilling && e.p.Request != nil && e.req.cancellable() {
 		cancel = cancelWhy
 	}
 	s.commitRejectCancel(e, reason, message, cancel)
@@ -1408,10 +1453,12 @@ func (s *step) commitFulfil(e *entry, target string, params []byte) {
 		s.topUp()
 		e.p.Phase = Queued
 		e.p.Deadline = s.now.Add(c.cfg.PendingTTL)
-		e.queued = true
-		e.forIDs = c.slots.free(e.p.From) && !c.closing
+		e.slot = slotQueued
+		if c.slots.free(e.p.From) && !c.closing {
+			e.slot = slotQueuedForIDs
+		}
 		c.slots.enqueue(e.p.From, e.p.ID)
-		if !e.forIDs {
+		if e.slot == slotQueued {
 			s.log(e, "queued", nil)
 		}
 		// Nothing sent waits for it: a crash before it is durable
@@ -1428,7 +1475,7 @@ func (s *step) commitFulfil(e *entry, target string, params []byte) {
 func (s *step) startRequest(e *entry) {
 	c := s.c
 	p := e.p
-	e.slot = true
+	e.slot = slotHeld
 	c.slots.take(p.From)
 	target := p.Decision.Target
 	p.Phase = Fulfilling
@@ -1442,7 +1489,7 @@ func (s *step) startRequest(e *entry) {
 		// does (sendRequest): not recorded either, so a crash meanwhile
 		// resumes the proposal from its record before (a withdrawal is
 		// late all the same: the slot and the request are taken).
-		e.held = true
+		e.req = reqHeld
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 		s.startGrace(e)
 		return
@@ -1465,10 +1512,10 @@ func (s *step) startGrace(e *entry) {
 // (one the wire found its owner away for is recorded and logged
 // already, and goes out as it is, with the same ids).
 func (s *step) release(e *entry) {
-	e.held = false
+	logged := e.req == reqHeldLogged
+	e.req = reqNone
 	e.graceAt = time.Time{}
-	if e.heldLogged {
-		e.heldLogged = false
+	if logged {
 		s.sendRequest(e)
 		return
 	}
@@ -1477,7 +1524,7 @@ func (s *step) release(e *entry) {
 
 // sendRequest writes e's recorded fulfilment request (its line logged).
 func (s *step) sendRequest(e *entry) {
-	e.reqSending = true
+	e.req = reqSending
 	r := e.p.Request
 	s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: s.c.taskTimeout(e.p)})
 }
@@ -1489,7 +1536,7 @@ func (s *step) refused(ev Refused) {
 	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || e.p.Request == nil || e.p.Request.EnvelopeID != ev.EnvelopeID {
 		return
 	}
-	e.unsent = true
+	e.req = reqUnsent
 	s.commitRejectCancel(e, "other", "the gateway refused the fulfilment request", "")
 }
 
@@ -1508,7 +1555,7 @@ func (s *step) unlogged(ev Unlogged) {
 	}
 	switch {
 	case ev.Stage == "fulfilling" && e.p.Phase == Fulfilling && e.p.Request != nil:
-		e.unsent, e.reqSending = true, false
+		e.req = reqUnsent
 		s.commitRejectCancel(e, "other", msg, "")
 	case ev.Stage == "escalated" && e.p.Phase == AwaitingApproval:
 		// Nothing was asked (the prompts and the status were dropped).
@@ -1564,7 +1611,7 @@ func (s *step) joined(id string) {
 		s.c.present[id] = true
 	}
 	for _, e := range s.c.fulfilling(id) {
-		if e.held {
+		if e.req.held() {
 			s.release(e)
 		}
 	}
@@ -1587,17 +1634,17 @@ func (s *step) graceEnded(e *entry) {
 	}
 	req := e.p.Request
 	if !c.away[req.Target] {
-		if e.held {
+		if e.req.held() {
 			s.release(e)
 		}
 		return
 	}
 	msg := fmt.Sprintf("%s left the space before answering", req.Target)
-	if e.held {
+	if e.req.held() {
 		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", req.Target, c.cfg.OwnerRejoinGrace)
 	}
 	cancel := ""
-	if !e.held && !e.unsent {
+	if e.req.cancellable() {
 		cancel = "the tool owner left"
 	}
 	s.commitRejectCancel(e, "incapable", msg, cancel)
@@ -1745,7 +1792,9 @@ func (s *step) sent(ev Sent) {
 		s.forgetIfDone(e)
 	case p.Request != nil && ev.EnvelopeID == p.Request.EnvelopeID:
 		if ev.Err == nil {
-			e.reqOut = true
+			if e.req != reqUnsent {
+				e.req = reqOut
+			}
 			return
 		}
 		if errors.Is(ev.Err, ErrAway) {
@@ -1753,13 +1802,16 @@ func (s *step) sent(ev Sent) {
 			// it left): nothing was written, and the owner is away for
 			// every request, whatever became of this one meanwhile.
 			s.c.away[p.Request.Target] = true
-			e.reqSending = false
-			if e.outcome == Open && p.Phase == Fulfilling && !e.unsent {
+			switch {
+			case e.req == reqUnsent:
+			case e.outcome == Open && p.Phase == Fulfilling:
 				// Held for the owner's rejoin grace, as a request due
 				// while its owner is away; its record and line have it
 				// already, so it goes out as it is.
-				e.held, e.heldLogged = true, true
+				e.req = reqHeldLogged
 				s.startGrace(e)
+			default:
+				e.req = reqNone
 			}
 			return
 		}
@@ -1961,7 +2013,7 @@ func (s *step) responded(ev Responded) {
 		return
 	}
 	e, ok := c.props[id]
-	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !(e.reqOut || e.reqSending) {
+	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !e.req.out() {
 		return
 	}
 	req := e.p.Request
@@ -2073,7 +2125,7 @@ func (s *step) closeOne(e *entry) {
 	if e.outcome != Open || !e.claimed {
 		return
 	}
-	if e.p.Phase == Fulfilling && !e.held && !e.unsent {
+	if e.p.Phase == Fulfilling && e.req.cancellable() {
 		s.commitRejectFor(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target, "shutdown")
 		return
 	}
@@ -2147,13 +2199,13 @@ func (s *step) resume(r Proposal, how string) {
 	case Task:
 		// Followed again; it keeps its deadline, and runs without a slot.
 		c.byRequest[p.Request.EnvelopeID] = p.ID
-		e.reqOut = true
+		e.req = reqOut
 		s.follow(e, "followed again after a restart or adoption")
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	case Fulfilling:
 		// Never written again; its response is awaited until the
 		// deadline counted from when it was committed.
-		e.reqOut, e.slot = true, true
+		e.req, e.slot = reqOut, slotHeld
 		c.slots.take(p.From)
 		c.byRequest[p.Request.EnvelopeID] = p.ID
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
@@ -2254,15 +2306,14 @@ func (c *Core) letGo(e *entry) (freed bool) {
 	for _, pr := range e.p.Prompts {
 		delete(c.byPrompt, pr.EnvelopeID)
 	}
-	if e.queued {
-		e.queued = false
+	switch e.slot {
+	case slotQueued, slotQueuedForIDs:
 		c.slots.remove(e.p.From, e.p.ID)
-	}
-	if e.slot {
-		e.slot = false
+	case slotHeld:
 		c.slots.give(e.p.From)
 		freed = true
 	}
+	e.slot = slotNone
 	return freed
 }
 

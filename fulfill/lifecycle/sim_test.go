@@ -540,7 +540,7 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	prev := map[string]*entry{}
 	fulfilling, queued := map[*entry]bool{}, map[*entry]bool{}
 	for id, e := range m.core.props {
-		was[id] = before{e.held, e.p.Phase == Fulfilling && !e.held, e.outcome, e.p.Phase == Task && !e.taskDone}
+		was[id] = before{e.req.held(), e.p.Phase == Fulfilling && !e.req.held(), e.outcome, e.p.Phase == Task && !e.taskDone}
 		prev[id] = e
 		fulfilling[e] = e.outcome == Open && e.p.Phase == Fulfilling
 		queued[e] = e.outcome == Open && e.p.Phase == Queued
@@ -595,19 +595,19 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	s.checkTurns(m, queued)
 	s.checkAsks(m, ev, effs)
 	for id, e := range m.core.props {
-		if e.held {
+		if e.req.held() {
 			s.covered["world/held"]++
 		} else if was[id].held && e.outcome == Open {
 			s.covered["world/held_released"]++
 		}
-		if e.outcome == Open && e.p.Phase == Fulfilling && !e.held && !was[id].sending && !e.reqOut {
+		if e.outcome == Open && e.p.Phase == Fulfilling && !e.req.held() && !was[id].sending && e.req != reqOut {
 			s.checkOwnerCommit(m, e.p)
 		}
 		if _, resumed := ev.(Resumed); !resumed {
 			// A resumed record's reject was committed by whoever wrote
 			// it, and checked then, against what it had heard.
 			if w, ok := was[id]; ok && w.outcome == Open && e.outcome == Rejected {
-				s.checkOwnerReject(m, e.p, e.reqOut)
+				s.checkOwnerReject(m, e.p, e.req == reqOut)
 			}
 		}
 		if w, ok := was[id]; ok && w.outcome == Open && w.task && e.outcome != Open {
