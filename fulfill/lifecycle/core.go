@@ -65,17 +65,17 @@ type entry struct {
 	p       *Proposal
 	claimed bool // the claim write succeeded: the record exists
 	outcome Outcome
-	writes  []pendingWrite // head is outstanding when writing
-	writing bool
-	seq     uint64
-	retryAt time.Time
+	writes  []pendingWrite // head is outstanding unless write is writeIdle
+	write   writeState
+	seq     uint64    // of the Write out (writeOut)
+	retryAt time.Time // when a failed write is tried again
 
 	asked bool // the escalation opened: prompts are open at approvers
 	// req is where the fulfilment request stands on the wire.
 	req reqState
 	// slot is e's place in the sharing of fulfilment slots.
-	slot     slotState
-	deciding bool // a Decide is outstanding
+	slot   slotState
+	decide decideState // the Decide outstanding, if any
 	// decidedEarly: the Decided that came before the claim landed
 	// but could not be carried out as part of it (see claimHeld);
 	// taken once it lands.
@@ -100,17 +100,19 @@ type entry struct {
 	// carried its decision (by whom, cancelled once the claim lands):
 	// nothing went out yet, so it is not refused as a late one is.
 	cancelBy *string
-	again    bool // the Decide is an edit's re-check
 
-	sending  bool // a SendReject is outstanding
+	// answer is the sending of the committed answer (a reject or a
+	// relay); resendAt when it is written again after a failure
+	// (answerResend).
+	answer   answerState
 	resendAt time.Time
 	// early is an end (withdrawal, supersession) read while the claim
 	// was being written: it is taken once the claim says the proposal is
 	// this member's, so that its line carries the claim's decision.
 	early *earlyEnd
 	// retried: a write was tried again after an error (which may have
-	// been applied all the same); reloading: a Reload is outstanding.
-	retried, reloading bool
+	// been applied all the same).
+	retried bool
 	// taken: a try of the claim found the id claimed (winner, when the
 	// store named the decision): an earlier try of its own, or a claim
 	// before, whose record the reload tells.
@@ -147,6 +149,45 @@ type entry struct {
 	// call is committed (its request recorded).
 	grant *CreateGrant
 }
+
+// writeState is what a proposal's head write (entry.writes) waits for.
+type writeState uint8
+
+const (
+	// writeIdle: nothing is out: the head, if any, is issued next (or
+	// at its retry, or once the claim is no longer held).
+	writeIdle writeState = iota
+	// writeOut: the head's Write is out (entry.seq), awaiting Stored.
+	writeOut
+	// writeReload: the head's Write failed in a way the record must
+	// settle: a Reload is out, awaiting Reloaded.
+	writeReload
+)
+
+// decideState is the policy's Decide outstanding for a proposal.
+type decideState uint8
+
+const (
+	decideNone decideState = iota
+	// decideFirst: the proposal's own decision.
+	decideFirst
+	// decideAgain: an edit's re-check (rule 7): entry.edit is the
+	// edited call, entry.againID the decision it makes.
+	decideAgain
+)
+
+// answerState is the writing of a proposal's committed answer (its
+// reject or relay) to the proposer.
+type answerState uint8
+
+const (
+	// answerIdle: none is being written: not sent yet, or written.
+	answerIdle answerState = iota
+	// answerSending: its Send is out, awaiting Sent.
+	answerSending
+	// answerResend: its Send failed: written again at entry.resendAt.
+	answerResend
+)
 
 // reqState is where a proposal's fulfilment request stands on the wire
 // (phase Fulfilling, and a task's request after it): one state, so that
@@ -414,7 +455,10 @@ func (s *step) log(e *entry, stage string, fill func(Line) Line) {
 // with e as it is now and this member's load.
 func (s *step) decide(e *entry, again bool, edit []byte) {
 	c := s.c
-	e.deciding, e.again = true, again
+	e.decide = decideFirst
+	if again {
+		e.decide = decideAgain
+	}
 	d := Decide{ID: e.p.ID, Again: again, Proposal: e.p.copy(), Pending: c.Live(), Inflight: c.slots.used}
 	if again {
 		// The re-check's decision governs what follows (rule 10): its id
@@ -697,11 +741,11 @@ func plainUpdate(w pendingWrite) bool {
 }
 
 func (s *step) issue(e *entry) {
-	if e.writing || e.reloading || e.claimHeld || len(e.writes) == 0 {
+	if e.write != writeIdle || e.claimHeld || len(e.writes) == 0 {
 		return
 	}
 	w := e.writes[0]
-	e.writing = true
+	e.write = writeOut
 	s.c.seq++
 	e.seq = s.c.seq
 	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev, Soon: w.soon})
@@ -710,10 +754,10 @@ func (s *step) issue(e *entry) {
 func (s *step) stored(ev Stored) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || !e.writing || ev.Seq != e.seq {
+	if !ok || e.write != writeOut || ev.Seq != e.seq {
 		return
 	}
-	e.writing = false
+	e.write = writeIdle
 	w := e.writes[0]
 	switch {
 	case ev.Err == nil:
@@ -755,7 +799,7 @@ func (s *step) stored(ev Stored) {
 }
 
 func (s *step) reload(e *entry) {
-	e.reloading = true
+	e.write = writeReload
 	s.emit(Reload{ID: e.p.ID})
 }
 
@@ -817,10 +861,10 @@ func appliedBefore(e *entry, r *Proposal) bool {
 func (s *step) reloaded(ev Reloaded) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || !e.reloading {
+	if !ok || e.write != writeReload {
 		return
 	}
-	e.reloading = false
+	e.write = writeIdle
 	w := e.writes[0]
 	switch r := ev.Record; {
 	case r != nil && r.Owner == c.cfg.Member && r.Rev != e.p.Rev && appliedBefore(e, r):
@@ -913,7 +957,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 				ev := *e.decidedEarly
 				e.decidedEarly = nil
 				s.decided(ev)
-			case e.deciding:
+			case e.decide != decideNone:
 				// Asked beside the claim (Alone): its answer decides.
 			default:
 				s.decide(e, false, nil)
@@ -933,7 +977,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 		r := *e.refused
 		r.EnvelopeID = c.ids.EnvelopeID()
 		e.p.Phase, e.p.Reject = Answered, &r
-		e.sending = true
+		e.answer = answerSending
 		s.logReject(e)
 		s.emit(SendReject{ID: e.p.ID, To: e.p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 	case thenSendReject:
@@ -1133,7 +1177,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 // next queued proposal. The record's end is the caller's.
 func (s *step) end(e *entry, o Outcome, why string) {
 	s.c.setOutcome(e, o)
-	e.deciding = false
+	e.decide = decideNone
 	if e.p.Phase == Task && !e.taskDone && o != Rejected {
 		// A task nobody waits for any more is work nobody wants:
 		// cancelled at its owner (a reject records its cancel instead,
@@ -1396,7 +1440,7 @@ func (s *step) commitRelay(e *entry, taskID string, result, rpcErr []byte) {
 // sendAnswer writes e's committed answer (its reject, or its relay),
 // with its line, and the cancels that go before a reject.
 func (s *step) sendAnswer(e *entry) {
-	e.sending = true
+	e.answer = answerSending
 	p := e.p
 	if r := p.Relay; r != nil {
 		s.log(e, "fulfilled", func(l Line) Line {
@@ -1653,7 +1697,7 @@ func (s *step) graceEnded(e *entry) {
 func (s *step) decided(ev Decided) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || e.outcome != Open || !e.deciding || e.again != ev.Again {
+	if !ok || e.outcome != Open || e.decide == decideNone || (e.decide == decideAgain) != ev.Again {
 		return
 	}
 	if !e.claimed {
@@ -1667,7 +1711,7 @@ func (s *step) decided(ev Decided) {
 		e.decidedEarly = &early // taken once the claim lands (then)
 		return
 	}
-	e.deciding, e.again = false, false
+	e.decide = decideNone
 	d := ev.Decision
 	p := e.p
 	if ev.Again {
@@ -1775,17 +1819,16 @@ func (s *step) sent(ev Sent) {
 	}
 	p := e.p
 	switch {
-	case answerEnvelope(p) != "" && ev.EnvelopeID == answerEnvelope(p) && e.sending:
-		e.sending = false
+	case answerEnvelope(p) != "" && ev.EnvelopeID == answerEnvelope(p) && e.answer == answerSending:
 		if ev.Err != nil {
 			// Not written: the record stays, and the same envelope is
 			// written again; the proposer is owed it (a relay too: the
 			// proposer's answer).
-			e.resendAt = s.now.Add(s.c.cfg.RetryAfter)
+			e.answer, e.resendAt = answerResend, s.now.Add(s.c.cfg.RetryAfter)
 			s.emit(Schedule{ID: p.ID, At: e.resendAt, Kind: TimerResend})
 			return
 		}
-		e.resendAt = time.Time{}
+		e.answer, e.resendAt = answerIdle, time.Time{}
 		if !e.noRecord {
 			s.queueWrite(e, pendingWrite{}) // delete
 		}
@@ -1833,12 +1876,12 @@ func (s *step) fired(ev Fired) {
 	p := e.p
 	switch ev.Kind {
 	case TimerRetry:
-		if !e.writing && len(e.writes) > 0 && ev.At.Equal(e.retryAt) {
+		if e.write == writeIdle && len(e.writes) > 0 && ev.At.Equal(e.retryAt) {
 			s.issue(e)
 		}
 	case TimerResend:
-		if ev.At.Equal(e.resendAt) && !e.sending && answerEnvelope(p) != "" {
-			e.sending = true
+		if e.answer == answerResend && ev.At.Equal(e.resendAt) && answerEnvelope(p) != "" {
+			e.answer = answerSending
 			if r := p.Relay; r != nil {
 				s.emit(SendRelay{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, TaskID: r.TaskID, Result: r.Result, Error: r.Error})
 				return
@@ -1874,7 +1917,7 @@ func (s *step) fired(ev Fired) {
 			// nothing can be answered exactly once; left to the group
 			// or to the proposer's own timeout. Alone on its store,
 			// the claim's tries go on: it is rejected once claimed.
-			if e.writing || e.reloading || c.cfg.Alone {
+			if e.write != writeIdle || c.cfg.Alone {
 				return // the claim's result decides (then sees the deadline)
 			}
 			s.reload(e) // a failed try may have been applied all the same
@@ -1993,12 +2036,12 @@ func (s *step) endQuietly(e *entry, how earlyEnd) {
 	})
 	// Writes not yet issued carried what no longer happens; the one
 	// outstanding (a claim, say) is followed by the delete.
-	if e.writing {
+	if e.write == writeOut {
 		e.writes = e.writes[:1]
 	} else {
 		e.writes = nil
 	}
-	if e.claimed || e.writing {
+	if e.claimed || e.write == writeOut {
 		s.queueWrite(e, pendingWrite{line: &line})
 	} else {
 		s.emit(Log{Line: line})
@@ -2318,7 +2361,7 @@ func (c *Core) letGo(e *entry) (freed bool) {
 }
 
 func (s *step) forgetIfDone(e *entry) {
-	if e.outcome != Open && !e.writing && len(e.writes) == 0 && !e.sending && e.resendAt.IsZero() {
+	if e.outcome != Open && e.write == writeIdle && len(e.writes) == 0 && e.answer == answerIdle {
 		s.forget(e)
 	}
 }

@@ -549,7 +549,7 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	s.heard(m, ev)
 	var early *entry
 	if d, ok := ev.(Decided); ok {
-		if e := m.core.props[d.ID]; e != nil && !e.claimed && e.deciding {
+		if e := m.core.props[d.ID]; e != nil && !e.claimed && e.decide != decideNone {
 			s.covered["world/decided_before_claim"]++ // Alone: decided beside the claim
 			early = e
 		}
