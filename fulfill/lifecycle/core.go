@@ -62,8 +62,10 @@ type Core struct {
 
 // entry is a proposal and what only this process knows of it.
 type entry struct {
-	p       *Proposal
-	claimed bool // the claim write succeeded: the record exists
+	p *Proposal
+	// claim is the claim's state (the write that makes the proposal
+	// this member's), and what waits for it to land.
+	claim   claim
 	outcome Outcome
 	writes  []pendingWrite // head is outstanding unless write is writeIdle
 	write   writeState
@@ -76,57 +78,23 @@ type entry struct {
 	// slot is e's place in the sharing of fulfilment slots.
 	slot   slotState
 	decide decideState // the Decide outstanding, if any
-	// decidedEarly: the Decided that came before the claim landed
-	// but could not be carried out as part of it (see claimHeld);
-	// taken once it lands.
-	decidedEarly *Decided
-	// claimHeld: Config.Alone, the claim is queued but not issued until
-	// the policy answers, so that the claim is written with what the
-	// decision commits (decidedBeforeClaim). A deadline, a withdrawal,
-	// a shutdown issue it as it is.
-	claimHeld bool
-	// deadlineHeld: the deadline's timer waits for the held claim to
-	// go (unhold), which the hold's own timer makes happen first.
-	deadlineHeld bool
-	// beforeDecided: the proposal as it was before its decision was
-	// carried out ahead of its claim (decidedBeforeClaim), restored if
-	// the claim is lost (a replay's line says nothing of a decision it
-	// never had); afterClaim what carrying it out emitted (its lines
-	// and timers), emitted once the claim lands. beforeDecided is set
-	// exactly while a claim carries a decision (carrying).
-	beforeDecided *Proposal
-	afterClaim    []Effect
-	// cancelBy: an operator's cancel read while the claim was held or
-	// carried its decision (by whom, cancelled once the claim lands):
-	// nothing went out yet, so it is not refused as a late one is.
-	cancelBy *string
 
 	// answer is the sending of the committed answer (a reject or a
 	// relay); resendAt when it is written again after a failure
 	// (answerResend).
 	answer   answerState
 	resendAt time.Time
-	// early is an end (withdrawal, supersession) read while the claim
-	// was being written: it is taken once the claim says the proposal is
-	// this member's, so that its line carries the claim's decision.
-	early *earlyEnd
 	// retried: a write was tried again after an error (which may have
 	// been applied all the same).
 	retried bool
-	// taken: a try of the claim found the id claimed (winner, when the
-	// store named the decision): an earlier try of its own, or a claim
-	// before, whose record the reload tells.
-	taken  bool
-	winner string
-	// noRecord: refused at once (refused is its reject, its envelope id
-	// minted once the claim is won); claimed without a record, so it is
-	// never counted as pending, resumed or adopted.
-	noRecord bool
-	counted  bool // in the Core's load (track)
-	// refusing: a refusal whose claim failed, counted in Core.refusing
-	// until it is forgotten.
-	refusing bool
+	counted bool // in the Core's load (track)
+	// refused: refused at once, this is its reject (its envelope id
+	// minted once the claim is won); claimed without a record
+	// (noRecord), so it is never counted as pending, resumed or
+	// adopted. refusing: its claim failed, and it is counted in
+	// Core.refusing until it is forgotten.
 	refused  *RejectRecord
+	refusing bool
 	// graceAt is when the request's tool owner's rejoin grace ends
 	// (zero: none running).
 	graceAt time.Time
@@ -149,6 +117,76 @@ type entry struct {
 	// call is committed (its request recorded).
 	grant *CreateGrant
 }
+
+// claimState is where a proposal's claim stands: the first write of its
+// record, which makes the proposal this member's.
+type claimState uint8
+
+const (
+	// claimTrying: the claim is being written, or tried again: the
+	// proposal is not this member's yet. A refusal's claim (noRecord)
+	// stays here once won: it is claimed without a record.
+	claimTrying claimState = iota
+	// claimHeld: Config.Alone: the claim is queued but not issued until
+	// the policy answers, so that it is written with what the decision
+	// commits (decidedBeforeClaim). A deadline, a withdrawal, a
+	// shutdown issue it as it is (unhold).
+	claimHeld
+	// claimCarrying: the claim is being written with what its decision
+	// committed (decidedBeforeClaim): claim.before and claim.after hold
+	// what its landing (claimedDecided) or its loss (undoDecided) needs.
+	claimCarrying
+	// claimLanded: the claim is written: the record exists, and the
+	// proposal is this member's.
+	claimLanded
+)
+
+// claim is a proposal's claim: its state, and what waits for the claim
+// to land. All but the state is dropped once it has (claimLanded).
+type claim struct {
+	state claimState
+	// decided: the Decided that came before the claim landed but could
+	// not be carried out as part of it; taken once it lands.
+	decided *Decided
+	// before (claimCarrying): the proposal as it was before its
+	// decision was carried out ahead of its claim, restored if the claim
+	// is lost (a replay's line says nothing of a decision it never had);
+	// after what carrying it out emitted (its lines and timers), emitted
+	// once the claim lands.
+	before *Proposal
+	after  []Effect
+	// cancelBy: an operator's cancel read while the claim was held or
+	// carried its decision (by whom, cancelled once the claim lands):
+	// nothing went out yet, so it is not refused as a late one is.
+	cancelBy *string
+	// early is an end (withdrawal, supersession) read while the claim
+	// was being written: it is taken once the claim says the proposal
+	// is this member's, so that its line carries the claim's decision.
+	early *earlyEnd
+	// taken: a try of the claim found the id claimed (winner, when the
+	// store named the decision): an earlier try of its own, or a claim
+	// before, whose record the reload tells.
+	taken  bool
+	winner string
+	// deadlineHeld: the deadline's timer waits for the held claim to
+	// go (unhold), which the hold's own timer makes happen first.
+	deadlineHeld bool
+}
+
+// landed reports whether the claim is written: the proposal is this
+// member's, with a record.
+func (c *claim) landed() bool { return c.state == claimLanded }
+
+// land marks the claim written, and returns what waited for it.
+func (c *claim) land() claim {
+	was := *c
+	*c = claim{state: claimLanded}
+	return was
+}
+
+// noRecord reports whether e was refused at once: claimed without a
+// record.
+func (e *entry) noRecord() bool { return e.refused != nil }
 
 // writeState is what a proposal's head write (entry.writes) waits for.
 type writeState uint8
@@ -546,7 +584,6 @@ func (s *step) proposed(ev Proposed) {
 			// Refused as looked at now, even if room is made before the
 			// claim lands: claimed without a record (ClaimOnly), one
 			// store write for a reject under overload; never decided.
-			e.noRecord = true
 			e.refused = &RejectRecord{Reason: reason, Message: message}
 			s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, claimOnly: true, then: thenRefused})
 			return
@@ -562,20 +599,20 @@ func (s *step) proposed(ev Proposed) {
 		// a fulfilment's claim carries its request, a reject's its
 		// answer, one store write fewer before the answer. In a group
 		// every member would evaluate every proposal.
-		e.claimHeld = true
+		e.claim.state = claimHeld
 	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, then: thenClaimed})
-	if e.claimHeld && c.cfg.ClaimHold < c.cfg.PendingTTL {
+	if e.claim.state == claimHeld && c.cfg.ClaimHold < c.cfg.PendingTTL {
 		// The hold ends before the deadline, and until then all the
 		// deadline would do is end the hold: its timer is set when the
 		// claim goes as it is (unhold), and never for a claim that
 		// carries its decision, whose phase has a deadline of its own
 		// (or none: answered). One timer a proposal fewer.
-		e.deadlineHeld = true
+		e.claim.deadlineHeld = true
 	} else {
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	}
-	if e.claimHeld {
+	if e.claim.state == claimHeld {
 		s.emit(Schedule{ID: p.ID, At: s.now.Add(c.cfg.ClaimHold), Kind: TimerHold})
 		s.decide(e, false, nil)
 	}
@@ -585,14 +622,18 @@ func (s *step) proposed(ev Proposed) {
 // the decision (a deadline, a withdrawal, a shutdown) needs the claim
 // more than the write it saves.
 func (s *step) unhold(e *entry) {
-	if e.claimHeld {
-		e.claimHeld = false
+	if e.claim.state == claimHeld {
+		e.claim.state = claimTrying
 		s.issue(e)
 	}
-	if e.deadlineHeld {
-		// The proposal's deadline timer, not set while its claim was
-		// held (proposed): set now if it still decides, as it is.
-		e.deadlineHeld = false
+	s.unholdDeadline(e)
+}
+
+// unholdDeadline sets the proposal's deadline timer, not set while its
+// claim was held (proposed): now, if it still decides, as it is.
+func (s *step) unholdDeadline(e *entry) {
+	if e.claim.deadlineHeld {
+		e.claim.deadlineHeld = false
 		if e.outcome == Open && e.p.Phase == Deciding {
 			s.emit(Schedule{ID: e.p.ID, At: e.p.Deadline, Kind: TimerDeadline})
 		}
@@ -604,7 +645,7 @@ func (s *step) unhold(e *entry) {
 // what that committed: the record in its next phase (a fulfilment's
 // request, a reject's answer, an escalation's prompts), the one write
 // instead of two. What it emitted (its lines, its timers) waits in
-// e.afterClaim for the claim to land: a replay that loses its claim has
+// e.claim.after for the claim to land: a replay that loses its claim has
 // only its ignored line, and e is restored as it was (duplicate).
 func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 	// The held claim's record is a copy of the proposal as it was
@@ -614,13 +655,13 @@ func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 	// decision's record instead (merged, below), no write holds it any
 	// more and it is e's copy as it was; else it is copied.
 	before := e.writes[0].rec
-	e.beforeDecided = before
+	e.claim.before = before
 	out := s.out
 	s.out = nil
-	e.claimed = true // decided carries out a claimed proposal's decision
-	s.decided(ev)
-	e.claimed = false
-	e.afterClaim, s.out = s.out, out
+	// Carried out as a claimed proposal's decision; the claim, still
+	// held, issues no write meanwhile.
+	s.carryOut(e, ev)
+	e.claim.after, s.out = s.out, out
 	claim := e.writes[0]
 	claim.then = thenClaimedDecided
 	if len(e.writes) > 1 && mergeable(e.writes[1]) {
@@ -633,14 +674,16 @@ func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 		// Nothing to carry (a request held for its owner's return): the
 		// claim goes as it was, and what the decision did follows it.
 		e.writes[0] = claim
-		e.beforeDecided = before.clone()
+		e.claim.before = before.clone()
 	}
-	s.unhold(e)
+	e.claim.state = claimCarrying
+	s.issue(e)
+	s.unholdDeadline(e)
 }
 
 // carrying reports whether e's claim carries its decision
 // (decidedBeforeClaim) and has not landed yet.
-func (e *entry) carrying() bool { return e.beforeDecided != nil }
+func (e *entry) carrying() bool { return e.claim.state == claimCarrying }
 
 // queues reports whether carrying out ev would queue e for a fulfilment
 // slot: a proposal takes its place in the queue once it is claimed, or
@@ -713,7 +756,8 @@ func (s *step) undoDecided(e *entry) {
 			delete(c.byPrompt, pr.EnvelopeID)
 		}
 	}
-	e.p, e.afterClaim, e.beforeDecided = e.beforeDecided, nil, nil
+	e.p = e.claim.before
+	e.claim.state, e.claim.before, e.claim.after = claimTrying, nil, nil
 }
 
 // queueWrite appends a write of e's record and issues it when none is
@@ -741,7 +785,7 @@ func plainUpdate(w pendingWrite) bool {
 }
 
 func (s *step) issue(e *entry) {
-	if e.write != writeIdle || e.claimHeld || len(e.writes) == 0 {
+	if e.write != writeIdle || e.claim.state == claimHeld || len(e.writes) == 0 {
 		return
 	}
 	w := e.writes[0]
@@ -773,7 +817,7 @@ func (s *step) stored(ev Stored) {
 		// that failed was applied after all (a store timeout does not
 		// say which): the record says.
 		if w.create {
-			e.taken, e.winner = true, winner(ev.Err)
+			e.claim.taken, e.claim.winner = true, winner(ev.Err)
 		}
 		s.reload(e)
 	case w.create && !w.claimOnly && !s.now.Before(e.p.Deadline) && !c.cfg.Alone:
@@ -880,15 +924,15 @@ func (s *step) reloaded(ev Reloaded) {
 		e.writes = e.writes[1:]
 		s.issue(e)
 		s.forgetIfDone(e)
-	case w.create && !e.claimed && r == nil && e.taken:
+	case w.create && !e.claim.landed() && r == nil && e.claim.taken:
 		// Claimed before, and its record gone: a replay of a proposal
 		// that ended (here, before a restart, or at another member).
-		s.duplicate(e, e.winner)
-	case w.create && !e.claimed && r == nil && !s.now.Before(e.p.Deadline):
+		s.duplicate(e, e.claim.winner)
+	case w.create && !e.claim.landed() && r == nil && !s.now.Before(e.p.Deadline):
 		// No try was applied: nothing to answer exactly once; left to
 		// the group or to the proposer's own timeout.
 		s.unclaimed(e)
-	case w.create && !e.claimed:
+	case w.create && !e.claim.landed():
 		s.duplicate(e, claimOf(r))
 	default:
 		s.fenced(e)
@@ -920,15 +964,15 @@ func (s *step) then(e *entry, w pendingWrite) {
 	c := s.c
 	switch w.then {
 	case thenClaimed:
-		e.claimed = true
+		pre := e.claim.land()
 		s.log(e, "received", nil)
 		if e.outcome != Open {
 			return
 		}
 		p := e.p
 		switch {
-		case e.early != nil:
-			s.endQuietly(e, *e.early)
+		case pre.early != nil:
+			s.endQuietly(e, *pre.early)
 		case p.Phase == Answered:
 			// Invalid, claimed with its reject.
 			s.end(e, Rejected, p.Reject.Reason)
@@ -948,15 +992,13 @@ func (s *step) then(e *entry, w pendingWrite) {
 				s.commitReject(e, reason, message)
 				return
 			}
-			if e.cancelBy != nil {
-				s.cancel(e, *e.cancelBy)
+			if pre.cancelBy != nil {
+				s.cancel(e, *pre.cancelBy)
 				return
 			}
 			switch {
-			case e.decidedEarly != nil:
-				ev := *e.decidedEarly
-				e.decidedEarly = nil
-				s.decided(ev)
+			case pre.decided != nil:
+				s.decided(*pre.decided)
 			case e.decide != decideNone:
 				// Asked beside the claim (Alone): its answer decides.
 			default:
@@ -967,10 +1009,10 @@ func (s *step) then(e *entry, w pendingWrite) {
 		s.claimedDecided(e, w)
 	case thenRefused:
 		s.log(e, "received", nil)
-		if e.early != nil {
+		if e.claim.early != nil {
 			// Withdrawn (or answered by another) while it was claimed:
 			// nothing is sent, and with no record nothing is deleted.
-			s.endQuietly(e, *e.early)
+			s.endQuietly(e, *e.claim.early)
 			return
 		}
 		c.setOutcome(e, Rejected)
@@ -1037,23 +1079,22 @@ func (s *step) then(e *entry, w pendingWrite) {
 // or a shutdown read meanwhile ends it here, as one read before the
 // claim of any other proposal; its request (or prompts) never went out.
 func (s *step) claimedDecided(e *entry, w pendingWrite) {
-	e.claimed = true
-	deciding := e.beforeDecided.Deadline
+	pre := e.claim.land()
+	deciding := pre.before.Deadline
 	// The line of the proposal as it was received: its decision's
 	// revision and route come with the decided line.
-	s.emit(Log{Line: lineOf(e.beforeDecided, "received", nil)})
-	s.emit(e.afterClaim...)
-	e.afterClaim, e.beforeDecided = nil, nil
+	s.emit(Log{Line: lineOf(pre.before, "received", nil)})
+	s.emit(pre.after...)
 	switch {
 	case e.outcome != Open:
 		// Its reject, committed with the claim: sent whatever happened
 		// meanwhile.
-	case e.early != nil:
-		s.endQuietly(e, *e.early)
+	case pre.early != nil:
+		s.endQuietly(e, *pre.early)
 		return
-	case e.cancelBy != nil:
+	case pre.cancelBy != nil:
 		e.req = reqUnsent // nothing went out that the reject should cancel
-		s.cancel(e, *e.cancelBy)
+		s.cancel(e, *pre.cancelBy)
 		return
 	case s.c.closing:
 		e.req = reqUnsent
@@ -1114,7 +1155,7 @@ func (c *Core) setOutcome(e *entry, o Outcome) {
 // What admits an entry or lets go of it calls it; setOutcome when it
 // ends.
 func (c *Core) track(e *entry) {
-	want := !e.noRecord && e.outcome == Open && c.props[e.p.ID] == e
+	want := !e.noRecord() && e.outcome == Open && c.props[e.p.ID] == e
 	if want == e.counted {
 		return
 	}
@@ -1165,7 +1206,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 	} else if e.asked {
 		s.stopAsking(e, DropReason)
 	}
-	if e.outcome == Withdrawn || (e.early != nil && e.early.outcome == Withdrawn) {
+	if e.outcome == Withdrawn || (e.claim.early != nil && e.claim.early.outcome == Withdrawn) {
 		s.c.withdrawals.put(e.p.ID, e.p.From, "")
 	}
 	s.c.setOutcome(e, Dropped) // its end is the record holder's, not this member's
@@ -1700,17 +1741,24 @@ func (s *step) decided(ev Decided) {
 	if !ok || e.outcome != Open || e.decide == decideNone || (e.decide == decideAgain) != ev.Again {
 		return
 	}
-	if !e.claimed {
-		if e.claimHeld && e.early == nil && !c.closing && !queues(c, e, ev) {
+	if !e.claim.landed() {
+		if e.claim.state == claimHeld && e.claim.early == nil && !c.closing && !queues(c, e, ev) {
 			s.decidedBeforeClaim(e, ev)
 			return
 		}
 		s.unhold(e)
 		// A copy: &ev itself would move every Decided to the heap.
 		early := ev
-		e.decidedEarly = &early // taken once the claim lands (then)
+		e.claim.decided = &early // taken once the claim lands (then)
 		return
 	}
+	s.carryOut(e, ev)
+}
+
+// carryOut carries out ev, the decision of e, claimed (or whose claim
+// carries it: decidedBeforeClaim).
+func (s *step) carryOut(e *entry, ev Decided) {
+	c := s.c
 	e.decide = decideNone
 	d := ev.Decision
 	p := e.p
@@ -1829,7 +1877,7 @@ func (s *step) sent(ev Sent) {
 			return
 		}
 		e.answer, e.resendAt = answerIdle, time.Time{}
-		if !e.noRecord {
+		if !e.noRecord() {
 			s.queueWrite(e, pendingWrite{}) // delete
 		}
 		s.forgetIfDone(e)
@@ -1890,7 +1938,7 @@ func (s *step) fired(ev Fired) {
 			s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 		}
 	case TimerHold:
-		s.unhold(e) // the decision follows the claim (decidedEarly)
+		s.unhold(e) // the decision follows the claim (claim.decided)
 	case TimerStep:
 		if s.escRunning(e) {
 			s.due(e, ev.At)
@@ -1903,16 +1951,16 @@ func (s *step) fired(ev Fired) {
 		if e.outcome != Open || !ev.At.Equal(p.Deadline) {
 			return
 		}
-		if e.noRecord {
+		if e.noRecord() {
 			return // its claim is tried until it lands: then its reject goes
 		}
-		if e.claimHeld {
+		if e.claim.state == claimHeld {
 			// Not decided in time: claimed as it is, and then rejected
 			// "timeout" (then).
 			s.unhold(e)
 			return
 		}
-		if !e.claimed {
+		if !e.claim.landed() {
 			// Never claimed (the store was unreachable): no record, so
 			// nothing can be answered exactly once; left to the group
 			// or to the proposer's own timeout. Alone on its store,
@@ -1969,8 +2017,8 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 		s.log(e, "ignored", func(l Line) Line { l.Reason = "late_withdraw"; return l })
 		return
 	}
-	if !e.claimed {
-		e.early = &end
+	if !e.claim.landed() {
+		e.claim.early = &end
 		s.unhold(e)
 		return
 	}
@@ -1984,11 +2032,11 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 // the claim's ("": none).
 func (s *step) earlyBeforeClaim(e *entry, end earlyEnd, ignoredAs string) {
 	if e.outcome == Open {
-		e.early = &end
+		e.claim.early = &end
 		return
 	}
 	if ignoredAs != "" {
-		e.afterClaim = append(e.afterClaim, Log{Line: lineOf(e.p, "ignored", func(l Line) Line { l.Reason = ignoredAs; return l })})
+		e.claim.after = append(e.claim.after, Log{Line: lineOf(e.p, "ignored", func(l Line) Line { l.Reason = ignoredAs; return l })})
 	}
 }
 
@@ -2013,8 +2061,8 @@ func (s *step) superseded(ev SupersededBy) {
 	if e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Task || e.p.Phase == Answered {
 		return
 	}
-	if !e.claimed {
-		e.early = &end
+	if !e.claim.landed() {
+		e.claim.early = &end
 		s.unhold(e)
 		return
 	}
@@ -2041,7 +2089,7 @@ func (s *step) endQuietly(e *entry, how earlyEnd) {
 	} else {
 		e.writes = nil
 	}
-	if e.claimed || e.write == writeOut {
+	if e.claim.landed() || e.write == writeOut {
 		s.queueWrite(e, pendingWrite{line: &line})
 	} else {
 		s.emit(Log{Line: line})
@@ -2104,13 +2152,13 @@ func (s *step) spoofed(e *entry, ev Responded, reason string) {
 
 func (s *step) cancelled(ev Cancelled) {
 	e, ok := s.c.props[ev.ID]
-	if ok && e.outcome == Open && (e.claimHeld || e.carrying()) {
+	if ok && e.outcome == Open && (e.claim.state == claimHeld || e.carrying()) {
 		by := ev.By
-		e.cancelBy = &by
+		e.claim.cancelBy = &by
 		s.unhold(e)
 		return
 	}
-	if !ok || e.outcome != Open || !e.claimed || e.p.Phase == Fulfilling || e.p.Phase == Answered {
+	if !ok || e.outcome != Open || !e.claim.landed() || e.p.Phase == Fulfilling || e.p.Phase == Answered {
 		p := &Proposal{ID: ev.ID}
 		if ok {
 			p = e.p
@@ -2119,7 +2167,7 @@ func (s *step) cancelled(ev Cancelled) {
 		}
 		l := lineOf(p, "ignored", func(l Line) Line { l.Reason, l.Message = "cancel_refused", "cancel by "+ev.By; return l })
 		if ok {
-			if e.outcome == Open && !e.claimed {
+			if e.outcome == Open && !e.claim.landed() {
 				l.Message += ": not claimed yet"
 			} else {
 				l.Message += ": already answered"
@@ -2165,7 +2213,7 @@ func (s *step) closing() {
 // owner if one went out.
 func (s *step) closeOne(e *entry) {
 	s.unhold(e) // claimed, it is answered like the rest (then)
-	if e.outcome != Open || !e.claimed {
+	if e.outcome != Open || !e.claim.landed() {
 		return
 	}
 	if e.p.Phase == Fulfilling && e.req.cancellable() {
@@ -2185,7 +2233,7 @@ func (s *step) resume(r Proposal, how string) {
 	c := s.c
 	var early *earlyEnd
 	if old, ok := c.props[r.ID]; ok {
-		if old.claimed && r.Rev <= old.p.Rev {
+		if old.claim.landed() && r.Rev <= old.p.Rev {
 			// The same record again, or one read before this member's
 			// own later writes (a start-up scan that listed a record
 			// taken for an operator's cancel): revisions only grow.
@@ -2195,8 +2243,8 @@ func (s *step) resume(r Proposal, how string) {
 		// tried, or taken back from a member that adopted it. The
 		// record is the truth now; the outstanding write of the entry
 		// it replaces is ignored (it can only conflict).
-		if !old.claimed {
-			early = old.early
+		if !old.claim.landed() {
+			early = old.claim.early
 		}
 		if old.outcome == Withdrawn {
 			c.withdrawals.put(old.p.ID, old.p.From, "")
@@ -2209,7 +2257,7 @@ func (s *step) resume(r Proposal, how string) {
 		return // a record of a proposal ended here, read late
 	}
 	c.seen.add(r.ID)
-	e := &entry{p: r.clone(), claimed: true}
+	e := &entry{p: r.clone(), claim: claim{state: claimLanded}}
 	c.props[r.ID] = e
 	c.track(e)
 	p := e.p
@@ -2375,7 +2423,7 @@ func (s *step) forget(e *entry) {
 	freed := c.letGo(e)
 	// A replay read later joins its decision (rule 10): the claim's,
 	// when this member held the record.
-	if e.claimed {
+	if e.claim.landed() {
 		governing := e.p.DecisionID
 		if governing == "" {
 			governing = claimOf(e.p)
