@@ -67,48 +67,27 @@ type entry struct {
 	// this member's), and what waits for it to land.
 	claim   claim
 	outcome Outcome
-	writes  []pendingWrite // head is outstanding unless write is writeIdle
-	write   writeState
-	seq     uint64    // of the Write out (writeOut)
-	retryAt time.Time // when a failed write is tried again
+	// store is the writes of its record.
+	store recordWrites
 
 	asked bool // the escalation opened: prompts are open at approvers
-	// req is where the fulfilment request stands on the wire.
-	req reqState
+	// req is the fulfilment request (and its task) at the tool owner.
+	req request
 	// slot is e's place in the sharing of fulfilment slots.
 	slot   slotState
-	decide decideState // the Decide outstanding, if any
+	decide deciding // the Decide outstanding, if any
 
 	// answer is the sending of the committed answer (a reject or a
 	// relay); resendAt when it is written again after a failure
 	// (answerResend).
 	answer   answerState
 	resendAt time.Time
-	// retried: a write was tried again after an error (which may have
-	// been applied all the same).
-	retried bool
-	counted bool // in the Core's load (track)
-	// refused: refused at once, this is its reject (its envelope id
-	// minted once the claim is won); claimed without a record
-	// (noRecord), so it is never counted as pending, resumed or
-	// adopted. refusing: its claim failed, and it is counted in
-	// Core.refusing until it is forgotten.
-	refused  *RejectRecord
-	refusing bool
-	// graceAt is when the request's tool owner's rejoin grace ends
-	// (zero: none running).
-	graceAt time.Time
-	// taskDone: the task ended at its owner (its follower said so):
-	// nothing is left to cancel there.
-	taskDone bool
+	counted  bool // in the Core's load (track)
+	// refusal: refused at once (nil: admitted).
+	refusal *refusal
 	// chatted: a Status went out to the shell, maybe not carried out
 	// yet: the proposal's end drops it (CancelAsk).
 	chatted bool
-	// edit is the edited call a Decide Again re-checks (rule 7): what is
-	// fulfilled if the policy allows it; againID the id of the decision
-	// that re-check makes (Decide.DecisionID), adopted with its answer.
-	edit    []byte
-	againID string
 	// spoofed: an answer not taken (forged, from another participant,
 	// with another JSON-RPC id) was logged: the next ones are not, so a
 	// flood of forgeries makes one line.
@@ -184,23 +163,58 @@ func (c *claim) land() claim {
 	return was
 }
 
+// refusal is a proposal refused at once: claimed without a record
+// (noRecord), so it is never counted as pending, resumed or adopted.
+type refusal struct {
+	// reject is its reject, its envelope id minted once the claim is
+	// won.
+	reject RejectRecord
+	// waiting: its claim failed, and it is counted in Core.refusing
+	// until it is forgotten.
+	waiting bool
+}
+
 // noRecord reports whether e was refused at once: claimed without a
 // record.
-func (e *entry) noRecord() bool { return e.refused != nil }
+func (e *entry) noRecord() bool { return e.refusal != nil }
 
-// writeState is what a proposal's head write (entry.writes) waits for.
+// recordWrites are a proposal's writes of its record: one out at a time,
+// in order, each carrying what is sent once it is durable.
+type recordWrites struct {
+	queue   []pendingWrite // head is outstanding unless state is writeIdle
+	state   writeState
+	seq     uint64    // of the Write out (writeOut)
+	retryAt time.Time // when a failed write is tried again
+	// retried: a write was tried again after an error (which may have
+	// been applied all the same).
+	retried bool
+}
+
+// writeState is what a proposal's head write (recordWrites.queue) waits
+// for.
 type writeState uint8
 
 const (
 	// writeIdle: nothing is out: the head, if any, is issued next (or
 	// at its retry, or once the claim is no longer held).
 	writeIdle writeState = iota
-	// writeOut: the head's Write is out (entry.seq), awaiting Stored.
+	// writeOut: the head's Write is out (recordWrites.seq), awaiting
+	// Stored.
 	writeOut
 	// writeReload: the head's Write failed in a way the record must
 	// settle: a Reload is out, awaiting Reloaded.
 	writeReload
 )
+
+// deciding is the policy's Decide outstanding for a proposal, if any.
+type deciding struct {
+	state decideState
+	// edit is the edited call a re-check (decideAgain) checks (rule 7):
+	// what is fulfilled if the policy allows it; id the decision that
+	// re-check makes (Decide.DecisionID), adopted with its answer.
+	edit []byte
+	id   string
+}
 
 // decideState is the policy's Decide outstanding for a proposal.
 type decideState uint8
@@ -209,8 +223,7 @@ const (
 	decideNone decideState = iota
 	// decideFirst: the proposal's own decision.
 	decideFirst
-	// decideAgain: an edit's re-check (rule 7): entry.edit is the
-	// edited call, entry.againID the decision it makes.
+	// decideAgain: an edit's re-check (rule 7).
 	decideAgain
 )
 
@@ -226,6 +239,18 @@ const (
 	// answerResend: its Send failed: written again at entry.resendAt.
 	answerResend
 )
+
+// request is a proposal's fulfilment request (phase Fulfilling, and its
+// task after it) as this member knows it at the tool owner.
+type request struct {
+	state reqState
+	// graceAt is when the tool owner's rejoin grace ends (zero: none
+	// running).
+	graceAt time.Time
+	// taskDone: the task ended at its owner (its follower said so):
+	// nothing is left to cancel there.
+	taskDone bool
+}
 
 // reqState is where a proposal's fulfilment request stands on the wire
 // (phase Fulfilling, and a task's request after it): one state, so that
@@ -257,15 +282,15 @@ const (
 )
 
 // held reports whether the request waits for its tool owner to come back.
-func (r reqState) held() bool { return r == reqHeld || r == reqHeldLogged }
+func (r request) held() bool { return r.state == reqHeld || r.state == reqHeldLogged }
 
 // out reports whether the request went out, or is going: an answer to
 // it counts.
-func (r reqState) out() bool { return r == reqSending || r == reqOut }
+func (r request) out() bool { return r.state == reqSending || r.state == reqOut }
 
 // cancellable reports whether a reject cancels the request at its owner
 // (rule 4): one held or never sent did not reach it.
-func (r reqState) cancellable() bool { return !r.held() && r != reqUnsent }
+func (r request) cancellable() bool { return !r.held() && r.state != reqUnsent }
 
 // slotState is a proposal's place in the sharing of fulfilment slots
 // (slotQueue).
@@ -493,17 +518,14 @@ func (s *step) log(e *entry, stage string, fill func(Line) Line) {
 // with e as it is now and this member's load.
 func (s *step) decide(e *entry, again bool, edit []byte) {
 	c := s.c
-	e.decide = decideFirst
-	if again {
-		e.decide = decideAgain
-	}
+	e.decide = deciding{state: decideFirst}
 	d := Decide{ID: e.p.ID, Again: again, Proposal: e.p.copy(), Pending: c.Live(), Inflight: c.slots.used}
 	if again {
 		// The re-check's decision governs what follows (rule 10): its id
 		// goes with the Decide, for the policy's line, and is adopted
 		// with its answer.
-		e.edit, e.againID = edit, c.ids.DecisionID()
-		d.Params, d.Approvals, d.DecisionID = edit, slices.Clone(e.p.Approvals), e.againID
+		e.decide = deciding{state: decideAgain, edit: edit, id: c.ids.DecisionID()}
+		d.Params, d.Approvals, d.DecisionID = edit, slices.Clone(e.p.Approvals), e.decide.id
 	}
 	s.emit(d)
 }
@@ -584,7 +606,7 @@ func (s *step) proposed(ev Proposed) {
 			// Refused as looked at now, even if room is made before the
 			// claim lands: claimed without a record (ClaimOnly), one
 			// store write for a reject under overload; never decided.
-			e.refused = &RejectRecord{Reason: reason, Message: message}
+			e.refusal = &refusal{reject: RejectRecord{Reason: reason, Message: message}}
 			s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, claimOnly: true, then: thenRefused})
 			return
 		}
@@ -654,7 +676,7 @@ func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 	// what e was before its decision. When the claim carries the
 	// decision's record instead (merged, below), no write holds it any
 	// more and it is e's copy as it was; else it is copied.
-	before := e.writes[0].rec
+	before := e.store.queue[0].rec
 	e.claim.before = before
 	out := s.out
 	s.out = nil
@@ -662,18 +684,18 @@ func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 	// held, issues no write meanwhile.
 	s.carryOut(e, ev)
 	e.claim.after, s.out = s.out, out
-	claim := e.writes[0]
+	claim := e.store.queue[0]
 	claim.then = thenClaimedDecided
-	if len(e.writes) > 1 && mergeable(e.writes[1]) {
-		next := e.writes[1]
+	if len(e.store.queue) > 1 && mergeable(e.store.queue[1]) {
+		next := e.store.queue[1]
 		// A claim is never Soon (Write.Soon): the store syncs one whose
 		// record carries what goes out once it is durable.
 		claim.rec, claim.next = next.rec, &next
-		e.writes = append([]pendingWrite{claim}, e.writes[2:]...)
+		e.store.queue = append([]pendingWrite{claim}, e.store.queue[2:]...)
 	} else {
 		// Nothing to carry (a request held for its owner's return): the
 		// claim goes as it was, and what the decision did follows it.
-		e.writes[0] = claim
+		e.store.queue[0] = claim
 		e.claim.before = before.clone()
 	}
 	e.claim.state = claimCarrying
@@ -766,15 +788,15 @@ func (s *step) queueWrite(e *entry, w pendingWrite) {
 	if w.rec != nil {
 		w.rec.Owner = s.c.cfg.Member
 	}
-	if n := len(e.writes); n > 1 && plainUpdate(e.writes[n-1]) && plainUpdate(w) {
+	if n := len(e.store.queue); n > 1 && plainUpdate(e.store.queue[n-1]) && plainUpdate(w) {
 		// An update not issued yet is overtaken by this one, which
 		// records all it did (prompts and approvals recorded one after
 		// the other cost one write, not one each).
-		last := &e.writes[n-1]
+		last := &e.store.queue[n-1]
 		last.rec, last.soon = w.rec, last.soon && w.soon
 		return
 	}
-	e.writes = append(e.writes, w)
+	e.store.queue = append(e.store.queue, w)
 	s.issue(e)
 }
 
@@ -785,24 +807,24 @@ func plainUpdate(w pendingWrite) bool {
 }
 
 func (s *step) issue(e *entry) {
-	if e.write != writeIdle || e.claim.state == claimHeld || len(e.writes) == 0 {
+	if e.store.state != writeIdle || e.claim.state == claimHeld || len(e.store.queue) == 0 {
 		return
 	}
-	w := e.writes[0]
-	e.write = writeOut
+	w := e.store.queue[0]
+	e.store.state = writeOut
 	s.c.seq++
-	e.seq = s.c.seq
-	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev, Soon: w.soon})
+	e.store.seq = s.c.seq
+	s.emit(Write{ID: e.p.ID, Seq: e.store.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev, Soon: w.soon})
 }
 
 func (s *step) stored(ev Stored) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || e.write != writeOut || ev.Seq != e.seq {
+	if !ok || e.store.state != writeOut || ev.Seq != e.store.seq {
 		return
 	}
-	e.write = writeIdle
-	w := e.writes[0]
+	e.store.state = writeIdle
+	w := e.store.queue[0]
 	switch {
 	case ev.Err == nil:
 		s.written(e, ev.Rev)
@@ -810,7 +832,7 @@ func (s *step) stored(ev Stored) {
 		// Its own earlier try would have been reported won: another
 		// claim holds the id.
 		s.duplicate(e, winner(ev.Err))
-	case w.create && errors.Is(ev.Err, ErrExists) && !e.retried:
+	case w.create && errors.Is(ev.Err, ErrExists) && !e.store.retried:
 		s.duplicate(e, winner(ev.Err))
 	case errors.Is(ev.Err, ErrExists) || errors.Is(ev.Err, ErrConflict):
 		// Another member's now, or an earlier try of this very write
@@ -826,24 +848,24 @@ func (s *step) stored(ev Stored) {
 		// store, the claim is tried on, below: once it lands, its record
 		// ends with a "timeout" reject, and a replay is told by the
 		// claim's answer; no other member can answer it meanwhile.)
-		e.retried = true
+		e.store.retried = true
 		s.reload(e)
 	default:
-		if w.claimOnly && !e.refusing {
-			e.refusing = true
+		if w.claimOnly && !e.refusal.waiting {
+			e.refusal.waiting = true
 			c.refusing++
 		}
-		e.retried = true // an error may hide an applied write
+		e.store.retried = true // an error may hide an applied write
 		// Unavailable: nothing is sent before its record is written, so
 		// the write is tried again (a claim too: a proposal is never
 		// answered without a record, which could answer it twice).
-		e.retryAt = s.now.Add(c.cfg.RetryAfter)
-		s.emit(Schedule{ID: e.p.ID, At: e.retryAt, Kind: TimerRetry})
+		e.store.retryAt = s.now.Add(c.cfg.RetryAfter)
+		s.emit(Schedule{ID: e.p.ID, At: e.store.retryAt, Kind: TimerRetry})
 	}
 }
 
 func (s *step) reload(e *entry) {
-	e.write = writeReload
+	e.store.state = writeReload
 	s.emit(Reload{ID: e.p.ID})
 }
 
@@ -874,8 +896,8 @@ func winner(err error) string {
 // written carries on once e's outstanding write is durable at revision
 // rev.
 func (s *step) written(e *entry, rev uint64) {
-	w := e.writes[0]
-	e.writes = e.writes[1:]
+	w := e.store.queue[0]
+	e.store.queue = e.store.queue[1:]
 	e.p.Rev = rev
 	if w.line != nil {
 		s.emit(Log{Line: *w.line})
@@ -889,13 +911,13 @@ func (s *step) written(e *entry, rev uint64) {
 // earlier try wrote it (applied, though reported failed): the same
 // record, at another revision.
 func appliedBefore(e *entry, r *Proposal) bool {
-	if len(e.writes) == 0 || e.writes[0].rec == nil || (e.writes[0].create && !e.carrying()) {
+	if len(e.store.queue) == 0 || e.store.queue[0].rec == nil || (e.store.queue[0].create && !e.carrying()) {
 		// A plain claim applied is resumed from its record; one that
 		// carries its decision is written (claimedDecided), or its
 		// request would wait for a response it never asked for.
 		return false
 	}
-	want, err1 := json.Marshal(e.writes[0].rec)
+	want, err1 := json.Marshal(e.store.queue[0].rec)
 	got, err2 := json.Marshal(r)
 	return err1 == nil && err2 == nil && bytes.Equal(want, got)
 }
@@ -905,11 +927,11 @@ func appliedBefore(e *entry, r *Proposal) bool {
 func (s *step) reloaded(ev Reloaded) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || e.write != writeReload {
+	if !ok || e.store.state != writeReload {
 		return
 	}
-	e.write = writeIdle
-	w := e.writes[0]
+	e.store.state = writeIdle
+	w := e.store.queue[0]
 	switch r := ev.Record; {
 	case r != nil && r.Owner == c.cfg.Member && r.Rev != e.p.Rev && appliedBefore(e, r):
 		// Its own earlier try, applied: written, and what runs (an
@@ -921,7 +943,7 @@ func (s *step) reloaded(ev Reloaded) {
 		s.issue(e)
 	case r == nil && w.rec == nil && !w.create:
 		// The delete was applied by an earlier try.
-		e.writes = e.writes[1:]
+		e.store.queue = e.store.queue[1:]
 		s.issue(e)
 		s.forgetIfDone(e)
 	case w.create && !e.claim.landed() && r == nil && e.claim.taken:
@@ -999,7 +1021,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			switch {
 			case pre.decided != nil:
 				s.decided(*pre.decided)
-			case e.decide != decideNone:
+			case e.decide.state != decideNone:
 				// Asked beside the claim (Alone): its answer decides.
 			default:
 				s.decide(e, false, nil)
@@ -1016,7 +1038,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 			return
 		}
 		c.setOutcome(e, Rejected)
-		r := *e.refused
+		r := e.refusal.reject
 		r.EnvelopeID = c.ids.EnvelopeID()
 		e.p.Phase, e.p.Reject = Answered, &r
 		e.answer = answerSending
@@ -1093,11 +1115,11 @@ func (s *step) claimedDecided(e *entry, w pendingWrite) {
 		s.endQuietly(e, *pre.early)
 		return
 	case pre.cancelBy != nil:
-		e.req = reqUnsent // nothing went out that the reject should cancel
+		e.req.state = reqUnsent // nothing went out that the reject should cancel
 		s.cancel(e, *pre.cancelBy)
 		return
 	case s.c.closing:
-		e.req = reqUnsent
+		e.req.state = reqUnsent
 		s.closeOne(e)
 		return
 	case !s.now.Before(deciding):
@@ -1105,7 +1127,7 @@ func (s *step) claimedDecided(e *entry, w pendingWrite) {
 		// proposal's deadline (Alone, its tries go on): what the
 		// decision committed does not go out that late, as a claim
 		// landing late is not decided (then).
-		e.req = reqUnsent
+		e.req.state = reqUnsent
 		s.commitReject(e, "timeout", fmt.Sprintf("not claimed within %s: the pending-work store did not take it", s.c.cfg.PendingTTL))
 		return
 	}
@@ -1218,8 +1240,8 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 // next queued proposal. The record's end is the caller's.
 func (s *step) end(e *entry, o Outcome, why string) {
 	s.c.setOutcome(e, o)
-	e.decide = decideNone
-	if e.p.Phase == Task && !e.taskDone && o != Rejected {
+	e.decide = deciding{}
+	if e.p.Phase == Task && !e.req.taskDone && o != Rejected {
 		// A task nobody waits for any more is work nobody wants:
 		// cancelled at its owner (a reject records its cancel instead,
 		// sent with it). Dropped: the record's new holder follows it.
@@ -1416,7 +1438,7 @@ func (s *step) taskStarted(e *entry, ev Responded) {
 	p.Task = &TaskRecord{ID: ev.TaskID, Status: ev.TaskStatus, Created: s.now, Deadline: s.now.Add(c.taskTimeout(p)),
 		Spec: ev.TaskSpec, PollMS: ev.TaskPoll.Milliseconds()}
 	p.Deadline = p.Task.Deadline
-	e.graceAt = time.Time{}
+	e.req.graceAt = time.Time{}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenFollow})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	s.giveSlot(e)
@@ -1457,7 +1479,7 @@ func (s *step) taskEnded(ev TaskEnded) {
 	if !ok || e.outcome != Open || e.p.Phase != Task || e.p.Task.ID != ev.TaskID {
 		return
 	}
-	e.taskDone = true
+	e.req.taskDone = true
 	if ev.Gone != "" {
 		s.commitRejectCancel(e, "other", fmt.Sprintf("%s no longer knows task %s: %s", e.p.Request.Target, ev.TaskID, ev.Gone), "")
 		return
@@ -1517,7 +1539,7 @@ func answerEnvelope(p *Proposal) string {
 func (s *step) commitRejectCancel(e *entry, reason, message string, cancel string) {
 	s.end(e, Rejected, reason)
 	p := e.p
-	task := p.Phase == Task && !e.taskDone
+	task := p.Phase == Task && !e.req.taskDone
 	p.Phase = Answered
 	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel != "", CancelTask: task}
 	if cancel != "" && cancel != reason {
@@ -1574,7 +1596,7 @@ func (s *step) startRequest(e *entry) {
 		// does (sendRequest): not recorded either, so a crash meanwhile
 		// resumes the proposal from its record before (a withdrawal is
 		// late all the same: the slot and the request are taken).
-		e.req = reqHeld
+		e.req.state = reqHeld
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 		s.startGrace(e)
 		return
@@ -1586,20 +1608,20 @@ func (s *step) startRequest(e *entry) {
 // startGrace starts the rejoin grace of e's tool owner, unless one runs
 // or this member is shutting down (which answers every proposal).
 func (s *step) startGrace(e *entry) {
-	if s.c.closing || !e.graceAt.IsZero() {
+	if s.c.closing || !e.req.graceAt.IsZero() {
 		return
 	}
-	e.graceAt = s.now.Add(s.c.cfg.OwnerRejoinGrace)
-	s.emit(Schedule{ID: e.p.ID, At: e.graceAt, Kind: TimerGrace})
+	e.req.graceAt = s.now.Add(s.c.cfg.OwnerRejoinGrace)
+	s.emit(Schedule{ID: e.p.ID, At: e.req.graceAt, Kind: TimerGrace})
 }
 
 // release sends e's held request: recorded first, as every request
 // (one the wire found its owner away for is recorded and logged
 // already, and goes out as it is, with the same ids).
 func (s *step) release(e *entry) {
-	logged := e.req == reqHeldLogged
-	e.req = reqNone
-	e.graceAt = time.Time{}
+	logged := e.req.state == reqHeldLogged
+	e.req.state = reqNone
+	e.req.graceAt = time.Time{}
 	if logged {
 		s.sendRequest(e)
 		return
@@ -1609,7 +1631,7 @@ func (s *step) release(e *entry) {
 
 // sendRequest writes e's recorded fulfilment request (its line logged).
 func (s *step) sendRequest(e *entry) {
-	e.req = reqSending
+	e.req.state = reqSending
 	r := e.p.Request
 	s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: s.c.taskTimeout(e.p)})
 }
@@ -1621,7 +1643,7 @@ func (s *step) refused(ev Refused) {
 	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || e.p.Request == nil || e.p.Request.EnvelopeID != ev.EnvelopeID {
 		return
 	}
-	e.req = reqUnsent
+	e.req.state = reqUnsent
 	s.commitRejectCancel(e, "other", "the gateway refused the fulfilment request", "")
 }
 
@@ -1640,7 +1662,7 @@ func (s *step) unlogged(ev Unlogged) {
 	}
 	switch {
 	case ev.Stage == "fulfilling" && e.p.Phase == Fulfilling && e.p.Request != nil:
-		e.req = reqUnsent
+		e.req.state = reqUnsent
 		s.commitRejectCancel(e, "other", msg, "")
 	case ev.Stage == "escalated" && e.p.Phase == AwaitingApproval:
 		// Nothing was asked (the prompts and the status were dropped).
@@ -1713,7 +1735,7 @@ func (s *step) joined(id string) {
 // nobody costs nothing.
 func (s *step) graceEnded(e *entry) {
 	c := s.c
-	e.graceAt = time.Time{}
+	e.req.graceAt = time.Time{}
 	if c.closing {
 		return
 	}
@@ -1738,7 +1760,7 @@ func (s *step) graceEnded(e *entry) {
 func (s *step) decided(ev Decided) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || e.outcome != Open || e.decide == decideNone || (e.decide == decideAgain) != ev.Again {
+	if !ok || e.outcome != Open || e.decide.state == decideNone || (e.decide.state == decideAgain) != ev.Again {
 		return
 	}
 	if !e.claim.landed() {
@@ -1759,11 +1781,12 @@ func (s *step) decided(ev Decided) {
 // carries it: decidedBeforeClaim).
 func (s *step) carryOut(e *entry, ev Decided) {
 	c := s.c
-	e.decide = decideNone
+	again := e.decide
+	e.decide = deciding{}
 	d := ev.Decision
 	p := e.p
 	if ev.Again {
-		p.DecisionID = e.againID // a new decision governs what follows
+		p.DecisionID = again.id // a new decision governs what follows
 		if p.DecisionID == "" {
 			p.DecisionID = c.ids.DecisionID()
 		}
@@ -1771,7 +1794,7 @@ func (s *step) carryOut(e *entry, ev Decided) {
 	p.Decision = &d
 	s.log(e, "decided", func(l Line) Line { l.Action, l.Reason, l.Note = d.Action, d.Reason, ev.Note; return l })
 	if ev.Again {
-		params := e.edit
+		params := again.edit
 		switch d.Action {
 		case Fulfill:
 		case Escalate:
@@ -1883,8 +1906,8 @@ func (s *step) sent(ev Sent) {
 		s.forgetIfDone(e)
 	case p.Request != nil && ev.EnvelopeID == p.Request.EnvelopeID:
 		if ev.Err == nil {
-			if e.req != reqUnsent {
-				e.req = reqOut
+			if e.req.state != reqUnsent {
+				e.req.state = reqOut
 			}
 			return
 		}
@@ -1894,15 +1917,15 @@ func (s *step) sent(ev Sent) {
 			// every request, whatever became of this one meanwhile.
 			s.c.away[p.Request.Target] = true
 			switch {
-			case e.req == reqUnsent:
+			case e.req.state == reqUnsent:
 			case e.outcome == Open && p.Phase == Fulfilling:
 				// Held for the owner's rejoin grace, as a request due
 				// while its owner is away; its record and line have it
 				// already, so it goes out as it is.
-				e.req = reqHeldLogged
+				e.req.state = reqHeldLogged
 				s.startGrace(e)
 			default:
-				e.req = reqNone
+				e.req.state = reqNone
 			}
 			return
 		}
@@ -1924,7 +1947,7 @@ func (s *step) fired(ev Fired) {
 	p := e.p
 	switch ev.Kind {
 	case TimerRetry:
-		if e.write == writeIdle && len(e.writes) > 0 && ev.At.Equal(e.retryAt) {
+		if e.store.state == writeIdle && len(e.store.queue) > 0 && ev.At.Equal(e.store.retryAt) {
 			s.issue(e)
 		}
 	case TimerResend:
@@ -1944,7 +1967,7 @@ func (s *step) fired(ev Fired) {
 			s.due(e, ev.At)
 		}
 	case TimerGrace:
-		if e.outcome == Open && p.Phase == Fulfilling && ev.At.Equal(e.graceAt) {
+		if e.outcome == Open && p.Phase == Fulfilling && ev.At.Equal(e.req.graceAt) {
 			s.graceEnded(e)
 		}
 	case TimerDeadline:
@@ -1965,7 +1988,7 @@ func (s *step) fired(ev Fired) {
 			// nothing can be answered exactly once; left to the group
 			// or to the proposer's own timeout. Alone on its store,
 			// the claim's tries go on: it is rejected once claimed.
-			if e.write != writeIdle || c.cfg.Alone {
+			if e.store.state != writeIdle || c.cfg.Alone {
 				return // the claim's result decides (then sees the deadline)
 			}
 			s.reload(e) // a failed try may have been applied all the same
@@ -2084,12 +2107,12 @@ func (s *step) endQuietly(e *entry, how earlyEnd) {
 	})
 	// Writes not yet issued carried what no longer happens; the one
 	// outstanding (a claim, say) is followed by the delete.
-	if e.write == writeOut {
-		e.writes = e.writes[:1]
+	if e.store.state == writeOut {
+		e.store.queue = e.store.queue[:1]
 	} else {
-		e.writes = nil
+		e.store.queue = nil
 	}
-	if e.claim.landed() || e.write == writeOut {
+	if e.claim.landed() || e.store.state == writeOut {
 		s.queueWrite(e, pendingWrite{line: &line})
 	} else {
 		s.emit(Log{Line: line})
@@ -2290,13 +2313,13 @@ func (s *step) resume(r Proposal, how string) {
 	case Task:
 		// Followed again; it keeps its deadline, and runs without a slot.
 		c.byRequest[p.Request.EnvelopeID] = p.ID
-		e.req = reqOut
+		e.req.state = reqOut
 		s.follow(e, "followed again after a restart or adoption")
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	case Fulfilling:
 		// Never written again; its response is awaited until the
 		// deadline counted from when it was committed.
-		e.req, e.slot = reqOut, slotHeld
+		e.req.state, e.slot = reqOut, slotHeld
 		c.slots.take(p.From)
 		c.byRequest[p.Request.EnvelopeID] = p.ID
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
@@ -2388,7 +2411,7 @@ func (c *Core) letGo(e *entry) (freed bool) {
 	delete(c.props, e.p.ID)
 	c.track(e)
 	c.forgotten = append(c.forgotten, e.p.ID)
-	if e.refusing {
+	if e.refusal != nil && e.refusal.waiting {
 		c.refusing--
 	}
 	if e.p.Request != nil {
@@ -2409,7 +2432,7 @@ func (c *Core) letGo(e *entry) (freed bool) {
 }
 
 func (s *step) forgetIfDone(e *entry) {
-	if e.outcome != Open && e.write == writeIdle && len(e.writes) == 0 && e.answer == answerIdle {
+	if e.outcome != Open && e.store.state == writeIdle && len(e.store.queue) == 0 && e.answer == answerIdle {
 		s.forget(e)
 	}
 }

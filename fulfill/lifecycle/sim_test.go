@@ -540,7 +540,7 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	prev := map[string]*entry{}
 	fulfilling, queued := map[*entry]bool{}, map[*entry]bool{}
 	for id, e := range m.core.props {
-		was[id] = before{e.req.held(), e.p.Phase == Fulfilling && !e.req.held(), e.outcome, e.p.Phase == Task && !e.taskDone}
+		was[id] = before{e.req.held(), e.p.Phase == Fulfilling && !e.req.held(), e.outcome, e.p.Phase == Task && !e.req.taskDone}
 		prev[id] = e
 		fulfilling[e] = e.outcome == Open && e.p.Phase == Fulfilling
 		queued[e] = e.outcome == Open && e.p.Phase == Queued
@@ -549,7 +549,7 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	s.heard(m, ev)
 	var early *entry
 	if d, ok := ev.(Decided); ok {
-		if e := m.core.props[d.ID]; e != nil && !e.claim.landed() && e.decide != decideNone {
+		if e := m.core.props[d.ID]; e != nil && !e.claim.landed() && e.decide.state != decideNone {
 			s.covered["world/decided_before_claim"]++ // Alone: decided beside the claim
 			early = e
 		}
@@ -600,14 +600,14 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 		} else if was[id].held && e.outcome == Open {
 			s.covered["world/held_released"]++
 		}
-		if e.outcome == Open && e.p.Phase == Fulfilling && !e.req.held() && !was[id].sending && e.req != reqOut {
+		if e.outcome == Open && e.p.Phase == Fulfilling && !e.req.held() && !was[id].sending && e.req.state != reqOut {
 			s.checkOwnerCommit(m, e.p)
 		}
 		if _, resumed := ev.(Resumed); !resumed {
 			// A resumed record's reject was committed by whoever wrote
 			// it, and checked then, against what it had heard.
 			if w, ok := was[id]; ok && w.outcome == Open && e.outcome == Rejected {
-				s.checkOwnerReject(m, e.p, e.req == reqOut)
+				s.checkOwnerReject(m, e.p, e.req.state == reqOut)
 			}
 		}
 		if w, ok := was[id]; ok && w.outcome == Open && w.task && e.outcome != Open {
@@ -1483,11 +1483,11 @@ func (s *sim) checkTaskEnd(m *member, e *entry, effs []Effect) {
 		s.fail("%s let another's answer supersede %s, which runs task %s", m.id, e.p.ID, e.p.Task.ID)
 
 	case Fulfilled:
-		if !e.taskDone {
+		if !e.req.taskDone {
 			s.fail("%s relayed %s before its task ended", m.id, e.p.ID)
 		}
 	case Rejected:
-		if !e.taskDone && (e.p.Reject == nil || !e.p.Reject.CancelTask) {
+		if !e.req.taskDone && (e.p.Reject == nil || !e.p.Reject.CancelTask) {
 			s.fail("%s rejected %s (%s) without cancelling its task", m.id, e.p.ID, e.p.Reject.Reason)
 		}
 	case Withdrawn:
