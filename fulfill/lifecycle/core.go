@@ -1592,8 +1592,8 @@ func (s *step) startRequest(e *entry) {
 	if c.away[target] {
 		// The gateway replays nothing: a request sent while its owner is
 		// away would be lost, and the proposer would wait for the fulfil
-		// timeout. Held for the owner's rejoin grace instead, as fulfill
-		// does (sendRequest): not recorded either, so a crash meanwhile
+		// timeout. Held for the owner's rejoin grace instead, and not
+		// recorded either (released by joined), so a crash meanwhile
 		// resumes the proposal from its record before (a withdrawal is
 		// late all the same: the slot and the request are taken).
 		e.req.state = reqHeld
@@ -1709,8 +1709,7 @@ func (s *step) left(ev ParticipantLeft) {
 	}
 }
 
-// joined sends the requests held for the owner that is back (fulfill's
-// releaseHeld). The grace of a request that went out runs on: at its end
+// joined sends the requests held for the owner that is back. The grace of a request that went out runs on: at its end
 // the owner is here, and its response is still awaited.
 func (s *step) joined(id string) {
 	delete(s.c.away, id)
