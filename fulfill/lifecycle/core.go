@@ -61,6 +61,9 @@ type Core struct {
 }
 
 // entry is a proposal and what only this process knows of it.
+//
+// Its fields are laid out small ones last: an entry is allocated for
+// every proposal.
 type entry struct {
 	p *Proposal
 	// claim is the claim's state (the write that makes the proposal
@@ -69,22 +72,24 @@ type entry struct {
 	outcome Outcome
 	// store is the writes of its record.
 	store recordWrites
-
-	asked bool // the escalation opened: prompts are open at approvers
 	// req is the fulfilment request (and its task) at the tool owner.
-	req request
-	// slot is e's place in the sharing of fulfilment slots.
-	slot   slotState
+	req    request
 	decide deciding // the Decide outstanding, if any
-
-	// answer is the sending of the committed answer (a reject or a
-	// relay); resendAt when it is written again after a failure
-	// (answerResend).
-	answer   answerState
+	// resendAt: when the committed answer is written again after a
+	// failure (answerResend).
 	resendAt time.Time
-	counted  bool // in the Core's load (track)
 	// refusal: refused at once (nil: admitted).
 	refusal *refusal
+	// grant: the grant an approval chose, created once the approved
+	// call is committed (its request recorded).
+	grant *CreateGrant
+
+	// slot is e's place in the sharing of fulfilment slots.
+	slot slotState
+	// answer is the sending of the committed answer (a reject or a
+	// relay).
+	answer answerState
+	asked  bool // the escalation opened: prompts are open at approvers
 	// chatted: a Status went out to the shell, maybe not carried out
 	// yet: the proposal's end drops it (CancelAsk).
 	chatted bool
@@ -92,9 +97,7 @@ type entry struct {
 	// with another JSON-RPC id) was logged: the next ones are not, so a
 	// flood of forgeries makes one line.
 	spoofed bool
-	// grant: the grant an approval chose, created once the approved
-	// call is committed (its request recorded).
-	grant *CreateGrant
+	counted bool // in the Core's load (track)
 }
 
 // claimState is where a proposal's claim stands: the first write of its
@@ -123,7 +126,6 @@ const (
 // claim is a proposal's claim: its state, and what waits for the claim
 // to land. All but the state is dropped once it has (claimLanded).
 type claim struct {
-	state claimState
 	// decided: the Decided that came before the claim landed but could
 	// not be carried out as part of it; taken once it lands.
 	decided *Decided
@@ -142,11 +144,14 @@ type claim struct {
 	// was being written: it is taken once the claim says the proposal
 	// is this member's, so that its line carries the claim's decision.
 	early *earlyEnd
-	// taken: a try of the claim found the id claimed (winner, when the
-	// store named the decision): an earlier try of its own, or a claim
-	// before, whose record the reload tells.
-	taken  bool
+	// winner, when the store named it: the decision of the claim a
+	// try found (taken).
 	winner string
+
+	state claimState
+	// taken: a try of the claim found the id claimed: an earlier try of
+	// its own, or a claim before, whose record the reload tells.
+	taken bool
 	// deadlineHeld: the deadline's timer waits for the held claim to
 	// go (unhold), which the hold's own timer makes happen first.
 	deadlineHeld bool
@@ -182,9 +187,9 @@ func (e *entry) noRecord() bool { return e.refusal != nil }
 // in order, each carrying what is sent once it is durable.
 type recordWrites struct {
 	queue   []pendingWrite // head is outstanding unless state is writeIdle
+	seq     uint64         // of the Write out (writeOut)
+	retryAt time.Time      // when a failed write is tried again
 	state   writeState
-	seq     uint64    // of the Write out (writeOut)
-	retryAt time.Time // when a failed write is tried again
 	// retried: a write was tried again after an error (which may have
 	// been applied all the same).
 	retried bool
@@ -208,12 +213,12 @@ const (
 
 // deciding is the policy's Decide outstanding for a proposal, if any.
 type deciding struct {
-	state decideState
 	// edit is the edited call a re-check (decideAgain) checks (rule 7):
 	// what is fulfilled if the policy allows it; id the decision that
 	// re-check makes (Decide.DecisionID), adopted with its answer.
-	edit []byte
-	id   string
+	edit  []byte
+	id    string
+	state decideState
 }
 
 // decideState is the policy's Decide outstanding for a proposal.
@@ -243,10 +248,10 @@ const (
 // request is a proposal's fulfilment request (phase Fulfilling, and its
 // task after it) as this member knows it at the tool owner.
 type request struct {
-	state reqState
 	// graceAt is when the tool owner's rejoin grace ends (zero: none
 	// running).
 	graceAt time.Time
+	state   reqState
 	// taskDone: the task ended at its owner (its follower said so):
 	// nothing is left to cancel there.
 	taskDone bool
