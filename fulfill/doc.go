@@ -103,10 +103,9 @@
 // # Locks
 //
 // The lifecycle has none: the core is touched by the loop's goroutine
-// only. The shell's locks are leaves but one (ownRev.mu, held across its
-// record's write); every lock of the module, with what it guards and the
-// order where one is taken under another, is in docs/locks.md, which a
-// test keeps complete.
+// only. The shell's locks are leaves; every lock of the module, with what
+// it guards and the order where one is taken under another, is in
+// docs/locks.md, which a test keeps complete.
 //
 // # How `to` is read
 //

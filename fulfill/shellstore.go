@@ -12,10 +12,11 @@ import (
 // the revision of each record this member last wrote, so that a change to
 // a record the group's watch reports (WatchRecords) is known to be
 // another member's (an operator's take there, an adoption) and the
-// proposal is released here at once. A record's write and that check
-// exclude each other: a change read while this member's own write of the
-// record is in flight is judged once the write's revision is known (its
-// own echo is not someone else's).
+// proposal is released here at once. A change read while this member's
+// own write of the record is in flight is judged once the write's
+// revision is known (its own echo is not someone else's): the check waits
+// for the writes counted in flight, and no lock is held across the
+// store's write (a NATS round trip).
 type ownWrites struct {
 	lifecycle.Store
 	// failed hears of each write that failed, whatever the store said
@@ -33,8 +34,13 @@ type ownWrites struct {
 }
 
 type ownRev struct {
-	mu  sync.Mutex // held across a write of the record
-	rev uint64     // the last revision this member wrote or read
+	mu sync.Mutex
+	// idle is signalled (on mu) when writing falls to zero: a check of a
+	// change waits for it.
+	idle sync.Cond
+	// writing counts this member's writes of the record in flight.
+	writing int
+	rev     uint64 // the highest revision this member wrote or read
 	// done: this member's delete ended the record, or a write found it
 	// another's (the core settles that itself, Reload): no change seen
 	// after is another member's taking it. A delete's revision is not
@@ -53,6 +59,7 @@ func (o *ownWrites) rev(id string) *ownRev {
 	r := o.revs[id]
 	if r == nil {
 		r = &ownRev{}
+		r.idle.L = &r.mu
 		o.revs[id] = r
 	}
 	return r
@@ -75,17 +82,27 @@ func (o *ownWrites) Write(ctx context.Context, w lifecycle.Write) (uint64, error
 	}
 	r := o.rev(w.ID)
 	r.mu.Lock()
+	r.writing++
+	r.mu.Unlock()
 	rev, err := o.Store.Write(ctx, w)
+	ended := false
+	r.mu.Lock()
 	switch {
 	case err == nil && w.Record == nil, errors.Is(err, lifecycle.ErrConflict), errors.Is(err, lifecycle.ErrExists):
 		r.done = true
-		r.mu.Unlock()
-		o.forget(w.ID)
-		return rev, err
+		ended = true
 	case err == nil:
-		r.rev = rev
+		r.rev = max(r.rev, rev) // a write that returned late does not go back
+	}
+	r.writing--
+	if r.writing == 0 {
+		r.idle.Broadcast()
 	}
 	r.mu.Unlock()
+	if ended {
+		o.forget(w.ID)
+		return rev, err
+	}
 	if err != nil && o.failed != nil {
 		o.failed(w.ID)
 	}
@@ -135,10 +152,14 @@ func (o *ownWrites) lookup(id string) *ownRev {
 	return o.revs[id]
 }
 
-// theirs is ownWrites.theirs for the record r keeps: it waits for a write
-// of r under way, which may be the very change the watcher read.
+// theirs is ownWrites.theirs for the record r keeps: it waits for the
+// writes of r under way, one of which may be the very change the watcher
+// read.
 func (r *ownRev) theirs(rev uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for r.writing > 0 {
+		r.idle.Wait()
+	}
 	return !r.done && rev > r.rev
 }

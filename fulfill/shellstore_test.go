@@ -58,3 +58,34 @@ func TestOwnWritesAreNotTheirs(t *testing.T) {
 	}
 	write(lifecycle.Write{ID: "p1", Rev: 2}, 3) // the delete: its marker is revision 3
 }
+
+// A record's write holds no lock across the store's write (a NATS round
+// trip on the shared store): while it is in flight the record's revision
+// can still be noted (an adoption, Owned) and the check of a change waits
+// for the write, not for the lock.
+func TestOwnWritesHoldNoLockAcrossTheStore(t *testing.T) {
+	g := &gatedStore{started: make(chan lifecycle.Write), finish: make(chan uint64)}
+	o := newOwnWrites(g, true)
+	rec := &lifecycle.Proposal{ID: "p1"}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := o.Write(t.Context(), lifecycle.Write{ID: "p1", Record: rec, Create: true}); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-g.started
+	// Under a lock held across the write, this would wait for it (and
+	// the test would never let it through).
+	o.held([]lifecycle.Proposal{{ID: "p1", Rev: 1}})
+	theirs := make(chan bool)
+	go func() { theirs <- o.theirs("p1", 2) }()
+	g.finish <- 2
+	<-done
+	if <-theirs {
+		t.Error("this member's own write at revision 2, read while in flight, taken for another member's")
+	}
+	if !o.theirs("p1", 3) {
+		t.Error("a later revision of a record held here, not written by this member, is not taken for another's")
+	}
+}

@@ -194,8 +194,7 @@ func (w *wire) SendReject(ctx context.Context, r lifecycle.SendReject) error {
 	return nil
 }
 
-// SendRequest writes the fulfilment mcp/request (fulfil.go's
-// sendRequest): to the route, correlated to the proposal unless
+// SendRequest writes the fulfilment mcp/request: to the route, correlated to the proposal unless
 // task-augmented, the proposal's method with its final params (a
 // tools/call's through requestParams). A write the link lost midway
 // (agent.ErrSessionLost) may have reached the owner: it counts as
@@ -284,7 +283,7 @@ func (w *wire) refused(ctx context.Context, env agent.Envelope) (proposalID, kin
 	return s.proposalID, s.kind, true
 }
 
-// Status writes a status chat (status.go's sendStatus): a chat to the
+// Status writes a status chat (status.go): a chat to the
 // proposer, correlated to the proposal, its text for people and
 // _meta[StatusMetaKey] for programs. Best effort.
 func (w *wire) Status(ctx context.Context, s lifecycle.Status) {

@@ -100,8 +100,8 @@ func onWire(t *testing.T, env agent.Envelope, minted bool) string {
 	return stamped.ReplaceAllString(string(b), `"ts":"*"`)
 }
 
-// sameOnWire checks that the wire wrote what the lock-based Fulfiller
-// wrote in the same case, byte for byte.
+// sameOnWire checks that the wire, driven alone, wrote what a whole
+// Fulfiller (the harness) writes in the same case, byte for byte.
 func sameOnWire(t *testing.T, what string, got, want agent.Envelope, minted bool) {
 	t.Helper()
 	if g, w := onWire(t, got, minted), onWire(t, want, minted); g != w {

@@ -61,107 +61,261 @@ type Core struct {
 }
 
 // entry is a proposal and what only this process knows of it.
+//
+// Its fields are laid out small ones last: an entry is allocated for
+// every proposal.
 type entry struct {
-	p       *Proposal
-	claimed bool // the claim write succeeded: the record exists
+	p *Proposal
+	// claim is the claim's state (the write that makes the proposal
+	// this member's), and what waits for it to land.
+	claim   claim
 	outcome Outcome
-	writes  []pendingWrite // head is outstanding when writing
-	writing bool
-	seq     uint64
-	retryAt time.Time
-
-	asked  bool // the escalation opened: prompts are open at approvers
-	reqOut bool // the request was written (or resumed)
-	// reqSending: SendRequest went out to the shell: a response to it
-	// may come before its Sent does (the owner is quick), and counts: the
-	// request reached the owner, or it could not have answered.
-	reqSending bool
-	slot       bool
-	queued     bool
-	// forIDs: queued only for want of a JSON-RPC id (Config.ReserveIDs),
-	// a slot free: a wait of a round trip to a worker, neither logged
-	// nor told to the proposer as a wait for a slot.
-	forIDs   bool
-	deciding bool // a Decide is outstanding
-	// decidedEarly: the Decided that came before the claim landed
-	// but could not be carried out as part of it (see claimHeld);
-	// taken once it lands.
-	decidedEarly *Decided
-	// claimHeld: Config.Alone, the claim is queued but not issued until
-	// the policy answers, so that the claim is written with what the
-	// decision commits (decidedBeforeClaim). A deadline, a withdrawal,
-	// a shutdown issue it as it is.
-	claimHeld bool
-	// deadlineHeld: the deadline's timer waits for the held claim to
-	// go (unhold), which the hold's own timer makes happen first.
-	deadlineHeld bool
-	// beforeDecided: the proposal as it was before its decision was
-	// carried out ahead of its claim (decidedBeforeClaim), restored if
-	// the claim is lost (a replay's line says nothing of a decision it
-	// never had); afterClaim what carrying it out emitted (its lines
-	// and timers), emitted once the claim lands. beforeDecided is set
-	// exactly while a claim carries a decision (carrying).
-	beforeDecided *Proposal
-	afterClaim    []Effect
-	// cancelBy: an operator's cancel read while the claim was held or
-	// carried its decision (by whom, cancelled once the claim lands):
-	// nothing went out yet, so it is not refused as a late one is.
-	cancelBy *string
-	again    bool // the Decide is an edit's re-check
-
-	sending  bool // a SendReject is outstanding
+	// store is the writes of its record.
+	store recordWrites
+	// req is the fulfilment request (and its task) at the tool owner.
+	req    request
+	decide deciding // the Decide outstanding, if any
+	// resendAt: when the committed answer is written again after a
+	// failure (answerResend).
 	resendAt time.Time
-	// early is an end (withdrawal, supersession) read while the claim
-	// was being written: it is taken once the claim says the proposal is
-	// this member's, so that its line carries the claim's decision.
-	early *earlyEnd
-	// retried: a write was tried again after an error (which may have
-	// been applied all the same); reloading: a Reload is outstanding.
-	retried, reloading bool
-	// taken: a try of the claim found the id claimed (winner, when the
-	// store named the decision): an earlier try of its own, or a claim
-	// before, whose record the reload tells.
-	taken  bool
-	winner string
-	// noRecord: refused at once (refused is its reject, its envelope id
-	// minted once the claim is won); claimed without a record, so it is
-	// never counted as pending, resumed or adopted.
-	noRecord bool
-	counted  bool // in the Core's load (track)
-	// refusing: a refusal whose claim failed, counted in Core.refusing
-	// until it is forgotten.
-	refusing bool
-	refused  *RejectRecord
-	// held: the fulfilment request waits for its tool owner to come
-	// back (neither recorded nor sent; see startRequest; heldLogged: the
-	// wire found the owner away, ErrAway, after it was recorded and its
-	// line logged); graceAt is when
-	// the owner's rejoin grace ends (zero: none running).
-	held       bool
-	heldLogged bool
-	graceAt    time.Time
-	// taskDone: the task ended at its owner (its follower said so):
-	// nothing is left to cancel there.
-	taskDone bool
+	// refusal: refused at once (nil: admitted).
+	refusal *refusal
+	// grant: the grant an approval chose, created once the approved
+	// call is committed (its request recorded).
+	grant *CreateGrant
+
+	// slot is e's place in the sharing of fulfilment slots.
+	slot slotState
+	// answer is the sending of the committed answer (a reject or a
+	// relay).
+	answer answerState
+	asked  bool // the escalation opened: prompts are open at approvers
 	// chatted: a Status went out to the shell, maybe not carried out
 	// yet: the proposal's end drops it (CancelAsk).
 	chatted bool
-	// edit is the edited call a Decide Again re-checks (rule 7): what is
-	// fulfilled if the policy allows it; againID the id of the decision
-	// that re-check makes (Decide.DecisionID), adopted with its answer.
-	edit    []byte
-	againID string
 	// spoofed: an answer not taken (forged, from another participant,
 	// with another JSON-RPC id) was logged: the next ones are not, so a
 	// flood of forgeries makes one line.
 	spoofed bool
-	// unsent: the request's fulfilling line was not logged (Unlogged):
-	// it was never written, and is neither sent nor cancelled.
-	unsent bool
-	// grant: the grant an approval chose, created once the approved
-	// call is committed (its request recorded).
-	grant *CreateGrant
+	counted bool // in the Core's load (track)
 }
+
+// claimState is where a proposal's claim stands: the first write of its
+// record, which makes the proposal this member's.
+type claimState uint8
+
+const (
+	// claimTrying: the claim is being written, or tried again: the
+	// proposal is not this member's yet. A refusal's claim (noRecord)
+	// stays here once won: it is claimed without a record.
+	claimTrying claimState = iota
+	// claimHeld: Config.Alone: the claim is queued but not issued until
+	// the policy answers, so that it is written with what the decision
+	// commits (decidedBeforeClaim). A deadline, a withdrawal, a
+	// shutdown issue it as it is (unhold).
+	claimHeld
+	// claimCarrying: the claim is being written with what its decision
+	// committed (decidedBeforeClaim): claim.before and claim.after hold
+	// what its landing (claimedDecided) or its loss (undoDecided) needs.
+	claimCarrying
+	// claimLanded: the claim is written: the record exists, and the
+	// proposal is this member's.
+	claimLanded
+)
+
+// claim is a proposal's claim: its state, and what waits for the claim
+// to land. All but the state is dropped once it has (claimLanded).
+type claim struct {
+	// decided: the Decided that came before the claim landed but could
+	// not be carried out as part of it; taken once it lands.
+	decided *Decided
+	// before (claimCarrying): the proposal as it was before its
+	// decision was carried out ahead of its claim, restored if the claim
+	// is lost (a replay's line says nothing of a decision it never had);
+	// after what carrying it out emitted (its lines and timers), emitted
+	// once the claim lands.
+	before *Proposal
+	after  []Effect
+	// cancelBy: an operator's cancel read while the claim was held or
+	// carried its decision (by whom, cancelled once the claim lands):
+	// nothing went out yet, so it is not refused as a late one is.
+	cancelBy *string
+	// early is an end (withdrawal, supersession) read while the claim
+	// was being written: it is taken once the claim says the proposal
+	// is this member's, so that its line carries the claim's decision.
+	early *earlyEnd
+	// winner, when the store named it: the decision of the claim a
+	// try found (taken).
+	winner string
+
+	state claimState
+	// taken: a try of the claim found the id claimed: an earlier try of
+	// its own, or a claim before, whose record the reload tells.
+	taken bool
+	// deadlineHeld: the deadline's timer waits for the held claim to
+	// go (unhold), which the hold's own timer makes happen first.
+	deadlineHeld bool
+}
+
+// landed reports whether the claim is written: the proposal is this
+// member's, with a record.
+func (c *claim) landed() bool { return c.state == claimLanded }
+
+// land marks the claim written, and returns what waited for it.
+func (c *claim) land() claim {
+	was := *c
+	*c = claim{state: claimLanded}
+	return was
+}
+
+// refusal is a proposal refused at once: claimed without a record
+// (noRecord), so it is never counted as pending, resumed or adopted.
+type refusal struct {
+	// reject is its reject, its envelope id minted once the claim is
+	// won.
+	reject RejectRecord
+	// waiting: its claim failed, and it is counted in Core.refusing
+	// until it is forgotten.
+	waiting bool
+}
+
+// noRecord reports whether e was refused at once: claimed without a
+// record.
+func (e *entry) noRecord() bool { return e.refusal != nil }
+
+// recordWrites are a proposal's writes of its record: one out at a time,
+// in order, each carrying what is sent once it is durable.
+type recordWrites struct {
+	queue   []pendingWrite // head is outstanding unless state is writeIdle
+	seq     uint64         // of the Write out (writeOut)
+	retryAt time.Time      // when a failed write is tried again
+	state   writeState
+	// retried: a write was tried again after an error (which may have
+	// been applied all the same).
+	retried bool
+}
+
+// writeState is what a proposal's head write (recordWrites.queue) waits
+// for.
+type writeState uint8
+
+const (
+	// writeIdle: nothing is out: the head, if any, is issued next (or
+	// at its retry, or once the claim is no longer held).
+	writeIdle writeState = iota
+	// writeOut: the head's Write is out (recordWrites.seq), awaiting
+	// Stored.
+	writeOut
+	// writeReload: the head's Write failed in a way the record must
+	// settle: a Reload is out, awaiting Reloaded.
+	writeReload
+)
+
+// deciding is the policy's Decide outstanding for a proposal, if any.
+type deciding struct {
+	// edit is the edited call a re-check (decideAgain) checks (rule 7):
+	// what is fulfilled if the policy allows it; id the decision that
+	// re-check makes (Decide.DecisionID), adopted with its answer.
+	edit  []byte
+	id    string
+	state decideState
+}
+
+// decideState is the policy's Decide outstanding for a proposal.
+type decideState uint8
+
+const (
+	decideNone decideState = iota
+	// decideFirst: the proposal's own decision.
+	decideFirst
+	// decideAgain: an edit's re-check (rule 7).
+	decideAgain
+)
+
+// answerState is the writing of a proposal's committed answer (its
+// reject or relay) to the proposer.
+type answerState uint8
+
+const (
+	// answerIdle: none is being written: not sent yet, or written.
+	answerIdle answerState = iota
+	// answerSending: its Send is out, awaiting Sent.
+	answerSending
+	// answerResend: its Send failed: written again at entry.resendAt.
+	answerResend
+)
+
+// request is a proposal's fulfilment request (phase Fulfilling, and its
+// task after it) as this member knows it at the tool owner.
+type request struct {
+	// graceAt is when the tool owner's rejoin grace ends (zero: none
+	// running).
+	graceAt time.Time
+	state   reqState
+	// taskDone: the task ended at its owner (its follower said so):
+	// nothing is left to cancel there.
+	taskDone bool
+}
+
+// reqState is where a proposal's fulfilment request stands on the wire
+// (phase Fulfilling, and a task's request after it): one state, so that
+// a request held for its owner is never also out.
+type reqState uint8
+
+const (
+	// reqNone: no request, or one being recorded before it is sent.
+	reqNone reqState = iota
+	// reqHeld: due while its tool owner is away, so neither recorded
+	// nor sent (startRequest): recorded and sent once the owner is back
+	// (release).
+	reqHeld
+	// reqHeldLogged: held as reqHeld, but the wire found the owner away
+	// (ErrAway) after the request was recorded and its line logged: it
+	// goes out as it is.
+	reqHeldLogged
+	// reqSending: SendRequest went out to the shell: a response to it
+	// may come before its Sent does (the owner is quick), and counts: the
+	// request reached the owner, or it could not have answered.
+	reqSending
+	// reqOut: the request was written (or resumed).
+	reqOut
+	// reqUnsent: nothing went out that a reject should cancel: the
+	// request's fulfilling line was not logged (Unlogged), the gateway
+	// refused it, or the claim carrying the decision landed when the
+	// decision could no longer be carried out (claimedDecided).
+	reqUnsent
+)
+
+// held reports whether the request waits for its tool owner to come back.
+func (r request) held() bool { return r.state == reqHeld || r.state == reqHeldLogged }
+
+// out reports whether the request went out, or is going: an answer to
+// it counts.
+func (r request) out() bool { return r.state == reqSending || r.state == reqOut }
+
+// cancellable reports whether a reject cancels the request at its owner
+// (rule 4): one held or never sent did not reach it.
+func (r request) cancellable() bool { return !r.held() && r.state != reqUnsent }
+
+// slotState is a proposal's place in the sharing of fulfilment slots
+// (slotQueue).
+type slotState uint8
+
+const (
+	slotNone slotState = iota
+	// slotQueued: waiting for a slot (phase Queued).
+	slotQueued
+	// slotQueuedForIDs: queued only for want of a JSON-RPC id
+	// (Config.ReserveIDs), a slot free: a wait of a round trip to a
+	// worker, neither logged nor told to the proposer as a wait for a
+	// slot.
+	slotQueuedForIDs
+	// slotHeld: holding a slot (its request is out, or held).
+	slotHeld
+)
+
+// queued reports whether the proposal waits in the slot queue.
+func (q slotState) queued() bool { return q == slotQueued || q == slotQueuedForIDs }
 
 type earlyEnd struct {
 	outcome    Outcome
@@ -369,14 +523,14 @@ func (s *step) log(e *entry, stage string, fill func(Line) Line) {
 // with e as it is now and this member's load.
 func (s *step) decide(e *entry, again bool, edit []byte) {
 	c := s.c
-	e.deciding, e.again = true, again
+	e.decide = deciding{state: decideFirst}
 	d := Decide{ID: e.p.ID, Again: again, Proposal: e.p.copy(), Pending: c.Live(), Inflight: c.slots.used}
 	if again {
 		// The re-check's decision governs what follows (rule 10): its id
 		// goes with the Decide, for the policy's line, and is adopted
 		// with its answer.
-		e.edit, e.againID = edit, c.ids.DecisionID()
-		d.Params, d.Approvals, d.DecisionID = edit, slices.Clone(e.p.Approvals), e.againID
+		e.decide = deciding{state: decideAgain, edit: edit, id: c.ids.DecisionID()}
+		d.Params, d.Approvals, d.DecisionID = edit, slices.Clone(e.p.Approvals), e.decide.id
 	}
 	s.emit(d)
 }
@@ -457,8 +611,7 @@ func (s *step) proposed(ev Proposed) {
 			// Refused as looked at now, even if room is made before the
 			// claim lands: claimed without a record (ClaimOnly), one
 			// store write for a reject under overload; never decided.
-			e.noRecord = true
-			e.refused = &RejectRecord{Reason: reason, Message: message}
+			e.refusal = &refusal{reject: RejectRecord{Reason: reason, Message: message}}
 			s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, claimOnly: true, then: thenRefused})
 			return
 		}
@@ -473,20 +626,20 @@ func (s *step) proposed(ev Proposed) {
 		// a fulfilment's claim carries its request, a reject's its
 		// answer, one store write fewer before the answer. In a group
 		// every member would evaluate every proposal.
-		e.claimHeld = true
+		e.claim.state = claimHeld
 	}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), create: true, then: thenClaimed})
-	if e.claimHeld && c.cfg.ClaimHold < c.cfg.PendingTTL {
+	if e.claim.state == claimHeld && c.cfg.ClaimHold < c.cfg.PendingTTL {
 		// The hold ends before the deadline, and until then all the
 		// deadline would do is end the hold: its timer is set when the
 		// claim goes as it is (unhold), and never for a claim that
 		// carries its decision, whose phase has a deadline of its own
 		// (or none: answered). One timer a proposal fewer.
-		e.deadlineHeld = true
+		e.claim.deadlineHeld = true
 	} else {
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	}
-	if e.claimHeld {
+	if e.claim.state == claimHeld {
 		s.emit(Schedule{ID: p.ID, At: s.now.Add(c.cfg.ClaimHold), Kind: TimerHold})
 		s.decide(e, false, nil)
 	}
@@ -496,14 +649,18 @@ func (s *step) proposed(ev Proposed) {
 // the decision (a deadline, a withdrawal, a shutdown) needs the claim
 // more than the write it saves.
 func (s *step) unhold(e *entry) {
-	if e.claimHeld {
-		e.claimHeld = false
+	if e.claim.state == claimHeld {
+		e.claim.state = claimTrying
 		s.issue(e)
 	}
-	if e.deadlineHeld {
-		// The proposal's deadline timer, not set while its claim was
-		// held (proposed): set now if it still decides, as it is.
-		e.deadlineHeld = false
+	s.unholdDeadline(e)
+}
+
+// unholdDeadline sets the proposal's deadline timer, not set while its
+// claim was held (proposed): now, if it still decides, as it is.
+func (s *step) unholdDeadline(e *entry) {
+	if e.claim.deadlineHeld {
+		e.claim.deadlineHeld = false
 		if e.outcome == Open && e.p.Phase == Deciding {
 			s.emit(Schedule{ID: e.p.ID, At: e.p.Deadline, Kind: TimerDeadline})
 		}
@@ -515,7 +672,7 @@ func (s *step) unhold(e *entry) {
 // what that committed: the record in its next phase (a fulfilment's
 // request, a reject's answer, an escalation's prompts), the one write
 // instead of two. What it emitted (its lines, its timers) waits in
-// e.afterClaim for the claim to land: a replay that loses its claim has
+// e.claim.after for the claim to land: a replay that loses its claim has
 // only its ignored line, and e is restored as it was (duplicate).
 func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 	// The held claim's record is a copy of the proposal as it was
@@ -524,34 +681,36 @@ func (s *step) decidedBeforeClaim(e *entry, ev Decided) {
 	// what e was before its decision. When the claim carries the
 	// decision's record instead (merged, below), no write holds it any
 	// more and it is e's copy as it was; else it is copied.
-	before := e.writes[0].rec
-	e.beforeDecided = before
+	before := e.store.queue[0].rec
+	e.claim.before = before
 	out := s.out
 	s.out = nil
-	e.claimed = true // decided carries out a claimed proposal's decision
-	s.decided(ev)
-	e.claimed = false
-	e.afterClaim, s.out = s.out, out
-	claim := e.writes[0]
+	// Carried out as a claimed proposal's decision; the claim, still
+	// held, issues no write meanwhile.
+	s.carryOut(e, ev)
+	e.claim.after, s.out = s.out, out
+	claim := e.store.queue[0]
 	claim.then = thenClaimedDecided
-	if len(e.writes) > 1 && mergeable(e.writes[1]) {
-		next := e.writes[1]
+	if len(e.store.queue) > 1 && mergeable(e.store.queue[1]) {
+		next := e.store.queue[1]
 		// A claim is never Soon (Write.Soon): the store syncs one whose
 		// record carries what goes out once it is durable.
 		claim.rec, claim.next = next.rec, &next
-		e.writes = append([]pendingWrite{claim}, e.writes[2:]...)
+		e.store.queue = append([]pendingWrite{claim}, e.store.queue[2:]...)
 	} else {
 		// Nothing to carry (a request held for its owner's return): the
 		// claim goes as it was, and what the decision did follows it.
-		e.writes[0] = claim
-		e.beforeDecided = before.clone()
+		e.store.queue[0] = claim
+		e.claim.before = before.clone()
 	}
-	s.unhold(e)
+	e.claim.state = claimCarrying
+	s.issue(e)
+	s.unholdDeadline(e)
 }
 
 // carrying reports whether e's claim carries its decision
 // (decidedBeforeClaim) and has not landed yet.
-func (e *entry) carrying() bool { return e.beforeDecided != nil }
+func (e *entry) carrying() bool { return e.claim.state == claimCarrying }
 
 // queues reports whether carrying out ev would queue e for a fulfilment
 // slot: a proposal takes its place in the queue once it is claimed, or
@@ -624,7 +783,8 @@ func (s *step) undoDecided(e *entry) {
 			delete(c.byPrompt, pr.EnvelopeID)
 		}
 	}
-	e.p, e.afterClaim, e.beforeDecided = e.beforeDecided, nil, nil
+	e.p = e.claim.before
+	e.claim.state, e.claim.before, e.claim.after = claimTrying, nil, nil
 }
 
 // queueWrite appends a write of e's record and issues it when none is
@@ -633,15 +793,15 @@ func (s *step) queueWrite(e *entry, w pendingWrite) {
 	if w.rec != nil {
 		w.rec.Owner = s.c.cfg.Member
 	}
-	if n := len(e.writes); n > 1 && plainUpdate(e.writes[n-1]) && plainUpdate(w) {
+	if n := len(e.store.queue); n > 1 && plainUpdate(e.store.queue[n-1]) && plainUpdate(w) {
 		// An update not issued yet is overtaken by this one, which
 		// records all it did (prompts and approvals recorded one after
 		// the other cost one write, not one each).
-		last := &e.writes[n-1]
+		last := &e.store.queue[n-1]
 		last.rec, last.soon = w.rec, last.soon && w.soon
 		return
 	}
-	e.writes = append(e.writes, w)
+	e.store.queue = append(e.store.queue, w)
 	s.issue(e)
 }
 
@@ -652,24 +812,24 @@ func plainUpdate(w pendingWrite) bool {
 }
 
 func (s *step) issue(e *entry) {
-	if e.writing || e.reloading || e.claimHeld || len(e.writes) == 0 {
+	if e.store.state != writeIdle || e.claim.state == claimHeld || len(e.store.queue) == 0 {
 		return
 	}
-	w := e.writes[0]
-	e.writing = true
+	w := e.store.queue[0]
+	e.store.state = writeOut
 	s.c.seq++
-	e.seq = s.c.seq
-	s.emit(Write{ID: e.p.ID, Seq: e.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev, Soon: w.soon})
+	e.store.seq = s.c.seq
+	s.emit(Write{ID: e.p.ID, Seq: e.store.seq, Record: w.rec, Create: w.create, ClaimOnly: w.claimOnly, Rev: e.p.Rev, Soon: w.soon})
 }
 
 func (s *step) stored(ev Stored) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || !e.writing || ev.Seq != e.seq {
+	if !ok || e.store.state != writeOut || ev.Seq != e.store.seq {
 		return
 	}
-	e.writing = false
-	w := e.writes[0]
+	e.store.state = writeIdle
+	w := e.store.queue[0]
 	switch {
 	case ev.Err == nil:
 		s.written(e, ev.Rev)
@@ -677,14 +837,14 @@ func (s *step) stored(ev Stored) {
 		// Its own earlier try would have been reported won: another
 		// claim holds the id.
 		s.duplicate(e, winner(ev.Err))
-	case w.create && errors.Is(ev.Err, ErrExists) && !e.retried:
+	case w.create && errors.Is(ev.Err, ErrExists) && !e.store.retried:
 		s.duplicate(e, winner(ev.Err))
 	case errors.Is(ev.Err, ErrExists) || errors.Is(ev.Err, ErrConflict):
 		// Another member's now, or an earlier try of this very write
 		// that failed was applied after all (a store timeout does not
 		// say which): the record says.
 		if w.create {
-			e.taken, e.winner = true, winner(ev.Err)
+			e.claim.taken, e.claim.winner = true, winner(ev.Err)
 		}
 		s.reload(e)
 	case w.create && !w.claimOnly && !s.now.Before(e.p.Deadline) && !c.cfg.Alone:
@@ -693,24 +853,24 @@ func (s *step) stored(ev Stored) {
 		// store, the claim is tried on, below: once it lands, its record
 		// ends with a "timeout" reject, and a replay is told by the
 		// claim's answer; no other member can answer it meanwhile.)
-		e.retried = true
+		e.store.retried = true
 		s.reload(e)
 	default:
-		if w.claimOnly && !e.refusing {
-			e.refusing = true
+		if w.claimOnly && !e.refusal.waiting {
+			e.refusal.waiting = true
 			c.refusing++
 		}
-		e.retried = true // an error may hide an applied write
+		e.store.retried = true // an error may hide an applied write
 		// Unavailable: nothing is sent before its record is written, so
 		// the write is tried again (a claim too: a proposal is never
 		// answered without a record, which could answer it twice).
-		e.retryAt = s.now.Add(c.cfg.RetryAfter)
-		s.emit(Schedule{ID: e.p.ID, At: e.retryAt, Kind: TimerRetry})
+		e.store.retryAt = s.now.Add(c.cfg.RetryAfter)
+		s.emit(Schedule{ID: e.p.ID, At: e.store.retryAt, Kind: TimerRetry})
 	}
 }
 
 func (s *step) reload(e *entry) {
-	e.reloading = true
+	e.store.state = writeReload
 	s.emit(Reload{ID: e.p.ID})
 }
 
@@ -741,8 +901,8 @@ func winner(err error) string {
 // written carries on once e's outstanding write is durable at revision
 // rev.
 func (s *step) written(e *entry, rev uint64) {
-	w := e.writes[0]
-	e.writes = e.writes[1:]
+	w := e.store.queue[0]
+	e.store.queue = e.store.queue[1:]
 	e.p.Rev = rev
 	if w.line != nil {
 		s.emit(Log{Line: *w.line})
@@ -756,13 +916,13 @@ func (s *step) written(e *entry, rev uint64) {
 // earlier try wrote it (applied, though reported failed): the same
 // record, at another revision.
 func appliedBefore(e *entry, r *Proposal) bool {
-	if len(e.writes) == 0 || e.writes[0].rec == nil || (e.writes[0].create && !e.carrying()) {
+	if len(e.store.queue) == 0 || e.store.queue[0].rec == nil || (e.store.queue[0].create && !e.carrying()) {
 		// A plain claim applied is resumed from its record; one that
 		// carries its decision is written (claimedDecided), or its
 		// request would wait for a response it never asked for.
 		return false
 	}
-	want, err1 := json.Marshal(e.writes[0].rec)
+	want, err1 := json.Marshal(e.store.queue[0].rec)
 	got, err2 := json.Marshal(r)
 	return err1 == nil && err2 == nil && bytes.Equal(want, got)
 }
@@ -772,11 +932,11 @@ func appliedBefore(e *entry, r *Proposal) bool {
 func (s *step) reloaded(ev Reloaded) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || !e.reloading {
+	if !ok || e.store.state != writeReload {
 		return
 	}
-	e.reloading = false
-	w := e.writes[0]
+	e.store.state = writeIdle
+	w := e.store.queue[0]
 	switch r := ev.Record; {
 	case r != nil && r.Owner == c.cfg.Member && r.Rev != e.p.Rev && appliedBefore(e, r):
 		// Its own earlier try, applied: written, and what runs (an
@@ -788,18 +948,18 @@ func (s *step) reloaded(ev Reloaded) {
 		s.issue(e)
 	case r == nil && w.rec == nil && !w.create:
 		// The delete was applied by an earlier try.
-		e.writes = e.writes[1:]
+		e.store.queue = e.store.queue[1:]
 		s.issue(e)
 		s.forgetIfDone(e)
-	case w.create && !e.claimed && r == nil && e.taken:
+	case w.create && !e.claim.landed() && r == nil && e.claim.taken:
 		// Claimed before, and its record gone: a replay of a proposal
 		// that ended (here, before a restart, or at another member).
-		s.duplicate(e, e.winner)
-	case w.create && !e.claimed && r == nil && !s.now.Before(e.p.Deadline):
+		s.duplicate(e, e.claim.winner)
+	case w.create && !e.claim.landed() && r == nil && !s.now.Before(e.p.Deadline):
 		// No try was applied: nothing to answer exactly once; left to
 		// the group or to the proposer's own timeout.
 		s.unclaimed(e)
-	case w.create && !e.claimed:
+	case w.create && !e.claim.landed():
 		s.duplicate(e, claimOf(r))
 	default:
 		s.fenced(e)
@@ -831,15 +991,15 @@ func (s *step) then(e *entry, w pendingWrite) {
 	c := s.c
 	switch w.then {
 	case thenClaimed:
-		e.claimed = true
+		pre := e.claim.land()
 		s.log(e, "received", nil)
 		if e.outcome != Open {
 			return
 		}
 		p := e.p
 		switch {
-		case e.early != nil:
-			s.endQuietly(e, *e.early)
+		case pre.early != nil:
+			s.endQuietly(e, *pre.early)
 		case p.Phase == Answered:
 			// Invalid, claimed with its reject.
 			s.end(e, Rejected, p.Reject.Reason)
@@ -859,16 +1019,14 @@ func (s *step) then(e *entry, w pendingWrite) {
 				s.commitReject(e, reason, message)
 				return
 			}
-			if e.cancelBy != nil {
-				s.cancel(e, *e.cancelBy)
+			if pre.cancelBy != nil {
+				s.cancel(e, *pre.cancelBy)
 				return
 			}
 			switch {
-			case e.decidedEarly != nil:
-				ev := *e.decidedEarly
-				e.decidedEarly = nil
-				s.decided(ev)
-			case e.deciding:
+			case pre.decided != nil:
+				s.decided(*pre.decided)
+			case e.decide.state != decideNone:
 				// Asked beside the claim (Alone): its answer decides.
 			default:
 				s.decide(e, false, nil)
@@ -878,17 +1036,17 @@ func (s *step) then(e *entry, w pendingWrite) {
 		s.claimedDecided(e, w)
 	case thenRefused:
 		s.log(e, "received", nil)
-		if e.early != nil {
+		if e.claim.early != nil {
 			// Withdrawn (or answered by another) while it was claimed:
 			// nothing is sent, and with no record nothing is deleted.
-			s.endQuietly(e, *e.early)
+			s.endQuietly(e, *e.claim.early)
 			return
 		}
 		c.setOutcome(e, Rejected)
-		r := *e.refused
+		r := e.refusal.reject
 		r.EnvelopeID = c.ids.EnvelopeID()
 		e.p.Phase, e.p.Reject = Answered, &r
-		e.sending = true
+		e.answer = answerSending
 		s.logReject(e)
 		s.emit(SendReject{ID: e.p.ID, To: e.p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 	case thenSendReject:
@@ -934,7 +1092,7 @@ func (s *step) then(e *entry, w pendingWrite) {
 		s.status(e, st)
 		s.opened(e, false)
 	case thenQueued:
-		if e.outcome == Open && e.p.Phase == Queued && !e.forIDs {
+		if e.outcome == Open && e.p.Phase == Queued && e.slot != slotQueuedForIDs {
 			s.status(e, Status{Stage: StatusQueued})
 		}
 	case thenPrompts:
@@ -948,26 +1106,25 @@ func (s *step) then(e *entry, w pendingWrite) {
 // or a shutdown read meanwhile ends it here, as one read before the
 // claim of any other proposal; its request (or prompts) never went out.
 func (s *step) claimedDecided(e *entry, w pendingWrite) {
-	e.claimed = true
-	deciding := e.beforeDecided.Deadline
+	pre := e.claim.land()
+	deciding := pre.before.Deadline
 	// The line of the proposal as it was received: its decision's
 	// revision and route come with the decided line.
-	s.emit(Log{Line: lineOf(e.beforeDecided, "received", nil)})
-	s.emit(e.afterClaim...)
-	e.afterClaim, e.beforeDecided = nil, nil
+	s.emit(Log{Line: lineOf(pre.before, "received", nil)})
+	s.emit(pre.after...)
 	switch {
 	case e.outcome != Open:
 		// Its reject, committed with the claim: sent whatever happened
 		// meanwhile.
-	case e.early != nil:
-		s.endQuietly(e, *e.early)
+	case pre.early != nil:
+		s.endQuietly(e, *pre.early)
 		return
-	case e.cancelBy != nil:
-		e.unsent = true // nothing went out that the reject should cancel
-		s.cancel(e, *e.cancelBy)
+	case pre.cancelBy != nil:
+		e.req.state = reqUnsent // nothing went out that the reject should cancel
+		s.cancel(e, *pre.cancelBy)
 		return
 	case s.c.closing:
-		e.unsent = true
+		e.req.state = reqUnsent
 		s.closeOne(e)
 		return
 	case !s.now.Before(deciding):
@@ -975,7 +1132,7 @@ func (s *step) claimedDecided(e *entry, w pendingWrite) {
 		// proposal's deadline (Alone, its tries go on): what the
 		// decision committed does not go out that late, as a claim
 		// landing late is not decided (then).
-		e.unsent = true
+		e.req.state = reqUnsent
 		s.commitReject(e, "timeout", fmt.Sprintf("not claimed within %s: the pending-work store did not take it", s.c.cfg.PendingTTL))
 		return
 	}
@@ -1025,7 +1182,7 @@ func (c *Core) setOutcome(e *entry, o Outcome) {
 // What admits an entry or lets go of it calls it; setOutcome when it
 // ends.
 func (c *Core) track(e *entry) {
-	want := !e.noRecord && e.outcome == Open && c.props[e.p.ID] == e
+	want := !e.noRecord() && e.outcome == Open && c.props[e.p.ID] == e
 	if want == e.counted {
 		return
 	}
@@ -1076,7 +1233,7 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 	} else if e.asked {
 		s.stopAsking(e, DropReason)
 	}
-	if e.outcome == Withdrawn || (e.early != nil && e.early.outcome == Withdrawn) {
+	if e.outcome == Withdrawn || (e.claim.early != nil && e.claim.early.outcome == Withdrawn) {
 		s.c.withdrawals.put(e.p.ID, e.p.From, "")
 	}
 	s.c.setOutcome(e, Dropped) // its end is the record holder's, not this member's
@@ -1088,8 +1245,8 @@ func (s *step) fencedWith(e *entry, reason, message string) {
 // next queued proposal. The record's end is the caller's.
 func (s *step) end(e *entry, o Outcome, why string) {
 	s.c.setOutcome(e, o)
-	e.deciding = false
-	if e.p.Phase == Task && !e.taskDone && o != Rejected {
+	e.decide = deciding{}
+	if e.p.Phase == Task && !e.req.taskDone && o != Rejected {
 		// A task nobody waits for any more is work nobody wants:
 		// cancelled at its owner (a reject records its cancel instead,
 		// sent with it). Dropped: the record's new holder follows it.
@@ -1115,16 +1272,16 @@ func (s *step) end(e *entry, o Outcome, why string) {
 
 // unqueue takes e out of the queue for a fulfilment slot.
 func (s *step) unqueue(e *entry) {
-	if e.queued {
-		e.queued = false
+	if e.slot.queued() {
+		e.slot = slotNone
 		s.c.slots.remove(e.p.From, e.p.ID)
 	}
 }
 
 // giveSlot gives e's fulfilment slot to the queued proposals, in turn.
 func (s *step) giveSlot(e *entry) {
-	if e.slot {
-		e.slot = false
+	if e.slot == slotHeld {
+		e.slot = slotNone
 		s.c.slots.give(e.p.From)
 		s.startQueued()
 	}
@@ -1137,13 +1294,13 @@ func (s *step) startQueued() {
 	for !c.closing && c.haveRPCID() {
 		id, ok := c.slots.next(func(id string) bool {
 			e, ok := c.props[id]
-			return ok && e.outcome == Open && e.queued
+			return ok && e.outcome == Open && e.slot.queued()
 		})
 		if !ok {
 			return
 		}
 		e := c.props[id]
-		e.queued, e.forIDs = false, false
+		e.slot = slotNone
 		s.startRequest(e)
 	}
 }
@@ -1254,7 +1411,7 @@ func (s *step) commitRejectFor(e *entry, reason, message, cancelWhy string) {
 	// reject, and again with it after a restart (rule 4); a held one
 	// never went out, nor did one whose line was not logged.
 	cancel := ""
-	if e.p.Phase == Fulfilling && e.p.Request != nil && !e.held && !e.unsent {
+	if e.p.Phase == Fulfilling && e.p.Request != nil && e.req.cancellable() {
 		cancel = cancelWhy
 	}
 	s.commitRejectCancel(e, reason, message, cancel)
@@ -1286,7 +1443,7 @@ func (s *step) taskStarted(e *entry, ev Responded) {
 	p.Task = &TaskRecord{ID: ev.TaskID, Status: ev.TaskStatus, Created: s.now, Deadline: s.now.Add(c.taskTimeout(p)),
 		Spec: ev.TaskSpec, PollMS: ev.TaskPoll.Milliseconds()}
 	p.Deadline = p.Task.Deadline
-	e.graceAt = time.Time{}
+	e.req.graceAt = time.Time{}
 	s.queueWrite(e, pendingWrite{rec: p.clone(), then: thenFollow})
 	s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	s.giveSlot(e)
@@ -1327,7 +1484,7 @@ func (s *step) taskEnded(ev TaskEnded) {
 	if !ok || e.outcome != Open || e.p.Phase != Task || e.p.Task.ID != ev.TaskID {
 		return
 	}
-	e.taskDone = true
+	e.req.taskDone = true
 	if ev.Gone != "" {
 		s.commitRejectCancel(e, "other", fmt.Sprintf("%s no longer knows task %s: %s", e.p.Request.Target, ev.TaskID, ev.Gone), "")
 		return
@@ -1351,7 +1508,7 @@ func (s *step) commitRelay(e *entry, taskID string, result, rpcErr []byte) {
 // sendAnswer writes e's committed answer (its reject, or its relay),
 // with its line, and the cancels that go before a reject.
 func (s *step) sendAnswer(e *entry) {
-	e.sending = true
+	e.answer = answerSending
 	p := e.p
 	if r := p.Relay; r != nil {
 		s.log(e, "fulfilled", func(l Line) Line {
@@ -1387,7 +1544,7 @@ func answerEnvelope(p *Proposal) string {
 func (s *step) commitRejectCancel(e *entry, reason, message string, cancel string) {
 	s.end(e, Rejected, reason)
 	p := e.p
-	task := p.Phase == Task && !e.taskDone
+	task := p.Phase == Task && !e.req.taskDone
 	p.Phase = Answered
 	p.Reject = &RejectRecord{EnvelopeID: s.c.ids.EnvelopeID(), Reason: reason, Message: message, CancelRequest: cancel != "", CancelTask: task}
 	if cancel != "" && cancel != reason {
@@ -1408,10 +1565,12 @@ func (s *step) commitFulfil(e *entry, target string, params []byte) {
 		s.topUp()
 		e.p.Phase = Queued
 		e.p.Deadline = s.now.Add(c.cfg.PendingTTL)
-		e.queued = true
-		e.forIDs = c.slots.free(e.p.From) && !c.closing
+		e.slot = slotQueued
+		if c.slots.free(e.p.From) && !c.closing {
+			e.slot = slotQueuedForIDs
+		}
 		c.slots.enqueue(e.p.From, e.p.ID)
-		if !e.forIDs {
+		if e.slot == slotQueued {
 			s.log(e, "queued", nil)
 		}
 		// Nothing sent waits for it: a crash before it is durable
@@ -1428,7 +1587,7 @@ func (s *step) commitFulfil(e *entry, target string, params []byte) {
 func (s *step) startRequest(e *entry) {
 	c := s.c
 	p := e.p
-	e.slot = true
+	e.slot = slotHeld
 	c.slots.take(p.From)
 	target := p.Decision.Target
 	p.Phase = Fulfilling
@@ -1438,11 +1597,11 @@ func (s *step) startRequest(e *entry) {
 	if c.away[target] {
 		// The gateway replays nothing: a request sent while its owner is
 		// away would be lost, and the proposer would wait for the fulfil
-		// timeout. Held for the owner's rejoin grace instead, as fulfill
-		// does (sendRequest): not recorded either, so a crash meanwhile
+		// timeout. Held for the owner's rejoin grace instead, and not
+		// recorded either (released by joined), so a crash meanwhile
 		// resumes the proposal from its record before (a withdrawal is
 		// late all the same: the slot and the request are taken).
-		e.held = true
+		e.req.state = reqHeld
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 		s.startGrace(e)
 		return
@@ -1454,21 +1613,21 @@ func (s *step) startRequest(e *entry) {
 // startGrace starts the rejoin grace of e's tool owner, unless one runs
 // or this member is shutting down (which answers every proposal).
 func (s *step) startGrace(e *entry) {
-	if s.c.closing || !e.graceAt.IsZero() {
+	if s.c.closing || !e.req.graceAt.IsZero() {
 		return
 	}
-	e.graceAt = s.now.Add(s.c.cfg.OwnerRejoinGrace)
-	s.emit(Schedule{ID: e.p.ID, At: e.graceAt, Kind: TimerGrace})
+	e.req.graceAt = s.now.Add(s.c.cfg.OwnerRejoinGrace)
+	s.emit(Schedule{ID: e.p.ID, At: e.req.graceAt, Kind: TimerGrace})
 }
 
 // release sends e's held request: recorded first, as every request
 // (one the wire found its owner away for is recorded and logged
 // already, and goes out as it is, with the same ids).
 func (s *step) release(e *entry) {
-	e.held = false
-	e.graceAt = time.Time{}
-	if e.heldLogged {
-		e.heldLogged = false
+	logged := e.req.state == reqHeldLogged
+	e.req.state = reqNone
+	e.req.graceAt = time.Time{}
+	if logged {
 		s.sendRequest(e)
 		return
 	}
@@ -1477,7 +1636,7 @@ func (s *step) release(e *entry) {
 
 // sendRequest writes e's recorded fulfilment request (its line logged).
 func (s *step) sendRequest(e *entry) {
-	e.reqSending = true
+	e.req.state = reqSending
 	r := e.p.Request
 	s.emit(SendRequest{ID: e.p.ID, To: r.Target, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, Params: e.p.FinalArgs, Task: r.Task, TaskTTL: s.c.taskTimeout(e.p)})
 }
@@ -1489,7 +1648,7 @@ func (s *step) refused(ev Refused) {
 	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || e.p.Request == nil || e.p.Request.EnvelopeID != ev.EnvelopeID {
 		return
 	}
-	e.unsent = true
+	e.req.state = reqUnsent
 	s.commitRejectCancel(e, "other", "the gateway refused the fulfilment request", "")
 }
 
@@ -1508,7 +1667,7 @@ func (s *step) unlogged(ev Unlogged) {
 	}
 	switch {
 	case ev.Stage == "fulfilling" && e.p.Phase == Fulfilling && e.p.Request != nil:
-		e.unsent, e.reqSending = true, false
+		e.req.state = reqUnsent
 		s.commitRejectCancel(e, "other", msg, "")
 	case ev.Stage == "escalated" && e.p.Phase == AwaitingApproval:
 		// Nothing was asked (the prompts and the status were dropped).
@@ -1555,8 +1714,7 @@ func (s *step) left(ev ParticipantLeft) {
 	}
 }
 
-// joined sends the requests held for the owner that is back (fulfill's
-// releaseHeld). The grace of a request that went out runs on: at its end
+// joined sends the requests held for the owner that is back. The grace of a request that went out runs on: at its end
 // the owner is here, and its response is still awaited.
 func (s *step) joined(id string) {
 	delete(s.c.away, id)
@@ -1564,7 +1722,7 @@ func (s *step) joined(id string) {
 		s.c.present[id] = true
 	}
 	for _, e := range s.c.fulfilling(id) {
-		if e.held {
+		if e.req.held() {
 			s.release(e)
 		}
 	}
@@ -1581,23 +1739,23 @@ func (s *step) joined(id string) {
 // nobody costs nothing.
 func (s *step) graceEnded(e *entry) {
 	c := s.c
-	e.graceAt = time.Time{}
+	e.req.graceAt = time.Time{}
 	if c.closing {
 		return
 	}
 	req := e.p.Request
 	if !c.away[req.Target] {
-		if e.held {
+		if e.req.held() {
 			s.release(e)
 		}
 		return
 	}
 	msg := fmt.Sprintf("%s left the space before answering", req.Target)
-	if e.held {
+	if e.req.held() {
 		msg = fmt.Sprintf("%s was not in the space to carry the call out, and did not come back within %s", req.Target, c.cfg.OwnerRejoinGrace)
 	}
 	cancel := ""
-	if !e.held && !e.unsent {
+	if e.req.cancellable() {
 		cancel = "the tool owner left"
 	}
 	s.commitRejectCancel(e, "incapable", msg, cancel)
@@ -1606,25 +1764,33 @@ func (s *step) graceEnded(e *entry) {
 func (s *step) decided(ev Decided) {
 	c := s.c
 	e, ok := c.props[ev.ID]
-	if !ok || e.outcome != Open || !e.deciding || e.again != ev.Again {
+	if !ok || e.outcome != Open || e.decide.state == decideNone || (e.decide.state == decideAgain) != ev.Again {
 		return
 	}
-	if !e.claimed {
-		if e.claimHeld && e.early == nil && !c.closing && !queues(c, e, ev) {
+	if !e.claim.landed() {
+		if e.claim.state == claimHeld && e.claim.early == nil && !c.closing && !queues(c, e, ev) {
 			s.decidedBeforeClaim(e, ev)
 			return
 		}
 		s.unhold(e)
 		// A copy: &ev itself would move every Decided to the heap.
 		early := ev
-		e.decidedEarly = &early // taken once the claim lands (then)
+		e.claim.decided = &early // taken once the claim lands (then)
 		return
 	}
-	e.deciding, e.again = false, false
+	s.carryOut(e, ev)
+}
+
+// carryOut carries out ev, the decision of e, claimed (or whose claim
+// carries it: decidedBeforeClaim).
+func (s *step) carryOut(e *entry, ev Decided) {
+	c := s.c
+	again := e.decide
+	e.decide = deciding{}
 	d := ev.Decision
 	p := e.p
 	if ev.Again {
-		p.DecisionID = e.againID // a new decision governs what follows
+		p.DecisionID = again.id // a new decision governs what follows
 		if p.DecisionID == "" {
 			p.DecisionID = c.ids.DecisionID()
 		}
@@ -1632,7 +1798,7 @@ func (s *step) decided(ev Decided) {
 	p.Decision = &d
 	s.log(e, "decided", func(l Line) Line { l.Action, l.Reason, l.Note = d.Action, d.Reason, ev.Note; return l })
 	if ev.Again {
-		params := e.edit
+		params := again.edit
 		switch d.Action {
 		case Fulfill:
 		case Escalate:
@@ -1728,24 +1894,25 @@ func (s *step) sent(ev Sent) {
 	}
 	p := e.p
 	switch {
-	case answerEnvelope(p) != "" && ev.EnvelopeID == answerEnvelope(p) && e.sending:
-		e.sending = false
+	case answerEnvelope(p) != "" && ev.EnvelopeID == answerEnvelope(p) && e.answer == answerSending:
 		if ev.Err != nil {
 			// Not written: the record stays, and the same envelope is
 			// written again; the proposer is owed it (a relay too: the
 			// proposer's answer).
-			e.resendAt = s.now.Add(s.c.cfg.RetryAfter)
+			e.answer, e.resendAt = answerResend, s.now.Add(s.c.cfg.RetryAfter)
 			s.emit(Schedule{ID: p.ID, At: e.resendAt, Kind: TimerResend})
 			return
 		}
-		e.resendAt = time.Time{}
-		if !e.noRecord {
+		e.answer, e.resendAt = answerIdle, time.Time{}
+		if !e.noRecord() {
 			s.queueWrite(e, pendingWrite{}) // delete
 		}
 		s.forgetIfDone(e)
 	case p.Request != nil && ev.EnvelopeID == p.Request.EnvelopeID:
 		if ev.Err == nil {
-			e.reqOut = true
+			if e.req.state != reqUnsent {
+				e.req.state = reqOut
+			}
 			return
 		}
 		if errors.Is(ev.Err, ErrAway) {
@@ -1753,13 +1920,16 @@ func (s *step) sent(ev Sent) {
 			// it left): nothing was written, and the owner is away for
 			// every request, whatever became of this one meanwhile.
 			s.c.away[p.Request.Target] = true
-			e.reqSending = false
-			if e.outcome == Open && p.Phase == Fulfilling && !e.unsent {
+			switch {
+			case e.req.state == reqUnsent:
+			case e.outcome == Open && p.Phase == Fulfilling:
 				// Held for the owner's rejoin grace, as a request due
 				// while its owner is away; its record and line have it
 				// already, so it goes out as it is.
-				e.held, e.heldLogged = true, true
+				e.req.state = reqHeldLogged
 				s.startGrace(e)
+			default:
+				e.req.state = reqNone
 			}
 			return
 		}
@@ -1781,12 +1951,12 @@ func (s *step) fired(ev Fired) {
 	p := e.p
 	switch ev.Kind {
 	case TimerRetry:
-		if !e.writing && len(e.writes) > 0 && ev.At.Equal(e.retryAt) {
+		if e.store.state == writeIdle && len(e.store.queue) > 0 && ev.At.Equal(e.store.retryAt) {
 			s.issue(e)
 		}
 	case TimerResend:
-		if ev.At.Equal(e.resendAt) && !e.sending && answerEnvelope(p) != "" {
-			e.sending = true
+		if e.answer == answerResend && ev.At.Equal(e.resendAt) && answerEnvelope(p) != "" {
+			e.answer = answerSending
 			if r := p.Relay; r != nil {
 				s.emit(SendRelay{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, RPCID: r.RPCID, TaskID: r.TaskID, Result: r.Result, Error: r.Error})
 				return
@@ -1795,34 +1965,34 @@ func (s *step) fired(ev Fired) {
 			s.emit(SendReject{ID: p.ID, To: p.From, EnvelopeID: r.EnvelopeID, Reason: r.Reason, Message: r.Message})
 		}
 	case TimerHold:
-		s.unhold(e) // the decision follows the claim (decidedEarly)
+		s.unhold(e) // the decision follows the claim (claim.decided)
 	case TimerStep:
 		if s.escRunning(e) {
 			s.due(e, ev.At)
 		}
 	case TimerGrace:
-		if e.outcome == Open && p.Phase == Fulfilling && ev.At.Equal(e.graceAt) {
+		if e.outcome == Open && p.Phase == Fulfilling && ev.At.Equal(e.req.graceAt) {
 			s.graceEnded(e)
 		}
 	case TimerDeadline:
 		if e.outcome != Open || !ev.At.Equal(p.Deadline) {
 			return
 		}
-		if e.noRecord {
+		if e.noRecord() {
 			return // its claim is tried until it lands: then its reject goes
 		}
-		if e.claimHeld {
+		if e.claim.state == claimHeld {
 			// Not decided in time: claimed as it is, and then rejected
 			// "timeout" (then).
 			s.unhold(e)
 			return
 		}
-		if !e.claimed {
+		if !e.claim.landed() {
 			// Never claimed (the store was unreachable): no record, so
 			// nothing can be answered exactly once; left to the group
 			// or to the proposer's own timeout. Alone on its store,
 			// the claim's tries go on: it is rejected once claimed.
-			if e.writing || e.reloading || c.cfg.Alone {
+			if e.store.state != writeIdle || c.cfg.Alone {
 				return // the claim's result decides (then sees the deadline)
 			}
 			s.reload(e) // a failed try may have been applied all the same
@@ -1874,8 +2044,8 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 		s.log(e, "ignored", func(l Line) Line { l.Reason = "late_withdraw"; return l })
 		return
 	}
-	if !e.claimed {
-		e.early = &end
+	if !e.claim.landed() {
+		e.claim.early = &end
 		s.unhold(e)
 		return
 	}
@@ -1889,11 +2059,11 @@ func (s *step) withdrawn(ev WithdrawnBy) {
 // the claim's ("": none).
 func (s *step) earlyBeforeClaim(e *entry, end earlyEnd, ignoredAs string) {
 	if e.outcome == Open {
-		e.early = &end
+		e.claim.early = &end
 		return
 	}
 	if ignoredAs != "" {
-		e.afterClaim = append(e.afterClaim, Log{Line: lineOf(e.p, "ignored", func(l Line) Line { l.Reason = ignoredAs; return l })})
+		e.claim.after = append(e.claim.after, Log{Line: lineOf(e.p, "ignored", func(l Line) Line { l.Reason = ignoredAs; return l })})
 	}
 }
 
@@ -1918,8 +2088,8 @@ func (s *step) superseded(ev SupersededBy) {
 	if e.outcome != Open || e.p.Phase == Fulfilling || e.p.Phase == Task || e.p.Phase == Answered {
 		return
 	}
-	if !e.claimed {
-		e.early = &end
+	if !e.claim.landed() {
+		e.claim.early = &end
 		s.unhold(e)
 		return
 	}
@@ -1941,12 +2111,12 @@ func (s *step) endQuietly(e *entry, how earlyEnd) {
 	})
 	// Writes not yet issued carried what no longer happens; the one
 	// outstanding (a claim, say) is followed by the delete.
-	if e.writing {
-		e.writes = e.writes[:1]
+	if e.store.state == writeOut {
+		e.store.queue = e.store.queue[:1]
 	} else {
-		e.writes = nil
+		e.store.queue = nil
 	}
-	if e.claimed || e.writing {
+	if e.claim.landed() || e.store.state == writeOut {
 		s.queueWrite(e, pendingWrite{line: &line})
 	} else {
 		s.emit(Log{Line: line})
@@ -1961,7 +2131,7 @@ func (s *step) responded(ev Responded) {
 		return
 	}
 	e, ok := c.props[id]
-	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !(e.reqOut || e.reqSending) {
+	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || !e.req.out() {
 		return
 	}
 	req := e.p.Request
@@ -2009,13 +2179,13 @@ func (s *step) spoofed(e *entry, ev Responded, reason string) {
 
 func (s *step) cancelled(ev Cancelled) {
 	e, ok := s.c.props[ev.ID]
-	if ok && e.outcome == Open && (e.claimHeld || e.carrying()) {
+	if ok && e.outcome == Open && (e.claim.state == claimHeld || e.carrying()) {
 		by := ev.By
-		e.cancelBy = &by
+		e.claim.cancelBy = &by
 		s.unhold(e)
 		return
 	}
-	if !ok || e.outcome != Open || !e.claimed || e.p.Phase == Fulfilling || e.p.Phase == Answered {
+	if !ok || e.outcome != Open || !e.claim.landed() || e.p.Phase == Fulfilling || e.p.Phase == Answered {
 		p := &Proposal{ID: ev.ID}
 		if ok {
 			p = e.p
@@ -2024,7 +2194,7 @@ func (s *step) cancelled(ev Cancelled) {
 		}
 		l := lineOf(p, "ignored", func(l Line) Line { l.Reason, l.Message = "cancel_refused", "cancel by "+ev.By; return l })
 		if ok {
-			if e.outcome == Open && !e.claimed {
+			if e.outcome == Open && !e.claim.landed() {
 				l.Message += ": not claimed yet"
 			} else {
 				l.Message += ": already answered"
@@ -2070,10 +2240,10 @@ func (s *step) closing() {
 // owner if one went out.
 func (s *step) closeOne(e *entry) {
 	s.unhold(e) // claimed, it is answered like the rest (then)
-	if e.outcome != Open || !e.claimed {
+	if e.outcome != Open || !e.claim.landed() {
 		return
 	}
-	if e.p.Phase == Fulfilling && !e.held && !e.unsent {
+	if e.p.Phase == Fulfilling && e.req.cancellable() {
 		s.commitRejectFor(e, "other", "fulfiller is shutting down; the call was cancelled at "+e.p.Request.Target, "shutdown")
 		return
 	}
@@ -2090,7 +2260,7 @@ func (s *step) resume(r Proposal, how string) {
 	c := s.c
 	var early *earlyEnd
 	if old, ok := c.props[r.ID]; ok {
-		if old.claimed && r.Rev <= old.p.Rev {
+		if old.claim.landed() && r.Rev <= old.p.Rev {
 			// The same record again, or one read before this member's
 			// own later writes (a start-up scan that listed a record
 			// taken for an operator's cancel): revisions only grow.
@@ -2100,8 +2270,8 @@ func (s *step) resume(r Proposal, how string) {
 		// tried, or taken back from a member that adopted it. The
 		// record is the truth now; the outstanding write of the entry
 		// it replaces is ignored (it can only conflict).
-		if !old.claimed {
-			early = old.early
+		if !old.claim.landed() {
+			early = old.claim.early
 		}
 		if old.outcome == Withdrawn {
 			c.withdrawals.put(old.p.ID, old.p.From, "")
@@ -2114,7 +2284,7 @@ func (s *step) resume(r Proposal, how string) {
 		return // a record of a proposal ended here, read late
 	}
 	c.seen.add(r.ID)
-	e := &entry{p: r.clone(), claimed: true}
+	e := &entry{p: r.clone(), claim: claim{state: claimLanded}}
 	c.props[r.ID] = e
 	c.track(e)
 	p := e.p
@@ -2147,13 +2317,13 @@ func (s *step) resume(r Proposal, how string) {
 	case Task:
 		// Followed again; it keeps its deadline, and runs without a slot.
 		c.byRequest[p.Request.EnvelopeID] = p.ID
-		e.reqOut = true
+		e.req.state = reqOut
 		s.follow(e, "followed again after a restart or adoption")
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
 	case Fulfilling:
 		// Never written again; its response is awaited until the
 		// deadline counted from when it was committed.
-		e.reqOut, e.slot = true, true
+		e.req.state, e.slot = reqOut, slotHeld
 		c.slots.take(p.From)
 		c.byRequest[p.Request.EnvelopeID] = p.ID
 		s.emit(Schedule{ID: p.ID, At: p.Deadline, Kind: TimerDeadline})
@@ -2245,7 +2415,7 @@ func (c *Core) letGo(e *entry) (freed bool) {
 	delete(c.props, e.p.ID)
 	c.track(e)
 	c.forgotten = append(c.forgotten, e.p.ID)
-	if e.refusing {
+	if e.refusal != nil && e.refusal.waiting {
 		c.refusing--
 	}
 	if e.p.Request != nil {
@@ -2254,20 +2424,19 @@ func (c *Core) letGo(e *entry) (freed bool) {
 	for _, pr := range e.p.Prompts {
 		delete(c.byPrompt, pr.EnvelopeID)
 	}
-	if e.queued {
-		e.queued = false
+	switch e.slot {
+	case slotQueued, slotQueuedForIDs:
 		c.slots.remove(e.p.From, e.p.ID)
-	}
-	if e.slot {
-		e.slot = false
+	case slotHeld:
 		c.slots.give(e.p.From)
 		freed = true
 	}
+	e.slot = slotNone
 	return freed
 }
 
 func (s *step) forgetIfDone(e *entry) {
-	if e.outcome != Open && !e.writing && len(e.writes) == 0 && !e.sending && e.resendAt.IsZero() {
+	if e.outcome != Open && e.store.state == writeIdle && len(e.store.queue) == 0 && e.answer == answerIdle {
 		s.forget(e)
 	}
 }
@@ -2281,7 +2450,7 @@ func (s *step) forget(e *entry) {
 	freed := c.letGo(e)
 	// A replay read later joins its decision (rule 10): the claim's,
 	// when this member held the record.
-	if e.claimed {
+	if e.claim.landed() {
 		governing := e.p.DecisionID
 		if governing == "" {
 			governing = claimOf(e.p)

@@ -35,6 +35,18 @@
 //	                                                          ↘
 //	         Answered (reject, or a task's relayed result, committed) → (deleted)
 //
+// In memory, beside its record, a proposal is the record's Phase and its
+// outcome, plus one small state per thing in flight, each carrying only
+// the data it needs, so that a combination that cannot happen cannot be
+// written: its claim (trying, held for the decision when alone on the
+// store, carrying its decision, landed; what waits for the landing is
+// dropped then), its record writes (idle, a write out, a reload out),
+// its Decide (none, first, an edit's re-check with the edit), its
+// fulfilment request at the owner (held for the owner, sending, out,
+// never sent), its place among the fulfilment slots (queued, queued for
+// an id, holding one), and its answer's sending (sending, to be sent
+// again).
+//
 // Events: Proposed, Stored, Reloaded, Decided, Sent, Fired (deadline,
 // retry, resend, rejoin grace, an escalation's next reminder or tier),
 // WithdrawnBy, Responded (a task handle too), TaskStatus, TaskEnded,

@@ -275,7 +275,7 @@ func (s *step) newPrompt(e *entry, approver string, chain []string) string {
 // sendPrompts sends e's prompts named by ids, recorded now, if still open
 // while e's escalation runs.
 func (s *step) sendPrompts(e *entry, ids []string) {
-	if e.outcome != Open || e.p.Phase != AwaitingApproval || e.deciding || !e.asked {
+	if e.outcome != Open || e.p.Phase != AwaitingApproval || e.decide.state != decideNone || !e.asked {
 		return
 	}
 	for _, id := range ids {
@@ -392,7 +392,7 @@ func (s *step) scheduleStep(e *entry) {
 // escRunning reports whether e's escalation runs here: open, its
 // prompts out, not being decided again.
 func (s *step) escRunning(e *entry) bool {
-	return e.outcome == Open && e.p.Phase == AwaitingApproval && e.asked && !e.deciding
+	return e.outcome == Open && e.p.Phase == AwaitingApproval && e.asked && e.decide.state == decideNone
 }
 
 // due does every step of e's plan whose time has come (at: the timer's).
@@ -508,7 +508,7 @@ func (s *step) askAgain(e *entry, who string, resumed bool) {
 // unrecorded reports whether prompt id waits for the write that records
 // it: that write asks it once durable (thenPrompts), never before.
 func unrecorded(e *entry, id string) bool {
-	for _, w := range e.writes {
+	for _, w := range e.store.queue {
 		if slices.Contains(w.prompts, id) {
 			return true
 		}

@@ -435,9 +435,9 @@ const (
 // never an answer (rule 2's one answer is unchanged), best effort, and
 // goes out once what it reports is recorded: when a proposal reaches
 // one of the stages, and again when a task's status changes or a task is
-// followed again after a restart. The shell writes it as fulfill's
-// sendStatus does (a chat correlated to the proposal, its text for
-// people, _meta["fulfiller/status"] for programs).
+// followed again after a restart. The shell writes it as a chat
+// correlated to the proposal, its text for people,
+// _meta["fulfiller/status"] for programs (fulfill's wire.Status).
 type Status struct {
 	ID, To, Stage string
 	// Decision is the proposal's (escalated): the shell's own terms in

@@ -37,7 +37,7 @@ func (c *Core) GroupLoad() (pending, capacity int) { return c.groupPending, c.gr
 func (c *Core) Held() []string {
 	var ids []string
 	for id, e := range c.props {
-		if e.outcome == Open || e.writing || len(e.writes) > 0 || e.sending {
+		if e.outcome == Open || e.store.state == writeOut || len(e.store.queue) > 0 || e.answer == answerSending {
 			ids = append(ids, id)
 		}
 	}

@@ -540,7 +540,7 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	prev := map[string]*entry{}
 	fulfilling, queued := map[*entry]bool{}, map[*entry]bool{}
 	for id, e := range m.core.props {
-		was[id] = before{e.held, e.p.Phase == Fulfilling && !e.held, e.outcome, e.p.Phase == Task && !e.taskDone}
+		was[id] = before{e.req.held(), e.p.Phase == Fulfilling && !e.req.held(), e.outcome, e.p.Phase == Task && !e.req.taskDone}
 		prev[id] = e
 		fulfilling[e] = e.outcome == Open && e.p.Phase == Fulfilling
 		queued[e] = e.outcome == Open && e.p.Phase == Queued
@@ -549,13 +549,13 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	s.heard(m, ev)
 	var early *entry
 	if d, ok := ev.(Decided); ok {
-		if e := m.core.props[d.ID]; e != nil && !e.claimed && e.deciding {
+		if e := m.core.props[d.ID]; e != nil && !e.claim.landed() && e.decide.state != decideNone {
 			s.covered["world/decided_before_claim"]++ // Alone: decided beside the claim
 			early = e
 		}
 	}
 	if f, ok := ev.(Fired); ok && f.Kind == TimerHold {
-		if e := m.core.props[f.ID]; e != nil && e.claimHeld {
+		if e := m.core.props[f.ID]; e != nil && e.claim.state == claimHeld {
 			s.covered["world/claim_hold_lapsed"]++ // the decision follows the claim
 		}
 	}
@@ -572,7 +572,7 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	if s.verbose {
 		s.tracef("  %s steps %s: %v", m.id, eventString(ev), kinds(effs))
 	}
-	if early != nil && !early.claimed {
+	if early != nil && !early.claim.landed() {
 		for _, e := range effs {
 			if l, ok := e.(Log); ok && (l.Line.Stage == "decided" || l.Line.Stage == "fulfilling" || l.Line.Stage == "rejected") {
 				s.fail("%s logged %s for %s before its claim landed", m.id, l.Line.Stage, early.p.ID)
@@ -584,10 +584,10 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	}
 	if st, ok := ev.(Stored); ok {
 		e := prev[st.ID]
-		if e != nil && (e.decidedEarly != nil || carried[st.ID]) && m.core.props[st.ID] != e {
+		if e != nil && (e.claim.decided != nil || carried[st.ID]) && m.core.props[st.ID] != e {
 			s.covered["world/early_decision_dropped"]++ // the claim lost: its decision never logged
 		}
-		if e != nil && carried[st.ID] && e.claimed {
+		if e != nil && carried[st.ID] && e.claim.landed() {
 			s.covered["world/carried_claim_landed"]++
 		}
 	}
@@ -595,19 +595,19 @@ func (s *sim) stepped(m *member, c *Core, now time.Time, ev Event) []Effect {
 	s.checkTurns(m, queued)
 	s.checkAsks(m, ev, effs)
 	for id, e := range m.core.props {
-		if e.held {
+		if e.req.held() {
 			s.covered["world/held"]++
 		} else if was[id].held && e.outcome == Open {
 			s.covered["world/held_released"]++
 		}
-		if e.outcome == Open && e.p.Phase == Fulfilling && !e.held && !was[id].sending && !e.reqOut {
+		if e.outcome == Open && e.p.Phase == Fulfilling && !e.req.held() && !was[id].sending && e.req.state != reqOut {
 			s.checkOwnerCommit(m, e.p)
 		}
 		if _, resumed := ev.(Resumed); !resumed {
 			// A resumed record's reject was committed by whoever wrote
 			// it, and checked then, against what it had heard.
 			if w, ok := was[id]; ok && w.outcome == Open && e.outcome == Rejected {
-				s.checkOwnerReject(m, e.p, e.reqOut)
+				s.checkOwnerReject(m, e.p, e.req.state == reqOut)
 			}
 		}
 		if w, ok := was[id]; ok && w.outcome == Open && w.task && e.outcome != Open {
@@ -1483,11 +1483,11 @@ func (s *sim) checkTaskEnd(m *member, e *entry, effs []Effect) {
 		s.fail("%s let another's answer supersede %s, which runs task %s", m.id, e.p.ID, e.p.Task.ID)
 
 	case Fulfilled:
-		if !e.taskDone {
+		if !e.req.taskDone {
 			s.fail("%s relayed %s before its task ended", m.id, e.p.ID)
 		}
 	case Rejected:
-		if !e.taskDone && (e.p.Reject == nil || !e.p.Reject.CancelTask) {
+		if !e.req.taskDone && (e.p.Reject == nil || !e.p.Reject.CancelTask) {
 			s.fail("%s rejected %s (%s) without cancelling its task", m.id, e.p.ID, e.p.Reject.Reason)
 		}
 	case Withdrawn:
@@ -1710,7 +1710,7 @@ func (s *sim) groupLoad() bool {
 	}
 	live := 0
 	for _, e := range m.core.props {
-		if e.claimed && e.outcome == Open {
+		if e.claim.landed() && e.outcome == Open {
 			live++
 		}
 	}
@@ -1728,7 +1728,7 @@ func (s *sim) admitted(m *member, id string) {
 	e := m.core.props[id]
 	live, mine, bytes := 0, 0, 0
 	for oid, o := range m.core.props {
-		if oid == id || o.noRecord || o.outcome != Open {
+		if oid == id || o.noRecord() || o.outcome != Open {
 			continue
 		}
 		live++
@@ -1738,7 +1738,7 @@ func (s *sim) admitted(m *member, id string) {
 		}
 	}
 	switch {
-	case e.noRecord:
+	case e.noRecord():
 		s.fail("%s admitted %s, which it refused at once", m.id, id)
 	case live >= s.cfg.MaxPending:
 		s.fail("%s admitted %s with %d proposals pending (limit %d)", m.id, id, live, s.cfg.MaxPending)
@@ -1933,7 +1933,7 @@ func (s *sim) down(m *member) {
 	// A ClaimOnly claim won, its reject not out: no record, so nobody
 	// answers it (the exempted case).
 	for id, e := range m.core.props {
-		if t := s.truth[id]; t != nil && e.noRecord && s.store.claimed[id] == e.p.DecisionID && (s.views[id] == nil || len(s.views[id].rejects) == 0) {
+		if t := s.truth[id]; t != nil && e.noRecord() && s.store.claimed[id] == e.p.DecisionID && (s.views[id] == nil || len(s.views[id].rejects) == 0) {
 			t.busyLost = true
 			s.covered["world/busy_lost"]++
 		}
@@ -2052,7 +2052,7 @@ func (s *sim) check() error {
 func checkLoad(c *Core) error {
 	live, bytes, by := 0, int64(0), map[string]int{}
 	for _, e := range c.props {
-		if !e.noRecord && e.outcome == Open {
+		if !e.noRecord() && e.outcome == Open {
 			live, bytes = live+1, bytes+int64(e.p.Size)
 			by[e.p.From]++
 		}
