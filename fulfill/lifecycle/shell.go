@@ -80,6 +80,25 @@ type Policy interface {
 	Decide(ctx context.Context, d Decide) Decided
 }
 
+// Evaluators is implemented by a Policy that evaluates at most
+// Evaluators() decisions at once (a bound of its own: the fulfiller's
+// DecideWorkers). The Loop then asks it on that many goroutines of its
+// own (deciders), the Decides queued for them in order, rather than on
+// a worker each: a worker that waited for the policy's bound waited with
+// a shallow stack, which the garbage collector shrank, so that nearly
+// every evaluation (OPA's, deep) grew its goroutine's stack again
+// (runtime.newstack and copystack: about 4 % of the fulfiller's CPU in
+// the bench's profile, none in the lock-based build's, whose
+// DecideWorkers goroutines evaluated every decision).
+type Evaluators interface {
+	Evaluators() int
+}
+
+// decideQueue is how many Decides wait for the deciders (Evaluators)
+// before one more is asked on a worker, as without them: Run never waits
+// for the queue.
+const decideQueue = 1024
+
 // Journal is the decision log, written ahead of the effects after a line.
 // Log reports a line it could not write; for a line written ahead of a
 // send (Line.Ahead) the Loop then fails closed (Unlogged): the send is
@@ -150,6 +169,12 @@ type Loop struct {
 
 	// The store's and the journal's Immediate, when they have one.
 	storeNow, journalNow Immediate
+
+	// deciders is the policy's Evaluators (0: none); Run starts that
+	// many goroutines that ask the policy the Decides on decideq (nil
+	// until then, and under a sched, whose goroutines are its own).
+	deciders int
+	decideq  chan Decide
 
 	// sched replaces the goroutines, channels and retry waits the Loop
 	// runs its work with (nil: those); see sched.
@@ -251,6 +276,9 @@ func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, jou
 		followers: map[string]*follower{}}
 	l.storeNow, _ = store.(Immediate)
 	l.journalNow, _ = journal.(Immediate)
+	if ev, ok := policy.(Evaluators); ok {
+		l.deciders = ev.Evaluators()
+	}
 	return l
 }
 
@@ -368,6 +396,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.wg.Wait()
 	}()
+	if l.deciders > 0 && l.sched == nil {
+		l.decideq = make(chan Decide, decideQueue)
+		for range l.deciders {
+			l.spawn(func() { l.decider(ctx) })
+		}
+	}
 	// The first JSON-RPC ids are asked for now (Config.ReserveIDs),
 	// not when the first request needs one.
 	l.step(ctx, IDsReserved{})
@@ -576,12 +610,43 @@ func (l *Loop) apply(ctx context.Context, ev Event, touched []string) []string {
 // lane's order (after the lines before it), but an evaluation may take as
 // long as the policy's timeout, and what else happens to the proposal
 // meanwhile (its withdrawal, its record's delete) must not wait for it,
-// so runLane hands the lane on before it calls decide on its worker.
+// so the lane goes on while a decider (Evaluators) asks it, or, without
+// one, runLane hands the lane on before it calls decide on its worker.
 // Nothing of the proposal waits in its lane for the answer either: the
 // core emits the effects that follow a decision once Decided comes back
 // (and ignores one the proposal no longer waits for).
 func (l *Loop) decide(ctx context.Context, d Decide) {
 	_ = l.Post(ctx, l.policy.Decide(ctx, d))
+}
+
+// decider asks the policy the Decides queued for it (toDecider), one
+// at a time, until ctx ends: one of the Loop's deciders (Evaluators).
+func (l *Loop) decider(ctx context.Context) {
+	for {
+		select {
+		case d := <-l.decideq:
+			l.decide(ctx, d)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// toDecider queues d for the deciders; false if there are none, or the
+// queue is full (the caller asks the policy on a worker, as without
+// them). The caller's lane goes on at once: nothing of the proposal
+// waits for the answer (see decide).
+func (l *Loop) toDecider(d Decide) bool {
+	if l.decideq == nil {
+		return false
+	}
+	select {
+	case l.decideq <- d:
+		l.handoffs.Add(1)
+		return true
+	default:
+		return false
+	}
 }
 
 // reserve reserves r.N JSON-RPC ids on a worker, tried until it is made
@@ -752,6 +817,11 @@ func (l *Loop) dispatch(ctx context.Context, id string) {
 			return
 		}
 		e := ln.effs[0]
+		if d, ok := e.(Decide); ok && l.toDecider(d) {
+			ln.pop()
+			ln.mu.Unlock()
+			continue
+		}
 		if !l.immediate(e) {
 			ln.running = true
 			ln.mu.Unlock()
@@ -782,8 +852,8 @@ func (l *Loop) immediate(e Effect) bool {
 // worker, until one reports an event (handed to Run, which applies it and
 // dispatches the lane again) or none is left (the lane is left idle, for
 // Run to forget): a proposal's lines and the send they precede cost one
-// hand-off, not one each. A Decide hands the lane on before the policy is
-// asked (see decide).
+// hand-off, not one each. A Decide goes to the deciders (Evaluators), or
+// without them hands the lane on before the policy is asked (see decide).
 func (l *Loop) runLane(ctx context.Context, ln *lane) {
 	id := ln.id // Run sets it before it hands the lane over, and not while it runs
 	for {
@@ -795,7 +865,10 @@ func (l *Loop) runLane(ctx context.Context, ln *lane) {
 			return
 		}
 		e := ln.pop()
-		if d, ok := e.(Decide); ok {
+		if d, ok := e.(Decide); ok && l.toDecider(d) {
+			ln.mu.Unlock()
+			continue
+		} else if ok {
 			more := len(ln.effs) > 0
 			if !more {
 				ln.running = false
