@@ -278,6 +278,11 @@ func shutDecided(d lifecycle.Decide) lifecycle.Decided {
 		Decision: lifecycle.Decision{Action: lifecycle.Reject, Reason: "other", Message: "the fulfiller is shutting down"}}
 }
 
+// Evaluators is how many decisions the step evaluates at once
+// (DecideWorkers): the Loop asks it on that many goroutines
+// (lifecycle.Evaluators).
+func (s *policyStep) Evaluators() int { return cap(s.evalSlots) }
+
 // evaluate asks the policy, once an evaluation slot is free; ok is false
 // when ctx ended first.
 func (s *policyStep) evaluate(ctx context.Context, in *policies.Input) (decision.Decision, bool) {

@@ -56,6 +56,9 @@ type recordStore struct {
 	// pendingTTL and fulfillTimeout date the records written before
 	// records carried their deadline (see migrate).
 	pendingTTL, fulfillTimeout time.Duration
+	// inProcess: st writes without I/O (InProcess), found once here
+	// rather than at each of the Loop's Immediate questions.
+	inProcess bool
 }
 
 var _ lifecycle.Store = (*recordStore)(nil)
@@ -66,8 +69,7 @@ var _ lifecycle.Store = (*recordStore)(nil)
 // result back.
 func (s *recordStore) Immediate(e lifecycle.Effect) bool {
 	_, write := e.(lifecycle.Write)
-	ip, ok := s.st.(interface{ InProcess() bool })
-	return write && ok && ip.InProcess()
+	return write && s.inProcess
 }
 
 // newRecordStore makes the lifecycle's Store over st. pendingTTL and
@@ -80,7 +82,8 @@ func newRecordStore(st Store, pendingTTL, fulfillTimeout time.Duration, log *slo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &recordStore{st: st, log: log, pendingTTL: pendingTTL, fulfillTimeout: fulfillTimeout}
+	ip, ok := st.(interface{ InProcess() bool })
+	return &recordStore{st: st, log: log, pendingTTL: pendingTTL, fulfillTimeout: fulfillTimeout, inProcess: ok && ip.InProcess()}
 }
 
 // Write carries out the core's write w (see recordStore).

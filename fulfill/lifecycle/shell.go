@@ -80,6 +80,25 @@ type Policy interface {
 	Decide(ctx context.Context, d Decide) Decided
 }
 
+// Evaluators is implemented by a Policy that evaluates at most
+// Evaluators() decisions at once (a bound of its own: the fulfiller's
+// DecideWorkers). The Loop then asks it on that many goroutines of its
+// own (deciders), the Decides queued for them in order, rather than on
+// a worker each: a worker that waited for the policy's bound waited with
+// a shallow stack, which the garbage collector shrank, so that nearly
+// every evaluation (OPA's, deep) grew its goroutine's stack again
+// (runtime.newstack and copystack: about 4 % of the fulfiller's CPU in
+// the bench's profile, none in the lock-based build's, whose
+// DecideWorkers goroutines evaluated every decision).
+type Evaluators interface {
+	Evaluators() int
+}
+
+// decideQueue is how many Decides wait for the deciders (Evaluators)
+// before one more is asked on a worker, as without them: Run never waits
+// for the queue.
+const decideQueue = 1024
+
 // Journal is the decision log, written ahead of the effects after a line.
 // Log reports a line it could not write; for a line written ahead of a
 // send (Line.Ahead) the Loop then fails closed (Unlogged): the send is
@@ -114,36 +133,48 @@ type Loop struct {
 	journal Journal
 	retry   time.Duration
 
-	in      chan Event
+	// inputs brings Run what Post, PostAll, Match and Do hand it, on
+	// one channel so that Run waits on three (inputs, done, its ctx),
+	// not six: a select costs a lock and a queued waiter per channel.
+	// done is the workers' reports, buffered: a worker does not wait
+	// for Run to take its result.
+	inputs  chan input
 	done    chan laneDone
-	queries chan func(*Core)
-	matches chan func(*Core) []Event
-	batches chan []Event
 	stopped chan struct{} // closed when Run returns
 	live    atomic.Int64  // Core.Live after the last step
 	// handoffs counts the goroutine hand-offs (Handoffs); proposals the
 	// proposals read (Proposed events).
 	handoffs  atomic.Int64
 	proposals atomic.Int64
-	idle      chan func() // handed to a worker waiting for work (see work)
 
 	// Touched by Run's goroutine only.
 	lanes    map[string]*lane
 	timers   map[Fired]func() bool // not fired yet
 	timersOf map[string][]Fired    // the timers set, by proposal (some fired since)
 	wg       sync.WaitGroup
+	// freeLanes are lanes left empty, for the next proposals' (newLane).
+	freeLanes []*lane
 
 	// followers stop the task followers, by proposal; touched by the
 	// lanes' goroutines (FollowTask, CancelTask). idleLanes are the
 	// lanes a worker left empty, for Run's goroutine to forget (sweep);
 	// nIdle counts them, so that Run looks without taking mu.
-	mu        sync.Mutex
-	followers map[string]*follower
-	idleLanes []string
-	nIdle     atomic.Int32
+	// idleWorkers are the workers waiting for work, the one idle since
+	// last at the end (see work).
+	mu          sync.Mutex
+	followers   map[string]*follower
+	idleLanes   []string
+	nIdle       atomic.Int32
+	idleWorkers []*worker
 
 	// The store's and the journal's Immediate, when they have one.
 	storeNow, journalNow Immediate
+
+	// deciders is the policy's Evaluators (0: none); Run starts that
+	// many goroutines that ask the policy the Decides on decideq (nil
+	// until then, and under a sched, whose goroutines are its own).
+	deciders int
+	decideq  chan Decide
 
 	// sched replaces the goroutines, channels and retry waits the Loop
 	// runs its work with (nil: those); see sched.
@@ -177,8 +208,9 @@ type sched interface {
 	step(c *Core, now time.Time, ev Event) []Effect
 }
 
-// input is one of Run's inputs under a sched: the one field set says
-// which (an event posted, a batch, a Match, a Do, a lane's result).
+// input is one of Run's inputs (Loop.inputs, or the sched's): the one
+// field set says which (an event posted, a batch, a Match, a Do, a
+// lane's result).
 type input struct {
 	ev     Event
 	evs    []Event
@@ -194,10 +226,41 @@ type follower struct{ stop context.CancelFunc }
 // is Run's; a lane's effects and running are shared with the worker that
 // runs it, under mu: a worker takes its effects one at a time, so a
 // prune (Released, CancelAsk, Unlogged) drops exactly those not begun.
+//
+// A lane left empty is kept for the next proposal's (Loop.freeLanes),
+// with its array and its run: a proposal's steps made and dropped a lane,
+// its slice grown from nothing and a closure for its worker each.
 type lane struct {
 	mu      sync.Mutex
 	effs    []Effect
 	running bool // a worker runs the lane (it reports on done, or leaves it idle)
+	// buf is the array effs is in, from its start: effs starts there
+	// again once emptied (push, pop).
+	buf []Effect
+	// id is the proposal's, set by Run before the lane is shared; run
+	// is runLane of this lane, made once (work).
+	id  string
+	run func()
+}
+
+// push queues e. The caller holds mu.
+func (ln *lane) push(e Effect) {
+	c := cap(ln.effs)
+	ln.effs = append(ln.effs, e)
+	if cap(ln.effs) != c {
+		ln.buf = ln.effs[:0] // a new array, which effs starts
+	}
+}
+
+// pop takes the first effect queued; the caller holds mu, and one is.
+func (ln *lane) pop() Effect {
+	e := ln.effs[0]
+	ln.effs[0] = nil // not kept from the collector
+	ln.effs = ln.effs[1:]
+	if len(ln.effs) == 0 {
+		ln.effs = ln.buf[:0]
+	}
+	return e
 }
 
 type laneDone struct {
@@ -209,10 +272,13 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	l := &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		in: make(chan Event), done: make(chan laneDone, 64), queries: make(chan func(*Core)), matches: make(chan func(*Core) []Event), idle: make(chan func()), batches: make(chan []Event), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
+		inputs: make(chan input), done: make(chan laneDone, 64), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
 		followers: map[string]*follower{}}
 	l.storeNow, _ = store.(Immediate)
 	l.journalNow, _ = journal.(Immediate)
+	if ev, ok := policy.(Evaluators); ok {
+		l.deciders = ev.Evaluators()
+	}
 	return l
 }
 
@@ -228,7 +294,7 @@ func (l *Loop) Post(ctx context.Context, ev Event) error {
 		return l.sched.send(ctx, input{ev: ev})
 	}
 	select {
-	case l.in <- ev:
+	case l.inputs <- input{ev: ev}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -240,11 +306,14 @@ func (l *Loop) Post(ctx context.Context, ev Event) error {
 // Resumed and at once Cancelled: the resumed prompts are never asked
 // again before the cancel drops them).
 func (l *Loop) PostAll(ctx context.Context, evs ...Event) error {
+	if len(evs) == 0 {
+		return nil // nothing to apply (and input's evs nil would be an event)
+	}
 	if l.sched != nil {
 		return l.sched.send(ctx, input{evs: evs})
 	}
 	select {
-	case l.batches <- evs:
+	case l.inputs <- input{evs: evs}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -263,7 +332,7 @@ func (l *Loop) Match(ctx context.Context, fn func(*Core) []Event) error {
 		return l.sched.send(ctx, input{match: fn})
 	}
 	select {
-	case l.matches <- fn:
+	case l.inputs <- input{match: fn}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -285,7 +354,7 @@ func (l *Loop) Do(ctx context.Context, fn func(*Core)) error {
 		}
 	} else {
 		select {
-		case l.queries <- q:
+		case l.inputs <- input{query: q}:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-l.stopped:
@@ -327,6 +396,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.wg.Wait()
 	}()
+	if l.deciders > 0 && l.sched == nil {
+		l.decideq = make(chan Decide, decideQueue)
+		for range l.deciders {
+			l.spawn(func() { l.decider(ctx) })
+		}
+	}
 	// The first JSON-RPC ids are asked for now (Config.ReserveIDs),
 	// not when the first request needs one.
 	l.step(ctx, IDsReserved{})
@@ -351,17 +426,8 @@ func (l *Loop) Run(ctx context.Context) error {
 			continue
 		}
 		select {
-		case ev := <-l.in:
-			l.posted(ctx, ev)
-		case q := <-l.queries:
-			l.handoffs.Add(2) // the question, and the answer the caller waits for
-			q(l.core)
-		case fn := <-l.matches:
-			l.handoffs.Add(1)
-			l.applyAll(ctx, fn(l.core))
-		case evs := <-l.batches:
-			l.handoffs.Add(1)
-			l.applyAll(ctx, evs)
+		case in := <-l.inputs:
+			l.take(ctx, in)
 		case d := <-l.done:
 			l.laneDone(ctx, d)
 		case <-ctx.Done():
@@ -370,14 +436,14 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// take is Run's select under a sched: in is what one of its channels
-// would have brought.
+// take applies one of Run's inputs (under a sched, a lane's result
+// too).
 func (l *Loop) take(ctx context.Context, in input) {
 	switch {
 	case in.isDone:
 		l.laneDone(ctx, in.done)
 	case in.query != nil:
-		l.handoffs.Add(2)
+		l.handoffs.Add(2) // the question, and the answer the caller waits for
 		in.query(l.core)
 	case in.match != nil:
 		l.handoffs.Add(1)
@@ -402,9 +468,10 @@ func (l *Loop) posted(ctx context.Context, ev Event) {
 // applyAll applies evs back to back, then starts the lanes they touched
 // (Match, PostAll).
 func (l *Loop) applyAll(ctx context.Context, evs []Event) {
-	var touched []string
+	var buf [4]string
+	touched := buf[:0]
 	for _, ev := range evs {
-		touched = append(touched, l.apply(ctx, ev)...)
+		touched = l.apply(ctx, ev, touched)
 	}
 	for _, id := range touched {
 		l.dispatch(ctx, id)
@@ -465,14 +532,15 @@ func (l *Loop) owned(ctx context.Context) ([]Proposal, error) {
 
 // step applies ev, queues its effects and starts them.
 func (l *Loop) step(ctx context.Context, ev Event) {
-	for _, id := range l.apply(ctx, ev) {
+	var buf [2]string // room for what a step touches, without an allocation
+	for _, id := range l.apply(ctx, ev, buf[:0]) {
 		l.dispatch(ctx, id)
 	}
 }
 
-// apply applies ev and queues its effects; it returns the proposals
-// whose lanes got effects.
-func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
+// apply applies ev and queues its effects; it returns touched with the
+// proposals whose lanes got effects appended.
+func (l *Loop) apply(ctx context.Context, ev Event, touched []string) []string {
 	if r, ok := ev.(Released); ok {
 		// Nothing more is done about it here before another member may
 		// adopt its record (see Released).
@@ -513,7 +581,7 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 		id := effectID(e)
 		ln := l.lanes[id]
 		if ln == nil {
-			ln = &lane{}
+			ln = l.newLane(ctx, id)
 			l.lanes[id] = ln
 		}
 		ln.mu.Lock()
@@ -528,9 +596,11 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 				return false
 			})
 		}
-		ln.effs = append(ln.effs, e)
+		ln.push(e)
 		ln.mu.Unlock()
-		touched = append(touched, id)
+		if n := len(touched); n == 0 || touched[n-1] != id {
+			touched = append(touched, id) // a step's effects are mostly one proposal's
+		}
 	}
 	l.live.Store(int64(l.core.Live()))
 	return touched
@@ -540,12 +610,43 @@ func (l *Loop) apply(ctx context.Context, ev Event) (touched []string) {
 // lane's order (after the lines before it), but an evaluation may take as
 // long as the policy's timeout, and what else happens to the proposal
 // meanwhile (its withdrawal, its record's delete) must not wait for it,
-// so runLane hands the lane on before it calls decide on its worker.
+// so the lane goes on while a decider (Evaluators) asks it, or, without
+// one, runLane hands the lane on before it calls decide on its worker.
 // Nothing of the proposal waits in its lane for the answer either: the
 // core emits the effects that follow a decision once Decided comes back
 // (and ignores one the proposal no longer waits for).
 func (l *Loop) decide(ctx context.Context, d Decide) {
 	_ = l.Post(ctx, l.policy.Decide(ctx, d))
+}
+
+// decider asks the policy the Decides queued for it (toDecider), one
+// at a time, until ctx ends: one of the Loop's deciders (Evaluators).
+func (l *Loop) decider(ctx context.Context) {
+	for {
+		select {
+		case d := <-l.decideq:
+			l.decide(ctx, d)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// toDecider queues d for the deciders; false if there are none, or the
+// queue is full (the caller asks the policy on a worker, as without
+// them). The caller's lane goes on at once: nothing of the proposal
+// waits for the answer (see decide).
+func (l *Loop) toDecider(d Decide) bool {
+	if l.decideq == nil {
+		return false
+	}
+	select {
+	case l.decideq <- d:
+		l.handoffs.Add(1)
+		return true
+	default:
+		return false
+	}
 }
 
 // reserve reserves r.N JSON-RPC ids on a worker, tried until it is made
@@ -573,44 +674,95 @@ func (l *Loop) reserve(ctx context.Context, r ReserveIDs) {
 // workerIdle is how long a worker waits for more work before it ends.
 const workerIdle = 2 * time.Second
 
-// work runs f on one of the loop's workers: one waiting for work if
-// there is one, else a new one. A worker waits workerIdle for more, so a
-// busy loop reuses goroutines whose stacks have grown to what the store
-// and the policy need: a goroutine per effect spent about a tenth of the
-// fulfiller's CPU growing stacks (runtime.newstack, in the bench's
-// profile). Workers end with ctx; Run waits for them.
+// worker is one of the Loop's goroutines that carry out effects (work).
+type worker struct {
+	// job hands the worker its next f (nil: end). It has room for one:
+	// whoever takes the worker off idleWorkers sends it exactly one.
+	job chan func()
+	// since is when the worker last went idle (under Loop.mu).
+	since time.Time
+}
+
+// work runs f on one of the loop's workers: the one that went idle
+// last, if one waits, else a new one. Reusing goroutines keeps the stacks
+// grown to what the store and the policy need (a goroutine per effect
+// spent about a tenth of the fulfiller's CPU growing stacks:
+// runtime.newstack in the bench's profile), and taking the worker idle
+// since last, not the one idle longest, gives the work to a goroutine
+// whose stack the garbage collector has not shrunk since (it halves the
+// stack of a goroutine that uses little of it): with the workers taken
+// in turn, nearly every policy evaluation grew a stack again. A worker
+// idle for workerIdle ends at the next work, so a burst's workers do not
+// stay; workers end with ctx, and Run waits for them.
 func (l *Loop) work(ctx context.Context, f func()) {
 	l.handoffs.Add(1)
 	if l.sched != nil {
 		l.sched.spawn(f)
 		return
 	}
-	select {
-	case l.idle <- f:
+	var w, old *worker
+	l.mu.Lock()
+	if n := len(l.idleWorkers); n > 0 {
+		w = l.idleWorkers[n-1]
+		l.idleWorkers[n-1] = nil
+		l.idleWorkers = l.idleWorkers[:n-1]
+		if n > 1 {
+			// The one idle longest ends if it has been idle too long:
+			// at most one a call, which is enough to drain a burst's.
+			if first := l.idleWorkers[0]; time.Since(first.since) >= workerIdle {
+				old = first
+				l.idleWorkers = slices.Delete(l.idleWorkers, 0, 1)
+			}
+		}
+	}
+	l.mu.Unlock()
+	if old != nil {
+		old.job <- nil
+	}
+	if w != nil {
+		w.job <- f
 		return
-	default:
 	}
 	l.wg.Add(1)
-	go l.worker(ctx, f)
+	go l.worker(ctx, &worker{job: make(chan func(), 1)}, f)
 }
 
-func (l *Loop) worker(ctx context.Context, f func()) {
+// worker runs f, then the work handed to w (work), until it is handed
+// nil or ctx ends. It waits on its own channel alone: a timer in the
+// wait cost a runtime timer's add and removal per effect.
+func (l *Loop) worker(ctx context.Context, w *worker, f func()) {
 	defer l.wg.Done()
-	// Real time, not l.clock: how long a goroutine idles is no part of
-	// any proposal's lifecycle.
-	t := time.NewTimer(workerIdle)
-	defer t.Stop()
 	for {
 		f()
-		t.Reset(workerIdle)
+		l.mu.Lock()
+		// Real time, not l.clock: how long a goroutine idles is no part
+		// of any proposal's lifecycle.
+		w.since = time.Now()
+		l.idleWorkers = append(l.idleWorkers, w)
+		l.mu.Unlock()
 		select {
-		case f = <-l.idle:
-		case <-t.C:
-			return
+		case f = <-w.job:
 		case <-ctx.Done():
+			if l.leave(w) {
+				return
+			}
+			f = <-w.job // taken off idleWorkers: its work is on its way
+		}
+		if f == nil {
 			return
 		}
 	}
+}
+
+// leave takes w off idleWorkers; false if work took it off first.
+func (l *Loop) leave(w *worker) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := slices.Index(l.idleWorkers, w)
+	if i >= 0 {
+		l.idleWorkers = slices.Delete(l.idleWorkers, i, i+1)
+	}
+	return i >= 0
 }
 
 func (l *Loop) schedule(ctx context.Context, s Schedule, now time.Time) {
@@ -661,17 +813,22 @@ func (l *Loop) dispatch(ctx context.Context, id string) {
 		}
 		if len(ln.effs) == 0 {
 			ln.mu.Unlock()
-			delete(l.lanes, id)
+			l.dropLane(ln)
 			return
 		}
 		e := ln.effs[0]
+		if d, ok := e.(Decide); ok && l.toDecider(d) {
+			ln.pop()
+			ln.mu.Unlock()
+			continue
+		}
 		if !l.immediate(e) {
 			ln.running = true
 			ln.mu.Unlock()
-			l.work(ctx, func() { l.runLane(ctx, id, ln) })
+			l.work(ctx, ln.run)
 			return
 		}
-		ln.effs = ln.effs[1:]
+		ln.pop()
 		ln.mu.Unlock()
 		if res := l.carryOut(ctx, e); res != nil {
 			l.step(ctx, res) // which dispatches the lane again: the loop looks afresh
@@ -695,9 +852,10 @@ func (l *Loop) immediate(e Effect) bool {
 // worker, until one reports an event (handed to Run, which applies it and
 // dispatches the lane again) or none is left (the lane is left idle, for
 // Run to forget): a proposal's lines and the send they precede cost one
-// hand-off, not one each. A Decide hands the lane on before the policy is
-// asked (see decide).
-func (l *Loop) runLane(ctx context.Context, id string, ln *lane) {
+// hand-off, not one each. A Decide goes to the deciders (Evaluators), or
+// without them hands the lane on before the policy is asked (see decide).
+func (l *Loop) runLane(ctx context.Context, ln *lane) {
+	id := ln.id // Run sets it before it hands the lane over, and not while it runs
 	for {
 		ln.mu.Lock()
 		if len(ln.effs) == 0 {
@@ -706,16 +864,18 @@ func (l *Loop) runLane(ctx context.Context, id string, ln *lane) {
 			l.laneIdle(id)
 			return
 		}
-		e := ln.effs[0]
-		ln.effs = ln.effs[1:]
-		if d, ok := e.(Decide); ok {
+		e := ln.pop()
+		if d, ok := e.(Decide); ok && l.toDecider(d) {
+			ln.mu.Unlock()
+			continue
+		} else if ok {
 			more := len(ln.effs) > 0
 			if !more {
 				ln.running = false
 			}
 			ln.mu.Unlock()
 			if more {
-				l.work(ctx, func() { l.runLane(ctx, id, ln) })
+				l.work(ctx, ln.run)
 			} else {
 				l.laneIdle(id)
 			}
@@ -764,10 +924,11 @@ func (l *Loop) sweep() {
 			continue
 		}
 		ln.mu.Lock()
-		if !ln.running && len(ln.effs) == 0 {
-			delete(l.lanes, id)
-		}
+		drop := !ln.running && len(ln.effs) == 0
 		ln.mu.Unlock()
+		if drop {
+			l.dropLane(ln)
+		}
 	}
 }
 
@@ -905,7 +1066,37 @@ func (ln *lane) prune(drop func(Effect) bool) {
 			kept = append(kept, e)
 		}
 	}
+	clear(ln.effs[len(kept):]) // not kept from the collector
 	ln.effs = kept
+}
+
+// maxFreeLanes bounds the lanes kept for reuse (Loop.freeLanes): enough
+// for the proposals of a busy loop, not a burst's all.
+const maxFreeLanes = 1024
+
+// newLane is a lane for proposal id: one left empty before, or a new
+// one. Run's goroutine only.
+func (l *Loop) newLane(ctx context.Context, id string) *lane {
+	var ln *lane
+	if n := len(l.freeLanes); n > 0 {
+		ln = l.freeLanes[n-1]
+		l.freeLanes[n-1] = nil
+		l.freeLanes = l.freeLanes[:n-1]
+	} else {
+		ln = &lane{}
+		ln.run = func() { l.runLane(ctx, ln) }
+	}
+	ln.id = id
+	return ln
+}
+
+// dropLane forgets ln, empty and run by no worker, and keeps it for
+// reuse. Run's goroutine only.
+func (l *Loop) dropLane(ln *lane) {
+	delete(l.lanes, ln.id)
+	if len(l.freeLanes) < maxFreeLanes {
+		l.freeLanes = append(l.freeLanes, ln)
+	}
 }
 
 func effectID(e Effect) string {

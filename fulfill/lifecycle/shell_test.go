@@ -542,3 +542,87 @@ func TestLoopFailsClosedOnAnUnloggedLine(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// boundedPolicy fulfils every proposal, evaluating at most n at once
+// (Evaluators); each evaluation waits for the test's go-ahead, and the
+// most it saw at once is kept.
+type boundedPolicy struct {
+	n       int
+	entered chan string   // the proposal an evaluation started for
+	proceed chan struct{} // one evaluation may answer
+	mu      sync.Mutex
+	now     int
+	most    int
+}
+
+func (p *boundedPolicy) Evaluators() int { return p.n }
+
+func (p *boundedPolicy) Decide(ctx context.Context, d Decide) Decided {
+	p.mu.Lock()
+	p.now++
+	p.most = max(p.most, p.now)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.now--
+		p.mu.Unlock()
+	}()
+	p.entered <- d.ID
+	select {
+	case <-p.proceed:
+	case <-ctx.Done():
+	}
+	return Decided{ID: d.ID, Decision: Decision{Action: Fulfill, Target: "fs"}}
+}
+
+// A policy with Evaluators is asked on that many deciders of the
+// Loop's, the others' Decides queued for them: every proposal is
+// decided and fulfilled, and no more evaluations run at once than it
+// allows.
+func TestLoopAsksThePolicyOnItsDeciders(t *testing.T) {
+	core := New(Config{Member: "m1", MaxPending: 100, MaxInflight: 100, PendingTTL: time.Hour, FulfillTimeout: time.Hour,
+		RetryAfter: time.Second, Alone: true}, &counterIDs{})
+	store := &benchStore{revs: map[string]uint64{}, ended: make(chan string, 16), now: true}
+	wire := make(benchWire, 16)
+	policy := &boundedPolicy{n: 2, entered: make(chan string, 16), proceed: make(chan struct{})}
+	loop := NewLoop(core, clocktest.New(t0), store, wire, policy, nopJournal{}, time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	go func() { // the tool owner answers every request
+		for {
+			select {
+			case r := <-wire:
+				_ = loop.Post(ctx, Responded{RequestID: r.EnvelopeID, From: "fs", HasRPCID: true, RPCID: r.RPCID, Result: json.RawMessage(`{}`)})
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	const n = 6
+	for i := range n {
+		if err := loop.Post(ctx, Proposed{ID: fmt.Sprintf("p%d", i), From: "coder", Method: "tools/call", Tool: "write", Addressee: "fs"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var decided, ended []string
+	for range n {
+		decided = append(decided, <-policy.entered)
+		policy.proceed <- struct{}{}
+	}
+	for range n {
+		ended = append(ended, <-store.ended)
+	}
+	slices.Sort(decided)
+	slices.Sort(ended)
+	want := []string{"p0", "p1", "p2", "p3", "p4", "p5"}
+	if !slices.Equal(decided, want) || !slices.Equal(ended, want) {
+		t.Fatalf("decided %v, records deleted %v; want %v each", decided, ended, want)
+	}
+	policy.mu.Lock()
+	defer policy.mu.Unlock()
+	if policy.most > policy.n {
+		t.Fatalf("%d evaluations at once, want at most %d", policy.most, policy.n)
+	}
+}
