@@ -4,15 +4,19 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mewkit/fulfiller/agent"
+	"github.com/mewkit/fulfiller/internal/browsertest"
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/testenv"
@@ -36,10 +40,11 @@ var fulfillerScript struct {
 }
 
 // TestMain runs fulfiller itself when started as the fulfiller
-// (asFulfiller) or as nats-server; otherwise it runs the tests, removes
-// the fulfiller script, and fails the run if a test left run's default
-// state directory (relative to the working directory: this package's
-// source) behind: tests give --state.
+// (asFulfiller) or as nats-server; otherwise it runs the tests, stops the
+// inbox tests' browser (browsertest.Stop), removes the fulfiller script,
+// and fails the run if a test left run's default state directory
+// (relative to the working directory: this package's source) behind:
+// tests give --state.
 func TestMain(m *testing.M) {
 	testenv.RunAsNATSServer()
 	if os.Getenv(asFulfiller) != "" {
@@ -48,7 +53,9 @@ func TestMain(m *testing.M) {
 	}
 	_, err := os.Stat(defaultStateDir)
 	existed := err == nil
+	moreParallel()
 	code := m.Run()
+	browsertest.Stop()
 	if fulfillerScript.dir != "" {
 		_ = os.RemoveAll(fulfillerScript.dir)
 	}
@@ -58,6 +65,23 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// moreParallel lets twice GOMAXPROCS parallel tests run at once,
+// unless -test.parallel was given: the parallel tests here are the
+// binary's end-to-end runs, which mostly wait (on their processes, on
+// leases, deadlines and restarts), and at go test's default of GOMAXPROCS
+// two of them at a time left the cores idle while they did (the package
+// took 184s on an idle 2-core machine, for about 140s of CPU). Three and
+// four times as many at once made more tests miss
+// their waits on a machine loaded by other work.
+func moreParallel() {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
+	}
 }
 
 // fulfillerBinary returns the path of a program that runs fulfiller with
@@ -82,7 +106,12 @@ func fulfillerBinary(t *testing.T) string {
 			return
 		}
 		path := filepath.Join(fulfillerScript.dir, "fulfiller")
-		script := fmt.Sprintf("#!/bin/sh\n%s=1 exec '%s' \"$@\"\n", asFulfiller, exe)
+		// A policy evaluation may take a minute (where the test's
+		// environment or flags say nothing else), not run's and mcp's
+		// 100ms: under -race on a loaded 2-core machine an evaluation
+		// took longer, twice, and the call was answered busy, which
+		// none of these tests is about.
+		script := fmt.Sprintf("#!/bin/sh\n%s=1 %s=\"${%s:-1m}\" exec '%s' \"$@\"\n", asFulfiller, envName("policy-timeout"), envName("policy-timeout"), exe)
 		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 			fulfillerScript.err = fmt.Errorf("write %s: %w", path, err)
 			return

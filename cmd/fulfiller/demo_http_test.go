@@ -19,6 +19,7 @@ import (
 // that they went through the memory store. The operator API answers with
 // the token the demo made and printed.
 func TestDemoServesMetrics(t *testing.T) {
+	t.Parallel() // a demo of its own on a port of its own, mostly waiting
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -154,6 +154,7 @@ func TestDemoInteractiveEveryCardInTmux(t *testing.T) {
 	bound := 2*scripted + 30*time.Second
 	for _, way := range []string{"approve", "decline"} {
 		t.Run(way, func(t *testing.T) {
+			t.Parallel() // a tmux server and a demo of its own, mostly waiting
 			socket := "fulfiller-test-" + strconv.Itoa(os.Getpid()) + "-every-" + way
 			run := func(args ...string) string {
 				out, err := exec.Command(tmux, append([]string{"-L", socket}, args...)...).CombinedOutput()

@@ -137,6 +137,13 @@ func TestRunGroupRollingRestart(t *testing.T) {
 	propose("p1-cancel", "ask", "")
 	propose("p1-slow", "slow", "p1-slow")
 	w.elicitationFor("p1-cancel", 1)
+	// A has recorded all four before B is asked about them: p1-slow,
+	// proposed last, can otherwise still be on its way to A's store
+	// (seen on a loaded machine: B listed it owned by "").
+	poll.Until(t, "ful-a holds the four proposals", func() bool {
+		got := owners("ful-a")
+		return got["p1-ask"] == "ful-a" && got["p1-two"] == "ful-a" && got["p1-cancel"] == "ful-a" && got["p1-slow"] == "ful-a"
+	})
 	b := start("ful-b")
 
 	// Either member's operator API lists the group's work and cancels

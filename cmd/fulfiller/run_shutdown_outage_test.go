@@ -39,7 +39,10 @@ func TestRunBinaryDeliversShutdownAnswersAfterARestart(t *testing.T) {
 	const apiToken = "outage-test-api-token"
 	get := func(path string) (int, string) { return httpGet(addr, path, apiToken) }
 	env := []string{"FULFILLER_HTTP_TOKEN=" + apiToken}
-	first, stderr := w.runFulfiller(bin, env, "--http", addr, "--shutdown-timeout", "1s", "--state", dir)
+	// 3s to shut down: the four answers are made within it, and kept as
+	// the gateway is gone (with 1s, a loaded machine under -race made one
+	// of the four in time).
+	first, stderr := w.runFulfiller(bin, env, "--http", addr, "--shutdown-timeout", "3s", "--state", dir)
 	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	ids := []string{"p-1", "p-2", "p-3", "p-4"}

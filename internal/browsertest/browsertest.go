@@ -6,6 +6,7 @@ package browsertest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -35,28 +36,76 @@ func Chromium() string {
 	return ""
 }
 
-// PasskeyTab starts a headless Chromium at phone width (390×844) with a
-// virtual authenticator (CTAP2, internal, resident keys, user presence
-// and verification simulated): the phone and passkey of one person. The
-// browser stops when the test ends. Without Chromium the test fails in CI
-// and is skipped elsewhere (testenv.Missing).
-func PasskeyTab(t testing.TB) context.Context {
-	t.Helper()
-	path := Chromium()
-	if path == "" {
-		testenv.Missing(t, "Chromium for the browser tests: apt-get install chromium, or set FULFILLER_TEST_CHROMIUM")
+// browser is the one headless Chromium of a test binary, started by the
+// first PasskeyTab: each tab after it is a browser context of its own
+// (cookies, storage, passkeys apart), so a test sees no other test's
+// session, and the binary starts Chromium once rather than once a tab
+// (most of a short browser test's time on a 2-core machine).
+var browser struct {
+	mu      sync.Mutex
+	started bool
+	ctx     context.Context // the browser's first tab, which owns the process
+	stop    func()
+	err     error
+}
+
+// start starts the shared browser at path once; later calls return it.
+func start(path string) (context.Context, error) {
+	browser.mu.Lock()
+	defer browser.mu.Unlock()
+	if browser.started {
+		return browser.ctx, browser.err
 	}
+	browser.started = true
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(390, 844))
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
 	}
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); acancel() })
+	browser.ctx, browser.stop = ctx, func() { cancel(); acancel() }
 	// The first Do starts the browser, bound to ctx: a context with a
 	// deadline here would close it when the deadline passed.
 	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", path, err)
+		browser.err = fmt.Errorf("start %s: %w", path, err)
+	}
+	return browser.ctx, browser.err
+}
+
+// Stop ends the browser the test binary's PasskeyTabs opened their tabs
+// in, if they did. A package that uses PasskeyTab calls it from TestMain
+// after m.Run: each tab closes when its test ends, the browser when the
+// tests do (and the kernel kills it if the binary dies first: chromedp's
+// Pdeathsig).
+func Stop() {
+	browser.mu.Lock()
+	defer browser.mu.Unlock()
+	if browser.stop != nil {
+		browser.stop()
+		browser.stop = nil
+	}
+}
+
+// PasskeyTab opens a tab of the test binary's headless Chromium, in a
+// browser context of its own, at phone width (390×844) with a virtual
+// authenticator (CTAP2, internal, resident keys, user presence and
+// verification simulated): the phone and passkey of one person. The tab
+// closes when the test ends; the browser at Stop. Without Chromium the
+// test fails in CI and is skipped elsewhere (testenv.Missing).
+func PasskeyTab(t testing.TB) context.Context {
+	t.Helper()
+	path := Chromium()
+	if path == "" {
+		testenv.Missing(t, "Chromium for the browser tests: apt-get install chromium, or set FULFILLER_TEST_CHROMIUM")
+	}
+	bctx, err := start(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("open a tab of %s: %v", path, err)
 	}
 	// A headless window is at least 500 px wide: the viewport is what
 	// makes it a phone's.

@@ -26,8 +26,11 @@ import (
 )
 
 // Timeout bounds every wait in this package: long enough for a loaded CI
-// machine, short enough that a hung test says what it waited for.
-const Timeout = 10 * time.Second
+// machine, short enough that a hung test says what it waited for. A wait
+// that succeeds ends at once, so the bound costs nothing: 10s was too
+// short for a fulfiller process under -race to start and join on a
+// shared 2-core machine ("never saw ful-a joins on the wire").
+const Timeout = 30 * time.Second
 
 // Wire records every envelope the space broadcasts in its default space,
 // in the order the space sent them.

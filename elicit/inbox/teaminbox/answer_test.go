@@ -102,6 +102,7 @@ func (w *world) asked(proposal string) bool {
 // listed by the operator API (`fulfiller grants list`) with her signed
 // answer as its evidence, and the same call again runs without asking.
 func TestTeamInboxApproveAndAllow(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	w.grants = grantstore.NewRegistry(nil, nil)
 	opsSrv := httptest.NewServer(ops.NewHandler(ops.Options{Token: "ops-secret", Grants: w.grants}))
@@ -169,7 +170,7 @@ func TestTeamInboxApproveAndAllow(t *testing.T) {
 	if got := get(t, alice, "the status line", chromedp.Text(`//p[@id="status"]`)); got != "Sent: approved, and calls like it for 1h" {
 		t.Errorf("status %q", got)
 	}
-	if f := forgeries(); len(f) != 0 {
+	if f := w.forgeries(); len(f) != 0 {
 		t.Fatalf("forgeries: %+v", f)
 	}
 
@@ -230,6 +231,7 @@ func samePin(a, b grants.Pin) bool {
 // and nothing is sent. The page offers none of them; Decline with a
 // reason goes out signed, and so does Dismiss.
 func TestTeamInboxRefusesWhatTheCardDoesNotOffer(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	alice := browserTab(t)
 	w.enrol(t, alice, "alice")
@@ -283,7 +285,7 @@ func TestTeamInboxRefusesWhatTheCardDoesNotOffer(t *testing.T) {
 	if action, content := spacetest.ElicitResult(t, sent); action != "cancel" || !strings.HasPrefix(string(content), `{"signature":"`) {
 		t.Errorf("alice's dismissal %s %s", action, content)
 	}
-	if f := forgeries(); len(f) != 0 {
+	if f := w.forgeries(); len(f) != 0 {
 		t.Fatalf("forgeries: %+v", f)
 	}
 }
@@ -293,6 +295,7 @@ func TestTeamInboxRefusesWhatTheCardDoesNotOffer(t *testing.T) {
 // edited call with her passkey; the fulfiller verifies it and runs the
 // call as edited.
 func TestTeamInboxEditArguments(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	alice := browserTab(t)
 	w.enrol(t, alice, "alice")
@@ -323,7 +326,7 @@ func TestTeamInboxEditArguments(t *testing.T) {
 	if action != "accept" || !strings.HasPrefix(string(content), `{"approve":true,"content":"maintenance at 18:00","signature":"`) {
 		t.Errorf("answer %s %s", action, content)
 	}
-	if f := forgeries(); len(f) != 0 {
+	if f := w.forgeries(); len(f) != 0 {
 		t.Fatalf("forgeries: %+v", f)
 	}
 }
@@ -333,6 +336,7 @@ func TestTeamInboxEditArguments(t *testing.T) {
 // no answer any more, and an answer begun from a page that has not
 // caught up is refused: nothing reaches the fulfiller.
 func TestTeamInboxContestedCard(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	alice := browserTab(t)
 	w.enrol(t, alice, "alice")
@@ -364,6 +368,7 @@ func TestTeamInboxContestedCard(t *testing.T) {
 // delegation; the fulfiller takes it (no forgery), and bob's approval,
 // signed with his passkey, has the call run once.
 func TestTeamInboxDelegate(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	alice := browserTab(t)
 	w.enrol(t, alice, "alice")
@@ -387,7 +392,7 @@ func TestTeamInboxDelegate(t *testing.T) {
 	}
 	do(t, bob, "bob approves", chromedp.Click(card("p-hand", "open")+`//button[normalize-space()="Approve"]`))
 	poll.Until(t, "the fulfilment", func() bool { return w.fulfilments("p-hand") == 1 })
-	if f := forgeries(); len(f) != 0 {
+	if f := w.forgeries(); len(f) != 0 {
 		t.Fatalf("forgeries: %+v", f)
 	}
 }

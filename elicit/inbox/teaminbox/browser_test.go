@@ -55,13 +55,16 @@ type world struct {
 	// grants, when set before startFulfiller, are the fulfiller's grants
 	// (what `fulfiller grants list` shows), and its prompts offer them.
 	grants *grantstore.Registry
+	// events are what this world's fulfiller observed: each test counts
+	// its own forgeries, and the tests run in parallel.
+	events struct {
+		mu   sync.Mutex
+		list []elicit.Event
+	}
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	events.mu.Lock()
-	events.list = nil // each test counts its own forgeries
-	events.mu.Unlock()
 	srv, err := space.New(space.Config{Tokens: map[string][]agent.Capability{
 		"fulfiller-token": {{Kind: "mcp/*"}, {Kind: "chat"}},
 		"coder-token":     {{Kind: "mcp/proposal"}, {Kind: "mcp/withdraw"}, {Kind: "chat"}},
@@ -141,22 +144,18 @@ func (w *world) startFulfillerWith(policyText string) *spacetestProposer {
 	return &spacetestProposer{w: w, c: spacetest.Join(t, w.ctx, w.srv, "coder", "coder-token")}
 }
 
-var events struct {
-	mu   sync.Mutex
-	list []elicit.Event
-}
-
 func (w *world) observe(ev elicit.Event) {
-	events.mu.Lock()
-	events.list = append(events.list, ev)
-	events.mu.Unlock()
+	w.events.mu.Lock()
+	w.events.list = append(w.events.list, ev)
+	w.events.mu.Unlock()
 }
 
-func forgeries() []elicit.Event {
-	events.mu.Lock()
-	defer events.mu.Unlock()
+// forgeries are the forgeries this world's fulfiller recorded.
+func (w *world) forgeries() []elicit.Event {
+	w.events.mu.Lock()
+	defer w.events.mu.Unlock()
 	var out []elicit.Event
-	for _, e := range events.list {
+	for _, e := range w.events.list {
 		if e.Kind == elicit.EventForgery {
 			out = append(out, e)
 		}
@@ -225,6 +224,7 @@ func (w *world) enrol(t *testing.T, ctx context.Context, id string) {
 // approves with her passkey, and the call is
 // fulfilled exactly once; the link does not work twice.
 func TestTeamInboxPasskeyApproval(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	alice := browserTab(t)
 	w.enrol(t, alice, "alice")
@@ -235,7 +235,7 @@ func TestTeamInboxPasskeyApproval(t *testing.T) {
 	do(t, alice, "approve", chromedp.Click(card("p-1", "open")+`//button[normalize-space()="Approve"]`))
 	poll.Until(t, "the fulfilment", func() bool { return w.fulfilments("p-1") == 1 })
 	do(t, alice, "the card answered", chromedp.WaitVisible(card("p-1", "sent")))
-	if f := forgeries(); len(f) != 0 {
+	if f := w.forgeries(); len(f) != 0 {
 		t.Fatalf("forgeries: %+v", f)
 	}
 }
@@ -247,6 +247,7 @@ func TestTeamInboxPasskeyApproval(t *testing.T) {
 // enrolment link works once is TestInboxBinaryPasskeyRoundTrip's
 // (cmd/fulfiller).
 func TestTeamInboxCannotForge(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	alice := browserTab(t)
 	w.enrol(t, alice, "alice")
@@ -275,8 +276,8 @@ func TestTeamInboxCannotForge(t *testing.T) {
 		t.Fatalf("bob's cards: %s", bobCards)
 	}
 	do(t, alice, "approve", chromedp.Click(card("p-2", "open")+`//button[normalize-space()="Approve"]`))
-	poll.Until(t, "the forgery", func() bool { return len(forgeries()) == 1 })
-	if f := forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-2" {
+	poll.Until(t, "the forgery", func() bool { return len(w.forgeries()) == 1 })
+	if f := w.forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-2" {
 		t.Fatalf("forgery event %+v", f)
 	}
 	if n := w.fulfilments("p-2"); n != 0 {
@@ -305,6 +306,7 @@ func (w *world) requestOf(t *testing.T, proposal string) string {
 // its choosing) makes the fulfiller record a forgery and fulfil nothing:
 // neither the call she approved nor the one the server made of it.
 func TestTeamInboxCannotChangeTheCall(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	alice := browserTab(t)
 	w.enrol(t, alice, "alice")
@@ -317,8 +319,8 @@ func TestTeamInboxCannotChangeTheCall(t *testing.T) {
 	p.propose("p-3", "/srv/prod/motd")
 	do(t, alice, "the card", chromedp.WaitVisible(card("p-3", "open")))
 	do(t, alice, "approve", chromedp.Click(card("p-3", "open")+`//button[normalize-space()="Approve"]`))
-	poll.Until(t, "the forgery", func() bool { return len(forgeries()) == 1 })
-	if f := forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-3" {
+	poll.Until(t, "the forgery", func() bool { return len(w.forgeries()) == 1 })
+	if f := w.forgeries()[0]; f.Approver != "alice" || f.ProposalID != "p-3" {
 		t.Fatalf("forgery event %+v", f)
 	}
 	// The tampered answer did go out, with the server's path in it.
@@ -344,6 +346,7 @@ func TestTeamInboxCannotChangeTheCall(t *testing.T) {
 // sign-in form, her cards gone, within its next refresh. On the new phone
 // Sign out does the same.
 func TestTeamInboxReEnrolmentAndSignOut(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	lost := browserTab(t)
 	w.enrol(t, lost, "alice")
@@ -369,6 +372,7 @@ func TestTeamInboxReEnrolmentAndSignOut(t *testing.T) {
 // console shows no error: no 401 from asking for cards before sign-in,
 // no 404 favicon.
 func TestTeamInboxEnrolPageAndConsole(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	alice := browserTab(t)
 	consoleErrors := browsertest.ConsoleErrors(alice)

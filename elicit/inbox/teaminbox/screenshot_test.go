@@ -27,6 +27,7 @@ var updateScreenshots = flag.Bool("update-screenshots", false, "write the team i
 // its "Approve and allow…" form) and at desktop width. The card gives
 // its deadline as a person reads it, not as RFC 3339.
 func TestTeamInboxScreenshots(t *testing.T) {
+	t.Parallel() // a space, an inbox and browser contexts of its own
 	w := newWorld(t)
 	w.grants = grantstore.NewRegistry(nil, nil)
 	alice := browserTab(t) // a phone: 390×844
