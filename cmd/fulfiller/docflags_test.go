@@ -172,7 +172,7 @@ func notOurs(flag, line string) bool {
 	case "verification-key", "verification-key-id", "signing-alg", "scope": // opa's, in policies.md's table of the bundle flags' counterparts
 		return true
 	}
-	for _, tool := range []string{"opa ", "opa's", "opa`", "as opa", "go ", "npx ", "npm ", "mew ", "systemd-analyze", "kubectl", "curl ", "openssl", "claude ", "chromium", "docker ", "git ", "nats", "helm ", "tmux", "goreleaser", "ko ", "apt-get", "--race", "-race", "mailpit", "pm2", "code --", "goose", "codex"} {
+	for _, tool := range []string{"opa ", "opa's", "opa`", "as opa", "go ", "npx ", "npm ", "mew ", "systemd-analyze", "kubectl", "curl ", "openssl", "claude ", "chromium", "docker ", "git ", "nats", "helm ", "tmux", "goreleaser", "ko ", "apt-get", "--race", "-race", "mailpit", "pm2", "code --", "goose", "codex", "valgrind"} {
 		if strings.Contains(line, tool) {
 			return true
 		}
