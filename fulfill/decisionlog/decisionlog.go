@@ -34,7 +34,6 @@ import (
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/decisionlog/logrecord"
-	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/internal/printable"
 )
 
@@ -587,33 +586,21 @@ func revision(rev string) *string {
 	return &rev
 }
 
-// ObserveApproval takes elicit's events (elicit.Config.Observer): a line
-// for each human answer that counted, each forged one, and each
-// delegation (whose answer then counts is part of the record).
+// ObserveApproval takes elicit's events (elicit.Config.Observer, or the
+// core's steps through elicit.EventOf): a line for each human answer
+// that counted, each forged one, and each delegation (whose answer then
+// counts is part of the record). A line names the call as its
+// proposal's front end does (Event.FrontEnd, Event.Log: an MCP call's
+// client, server and rpc_id).
 func (l *Logger) ObserveApproval(e elicit.Event) {
-	l.observeApproval(e, e.FrontEnd, e.Log)
-}
-
-// ObserveHuman takes the core's escalation steps
-// (fulfill.Approvals.Observer) as ObserveApproval takes elicit's, and
-// its lines name the call as the proposal's front end does (Human.Log:
-// an MCP call's client, server and rpc_id, front_end "mcp"): what a
-// front end other than MEW's passes, whose events elicit does not see.
-func (l *Logger) ObserveHuman(h lifecycle.Human) {
-	l.ObserveApproval(elicit.EventOf(h))
-}
-
-// observeApproval is ObserveApproval for a call of frontEnd that names
-// fields on its lines ("" and nil: the line names neither).
-func (l *Logger) observeApproval(e elicit.Event, frontEnd string, fields *lifecycle.LogFields) {
 	r := &logrecord.Record{Type: logrecord.TypeApproval, Stage: string(e.Kind), Timestamp: e.Time.UTC(), ProposalID: e.ProposalID,
 		DecisionID: e.DecisionID, Revision: revision(e.Revision), Approver: e.Approver, Action: e.Action, Reason: e.Reason}
 	if r.Timestamp.IsZero() {
 		r.Timestamp = time.Now().UTC()
 	}
-	r.FrontEnd = frontEnd
-	if fields != nil {
-		r.Client, r.Server, r.RPCID = fields.Client, fields.Server, fields.RPCID
+	r.FrontEnd = e.FrontEnd
+	if f := e.Log; f != nil {
+		r.Client, r.Server, r.RPCID = f.Client, f.Server, f.RPCID
 	}
 	keyed := l.opts.Keyed != nil && l.opts.Keyed(e.Approver)
 	switch e.Kind {

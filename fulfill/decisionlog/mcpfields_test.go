@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/elicit"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 	"github.com/mewkit/fulfiller/fulfill/decisionlog"
@@ -39,8 +40,8 @@ func TestMCPCallFields(t *testing.T) {
 	decided.Decision = &decision.Decision{Action: decision.Escalate, Approvers: []string{"@caller"}, Revision: "r"}
 	log.Observe(decided)
 	log.Observe(mcp("p-1", "7", fulfill.StageEscalated))
-	log.ObserveHuman(lifecycle.Human{ID: "p-1", At: at, Kind: lifecycle.HumanAnswered, Approver: "@caller", Action: "decline",
-		DecisionID: "d-p-1", Revision: "r", FrontEnd: "mcp", Log: fields("7")})
+	log.ObserveApproval(elicit.EventOf(lifecycle.Human{ID: "p-1", At: at, Kind: lifecycle.HumanAnswered, Approver: "@caller", Action: "decline",
+		DecisionID: "d-p-1", Revision: "r", FrontEnd: "mcp", Log: fields("7")}))
 	rejected := mcp("p-1", "7", fulfill.StageRejected)
 	rejected.Reason, rejected.Message = "disagree", "@caller declined"
 	log.Observe(rejected)
