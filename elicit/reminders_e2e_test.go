@@ -276,7 +276,10 @@ func TestE2EWithdrawnStopsReminders(t *testing.T) {
 // passed while the fulfiller was down is asked at once, with the
 // unchanged deadline; a reminder whose time passed is not sent late.
 func TestE2ETierSurvivesRestart(t *testing.T) {
-	w := newWorld(t, worldOptions{stateDir: t.TempDir(), escalation: tieredEscalation})
+	// tieredEscalation's times, stretched: the crash must come before the
+	// reminder, which 300ms did not leave room for on a loaded machine.
+	const slowTiers = `{"approvers":["alice"],"message":"production writes need a human","timeout":"20s","reminders":["2s"],"escalate_to":[{"after":"3s","approvers":["bob"]}]}`
+	w := newWorld(t, worldOptions{stateDir: t.TempDir(), escalation: slowTiers})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
 	deadline := deadlineOf(t, ea)
@@ -284,7 +287,7 @@ func TestE2ETierSurvivesRestart(t *testing.T) {
 	if len(w.eventsOf(elicit.EventReminded)) != 0 {
 		t.Fatal("the crash came after the reminder: the test cannot tell what the restart does")
 	}
-	waitPast(deadline.Add(-10*time.Second + 700*time.Millisecond)) // past the reminder and the tier
+	waitPast(deadline.Add(-20*time.Second + 3500*time.Millisecond)) // past the reminder and the tier
 	w.startFulfiller()
 
 	if again := w.ask("alice"); again.ID != ea.ID || string(again.Payload) != string(ea.Payload) {

@@ -25,7 +25,7 @@ func TestDeclaredDestructiveToolIsNotReadOnlyOnTheOwnersWord(t *testing.T) {
 	if entry == nil || string(annotations) != `{"destructiveHint":true}` {
 		t.Errorf("annotations %s (entry %v), want the operator's alone: {\"destructiveHint\":true}", annotations, entry)
 	}
-	engine, err := policies.Load(context.Background(), policies.Options{Policies: []string{"policies"}, Data: []string{"policies/data.yaml"}})
+	engine, err := policies.Load(context.Background(), policies.Options{Policies: []string{"policies"}, Data: []string{"policies/data.yaml"}, Timeout: testPolicyTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestProductionMoveFileNeedsTwoApprovals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := policies.Load(context.Background(), policies.Options{Policies: []string{"policies"}, Data: []string{"policies/data.yaml"}})
+	engine, err := policies.Load(context.Background(), policies.Options{Policies: []string{"policies"}, Data: []string{"policies/data.yaml"}, Timeout: testPolicyTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

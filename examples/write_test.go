@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mewkit/fulfiller/examples"
 	"github.com/mewkit/fulfiller/policies"
@@ -38,7 +39,7 @@ func TestWriteGivesWhatAnOperatorLoads(t *testing.T) {
 	if len(names) == 0 {
 		t.Fatal("no policies written")
 	}
-	engine, err := policies.Load(context.Background(), policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}})
+	engine, err := policies.Load(context.Background(), policies.Options{Policies: []string{policyDir}, Data: []string{dataFile}, Timeout: testPolicyTimeout})
 	if err != nil {
 		t.Fatalf("the written examples do not load: %v", err)
 	}
@@ -49,3 +50,8 @@ func TestWriteGivesWhatAnOperatorLoads(t *testing.T) {
 		t.Error("writing over an existing copy succeeded; want an error, not a mix of two versions")
 	}
 }
+
+// testPolicyTimeout bounds an evaluation in these tests, which check what
+// the example policies decide, not how fast: the product's 100 ms
+// default turns a decision into "busy" on a loaded -race machine.
+const testPolicyTimeout = time.Minute
