@@ -156,6 +156,10 @@ type MCPReport struct {
 	// child, not in it).
 	FulfillerCPUPerCall float64 `json:"fulfiller_cpu_per_call_us"`
 	ProcessCPUPerCall   float64 `json:"process_cpu_per_call_us"`
+	// ToolCPUPerCall is, over stdio, the tool server children's CPU (µs)
+	// per call answered (Linux: /proc, in 10 ms ticks; 0 elsewhere and
+	// over HTTP, where the tool server is in the process's figure).
+	ToolCPUPerCall float64 `json:"tool_child_cpu_per_call_us"`
 	// RelayCPUPerCall is the bare relay's CPU (µs) per relayed call,
 	// measured as FulfillerCPUPerCall is.
 	RelayCPUPerCall float64 `json:"relay_cpu_per_call_us"`
@@ -194,6 +198,9 @@ func (r *MCPReport) WriteText(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.ProcessCPUPerCall)
 	}
+	if r.Upstream == MCPStdio {
+		fmt.Fprintf(w, "CPU per call of the tool server children (stdio, not in the process's): %.1f µs\n", r.ToolCPUPerCall)
+	}
 	fmt.Fprintf(w, "errors: %d, unanswered: %d\n", r.Errors, r.Unanswered)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
@@ -218,7 +225,25 @@ type mcpRig struct {
 	proxied func(ctx context.Context) (*mcp.ClientSession, error)
 	// proxiedURL is the front end's endpoint over MCPHTTP (raw clients).
 	proxiedURL string
-	closers    []func()
+	// children are the stdio tool servers' commands (*exec.Cmd), whose
+	// CPU is not the process's (childCPU); stored as the go-sdk starts
+	// them, from whichever goroutine connects.
+	children sync.Map
+	closers  []func()
+}
+
+// childCPU is the CPU time the stdio tool servers running now have used.
+func (r *mcpRig) childCPU() time.Duration {
+	var sum time.Duration
+	r.children.Range(func(k, _ any) bool {
+		if cmd := k.(*exec.Cmd); cmd.Process != nil {
+			if d, ok := procCPU(cmd.Process.Pid); ok {
+				sum += d
+			}
+		}
+		return true
+	})
+	return sum
 }
 
 func (r *mcpRig) close() {
@@ -303,6 +328,7 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 			cmd := exec.Command(cfg.Child[0], cfg.Child[1:]...)
 			cmd.Env = append(os.Environ(), cfg.ChildEnv...)
 			cmd.Stderr = os.Stderr
+			rig.children.Store(cmd, struct{}{})
 			return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
 		}
 		up = mcpfront.Upstream{Name: MCPServerName, What: "the bench's tool server", Transport: child}
@@ -619,7 +645,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 
 	var prof bytes.Buffer
 	profErr := pprof.StartCPUProfile(&prof)
-	cpu0 := cpuTime()
+	cpu0, child0 := cpuTime(), rig.childCPU()
 	start := time.Now()
 	var next atomic.Int64
 	hists := make([][3]histogram, len(clients))
@@ -642,7 +668,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	})
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu, child := cpuTime()-cpu0, rig.childCPU()-child0
 	if profErr == nil {
 		pprof.StopCPUProfile()
 	}
@@ -651,7 +677,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		tally.proxied.merge(&hists[i][1])
 		tally.relayed.merge(&hists[i][2])
 	}
-	return finishMCP(cfg, tally, elapsed, cpu, &prof, profErr)
+	return finishMCP(cfg, tally, elapsed, cpu, child, &prof, profErr)
 }
 
 // newMCPReport is a report of cfg's run with nothing measured yet.
@@ -670,9 +696,10 @@ func warmUpFailed(cfg MCPConfig, tally *mcpTally, never int64) *MCPReport {
 }
 
 // finishMCP makes the report of a measured window: the tally's merged
-// histograms, elapsed wall time, the process's CPU time cpu and its CPU
-// profile prof (profErr: none was taken).
-func finishMCP(cfg MCPConfig, tally *mcpTally, elapsed, cpu time.Duration, prof *bytes.Buffer, profErr error) (*MCPReport, error) {
+// histograms, elapsed wall time, the process's CPU time cpu, the stdio
+// tool servers' child, and its CPU profile prof (profErr: none was
+// taken).
+func finishMCP(cfg MCPConfig, tally *mcpTally, elapsed, cpu, child time.Duration, prof *bytes.Buffer, profErr error) (*MCPReport, error) {
 	rep := newMCPReport(cfg)
 	rep.Seconds = elapsed.Seconds()
 	rep.Direct, rep.Relayed, rep.Proxied = tally.direct.percentiles(), tally.relayed.percentiles(), tally.proxied.percentiles()
@@ -695,6 +722,7 @@ func finishMCP(cfg MCPConfig, tally *mcpTally, elapsed, cpu time.Duration, prof 
 	}
 	if answered > 0 {
 		rep.ProcessCPUPerCall = float64(cpu.Microseconds()) / float64(answered)
+		rep.ToolCPUPerCall = float64(child.Microseconds()) / float64(answered)
 	}
 	if profErr != nil {
 		rep.Notes = append(rep.Notes, "no CPU profile ("+profErr.Error()+"): the fulfiller's CPU per call is not known")

@@ -155,6 +155,9 @@ func TestRunMCPRawLoad(t *testing.T) {
 			if want := "front end: mcp over http, tool server over " + upstream + ", 3 raw clients"; !strings.Contains(text.String(), want) {
 				t.Errorf("text report lacks %q:\n%s", want, text.String())
 			}
+			if got := strings.Contains(text.String(), "tool server children"); got != (upstream == MCPStdio) {
+				t.Errorf("text report names the tool server children's CPU: %v, want %v (only over stdio):\n%s", got, upstream == MCPStdio, text.String())
+			}
 		})
 	}
 }

@@ -375,7 +375,7 @@ func measureRaw(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 
 	var prof bytes.Buffer
 	profErr := pprof.StartCPUProfile(&prof)
-	cpu0 := cpuTime()
+	cpu0, child0 := cpuTime(), rig.childCPU()
 	start := time.Now()
 	var next atomic.Int64
 	hists := make([]histogram, len(clients))
@@ -392,12 +392,12 @@ func measureRaw(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	})
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu, child := cpuTime()-cpu0, rig.childCPU()-child0
 	if profErr == nil {
 		pprof.StopCPUProfile()
 	}
 	for i := range hists {
 		tally.proxied.merge(&hists[i])
 	}
-	return finishMCP(cfg, tally, elapsed, cpu, &prof, profErr)
+	return finishMCP(cfg, tally, elapsed, cpu, child, &prof, profErr)
 }
