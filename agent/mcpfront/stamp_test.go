@@ -1,6 +1,7 @@
 package mcpfront
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -46,6 +47,33 @@ func TestToolsCallIDAgreesWithTheSDK(t *testing.T) {
 		}
 		if got != sdk {
 			t.Errorf("toolsCallID(%s) = %q, the SDK's DecodeMessage reads %q", tc.body, got, sdk)
+		}
+	}
+}
+
+// benchCallBody is a tools/call POST body of a usual size.
+var benchCallBody = []byte(`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/app/config.yaml","content":"` + strings.Repeat("key: value\\n", 40) + `"},"_meta":{"progressToken":"p-42"}}}`)
+
+// stampBody's read of the id, against the SDK's DecodeMessage it
+// replaced (go test -bench 'CallID' -benchmem ./agent/mcpfront/).
+func BenchmarkToolsCallID(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := toolsCallID(benchCallBody); !ok {
+			b.Fatal("no id")
+		}
+	}
+}
+
+func BenchmarkDecodeMessageCallID(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		msg, err := jsonrpc.DecodeMessage(benchCallBody)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, ok := rpcIDText(msg.(*jsonrpc.Request).ID); !ok {
+			b.Fatal("no id")
 		}
 	}
 }
