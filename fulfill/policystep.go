@@ -391,6 +391,10 @@ func (s *policyStep) grantsFor(ctx context.Context, proposer string, t *policies
 		return nil
 	}
 	s.awaitStoredGrants(ctx)
+	if !s.grants.Names(t.Name) {
+		// No grant is for this tool: skip decoding its arguments.
+		return []json.RawMessage{}
+	}
 	var out []json.RawMessage
 	for _, g := range s.grants.Matching(grantCall(proposer, t), now) {
 		b, err := json.Marshal(g)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -197,12 +196,8 @@ func stampBody(w http.ResponseWriter, r *http.Request, limit int64) bool {
 		http.Error(w, "the request body could not be read", http.StatusBadRequest)
 		return false
 	}
-	if msg, err := jsonrpc.DecodeMessage(body); err == nil {
-		if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "tools/call" && req.IsCall() {
-			if id, ok := rpcIDText(req.ID); ok {
-				r.Header.Set(rpcIDHeader, id)
-			}
-		}
+	if id, ok := toolsCallID(body); ok {
+		r.Header.Set(rpcIDHeader, id)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))

@@ -1,9 +1,12 @@
 package mcpfront
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -48,6 +51,67 @@ func (c stampConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 func rpcIDText(id jsonrpc.ID) (string, bool) {
 	raw, err := json.Marshal(id.Raw())
 	return string(raw), err == nil
+}
+
+// toolsCallID is the JSON-RPC id (as JSON, rpcIDText) of body when body
+// is one tools/call request, read as the SDK's jsonrpc.DecodeMessage
+// reads it (names matched exactly, the last of duplicates, an id that
+// is a string or a number made an integer) but without decoding the
+// rest: DecodeMessage allocated a 32 KiB buffer and decoded the params,
+// once more than the SDK's own decoding after, for every POST.
+func toolsCallID(body []byte) (string, bool) {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", false
+	}
+	var version, method string
+	var id jsonrpc.ID
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		// A token is valid until the next is read.
+		key := name.String()
+		switch key {
+		case "jsonrpc", "method":
+			tok, err := dec.ReadToken()
+			if err != nil || tok.Kind() != '"' {
+				return "", false
+			}
+			if key == "jsonrpc" {
+				version = tok.String()
+			} else {
+				method = tok.String()
+			}
+		case "id":
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return "", false
+			}
+			switch tok.Kind() {
+			case '"':
+				id, err = jsonrpc.MakeID(tok.String())
+			case '0':
+				id, err = jsonrpc.MakeID(tok.Float())
+			case 'n':
+				id = jsonrpc.ID{}
+			default:
+				return "", false
+			}
+			if err != nil {
+				return "", false
+			}
+		default:
+			if dec.SkipValue() != nil {
+				return "", false
+			}
+		}
+	}
+	if version != "2.0" || method != "tools/call" || !id.IsValid() {
+		return "", false
+	}
+	return rpcIDText(id)
 }
 
 // rpcIDOf is the JSON-RPC id the transport stamped on a call (null when

@@ -40,6 +40,7 @@ type benchFlags struct {
 	memoryLimit                  sizeValue
 	// --front-end mcp's (benchMCP).
 	frontEnd, mcpTransport string
+	mcpUpstream, load      string
 	clients, calls         int
 	proxiedOnly            bool
 	callTimeout            time.Duration
@@ -99,7 +100,14 @@ unanswered call. --mcp-transport stdio (default) is fulfiller mcp: one
 client on OS pipes, the tool server a child on its stdio (this program
 re-executed); http is mcp serve: --clients clients over loopback
 Streamable HTTP, the tool server on loopback HTTP too; --proxied-only
-leaves the direct and relayed calls out, for mcp serve's throughput alone.`,
+leaves the direct and relayed calls out, for mcp serve's throughput alone.
+--mcp-upstream says how the tool server is reached (default: as
+--mcp-transport). --load raw replaces the go-sdk clients by a load
+generator that speaks Streamable HTTP itself (an initialize handshake per
+session, then pre-encoded tools/call POSTs on a keep-alive connection,
+each answer checked to be exactly the calculator's), as wrk does for HTTP
+servers, so that the clients' own CPU does not crowd the server's: it
+needs --mcp-transport http and measures proxied calls only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if fl.frontEnd == "mcp" {
@@ -120,6 +128,8 @@ leaves the direct and relayed calls out, for mcp serve's throughput alone.`,
 	f.StringVar(&fl.mcpTransport, "mcp-transport", loadtest.MCPStdio, "with --front-end mcp: stdio (fulfiller mcp, the tool server a child) or http (mcp serve over loopback)")
 	f.IntVar(&fl.clients, "clients", 0, "with --front-end mcp: concurrent clients, each alternating a direct and a proxied call (default: 1 over stdio, 8 over http)")
 	f.IntVar(&fl.calls, "calls", 20_000, "with --front-end mcp: measured calls per side (direct and proxied)")
+	f.StringVar(&fl.mcpUpstream, "mcp-upstream", "", "with --front-end mcp: how the tool server is reached, stdio (a child) or http (loopback in this process); default: as --mcp-transport")
+	f.StringVar(&fl.load, "load", loadtest.LoadSDK, "with --front-end mcp: the clients, sdk (go-sdk clients) or raw (Streamable HTTP spoken directly, pre-encoded calls; needs --mcp-transport http, proxied calls only)")
 	f.BoolVar(&fl.proxiedOnly, "proxied-only", false, "with --front-end mcp: no direct calls, only through the front end (its throughput alone)")
 	f.DurationVar(&fl.callTimeout, "call-timeout", 10*time.Second, "with --front-end mcp: a call not answered within this counts as unanswered")
 	f.IntVar(&fl.proposers, "proposers", 4, "proposer participants, each with its own WebSocket")
@@ -431,7 +441,7 @@ func benchToolCompare(cmd *cobra.Command, fl benchFlags, cfg loadtest.Config) er
 // that mean nothing to it (--policy, --data, --policy-timeout, --json,
 // --cpuprofile and --log-level are both's).
 var (
-	mcpBenchFlags = []string{"mcp-transport", "clients", "calls", "proxied-only", "call-timeout"}
+	mcpBenchFlags = []string{"mcp-transport", "mcp-upstream", "load", "clients", "calls", "proxied-only", "call-timeout"}
 	mewBenchFlags = []string{"proposers", "proposals", "rate", "mix", "from", "window", "max-pending", "max-inflight",
 		"stall-timeout", "progress", "vs-opa-server", "opa-bin", "opa-decisions", "memory-limit", "heapprofile",
 		"state", "state-creds", "state-compare", "state-baseline", "rounds", "tool-style"}
@@ -455,6 +465,21 @@ func benchMCP(cmd *cobra.Command, fl benchFlags) error {
 	}
 	if fl.mcpTransport != loadtest.MCPStdio && fl.mcpTransport != loadtest.MCPHTTP {
 		return usageErrorf("--mcp-transport %q: want stdio or http", fl.mcpTransport)
+	}
+	if fl.mcpUpstream == "" {
+		fl.mcpUpstream = fl.mcpTransport
+	}
+	if fl.mcpUpstream != loadtest.MCPStdio && fl.mcpUpstream != loadtest.MCPHTTP {
+		return usageErrorf("--mcp-upstream %q: want stdio or http", fl.mcpUpstream)
+	}
+	switch fl.load {
+	case loadtest.LoadSDK:
+	case loadtest.LoadRaw:
+		if fl.mcpTransport != loadtest.MCPHTTP {
+			return usageErrorf("--load raw speaks Streamable HTTP: it needs --mcp-transport http")
+		}
+	default:
+		return usageErrorf("--load %q: want sdk or raw", fl.load)
 	}
 	if fl.clients == 0 {
 		fl.clients = 1
@@ -481,10 +506,10 @@ func benchMCP(cmd *cobra.Command, fl benchFlags) error {
 		return err
 	}
 	cfg := loadtest.MCPConfig{
-		Transport: fl.mcpTransport, Policies: fl.policies, Data: fl.data, PolicyTimeout: fl.policyTimeout,
+		Transport: fl.mcpTransport, Upstream: fl.mcpUpstream, Load: fl.load, Policies: fl.policies, Data: fl.data, PolicyTimeout: fl.policyTimeout,
 		Calls: fl.calls, Clients: fl.clients, ProxiedOnly: fl.proxiedOnly, CallTimeout: fl.callTimeout, Logger: log,
 	}
-	if fl.mcpTransport == loadtest.MCPStdio {
+	if fl.mcpUpstream == loadtest.MCPStdio {
 		// The tool server is this program re-executed (no go run, no
 		// second binary): bench mcp-tool-server.
 		exe, err := os.Executable()

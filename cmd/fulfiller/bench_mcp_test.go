@@ -23,6 +23,10 @@ func TestBenchMCPUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--front-end", "mcp", "--data", "x.yaml"}, "--data"},
 		{[]string{"bench", "--calls", "10"}, "--calls"},
 		{[]string{"bench", "--mcp-transport", "http"}, "--mcp-transport"},
+		{[]string{"bench", "--front-end", "mcp", "--mcp-upstream", "ws"}, "--mcp-upstream"},
+		{[]string{"bench", "--front-end", "mcp", "--mcp-transport", "http", "--load", "wrk"}, "--load"},
+		{[]string{"bench", "--front-end", "mcp", "--load", "raw"}, "--load raw"},
+		{[]string{"bench", "--load", "raw"}, "--load"},
 	} {
 		_, stderr, code := cli(t, "", tc.args...)
 		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.flag) {
@@ -93,5 +97,31 @@ func TestBenchMCPErrorsFailTheRun(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "first error: proxied") {
 		t.Errorf("report lacks the first error:\n%s", stdout)
+	}
+}
+
+// --load raw: the front end under clients that speak Streamable HTTP
+// themselves, the tool server a child on stdio; every call answered.
+func TestBenchMCPRawLoadReport(t *testing.T) {
+	stdout, stderr, code := cliEnv(t, "", map[string]string{asFulfiller: "1"}, "bench", "--front-end", "mcp", "--mcp-transport", "http", "--mcp-upstream", "stdio", "--load", "raw", "--calls", "40", "--clients", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+	var rep struct {
+		Transport   string `json:"transport"`
+		Upstream    string `json:"upstream"`
+		Load        string `json:"load"`
+		ProxiedOnly bool   `json:"proxied_only"`
+		Errors      int    `json:"errors"`
+		Unanswer    int    `json:"unanswered"`
+		Proxied     struct {
+			Count int `json:"count"`
+		} `json:"proxied"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if rep.Transport != "http" || rep.Upstream != "stdio" || rep.Load != "raw" || !rep.ProxiedOnly || rep.Errors != 0 || rep.Unanswer != 0 || rep.Proxied.Count != 40 {
+		t.Errorf("report %+v: want raw load over http, the tool server on stdio, 40 proxied calls answered", rep)
 	}
 }

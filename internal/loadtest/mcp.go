@@ -69,8 +69,17 @@ decision := {"action": "fulfill"} if {
 // it), the calls interleaved so that all three sides see the same
 // machine.
 type MCPConfig struct {
-	// Transport is MCPStdio or MCPHTTP.
+	// Transport is MCPStdio or MCPHTTP: how the clients reach the front
+	// end (and the bare relay).
 	Transport string
+	// Upstream is how the front end, the relay and the direct clients
+	// reach the tool server: MCPStdio (a child, Child) or MCPHTTP (served
+	// in this process on loopback); "" is Transport.
+	Upstream string
+	// Load is the clients' kind: LoadSDK (go-sdk clients; "" is it) or
+	// LoadRaw (rawClient: Streamable HTTP spoken directly, proxied calls
+	// only; needs Transport MCPHTTP).
+	Load string
 	// Child is the tool server's command for MCPStdio: a program that
 	// serves toolserver.Calculator on its stdio (ServeCalculator). It is
 	// started three times: once for the direct clients, once for the
@@ -106,7 +115,10 @@ type MCPConfig struct {
 type MCPReport struct {
 	FrontEnd  string `json:"front_end"`
 	Transport string `json:"transport"`
-	Clients   int    `json:"clients"`
+	// Upstream is how the tool server is reached; Load the clients' kind.
+	Upstream string `json:"upstream"`
+	Load     string `json:"load"`
+	Clients  int    `json:"clients"`
 	// Calls is the measured calls asked per side.
 	Calls       int         `json:"calls"`
 	ProxiedOnly bool        `json:"proxied_only,omitempty"`
@@ -144,6 +156,10 @@ type MCPReport struct {
 	// child, not in it).
 	FulfillerCPUPerCall float64 `json:"fulfiller_cpu_per_call_us"`
 	ProcessCPUPerCall   float64 `json:"process_cpu_per_call_us"`
+	// ToolCPUPerCall is, over stdio, the tool server children's CPU (µs)
+	// per call answered (Linux: /proc, in 10 ms ticks; 0 elsewhere and
+	// over HTTP, where the tool server is in the process's figure).
+	ToolCPUPerCall float64 `json:"tool_child_cpu_per_call_us"`
 	// RelayCPUPerCall is the bare relay's CPU (µs) per relayed call,
 	// measured as FulfillerCPUPerCall is.
 	RelayCPUPerCall float64 `json:"relay_cpu_per_call_us"`
@@ -160,7 +176,7 @@ func (r *MCPReport) OK() bool {
 
 // WriteText prints r for a person.
 func (r *MCPReport) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "front end: mcp over %s, %d clients, %d calls per side", r.Transport, r.Clients, r.Calls)
+	fmt.Fprintf(w, "front end: mcp over %s, tool server over %s, %d %s clients, %d calls per side", r.Transport, r.Upstream, r.Clients, r.Load, r.Calls)
 	if r.ProxiedOnly {
 		fmt.Fprint(w, " (proxied only)")
 	}
@@ -181,6 +197,9 @@ func (r *MCPReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, bare relay %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.RelayCPUPerCall, r.ProcessCPUPerCall)
 	} else {
 		fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.ProcessCPUPerCall)
+	}
+	if r.Upstream == MCPStdio {
+		fmt.Fprintf(w, "CPU per call of the tool server children (stdio, not in the process's): %.1f µs\n", r.ToolCPUPerCall)
 	}
 	fmt.Fprintf(w, "errors: %d, unanswered: %d\n", r.Errors, r.Unanswered)
 	if r.FirstError != "" {
@@ -204,7 +223,27 @@ type mcpRig struct {
 	direct  func(ctx context.Context) (*mcp.ClientSession, error)
 	relay   func(ctx context.Context) (*mcp.ClientSession, error)
 	proxied func(ctx context.Context) (*mcp.ClientSession, error)
-	closers []func()
+	// proxiedURL is the front end's endpoint over MCPHTTP (raw clients).
+	proxiedURL string
+	// children are the stdio tool servers' commands (*exec.Cmd), whose
+	// CPU is not the process's (childCPU); stored as the go-sdk starts
+	// them, from whichever goroutine connects.
+	children sync.Map
+	closers  []func()
+}
+
+// childCPU is the CPU time the stdio tool servers running now have used.
+func (r *mcpRig) childCPU() time.Duration {
+	var sum time.Duration
+	r.children.Range(func(k, _ any) bool {
+		if cmd := k.(*exec.Cmd); cmd.Process != nil {
+			if d, ok := procCPU(cmd.Process.Pid); ok {
+				sum += d
+			}
+		}
+		return true
+	})
+	return sum
 }
 
 func (r *mcpRig) close() {
@@ -224,6 +263,23 @@ func RunMCP(ctx context.Context, cfg MCPConfig) (*MCPReport, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 30 * time.Second
+	}
+	if cfg.Upstream == "" {
+		cfg.Upstream = cfg.Transport
+	}
+	switch cfg.Load {
+	case "":
+		cfg.Load = LoadSDK
+	case LoadSDK:
+	case LoadRaw:
+		if cfg.Transport != MCPHTTP {
+			return nil, fmt.Errorf("mcp bench: the raw load speaks Streamable HTTP: transport %q, want %s", cfg.Transport, MCPHTTP)
+		}
+		// The raw clients call the front end only: the direct and
+		// relayed sides are the SDK load's.
+		cfg.ProxiedOnly = true
+	default:
+		return nil, fmt.Errorf("mcp bench: load %q: want %s or %s", cfg.Load, LoadSDK, LoadRaw)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -248,6 +304,9 @@ func RunMCP(ctx context.Context, cfg MCPConfig) (*MCPReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Load == LoadRaw {
+		return measureRaw(ctx, cfg, rig)
+	}
 	return measureMCP(ctx, cfg, rig)
 }
 
@@ -260,7 +319,7 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 	// relayUp is the bare relay's own transport to the tool server, as
 	// the front end has its own.
 	var relayUp func() (mcp.Transport, error)
-	switch cfg.Transport {
+	switch cfg.Upstream {
 	case MCPStdio:
 		if len(cfg.Child) == 0 {
 			return rig, errors.New("mcp bench: stdio needs the tool server's command")
@@ -269,6 +328,7 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 			cmd := exec.Command(cfg.Child[0], cfg.Child[1:]...)
 			cmd.Env = append(os.Environ(), cfg.ChildEnv...)
 			cmd.Stderr = os.Stderr
+			rig.children.Store(cmd, struct{}{})
 			return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
 		}
 		up = mcpfront.Upstream{Name: MCPServerName, What: "the bench's tool server", Transport: child}
@@ -306,7 +366,13 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 			return benchClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
 		}
 	default:
+		return rig, fmt.Errorf("mcp bench: upstream %q: want stdio or http", cfg.Upstream)
+	}
+	if cfg.Transport != MCPStdio && cfg.Transport != MCPHTTP {
 		return rig, fmt.Errorf("mcp bench: transport %q: want stdio or http", cfg.Transport)
+	}
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{MaxIdleConns: 4*cfg.Clients + 16, MaxIdleConnsPerHost: 4*cfg.Clients + 16, IdleConnTimeout: time.Minute}}
 	}
 
 	// The bare relay: one session to the tool server for all its
@@ -387,6 +453,7 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 		// Stopped before the front end closes (closers run backwards).
 		rig.closers = append(rig.closers, stop)
 		url = url[:len(url)-len("/mcp")] + "/mcp/" + MCPServerName
+		rig.proxiedURL = url
 		rig.proxied = func(ctx context.Context) (*mcp.ClientSession, error) {
 			return benchClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
 		}
@@ -573,15 +640,12 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		if !cfg.ProxiedOnly {
 			never *= 3
 		}
-		rep := &MCPReport{FrontEnd: "mcp", Transport: cfg.Transport, Clients: cfg.Clients, Calls: cfg.Calls, ProxiedOnly: cfg.ProxiedOnly,
-			Errors: tally.errors.Load(), Unanswered: tally.unanswered.Load() + never, FirstError: tally.first()}
-		rep.Notes = append(rep.Notes, "the warm-up failed: nothing measured")
-		return rep, nil
+		return warmUpFailed(cfg, tally, never), nil
 	}
 
 	var prof bytes.Buffer
 	profErr := pprof.StartCPUProfile(&prof)
-	cpu0 := cpuTime()
+	cpu0, child0 := cpuTime(), rig.childCPU()
 	start := time.Now()
 	var next atomic.Int64
 	hists := make([][3]histogram, len(clients))
@@ -604,8 +668,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	})
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
-	rep := &MCPReport{FrontEnd: "mcp", Transport: cfg.Transport, Clients: cfg.Clients, Calls: cfg.Calls, ProxiedOnly: cfg.ProxiedOnly, Seconds: elapsed.Seconds()}
+	cpu, child := cpuTime()-cpu0, rig.childCPU()-child0
 	if profErr == nil {
 		pprof.StopCPUProfile()
 	}
@@ -614,6 +677,31 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		tally.proxied.merge(&hists[i][1])
 		tally.relayed.merge(&hists[i][2])
 	}
+	return finishMCP(cfg, tally, elapsed, cpu, child, &prof, profErr)
+}
+
+// newMCPReport is a report of cfg's run with nothing measured yet.
+func newMCPReport(cfg MCPConfig) *MCPReport {
+	return &MCPReport{FrontEnd: "mcp", Transport: cfg.Transport, Upstream: cfg.Upstream, Load: cfg.Load, Clients: cfg.Clients, Calls: cfg.Calls, ProxiedOnly: cfg.ProxiedOnly}
+}
+
+// warmUpFailed is the report of a run whose warm-up failed: a rig that
+// cannot answer is not measured, and the never made calls (never) are
+// unanswered.
+func warmUpFailed(cfg MCPConfig, tally *mcpTally, never int64) *MCPReport {
+	rep := newMCPReport(cfg)
+	rep.Errors, rep.Unanswered, rep.FirstError = tally.errors.Load(), tally.unanswered.Load()+never, tally.first()
+	rep.Notes = append(rep.Notes, "the warm-up failed: nothing measured")
+	return rep
+}
+
+// finishMCP makes the report of a measured window: the tally's merged
+// histograms, elapsed wall time, the process's CPU time cpu, the stdio
+// tool servers' child, and its CPU profile prof (profErr: none was
+// taken).
+func finishMCP(cfg MCPConfig, tally *mcpTally, elapsed, cpu, child time.Duration, prof *bytes.Buffer, profErr error) (*MCPReport, error) {
+	rep := newMCPReport(cfg)
+	rep.Seconds = elapsed.Seconds()
 	rep.Direct, rep.Relayed, rep.Proxied = tally.direct.percentiles(), tally.relayed.percentiles(), tally.proxied.percentiles()
 	rep.Errors, rep.FirstError = tally.errors.Load(), tally.first()
 	sides := 3
@@ -634,6 +722,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	}
 	if answered > 0 {
 		rep.ProcessCPUPerCall = float64(cpu.Microseconds()) / float64(answered)
+		rep.ToolCPUPerCall = float64(child.Microseconds()) / float64(answered)
 	}
 	if profErr != nil {
 		rep.Notes = append(rep.Notes, "no CPU profile ("+profErr.Error()+"): the fulfiller's CPU per call is not known")

@@ -122,3 +122,87 @@ func TestRunMCPPolicyErrorIsErrPolicy(t *testing.T) {
 		t.Errorf("err %v is not ErrPolicy", err)
 	}
 }
+
+// The raw load: clients speaking Streamable HTTP themselves, every
+// answer checked to be exactly the calculator's, the tool server behind
+// the front end over HTTP in this process and as a child on stdio.
+func TestRunMCPRawLoad(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, upstream := range []string{MCPHTTP, MCPStdio} {
+		t.Run(upstream, func(t *testing.T) {
+			rep, err := RunMCP(t.Context(), MCPConfig{Transport: MCPHTTP, Upstream: upstream, Load: LoadRaw,
+				Child: []string{exe}, ChildEnv: []string{mcpCalcEnv + "=1"}, Clients: 3, Calls: 90, PolicyTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.OK() || rep.Errors != 0 || rep.Unanswered != 0 || rep.FirstError != "" {
+				t.Fatalf("report not OK: %+v", rep)
+			}
+			if rep.Load != LoadRaw || rep.Upstream != upstream || rep.Transport != MCPHTTP || !rep.ProxiedOnly {
+				t.Errorf("report says load %q, upstream %q, transport %q, proxied only %v; want raw, %s, http, true", rep.Load, rep.Upstream, rep.Transport, rep.ProxiedOnly, upstream)
+			}
+			if rep.Proxied.Count != 90 || rep.Direct.Count != 0 || rep.Relayed.Count != 0 {
+				t.Errorf("answered %d proxied, %d direct, %d relayed calls; want 90, 0, 0", rep.Proxied.Count, rep.Direct.Count, rep.Relayed.Count)
+			}
+			if rep.ProxiedPerSec <= 0 || rep.Proxied.P50 <= 0 {
+				t.Errorf("no throughput or latency: %+v", rep)
+			}
+			var text strings.Builder
+			rep.WriteText(&text)
+			if want := "front end: mcp over http, tool server over " + upstream + ", 3 raw clients"; !strings.Contains(text.String(), want) {
+				t.Errorf("text report lacks %q:\n%s", want, text.String())
+			}
+			if got := strings.Contains(text.String(), "tool server children"); got != (upstream == MCPStdio) {
+				t.Errorf("text report names the tool server children's CPU: %v, want %v (only over stdio):\n%s", got, upstream == MCPStdio, text.String())
+			}
+		})
+	}
+}
+
+// A raw client fails the run on an answer that is not exactly the
+// calculator's, and on a refusal.
+func TestRunMCPRawLoadWrongAnswerFails(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "deny.rego")
+	const deny = `package fulfiller
+
+import rego.v1
+
+default decision := {"action": "reject", "reason": "policy", "message": "the bench may not add"}
+`
+	if err := os.WriteFile(policy, []byte(deny), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunMCP(t.Context(), MCPConfig{Transport: MCPHTTP, Load: LoadRaw, Clients: 2, Calls: 10, Policies: []string{policy}, PolicyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || rep.Errors == 0 {
+		t.Fatalf("a raw run whose calls are refused is OK: %+v", rep)
+	}
+	if !strings.Contains(rep.FirstError, "proxied") || !strings.Contains(rep.FirstError, "the bench may not add") {
+		t.Errorf("first error %q: want the proxied call's refusal with the policy's message", rep.FirstError)
+	}
+}
+
+// The raw client's check itself: the same JSON in another key order
+// passes, another sum or id does not.
+func TestRawAnswerCheck(t *testing.T) {
+	want := []byte(`{"jsonrpc":"2.0","id":"c0-0000000001","result":{"content":[{"type":"text","text":"3"}]}}`)
+	for _, tc := range []struct {
+		got string
+		ok  bool
+	}{
+		{`{"id":"c0-0000000001","jsonrpc":"2.0","result":{"content":[{"text":"3","type":"text"}]}}`, true},
+		{`{"jsonrpc":"2.0","id":"c0-0000000001","result":{"content":[{"type":"text","text":"4"}]}}`, false},
+		{`{"jsonrpc":"2.0","id":"c0-0000000002","result":{"content":[{"type":"text","text":"3"}]}}`, false},
+		{`{"jsonrpc":"2.0","id":"c0-0000000001","result":{"content":[{"type":"text","text":"3"}],"isError":true}}`, false},
+		{`not json`, false},
+	} {
+		if err := sameJSON([]byte(tc.got), want); (err == nil) != tc.ok {
+			t.Errorf("sameJSON(%s): %v, want ok=%v", tc.got, err, tc.ok)
+		}
+	}
+}

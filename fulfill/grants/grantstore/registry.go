@@ -307,6 +307,20 @@ func (r *Registry) List() []grants.Grant {
 	return out
 }
 
+// Names reports whether any grant, live or not, is for tool: when none
+// is, no call of tool can match one, and a caller may skip decoding the
+// call's arguments for Matching (most calls, on most deployments).
+func (r *Registry) Names(tool string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, g := range r.byID {
+		if g.Tool == tool {
+			return true
+		}
+	}
+	return false
+}
+
 // Matching are the usable grants that cover c at now (grants.Grant.Matches:
 // proposer when pinned, tool and every pinned value; Usable: a grant
 // pinned to a proposer only when proposers are authenticated), oldest

@@ -59,8 +59,14 @@ func TestRegistryInMemory(t *testing.T) {
 		t.Fatal("a registry without a store is not ready")
 	}
 	now := time.Now()
+	if r.Names("read_file") {
+		t.Error("an empty registry names read_file")
+	}
 	if err := r.Create(t.Context(), newGrant(t, "g-1", now)); err != nil {
 		t.Fatal(err)
+	}
+	if !r.Names("read_file") || r.Names("write_file") {
+		t.Errorf("Names: read_file %v, write_file %v; want true, false (the grant is for read_file)", r.Names("read_file"), r.Names("write_file"))
 	}
 	if m := r.Matching(readFile("/srv/app/x"), now); len(m) != 1 || m[0].ID != "g-1" {
 		t.Fatalf("Matching = %+v", m)
