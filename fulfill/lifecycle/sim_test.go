@@ -33,7 +33,7 @@ var (
 // replays it.
 func TestSimulation(t *testing.T) {
 	if *flagSeed != 0 {
-		if err := simulate(*flagSeed, *flagSteps, testing.Verbose(), map[string]int{}); err != nil {
+		if err := simulate(nil, *flagSeed, *flagSteps, testing.Verbose(), map[string]int{}); err != nil {
 			t.Fatalf("seed %d: %v", *flagSeed, err)
 		}
 		return
@@ -47,8 +47,10 @@ func TestSimulation(t *testing.T) {
 	}
 	failed := 0
 	covered := map[string]int{}
+	pool := &coroPool{}
+	defer pool.close()
 	for seed := uint64(1); seed <= uint64(n); seed++ {
-		if err := simulate(seed, *flagSteps, false, covered); err != nil {
+		if err := simulate(pool, seed, *flagSteps, false, covered); err != nil {
 			t.Errorf("seed %d: %v\n  replay: go test ./fulfill/lifecycle -run 'TestSimulation$' -seed %d -v", seed, err, seed)
 			if failed++; failed >= 3 {
 				t.FailNow()
@@ -302,6 +304,8 @@ type sim struct {
 	keyed         fakeKeys
 	// cur is the shell's coroutine running (nil: the world runs);
 	// later is what the world does once it waits again.
+	// pool is where the shells' coroutines come from.
+	pool  *coroPool
 	cur   *coro
 	later []func()
 	// storeNow, journalNow: the members' writes (alone on the store)
@@ -331,19 +335,25 @@ var errUnavailable = errors.New("store unavailable")
 
 // simulate runs one seed: steps of the world, then its quiescence; with
 // verbose, it prints its trace when an invariant breaks.
-func simulate(seed uint64, steps int, verbose bool, covered map[string]int) error {
-	_, err := runSim(seed, steps, verbose, covered)
+func simulate(pool *coroPool, seed uint64, steps int, verbose bool, covered map[string]int) error {
+	_, err := runSim(pool, seed, steps, verbose, covered)
 	return err
 }
 
 // runSim runs one seed and returns its world (with verbose, its trace).
-func runSim(seed uint64, steps int, verbose bool, covered map[string]int) (_ *sim, err error) {
+// Its shells' coroutines come from pool and go back to it (nil: a pool
+// of its own).
+func runSim(pool *coroPool, seed uint64, steps int, verbose bool, covered map[string]int) (_ *sim, err error) {
+	if pool == nil {
+		pool = &coroPool{}
+		defer pool.close()
+	}
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
 		toolPlan: map[string]string{}, promptPlan: map[string]string{}, tasks: map[string]*wtask{}, durableTasks: map[string]string{}, unwritten: map[string]bool{},
 		store:     simStore{recs: map[string]*stored{}, claimed: map[string]string{}},
 		neverSent: map[string]bool{}, againIDs: map[string]bool{}, away: map[string]bool{},
-		nextReserved: 1 << 20, reserved: map[int64]bool{}, rpcOwner: map[int64]string{}}
+		nextReserved: 1 << 20, reserved: map[int64]bool{}, rpcOwner: map[int64]string{}, pool: pool}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
 		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"},
 		OwnerRejoinGrace: 5 * time.Second, TaskTimeout: 40 * time.Second, UnloggedMessage: unloggedMessage}
@@ -421,12 +431,16 @@ func runSim(seed uint64, steps int, verbose bool, covered map[string]int) (_ *si
 // the order the seed draws, so the same seed makes the same trace
 // (every step, call, frame and line), which is what -seed N -v relies on.
 func TestSimulationReplays(t *testing.T) {
+	// The second run's coroutines come from a pool that ran seeds
+	// before: what a coroutine did before must not change the trace.
+	pool := &coroPool{}
+	defer pool.close()
 	for seed := uint64(1); seed <= 20; seed++ {
-		a, err := runSim(seed, *flagSteps, true, map[string]int{})
+		a, err := runSim(nil, seed, *flagSteps, true, map[string]int{})
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		b, _ := runSim(seed, *flagSteps, true, map[string]int{})
+		b, _ := runSim(pool, seed, *flagSteps, true, map[string]int{})
 		if i := slices.Compare(a.trace, b.trace); i != 0 {
 			n := 0
 			for n < min(len(a.trace), len(b.trace)) && a.trace[n] == b.trace[n] {
