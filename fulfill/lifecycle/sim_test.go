@@ -154,7 +154,10 @@ func (s *sim) beginning(m *member, f frame) began {
 		b.rejected = s.logged(f.pid, "rejected", "")
 	}
 	if f.kind == "prompt" {
-		r := s.record(f.pid)
+		var r *Proposal
+		if st := s.store.recs[f.pid]; st != nil {
+			r = st.look()
+		}
 		b.recorded = r != nil && r.Owner == m.id && slices.ContainsFunc(r.Prompts, func(p Prompt) bool { return p.EnvelopeID == f.id })
 	}
 	return b
@@ -216,6 +219,31 @@ type presence struct {
 type stored struct {
 	data []byte // the record as JSON: persisted as is
 	rev  uint64
+	// What the world itself looks at, kept as the record is stored, so
+	// that it does not decode every record each time: its owner, phase
+	// and counts of prompts and approvals. A Loop reads data afresh, as
+	// from a store.
+	owner              string
+	phase              Phase
+	prompts, approvals int
+	// seen is data decoded once (look).
+	seen *Proposal
+}
+
+// store keeps r, encoded as data, at rev.
+func (st *simStore) put(r *Proposal, data []byte, rev uint64) {
+	st.recs[r.ID] = &stored{data: data, rev: rev, owner: r.Owner, phase: r.Phase, prompts: len(r.Prompts), approvals: len(r.Approvals)}
+}
+
+// look is the record decoded, to be read and not changed.
+func (st *stored) look() *Proposal {
+	if st.seen == nil {
+		st.seen = &Proposal{}
+		if err := json.Unmarshal(st.data, st.seen); err != nil {
+			panic(err)
+		}
+	}
+	return st.seen
 }
 
 type simStore struct {
@@ -498,14 +526,16 @@ func (s *sim) start(m *member) {
 func (s *sim) owned(member string) []Proposal {
 	var out []Proposal
 	for _, id := range slices.Sorted(maps.Keys(s.store.recs)) {
+		st := s.store.recs[id]
+		if st.owner != member {
+			continue
+		}
 		var p Proposal
-		if err := json.Unmarshal(s.store.recs[id].data, &p); err != nil {
+		if err := json.Unmarshal(st.data, &p); err != nil {
 			panic(err)
 		}
-		p.Rev = s.store.recs[id].rev
-		if p.Owner == member {
-			out = append(out, p)
-		}
+		p.Rev = st.rev
+		out = append(out, p)
 	}
 	return out
 }
@@ -1354,7 +1384,7 @@ func (s *sim) operatorCancels() bool {
 			r.Owner = m.id
 			data, _ := json.Marshal(r)
 			s.store.rev++
-			s.store.recs[id] = &stored{data: data, rev: s.store.rev}
+			s.store.put(&r, data, s.store.rev)
 			r.Rev = s.store.rev
 			s.covered["world/take"]++
 			// Resumed and at once Cancelled, back to back (PostAll):
@@ -1826,9 +1856,7 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 		if cur == nil || cur.rev != w.Rev {
 			return 0, ErrConflict
 		}
-		var owner struct{ Owner string }
-		_ = json.Unmarshal(cur.data, &owner)
-		if owner.Owner != m.id {
+		if cur.owner != m.id {
 			return 0, ErrConflict
 		}
 	}
@@ -1849,7 +1877,7 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 		panic(err)
 	}
 	st.rev++
-	st.recs[w.ID] = &stored{data: data, rev: st.rev}
+	st.put(w.Record, data, st.rev)
 	return st.rev, nil
 }
 
@@ -1865,25 +1893,22 @@ func (s *sim) checkWrite(w Write, cur *stored) {
 		}
 		seen[a.Approver] = true
 	}
-	var old *Proposal
-	if cur != nil && !w.Create {
-		old = &Proposal{}
-		if err := json.Unmarshal(cur.data, old); err != nil {
-			panic(err)
-		}
+	old := cur
+	if w.Create {
+		old = nil
 	}
 	var want bool
 	switch {
 	case w.Create || old == nil:
-	case r.Phase == Queued, r.Phase == Task && old.Phase == Task:
+	case r.Phase == Queued, r.Phase == Task && old.phase == Task:
 		want = true // queued, a task's status
-	case r.Phase == AwaitingApproval && old.Phase == Deciding:
+	case r.Phase == AwaitingApproval && old.phase == Deciding:
 		want = false
-	case r.Phase == AwaitingApproval && len(r.Prompts) > len(old.Prompts):
+	case r.Phase == AwaitingApproval && len(r.Prompts) > old.prompts:
 		want = false // a prompt, sent once this is durable
-	case r.Phase == AwaitingApproval && len(r.Approvals) > len(old.Approvals):
+	case r.Phase == AwaitingApproval && len(r.Approvals) > old.approvals:
 		want = true // an approval counted
-	case r.Phase == AwaitingApproval && r.Phase == old.Phase:
+	case r.Phase == AwaitingApproval && r.Phase == old.phase:
 		return // written again (after a reload): either
 	}
 	if w.Soon != want {
@@ -2028,7 +2053,7 @@ func (s *sim) adopt(from string, to *member) {
 		recs[i].Owner = to.id
 		data, _ := json.Marshal(recs[i])
 		s.store.rev++
-		s.store.recs[recs[i].ID] = &stored{data: data, rev: s.store.rev}
+		s.store.put(&recs[i], data, s.store.rev)
 		recs[i].Rev = s.store.rev
 	}
 	s.tracef("%s adopts %d records of %s", to.id, len(recs), from)
