@@ -10,9 +10,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,16 +48,35 @@ func TestSimulation(t *testing.T) {
 			n = 2000
 		}
 	}
-	failed := 0
+	// A seed's run depends on nothing but its number, so the seeds run
+	// in parts side by side, one part a CPU, each part's seeds in turn
+	// with its own coroutines: the wall time is divided, not the CPU.
+	parts := min(runtime.GOMAXPROCS(0), n)
+	partCovered := make([]map[string]int, parts)
+	var failed atomic.Int32
+	t.Run("seeds", func(t *testing.T) {
+		for part := range parts {
+			partCovered[part] = map[string]int{}
+			t.Run(strconv.Itoa(part), func(t *testing.T) {
+				t.Parallel()
+				pool := &coroPool{}
+				defer pool.close()
+				for seed := uint64(1 + part); seed <= uint64(n) && failed.Load() < 3; seed += uint64(parts) {
+					if err := simulate(pool, seed, *flagSteps, false, partCovered[part]); err != nil {
+						t.Errorf("seed %d: %v\n  replay: go test ./fulfill/lifecycle -run 'TestSimulation$' -seed %d -v", seed, err, seed)
+						failed.Add(1)
+					}
+				}
+			})
+		}
+	})
+	if t.Failed() {
+		return
+	}
 	covered := map[string]int{}
-	pool := &coroPool{}
-	defer pool.close()
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		if err := simulate(pool, seed, *flagSteps, false, covered); err != nil {
-			t.Errorf("seed %d: %v\n  replay: go test ./fulfill/lifecycle -run 'TestSimulation$' -seed %d -v", seed, err, seed)
-			if failed++; failed >= 3 {
-				t.FailNow()
-			}
+	for _, c := range partCovered {
+		for k, v := range c {
+			covered[k] += v
 		}
 	}
 	// The schedules must reach every path the invariants are about; a
