@@ -343,9 +343,15 @@ func (sh *shell) halt(c *coro) {
 	if !c.fresh && !c.idle {
 		sh.s.cur = c
 		c.halting = true
-		c.next()
+		_, ok := c.next()
 		c.halting = false
 		sh.s.cur = nil
+		if !ok {
+			// It ended (a panic went up through resume): nothing to
+			// give back.
+			c.finished = true
+			return
+		}
 		if !c.idle {
 			panic(fmt.Sprintf("coroutine %s still runs after its shell ended", c.name))
 		}
