@@ -10,9 +10,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +36,7 @@ var (
 // replays it.
 func TestSimulation(t *testing.T) {
 	if *flagSeed != 0 {
-		if err := simulate(*flagSeed, *flagSteps, testing.Verbose(), map[string]int{}); err != nil {
+		if err := simulate(nil, *flagSeed, *flagSteps, testing.Verbose(), map[string]int{}); err != nil {
 			t.Fatalf("seed %d: %v", *flagSeed, err)
 		}
 		return
@@ -45,14 +48,35 @@ func TestSimulation(t *testing.T) {
 			n = 2000
 		}
 	}
-	failed := 0
+	// A seed's run depends on nothing but its number, so the seeds run
+	// in parts side by side, one part a CPU, each part's seeds in turn
+	// with its own coroutines: the wall time is divided, not the CPU.
+	parts := min(runtime.GOMAXPROCS(0), n)
+	partCovered := make([]map[string]int, parts)
+	var failed atomic.Int32
+	t.Run("seeds", func(t *testing.T) {
+		for part := range parts {
+			partCovered[part] = map[string]int{}
+			t.Run(strconv.Itoa(part), func(t *testing.T) {
+				t.Parallel()
+				pool := &coroPool{}
+				defer pool.close()
+				for seed := uint64(1 + part); seed <= uint64(n) && failed.Load() < 3; seed += uint64(parts) {
+					if err := simulate(pool, seed, *flagSteps, false, partCovered[part]); err != nil {
+						t.Errorf("seed %d: %v\n  replay: go test ./fulfill/lifecycle -run 'TestSimulation$' -seed %d -v", seed, err, seed)
+						failed.Add(1)
+					}
+				}
+			})
+		}
+	})
+	if t.Failed() {
+		return
+	}
 	covered := map[string]int{}
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		if err := simulate(seed, *flagSteps, false, covered); err != nil {
-			t.Errorf("seed %d: %v\n  replay: go test ./fulfill/lifecycle -run 'TestSimulation$' -seed %d -v", seed, err, seed)
-			if failed++; failed >= 3 {
-				t.FailNow()
-			}
+	for _, c := range partCovered {
+		for k, v := range c {
+			covered[k] += v
 		}
 	}
 	// The schedules must reach every path the invariants are about; a
@@ -152,7 +176,10 @@ func (s *sim) beginning(m *member, f frame) began {
 		b.rejected = s.logged(f.pid, "rejected", "")
 	}
 	if f.kind == "prompt" {
-		r := s.record(f.pid)
+		var r *Proposal
+		if st := s.store.recs[f.pid]; st != nil {
+			r = st.look()
+		}
 		b.recorded = r != nil && r.Owner == m.id && slices.ContainsFunc(r.Prompts, func(p Prompt) bool { return p.EnvelopeID == f.id })
 	}
 	return b
@@ -214,6 +241,31 @@ type presence struct {
 type stored struct {
 	data []byte // the record as JSON: persisted as is
 	rev  uint64
+	// What the world itself looks at, kept as the record is stored, so
+	// that it does not decode every record each time: its owner, phase
+	// and counts of prompts and approvals. A Loop reads data afresh, as
+	// from a store.
+	owner              string
+	phase              Phase
+	prompts, approvals int
+	// seen is data decoded once (look).
+	seen *Proposal
+}
+
+// store keeps r, encoded as data, at rev.
+func (st *simStore) put(r *Proposal, data []byte, rev uint64) {
+	st.recs[r.ID] = &stored{data: data, rev: rev, owner: r.Owner, phase: r.Phase, prompts: len(r.Prompts), approvals: len(r.Approvals)}
+}
+
+// look is the record decoded, to be read and not changed.
+func (st *stored) look() *Proposal {
+	if st.seen == nil {
+		st.seen = &Proposal{}
+		if err := json.Unmarshal(st.data, st.seen); err != nil {
+			panic(err)
+		}
+	}
+	return st.seen
 }
 
 type simStore struct {
@@ -302,6 +354,8 @@ type sim struct {
 	keyed         fakeKeys
 	// cur is the shell's coroutine running (nil: the world runs);
 	// later is what the world does once it waits again.
+	// pool is where the shells' coroutines come from.
+	pool  *coroPool
 	cur   *coro
 	later []func()
 	// storeNow, journalNow: the members' writes (alone on the store)
@@ -331,19 +385,25 @@ var errUnavailable = errors.New("store unavailable")
 
 // simulate runs one seed: steps of the world, then its quiescence; with
 // verbose, it prints its trace when an invariant breaks.
-func simulate(seed uint64, steps int, verbose bool, covered map[string]int) error {
-	_, err := runSim(seed, steps, verbose, covered)
+func simulate(pool *coroPool, seed uint64, steps int, verbose bool, covered map[string]int) error {
+	_, err := runSim(pool, seed, steps, verbose, covered)
 	return err
 }
 
 // runSim runs one seed and returns its world (with verbose, its trace).
-func runSim(seed uint64, steps int, verbose bool, covered map[string]int) (_ *sim, err error) {
+// Its shells' coroutines come from pool and go back to it (nil: a pool
+// of its own).
+func runSim(pool *coroPool, seed uint64, steps int, verbose bool, covered map[string]int) (_ *sim, err error) {
+	if pool == nil {
+		pool = &coroPool{}
+		defer pool.close()
+	}
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		truth: map[string]*truth{}, views: map[string]*view{}, covered: covered, verbose: verbose, decided: map[string]Action{},
 		toolPlan: map[string]string{}, promptPlan: map[string]string{}, tasks: map[string]*wtask{}, durableTasks: map[string]string{}, unwritten: map[string]bool{},
 		store:     simStore{recs: map[string]*stored{}, claimed: map[string]string{}},
 		neverSent: map[string]bool{}, againIDs: map[string]bool{}, away: map[string]bool{},
-		nextReserved: 1 << 20, reserved: map[int64]bool{}, rpcOwner: map[int64]string{}}
+		nextReserved: 1 << 20, reserved: map[int64]bool{}, rpcOwner: map[int64]string{}, pool: pool}
 	s.cfg = Config{MaxPending: 1 + s.rng.IntN(8), MaxInflight: 1 + s.rng.IntN(3), PendingTTL: 60 * time.Second,
 		FulfillTimeout: 30 * time.Second, ApprovalTimeout: 45 * time.Second, RetryAfter: time.Second, Approvers: []string{"alice"},
 		OwnerRejoinGrace: 5 * time.Second, TaskTimeout: 40 * time.Second, UnloggedMessage: unloggedMessage}
@@ -421,12 +481,16 @@ func runSim(seed uint64, steps int, verbose bool, covered map[string]int) (_ *si
 // the order the seed draws, so the same seed makes the same trace
 // (every step, call, frame and line), which is what -seed N -v relies on.
 func TestSimulationReplays(t *testing.T) {
+	// The second run's coroutines come from a pool that ran seeds
+	// before: what a coroutine did before must not change the trace.
+	pool := &coroPool{}
+	defer pool.close()
 	for seed := uint64(1); seed <= 20; seed++ {
-		a, err := runSim(seed, *flagSteps, true, map[string]int{})
+		a, err := runSim(nil, seed, *flagSteps, true, map[string]int{})
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		b, _ := runSim(seed, *flagSteps, true, map[string]int{})
+		b, _ := runSim(pool, seed, *flagSteps, true, map[string]int{})
 		if i := slices.Compare(a.trace, b.trace); i != 0 {
 			n := 0
 			for n < min(len(a.trace), len(b.trace)) && a.trace[n] == b.trace[n] {
@@ -484,14 +548,16 @@ func (s *sim) start(m *member) {
 func (s *sim) owned(member string) []Proposal {
 	var out []Proposal
 	for _, id := range slices.Sorted(maps.Keys(s.store.recs)) {
+		st := s.store.recs[id]
+		if st.owner != member {
+			continue
+		}
 		var p Proposal
-		if err := json.Unmarshal(s.store.recs[id].data, &p); err != nil {
+		if err := json.Unmarshal(st.data, &p); err != nil {
 			panic(err)
 		}
-		p.Rev = s.store.recs[id].rev
-		if p.Owner == member {
-			out = append(out, p)
-		}
+		p.Rev = st.rev
+		out = append(out, p)
 	}
 	return out
 }
@@ -1340,7 +1406,7 @@ func (s *sim) operatorCancels() bool {
 			r.Owner = m.id
 			data, _ := json.Marshal(r)
 			s.store.rev++
-			s.store.recs[id] = &stored{data: data, rev: s.store.rev}
+			s.store.put(&r, data, s.store.rev)
 			r.Rev = s.store.rev
 			s.covered["world/take"]++
 			// Resumed and at once Cancelled, back to back (PostAll):
@@ -1812,9 +1878,7 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 		if cur == nil || cur.rev != w.Rev {
 			return 0, ErrConflict
 		}
-		var owner struct{ Owner string }
-		_ = json.Unmarshal(cur.data, &owner)
-		if owner.Owner != m.id {
+		if cur.owner != m.id {
 			return 0, ErrConflict
 		}
 	}
@@ -1835,7 +1899,7 @@ func (s *sim) write(m *member, w Write) (uint64, error) {
 		panic(err)
 	}
 	st.rev++
-	st.recs[w.ID] = &stored{data: data, rev: st.rev}
+	st.put(w.Record, data, st.rev)
 	return st.rev, nil
 }
 
@@ -1851,25 +1915,22 @@ func (s *sim) checkWrite(w Write, cur *stored) {
 		}
 		seen[a.Approver] = true
 	}
-	var old *Proposal
-	if cur != nil && !w.Create {
-		old = &Proposal{}
-		if err := json.Unmarshal(cur.data, old); err != nil {
-			panic(err)
-		}
+	old := cur
+	if w.Create {
+		old = nil
 	}
 	var want bool
 	switch {
 	case w.Create || old == nil:
-	case r.Phase == Queued, r.Phase == Task && old.Phase == Task:
+	case r.Phase == Queued, r.Phase == Task && old.phase == Task:
 		want = true // queued, a task's status
-	case r.Phase == AwaitingApproval && old.Phase == Deciding:
+	case r.Phase == AwaitingApproval && old.phase == Deciding:
 		want = false
-	case r.Phase == AwaitingApproval && len(r.Prompts) > len(old.Prompts):
+	case r.Phase == AwaitingApproval && len(r.Prompts) > old.prompts:
 		want = false // a prompt, sent once this is durable
-	case r.Phase == AwaitingApproval && len(r.Approvals) > len(old.Approvals):
+	case r.Phase == AwaitingApproval && len(r.Approvals) > old.approvals:
 		want = true // an approval counted
-	case r.Phase == AwaitingApproval && r.Phase == old.Phase:
+	case r.Phase == AwaitingApproval && r.Phase == old.phase:
 		return // written again (after a reload): either
 	}
 	if w.Soon != want {
@@ -2014,7 +2075,7 @@ func (s *sim) adopt(from string, to *member) {
 		recs[i].Owner = to.id
 		data, _ := json.Marshal(recs[i])
 		s.store.rev++
-		s.store.recs[recs[i].ID] = &stored{data: data, rev: s.store.rev}
+		s.store.put(&recs[i], data, s.store.rev)
 		recs[i].Rev = s.store.rev
 	}
 	s.tracef("%s adopts %d records of %s", to.id, len(recs), from)

@@ -18,6 +18,7 @@ func claimRec(id, claim string) *lifecycle.Proposal {
 // seen key keeps the id claimed after the record ends (rule 5), with the
 // original decision id for a replay's ignored line (rule 10).
 func TestClaimRecord(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m1")
@@ -90,6 +91,7 @@ func TestClaimRecord(t *testing.T) {
 // recognised after the record ends. A record written as a replay of an
 // ended proposal (its seen key holds another claim) is not the caller's.
 func TestReclaim(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m1")

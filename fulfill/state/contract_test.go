@@ -94,6 +94,7 @@ func TestParseMode(t *testing.T) {
 }
 
 func TestClaim(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m1")
@@ -135,6 +136,7 @@ func TestClaim(t *testing.T) {
 // connection to a different server of the cluster, claim the same ids at
 // once; each id has exactly one winner.
 func TestClaimOneWinnerAcrossMembers(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	var stores []*Store
 	for i := range 3 {
@@ -314,6 +316,7 @@ func TestClaimSurvivesRestart(t *testing.T) {
 // checks its memory); the embedded modes are checked here, the cluster's
 // replicated open would only add time.
 func TestSeenIsLimitedByAgeNotCount(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	const ttl = 90 * time.Minute
 	for _, b := range backends(t)[:2] { // memory, dir
 		t.Run(b.name, func(t *testing.T) {
@@ -382,6 +385,7 @@ func samplePending(id, owner string) *lifecycle.Proposal {
 }
 
 func TestPendingRecords(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m1")
@@ -490,6 +494,7 @@ func assertSamePending(t *testing.T, got, want *lifecycle.Proposal) {
 // an operator's Take refuses an answered record (its reject is being
 // written), and Delete then ends it.
 func TestMarkAnswered(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m1")
@@ -531,6 +536,7 @@ func TestMarkAnswered(t *testing.T) {
 }
 
 func TestOutbox(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m1")

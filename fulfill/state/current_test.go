@@ -16,6 +16,7 @@ import (
 // a record's previous owner. Many rounds, because a lagging replica is a
 // matter of timing.
 func TestReadsAreCurrent(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	a := clusterStore(t, space, "A")
 	b := clusterStore(t, space, "B")

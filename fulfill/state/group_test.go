@@ -41,6 +41,7 @@ func waitFor(t *testing.T, ch <-chan string, want string) {
 // stops renewing without a goodbye (a crash). B and C both see A lapse and
 // race to adopt: every record ends with exactly one of them.
 func TestLapsedMemberIsAdoptedExactlyOnce(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	lease := func(c *Config) { c.Lease = 2 * time.Second; c.MaxPending = 10 }
 	a := clusterStore(t, space, "A", lease)
@@ -168,6 +169,7 @@ func TestLapsedMemberIsAdoptedExactlyOnce(t *testing.T) {
 // while nobody watched (its lease long gone) is reported when a watcher
 // starts.
 func TestWatchLapsedReportsOrphansAtStart(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	b := clusterStore(t, space, "B")
 	ctx := ctxT(t)
@@ -186,6 +188,7 @@ func TestWatchLapsedReportsOrphansAtStart(t *testing.T) {
 }
 
 func TestNextRPCIDUniqueAcrossMembers(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	const bits = 8
 	const perMember = 1<<bits + 100 // crosses a block boundary
@@ -405,6 +408,7 @@ func TestClosedStoreFailsClosed(t *testing.T) {
 // A member's pending work travels with its lease: a peer reads it from
 // Members (one record per member), as the group's "busy" check does.
 func TestLeaseCarriesPendingCount(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	lease := func(c *Config) { c.Lease = time.Second; c.MaxPending = 10 }
 	a := clusterStore(t, space, "A", lease)

@@ -16,6 +16,7 @@ import (
 // of a group), and of two pinning one tool at once, one digest wins for
 // both.
 func TestPinsKeepTheFirstDefinitionUntilAccepted(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m1")

@@ -21,6 +21,9 @@ import (
 type seenSet struct {
 	ttl, width time.Duration
 	gens       []*seenGen
+	// sealAt is seenSealAt; a test of the generations' bookkeeping
+	// makes it small, not to add hundreds of thousands of ids.
+	sealAt int
 }
 
 // seenSealAt bounds how many ids an open generation (a map) holds.
@@ -55,7 +58,7 @@ func (a sealedID) cmp(b sealedID) int {
 }
 
 func newSeenSet(ttl time.Duration) *seenSet {
-	return &seenSet{ttl: ttl, width: ttl / seenGenerations}
+	return &seenSet{ttl: ttl, width: ttl / seenGenerations, sealAt: seenSealAt}
 }
 
 // seenGenerations is how many widths a TTL spans.
@@ -90,7 +93,7 @@ func (s *seenSet) within(now, at time.Time) bool { return at.Add(s.ttl).After(no
 func (s *seenSet) genFor(at time.Time) *seenGen {
 	n := len(s.gens)
 	if n > 0 && !at.Before(s.gens[n-1].start) {
-		if g := s.gens[n-1]; g.ids != nil && at.Before(g.start.Add(s.width)) && len(g.ids) < seenSealAt {
+		if g := s.gens[n-1]; g.ids != nil && at.Before(g.start.Add(s.width)) && len(g.ids) < s.sealAt {
 			return g
 		}
 		g := &seenGen{start: at, end: at, ids: map[seenHash]uint64{}}

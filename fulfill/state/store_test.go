@@ -20,6 +20,7 @@ import (
 // the proposal stays claimed (a replay loses to the first claim), and a
 // write at the record's last revision is refused.
 func TestEndedRecordLeavesNothingBehind(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t, "m1")

@@ -14,6 +14,7 @@ import (
 // id is ErrNotFound; a take that raced a write of the owner is
 // ErrConflict and nothing is written.
 func TestTakeMovesTheRecordAndFencesTheOwner(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	a := clusterStore(t, space, "A")
 	b := clusterStore(t, space, "B")
@@ -82,6 +83,7 @@ func TestTakeMovesTheRecordAndFencesTheOwner(t *testing.T) {
 // wins. Here the owner wrote first, so the take (which read before it)
 // conflicts, and the record stays the owner's.
 func TestTakeLosesToAConcurrentWrite(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	a := clusterStore(t, space, "A")
 	b := clusterStore(t, space, "B")
@@ -118,6 +120,7 @@ func TestTakeLosesToAConcurrentWrite(t *testing.T) {
 // through too, at the revisions it got back (which is how it tells them
 // apart).
 func TestWatchRecordsReportsATake(t *testing.T) {
+	t.Parallel() // a space of its own on the shared cluster
 	space := uniqueSpace(t)
 	a := clusterStore(t, space, "A")
 	b := clusterStore(t, space, "B")
