@@ -115,6 +115,13 @@ func (e *Engine) readRecord(r *lifecycle.Proposal) error {
 	return nil
 }
 
+// TakenElsewhere is a front end told when another member took one of
+// its proposals over (watchRecords): what it still holds for the
+// proposer of that proposal no longer gets the answer here.
+type TakenElsewhere interface {
+	TakenElsewhere(proposalID string)
+}
+
 // ReasonReattached is the reason of the "ignored" line a member logs
 // when a proposal it held is resumed elsewhere, or here again, for the
 // proposer's retry (TakeOver).

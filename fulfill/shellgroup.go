@@ -157,6 +157,9 @@ func (s *Engine) watchRecords(ctx context.Context) {
 					s.log.Warn("proposal's record written by another member of the group (taken for an operator's cancel there, or adopted); this member sends nothing more about it", "proposal", c.ProposalID)
 					s.records.forget(c.ProposalID)
 					s.post(lifecycle.Released{ID: c.ProposalID})
+					if te, ok := s.fe.(TakenElsewhere); ok {
+						te.TakenElsewhere(c.ProposalID)
+					}
 				}
 			}
 		}

@@ -127,3 +127,16 @@ func (f *Front) noteHeld(h *held, deadline time.Time) {
 	h.mu.Unlock()
 	f.cfg.Reattach.Held(p, deadline)
 }
+
+// droppedMessage is what a call reads when its proposal was taken over
+// by its client's retry on another instance.
+const droppedMessage = "this call was taken over by its retry on another fulfiller instance; the answer goes to the retry"
+
+// Dropped is told (by the engine's binding) that another instance took
+// proposal id over for the client's retry. The call still held here, if
+// any, is answered with a reject saying so, rather than left waiting for
+// an answer that goes elsewhere; its prompts to the caller end with it.
+func (f *Front) Dropped(id string) {
+	f.log.Debug("call taken over by its retry on another instance", "proposal", id)
+	_ = f.Answer(f.ctx, Answer{ProposalID: id, Reject: &Reject{Code: "other", Message: droppedMessage}})
+}

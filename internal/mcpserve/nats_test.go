@@ -3,6 +3,7 @@ package mcpserve_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -40,6 +41,14 @@ decision := {"action": "reject", "reason": "policy", "message": "the tool change
 	"grantable": {"max_ttl": "1h", "scope": ["proposer", "tool"]}}
 `
 
+// testLogger logs to stderr when MCPSERVE_TEST_LOG is set, else nowhere.
+func testLogger() *slog.Logger {
+	if os.Getenv("MCPSERVE_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 // natsCluster starts one NATS JetStream server for the test: the
 // cluster several `fulfiller mcp serve` instances share.
 func natsCluster(t *testing.T) state.Mode {
@@ -62,6 +71,7 @@ func natsCluster(t *testing.T) state.Mode {
 type instance struct {
 	srv  *mcpserve.Server
 	url  string // the endpoint of "tables"
+	log  string // the decision log
 	ops  *ops.Client
 	stop func()
 	// killHTTP drops its clients' connections and stops serving, as a
@@ -97,10 +107,11 @@ func startInstance(t *testing.T, m state.Mode, policy, description string, runs 
 		sessions.Go(func() { _ = ss.Wait() })
 		return client, nil
 	}}
+	log := filepath.Join(t.TempDir(), "decisions.jsonl")
 	srv, err := mcpserve.Start(ctx, mcpserve.Config{
-		Upstreams: []mcpfront.Upstream{up}, State: m,
+		Upstreams: []mcpfront.Upstream{up}, State: m, DecisionLog: log,
 		Policy:          policies.Options{Policies: []string{policy}, Timeout: time.Minute},
-		ApprovalTimeout: time.Minute, HTTP: "127.0.0.1:0", HTTPToken: "ops-token",
+		ApprovalTimeout: time.Minute, HTTP: "127.0.0.1:0", HTTPToken: "ops-token", Logger: testLogger(),
 	})
 	if err != nil {
 		cancel()
@@ -112,7 +123,7 @@ func startInstance(t *testing.T, m state.Mode, policy, description string, runs 
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler(mcpfront.HTTPOptions{}))
-	in := &instance{srv: srv, url: hs.URL + "/mcp/tables", ops: &ops.Client{Base: srv.OpsAddr(), Token: "ops-token"}}
+	in := &instance{srv: srv, url: hs.URL + "/mcp/tables", log: log, ops: &ops.Client{Base: srv.OpsAddr(), Token: "ops-token"}}
 	var once sync.Once
 	in.stop = func() {
 		once.Do(func() {

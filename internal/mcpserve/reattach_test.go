@@ -306,3 +306,100 @@ func TestRetryReattachesAfterInstanceDies(t *testing.T) {
 		t.Errorf("the upstream ran %d drops; want 1", n)
 	}
 }
+
+// callerPolicy asks the person at the client about every drop.
+const callerPolicy = `package fulfiller
+
+default decision := {"action": "reject", "reason": "policy", "message": "no rule allows this"}
+
+decision := {"action": "escalate", "approvers": ["@caller"], "message": "a drop needs you"} if input.tool.name == "drop"
+`
+
+// TestRetryAsksTheCallerOnItsNewSession: @caller's prompt belongs to
+// the session that made the call. The call is held on A, asking the
+// caller there; the client's connection is lost and its retry, on a new
+// session, reaches B (A stays up, and its session never learns of the
+// loss: Streamable HTTP sessions outlive connections). B takes the held
+// proposal from A, which lets it go, and asks the caller again on the retry's session, the
+// one that can answer; the approved drop runs once. The old request is
+// answered that its call was taken over, and the old form's late answer
+// counts for nothing.
+func TestRetryAsksTheCallerOnItsNewSession(t *testing.T) {
+	m := natsCluster(t)
+	policy := writePolicy(t, callerPolicy)
+	var runs atomic.Int32
+	a := startInstance(t, m, policy, "Drop a table", &runs)
+	b := startInstance(t, m, policy, "Drop a table", &runs)
+
+	// The old client's form stays open until the test closes it: the
+	// go-sdk client reads nothing else of that session meanwhile.
+	asked, closeForm := make(chan struct{}, 1), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	old, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1.0"}, &mcp.ClientOptions{
+		ElicitationHandler: func(ectx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- struct{}{}
+			select { // the person never answers here
+			case <-ectx.Done():
+				return nil, ectx.Err()
+			case <-closeForm:
+				return &mcp.ElicitResult{Action: "cancel"}, nil
+			}
+		}}).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: a.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	first := callAsync(old, "users")
+	<-asked
+	ps := a.srv.Engine().Pending()
+	if len(ps) != 1 || ps[0].State != "awaiting_approval" {
+		t.Fatalf("A's pending calls: %+v; want the drop awaiting approval", ps)
+	}
+	held := ps[0].ID
+
+	c := connect(t, b.url, &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}})
+	res := c.drop(t, "users")
+	if res.IsError || text(res) != "dropped users" || c.asked.Load() != 1 {
+		t.Fatalf("the retry on B: isError %v %q after %d prompts; want it run after the caller's 1", res.IsError, text(res), c.asked.Load())
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the upstream ran the drop %d times; want 1", n)
+	}
+	// The same proposal, not a new one: A let it go to B, which
+	// decided nothing and fulfilled it.
+	poll.Until(t, "A no longer holds the proposal", func() bool { return !heldOn(a, held) })
+	close(closeForm)
+	// The old request, should its client still read it, is told where
+	// its answer went: it does not wait for ever.
+	select {
+	case res := <-first:
+		if want := "fulfiller refused this call (other): this call was taken over by its retry on another fulfiller instance; the answer goes to the retry"; !res.IsError || text(res) != want {
+			t.Errorf("the old request on A: isError %v %q; want %q", res.IsError, text(res), want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the old request on A was not answered once B took its call over")
+	}
+	stages := map[string]bool{}
+	for _, l := range logLines(t, b.log) {
+		if id, _ := l["proposal_id"].(string); id != "" && id != held {
+			t.Errorf("B's decision log has a line of another proposal %s: %v", id, l)
+		}
+		if st, _ := l["stage"].(string); st != "" {
+			stages[st] = true
+		}
+	}
+	if stages["decided"] || !stages["approved"] || !stages["fulfilled"] {
+		t.Errorf("B's decision log stages %v: want approved and fulfilled, and no decision", stages)
+	}
+}
+
+// heldOn reports whether in's engine holds proposal id.
+func heldOn(in *instance, id string) bool {
+	for _, p := range in.srv.Engine().Pending() {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}

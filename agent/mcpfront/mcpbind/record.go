@@ -17,3 +17,13 @@ func (b *Binding) RecordParams(p *lifecycle.Proposal) json.RawMessage {
 	}
 	return e.Params
 }
+
+// TakenElsewhere implements fulfill.TakenElsewhere: another instance
+// took proposal id over (its client's retry reached it), so the call
+// still held here, if any, is answered that its answer goes there
+// (mcpfront.Front's Dropped).
+func (b *Binding) TakenElsewhere(id string) {
+	if d, ok := b.fx.(interface{ Dropped(proposalID string) }); ok {
+		d.Dropped(id)
+	}
+}
