@@ -159,6 +159,21 @@ func startInboxInstance(t *testing.T, m state.Mode, runs *atomic.Int32) *inboxIn
 	return in
 }
 
+// waitStage waits until the decision log at path has a line of
+// proposal id at stage: the engine writes a call's last line once the
+// client has its answer.
+func waitStage(t *testing.T, path, id, stage string) {
+	t.Helper()
+	poll.Until(t, "the "+stage+" line of "+id, func() bool {
+		for _, l := range logLines(t, path) {
+			if l["proposal_id"] == id && l["stage"] == stage {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // logLines reads a decision log's lines.
 func logLines(t *testing.T, path string) []map[string]any {
 	t.Helper()
@@ -267,6 +282,7 @@ func TestRetryReattachesAfterInstanceDies(t *testing.T) {
 
 	// B made no decision of its own: its lines are the held proposal's,
 	// resumed, approved and fulfilled; A's log has its decision.
+	waitStage(t, b.Log, held, "fulfilled")
 	stages := map[string]bool{}
 	for _, l := range logLines(t, b.Log) {
 		if id, _ := l["proposal_id"].(string); id != "" && id != held {
@@ -369,6 +385,7 @@ func TestRetryAsksTheCallerOnItsNewSession(t *testing.T) {
 	// The same proposal, not a new one: A let it go to B, which
 	// decided nothing and fulfilled it.
 	poll.Until(t, "A no longer holds the proposal", func() bool { return !heldOn(a, held) })
+	waitStage(t, b.log, held, "fulfilled")
 	close(closeForm)
 	// The old request, should its client still read it, is told where
 	// its answer went: it does not wait for ever.
