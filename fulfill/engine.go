@@ -259,7 +259,22 @@ func (e *Engine) ask(ctx context.Context, fn func(*lifecycle.Core)) bool {
 // wrapping ErrUndelivered when answers owed were neither written nor
 // kept in the store for the next run.
 func (e *Engine) Run(ctx context.Context) error {
-	return e.run(ctx, runHooks{})
+	if !e.cfg.Store.Shared() {
+		return e.run(ctx, runHooks{})
+	}
+	// On a group's store another member may take a record this one
+	// holds (TakeOver there): the watch lets it go here at once.
+	return e.run(ctx, runHooks{serve: func(base context.Context) {
+		wctx, stop := context.WithCancel(base)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.watchRecords(wctx)
+		}()
+		<-ctx.Done()
+		stop()
+		<-done
+	}})
 }
 
 // runHooks are what a front end of this package does at the steps of

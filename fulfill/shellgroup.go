@@ -146,7 +146,7 @@ func (s *Fulfiller) settle(ctx context.Context, recs []*lifecycle.Proposal) []li
 // record another member wrote (an operator's take there, an adoption
 // after this member's lease lapsed): the fence alone (ErrConflict) acts
 // only at this member's next write. Runs until ctx ends.
-func (s *Fulfiller) watchRecords(ctx context.Context) {
+func (s *Engine) watchRecords(ctx context.Context) {
 	for {
 		changes, err := s.cfg.Store.WatchRecords(ctx)
 		if err != nil {
@@ -157,6 +157,9 @@ func (s *Fulfiller) watchRecords(ctx context.Context) {
 					s.log.Warn("proposal's record written by another member of the group (taken for an operator's cancel there, or adopted); this member sends nothing more about it", "proposal", c.ProposalID)
 					s.records.forget(c.ProposalID)
 					s.post(lifecycle.Released{ID: c.ProposalID})
+					if te, ok := s.fe.(TakenElsewhere); ok {
+						te.TakenElsewhere(c.ProposalID)
+					}
 				}
 			}
 		}

@@ -39,6 +39,10 @@ type Config struct {
 	// ended is started again [100ms, 10s]; ConnectTimeout bounds its
 	// start (process, initialize, first tools/list) [30s].
 	BackoffMin, BackoffMax, ConnectTimeout time.Duration
+	// Reattach, when set, re-attaches a client's retry of a call held
+	// for approval to it, here or on another instance, and keeps a held
+	// call whose client went away for its retry (reattach.go).
+	Reattach Reattacher
 	// Logger logs to stderr, never stdout ([slog.DiscardHandler]).
 	Logger *slog.Logger
 }
@@ -96,6 +100,9 @@ type held struct {
 	// the engine got it (raw): an Answer that relays those bytes is
 	// answered with the decoded result, not decoded again.
 	relayed *relayedResult
+
+	// escalated: the engine holds the call for approvers (Reattach).
+	escalated bool
 }
 
 // relayedResult is an upstream's result, decoded and as JSON.
@@ -464,6 +471,11 @@ func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (
 	if ip := ss.InitializeParams(); ip != nil && ip.ProtocolVersion >= mrtrVersion {
 		h.mrtr = true
 	}
+	if f.cfg.Reattach != nil {
+		if res, err, done := f.reattach(ctx, h); done {
+			return res, err
+		}
+	}
 	f.mu.Lock()
 	f.held[p.ID] = h
 	f.mu.Unlock()
@@ -513,6 +525,13 @@ func (f *Front) hold(ctx context.Context, h *held) (*mcp.CallToolResult, error) 
 		case <-tick:
 			f.notifyProgress(h, "waiting for fulfiller's decision")
 		case <-ctx.Done():
+			if f.keepForRetry(ctx, h) {
+				// Kept for the client's retry, here or elsewhere, until
+				// RetryWait; the engine still holds it for the approvers.
+				detached = true
+				f.detach(h)
+				return nil, ctx.Err()
+			}
 			f.withdraw(h, withdrawReason(ctx))
 			return nil, ctx.Err()
 		case <-f.ctx.Done():
@@ -650,7 +669,9 @@ func withdrawReason(ctx context.Context) string {
 // client, and its prompts end.
 func (f *Front) release(h *held) {
 	f.mu.Lock()
-	delete(f.held, h.p.ID)
+	if f.held[h.p.ID] == h { // not a retry re-attached under its id since
+		delete(f.held, h.p.ID)
+	}
 	f.mu.Unlock()
 	h.mu.Lock()
 	h.gone = true
@@ -834,6 +855,9 @@ func (f *Front) Status(_ context.Context, s Status) {
 	h := f.lookup(s.ProposalID)
 	if h == nil {
 		return
+	}
+	if s.Stage == StageEscalated {
+		f.noteHeld(h, s.Deadline)
 	}
 	msg := s.Message
 	if msg == "" {

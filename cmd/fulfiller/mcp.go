@@ -78,6 +78,7 @@ type mcpFlags struct {
 	cmd                 *cobra.Command
 	policies, data      []string
 	state               string
+	stateCreds          string
 	decisionLog         string
 	toolMetadata        string
 	approvers           []string
@@ -104,7 +105,8 @@ type mcpFlags struct {
 func (fl *mcpFlags) register(f *pflag.FlagSet) {
 	f.StringArrayVar(&fl.policies, "policy", nil, "Rego policy file or directory (repeatable; default: "+filepath.Join(mcpConfigDir(), "policies")+" when it exists)")
 	f.StringArrayVar(&fl.data, "data", nil, "JSON or YAML data document for the policies (repeatable; default: "+filepath.Join(mcpConfigDir(), "data.yaml")+" when it exists)")
-	f.StringVar(&fl.state, "state", mcpStateDir(), "where tool pins and grants live: a `DIR` every fulfiller mcp on it shares, or memory")
+	f.StringVar(&fl.state, "state", mcpStateDir(), "where tool pins, grants and (on NATS) held calls live: a `DIR` every fulfiller mcp on it shares, nats://host:4222[,nats://…] or tls://… (a NATS JetStream cluster several mcp serve instances share), or memory")
+	f.StringVar(&fl.stateCreds, "state-creds", "", "NATS credentials `FILE` for a nats:// or tls:// --state (credentials are never accepted in the URL)")
 	f.StringVar(&fl.toolMetadata, "tool-metadata", "", "`FILE` (YAML or JSON) of tool annotations declared per upstream NAME and tool, in place of what the upstreams send; hot-reloaded")
 	f.StringVar(&fl.decisionLog, "decision-log", "", "append every decision and outcome as JSON lines to `FILE` (none by default)")
 	f.StringSliceVar(&fl.approvers, "approvers", nil, "approvers asked when an escalating policy names none (comma-separated ids; @caller is the person at the client)")
@@ -130,8 +132,8 @@ func (fl *mcpFlags) validate() (state.Mode, error) {
 	if err != nil {
 		return state.Mode{}, usageErrorf("--state %v", err)
 	}
-	if m.Kind == state.External {
-		return state.Mode{}, usageErrorf("--state %s: fulfiller mcp keeps its state in a directory or in memory", fl.state)
+	if fl.stateCreds != "" && m.Kind != state.External {
+		return state.Mode{}, usageErrorf("--state-creds is only for a nats:// or tls:// --state, not %s", m)
 	}
 	if fl.clientID == "" {
 		return state.Mode{}, usageErrorf("--client-id must not be empty")
@@ -198,8 +200,13 @@ func (fl *mcpFlags) start(ctx context.Context, ups []mcpfront.Upstream) (*mcpser
 	}
 	fl.log = log
 	warnConfig(log, fl.cmd, httpToken)
+	if fl.stateCreds != "" {
+		if err := checkCredsFile(fl.stateCreds, log); err != nil {
+			return nil, err
+		}
+	}
 	cfg := mcpserve.Config{
-		Upstreams: ups, State: m, DecisionLog: fl.decisionLog, ToolMetadata: fl.toolMetadata, ClientID: fl.clientID, Approvers: fl.approvers,
+		Upstreams: ups, State: m, StateCreds: fl.stateCreds, DecisionLog: fl.decisionLog, ToolMetadata: fl.toolMetadata, ClientID: fl.clientID, Approvers: fl.approvers,
 		Policy:          policies.Options{Policies: fl.policies, Data: fl.data, Timeout: fl.policyTimeout, Logger: log},
 		ApprovalTimeout: fl.approvalTimeout, FulfillTimeout: fl.fulfillTimeout, Version: buildVersion(), Logger: log,
 	}

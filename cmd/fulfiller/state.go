@@ -70,23 +70,33 @@ func (s *stateFlags) check(log *slog.Logger) (state.Mode, error) {
 		}
 	case state.External:
 		if s.creds != "" {
-			f, err := os.Open(s.creds)
-			if err != nil {
-				return state.Mode{}, fileError("--state-creds", err)
-			}
-			fi, err := f.Stat()
-			_ = f.Close()
-			switch {
-			case err != nil:
-				return state.Mode{}, fileError("--state-creds", err)
-			case !fi.Mode().IsRegular():
-				return state.Mode{}, usageErrorf("--state-creds %s: not a regular file", s.creds)
-			case fi.Mode().Perm()&0o077 != 0:
-				log.Warn(fmt.Sprintf("--state-creds %s is readable by group or others (mode %#o): chmod 600 it", s.creds, fi.Mode().Perm()))
+			if err := checkCredsFile(s.creds, log); err != nil {
+				return state.Mode{}, err
 			}
 		}
 	}
 	return m, nil
+}
+
+// checkCredsFile checks that --state-creds names a readable regular
+// file, warning when group or others may read it: it holds a private
+// key seed. run's --check and fulfiller mcp both check it this way.
+func checkCredsFile(path string, log *slog.Logger) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fileError("--state-creds", err)
+	}
+	fi, err := f.Stat()
+	_ = f.Close()
+	switch {
+	case err != nil:
+		return fileError("--state-creds", err)
+	case !fi.Mode().IsRegular():
+		return usageErrorf("--state-creds %s: not a regular file", path)
+	case fi.Mode().Perm()&0o077 != 0:
+		log.Warn(fmt.Sprintf("--state-creds %s is readable by group or others (mode %#o): chmod 600 it", path, fi.Mode().Perm()))
+	}
+	return nil
 }
 
 // checkStateDir tries what run will do with dir, so that --check fails

@@ -59,8 +59,12 @@ type Config struct {
 	// Policy is how the policy loads.
 	Policy policies.Options
 	// State is where pins and grants are kept: a directory (shared by
-	// every process on it) or memory.
+	// every process on it), memory, or a NATS cluster (External: shared
+	// by every instance on it, see "Several instances" in docs/mcp.md).
 	State state.Mode
+	// StateCreds is the NATS credentials file of an External State ("":
+	// none).
+	StateCreds string
 	// ToolMetadata is the file of tool annotations the operator declares
 	// per upstream NAME and tool ("": none); hot-reloaded.
 	ToolMetadata string
@@ -157,13 +161,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	policy := sidecar.NewPolicy(cfg.Policy, cfg.ToolMetadata, cfg.Keys, s.ops, log)
 	s.parts.Add("policy", policy)
-	s.store = &storePart{mode: cfg.State, log: log}
+	s.store = &storePart{mode: cfg.State, creds: cfg.StateCreds, log: log}
 	s.parts.Add("state store", s.store)
 	gp := &grantsPart{store: s.store, ops: s.ops, log: log}
 	s.parts.Add("grants", gp)
 	s.eng = &enginePart{cfg: &cfg, log: log, ops: s.ops, notifier: notifier, policy: policy, store: s.store, grants: gp, done: make(chan struct{})}
 	s.front = &frontPart{cfg: &cfg, log: log, store: s.store}
 	s.eng.front = s.front
+	if cfg.State.Kind == state.External {
+		// Instances on one cluster share the calls held for approval:
+		// a client's retry re-attaches on whichever it reaches.
+		r := &reattacher{store: s.store, log: log}
+		s.parts.Add("held calls", r)
+		s.front.reattach, s.eng.reattach = r, r
+	}
 	// The binding and the front end are made before the team inbox, so
 	// that its approvers' answers have somewhere to go.
 	s.parts.Add("front end", &makeFront{f: s.front})
@@ -196,12 +207,13 @@ func startError(err error) error {
 // storePart opens the store of pins and grants; Stop closes it.
 type storePart struct {
 	mode  state.Mode
+	creds string
 	log   *slog.Logger
 	store *state.Store
 }
 
 func (p *storePart) Start(ctx context.Context) error {
-	store, err := openStore(ctx, p.mode, p.log)
+	store, err := openStore(ctx, p.mode, p.creds, p.log)
 	if err != nil {
 		return &StartError{Part: "state", Err: err}
 	}
@@ -248,6 +260,7 @@ type frontPart struct {
 
 	bind      *mcpbind.Binding
 	approvers *approver.Local // nil without the team inbox
+	reattach  *reattacher     // nil unless on a NATS cluster
 	front     *mcpfront.Front
 	running   sync.WaitGroup
 	stop      context.CancelFunc
@@ -269,7 +282,11 @@ func (m *makeFront) Start(context.Context) error {
 		opts.Approvers = f.approvers
 	}
 	f.bind = mcpbind.New(opts)
-	front, err := mcpfront.New(mcpfront.Config{Engine: f.bind, Pins: f.store.store, ClientID: f.cfg.ClientID, Version: f.cfg.Version, Logger: f.log}, f.cfg.Upstreams...)
+	fcfg := mcpfront.Config{Engine: f.bind, Pins: f.store.store, ClientID: f.cfg.ClientID, Version: f.cfg.Version, Logger: f.log}
+	if f.reattach != nil {
+		fcfg.Reattach = f.reattach
+	}
+	front, err := mcpfront.New(fcfg, f.cfg.Upstreams...)
 	if err != nil {
 		return &StartError{Part: "front end", Err: err}
 	}
@@ -346,6 +363,7 @@ type enginePart struct {
 	store    *storePart
 	grants   *grantsPart
 	front    *frontPart
+	reattach *reattacher // nil unless on a NATS cluster
 
 	engine  *fulfill.Engine
 	runErr  error         // Run's, once done is closed
@@ -382,8 +400,16 @@ func (p *enginePart) Start(ctx context.Context) error {
 		Observer: obs, Logger: log, Grants: p.grants.reg, ShadowTimeout: cfg.Policy.Timeout,
 		ToolMetadata: p.policy.ToolMetadata(),
 	}
+	if p.reattach != nil {
+		// The held calls' records are in the cluster, where the
+		// instance a client's retry reaches takes them over.
+		fcfg.Store = p.store.store
+	}
 	f := p.front
 	p.engine = fulfill.NewEngine(f.bind, p.policy.Engine(), fcfg)
+	if p.reattach != nil {
+		p.reattach.eng = p.engine
+	}
 	f.bind.Bind(p.engine, f.front)
 	p.ops.Running(sidecar.Live{Gateway: frontGateway{}, Policy: p.policy.Engine(), Counter: p.engine, Operator: operator{p.engine}, Grants: p.grants.reg})
 	ectx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -410,14 +436,21 @@ func (p *enginePart) Stop() error {
 const StoreSpace = "mcp"
 
 // openStore opens m for pins and grants: a directory is one every
-// `fulfiller mcp` on it shares (state.SharedDir), each process a member
-// of its own.
-func openStore(ctx context.Context, m state.Mode, log *slog.Logger) (*state.Store, error) {
+// `fulfiller mcp` on it shares (state.SharedDir), a NATS cluster one
+// every instance on it shares, each process a member of its own.
+func openStore(ctx context.Context, m state.Mode, creds string, log *slog.Logger) (*state.Store, error) {
 	if m.Kind == state.Dir {
 		m.Kind = state.SharedDir
 	}
 	member := "mcp-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
-	store, err := state.Open(ctx, state.Config{Mode: m, Space: StoreSpace, Member: member, Logger: log})
+	if m.Kind == state.External {
+		// Instances on several machines share the cluster: the host
+		// tells their members apart where a pid would not.
+		if host, err := os.Hostname(); err == nil && host != "" {
+			member = "mcp-" + memberSafe(host) + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+		}
+	}
+	store, err := state.Open(ctx, state.Config{Mode: m, Creds: creds, Space: StoreSpace, Member: member, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("state %s: %w", m, err)
 	}
@@ -459,4 +492,14 @@ func (s *Server) Handler(opts mcpfront.HTTPOptions) http.Handler { return s.fron
 func (s *Server) Close() error {
 	s.once.Do(func() { s.closeErr = s.parts.Stop() })
 	return s.closeErr
+}
+
+// memberSafe is host as part of a member id: at most 64 bytes (the id
+// must stay under the store's limit; a member id is keyed, so any bytes
+// are safe in it).
+func memberSafe(host string) string {
+	if len(host) > 64 {
+		return host[:64]
+	}
+	return host
 }
