@@ -9,7 +9,7 @@ import (
 // MoreParallel lets twice GOMAXPROCS parallel tests run at once, unless
 // -test.parallel was given. A package's TestMain calls it before m.Run
 // when its parallel tests mostly wait (on processes they started, on a
-// browser's page that refreshes every second, on leases and deadlines):
+// demo's pauses, on leases and deadlines):
 // at go test's default of GOMAXPROCS, two of them at a time left the cores
 // of a 2-core machine idle while they did (cmd/fulfiller took 184s idle
 // for about 140s of CPU). Three and four times as many at once made more
