@@ -4,13 +4,10 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -53,7 +50,7 @@ func TestMain(m *testing.M) {
 	}
 	_, err := os.Stat(defaultStateDir)
 	existed := err == nil
-	moreParallel()
+	testenv.MoreParallel() // the binary tests mostly wait on their processes
 	code := m.Run()
 	browsertest.Stop()
 	if fulfillerScript.dir != "" {
@@ -65,23 +62,6 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
-}
-
-// moreParallel lets twice GOMAXPROCS parallel tests run at once,
-// unless -test.parallel was given: the parallel tests here are the
-// binary's end-to-end runs, which mostly wait (on their processes, on
-// leases, deadlines and restarts), and at go test's default of GOMAXPROCS
-// two of them at a time left the cores idle while they did (the package
-// took 184s on an idle 2-core machine, for about 140s of CPU). Three and
-// four times as many at once made more tests miss
-// their waits on a machine loaded by other work.
-func moreParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
-	}
 }
 
 // fulfillerBinary returns the path of a program that runs fulfiller with

@@ -95,7 +95,7 @@ func TestDemoHoldPrintsARunThatJoins(t *testing.T) {
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the printed run's /readyz answers 200", func() bool {
+	poll.UntilServed(t, "the printed run's /readyz answers 200", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			return false

@@ -22,6 +22,7 @@ import (
 // /mcp/NAME gets the same decisions as over stdio, and SIGTERM stops
 // the server (exit 0).
 func TestMCPServeDecidesOverHTTP(t *testing.T) {
+	t.Parallel() // its own processes, directories and port, mostly waiting on them
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "files")
 	if err := os.Mkdir(dir, 0o755); err != nil {

@@ -194,6 +194,7 @@ func (r *mcpRig) lines(t *testing.T) []map[string]any {
 }
 
 func TestMCPStdioDecidesEveryCall(t *testing.T) {
+	t.Parallel() // its own processes and directories, mostly waiting on them
 	r := startMCP(t, nil)
 	ctx := context.Background()
 
@@ -264,7 +265,9 @@ func callerAnswers(result *mcp.ElicitResult, asked *int) *mcp.ClientOptions {
 }
 
 func TestMCPStdioAsksTheCaller(t *testing.T) {
+	t.Parallel() // its own processes and directories, mostly waiting on them
 	t.Run("accept", func(t *testing.T) {
+		t.Parallel()
 		asked := 0
 		r := startMCP(t, callerAnswers(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, &asked))
 		res := r.call(t, "delete_path", map[string]any{"path": "a.txt"})
@@ -276,6 +279,7 @@ func TestMCPStdioAsksTheCaller(t *testing.T) {
 		}
 	})
 	t.Run("decline", func(t *testing.T) {
+		t.Parallel()
 		asked := 0
 		r := startMCP(t, callerAnswers(&mcp.ElicitResult{Action: "decline"}, &asked))
 		res := r.call(t, "delete_path", map[string]any{"path": "a.txt"})

@@ -51,7 +51,7 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 		_ = cmd.Wait()
 	}()
 	get := func(path string) (int, string) { return httpGet(addr, path, "") }
-	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.UntilServed(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	prop := w.coder()
 	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
@@ -142,7 +142,7 @@ func TestRunBinaryDecisionLogRecoversWhenTheDiskHasRoom(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	poll.Until(t, "/readyz says ready", func() bool { return ready() == 200 })
+	poll.UntilServed(t, "/readyz says ready", func() bool { return ready() == 200 })
 	prop := w.coder()
 	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
 	call := json.RawMessage(`{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/x"}}}`)
@@ -160,7 +160,7 @@ func TestRunBinaryDecisionLogRecoversWhenTheDiskHasRoom(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "/readyz ready again without a restart", func() bool { return ready() == 200 })
+	poll.UntilServed(t, "/readyz ready again without a restart", func() bool { return ready() == 200 })
 	id2, err := prop.Propose(ctx, "p-room", []string{"fs"}, call)
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func TestRunBinaryBundleRollout(t *testing.T) {
 		r.Revision, r.ReloadError = raw.Revision, raw.ReloadError
 		return code, r
 	}
-	poll.Until(t, "/readyz says ready with v1", func() bool { code, r := ready(); return code == 200 && r.Revision == "v1" })
+	poll.UntilServed(t, "/readyz says ready with v1", func() bool { code, r := ready(); return code == 200 && r.Revision == "v1" })
 
 	prop := w.coder()
 	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
@@ -93,12 +93,12 @@ func TestRunBinaryBundleRollout(t *testing.T) {
 	// Rollout, after the poll has been answered 304 at least once.
 	poll.Until(t, "a 304", func() bool { return host.count(http.StatusNotModified) > 0 })
 	host.serve(build("disagree", "v2", priv))
-	poll.Until(t, "v2 in force", func() bool { _, r := ready(); return r.Revision == "v2" })
+	poll.UntilServed(t, "v2 in force", func() bool { _, r := ready(); return r.Revision == "v2" })
 	propose("p-v2", "disagree")
 
 	// A forged bundle (another key): refused, v2 stays.
 	host.serve(build("other", "v3", otherPriv))
-	poll.Until(t, "the refused bundle in /readyz", func() bool {
+	poll.UntilServed(t, "the refused bundle in /readyz", func() bool {
 		code, r := ready()
 		return code == 200 && r.Revision == "v2" && strings.Contains(r.ReloadError, "failed to verify JWT signature")
 	})

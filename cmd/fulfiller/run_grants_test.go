@@ -72,7 +72,7 @@ func TestRunBinaryGrants(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		poll.Until(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
+		poll.UntilServed(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
 		return cmd.Process
 	}
 	read := func(id, path string) {
@@ -211,7 +211,7 @@ func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		poll.Until(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
+		poll.UntilServed(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
 		return cmd, &logs
 	}
 	read := func(id string) {

@@ -44,7 +44,7 @@ func TestRunGroupRollingRestart(t *testing.T) {
 	addr := map[string]string{"ful-a": freeAddr(t), "ful-b": freeAddr(t)}
 	start := func(id string) *os.Process {
 		p := w.start(bin, id, url, "--lease", "2s", "--http", addr[id], "--http-token-file", tokFile)
-		poll.Until(t, id+" is ready", func() bool { code, _ := httpGet(addr[id], "/readyz", ""); return code == 200 })
+		poll.UntilServed(t, id+" is ready", func() bool { code, _ := httpGet(addr[id], "/readyz", ""); return code == 200 })
 		return p
 	}
 	stop := func(id string, p *os.Process) {

@@ -73,7 +73,7 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
-	poll.Until(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
+	poll.UntilServed(t, "/readyz says ready", func() bool { code, _ := httpGet(addr, "/readyz", ""); return code == 200 })
 	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
 
 	metric := func(name string) string {
@@ -154,7 +154,7 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 
 	// A broken file: refused, logged, counted; alice's key stays.
 	writeKeys(aliceLine + "carol not-a-key\n")
-	poll.Until(t, "the broken file refused", func() bool { return metric("fulfiller_approver_keys_reload_failures_total") == "1" })
+	poll.UntilServed(t, "the broken file refused", func() bool { return metric("fulfiller_approver_keys_reload_failures_total") == "1" })
 	if got := metric("fulfiller_approver_keys_reload_failing"); got != "1" {
 		t.Errorf("fulfiller_approver_keys_reload_failing %q, want 1", got)
 	}
@@ -172,14 +172,14 @@ decision := {"action": "escalate", "message": "a human decides"} if input.tool.n
 	if err := os.WriteFile(keysPath, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the truncated file refused", func() bool { return metric("fulfiller_approver_keys_reload_failures_total") == "2" })
+	poll.UntilServed(t, "the truncated file refused", func() bool { return metric("fulfiller_approver_keys_reload_failures_total") == "2" })
 	if !strings.Contains(logs.String(), `"level":"WARN","msg":"approver keys reload failed; the last good keys stay in force","file":"`+keysPath+`","err":"`+keysPath+`: no approver keys:`) {
 		t.Errorf("the truncated file is not refused at WARN:\n%s", logs.String())
 	}
 	p3 := asked("p-3")
 	refusedUnsigned(p3, "p-3")
 	writeKeys(aliceLine)
-	poll.Until(t, "the file written back", func() bool { return metric("fulfiller_approver_keys_reload_failing") == "0" })
+	poll.UntilServed(t, "the file written back", func() bool { return metric("fulfiller_approver_keys_reload_failing") == "0" })
 	answer(p3, "signed")
 	fulfilled("p-3")
 

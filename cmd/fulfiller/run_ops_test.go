@@ -43,7 +43,7 @@ func TestRunBinaryOperations(t *testing.T) {
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN="}, "--token-file", tokenFile, "--http-token-file", httpTokenFile,
 		"--http", addr, "--decision-log", logPath, "--mask", "params.arguments.path")
 	get := func(path, tok string) (int, string) { return httpGet(addr, path, tok) }
-	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz", ""); return code == 200 })
+	poll.UntilServed(t, "/readyz says ready", func() bool { code, _ := get("/readyz", ""); return code == 200 })
 
 	prop := w.coder()
 	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
@@ -51,7 +51,7 @@ func TestRunBinaryOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the operator API shows the escalation", func() bool {
+	poll.UntilServed(t, "the operator API shows the escalation", func() bool {
 		code, body := get("/v1/proposals/"+id, "op-secret")
 		return code == 200 && strings.Contains(body, `"state": "awaiting_approval"`)
 	})

@@ -39,7 +39,7 @@ func TestRunBinaryShadowPolicy(t *testing.T) {
 	addr := freeAddr(t)
 	cmd, stderr := w.runFulfiller(bin, nil, "--http", addr, "--decision-log", logPath, "--shadow-policy", shadowPath)
 	get := func(path string) (int, string) { return httpGet(addr, path, "") }
-	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.UntilServed(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	watcher := w.join("watcher", "human-token")
 	seen := watcher.Subscribe(agent.SubscribeOptions{All: true, Buffer: 256})

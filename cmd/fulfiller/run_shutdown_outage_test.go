@@ -43,7 +43,7 @@ func TestRunBinaryDeliversShutdownAnswersAfterARestart(t *testing.T) {
 	// the gateway is gone (with 1s, a loaded machine under -race made one
 	// of the four in time).
 	first, stderr := w.runFulfiller(bin, env, "--http", addr, "--shutdown-timeout", "3s", "--state", dir)
-	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.UntilServed(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	ids := []string{"p-1", "p-2", "p-3", "p-4"}
 	proposerOf := map[string]string{}
@@ -74,7 +74,7 @@ func TestRunBinaryDeliversShutdownAnswersAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = w.Space.Close()
-	poll.Until(t, "the fulfiller notices the gateway is gone", func() bool {
+	poll.UntilServed(t, "the fulfiller notices the gateway is gone", func() bool {
 		code, body := get("/readyz")
 		return code == 503 && strings.Contains(body, `"gateway": "disconnected"`)
 	})

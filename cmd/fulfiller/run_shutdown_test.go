@@ -56,7 +56,7 @@ func sigtermWithGatewayDown(t *testing.T, extra []string, wantMsg string, wantKe
 	const apiToken = "shutdown-test-api-token"
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_HTTP_TOKEN=" + apiToken}, append([]string{"--http", addr, "--shutdown-timeout", "1s"}, extra...)...)
 	get := func(path string) (int, string) { return httpGet(addr, path, apiToken) }
-	poll.Until(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.UntilServed(t, "/readyz says ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 
 	prop := w.coder()
 	poll.Until(t, "the fulfiller sees the coder", func() bool { return slices.Contains(srv.Participants(), "coder") })
@@ -85,7 +85,7 @@ func sigtermWithGatewayDown(t *testing.T, extra []string, wantMsg string, wantKe
 	}
 
 	srv.Close()
-	poll.Until(t, "the fulfiller notices the gateway is gone", func() bool {
+	poll.UntilServed(t, "the fulfiller notices the gateway is gone", func() bool {
 		code, body := get("/readyz")
 		return code == 503 && strings.Contains(body, `"gateway": "disconnected"`)
 	})
@@ -122,7 +122,7 @@ func TestRunBinaryWrongTokenSaysSo(t *testing.T) {
 	ln.Close()
 	cmd, stderr := w.runFulfiller(bin, []string{"FULFILLER_TOKEN=wrong-token"}, "--http", addr)
 	const reason = `"reason": "the capabilities the gateway granted (chat, mcp/response) do not permit mcp/reject or mcp/request tools/call: check the token"`
-	poll.Until(t, "/readyz says why it is not ready", func() bool {
+	poll.UntilServed(t, "/readyz says why it is not ready", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			return false

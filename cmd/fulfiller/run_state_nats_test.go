@@ -68,7 +68,7 @@ func TestRunBinaryReadinessFollowsTheNATSServer(t *testing.T) {
 		_ = json.Unmarshal(raw, &body)
 		return resp.StatusCode, body
 	}
-	poll.Until(t, "ready with the store up", func() bool {
+	poll.UntilServed(t, "ready with the store up", func() bool {
 		code, body := readyz()
 		return code == 200 && body["store"] == "ok"
 	})
@@ -78,14 +78,14 @@ func TestRunBinaryReadinessFollowsTheNATSServer(t *testing.T) {
 
 	stopNATS()
 	wantReason := fmt.Sprintf("the state store (%s) does not accept writes: ", url)
-	poll.Until(t, "503 naming the store", func() bool {
+	poll.UntilServed(t, "503 naming the store", func() bool {
 		code, body := readyz()
 		reason, _ := body["reason"].(string)
 		return code == 503 && body["store"] == "failing" && strings.HasPrefix(reason, wantReason)
 	})
 
 	startNATS()
-	poll.Until(t, "ready again with the store back", func() bool {
+	poll.UntilServed(t, "ready again with the store back", func() bool {
 		code, body := readyz()
 		return code == 200 && body["store"] == "ok"
 	})

@@ -19,16 +19,84 @@ import (
 	"github.com/mewkit/fulfiller/internal/logbuf"
 )
 
+// scriptedRun is what one run of the scripted demo showed: its
+// narration, how long it took, and what the files server and the
+// fulfiller's tool list looked like on the way.
+type scriptedRun struct {
+	start time.Time // when the story began, to the second
+	took  time.Duration
+	text  string
+	err   error
+	// fsAnswers are fs's answers (mcp/response payloads) as the space
+	// carried them; tools is the fulfiller's tool list once all 8 tools
+	// were discovered.
+	fsAnswers []string
+	tools     []fulfill.ToolView
+}
+
+// scripted is the package's one run of the scripted demo, which
+// TestDemoStoryCompletes, TestDemoFilesServerAnswersAsTheBridge and
+// TestDemoInteractiveAnswersEveryCard each read: every run of the
+// story is the same 15 steps, and three runs of it cost three times the
+// CPU on a 2-core machine for nothing one run does not show.
+var scripted struct {
+	once sync.Once
+	run  scriptedRun
+}
+
+// scriptedDemo runs the scripted demo once per test binary, as `fulfiller
+// demo` does (no person, the default step timeout), and returns what it
+// showed.
+func scriptedDemo() *scriptedRun {
+	scripted.once.Do(func() {
+		r := &scripted.run
+		var mu sync.Mutex
+		var out syncBuffer
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		r.start = time.Now().Truncate(time.Second)
+		started := time.Now()
+		r.err = Run(ctx, Options{Out: &out, PolicyTimeout: time.Minute, Started: func(run Running) {
+			sub := run.Gateway.Subscribe(agent.SubscribeOptions{All: true})
+			go func() {
+				for env := range sub.C() {
+					if env.From == "fs" && env.Kind == agent.KindResponse {
+						mu.Lock()
+						r.fsAnswers = append(r.fsAnswers, string(env.Payload))
+						mu.Unlock()
+					}
+				}
+			}()
+			go func() {
+				for ctx.Err() == nil {
+					if v := run.Fulfiller.ToolViews(); len(v) >= 8 {
+						mu.Lock()
+						r.tools = v
+						mu.Unlock()
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+		}})
+		r.took = time.Since(started)
+		r.text = out.String()
+		// The subscription's goroutine may still be delivering the
+		// last envelopes: a copy under the lock is what the tests read.
+		mu.Lock()
+		r.fsAnswers, r.tools = append([]string(nil), r.fsAnswers...), append([]fulfill.ToolView(nil), r.tools...)
+		mu.Unlock()
+	})
+	return &scripted.run
+}
+
 func TestDemoStoryCompletes(t *testing.T) {
 	t.Parallel() // a space and a temporary directory of its own
-	var out strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	start := time.Now().Truncate(time.Second)
-	if err := Run(ctx, Options{Out: &out, PolicyTimeout: time.Minute}); err != nil {
-		t.Fatalf("demo failed: %v\n%s", err, out.String())
+	run := scriptedDemo()
+	if run.err != nil {
+		t.Fatalf("demo failed: %v\n%s", run.err, run.text)
 	}
-	text := out.String()
+	text, start := run.text, run.start
 	for _, want := range []string{
 		"└─ fulfilled  42 (",
 		"chat to coder: no participant in the space offers tool \"list_users\"",
@@ -236,39 +304,11 @@ type syncBuffer = logbuf.Buffer
 // reads from its deletes, and every fs call the story makes is answered.
 func TestDemoFilesServerAnswersAsTheBridge(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var fsAnswers []string
-	var tools []fulfill.ToolView
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	err := Run(ctx, Options{Out: io.Discard, PolicyTimeout: time.Minute, Started: func(r Running) {
-		sub := r.Gateway.Subscribe(agent.SubscribeOptions{All: true})
-		go func() {
-			for env := range sub.C() {
-				if env.From == "fs" && env.Kind == agent.KindResponse {
-					mu.Lock()
-					fsAnswers = append(fsAnswers, string(env.Payload))
-					mu.Unlock()
-				}
-			}
-		}()
-		go func() {
-			for ctx.Err() == nil {
-				if v := r.Fulfiller.ToolViews(); len(v) >= 8 {
-					mu.Lock()
-					tools = v
-					mu.Unlock()
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
-	}})
-	if err != nil {
-		t.Fatal(err)
+	run := scriptedDemo()
+	if run.err != nil {
+		t.Fatal(run.err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	fsAnswers, tools := run.fsAnswers, run.tools
 	if len(fsAnswers) < 6 {
 		t.Fatalf("fs answered %d times: %q", len(fsAnswers), fsAnswers)
 	}

@@ -41,3 +41,18 @@ func TestWithinGivesUp(t *testing.T) {
 		t.Fatalf("cond called %d times, want it asked again until the deadline", calls)
 	}
 }
+
+// UntilServed asks a process less and less often while it is not ready:
+// over 300ms, about 20 times rather than Until's 150.
+func TestUntilServedBacksOff(t *testing.T) {
+	start := time.Now()
+	calls := 0
+	ft := &fakeT{TB: t}
+	UntilServed(ft, "300ms", func() bool { calls++; return time.Since(start) >= 300*time.Millisecond })
+	if ft.failed != "" {
+		t.Fatalf("UntilServed failed: %s", ft.failed)
+	}
+	if calls > 40 || calls < 2 {
+		t.Errorf("cond called %d times in %s, want between 2 and 40", calls, time.Since(start))
+	}
+}
