@@ -90,3 +90,52 @@ func TestLoopDeciderDoesNotWaitForRun(t *testing.T) {
 		t.Fatalf("records deleted %v, want p1 and p2 fulfilled", got)
 	}
 }
+
+// A reader's Posts are queued while Run is busy (Loop.inputs is
+// buffered): they return without waiting for Run, rather than parking
+// the reader until Run takes each, and Run then applies them in their
+// order (a proposal read and then withdrawn by its proposer is
+// withdrawn: nothing is sent to the tool owner).
+func TestLoopPostQueuesWhileRunIsBusy(t *testing.T) {
+	core := New(Config{Member: "m1", MaxPending: 100, MaxInflight: 100, PendingTTL: time.Hour, FulfillTimeout: time.Hour,
+		RetryAfter: time.Second, Alone: true}, &counterIDs{})
+	store := &benchStore{revs: map[string]uint64{}, ended: make(chan string, 16), now: true}
+	wire := make(benchWire, 16)
+	policy := &gatedPolicy{asked: make(chan string, 16), proceed: make(chan struct{}, 16)}
+	loop := NewLoop(core, clocktest.New(t0), store, wire, policy, seenJournal{}, time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	inRun, free := make(chan struct{}), make(chan struct{})
+	if err := loop.Match(ctx, func(*Core) []Event { close(inRun); <-free; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	<-inRun
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer pcancel()
+	for _, ev := range []Event{
+		Proposed{ID: "p1", From: "coder", Method: "tools/call", Tool: "write", Addressee: "fs"},
+		WithdrawnBy{ID: "p1", From: "coder"},
+	} {
+		if err := loop.Post(pctx, ev); err != nil {
+			close(free)
+			t.Fatalf("Post(%T) while Run was busy: %v; want it queued at once", ev, err)
+		}
+	}
+	close(free)
+	var live int
+	if err := loop.Do(ctx, func(c *Core) { live = c.Live() }); err != nil {
+		t.Fatal(err)
+	}
+	if live != 0 {
+		t.Fatalf("%d proposals pending after the withdrawal was applied, want 0", live)
+	}
+	policy.proceed <- struct{}{} // a decision asked before the withdrawal may end
+	select {
+	case r := <-wire:
+		t.Fatalf("request %s sent for a proposal withdrawn before its decision", r.EnvelopeID)
+	default:
+	}
+}
