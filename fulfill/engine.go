@@ -205,11 +205,9 @@ func (e *Engine) promptContext(p *lifecycle.Proposal) (*policies.Tool, json.RawM
 // Post hands the core an event: a proposal read (lifecycle.Proposed,
 // its FrontEnd the front end's Name), a peer's answer (Responded,
 // Answer), a withdrawal (WithdrawnBy), the approvers present (Roster,
-// ParticipantJoined, ParticipantLeft). It returns once the event is
-// queued for the loop, which applies a front end's Posts and Matches in
-// their order (a Released once the loop has applied it:
-// lifecycle.Loop.Post), never waiting for what follows of it; an error
-// (ctx ended, or the engine stopped) means it was not queued.
+// ParticipantJoined, ParticipantLeft). It returns once the loop has
+// taken the event, never waiting for what follows of it; an error (ctx
+// ended, or the engine stopped) means it was not taken.
 func (e *Engine) Post(ctx context.Context, ev lifecycle.Event) error {
 	return e.loop.Post(ctx, ev)
 }

@@ -136,10 +136,6 @@ type Loop struct {
 	// inputs brings Run what Post, PostAll, Match and Do hand it, on
 	// one channel so that Run waits on three (inputs, done, its ctx),
 	// not six: a select costs a lock and a queued waiter per channel.
-	// It is buffered (inputQueue), so that a reader that hands an event
-	// while Run is busy goes on rather than parking until Run takes it
-	// and being woken again; what must be taken before its caller goes on
-	// waits for that (input.taken).
 	// done is the workers' reports and the deciders' Decided (result),
 	// buffered: neither waits for Run to take its result.
 	inputs  chan input
@@ -216,9 +212,6 @@ type sched interface {
 // field set says which (an event posted, a batch, a Match, a Do, a
 // lane's result).
 type input struct {
-	// taken, when set, is closed once Run has applied the input: Post of
-	// a Released, PostAll and Do wait for it (see Post).
-	taken  chan struct{}
 	ev     Event
 	evs    []Event
 	match  func(*Core) []Event
@@ -282,7 +275,7 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	l := &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		inputs: make(chan input, inputQueue), done: make(chan laneDone, 64), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
+		inputs: make(chan input), done: make(chan laneDone, 64), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
 		followers: map[string]*follower{}}
 	l.storeNow, _ = store.(Immediate)
 	l.journalNow, _ = journal.(Immediate)
@@ -292,24 +285,16 @@ func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, jou
 	return l
 }
 
-// inputQueue is how many inputs wait for Run before Post, PostAll,
-// Match and Do block: enough for a reader's burst while Run applies one.
-const inputQueue = 64
-
 // Post hands the loop an event (a frame read, a lease released, Closing).
-// It returns once the event is queued for the loop, which applies the
-// events one goroutine posts in their order; Post of a Released returns
-// once the loop has applied it: after it nothing more is done about the
+// It returns once the loop has taken the event, which it applies before
+// anything else: after Post(Released) nothing more is done about the
 // proposal (its effects not carried out are dropped; one being carried
 // out reports to a core that let go of it), so its record may be
-// adopted. An event queued when Run returns is not applied.
-// It blocks while the loop's queue is full, and gives up when ctx ends.
+// adopted.
+// It blocks while the loop is busy, and gives up when ctx ends.
 func (l *Loop) Post(ctx context.Context, ev Event) error {
 	if l.sched != nil {
 		return l.sched.send(ctx, input{ev: ev})
-	}
-	if _, ok := ev.(Released); ok {
-		return l.sendTaken(ctx, input{ev: ev})
 	}
 	select {
 	case l.inputs <- input{ev: ev}:
@@ -319,32 +304,10 @@ func (l *Loop) Post(ctx context.Context, ev Event) error {
 	}
 }
 
-// sendTaken hands Run in and returns once Run has applied it (taken);
-// it gives up when ctx ends or Run has returned (ErrStopped).
-func (l *Loop) sendTaken(ctx context.Context, in input) error {
-	in.taken = make(chan struct{})
-	select {
-	case l.inputs <- in:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.stopped:
-		return ErrStopped
-	}
-	select {
-	case <-in.taken:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.stopped:
-		return ErrStopped
-	}
-}
-
 // PostAll is Post for events the loop must apply back to back, with
 // nothing carried out in between (a record taken from another member is
 // Resumed and at once Cancelled: the resumed prompts are never asked
-// again before the cancel drops them). It returns once the loop has
-// applied them.
+// again before the cancel drops them).
 func (l *Loop) PostAll(ctx context.Context, evs ...Event) error {
 	if len(evs) == 0 {
 		return nil // nothing to apply (and input's evs nil would be an event)
@@ -352,7 +315,12 @@ func (l *Loop) PostAll(ctx context.Context, evs ...Event) error {
 	if l.sched != nil {
 		return l.sched.send(ctx, input{evs: evs})
 	}
-	return l.sendTaken(ctx, input{evs: evs})
+	select {
+	case l.inputs <- input{evs: evs}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Match hands the loop fn, which it calls with the Core on its goroutine
@@ -360,9 +328,8 @@ func (l *Loop) PostAll(ctx context.Context, evs ...Event) error {
 // order: how the shell turns a frame only the core can place (a response,
 // found by its request's envelope id) into events in one hand-off, where
 // Do and then Post cost three. fn must only read the Core, and must not
-// block or call the Loop. Match returns once fn is queued for the loop,
-// in its order with the caller's Posts (see Post), and gives up when ctx
-// ends or Run has returned (ErrStopped).
+// block or call the Loop. Match returns once the loop has taken fn, and
+// gives up when ctx ends or Run has returned (ErrStopped).
 func (l *Loop) Match(ctx context.Context, fn func(*Core) []Event) error {
 	if l.sched != nil {
 		return l.sched.send(ctx, input{match: fn})
@@ -475,9 +442,6 @@ func (l *Loop) Run(ctx context.Context) error {
 // take applies one of Run's inputs (under a sched, a lane's result
 // too).
 func (l *Loop) take(ctx context.Context, in input) {
-	if in.taken != nil {
-		defer close(in.taken)
-	}
 	switch {
 	case in.isDone:
 		l.laneDone(ctx, in.done)
