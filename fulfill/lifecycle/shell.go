@@ -136,8 +136,8 @@ type Loop struct {
 	// inputs brings Run what Post, PostAll, Match and Do hand it, on
 	// one channel so that Run waits on three (inputs, done, its ctx),
 	// not six: a select costs a lock and a queued waiter per channel.
-	// done is the workers' reports, buffered: a worker does not wait
-	// for Run to take its result.
+	// done is the workers' reports and the deciders' Decided (result),
+	// buffered: neither waits for Run to take its result.
 	inputs  chan input
 	done    chan laneDone
 	stopped chan struct{} // closed when Run returns
@@ -266,6 +266,9 @@ func (ln *lane) pop() Effect {
 type laneDone struct {
 	id     string
 	result Event // nil: nothing to report
+	// own: result is an event one of the Loop's own goroutines made (a
+	// decider's Decided, see result), no lane's end.
+	own bool
 }
 
 // NewLoop makes a Loop for core. retry is how long a failed Reload or
@@ -481,6 +484,10 @@ func (l *Loop) applyAll(ctx context.Context, evs []Event) {
 // laneDone takes a worker's report on a lane: the lane is idle again,
 // its result is applied, and its next effects start.
 func (l *Loop) laneDone(ctx context.Context, d laneDone) {
+	if d.own {
+		l.posted(ctx, d.result) // no lane ended (result)
+		return
+	}
 	l.handoffs.Add(1)
 	ln := l.lanes[d.id]
 	ln.mu.Lock()
@@ -616,7 +623,20 @@ func (l *Loop) apply(ctx context.Context, ev Event, touched []string) []string {
 // core emits the effects that follow a decision once Decided comes back
 // (and ignores one the proposal no longer waits for).
 func (l *Loop) decide(ctx context.Context, d Decide) {
-	_ = l.Post(ctx, l.policy.Decide(ctx, d))
+	l.result(ctx, l.policy.Decide(ctx, d))
+}
+
+// result hands Run ev, an event made on one of the Loop's own
+// goroutines (a decider's or a worker's Decided), on the buffered
+// channel of the workers' reports rather than as Post does: Post waits
+// until Run takes the event, so a decider that finished while Run was
+// busy parked, and was woken again when Run took it (two goroutine
+// switches more for each decision, and no next evaluation meanwhile).
+// Nothing waits for ev to be applied: a Decided the proposal no longer
+// waits for is ignored by the core, and no order binds it to another
+// goroutine's Post.
+func (l *Loop) result(ctx context.Context, ev Event) {
+	l.report(ctx, laneDone{result: ev, own: true})
 }
 
 // decider asks the policy the Decides queued for it (toDecider), one
@@ -890,7 +910,9 @@ func (l *Loop) runLane(ctx context.Context, ln *lane) {
 	}
 }
 
-// report hands Run a worker's result on a lane (Run's laneDone).
+// report hands Run a worker's result on a lane, or an event of one of
+// the Loop's own goroutines (result), without waiting for Run to take it
+// while there is room (Run's laneDone).
 func (l *Loop) report(ctx context.Context, d laneDone) {
 	if l.sched != nil {
 		_ = l.sched.send(ctx, input{done: d, isDone: true})
