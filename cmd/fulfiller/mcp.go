@@ -404,6 +404,10 @@ func runMCPServe(ctx context.Context, fl mcpFlags, listen string, tokens mcpfron
 	}
 	cancel()
 	fmt.Fprintf(fl.cmd.ErrOrStderr(), "fulfiller mcp serving on http://%s/mcp/NAME\n", ln.Addr())
+	// Each endpoint as a client is given it, to copy into its set-up.
+	for _, up := range ups {
+		fmt.Fprintf(fl.cmd.ErrOrStderr(), "  %s: http://%s/mcp/%s\n", up.Name, ln.Addr(), up.Name)
+	}
 	select {
 	case <-ctx.Done():
 	case err = <-served:

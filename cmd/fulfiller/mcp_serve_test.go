@@ -52,7 +52,7 @@ func TestMCPServeDecidesOverHTTP(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	logs := &logbuf.Buffer{}
-	addr := make(chan string, 1)
+	addr, endpoint := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -60,6 +60,9 @@ func TestMCPServeDecidesOverHTTP(t *testing.T) {
 			_, _ = logs.Write([]byte(line + "\n"))
 			if rest, ok := strings.CutPrefix(line, "fulfiller mcp serving on http://"); ok {
 				addr <- strings.TrimSuffix(rest, "/mcp/NAME")
+			}
+			if url, ok := strings.CutPrefix(line, "  files: "); ok {
+				endpoint <- url
 			}
 		}
 	}()
@@ -77,8 +80,18 @@ func TestMCPServeDecidesOverHTTP(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// The endpoint as it says it, which an operator copies.
+	var url string
+	select {
+	case url = <-endpoint:
+	case <-time.After(5 * time.Second):
+		t.Fatal("fulfiller mcp serve did not list the files endpoint")
+	}
+	if url != "http://"+host+"/mcp/files" {
+		t.Errorf("files endpoint listed as %q, want http://%s/mcp/files", url, host)
+	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "http-client", Version: "1.0"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: "http://" + host + "/mcp/files"}, nil)
+		&mcp.StreamableClientTransport{Endpoint: url}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
