@@ -43,7 +43,10 @@ func TestRunGroupRollingRestart(t *testing.T) {
 	}
 	addr := map[string]string{"ful-a": freeAddr(t), "ful-b": freeAddr(t)}
 	start := func(id string) *os.Process {
-		p := w.start(bin, id, url, "--lease", "2s", "--http", addr[id], "--http-token-file", tokFile)
+		// The slow calls wait for the test, across a hand-over, to be
+		// released: 6s of stateWorld's fulfil timeout ran out under load
+		// before the adopter was asked (the call rejected "timeout").
+		p := w.start(bin, id, url, "--lease", "2s", "--http", addr[id], "--http-token-file", tokFile, "--fulfill-timeout", "1m")
 		poll.UntilServed(t, id+" is ready", func() bool { code, _ := httpGet(addr[id], "/readyz", ""); return code == 200 })
 		return p
 	}
@@ -114,7 +117,10 @@ func TestRunGroupRollingRestart(t *testing.T) {
 		}
 		// The call's response is awaited by the adopter: released once
 		// the adopter holds the proposal.
-		poll.Until(t, to+" holds "+slow, func() bool { return owners(to)[slow] == to })
+		var seen map[string]string
+		if !poll.Within(poll.Limit, func() bool { seen = owners(to); return seen[slow] == to }) {
+			t.Fatalf("%s does not hold %s after %s: its /v1/proposals lists (id → owner) %v", to, slow, poll.Limit, seen)
+		}
 		w.release(slow)
 		for _, id := range append(slices.Clone(asks), slow) {
 			out, err := prop.Wait(w.ctx, id)
