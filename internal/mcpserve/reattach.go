@@ -3,14 +3,15 @@ package mcpserve
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/mewkit/fulfiller/agent/mcpfront"
+	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/fulfill/state"
 )
@@ -81,7 +82,12 @@ func (r *reattacher) write(ctx context.Context) {
 
 // Held implements mcpfront.Reattacher.
 func (r *reattacher) Held(p mcpfront.Proposal, deadline time.Time) {
-	w := heldWrite{key: callKey(p), call: state.HeldCall{ProposalID: p.ID, Member: r.store.store.Member(), Deadline: deadline}}
+	key, ok := callKey(p)
+	if !ok {
+		r.log.Info("held call not indexed: its arguments have no canonical JSON form, so its client's retry will be a new call", "proposal", p.ID)
+		return
+	}
+	w := heldWrite{key: key, call: state.HeldCall{ProposalID: p.ID, Member: r.store.store.Member(), Deadline: deadline}}
 	select {
 	case r.writes <- w:
 	default:
@@ -92,7 +98,11 @@ func (r *reattacher) Held(p mcpfront.Proposal, deadline time.Time) {
 // Find implements mcpfront.Reattacher: one read of the cluster per call.
 // An index that cannot be read makes every call a new one (logged).
 func (r *reattacher) Find(ctx context.Context, p mcpfront.Proposal) (string, bool) {
-	c, ok, err := r.held.Get(ctx, callKey(p), time.Now())
+	key, ok := callKey(p)
+	if !ok {
+		return "", false
+	}
+	c, ok, err := r.held.Get(ctx, key, time.Now())
 	if err != nil {
 		r.log.Warn("held calls' index not read: the call is decided as a new one", "err", err)
 		return "", false
@@ -110,24 +120,24 @@ func (r *reattacher) TakeOver(ctx context.Context, id string) error {
 }
 
 // callKey is the index's key of a call: the client, the upstream, the
-// tool and its arguments (their JSON with object keys sorted, so that a
-// retry that orders them otherwise is the same call), hashed.
-func callKey(p mcpfront.Proposal) string {
+// tool and its arguments in their canonical JSON (approval.Canonical, the
+// RFC 8785 form call digests are made of, so that a retry that orders or
+// spells them otherwise is the same call), hashed. ok is false for
+// arguments that have no canonical form: such a call is not indexed, and
+// its retry is a new call (never another call's approval).
+func callKey(p mcpfront.Proposal) (key string, ok bool) {
 	args := []byte(p.Tool.Arguments)
-	var v any
-	if len(args) > 0 && json.Unmarshal(args, &v) == nil {
-		if b, err := json.Marshal(v); err == nil {
-			args = b
-		}
+	if len(args) == 0 {
+		args = []byte("null")
+	}
+	args, err := approval.Canonical(args)
+	if err != nil {
+		return "", false
 	}
 	h := sha256.New()
 	for _, part := range [][]byte{[]byte(p.Proposer), []byte(p.Server), []byte(p.Tool.Name), args} {
-		var n [8]byte
-		for i, l := 0, len(part); i < 8; i, l = i+1, l>>8 {
-			n[i] = byte(l)
-		}
-		h.Write(n[:])
+		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(part))))
 		h.Write(part)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil)), true
 }
