@@ -384,6 +384,9 @@ func (p *enginePart) Start(ctx context.Context) error {
 	} else if dl := p.ops.DecisionLog(); dl != nil {
 		obs, approvalObs = dl, dl.ObserveApproval
 	}
+	if local := p.front.approvers; local != nil {
+		obs = fulfill.Observers{obs, outcomes{local}}
+	}
 	approvalObs = p.notifier.Observer(approvalObs)
 	if extra := cfg.ApprovalObserver; extra != nil {
 		next := approvalObs

@@ -151,6 +151,10 @@ type Card struct {
 	Request  string `json:"request"`
 	Proposal string `json:"proposal"`
 	State    string `json:"state"`
+	// Status is the card's state in words; Outcome what became of the
+	// call once the approver approved it ("" until known).
+	Status  string `json:"status"`
+	Outcome string `json:"outcome"`
 }
 
 // Cards lists the approver's cards.
