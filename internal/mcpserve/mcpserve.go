@@ -416,7 +416,7 @@ func (p *enginePart) Start(ctx context.Context) error {
 		p.reattach.eng = p.engine
 	}
 	f.bind.Bind(p.engine, f.front)
-	p.ops.Running(sidecar.Live{Gateway: frontGateway{}, Policy: p.policy.Engine(), Counter: p.engine, Operator: operator{p.engine}, Grants: p.grants.reg})
+	p.ops.Running(sidecar.Live{Gateway: frontGateway{}, Policy: p.policy.Engine(), Counter: p.engine, Operator: operator{e: p.engine, front: f.front, meta: p.policy.ToolMetadata(), log: log}, Grants: p.grants.reg})
 	ectx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	p.stop = stop
 	p.running.Go(func() {
