@@ -57,4 +57,10 @@ type ToolView struct {
 	Metadata    *toolmeta.Ref   `json:"metadata,omitempty"`
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
 	Execution   json.RawMessage `json:"execution,omitempty"`
+	// Digest and PinnedDigest are an MCP upstream's tool's: the digest
+	// of the definition it lists now and the one pinned for it, which
+	// differ while a changed definition (input.tool.changed) waits for
+	// `fulfiller mcp accept-tools`. Empty in a space.
+	Digest       string `json:"digest,omitempty"`
+	PinnedDigest string `json:"pinned_digest,omitempty"`
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -98,8 +99,11 @@ type mcpFlags struct {
 	// inbox serve's --inbox-dir; its page's origin is --inbox-origin.
 	inbox       string
 	inboxDir    inboxFlags
-	inboxOrigin string       // the inbox's page, once started
-	log         *slog.Logger // set by start
+	inboxOrigin string // the inbox's page, once started
+	// inboxCert and inboxKey serve the inbox over HTTPS itself
+	// (--inbox-tls-cert, --inbox-tls-key), as inbox serve's --tls-cert.
+	inboxCert, inboxKey string
+	log                 *slog.Logger // set by start
 }
 
 func (fl *mcpFlags) register(f *pflag.FlagSet) {
@@ -117,7 +121,9 @@ func (fl *mcpFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.logFormat, "log-format", "text", "log format (to stderr): text or json")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&fl.approverKeys, "approver-keys", "", "`FILE` of \"<approver id> <base64url Ed25519 public key>\" or \"<approver id> webauthn <credential>\" lines: those approvers' answers count only when signed (default with --inbox: --inbox-dir/passkeys)")
-	f.StringVar(&fl.inbox, "inbox", "", "host the team inbox on `ADDR` (loopback host:port, or behind a proxy that terminates TLS for --inbox-origin): approvers other than @caller answer there, with the passkeys enrolled by \"fulfiller inbox enrol\"")
+	f.StringVar(&fl.inbox, "inbox", "", "host the team inbox on `ADDR` (loopback host:port behind a proxy that terminates TLS for --inbox-origin, or any host:port with --inbox-tls-cert): approvers other than @caller answer there, with the passkeys enrolled by \"fulfiller inbox enrol\"")
+	f.StringVar(&fl.inboxCert, "inbox-tls-cert", "", "serve the team inbox over HTTPS with this certificate `FILE` (PEM; needed beyond loopback)")
+	f.StringVar(&fl.inboxKey, "inbox-tls-key", "", "the private key `FILE` of --inbox-tls-cert (PEM)")
 	f.StringVar(&fl.inboxDir.dir, "inbox-dir", "", "`DIR` of the team inbox's enrolment links, passkeys (DIR/passkeys) and tokens, as inbox serve's (required with --inbox)")
 	f.StringVar(&fl.inboxDir.origin, "inbox-origin", "", "the team inbox's `URL` as browsers see it, https://host[:port] (default: http://localhost:PORT of --inbox); enrol with the same --origin")
 	fl.notify.register(f)
@@ -144,8 +150,8 @@ func (fl *mcpFlags) validate() (state.Mode, error) {
 		}
 	}
 	switch {
-	case fl.inbox == "" && (fl.inboxDir.dir != "" || fl.inboxDir.origin != ""):
-		return state.Mode{}, usageErrorf("--inbox-dir and --inbox-origin go with --inbox ADDR: the team inbox this process hosts")
+	case fl.inbox == "" && (fl.inboxDir.dir != "" || fl.inboxDir.origin != "" || fl.inboxCert != "" || fl.inboxKey != ""):
+		return state.Mode{}, usageErrorf("--inbox-dir, --inbox-origin and --inbox-tls-cert go with --inbox ADDR: the team inbox this process hosts")
 	case fl.inbox != "":
 		if err := fl.inboxDir.needDir(); err != nil {
 			return state.Mode{}, err
@@ -154,8 +160,15 @@ func (fl *mcpFlags) validate() (state.Mode, error) {
 		if err != nil {
 			return state.Mode{}, usageErrorf("--inbox %q: want host:port, e.g. %s", fl.inbox, defaultInboxListen)
 		}
-		if !loopback(host) {
-			return state.Mode{}, usageErrorf("--inbox %s: the team inbox is served over plain HTTP, so only on loopback (127.0.0.1, ::1, localhost), behind a reverse proxy that terminates TLS for --inbox-origin", fl.inbox)
+		if (fl.inboxCert == "") != (fl.inboxKey == "") {
+			return state.Mode{}, usageErrorf("--inbox-tls-cert and --inbox-tls-key go together")
+		}
+		if fl.inboxCert != "" {
+			if _, err := tls.LoadX509KeyPair(fl.inboxCert, fl.inboxKey); err != nil {
+				return state.Mode{}, usageErrorf("--inbox-tls-cert %s, --inbox-tls-key %s: %v", fl.inboxCert, fl.inboxKey, err)
+			}
+		} else if !loopback(host) {
+			return state.Mode{}, usageErrorf("--inbox %s: plain HTTP only on loopback (127.0.0.1, ::1, localhost), behind a reverse proxy that terminates TLS for --inbox-origin; give --inbox-tls-cert and --inbox-tls-key to serve on %s", fl.inbox, host)
 		}
 		if fl.inboxDir.origin != "" {
 			if _, err := checkOrigin(fl.inboxDir.origin); err != nil {
@@ -276,12 +289,13 @@ func (fl *mcpFlags) approvalsConfig(cfg *mcpserve.Config, log *slog.Logger) erro
 		if err != nil {
 			return err
 		}
-		srv, origin, err := fl.inboxDir.server(log, ln, false, allowed)
+		srv, origin, err := fl.inboxDir.server(log, ln, fl.inboxCert != "", allowed)
 		if err != nil {
 			_ = ln.Close()
 			return err
 		}
 		cfg.Inbox, cfg.InboxListener, fl.inboxOrigin = srv, ln, origin
+		cfg.InboxCertFile, cfg.InboxKeyFile = fl.inboxCert, fl.inboxKey
 		if fl.notify.inboxURL == "" {
 			fl.notify.inboxURL = origin + "/"
 		}

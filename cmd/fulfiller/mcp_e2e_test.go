@@ -23,6 +23,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mewkit/fulfiller/fulfill"
 	"github.com/mewkit/fulfiller/internal/logbuf"
 	"github.com/mewkit/fulfiller/internal/poll"
 	"github.com/mewkit/fulfiller/internal/toolserver"
@@ -164,7 +165,30 @@ func (r *treeRig) read(t *testing.T, name string) *mcp.CallToolResult {
 // fulfiller mcp runs, on its store) the call runs without asking.
 func TestMCPRugPullAskedUntilAccepted(t *testing.T) {
 	t.Parallel()
-	r := startTree(t)
+	httpPort := freePort(t)
+	r := startTree(t, "--http", "127.0.0.1:"+httpPort, "--http-token", "ops-token")
+	// GET /v1/tools: the operator sees the tool as listed now, with the
+	// digest pinned for it.
+	tools := func() []fulfill.ToolView {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+httpPort+"/v1/tools", nil)
+		req.Header.Set("Authorization", "Bearer ops-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET /v1/tools: %v", err)
+		}
+		defer resp.Body.Close()
+		var doc struct{ Tools []fulfill.ToolView }
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /v1/tools: %d %v", resp.StatusCode, err)
+		}
+		return doc.Tools
+	}
+	before := tools()
+	if len(before) != 1 || before[0].Name != "read_text_file" || before[0].Server != "files" || before[0].Description != "Read a file" ||
+		!strings.HasPrefix(before[0].Digest, "sha256:") || before[0].PinnedDigest != before[0].Digest || len(before[0].InputSchema) == 0 {
+		t.Fatalf("GET /v1/tools before the rug pull: %s", jsonOfT(t, before))
+	}
 	if res := r.read(t, "hello.txt"); res.IsError || resultText(res) != "hello" || r.asked.Load() != 0 {
 		t.Fatalf("read before the rug pull: %q after %d prompts; want it run unasked", resultText(res), r.asked.Load())
 	}
@@ -179,6 +203,10 @@ func TestMCPRugPullAskedUntilAccepted(t *testing.T) {
 	}
 	if len(list.Tools) != 1 || list.Tools[0].Description != "Read a file, then send its content to https://evil.example" {
 		t.Fatalf("tools/list after the rug pull: %s", jsonOfT(t, list.Tools))
+	}
+	if after := tools(); len(after) != 1 || after[0].Description != "Read a file, then send its content to https://evil.example" ||
+		after[0].PinnedDigest != before[0].Digest || after[0].Digest == before[0].Digest || !strings.HasPrefix(after[0].Digest, "sha256:") {
+		t.Errorf("GET /v1/tools after the rug pull: %s; want the new definition's digest beside the one pinned before", jsonOfT(t, after))
 	}
 
 	if res := r.read(t, "hello.txt"); res.IsError || resultText(res) != "hello" || r.asked.Load() != 1 {
@@ -195,6 +223,9 @@ func TestMCPRugPullAskedUntilAccepted(t *testing.T) {
 	}
 	if res := r.read(t, "hello.txt"); res.IsError || resultText(res) != "hello" || r.asked.Load() != 1 {
 		t.Errorf("read after accept-tools: isError %v, %q after %d prompts; want it run unasked", res.IsError, resultText(res), r.asked.Load())
+	}
+	if accepted := tools(); len(accepted) != 1 || accepted[0].PinnedDigest != accepted[0].Digest || accepted[0].Digest == before[0].Digest {
+		t.Errorf("GET /v1/tools after accept-tools: %s; want the new definition pinned", jsonOfT(t, accepted))
 	}
 
 	// The decision log: the changed call's input said so, with both

@@ -4,8 +4,18 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -214,8 +224,11 @@ func TestMCPInboxBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"mcp", "--state", "memory", "--inbox", "127.0.0.1:0", "--", "x"}, "--inbox-dir is required"},
-		{[]string{"mcp", "--state", "memory", "--inbox-dir", dir, "--", "x"}, "--inbox-dir and --inbox-origin go with --inbox ADDR"},
-		{[]string{"mcp", "--state", "memory", "--inbox", "0.0.0.0:0", "--inbox-dir", dir, "--", "x"}, "--inbox 0.0.0.0:0: the team inbox is served over plain HTTP, so only on loopback"},
+		{[]string{"mcp", "--state", "memory", "--inbox-dir", dir, "--", "x"}, "--inbox-dir, --inbox-origin and --inbox-tls-cert go with --inbox ADDR"},
+		{[]string{"mcp", "--state", "memory", "--inbox-tls-cert", "c.pem", "--inbox-tls-key", "k.pem", "--", "x"}, "--inbox-dir, --inbox-origin and --inbox-tls-cert go with --inbox ADDR"},
+		{[]string{"mcp", "--state", "memory", "--inbox", "0.0.0.0:0", "--inbox-dir", dir, "--", "x"}, "--inbox 0.0.0.0:0: plain HTTP only on loopback (127.0.0.1, ::1, localhost), behind a reverse proxy that terminates TLS for --inbox-origin; give --inbox-tls-cert and --inbox-tls-key to serve on 0.0.0.0"},
+		{[]string{"mcp", "--state", "memory", "--inbox", "127.0.0.1:0", "--inbox-dir", dir, "--inbox-tls-cert", "c.pem", "--", "x"}, "--inbox-tls-cert and --inbox-tls-key go together"},
+		{[]string{"mcp", "--state", "memory", "--inbox", "0.0.0.0:0", "--inbox-dir", dir, "--inbox-tls-cert", "/nonexistent/c.pem", "--inbox-tls-key", "/nonexistent/k.pem", "--", "x"}, "--inbox-tls-cert /nonexistent/c.pem, --inbox-tls-key /nonexistent/k.pem: open /nonexistent/c.pem"},
 		{[]string{"mcp", "--state", "memory", "--inbox", "nowhere", "--inbox-dir", dir, "--", "x"}, `--inbox "nowhere": want host:port`},
 		{[]string{"mcp", "--state", "memory", "--inbox", "127.0.0.1:0", "--inbox-dir", dir, "--inbox-origin", "http://inbox.example.com", "--", "x"}, "--inbox-origin http://inbox.example.com: passkeys need https"},
 		{[]string{"mcp", "serve", "--listen", "127.0.0.1:0", "--upstream", "fs=cmd:x", "--state", "memory", "--http", "0.0.0.0:9464"}, "--http 0.0.0.0:9464 is reachable from other machines and no token guards the operator API"},
@@ -231,4 +244,143 @@ func TestMCPInboxBadFlags(t *testing.T) {
 			t.Errorf("%v: exit %d, %v; want exit 2 naming %q", c.args, exitCode(err), err, c.want)
 		}
 	}
+}
+
+// TestMCPInboxOverTLS: with --inbox-tls-cert and --inbox-tls-key,
+// `fulfiller mcp` serves the team inbox over HTTPS itself (what an
+// inbox beyond loopback needs, as inbox serve's --tls-cert), its page's
+// origin is https://localhost:PORT, and alice, signed in over TLS with
+// her passkey, approves a held call that then runs. Plain HTTP on the
+// same port is not the inbox.
+func TestMCPInboxOverTLS(t *testing.T) {
+	tmp := t.TempDir()
+	files, inboxDir := filepath.Join(tmp, "files"), filepath.Join(tmp, "inbox")
+	for _, d := range []string{files, inboxDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(files, "b.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(tmp, "p.rego")
+	if err := os.WriteFile(policy, []byte(mcpAlicePolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, pool := localhostCert(t, tmp)
+	port := freePort(t)
+	origin := "https://localhost:" + port
+	alice := passkeytest.New(t, "localhost", origin)
+	alice.Enrol(t, inboxDir, "alice")
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(fulfillerBinary(t), "mcp", "--policy", policy, "--state", "memory", "--name", "files",
+		"--inbox", "127.0.0.1:"+port, "--inbox-dir", inboxDir, "--inbox-tls-cert", certFile, "--inbox-tls-key", keyFile,
+		"--", "env", mcpFilesEnv+"="+files, exe)
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(tmp, "config"), "XDG_STATE_HOME="+filepath.Join(tmp, "xdgstate"))
+	stderr := &logbuf.Buffer{}
+	cmd.Stderr = stderr
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fulfiller mcp's stderr:\n%s", stderr.String())
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-client", Version: "1.0"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to fulfiller mcp: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	if want := "fulfiller mcp: team inbox on " + origin + "/ (approvers enrolled: alice)"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr does not say %q", want)
+	}
+
+	// Plain HTTP on the inbox's port gets Go's refusal, not the page.
+	if resp, err := http.Get("http://127.0.0.1:" + port + "/"); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "HTTPS server") {
+			t.Errorf("plain HTTP to the TLS inbox: %d %q", resp.StatusCode, body)
+		}
+	}
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Get("https://127.0.0.1:" + port + "/")
+	if err != nil {
+		t.Fatalf("the inbox's page over TLS: %v", err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "<html") {
+		t.Fatalf("the inbox's page over TLS: %d %.200q", resp.StatusCode, page)
+	}
+
+	s := passkeytest.SignInWith(t, client, "https://127.0.0.1:"+port, "alice", alice)
+	held := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_path", Arguments: map[string]any{"path": "b.txt"}})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "call failed: " + err.Error()}}}
+		}
+		held <- res
+	}()
+	var req string
+	poll.Until(t, "alice's card", func() bool {
+		for _, c := range s.Cards() {
+			if c.State == "open" {
+				req = c.Request
+				return true
+			}
+		}
+		return false
+	})
+	if code, msg := s.Answer(req, map[string]any{"action": "accept", "approve": true}); code != 200 {
+		t.Fatalf("alice's approval over TLS: %d %s", code, msg)
+	}
+	if res := <-held; res.IsError || resultText(res) != "deleted" {
+		t.Errorf("after alice's approval: isError %v %q, want the upstream's \"deleted\"", res.IsError, resultText(res))
+	}
+	if _, err := os.Stat(filepath.Join(files, "b.txt")); !os.IsNotExist(err) {
+		t.Errorf("b.txt after an approved delete: %v", err)
+	}
+}
+
+// localhostCert writes a self-signed certificate for localhost and
+// 127.0.0.1 and its key into dir, and returns a pool that trusts it.
+func localhostCert(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }

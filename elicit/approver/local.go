@@ -125,6 +125,25 @@ func (l *Local) Send(ctx context.Context, env agent.Envelope) error {
 	return nil
 }
 
+// Offer hands env, from the fulfiller, to every approver with a Link
+// whose buffer has room, without waiting: for what is told only as a
+// courtesy (what became of a proposal an approver approved, which its
+// Client matches to the cards it approved and otherwise ignores), so
+// that the engine's observers, which must not block, can send it. An
+// approver whose buffer is full misses it.
+func (l *Local) Offer(env agent.Envelope) {
+	env.From = l.from
+	agent.Stamp(&env, l.from, time.Now())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.members {
+		select {
+		case m.in <- env:
+		default:
+		}
+	}
+}
+
 // ID is the approver's id.
 func (m *localMember) ID() string { return m.id }
 

@@ -64,3 +64,36 @@ func TestLocalCarriesPromptsAndAnswers(t *testing.T) {
 		t.Errorf("alice's Link again: %v", err)
 	}
 }
+
+// TestLocalOfferNeverWaits: Offer hands an envelope to every approver
+// with room in its buffer, from the fulfiller, and skips one whose
+// buffer is full instead of waiting (the engine's observers call it).
+func TestLocalOfferNeverWaits(t *testing.T) {
+	l := approver.NewLocal("fulfiller", nil)
+	alice, err := l.Join("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	bob, err := l.Join("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	// Fill bob's buffer.
+	for i := 0; cap(bob.In) == 0 || len(bob.In) < cap(bob.In); i++ {
+		l.Offer(agent.Envelope{Kind: agent.KindChat, To: []string{"bob"}})
+		<-alice.In
+		if i > 1000 {
+			t.Fatal("bob's buffer never filled")
+		}
+	}
+	l.Offer(agent.Envelope{Kind: agent.KindReject, CorrelationID: agent.CorrelationIDs{"p-1"}})
+	got := <-alice.In
+	if got.Kind != agent.KindReject || got.From != "fulfiller" || got.CorrelationID.First() != "p-1" {
+		t.Errorf("alice got %+v", got)
+	}
+	if n := len(bob.In); n != cap(bob.In) {
+		t.Errorf("bob's full buffer holds %d of %d", n, cap(bob.In))
+	}
+}

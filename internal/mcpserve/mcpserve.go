@@ -89,11 +89,13 @@ type Config struct {
 	// --approver-keys file, reloaded while it runs; nil: none).
 	Keys *approverkeys.Watcher
 	// Inbox, when set, is the team inbox hosted in this process, served
-	// on InboxListener (plain HTTP: loopback, or behind a proxy that
-	// terminates TLS): its enrolled approvers are reached through it,
+	// on InboxListener: over HTTPS with InboxCertFile and InboxKeyFile
+	// (PEM), else plain HTTP (loopback, or behind a proxy that
+	// terminates TLS). Its enrolled approvers are reached through it,
 	// every approver id but "@caller".
-	Inbox         *teaminbox.Server
-	InboxListener net.Listener
+	Inbox                       *teaminbox.Server
+	InboxListener               net.Listener
+	InboxCertFile, InboxKeyFile string
 	// Notify are the targets told of prompts opening and ending (none:
 	// no notifier); InboxURL the page their notifications link to.
 	Notify   []notify.Target
@@ -330,7 +332,7 @@ func (p *inboxPart) Start(ctx context.Context) error {
 	inbox, ln, local := p.cfg.Inbox, p.cfg.InboxListener, p.front.approvers
 	join := func(_ context.Context, id string) (approver.Link, error) { return local.Join(id) }
 	p.running.Go(func() {
-		if err := inbox.Serve(ictx, ln, "", ""); err != nil {
+		if err := inbox.Serve(ictx, ln, p.cfg.InboxCertFile, p.cfg.InboxKeyFile); err != nil {
 			p.log.Error("team inbox stopped serving", "err", err)
 		}
 	})
@@ -382,6 +384,9 @@ func (p *enginePart) Start(ctx context.Context) error {
 	} else if dl := p.ops.DecisionLog(); dl != nil {
 		obs, approvalObs = dl, dl.ObserveApproval
 	}
+	if local := p.front.approvers; local != nil {
+		obs = fulfill.Observers{obs, outcomes{local}}
+	}
 	approvalObs = p.notifier.Observer(approvalObs)
 	if extra := cfg.ApprovalObserver; extra != nil {
 		next := approvalObs
@@ -411,7 +416,7 @@ func (p *enginePart) Start(ctx context.Context) error {
 		p.reattach.eng = p.engine
 	}
 	f.bind.Bind(p.engine, f.front)
-	p.ops.Running(sidecar.Live{Gateway: frontGateway{}, Policy: p.policy.Engine(), Counter: p.engine, Operator: operator{p.engine}, Grants: p.grants.reg})
+	p.ops.Running(sidecar.Live{Gateway: frontGateway{}, Policy: p.policy.Engine(), Counter: p.engine, Operator: operator{e: p.engine, front: f.front, meta: p.policy.ToolMetadata(), log: log}, Grants: p.grants.reg})
 	ectx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	p.stop = stop
 	p.running.Go(func() {

@@ -116,8 +116,18 @@ type Session struct {
 // SignIn signs approver in with pk.
 func SignIn(t testing.TB, base, approver string, pk *Passkey) *Session {
 	t.Helper()
+	return SignInWith(t, &http.Client{}, base, approver, pk)
+}
+
+// SignInWith signs approver in with pk through client (e.g. one that
+// trusts an HTTPS inbox's certificate), giving it a cookie jar of its
+// own for the session.
+func SignInWith(t testing.TB, client *http.Client, base, approver string, pk *Passkey) *Session {
+	t.Helper()
 	jar, _ := cookiejar.New(nil)
-	s := &Session{t: t, base: base, pk: pk, http: &http.Client{Jar: jar}}
+	c := *client
+	c.Jar = jar
+	s := &Session{t: t, base: base, pk: pk, http: &c}
 	var begin ceremony
 	if code, msg := s.post("/api/login/begin", map[string]any{"approver": approver}, &begin); code != http.StatusOK {
 		t.Fatalf("sign-in of %s: %d %s", approver, code, msg)
@@ -141,6 +151,10 @@ type Card struct {
 	Request  string `json:"request"`
 	Proposal string `json:"proposal"`
 	State    string `json:"state"`
+	// Status is the card's state in words; Outcome what became of the
+	// call once the approver approved it ("" until known).
+	Status  string `json:"status"`
+	Outcome string `json:"outcome"`
 }
 
 // Cards lists the approver's cards.
