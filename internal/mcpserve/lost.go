@@ -31,6 +31,11 @@ type lostCalls struct {
 // past their deadline when Config.LostCallSweep is zero.
 const DefaultLostCallSweep = 30 * time.Second
 
+// sweepTimeout bounds one sweep, so that an unreachable cluster fails
+// it (logged, tried again) instead of holding it; a slower sweep only
+// delays the next (the ticker drops the ticks missed).
+const sweepTimeout = 10 * time.Second
+
 // lostHow is the "resumed" line's message of a call ended by the sweep.
 const lostHow = "ended after its deadline: nobody retried it, and the instance that held it was lost"
 
@@ -64,7 +69,7 @@ func (l *lostCalls) run(ctx context.Context) {
 // sweep is one look at the cluster; a store that cannot be read is
 // logged and tried again at the next tick.
 func (l *lostCalls) sweep(ctx context.Context) {
-	sctx, cancel := context.WithTimeout(ctx, l.every)
+	sctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()
 	now := time.Now()
 	ended, err := l.eng.engine.EndLost(sctx, now, lostHow)
