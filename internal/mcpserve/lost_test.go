@@ -95,6 +95,10 @@ func lostCallEnded(t *testing.T, live int) {
 	if res := <-first; !res.IsError {
 		t.Fatalf("the first call, on the killed instance: %q; want it failed", text(res))
 	}
+	// Cut off, A can write nothing more to the cluster (its lease
+	// lapses, as a killed process's does); its stop, which waits on the
+	// store's timeouts, runs meanwhile.
+	go a.stop()
 
 	poll.Until(t, "the lost call's record gone from the cluster", func() bool {
 		_, err := st.Get(ctx, held)
