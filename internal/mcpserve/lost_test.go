@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mewkit/fulfiller/agent/mcpfront"
+	"github.com/mewkit/fulfiller/fulfill/lifecycle"
 	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/mcpserve"
 	"github.com/mewkit/fulfiller/internal/poll"
@@ -23,7 +24,8 @@ import (
 // ends it: its decision log says it was resumed from the lost instance
 // and rejected "timeout", the other's says nothing of it, the record
 // and the held-call index entry are gone from the cluster, and the
-// upstream never ran it. A retry after that is a new call.
+// upstream never ran it. A record of a gone instance queued to run is
+// left alone. A retry after that is a new call.
 func TestLostCallEndedAfterItsDeadline(t *testing.T) {
 	// Three instances: A and two that race to end its call. Two (A and
 	// one to end it) only without -short.
@@ -39,9 +41,9 @@ func lostCallEnded(t *testing.T, live int) {
 	m := natsCluster(t)
 	proxy := newCutProxy(t, m.URLs[0][len("nats://"):])
 	var runs atomic.Int32
-	const approval = 6 * time.Second
+	const approval, sweep = 6 * time.Second, 200 * time.Millisecond
 	tune := func(c *mcpserve.Config) {
-		c.ApprovalTimeout, c.LostCallSweep, c.StateLease = approval, 200*time.Millisecond, 2*time.Second
+		c.ApprovalTimeout, c.LostCallSweep, c.StateLease = approval, sweep, 2*time.Second
 	}
 	a := startInboxInstance(t, state.Mode{Kind: state.External, URLs: []string{"nats://" + proxy.ln.Addr().String()}}, &runs, tune)
 	var others []*inboxInstance
@@ -158,6 +160,41 @@ func lostCallEnded(t *testing.T, live int) {
 	}
 	if n := runs.Load(); n != 0 {
 		t.Errorf("the upstream ran the lost drop %d times; want never", n)
+	}
+
+	// A record of a gone instance queued to run (approved) is never
+	// ended: resuming it would run its call. One awaiting approval, put
+	// beside it, goes at the next sweep.
+	queued, awaiting := *rec, *rec
+	queued.ID, queued.Phase, queued.Owner, queued.Deadline = "lost-queued", lifecycle.Queued, "mcp-gone", time.Now().Add(-time.Minute)
+	awaiting.ID, awaiting.Owner, awaiting.Deadline = "lost-awaiting", "mcp-gone", time.Now().Add(-time.Minute)
+	for _, r := range []*lifecycle.Proposal{&queued, &awaiting} {
+		if err := st.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putAt := time.Now()
+	poll.Until(t, "the gone instance's record awaiting approval ended", func() bool {
+		_, err := st.Get(ctx, awaiting.ID)
+		return errors.Is(err, state.ErrNotFound)
+	})
+	t.Logf("the gone instance's record awaiting approval ended after %v", time.Since(putAt))
+	// The sweep that ended it listed the queued one too (put first);
+	// a few more pass before the look.
+	time.Sleep(5 * sweep)
+	if r, err := st.Get(ctx, queued.ID); err != nil || r.Owner != "mcp-gone" || r.Phase != lifecycle.Queued {
+		t.Errorf("the gone instance's queued record after a sweep: %v", func() any {
+			if err != nil {
+				return err
+			}
+			return "owner " + r.Owner + ", phase " + string(r.Phase) + "; want it untouched"
+		}())
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the upstream ran %d drops; want none", n)
+	}
+	if err := st.Delete(ctx, &queued); err != nil {
+		t.Fatal(err)
 	}
 
 	// A retry now is a new call: a new proposal, put to alice again.
