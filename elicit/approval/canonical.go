@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
@@ -14,7 +15,8 @@ import (
 
 // ErrNotCanonicalizable means a document cannot be put into RFC 8785 form:
 // it is not UTF-8 JSON, or it is outside I-JSON (duplicate keys, lone
-// surrogates, numbers beyond IEEE 754 doubles).
+// surrogates, numbers beyond IEEE 754 doubles: too large, too small, or
+// more precise than one, such as 9007199254740993).
 var ErrNotCanonicalizable = errors.New("not canonicalizable JSON")
 
 // Canonical returns the RFC 8785 (JSON Canonicalization Scheme) form of a
@@ -26,7 +28,12 @@ var ErrNotCanonicalizable = errors.New("not canonicalizable JSON")
 //
 // The transformation itself is github.com/gowebpki/jcs. That parser accepts
 // some input that is not JSON (01, 1_0), so the document is checked with
-// encoding/json first.
+// encoding/json first. It writes every number as the IEEE 754 double
+// nearest to it, so two numbers that differ but share that double
+// (9007199254740993 and 9007199254740992) would share one canonical form
+// while a tool reading integers exactly (Python, Jackson, Go's json.Number)
+// sees two calls: a number is refused unless its value is that of the
+// shortest text of its double, the text RFC 8785 writes for it.
 func Canonical(doc []byte) ([]byte, error) {
 	if !utf8.Valid(doc) {
 		return nil, fmt.Errorf("%w: not UTF-8", ErrNotCanonicalizable)
@@ -39,6 +46,9 @@ func Canonical(doc []byte) ([]byte, error) {
 		// "\ud800\u002f" and "\ud800\u0041" both came out as U+FFFD: two
 		// different documents, one canonical form (and one digest).
 		return nil, fmt.Errorf("%w: unpaired surrogate escape", ErrNotCanonicalizable)
+	}
+	if n, ok := inexactNumber(doc); !ok {
+		return nil, fmt.Errorf("%w: the number %.40s is not an IEEE 754 double (I-JSON, RFC 7493 2.2)", ErrNotCanonicalizable, n)
 	}
 	out, err := jcs.Transform(doc)
 	if err != nil {
@@ -115,6 +125,127 @@ func loneSurrogate(doc []byte) bool {
 		}
 	}
 	return false
+}
+
+// inexactNumber finds, in a valid JSON document, the first number whose
+// value is not that of its double's shortest round-trip text: one beyond a
+// double's range or precision. ok is true when there is none.
+func inexactNumber(doc []byte) (num []byte, ok bool) {
+	inString := false
+	for i := 0; i < len(doc); i++ {
+		c := doc[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++ // the escaped character cannot end the string
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '-' || (c >= '0' && c <= '9'):
+			j := i + 1
+			for j < len(doc) && isNumberByte(doc[j]) {
+				j++
+			}
+			if n := doc[i:j]; !exactDouble(n) {
+				return n, false
+			}
+			i = j - 1
+		}
+	}
+	return nil, true
+}
+
+func isNumberByte(c byte) bool {
+	return c >= '0' && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'
+}
+
+// exactDouble reports whether the JSON number n means the same value as
+// the shortest text of the double nearest to it. It compares decimal
+// digits and exponents, never building the values, so 1e-999999999 costs
+// no more than 1e-9.
+func exactDouble(n []byte) bool {
+	plain := len(n) <= 15
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			plain = plain && c == '-'
+		}
+	}
+	if plain {
+		return true // an integer of at most 15 digits: below 2^53
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil {
+		return false // beyond the largest double
+	}
+	a, aok := decimalOf(n)
+	b, bok := decimalOf(strconv.AppendFloat(nil, f, 'e', -1, 64))
+	return aok && bok && a == b
+}
+
+// decimal is a number's value as sign, significant digits (no leading or
+// trailing zero) and the exponent of the last digit; zero is the zero
+// value, whatever its sign.
+type decimal struct {
+	neg    bool
+	digits string
+	exp    int
+}
+
+// decimalOf reads a JSON number (or strconv's 'e' format). ok is false
+// for a non-zero number whose exponent has more than 9 digits: no double
+// comes near it.
+func decimalOf(n []byte) (d decimal, ok bool) {
+	i := 0
+	if i < len(n) && n[i] == '-' {
+		d.neg = true
+		i++
+	}
+	digits := make([]byte, 0, len(n))
+	frac, inFrac := 0, false
+	for ; i < len(n) && n[i] != 'e' && n[i] != 'E'; i++ {
+		if n[i] == '.' {
+			inFrac = true
+			continue
+		}
+		if len(digits) > 0 || n[i] != '0' {
+			digits = append(digits, n[i]) // leading zeros dropped
+		}
+		if inFrac {
+			frac++
+		}
+	}
+	if len(digits) == 0 {
+		return decimal{}, true
+	}
+	exp := 0
+	if i < len(n) {
+		i++ // past the e
+		expNeg := n[i] == '-'
+		if n[i] == '+' || n[i] == '-' {
+			i++
+		}
+		for i < len(n) && n[i] == '0' {
+			i++
+		}
+		if len(n)-i > 9 {
+			return decimal{}, false
+		}
+		for ; i < len(n); i++ {
+			exp = exp*10 + int(n[i]-'0')
+		}
+		if expNeg {
+			exp = -exp
+		}
+	}
+	exp -= frac
+	for digits[len(digits)-1] == '0' {
+		digits = digits[:len(digits)-1]
+		exp++
+	}
+	d.digits, d.exp = string(digits), exp
+	return d, true
 }
 
 // hexRune reads four hex digits (already validated as JSON).

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mewkit/fulfiller/elicit/approval"
 	"github.com/mewkit/fulfiller/fulfill/decision"
 )
 
@@ -310,6 +311,13 @@ func (s *step) startEscalation(e *entry) bool {
 	p.Escalation = x
 	if len(approvers) == 0 {
 		s.commitReject(e, "incapable", "the policy asks for human approval, but names no approvers and none are configured (--approvers)")
+		return false
+	}
+	if _, err := approval.CallDigest(p.Method, p.Params); err != nil {
+		// An approval names its call by this digest: a call without one
+		// (an integer past 2^53 reads as its neighbour) is never put to a
+		// human, whose approval could pass for another call.
+		s.commitReject(e, "incapable", fmt.Sprintf("the policy asks for human approval, but the call cannot be shown to an approver: %v", err))
 		return false
 	}
 	_, dropped := plan(p)

@@ -88,3 +88,32 @@ func (h *HeldCalls) Get(ctx context.Context, key string, now time.Time) (c HeldC
 // heldKey is key as a KV key: callers pass a digest, but any bytes are
 // kept to the KV alphabet (key).
 func heldKey(k string) string { return key(k) }
+
+// Expire deletes the entries whose deadline has passed (as of now): a
+// retry no longer finds them (Get), and without this they stayed until
+// the bucket's age limit. Each goes by compare-and-set on the revision
+// read, so an entry a new call wrote under the same key meanwhile stays.
+// It returns how many it deleted.
+func (h *HeldCalls) Expire(ctx context.Context, now time.Time) (n int, err error) {
+	defer h.s.timed("held_expire", time.Now(), &err)
+	entries, err := h.s.snapshot(ctx, h.kv)
+	if err != nil {
+		return 0, fmt.Errorf("state: list held calls: %w", err)
+	}
+	for _, e := range entries {
+		var c HeldCall
+		if json.Unmarshal(e.Value(), &c) == nil && now.Before(c.Deadline) {
+			continue // an unreadable entry goes too: Get refuses it
+		}
+		switch err := h.kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision())); {
+		case err == nil:
+			n++
+		case isWrongLastSeq(err):
+			// Written again since (a new call), or deleted by another
+			// instance's sweep.
+		default:
+			return n, fmt.Errorf("state: delete held call %s: %w", e.Key(), err)
+		}
+	}
+	return n, nil
+}

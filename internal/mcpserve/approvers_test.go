@@ -268,3 +268,45 @@ func TestInboxUnsignedAnswerForKeyedApproverIsRefused(t *testing.T) {
 	default:
 	}
 }
+
+// TestEscalatedCallWithInexactNumberIsRefused: a call escalated to alice
+// whose arguments hold an integer past 2^53 (9007199254740993: its call
+// digest would be 9007199254740992's, so a signed approval of one would
+// pass for the other) is never put to alice: it is refused on the wire,
+// saying why, and the upstream never runs it.
+func TestEscalatedCallWithInexactNumberIsRefused(t *testing.T) {
+	r := start(t, []string{"alice"}, nil)
+	poll.Until(t, "alice connected", func() bool { return r.srv.Approvers().Connected("alice") })
+	s := passkeytest.SignIn(t, r.inbox, "alice", r.keys["alice"])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := r.cs.CallTool(ctx, &mcp.CallToolParams{Name: "drop", Arguments: json.RawMessage(`{"table":"users","id":9007199254740993}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "fulfiller refused this call (incapable): the policy asks for human approval, but the call cannot be shown to an approver: " +
+		"call digest: not canonicalizable JSON: the number 9007199254740993 is not an IEEE 754 double (I-JSON, RFC 7493 2.2)"
+	if !res.IsError || text(res) != want {
+		t.Errorf("the call with 2^53+1: isError %v %q\nwant %q", res.IsError, text(res), want)
+	}
+	if cards := s.Cards(); len(cards) != 0 {
+		t.Errorf("alice was shown %d cards, want none", len(cards))
+	}
+	// 2^53 itself is a double: that call is put to alice, and runs.
+	held := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := r.cs.CallTool(ctx, &mcp.CallToolParams{Name: "drop", Arguments: json.RawMessage(`{"table":"users","id":9007199254740992}`)})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		held <- res
+	}()
+	req := openCard(t, s)
+	if code, msg := s.Answer(req, map[string]any{"action": "accept", "approve": true}); code != 200 {
+		t.Fatalf("alice's approval: %d %s", code, msg)
+	}
+	if res := <-held; res.IsError || text(res) != "dropped users" {
+		t.Errorf("the call with 2^53 after alice's approval: isError %v %q", res.IsError, text(res))
+	}
+}

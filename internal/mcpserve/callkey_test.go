@@ -42,4 +42,10 @@ func TestCallKeyNamesTheCall(t *testing.T) {
 	if k, ok := mcpserve.CallKeyOK(call("local", "tables", "drop", `{"table":"users","table":"orders"}`)); ok {
 		t.Errorf("arguments with a duplicate key have key %s, want none", k)
 	}
+	// Integers past 2^53 that differ round to one double: they have no
+	// canonical form, so neither call re-attaches to the other.
+	if k, ok := mcpserve.CallKeyOK(call("local", "tables", "drop", `{"id":9007199254740993}`)); ok {
+		t.Errorf("arguments with 2^53+1 have key %s, want none", k)
+	}
+	key(call("local", "tables", "drop", `{"id":9007199254740992}`))
 }

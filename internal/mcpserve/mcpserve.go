@@ -79,6 +79,12 @@ type Config struct {
 	// ClientID is the proposer of a client no bearer token names
 	// ["local"].
 	ClientID string
+	// LostCallSweep is how often an instance on a NATS cluster looks
+	// for calls held by instances that are gone, past their deadline,
+	// to end them [DefaultLostCallSweep]. StateLease is its lease in the
+	// cluster, how long after it is gone the others count it lost
+	// [state.DefaultLease].
+	LostCallSweep, StateLease time.Duration
 	// ApprovalTimeout, FulfillTimeout, PendingTTL, MaxPending,
 	// MaxInflight and ShutdownTimeout are fulfill.Config's.
 	ApprovalTimeout, FulfillTimeout, PendingTTL, ShutdownTimeout time.Duration
@@ -163,7 +169,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	policy := sidecar.NewPolicy(cfg.Policy, cfg.ToolMetadata, cfg.Keys, s.ops, log)
 	s.parts.Add("policy", policy)
-	s.store = &storePart{mode: cfg.State, creds: cfg.StateCreds, log: log}
+	s.store = &storePart{mode: cfg.State, creds: cfg.StateCreds, lease: cfg.StateLease, log: log}
 	s.parts.Add("state store", s.store)
 	gp := &grantsPart{store: s.store, ops: s.ops, log: log}
 	s.parts.Add("grants", gp)
@@ -185,6 +191,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.parts.Add("watches", sidecar.NewWatches(log, policy, cfg.Keys, func(ctx context.Context) error { return gp.reg.Run(ctx) }))
 	s.parts.Add("engine", s.eng)
+	if r := s.front.reattach; r != nil {
+		every := cfg.LostCallSweep
+		if every <= 0 {
+			every = DefaultLostCallSweep
+		}
+		s.parts.Add("lost calls", &lostCalls{eng: s.eng, reattach: r, every: every, log: log})
+	}
 	s.parts.Add("front end run", s.front)
 	if err := s.parts.Start(ctx); err != nil {
 		return nil, startError(err)
@@ -210,14 +223,24 @@ func startError(err error) error {
 type storePart struct {
 	mode  state.Mode
 	creds string
+	lease time.Duration
 	log   *slog.Logger
 	store *state.Store
 }
 
 func (p *storePart) Start(ctx context.Context) error {
-	store, err := openStore(ctx, p.mode, p.creds, p.log)
+	store, err := openStore(ctx, p.mode, p.creds, p.lease, p.log)
 	if err != nil {
 		return &StartError{Part: "state", Err: err}
+	}
+	if p.mode.Kind == state.External {
+		// The others tell this instance is gone by its lease lapsing:
+		// only then do they end the calls it held (lostCalls). Close
+		// removes it.
+		if err := store.StartLease(context.WithoutCancel(ctx)); err != nil {
+			_ = store.Close()
+			return &StartError{Part: "state", Err: err}
+		}
 	}
 	p.store = store
 	return nil
@@ -443,7 +466,7 @@ const StoreSpace = "mcp"
 // openStore opens m for pins and grants: a directory is one every
 // `fulfiller mcp` on it shares (state.SharedDir), a NATS cluster one
 // every instance on it shares, each process a member of its own.
-func openStore(ctx context.Context, m state.Mode, creds string, log *slog.Logger) (*state.Store, error) {
+func openStore(ctx context.Context, m state.Mode, creds string, lease time.Duration, log *slog.Logger) (*state.Store, error) {
 	if m.Kind == state.Dir {
 		m.Kind = state.SharedDir
 	}
@@ -455,7 +478,7 @@ func openStore(ctx context.Context, m state.Mode, creds string, log *slog.Logger
 			member = "mcp-" + memberSafe(host) + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
 		}
 	}
-	store, err := state.Open(ctx, state.Config{Mode: m, Creds: creds, Space: StoreSpace, Member: member, Logger: log})
+	store, err := state.Open(ctx, state.Config{Mode: m, Creds: creds, Space: StoreSpace, Member: member, Lease: lease, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("state %s: %w", m, err)
 	}

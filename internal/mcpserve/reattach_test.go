@@ -91,7 +91,7 @@ type inboxInstance struct {
 	Log   string
 }
 
-func startInboxInstance(t *testing.T, m state.Mode, runs *atomic.Int32) *inboxInstance {
+func startInboxInstance(t *testing.T, m state.Mode, runs *atomic.Int32, tune ...func(*mcpserve.Config)) *inboxInstance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	tmp := t.TempDir()
@@ -127,11 +127,15 @@ func startInboxInstance(t *testing.T, m state.Mode, runs *atomic.Int32) *inboxIn
 		sessions.Go(func() { _ = ss.Wait() })
 		return client, nil
 	}}
-	srv, err := mcpserve.Start(ctx, mcpserve.Config{
+	cfg := mcpserve.Config{
 		Upstreams: []mcpfront.Upstream{up}, State: m, DecisionLog: in.Log,
 		Policy: policies.Options{Policies: []string{policy}, Timeout: time.Minute},
 		Keys:   keys, Inbox: inbox, InboxListener: ln, ApprovalTimeout: time.Minute, ShutdownTimeout: 2 * time.Second,
-	})
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	srv, err := mcpserve.Start(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
