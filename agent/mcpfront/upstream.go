@@ -112,7 +112,8 @@ type upstream struct {
 
 	mu      sync.Mutex
 	cs      *mcp.ClientSession
-	down    error // why there is no session
+	wire    *upConn // cs's connection, when the Front sends calls on it itself (direct)
+	down    error   // why there is no session
 	server  *mcp.Server
 	tools   map[string]*mcp.Tool
 	digests map[string]string
@@ -212,6 +213,11 @@ func (u *upstream) run(ctx context.Context) error {
 	if err != nil {
 		return u.setDown(fmt.Errorf("upstream %s cannot be started: %w", u.Name, err))
 	}
+	var ut *upTransport
+	if directAllowed(t) {
+		ut = &upTransport{Transport: t, f: u.f, name: u.Name}
+		t = ut
+	}
 	cctx, cancel := context.WithTimeout(ctx, u.f.cfg.ConnectTimeout)
 	cs, err := u.client.Connect(cctx, t, nil)
 	cancel()
@@ -236,6 +242,11 @@ func (u *upstream) run(ctx context.Context) error {
 		u.server = u.f.newServer(u, cs.InitializeResult())
 	}
 	u.cs, u.down = cs, nil
+	if ut != nil && (cs.InitializeResult() == nil || cs.InitializeResult().ProtocolVersion < mrtrVersion) {
+		// The SDK adds the sessionless revision's _meta to each call
+		// (SEP-2575); the Front's own calls are the handshake's.
+		u.wire = ut.conn
+	}
 	if u.back != nil {
 		close(u.back) // the calls waiting for the restart go out on it
 		u.back = nil
@@ -254,9 +265,17 @@ func (u *upstream) run(ctx context.Context) error {
 	return u.setDown(fmt.Errorf("upstream %s (%s) ended: %w", u.Name, u.What, err))
 }
 
+// direct is the connection the Front sends tools/calls on itself
+// (upConn), nil when it has none (down, or over HTTP).
+func (u *upstream) direct() *upConn {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.wire
+}
+
 func (u *upstream) setDown(err error) error {
 	u.mu.Lock()
-	u.cs, u.down = nil, err
+	u.cs, u.down, u.wire = nil, err, nil
 	u.mu.Unlock()
 	return err
 }

@@ -1,0 +1,179 @@
+package mcpfront
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A call its client's connection took (callDirect) is answered on the
+// goroutine of the engine's Answer, as long as nothing had to hold it.
+// What needs a goroutine to wait for the answer (the engine's Status or
+// prompt, the progress tick of a call with a progressToken, the
+// client's cancellation or departure) promotes it first: the hold that
+// the SDK's handler runs for call then runs for it in a worker of the
+// Front's, and its reply writes what the hold returns.
+
+// watch arranges for h, a diverted call, to be promoted when its
+// client cancels it or leaves, or when its first progress tick is due.
+func (f *Front) watch(h *held) {
+	stop := context.AfterFunc(h.ctx, func() { f.promote(h) })
+	var tick *time.Timer
+	if h.token != nil && f.cfg.ProgressEvery > 0 {
+		tick = time.AfterFunc(f.cfg.ProgressEvery, func() { f.promote(h) })
+	}
+	h.mu.Lock()
+	h.unwatch, h.tick = stop, tick
+	h.mu.Unlock()
+}
+
+// stopWatching stops what watch started.
+func (h *held) stopWatching() {
+	h.mu.Lock()
+	stop, tick := h.unwatch, h.tick
+	h.unwatch, h.tick = nil, nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if tick != nil {
+		tick.Stop()
+	}
+}
+
+// claim takes a diverted call's answer for the caller (nothing promotes
+// it after): false when it was promoted first, and its hold answers.
+func (f *Front) claim(h *held) bool {
+	h.mu.Lock()
+	free := !h.holding
+	h.holding = true
+	h.mu.Unlock()
+	h.stopWatching()
+	return free
+}
+
+// unwatch is claim, for admit: the engine did not take the call.
+func (f *Front) unwatch(h *held) bool { return f.claim(h) }
+
+// promote holds h, a diverted call not yet answered or held, as call
+// holds one: in a worker, whose result h's reply writes.
+func (f *Front) promote(h *held) {
+	h.mu.Lock()
+	if h.reply == nil || h.holding || h.gone {
+		h.mu.Unlock()
+		return
+	}
+	h.holding = true
+	ctx := h.ctx
+	h.mu.Unlock()
+	h.stopWatching()
+	if !f.start(func() {
+		res, err := f.hold(ctx, h)
+		h.reply(nil, res, err)
+	}) {
+		f.release(h)
+		h.reply(nil, rejectResult(Reject{Code: "other", Message: "fulfiller is shutting down"}), nil)
+	}
+}
+
+// answerDirect writes a, the answer to h, a diverted call nothing held:
+// the upstream's result as it was relayed (the bytes the engine got)
+// when a relays it, else what hold would have returned.
+func (f *Front) answerDirect(h *held, a Answer) {
+	h.stopWatching()
+	h.mu.Lock()
+	r := h.relayed
+	h.mu.Unlock()
+	var raw json.RawMessage
+	var res *mcp.CallToolResult
+	var err error
+	if r != nil && a.Reject == nil && a.Error == nil && bytes.Equal(a.Result, r.raw) {
+		raw = r.raw
+	} else {
+		res, err = answerResult(a)
+	}
+	f.release(h)
+	h.reply(raw, res, err)
+}
+
+// errDirectCancelled: the engine cancelled the request (SendCancel).
+var errDirectCancelled = errors.New("cancelled")
+
+// sendDirect sends h's request on the upstream's connection itself (c):
+// its response comes back on the goroutine that read it, which tells
+// the engine, as the worker of the SDK's call would have. An error:
+// nothing was sent.
+func (f *Front) sendDirect(c *upConn, callID string, h *held, proposalID string, out *mcp.CallToolParams, forget func()) error {
+	if out.Arguments == nil {
+		out.Arguments = json.RawMessage("{}") // as the SDK's CallTool sends none
+	}
+	params, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("mcpfront: the request's params: %w", err)
+	}
+	start := time.Now()
+	return c.call(callID, params, func(rpc *jsonrpc.Response, err error) {
+		resp, res := f.received(h.u, rpc, err)
+		resp.ProposalID, resp.Latency = proposalID, time.Since(start)
+		if res != nil {
+			h.mu.Lock()
+			h.relayed = &relayedResult{raw: resp.Result, res: res}
+			h.mu.Unlock()
+		}
+		forget()
+		if err := f.eng.Responded(f.ctx, resp); err != nil {
+			f.log.Warn("mcp response not taken by the engine", "proposal", proposalID, "err", err)
+		}
+	})
+}
+
+// received is send's outcome for a call sent on the connection itself:
+// rpc, its response, or err, why none came.
+func (f *Front) received(u *upstream, rpc *jsonrpc.Response, err error) (Response, *mcp.CallToolResult) {
+	if err == nil && rpc.Error != nil {
+		werr := (*jsonrpc.Error)(nil)
+		if errors.As(rpc.Error, &werr) && isUpstreamRPCError(werr) {
+			return Response{Error: &RPCError{Code: werr.Code, Message: werr.Message, Data: werr.Data}}, nil
+		}
+		err = rpc.Error
+	}
+	if err == nil {
+		var res mcp.CallToolResult
+		if err = json.Unmarshal(rpc.Result, &res); err == nil {
+			out := withoutResultType(&res)
+			raw, merr := json.Marshal(out)
+			if merr == nil {
+				return Response{Result: raw}, out
+			}
+			err = fmt.Errorf("its result cannot be relayed: %w", merr)
+		}
+	}
+	if errors.Is(err, errDirectCancelled) {
+		err = fmt.Errorf("upstream %s: the call was cancelled", u.Name)
+	} else {
+		err = fmt.Errorf("upstream %s failed during the call: %w", u.Name, err)
+	}
+	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}},
+		Meta: mcp.Meta{"fulfiller/upstream": u.Name}}
+	raw, _ := json.Marshal(res)
+	return Response{Result: raw, Failed: true}, nil
+}
+
+// cancelDirect takes call id back from c and tells the upstream; its
+// Responded (cancelled) is told from a worker, never from the engine's
+// goroutine that cancels it.
+func (f *Front) cancelDirect(c *upConn, id string) {
+	done := c.cancel(id, "cancelled by fulfiller")
+	if done == nil {
+		return // answered, or failed, first
+	}
+	if !f.start(func() { done(nil, errDirectCancelled) }) {
+		f.log.Debug("mcp cancelled call not reported: the front end is closing", "upstream", c.name, "id", id)
+	}
+}
