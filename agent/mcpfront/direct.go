@@ -110,10 +110,27 @@ var errDirectCancelled = errors.New("cancelled")
 // the engine, as the worker of the SDK's call would have. An error:
 // nothing was sent.
 func (f *Front) sendDirect(c *upConn, callID string, h *held, proposalID string, out *mcp.CallToolParams, forget func()) error {
-	if out.Arguments == nil {
-		out.Arguments = json.RawMessage("{}") // as the SDK's CallTool sends none
+	meta, ok := c.requestMeta()
+	if !ok {
+		return errors.New("mcpfront: the upstream's request _meta is not known yet")
 	}
-	params, err := json.Marshal(out)
+	if token := out.GetProgressToken(); token != nil {
+		m := make(map[string]json.RawMessage, len(meta)+1)
+		for k, v := range meta {
+			m[k] = v
+		}
+		raw, err := json.Marshal(token)
+		if err != nil {
+			return fmt.Errorf("mcpfront: the progress token: %w", err)
+		}
+		m["progressToken"] = raw
+		meta = m
+	}
+	args, _ := out.Arguments.(json.RawMessage)
+	if args == nil {
+		args = json.RawMessage("{}") // as the SDK's CallTool sends none
+	}
+	params, err := json.Marshal(directParams{Meta: meta, Name: out.Name, Arguments: args})
 	if err != nil {
 		return fmt.Errorf("mcpfront: the request's params: %w", err)
 	}
@@ -145,7 +162,12 @@ func (f *Front) received(u *upstream, rpc *jsonrpc.Response, err error) (Respons
 	}
 	if err == nil {
 		var res mcp.CallToolResult
-		if err = json.Unmarshal(rpc.Result, &res); err == nil {
+		if err = json.Unmarshal(rpc.Result, &res); err == nil && res.InputRequests != nil {
+			// The SDK's client would have answered them with handlers
+			// fulfiller does not have (it declares no capabilities).
+			err = errors.New("it asked fulfiller for input (input_required), which fulfiller does not give")
+		}
+		if err == nil {
 			out := withoutResultType(&res)
 			raw, merr := json.Marshal(out)
 			if merr == nil {
@@ -176,4 +198,47 @@ func (f *Front) cancelDirect(c *upConn, id string) {
 	if !f.start(func() { done(nil, errDirectCancelled) }) {
 		f.log.Debug("mcp cancelled call not reported: the front end is closing", "upstream", c.name, "id", id)
 	}
+}
+
+// directParams are the params of a call the Front sends itself.
+type directParams struct {
+	Meta      map[string]json.RawMessage `json:"_meta,omitempty"`
+	Name      string                     `json:"name"`
+	Arguments json.RawMessage            `json:"arguments"`
+}
+
+// annotate is a result to a request of the sessionless revision as the
+// SDK's session writes it (annotateServerInfo): its _meta names the
+// server, unless it names one already. raw is the result as JSON, or
+// nil for res.
+func (u *upstream) annotate(raw json.RawMessage, res *mcp.CallToolResult) (json.RawMessage, error) {
+	if raw == nil {
+		var err error
+		if raw, err = json.Marshal(res); err != nil {
+			return nil, fmt.Errorf("mcpfront: the result cannot be written: %w", err)
+		}
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("mcpfront: the result cannot be written: %w", err)
+	}
+	var meta map[string]json.RawMessage
+	if len(m["_meta"]) > 0 && string(m["_meta"]) != "null" {
+		if err := json.Unmarshal(m["_meta"], &meta); err != nil {
+			return nil, fmt.Errorf("mcpfront: the result's _meta: %w", err)
+		}
+	}
+	if _, named := meta[metaServerInfo]; named {
+		return raw, nil
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	meta[metaServerInfo] = u.serverInfo
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("mcpfront: the result's _meta: %w", err)
+	}
+	m["_meta"] = b
+	return json.Marshal(m)
 }

@@ -347,6 +347,7 @@ func (f *Front) newServer(u *upstream, init *mcp.InitializeResult) *mcp.Server {
 		}
 		instructions = init.Instructions
 	}
+	u.serverInfo, _ = json.Marshal(impl)
 	caps.Tools = &mcp.ToolCapabilities{ListChanged: true}
 	opts := &mcp.ServerOptions{Instructions: instructions, Capabilities: &caps, Logger: f.log}
 	if caps.Resources != nil && caps.Resources.Subscribe {

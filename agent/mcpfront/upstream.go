@@ -110,13 +110,16 @@ type upstream struct {
 	client *mcp.Client
 	ready  chan struct{} // closed once the first session is up (and server set)
 
-	mu      sync.Mutex
-	cs      *mcp.ClientSession
-	wire    *upConn // cs's connection, when the Front sends calls on it itself (direct)
-	down    error   // why there is no session
-	server  *mcp.Server
-	tools   map[string]*mcp.Tool
-	digests map[string]string
+	mu sync.Mutex
+	// serverInfo is the serverInfo the clients see, as JSON (set with
+	// server, before ready).
+	serverInfo json.RawMessage
+	cs         *mcp.ClientSession
+	wire       *upConn // cs's connection, when the Front sends calls on it itself (direct)
+	down       error   // why there is no session
+	server     *mcp.Server
+	tools      map[string]*mcp.Tool
+	digests    map[string]string
 	// back is closed when the next session is up (then set nil): what
 	// the calls that wait for a restart wait on (sessionFor). Made by
 	// the first of them while there is no session.
@@ -242,10 +245,12 @@ func (u *upstream) run(ctx context.Context) error {
 		u.server = u.f.newServer(u, cs.InitializeResult())
 	}
 	u.cs, u.down = cs, nil
-	if ut != nil && (cs.InitializeResult() == nil || cs.InitializeResult().ProtocolVersion < mrtrVersion) {
-		// The SDK adds the sessionless revision's _meta to each call
-		// (SEP-2575); the Front's own calls are the handshake's.
-		u.wire = ut.conn
+	if ut != nil {
+		// The Front's calls carry the _meta the SDK's carry (SEP-2575),
+		// read from its tools/list: without one seen, the SDK calls.
+		if _, ok := ut.conn.requestMeta(); ok {
+			u.wire = ut.conn
+		}
 	}
 	if u.back != nil {
 		close(u.back) // the calls waiting for the restart go out on it

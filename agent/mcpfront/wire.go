@@ -84,7 +84,36 @@ type directCall struct {
 	id     jsonrpc.ID
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// newProto: the request is of the sessionless revision (SEP-2575:
+	// its _meta names 2026-07-28 or later), whose results name the
+	// server (annotateServerInfo, the SDK's).
+	newProto bool
 }
+
+// requestRevision reads a tools/call's _meta as the SDK's session does
+// (validateRequestMeta): newProto when it names the sessionless
+// revision. ok false leaves the call to the SDK: a revision other than
+// the session's, or _meta the SDK might refuse.
+func requestRevision(meta mcp.Meta, session string) (newProto, ok bool) {
+	v, named := meta[metaProtocolVersion].(string)
+	if !named || v < mrtrVersion {
+		return false, true
+	}
+	if v != session {
+		return false, false
+	}
+	if ci, present := meta[metaClientInfo]; present {
+		if m, isObj := ci.(map[string]any); !isObj || !isString(m["name"]) {
+			return false, false
+		}
+	}
+	if _, isObj := meta[metaClientCapabilities].(map[string]any); !isObj {
+		return false, false
+	}
+	return true, true
+}
+
+func isString(v any) bool { _, ok := v.(string); return ok }
 
 // errClientGone is the cause of a diverted call's context when its
 // client's connection ended: a disconnection (withdrawReason), not a
@@ -142,8 +171,8 @@ func (c *frontConn) divert(r *jsonrpc.Request) bool {
 		return false
 	}
 	ip := ss.InitializeParams()
-	if ip == nil || ip.ProtocolVersion >= mrtrVersion {
-		return false // before initialize (the SDK refuses it), or input_required retries (resume)
+	if ip == nil {
+		return false // before initialize: the SDK refuses it
 	}
 	// Read strictly (names matched exactly, no duplicates): a call the
 	// SDK's more lenient decoding might read otherwise is left to it.
@@ -151,7 +180,11 @@ func (c *frontConn) divert(r *jsonrpc.Request) bool {
 	if err := jsonv2.Unmarshal(r.Params, &params); err != nil {
 		return false
 	}
-	if params.RequestState != "" || params.InputResponses != nil || params.Meta[metaProtocolVersion] != nil {
+	if params.RequestState != "" || params.InputResponses != nil {
+		return false // a 2026-07-28 client's retry: resume
+	}
+	newProto, ok := requestRevision(params.Meta, ip.ProtocolVersion)
+	if !ok {
 		return false
 	}
 	if checkCall(&params) != nil {
@@ -170,7 +203,7 @@ func (c *frontConn) divert(r *jsonrpc.Request) bool {
 		return true
 	}
 	ctx, cancel := context.WithCancelCause(c.ctx)
-	dc := &directCall{id: r.ID, ctx: ctx, cancel: cancel}
+	dc := &directCall{id: r.ID, ctx: ctx, cancel: cancel, newProto: newProto}
 	c.calls[r.ID] = dc
 	c.mu.Unlock()
 	req := &mcp.CallToolRequest{Session: ss, Params: &params}
@@ -182,7 +215,12 @@ func (c *frontConn) divert(r *jsonrpc.Request) bool {
 
 // metaProtocolVersion is the _meta key of a request of the sessionless
 // revision (SEP-2575), which the SDK's session handles apart.
-const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+const (
+	metaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
+	metaClientInfo         = "io.modelcontextprotocol/clientInfo"
+	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	metaServerInfo         = "io.modelcontextprotocol/serverInfo"
+)
 
 // answer writes dc's response and forgets it.
 func (c *frontConn) answer(dc *directCall, raw json.RawMessage, res *mcp.CallToolResult, err error) {
@@ -191,6 +229,9 @@ func (c *frontConn) answer(dc *directCall, raw json.RawMessage, res *mcp.CallToo
 		delete(c.calls, dc.id)
 	}
 	c.mu.Unlock()
+	if dc.newProto && err == nil {
+		raw, err = c.u.annotate(raw, res)
+	}
 	c.write(dc.id, raw, res, err)
 	dc.cancel(nil)
 }
@@ -286,6 +327,48 @@ type upConn struct {
 	mu      sync.Mutex
 	pending map[string]func(*jsonrpc.Response, error)
 	ended   error // why no more responses come
+
+	// meta is the _meta the SDK's client puts on each request of the
+	// sessionless revision (SEP-2575: protocolVersion, clientInfo,
+	// clientCapabilities), as it put it on its first tools/list: the
+	// Front's calls carry the same. metaSeen: that request was written.
+	metaSeen atomic.Bool
+	meta     map[string]json.RawMessage
+}
+
+// Write writes m, noting the SDK's request _meta (meta) until seen.
+func (c *upConn) Write(ctx context.Context, m jsonrpc.Message) error {
+	if !c.metaSeen.Load() {
+		if r, ok := m.(*jsonrpc.Request); ok && r.Method == "tools/list" {
+			var p struct {
+				Meta map[string]json.RawMessage `json:"_meta"`
+			}
+			if json.Unmarshal(r.Params, &p) == nil {
+				meta := map[string]json.RawMessage{}
+				for _, k := range []string{metaProtocolVersion, metaClientInfo, metaClientCapabilities} {
+					if v, ok := p.Meta[k]; ok {
+						meta[k] = v
+					}
+				}
+				c.mu.Lock()
+				c.meta = meta
+				c.mu.Unlock()
+				c.metaSeen.Store(true)
+			}
+		}
+	}
+	return c.Connection.Write(ctx, m)
+}
+
+// requestMeta is the _meta of the Front's calls (see meta), ok false
+// when the SDK's was never seen.
+func (c *upConn) requestMeta() (map[string]json.RawMessage, bool) {
+	if !c.metaSeen.Load() {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.meta, true
 }
 
 // Read reads the next frame the SDK is to see.
