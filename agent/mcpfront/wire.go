@@ -45,13 +45,22 @@ type frontTransport struct {
 
 // Connect connects the client's transport and wraps its connection.
 func (t *frontTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c, err := t.Transport.Connect(ctx)
+	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	fc := &frontConn{f: t.f, u: t.u, ctx: cctx, cancel: cancel, calls: map[jsonrpc.ID]*directCall{}}
+	var c mcp.Connection
+	var err error
+	if r, w, limit, closeStream, ok := lineStream(t.Transport); ok {
+		c, err = newLineConn(ctx, r, w, limit, fc.rawFrame, closeStream)
+	} else {
+		c, err = t.Transport.Connect(ctx)
+	}
 	if err != nil {
+		cancel(err)
 		return nil, err
 	}
-	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	t.conn = &frontConn{Connection: c, f: t.f, u: t.u, ctx: cctx, cancel: cancel, calls: map[jsonrpc.ID]*directCall{}}
-	return t.conn, nil
+	fc.Connection = c // before the session exists (ss), which divert waits for
+	t.conn = fc
+	return fc, nil
 }
 
 // frontConn is a client's connection. A tools/call the SDK would hand
@@ -305,12 +314,30 @@ type upTransport struct {
 
 // Connect connects the upstream's transport and wraps its connection.
 func (t *upTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c, err := t.Transport.Connect(ctx)
+	uc := &upConn{f: t.f, name: t.name, pending: map[string]func(*jsonrpc.Response, error){}}
+	var c mcp.Connection
+	var err error
+	switch tt := t.Transport.(type) {
+	case *mcp.CommandTransport:
+		r, w, closeStream, serr := startCommand(tt)
+		if serr != nil {
+			return nil, serr
+		}
+		if c, err = newLineConn(ctx, r, w, 0, uc.rawFrame, closeStream); err != nil {
+			_ = closeStream()
+		}
+	case *mcp.IOTransport:
+		r, w, limit, closeStream, _ := lineStream(tt)
+		c, err = newLineConn(ctx, r, w, limit, uc.rawFrame, closeStream)
+	default:
+		c, err = t.Transport.Connect(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
-	t.conn = &upConn{Connection: c, f: t.f, name: t.name, pending: map[string]func(*jsonrpc.Response, error){}}
-	return t.conn, nil
+	uc.Connection = c // before any call of the Front's is sent on it
+	t.conn = uc
+	return uc, nil
 }
 
 // upConn is an upstream's connection: the SDK's client session's, on
@@ -383,20 +410,30 @@ func (c *upConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		if !ok {
 			return m, nil
 		}
-		id, ok := resp.ID.Raw().(string)
-		if !ok || !strings.HasPrefix(id, directPrefix) {
+		if !c.response(resp) {
 			return m, nil
 		}
-		c.mu.Lock()
-		done := c.pending[id]
-		delete(c.pending, id)
-		c.mu.Unlock()
-		if done == nil {
-			c.f.log.Debug("mcp upstream response for no call waiting; dropped", "upstream", c.name, "id", id)
-			continue
-		}
-		done(resp, nil)
 	}
+}
+
+// response hands resp to the call of the Front's it answers (true), or
+// drops it when no call waits for it any more; false: it is not for
+// the Front (the SDK's).
+func (c *upConn) response(resp *jsonrpc.Response) bool {
+	id, ok := resp.ID.Raw().(string)
+	if !ok || !strings.HasPrefix(id, directPrefix) {
+		return false
+	}
+	c.mu.Lock()
+	done := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if done == nil {
+		c.f.log.Debug("mcp upstream response for no call waiting; dropped", "upstream", c.name, "id", id)
+		return true
+	}
+	done(resp, nil)
+	return true
 }
 
 // Close closes the connection; the calls out on it fail.
