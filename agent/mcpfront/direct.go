@@ -179,7 +179,8 @@ func (f *Front) received(u *upstream, rpc *jsonrpc.Response, err error) (Respons
 	if errors.Is(err, errDirectCancelled) {
 		err = fmt.Errorf("upstream %s: the call was cancelled", u.Name)
 	} else {
-		err = fmt.Errorf("upstream %s failed during the call: %w", u.Name, err)
+		// Worded as the SDK's client words it (its call's error).
+		err = fmt.Errorf("upstream %s failed during the call: calling %q: %w", u.Name, "tools/call", err)
 	}
 	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}},
 		Meta: mcp.Meta{"fulfiller/upstream": u.Name}}
@@ -191,7 +192,7 @@ func (f *Front) received(u *upstream, rpc *jsonrpc.Response, err error) (Respons
 // Responded (cancelled) is told from a worker, never from the engine's
 // goroutine that cancels it.
 func (f *Front) cancelDirect(c *upConn, id string) {
-	done := c.cancel(id, "cancelled by fulfiller")
+	done := c.cancel(id, context.Canceled.Error()) // the SDK's client's reason
 	if done == nil {
 		return // answered, or failed, first
 	}

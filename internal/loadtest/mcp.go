@@ -219,7 +219,7 @@ func (r *MCPReport) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "raw line relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the raw relay: %+.1f µs at p50\n",
 				r.LineRelayRatioP50, r.LineRelayed.P50-r.Direct.P50, r.OverLineRelayP50)
 		}
-		fmt.Fprintf(w, "bare go-sdk relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the go-sdk relay: %+.1f µs at p50\n",
+		fmt.Fprintf(w, "bare relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the relay: %+.1f µs at p50 (the go-sdk relay)\n",
 			r.RelayRatioP50, r.Relayed.P50-r.Direct.P50, r.OverRelayP50)
 		fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, bare relay %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.RelayCPUPerCall, r.ProcessCPUPerCall)
 	} else {
