@@ -110,7 +110,7 @@ var errDirectCancelled = errors.New("cancelled")
 // the engine, as the worker of the SDK's call would have. An error:
 // nothing was sent.
 func (f *Front) sendDirect(c *upConn, callID string, h *held, proposalID string, out *mcp.CallToolParams, forget func()) error {
-	meta, ok := c.requestMeta()
+	meta, metaJSON, ok := c.requestMeta()
 	if !ok {
 		return errors.New("mcpfront: the upstream's request _meta is not known yet")
 	}
@@ -124,13 +124,15 @@ func (f *Front) sendDirect(c *upConn, callID string, h *held, proposalID string,
 			return fmt.Errorf("mcpfront: the progress token: %w", err)
 		}
 		m["progressToken"] = raw
-		meta = m
+		if metaJSON, err = json.Marshal(m); err != nil {
+			return fmt.Errorf("mcpfront: the request's _meta: %w", err)
+		}
 	}
 	args, _ := out.Arguments.(json.RawMessage)
 	if args == nil {
 		args = json.RawMessage("{}") // as the SDK's CallTool sends none
 	}
-	params, err := json.Marshal(directParams{Meta: meta, Name: out.Name, Arguments: args})
+	params, err := callParamsJSON(metaJSON, out.Name, args)
 	if err != nil {
 		return fmt.Errorf("mcpfront: the request's params: %w", err)
 	}
@@ -201,11 +203,31 @@ func (f *Front) cancelDirect(c *upConn, id string) {
 	}
 }
 
-// directParams are the params of a call the Front sends itself.
-type directParams struct {
-	Meta      map[string]json.RawMessage `json:"_meta,omitempty"`
-	Name      string                     `json:"name"`
-	Arguments json.RawMessage            `json:"arguments"`
+// callParamsJSON are the params of a call the Front sends itself:
+// {"_meta":meta,"name":name,"arguments":args}, _meta left out when
+// there is none. meta and args are JSON already (the SDK's _meta as
+// encoded once, the arguments as proposed): only the name is encoded.
+func callParamsJSON(meta json.RawMessage, name string, args json.RawMessage) (json.RawMessage, error) {
+	qname, err := json.Marshal(name)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(meta)+len(qname)+len(args)+40)
+	b = append(b, '{')
+	if len(meta) > 0 {
+		b = append(b, `"_meta":`...)
+		b = append(b, meta...)
+		b = append(b, ',')
+	}
+	b = append(b, `"name":`...)
+	b = append(b, qname...)
+	b = append(b, `,"arguments":`...)
+	b = append(b, args...)
+	b = append(b, '}')
+	if !json.Valid(b) {
+		return nil, errors.New("the arguments are not JSON")
+	}
+	return b, nil
 }
 
 // annotate is a result to a request of the sessionless revision as the

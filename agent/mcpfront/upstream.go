@@ -248,7 +248,7 @@ func (u *upstream) run(ctx context.Context) error {
 	if ut != nil {
 		// The Front's calls carry the _meta the SDK's carry (SEP-2575),
 		// read from its tools/list: without one seen, the SDK calls.
-		if _, ok := ut.conn.requestMeta(); ok {
+		if _, _, ok := ut.conn.requestMeta(); ok {
 			u.wire = ut.conn
 		}
 	}

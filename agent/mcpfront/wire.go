@@ -361,6 +361,7 @@ type upConn struct {
 	// Front's calls carry the same. metaSeen: that request was written.
 	metaSeen atomic.Bool
 	meta     map[string]json.RawMessage
+	metaJSON json.RawMessage // meta encoded (nil: none)
 }
 
 // Write writes m, noting the SDK's request _meta (meta) until seen.
@@ -377,8 +378,12 @@ func (c *upConn) Write(ctx context.Context, m jsonrpc.Message) error {
 						meta[k] = v
 					}
 				}
+				var metaJSON json.RawMessage
+				if len(meta) > 0 {
+					metaJSON, _ = json.Marshal(meta)
+				}
 				c.mu.Lock()
-				c.meta = meta
+				c.meta, c.metaJSON = meta, metaJSON
 				c.mu.Unlock()
 				c.metaSeen.Store(true)
 			}
@@ -387,15 +392,15 @@ func (c *upConn) Write(ctx context.Context, m jsonrpc.Message) error {
 	return c.Connection.Write(ctx, m)
 }
 
-// requestMeta is the _meta of the Front's calls (see meta), ok false
-// when the SDK's was never seen.
-func (c *upConn) requestMeta() (map[string]json.RawMessage, bool) {
+// requestMeta is the _meta of the Front's calls (see meta), and as
+// JSON; ok false when the SDK's was never seen.
+func (c *upConn) requestMeta() (map[string]json.RawMessage, json.RawMessage, bool) {
 	if !c.metaSeen.Load() {
-		return nil, false
+		return nil, nil, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.meta, true
+	return c.meta, c.metaJSON, true
 }
 
 // Read reads the next frame the SDK is to see.

@@ -400,3 +400,24 @@ func TestWireLeavesOddCallsToTheSDK(t *testing.T) {
 		t.Errorf("proposals %+v, want one of echo (the last name, as the SDK reads it)", p)
 	}
 }
+
+// The params of a call the Front sends itself: the SDK's _meta as it
+// put it on its own requests, the name encoded, the arguments as
+// proposed; arguments that are not JSON are refused, not sent.
+func TestCallParamsJSON(t *testing.T) {
+	for _, c := range []struct {
+		meta, args, want string
+		name             string
+	}{
+		{`{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`, `{"a":1}`, `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"name":"add \"x\"","arguments":{"a":1}}`, `add "x"`},
+		{``, `{}`, `{"name":"add","arguments":{}}`, "add"},
+	} {
+		got, err := callParamsJSON(json.RawMessage(c.meta), c.name, json.RawMessage(c.args))
+		if err != nil || string(got) != c.want {
+			t.Errorf("callParamsJSON(%s, %q, %s) = %s, %v; want %s", c.meta, c.name, c.args, got, err, c.want)
+		}
+	}
+	if got, err := callParamsJSON(nil, "add", json.RawMessage(`{"a":`)); err == nil {
+		t.Errorf("arguments that are not JSON: %s, want an error", got)
+	}
+}
