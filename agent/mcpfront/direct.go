@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -140,7 +144,7 @@ func (f *Front) sendDirect(c *upConn, callID string, h *held, proposalID string,
 	return c.call(callID, params, func(rpc *jsonrpc.Response, err error) {
 		resp, res := f.received(h.u, rpc, err)
 		resp.ProposalID, resp.Latency = proposalID, time.Since(start)
-		if res != nil {
+		if !resp.Failed && resp.Error == nil {
 			h.mu.Lock()
 			h.relayed = &relayedResult{raw: resp.Result, res: res}
 			h.mu.Unlock()
@@ -163,6 +167,9 @@ func (f *Front) received(u *upstream, rpc *jsonrpc.Response, err error) (Respons
 		err = rpc.Error
 	}
 	if err == nil {
+		if raw, ok := relayable(rpc.Result); ok {
+			return Response{Result: raw}, nil
+		}
 		var res mcp.CallToolResult
 		if err = json.Unmarshal(rpc.Result, &res); err == nil && res.InputRequests != nil {
 			// The SDK's client would have answered them with handlers
@@ -264,4 +271,74 @@ func (u *upstream) annotate(raw json.RawMessage, res *mcp.CallToolResult) (json.
 	}
 	m["_meta"] = b
 	return json.Marshal(m)
+}
+
+// contentTypes are the content blocks a tool result may hold, as the
+// SDK's client reads them (contentFromWire).
+var contentTypes = map[string]bool{"text": true, "image": true, "audio": true, "resource_link": true, "resource": true}
+
+// relayable is an upstream's result as the client is to get it,
+// without decoding it into the SDK's types: its members as they came
+// but its resultType (the hop's, not the result's). ok false: a result
+// the SDK's reading is to judge (not an object, a member named twice, a
+// content block of no known type, input requested, anything odd), which
+// received then reads as the SDK's client does.
+func relayable(raw json.RawMessage) (json.RawMessage, bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	var out bytes.Buffer
+	out.Grow(len(raw))
+	enc := jsontext.NewEncoder(&out)
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' || enc.WriteToken(tok) != nil {
+		return nil, false
+	}
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return nil, false
+		}
+		key := name.String()
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, false
+		}
+		switch key {
+		case "resultType":
+			if string(v) != `"complete"` {
+				return nil, false
+			}
+			continue
+		case "inputRequests", "requestState":
+			return nil, false
+		case "content":
+			if !contentOK(v) {
+				return nil, false
+			}
+		}
+		if enc.WriteToken(jsontext.String(key)) != nil || enc.WriteValue(v) != nil {
+			return nil, false
+		}
+	}
+	if tok, err := dec.ReadToken(); err != nil || enc.WriteToken(tok) != nil {
+		return nil, false
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return nil, false // trailing data
+	}
+	return bytes.TrimRight(out.Bytes(), "\n"), true
+}
+
+// contentOK: v is an array of content blocks of known types.
+func contentOK(v jsontext.Value) bool {
+	var blocks []struct {
+		Type string `json:"type"`
+	}
+	if err := jsonv2.Unmarshal(v, &blocks, jsonv2.RejectUnknownMembers(false)); err != nil {
+		return false
+	}
+	for _, b := range blocks {
+		if !contentTypes[b.Type] {
+			return false
+		}
+	}
+	return true
 }

@@ -1137,7 +1137,7 @@ func (h *held) answerResult(a Answer) (*mcp.CallToolResult, error) {
 	h.mu.Lock()
 	r := h.relayed
 	h.mu.Unlock()
-	if r != nil && a.Reject == nil && a.Error == nil && bytes.Equal(a.Result, r.raw) {
+	if r != nil && r.res != nil && a.Reject == nil && a.Error == nil && bytes.Equal(a.Result, r.raw) {
 		return r.res, nil
 	}
 	return answerResult(a)

@@ -421,3 +421,58 @@ func TestCallParamsJSON(t *testing.T) {
 		t.Errorf("arguments that are not JSON: %s, want an error", got)
 	}
 }
+
+// An upstream's result is relayed as it came but for its resultType;
+// one the SDK's client is to judge (not an object, a member twice, an
+// unknown content type, input requested) is left to its reading.
+func TestRelayable(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"_meta":{"k":"v"},"content":[{"type":"text","text":"3"}],"resultType":"complete","isError":false,"extra":1}`: `{"_meta":{"k":"v"},"content":[{"type":"text","text":"3"}],"isError":false,"extra":1}`,
+		`{"content":[]}`: `{"content":[]}`,
+		`{"structuredContent":{"sum":3},"content":null}`: `{"structuredContent":{"sum":3},"content":null}`,
+	} {
+		got, ok := relayable(json.RawMessage(in))
+		if !ok || string(got) != want {
+			t.Errorf("relayable(%s) = %s, %v; want %s", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{
+		`[1]`,
+		`{"content":[{"type":"video"}]}`,
+		`{"content":[{"type":"text","text":"a"}],"content":[]}`,
+		`{"inputRequests":{"q":{}},"resultType":"input_required"}`,
+		`{"content":[],"resultType":"input_required"}`,
+		`{"content":[]} {}`,
+	} {
+		if got, ok := relayable(json.RawMessage(in)); ok {
+			t.Errorf("relayable(%s) = %s; want it left to the SDK's reading", in, got)
+		}
+	}
+}
+
+// The calculator's result as a 2026-07-28 upstream sends it: relayed
+// as it came (relayable) against read into the SDK's types and written
+// again (what received did for every call before).
+func BenchmarkRelayResult(b *testing.B) {
+	raw := json.RawMessage(`{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"calc","version":"1.0.0"}},"content":[{"type":"text","text":"3"}],"resultType":"complete"}`)
+	b.Run("relayable", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := relayable(raw); !ok {
+				b.Fatal("not relayable")
+			}
+		}
+	})
+	b.Run("sdk-types", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var res mcp.CallToolResult
+			if err := json.Unmarshal(raw, &res); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := json.Marshal(withoutResultType(&res)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
