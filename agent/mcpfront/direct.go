@@ -33,15 +33,15 @@ func (f *Front) watch(h *held) {
 		tick = time.AfterFunc(f.cfg.ProgressEvery, func() { f.promote(h) })
 	}
 	h.mu.Lock()
-	h.unwatch, h.tick = stop, tick
+	h.stopWatch, h.tick = stop, tick
 	h.mu.Unlock()
 }
 
 // stopWatching stops what watch started.
 func (h *held) stopWatching() {
 	h.mu.Lock()
-	stop, tick := h.unwatch, h.tick
-	h.unwatch, h.tick = nil, nil
+	stop, tick := h.stopWatch, h.tick
+	h.stopWatch, h.tick = nil, nil
 	h.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -61,9 +61,6 @@ func (f *Front) claim(h *held) bool {
 	h.stopWatching()
 	return free
 }
-
-// unwatch is claim, for admit: the engine did not take the call.
-func (f *Front) unwatch(h *held) bool { return f.claim(h) }
 
 // promote holds h, a diverted call not yet answered or held, as call
 // holds one: in a worker, whose result h's reply writes.

@@ -107,15 +107,16 @@ type held struct {
 	// reply, for a call its client's connection took (callDirect),
 	// writes its answer; nil: the SDK's handler holds the call (hold).
 	// Such a call is held by a goroutine only once it must be (promote):
-	// holding says it is; until then, unwatch stops what would promote
+	// holding says it is; until then, stopWatch stops what would promote
 	// it (the client's cancellation or departure, the progress tick).
-	reply   replyFunc
-	holding bool
-	unwatch func() bool
-	tick    *time.Timer
+	reply     replyFunc
+	holding   bool
+	stopWatch func() bool
+	tick      *time.Timer
 }
 
-// relayedResult is an upstream's result, decoded and as JSON.
+// relayedResult is an upstream's result as JSON, and decoded when it
+// was (res nil: relayed as it came, relayable).
 type relayedResult struct {
 	raw json.RawMessage
 	res *mcp.CallToolResult
@@ -523,7 +524,7 @@ func (f *Front) admit(ctx context.Context, u *upstream, r *mcp.CallToolRequest, 
 		f.watch(h)
 	}
 	if err := f.eng.Propose(ctx, p); err != nil {
-		if reply != nil && !f.unwatch(h) {
+		if reply != nil && !f.claim(h) {
 			// Promoted meanwhile (the client left): its hold answers.
 			return h, nil, nil
 		}
