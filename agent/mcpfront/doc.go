@@ -28,9 +28,33 @@
 // to the clients (progress under the client's own token, logging,
 // resource updates, and list_changed, which the SDK's server sends only
 // for its own features: a placeholder is added and removed at once to
-// make it, and never listed). Cancellation is the SDK's: a client's
-// notifications/cancelled ends the call's context, which cancels what
-// the front end does for it.
+// make it, and never listed). A client's notifications/cancelled ends
+// the call's context, which cancels what the front end does for it.
+//
+// # The wire layer
+//
+// A tools/call does not go through the SDK's jsonrpc2 dispatch on
+// either side (wire.go, lineconn.go, direct.go): each of its hand-offs
+// (the request to a handler goroutine, the upstream call's waiter woken
+// by the reader) wakes a parked thread, and together they cost more
+// than the decision. A client's connection (ServeStdio) is wrapped: a
+// tools/call the SDK's session would hand to passThrough unchanged
+// (initialized, params that read strictly, no requestState) is proposed
+// on the goroutine that read it, and answered on the same connection by
+// the engine's Effects.Answer; a notifications/cancelled naming it
+// cancels it. The request goes upstream with an id of the Front's own
+// ("fulfiller:N", a string: the SDK's client's are integers) on the
+// upstream's connection, with the _meta the SDK's client puts on its
+// requests, and its response is taken on the goroutine that read it.
+// Over a newline-delimited stream (stdio, pipes, a command upstream)
+// the frames are read by the Front before the SDK's transport, which
+// gets every other frame as it came over a pipe: framing, batches,
+// limits and errors stay the SDK's. A call that must wait (a status, a
+// prompt, a progress tick, the client's cancellation or departure) is
+// promoted to the hold the SDK's handler runs for the others (call).
+// Everything else (initialize, lists, resources, prompts, ping,
+// elicitation and its answers, a 2026-07-28 client's retry, calls under
+// Config.Reattach, Streamable HTTP on either side) is the SDK's.
 //
 // The caller is asked as the client's revision allows. A client of the
 // handshake revisions (2025-11-25 and before) gets elicitation/create
@@ -119,9 +143,12 @@
 //
 // # Who owns what
 //
-// Front.Run owns the upstreams' supervisors, the requests sent upstream
-// and the prompts out, and waits for them before it returns; the SDK
-// owns the clients' sessions and their handlers (a held call is its
-// handler, waiting), which Run closes as it ends. The tests check that
-// nothing is left (goleak).
+// Front.Run owns the upstreams' supervisors, the requests sent upstream,
+// the prompts out and the holds of promoted calls, and waits for them
+// before it returns; the SDK owns the clients' sessions and their
+// handlers (a held call is its handler, waiting), which Run closes as it
+// ends. A stream's reading goroutine (lineconn.go) ends with the stream,
+// which closing the session closes (os.Stdin's read ends only when the
+// client closes it, as with the SDK's own transport). The tests check
+// that nothing is left (goleak).
 package mcpfront

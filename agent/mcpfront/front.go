@@ -103,9 +103,20 @@ type held struct {
 
 	// escalated: the engine holds the call for approvers (Reattach).
 	escalated bool
+
+	// reply, for a call its client's connection took (callDirect),
+	// writes its answer; nil: the SDK's handler holds the call (hold).
+	// Such a call is held by a goroutine only once it must be (promote):
+	// holding says it is; until then, stopWatch stops what would promote
+	// it (the client's cancellation or departure, the progress tick).
+	reply     replyFunc
+	holding   bool
+	stopWatch func() bool
+	tick      *time.Timer
 }
 
-// relayedResult is an upstream's result, decoded and as JSON.
+// relayedResult is an upstream's result as JSON, and decoded when it
+// was (res nil: relayed as it came, relayable).
 type relayedResult struct {
 	raw json.RawMessage
 	res *mcp.CallToolResult
@@ -302,10 +313,13 @@ func (f *Front) ServeStdio(ctx context.Context, name string, t mcp.Transport) er
 	if err := f.Ready(ctx, name); err != nil {
 		return err
 	}
-	ss, err := f.ups[name].server.Connect(ctx, stampTransport{t}, nil)
+	u := f.ups[name]
+	ft := &frontTransport{Transport: t, f: f, u: u}
+	ss, err := u.server.Connect(ctx, ft, nil)
 	if err != nil {
 		return fmt.Errorf("mcpfront: the client's session did not start: %w", err)
 	}
+	ft.conn.ss.Store(ss) // its tools/calls are taken at the connection from now on
 	stop := context.AfterFunc(ctx, func() { _ = ss.Close() })
 	defer stop()
 	return ss.Wait()
@@ -334,6 +348,7 @@ func (f *Front) newServer(u *upstream, init *mcp.InitializeResult) *mcp.Server {
 		}
 		instructions = init.Instructions
 	}
+	u.serverInfo, _ = json.Marshal(impl)
 	caps.Tools = &mcp.ToolCapabilities{ListChanged: true}
 	opts := &mcp.ServerOptions{Instructions: instructions, Capabilities: &caps, Logger: f.log}
 	if caps.Resources != nil && caps.Resources.Subscribe {
@@ -422,10 +437,35 @@ func forward[R mcp.Result](u *upstream, do func(*mcp.ClientSession) (R, error)) 
 
 // call is a tools/call: a proposal to the engine, held until its answer.
 func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	h, res, err := f.admit(ctx, u, r, rpcIDOf(r.Extra), nil)
+	if h == nil {
+		return res, err
+	}
+	return f.hold(ctx, h)
+}
+
+// callDirect is a tools/call the client's connection took (frontConn):
+// proposed as call proposes it, but not held by a goroutine. Its answer
+// is written by reply, on the goroutine of the Effects.Answer that
+// brings it, unless the call had to be held first (promote): then the
+// same hold as call's runs, and reply writes what it returns.
+func (f *Front) callDirect(ctx context.Context, u *upstream, r *mcp.CallToolRequest, rpcID json.RawMessage, reply replyFunc) {
+	h, res, err := f.admit(ctx, u, r, rpcID, reply)
+	if h == nil {
+		reply(nil, res, err)
+	}
+}
+
+// replyFunc writes a diverted call's answer: raw (its result as JSON)
+// when not nil, else res or err.
+type replyFunc func(raw json.RawMessage, res *mcp.CallToolResult, err error)
+
+// admit makes r a proposal to the engine: h is the call proposed, to be
+// held until its answer; nil h: r was answered at once (res, err).
+func (f *Front) admit(ctx context.Context, u *upstream, r *mcp.CallToolRequest, rpcID json.RawMessage, reply replyFunc) (*held, *mcp.CallToolResult, error) {
 	params := r.Params
-	rpcID := rpcIDOf(r.Extra)
 	if err := checkCall(params); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The call as the policy reads it and approvers see it: its name and
 	// arguments. Its _meta (a progressToken, the client's own keys) stays
@@ -435,11 +475,11 @@ func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (
 		Arguments json.RawMessage `json:"arguments,omitempty"`
 	}{params.Name, params.Arguments})
 	if err != nil {
-		return nil, fmt.Errorf("mcpfront: the call's params cannot be read: %w", err)
+		return nil, nil, fmt.Errorf("mcpfront: the call's params cannot be read: %w", err)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return nil, fmt.Errorf("mcpfront: no proposal id: %w", err)
+		return nil, nil, fmt.Errorf("mcpfront: no proposal id: %w", err)
 	}
 	ss := r.Session
 	p := Proposal{ID: id.String(), RPCID: rpcID, FrontEnd: FrontEnd, Server: u.Name, Proposer: f.cfg.ClientID,
@@ -460,30 +500,38 @@ func (f *Front) call(ctx context.Context, u *upstream, r *mcp.CallToolRequest) (
 	token := params.GetProgressToken()
 	p.Progress = token != nil
 	if params.RequestState != "" {
-		return f.resume(ctx, u, r, p.Proposer)
+		res, err := f.resume(ctx, u, r, p.Proposer)
+		return nil, res, err
 	}
 	p.Tool, err = u.tool(ctx, params.Name, params.Arguments)
 	if err != nil {
-		return rejectResult(Reject{Code: "other", Message: err.Error()}), nil
+		return nil, rejectResult(Reject{Code: "other", Message: err.Error()}), nil
 	}
 	h := &held{p: p, u: u, ss: ss, ctx: ctx, token: token, answer: make(chan Answer, 1), asks: make(chan Prompt, 8),
-		prompts: map[string]context.CancelFunc{}}
+		prompts: map[string]context.CancelFunc{}, reply: reply}
 	if ip := ss.InitializeParams(); ip != nil && ip.ProtocolVersion >= mrtrVersion {
 		h.mrtr = true
 	}
 	if f.cfg.Reattach != nil {
 		if res, err, done := f.reattach(ctx, h); done {
-			return res, err
+			return nil, res, err
 		}
 	}
 	f.mu.Lock()
 	f.held[p.ID] = h
 	f.mu.Unlock()
-	if err := f.eng.Propose(ctx, p); err != nil {
-		f.release(h)
-		return rejectResult(Reject{Code: "other", Message: "fulfiller could not take the call: " + err.Error()}), nil
+	if reply != nil {
+		f.watch(h)
 	}
-	return f.hold(ctx, h)
+	if err := f.eng.Propose(ctx, p); err != nil {
+		if reply != nil && !f.claim(h) {
+			// Promoted meanwhile (the client left): its hold answers.
+			return h, nil, nil
+		}
+		f.release(h)
+		return nil, rejectResult(Reject{Code: "other", Message: "fulfiller could not take the call: " + err.Error()}), nil
+	}
+	return h, nil, nil
 }
 
 // hold waits for h's answer in the handler of ctx. It returns early
@@ -735,7 +783,16 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 		return fmt.Errorf("mcpfront: proposal %s: its request is out already", r.ProposalID)
 	}
 	rctx, cancel := context.WithCancel(f.ctx)
-	f.reqs[r.ProposalID] = cancel
+	// On the upstream's connection itself when it has one (upConn): the
+	// call's cancellation then takes it back from there too.
+	c := h.u.direct()
+	var callID string
+	if c != nil {
+		callID = c.newID()
+		f.reqs[r.ProposalID] = func() { cancel(); f.cancelDirect(c, callID) }
+	} else {
+		f.reqs[r.ProposalID] = cancel
+	}
 	if upToken != "" {
 		f.tokens[upToken] = h
 	}
@@ -746,6 +803,13 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 		delete(f.tokens, upToken)
 		delete(f.reqs, r.ProposalID)
 		f.mu.Unlock()
+	}
+	if c != nil {
+		if err := f.sendDirect(c, callID, h, r.ProposalID, out, forget); err == nil {
+			return nil
+		}
+		// Not sent (the connection ended just now): as below, on the
+		// session that replaces it.
 	}
 	started := f.start(func() {
 		start := time.Now()
@@ -827,7 +891,7 @@ func (f *Front) SendCancel(_ context.Context, c Cancel) {
 	cancel := f.reqs[c.ProposalID]
 	f.mu.Unlock()
 	if cancel != nil {
-		cancel() // the SDK sends notifications/cancelled upstream
+		cancel() // the SDK sends notifications/cancelled upstream, or cancelDirect does
 	}
 }
 
@@ -838,15 +902,30 @@ func (f *Front) Answer(_ context.Context, a Answer) error {
 		return ErrUnknown
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.gone {
+		h.mu.Unlock()
 		return ErrUnknown
 	}
 	if h.answered {
+		h.mu.Unlock()
 		return ErrAnswered
 	}
 	h.answered = true
+	if h.reply != nil && !h.holding && h.ctx.Err() == nil {
+		// Written here, on the engine's goroutine: no goroutine holds
+		// the call to be woken for it.
+		h.holding = true // nothing promotes it any more
+		h.mu.Unlock()
+		f.answerDirect(h, a)
+		return nil
+	}
 	h.answer <- a
+	promote := h.reply != nil && !h.holding
+	h.mu.Unlock()
+	if promote {
+		// The client cancelled or left: its hold withdraws the call.
+		f.promote(h)
+	}
 	return nil
 }
 
@@ -856,6 +935,7 @@ func (f *Front) Status(_ context.Context, s Status) {
 	if h == nil {
 		return
 	}
+	f.promote(h) // it waits: held as the SDK's handler would hold it
 	if s.Stage == StageEscalated {
 		f.noteHeld(h, s.Deadline)
 	}
@@ -928,6 +1008,7 @@ func (f *Front) SendPrompt(_ context.Context, p Prompt) error {
 	if !h.p.Elicitation {
 		return ErrNoElicitation
 	}
+	f.promote(h)
 	var params mcp.ElicitParams
 	if err := json.Unmarshal(p.Params, &params); err != nil {
 		return fmt.Errorf("mcpfront: the prompt's params: %w", err)
@@ -1057,7 +1138,7 @@ func (h *held) answerResult(a Answer) (*mcp.CallToolResult, error) {
 	h.mu.Lock()
 	r := h.relayed
 	h.mu.Unlock()
-	if r != nil && a.Reject == nil && a.Error == nil && bytes.Equal(a.Result, r.raw) {
+	if r != nil && r.res != nil && a.Reject == nil && a.Error == nil && bytes.Equal(a.Result, r.raw) {
 		return r.res, nil
 	}
 	return answerResult(a)

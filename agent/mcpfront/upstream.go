@@ -110,12 +110,16 @@ type upstream struct {
 	client *mcp.Client
 	ready  chan struct{} // closed once the first session is up (and server set)
 
-	mu      sync.Mutex
-	cs      *mcp.ClientSession
-	down    error // why there is no session
-	server  *mcp.Server
-	tools   map[string]*mcp.Tool
-	digests map[string]string
+	mu sync.Mutex
+	// serverInfo is the serverInfo the clients see, as JSON (set with
+	// server, before ready).
+	serverInfo json.RawMessage
+	cs         *mcp.ClientSession
+	wire       *upConn // cs's connection, when the Front sends calls on it itself (direct)
+	down       error   // why there is no session
+	server     *mcp.Server
+	tools      map[string]*mcp.Tool
+	digests    map[string]string
 	// back is closed when the next session is up (then set nil): what
 	// the calls that wait for a restart wait on (sessionFor). Made by
 	// the first of them while there is no session.
@@ -212,6 +216,11 @@ func (u *upstream) run(ctx context.Context) error {
 	if err != nil {
 		return u.setDown(fmt.Errorf("upstream %s cannot be started: %w", u.Name, err))
 	}
+	var ut *upTransport
+	if directAllowed(t) {
+		ut = &upTransport{Transport: t, f: u.f, name: u.Name}
+		t = ut
+	}
 	cctx, cancel := context.WithTimeout(ctx, u.f.cfg.ConnectTimeout)
 	cs, err := u.client.Connect(cctx, t, nil)
 	cancel()
@@ -236,6 +245,13 @@ func (u *upstream) run(ctx context.Context) error {
 		u.server = u.f.newServer(u, cs.InitializeResult())
 	}
 	u.cs, u.down = cs, nil
+	if ut != nil {
+		// The Front's calls carry the _meta the SDK's carry (SEP-2575),
+		// read from its tools/list: without one seen, the SDK calls.
+		if _, _, ok := ut.conn.requestMeta(); ok {
+			u.wire = ut.conn
+		}
+	}
 	if u.back != nil {
 		close(u.back) // the calls waiting for the restart go out on it
 		u.back = nil
@@ -254,9 +270,17 @@ func (u *upstream) run(ctx context.Context) error {
 	return u.setDown(fmt.Errorf("upstream %s (%s) ended: %w", u.Name, u.What, err))
 }
 
+// direct is the connection the Front sends tools/calls on itself
+// (upConn), nil when it has none (down, or over HTTP).
+func (u *upstream) direct() *upConn {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.wire
+}
+
 func (u *upstream) setDown(err error) error {
 	u.mu.Lock()
-	u.cs, u.down = nil, err
+	u.cs, u.down, u.wire = nil, err, nil
 	u.mu.Unlock()
 	return err
 }

@@ -126,7 +126,11 @@ type MCPReport struct {
 	// Relayed are the calls through the bare go-sdk relay: what the two
 	// extra hops cost without fulfiller.
 	Relayed Percentiles `json:"relayed"`
-	Proxied Percentiles `json:"proxied"`
+	// LineRelayed are the calls through the raw line relay (stdio on
+	// both sides only): a client on OS pipes, two goroutines copying
+	// lines, the tool server: the true floor of two local hops.
+	LineRelayed Percentiles `json:"line_relayed,omitzero"`
+	Proxied     Percentiles `json:"proxied"`
 	// RatioP50 is proxied p50 ÷ direct p50 (target ≤ 1.3); AddedP50 the
 	// difference in µs (target ≤ 150).
 	RatioP50 float64 `json:"ratio_p50"`
@@ -138,6 +142,11 @@ type MCPReport struct {
 	// OverRelayP50 is what fulfiller adds over the relay at p50 (µs).
 	RelayRatioP50 float64 `json:"relay_ratio_p50"`
 	OverRelayP50  float64 `json:"over_relay_p50_us"`
+	// LineRelayRatioP50 is the raw line relay's p50 ÷ direct p50, and
+	// OverLineRelayP50 what fulfiller adds over it at p50 (µs): its own
+	// cost beyond the two hops.
+	LineRelayRatioP50 float64 `json:"line_relay_ratio_p50,omitempty"`
+	OverLineRelayP50  float64 `json:"over_line_relay_p50_us,omitempty"`
 	// Seconds is the measured window; ProxiedPerSec the calls answered
 	// through the front end per second of it, CallsPerSec all calls'.
 	Seconds       float64 `json:"seconds"`
@@ -171,7 +180,18 @@ type MCPReport struct {
 // OK is whether every call was answered, rightly.
 func (r *MCPReport) OK() bool {
 	return r.Errors == 0 && r.Unanswered == 0 && r.Proxied.Count == r.Calls &&
-		(r.ProxiedOnly || r.Direct.Count == r.Calls && r.Relayed.Count == r.Calls)
+		(r.ProxiedOnly || r.Direct.Count == r.Calls && r.Relayed.Count == r.Calls &&
+			(!r.lineRelayed() || r.LineRelayed.Count == r.Calls))
+}
+
+// lineRelayed: the run has the raw line relay's side (stdio on both
+// sides, not proxied only).
+func (r *MCPReport) lineRelayed() bool {
+	return hasLineRelay(r.Transport, r.Upstream, r.ProxiedOnly)
+}
+
+func hasLineRelay(transport, upstream string, proxiedOnly bool) bool {
+	return transport == MCPStdio && upstream == MCPStdio && !proxiedOnly
 }
 
 // WriteText prints r for a person.
@@ -181,18 +201,25 @@ func (r *MCPReport) WriteText(w io.Writer) {
 		fmt.Fprint(w, " (proxied only)")
 	}
 	fmt.Fprintf(w, "\nmeasured: %.2f s, %.0f proxied calls/s, %.0f calls/s in all\n", r.Seconds, r.ProxiedPerSec, r.CallsPerSec)
-	fmt.Fprintf(w, "%-8s %8s %9s %9s %9s %9s\n", "", "calls", "p50 µs", "p90 µs", "p99 µs", "max µs")
+	fmt.Fprintf(w, "%-9s %8s %9s %9s %9s %9s\n", "", "calls", "p50 µs", "p90 µs", "p99 µs", "max µs")
 	row := func(name string, p Percentiles) {
-		fmt.Fprintf(w, "%-8s %8d %9.1f %9.1f %9.1f %9.1f\n", name, p.Count, p.P50, p.P90, p.P99, p.Max)
+		fmt.Fprintf(w, "%-9s %8d %9.1f %9.1f %9.1f %9.1f\n", name, p.Count, p.P50, p.P90, p.P99, p.Max)
 	}
 	if !r.ProxiedOnly {
 		row("direct", r.Direct)
+		if r.lineRelayed() {
+			row("raw relay", r.LineRelayed)
+		}
 		row("relayed", r.Relayed)
 	}
 	row("proxied", r.Proxied)
 	if !r.ProxiedOnly {
 		fmt.Fprintf(w, "proxied ÷ direct: p50 %.2f× (%+.1f µs), p90 %.2f×, p99 %.2f×\n", r.RatioP50, r.AddedP50, r.RatioP90, r.RatioP99)
-		fmt.Fprintf(w, "bare relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the relay: %+.1f µs at p50\n",
+		if r.lineRelayed() {
+			fmt.Fprintf(w, "raw line relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the raw relay: %+.1f µs at p50\n",
+				r.LineRelayRatioP50, r.LineRelayed.P50-r.Direct.P50, r.OverLineRelayP50)
+		}
+		fmt.Fprintf(w, "bare relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the relay: %+.1f µs at p50 (the go-sdk relay)\n",
 			r.RelayRatioP50, r.Relayed.P50-r.Direct.P50, r.OverRelayP50)
 		fmt.Fprintf(w, "CPU per call: fulfiller %.1f µs, bare relay %.1f µs, whole process %.1f µs\n", r.FulfillerCPUPerCall, r.RelayCPUPerCall, r.ProcessCPUPerCall)
 	} else {
@@ -223,6 +250,9 @@ type mcpRig struct {
 	direct  func(ctx context.Context) (*mcp.ClientSession, error)
 	relay   func(ctx context.Context) (*mcp.ClientSession, error)
 	proxied func(ctx context.Context) (*mcp.ClientSession, error)
+	// lineRelay, over stdio on both sides: a client through the raw line
+	// relay (lineRelay) to a tool server child of its own.
+	lineRelay func(ctx context.Context) (*mcp.ClientSession, error)
 	// proxiedURL is the front end's endpoint over MCPHTTP (raw clients).
 	proxiedURL string
 	// children are the stdio tool servers' commands (*exec.Cmd), whose
@@ -333,6 +363,21 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 		}
 		up = mcpfront.Upstream{Name: MCPServerName, What: "the bench's tool server", Transport: child}
 		relayUp = child
+		if hasLineRelay(cfg.Transport, cfg.Upstream, cfg.ProxiedOnly) {
+			rig.lineRelay = func(ctx context.Context) (*mcp.ClientSession, error) {
+				t, stop, err := lineRelay(ctx, cfg.Child, cfg.ChildEnv, func(cmd *exec.Cmd) { rig.children.Store(cmd, struct{}{}) })
+				if err != nil {
+					return nil, err
+				}
+				cs, err := benchClient().Connect(ctx, t, nil)
+				if err != nil {
+					stop()
+					return nil, err
+				}
+				rig.closers = append(rig.closers, func() { _ = cs.Close(); stop() })
+				return cs, nil
+			}
+		}
 		// The direct clients share one child and one session, as the
 		// front end's calls share its upstream's.
 		var once sync.Once
@@ -530,10 +575,10 @@ func serveLoopback(ctx context.Context, component string, h http.Handler) (strin
 // mcpTally is what the clients count, shared (the latencies are each
 // client's own histograms, merged at the end).
 type mcpTally struct {
-	direct, relayed, proxied histogram
-	firstError               atomic.Pointer[string] // the first failure's, kept
-	errors                   atomic.Int64
-	unanswered               atomic.Int64
+	direct, relayed, line, proxied histogram
+	firstError                     atomic.Pointer[string] // the first failure's, kept
+	errors                         atomic.Int64
+	unanswered                     atomic.Int64
 }
 
 func (t *mcpTally) fail(side string, err error) {
@@ -557,7 +602,7 @@ func (t *mcpTally) first() string {
 // measureMCP connects the clients, warms up, then runs the measured
 // calls under a CPU profile.
 func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, error) {
-	type client struct{ direct, relay, proxied *mcp.ClientSession }
+	type client struct{ direct, relay, line, proxied *mcp.ClientSession }
 	clients := make([]client, cfg.Clients)
 	var err error
 	labelled(ctx, ComponentClients, func(ctx context.Context) {
@@ -573,6 +618,12 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 				}
 				r := clients[i].relay
 				rig.closers = append(rig.closers, func() { _ = r.Close() })
+				if rig.lineRelay != nil {
+					if clients[i].line, err = rig.lineRelay(ctx); err != nil {
+						err = fmt.Errorf("mcp bench: connect to the raw line relay: %w", err)
+						return
+					}
+				}
 			}
 			if clients[i].proxied, err = rig.proxied(ctx); err != nil {
 				err = fmt.Errorf("mcp bench: connect to the front end: %w", err)
@@ -627,6 +678,9 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 						call(ctx, c.direct, "direct (warm-up)", nil)
 						call(ctx, c.relay, "relayed (warm-up)", nil)
 					}
+					if c.line != nil {
+						call(ctx, c.line, "raw relay (warm-up)", nil)
+					}
 					call(ctx, c.proxied, "proxied (warm-up)", nil)
 				}
 			})
@@ -636,10 +690,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	if tally.errors.Load() > 0 || tally.unanswered.Load() > 0 {
 		// A rig that cannot answer is not measured: the report says why.
 		// The measured calls were never made: unanswered, every one.
-		never := int64(cfg.Calls)
-		if !cfg.ProxiedOnly {
-			never *= 3
-		}
+		never := int64(cfg.Calls * mcpSides(cfg))
 		return warmUpFailed(cfg, tally, never), nil
 	}
 
@@ -648,7 +699,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	cpu0, child0 := cpuTime(), rig.childCPU()
 	start := time.Now()
 	var next atomic.Int64
-	hists := make([][3]histogram, len(clients))
+	hists := make([][4]histogram, len(clients))
 	labelled(ctx, ComponentClients, func(ctx context.Context) {
 		for i, c := range clients {
 			wg.Go(func() {
@@ -660,6 +711,9 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 					if c.direct != nil {
 						call(ctx, c.direct, "direct", &h[0])
 						call(ctx, c.relay, "relayed", &h[2])
+					}
+					if c.line != nil {
+						call(ctx, c.line, "raw relay", &h[3])
 					}
 					call(ctx, c.proxied, "proxied", &h[1])
 				}
@@ -676,8 +730,21 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		tally.direct.merge(&hists[i][0])
 		tally.proxied.merge(&hists[i][1])
 		tally.relayed.merge(&hists[i][2])
+		tally.line.merge(&hists[i][3])
 	}
 	return finishMCP(cfg, tally, elapsed, cpu, child, &prof, profErr)
+}
+
+// mcpSides is how many sides a run of cfg calls: proxied; direct and
+// the go-sdk relay unless proxied only; the raw line relay over stdio.
+func mcpSides(cfg MCPConfig) int {
+	switch {
+	case cfg.ProxiedOnly:
+		return 1
+	case hasLineRelay(cfg.Transport, cfg.Upstream, cfg.ProxiedOnly):
+		return 4
+	}
+	return 3
 }
 
 // newMCPReport is a report of cfg's run with nothing measured yet.
@@ -703,13 +770,10 @@ func finishMCP(cfg MCPConfig, tally *mcpTally, elapsed, cpu, child time.Duration
 	rep := newMCPReport(cfg)
 	rep.Seconds = elapsed.Seconds()
 	rep.Direct, rep.Relayed, rep.Proxied = tally.direct.percentiles(), tally.relayed.percentiles(), tally.proxied.percentiles()
+	rep.LineRelayed = tally.line.percentiles()
 	rep.Errors, rep.FirstError = tally.errors.Load(), tally.first()
-	sides := 3
-	if cfg.ProxiedOnly {
-		sides = 1
-	}
-	answered := int64(rep.Direct.Count + rep.Relayed.Count + rep.Proxied.Count)
-	rep.Unanswered = int64(sides*cfg.Calls) - answered - rep.Errors
+	answered := int64(rep.Direct.Count + rep.Relayed.Count + rep.LineRelayed.Count + rep.Proxied.Count)
+	rep.Unanswered = int64(mcpSides(cfg)*cfg.Calls) - answered - rep.Errors
 	rep.ProxiedPerSec = float64(rep.Proxied.Count) / elapsed.Seconds()
 	rep.CallsPerSec = float64(answered) / elapsed.Seconds()
 	if rep.Direct.P50 > 0 {
@@ -719,6 +783,10 @@ func finishMCP(cfg MCPConfig, tally *mcpTally, elapsed, cpu, child time.Duration
 		rep.RatioP99 = rep.Proxied.P99 / rep.Direct.P99
 		rep.RelayRatioP50 = rep.Relayed.P50 / rep.Direct.P50
 		rep.OverRelayP50 = rep.Proxied.P50 - rep.Relayed.P50
+		if rep.LineRelayed.Count > 0 {
+			rep.LineRelayRatioP50 = rep.LineRelayed.P50 / rep.Direct.P50
+			rep.OverLineRelayP50 = rep.Proxied.P50 - rep.LineRelayed.P50
+		}
 	}
 	if answered > 0 {
 		rep.ProcessCPUPerCall = float64(cpu.Microseconds()) / float64(answered)

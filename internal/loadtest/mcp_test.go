@@ -53,9 +53,25 @@ func checkMCPReport(t *testing.T, rep *MCPReport, transport string, clients, cal
 	if got, want := rep.AddedP50, rep.Proxied.P50-rep.Direct.P50; got != want {
 		t.Errorf("added_p50_us %v, want %v", got, want)
 	}
+	wantText := []string{"front end: mcp over " + transport, "direct", "relayed", "proxied", "proxied ÷ direct: p50", "bare relay ÷ direct: p50", "fulfiller over the relay", "errors: 0, unanswered: 0"}
+	if transport == MCPStdio {
+		// Over stdio on both sides, the raw line relay is measured too.
+		if rep.LineRelayed.Count != calls {
+			t.Errorf("answered %d calls through the raw line relay, want %d", rep.LineRelayed.Count, calls)
+		}
+		if got, want := rep.LineRelayRatioP50, rep.LineRelayed.P50/rep.Direct.P50; got != want {
+			t.Errorf("line_relay_ratio_p50 %v, want raw relay p50 ÷ direct p50 = %v", got, want)
+		}
+		if got, want := rep.OverLineRelayP50, rep.Proxied.P50-rep.LineRelayed.P50; got != want {
+			t.Errorf("over_line_relay_p50_us %v, want %v", got, want)
+		}
+		wantText = append(wantText, "raw relay ", "raw line relay ÷ direct: p50", "fulfiller over the raw relay")
+	} else if rep.LineRelayed.Count != 0 {
+		t.Errorf("%d calls through the raw line relay over %s: it is stdio's only", rep.LineRelayed.Count, transport)
+	}
 	var text strings.Builder
 	rep.WriteText(&text)
-	for _, want := range []string{"front end: mcp over " + transport, "direct", "relayed", "proxied", "proxied ÷ direct: p50", "bare relay ÷ direct: p50", "fulfiller over the relay", "errors: 0, unanswered: 0"} {
+	for _, want := range wantText {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
