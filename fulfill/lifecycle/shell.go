@@ -107,12 +107,17 @@ type Journal interface {
 	Log(ctx context.Context, l Line) error
 }
 
-// Immediate is implemented by a Store or a Journal some of whose
-// effects return at once (no I/O, no wait: an in-process store's write,
-// a decision-log line only observed): the Loop carries such an effect
-// out on its own goroutine when it is next in its proposal's lane, and
-// applies its result at once, instead of handing it to a worker and the
-// result back (two goroutine hand-offs, which cost more than the effect).
+// Immediate is implemented by a Store, a Journal or a Wire some of
+// whose effects return at once (no I/O, no wait: an in-process store's
+// write, a decision-log line only observed, a front end's send that
+// hands the message to a goroutine of its own): the Loop carries such an
+// effect out on its own goroutine when it is next in its proposal's
+// lane, and applies its result at once, instead of handing it to a
+// worker and the result back (two goroutine hand-offs, which cost more
+// than the effect). A Wire is asked only about its own effects (the
+// sends, Status, CancelAsk, the task's and the approvers' channel's);
+// an effect it calls Immediate must never wait for a peer, since the
+// whole Loop would wait with it.
 type Immediate interface {
 	Immediate(e Effect) bool
 }
@@ -167,8 +172,9 @@ type Loop struct {
 	nIdle       atomic.Int32
 	idleWorkers []*worker
 
-	// The store's and the journal's Immediate, when they have one.
-	storeNow, journalNow Immediate
+	// The store's, the journal's and the wire's Immediate, when they
+	// have one.
+	storeNow, journalNow, wireNow Immediate
 
 	// deciders is the policy's Evaluators (0: none); Run starts that
 	// many goroutines that ask the policy the Decides on decideq (nil
@@ -279,6 +285,7 @@ func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, jou
 		followers: map[string]*follower{}}
 	l.storeNow, _ = store.(Immediate)
 	l.journalNow, _ = journal.(Immediate)
+	l.wireNow, _ = wire.(Immediate)
 	if ev, ok := policy.(Evaluators); ok {
 		l.deciders = ev.Evaluators()
 	}
@@ -864,6 +871,8 @@ func (l *Loop) immediate(e Effect) bool {
 		return l.journalNow != nil && l.journalNow.Immediate(e)
 	case Write:
 		return l.storeNow != nil && l.storeNow.Immediate(e)
+	case SendReject, SendRequest, SendRelay, SendCancel, Status, CancelAsk, CancelTask, SendPrompt, Human, CreateGrant:
+		return l.wireNow != nil && l.wireNow.Immediate(e)
 	}
 	return false
 }
