@@ -92,21 +92,21 @@ func TestLoopDeciderDoesNotWaitForRun(t *testing.T) {
 	}
 }
 
-// nowWire is benchWire whose sends are Immediate (as the MCP front
+// immediateWire is benchWire whose sends are Immediate (as the MCP front
 // end's are: they hand the message to a goroutine of their own), and
 // which notes whether each request was sent on the Loop's goroutine.
-type nowWire struct {
+type immediateWire struct {
 	benchWire
 	onLoop chan bool
 	loop   *Loop
 }
 
-func (w nowWire) Immediate(e Effect) bool {
+func (w immediateWire) Immediate(e Effect) bool {
 	_, ok := e.(SendRequest)
 	return ok
 }
 
-func (w nowWire) SendRequest(ctx context.Context, r SendRequest) error {
+func (w immediateWire) SendRequest(ctx context.Context, r SendRequest) error {
 	// Run cannot take a Match while it carries the send out itself.
 	mctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
@@ -131,9 +131,9 @@ func TestLoopImmediateWireSendsOnItsGoroutine(t *testing.T) {
 			store := &benchStore{revs: map[string]uint64{}, ended: make(chan string, 16), now: true}
 			bw := make(benchWire, 16)
 			var w Wire = bw
-			var nw *nowWire
+			var nw *immediateWire
 			if tc.now {
-				nw = &nowWire{benchWire: bw, onLoop: make(chan bool, 16)}
+				nw = &immediateWire{benchWire: bw, onLoop: make(chan bool, 16)}
 				w = nw
 			}
 			loop := NewLoop(core, clocktest.New(t0), store, w, deciderPolicy(1), seenJournal{}, time.Second)
