@@ -270,7 +270,10 @@ func (ln *lane) pop() Effect {
 }
 
 type laneDone struct {
-	id     string
+	// ln is the lane the worker ran: still the proposal's in Run's map
+	// (a lane a worker runs is never dropped), so Run need not look it
+	// up again.
+	ln     *lane
 	result Event // nil: nothing to report
 	// own: result is an event one of the Loop's own goroutines made (a
 	// decider's Decided, see result), no lane's end.
@@ -435,6 +438,18 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.take(ctx, in)
 			continue
 		}
+		// A report waiting is taken without a select over the three
+		// channels (which locks each, and queues Run on each when it
+		// waits): under load most of Run's inputs are reports, and
+		// finishing what is under way before taking more is what a
+		// busy loop should do. ctx is still seen: the reports end with
+		// the workers and deciders, which end with it.
+		select {
+		case d := <-l.done:
+			l.laneDone(ctx, d)
+			continue
+		default:
+		}
 		select {
 		case in := <-l.inputs:
 			l.take(ctx, in)
@@ -496,14 +511,15 @@ func (l *Loop) laneDone(ctx context.Context, d laneDone) {
 		return
 	}
 	l.handoffs.Add(1)
-	ln := l.lanes[d.id]
+	ln := d.ln
+	id := ln.id // Run's to change, and the lane is not dropped while it runs
 	ln.mu.Lock()
 	ln.running = false
 	ln.mu.Unlock()
 	if d.result != nil {
 		l.step(ctx, d.result)
 	}
-	l.dispatch(ctx, d.id)
+	l.dispatch(ctx, id)
 }
 
 // spawn runs f on a goroutine Run waits for (or the sched's).
@@ -913,7 +929,7 @@ func (l *Loop) runLane(ctx context.Context, ln *lane) {
 		}
 		ln.mu.Unlock()
 		if res := l.carryOut(ctx, e); res != nil {
-			l.report(ctx, laneDone{id: id, result: res})
+			l.report(ctx, laneDone{ln: ln, result: res})
 			return
 		}
 	}
