@@ -153,10 +153,13 @@ type Loop struct {
 	proposals atomic.Int64
 
 	// Touched by Run's goroutine only.
-	lanes    map[string]*lane
-	timers   map[Fired]func() bool // not fired yet
-	timersOf map[string][]Fired    // the timers set, by proposal (some fired since)
-	wg       sync.WaitGroup
+	lanes map[string]*lane
+	// timers are the timers set and not fired yet, by proposal: one
+	// map keyed by the proposal's id, where a map of the Fired (whose
+	// time.Time and strings are hashed at every look-up) and a second
+	// map of the ids cost four look-ups a timer set and gone.
+	timers map[string][]timer
+	wg     sync.WaitGroup
 	// freeLanes are lanes left empty, for the next proposals' (newLane).
 	freeLanes []*lane
 
@@ -284,7 +287,7 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	l := &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		inputs: make(chan input), done: make(chan laneDone, 64), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
+		inputs: make(chan input), done: make(chan laneDone, 64), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[string][]timer{},
 		followers: map[string]*follower{}}
 	l.storeNow, _ = store.(Immediate)
 	l.journalNow, _ = journal.(Immediate)
@@ -404,8 +407,10 @@ func (l *Loop) Live() int { return int(l.live.Load()) }
 func (l *Loop) Run(ctx context.Context) error {
 	defer close(l.stopped)
 	defer func() {
-		for _, stop := range l.timers {
-			stop()
+		for _, ts := range l.timers {
+			for _, t := range ts {
+				t.stop()
+			}
 		}
 		l.wg.Wait()
 	}()
@@ -808,36 +813,49 @@ func (l *Loop) leave(w *worker) bool {
 	return i >= 0
 }
 
+// timer is a timer set (schedule) and not fired yet.
+type timer struct {
+	f    Fired
+	stop func() bool
+}
+
 func (l *Loop) schedule(ctx context.Context, s Schedule, now time.Time) {
 	f := Fired{ID: s.ID, At: s.At, Kind: s.Kind}
-	if _, ok := l.timers[f]; ok {
-		return // the same timer is set already
+	ts := l.timers[f.ID]
+	for _, t := range ts {
+		if t.f == f {
+			return // the same timer is set already
+		}
 	}
-	l.timers[f] = l.clock.AfterFunc(s.At.Sub(now), func() { _ = l.Post(ctx, f) })
-	l.timersOf[f.ID] = append(l.timersOf[f.ID], f)
+	stop := l.clock.AfterFunc(s.At.Sub(now), func() { _ = l.Post(ctx, f) })
+	l.timers[f.ID] = append(ts, timer{f: f, stop: stop})
 }
 
 // fired forgets timer f, which went off.
 func (l *Loop) fired(f Fired) {
-	delete(l.timers, f)
-	fs := slices.DeleteFunc(l.timersOf[f.ID], func(g Fired) bool { return g == f })
-	if len(fs) == 0 {
-		delete(l.timersOf, f.ID)
+	ts, ok := l.timers[f.ID]
+	if !ok {
+		return // let go of before it fired (unschedule)
+	}
+	ts = slices.DeleteFunc(ts, func(t timer) bool { return t.f == f })
+	if len(ts) == 0 {
+		delete(l.timers, f.ID)
 	} else {
-		l.timersOf[f.ID] = fs
+		l.timers[f.ID] = ts
 	}
 }
 
 // unschedule stops the timers of proposal id, which the core let go of:
 // their firing would change nothing, and each holds memory until then.
 func (l *Loop) unschedule(id string) {
-	for _, f := range l.timersOf[id] {
-		if stop, ok := l.timers[f]; ok {
-			stop()
-			delete(l.timers, f)
-		}
+	ts, ok := l.timers[id]
+	if !ok {
+		return
 	}
-	delete(l.timersOf, id)
+	for _, t := range ts {
+		t.stop()
+	}
+	delete(l.timers, id)
 }
 
 // dispatch carries out the effects at the head of proposal id's lane
