@@ -234,12 +234,12 @@ func (b *Binding) Propose(ctx context.Context, p mcpfront.Proposal) error {
 // timed out, shut down) reaches nobody.
 func (b *Binding) Responded(ctx context.Context, r mcpfront.Response) error {
 	return b.loop.Match(ctx, func(c *lifecycle.Core) []lifecycle.Event {
-		p, ok := c.Get(r.ProposalID)
-		if !ok || p.Phase != lifecycle.Fulfilling || p.Request == nil || p.Request.Task {
+		requestID, target, ok := c.Awaited(r.ProposalID)
+		if !ok {
 			b.log.Debug("mcp response the engine no longer waits for; dropped", "proposal", r.ProposalID)
 			return nil
 		}
-		ev := lifecycle.Responded{RequestID: p.Request.EnvelopeID, From: p.Request.Target, Result: r.Result}
+		ev := lifecycle.Responded{RequestID: requestID, From: target, Result: r.Result}
 		a := mcpfront.Answer{ProposalID: r.ProposalID, Result: r.Result, Error: r.Error}
 		if r.Error != nil {
 			raw, err := json.Marshal(r.Error)
