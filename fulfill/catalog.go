@@ -42,6 +42,11 @@ const (
 // TaskOptional, or TaskForbidden — also when absent or unreadable, which
 // MCP says means the tool must not be called as a task.
 func (t ToolInfo) TaskSupport() string {
+	if len(t.Execution) == 0 {
+		// Most tools say nothing of it: decoding nothing made an error
+		// (a syntax error's, built in full) for every call to one.
+		return TaskForbidden
+	}
 	var e struct {
 		TaskSupport string `json:"taskSupport"`
 	}

@@ -119,3 +119,20 @@ func TestCatalogLookupDoesNotWaitForSilentPeers(t *testing.T) {
 		t.Errorf("%d discoveries in flight, want the silent one", inflight)
 	}
 }
+
+// A tool that says nothing of tasks must not be called as one, and
+// reading that costs nothing: the policy step asks it of every call.
+func TestTaskSupportAbsentIsForbiddenWithoutDecoding(t *testing.T) {
+	for _, tc := range []struct {
+		exec string
+		want string
+	}{{"", TaskForbidden}, {`{"taskSupport":"required"}`, TaskRequired}, {`{"taskSupport":"optional"}`, TaskOptional},
+		{`{"taskSupport":"sometimes"}`, TaskForbidden}, {`{`, TaskForbidden}} {
+		if got := (ToolInfo{Execution: json.RawMessage(tc.exec)}).TaskSupport(); got != tc.want {
+			t.Errorf("execution %q: task support %q, want %q", tc.exec, got, tc.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = ToolInfo{}.TaskSupport() }); n != 0 {
+		t.Errorf("a tool without execution: %v allocations to read its task support, want 0", n)
+	}
+}

@@ -47,7 +47,28 @@ type selfReporting interface{ reportsDeliveries() }
 var (
 	_ lifecycle.ApproverChannel = (*engineWire)(nil)
 	_ lifecycle.IDReserver      = (*engineWire)(nil)
+	_ lifecycle.Immediate       = (*engineWire)(nil)
 )
+
+// Immediate implements lifecycle.Immediate: an effect the front end's
+// Wire carries out at once (its own lifecycle.Immediate says so: the MCP
+// front end's sends hand the message to a goroutine of its own) is
+// carried out on the Loop's goroutine, what this wire adds to it (the
+// journal's watchers told) never waiting either. The steps with the
+// humans and the grants stay on workers: an Observer of the approvals
+// may notify, and a grant is written to the store.
+func (w *engineWire) Immediate(e lifecycle.Effect) bool {
+	switch e.(type) {
+	case lifecycle.Human, lifecycle.CreateGrant:
+		return false
+	case lifecycle.SendPrompt:
+		if w.prompts == nil {
+			return true // refused at once (errNoPrompts)
+		}
+	}
+	now, ok := w.Wire.(lifecycle.Immediate)
+	return ok && now.Immediate(e)
+}
 
 // newEngineWire wraps fe, the front end's Wire.
 func newEngineWire(fe lifecycle.Wire, events wireEvents, cfg Config, log *slog.Logger) *engineWire {

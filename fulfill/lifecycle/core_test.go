@@ -879,3 +879,38 @@ func TestIDSetForgetsTheOldestFirst(t *testing.T) {
 		t.Fatalf("%d ids held, want the bound 3", len(s.ids))
 	}
 }
+
+// Awaited names the request whose response the core waits for, and only
+// while it waits: not before the proposal is decided, not for a task
+// (its result comes from the task's follower), not once the proposal
+// ended. A front end relays an upstream's response to its client only
+// when Awaited says so.
+func TestAwaitedIsTheRequestOut(t *testing.T) {
+	c := testCore(func(cfg *Config) { cfg.MaxInflight = 2 })
+	claim := only[Write](t, c.Step(t0, Proposed{ID: "p1", From: "coder"}))
+	if _, _, ok := c.Awaited("p1"); ok {
+		t.Fatal("awaited while its claim is written")
+	}
+	c.Step(t0, Stored{ID: "p1", Seq: claim.Seq, Rev: 1})
+	w := only[Write](t, c.Step(t0, Decided{ID: "p1", Decision: Decision{Action: Fulfill, Target: "fs"}}))
+	req := only[SendRequest](t, c.Step(t0, Stored{ID: "p1", Seq: w.Seq, Rev: 2}))
+	if id, target, ok := c.Awaited("p1"); !ok || id != req.EnvelopeID || target != "fs" {
+		t.Fatalf("Awaited = %q, %q, %v; want the request %q to fs", id, target, ok, req.EnvelopeID)
+	}
+	c.Step(t0, Sent{ID: "p1", EnvelopeID: req.EnvelopeID})
+	effs := c.Step(t0, Responded{RequestID: req.EnvelopeID, From: "fs", HasRPCID: true, RPCID: req.RPCID, Result: []byte(`{}`)})
+	if _, _, ok := c.Awaited("p1"); ok {
+		t.Fatalf("still awaited once its response was taken (%v)", kinds(effs))
+	}
+	if _, _, ok := c.Awaited("nobody"); ok {
+		t.Fatal("an unknown proposal is awaited")
+	}
+
+	claim = only[Write](t, c.Step(t0, Proposed{ID: "p2", From: "coder"}))
+	c.Step(t0, Stored{ID: "p2", Seq: claim.Seq, Rev: 1})
+	w = only[Write](t, c.Step(t0, Decided{ID: "p2", Decision: Decision{Action: Fulfill, Target: "fs", Task: true, TaskTimeout: time.Hour}}))
+	only[SendRequest](t, c.Step(t0, Stored{ID: "p2", Seq: w.Seq, Rev: 2}))
+	if _, _, ok := c.Awaited("p2"); ok {
+		t.Fatal("a task's request is awaited")
+	}
+}

@@ -142,7 +142,9 @@
 // proposal's effects run in order, on a worker that runs them until one
 // reports an event (a proposal's lines and the send after them are one
 // trip), or on the loop's goroutine when they cannot wait (Immediate: an
-// in-process store's write, a line only observed); their results come
+// in-process store's write, a line only observed, a front end's send
+// that hands the message to a goroutine of its own, as the MCP front
+// end's do); their results come
 // back as events, timers run on a Clock that tests control. A frame only
 // the core can place (a response) is placed on its goroutine (Match),
 // not asked about (Do) and then posted. Loop.Handoffs counts the
@@ -239,8 +241,8 @@
 // (the member crashed, or runs on and is released) with adoption by the
 // other member, the group's load read from the leases, a member's
 // session reconnecting (a new roster), and seeds with JSON-RPC ids
-// reserved ahead (Config.ReserveIDs), with writes (alone) and lines
-// Immediate, with
+// reserved ahead (Config.ReserveIDs), with writes (alone), lines and
+// sends Immediate, with
 // small per-proposer and byte limits, shares of the fulfilment slots,
 // crowds (three proposers, few slots), status chats on, the humans'
 // escalation (three approvers leaving and joining, alice keyed and

@@ -12,6 +12,19 @@ func (c *Core) Get(id string) (Proposal, bool) {
 	return e.p.copy(), true
 }
 
+// Awaited returns the fulfilment request of proposal id while the core
+// waits for its response: the proposal open and Fulfilling, its request
+// out and not as a task. It copies nothing but the two ids, where Get
+// copies the whole proposal: what a front end matching each of its
+// upstream's responses needs (the MCP front end's, through Loop.Match).
+func (c *Core) Awaited(id string) (requestEnvelopeID, target string, ok bool) {
+	e, ok := c.props[id]
+	if !ok || e.outcome != Open || e.p.Phase != Fulfilling || e.p.Request == nil || e.p.Request.Task {
+		return "", "", false
+	}
+	return e.p.Request.EnvelopeID, e.p.Request.Target, true
+}
+
 // ByRequest returns a copy of the open proposal whose fulfilment request
 // has envelope id requestID.
 func (c *Core) ByRequest(requestID string) (Proposal, bool) {

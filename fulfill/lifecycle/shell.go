@@ -107,12 +107,17 @@ type Journal interface {
 	Log(ctx context.Context, l Line) error
 }
 
-// Immediate is implemented by a Store or a Journal some of whose
-// effects return at once (no I/O, no wait: an in-process store's write,
-// a decision-log line only observed): the Loop carries such an effect
-// out on its own goroutine when it is next in its proposal's lane, and
-// applies its result at once, instead of handing it to a worker and the
-// result back (two goroutine hand-offs, which cost more than the effect).
+// Immediate is implemented by a Store, a Journal or a Wire some of
+// whose effects return at once (no I/O, no wait: an in-process store's
+// write, a decision-log line only observed, a front end's send that
+// hands the message to a goroutine of its own): the Loop carries such an
+// effect out on its own goroutine when it is next in its proposal's
+// lane, and applies its result at once, instead of handing it to a
+// worker and the result back (two goroutine hand-offs, which cost more
+// than the effect). A Wire is asked only about its own effects (the
+// sends, Status, CancelAsk, the task's and the approvers' channel's);
+// an effect it calls Immediate must never wait for a peer, since the
+// whole Loop would wait with it.
 type Immediate interface {
 	Immediate(e Effect) bool
 }
@@ -148,10 +153,13 @@ type Loop struct {
 	proposals atomic.Int64
 
 	// Touched by Run's goroutine only.
-	lanes    map[string]*lane
-	timers   map[Fired]func() bool // not fired yet
-	timersOf map[string][]Fired    // the timers set, by proposal (some fired since)
-	wg       sync.WaitGroup
+	lanes map[string]*lane
+	// timers are the timers set and not fired yet, by proposal: one
+	// map keyed by the proposal's id, where a map of the Fired (whose
+	// time.Time and strings are hashed at every look-up) and a second
+	// map of the ids cost four look-ups a timer set and gone.
+	timers map[string][]timer
+	wg     sync.WaitGroup
 	// freeLanes are lanes left empty, for the next proposals' (newLane).
 	freeLanes []*lane
 
@@ -167,8 +175,9 @@ type Loop struct {
 	nIdle       atomic.Int32
 	idleWorkers []*worker
 
-	// The store's and the journal's Immediate, when they have one.
-	storeNow, journalNow Immediate
+	// The store's, the journal's and the wire's Immediate, when they
+	// have one.
+	storeNow, journalNow, wireNow Immediate
 
 	// deciders is the policy's Evaluators (0: none); Run starts that
 	// many goroutines that ask the policy the Decides on decideq (nil
@@ -264,7 +273,10 @@ func (ln *lane) pop() Effect {
 }
 
 type laneDone struct {
-	id     string
+	// ln is the lane the worker ran: still the proposal's in Run's map
+	// (a lane a worker runs is never dropped), so Run need not look it
+	// up again.
+	ln     *lane
 	result Event // nil: nothing to report
 	// own: result is an event one of the Loop's own goroutines made (a
 	// decider's Decided, see result), no lane's end.
@@ -275,10 +287,11 @@ type laneDone struct {
 // Owned waits before it is tried again.
 func NewLoop(core *Core, clock Clock, store Store, wire Wire, policy Policy, journal Journal, retry time.Duration) *Loop {
 	l := &Loop{core: core, clock: clock, store: store, wire: wire, policy: policy, journal: journal, retry: retry,
-		inputs: make(chan input), done: make(chan laneDone, 64), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[Fired]func() bool{}, timersOf: map[string][]Fired{},
+		inputs: make(chan input), done: make(chan laneDone, 64), stopped: make(chan struct{}), lanes: map[string]*lane{}, timers: map[string][]timer{},
 		followers: map[string]*follower{}}
 	l.storeNow, _ = store.(Immediate)
 	l.journalNow, _ = journal.(Immediate)
+	l.wireNow, _ = wire.(Immediate)
 	if ev, ok := policy.(Evaluators); ok {
 		l.deciders = ev.Evaluators()
 	}
@@ -394,8 +407,10 @@ func (l *Loop) Live() int { return int(l.live.Load()) }
 func (l *Loop) Run(ctx context.Context) error {
 	defer close(l.stopped)
 	defer func() {
-		for _, stop := range l.timers {
-			stop()
+		for _, ts := range l.timers {
+			for _, t := range ts {
+				t.stop()
+			}
 		}
 		l.wg.Wait()
 	}()
@@ -427,6 +442,18 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 			l.take(ctx, in)
 			continue
+		}
+		// A report waiting is taken without a select over the three
+		// channels (which locks each, and queues Run on each when it
+		// waits): under load most of Run's inputs are reports, and
+		// finishing what is under way before taking more is what a
+		// busy loop should do. ctx is still seen: the reports end with
+		// the workers and deciders, which end with it.
+		select {
+		case d := <-l.done:
+			l.laneDone(ctx, d)
+			continue
+		default:
 		}
 		select {
 		case in := <-l.inputs:
@@ -489,14 +516,15 @@ func (l *Loop) laneDone(ctx context.Context, d laneDone) {
 		return
 	}
 	l.handoffs.Add(1)
-	ln := l.lanes[d.id]
+	ln := d.ln
+	id := ln.id // Run's to change, and the lane is not dropped while it runs
 	ln.mu.Lock()
 	ln.running = false
 	ln.mu.Unlock()
 	if d.result != nil {
 		l.step(ctx, d.result)
 	}
-	l.dispatch(ctx, d.id)
+	l.dispatch(ctx, id)
 }
 
 // spawn runs f on a goroutine Run waits for (or the sched's).
@@ -785,36 +813,49 @@ func (l *Loop) leave(w *worker) bool {
 	return i >= 0
 }
 
+// timer is a timer set (schedule) and not fired yet.
+type timer struct {
+	f    Fired
+	stop func() bool
+}
+
 func (l *Loop) schedule(ctx context.Context, s Schedule, now time.Time) {
 	f := Fired{ID: s.ID, At: s.At, Kind: s.Kind}
-	if _, ok := l.timers[f]; ok {
-		return // the same timer is set already
+	ts := l.timers[f.ID]
+	for _, t := range ts {
+		if t.f == f {
+			return // the same timer is set already
+		}
 	}
-	l.timers[f] = l.clock.AfterFunc(s.At.Sub(now), func() { _ = l.Post(ctx, f) })
-	l.timersOf[f.ID] = append(l.timersOf[f.ID], f)
+	stop := l.clock.AfterFunc(s.At.Sub(now), func() { _ = l.Post(ctx, f) })
+	l.timers[f.ID] = append(ts, timer{f: f, stop: stop})
 }
 
 // fired forgets timer f, which went off.
 func (l *Loop) fired(f Fired) {
-	delete(l.timers, f)
-	fs := slices.DeleteFunc(l.timersOf[f.ID], func(g Fired) bool { return g == f })
-	if len(fs) == 0 {
-		delete(l.timersOf, f.ID)
+	ts, ok := l.timers[f.ID]
+	if !ok {
+		return // let go of before it fired (unschedule)
+	}
+	ts = slices.DeleteFunc(ts, func(t timer) bool { return t.f == f })
+	if len(ts) == 0 {
+		delete(l.timers, f.ID)
 	} else {
-		l.timersOf[f.ID] = fs
+		l.timers[f.ID] = ts
 	}
 }
 
 // unschedule stops the timers of proposal id, which the core let go of:
 // their firing would change nothing, and each holds memory until then.
 func (l *Loop) unschedule(id string) {
-	for _, f := range l.timersOf[id] {
-		if stop, ok := l.timers[f]; ok {
-			stop()
-			delete(l.timers, f)
-		}
+	ts, ok := l.timers[id]
+	if !ok {
+		return
 	}
-	delete(l.timersOf, id)
+	for _, t := range ts {
+		t.stop()
+	}
+	delete(l.timers, id)
 }
 
 // dispatch carries out the effects at the head of proposal id's lane
@@ -864,6 +905,8 @@ func (l *Loop) immediate(e Effect) bool {
 		return l.journalNow != nil && l.journalNow.Immediate(e)
 	case Write:
 		return l.storeNow != nil && l.storeNow.Immediate(e)
+	case SendReject, SendRequest, SendRelay, SendCancel, Status, CancelAsk, CancelTask, SendPrompt, Human, CreateGrant:
+		return l.wireNow != nil && l.wireNow.Immediate(e)
 	}
 	return false
 }
@@ -904,7 +947,7 @@ func (l *Loop) runLane(ctx context.Context, ln *lane) {
 		}
 		ln.mu.Unlock()
 		if res := l.carryOut(ctx, e); res != nil {
-			l.report(ctx, laneDone{id: id, result: res})
+			l.report(ctx, laneDone{ln: ln, result: res})
 			return
 		}
 	}

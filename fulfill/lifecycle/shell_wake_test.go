@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,5 +89,96 @@ func TestLoopDeciderDoesNotWaitForRun(t *testing.T) {
 	}
 	if !got["p1"] || !got["p2"] {
 		t.Fatalf("records deleted %v, want p1 and p2 fulfilled", got)
+	}
+}
+
+// immediateWire is benchWire whose sends are Immediate (as the MCP front
+// end's are: they hand the message to a goroutine of their own), and
+// which notes whether each request was sent on the Loop's goroutine.
+type immediateWire struct {
+	benchWire
+	onLoop chan bool
+	loop   *Loop
+}
+
+func (w immediateWire) Immediate(e Effect) bool {
+	_, ok := e.(SendRequest)
+	return ok
+}
+
+func (w immediateWire) SendRequest(ctx context.Context, r SendRequest) error {
+	// Run cannot take a Match while it carries the send out itself.
+	mctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	w.onLoop <- w.loop.Match(mctx, func(*Core) []Event { return nil }) != nil
+	return w.benchWire.SendRequest(ctx, r)
+}
+
+// A Wire's Immediate sends are carried out on the Loop's goroutine,
+// their Sent applied at once: an allowed call is then four hand-offs
+// (posted, the decider's trip and its Decided, the response posted),
+// not six (the request's trip to a worker and its Sent back). A Wire
+// without Immediate keeps its sends on workers.
+func TestLoopImmediateWireSendsOnItsGoroutine(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		now      bool
+		handoffs int64
+	}{{"immediate", true, 4}, {"worker", false, 6}} {
+		t.Run(tc.name, func(t *testing.T) {
+			core := New(Config{Member: "m1", MaxPending: 100, MaxInflight: 100, PendingTTL: time.Hour, FulfillTimeout: time.Hour,
+				RetryAfter: time.Second, Alone: true}, &counterIDs{})
+			store := &benchStore{revs: map[string]uint64{}, ended: make(chan string, 16), now: true}
+			bw := make(benchWire, 16)
+			var w Wire = bw
+			var nw *immediateWire
+			if tc.now {
+				nw = &immediateWire{benchWire: bw, onLoop: make(chan bool, 16)}
+				w = nw
+			}
+			loop := NewLoop(core, clocktest.New(t0), store, w, deciderPolicy(1), seenJournal{}, time.Second)
+			if nw != nil {
+				nw.loop = loop
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- loop.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+
+			const n = 3
+			for i := range n {
+				if err := loop.Post(ctx, Proposed{ID: fmt.Sprintf("p%d", i), From: "coder", Method: "tools/call", Tool: "write", Addressee: "fs"}); err != nil {
+					t.Fatal(err)
+				}
+				r := <-bw
+				if nw != nil && !<-nw.onLoop {
+					t.Fatalf("request %s was sent on another goroutine than the Loop's", r.ID)
+				}
+				if err := loop.Post(ctx, Responded{RequestID: r.EnvelopeID, From: "fs", HasRPCID: true, RPCID: r.RPCID, Result: json.RawMessage(`{}`)}); err != nil {
+					t.Fatal(err)
+				}
+				if got := <-store.ended; got != r.ID {
+					t.Fatalf("record %s deleted, want %s's", got, r.ID)
+				}
+			}
+			// Sent reaches Run after the response in the worker's case:
+			// wait until every hand-off of the last proposal is counted,
+			// and the one of the records read at start (Resumed).
+			want := tc.handoffs*n + 1
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				h, p := loop.Handoffs()
+				if p != n {
+					t.Fatalf("%d proposals read, want %d", p, n)
+				}
+				if h == want {
+					break
+				}
+				if h > want || time.Now().After(deadline) {
+					t.Fatalf("%d hand-offs for %d proposals, want %d each and one at start", h, n, tc.handoffs)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
 	}
 }

@@ -125,7 +125,7 @@ var mustCover = []string{
 	// The Loop's own paths: ids reserved (and a reservation failed),
 	// Immediate writes, reads retried, a lane's effects dropped at a
 	// release or a CancelAsk, a follower stopped, a new roster.
-	"world/reserved", "world/reserve_failed", "world/waits_for_ids", "world/immediate_write", "world/read_failed",
+	"world/reserved", "world/reserve_failed", "world/waits_for_ids", "world/immediate_write", "world/immediate_send", "world/read_failed",
 	"world/owned_failed", "world/pruned_released", "world/pruned_ask", "world/follower_stopped", "world/reconnect",
 }
 
@@ -358,9 +358,10 @@ type sim struct {
 	pool  *coroPool
 	cur   *coro
 	later []func()
-	// storeNow, journalNow: the members' writes (alone on the store)
-	// and lines are Immediate, carried out on the Loop's goroutine.
-	storeNow, journalNow bool
+	// storeNow, journalNow, wireNow: the members' writes (alone on the
+	// store), lines and sends (requests, rejects, relays, cancels) are
+	// Immediate, carried out on the Loop's goroutine.
+	storeNow, journalNow, wireNow bool
 	// reserved are the JSON-RPC ids handed out by ReserveIDs (the last
 	// nextReserved); rpcOwner the envelope each id went out in.
 	nextReserved int64
@@ -431,6 +432,10 @@ func runSim(pool *coroPool, seed uint64, steps int, verbose bool, covered map[st
 		s.cfg.ReserveIDs = 2 + s.rng.IntN(4)
 	}
 	s.journalNow = s.rng.IntN(3) == 0
+	// The sends are Immediate (as the MCP front end's are) in a seed in
+	// two, drawn from the seed itself: the seeds' other draws stay what
+	// they were.
+	s.wireNow = seed%2 == 1
 	s.approversAway = map[string]bool{}
 	{
 		// The core's escalation: its codec, approvers' keys (alice

@@ -20,7 +20,28 @@ var (
 	_ lifecycle.Wire            = wire{}
 	_ lifecycle.ApproverChannel = wire{}
 	_ lifecycle.IDReserver      = wire{}
+	_ lifecycle.Immediate       = wire{}
 )
+
+// Immediate implements lifecycle.Immediate: the effects whose Effects
+// call returns at once are carried out on the engine's Loop goroutine,
+// not handed to a worker and their result back (two goroutine hand-offs
+// and, for a call made alone, two thread wake-ups on the call's round
+// trip). mcpfront.Effects promises that none of its calls blocks on a
+// peer: SendRequest hands the call to a goroutine of the front end's,
+// Answer to the held call's buffered channel, SendCancel ends a
+// context. Status writes a progress notification to the client and
+// CancelAsk may reach the team inbox's approvers, and a prompt may be
+// written to the client: those may wait for a peer, so they stay on
+// workers. The task effects do nothing (no call is sent as a task).
+func (wire) Immediate(e lifecycle.Effect) bool {
+	switch e.(type) {
+	case lifecycle.SendRequest, lifecycle.SendReject, lifecycle.SendRelay, lifecycle.SendCancel,
+		lifecycle.FollowTask, lifecycle.CancelTask, lifecycle.Human, lifecycle.CreateGrant:
+		return true
+	}
+	return false
+}
 
 // SendReject answers the client with the refusal. A client that is gone
 // (or answered) is owed nothing (MCP: a request ends with its
