@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -59,6 +60,15 @@ func scriptedUpstream(t *testing.T, in io.Reader, out io.Writer, call func(m raw
 // stdin), with call as its tools/call.
 func newSlowPeerRig(t *testing.T, call func(m rawFrame, send func(string))) *wireRig {
 	t.Helper()
+	r, _ := newSlowPeerRigClient(t, call, false)
+	return r
+}
+
+// newSlowPeerRigClient is newSlowPeerRig; with stalled, the client
+// reads what the Front writes on an OS pipe (polled, as a pipe stdout
+// is) only when the test reads the reader returned (r.lines is nil).
+func newSlowPeerRigClient(t *testing.T, call func(m rawFrame, send func(string)), stalled bool) (*wireRig, *bufio.Reader) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &wireRig{rig: &rig{t: t, ctx: ctx}}
 	var mu sync.Mutex
@@ -93,7 +103,15 @@ func newSlowPeerRig(t *testing.T, call func(m rawFrame, send func(string))) *wir
 	if err := f.Ready(rctx, "raw"); err != nil {
 		t.Fatal(err)
 	}
-	cr, fw := io.Pipe()
+	var cr io.ReadCloser
+	var fw io.WriteCloser
+	if stalled {
+		if cr, fw, err = os.Pipe(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		cr, fw = io.Pipe()
+	}
 	fr, cw := io.Pipe()
 	r.cw = cw
 	r.served = make(chan error, 1)
@@ -102,19 +120,25 @@ func newSlowPeerRig(t *testing.T, call func(m rawFrame, send func(string))) *wir
 		defer r.wg.Done()
 		r.served <- f.ServeStdio(ctx, "raw", &mcp.IOTransport{Reader: fr, Writer: fw})
 	}()
-	r.lines = make(chan string, 256)
-	go func() {
-		defer close(r.lines)
-		sc := bufio.NewScanner(cr)
-		sc.Buffer(nil, 4<<20)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-	}()
+	var client *bufio.Reader
+	if stalled {
+		client = bufio.NewReaderSize(cr, 4<<20)
+	} else {
+		r.lines = make(chan string, 256)
+		go func() {
+			defer close(r.lines)
+			sc := bufio.NewScanner(cr)
+			sc.Buffer(nil, 4<<20)
+			for sc.Scan() {
+				r.lines <- sc.Text()
+			}
+		}()
+	}
 	t.Cleanup(func() {
 		cancel()
 		cw.Close()
 		fw.Close()
+		cr.Close()
 		r.wg.Wait()
 		mu.Lock()
 		for _, f := range files {
@@ -123,7 +147,7 @@ func newSlowPeerRig(t *testing.T, call func(m rawFrame, send func(string))) *wir
 		mu.Unlock()
 		ups.Wait()
 	})
-	return r
+	return r, client
 }
 
 // withLimits sets the wire's bounds for one test.
@@ -205,5 +229,60 @@ func TestSlowPeerNoDeadlock(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Errorf("%d calls answered, want %d", len(got), n)
+	}
+}
+
+// A client that stops reading what fulfiller writes (a pipe, polled, as
+// fulfiller's stdout is), while its calls' large results keep coming:
+// the engine's goroutine, which writes them, is never stopped (the
+// other calls all reach the upstream), and once the client has read
+// nothing for the stall bound its session ends as if it had left, with
+// why, and its calls out are withdrawn as disconnected.
+func TestSlowPeerClientNeverReads(t *testing.T) {
+	withLimits(t, wireLimits{fast: 2 * time.Millisecond, stall: 300 * time.Millisecond, maxQueued: 32 << 20})
+	big := strings.Repeat("r", 64<<10)
+	var upCalls sync.WaitGroup
+	const n = 12
+	upCalls.Add(n + 1)
+	hold := make(chan struct{})
+	r, client := newSlowPeerRigClient(t, func(m rawFrame, send func(string)) {
+		upCalls.Done()
+		if strings.Contains(string(m.Params), `"hold"`) {
+			go func() { <-hold }() // answered never: still out when the client is given up on
+			return
+		}
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":%q}]}}`, m.ID, big))
+	}, true)
+	defer close(hold)
+	r.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw-client","version":"1"}}}`)
+	if l, err := client.ReadBytes('\n'); err != nil || !strings.Contains(string(l), `"id":0,"result"`) {
+		t.Fatalf("initialize: %s %v", l, err)
+	}
+	r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	r.send(`{"jsonrpc":"2.0","id":100,"method":"tools/call","params":{"name":"echo","arguments":{"hold":true}}}`)
+	for i := 1; i <= n; i++ { // 768 KiB of results the client never reads
+		r.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{}}}`, i))
+	}
+	reached := make(chan struct{})
+	go func() { upCalls.Wait(); close(reached) }()
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the calls stopped reaching the upstream: the engine is blocked writing to the client")
+	}
+	select {
+	case err := <-r.served:
+		if !errors.Is(err, errPeerStalled) {
+			t.Errorf("ServeStdio: %v, want the client's stall", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeStdio still runs")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.eng.withdrawn()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w := r.eng.withdrawn(); len(w) != 1 || w[0].Reason != WithdrawDisconnected {
+		t.Errorf("withdrawals %+v, want the held call's, disconnected", w)
 	}
 }
