@@ -21,7 +21,8 @@ import (
 // childEnv makes the test binary an upstream over stdio instead: "jobs"
 // (the go-sdk with the in-repo calculator, a tool that says its pid and
 // one that runs until it is cancelled), or "junk" (answers initialize
-// and tools/list, then garbage to a tools/call).
+// and tools/list, then garbage to a tools/call), or "stdout" (writes
+// frames to a stdout nobody reads yet: stdoutChild).
 const childEnv = "MCPFRONT_TEST_CHILD"
 
 func runChild() int {
@@ -64,6 +65,8 @@ func runChild() int {
 			}
 		}
 		return 0
+	case "stdout":
+		return stdoutChild()
 	}
 	return 2
 }

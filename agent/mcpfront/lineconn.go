@@ -39,19 +39,28 @@ type frameHook func(raw []byte) bool
 // frames a hook sees first.
 type lineConn struct {
 	mcp.Connection // the SDK's, over the pipe the reader feeds
+	w              *frameWriter
 	closeOnce      sync.Once
 	closeErr       error
 	closeStream    func() error
 }
 
+// closeDrainWait is how long closing a connection waits for its peer to
+// take the frames still queued for it, before the stream is closed.
+const closeDrainWait = time.Second
+
 // newLineConn reads r (bounded per frame at limit, as the SDK's
 // MaxLineLength: 0 is its default, <0 none), hands each frame to hook,
-// and those it leaves to the SDK's transport, which writes to w. close
-// closes the stream (r, then w) once the SDK's connection is closed.
+// and those it leaves to the SDK's transport, which writes to w, as the
+// Front does, through a frameWriter. close closes the stream (r, then
+// w) once the SDK's connection is closed.
 func newLineConn(ctx context.Context, r io.Reader, w io.Writer, limit int, hook frameHook, closeStream func() error) (*lineConn, error) {
 	pr, pw := io.Pipe()
-	lw := &lockedWriter{w: w}
-	inner, err := (&mcp.IOTransport{Reader: pr, Writer: nopCloser{lw}, MaxLineLength: -1}).Connect(ctx)
+	// A peer the writer gives up on ends the connection as a peer that
+	// leaves ends it: its read side ends, with why (the SDK then closes
+	// it, and the calls waiting on it fail).
+	fw := newFrameWriter(w, defaultWireLimits, func(err error) { _ = pw.CloseWithError(err) })
+	inner, err := (&mcp.IOTransport{Reader: pr, Writer: nopCloser{fw}, MaxLineLength: -1}).Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +68,7 @@ func newLineConn(ctx context.Context, r io.Reader, w io.Writer, limit int, hook 
 		limit = mcp.DefaultMaxLineLength
 	}
 	go readFrames(r, limit, pw, hook)
-	return &lineConn{Connection: inner, closeStream: closeStream}, nil
+	return &lineConn{Connection: inner, w: fw, closeStream: closeStream}, nil
 }
 
 // readFrames reads r's frames as the SDK's transport does (one JSON
@@ -124,24 +133,16 @@ func (f *frameLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the SDK's connection, then the stream.
+// Close closes the SDK's connection, then the stream, once its peer
+// took what was queued for it (for closeDrainWait at most).
 func (c *lineConn) Close() error {
 	err := c.Connection.Close()
-	c.closeOnce.Do(func() { c.closeErr = c.closeStream() })
+	c.closeOnce.Do(func() {
+		c.w.Close(closeDrainWait)
+		c.closeErr = c.closeStream()
+		c.w.closed()
+	})
 	return errors.Join(err, c.closeErr)
-}
-
-// lockedWriter writes one frame at a time: the SDK's transport and the
-// Front both write whole frames with one Write.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 type nopCloser struct{ io.Writer }
@@ -154,7 +155,8 @@ func (nopCloser) Close() error { return nil }
 func lineStream(t mcp.Transport) (r io.Reader, w io.Writer, limit int, closeStream func() error, ok bool) {
 	switch t := t.(type) {
 	case *mcp.StdioTransport:
-		return os.Stdin, os.Stdout, t.MaxLineLength, os.Stdin.Close, true
+		out, closeOut := pollableStdout()
+		return os.Stdin, out, t.MaxLineLength, func() error { return errors.Join(os.Stdin.Close(), closeOut()) }, true
 	case *mcp.IOTransport:
 		return t.Reader, t.Writer, t.MaxLineLength, func() error { return errors.Join(t.Reader.Close(), t.Writer.Close()) }, true
 	}
