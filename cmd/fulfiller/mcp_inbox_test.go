@@ -105,29 +105,13 @@ func TestMCPInboxApprovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(fulfillerBinary(t), "mcp", "--policy", policy, "--state", filepath.Join(tmp, "state"), "--name", "files",
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := startMCPWithInbox(ctx, t, tmp, origin, "mcp", "--policy", policy, "--state", filepath.Join(tmp, "state"), "--name", "files",
 		"--inbox", "127.0.0.1:"+inboxPort, "--inbox-dir", inboxDir,
 		"--http", "127.0.0.1:"+httpPort, "--http-token-file", tokenFile,
 		"--notify", hookSrv.URL+"/hook", "--notify-secret-file", secretFile,
 		"--", "env", mcpFilesEnv+"="+files, exe)
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(tmp, "config"), "XDG_STATE_HOME="+filepath.Join(tmp, "xdgstate"))
-	stderr := &logbuf.Buffer{}
-	cmd.Stderr = stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("fulfiller mcp's stderr:\n%s", stderr.String())
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-client", Version: "1.0"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		t.Fatalf("connect to fulfiller mcp: %v", err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
-	if want := "fulfiller mcp: team inbox on " + origin + "/ (approvers enrolled: alice)"; !strings.Contains(stderr.String(), want) {
-		t.Errorf("stderr does not say %q", want)
-	}
 	s := passkeytest.SignIn(t, inbox, "alice", alice)
 	call := func(path string) <-chan *mcp.CallToolResult {
 		out := make(chan *mcp.CallToolResult, 1)
@@ -277,27 +261,11 @@ func TestMCPInboxOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(fulfillerBinary(t), "mcp", "--policy", policy, "--state", "memory", "--name", "files",
-		"--inbox", "127.0.0.1:"+port, "--inbox-dir", inboxDir, "--inbox-tls-cert", certFile, "--inbox-tls-key", keyFile,
-		"--", "env", mcpFilesEnv+"="+files, exe)
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(tmp, "config"), "XDG_STATE_HOME="+filepath.Join(tmp, "xdgstate"))
-	stderr := &logbuf.Buffer{}
-	cmd.Stderr = stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("fulfiller mcp's stderr:\n%s", stderr.String())
-		}
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-client", Version: "1.0"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		t.Fatalf("connect to fulfiller mcp: %v", err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
-	if want := "fulfiller mcp: team inbox on " + origin + "/ (approvers enrolled: alice)"; !strings.Contains(stderr.String(), want) {
-		t.Errorf("stderr does not say %q", want)
-	}
+	cs := startMCPWithInbox(ctx, t, tmp, origin, "mcp", "--policy", policy, "--state", "memory", "--name", "files",
+		"--inbox", "127.0.0.1:"+port, "--inbox-dir", inboxDir, "--inbox-tls-cert", certFile, "--inbox-tls-key", keyFile,
+		"--", "env", mcpFilesEnv+"="+files, exe)
 
 	// Plain HTTP on the inbox's port gets Go's refusal, not the page.
 	if resp, err := http.Get("http://127.0.0.1:" + port + "/"); err == nil {
@@ -383,4 +351,31 @@ func localhostCert(t *testing.T, dir string) (certFile, keyFile string, pool *x5
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
+}
+
+// startMCPWithInbox starts the fulfiller binary with args (`mcp …
+// --inbox …`), its XDG directories under tmp, connects a go-sdk client
+// to it until the test ends, and checks that its stderr names the team
+// inbox at origin with alice enrolled (stderr is logged if the test
+// fails).
+func startMCPWithInbox(ctx context.Context, t *testing.T, tmp, origin string, args ...string) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(fulfillerBinary(t), args...)
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(tmp, "config"), "XDG_STATE_HOME="+filepath.Join(tmp, "xdgstate"))
+	stderr := &logbuf.Buffer{}
+	cmd.Stderr = stderr
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fulfiller mcp's stderr:\n%s", stderr.String())
+		}
+	})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-client", Version: "1.0"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to fulfiller mcp: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	if want := "fulfiller mcp: team inbox on " + origin + "/ (approvers enrolled: alice)"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr does not say %q", want)
+	}
+	return cs
 }
