@@ -124,23 +124,10 @@ func TestMCPInboxApprovers(t *testing.T) {
 		}()
 		return out
 	}
-	card := func() string {
-		var req string
-		poll.Until(t, "alice's card", func() bool {
-			for _, c := range s.Cards() {
-				if c.State == "open" {
-					req = c.Request
-					return true
-				}
-			}
-			return false
-		})
-		return req
-	}
 
 	// Declined: refused "disagree", the file still there.
 	held := call("b.txt")
-	req := card()
+	req := s.OpenCard()
 	select {
 	case res := <-held:
 		t.Fatalf("answered before alice: %q", resultText(res))
@@ -158,7 +145,7 @@ func TestMCPInboxApprovers(t *testing.T) {
 
 	// Approved, with a grant: the upstream's result, exactly.
 	held = call("b.txt")
-	req = card()
+	req = s.OpenCard()
 	if code, msg := s.Answer(req, map[string]any{"action": "accept", "approve": true, "grant": "1h"}); code != 200 {
 		t.Fatalf("alice's approval: %d %s", code, msg)
 	}
@@ -296,16 +283,7 @@ func TestMCPInboxOverTLS(t *testing.T) {
 		}
 		held <- res
 	}()
-	var req string
-	poll.Until(t, "alice's card", func() bool {
-		for _, c := range s.Cards() {
-			if c.State == "open" {
-				req = c.Request
-				return true
-			}
-		}
-		return false
-	})
+	req := s.OpenCard()
 	if code, msg := s.Answer(req, map[string]any{"action": "accept", "approve": true}); code != 200 {
 		t.Fatalf("alice's approval over TLS: %d %s", code, msg)
 	}

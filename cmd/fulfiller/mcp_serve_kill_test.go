@@ -173,23 +173,10 @@ func TestMCPServeKilledMidApproval(t *testing.T) {
 		}()
 		return cs, out
 	}
-	card := func(s *passkeytest.Session) string {
-		var req string
-		poll.Until(t, "alice's card", func() bool {
-			for _, c := range s.Cards() {
-				if c.State == "open" {
-					req = c.Request
-					return true
-				}
-			}
-			return false
-		})
-		return req
-	}
 
 	_, first := drop(a.url)
 	onA := passkeytest.SignIn(t, a.inbox, "alice", a.alice)
-	card(onA)
+	onA.OpenCard()
 	held := ""
 	poll.Until(t, "A's decision to ask alice in its log", func() bool {
 		for _, l := range decisionLines(t, a.log) {
@@ -211,7 +198,7 @@ func TestMCPServeKilledMidApproval(t *testing.T) {
 
 	_, retry := drop(b.url)
 	onB := passkeytest.SignIn(t, b.inbox, "alice", b.alice)
-	req := card(onB)
+	req := onB.OpenCard()
 	select {
 	case res := <-retry:
 		t.Fatalf("the retry was answered before alice: %q", resultText(res))

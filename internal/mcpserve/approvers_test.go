@@ -167,22 +167,6 @@ func text(res *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-// openCard waits for alice's one open card and returns its request id.
-func openCard(t *testing.T, s *passkeytest.Session) string {
-	t.Helper()
-	var req string
-	poll.Until(t, "alice's card", func() bool {
-		for _, c := range s.Cards() {
-			if c.State == "open" {
-				req = c.Request
-				return true
-			}
-		}
-		return false
-	})
-	return req
-}
-
 // TestInboxApproverFulfilsAndDeclines: a call whose policy asks alice
 // (not @caller) is held; alice, signed in to the team inbox this
 // process hosts, approves it with her passkey and the client gets the
@@ -194,7 +178,7 @@ func TestInboxApproverFulfilsAndDeclines(t *testing.T) {
 	s := passkeytest.SignIn(t, r.inbox, "alice", r.keys["alice"])
 
 	held := r.call("users")
-	req := openCard(t, s)
+	req := s.OpenCard()
 	select {
 	case res := <-held:
 		t.Fatalf("the call was answered before alice: %q", text(res))
@@ -208,7 +192,7 @@ func TestInboxApproverFulfilsAndDeclines(t *testing.T) {
 	}
 
 	held = r.call("orders")
-	req = openCard(t, s)
+	req = s.OpenCard()
 	if code, msg := s.Answer(req, map[string]any{"action": "decline"}); code != 200 {
 		t.Fatalf("alice's decline: %d %s", code, msg)
 	}
@@ -302,7 +286,7 @@ func TestEscalatedCallWithInexactNumberIsRefused(t *testing.T) {
 		}
 		held <- res
 	}()
-	req := openCard(t, s)
+	req := s.OpenCard()
 	if code, msg := s.Answer(req, map[string]any{"action": "accept", "approve": true}); code != 200 {
 		t.Fatalf("alice's approval: %d %s", code, msg)
 	}

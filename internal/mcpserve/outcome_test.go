@@ -17,7 +17,7 @@ func TestInboxCardLearnsTheOutcome(t *testing.T) {
 	s := passkeytest.SignIn(t, r.inbox, "alice", r.keys["alice"])
 
 	held := r.call("users")
-	req := openCard(t, s)
+	req := s.OpenCard()
 	if code, msg := s.Answer(req, map[string]any{"action": "accept", "approve": true}); code != 200 {
 		t.Fatalf("alice's approval: %d %s", code, msg)
 	}
@@ -38,7 +38,7 @@ func TestInboxCardLearnsTheOutcome(t *testing.T) {
 	}
 
 	held = r.call("orders")
-	declined := openCard(t, s)
+	declined := s.OpenCard()
 	if code, msg := s.Answer(declined, map[string]any{"action": "decline"}); code != 200 {
 		t.Fatalf("alice's decline: %d %s", code, msg)
 	}
@@ -48,7 +48,7 @@ func TestInboxCardLearnsTheOutcome(t *testing.T) {
 	// The reject's outcome reaches the inbox as the approval's did; a
 	// declined card has none to show.
 	held = r.call("again")
-	after := openCard(t, s)
+	after := s.OpenCard()
 	if code, msg := s.Answer(after, map[string]any{"action": "accept", "approve": true}); code != 200 {
 		t.Fatalf("alice's approval: %d %s", code, msg)
 	}

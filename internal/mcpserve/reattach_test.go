@@ -268,7 +268,7 @@ func TestRetryReattachesAfterInstanceDies(t *testing.T) {
 	})
 	poll.Until(t, "alice connected to B's inbox", func() bool { return b.srv.Approvers().Connected("alice") })
 	s := passkeytest.SignIn(t, b.inbox, "alice", b.alice)
-	req := openCard(t, s)
+	req := s.OpenCard()
 	select {
 	case res := <-retry:
 		t.Fatalf("the retry was answered before alice: %q", text(res))
@@ -315,7 +315,7 @@ func TestRetryReattachesAfterInstanceDies(t *testing.T) {
 		ps := b.srv.Engine().Pending()
 		return len(ps) == 1 && ps[0].ID != held
 	})
-	req = openCard(t, s)
+	req = s.OpenCard()
 	if code, msg := s.Answer(req, map[string]any{"action": "decline"}); code != 200 {
 		t.Fatalf("alice's decline: %d %s", code, msg)
 	}

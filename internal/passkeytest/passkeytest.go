@@ -28,6 +28,7 @@ import (
 	"github.com/go-webauthn/webauthn/protocol/webauthncose"
 
 	"github.com/mewkit/fulfiller/elicit/approval"
+	"github.com/mewkit/fulfiller/internal/poll"
 )
 
 // Passkey is one approver's software authenticator.
@@ -107,10 +108,11 @@ func (p *Passkey) Assert(t testing.TB, challenge string) json.RawMessage {
 // address the test reaches it on; the passkey's origin is what the
 // page's would be).
 type Session struct {
-	t    testing.TB
-	base string
-	pk   *Passkey
-	http *http.Client
+	t        testing.TB
+	base     string
+	approver string
+	pk       *Passkey
+	http     *http.Client
 }
 
 // SignIn signs approver in with pk.
@@ -127,7 +129,7 @@ func SignInWith(t testing.TB, client *http.Client, base, approver string, pk *Pa
 	jar, _ := cookiejar.New(nil)
 	c := *client
 	c.Jar = jar
-	s := &Session{t: t, base: base, pk: pk, http: &c}
+	s := &Session{t: t, base: base, approver: approver, pk: pk, http: &c}
 	var begin ceremony
 	if code, msg := s.post("/api/login/begin", map[string]any{"approver": approver}, &begin); code != http.StatusOK {
 		t.Fatalf("sign-in of %s: %d %s", approver, code, msg)
@@ -155,6 +157,23 @@ type Card struct {
 	// call once the approver approved it ("" until known).
 	Status  string `json:"status"`
 	Outcome string `json:"outcome"`
+}
+
+// OpenCard waits for one of the approver's cards to be open (poll.Until)
+// and returns its request id.
+func (s *Session) OpenCard() string {
+	s.t.Helper()
+	var req string
+	poll.Until(s.t, s.approver+"'s card", func() bool {
+		for _, c := range s.Cards() {
+			if c.State == "open" {
+				req = c.Request
+				return true
+			}
+		}
+		return false
+	})
+	return req
 }
 
 // Cards lists the approver's cards.
