@@ -229,10 +229,20 @@ type frameHead struct {
 	Error   *jsonrpc.Error `json:"error"`
 }
 
+// sdkMaxDepth is the deepest nesting the SDK's JSON decoding accepts
+// (its internal/json defaultMaxDepth); the strict reader here would
+// take ten times as deep.
+const sdkMaxDepth = 1000
+
 // readHead reads raw's envelope, and its id as the SDK's DecodeMessage
-// makes it (a number made an integer).
+// makes it (a number made an integer). A frame nested deeper than the
+// SDK accepts is not read (ok false): it is left to the SDK, which
+// refuses it, so that the Front takes no frame the SDK would not.
 func readHead(raw []byte) (frameHead, jsonrpc.ID, bool) {
 	var h frameHead
+	if nestedDeeper(raw, sdkMaxDepth) {
+		return h, jsonrpc.ID{}, false
+	}
 	if err := jsonv2.Unmarshal(raw, &h); err != nil || h.Version != "2.0" {
 		return h, jsonrpc.ID{}, false
 	}
@@ -298,4 +308,33 @@ func (c *upConn) rawFrame(raw []byte) bool {
 		resp.Error = h.Error
 	}
 	return c.response(resp)
+}
+
+// nestedDeeper reports whether the JSON text raw nests objects and
+// arrays more than max deep (brackets inside strings do not count), as
+// the SDK's own check counts (internal/json's checkMaxDepth).
+func nestedDeeper(raw []byte, max int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, b := range raw {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch b {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case b == '"':
+			inString = true
+		case b == '{' || b == '[':
+			if depth++; depth > max {
+				return true
+			}
+		case (b == '}' || b == ']') && depth > 0:
+			depth--
+		}
+	}
+	return false
 }

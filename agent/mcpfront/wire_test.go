@@ -476,3 +476,33 @@ func BenchmarkRelayResult(b *testing.B) {
 		}
 	})
 }
+
+// A frame nested deeper than the SDK's JSON decoding accepts (1 000) is
+// not read by the Front, whichever side it comes from: it is left to
+// the SDK, which refuses it, so the Front takes nothing the SDK would
+// not. Brackets inside strings do not count.
+func TestWireLeavesTooDeepFramesToTheSDK(t *testing.T) {
+	nest := func(n int) string {
+		return strings.Repeat(`[`, n) + strings.Repeat(`]`, n)
+	}
+	call := func(args string) []byte {
+		return []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"x":` + args + `}}}`)
+	}
+	// The envelope and params add two levels of their own.
+	if _, _, ok := readHead(call(nest(sdkMaxDepth - 3))); !ok {
+		t.Errorf("a call nested %d deep was not read", sdkMaxDepth)
+	}
+	if _, _, ok := readHead(call(nest(sdkMaxDepth - 2))); ok {
+		t.Errorf("a call nested %d deep was read; the SDK refuses it", sdkMaxDepth+1)
+	}
+	if _, _, ok := readHead(call(`"` + strings.Repeat(`[{`, 2*sdkMaxDepth) + `"`)); !ok {
+		t.Error("brackets inside a string counted as nesting")
+	}
+	if _, _, ok := readHead(call(`"\"` + strings.Repeat(`[`, 2*sdkMaxDepth) + `"`)); !ok {
+		t.Error("an escaped quote ended the string")
+	}
+	resp := []byte(`{"jsonrpc":"2.0","id":"fulfiller:1","result":{"content":[],"x":` + nest(sdkMaxDepth) + `}}`)
+	if _, _, ok := readHead(resp); ok {
+		t.Error("an upstream's response nested too deep was read")
+	}
+}
