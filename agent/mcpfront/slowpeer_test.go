@@ -124,15 +124,7 @@ func newSlowPeerRigClient(t *testing.T, call func(m rawFrame, send func(string))
 	if stalled {
 		client = bufio.NewReaderSize(cr, 4<<20)
 	} else {
-		r.lines = make(chan string, 256)
-		go func() {
-			defer close(r.lines)
-			sc := bufio.NewScanner(cr)
-			sc.Buffer(nil, 4<<20)
-			for sc.Scan() {
-				r.lines <- sc.Text()
-			}
-		}()
+		r.lines = lineChan(cr, 4<<20)
 	}
 	t.Cleanup(func() {
 		cancel()

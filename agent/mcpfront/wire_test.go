@@ -123,15 +123,7 @@ func newWireRig(t *testing.T, maxLine int) *wireRig {
 		defer r.wg.Done()
 		r.served <- f.ServeStdio(ctx, "raw", &mcp.IOTransport{Reader: fr, Writer: fw, MaxLineLength: maxLine})
 	}()
-	r.lines = make(chan string, 256)
-	go func() {
-		defer close(r.lines)
-		sc := bufio.NewScanner(cr)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-	}()
+	r.lines = lineChan(cr, 1<<20)
 	t.Cleanup(func() {
 		cancel()
 		cw.Close()
@@ -505,4 +497,19 @@ func TestWireLeavesTooDeepFramesToTheSDK(t *testing.T) {
 	if _, _, ok := readHead(resp); ok {
 		t.Error("an upstream's response nested too deep was read")
 	}
+}
+
+// lineChan hands the lines read from r (each at most max bytes) on a
+// channel, closed when r ends: what a rig's client reads of the Front.
+func lineChan(r io.Reader, max int) chan string {
+	lines := make(chan string, 256)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(nil, max)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return lines
 }
