@@ -130,6 +130,11 @@ type MCPReport struct {
 	// both sides only): a client on OS pipes, two goroutines copying
 	// lines, the tool server: the true floor of two local hops.
 	LineRelayed Percentiles `json:"line_relayed,omitzero"`
+	// PolicyFloor are the calls through the raw line relay that also
+	// decides each call once with the front end's policies on its own
+	// goroutine (floorDecider; stdio on both sides only): DESIGN.md's
+	// "the policy decision and two local hops", with nothing else.
+	PolicyFloor Percentiles `json:"policy_floor,omitzero"`
 	Proxied     Percentiles `json:"proxied"`
 	// RatioP50 is proxied p50 ÷ direct p50 (target ≤ 1.3); AddedP50 the
 	// difference in µs (target ≤ 150).
@@ -147,6 +152,14 @@ type MCPReport struct {
 	// cost beyond the two hops.
 	LineRelayRatioP50 float64 `json:"line_relay_ratio_p50,omitempty"`
 	OverLineRelayP50  float64 `json:"over_line_relay_p50_us,omitempty"`
+	// PolicyFloorRatioP50 is the policy floor's p50 ÷ direct p50 and
+	// PolicyFloorAddedP50 its µs over direct: what no front end that
+	// decides before it forwards can go below on this machine.
+	// OverPolicyFloorP50 is what fulfiller adds over it at p50 (µs):
+	// the engine, the record, the log and the front end's own work.
+	PolicyFloorRatioP50 float64 `json:"policy_floor_ratio_p50,omitempty"`
+	PolicyFloorAddedP50 float64 `json:"policy_floor_added_p50_us,omitempty"`
+	OverPolicyFloorP50  float64 `json:"over_policy_floor_p50_us,omitempty"`
 	// Seconds is the measured window; ProxiedPerSec the calls answered
 	// through the front end per second of it, CallsPerSec all calls'.
 	Seconds       float64 `json:"seconds"`
@@ -181,11 +194,11 @@ type MCPReport struct {
 func (r *MCPReport) OK() bool {
 	return r.Errors == 0 && r.Unanswered == 0 && r.Proxied.Count == r.Calls &&
 		(r.ProxiedOnly || r.Direct.Count == r.Calls && r.Relayed.Count == r.Calls &&
-			(!r.lineRelayed() || r.LineRelayed.Count == r.Calls))
+			(!r.lineRelayed() || r.LineRelayed.Count == r.Calls && r.PolicyFloor.Count == r.Calls))
 }
 
-// lineRelayed: the run has the raw line relay's side (stdio on both
-// sides, not proxied only).
+// lineRelayed: the run has the raw line relay's side and the policy
+// floor's (stdio on both sides, not proxied only).
 func (r *MCPReport) lineRelayed() bool {
 	return hasLineRelay(r.Transport, r.Upstream, r.ProxiedOnly)
 }
@@ -209,6 +222,7 @@ func (r *MCPReport) WriteText(w io.Writer) {
 		row("direct", r.Direct)
 		if r.lineRelayed() {
 			row("raw relay", r.LineRelayed)
+			row("floor", r.PolicyFloor)
 		}
 		row("relayed", r.Relayed)
 	}
@@ -218,6 +232,8 @@ func (r *MCPReport) WriteText(w io.Writer) {
 		if r.lineRelayed() {
 			fmt.Fprintf(w, "raw line relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the raw relay: %+.1f µs at p50\n",
 				r.LineRelayRatioP50, r.LineRelayed.P50-r.Direct.P50, r.OverLineRelayP50)
+			fmt.Fprintf(w, "policy floor (the raw relay deciding each call once) ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the floor: %+.1f µs at p50\n",
+				r.PolicyFloorRatioP50, r.PolicyFloorAddedP50, r.OverPolicyFloorP50)
 		}
 		fmt.Fprintf(w, "bare relay ÷ direct: p50 %.2f× (%+.1f µs); fulfiller over the relay: %+.1f µs at p50 (the go-sdk relay)\n",
 			r.RelayRatioP50, r.Relayed.P50-r.Direct.P50, r.OverRelayP50)
@@ -251,8 +267,9 @@ type mcpRig struct {
 	relay   func(ctx context.Context) (*mcp.ClientSession, error)
 	proxied func(ctx context.Context) (*mcp.ClientSession, error)
 	// lineRelay, over stdio on both sides: a client through the raw line
-	// relay (lineRelay) to a tool server child of its own.
-	lineRelay func(ctx context.Context) (*mcp.ClientSession, error)
+	// relay (lineRelay) to a tool server child of its own; floor, one
+	// through the raw relay that decides each call (floorDecider).
+	lineRelay, floor func(ctx context.Context) (*mcp.ClientSession, error)
 	// proxiedURL is the front end's endpoint over MCPHTTP (raw clients).
 	proxiedURL string
 	// children are the stdio tool servers' commands (*exec.Cmd), whose
@@ -364,8 +381,9 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 		up = mcpfront.Upstream{Name: MCPServerName, What: "the bench's tool server", Transport: child}
 		relayUp = child
 		if hasLineRelay(cfg.Transport, cfg.Upstream, cfg.ProxiedOnly) {
-			rig.lineRelay = func(ctx context.Context) (*mcp.ClientSession, error) {
-				t, stop, err := lineRelay(ctx, cfg.Child, cfg.ChildEnv, func(cmd *exec.Cmd) { rig.children.Store(cmd, struct{}{}) })
+			track := func(cmd *exec.Cmd) { rig.children.Store(cmd, struct{}{}) }
+			connect := func(ctx context.Context, component string, decide func([]byte) []byte) (*mcp.ClientSession, error) {
+				t, stop, err := lineRelayDeciding(ctx, cfg.Child, cfg.ChildEnv, track, component, decide)
 				if err != nil {
 					return nil, err
 				}
@@ -376,6 +394,18 @@ func startMCPRig(ctx context.Context, cfg MCPConfig, log *slog.Logger) (*mcpRig,
 				}
 				rig.closers = append(rig.closers, func() { _ = cs.Close(); stop() })
 				return cs, nil
+			}
+			rig.lineRelay = func(ctx context.Context) (*mcp.ClientSession, error) {
+				return connect(ctx, ComponentLineRelay, nil)
+			}
+			rig.floor = func(ctx context.Context) (*mcp.ClientSession, error) {
+				// The floor's own engine, loaded as the front end loads
+				// its policies: its decisions are the front end's.
+				eng, err := policies.Load(ctx, policies.Options{Policies: cfg.Policies, Data: cfg.Data, Timeout: cfg.PolicyTimeout, Logger: log})
+				if err != nil {
+					return nil, fmt.Errorf("the policy floor's policies: %w", err)
+				}
+				return connect(ctx, ComponentFloor, (&floorDecider{eng: eng, client: "bench"}).decide)
 			}
 		}
 		// The direct clients share one child and one session, as the
@@ -575,10 +605,10 @@ func serveLoopback(ctx context.Context, component string, h http.Handler) (strin
 // mcpTally is what the clients count, shared (the latencies are each
 // client's own histograms, merged at the end).
 type mcpTally struct {
-	direct, relayed, line, proxied histogram
-	firstError                     atomic.Pointer[string] // the first failure's, kept
-	errors                         atomic.Int64
-	unanswered                     atomic.Int64
+	direct, relayed, line, floor, proxied histogram
+	firstError                            atomic.Pointer[string] // the first failure's, kept
+	errors                                atomic.Int64
+	unanswered                            atomic.Int64
 }
 
 func (t *mcpTally) fail(side string, err error) {
@@ -602,7 +632,7 @@ func (t *mcpTally) first() string {
 // measureMCP connects the clients, warms up, then runs the measured
 // calls under a CPU profile.
 func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, error) {
-	type client struct{ direct, relay, line, proxied *mcp.ClientSession }
+	type client struct{ direct, relay, line, floor, proxied *mcp.ClientSession }
 	clients := make([]client, cfg.Clients)
 	var err error
 	labelled(ctx, ComponentClients, func(ctx context.Context) {
@@ -621,6 +651,10 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 				if rig.lineRelay != nil {
 					if clients[i].line, err = rig.lineRelay(ctx); err != nil {
 						err = fmt.Errorf("mcp bench: connect to the raw line relay: %w", err)
+						return
+					}
+					if clients[i].floor, err = rig.floor(ctx); err != nil {
+						err = fmt.Errorf("mcp bench: connect to the policy floor: %w", err)
 						return
 					}
 				}
@@ -680,6 +714,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 					}
 					if c.line != nil {
 						call(ctx, c.line, "raw relay (warm-up)", nil)
+						call(ctx, c.floor, "policy floor (warm-up)", nil)
 					}
 					call(ctx, c.proxied, "proxied (warm-up)", nil)
 				}
@@ -699,7 +734,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 	cpu0, child0 := cpuTime(), rig.childCPU()
 	start := time.Now()
 	var next atomic.Int64
-	hists := make([][4]histogram, len(clients))
+	hists := make([][5]histogram, len(clients))
 	labelled(ctx, ComponentClients, func(ctx context.Context) {
 		for i, c := range clients {
 			wg.Go(func() {
@@ -714,6 +749,7 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 					}
 					if c.line != nil {
 						call(ctx, c.line, "raw relay", &h[3])
+						call(ctx, c.floor, "policy floor", &h[4])
 					}
 					call(ctx, c.proxied, "proxied", &h[1])
 				}
@@ -731,18 +767,20 @@ func measureMCP(ctx context.Context, cfg MCPConfig, rig *mcpRig) (*MCPReport, er
 		tally.proxied.merge(&hists[i][1])
 		tally.relayed.merge(&hists[i][2])
 		tally.line.merge(&hists[i][3])
+		tally.floor.merge(&hists[i][4])
 	}
 	return finishMCP(cfg, tally, elapsed, cpu, child, &prof, profErr)
 }
 
 // mcpSides is how many sides a run of cfg calls: proxied; direct and
-// the go-sdk relay unless proxied only; the raw line relay over stdio.
+// the go-sdk relay unless proxied only; the raw line relay and the
+// policy floor over stdio.
 func mcpSides(cfg MCPConfig) int {
 	switch {
 	case cfg.ProxiedOnly:
 		return 1
 	case hasLineRelay(cfg.Transport, cfg.Upstream, cfg.ProxiedOnly):
-		return 4
+		return 5
 	}
 	return 3
 }
@@ -770,9 +808,9 @@ func finishMCP(cfg MCPConfig, tally *mcpTally, elapsed, cpu, child time.Duration
 	rep := newMCPReport(cfg)
 	rep.Seconds = elapsed.Seconds()
 	rep.Direct, rep.Relayed, rep.Proxied = tally.direct.percentiles(), tally.relayed.percentiles(), tally.proxied.percentiles()
-	rep.LineRelayed = tally.line.percentiles()
+	rep.LineRelayed, rep.PolicyFloor = tally.line.percentiles(), tally.floor.percentiles()
 	rep.Errors, rep.FirstError = tally.errors.Load(), tally.first()
-	answered := int64(rep.Direct.Count + rep.Relayed.Count + rep.LineRelayed.Count + rep.Proxied.Count)
+	answered := int64(rep.Direct.Count + rep.Relayed.Count + rep.LineRelayed.Count + rep.PolicyFloor.Count + rep.Proxied.Count)
 	rep.Unanswered = int64(mcpSides(cfg)*cfg.Calls) - answered - rep.Errors
 	rep.ProxiedPerSec = float64(rep.Proxied.Count) / elapsed.Seconds()
 	rep.CallsPerSec = float64(answered) / elapsed.Seconds()
@@ -786,6 +824,11 @@ func finishMCP(cfg MCPConfig, tally *mcpTally, elapsed, cpu, child time.Duration
 		if rep.LineRelayed.Count > 0 {
 			rep.LineRelayRatioP50 = rep.LineRelayed.P50 / rep.Direct.P50
 			rep.OverLineRelayP50 = rep.Proxied.P50 - rep.LineRelayed.P50
+		}
+		if rep.PolicyFloor.Count > 0 {
+			rep.PolicyFloorRatioP50 = rep.PolicyFloor.P50 / rep.Direct.P50
+			rep.PolicyFloorAddedP50 = rep.PolicyFloor.P50 - rep.Direct.P50
+			rep.OverPolicyFloorP50 = rep.Proxied.P50 - rep.PolicyFloor.P50
 		}
 	}
 	if answered > 0 {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mewkit/fulfiller/policies"
 )
 
 // mcpCalcEnv, in this test binary's environment, makes it the MCP
@@ -65,9 +67,22 @@ func checkMCPReport(t *testing.T, rep *MCPReport, transport string, clients, cal
 		if got, want := rep.OverLineRelayP50, rep.Proxied.P50-rep.LineRelayed.P50; got != want {
 			t.Errorf("over_line_relay_p50_us %v, want %v", got, want)
 		}
-		wantText = append(wantText, "raw relay ", "raw line relay ÷ direct: p50", "fulfiller over the raw relay")
-	} else if rep.LineRelayed.Count != 0 {
-		t.Errorf("%d calls through the raw line relay over %s: it is stdio's only", rep.LineRelayed.Count, transport)
+		if rep.PolicyFloor.Count != calls {
+			t.Errorf("answered %d calls through the policy floor, want %d", rep.PolicyFloor.Count, calls)
+		}
+		if got, want := rep.PolicyFloorRatioP50, rep.PolicyFloor.P50/rep.Direct.P50; got != want {
+			t.Errorf("policy_floor_ratio_p50 %v, want floor p50 ÷ direct p50 = %v", got, want)
+		}
+		if got, want := rep.PolicyFloorAddedP50, rep.PolicyFloor.P50-rep.Direct.P50; got != want {
+			t.Errorf("policy_floor_added_p50_us %v, want %v", got, want)
+		}
+		if got, want := rep.OverPolicyFloorP50, rep.Proxied.P50-rep.PolicyFloor.P50; got != want {
+			t.Errorf("over_policy_floor_p50_us %v, want %v", got, want)
+		}
+		wantText = append(wantText, "raw relay ", "raw line relay ÷ direct: p50", "fulfiller over the raw relay",
+			"floor ", "policy floor (the raw relay deciding each call once) ÷ direct: p50", "fulfiller over the floor")
+	} else if rep.LineRelayed.Count != 0 || rep.PolicyFloor.Count != 0 {
+		t.Errorf("%d calls through the raw line relay and %d through the policy floor over %s: they are stdio's only", rep.LineRelayed.Count, rep.PolicyFloor.Count, transport)
 	}
 	var text strings.Builder
 	rep.WriteText(&text)
@@ -220,5 +235,49 @@ func TestRawAnswerCheck(t *testing.T) {
 		if err := sameJSON([]byte(tc.got), want); (err == nil) != tc.ok {
 			t.Errorf("sameJSON(%s): %v, want ok=%v", tc.got, err, tc.ok)
 		}
+	}
+}
+
+// The policy floor decides as the front end does: a call the policy
+// refuses never reaches the tool server and is answered isError with
+// the same id; an allowed call and every other frame are forwarded.
+func TestPolicyFloorDecidesEachCall(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "floor.rego")
+	const only = `package fulfiller
+
+import rego.v1
+
+default decision := {"action": "reject", "reason": "policy"}
+
+decision := {"action": "fulfill"} if {
+	input.front_end == "mcp"
+	input.tool.server == "calc"
+	input.tool.name == "add"
+	input.tool.arguments.a == 1
+	input.proposer.id == "bench"
+}
+`
+	if err := os.WriteFile(policy, []byte(only), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := policies.Load(t.Context(), policies.Options{Policies: []string{policy}, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &floorDecider{eng: eng, client: "bench"}
+	for _, fwd := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}` + "\n",
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}` + "\n",
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n",
+	} {
+		if reply := d.decide([]byte(fwd)); reply != nil {
+			t.Errorf("floor refused %s with %s, want it forwarded", fwd, reply)
+		}
+	}
+	reply := d.decide([]byte(`{"jsonrpc":"2.0","id":"x7","method":"tools/call","params":{"name":"add","arguments":{"a":5,"b":2}}}` + "\n"))
+	const want = `{"jsonrpc":"2.0","id":"x7","result":{"content":[{"type":"text","text":"refused: policy"}],"isError":true}}` + "\n"
+	if string(reply) != want {
+		t.Errorf("floor's refusal = %s, want %s", reply, want)
 	}
 }

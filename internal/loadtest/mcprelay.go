@@ -2,7 +2,9 @@ package loadtest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mewkit/fulfiller/fulfill/decision"
+	"github.com/mewkit/fulfiller/policies"
 )
 
 // ComponentRelay labels the MCP bench's bare relay in its CPU profile.
@@ -54,6 +59,14 @@ const ComponentLineRelay = "linerelay"
 // which ends the child and waits for the copiers (after the client's
 // session is closed).
 func lineRelay(ctx context.Context, argv, env []string, track func(*exec.Cmd)) (mcp.Transport, func(), error) {
+	return lineRelayDeciding(ctx, argv, env, track, ComponentLineRelay, nil)
+}
+
+// lineRelayDeciding is lineRelay whose client-to-server copier asks
+// decide about each line first (nil: none), labelled component: a
+// refused call is answered to the client (the reply decide returns)
+// instead of forwarded.
+func lineRelayDeciding(ctx context.Context, argv, env []string, track func(*exec.Cmd), component string, decide func(line []byte) []byte) (mcp.Transport, func(), error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
@@ -83,12 +96,25 @@ func lineRelay(ctx context.Context, argv, env []string, track func(*exec.Cmd)) (
 	}
 	track(cmd)
 	var wg sync.WaitGroup
-	labelled(ctx, ComponentLineRelay, func(context.Context) {
+	toClient := io.Writer(fromRelay)
+	var refuse func([]byte) []byte
+	if decide != nil {
+		w := &lockedWriter{w: fromRelay}
+		toClient = w
+		refuse = func(line []byte) []byte {
+			reply := decide(line)
+			if reply != nil {
+				_, _ = w.Write(reply)
+			}
+			return reply
+		}
+	}
+	labelled(ctx, component, func(context.Context) {
 		// Each ends at its source's end and closes its destination: the
 		// client's close ends the child's stdin, the child's exit the
 		// client's stdin.
-		wg.Go(func() { copyLines(childIn, toRelay); _ = childIn.Close(); _ = toRelay.Close() })
-		wg.Go(func() { copyLines(fromRelay, childOut); _ = fromRelay.Close() })
+		wg.Go(func() { copyLinesVia(childIn, toRelay, refuse); _ = childIn.Close(); _ = toRelay.Close() })
+		wg.Go(func() { copyLines(toClient, childOut); _ = fromRelay.Close() })
 	})
 	stop := func() {
 		_ = clientOut.Close()
@@ -108,16 +134,24 @@ func lineRelay(ctx context.Context, argv, env []string, track func(*exec.Cmd)) (
 
 // copyLines copies src to dst a whole line at a time, until src ends
 // or dst fails.
-func copyLines(dst io.Writer, src io.Reader) {
+func copyLines(dst io.Writer, src io.Reader) { copyLinesVia(dst, src, nil) }
+
+// copyLinesVia is copyLines that offers each whole line to take first
+// (nil: none), and copies only those it answers nil.
+func copyLinesVia(dst io.Writer, src io.Reader, take func([]byte) []byte) {
 	r := bufio.NewReaderSize(src, 64<<10)
 	for {
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			// A line longer than the buffer: copied in pieces.
+			// A line longer than the buffer: copied in pieces, never
+			// taken (the floor's calls are small).
 			if _, werr := dst.Write(line); werr != nil {
 				return
 			}
 			continue
+		}
+		if len(line) > 0 && take != nil && take(line) != nil {
+			line = nil
 		}
 		if len(line) > 0 {
 			if _, werr := dst.Write(line); werr != nil {
@@ -128,4 +162,70 @@ func copyLines(dst io.Writer, src io.Reader) {
 			return
 		}
 	}
+}
+
+// lockedWriter is one writer of the floor relay's client stream, which
+// both copiers write (results, and the calls it refuses).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// ComponentFloor labels the MCP bench's policy floor in its CPU profile.
+const ComponentFloor = "floor"
+
+// floorDecider is what DESIGN.md says an allowed call through fulfiller
+// mcp costs over the direct call, and nothing else: "the policy
+// decision and two local hops". It decides each tools/call line of the
+// raw line relay once, with the policies the front end loads and the
+// input the front end gives them (front_end, method, params, the tool
+// and its server, the client as proposer), on the relay's own
+// goroutine. No engine, record, decision log, metrics or pins: the
+// floor under any front end that decides before it forwards.
+type floorDecider struct {
+	eng    *policies.Engine
+	client string
+}
+
+// decide is nil for a line to forward, else the reply that refuses it.
+func (d *floorDecider) decide(line []byte) []byte {
+	if !bytes.Contains(line, []byte(`"tools/call"`)) {
+		return nil
+	}
+	var req struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(line, &req) != nil || req.Method != "tools/call" || req.ID == nil {
+		return nil
+	}
+	var call struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	_ = json.Unmarshal(req.Params, &call)
+	in := &policies.Input{
+		FrontEnd: "mcp", Proposal: line, Method: req.Method, Params: req.Params,
+		Tool:     &policies.Tool{Name: call.Name, Server: MCPServerName, Arguments: call.Arguments},
+		Proposer: &policies.Participant{ID: d.client},
+		Now:      time.Now().UTC(),
+	}
+	dec := d.eng.Decide(context.Background(), in)
+	if dec.Action == decision.Fulfill {
+		return nil
+	}
+	res, _ := json.Marshal(&mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "refused: " + string(dec.Reason)}}})
+	reply, _ := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  json.RawMessage `json:"result"`
+	}{"2.0", req.ID, res})
+	return append(reply, '\n')
 }
