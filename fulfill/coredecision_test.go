@@ -48,7 +48,7 @@ func TestCoreDecisionExtraIsTheStoredDecision(t *testing.T) {
 // differs keeps at most its bound of decisions.
 func TestPlainExtrasBounded(t *testing.T) {
 	for i := range 3 * plainExtras.max {
-		d := decision.Decision{Action: decision.Reject, Reason: "policy", Message: string(rune('a' + i%26)) + time.Duration(i).String()}
+		d := decision.Decision{Action: decision.Reject, Reason: "policy", Message: string(rune('a'+i%26)) + time.Duration(i).String()}
 		_ = coreDecision(d, "", false)
 	}
 	plainExtras.mu.Lock()

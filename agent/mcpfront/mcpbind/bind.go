@@ -213,7 +213,7 @@ func (c *envelopeCache) put(raw []byte, r readEnv) {
 // decision included; the core's record keeps them.
 func (b *Binding) Propose(ctx context.Context, p mcpfront.Proposal) error {
 	e := envelopeOf(p)
-	env, err := json.Marshal(e)
+	env, err := marshalEnvelope(&e)
 	if err != nil {
 		return fmt.Errorf("mcpbind: proposal %s: %w", p.ID, err)
 	}
