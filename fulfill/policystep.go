@@ -122,7 +122,7 @@ func (s *policyStep) Decide(ctx context.Context, d lifecycle.Decide) lifecycle.D
 	}
 	note := &decidedNote{step: s, ev: ev, in: in, dec: dec}
 	dec.Grantable = s.grantOffer(dec.Grantable)
-	out := s.act(ctx, d, dec)
+	out := s.act(ctx, d, dec, in.Tool)
 	out.Note = note
 	return out
 }
@@ -150,7 +150,12 @@ func (n *decidedNote) log() {
 // nobody can carry out), the task choice, and for an escalation the
 // checks that reject it here (no Config.Approvals; the proposer's deadline
 // hint leaves no time) and the deadline the hint shortens.
-func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.Decision) lifecycle.Decided {
+//
+// described is the tool of the proposal's call to its addressee, with
+// its params (the policy input's), nil when not known: what the task
+// choice reads when the route is the addressee, not asked of the front
+// end again.
+func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.Decision, described *policies.Tool) lifecycle.Decided {
 	p := &d.Proposal
 	out := lifecycle.Decided{ID: d.ID}
 	if dec.Action != decision.Fulfill && dec.Action != decision.Escalate {
@@ -186,7 +191,10 @@ func (s *policyStep) act(ctx context.Context, d lifecycle.Decide, dec decision.D
 			dec.Timeout, hinted = hint.Sub(now), true
 		}
 	}
-	out.Decision = s.routed(p, dec, target, hinted)
+	if target != p.Addressee {
+		described = nil // a tool at another peer
+	}
+	out.Decision = s.routed(p, dec, target, hinted, described)
 	return out
 }
 
@@ -241,7 +249,7 @@ func (s *policyStep) recheck(ctx context.Context, d lifecycle.Decide) (out lifec
 			return out
 		}
 	}
-	out.Decision = s.routed(p, dec, route, false)
+	out.Decision = s.routed(p, dec, route, false, nil)
 	return out
 }
 
@@ -251,10 +259,11 @@ func (s *policyStep) recheck(ctx context.Context, d lifecycle.Decide) (out lifec
 func recheckDecisionID(d lifecycle.Decide) string { return d.DecisionID }
 
 // routed is the core's decision for dec routed to target: with the task
-// choice (callsAsTask) and the task's timeout (taskTimeout).
-func (s *policyStep) routed(p *lifecycle.Proposal, dec decision.Decision, target string, hinted bool) lifecycle.Decision {
+// choice (callsAsTask: described, when not nil, is the tool of p's call
+// at target) and the task's timeout (taskTimeout).
+func (s *policyStep) routed(p *lifecycle.Proposal, dec decision.Decision, target string, hinted bool, described *policies.Tool) lifecycle.Decision {
 	cd := coreDecision(dec, target, hinted)
-	cd.Task = s.callsAsTask(p, target, dec.Task)
+	cd.Task = s.callsAsTask(p, target, dec.Task, described)
 	if cd.Task {
 		cd.TaskTimeout = dec.TaskTimeout
 		if cd.TaskTimeout <= 0 {
@@ -465,12 +474,17 @@ func (s *policyStep) grantThatDecided(ctx context.Context, in *policies.Input, d
 
 // callsAsTask reports whether a call to the tool at target goes
 // out task-augmented: when the tool, as its owner lists it, requires it,
-// or allows it and the decision asks for it (want).
-func (s *policyStep) callsAsTask(p *lifecycle.Proposal, target string, want bool) bool {
+// or allows it and the decision asks for it (want). described, when not
+// nil, is that tool as the front end described it already (the policy
+// input's): it is not asked again.
+func (s *policyStep) callsAsTask(p *lifecycle.Proposal, target string, want bool, described *policies.Tool) bool {
 	if p.Method != agent.MethodToolsCall || p.Tool == "" {
 		return false
 	}
-	t, _ := s.fe.Tool(p, target, p.Params)
+	t := described
+	if t == nil {
+		t, _ = s.fe.Tool(p, target, p.Params)
+	}
 	if t == nil || t.Server == "" {
 		return false
 	}

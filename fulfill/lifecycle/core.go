@@ -398,7 +398,16 @@ func (c *Core) Open() []Proposal {
 // Step applies one event at time now and returns what the shell must do,
 // in order. It does no I/O and reads no clock.
 func (c *Core) Step(now time.Time, ev Event) []Effect {
-	s := &step{c: c, now: now}
+	return c.StepAppend(now, ev, nil)
+}
+
+// StepAppend is Step appending the effects to dst (which may be a
+// buffer the caller empties and reuses: the Loop's, so that a step's
+// effects cost no slice of their own). What it returns is only valid
+// until dst's array is reused: the caller must be done with the effects
+// by then.
+func (c *Core) StepAppend(now time.Time, ev Event, dst []Effect) []Effect {
+	s := &step{c: c, now: now, out: dst}
 	c.forgotten = c.forgotten[:0]
 	switch ev := ev.(type) {
 	case Proposed:

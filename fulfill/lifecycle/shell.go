@@ -154,6 +154,10 @@ type Loop struct {
 
 	// Touched by Run's goroutine only.
 	lanes map[string]*lane
+	// effs is the buffer each step's effects are made in (apply): a
+	// slice a step made and dropped was the core's most frequent
+	// allocation.
+	effs []Effect
 	// timers are the timers set and not fired yet, by proposal: one
 	// map keyed by the proposal's id, where a map of the Fired (whose
 	// time.Time and strings are hashed at every look-up) and a second
@@ -592,7 +596,14 @@ func (l *Loop) apply(ctx context.Context, ev Event, touched []string) []string {
 	if l.sched != nil {
 		effs = l.sched.step(l.core, now, ev)
 	} else {
-		effs = l.core.Step(now, ev)
+		// Into the loop's own buffer: apply is done with the effects
+		// (queued in their lanes, or carried out) before it returns,
+		// and no step runs within another's apply.
+		effs = l.core.StepAppend(now, ev, l.effs[:0])
+		defer func() {
+			clear(effs) // not kept from the collector
+			l.effs = effs[:0]
+		}()
 	}
 	for _, id := range l.core.forgotten {
 		l.unschedule(id) // before the Schedules of a record that replaced it

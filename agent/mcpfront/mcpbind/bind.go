@@ -71,6 +71,8 @@ type Binding struct {
 	loop Loop
 	fx   mcpfront.Effects
 	ids  ids
+	// client is the clientInfo marshalled last (clientJSON).
+	client atomic.Pointer[clientJSON]
 }
 
 // New makes a Binding.
@@ -211,7 +213,7 @@ func (c *envelopeCache) put(raw []byte, r readEnv) {
 // decision included; the core's record keeps them.
 func (b *Binding) Propose(ctx context.Context, p mcpfront.Proposal) error {
 	e := envelopeOf(p)
-	env, err := json.Marshal(e)
+	env, err := marshalEnvelope(&e)
 	if err != nil {
 		return fmt.Errorf("mcpbind: proposal %s: %w", p.ID, err)
 	}
@@ -219,7 +221,7 @@ func (b *Binding) Propose(ctx context.Context, p mcpfront.Proposal) error {
 	// known already (the same JSON values; their spacing as the front
 	// end made them).
 	r := readEnv{Envelope: e}
-	r.name, r.args = toolCall(e.Params)
+	r.name, r.args = proposedCall(p)
 	envelopes.put(env, r)
 	return b.loop.Post(ctx, lifecycle.Proposed{ID: p.ID, From: p.Proposer, FrontEnd: mcpfront.FrontEnd,
 		Method: p.Method, Tool: p.Tool.Name, Addressee: p.Server, Envelope: env, Params: p.Params, Size: len(env),
@@ -364,10 +366,30 @@ func (b *Binding) Input(_ context.Context, p *lifecycle.Proposal, in *policies.I
 	}
 	in.Proposer = &policies.Participant{ID: p.From}
 	if e, ok := ReadEnvelope(p); ok && e.Client.Name != "" {
-		if ci, err := json.Marshal(e.Client); err == nil {
-			in.Proposer.Client = ci
-		}
+		in.Proposer.Client = b.clientJSON(e.Client)
 	}
+}
+
+// clientJSON is ci as JSON (input.proposer.client), nil if it cannot be
+// marshalled. A client's calls all carry its one clientInfo: the last
+// one marshalled is kept, so that a call does not marshal it again. The
+// bytes are shared by the inputs that carry them: read, never written.
+func (b *Binding) clientJSON(ci mcpfront.ClientInfo) json.RawMessage {
+	if last := b.client.Load(); last != nil && last.info == ci {
+		return last.raw
+	}
+	raw, err := json.Marshal(ci)
+	if err != nil {
+		return nil
+	}
+	b.client.Store(&clientJSON{info: ci, raw: raw})
+	return raw
+}
+
+// clientJSON is a clientInfo and its JSON (Binding.clientJSON).
+type clientJSON struct {
+	info mcpfront.ClientInfo
+	raw  json.RawMessage
 }
 
 // Tool is input.tool of p's call with params (the proposal's, or an
@@ -406,6 +428,37 @@ func (b *Binding) Tool(p *lifecycle.Proposal, target string, params json.RawMess
 		t.Changed, t.Digest, t.PinnedDigest = true, e.Changed.New, e.Changed.Old
 	}
 	return t, e.Tool.InputSchema
+}
+
+// proposedCall is the name and arguments of p's call as toolCall reads
+// them from p.Params, which the front end made of the name and arguments
+// it parsed (p.Tool's, json.Marshal'd): p.Tool's own when marshalling
+// left the arguments' bytes as they are (no space to drop, nothing to
+// escape), so that the params are not parsed again; else toolCall's.
+func proposedCall(p mcpfront.Proposal) (string, json.RawMessage) {
+	if p.Tool.Name == "" || !marshalsAsIs(p.Tool.Arguments) {
+		return toolCall(p.Params)
+	}
+	if len(p.Tool.Arguments) == 0 {
+		return p.Tool.Name, nil // left out of the params (omitempty)
+	}
+	return p.Tool.Name, p.Tool.Arguments
+}
+
+// marshalsAsIs reports whether json.Marshal writes the raw JSON value v
+// byte for byte as it is: it compacts a json.RawMessage (dropping the
+// spaces, tabs and line ends between tokens) and escapes '<', '>', '&'
+// and U+2028/U+2029 (whose UTF-8 starts with 0xE2) in it. A value with
+// none of these bytes anywhere, in its strings included, is left as it
+// is; one with any may not be.
+func marshalsAsIs(v json.RawMessage) bool {
+	for _, c := range v {
+		switch c {
+		case ' ', '\t', '\n', '\r', '<', '>', '&', 0xE2:
+			return false
+		}
+	}
+	return true
 }
 
 // toolCall reads a tools/call's params: its name and arguments.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -79,10 +82,15 @@ type instantEngine struct {
 }
 
 func newInstantEngine(tb testing.TB) *instantEngine {
+	return newInstantEngineWith(tb, allowAll{})
+}
+
+// newInstantEngineWith is newInstantEngine deciding with decider.
+func newInstantEngineWith(tb testing.TB, decider fulfill.Decider) *instantEngine {
 	ctx, cancel := context.WithCancel(context.Background())
 	bind := New(Options{})
 	fx := &instantFront{ctx: ctx, b: bind, answers: make(chan mcpfront.Answer, 1)}
-	eng := fulfill.NewEngine(bind, allowAll{}, fulfill.Config{MaxPending: 100, MaxInflight: 10,
+	eng := fulfill.NewEngine(bind, decider, fulfill.Config{MaxPending: 100, MaxInflight: 10,
 		PendingTTL: time.Minute, FulfillTimeout: time.Minute})
 	bind.Bind(eng, fx)
 	done := make(chan error, 1)
@@ -153,7 +161,45 @@ func TestEngineAllowedCallHandoffs(t *testing.T) {
 // goroutine parked); it reports the goroutine hand-offs per call
 // (fulfill.Engine.Handoffs) and the process's CPU per call.
 func BenchmarkEngineMCPCall(b *testing.B) {
-	e := newInstantEngine(b)
+	benchEngineMCPCall(b, newInstantEngine(b))
+}
+
+// BenchmarkEngineMCPCallOPA is BenchmarkEngineMCPCall deciding with the
+// real policy engine and the MCP bench's policy (benchPolicy), as
+// `fulfiller bench --front-end mcp` does: the decision's own cost in it.
+func BenchmarkEngineMCPCallOPA(b *testing.B) {
+	benchEngineMCPCall(b, newInstantEngineWith(b, loadBenchPolicy(b)))
+}
+
+// benchPolicy is internal/loadtest.MCPDefaultPolicy (which imports this
+// package, so it cannot be imported here): TestBenchPolicyIsTheBenchs
+// keeps the two the same.
+const benchPolicy = `package fulfiller
+
+import rego.v1
+
+default decision := {"action": "reject", "reason": "policy", "message": "only the bench's calc add is allowed"}
+
+decision := {"action": "fulfill"} if {
+	input.tool.server == "calc"
+	input.tool.name == "add"
+}
+`
+
+// loadBenchPolicy loads benchPolicy into a policy engine.
+func loadBenchPolicy(tb testing.TB) *policies.Engine {
+	path := filepath.Join(tb.TempDir(), "bench.rego")
+	if err := os.WriteFile(path, []byte(benchPolicy), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	pe, err := policies.Load(context.Background(), policies.Options{Policies: []string{path}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pe
+}
+
+func benchEngineMCPCall(b *testing.B, e *instantEngine) {
 	// The first calls grow the goroutines' stacks and the engine's maps.
 	for i := range 100 {
 		if err := e.call(-1 - i); err != nil {

@@ -1,0 +1,4 @@
+package mcpbind
+
+// BenchPolicy is benchPolicy, for the external test that checks it.
+const BenchPolicy = benchPolicy
