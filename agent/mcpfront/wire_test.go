@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -512,4 +513,17 @@ func lineChan(r io.Reader, max int) chan string {
 		}
 	}()
 	return lines
+}
+
+// readHead reads raw as the frame hooks do: ok false leaves it to the
+// SDK.
+func readHead(raw []byte) (inFrame, jsonrpc.ID, bool) {
+	var s scanner
+	var f inFrame
+	if !s.scanText(raw) {
+		return f, jsonrpc.ID{}, false
+	}
+	f.read(&s, raw)
+	id, ok := f.head()
+	return f, id, ok
 }
