@@ -209,7 +209,7 @@ func (f *Front) cancelDirect(c *upConn, id string) {
 // encoded once, the arguments as proposed): only the name is encoded,
 // and the whole compacted, as the SDK's encoding of the request would.
 func callParamsJSON(meta json.RawMessage, name string, args json.RawMessage) (json.RawMessage, error) {
-	qname, err := json.Marshal(name)
+	qname, err := quote(name)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +240,20 @@ func callParamsJSON(meta json.RawMessage, name string, args json.RawMessage) (js
 		return nil, errors.New("the arguments are not JSON")
 	}
 	return b, nil
+}
+
+// quote is s as json.Marshal writes it: a name of printable ASCII that
+// it escapes nothing of is quoted as it is.
+func quote(s string) ([]byte, error) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return json.Marshal(s)
+		}
+	}
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), nil
 }
 
 // serverInfoKey is the _meta member that names the server in a result
