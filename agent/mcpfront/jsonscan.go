@@ -2,6 +2,7 @@ package mcpfront
 
 import (
 	"bytes"
+	"strconv"
 	"sync"
 	"unicode/utf8"
 )
@@ -395,3 +396,102 @@ func (f *inFrame) read(s *scanner, raw []byte) {
 
 // isNull: v is absent or the JSON null.
 func isNull(v []byte) bool { return v == nil || string(v) == "null" }
+
+// decodeAny decodes v, a value of a text the scanner found strict, as
+// jsonv2.Unmarshal decodes it into an any (objects as map[string]any,
+// arrays as []any, numbers as float64), without its reflection: cold,
+// that decoding of a call's _meta cost more than the rest of the
+// frame's reading. ok false: v holds what it leaves to jsonv2 (an
+// escape, a number out of float64's range).
+func decodeAny(v []byte) (any, bool) {
+	switch c := v[0]; {
+	case c == '{':
+		s := getScanner()
+		defer putScanner(s)
+		s.reset(v)
+		if !s.object(true) {
+			return nil, false
+		}
+		m := make(map[string]any, len(s.rec))
+		for _, mb := range s.rec {
+			if bytes.IndexByte(mb.name, '\\') >= 0 {
+				return nil, false
+			}
+			x, ok := decodeAny(mb.value)
+			if !ok {
+				return nil, false
+			}
+			m[intern(mb.name[1:len(mb.name)-1])] = x
+		}
+		return m, true
+	case c == '[':
+		s := getScanner()
+		defer putScanner(s)
+		s.reset(v)
+		s.i = 1
+		s.skipSpace()
+		a := []any{}
+		if s.i < len(v) && v[s.i] == ']' {
+			return a, true
+		}
+		for {
+			start := s.i
+			if !s.value() {
+				return nil, false
+			}
+			x, ok := decodeAny(v[start:s.i])
+			if !ok {
+				return nil, false
+			}
+			a = append(a, x)
+			s.skipSpace()
+			if s.i >= len(v) {
+				return nil, false
+			}
+			switch v[s.i] {
+			case ',':
+				s.i++
+				s.skipSpace()
+			case ']':
+				return a, true
+			default:
+				return nil, false
+			}
+		}
+	case c == '"':
+		if bytes.IndexByte(v, '\\') >= 0 {
+			return nil, false
+		}
+		return intern(v[1 : len(v)-1]), true
+	case c == 't':
+		return true, true
+	case c == 'f':
+		return false, true
+	case c == 'n':
+		return nil, true
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	return f, err == nil
+}
+
+// intern is b as a string, the names a call's _meta holds without an
+// allocation.
+func intern(b []byte) string {
+	switch string(b) {
+	case metaProtocolVersion:
+		return metaProtocolVersion
+	case metaClientInfo:
+		return metaClientInfo
+	case metaClientCapabilities:
+		return metaClientCapabilities
+	case "progressToken":
+		return "progressToken"
+	case "name":
+		return "name"
+	case "version":
+		return "version"
+	case mrtrVersion:
+		return mrtrVersion
+	}
+	return string(b)
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,30 @@ func TestAnnotateSplicesServerInfo(t *testing.T) {
 	}
 	if got, err := u.annotate(json.RawMessage(`{"_met\u0061":{"k":1}}`), nil); err != nil || string(got) != `{"_meta":{`+si+`,"k":1}}` {
 		t.Errorf("an escaped _meta: %s, %v", got, err)
+	}
+}
+
+// A call's _meta is decoded as jsonv2 decodes it into an any; what
+// decodeAny leaves to jsonv2 (an escape, a number out of range) it says
+// so.
+func TestDecodeAnyAgreesWithJSONv2(t *testing.T) {
+	for _, text := range []string{
+		`{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`,
+		`{"progressToken":7,"a":[1,-2.5e3,true,false,null,"é",[],{}],"b":{"c":{"d":[{"e":0}]}}}`,
+		`[]`, `{}`, `"s"`, `0`, `null`,
+	} {
+		got, ok := decodeAny([]byte(text))
+		var want any
+		if err := jsonv2.Unmarshal([]byte(text), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Errorf("decodeAny(%s) = %#v, %v; jsonv2 %#v", text, got, ok, want)
+		}
+	}
+	for _, text := range []string{`{"a\n":1}`, `{"a":"\u00e9"}`, `[1e999]`} {
+		if got, ok := decodeAny([]byte(text)); ok {
+			t.Errorf("decodeAny(%s) = %#v, want it left to jsonv2", text, got)
+		}
 	}
 }

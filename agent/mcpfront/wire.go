@@ -255,9 +255,12 @@ func fastCallParams(members []member, p *callParams) bool {
 			}
 			p.Arguments = bytes.Clone(v)
 		case `"_meta"`:
-			if v[0] != '{' || jsonv2.Unmarshal(v, &p.Meta) != nil {
+			meta, ok := decodeAny(v)
+			m, isObj := meta.(map[string]any)
+			if !ok || !isObj {
 				return false
 			}
+			p.Meta = m
 		default:
 			return false
 		}
