@@ -65,7 +65,7 @@ func BenchmarkFrameWork(b *testing.B) {
 		}
 		_, _ = io.Discard.Write(out)
 		*bp = out
-		framePool.Put(bp)
+		putFrame(bp)
 		_ = id
 		return true
 	}
@@ -90,7 +90,7 @@ func BenchmarkFrameWork(b *testing.B) {
 		}
 		_, _ = io.Discard.Write(out)
 		*bp = out
-		framePool.Put(bp)
+		putFrame(bp)
 		return true
 	}
 	b.ResetTimer()

@@ -55,11 +55,17 @@ type scanner struct {
 // is kept: a pass then allocates nothing.
 var scanners = sync.Pool{New: func() any { return new(scanner) }}
 
+// maxPooledMembers bounds the slices of a scanner put back in the pool.
+const maxPooledMembers = 1024
+
 // getScanner is a scanner from the pool; putScanner gives it back, its
 // slices cleared (they point into the text it scanned).
 func getScanner() *scanner { return scanners.Get().(*scanner) }
 
 func putScanner(s *scanner) {
+	if cap(s.rec) > maxPooledMembers || cap(s.names) > maxPooledMembers {
+		return // grown for a wide object: let go
+	}
 	clear(s.names[:cap(s.names)])
 	clear(s.rec[:cap(s.rec)])
 	s.reset(nil)

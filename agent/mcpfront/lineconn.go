@@ -305,12 +305,23 @@ func (c *lineConn) Close() error {
 // Write returns.
 var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// maxPooledFrame is the largest buffer put back in framePool: one that
+// grew for a large result is let go, not kept for every later frame.
+const maxPooledFrame = 64 << 10
+
+// putFrame gives bp back to framePool, unless it grew too large.
+func putFrame(bp *[]byte) {
+	if cap(*bp) <= maxPooledFrame {
+		framePool.Put(bp)
+	}
+}
+
 // writeResult writes the response {"jsonrpc":"2.0","id":id,"result":
 // result}. done false: the SDK would write it otherwise (an id it would
 // escape, a result not on one line), and its Write is to.
 func (c *lineConn) writeResult(id jsonrpc.ID, result []byte) (done bool, err error) {
 	bp := framePool.Get().(*[]byte)
-	defer framePool.Put(bp)
+	defer putFrame(bp)
 	b, ok := appendResult((*bp)[:0], id, result)
 	if !ok {
 		return false, nil
@@ -341,7 +352,7 @@ func appendResult(b []byte, id jsonrpc.ID, result []byte) ([]byte, bool) {
 // escapes). done false: as writeResult.
 func (c *lineConn) writeCall(id, method string, params []byte) (done bool, err error) {
 	bp := framePool.Get().(*[]byte)
-	defer framePool.Put(bp)
+	defer putFrame(bp)
 	b, ok := appendCall((*bp)[:0], id, method, params)
 	if !ok {
 		return false, nil
