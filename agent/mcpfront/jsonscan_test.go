@@ -3,13 +3,16 @@ package mcpfront
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -278,4 +281,93 @@ func TestDecodeAnyAgreesWithJSONv2(t *testing.T) {
 			t.Errorf("decodeAny(%s) = %#v, want it left to jsonv2", text, got)
 		}
 	}
+}
+
+// allFrames is every frame r yields through read (readFrames, or
+// legacyFrames alone), all taken by the hook, and whether the stream
+// ended with an error other than its end.
+func allFrames(read func(io.Reader, int, *io.PipeWriter, frameHook), r io.Reader, limit int) (got []string, failed bool) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		read(r, limit, pw, func(f *inFrame) bool {
+			got = append(got, string(f.raw))
+			return true
+		})
+	}()
+	_, err := io.ReadAll(pr)
+	<-done
+	return got, err != nil
+}
+
+// The line-by-line reader yields the frames encoding/json's decoder
+// yields (the SDK's reader), and fails where it fails, whatever the
+// stream.
+func FuzzReadFramesAgreesWithTheDecoder(f *testing.F) {
+	for _, seed := range []string{
+		"{\"id\":1}\n{\"id\":2}\r\n\n  [1,2]\n",
+		"{\"a\":\n1}\n{\"b\":2}\n",
+		"{\"a\":1} {\"b\":2}\n",
+		"{\"a\":1}\r{\"b\":2}\n",
+		"{\"a\":1}{\"b\":2}",
+		"{\"a\":\"\\u00e9\"}\n\"s\"\n1\n",
+		"{\"a\":1,}\n",
+		"{\"a\":1}",
+		"",
+		"\n\n",
+		"{\"a\":[" + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + "]}\n",
+	} {
+		f.Add([]byte(seed), 7)
+	}
+	f.Fuzz(func(t *testing.T, stream []byte, chunk int) {
+		if chunk <= 0 || chunk > 64 {
+			chunk = 7
+		}
+		var chunks []string
+		for i := 0; i < len(stream); i += chunk {
+			chunks = append(chunks, string(stream[i:min(len(stream), i+chunk)]))
+		}
+		var bytewise []string
+		for i := range stream {
+			bytewise = append(bytewise, string(stream[i:i+1]))
+		}
+		got, gotFailed := allFrames(readFrames, &feedReader{chunks: slices.Clone(chunks)}, 0)
+		// The SDK's trailing-data check looks at what its decoder has
+		// buffered: a value that ends where a read ends is not checked.
+		// So its outcome may hang on how the stream was read; the
+		// reader's is to be one of its outcomes.
+		var outcomes []string
+		for _, r := range []io.Reader{strings.NewReader(string(stream)), &feedReader{chunks: slices.Clone(chunks)}, &feedReader{chunks: bytewise}} {
+			want, wantFailed := allFrames(legacyFrames, r, 0)
+			if gotFailed == wantFailed && reflect.DeepEqual(got, want) {
+				return
+			}
+			outcomes = append(outcomes, fmt.Sprintf("%q (failed %v)", want, wantFailed))
+		}
+		t.Errorf("stream %q:\nread %q (failed %v)\nthe decoder %s", stream, got, gotFailed, strings.Join(outcomes, " or "))
+	})
+}
+
+// The scanner takes a text when encoding/json does (short of the depth
+// it stops at), and what it calls strict jsonv2 reads (duplicate names,
+// invalid UTF-8 refused).
+func FuzzScannerAgreesWithTheDecoders(f *testing.F) {
+	for _, seed := range []string{`{"a":[1,"\u00e9",{"b":null}]}`, `{"a":1,"a":2}`, "\"\xff\"", `[1e5,-0.1]`, `{"\u0061":1}`, `"\ud800"`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, text []byte) {
+		var s scanner
+		ok := s.scanText(text)
+		if s.deep {
+			return
+		}
+		if ok != json.Valid(text) {
+			t.Fatalf("%q: scanned %v, encoding/json %v", text, ok, !ok)
+		}
+		var v jsontext.Value // a number out of float64's range is a decoding's matter, not the text's
+		if err := jsonv2.Unmarshal(text, &v); ok && !s.loose && err != nil {
+			t.Fatalf("%q: strict, but jsonv2 refuses it: %v", text, err)
+		}
+	})
 }

@@ -185,6 +185,7 @@ func (fr *frameReader) room() {
 	pending := fr.end - fr.start
 	if pending == 0 && len(fr.buf) > 64*frameBufSize {
 		fr.buf = make([]byte, frameBufSize)
+		fr.start, fr.end = 0, 0
 	}
 	if fr.end < len(fr.buf) {
 		return
