@@ -371,3 +371,14 @@ func FuzzScannerAgreesWithTheDecoders(f *testing.F) {
 		}
 	})
 }
+
+// A frame larger than a megabyte grows the reader's buffer; the frames
+// after it are read as well once the buffer is let go.
+func TestReadFramesAfterALargeFrame(t *testing.T) {
+	large := `{"jsonrpc":"2.0","id":1,"result":{"x":"` + strings.Repeat("a", 2<<20) + `"}}`
+	small := `{"jsonrpc":"2.0","id":"t","method":"x"}`
+	took, left, err := frames(t, 0, large+"\n", small+"\n", small+"\n")
+	if err != nil || left != "" || len(took) != 3 || took[0] != large || took[2] != small {
+		t.Errorf("took %d frames, left %q, end %v; want the large frame and two small ones", len(took), left, err)
+	}
+}
