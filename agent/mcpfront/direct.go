@@ -6,11 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
-
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -210,9 +206,10 @@ func (f *Front) cancelDirect(c *upConn, id string) {
 // callParamsJSON are the params of a call the Front sends itself:
 // {"_meta":meta,"name":name,"arguments":args}, _meta left out when
 // there is none. meta and args are JSON already (the SDK's _meta as
-// encoded once, the arguments as proposed): only the name is encoded.
+// encoded once, the arguments as proposed): only the name is encoded,
+// and the whole compacted, as the SDK's encoding of the request would.
 func callParamsJSON(meta json.RawMessage, name string, args json.RawMessage) (json.RawMessage, error) {
-	qname, err := json.Marshal(name)
+	qname, err := quote(name)
 	if err != nil {
 		return nil, err
 	}
@@ -228,16 +225,47 @@ func callParamsJSON(meta json.RawMessage, name string, args json.RawMessage) (js
 	b = append(b, `,"arguments":`...)
 	b = append(b, args...)
 	b = append(b, '}')
-	if !json.Valid(b) {
+	s := getScanner()
+	defer putScanner(s)
+	switch {
+	case s.scanText(b):
+		if s.ws > 0 {
+			var c bytes.Buffer
+			if err := json.Compact(&c, b); err != nil {
+				return nil, fmt.Errorf("the arguments: %w", err)
+			}
+			b = c.Bytes()
+		}
+	case !json.Valid(b): // nested too deep for the scanner, or not JSON
 		return nil, errors.New("the arguments are not JSON")
 	}
 	return b, nil
 }
 
+// quote is s as json.Marshal writes it: a name of printable ASCII that
+// it escapes nothing of is quoted as it is.
+func quote(s string) ([]byte, error) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return json.Marshal(s)
+		}
+	}
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), nil
+}
+
+// serverInfoKey is the _meta member that names the server in a result
+// of the sessionless revision, as a member's name is written.
+const serverInfoKey = `"` + metaServerInfo + `":`
+
 // annotate is a result to a request of the sessionless revision as the
 // SDK's session writes it (annotateServerInfo): its _meta names the
 // server, unless it names one already. raw is the result as JSON, or
-// nil for res.
+// nil for res. The result's bytes are kept and the name spliced into
+// them (annotateInPlace); a result that pass does not read is decoded
+// and encoded again (annotateDecoded).
 func (u *upstream) annotate(raw json.RawMessage, res *mcp.CallToolResult) (json.RawMessage, error) {
 	if raw == nil {
 		var err error
@@ -245,6 +273,75 @@ func (u *upstream) annotate(raw json.RawMessage, res *mcp.CallToolResult) (json.
 			return nil, fmt.Errorf("mcpfront: the result cannot be written: %w", err)
 		}
 	}
+	if out, ok := annotateInPlace(raw, u.serverInfo); ok {
+		return out, nil
+	}
+	return u.annotateDecoded(raw)
+}
+
+// annotateInPlace is raw with serverInfo spliced into its _meta (made
+// when there is none, or it is null), or raw itself when its _meta
+// names a server already: one pass over raw, and one over its _meta.
+// ok false: raw is not an object this pass reads strictly, or its _meta
+// not an object.
+func annotateInPlace(raw, serverInfo []byte) (json.RawMessage, bool) {
+	s := getScanner()
+	defer putScanner(s)
+	if len(serverInfo) == 0 || len(raw) == 0 || raw[0] != '{' || !s.scanText(raw) || s.loose {
+		return nil, false
+	}
+	var meta []byte
+	members := len(s.rec)
+	for _, m := range s.rec {
+		if string(m.name) == `"_meta"` {
+			meta = m.value
+		}
+	}
+	out := make([]byte, 0, len(raw)+len(serverInfoKey)+len(serverInfo)+12)
+	switch {
+	case meta == nil:
+		out = append(out, `{"_meta":{`+serverInfoKey...)
+		out = append(out, serverInfo...)
+		out = append(out, '}')
+		if members > 0 {
+			out = append(out, ',')
+		}
+		return append(out, raw[1:]...), true
+	case string(meta) == "null":
+		at := offsetIn(raw, meta)
+		out = append(out, raw[:at]...)
+		out = append(out, `{`+serverInfoKey...)
+		out = append(out, serverInfo...)
+		out = append(out, '}')
+		return append(out, raw[at+len(meta):]...), true
+	case meta[0] == '{':
+		s.reset(meta)
+		if !s.scanText(meta) {
+			return nil, false
+		}
+		for _, m := range s.rec {
+			if string(m.name) == `"`+metaServerInfo+`"` {
+				return raw, true
+			}
+		}
+		end := offsetIn(raw, meta) + len(meta) - 1 // its closing brace
+		out = append(out, raw[:end]...)
+		if len(s.rec) > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, serverInfoKey...)
+		out = append(out, serverInfo...)
+		return append(out, raw[end:]...), true
+	}
+	return nil, false
+}
+
+// offsetIn is where part, a slice of whole, begins in it.
+func offsetIn(whole, part []byte) int { return cap(whole) - cap(part) }
+
+// annotateDecoded is annotate for a result annotateInPlace does not
+// read: decoded into a map, and encoded again (its members sorted).
+func (u *upstream) annotateDecoded(raw json.RawMessage) (json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("mcpfront: the result cannot be written: %w", err)
@@ -276,66 +373,100 @@ var contentTypes = map[string]bool{"text": true, "image": true, "audio": true, "
 
 // relayable is an upstream's result as the client is to get it,
 // without decoding it into the SDK's types: its members as they came
-// but its resultType (the hop's, not the result's). ok false: a result
-// the SDK's reading is to judge (not an object, a member named twice, a
-// content block of no known type, input requested, anything odd), which
-// received then reads as the SDK's client does.
+// (compacted) but its resultType (the hop's, not the result's), in one
+// pass over it and one over its content. ok false: a result the SDK's
+// reading is to judge (not an object, a member named twice, a content
+// block of no known type, input requested, anything odd or escaped),
+// which received then reads as the SDK's client does. The result is a
+// new slice: raw may be a reader's buffer.
 func relayable(raw json.RawMessage) (json.RawMessage, bool) {
-	dec := jsontext.NewDecoder(bytes.NewReader(raw))
-	var out bytes.Buffer
-	out.Grow(len(raw))
-	enc := jsontext.NewEncoder(&out)
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' || enc.WriteToken(tok) != nil {
+	s := getScanner()
+	defer putScanner(s)
+	if len(raw) == 0 || raw[0] != '{' || !s.scanText(raw) || s.loose {
 		return nil, false
 	}
-	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
-		if err != nil {
-			return nil, false
-		}
-		key := name.String()
-		v, err := dec.ReadValue()
-		if err != nil {
-			return nil, false
-		}
-		switch key {
-		case "resultType":
-			if string(v) != `"complete"` {
+	out := make([]byte, 1, len(raw))
+	out[0] = '{'
+	for _, m := range s.rec {
+		switch string(m.name) {
+		case `"resultType"`:
+			if string(m.value) != `"complete"` {
 				return nil, false
 			}
 			continue
-		case "inputRequests", "requestState":
+		case `"inputRequests"`, `"requestState"`:
 			return nil, false
-		case "content":
-			if !contentOK(v) {
+		case `"content"`:
+			if !contentOK(m.value) {
 				return nil, false
 			}
 		}
-		if enc.WriteToken(jsontext.String(key)) != nil || enc.WriteValue(v) != nil {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, m.name...)
+		out = append(out, ':')
+		out = append(out, m.value...)
+	}
+	out = append(out, '}')
+	if s.ws > 0 {
+		var c bytes.Buffer
+		if json.Compact(&c, out) != nil {
 			return nil, false
 		}
+		out = c.Bytes()
 	}
-	if tok, err := dec.ReadToken(); err != nil || enc.WriteToken(tok) != nil {
-		return nil, false
-	}
-	if _, err := dec.ReadToken(); err != io.EOF {
-		return nil, false // trailing data
-	}
-	return bytes.TrimRight(out.Bytes(), "\n"), true
+	return out, true
 }
 
-// contentOK: v is an array of content blocks of known types.
-func contentOK(v jsontext.Value) bool {
-	var blocks []struct {
-		Type string `json:"type"`
+// contentOK: v (valid JSON) is null or an array of content blocks of
+// known types (a "type" member that names one, unescaped).
+func contentOK(v []byte) bool {
+	if string(v) == "null" {
+		return true
 	}
-	if err := jsonv2.Unmarshal(v, &blocks, jsonv2.RejectUnknownMembers(false)); err != nil {
+	if v[0] != '[' {
 		return false
 	}
-	for _, b := range blocks {
-		if !contentTypes[b.Type] {
+	s := getScanner()
+	defer putScanner(s)
+	s.reset(v)
+	s.i = 1
+	s.skipSpace()
+	if s.i < len(v) && v[s.i] == ']' {
+		return true
+	}
+	for {
+		if s.i >= len(v) || v[s.i] != '{' {
+			return false
+		}
+		mark := len(s.rec)
+		if !s.object(true) {
+			return false
+		}
+		known := false
+		for _, m := range s.rec[mark:] {
+			if string(m.name) == `"type"` {
+				t := m.value
+				known = t[0] == '"' && bytes.IndexByte(t, '\\') < 0 && contentTypes[string(t[1:len(t)-1])]
+			}
+		}
+		if !known {
+			return false
+		}
+		s.rec = s.rec[:mark]
+		s.skipSpace()
+		if s.i >= len(v) {
+			return false
+		}
+		switch v[s.i] {
+		case ',':
+			s.i++
+			s.skipSpace()
+		case ']':
+			return true
+		default:
 			return false
 		}
 	}
-	return true
 }

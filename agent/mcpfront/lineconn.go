@@ -15,7 +15,6 @@ import (
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -32,8 +31,9 @@ import (
 // that its framing, batches, limits and errors stay the SDK's.
 
 // frameHook takes a frame (true) or leaves it to the SDK (false). It is
-// called on the reading goroutine, one frame at a time.
-type frameHook func(raw []byte) bool
+// called on the reading goroutine, one frame at a time; f and the bytes
+// it points into are the reader's again once it returns.
+type frameHook func(f *inFrame) bool
 
 // lineConn is an SDK connection over a newline-delimited stream whose
 // frames a hook sees first.
@@ -75,7 +75,151 @@ func newLineConn(ctx context.Context, r io.Reader, w io.Writer, limit int, hook 
 // value each, a newline after it; at most limit bytes buffered for
 // one), offers each to hook, and writes the others to pw. Its end, and
 // why, reaches the SDK through pw.
+//
+// A frame is read in one pass (scanner) over the line that holds it,
+// in a buffer reused from frame to frame. A stream the pass cannot
+// frame that way (a value over several lines, two on one, a top-level
+// scalar, one that is not JSON or nests too deep) is read from there on
+// as before, by encoding/json's decoder, whose framing and errors are
+// the SDK's own.
 func readFrames(r io.Reader, limit int, pw *io.PipeWriter, hook frameHook) {
+	fr := &frameReader{r: r, limit: limit, buf: make([]byte, frameBufSize)}
+	var s scanner
+	var f inFrame
+	for {
+		line, err := fr.line()
+		if err != nil {
+			_ = pw.CloseWithError(err)
+			return
+		}
+		s.reset(line)
+		s.skipSpace()
+		start := s.i
+		if start == len(line) {
+			continue // a blank line, which the SDK's decoder skips
+		}
+		var ok bool
+		switch line[start] {
+		case '{':
+			ok = s.object(true)
+		case '[':
+			ok = s.array()
+		}
+		end := s.i
+		if ok {
+			s.skipSpace()
+			ok = s.i == len(line) && (end == len(line) || line[end] == '\n' || line[end] == '\r')
+		}
+		if !ok {
+			legacyFrames(fr.pending(line), limit, pw, hook)
+			return
+		}
+		f.read(&s, line[start:end])
+		if hook(&f) {
+			continue
+		}
+		out := line[start:]
+		if out[len(out)-1] != '\n' {
+			out = append(out[:len(out):len(out)], '\n') // the last frame, no newline after it
+		}
+		if _, err := pw.Write(out); err != nil {
+			return // the SDK's connection was closed
+		}
+	}
+}
+
+// frameBufSize is a frame reader's buffer to begin with: a call or a
+// result of most tools fits, and a larger frame grows it (to its limit
+// at most), until the frames are small again.
+const frameBufSize = 16 << 10
+
+// frameReader reads a stream a line at a time into a buffer it reuses.
+type frameReader struct {
+	r     io.Reader
+	limit int // >0: at most that much buffered for one line
+	buf   []byte
+	// start, end: the bytes read and not yet returned; scanned of them
+	// hold no newline.
+	start, end, scanned int
+	err                 error // the read error, returned once the lines before it are
+}
+
+// line is the next line, its newline included (none after the last),
+// valid until the next call; an error: the stream's, or
+// errFrameTooLarge.
+func (fr *frameReader) line() ([]byte, error) {
+	for {
+		if i := bytes.IndexByte(fr.buf[fr.start+fr.scanned:fr.end], '\n'); i >= 0 {
+			n := fr.scanned + i + 1
+			if fr.limit > 0 && n-1 > fr.limit {
+				return nil, errFrameTooLarge
+			}
+			line := fr.buf[fr.start : fr.start+n]
+			fr.start += n
+			fr.scanned = 0
+			return line, nil
+		}
+		fr.scanned = fr.end - fr.start
+		if fr.limit > 0 && fr.scanned > fr.limit {
+			return nil, errFrameTooLarge
+		}
+		if fr.err != nil {
+			if fr.start == fr.end {
+				return nil, fr.err
+			}
+			line := fr.buf[fr.start:fr.end]
+			fr.start, fr.scanned = fr.end, 0
+			return line, nil
+		}
+		fr.room()
+		n, err := fr.r.Read(fr.buf[fr.end:])
+		fr.end += n
+		fr.err = err
+	}
+}
+
+// room makes room in buf for a read: what is pending moves to its
+// front, and a buffer it fills grows; one that grew large for a large
+// frame is let go once the frames are small again.
+func (fr *frameReader) room() {
+	pending := fr.end - fr.start
+	if pending == 0 && len(fr.buf) > 64*frameBufSize {
+		fr.buf = make([]byte, frameBufSize)
+		fr.start, fr.end = 0, 0
+	}
+	if fr.end < len(fr.buf) {
+		return
+	}
+	if pending < len(fr.buf)/2 {
+		copy(fr.buf, fr.buf[fr.start:fr.end])
+	} else {
+		nb := make([]byte, 2*len(fr.buf))
+		copy(nb, fr.buf[fr.start:fr.end])
+		fr.buf = nb
+	}
+	fr.start, fr.end = 0, pending
+}
+
+// pending is a reader of what fr has not returned, line (just returned)
+// first, then the rest of the stream.
+func (fr *frameReader) pending(line []byte) io.Reader {
+	rest := append(append([]byte(nil), line...), fr.buf[fr.start:fr.end]...)
+	fr.start = fr.end
+	if fr.err != nil {
+		return io.MultiReader(bytes.NewReader(rest), errReader{fr.err})
+	}
+	return io.MultiReader(bytes.NewReader(rest), fr.r)
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// legacyFrames reads r's frames as the SDK's transport does, with
+// encoding/json's decoder (limit as it counts it), offers each to hook,
+// and writes the others to pw: what readFrames falls back to.
+func legacyFrames(r io.Reader, limit int, pw *io.PipeWriter, hook frameHook) {
 	var reader io.Reader = r
 	var limiter *frameLimit
 	if limit > 0 {
@@ -83,6 +227,8 @@ func readFrames(r io.Reader, limit int, pw *io.PipeWriter, hook frameHook) {
 		reader = limiter
 	}
 	dec := json.NewDecoder(reader)
+	var s scanner
+	var f inFrame
 	for {
 		var raw json.RawMessage
 		err := dec.Decode(&raw)
@@ -100,7 +246,12 @@ func readFrames(r io.Reader, limit int, pw *io.PipeWriter, hook frameHook) {
 			_ = pw.CloseWithError(err)
 			return
 		}
-		if !hook(raw) {
+		if s.scanText(raw) {
+			f.read(&s, raw)
+		} else {
+			f = inFrame{raw: raw} // too deep for the SDK: not strict
+		}
+		if !hook(&f) {
 			if _, err := pw.Write(append(raw, '\n')); err != nil {
 				return // the SDK's connection was closed
 			}
@@ -143,6 +294,113 @@ func (c *lineConn) Close() error {
 		c.w.closed()
 	})
 	return errors.Join(err, c.closeErr)
+}
+
+// Frames the Front writes itself (a diverted call's result, its own
+// call upstream) go straight to the frame writer, as the bytes the
+// SDK's ioConn.Write would have written: the SDK encodes a message by
+// reflection, and compacts its params or result once more on the way.
+
+// framePool holds the buffers such frames are put together in: the
+// frame writer copies what it queues, so a buffer is free once its
+// Write returns.
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledFrame is the largest buffer put back in framePool: one that
+// grew for a large result is let go, not kept for every later frame.
+const maxPooledFrame = 64 << 10
+
+// putFrame gives bp back to framePool, unless it grew too large.
+func putFrame(bp *[]byte) {
+	if cap(*bp) <= maxPooledFrame {
+		framePool.Put(bp)
+	}
+}
+
+// writeResult writes the response {"jsonrpc":"2.0","id":id,"result":
+// result}. done false: the SDK would write it otherwise (an id it would
+// escape, a result not on one line), and its Write is to.
+func (c *lineConn) writeResult(id jsonrpc.ID, result []byte) (done bool, err error) {
+	bp := framePool.Get().(*[]byte)
+	defer putFrame(bp)
+	b, ok := appendResult((*bp)[:0], id, result)
+	if !ok {
+		return false, nil
+	}
+	*bp = b
+	_, err = c.w.Write(b)
+	return true, err
+}
+
+// appendResult appends the frame of the response to id with result
+// (writeResult).
+func appendResult(b []byte, id jsonrpc.ID, result []byte) ([]byte, bool) {
+	if len(result) == 0 || !oneLine(result) {
+		return b, false
+	}
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b, ok := appendID(b, id)
+	if !ok {
+		return b, false
+	}
+	b = append(b, `,"result":`...)
+	b = append(b, result...)
+	return append(b, "}\n"...), true
+}
+
+// writeCall writes the request {"jsonrpc":"2.0","id":id,"method":
+// method,"params":params}; id and method are the Front's own (no
+// escapes). done false: as writeResult.
+func (c *lineConn) writeCall(id, method string, params []byte) (done bool, err error) {
+	bp := framePool.Get().(*[]byte)
+	defer putFrame(bp)
+	b, ok := appendCall((*bp)[:0], id, method, params)
+	if !ok {
+		return false, nil
+	}
+	*bp = b
+	_, err = c.w.Write(b)
+	return true, err
+}
+
+// appendCall appends the frame of the request (writeCall).
+func appendCall(b []byte, id, method string, params []byte) ([]byte, bool) {
+	if len(params) == 0 || !oneLine(params) {
+		return b, false
+	}
+	b = append(b, `{"jsonrpc":"2.0","id":"`...)
+	b = append(b, id...)
+	b = append(b, `","method":"`...)
+	b = append(b, method...)
+	b = append(b, `","params":`...)
+	b = append(b, params...)
+	return append(b, "}\n"...), true
+}
+
+// oneLine: v, valid JSON, has no line break (outside its strings,
+// where JSON has none): it can be written as a line.
+func oneLine(v []byte) bool {
+	return bytes.IndexByte(v, '\n') < 0 && bytes.IndexByte(v, '\r') < 0
+}
+
+// appendID appends id as the SDK's encoding writes it: ok false for an
+// id it might write otherwise (a string with a byte it escapes, or
+// anything but printable ASCII), or none.
+func appendID(b []byte, id jsonrpc.ID) ([]byte, bool) {
+	switch v := id.Raw().(type) {
+	case int64:
+		return strconv.AppendInt(b, v, 10), true
+	case string:
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+				return b, false
+			}
+		}
+		b = append(b, '"')
+		b = append(b, v...)
+		return append(b, '"'), true
+	}
+	return b, false
 }
 
 type nopCloser struct{ io.Writer }
@@ -217,124 +475,89 @@ func terminate(cmd *exec.Cmd, stdin io.Closer, td time.Duration) error {
 	return errors.New("unresponsive subprocess")
 }
 
-// frameHead is a frame's envelope, read strictly: a frame that does
-// not read so (duplicate names, an id neither string nor number) is
-// left to the SDK.
-type frameHead struct {
-	Version string         `json:"jsonrpc"`
-	ID      jsontext.Value `json:"id"`
-	Method  *string        `json:"method"`
-	Params  jsontext.Value `json:"params"`
-	Result  jsontext.Value `json:"result"`
-	Error   *jsonrpc.Error `json:"error"`
-}
-
 // sdkMaxDepth is the deepest nesting the SDK's JSON decoding accepts
-// (its internal/json defaultMaxDepth); the strict reader here would
-// take ten times as deep.
+// (its internal/json defaultMaxDepth): a frame nested deeper is left to
+// the SDK, which refuses it, so that the Front takes no frame the SDK
+// would not.
 const sdkMaxDepth = 1000
 
-// readHead reads raw's envelope, and its id as the SDK's DecodeMessage
-// makes it (a number made an integer). A frame nested deeper than the
-// SDK accepts is not read (ok false): it is left to the SDK, which
-// refuses it, so that the Front takes no frame the SDK would not.
-func readHead(raw []byte) (frameHead, jsonrpc.ID, bool) {
-	var h frameHead
-	if nestedDeeper(raw, sdkMaxDepth) {
-		return h, jsonrpc.ID{}, false
+// head is f's id as the SDK's DecodeMessage makes it (a number made an
+// integer), when f is a JSON-RPC 2.0 frame a strict reader reads as
+// the SDK's does: ok false leaves it to the SDK.
+func (f *inFrame) head() (jsonrpc.ID, bool) {
+	if !f.strict || string(f.version) != `"2.0"` || (!isNull(f.method) && f.method[0] != '"') {
+		return jsonrpc.ID{}, false
 	}
-	if err := jsonv2.Unmarshal(raw, &h); err != nil || h.Version != "2.0" {
-		return h, jsonrpc.ID{}, false
+	v := f.id
+	if isNull(v) {
+		return jsonrpc.ID{}, true
 	}
 	var id jsonrpc.ID
 	var err error
-	switch h.ID.Kind() {
-	case 0, 'n':
-	case '"':
+	switch c := v[0]; {
+	case c == '"' && bytes.IndexByte(v, '\\') < 0:
+		id, err = jsonrpc.MakeID(string(v[1 : len(v)-1]))
+	case c == '"':
 		var s string
-		if jsonv2.Unmarshal(h.ID, &s) != nil {
-			return h, id, false
+		if err = jsonv2.Unmarshal(v, &s); err == nil {
+			id, err = jsonrpc.MakeID(s)
 		}
-		id, err = jsonrpc.MakeID(s)
-	case '0':
-		var f float64
-		if f, err = strconv.ParseFloat(string(h.ID), 64); err == nil {
-			id, err = jsonrpc.MakeID(f)
+	case c == '-' || (c >= '0' && c <= '9'):
+		var x float64
+		if x, err = strconv.ParseFloat(string(v), 64); err == nil {
+			id, err = jsonrpc.MakeID(x)
 		}
 	default:
-		return h, id, false
+		return id, false
 	}
-	return h, id, err == nil
+	return id, err == nil
 }
 
-var (
-	toolsCallMethod = []byte(`"tools/call"`)
-	cancelledMethod = []byte(`"notifications/cancelled"`)
-	directIDPrefix  = []byte(`"` + directPrefix)
-)
+var directIDPrefix = []byte(`"` + directPrefix)
 
 // rawFrame is frontConn's frameHook: a tools/call it can divert, or a
 // cancellation of one it diverted, is taken here.
-func (c *frontConn) rawFrame(raw []byte) bool {
-	if !bytes.Contains(raw, toolsCallMethod) && !bytes.Contains(raw, cancelledMethod) {
+func (c *frontConn) rawFrame(f *inFrame) bool {
+	if f.result != nil || !isNull(f.err) {
 		return false
 	}
-	h, id, ok := readHead(raw)
-	if !ok || h.Method == nil || h.Result != nil || h.Error != nil {
+	var method string
+	switch string(f.method) { // an escaped name is the SDK's to read
+	case `"tools/call"`:
+		method = "tools/call"
+	case `"notifications/cancelled"`:
+		method = "notifications/cancelled"
+	default:
 		return false
 	}
-	r := &jsonrpc.Request{ID: id, Method: *h.Method, Params: json.RawMessage(h.Params)}
-	switch r.Method {
-	case "tools/call":
+	id, ok := f.head()
+	if !ok {
+		return false
+	}
+	r := &jsonrpc.Request{ID: id, Method: method, Params: json.RawMessage(f.params)}
+	if method == "tools/call" {
 		return r.IsCall() && c.divert(r)
-	case "notifications/cancelled":
-		return !r.IsCall() && c.cancelled(r)
 	}
-	return false
+	return !r.IsCall() && c.cancelled(r)
 }
 
 // rawFrame is upConn's frameHook: a response to a call of the Front's
 // is taken here.
-func (c *upConn) rawFrame(raw []byte) bool {
-	if !bytes.Contains(raw, directIDPrefix) {
+func (c *upConn) rawFrame(f *inFrame) bool {
+	if !bytes.HasPrefix(f.id, directIDPrefix) || !isNull(f.method) {
 		return false
 	}
-	h, id, ok := readHead(raw)
-	if !ok || h.Method != nil {
+	id, ok := f.head()
+	if !ok {
 		return false
 	}
-	resp := &jsonrpc.Response{ID: id, Result: json.RawMessage(h.Result)}
-	if h.Error != nil {
-		resp.Error = h.Error
+	resp := &jsonrpc.Response{ID: id, Result: json.RawMessage(f.result)}
+	if !isNull(f.err) {
+		var e jsonrpc.Error
+		if jsonv2.Unmarshal(f.err, &e) != nil {
+			return false
+		}
+		resp.Error = &e
 	}
 	return c.response(resp)
-}
-
-// nestedDeeper reports whether the JSON text raw nests objects and
-// arrays more than max deep (brackets inside strings do not count), as
-// the SDK's own check counts (internal/json's checkMaxDepth).
-func nestedDeeper(raw []byte, max int) bool {
-	depth, inString, escaped := 0, false, false
-	for _, b := range raw {
-		switch {
-		case escaped:
-			escaped = false
-		case inString:
-			switch b {
-			case '\\':
-				escaped = true
-			case '"':
-				inString = false
-			}
-		case b == '"':
-			inString = true
-		case b == '{' || b == '[':
-			if depth++; depth > max {
-				return true
-			}
-		case (b == '}' || b == ']') && depth > 0:
-			depth--
-		}
-	}
-	return false
 }

@@ -1,6 +1,7 @@
 package mcpfront
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -186,7 +187,7 @@ func (c *frontConn) divert(r *jsonrpc.Request) bool {
 	// Read strictly (names matched exactly, no duplicates): a call the
 	// SDK's more lenient decoding might read otherwise is left to it.
 	var params callParams
-	if err := jsonv2.Unmarshal(r.Params, &params); err != nil {
+	if err := readCallParams(r.Params, &params); err != nil {
 		return false
 	}
 	if params.RequestState != "" || params.InputResponses != nil {
@@ -219,6 +220,51 @@ func (c *frontConn) divert(r *jsonrpc.Request) bool {
 	c.f.callDirect(ctx, c.u, req, json.RawMessage(rpcID), func(raw json.RawMessage, res *mcp.CallToolResult, err error) {
 		c.answer(dc, raw, res, err)
 	})
+	return true
+}
+
+// readCallParams reads a tools/call's params into p strictly (names
+// matched exactly, no duplicates, valid UTF-8), as jsonv2.Unmarshal
+// does: in one pass when they hold only _meta and arguments (objects)
+// and a name (a string with no escape), the common call; otherwise by
+// jsonv2.Unmarshal itself. The arguments are copied: raw may be a
+// reader's buffer, and they go into the proposal.
+func readCallParams(raw []byte, p *callParams) error {
+	s := getScanner()
+	defer putScanner(s)
+	if len(raw) > 0 && raw[0] == '{' && s.scanText(raw) && !s.loose && fastCallParams(s.rec, p) {
+		return nil
+	}
+	*p = callParams{}
+	return jsonv2.Unmarshal(raw, p)
+}
+
+// fastCallParams fills p from params' members: false when one is not
+// of the common shape (readCallParams).
+func fastCallParams(members []member, p *callParams) bool {
+	for _, m := range members {
+		switch v := m.value; string(m.name) {
+		case `"name"`:
+			if v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
+				return false
+			}
+			p.Name = string(v[1 : len(v)-1])
+		case `"arguments"`:
+			if v[0] != '{' {
+				return false
+			}
+			p.Arguments = bytes.Clone(v)
+		case `"_meta"`:
+			meta, ok := decodeAny(v)
+			m, isObj := meta.(map[string]any)
+			if !ok || !isObj {
+				return false
+			}
+			p.Meta = m
+		default:
+			return false
+		}
+	}
 	return true
 }
 
@@ -261,6 +307,14 @@ func (c *frontConn) write(id jsonrpc.ID, raw json.RawMessage, res *mcp.CallToolR
 			resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the result cannot be written: " + merr.Error()}
 		}
 		resp.Result = b
+	}
+	if lc, ok := c.Connection.(*lineConn); ok && resp.Error == nil {
+		if done, werr := lc.writeResult(id, resp.Result); done {
+			if werr != nil {
+				c.f.log.Debug("mcp response not written: the client is gone", "id", id.Raw(), "err", werr)
+			}
+			return
+		}
 	}
 	if werr := c.Connection.Write(context.Background(), resp); werr != nil {
 		c.f.log.Debug("mcp response not written: the client is gone", "id", id.Raw(), "err", werr)
@@ -472,9 +526,16 @@ func (c *upConn) call(id string, params json.RawMessage, done func(*jsonrpc.Resp
 	}
 	c.pending[id] = done
 	c.mu.Unlock()
-	rid, err := jsonrpc.MakeID(id)
-	if err == nil {
-		err = c.Connection.Write(context.Background(), &jsonrpc.Request{ID: rid, Method: "tools/call", Params: params})
+	var err error
+	sent := false
+	if lc, ok := c.Connection.(*lineConn); ok {
+		sent, err = lc.writeCall(id, "tools/call", params)
+	}
+	if !sent {
+		var rid jsonrpc.ID
+		if rid, err = jsonrpc.MakeID(id); err == nil {
+			err = c.Connection.Write(context.Background(), &jsonrpc.Request{ID: rid, Method: "tools/call", Params: params})
+		}
 	}
 	if err != nil {
 		c.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -512,4 +513,43 @@ func lineChan(r io.Reader, max int) chan string {
 		}
 	}()
 	return lines
+}
+
+// readHead reads raw as the frame hooks do: ok false leaves it to the
+// SDK.
+func readHead(raw []byte) (inFrame, jsonrpc.ID, bool) {
+	var s scanner
+	var f inFrame
+	if !s.scanText(raw) {
+		return f, jsonrpc.ID{}, false
+	}
+	f.read(&s, raw)
+	id, ok := f.head()
+	return f, id, ok
+}
+
+// A tools/call whose method is escaped, and a result spaced out, are
+// still read as the SDK reads them: the call is left to the SDK's
+// session (which still proposes it), and the result reaches the client
+// compacted, as the SDK's encoding wrote it.
+func TestWireEscapedMethodAndSpacedResult(t *testing.T) {
+	r := newWireRig(t, 0)
+	r.initialize()
+	r.send(`{"jsonrpc":"2.0","id":5,"method":"tools\/call","params":{"name":"echo","arguments":{}}}`)
+	c := r.upCall()
+	r.up.send(fmt.Sprintf(`{"jsonrpc":"2.0", "id":%s, "result":{"content": [{"type": "text", "text": "a b"}]}}`, c.ID))
+	f := r.next()
+	if string(f.ID) != "5" || textOf(t, f.Result) != "a b" {
+		t.Errorf("got %+v", f)
+	}
+	r.send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":{}}}`)
+	c = r.upCall()
+	r.up.send(fmt.Sprintf(`{"jsonrpc":"2.0", "id":%s, "result":{"content": [{"type": "text", "text": "a b"}]}}`, c.ID))
+	f = r.next()
+	if want := `{"content":[{"type":"text","text":"a b"}]}`; string(f.ID) != "6" || string(f.Result) != want {
+		t.Errorf("got id %s result %s, want %s", f.ID, f.Result, want)
+	}
+	if p := r.eng.seen(); len(p) != 2 {
+		t.Errorf("%d proposals, want 2", len(p))
+	}
 }
