@@ -8,9 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -154,8 +155,8 @@ func (c *httpCaller) roundTrip(ctx context.Context, id string, params *mcp.CallT
 		}
 		return nil, err
 	}
-	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	switch ct {
+	ct, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	switch strings.ToLower(strings.TrimSpace(ct)) {
 	case "application/json":
 		data, err := readLimited(resp.Body, c.maxEvent)
 		if err != nil {
@@ -218,7 +219,12 @@ func (c *httpCaller) status(resp *http.Response) error {
 // upstream sends on it (progress, log lines, list changes, a ping) is
 // handled as the SDK's client would.
 func (c *httpCaller) stream(ctx context.Context, id string, body io.Reader) (*jsonrpc.Response, error) {
-	br := bufio.NewReaderSize(body, 4<<10)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(body)
+	defer func() {
+		br.Reset(nil) // not holding on to the body
+		readers.Put(br)
+	}()
 	var data []byte
 	name := ""
 	for {
@@ -264,6 +270,10 @@ func (c *httpCaller) stream(ctx context.Context, id string, body io.Reader) (*js
 }
 
 var errEventTooLarge = errors.New("event too large")
+
+// readers are the buffers of the streams read (a call's answer is read
+// on the worker that posted it, then the buffer serves the next).
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
 
 // readLine reads one line of an SSE stream, without its end of line,
 // failing once it is over budget bytes.
@@ -402,10 +412,14 @@ func decodeUpMessage(data []byte) (*upMessage, error) {
 
 func (m *upMessage) isResponse() bool { return m.Method == "" }
 
-// idIs: the message's id is the string id.
+// idIs: the message's id is the string id (the Front's ids need no
+// escaping: as written, or spelled with escapes).
 func (m *upMessage) idIs(id string) bool {
+	if len(m.ID) == len(id)+2 && m.ID[0] == '"' && string(m.ID[1:len(m.ID)-1]) == id {
+		return true
+	}
 	var s string
-	return json.Unmarshal(m.ID, &s) == nil && s == id
+	return bytes.IndexByte(m.ID, '\\') >= 0 && json.Unmarshal(m.ID, &s) == nil && s == id
 }
 
 // response is the message as the SDK's jsonrpc.Response (received reads
