@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +34,9 @@ type httpUpRig struct {
 	srv      *httptest.Server
 	started  chan struct{} // "block" runs
 	unblock  chan error    // what "block" saw end its call
+	arrive   chan struct{} // a "wave" call runs
+	release  chan struct{} // a "wave" call may answer
+	conns    atomic.Int64  // TCP connections the upstream accepted
 	mu       sync.Mutex
 	calls    []upCall
 	sessions []string // the Mcp-Session-Id of each initialize answered
@@ -41,7 +46,8 @@ type httpUpRig struct {
 
 func newHTTPUpRig(t *testing.T, jsonResponse bool) *httpUpRig {
 	t.Helper()
-	r := &httpUpRig{started: make(chan struct{}, 1), unblock: make(chan error, 1), forgotten: map[string]bool{}}
+	r := &httpUpRig{started: make(chan struct{}, 1), unblock: make(chan error, 1), forgotten: map[string]bool{},
+		arrive: make(chan struct{}), release: make(chan struct{})}
 	s := mcp.NewServer(&mcp.Implementation{Name: "calc", Version: "1"}, nil)
 	obj := map[string]any{"type": "object"}
 	s.AddTool(&mcp.Tool{Name: "add", InputSchema: obj}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -64,6 +70,16 @@ func newHTTPUpRig(t *testing.T, jsonResponse bool) *httpUpRig {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pinged"}}}, nil
 	})
+	// wave is answered once the test releases it (arrive, release).
+	s.AddTool(&mcp.Tool{Name: "wave", InputSchema: obj}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		r.arrive <- struct{}{}
+		select {
+		case <-r.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "released"}}}, nil
+	})
 	s.AddTool(&mcp.Tool{Name: "block", InputSchema: obj}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		r.started <- struct{}{}
 		select {
@@ -76,7 +92,7 @@ func newHTTPUpRig(t *testing.T, jsonResponse bool) *httpUpRig {
 	})
 	r.server = s
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: jsonResponse})
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodPost {
 			body, _ := io.ReadAll(req.Body)
 			req.Body = io.NopCloser(bytes.NewReader(body))
@@ -105,10 +121,16 @@ func newHTTPUpRig(t *testing.T, jsonResponse bool) *httpUpRig {
 			r.mu.Unlock()
 		}
 	}))
+	r.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			r.conns.Add(1)
+		}
+	}
+	r.srv.Start()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.rig = &rig{t: t, ctx: ctx}
-	r.eng = newFakeEngine(map[string]string{"add": "fulfil", "chatty": "fulfil", "block": "fulfil"})
+	r.eng = newFakeEngine(map[string]string{"add": "fulfil", "chatty": "fulfil", "block": "fulfil", "wave": "fulfil"})
 	u, err := ParseUpstream("calc="+r.srv.URL, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -283,5 +305,45 @@ func TestHTTPUpstreamSessionGone(t *testing.T) {
 	defer r.mu.Unlock()
 	if len(r.sessions) != 2 {
 		t.Fatalf("sessions opened: %v, want 2", r.sessions)
+	}
+}
+
+// TestHTTPUpstreamKeepsItsConnections: calls out to an upstream at once
+// (one session for every client) each keep their connection from one
+// wave to the next, as --upstream NAME=URL's own client pools them: Go's
+// default client keeps 2 per host, and dialled again for the others.
+func TestHTTPUpstreamKeepsItsConnections(t *testing.T) {
+	r := newHTTPUpRig(t, false)
+	const clients, waves = 6, 4
+	css := make([]*mcp.ClientSession, clients)
+	for i := range css {
+		css[i] = r.stdioClient("calc", nil)
+	}
+	before := r.conns.Load() // the session's own (initialize, its stream)
+	for w := range waves {
+		var wg sync.WaitGroup
+		for _, cs := range css {
+			wg.Go(func() {
+				if g := text(call(t, cs, "wave", map[string]any{})); g != "released" {
+					t.Errorf("wave %d: %s", w, g)
+				}
+			})
+		}
+		for range clients { // all out at once
+			select {
+			case <-r.arrive:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("wave %d: the calls never all reached the upstream", w)
+			}
+		}
+		for range clients {
+			r.release <- struct{}{}
+		}
+		wg.Wait()
+	}
+	// One connection per call out at once, and perhaps one more for the
+	// session's stream being re-established: not one per call.
+	if n := r.conns.Load() - before; n > clients+1 {
+		t.Fatalf("%d connections dialled for %d waves of %d calls at once, want at most %d", n, waves, clients, clients+1)
 	}
 }
