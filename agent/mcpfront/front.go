@@ -838,6 +838,9 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParams) (Response, *mcp.CallToolResult) {
 	cs, err := u.sessionFor(ctx)
 	if err == nil {
+		if hc := u.httpFor(cs); hc != nil {
+			return hc.call(ctx, params) // posted by the Front itself (uphttp.go)
+		}
 		var res *mcp.CallToolResult
 		res, err = cs.CallTool(ctx, params)
 		if err == nil {

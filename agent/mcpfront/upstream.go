@@ -74,11 +74,29 @@ func CommandUpstream(name string, argv []string, stderr io.Writer) Upstream {
 	}}
 }
 
-// URLUpstream is an upstream over Streamable HTTP.
+// URLUpstream is an upstream over Streamable HTTP, reached with hc (nil:
+// an http.Client of its own, upstreamHTTPClient).
 func URLUpstream(name, endpoint string, hc *http.Client) Upstream {
+	if hc == nil {
+		hc = upstreamHTTPClient()
+	}
 	return Upstream{Name: name, What: endpoint, Transport: func() (mcp.Transport, error) {
 		return &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1}, nil
 	}}
+}
+
+// upstreamHTTPClient is the client of an upstream over HTTP: every
+// client's calls share its one session, so as many of them are out at
+// once as clients wait. http.DefaultClient keeps 2 idle connections per
+// host: with more calls out, each answer beyond the second closed its
+// connection and the next call dialled a new one (a TCP handshake, a
+// TIME_WAIT socket left behind, and under load a port exhausted).
+func upstreamHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	return &http.Client{Transport: t}
 }
 
 // ParseUpstream reads --upstream's NAME=cmd:COMMAND ARGS (split as a
@@ -115,8 +133,9 @@ type upstream struct {
 	// server, before ready).
 	serverInfo json.RawMessage
 	cs         *mcp.ClientSession
-	wire       *upConn // cs's connection, when the Front sends calls on it itself (direct)
-	down       error   // why there is no session
+	wire       *upConn     // cs's connection, when the Front sends calls on it itself (direct)
+	http       *httpCaller // cs's calls over Streamable HTTP, when the Front posts them itself
+	down       error       // why there is no session
 	server     *mcp.Server
 	tools      map[string]*mcp.Tool
 	digests    map[string]string
@@ -245,6 +264,7 @@ func (u *upstream) run(ctx context.Context) error {
 		u.server = u.f.newServer(u, cs.InitializeResult())
 	}
 	u.cs, u.down = cs, nil
+	u.http = newHTTPCaller(u, t, cs)
 	if ut != nil {
 		// The Front's calls carry the _meta the SDK's carry (SEP-2575),
 		// read from its tools/list: without one seen, the SDK calls.
@@ -280,9 +300,21 @@ func (u *upstream) direct() *upConn {
 
 func (u *upstream) setDown(err error) error {
 	u.mu.Lock()
-	u.cs, u.down, u.wire = nil, err, nil
+	u.cs, u.down, u.wire, u.http = nil, err, nil, nil
 	u.mu.Unlock()
 	return err
+}
+
+// httpFor is the caller that posts cs's tools/calls itself, nil when the
+// SDK's session makes them (not over HTTP, or a revision it leaves to
+// the SDK: newHTTPCaller).
+func (u *upstream) httpFor(cs *mcp.ClientSession) *httpCaller {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.http == nil || u.http.cs != cs {
+		return nil
+	}
+	return u.http
 }
 
 // refreshTools lists the upstream's tools (every page) and pins them.
@@ -413,36 +445,50 @@ func (u *upstream) newClient() *mcp.Client {
 		// server like the filesystem one may touch to nothing), nor
 		// sampling or elicitation, which it does not carry to the
 		// clients (one upstream session serves them all).
-		Capabilities: &mcp.ClientCapabilities{},
-		ToolListChangedHandler: func(ctx context.Context, r *mcp.ToolListChangedRequest) {
-			if err := u.refreshTools(ctx, r.Session); err != nil {
-				u.f.log.Warn("mcp upstream's tools could not be listed again", "upstream", u.Name, "err", err)
-			}
-			u.listChanged(notifyTools)
-		},
+		Capabilities:               &mcp.ClientCapabilities{},
+		ToolListChangedHandler:     func(ctx context.Context, r *mcp.ToolListChangedRequest) { u.toolsChanged(ctx, r.Session) },
 		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { u.listChanged(notifyPrompts) },
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { u.listChanged(notifyResources) },
 		ResourceUpdatedHandler: func(ctx context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
-			u.mu.Lock()
-			s := u.server
-			u.mu.Unlock()
-			if s != nil {
-				_ = s.ResourceUpdated(ctx, r.Params)
-			}
+			u.resourceUpdated(ctx, r.Params)
 		},
-		LoggingMessageHandler: func(ctx context.Context, r *mcp.LoggingMessageRequest) {
-			u.mu.Lock()
-			s := u.server
-			u.mu.Unlock()
-			if s == nil {
-				return
-			}
-			for ss := range s.Sessions() {
-				_ = ss.Log(ctx, r.Params)
-			}
-		},
+		LoggingMessageHandler: func(ctx context.Context, r *mcp.LoggingMessageRequest) { u.logMessage(ctx, r.Params) },
 		ProgressNotificationHandler: func(ctx context.Context, r *mcp.ProgressNotificationClientRequest) {
 			u.f.progress(ctx, r.Params)
 		},
 	})
+}
+
+// The upstream's notifications, from the SDK's session or from the
+// stream of a call the Front posted itself (httpCaller).
+
+// toolsChanged lists the tools of cs again and tells the clients.
+func (u *upstream) toolsChanged(ctx context.Context, cs *mcp.ClientSession) {
+	if err := u.refreshTools(ctx, cs); err != nil {
+		u.f.log.Warn("mcp upstream's tools could not be listed again", "upstream", u.Name, "err", err)
+	}
+	u.listChanged(notifyTools)
+}
+
+// resourceUpdated hands a resource's update on to the clients.
+func (u *upstream) resourceUpdated(ctx context.Context, p *mcp.ResourceUpdatedNotificationParams) {
+	u.mu.Lock()
+	s := u.server
+	u.mu.Unlock()
+	if s != nil {
+		_ = s.ResourceUpdated(ctx, p)
+	}
+}
+
+// logMessage hands a log line of the upstream's on to every client.
+func (u *upstream) logMessage(ctx context.Context, p *mcp.LoggingMessageParams) {
+	u.mu.Lock()
+	s := u.server
+	u.mu.Unlock()
+	if s == nil {
+		return
+	}
+	for ss := range s.Sessions() {
+		_ = ss.Log(ctx, p)
+	}
 }
