@@ -93,19 +93,11 @@ func childRigWith(t *testing.T, kind string, cfg Config) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.front, r.eng.fx = f, f
-	r.wg.Add(2)
-	go func() { defer r.wg.Done(); r.eng.run(ctx) }()
-	go func() { defer r.wg.Done(); _ = f.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		r.wg.Wait()
 	})
-	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
-	defer rcancel()
-	if err := f.Ready(rctx, kind); err != nil {
-		t.Fatal(err)
-	}
+	r.start(f, kind, 20*time.Second)
 	return r
 }
 

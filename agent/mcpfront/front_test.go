@@ -41,6 +41,22 @@ type rig struct {
 	version string
 }
 
+// start runs f and the rig's fake engine until the rig's ctx ends (the
+// caller's Cleanup, registered before, cancels it and waits on r.wg),
+// and waits up to wait for f's upstream name to be ready.
+func (r *rig) start(f *Front, name string, wait time.Duration) {
+	r.t.Helper()
+	r.front, r.eng.fx = f, f
+	r.wg.Add(2)
+	go func() { defer r.wg.Done(); r.eng.run(r.ctx) }()
+	go func() { defer r.wg.Done(); _ = f.Run(r.ctx) }()
+	rctx, cancel := context.WithTimeout(r.ctx, wait)
+	defer cancel()
+	if err := f.Ready(rctx, name); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // Revisions of the clients.
 const (
 	v20251125 = "2025-11-25"

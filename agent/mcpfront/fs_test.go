@@ -76,16 +76,8 @@ func TestReferenceFilesystemServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.front, r.eng.fx = f, f
-	r.wg.Add(2)
-	go func() { defer r.wg.Done(); r.eng.run(ctx) }()
-	go func() { defer r.wg.Done(); _ = f.Run(ctx) }()
 	t.Cleanup(func() { cancel(); r.wg.Wait() })
-	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer rcancel()
-	if err := f.Ready(rctx, "fs"); err != nil {
-		t.Fatal(err)
-	}
+	r.start(f, "fs", 30*time.Second)
 
 	answer := "accept"
 	el := &elicitor{answer: func(context.Context) (*mcp.ElicitResult, error) {

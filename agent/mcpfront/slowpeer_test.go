@@ -94,15 +94,7 @@ func newSlowPeerRigClient(t *testing.T, call func(m rawFrame, send func(string))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.front, r.eng.fx = f, f
-	r.wg.Add(2)
-	go func() { defer r.wg.Done(); r.eng.run(ctx) }()
-	go func() { defer r.wg.Done(); _ = f.Run(ctx) }()
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer rcancel()
-	if err := f.Ready(rctx, "raw"); err != nil {
-		t.Fatal(err)
-	}
+	r.start(f, "raw", 10*time.Second)
 	var cr io.ReadCloser
 	var fw io.WriteCloser
 	if stalled {

@@ -139,10 +139,6 @@ func newHTTPUpRig(t *testing.T, jsonResponse bool) *httpUpRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.front, r.eng.fx = f, f
-	r.wg.Add(2)
-	go func() { defer r.wg.Done(); r.eng.run(ctx) }()
-	go func() { defer r.wg.Done(); _ = f.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		r.wg.Wait()
@@ -152,11 +148,7 @@ func newHTTPUpRig(t *testing.T, jsonResponse bool) *httpUpRig {
 			_ = ss.Close()
 		}
 	})
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer rcancel()
-	if err := f.Ready(rctx, "calc"); err != nil {
-		t.Fatal(err)
-	}
+	r.start(f, "calc", 10*time.Second)
 	return r
 }
 

@@ -43,10 +43,6 @@ func TestURLUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.front, r.eng.fx = f, f
-	r.wg.Add(2)
-	go func() { defer r.wg.Done(); r.eng.run(ctx) }()
-	go func() { defer r.wg.Done(); _ = f.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		r.wg.Wait()
@@ -55,11 +51,7 @@ func TestURLUpstream(t *testing.T) {
 			_ = ss.Close()
 		}
 	})
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer rcancel()
-	if err := f.Ready(rctx, "calc"); err != nil {
-		t.Fatal(err)
-	}
+	r.start(f, "calc", 10*time.Second)
 	cs := r.stdioClient("calc", nil)
 	if g := text(call(t, cs, "add", map[string]any{"a": 1, "b": 2})); g != "3" {
 		t.Fatalf("add: %s", g)

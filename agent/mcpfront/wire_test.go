@@ -106,15 +106,7 @@ func newWireRig(t *testing.T, maxLine int) *wireRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.front, r.eng.fx = f, f
-	r.wg.Add(2)
-	go func() { defer r.wg.Done(); r.eng.run(ctx) }()
-	go func() { defer r.wg.Done(); _ = f.Run(ctx) }()
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer rcancel()
-	if err := f.Ready(rctx, "raw"); err != nil {
-		t.Fatal(err)
-	}
+	r.start(f, "raw", 10*time.Second)
 	cr, fw := io.Pipe() // the client reads what the front writes
 	fr, cw := io.Pipe()
 	r.cw = cw
