@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mewkit/fulfiller/internal/testenv"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
@@ -21,6 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	testenv.QuickRaceExits() // the tool servers it starts as processes
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"))
 }
 

@@ -51,6 +51,7 @@ func TestMain(m *testing.M) {
 	_, err := os.Stat(defaultStateDir)
 	existed := err == nil
 	testenv.MoreParallel() // the binary tests mostly wait on their processes
+	testenv.QuickRaceExits()
 	code := m.Run()
 	browsertest.Stop()
 	if fulfillerScript.dir != "" {

@@ -19,6 +19,7 @@ var testCluster *natstest.Cluster
 
 func TestMain(m *testing.M) {
 	testenv.RunAsNATSServer()
+	testenv.QuickRaceExits() // the NATS servers it starts as processes
 	// NoSync: these tests check the store's contract, not the servers'
 	// fsync (TestClusterNodeLoss has a synced cluster of its own); a
 	// server stopped here is a process stop, whose writes the page cache

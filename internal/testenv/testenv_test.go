@@ -118,3 +118,17 @@ func TestNATSServerRunsTheTestBinary(t *testing.T) {
 		t.Errorf("server version %s, want the module's %s", v, server.VERSION)
 	}
 }
+
+func TestQuickRaceExitsKeepsWhatTheCallerGave(t *testing.T) {
+	for _, c := range []struct{ before, after string }{
+		{"", "atexit_sleep_ms=0"},
+		{"halt_on_error=1", "halt_on_error=1 atexit_sleep_ms=0"},
+		{"atexit_sleep_ms=250", "atexit_sleep_ms=250"},
+	} {
+		t.Setenv("GORACE", c.before)
+		QuickRaceExits()
+		if got := os.Getenv("GORACE"); got != c.after {
+			t.Errorf("GORACE %q: QuickRaceExits made it %q, want %q", c.before, got, c.after)
+		}
+	}
+}
