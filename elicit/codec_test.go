@@ -17,6 +17,7 @@ import (
 // TestCodecDelegatedPrompt pins a delegated prompt (its chain, no grant
 // offered) to form.go's message and _meta.
 func TestCodecDelegatedPrompt(t *testing.T) {
+	t.Parallel()
 	p := &lifecycle.Proposal{ID: "p-1", From: "coder", Method: "tools/list", Deadline: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
 		Decision: &lifecycle.Decision{Action: lifecycle.Escalate, Quorum: 2, Revision: "r"}}
 	got, err := Codec{}.Prompt(p, lifecycle.PromptSpec{Approver: "carol", EnvelopeID: "el-1", RPCID: 7, Chain: []string{"alice", "bob"}, Approvers: []string{"alice", "bob", "carol"}, Quorum: 2})
@@ -41,6 +42,7 @@ func TestCodecDelegatedPrompt(t *testing.T) {
 // TestCodecReadsTheProtocolTestVector verifies the signed answer of
 // docs/protocol.md's test vector, and what it refuses.
 func TestCodecReadsTheProtocolTestVector(t *testing.T) {
+	t.Parallel()
 	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{0x01}, 32))
 	pub := priv.Public().(ed25519.PublicKey)
 	if got := base64.RawURLEncoding.EncodeToString(pub); got != "iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w" {
@@ -95,6 +97,7 @@ func TestCodecReadsTheProtocolTestVector(t *testing.T) {
 // TestCodecReadsTheForm: declines, delegations, grants and edits of an
 // unkeyed approver's answer, and a recorded approval read again.
 func TestCodecReadsTheForm(t *testing.T) {
+	t.Parallel()
 	p := &lifecycle.Proposal{ID: "p-1", From: "coder", Method: "tools/call",
 		Params:   json.RawMessage(`{"name":"write","arguments":{"path":"/a"}}`),
 		Decision: &lifecycle.Decision{Action: lifecycle.Escalate, Editable: []string{"path"}}}
@@ -134,6 +137,7 @@ func TestCodecReadsTheForm(t *testing.T) {
 // the decision log, metrics and notifier have always read, the call's
 // arguments only when allowed.
 func TestEventOf(t *testing.T) {
+	t.Parallel()
 	params := json.RawMessage(`{"name":"write","arguments":{"path":"/a"}}`)
 	h := lifecycle.Human{ID: "p1", Kind: lifecycle.HumanOpened, DecisionID: "d1", Revision: "r1",
 		Notice: &lifecycle.Notice{Proposer: "coder", Method: "tools/call", Tool: "write", Target: "fs", Params: params, Asked: []string{"alice"}, Quorum: 1}}

@@ -25,6 +25,7 @@ const wantAliceWrite = `{"protocol":"mew/v0.4","id":"*","ts":"*","from":"fulfill
 	`"policy":{"message":"production writes need a human","approvers":["alice","bob"],"quorum":1,"editable":["path"]}}}}}`
 
 func TestE2EAcceptFulfils(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -53,6 +54,7 @@ func TestE2EAcceptFulfils(t *testing.T) {
 }
 
 func TestE2EDeclineRejectsWithChat(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -73,6 +75,7 @@ func TestE2EDeclineRejectsWithChat(t *testing.T) {
 }
 
 func TestE2EAcceptWithApproveFalse(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -89,6 +92,7 @@ func TestE2EAcceptWithApproveFalse(t *testing.T) {
 }
 
 func TestE2ECancelRejectsOther(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -103,6 +107,7 @@ func TestE2ECancelRejectsOther(t *testing.T) {
 }
 
 func TestE2ETimeout(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice","bob"],"timeout":"300ms"}`})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -125,6 +130,7 @@ func TestE2ETimeout(t *testing.T) {
 }
 
 func TestE2EWithdrawWhileWaiting(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -146,6 +152,7 @@ func TestE2EWithdrawWhileWaiting(t *testing.T) {
 }
 
 func TestE2EAnswerFromParticipantNotAsked(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice", "bob", "carol"}, escalation: `{"approvers":["alice","bob"]}`})
 	id := w.propose("p-write", writeCall)
 	ea, _ := w.ask("alice"), w.ask("bob")
@@ -173,6 +180,7 @@ func TestE2EAnswerFromParticipantNotAsked(t *testing.T) {
 }
 
 func TestE2EForgedAnswerForKeyedApprover(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	otherPub, otherPriv, _ := ed25519.GenerateKey(nil)
 	_ = otherPub
@@ -216,6 +224,7 @@ func TestE2EForgedAnswerForKeyedApprover(t *testing.T) {
 }
 
 func TestE2EEditedArgumentsAllowed(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -229,6 +238,7 @@ func TestE2EEditedArgumentsAllowed(t *testing.T) {
 }
 
 func TestE2EEditedArgumentsRejectedByPolicy(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, _ := w.ask("alice"), w.ask("bob")
@@ -246,6 +256,7 @@ func TestE2EEditedArgumentsRejectedByPolicy(t *testing.T) {
 }
 
 func TestE2EEditOfWrongTypeIsRefused(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, _ := w.ask("alice"), w.ask("bob")
@@ -261,6 +272,7 @@ func TestE2EEditOfWrongTypeIsRefused(t *testing.T) {
 const quorum2 = `{"approvers":["alice","bob","carol"],"quorum":2,"message":"deleting production needs two"}`
 
 func TestE2EQuorumTwoOneDeclineVetoes(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice", "bob", "carol"}, escalation: quorum2})
 	id := w.propose("p-del", `{"method":"tools/call","params":{"name":"delete_path","arguments":{"path":"/srv/prod/db"}}}`)
 	ea, eb, ec := w.ask("alice"), w.ask("bob"), w.ask("carol")
@@ -280,6 +292,7 @@ func TestE2EQuorumTwoOneDeclineVetoes(t *testing.T) {
 }
 
 func TestE2EQuorumTwoApprovals(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice", "bob", "carol"}, escalation: quorum2})
 	id := w.propose("p-del", `{"method":"tools/call","params":{"name":"delete_path","arguments":{"path":"/srv/prod/db"}}}`)
 	ea, eb, ec := w.ask("alice"), w.ask("bob"), w.ask("carol")
@@ -308,6 +321,7 @@ func TestE2EQuorumTwoApprovals(t *testing.T) {
 // 9007199254740992's, so an approval of one would pass for the other):
 // it is rejected "incapable" without asking anyone, saying why.
 func TestE2EInexactNumberIsNeverAsked(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice"]}`})
 	id := w.propose("p-numbers", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi","a":9007199254740993}}}`)
 	if out := w.outcome(id); out.Reason != "incapable" {
@@ -325,6 +339,7 @@ func TestE2EInexactNumberIsNeverAsked(t *testing.T) {
 }
 
 func TestE2EQuorumNotEnoughOnline(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice"}, escalation: `{"approvers":["alice","bob","carol"],"quorum":2}`})
 	id := w.propose("p-del", `{"method":"tools/call","params":{"name":"delete_path","arguments":{"path":"/srv/prod/db"}}}`)
 	if out := w.outcome(id); out.Reason != "incapable" {
@@ -339,6 +354,7 @@ func TestE2EQuorumNotEnoughOnline(t *testing.T) {
 }
 
 func TestE2EDefaultApprovers(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{approvers: []string{"bob"}, escalation: `{"message":"ask the on-call"}`})
 	id := w.propose("p-write", writeCall)
 	eb := w.ask("bob")
@@ -352,6 +368,7 @@ func TestE2EDefaultApprovers(t *testing.T) {
 }
 
 func TestE2EDelegation(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -401,6 +418,7 @@ func TestE2EDelegation(t *testing.T) {
 }
 
 func TestE2EDelegationNotOfferedIsNoAnswer(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice", "bob", "mallory"}})
 	id := w.propose("p-write", writeCall)
 	ea, _ := w.ask("alice"), w.ask("bob")
@@ -419,6 +437,7 @@ func TestE2EDelegationNotOfferedIsNoAnswer(t *testing.T) {
 }
 
 func TestE2EApproverRejectsThemselves(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -442,6 +461,7 @@ func TestE2EApproverRejectsThemselves(t *testing.T) {
 }
 
 func TestE2EApproverFulfilsThemselves(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, eb := w.ask("alice"), w.ask("bob")
@@ -461,6 +481,7 @@ func TestE2EApproverFulfilsThemselves(t *testing.T) {
 }
 
 func TestE2EErrorFromApproverClient(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice"}, escalation: `{"approvers":["alice"]}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
@@ -478,6 +499,7 @@ func TestE2EErrorFromApproverClient(t *testing.T) {
 }
 
 func TestE2EUnsignedDigestMismatch(t *testing.T) {
+	t.Parallel()
 	// A signature made for another call (another digest) does not count.
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	// The deadline must outlast the answer's trip on a loaded machine:
@@ -503,6 +525,7 @@ func TestE2EUnsignedDigestMismatch(t *testing.T) {
 // delegate is offered nobody further, and nobody is ever offered a way
 // back along the chain.
 func TestE2EDelegationChainLimit(t *testing.T) {
+	t.Parallel()
 	all := []string{"alice", "bob", "carol", "dave", "erin"}
 	w := newWorld(t, worldOptions{humans: all, escalation: `{"approvers":["alice","bob","carol","dave","erin"]}`})
 	id := w.propose("p-write", writeCall)
@@ -560,6 +583,7 @@ func TestE2EDelegationChainLimit(t *testing.T) {
 // That answer counts; one that echoes another prompt's JSON-RPC id does
 // not, and is recorded as ignored.
 func TestE2ESDKStyleAnswerCountsAndWrongIDIsIgnored(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("p-write", writeCall)
 	ea, _ := w.ask("alice"), w.ask("bob")
@@ -594,6 +618,7 @@ func TestE2ESDKStyleAnswerCountsAndWrongIDIsIgnored(t *testing.T) {
 // approver's value, as the policy saw it again. (Numbers a double cannot
 // hold are never put to an approver: TestE2EInexactNumberIsNeverAsked.)
 func TestE2EApprovedCallKeepsTheProposedNumbers(t *testing.T) {
+	t.Parallel()
 	const args = `"content":"hi","a":9007199254740992,"c":1.5E300,"d":1.50,"e":-0.0,"f":100e-2`
 	for name, tc := range map[string]struct{ answer, params string }{
 		"as proposed": {`{"action":"accept","content":{"approve":true}}`,

@@ -47,6 +47,7 @@ func (w *world) fulfilledOnce(id string) {
 // fulfiller sends her the same prompt again (the first one may have been
 // lost with her link); her answer to it fulfils the proposal once.
 func TestFaultDropDuringEscalationAsksAgain(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{agent: spacetest.Resilient, humans: []string{"alice"}, escalation: `{"approvers":["alice"]}`})
 	id := w.propose("p-write", writeCall)
 	first := w.ask("alice")
@@ -72,6 +73,7 @@ func TestFaultDropDuringEscalationAsksAgain(t *testing.T) {
 // An approver who leaves keeps her prompt; when she comes back she is
 // asked the same question again.
 func TestFaultApproverRejoinsAskedAgain(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice"}, escalation: `{"approvers":["alice"]}`})
 	id := w.propose("p-write", writeCall)
 	first := w.ask("alice")
@@ -90,6 +92,7 @@ func TestFaultApproverRejoinsAskedAgain(t *testing.T) {
 // asked at once; his approval fulfils the proposal, and alice's prompt is
 // cancelled. Carol never came, so she is never asked.
 func TestFaultApproverLeavesLateApproverAsked(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice"}, escalation: `{"approvers":["alice","bob","carol"]}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
@@ -118,6 +121,7 @@ func TestFaultApproverLeavesLateApproverAsked(t *testing.T) {
 // not a decline, so the proposal waits for the deadline and is then
 // rejected "timeout" (not "incapable": she could have come back).
 func TestFaultApproverLeavesNobodyElseTimesOut(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{humans: []string{"alice"}, escalation: `{"approvers":["alice","bob"],"timeout":"500ms"}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
@@ -144,6 +148,7 @@ func TestFaultApproverLeavesNobodyElseTimesOut(t *testing.T) {
 // and it cannot answer any other prompt, because its signature covers the
 // prompt's envelope id.
 func TestFaultReplayedSignedAnswerCountsOnce(t *testing.T) {
+	t.Parallel()
 	alicePub, alicePriv, _ := ed25519.GenerateKey(nil)
 	bobPub, bobPriv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, worldOptions{keys: approval.Keys{"alice": alicePub, "bob": bobPub}, escalation: `{"approvers":["alice","bob"],"quorum":2}`})

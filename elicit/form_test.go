@@ -10,6 +10,7 @@ import (
 )
 
 func TestEditableFieldsFromInputSchema(t *testing.T) {
+	t.Parallel()
 	c := parseCall(agent.MethodToolsCall, json.RawMessage(`{"name":"deploy","arguments":{"replicas":3,"env":"prod","when":"2026-11-22","dry_run":true,"tags":["a"],"approve":"x","ratio":0.5}}`))
 	schema := json.RawMessage(`{"type":"object","properties":{
 		"replicas":{"type":"integer","description":"how many","minimum":1,"maximum":10},
@@ -47,6 +48,7 @@ func schemaOf(fields []field) object {
 }
 
 func TestApplyEdits(t *testing.T) {
+	t.Parallel()
 	c := parseCall(agent.MethodToolsCall, json.RawMessage(`{"name":"scale","arguments":{"service":"web","replicas":3}}`))
 	fields := editableFields(c, json.RawMessage(`{"properties":{"replicas":{"type":"integer"}}}`), []string{"replicas"}, slog.New(slog.DiscardHandler))
 	for _, tc := range []struct{ content, params, err string }{
@@ -64,6 +66,7 @@ func TestApplyEdits(t *testing.T) {
 }
 
 func TestMessage(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 300)
 	c := parseCall(agent.MethodToolsCall, json.RawMessage(`{"name":"write_file","arguments":{"path":"/a","content":"`+long+`"}}`))
 	m := message(escalationFor("coder", "fs", "Writes need a human."), c, strings.Repeat("ab", 32), 2, []string{"alice", "bob"})

@@ -43,6 +43,7 @@ const grantable = `"grantable":{"max_ttl":"1h","scope":["proposer","tool","argum
 // up to max_ttl ("" first: none by default) and says what a grant pins; an
 // approval choosing an offered duration fulfils the call.
 func TestE2EGrantOffered(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")
@@ -100,6 +101,7 @@ func TestE2EGrantOffered(t *testing.T) {
 // A duration the form did not offer (or a grant that is not a string) is
 // not taken, and neither is the approval it came with: reject "other".
 func TestE2EGrantNotOfferedIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, content := range []string{`{"approve":true,"grant":"9h"}`, `{"approve":true,"grant":3600}`} {
 		t.Run(content, func(t *testing.T) {
 			w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
@@ -122,6 +124,7 @@ func TestE2EGrantNotOfferedIsRefused(t *testing.T) {
 // No grant is offered while grants are off, nor when two approvals are
 // needed; an approval that names one anyway is refused.
 func TestE2EGrantNotOfferedWhenOffOrQuorum(t *testing.T) {
+	t.Parallel()
 	for name, o := range map[string]worldOptions{
 		"grants off": {escalation: `{"approvers":["alice"],` + grantable + `}`},
 		"quorum 2":   {offerGrants: true, escalation: `{"approvers":["alice","bob"],"quorum":2,` + grantable + `}`},
@@ -147,6 +150,7 @@ func TestE2EGrantNotOfferedWhenOffOrQuorum(t *testing.T) {
 // make no grant. Her real approval without one fulfils the call and
 // grants nothing: the next write is asked about again.
 func TestE2EGrantWithBadSignatureHasNoEffect(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	_, otherPriv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, worldOptions{offerGrants: true, keys: approval.Keys{"alice": pub}, humans: []string{"alice"},
@@ -186,6 +190,7 @@ func TestE2EGrantWithBadSignatureHasNoEffect(t *testing.T) {
 // tool (made under an older, wider policy, say) lets nothing through the
 // policy that never honours grants for deletes.
 func TestE2EGrantExpiredOrDestructiveStillAsks(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
 	now := time.Now().UTC()
 	for _, g := range []grants.Grant{
@@ -217,6 +222,7 @@ func TestE2EGrantExpiredOrDestructiveStillAsks(t *testing.T) {
 // these proposals is decided without the grant (input.grants empty) and
 // asked about; a plain path under the prefix still uses it.
 func TestE2EGrantPrefixRefusesAmbiguousPaths(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{offerGrants: true, escalation: `{"approvers":["alice"],` + grantable + `}`})
 	now := time.Now().UTC()
 	g := grants.Grant{ID: "g-app", Tool: "write_file", Server: "fs", GrantedBy: "alice",
@@ -256,6 +262,7 @@ func TestE2EGrantPrefixRefusesAmbiguousPaths(t *testing.T) {
 // effect, now what alice was shown. With the flag the grant is pinned to
 // coder as before: other's own call is asked about.
 func TestE2EGrantForgedProposer(t *testing.T) {
+	t.Parallel()
 	const secret = `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/app/secret.key","content":"k"}}}`
 	for _, tc := range []struct {
 		name          string

@@ -56,6 +56,7 @@ func (w *world) awaiting(id string) {
 // from the reload on, only the new key verifies her answers, to that
 // prompt too, and an answer signed with the old key is a forgery.
 func TestE2EReplacedKeyVerifiesOpenPromptWithTheNewKeyOnly(t *testing.T) {
+	t.Parallel()
 	oldPub, oldPriv, _ := ed25519.GenerateKey(nil)
 	newPub, newPriv, _ := ed25519.GenerateKey(nil)
 	keys := newKeySet(approval.Keys{"alice": oldPub})
@@ -81,6 +82,7 @@ func TestE2EReplacedKeyVerifiesOpenPromptWithTheNewKeyOnly(t *testing.T) {
 // prompt: the keys in force when the answer arrives decide, and an
 // unsigned answer is now a forgery.
 func TestE2EKeyAddedAfterPromptAnswerMustBeSigned(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	keys := newKeySet(nil)
 	w := newWorld(t, worldOptions{currentKeys: keys.get, humans: []string{"alice"}, escalation: `{"approvers":["alice"]}`})
@@ -105,6 +107,7 @@ func TestE2EKeyAddedAfterPromptAnswerMustBeSigned(t *testing.T) {
 // the removal take her answer on the gateway's word, as for anyone
 // without a key.
 func TestE2EKeyRemovedAfterPromptNoAnswerCounts(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	keys := newKeySet(approval.Keys{"alice": pub})
 	w := newWorld(t, worldOptions{currentKeys: keys.get, humans: []string{"alice"}, escalation: `{"approvers":["alice"]}`})

@@ -17,6 +17,7 @@ import (
 // A webhook receiver that never answers delays nothing: the proposal is
 // asked, approved and fulfilled while every notification hangs.
 func TestE2ENotifyHangingReceiverDelaysNothing(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	hits := make(chan notify.Event, 16)
 	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -66,6 +67,7 @@ func TestE2ENotifyHangingReceiverDelaysNothing(t *testing.T) {
 // With "notify_arguments": true the escalation's events carry the call's
 // arguments; without it (the test above) they do not.
 func TestE2ENotifyArgumentsWhenTheDecisionSaysSo(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice","bob"],"notify_arguments":true}`})
 	id := w.propose("p-write", writeCall)
 	w.ask("alice")
@@ -87,6 +89,7 @@ func TestE2ENotifyArgumentsWhenTheDecisionSaysSo(t *testing.T) {
 // A notification shows the arguments the tool owner will read, not a
 // decoy under a key that differs from "arguments" only in case.
 func TestE2ENotifiedArgumentsAreTheOnesThatRun(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice"],"notify_arguments":true}`})
 	w.propose("p-decoy", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"pwned"},"Arguments":{"path":"/srv/prod/notes.txt","content":"hi"}}}`)
 	w.ask("alice")

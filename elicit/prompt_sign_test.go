@@ -15,6 +15,7 @@ import (
 // a restart is the same signed bytes, so the approver's client still takes
 // it (docs/design.md "Proposer identity and grants").
 func TestE2EPromptsAreSigned(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	keys := approval.Keys{"fulfiller": pub}
 	w := newWorld(t, worldOptions{stateDir: t.TempDir(), promptKey: priv})

@@ -126,6 +126,7 @@ func sameEvent(t *testing.T, got, want notify.Event) {
 // (prompt.escalated), his card listing both approvers; his approval
 // counts toward the same quorum.
 func TestE2EReminderAndTier(t *testing.T) {
+	t.Parallel()
 	h, n := newHook(t, func(c notify.Config) notify.Config {
 		c.Space, c.InboxURL = "dev", "https://inbox.example/"
 		return c
@@ -208,6 +209,7 @@ func waitPast(t time.Time) {
 // A proposal answered before its reminder and tier gets neither: no
 // prompt.reminder, no prompt.escalated, and bob is never asked.
 func TestE2EAnsweredBeforeReminderGetsNone(t *testing.T) {
+	t.Parallel()
 	h, n := newHook(t, func(c notify.Config) notify.Config { c.Space, c.InboxURL = "dev", "https://inbox.example/"; return c })
 	w := newWorld(t, worldOptions{escalation: earlyEscalation, observe: n.Observe})
 	id := w.propose("p-write", writeCall)
@@ -240,6 +242,7 @@ func TestE2EAnsweredBeforeReminderGetsNone(t *testing.T) {
 // A withdrawn proposal stops its timers: its prompt is cancelled, and no
 // reminder, no tier and no prompt to bob comes after.
 func TestE2EWithdrawnStopsReminders(t *testing.T) {
+	t.Parallel()
 	h, n := newHook(t, func(c notify.Config) notify.Config { c.Space, c.InboxURL = "dev", "https://inbox.example/"; return c })
 	w := newWorld(t, worldOptions{escalation: earlyEscalation, observe: n.Observe})
 	id := w.propose("p-write", writeCall)
@@ -276,6 +279,7 @@ func TestE2EWithdrawnStopsReminders(t *testing.T) {
 // passed while the fulfiller was down is asked at once, with the
 // unchanged deadline; a reminder whose time passed is not sent late.
 func TestE2ETierSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	// tieredEscalation's times, stretched: the crash must come before the
 	// reminder, which 300ms did not leave room for on a loaded machine.
 	const slowTiers = `{"approvers":["alice"],"message":"production writes need a human","timeout":"20s","reminders":["2s"],"escalate_to":[{"after":"3s","approvers":["bob"]}]}`
@@ -313,6 +317,7 @@ func TestE2ETierSurvivesRestart(t *testing.T) {
 // show the prompt, the escalation waits for bob's tier instead of giving
 // up, and bob's approval decides.
 func TestE2ETierStillToComeKeepsTheEscalationOpen(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{escalation: tieredEscalation})
 	id := w.propose("p-write", writeCall)
 	ea := w.ask("alice")

@@ -16,6 +16,7 @@ import (
 // the first accept fulfils the call once, and the other prompt is
 // cancelled.
 func TestE2ERestartAsksAgainAndFulfilsOnce(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{stateDir: t.TempDir()})
 	id := w.propose("p-restart", writeCall)
 	first := map[string]string{}
@@ -49,6 +50,7 @@ func TestE2ERestartAsksAgainAndFulfilsOnce(t *testing.T) {
 // grant's name, and the grant still carries alice's signed answer as
 // evidence; revoking it brings the prompt back.
 func TestE2EGrantSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, worldOptions{stateDir: t.TempDir(), offerGrants: true, keys: approval.Keys{"alice": pub},
 		escalation: `{"approvers":["alice"],` + grantable + `}`})

@@ -14,6 +14,7 @@ import (
 // (Discovery, fulfilment and elicitation used to count separately, so the
 // tool server got tools/list and tools/call with the same id.)
 func TestE2EJSONRPCIDsNeverRepeat(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	// Escalated: alice approves, fs gets the call, bob's prompt is cancelled.
 	id := w.propose("p-write", writeCall)

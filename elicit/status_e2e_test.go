@@ -26,6 +26,7 @@ func statusOf(t *testing.T, env agent.Envelope) (string, fulfill.ProposalStatus)
 // An escalated proposal's proposer is told, in a chat correlated to the
 // proposal, that humans are asked: who, how many, until when.
 func TestE2EStatusChatWhenEscalated(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{statusChats: true, escalation: `{"approvers":["alice","bob"],"quorum":2,"timeout":"5m"}`})
 	id := w.propose("p-status", writeCall)
 	prompt := w.ask("alice")
@@ -76,6 +77,7 @@ func promptDeadline(t *testing.T, prompt agent.Envelope) time.Time {
 // and the status chat too. A deadline hint later than the policy's
 // changes nothing.
 func TestE2EProposerDeadlineHintShortensTheHumansDeadline(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{statusChats: true, escalation: `{"approvers":["alice"],"timeout":"5m"}`})
 	sent := time.Now()
 	id := w.propose("p-hint", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"},"_meta":{"timeout_ms":60000}}}`)
@@ -104,6 +106,7 @@ func TestE2EProposerDeadlineHintShortensTheHumansDeadline(t *testing.T) {
 // A proposer whose own deadline has (all but) passed is not kept waiting
 // for a human who cannot answer in time: reject "timeout", nobody asked.
 func TestE2EProposerDeadlinePassedNobodyAsked(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice"],"timeout":"5m"}`})
 	id := w.propose("p-gone", `{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd","content":"hi"},"_meta":{"deadline":"`+time.Now().Add(-time.Second).UTC().Format(time.RFC3339)+`"}}}`)
 	out := w.outcome(id)

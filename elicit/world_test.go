@@ -29,6 +29,7 @@ import (
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
+	"github.com/mewkit/fulfiller/internal/testenv"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
 )
@@ -36,6 +37,9 @@ import (
 func TestMain(m *testing.M) {
 	// golang-lru's expirable cache (fulfill's pending store) starts a
 	// sweeper goroutine that it never stops.
+	// Twice GOMAXPROCS tests at once: they mostly wait, each on a
+	// world of its own.
+	testenv.MoreParallel()
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"))
 }
 

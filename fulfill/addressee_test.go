@@ -19,6 +19,7 @@ import (
 // never answered. One addressed to a participant whose tools/list turns
 // out not to offer the tool is still left to it.
 func TestProposalToAnOwnerBeingDiscoveredIsAnswered(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	dec := &fakeDecider{decisions: map[string]decision.Decision{
 		"add":   {Action: decision.Fulfill},

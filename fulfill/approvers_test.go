@@ -54,6 +54,7 @@ func (answerCodec) Read(_ *lifecycle.Proposal, _ lifecycle.Prompt, payload json.
 // by correlation, sender and JSON-RPC id) lets the call through, a
 // decline rejects it, and a withdrawal cancels the open prompt.
 func TestCoreEscalationThroughTheShell(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var humans []lifecycle.Human
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}}}}

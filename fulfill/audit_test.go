@@ -39,6 +39,7 @@ const auditChat = `{"text":"` + auditFailedMessage + `","format":"plain"}`
 // written, a proposal the policy fulfils is rejected "other" with the
 // reason, and no tool call goes out; once it can, fulfilment resumes.
 func TestAuditFailureRefusesFulfilment(t *testing.T) {
+	t.Parallel()
 	rec := &fakeRecorder{failing: true}
 	h := newHarness(t, Config{Observer: rec}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -55,6 +56,7 @@ func TestAuditFailureRefusesFulfilment(t *testing.T) {
 // TestAuditFailureRefusesEscalation: no human is asked without the
 // record of it; the proposal is rejected "other" instead.
 func TestAuditFailureRefusesEscalation(t *testing.T) {
+	t.Parallel()
 	rec := &fakeRecorder{failing: true}
 	space := newFakeSpace()
 	space.setPresent("alice", true)
@@ -70,6 +72,7 @@ func TestAuditFailureRefusesEscalation(t *testing.T) {
 // TestAuditFailureStillRejects: denying is always safe, so the policy's
 // own reject goes out even when its record cannot be written.
 func TestAuditFailureStillRejects(t *testing.T) {
+	t.Parallel()
 	rec := &fakeRecorder{failing: true}
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe"}}}
 	h := newHarness(t, Config{Observer: rec}, dec)
@@ -118,6 +121,7 @@ func (h *harness) stageEventsOf(id string, stage Stage) []Event {
 // events after it carry. The humans are asked and answer under the
 // first decision: its id joins their steps to it.
 func TestDecisionIDGovernsEveryEvent(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}, Revision: "rev-1"}}}
 	space := newFakeSpace()
 	space.setPresent("alice", true)
@@ -179,6 +183,7 @@ func TestDecisionIDGovernsEveryEvent(t *testing.T) {
 // TestIgnoredFramesCarryADecisionID: a duplicate id never reaches the
 // policy, yet its line has a decision id of its own and no revision.
 func TestIgnoredFramesCarryADecisionID(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	h.space.next(t)
@@ -202,6 +207,7 @@ func TestIgnoredFramesCarryADecisionID(t *testing.T) {
 // space's proposal, and the policy's input, name front end "mew", so a
 // decision log shared with fulfiller mcp tells them apart.
 func TestEveryLineOfASpaceProposalNamesTheMEWFrontEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")

@@ -20,6 +20,7 @@ func hasTool(f *Fulfiller, server, name string) bool {
 }
 
 func TestDiscoveryFollowsPresenceAndListChanged(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{})
 
 	// A tool owner says its list changed: it is asked again.
@@ -51,6 +52,7 @@ func TestDiscoveryFollowsPresenceAndListChanged(t *testing.T) {
 // After a reconnect, tools/list requests of the lost session will never be
 // answered: they must not hold the discovery slots the new session needs.
 func TestCatalogResetStopsDiscoveriesOfTheLostSession(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	space.silent = map[string]bool{"coder": true}
 	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, time.Millisecond, 1)
@@ -66,6 +68,7 @@ func TestCatalogResetStopsDiscoveriesOfTheLostSession(t *testing.T) {
 // nothing behind — the slot is free for the next discovery, and nothing
 // is left in flight or believed about the silent participant.
 func TestCatalogSilentPeerCostsNothingLasting(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	space.silent = map[string]bool{"coder": true}
 	c := newCatalog(space, slog.New(slog.DiscardHandler), 20*time.Millisecond, time.Millisecond, 1)
@@ -93,6 +96,7 @@ func TestCatalogSilentPeerCostsNothingLasting(t *testing.T) {
 // could spend before the tool server's answer was believed (an elicit
 // fault test saw "no participant in the space offers tool" so).
 func TestCatalogLookupDoesNotWaitForSilentPeers(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	space.silent = map[string]bool{"coder": true}
 	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, time.Millisecond, 2)

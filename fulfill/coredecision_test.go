@@ -13,6 +13,7 @@ import (
 // byte, whether marshalled now or remembered from an equal decision, and
 // two decisions that differ in any field never share one.
 func TestCoreDecisionExtraIsTheStoredDecision(t *testing.T) {
+	t.Parallel()
 	plain := decision.Decision{Action: decision.Fulfill, Revision: "r1"}
 	cases := []struct {
 		d      decision.Decision
@@ -47,6 +48,7 @@ func TestCoreDecisionExtraIsTheStoredDecision(t *testing.T) {
 // A full memo is emptied, not grown: a policy whose every message
 // differs keeps at most its bound of decisions.
 func TestPlainExtrasBounded(t *testing.T) {
+	t.Parallel()
 	for i := range 3 * plainExtras.max {
 		d := decision.Decision{Action: decision.Reject, Reason: "policy", Message: string(rune('a'+i%26)) + time.Duration(i).String()}
 		_ = coreDecision(d, "", false)

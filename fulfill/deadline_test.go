@@ -17,6 +17,7 @@ import (
 // rule 8): nothing happens when the TTL passes on the core's clock; at
 // the deadline the proposer is told "timeout".
 func TestPendingTTLNeverEndsAPrompt(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
 	clock := clocktest.New(start)
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: 2 * time.Minute}}}
@@ -52,6 +53,7 @@ func TestPendingTTLNeverEndsAPrompt(t *testing.T) {
 // nothing before it, "timeout" at it. One approved but then queued for a
 // slot times out at its next TTL.
 func TestPendingTTLOnTheClock(t *testing.T) {
+	t.Parallel()
 	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	defer close(dec.gate)

@@ -23,6 +23,7 @@ func refusal(id, kind string) agent.Envelope {
 // A reject the gateway refused is reported undelivered, after the
 // rejected event of its write.
 func TestRefusedRejectReportedUndelivered(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe"}}}
 	h := newHarness(t, Config{}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -54,6 +55,7 @@ func TestRefusedRejectReportedUndelivered(t *testing.T) {
 // the proposal is reported undelivered and rejected "other", and a late
 // response (forged: nobody got the request) counts for nothing.
 func TestRefusedFulfilmentRequestRejectsOther(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)

@@ -270,6 +270,7 @@ func exact(t testing.TB, env agent.Envelope, want string, keys ...string) {
 var rpcIDs = regexp.MustCompile(`("jsonrpc":"2\.0","id":|"requestId":)[0-9]+`)
 
 func TestE2EFulfilBroadcast(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-add-1", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":10,"b":5}}}`)
 	out := w.outcome(id)
@@ -288,6 +289,7 @@ func TestE2EFulfilBroadcast(t *testing.T) {
 }
 
 func TestE2EFulfilTargeted(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-mul-2", `{"method":"tools/call","params":{"name":"multiply","arguments":{"a":7,"b":8}}}`, "calculator")
 	out := w.outcome(id)
@@ -298,6 +300,7 @@ func TestE2EFulfilTargeted(t *testing.T) {
 }
 
 func TestE2ERejectWithReasonAndChat(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-danger-4", `{"method":"tools/call","params":{"name":"delete_path","arguments":{"path":"/"}}}`)
 	out := w.outcome(id)
@@ -313,6 +316,7 @@ func TestE2ERejectWithReasonAndChat(t *testing.T) {
 }
 
 func TestE2EInvalid(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("bad-1", `{"params":{"name":"add"}}`)
 	out := w.outcome(id)
@@ -326,6 +330,7 @@ func TestE2EInvalid(t *testing.T) {
 }
 
 func TestE2EIncapable(t *testing.T) {
+	t.Parallel()
 	t.Run("unknown tool", func(t *testing.T) {
 		w := newWorld(t, worldOptions{cfg: fulfill.Config{DiscoveryWait: 50 * time.Millisecond}})
 		id := w.propose("proposal-div-7", `{"method":"tools/call","params":{"name":"divide","arguments":{"a":1,"b":0}}}`)
@@ -352,6 +357,7 @@ func TestE2EIncapable(t *testing.T) {
 }
 
 func TestE2EDuplicateID(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("dup-1", `{"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":1}}}`)
 	w.outcome(id)
@@ -370,6 +376,7 @@ func TestE2EDuplicateID(t *testing.T) {
 }
 
 func TestE2EWithdrawBeforeDecision(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-slow-3", `{"method":"tools/call","params":{"name":"slow"}}`)
 	poll.Until(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
@@ -386,6 +393,7 @@ func TestE2EWithdrawBeforeDecision(t *testing.T) {
 }
 
 func TestE2ESpoofedWithdrawIgnored(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-slow-5", `{"method":"tools/call","params":{"name":"slow"}}`)
 	poll.Until(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
@@ -407,6 +415,7 @@ func TestE2ESpoofedWithdrawIgnored(t *testing.T) {
 }
 
 func TestE2ELateWithdrawIgnored(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{FulfillTimeout: 5 * time.Second}})
 	id := w.propose("p-sleep", `{"method":"tools/call","params":{"name":"sleep"}}`)
 	w.onWire("the fulfilment request", func(e agent.Envelope) bool { return e.Kind == agent.KindRequest && e.CorrelationID.First() == id })
@@ -422,6 +431,7 @@ func TestE2ELateWithdrawIgnored(t *testing.T) {
 }
 
 func TestE2ESupersededByAnotherFulfiller(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	id := w.propose("proposal-slow-6", `{"method":"tools/call","params":{"name":"slow"}}`)
 	poll.Until(t, "deciding", func() bool { s, ok := w.ful.Get(id); return ok && s.State == "deciding" })
@@ -448,6 +458,7 @@ func TestE2ESupersededByAnotherFulfiller(t *testing.T) {
 }
 
 func TestE2EFulfilTimeout(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{FulfillTimeout: 200 * time.Millisecond}})
 	id := w.propose("p-sleep", `{"method":"tools/call","params":{"name":"sleep"}}`)
 	out := w.outcome(id)
@@ -464,6 +475,7 @@ func TestE2EFulfilTimeout(t *testing.T) {
 }
 
 func TestE2EMaxPendingOverflow(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{MaxPending: 2, MaxPendingPerProposer: 2}})
 	const n = 8
 	ids := make([]string, n)
@@ -489,6 +501,7 @@ func TestE2EMaxPendingOverflow(t *testing.T) {
 }
 
 func TestE2EPendingTTLExpiry(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{PendingTTL: 300 * time.Millisecond}})
 	id := w.propose("p-ttl", `{"method":"tools/call","params":{"name":"slow"}}`)
 	if out := w.outcome(id); out.Reason != "timeout" {
@@ -503,6 +516,7 @@ func TestE2EPendingTTLExpiry(t *testing.T) {
 }
 
 func TestE2EShutdownAnswersPendingWork(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	a := w.propose("p-a", `{"method":"tools/call","params":{"name":"slow"}}`)
 	b := w.propose("p-b", `{"method":"tools/call","params":{"name":"slow"}}`)

@@ -158,6 +158,7 @@ func fakeCall(id, tool string) lifecycle.Proposed {
 // line the observers get names the front end, and the decided line
 // carries the input the policy saw.
 func TestEngineWithAFrontEndThatIsNotMEW(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(enginePolicy), 0o644); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ func (nowFront) Immediate(e lifecycle.Effect) bool {
 // that may notify, a grant written to the store), stay on workers
 // whatever the front end says.
 func TestEngineWireImmediateIsTheFrontEnds(t *testing.T) {
+	t.Parallel()
 	log := slog.New(slog.DiscardHandler)
 	now := newEngineWire(nowFront{}, nil, Config{}, log)
 	plain := newEngineWire(struct{ lifecycle.Wire }{}, nil, Config{}, log)

@@ -28,6 +28,7 @@ import (
 // (alone on its store, a member claims with its decision: see
 // TestStoreCrashAfterClaimWithItsDecision).
 func TestStoreCrashAfterClaimIsAnsweredOnRestart(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
 	st.group = true
@@ -72,6 +73,7 @@ func TestStoreCrashAfterClaimIsAnsweredOnRestart(t *testing.T) {
 // policy. It was sent before any record existed, so this crash left the
 // proposer unanswered.
 func TestStoreCrashBeforeInvalidRejectIsAnsweredOnRestart(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
@@ -144,6 +146,7 @@ func (r *lockedRecorder) stages(id string) []Stage {
 // is never sent again: its response is awaited until the fulfil timeout,
 // and the proposal rejected "timeout".
 func TestStoreCrashAfterClaimWithItsDecision(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	decisions := map[string]decision.Decision{
 		"add":  {Action: decision.Fulfill},
@@ -218,6 +221,7 @@ func TestStoreCrashAfterClaimWithItsDecision(t *testing.T) {
 // As a group's member records it: claimed, then decided (alone on its
 // store, the reject is in the claim).
 func TestStoreRejectedLineFollowsItsRecord(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	deny := map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "policy", Message: "no adding today"}}
 	st := openStore(t, mode, "fulfiller")
@@ -259,6 +263,7 @@ func TestStoreRejectedLineFollowsItsRecord(t *testing.T) {
 //
 // As a group's member records it: claimed, then decided.
 func TestStoreEscalatedLineFollowsItsRecord(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
 	st.group = true
@@ -355,6 +360,7 @@ func (c *opCounter) count(op string) int {
 // same prompt, whose client answers again), and so is the escalation's
 // phase before its first prompt's record.
 func TestStoreOneSyncFromApprovalToRequest(t *testing.T) {
+	t.Parallel()
 	ops := &opCounter{}
 	st := openStore(t, state.Mode{Kind: state.Dir, Dir: t.TempDir()}, "fulfiller", func(c *state.Config) { c.Observer = ops })
 	h := newStoreHarness(t, "fulfiller", st, Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
@@ -384,6 +390,7 @@ func TestStoreOneSyncFromApprovalToRequest(t *testing.T) {
 // no sync. (A group's member writes the claim, then the request or the
 // reject: TestStoreOneSyncFromApprovalToRequest, and docs/state.md.)
 func TestStoreAloneClaimCarriesTheDecision(t *testing.T) {
+	t.Parallel()
 	ops := &opCounter{}
 	st := openStore(t, state.Mode{Kind: state.Dir, Dir: t.TempDir()}, "fulfiller", func(c *state.Config) { c.Observer = ops })
 	decisions := map[string]decision.Decision{
@@ -423,6 +430,7 @@ func TestStoreAloneClaimCarriesTheDecision(t *testing.T) {
 // trade-off: a crash between a busy claim and its reject leaves that
 // proposer to its own timeout.
 func TestStoreBusyRejectIsOneWrite(t *testing.T) {
+	t.Parallel()
 	ops := &opCounter{}
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller", func(c *state.Config) { c.Observer = ops })
 	h := newStoreHarness(t, "fulfiller", st, Config{Approvals: testApprovals(), MaxPending: 1}, &fakeDecider{decisions: storeDecisions})
@@ -456,6 +464,7 @@ func TestStoreBusyRejectIsOneWrite(t *testing.T) {
 // still ignored. A record left by a replay of an ended proposal (its seen
 // key held by the original claim) is deleted with nothing sent.
 func TestStoreCrashBetweenTheClaimsWrites(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
 	env := proposalEnv("p1", "coder", callOf("add"))
@@ -532,6 +541,7 @@ func TestStoreCrashBetweenTheClaimsWrites(t *testing.T) {
 // member: alone, the claim carries the request, and the record left is
 // one whose request may have gone out, as after a crash.)
 func TestStoreClaimRecordLeftSendsNothing(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
 	st.group = true

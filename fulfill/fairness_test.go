@@ -15,6 +15,7 @@ import (
 // next proposal is rejected busy, with a chat naming the limit, while
 // another proposer's add is still fulfilled.
 func TestPerProposerLimitRefusesOnlyTheHeavySender(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Fulfill}}}
 	h := newHarness(t, Config{MaxPending: 8, MaxPendingPerProposer: 2, FulfillTimeout: time.Minute}, dec)
 	h.space.mu.Lock()
@@ -44,6 +45,7 @@ func TestPerProposerLimitRefusesOnlyTheHeavySender(t *testing.T) {
 // that does not fit is rejected busy, with a chat naming the limit, while a
 // small one from another proposer still fits and is fulfilled.
 func TestPendingBytesLimitRefusesOnlyTheHeavySender(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Fulfill}}}
 	h := newHarness(t, Config{MaxPendingBytes: 4096, FulfillTimeout: time.Minute}, dec)
 	h.space.mu.Lock()
@@ -73,6 +75,7 @@ func TestPendingBytesLimitRefusesOnlyTheHeavySender(t *testing.T) {
 
 // With the defaults, a quarter of --max-pending is one proposer's share.
 func TestPerProposerLimitDefaultsToAQuarter(t *testing.T) {
+	t.Parallel()
 	cfg := Config{MaxPending: 100}
 	cfg.setDefaults()
 	if cfg.MaxPendingPerProposer != 25 || cfg.MaxPendingBytes != 16<<20 || cfg.MaxInflightPerProposer != 16 {
@@ -89,6 +92,7 @@ func TestPerProposerLimitDefaultsToAQuarter(t *testing.T) {
 // cannot make another proposer's call come back busy (issue 13: one
 // participant's 20 escalations made everyone else's add come back busy).
 func TestOneProposerCannotCrowdOutOthers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxPending: 8, FulfillTimeout: time.Minute}, &fakeDecider{decisions: fulfilAdd})
 	h.space.mu.Lock()
 	h.space.roster["heavy"] = agent.Participant{ID: "heavy", Capabilities: []agent.Capability{{Kind: "mcp/proposal"}}}

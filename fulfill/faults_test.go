@@ -63,6 +63,9 @@ func (w *world) settle() {
 // fulfiller reconnects and sends nothing again; the owner answers after
 // its own reconnect, and that response is matched to the proposal.
 func TestFaultDropDuringFulfilmentResponseAfterReconnect(t *testing.T) {
+	// Not parallel: the gateway's outage must come before a timeout
+	// of seconds, which beside the package's parallel tests on a loaded
+	// 2-core machine it did not (1 run of 5).
 	w := newWorld(t, worldOptions{agent: spacetest.Resilient, cfg: fulfill.Config{FulfillTimeout: never, OwnerRejoinGrace: never}})
 	id := w.propose("p-hold", holdCall)
 	w.waitHeld()
@@ -98,6 +101,9 @@ func TestFaultDropDuringFulfilmentResponseAfterReconnect(t *testing.T) {
 // answers: the fulfil timeout cancels the call at the owner and rejects
 // "timeout", once; the call is never requested again.
 func TestFaultDropDuringFulfilmentTimeout(t *testing.T) {
+	// Not parallel: the gateway's outage must come before a timeout
+	// of seconds, which beside the package's parallel tests on a loaded
+	// 2-core machine it did not (1 run of 5).
 	w := newWorld(t, worldOptions{agent: spacetest.Resilient, cfg: fulfill.Config{FulfillTimeout: 500 * time.Millisecond, OwnerRejoinGrace: never}})
 	id := w.propose("p-sleep", `{"method":"tools/call","params":{"name":"sleep","arguments":{}}}`)
 	req := w.onWire("the fulfilment request", func(e agent.Envelope) bool {
@@ -129,6 +135,9 @@ func TestFaultDropDuringFulfilmentTimeout(t *testing.T) {
 // The tool owner leaves for good while running the call: after the rejoin
 // grace the proposal is rejected "incapable", with the explanation.
 func TestFaultToolOwnerLeavesRejectsIncapable(t *testing.T) {
+	// Not parallel: the gateway's outage must come before a timeout
+	// of seconds, which beside the package's parallel tests on a loaded
+	// 2-core machine it did not (1 run of 5).
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{FulfillTimeout: never, OwnerRejoinGrace: 20 * time.Millisecond}})
 	id := w.propose("p-hold", holdCall)
 	w.waitHeld()
@@ -155,6 +164,9 @@ func TestFaultToolOwnerLeavesRejectsIncapable(t *testing.T) {
 // decided. The fulfiller notices within its keepalive window, reconnects
 // once the gateway is back, and the proposal is fulfilled exactly once.
 func TestFaultGatewayStallDuringDecision(t *testing.T) {
+	// Not parallel: the gateway's outage must come before a timeout
+	// of seconds, which beside the package's parallel tests on a loaded
+	// 2-core machine it did not (1 run of 5).
 	w := newWorld(t, worldOptions{agent: func(c *agent.Config) {
 		spacetest.Resilient(c)
 		if c.ID == "fulfiller" {

@@ -74,6 +74,7 @@ func (s *slowGrants) WatchGrants(ctx context.Context) (<-chan state.GrantChange,
 // the policy sees the grant that covers it, instead of deciding as if
 // there were none (and a human being asked again).
 func TestDecisionWaitsForTheStoredGrants(t *testing.T) {
+	t.Parallel()
 	store, reg := runSlowGrants(t)
 
 	dec := &fakeDecider{decisions: fulfilAdd}

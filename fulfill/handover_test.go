@@ -15,6 +15,9 @@ import (
 // that came while nobody held the proposal, so the call is answered once
 // and not rejected "timeout" after its proposer saw it answered.
 func TestShutdownHandsOverToALivePeer(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	// A fulfil timeout well past the test: a timeout reject would show.

@@ -12,6 +12,7 @@ import (
 // until 00:00:00" and the decision log's task record had the same blanks
 // (issue 42).
 func TestEventOfCarriesTheWholeTask(t *testing.T) {
+	t.Parallel()
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	l := lifecycle.Line{Stage: "task", ProposalID: "p", TaskID: "t1", TaskStatus: "working",
 		TaskSpec: "2025-11-25", TaskCreated: created, TaskDeadline: created.Add(time.Hour)}

@@ -50,6 +50,7 @@ func (w *watcher) stages() []Stage {
 // always had; an answer's line is written ahead to the decision log and
 // told to the watchers only once its envelope is written.
 func TestJournalWritesAnswersAheadAndAnnouncesThemWritten(t *testing.T) {
+	t.Parallel()
 	rec, watch := &watchRecorder{}, &watcher{}
 	j := newJournal(Observers{rec, watch}, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
@@ -97,6 +98,7 @@ func TestJournalWritesAnswersAheadAndAnnouncesThemWritten(t *testing.T) {
 // written; shutdown counts the rejects owed and how many were not
 // written.
 func TestJournalReportsUndeliveredAndCountsShutdownAnswers(t *testing.T) {
+	t.Parallel()
 	watch := &watcher{}
 	j := newJournal(Observers{&watchRecorder{}, watch}, slog.New(slog.DiscardHandler))
 	ctx := context.Background()

@@ -65,6 +65,7 @@ func response(t *testing.T, id, from string, req agent.Envelope, result string) 
 }
 
 func TestFulfilBroadcastProposal(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`))
 
@@ -95,6 +96,7 @@ func TestFulfilBroadcastProposal(t *testing.T) {
 }
 
 func TestFulfilTargetedProposal(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall, "calculator"))
 	req := h.space.next(t)
@@ -102,6 +104,7 @@ func TestFulfilTargetedProposal(t *testing.T) {
 }
 
 func TestRejectWithReasonAndChat(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe", Message: "no adding on Sundays"}}}
 	h := newHarness(t, Config{}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -113,6 +116,7 @@ func TestRejectWithReasonAndChat(t *testing.T) {
 }
 
 func TestInvalidProposals(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	for i, payload := range []string{`"just a string"`, `{"params":{}}`, `{"method":7}`, `{"method":"tools/call","params":[1]}`, `[]`} {
 		id := fmt.Sprintf("bad-%d", i)
@@ -134,6 +138,7 @@ func TestInvalidProposals(t *testing.T) {
 }
 
 func TestIncapable(t *testing.T) {
+	t.Parallel()
 	t.Run("unknown tool", func(t *testing.T) {
 		h := newHarness(t, Config{DiscoveryWait: 10 * time.Millisecond}, &fakeDecider{decisions: map[string]decision.Decision{"divide": {Action: decision.Fulfill}}})
 		h.deliver(proposalEnv("p1", "coder", `{"method":"tools/call","params":{"name":"divide"}}`))
@@ -159,6 +164,7 @@ func TestIncapable(t *testing.T) {
 // Without Config.Approvals nobody can ask the humans: an escalation is
 // rejected "policy" at once, and the chat says why.
 func TestEscalationWithoutApprovalsRejectsPolicy(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate}}})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"policy"}`)
@@ -169,6 +175,7 @@ func TestEscalationWithoutApprovalsRejectsPolicy(t *testing.T) {
 }
 
 func TestDuplicateIDIgnored(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	wantEnvelope(t, h.space.next(t), agent.KindRequest, []string{"calculator"}, []string{"p1"}, "")
@@ -183,6 +190,7 @@ func TestDuplicateIDIgnored(t *testing.T) {
 }
 
 func TestWithdrawBeforeDecision(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	h := newHarness(t, Config{}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -203,6 +211,7 @@ func TestWithdrawBeforeDecision(t *testing.T) {
 }
 
 func TestSpoofedWithdrawIgnored(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	h := newHarness(t, Config{}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -213,6 +222,7 @@ func TestSpoofedWithdrawIgnored(t *testing.T) {
 }
 
 func TestLateWithdrawIgnored(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
@@ -230,6 +240,7 @@ func TestLateWithdrawIgnored(t *testing.T) {
 }
 
 func TestSupersededByAnotherFulfiller(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	h := newHarness(t, Config{}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -244,6 +255,7 @@ func TestSupersededByAnotherFulfiller(t *testing.T) {
 }
 
 func TestAddressedToAnotherFulfillerLeftAlone(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall, "other-ful"))
 	h.space.quiet(t, 100*time.Millisecond)
@@ -255,6 +267,7 @@ func TestAddressedToAnotherFulfillerLeftAlone(t *testing.T) {
 // The fulfil timeout on the clock: nothing a nanosecond before it; at
 // it, the cancellation to the owner and the reject to the proposer.
 func TestFulfilTimeout(t *testing.T) {
+	t.Parallel()
 	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
 	h := newHarness(t, Config{FulfillTimeout: 30 * time.Second, PendingTTL: time.Hour, Clock: clock}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -277,6 +290,7 @@ func TestFulfilTimeout(t *testing.T) {
 }
 
 func TestMaxPendingOverflowAnswersEveryoneOnce(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "policy"}}, gate: make(chan struct{})}
 	h := newHarness(t, Config{MaxPending: 3, MaxPendingPerProposer: 3}, dec)
 	const n = 10
@@ -323,6 +337,7 @@ func TestMaxPendingOverflowAnswersEveryoneOnce(t *testing.T) {
 }
 
 func TestPendingTTLExpiryRejectsTimeout(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	defer close(dec.gate)
 	h := newHarness(t, Config{PendingTTL: 100 * time.Millisecond}, dec)
@@ -331,6 +346,7 @@ func TestPendingTTLExpiryRejectsTimeout(t *testing.T) {
 }
 
 func TestShutdownAnswersPendingWork(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	defer close(dec.gate)
 	h := newHarness(t, Config{}, dec)
@@ -354,6 +370,7 @@ func TestShutdownAnswersPendingWork(t *testing.T) {
 }
 
 func TestMaxInflightQueues(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInflight: 1}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	first := h.space.next(t)
@@ -368,6 +385,7 @@ func TestMaxInflightQueues(t *testing.T) {
 }
 
 func TestResponseFromWrongParticipantIgnored(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
@@ -383,6 +401,7 @@ func TestResponseFromWrongParticipantIgnored(t *testing.T) {
 // the request is cancelled (what we heard may lag: an owner back after
 // all must not run the call), then the proposal is rejected "incapable".
 func TestToolOwnerLeavesMidFulfilment(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{OwnerRejoinGrace: 10 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
@@ -396,6 +415,7 @@ func TestToolOwnerLeavesMidFulfilment(t *testing.T) {
 // A tool owner that leaves and is back within the grace (a dropped link,
 // a gateway restart) keeps the fulfilment: its response still counts.
 func TestToolOwnerBackWithinGraceKeepsFulfilment(t *testing.T) {
+	t.Parallel()
 	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
 	h := newHarness(t, Config{OwnerRejoinGrace: 5 * time.Second, FulfillTimeout: time.Hour, PendingTTL: time.Hour, Clock: clock}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -418,6 +438,7 @@ func TestToolOwnerBackWithinGraceKeepsFulfilment(t *testing.T) {
 }
 
 func TestOperatorCancel(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	defer close(dec.gate)
 	h := newHarness(t, Config{}, dec)
@@ -452,6 +473,7 @@ func queuedBehindOwnerLeaving(t *testing.T, h *harness) {
 // A fulfilment whose tool owner is away (its link dropped) is held, not
 // sent into the void: it goes out once when the owner is back.
 func TestRequestHeldUntilOwnerIsBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInflight: 1, OwnerRejoinGrace: time.Minute}, &fakeDecider{decisions: fulfilAdd})
 	queuedBehindOwnerLeaving(t, h)
 	waitFor(t, func() bool { s, ok := h.f.Get("p1"); return ok && s.State == "fulfilling" })
@@ -466,6 +488,7 @@ func TestRequestHeldUntilOwnerIsBack(t *testing.T) {
 // An owner that does not come back within the grace: the held request
 // never goes out, and the proposal is rejected "incapable".
 func TestHeldRequestOwnerNeverBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInflight: 1, OwnerRejoinGrace: 20 * time.Millisecond}, &fakeDecider{decisions: fulfilAdd})
 	queuedBehindOwnerLeaving(t, h)
 	wantEnvelope(t, h.space.next(t), agent.KindReject, []string{"coder"}, []string{"p1"}, `{"reason":"incapable"}`)
@@ -483,6 +506,7 @@ func TestHeldRequestOwnerNeverBack(t *testing.T) {
 // approvals hostage to the policy, and a gateway that bounds its queues
 // would drop the fulfiller.
 func TestReaderKeepsReadingWhileWorkersAreBusy(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	h := newHarness(t, Config{DecideWorkers: 1, MaxPending: 100, MaxPendingPerProposer: 100, MaxInflightPerProposer: 64}, dec)
 	const n = 30

@@ -126,6 +126,7 @@ func (lw *limitsWorld) decision(id string) decision.Decision {
 // (docs/design.md rule 6): it is never answered, the session survives it, and the
 // normal proposal behind it is decided and fulfilled.
 func TestOversizedProposalIsNeverAnsweredAndSessionSurvives(t *testing.T) {
+	t.Parallel()
 	const maxFrame = 16 << 10
 	lw := newLimitsWorld(t, maxFrame, time.Minute)
 
@@ -152,6 +153,7 @@ func TestOversizedProposalIsNeverAnsweredAndSessionSurvives(t *testing.T) {
 // counting the envelope) passes the agent and the space and is decided by
 // the policy from its contents, not failed closed.
 func TestProposalNestedToTheDepthLimitIsDecided(t *testing.T) {
+	t.Parallel()
 	lw := newLimitsWorld(t, 0, time.Second)
 	const depth = 9990 // + envelope, payload, params, arguments = 9994
 	id := lw.propose("p-deep", `{"method":"tools/call","params":{"name":"deep","arguments":{"x":`+nested(depth)+`}}}`)
@@ -169,6 +171,7 @@ func TestProposalNestedToTheDepthLimitIsDecided(t *testing.T) {
 // (load is not a policy verdict: issue 41, row 13); the fulfiller keeps
 // deciding.
 func TestRunawayPolicyRejectsBusyAndKeepsDeciding(t *testing.T) {
+	t.Parallel()
 	lw := newLimitsWorld(t, 0, 100*time.Millisecond)
 	for _, tc := range []struct{ id, payload string }{
 		{"p-spin", `{"method":"tools/call","params":{"name":"spin","arguments":{}}}`},

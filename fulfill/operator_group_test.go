@@ -38,6 +38,9 @@ func sentBy(m *member, d time.Duration) []agent.Envelope { return drain(m.space,
 // fulfils nothing at either member; a replay of the id runs nothing
 // anywhere. Before the cancel, B lists A's proposal with owner A.
 func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	b := newMember(t, mode, "ful-b", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
@@ -128,6 +131,9 @@ func TestGroupOperatorCancelsAnotherMembersPrompt(t *testing.T) {
 // it holds (nothing) and says so, and neither shows nor cancels A's
 // proposal.
 func TestGroupOperatorNoCallAfterCancel(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	decA := &fakeDecider{decisions: storeDecisions}
 	a := newMember(t, mode, "ful-a", Config{}, decA)
@@ -234,6 +240,9 @@ func (s *faultyStore) Owned(ctx context.Context) ([]*lifecycle.Proposal, error) 
 // prompt resumed on the canceller, and a data race between that resume
 // and the record watch's drop). One reject, nothing resumed or asked.
 func TestGroupOperatorCancelIsNotResumedByTheStartupScan(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	a.deliver(proposalEnv("p1", "coder", callOf("ask")))
@@ -280,6 +289,9 @@ func TestGroupOperatorCancelIsNotResumedByTheStartupScan(t *testing.T) {
 // restart sends it: the proposer is answered once. (The cancel used to
 // delete the record first: the crash left the proposer with no answer.)
 func TestGroupOperatorCancelSurvivesACrash(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	b := newMember(t, mode, "ful-b", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
@@ -325,6 +337,9 @@ func TestGroupOperatorCancelSurvivesACrash(t *testing.T) {
 // every resumed one is (Reclaim), deletes it and sends nothing. A reject
 // would be a second answer to a proposal that had its own.
 func TestGroupOperatorCancelOfAReplaysRecordSendsNothing(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
 	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})

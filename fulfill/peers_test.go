@@ -11,6 +11,7 @@ import (
 // are reported at start and when they join; a known fellow fulfiller and
 // a tool server whose mcp/request covers only notifications are not.
 func TestVetoHoldersReported(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	space.roster["alice"] = agent.Participant{ID: "alice", Capabilities: []agent.Capability{{Kind: "mcp/response"}, {Kind: "mcp/reject"}}}
 	space.roster["fs"] = agent.Participant{ID: "fs", Capabilities: []agent.Capability{{Kind: "mcp/response"}, {Kind: "mcp/request", Payload: map[string]any{"method": "notifications/*"}}}}
@@ -40,6 +41,7 @@ func TestVetoHoldersReported(t *testing.T) {
 // A proposal ended by someone else's reject is superseded, and the event
 // says whether that someone is a known fulfiller.
 func TestSupersededRecordsWhetherByAKnownFulfiller(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	defer close(dec.gate)
 	h := newHarness(t, Config{PeerFulfillers: []string{"other-ful"}}, dec)
@@ -60,6 +62,7 @@ func TestSupersededRecordsWhetherByAKnownFulfiller(t *testing.T) {
 // A tool server's notification correlated to a proposal (progress, say)
 // is not its fulfilment.
 func TestNotificationDoesNotSupersede(t *testing.T) {
+	t.Parallel()
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
 	h := newHarness(t, Config{}, dec)
 	h.deliver(proposalEnv("p1", "coder", addCall))

@@ -127,6 +127,7 @@ func extraOf(t *testing.T, d lifecycle.Decision) storedDecision {
 // decided event carries that input, and names the grant that let the
 // call through.
 func TestPolicyStepInputOfAToolsCall(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	space.tools["calculator"] = []ToolInfo{{Name: "add", Description: "Add two numbers",
 		Annotations: json.RawMessage(`{"readOnlyHint":true}`), Execution: json.RawMessage(`{"taskSupport":"optional"}`)}}
@@ -213,6 +214,7 @@ func TestPolicyStepInputOfAToolsCall(t *testing.T) {
 // authenticate senders. The routed decision keeps the policy's whole
 // decision in Extra, and a policy's failure is logged.
 func TestPolicyStepDecidedEvent(t *testing.T) {
+	t.Parallel()
 	rig := newStepRig(t, newFakeSpace())
 	offer := &decision.Grantable{MaxTTL: time.Hour, Scope: []decision.GrantField{{Path: "proposer"}, {Path: "tool"}}}
 	policy := decision.Decision{Action: decision.Escalate, Approvers: []string{"alice"}, Quorum: 1, Message: "check it",
@@ -264,6 +266,7 @@ func TestPolicyStepDecidedEvent(t *testing.T) {
 // back with why (rejected "incapable" by the core), before any human is
 // asked; a reject is not routed.
 func TestPolicyStepRoutingIncapable(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	space.tools["other-ful"] = []ToolInfo{{Name: "mul"}}
 	space.tools["calculator"] = append(space.tools["calculator"], ToolInfo{Name: "mul"})
@@ -338,6 +341,7 @@ func TestPolicyStepRoutingIncapable(t *testing.T) {
 // nothing) never; a task's timeout is the decision's, else the
 // configured one.
 func TestPolicyStepTaskChoice(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	space.tools["calculator"] = []ToolInfo{
 		{Name: "must", Execution: json.RawMessage(`{"taskSupport":"required"}`)},
@@ -377,6 +381,7 @@ func TestPolicyStepTaskChoice(t *testing.T) {
 // proposer's); too soon to ask anyone, the proposal is rejected
 // "timeout"; later than the timeout, it changes nothing.
 func TestPolicyStepDeadlineHint(t *testing.T) {
+	t.Parallel()
 	rig := newStepRig(t, newFakeSpace())
 	esc := decision.Decision{Action: decision.Escalate, Timeout: 5 * time.Minute, Revision: "sha256:r3"}
 	step := rig.step(decideOnly(esc), nil, nil)
@@ -422,6 +427,7 @@ func TestPolicyStepDeadlineHint(t *testing.T) {
 // Without Config.Approvals, a decision to escalate is rejected "policy" with
 // today's message; one nobody could carry out is still "incapable".
 func TestPolicyStepEscalationNotConfigured(t *testing.T) {
+	t.Parallel()
 	rig := newStepRig(t, newFakeSpace())
 	rig.cfg.Escalation = false
 	step := rig.step(decideOnly(decision.Decision{Action: decision.Escalate, Revision: "sha256:r4"}), nil, nil)
@@ -441,6 +447,7 @@ func TestPolicyStepEscalationNotConfigured(t *testing.T) {
 // content); the decision goes to the route the escalation had, unless it
 // names another; its decided event is a new decision's.
 func TestPolicyStepRecheck(t *testing.T) {
+	t.Parallel()
 	rig := newStepRig(t, newFakeSpace())
 	var seen *policies.Input
 	dec := decideFunc(func(_ context.Context, in *policies.Input) decision.Decision {
@@ -497,6 +504,7 @@ func TestPolicyStepRecheck(t *testing.T) {
 // live path, and its answer is an event governed by the live decision;
 // a full queue drops the job, counted.
 func TestPolicyStepShadow(t *testing.T) {
+	t.Parallel()
 	rig := newStepRig(t, newFakeSpace())
 	shadowIn := make(chan *policies.Input, 4)
 	shadowDec := decideFunc(func(_ context.Context, in *policies.Input) decision.Decision {
@@ -539,6 +547,7 @@ func TestPolicyStepShadow(t *testing.T) {
 // Evaluations are bounded to DecideWorkers at once: the Loop decides
 // each proposal on a goroutine of its own.
 func TestPolicyStepBoundsEvaluations(t *testing.T) {
+	t.Parallel()
 	rig := newStepRig(t, newFakeSpace())
 	rig.cfg.DecideWorkers = 1
 	dec := &fakeDecider{decisions: fulfilAdd, gate: make(chan struct{})}
@@ -580,6 +589,7 @@ func TestPolicyStepBoundsEvaluations(t *testing.T) {
 // grantsLoadWait): one read in the first moments after a restart sees
 // the grant that covers it, instead of asking a human again.
 func TestPolicyStepWaitsForStoredGrants(t *testing.T) {
+	t.Parallel()
 	store, reg := runSlowGrants(t)
 
 	rig := newStepRig(t, newFakeSpace())

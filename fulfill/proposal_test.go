@@ -8,6 +8,7 @@ import (
 )
 
 func TestParsePayload(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		payload, method, params, tool, err string
 	}{

@@ -143,6 +143,7 @@ func walk(t *testing.T, st Store, rs *recordStore, p lifecycle.Proposal, steps [
 // relayed result, delete) and checks each record exactly as stored and
 // as read back.
 func TestRecordStoreWalksTheTaskPath(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, st Store, _ func(string) Store) {
 		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
 		esc := coreDecision(decision.Decision{Action: decision.Escalate, Message: "ask", Approvers: []string{"alice", "bob"}, Quorum: 2,
@@ -217,6 +218,7 @@ func TestRecordStoreWalksTheTaskPath(t *testing.T) {
 // reject that cancels the request; and an invalid proposal's claim and
 // reject.
 func TestRecordStoreWalksTheRejectPath(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, st Store, _ func(string) Store) {
 		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
 		ful := coreDecision(decision.Decision{Action: decision.Fulfill, Revision: "rev-8", TaskTimeout: time.Minute}, "calc", false)
@@ -270,6 +272,7 @@ func TestRecordStoreWalksTheRejectPath(t *testing.T) {
 // lifecycle.ErrExists, a replay of an ended proposal's id too. The
 // tests compare errors with == where the core does (Stored.Err).
 func TestRecordStoreClaims(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, st Store, peer func(string) Store) {
 		ctx := context.Background()
 		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
@@ -357,6 +360,9 @@ func TestRecordStoreClaims(t *testing.T) {
 // core tries again (unavailable), and the try again wins at the record's
 // revision.
 func TestRecordStoreClaimLeftIsAppliedOnRetry(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	ctx := context.Background()
 	st := openStore(t, natsServer(t), "m1")
 	rs := newRecordStore(st, rsTTL, rsFulfil, nil)
@@ -381,6 +387,7 @@ func TestRecordStoreClaimLeftIsAppliedOnRetry(t *testing.T) {
 // the revision the core holds; a stale one, or a record gone, is
 // lifecycle.ErrConflict and writes nothing.
 func TestRecordStoreConflicts(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, st Store, _ func(string) Store) {
 		ctx := context.Background()
 		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
@@ -506,6 +513,7 @@ func (s *callStore) Reclaim(ctx context.Context, p *lifecycle.Proposal) (bool, e
 // a committed relay waits for the disk unless Soon; an unavailable store's
 // error comes back as it is.
 func TestRecordStoreCalls(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, real Store, _ func(string) Store) {
 		ctx := context.Background()
 		st := &callStore{Store: real}
@@ -570,6 +578,7 @@ func TestRecordStoreCalls(t *testing.T) {
 // out of the list; a record of an older fulfiller (no claim) is ours; a
 // Reclaim that fails fails Owned, which the Loop tries again.
 func TestRecordStoreOwned(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, real Store, peer func(string) Store) {
 		ctx := context.Background()
 		st := &callStore{Store: real}
@@ -718,6 +727,7 @@ type legacyTask struct {
 // poll interval; written back by the core, they are in the current
 // layout and read back the same.
 func TestRecordStoreMigratesOldRecords(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, st Store, _ func(string) Store) {
 		ctx := context.Background()
 		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
@@ -931,6 +941,7 @@ func effectsOf[T lifecycle.Effect](effs []lifecycle.Effect) []T {
 // same prompts are asked again, the same reject is sent again, and the
 // proposals resumed are the ones the first core held.
 func TestRecordStoreUnderTheCore(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, st Store, _ func(string) Store) {
 		rs := newRecordStore(st, rsTTL, rsFulfil, nil)
 		cfg := lifecycle.Config{Member: "m1", MaxPending: 10, MaxInflight: 1, PendingTTL: rsTTL, FulfillTimeout: rsFulfil,
@@ -1030,6 +1041,7 @@ func TestRecordStoreUnderTheCore(t *testing.T) {
 // arrived: keys exactly, so a "PAYLOAD" or "ID" beside the real ones (the
 // gateway passes them through) never becomes the call that is resumed.
 func TestMigrateReadsTheEnvelopesKeysExactly(t *testing.T) {
+	t.Parallel()
 	env := `{"protocol":"mew/v0.4","id":"p-1","from":"coder","kind":"mcp/proposal",` +
 		`"payload":{"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}},` +
 		`"PAYLOAD":{"method":"tools/call","params":{"name":"read_file","arguments":{"path":"/tmp/x"}}},"ID":"p-2","FROM":""}`

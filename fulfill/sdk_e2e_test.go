@@ -96,6 +96,7 @@ func (w *world) gone(id string) {
 }
 
 func TestE2ESDKToolFulfilled(t *testing.T) {
+	t.Parallel()
 	w, m, rec := sdkWorld(t, fulfill.Config{})
 	id := w.propose("p-add", `{"method":"tools/call","params":{"name":"add","arguments":{"a":10,"b":5}}}`)
 	out := w.outcome(id)
@@ -128,6 +129,7 @@ func TestE2ESDKToolFulfilled(t *testing.T) {
 // A JSON-RPC error from the tool reaches the proposer as the error; the
 // fulfilment is over (the request went out: no reject follows).
 func TestE2ESDKToolError(t *testing.T) {
+	t.Parallel()
 	w, m, _ := sdkWorld(t, fulfill.Config{})
 	id := w.propose("p-fail", `{"method":"tools/call","params":{"name":"fail","arguments":{}}}`)
 	out := w.outcome(id)
@@ -148,6 +150,7 @@ func TestE2ESDKToolError(t *testing.T) {
 // A tool that refuses answers a result with isError, as the recorded
 // filesystem server did for a path outside its directories.
 func TestE2ESDKToolIsErrorResult(t *testing.T) {
+	t.Parallel()
 	w, _, rec := sdkWorld(t, fulfill.Config{})
 	id := w.propose("p-bad", `{"method":"tools/call","params":{"name":"add","arguments":{"a":"x","b":1}}}`)
 	out := w.outcome(id)
@@ -171,6 +174,7 @@ func TestE2ESDKToolIsErrorResult(t *testing.T) {
 // owner's name comes first and cannot be told from the real one, but the
 // owner's own, different answer reveals it and is counted.
 func TestE2ESDKForgedAnswers(t *testing.T) {
+	t.Parallel()
 	w, m, rec := sdkWorld(t, fulfill.Config{})
 	mallory := spacetest.Join(t, context.Background(), w.srv, "mallory", "calc-token")
 
@@ -225,6 +229,7 @@ func TestE2ESDKForgedAnswers(t *testing.T) {
 // slot at once, so all are fulfilled well within one --fulfill-timeout,
 // none is rejected and nothing is cancelled.
 func TestE2ESDKFloodThroughTwoSlots(t *testing.T) {
+	t.Parallel()
 	w, m, rec := sdkWorld(t, fulfill.Config{MaxInflight: 2})
 	var ids []string
 	for i := range 20 {
@@ -268,6 +273,7 @@ func TestE2ESDKFloodThroughTwoSlots(t *testing.T) {
 // of its calls run, the rest wait their turn, and coder's call is
 // fulfilled at once.
 func TestE2EOneProposerCannotHoldEverySlot(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{MaxInflight: 8, FulfillTimeout: time.Minute}})
 	mallory := spacetest.Join(t, context.Background(), w.srv, "mallory", "coder-token")
 	for i := range 20 {

@@ -54,6 +54,7 @@ func (fn deciderFunc) Decide(ctx context.Context, in *policies.Input) decision.D
 // the live decision) and never acted on: the live fulfilment goes out as
 // without a shadow, and nothing else.
 func TestShadowDisagreementReportedNeverActed(t *testing.T) {
+	t.Parallel()
 	shadow := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe", Revision: "sha256:shadow"}}}
 	h := newHarness(t, Config{Shadow: shadow}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}`))
@@ -78,6 +79,7 @@ func TestShadowDisagreementReportedNeverActed(t *testing.T) {
 
 // A shadow that agrees says so.
 func TestShadowAgreement(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{Shadow: &fakeDecider{decisions: fulfilAdd}}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	h.space.next(t)
@@ -89,6 +91,7 @@ func TestShadowAgreement(t *testing.T) {
 // A shadow that fails — a fail-closed decision, a panic — is a shadow
 // error; the live answer is exactly what it would be without it.
 func TestShadowErrorNeverChangesLiveAnswer(t *testing.T) {
+	t.Parallel()
 	for name, shadow := range map[string]Decider{
 		"error": deciderFunc(func(context.Context, *policies.Input) decision.Decision {
 			return decision.Decision{Action: decision.Reject, Reason: "policy", Err: errors.New("undefined decision")}
@@ -116,6 +119,7 @@ func TestShadowErrorNeverChangesLiveAnswer(t *testing.T) {
 // honours its context or answers late anyway; the live answer does not
 // wait for it.
 func TestShadowTimeoutIsAnError(t *testing.T) {
+	t.Parallel()
 	for _, honours := range []bool{true, false} {
 		t.Run(fmt.Sprintf("honours-ctx=%v", honours), func(t *testing.T) {
 			release := make(chan struct{})
@@ -163,6 +167,7 @@ func TestShadowTimeoutIsAnError(t *testing.T) {
 // bound: beyond ShadowQueue the decisions are not shadowed, and each drop
 // is reported (the metrics count it), while every live answer goes out.
 func TestShadowFloodIsBounded(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	shadow := &fakeDecider{decisions: fulfilAdd, gate: gate}
 	live := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "unsafe"}}}
@@ -204,6 +209,7 @@ func TestShadowFloodIsBounded(t *testing.T) {
 
 // Without a shadow there is no shadow event.
 func TestNoShadowNoEvents(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	h.space.next(t)
@@ -217,6 +223,7 @@ func TestNoShadowNoEvents(t *testing.T) {
 // shadow is asked about it, with the edited input, and its event carries
 // the re-evaluation's decision id. The shadow's rejects change nothing.
 func TestShadowReevaluatedAfterEdit(t *testing.T) {
+	t.Parallel()
 	edited := json.RawMessage(`{"name":"add","arguments":{"a":2,"b":2}}`)
 	live := &fakeDecider{decisions: map[string]decision.Decision{"add": {Action: decision.Escalate, Approvers: []string{"alice"}, Revision: "rev-1"}}}
 	shadow := &fakeDecider{} // rejects everything

@@ -28,6 +28,7 @@ func (g *gatedStore) Write(_ context.Context, w lifecycle.Write) (uint64, error)
 // answered, and its ignored line ("adopted_elsewhere") followed its reject
 // in the decision log.
 func TestOwnWritesAreNotTheirs(t *testing.T) {
+	t.Parallel()
 	g := &gatedStore{started: make(chan lifecycle.Write), finish: make(chan uint64)}
 	o := newOwnWrites(g, true)
 	write := func(w lifecycle.Write, rev uint64) {
@@ -64,6 +65,7 @@ func TestOwnWritesAreNotTheirs(t *testing.T) {
 // can still be noted (an adoption, Owned) and the check of a change waits
 // for the write, not for the lock.
 func TestOwnWritesHoldNoLockAcrossTheStore(t *testing.T) {
+	t.Parallel()
 	g := &gatedStore{started: make(chan lifecycle.Write), finish: make(chan uint64)}
 	o := newOwnWrites(g, true)
 	rec := &lifecycle.Proposal{ID: "p1"}

@@ -12,6 +12,7 @@ import (
 // request's does not end the fulfilment; it is recorded once as a spoof
 // attempt, and the real response still counts.
 func TestResponseWithWrongRPCIDIgnored(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
@@ -37,6 +38,7 @@ func TestResponseWithWrongRPCIDIgnored(t *testing.T) {
 // different one is a conflict: recorded once, as a spoof attempt. The same
 // answer delivered again is not.
 func TestConflictingResponseRecorded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
 	req := h.space.next(t)
@@ -63,6 +65,7 @@ func TestConflictingResponseRecorded(t *testing.T) {
 // ends the fulfilment and is no spoof attempt (rule 12). So does one whose
 // id is null (JSON-RPC's "id unknown").
 func TestSDKStyleResponseFulfils(t *testing.T) {
+	t.Parallel()
 	for name, payload := range map[string]string{
 		"no id":   `{"result":{"content":[{"type":"text","text":"3"}]}}`,
 		"null id": `{"jsonrpc":"2.0","id":null,"result":{"content":[{"type":"text","text":"3"}]}}`,

@@ -25,6 +25,7 @@ func answerFor(t *testing.T, req agent.Envelope) agent.Envelope {
 // A fulfilled proposal's id replayed after a restart on the same DIR store
 // runs nothing: the claim survives the restart (rule 5, SeenTTL window).
 func TestStoreReplayAfterRestartRunsNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	mode := state.Mode{Kind: state.Dir, Dir: dir}
 	st := openStore(t, mode, "fulfiller")
@@ -57,6 +58,7 @@ func TestStoreReplayAfterRestartRunsNothing(t *testing.T) {
 // reason and explanation — once, decides nothing again, and ends the
 // record. A replay of the proposal then runs nothing.
 func TestStoreRestartSendsARecordedReject(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	deny := map[string]decision.Decision{"add": {Action: decision.Reject, Reason: "policy", Message: "no adding today"}}
 	st := openStore(t, mode, "fulfiller")
@@ -106,6 +108,7 @@ func TestStoreRestartSendsARecordedReject(t *testing.T) {
 // whose it is: exactly once across crashes); once the store is back the
 // claim lands and the proposal is fulfilled, once.
 func TestStoreUnreachableAloneWaitsForTheStore(t *testing.T) {
+	t.Parallel()
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
 	st.dead.Store(true)
@@ -125,6 +128,10 @@ func TestStoreUnreachableAloneWaitsForTheStore(t *testing.T) {
 // Alone on its store, a member whose store stays down past a proposal's
 // deadline keeps trying the claim, and rejects the proposal "timeout"
 // once the claim lands: nobody else could answer it.
+//
+// Not parallel: its decision must come within the 1s deadline, which
+// beside the package's parallel tests on a 2-core machine at load 36 it
+// did not (1 run of 5).
 func TestStoreUnreachableAlonePastTheDeadlineRejectsTimeout(t *testing.T) {
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	// The deadline leaves the decision time on a loaded machine (under
@@ -155,6 +162,7 @@ func TestStoreUnreachableAlonePastTheDeadlineRejectsTimeout(t *testing.T) {
 // sent while it cannot (no call runs without its record), and goes out
 // once, when the store takes it.
 func TestStoreUpdateFailsNoRequest(t *testing.T) {
+	t.Parallel()
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})
 	st.failUpdate.Store(true)
@@ -179,6 +187,7 @@ func TestStoreUpdateFailsNoRequest(t *testing.T) {
 // Same for an escalation: no prompt before its record; asked once the
 // store takes it.
 func TestStoreEscalationNotRecordedNoPrompt(t *testing.T) {
+	t.Parallel()
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
 	st.failUpdate.Store(true)
@@ -218,6 +227,8 @@ func byKind(t *testing.T, envs []agent.Envelope) (calls, rejects map[string]agen
 // the open prompt is asked again with its recorded ids and an accept
 // fulfils it once, the request in flight is never written again and is
 // rejected "timeout" at its deadline.
+//
+// Not parallel: the "soon" prompt must not expire before the crash.
 func TestStoreRestartResumes(t *testing.T) {
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
@@ -322,6 +333,9 @@ func deliverAll(env agent.Envelope, ms ...*member) {
 // A group of two on one store: every proposal is answered exactly once by
 // the group, and nobody answers busy or duplicate.
 func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	dec := map[string]decision.Decision{"add": {Action: decision.Fulfill}}
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: dec})
@@ -395,6 +409,9 @@ func TestStoreGroupAnswersEachProposalOnce(t *testing.T) {
 // fulfilled; the prompt is asked again with its ids and the approval
 // fulfils it once. A forged withdraw of the adopted prompt is ignored.
 func TestStoreAdoptionAfterCrash(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{Approvals: testApprovals(), MaxInflight: 1}, &fakeDecider{decisions: storeDecisions})
 	b := newMember(t, mode, "ful-b", Config{Approvals: testApprovals()}, &fakeDecider{decisions: storeDecisions})
@@ -450,6 +467,9 @@ func TestStoreAdoptionAfterCrash(t *testing.T) {
 // the reference SDK proposer fails on the first reject it sees), and a
 // peer whose store works answers it, once.
 func TestStoreUnreachableWithPeersSendsNothing(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
 	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
@@ -471,6 +491,7 @@ func TestStoreUnreachableWithPeersSendsNothing(t *testing.T) {
 // Killed while the policy was still deciding: after the restart the
 // proposal is decided (its record had no decision yet) and fulfilled once.
 func TestStoreRestartWhileDeciding(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
 	gated := &fakeDecider{decisions: storeDecisions, gate: make(chan struct{})}
@@ -507,6 +528,9 @@ func TestStoreRestartWhileDeciding(t *testing.T) {
 // the sum of its live members' max pending (one member of 1 here), while
 // this Fulfiller's own --max-pending (1000) has room.
 func TestStoreBusyWhenGroupFull(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller", func(c *state.Config) { c.MaxPending = 1 })
 	if err := st.StartLease(t.Context()); err != nil {
 		t.Fatal(err)
@@ -543,6 +567,7 @@ func TestStoreBusyWhenGroupFull(t *testing.T) {
 // the fulfiller asks it beside the claim, and a decision that came first
 // would be logged (decided, then withdrawn) when the claim lands.
 func TestStoreWithdrawWhileClaiming(t *testing.T) {
+	t.Parallel()
 	st := openStore(t, state.Mode{Kind: state.Memory}, "fulfiller")
 	st.claimGate = make(chan struct{})
 	dec := &fakeDecider{decisions: storeDecisions, gate: make(chan struct{})}
@@ -604,6 +629,7 @@ func TestStoreWithdrawWhileClaiming(t *testing.T) {
 // every worker busy, the fulfiller resumes all of them after the restart,
 // the ones still queued included, and fulfils each once.
 func TestStoreRestartWhileQueuedForAWorker(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller", func(c *state.Config) { c.MaxPending = 1000 })
 	gated := &fakeDecider{decisions: storeDecisions, gate: make(chan struct{})}
@@ -652,6 +678,9 @@ func TestStoreRestartWhileQueuedForAWorker(t *testing.T) {
 // adopts its work follows the task (never calling the tool again) and
 // relays its result to the proposer, once.
 func TestStoreAdoptedTaskIsFollowed(t *testing.T) {
+	// Not parallel: its members hold 1s leases, which beside the
+	// package's parallel tests on a loaded machine lapsed (a peer
+	// then answered too).
 	mode := natsServer(t)
 	a := newMember(t, mode, "ful-a", Config{}, &fakeDecider{decisions: storeDecisions})
 	b := newMember(t, mode, "ful-b", Config{}, &fakeDecider{decisions: storeDecisions})
@@ -731,6 +760,7 @@ func TestStoreAdoptedTaskIsFollowed(t *testing.T) {
 // claim recorded, the one its decision and fulfilment lines carry (rule
 // 10), not a fresh one.
 func TestStoreReplayAfterRestartJoinsTheOriginalDecision(t *testing.T) {
+	t.Parallel()
 	mode := state.Mode{Kind: state.Dir, Dir: t.TempDir()}
 	st := openStore(t, mode, "fulfiller")
 	h := newStoreHarness(t, "fulfiller", st, Config{}, &fakeDecider{decisions: storeDecisions})

@@ -18,6 +18,7 @@ import (
 	"github.com/mewkit/fulfiller/fulfill/state"
 	"github.com/mewkit/fulfiller/internal/natstest"
 	"github.com/mewkit/fulfiller/internal/poll"
+	"github.com/mewkit/fulfiller/internal/testenv"
 )
 
 // Tests of Config.Store run on real NATS JetStream (state.Open): an
@@ -260,6 +261,9 @@ var sharedNATS struct {
 }
 
 func TestMain(m *testing.M) {
+	// Twice GOMAXPROCS tests at once: most of these tests wait (on the
+	// gateway, leases, deadlines), each in a space and buckets of its own.
+	testenv.MoreParallel()
 	code := m.Run()
 	if sharedNATS.c != nil {
 		sharedNATS.c.Shutdown()
@@ -322,9 +326,12 @@ func (h *harness) waitStage(t *testing.T, id string, stage Stage) {
 }
 
 var storeDecisions = map[string]decision.Decision{
-	"add":     {Action: decision.Fulfill},
-	"ask":     {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
-	"soon":    {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: 300 * time.Millisecond},
+	"add": {Action: decision.Fulfill},
+	"ask": {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: time.Minute},
+	// soon's prompt must outlive the escalation of "inflight" and the
+	// crash of TestStoreRestartResumes, then expire while it is down: at
+	// 300ms it expired before the crash at load 25.
+	"soon":    {Action: decision.Escalate, Approvers: []string{"alice"}, Timeout: 1500 * time.Millisecond},
 	"migrate": {Action: decision.Fulfill},
 }
 

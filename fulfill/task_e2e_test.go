@@ -238,6 +238,7 @@ func (w *taskWorld) taskOf(tool string) (req agent.Envelope, taskID string) {
 // proposal and the response to it, which is what the SDK proposer
 // resolves on, with exactly the tool's result.
 func TestE2ETaskRequiredExtensionRelaysTheResult(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.TasksExtension, false, "")
 	id := w.propose("p-migrate", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3}}}`)
 	req, taskID := w.taskOf("migrate")
@@ -299,6 +300,7 @@ func TestE2ETaskRequiredExtensionRelaysTheResult(t *testing.T) {
 // polling tasks/get, and its result read with tasks/result (exactly what
 // the call returns) before it is relayed.
 func TestE2ETask2025PolledAndRelayed(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.Tasks2025, true, "")
 	id := w.propose("p-migrate", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":1}}}`)
 	req, taskID := w.taskOf("migrate")
@@ -332,6 +334,7 @@ func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
 // otherwise exactly as before: named after the proposal, answered by the
 // owner, no task.
 func TestE2ETaskOptionalOnlyWhenTheDecisionAsks(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.TasksBoth, false, "")
 	plain := w.propose("p-build", `{"method":"tools/call","params":{"name":"build","arguments":{"target":"app"}}}`)
 	if out := w.outcome(plain); !out.Fulfilled || string(out.Result) != `{"content":[{"type":"text","text":"built"}]}` {
@@ -354,6 +357,7 @@ func TestE2ETaskOptionalOnlyWhenTheDecisionAsks(t *testing.T) {
 // proposer cannot follow a task, so the owner must not make one of a
 // call that is not task-augmented by fulfiller.
 func TestE2ETaskFieldsFromTheProposerAreDropped(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.TasksBoth, false, "")
 	id := w.propose("p-sneaky", `{"method":"tools/call","params":{"name":"build","arguments":{"target":"app"},"task":{"ttl":1},"_meta":{"trace":"x","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`)
 	if out := w.outcome(id); !out.Fulfilled || string(out.Result) != `{"content":[{"type":"text","text":"built"}]}` {
@@ -369,6 +373,7 @@ func TestE2ETaskFieldsFromTheProposerAreDropped(t *testing.T) {
 // A withdrawal mid-task sends tasks/cancel once (a second withdrawal
 // none), and nothing to the proposer.
 func TestE2ETaskWithdrawCancelsOnce(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.TasksExtension, false, "")
 	id := w.propose("p-migrate", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3}}}`)
 	req, taskID := w.taskOf("migrate")
@@ -420,6 +425,7 @@ func (w *taskWorld) marker() {
 // A task past its deadline (the decision's task_timeout, 1s) is cancelled
 // at its owner and the proposer gets mcp/reject "timeout".
 func TestE2ETaskDeadlineCancelsAndRejectsTimeout(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.TasksExtension, false, "")
 	id := w.propose("p-stuck", `{"method":"tools/call","params":{"name":"stuck"}}`)
 	req, taskID := w.taskOf("stuck")
@@ -446,6 +452,7 @@ func TestE2ETaskDeadlineCancelsAndRejectsTimeout(t *testing.T) {
 // DIR store: the task is followed again (never called a second time) and
 // its result reaches the proposer.
 func TestE2ETaskSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.TasksExtension, false, t.TempDir())
 	id := w.propose("p-migrate", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3}}}`)
 	_, taskID := w.taskOf("migrate")
@@ -477,6 +484,7 @@ func TestE2ETaskSurvivesRestart(t *testing.T) {
 // name, with a result of the forger's choosing, is checked with tasks/get
 // and relays nothing; the real end relays the real result.
 func TestE2ETaskForgedCompletionIgnored(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.TasksExtension, true, "")
 	id := w.propose("p-migrate", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":3}}}`)
 	req, taskID := w.taskOf("migrate")
@@ -508,6 +516,7 @@ func TestE2ETaskForgedCompletionIgnored(t *testing.T) {
 // A proposal that waits for a fulfilment slot (--max-inflight) is told so
 // in a status chat; one that never waited gets none.
 func TestE2EStatusChatWhenQueued(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{MaxInflight: 1, StatusChats: true}})
 	first := w.propose("p-hold", `{"method":"tools/call","params":{"name":"hold","arguments":{}}}`)
 	w.waitHeld()
@@ -534,6 +543,7 @@ func TestE2EStatusChatWhenQueued(t *testing.T) {
 // slot), an operator's cancel stops it at its owner (tasks/cancel) and
 // rejects "other", and so does shutdown.
 func TestE2ETaskIsPendingWork(t *testing.T) {
+	t.Parallel()
 	w := newTaskWorld(t, toolserver.TasksExtension, false, "", func(c *fulfill.Config) { c.MaxPending, c.MaxPendingPerProposer, c.MaxInflight = 1, 10, 1 })
 	first := w.propose("p-first", `{"method":"tools/call","params":{"name":"migrate","arguments":{"steps":1}}}`)
 	_, firstTask := w.taskOf("migrate")

@@ -39,6 +39,7 @@ decision := {"action": "fulfill"} if {
 // owner_annotations); a tool with no entry sees its owner's annotations;
 // one with neither sees none and is default-denied.
 func TestE2EToolMetadata(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tool-metadata.yaml")
 	if err := os.WriteFile(path, []byte(`calculator:
   slow: {annotations: {readOnlyHint: true}}

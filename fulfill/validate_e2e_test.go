@@ -20,6 +20,7 @@ import (
 // policy runs: exactly one mcp/reject "invalid", a chat saying why, and no
 // policy evaluation.
 func TestE2EToolNameNotAStringRejectedInvalid(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	before := w.gate.calls.Load()
 	for _, tc := range []struct{ id, payload, chat string }{
@@ -98,6 +99,7 @@ func (r *recorder) at(stage fulfill.Stage) []fulfill.Event {
 // (it cannot be told from the real one), but the owner's real, different
 // answer reveals it: the conflict is recorded as a spoof attempt.
 func TestE2EForgedToolResultDetected(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{Observer: rec}})
 	spacetest.Join(t, context.Background(), w.srv, "mallory", "calc-token") // holds mcp/response, like a tool server
@@ -134,6 +136,7 @@ decision := {"action": "fulfill"} if input.tool.annotations.readOnlyHint == true
 // trusted, the spoof attempt is reported, the owner is asked again, and
 // write_file is decided on the owner's own annotations (rejected).
 func TestE2EForgedDiscoveryDetected(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	w := newWorld(t, worldOptions{policy: readOnlyPolicy, cfg: fulfill.Config{Observer: rec, DiscoverySettle: 2 * time.Second}})
 	ctx := context.Background()
@@ -229,6 +232,7 @@ decision := {"action": "fulfill"} if {
 // runs. Numbers beyond float64 reach the policy as written and the tool
 // owner byte for byte: params on the wire are the proposal's own text.
 func TestE2EDecidedNumbersAreTheNumbersSent(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{policy: exactNumbersPolicy})
 	params := `{"name":"add","arguments":{"a":9007199254740993,"b":1e999999,"c":123456789012345678901234567890,"d":1.50,"e":-0}}`
 	id := w.propose("p-numbers", `{"method":"tools/call","params":`+params+`}`)
@@ -246,6 +250,7 @@ func TestE2EDecidedNumbersAreTheNumbersSent(t *testing.T) {
 // U+FFFD where the tool owner gets the bytes): bytes 0xFF 0xFE inside a
 // string, and an escaped lone surrogate, are rejected before the policy.
 func TestE2EInvalidUTF8RejectedInvalid(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	before := w.gate.calls.Load()
 	for id, payload := range map[string]string{
@@ -283,6 +288,7 @@ func TestE2EInvalidUTF8RejectedInvalid(t *testing.T) {
 // tools/call). A second forgery is counted without a second chat; the
 // fulfiller's own echoes are never taken for impersonations.
 func TestE2EForgedRejectInFulfillersNameReported(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	w := newWorld(t, worldOptions{cfg: fulfill.Config{Observer: rec}})
 	id := w.propose("p-slow", `{"method":"tools/call","params":{"name":"slow","arguments":{}}}`)

@@ -142,6 +142,7 @@ func (s *queueSpace) SendOrQueue(_ context.Context, env agent.Envelope) (agent.E
 // policy's deny; the journal hears of the reject once it is written,
 // and a refusal by the gateway is reported undelivered.
 func TestWireRejectAsTheFulfiller(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", `{"method":"tools/call","params":{"name":"sub","arguments":{}}}`))
 	oldReject, oldChat := h.space.next(t), h.space.next(t)
@@ -197,6 +198,7 @@ func TestWireRejectAsTheFulfiller(t *testing.T) {
 // A reject that cannot be written is the effect's error (the core
 // writes it again), reported undelivered, and no longer refusable.
 func TestWireRejectNotWritten(t *testing.T) {
+	t.Parallel()
 	space := &failingSpace{fakeSpace: newFakeSpace(), err: errors.New("link down")}
 	w, rec := newTestWire(t, space)
 	err := w.SendReject(t.Context(), lifecycle.SendReject{ID: "p1", To: "coder", EnvelopeID: "rej-1", Reason: "policy", Message: "no"})
@@ -217,6 +219,7 @@ func TestWireRejectNotWritten(t *testing.T) {
 // The fulfilment request, as the Fulfiller writes it: the proposal's
 // method and params, correlated to the proposal, with the recorded ids.
 func TestWireRequestAsTheFulfiller(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2},"task":{"ttl":5},"_meta":{"progressToken":1}}}`))
 	old := h.space.next(t)
@@ -260,6 +263,7 @@ func TestWireRequestAsTheFulfiller(t *testing.T) {
 // A write the link lost midway may have reached the owner: it counts
 // as written. Any other failure is the effect's error.
 func TestWireRequestSessionLost(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err         error
 		wantErr     bool
@@ -283,6 +287,7 @@ func TestWireRequestSessionLost(t *testing.T) {
 // The cancellation at the tool owner, as the Fulfiller writes it at the
 // fulfil timeout; through the Queuer when the Space has one.
 func TestWireCancelAsTheFulfiller(t *testing.T) {
+	t.Parallel()
 	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
 	h := newHarness(t, Config{FulfillTimeout: 30 * time.Second, PendingTTL: time.Hour, Clock: clock}, &fakeDecider{decisions: fulfilAdd})
 	h.deliver(proposalEnv("p1", "coder", addCall))
@@ -317,6 +322,7 @@ func TestWireCancelAsTheFulfiller(t *testing.T) {
 // queued fulfilment; the proposer's deadline hint and the
 // impersonation chat.
 func TestWireStatusAsTheFulfiller(t *testing.T) {
+	t.Parallel()
 	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
 	dec := &fakeDecider{decisions: map[string]decision.Decision{
 		"add": {Action: decision.Escalate, Approvers: []string{"alice", "bob"}, Quorum: 2, Timeout: time.Minute},
@@ -356,6 +362,7 @@ func TestWireStatusAsTheFulfiller(t *testing.T) {
 // status chat, the follower's TaskEnded with the call's result, and the
 // relay to the proposer.
 func TestWireTaskAsTheFulfiller(t *testing.T) {
+	t.Parallel()
 	clock := clocktest.New(time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC))
 	handle := `{"task":{"taskId":"T1","status":"working","pollInterval":100}}`
 	answer := func(req agent.RPCRequest) (agent.RPCResponse, error) {
@@ -431,6 +438,7 @@ func TestWireTaskAsTheFulfiller(t *testing.T) {
 
 // An error relayed, and a relay without a result; tasks/cancel.
 func TestWireRelayErrorAndTaskCancel(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	w, _ := newTestWire(t, space)
 	if err := w.SendRelay(t.Context(), lifecycle.SendRelay{ID: "job", To: "coder", EnvelopeID: "rel-1", RPCID: 7, TaskID: "T1", Error: json.RawMessage(`{"code":-32603,"message":"task T1 was cancelled at calculator"}`)}); err != nil {
@@ -510,6 +518,7 @@ func followOnce(t *testing.T, w *wire, owner *taskOwner) []lifecycle.Event {
 // inline result at the end; a failed task without an error gets one; a
 // task its owner forgot is Gone.
 func TestWireFollowTask(t *testing.T) {
+	t.Parallel()
 	ext := func(status, extra string) string {
 		return `{"resultType":"complete","taskId":"T1","status":"` + status + `","pollIntervalMs":1` + extra + `}`
 	}
@@ -555,6 +564,7 @@ func TestWireFollowTask(t *testing.T) {
 // us, makes the follower ask at once (the owner suggests 30 s); one in
 // someone else's name, or about another task, does not.
 func TestWireTaskNoticeWakesTheFollower(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	owner := &taskOwner{states: []string{`{"taskId":"T1","status":"working","pollInterval":30000}`}, asked: make(chan struct{}, 1)}
 	space.taskAnswer = owner.answer
@@ -615,6 +625,7 @@ func escalatedProposal(t *testing.T, id string, hinted bool) lifecycle.Proposal 
 // proposal's, so the same grant made again after a crash is not a
 // second; StageGranted says so.
 func TestEngineWireCreateGrant(t *testing.T) {
+	t.Parallel()
 	reg := grantstore.NewRegistry(nil, nil)
 	rec := &wireRec{}
 	w := newEngineWire(&wire{}, rec, Config{SpaceID: "lab", Grants: reg}, slog.New(slog.DiscardHandler))
@@ -657,6 +668,7 @@ func TestEngineWireCreateGrant(t *testing.T) {
 // A request to a tool owner not in the space is not written (the
 // gateway replays nothing): lifecycle.ErrAway, and the core holds it.
 func TestWireRequestToAnAbsentOwner(t *testing.T) {
+	t.Parallel()
 	space := newFakeSpace()
 	w, _ := newTestWire(t, space)
 	space.setPresent("calculator", false)

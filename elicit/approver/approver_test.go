@@ -19,6 +19,7 @@ import (
 const oneApprover = `{"approvers":["alice"],"message":"production writes need a human","editable":["path","content"]}`
 
 func TestAutoApproveSigned(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, oneApprover, approval.Keys{"alice": pub})
 	var out screen
@@ -40,6 +41,7 @@ func TestAutoApproveSigned(t *testing.T) {
 }
 
 func TestAutoDeclineWithReasonSigned(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, oneApprover, approval.Keys{"alice": pub})
 	w.approver("alice", &approver.Auto{Reason: "frozen for the release"}, approver.Options{Key: priv})
@@ -53,6 +55,7 @@ func TestAutoDeclineWithReasonSigned(t *testing.T) {
 }
 
 func TestAutoDeclineSigned(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, oneApprover, approval.Keys{"alice": pub})
 	w.approver("alice", &approver.Auto{}, approver.Options{Key: priv, Limit: 1})
@@ -71,6 +74,7 @@ func TestAutoDeclineSigned(t *testing.T) {
 // TestTerminalApproveWithEdits drives the card UI through a pipe, as a
 // script or a person typing lines would.
 func TestTerminalApproveWithEdits(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	in, keys := io.Pipe()
 	t.Cleanup(func() { keys.Close() })
@@ -107,6 +111,7 @@ func TestTerminalApproveWithEdits(t *testing.T) {
 }
 
 func TestTerminalCardWithdrawn(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	in, keys := io.Pipe()
 	t.Cleanup(func() { keys.Close() })
@@ -121,6 +126,7 @@ func TestTerminalCardWithdrawn(t *testing.T) {
 }
 
 func TestTerminalDeclineWithReason(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	in, keys := io.Pipe()
 	t.Cleanup(func() { keys.Close() })
@@ -147,6 +153,7 @@ func TestTerminalDeclineWithReason(t *testing.T) {
 // key lists just that: no edit without editable arguments, no delegate
 // without someone to hand to.
 func TestTerminalOffersOnlyItsActions(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `{"approvers":["alice"]}`, nil)
 	in, keys := io.Pipe()
 	t.Cleanup(func() { keys.Close() })
@@ -166,6 +173,7 @@ func TestTerminalOffersOnlyItsActions(t *testing.T) {
 // After an approval with an edit the policy refuses, the approver sees
 // the policy's reject and its message.
 func TestTerminalOutcomeRejectedAfterEdit(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	in, keys := io.Pipe()
 	t.Cleanup(func() { keys.Close() })
@@ -181,6 +189,7 @@ func TestTerminalOutcomeRejectedAfterEdit(t *testing.T) {
 }
 
 func TestKeyFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := dir + "/alice.key"
 	line, err := approver.WriteKeyFile(path, "alice", nil)
@@ -215,6 +224,7 @@ func TestKeyFile(t *testing.T) {
 }
 
 func TestParseValue(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		f    approver.Field
 		in   string
@@ -241,6 +251,7 @@ func TestParseValue(t *testing.T) {
 }
 
 func TestResponseRefusesDigestMismatch(t *testing.T) {
+	t.Parallel()
 	env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}},"required":["approve"]},"_meta":{"proposal":{"id":"p","from":"coder","method":"tools/call","params":{"name":"read_file"},"digest":"` + strings.Repeat("0", 64) + `","deadline":"2030-01-01T00:00:00Z"}}}}`)}
 	c, err := approver.ParseCard(env)
 	if err != nil {
@@ -263,6 +274,7 @@ func TestResponseRefusesDigestMismatch(t *testing.T) {
 // the digest or rewrite the arguments shown. Control characters and
 // bidirectional overrides are shown escaped.
 func TestRenderEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
 	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	env := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p\r\u001b[2Kq","from":"cod\u202eer","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2030-01-01T00:00:00Z"},"tool":{"name":"write_file","server":"fs","description":"writes\r\u001b[Kread-only"},"policy":{"message":"ok\u0007"}}}}`)}
@@ -294,6 +306,7 @@ func TestRenderEscapesControlCharacters(t *testing.T) {
 // card read "ls … # list the && rm -rf …" while the call that runs puts
 // rm -rf first; each is shown escaped.
 func TestRenderEscapesInvisibleCharacters(t *testing.T) {
+	t.Parallel()
 	// Raw in the JSON text, as a proposer may send them.
 	params := "{\"name\":\"run\",\"arguments\":{\"command\":\"ls \u2067# list the\u2069 && r\u200bm -rf /\"}}"
 	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
@@ -331,6 +344,7 @@ func (absentConn) Participant(string) (agent.Participant, bool) { return agent.P
 
 // An approver who starts before the fulfiller is told why no card comes.
 func TestFulfillerAbsentAtStart(t *testing.T) {
+	t.Parallel()
 	ui := newRecUI(nil)
 	in := make(chan agent.Envelope)
 	close(in)
@@ -350,6 +364,7 @@ func TestFulfillerAbsentAtStart(t *testing.T) {
 // The terminal says when the fulfiller leaves (its card closes, saying
 // why) and when it is back (the card is shown again).
 func TestTerminalFulfillerLeavesAndComesBack(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	in, keys := io.Pipe()
 	t.Cleanup(func() { keys.Close() })
@@ -374,6 +389,7 @@ func TestTerminalFulfillerLeavesAndComesBack(t *testing.T) {
 // A deadline the proposer set (its own hint, sooner than the policy's)
 // is shown as such: the approver knows the proposer stops waiting then.
 func TestCardShowsAProposersDeadline(t *testing.T) {
+	t.Parallel()
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
 	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	card := func(by string) string {
@@ -398,6 +414,7 @@ func TestCardShowsAProposersDeadline(t *testing.T) {
 // the approvers the prompt lists (an escalate_to tier's prompt lists
 // the earlier approvers too); with more, how many of whom.
 func TestCardShowsWhoElseIsAsked(t *testing.T) {
+	t.Parallel()
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
 	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	card := func(policy string) string {

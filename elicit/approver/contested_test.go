@@ -109,6 +109,7 @@ func noAnswer(t *testing.T, conn *recordingConn, ui *holdUI, in chan<- agent.Env
 // open: the card is contested and takes no answer; nothing is sent, and
 // neither prompt comes back as an approvable card.
 func TestContestedForgeryAfterRealPrompt(t *testing.T) {
+	t.Parallel()
 	conn, ui, in := runHeld(t, approver.Options{})
 	in <- attackPrompt(t, "/etc/sudoers", nil, "")
 	if c := ui.card(t); argumentsPath(c) != "/etc/sudoers" || !c.DigestOK {
@@ -136,6 +137,7 @@ func TestContestedForgeryAfterRealPrompt(t *testing.T) {
 // card is contested, so the person is never made to approve one call by
 // a card that shows another.
 func TestContestedForgeryBeforeRealPrompt(t *testing.T) {
+	t.Parallel()
 	conn, ui, in := runHeld(t, approver.Options{})
 	in <- attackPrompt(t, "/tmp/notes.txt", nil, "")
 	if c := ui.card(t); argumentsPath(c) != "/tmp/notes.txt" || !c.DigestOK {
@@ -153,6 +155,7 @@ func TestContestedForgeryBeforeRealPrompt(t *testing.T) {
 // a collision too: an answer repeats the JSON-RPC id, so the card is
 // contested and the newcomer is not shown.
 func TestContestedByJSONRPCID(t *testing.T) {
+	t.Parallel()
 	conn, ui, in := runHeld(t, approver.Options{})
 	in <- attackPrompt(t, "/etc/sudoers", nil, "")
 	ui.card(t)
@@ -170,6 +173,7 @@ func TestContestedByJSONRPCID(t *testing.T) {
 // A card waiting its turn behind another is contested the same way: it
 // is never shown as approvable, and the person is told.
 func TestContestedWhileQueued(t *testing.T) {
+	t.Parallel()
 	conn, ui, in := runHeld(t, approver.Options{})
 	in <- promptEnv("el-first", "/srv/first")
 	ui.card(t)
@@ -191,6 +195,7 @@ func TestContestedWhileQueued(t *testing.T) {
 // reconnect or a restart: not a collision. The card stays open, is shown
 // once, and its one answer goes out under the prompt's ids.
 func TestIdenticalResendNotContested(t *testing.T) {
+	t.Parallel()
 	conn, ui, in := runHeld(t, approver.Options{})
 	real := attackPrompt(t, "/etc/sudoers", nil, "")
 	in <- real
@@ -217,6 +222,7 @@ func TestIdenticalResendNotContested(t *testing.T) {
 // is dropped and reported, whichever comes first, and leaves no trace: the
 // real prompt under the same ids is shown and answered, signed.
 func TestSignedPromptsForgeryNeverShown(t *testing.T) {
+	t.Parallel()
 	fulPub, fulKey, _ := ed25519.GenerateKey(nil)
 	_, malloryKey, _ := ed25519.GenerateKey(nil)
 	alicePub, aliceKey, _ := ed25519.GenerateKey(nil)
@@ -288,6 +294,7 @@ func runTerminal(t *testing.T, opts approver.Options) (*recordingConn, *screen, 
 // The terminal card says in words that the card is contested, and stops
 // asking: the prompt line is closed, and nothing is sent.
 func TestTerminalContestedCard(t *testing.T) {
+	t.Parallel()
 	conn, out, in := runTerminal(t, approver.Options{})
 	in <- attackPrompt(t, "/etc/sudoers", nil, "")
 	waitFor(t, "the card", out.String, "a approve · d decline · c dismiss · q quit › ")
@@ -303,6 +310,7 @@ func TestTerminalContestedCard(t *testing.T) {
 // With --fulfiller-keys, a prompt whose signature does not verify is a
 // visible line on the terminal, never a card.
 func TestTerminalSignedPromptRefusedNotice(t *testing.T) {
+	t.Parallel()
 	fulPub, _, _ := ed25519.GenerateKey(nil)
 	conn, out, in := runTerminal(t, approver.Options{FulfillerKeys: approval.Keys{"fulfiller": fulPub}})
 	in <- attackPrompt(t, "/tmp/notes.txt", nil, "")

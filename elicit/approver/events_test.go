@@ -108,6 +108,7 @@ func (g gated) Ask(ctx context.Context, c *approver.Card) (approver.Answer, erro
 // A card that goes away says why, as data for every face: the cause read
 // from the fulfiller's notifications/cancelled.
 func TestCardEndCauses(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		escalation string
@@ -176,6 +177,7 @@ func TestCardEndCauses(t *testing.T) {
 // it to the approver, but the card stays until the fulfiller's own
 // cancellation ends it — with the fulfiller's reason, not the forger's.
 func TestForgedCancelKeepsCard(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	ui := newRecUI(nil)
 	w.approver("alice", ui, approver.Options{})
@@ -213,6 +215,7 @@ func TestForgedCancelKeepsCard(t *testing.T) {
 // and says so; when it is back and asks again, the same card is shown
 // again and can be answered.
 func TestFulfillerLeavesAndComesBack(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	var round int
 	var mu sync.Mutex
@@ -260,6 +263,7 @@ func TestFulfillerLeavesAndComesBack(t *testing.T) {
 // After an approval the approver learns what became of the proposal: the
 // fulfilment, or the policy's reject of the edited call with its message.
 func TestApprovalOutcome(t *testing.T) {
+	t.Parallel()
 	t.Run("fulfilled", func(t *testing.T) {
 		w := newWorld(t, oneApprover, nil)
 		ui := newRecUI(func(*approver.Card) (approver.Answer, bool) {
@@ -308,6 +312,7 @@ func (c chanConn) Send(_ context.Context, env agent.Envelope) (agent.Envelope, e
 // reject of the proposal from anyone else is not taken as its outcome. A
 // reject with no explanation is reported once the wait for its chat ends.
 func TestOutcomeOnlyFromTheFulfiller(t *testing.T) {
+	t.Parallel()
 	params := `{"name":"write_file","arguments":{"path":"/srv/prod/motd"}}`
 	digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
 	prompt := agent.Envelope{ID: "fulfiller-elicit-1", From: "fulfiller", To: []string{"alice"}, Kind: agent.KindRequest, Payload: json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{"message":"m","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean"}}},"_meta":{"proposal":{"id":"p-1","from":"coder","method":"tools/call","params":` + params + `,"digest":"` + digest + `","deadline":"2999-01-01T00:00:00Z"}}}}`)}
@@ -368,6 +373,7 @@ func (u *chosenUI) Ask(ctx context.Context, c *approver.Card) (approver.Answer, 
 // at once and answered in any order; the rest wait in arrival order and
 // take the place of a card that ends.
 func TestOpenCardsSideBySide(t *testing.T) {
+	t.Parallel()
 	prompt := func(n int) agent.Envelope {
 		params := fmt.Sprintf(`{"name":"write_file","arguments":{"path":"/srv/prod/%d"}}`, n)
 		digest, _ := approval.CallDigest("tools/call", json.RawMessage(params))
@@ -429,6 +435,7 @@ func TestOpenCardsSideBySide(t *testing.T) {
 // a forged answer in bob's name to a prompt that was not his, and an
 // answer from someone who was not asked, change nothing.
 func TestCardShowsTheQuorumsProgress(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `{"approvers":["alice","bob"],"quorum":2}`, nil)
 	w.bobGo = make(chan struct{})
 	w.approver("bob", gated{w.bobGo, &approver.Auto{Approve: true, Reason: "looks fine"}}, approver.Options{})
@@ -471,6 +478,7 @@ func TestCardShowsTheQuorumsProgress(t *testing.T) {
 // The terminal says the quorum's progress on a line of its own, with what
 // came from the space made printable.
 func TestTerminalSaysTheOthersAnswers(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	term := &approver.Terminal{Out: &out}
 	card := &approver.Card{RequestID: "e1", Proposal: &approver.Proposal{ID: "p1", From: "coder", Method: "tools/call"},

@@ -72,6 +72,7 @@ func (w *world) fulfilledOnWire(id string) {
 // recognises it and sends the recorded answer (the same signed bytes)
 // instead of asking her twice, and the proposal is fulfilled once.
 func TestFaultLostAnswerIsSentAgain(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, `{"approvers":["alice"]}`, approval.Keys{"alice": pub})
 	ui := &gatedUI{release: make(chan struct{})}
@@ -138,6 +139,7 @@ func TestFaultLostAnswerIsSentAgain(t *testing.T) {
 // after her link dropped while the card is still open, is not a second
 // card.
 func TestResentPromptShownOnce(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `{"approvers":["alice"]}`, nil)
 	ui := &gatedUI{release: make(chan struct{})}
 	w.approver("alice", ui, approver.Options{})
@@ -230,6 +232,7 @@ func runAutoApproverWith(t *testing.T, o approver.Options) (*recordingConn, chan
 // envelope id and bytes); a prompt under a seen id with other content is
 // ignored; and only the last Remember answers are kept.
 func TestRecordedAnswerReplayedOnlyForTheSameQuestion(t *testing.T) {
+	t.Parallel()
 	conn, in := runAutoApprover(t, 1)
 
 	a, b := promptEnv("el-a", "/a"), promptEnv("el-b", "/b")
@@ -263,6 +266,7 @@ func TestRecordedAnswerReplayedOnlyForTheSameQuestion(t *testing.T) {
 // forgotten: sent again it is a new question (shown and answered), where
 // an unbounded record would still ignore it.
 func TestSeenPromptsAreBounded(t *testing.T) {
+	t.Parallel()
 	// The bound is SeenLimit; a small one shows the same behaviour without
 	// thousands of cards under -race.
 	const limit = 64

@@ -78,6 +78,7 @@ func (w *world) approverReordered(ui approver.UI, opts approver.Options, forgedF
 // contested and takes no answer, nothing is sent, and the proposal still
 // waits for a human (the operator settles it).
 func TestWorldForgedPromptContested(t *testing.T) {
+	t.Parallel()
 	for _, forgedFirst := range []bool{false, true} {
 		name := "forgery after the real prompt"
 		if forgedFirst {
@@ -150,6 +151,7 @@ func TestWorldForgedPromptContested(t *testing.T) {
 // the forged card had taken the real one's place, and alice's signed
 // answer was logged as a forgery).
 func TestWorldForgedPromptWithSignedPrompts(t *testing.T) {
+	t.Parallel()
 	for _, forgedFirst := range []bool{false, true} {
 		name := "forgery after the real prompt"
 		if forgedFirst {
@@ -212,6 +214,7 @@ func TestWorldForgedPromptWithSignedPrompts(t *testing.T) {
 // matched whatever its case, so the card showed notes.txt while motd was
 // written.
 func TestWorldCardShowsTheArgumentsThatRun(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, `{"approvers":["alice"],"message":"production writes need a human"}`, nil)
 	ui := newHoldUI()
 	w.approver("alice", ui, approver.Options{})

@@ -35,6 +35,7 @@ func (w *world) elicitations() int {
 // choice approve with the grant, signed with the rest of the answer, and
 // the next write under the same directory needs nobody.
 func TestTerminalApproveWithGrant(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	w := newWorldGrants(t, grantableEscalation, approval.Keys{"alice": pub}, true)
 	in, keys := io.Pipe()
@@ -78,6 +79,7 @@ func TestTerminalApproveWithGrant(t *testing.T) {
 // Without a grant offer there is no "l"; an answer naming a grant the card
 // did not offer is refused before it is sent.
 func TestResponseRefusesGrantNotOffered(t *testing.T) {
+	t.Parallel()
 	w := newWorldGrants(t, grantableEscalation, nil, true)
 	ui := newRecUI(nil)
 	w.approver("alice", ui, approver.Options{})

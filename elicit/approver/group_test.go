@@ -96,6 +96,7 @@ func (c *recordingConn) answers() []string {
 // the member that asked; a prompt from a participant not in the list is
 // not shown, though the gateway delivers it like any other.
 func TestGroupPromptsFromEveryMemberShown(t *testing.T) {
+	t.Parallel()
 	ui := newHoldUI()
 	conn, in := runGroupApprover(t, ui)
 
@@ -129,6 +130,7 @@ func TestGroupPromptsFromEveryMemberShown(t *testing.T) {
 // card, and the answer goes to the adopter. Already answered, the recorded
 // answer (the same signed bytes) goes to the adopter.
 func TestGroupAdoptedPromptIsOneCard(t *testing.T) {
+	t.Parallel()
 	t.Run("open", func(t *testing.T) {
 		ui := newHoldUI()
 		conn, in := runGroupApprover(t, ui)
@@ -228,6 +230,7 @@ func TestGroupAdoptedPromptIsOneCard(t *testing.T) {
 // one is shown; queued, the new one takes its place. A prompt about another
 // call under the same proposal id replaces nothing.
 func TestGroupReaskUnderNewIDReplacesCard(t *testing.T) {
+	t.Parallel()
 	t.Run("shown", func(t *testing.T) {
 		ui := newHoldUI()
 		conn, in := runGroupApprover(t, ui)
@@ -277,6 +280,7 @@ func TestGroupReaskUnderNewIDReplacesCard(t *testing.T) {
 // with its reason; a participant not listed may not, even naming the card
 // and its JSON-RPC id exactly.
 func TestGroupCancelFromAnyListedMember(t *testing.T) {
+	t.Parallel()
 	ui := newHoldUI()
 	_, in := runGroupApprover(t, ui)
 	prompt := groupPrompt("ful-a", "el-1", "p-1", "/x")
@@ -294,6 +298,7 @@ func TestGroupCancelFromAnyListedMember(t *testing.T) {
 // received the answer, or one that adopted the proposal), not from a
 // participant outside the group.
 func TestGroupOutcomeFromAnyMember(t *testing.T) {
+	t.Parallel()
 	ui := newHoldUI()
 	_, in := runGroupApprover(t, ui)
 	in <- groupPrompt("ful-a", "el-1", "p", "/x")
@@ -312,6 +317,7 @@ func TestGroupOutcomeFromAnyMember(t *testing.T) {
 // With a group, the client says at the start which members are not in the
 // space, one event each.
 func TestGroupMembersAbsentAtStart(t *testing.T) {
+	t.Parallel()
 	ui := newRecUI(nil)
 	in := make(chan agent.Envelope)
 	close(in)

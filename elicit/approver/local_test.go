@@ -17,6 +17,7 @@ import (
 // approver without a Link is not reached (ErrNotJoined), nor one that
 // closed it, and one id has one Link at a time.
 func TestLocalCarriesPromptsAndAnswers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var got []agent.Envelope
 	l := approver.NewLocal("fulfiller", func(_ context.Context, env agent.Envelope) error {
@@ -69,6 +70,7 @@ func TestLocalCarriesPromptsAndAnswers(t *testing.T) {
 // with room in its buffer, from the fulfiller, and skips one whose
 // buffer is full instead of waiting (the engine's observers call it).
 func TestLocalOfferNeverWaits(t *testing.T) {
+	t.Parallel()
 	l := approver.NewLocal("fulfiller", nil)
 	alice, err := l.Join("alice")
 	if err != nil {

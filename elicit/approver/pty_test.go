@@ -25,6 +25,7 @@ import (
 // renders, the countdown runs, and a single key press (raw mode, no Enter)
 // approves.
 func TestTerminalPTY(t *testing.T) {
+	t.Parallel()
 	master, slave, err := pty.Open()
 	if err != nil {
 		testenv.Missing(t, "no pseudo-terminal here: %v", err)
@@ -87,6 +88,7 @@ func ptyUI(t *testing.T, w *world, cols uint16, tune func(*approver.Terminal)) (
 // abcQd, and exactly that — no escape sequence — is sent in the answer
 // and reaches the proposer's chat.
 func TestTerminalPTYReasonLineEditing(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	ptmx, out := ptyUI(t, w, 80, nil)
 	id := w.propose("p-write")
@@ -138,6 +140,7 @@ func TestTerminalPTYReasonLineEditing(t *testing.T) {
 // At 40 columns the choice line with its countdown fits, so each redraw
 // replaces it: one countdown line on the screen, however often it ticks.
 func TestTerminalPTYNarrowCountdown(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, oneApprover, nil)
 	ptmx, out := ptyUI(t, w, 40, func(ui *approver.Terminal) { ui.Tick = 10 * time.Millisecond })
 	id := w.propose("p-write")

@@ -22,11 +22,15 @@ import (
 	"github.com/mewkit/fulfiller/internal/proposer"
 	"github.com/mewkit/fulfiller/internal/space"
 	"github.com/mewkit/fulfiller/internal/spacetest"
+	"github.com/mewkit/fulfiller/internal/testenv"
 	"github.com/mewkit/fulfiller/internal/toolserver"
 	"github.com/mewkit/fulfiller/policies"
 )
 
 func TestMain(m *testing.M) {
+	// Twice GOMAXPROCS tests at once: they mostly wait, each on a
+	// world of its own.
+	testenv.MoreParallel()
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"))
 }
 

@@ -173,6 +173,7 @@ func text(res *mcp.CallToolResult) string {
 // upstream's exact result; her decline of the next one refuses it
 // "disagree", in the words the model reads.
 func TestInboxApproverFulfilsAndDeclines(t *testing.T) {
+	t.Parallel()
 	r := start(t, []string{"alice"}, nil)
 	poll.Until(t, "alice connected", func() bool { return r.srv.Approvers().Connected("alice") })
 	s := passkeytest.SignIn(t, r.inbox, "alice", r.keys["alice"])
@@ -217,6 +218,7 @@ func (scripted) Notify(approver.Event)                                          
 // signature, through the in-process channel, is a forgery: refused, and
 // the call still waits for her.
 func TestInboxUnsignedAnswerForKeyedApproverIsRefused(t *testing.T) {
+	t.Parallel()
 	r := start(t, nil, []string{"alice"})
 	link, err := r.srv.Approvers().Join("alice")
 	if err != nil {
@@ -259,6 +261,7 @@ func TestInboxUnsignedAnswerForKeyedApproverIsRefused(t *testing.T) {
 // pass for the other) is never put to alice: it is refused on the wire,
 // saying why, and the upstream never runs it.
 func TestEscalatedCallWithInexactNumberIsRefused(t *testing.T) {
+	t.Parallel()
 	r := start(t, []string{"alice"}, nil)
 	poll.Until(t, "alice connected", func() bool { return r.srv.Approvers().Connected("alice") })
 	s := passkeytest.SignIn(t, r.inbox, "alice", r.keys["alice"])

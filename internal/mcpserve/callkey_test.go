@@ -14,6 +14,7 @@ import (
 // arguments with no canonical form (duplicate keys: which one a reader
 // keeps is not agreed, so two calls could read as one).
 func TestCallKeyNamesTheCall(t *testing.T) {
+	t.Parallel()
 	call := func(proposer, server, tool, args string) mcpfront.Proposal {
 		return mcpfront.Proposal{Proposer: proposer, Server: server, Tool: mcpfront.Tool{Name: tool, Arguments: json.RawMessage(args)}}
 	}

@@ -27,6 +27,7 @@ import (
 // upstream never ran it. A record of a gone instance queued to run is
 // left alone. A retry after that is a new call.
 func TestLostCallEndedAfterItsDeadline(t *testing.T) {
+	t.Parallel()
 	// Three instances: A and two that race to end its call. Two (A and
 	// one to end it) only without -short.
 	for _, live := range []int{2, 1} {

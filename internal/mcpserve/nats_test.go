@@ -192,6 +192,7 @@ func writePolicy(t *testing.T, text string) string {
 // the same client's drop through B runs on it, unasked, from a client
 // that cannot even be asked.
 func TestInstancesShareGrants(t *testing.T) {
+	t.Parallel()
 	m := natsCluster(t)
 	policy := writePolicy(t, natsGrantPolicy)
 	var runs atomic.Int32
@@ -229,6 +230,7 @@ func TestInstancesShareGrants(t *testing.T) {
 // pull behind one instance), sees the call's tool as changed, until
 // `mcp accept-tools` accepts it on the cluster.
 func TestInstancesSharePins(t *testing.T) {
+	t.Parallel()
 	m := natsCluster(t)
 	policy := writePolicy(t, natsGrantPolicy)
 	var runs atomic.Int32

@@ -15,6 +15,7 @@ import (
 // correlated to the proposal naming its upstream; every approver in the
 // inbox is offered them, from the fulfiller. Other stages tell nothing.
 func TestOutcomeEnvelopes(t *testing.T) {
+	t.Parallel()
 	local := approver.NewLocal(FulfillerID, nil)
 	alice, err := local.Join("alice")
 	if err != nil {

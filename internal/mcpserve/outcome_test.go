@@ -12,6 +12,7 @@ import (
 // the upstream), as a card does in a space; a card she declined shows
 // her answer and no outcome.
 func TestInboxCardLearnsTheOutcome(t *testing.T) {
+	t.Parallel()
 	r := start(t, []string{"alice"}, nil)
 	poll.Until(t, "alice connected", func() bool { return r.srv.Approvers().Connected("alice") })
 	s := passkeytest.SignIn(t, r.inbox, "alice", r.keys["alice"])

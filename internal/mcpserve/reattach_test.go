@@ -220,6 +220,7 @@ func callAsync(cs *mcp.ClientSession, table string) <-chan *mcp.CallToolResult {
 // on her approval the drop runs exactly once and the retry gets its
 // result. A retry of another call (other arguments) is a new call.
 func TestRetryReattachesAfterInstanceDies(t *testing.T) {
+	t.Parallel()
 	m := natsCluster(t)
 	proxy := newCutProxy(t, m.URLs[0][len("nats://"):])
 	var runs atomic.Int32
@@ -345,6 +346,7 @@ decision := {"action": "escalate", "approvers": ["@caller"], "message": "a drop 
 // answered that its call was taken over, and the old form's late answer
 // counts for nothing.
 func TestRetryAsksTheCallerOnItsNewSession(t *testing.T) {
+	t.Parallel()
 	m := natsCluster(t)
 	policy := writePolicy(t, callerPolicy)
 	var runs atomic.Int32
