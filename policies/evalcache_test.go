@@ -138,8 +138,14 @@ func TestDataCache(t *testing.T) {
 	}
 
 	full := newDataCache()
+	// The ref MustParseRef("data.users.uN") gives, built directly: the
+	// parser costs more than the cache and runs 16 k times here.
+	users := ast.MustParseRef("data.users")
+	if u0 := append(users.Copy(), ast.StringTerm("u0")); !u0.Equal(ast.MustParseRef("data.users.u0")) {
+		t.Fatalf("built ref %v is not the parsed one", u0)
+	}
 	for i := 0; full.nodes < maxDataCacheNodes; i++ {
-		full.Put(ast.MustParseRef(fmt.Sprintf("data.users.u%d", i)), ast.String("v"))
+		full.Put(append(users.Copy(), ast.StringTerm(fmt.Sprintf("u%d", i))), ast.String("v"))
 	}
 	before := full.nodes
 	full.Put(ast.MustParseRef("data.users.more.and.more"), ast.String("v"))

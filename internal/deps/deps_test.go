@@ -11,9 +11,11 @@ package deps
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mewkit/fulfiller/internal/testenv"
@@ -33,6 +35,24 @@ var (
 	natsClient = forbidden{"the NATS client", "github.com/nats-io/nats.go"}
 )
 
+// pointOneWay are the packages approvers and policy authors run, with
+// what each must not depend on.
+var pointOneWay = []struct {
+	pkg  string
+	deny []forbidden
+}{
+	{"elicit/approver", []forbidden{opa, natsServer, natsClient}},
+	{"elicit/inbox", []forbidden{opa, natsServer, natsClient}},
+	{"elicit/inbox/teaminbox", []forbidden{opa, natsServer, natsClient}},
+	{"policies/replay", []forbidden{opa, natsServer, natsClient}},
+	{"policies/suggest", []forbidden{opa, natsServer, natsClient}},
+	{"elicit/approval", []forbidden{opa, natsServer, natsClient}},
+	{"fulfill/decision", []forbidden{opa, natsServer, natsClient}},
+	{"fulfill/grants", []forbidden{opa, natsServer, natsClient}},
+	{"fulfill/decisionlog/logrecord", []forbidden{opa, natsServer, natsClient}},
+	{"internal/printable", []forbidden{opa, natsServer, natsClient}},
+}
+
 // TestDependenciesPointOneWay fails, naming the import chain, when a
 // package that approvers or policy authors run depends on OPA or the NATS
 // server (or, for the approver's client and the inbox, on the NATS client:
@@ -42,21 +62,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 	if err != nil {
 		testenv.Missing(t, "go command: %v", err)
 	}
-	for _, c := range []struct {
-		pkg  string
-		deny []forbidden
-	}{
-		{"elicit/approver", []forbidden{opa, natsServer, natsClient}},
-		{"elicit/inbox", []forbidden{opa, natsServer, natsClient}},
-		{"elicit/inbox/teaminbox", []forbidden{opa, natsServer, natsClient}},
-		{"policies/replay", []forbidden{opa, natsServer, natsClient}},
-		{"policies/suggest", []forbidden{opa, natsServer, natsClient}},
-		{"elicit/approval", []forbidden{opa, natsServer, natsClient}},
-		{"fulfill/decision", []forbidden{opa, natsServer, natsClient}},
-		{"fulfill/grants", []forbidden{opa, natsServer, natsClient}},
-		{"fulfill/decisionlog/logrecord", []forbidden{opa, natsServer, natsClient}},
-		{"internal/printable", []forbidden{opa, natsServer, natsClient}},
-	} {
+	for _, c := range pointOneWay {
 		t.Run(c.pkg, func(t *testing.T) {
 			root := module + "/" + c.pkg
 			graph := importGraph(t, goTool, root)
@@ -120,32 +126,85 @@ func TestChainNamesTheShortestPath(t *testing.T) {
 
 // importGraph is the import graph of root and everything it depends on,
 // as the go command resolves it for this platform (tests excluded: they
-// may start a real sidecar).
+// may start a real sidecar). The graphs of all the roots the tests check
+// come from one go list run (sharedGraph): each run loads the module's
+// packages again, which was most of this package's test time.
 func importGraph(t *testing.T, goTool, root string) map[string][]string {
 	t.Helper()
-	cmd := exec.Command(goTool, "list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", root)
+	all, err := sharedGraph()
+	if _, ok := all[root]; err != nil || !ok {
+		// A root the shared run did not name (or a failed run: its error
+		// is this root's to report).
+		all, err = listDeps(goTool, root)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := all[root]; !ok {
+		t.Fatalf("go list -deps %s did not list %s itself", root, root)
+	}
+	// Only what go list -deps root lists (root and its Deps, implicit
+	// ones such as runtime/cgo included): the shared graph also holds the
+	// other roots' dependencies, which are not root's.
+	graph := map[string][]string{root: all[root].imports}
+	for _, p := range all[root].deps {
+		graph[p] = all[p].imports
+	}
+	return graph
+}
+
+// listed is one package of a go list -deps run.
+type listed struct {
+	imports []string // its direct imports
+	deps    []string // every package it depends on
+}
+
+// checkedRoots are the packages whose dependencies the tests check.
+func checkedRoots() []string {
+	var roots []string
+	for _, c := range pointOneWay {
+		roots = append(roots, module+"/"+c.pkg)
+	}
+	for _, leaf := range leaves {
+		roots = append(roots, module+"/"+leaf)
+	}
+	return roots
+}
+
+// sharedGraph is the import graph of every checked root, listed once per
+// test binary.
+var sharedGraph = sync.OnceValues(func() (map[string]listed, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return nil, err
+	}
+	return listDeps(goTool, checkedRoots()...)
+})
+
+// listDeps runs go list -deps on roots: every package they reach, with
+// its imports and dependencies.
+func listDeps(goTool string, roots ...string) (map[string]listed, error) {
+	cmd := exec.Command(goTool, append([]string{"list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}\t{{join .Deps \" \"}}"}, roots...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", root, err, stderr.Bytes())
+		return nil, fmt.Errorf("go list -deps %s: %w\n%s", strings.Join(roots, " "), err, stderr.Bytes())
 	}
-	graph := map[string][]string{}
+	graph := map[string]listed{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
+		imports, deps, _ := strings.Cut(sc.Text(), "\t")
+		f := strings.Fields(imports)
 		if len(f) > 0 {
-			graph[f[0]] = f[1:]
+			graph[f[0]] = listed{imports: f[1:], deps: strings.Fields(deps)}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		t.Fatalf("go list -deps %s: %v", root, err)
+		return nil, fmt.Errorf("go list -deps %s: %w", strings.Join(roots, " "), err)
 	}
-	if _, ok := graph[root]; !ok {
-		t.Fatalf("go list -deps %s did not list %s itself", root, root)
-	}
-	return graph
+	return graph, nil
 }
 
 // chainTo is the shortest import chain from root to a package whose path
@@ -209,5 +268,36 @@ func TestEveryPackageIsInARoom(t *testing.T) {
 	}
 	if n < 10 {
 		t.Fatalf("go list found %d packages; the test reads nothing", n)
+	}
+}
+
+// TestSharedGraphIsEachRootsOwn checks what the tests above rely on: the
+// graph of one root cut from the shared go list run is the one go list
+// gives for that root alone, no package more or fewer.
+func TestSharedGraphIsEachRootsOwn(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		testenv.Missing(t, "go command: %v", err)
+	}
+	root := module + "/policies/suggest"
+	alone, err := listDeps(goTool, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := importGraph(t, goTool, root)
+	all, err := sharedGraph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) <= len(alone) {
+		t.Fatalf("the shared graph has %d packages, %s alone %d: the other roots add none, so this checks nothing", len(all), root, len(alone))
+	}
+	if len(cut) != len(alone) {
+		t.Errorf("%s: %d packages cut from the shared graph, %d listed alone", root, len(cut), len(alone))
+	}
+	for p, imports := range alone {
+		if got, ok := cut[p]; !ok || !slices.Equal(got, imports.imports) {
+			t.Errorf("%s: %s imports %v in the shared graph (present %v), %v alone", root, p, got, ok, imports.imports)
+		}
 	}
 }

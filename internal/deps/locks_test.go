@@ -2,6 +2,7 @@ package deps
 
 import (
 	"bufio"
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -95,7 +96,17 @@ func mutexesIn(t *testing.T, root string) []string {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// A mutex's declaration has the identifier Mutex or RWMutex in
+		// its text: a file without it has none to parse for (most of
+		// them; parsing was most of this test).
+		if !bytes.Contains(src, []byte("Mutex")) {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
