@@ -19,6 +19,7 @@ import (
 // any more, an answer posted for it from a page that has not caught up is
 // refused, and nothing reaches the fulfiller: the proposal still waits.
 func TestBrowserContestedCardCannotBeApproved(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)

@@ -24,6 +24,7 @@ const grantable = `{"approvers":["alice"],"message":"production writes need a hu
 // travels signed with the approval. The next write under the same
 // directory is fulfilled without a prompt.
 func TestBrowserApproveWithGrant(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, worldOptions{escalation: grantable, keys: approval.Keys{"alice": pub}, key: priv, grants: true})
 	ctx := tab(t, 1280, 900)

@@ -21,6 +21,7 @@ import (
 // one fulfilment; the card then shows the outcome. The same run takes the
 // desktop and phone screenshots of the docs.
 func TestBrowserApproveFulfilsOnce(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice","bob"],"quorum":1,"message":"production writes need a human","editable":["path","content"]}`, humans: []string{"bob"}})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
@@ -69,6 +70,7 @@ func TestBrowserApproveFulfilsOnce(t *testing.T) {
 // and the fulfiller checks the edited call against the policy again: a
 // write moved out of /srv/prod is refused, and the page says so.
 func TestBrowserEditIsCheckedAgain(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
@@ -100,6 +102,7 @@ func TestBrowserEditIsCheckedAgain(t *testing.T) {
 // An edit the form's schema does not allow is refused on the page and by
 // the inbox: nothing is sent.
 func TestBrowserEditValidatedAgainstTheForm(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice"],"editable":["path"]}`})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
@@ -116,6 +119,7 @@ func TestBrowserEditValidatedAgainstTheForm(t *testing.T) {
 // Decline (the d key) with a reason refuses the proposal as disagree, and
 // the proposer reads the reason in the chat.
 func TestBrowserDeclineWithReason(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
@@ -153,6 +157,7 @@ func TestBrowserDeclineWithReason(t *testing.T) {
 // Delegate hands the prompt to the chosen approver, who is asked with
 // the chain that led to them.
 func TestBrowserDelegate(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice","bob"]}`, humans: []string{"bob"}})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
@@ -178,6 +183,7 @@ func TestBrowserDelegate(t *testing.T) {
 // A withdrawn proposal and one whose deadline passes leave the open
 // prompts, each marked with its cause.
 func TestBrowserWithdrawAndDeadlineEndTheCard(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	// Only the late one has a short deadline: on a slow machine the
 	// withdrawn one must not end by its deadline before it is withdrawn.
 	w := newWorld(t, worldOptions{timeouts: `{"/srv/prod/banner":"3s"}`})
@@ -207,6 +213,7 @@ func TestBrowserWithdrawAndDeadlineEndTheCard(t *testing.T) {
 // claims to come from alice is ignored by the fulfiller, and the card
 // stays open until alice answers.
 func TestBrowserSignedAnswersAndForgeryIgnored(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	w := newWorld(t, worldOptions{keys: approval.Keys{"alice": pub}, key: priv})
 	ctx := tab(t, 1280, 900)
@@ -247,6 +254,7 @@ func TestBrowserSignedAnswersAndForgeryIgnored(t *testing.T) {
 // policy's deadline: the card's countdown runs to the proposer's deadline
 // and says the proposer stops waiting then.
 func TestBrowserProposersDeadlineShown(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
@@ -267,6 +275,7 @@ func TestBrowserProposersDeadlineShown(t *testing.T) {
 // it (and a page that loses the stream without one gives up after a
 // while, saying the same).
 func TestBrowserClientStoppedIsSaid(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)
@@ -286,6 +295,7 @@ func TestBrowserClientStoppedIsSaid(t *testing.T) {
 // A quorum card shows its progress as the other approvers answer, and a
 // card the others decide says who and why, as the broadcast showed it.
 func TestBrowserQuorumProgressAndWhoDecided(t *testing.T) {
+	t.Parallel() // a space, a fulfiller, an inbox and tabs of its own
 	w := newWorld(t, worldOptions{escalation: `{"approvers":["alice","bob"],"quorum":2}`, humans: []string{"bob"}})
 	ctx := tab(t, 1280, 900)
 	w.open(t, ctx)

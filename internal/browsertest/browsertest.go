@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/storage"
 	"github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
 
@@ -37,16 +39,26 @@ func Chromium() string {
 }
 
 // browser is the one headless Chromium of a test binary, started by the
-// first PasskeyTab: each tab after it is a browser context of its own
-// (cookies, storage, passkeys apart), so a test sees no other test's
-// session, and the binary starts Chromium once rather than once a tab
-// (most of a short browser test's time on a 2-core machine).
+// first PasskeyTab. Each PasskeyTab is a tab in a browser context of its
+// own (cookies, storage, passkeys apart), so a test sees no other test's
+// session; the binary starts Chromium once rather than once a tab. A
+// finished test's tab and browser context go back to idle, wiped, for
+// the next PasskeyTab: making a browser context and its first page costs
+// Chromium a renderer start and, on a loaded 2-core machine, 1.5–2.5 s
+// of a browser test's 5–10.
 var browser struct {
 	mu      sync.Mutex
 	started bool
 	ctx     context.Context // the browser's first tab, which owns the process
 	stop    func()
 	err     error
+	idle    []*person
+}
+
+// person is a tab in a browser context of its own: one person's phone.
+type person struct {
+	ctx    context.Context // the tab
+	cancel func()          // closes the tab and disposes its browser context
 }
 
 // start starts the shared browser at path once; later calls return it.
@@ -74,12 +86,16 @@ func start(path string) (context.Context, error) {
 
 // Stop ends the browser the test binary's PasskeyTabs opened their tabs
 // in, if they did. A package that uses PasskeyTab calls it from TestMain
-// after m.Run: each tab closes when its test ends, the browser when the
-// tests do (and the kernel kills it if the binary dies first: chromedp's
-// Pdeathsig).
+// after m.Run: each tab is wiped when its test ends, the browser closes
+// when the tests do (and the kernel kills it if the binary dies first:
+// chromedp's Pdeathsig).
 func Stop() {
 	browser.mu.Lock()
 	defer browser.mu.Unlock()
+	for _, p := range browser.idle {
+		p.cancel()
+	}
+	browser.idle = nil
 	if browser.stop != nil {
 		browser.stop()
 		browser.stop = nil
@@ -89,9 +105,10 @@ func Stop() {
 // PasskeyTab opens a tab of the test binary's headless Chromium, in a
 // browser context of its own, at phone width (390×844) with a virtual
 // authenticator (CTAP2, internal, resident keys, user presence and
-// verification simulated): the phone and passkey of one person. The tab
-// closes when the test ends; the browser at Stop. Without Chromium the
-// test fails in CI and is skipped elsewhere (testenv.Missing).
+// verification simulated): the phone and passkey of one person. When the
+// test ends the tab is wiped for a later test (Stop closes it). Without
+// Chromium the test fails in CI and is skipped elsewhere
+// (testenv.Missing).
 func PasskeyTab(t testing.TB) context.Context {
 	t.Helper()
 	path := Chromium()
@@ -102,11 +119,23 @@ func PasskeyTab(t testing.TB) context.Context {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
-	t.Cleanup(cancel)
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("open a tab of %s: %v", path, err)
+	p := takeIdle()
+	if p == nil {
+		ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+		p = &person{ctx: ctx, cancel: cancel}
+		if err := chromedp.Do(ctx); err != nil {
+			cancel()
+			t.Fatalf("open a tab of %s: %v", path, err)
+		}
 	}
+	// The test's context ends with the test, and with it what listens to
+	// the tab for the test (ConsoleErrors); the tab outlives it.
+	ctx, cancel := context.WithCancel(p.ctx)
+	var auth webauthn.AuthenticatorID
+	t.Cleanup(func() {
+		cancel()
+		recycle(p, auth)
+	})
 	// A headless window is at least 500 px wide: the viewport is what
 	// makes it a phone's.
 	Do(t, ctx, "emulate a phone's viewport", chromedp.EmulateViewport(390, 844))
@@ -114,13 +143,74 @@ func PasskeyTab(t testing.TB) context.Context {
 		if _, err := cdp.Call(ctx, tg, webauthn.Enable, webauthn.EnableParams{}); err != nil {
 			return chromedp.Void{}, err
 		}
-		_, err := cdp.Call(ctx, tg, webauthn.AddVirtualAuthenticator, webauthn.AddVirtualAuthenticatorParams{Options: &webauthn.VirtualAuthenticatorOptions{
+		r, err := cdp.Call(ctx, tg, webauthn.AddVirtualAuthenticator, webauthn.AddVirtualAuthenticatorParams{Options: &webauthn.VirtualAuthenticatorOptions{
 			Protocol: webauthn.AuthenticatorProtocolCtap2, Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
 			HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
 		}})
+		auth = r.AuthenticatorID
 		return chromedp.Void{}, err
 	})
 	return ctx
+}
+
+// takeIdle is a wiped tab a finished test left, or nil.
+func takeIdle() *person {
+	browser.mu.Lock()
+	defer browser.mu.Unlock()
+	n := len(browser.idle)
+	if n == 0 {
+		return nil
+	}
+	p := browser.idle[n-1]
+	browser.idle = browser.idle[:n-1]
+	return p
+}
+
+// recycle wipes the tab of a finished test and keeps it for the next
+// PasskeyTab: the page left for about:blank (its timers and requests
+// stop while the test's server still runs), the person's passkey gone
+// with the authenticator, the browser context's cookies (the session)
+// and cache cleared. A tab that cannot be wiped is closed instead: a
+// later test gets a fresh one, never one with a session left in it.
+func recycle(p *person, auth webauthn.AuthenticatorID) {
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		if auth != "" {
+			if _, err := cdp.Call(ctx, tg, webauthn.RemoveVirtualAuthenticator, webauthn.RemoveVirtualAuthenticatorParams{AuthenticatorID: auth}); err != nil {
+				return chromedp.Void{}, fmt.Errorf("remove the authenticator: %w", err)
+			}
+		}
+		if _, err := cdp.Call(ctx, tg, network.ClearBrowserCache, cdp.Empty{}); err != nil {
+			return chromedp.Void{}, fmt.Errorf("clear the cache: %w", err)
+		}
+		c := chromedp.FromContext(ctx)
+		if c.BrowserContextID == "" {
+			return chromedp.Void{}, fmt.Errorf("the tab has no browser context of its own")
+		}
+		if _, err := cdp.Call(ctx, c.Browser, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: c.BrowserContextID}); err != nil {
+			return chromedp.Void{}, fmt.Errorf("clear cookies: %w", err)
+		}
+		left, err := cdp.Call(ctx, c.Browser, storage.GetCookies, storage.GetCookiesParams{BrowserContextID: c.BrowserContextID})
+		if err != nil {
+			return chromedp.Void{}, fmt.Errorf("list cookies: %w", err)
+		}
+		if len(left.Cookies) != 0 {
+			return chromedp.Void{}, fmt.Errorf("%d cookies left", len(left.Cookies))
+		}
+		return chromedp.Void{}, nil
+	})
+	if err != nil {
+		p.cancel()
+		return
+	}
+	browser.mu.Lock()
+	defer browser.mu.Unlock()
+	if browser.stop == nil { // Stop ran: nothing to keep it for
+		p.cancel()
+		return
+	}
+	browser.idle = append(browser.idle, p)
 }
 
 // Do runs browser steps within 30 seconds, failing the test on error.
