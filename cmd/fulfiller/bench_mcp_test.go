@@ -87,6 +87,7 @@ func TestBenchMCPReport(t *testing.T) {
 
 // A run whose calls fail exits 1 (so it can gate CI) and says why.
 func TestBenchMCPErrorsFailTheRun(t *testing.T) {
+	parallelCLI(t)
 	policy := filepath.Join(t.TempDir(), "deny.rego")
 	if err := os.WriteFile(policy, []byte("package fulfiller\n\nimport rego.v1\n\ndefault decision := {\"action\": \"reject\", \"reason\": \"policy\", \"message\": \"no adding today\"}\n"), 0o600); err != nil {
 		t.Fatal(err)

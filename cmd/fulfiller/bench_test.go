@@ -64,6 +64,7 @@ func TestBenchStateURLSecretNotEchoed(t *testing.T) {
 // proposal was answered once. The report's shape is the point, not
 // throughput: 100 proposals (10 of them invalid) show it.
 func TestBenchJSON(t *testing.T) {
+	parallelCLI(t)
 	stdout, stderr, code := cli(t, "", "bench", "--proposals", "100", "--proposers", "2", "--json",
 		"--policy", "../../examples/policies", "--data", "../../examples/policies/data.yaml")
 	if code != 0 {
@@ -140,6 +141,7 @@ func TestBenchTextFulfillerCPU(t *testing.T) {
 // point, not the ratio: 50 proposals a run. --state-baseline none
 // compares with no NATS store at all, against issue 28's 0.9×.
 func TestBenchStateCompare(t *testing.T) {
+	parallelCLI(t)
 	for _, tc := range []struct {
 		baseline string
 		target   float64
@@ -204,6 +206,7 @@ func checkBenchStateCompare(t *testing.T, baseline string, target float64) {
 // answer refused as a spoof attempt. The ratio is reported; whether it
 // meets its target is the benchmark's business, not this test's.
 func TestBenchToolStyleCompare(t *testing.T) {
+	parallelCLI(t)
 	stdout, stderr, code := cli(t, "", "bench", "--proposals", "200", "--proposers", "2", "--json", "--state", "none",
 		"--max-inflight", "2", "--tool-style", "compare", "--rounds", "2",
 		// What is compared is the tool owners' answers: a policy

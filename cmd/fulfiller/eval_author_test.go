@@ -46,6 +46,7 @@ func opaDecision(t *testing.T, input string) any {
 // eval gives with the same flags — for bare envelopes, with --tools, with
 // --tool-metadata and for a full input document.
 func TestEvalPrintInputDecidesAsOPA(t *testing.T) {
+	parallelCLI(t)
 	base := []string{"eval", "--policy", examplePolicies, "--data", exampleData, "--policy-timeout", "1m"}
 	for _, tc := range []struct {
 		name   string

@@ -56,6 +56,24 @@ func cliEnv(t *testing.T, stdin string, env map[string]string, args ...string) (
 	return out.String(), errOut.String(), exitCode(err)
 }
 
+// parallelCLI lets a test whose cli calls are neither `run` nor given an
+// environment run in parallel (t.Parallel) with the binary tests, which
+// mostly wait on their processes: alone, such a test left one of the
+// machine's two cores idle for as long as it took. It stays sequential when
+// the test binary's environment holds a FULFILLER_* variable, which cli
+// must clear with t.Setenv, and t.Setenv panics in a parallel test. The
+// environment is stable by then: parallel tests start after every
+// sequential one has finished and restored what it set.
+func parallelCLI(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, envPrefix) {
+			return
+		}
+	}
+	t.Parallel()
+}
+
 // namesToken reports whether a test's environment or arguments say where
 // run's token comes from (or name a config file, which may): then the
 // test's own choice stands.
@@ -260,6 +278,7 @@ func TestEvalUsageErrors(t *testing.T) {
 }
 
 func TestTestCommand(t *testing.T) {
+	parallelCLI(t)
 	t.Run("examples pass", func(t *testing.T) {
 		stdout, stderr, code := cli(t, "", "test", examplePolicies)
 		if code != 0 {

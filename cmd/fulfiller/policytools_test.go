@@ -75,6 +75,7 @@ func opaCoverageJSON(t *testing.T, paths ...string) string {
 // and a policy whose tests leave gaps. (Checked once by hand against the
 // opa v1.22.2 binary too: identical output for both.)
 func TestTestCoverageJSONIsOPAs(t *testing.T) {
+	parallelCLI(t)
 	for _, dir := range []string{examplePolicies, gapsPolicy} {
 		stdout, stderr, code := cli(t, "", "test", "--coverage", "--format", "json", dir)
 		if code != 0 || stderr != "" {
@@ -120,6 +121,7 @@ func TestTestCoveragePretty(t *testing.T) {
 // opa test --threshold; at or over it, exit 0; the threshold implies
 // coverage.
 func TestTestThreshold(t *testing.T) {
+	parallelCLI(t)
 	stdout, stderr, code := cli(t, "", "test", "--threshold", "90", gapsPolicy)
 	if code != 2 || stderr != "fulfiller: Code coverage threshold not met: got 63.64 instead of 90.00\n" {
 		t.Errorf("under: exit %d, stderr %q", code, stderr)
@@ -204,6 +206,7 @@ func TestTestBench(t *testing.T) {
 // --strict the unknown key is a warning and OPA's strict errors are not
 // errors.
 func TestCheckCommand(t *testing.T) {
+	parallelCLI(t)
 	p := filepath.Join(contractPolicy, "policy.rego")
 	lines := strings.Split(readFile(t, p), "\n")
 	// As OPA renders a source line: leading tabs dropped, the caret

@@ -47,6 +47,7 @@ decision := {
 // restart; `fulfiller grants list` shows it and `revoke` ends it, after
 // which alice is asked again.
 func TestRunBinaryGrants(t *testing.T) {
+	parallelCLI(t) // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	srv, policy := newBinarySpace(t, grantPolicy)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -135,15 +136,15 @@ func TestRunBinaryGrants(t *testing.T) {
 		}
 	}
 
-	env := map[string]string{"FULFILLER_HTTP": addr, "FULFILLER_HTTP_TOKEN": "op-secret"}
-	stdout, stderr, code := cliEnv(t, "", env, "grants", "list")
+	ops := operatorFlags(t, addr)
+	stdout, stderr, code := cli(t, "", append([]string{"grants", "list"}, ops...)...)
 	// The gateway is not said to authenticate senders: the grant is for
 	// anyone who may propose, and says so.
 	if code != 0 || !strings.Contains(stdout, "live   anyone    anyone who may propose in this space → read_log, path under /srv/logs/  alice") {
 		t.Fatalf("grants list: exit %d\n%s%s", code, stdout, stderr)
 	}
 	id := strings.Fields(strings.Split(stdout, "\n")[1])[0]
-	if stdout, stderr, code = cliEnv(t, "", env, "grants", "revoke", id); code != 0 || stdout != "revoked "+id+": anyone who may propose in this space → read_log, path under /srv/logs/\n" {
+	if stdout, stderr, code = cli(t, "", append([]string{"grants", "revoke", id}, ops...)...); code != 0 || stdout != "revoked "+id+": anyone who may propose in this space → read_log, path under /srv/logs/\n" {
 		t.Fatalf("grants revoke: exit %d %q %q", code, stdout, stderr)
 	}
 	read("p-4", "/srv/logs/app.log")
@@ -188,6 +189,7 @@ func TestRunBinaryGrants(t *testing.T) {
 // warns about it at start; it is still listed, as unusable, and coder's
 // next read is asked about.
 func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
+	parallelCLI(t) // the fulfiller as a process of its own: mostly waiting
 	bin := fulfillerBinary(t)
 	srv, policy := newBinarySpace(t, grantPolicy)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -226,7 +228,7 @@ func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
 			return e.Kind == agent.KindRequest && strings.Contains(string(e.Payload), `"elicitation/create"`) && strings.Contains(string(e.Payload), `"id":"`+id+`"`)
 		})
 	}
-	env := map[string]string{"FULFILLER_HTTP": addr, "FULFILLER_HTTP_TOKEN": "op-secret"}
+	ops := operatorFlags(t, addr)
 
 	first, logs := start("FULFILLER_GATEWAY_AUTHENTICATES_FROM=true")
 	poll.Until(t, "the fulfiller joined", func() bool { _, ok := coder.Participant("fulfiller"); return ok })
@@ -244,7 +246,7 @@ func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
 	if out, err := prop.Wait(ctx, "p-1"); err != nil || !out.Fulfilled {
 		t.Fatalf("p-1: %+v %v, want fulfilled\n%s", out, err, logs.String())
 	}
-	stdout, stderr, code := cliEnv(t, "", env, "grants", "list")
+	stdout, stderr, code := cli(t, "", append([]string{"grants", "list"}, ops...)...)
 	if code != 0 || !strings.Contains(stdout, "live   pinned: coder  coder → read_log, path under /srv/logs/  alice") {
 		t.Fatalf("grants list with the flag: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -262,10 +264,23 @@ func TestRunBinaryGrantPinnedOnlyWithTheFlag(t *testing.T) {
 	poll.Until(t, "the start-up warning about "+id, func() bool {
 		return strings.Contains(logs.String(), `"msg":"grant pinned to a proposer matches nothing`) && strings.Contains(logs.String(), `"grant":"`+id+`","proposer":"coder"`)
 	})
-	stdout, stderr, code = cliEnv(t, "", env, "grants", "list")
+	stdout, stderr, code = cli(t, "", append([]string{"grants", "list"}, ops...)...)
 	if code != 0 || !strings.Contains(stdout, id+"  unusable  pinned: coder  coder → read_log, path under /srv/logs/  alice") {
 		t.Errorf("grants list without the flag: exit %d\n%s%s", code, stdout, stderr)
 	}
 	read("p-2")
 	asked("p-2") // the pinned grant no longer lets it through
+}
+
+// operatorFlags are the grants command's flags for the operator API at
+// addr, the token in a file: flags rather than FULFILLER_HTTP and
+// FULFILLER_HTTP_TOKEN, which cli would have to set with t.Setenv, so that
+// the test can run in parallel (parallelCLI).
+func operatorFlags(t *testing.T, addr string) []string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "http-token")
+	if err := os.WriteFile(file, []byte("op-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--http", addr, "--http-token-file", file}
 }

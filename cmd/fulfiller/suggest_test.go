@@ -40,6 +40,7 @@ at the end of its decision chain (docs/suggest.md):
 `
 
 func TestSuggestPretty(t *testing.T) {
+	parallelCLI(t)
 	out := filepath.Join(t.TempDir(), "suggested")
 	stdout, stderr, code := cli(t, "", "suggest", "--decision-log", suggestLog, "--out", out,
 		"--policy", suggestCurrent, "--policy-timeout", "10s")
@@ -106,6 +107,7 @@ func opaBinary(t *testing.T) string {
 }
 
 func TestSuggestJSON(t *testing.T) {
+	parallelCLI(t)
 	out := filepath.Join(t.TempDir(), "s")
 	stdout, stderr, code := cli(t, "", "suggest", "--decision-log", suggestLog, "--out", out, "--format", "json", "--policy-timeout", "10s")
 	if code != 0 || stderr != "" {
@@ -215,6 +217,7 @@ func TestSuggestUsageErrors(t *testing.T) {
 // the false approval is the example policy's own (it reads /etc/shadow,
 // which alice declined), never the rule's.
 func TestSuggestBesideExamplePolicy(t *testing.T) {
+	parallelCLI(t)
 	out := filepath.Join(t.TempDir(), "s")
 	examples := filepath.Join("..", "..", "examples", "policies")
 	stdout, stderr, code := cli(t, "", "suggest", "--decision-log", suggestLog, "--out", out, "--policy-timeout", "10s",

@@ -12,6 +12,7 @@ import (
 // data.yaml read data.settings undefined. With the data beside the
 // policies it says nothing.
 func TestTestWarnsOfMissingData(t *testing.T) {
+	parallelCLI(t)
 	dir := t.TempDir()
 	regos, err := filepath.Glob(filepath.Join(examplePolicies, "*.rego"))
 	if err != nil || len(regos) == 0 {

@@ -84,6 +84,7 @@ func TestRunChecksToolMetadata(t *testing.T) {
 // annotations run would give a bridged tool's call, so the example
 // policies decide it as they would in the space.
 func TestEvalToolMetadata(t *testing.T) {
+	parallelCLI(t)
 	dir := t.TempDir()
 	proposal := func(name, tool, path string) string {
 		t.Helper()
