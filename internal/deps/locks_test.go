@@ -17,7 +17,8 @@ import (
 
 // TestEveryMutexIsInTheLockList keeps docs/locks.md complete: every
 // sync.Mutex and sync.RWMutex in the module's non-test code (a struct's
-// field, or a function's variable) has a row there, and every row names
+// field, a package's variable or a field of its anonymous struct, or a
+// function's variable) has a row there, and every row names
 // one that exists. A lock order is only worth writing down if nobody can
 // add a lock without reading it.
 func TestEveryMutexIsInTheLockList(t *testing.T) {
@@ -112,37 +113,67 @@ func mutexesIn(t *testing.T, root string) []string {
 		}
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		pkg := filepath.ToSlash(rel)
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.TypeSpec:
-				if st, ok := n.Type.(*ast.StructType); ok {
-					for _, fld := range st.Fields.List {
-						if !isMutex(fld.Type) {
-							continue
+		// fields adds the mutexes among a struct's fields, owned by owner.
+		fields := func(owner string, st *ast.StructType) {
+			for _, fld := range st.Fields.List {
+				if !isMutex(fld.Type) {
+					continue
+				}
+				if len(fld.Names) == 0 {
+					out = append(out, pkg+" "+owner+".Mutex")
+				}
+				for _, name := range fld.Names {
+					out = append(out, pkg+" "+owner+"."+name.Name)
+				}
+			}
+		}
+		for _, decl := range f.Decls {
+			switch d := decl.(type) {
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch spec := spec.(type) {
+					case *ast.TypeSpec:
+						if st, ok := spec.Type.(*ast.StructType); ok {
+							fields(spec.Name.Name, st)
 						}
-						if len(fld.Names) == 0 {
-							out = append(out, pkg+" "+n.Name.Name+".Mutex")
-						}
-						for _, name := range fld.Names {
-							out = append(out, pkg+" "+n.Name.Name+"."+name.Name)
+					case *ast.ValueSpec:
+						// A package's variable: a mutex of its own
+						// ("pkg name"), or an anonymous struct with
+						// mutexes ("pkg name.field").
+						for _, name := range spec.Names {
+							if isMutex(spec.Type) {
+								out = append(out, pkg+" "+name.Name)
+							}
+							if st, ok := spec.Type.(*ast.StructType); ok {
+								fields(name.Name, st)
+							}
 						}
 					}
 				}
 			case *ast.FuncDecl:
-				if n.Body == nil {
-					return false
+				if d.Body == nil {
+					continue
 				}
-				ast.Inspect(n.Body, func(m ast.Node) bool {
-					if vs, ok := m.(*ast.ValueSpec); ok && isMutex(vs.Type) {
-						for _, name := range vs.Names {
-							out = append(out, pkg+" "+n.Name.Name+"."+name.Name)
+				ast.Inspect(d.Body, func(m ast.Node) bool {
+					switch m := m.(type) {
+					case *ast.ValueSpec:
+						for _, name := range m.Names {
+							if isMutex(m.Type) {
+								out = append(out, pkg+" "+d.Name.Name+"."+name.Name)
+							}
+							if st, ok := m.Type.(*ast.StructType); ok {
+								fields(d.Name.Name+"."+name.Name, st)
+							}
+						}
+					case *ast.TypeSpec: // a type declared inside the function
+						if st, ok := m.Type.(*ast.StructType); ok {
+							fields(m.Name.Name, st)
 						}
 					}
 					return true
 				})
 			}
-			return true
-		})
+		}
 		return nil
 	})
 	if err != nil {
