@@ -20,11 +20,10 @@ import (
 )
 
 // asFulfiller, in this test binary's environment, makes TestMain run
-// fulfiller's main instead of the tests: the binary tests start this test
-// binary as the fulfiller (fulfillerBinary), so that CI compiles the
-// program's dependencies (OPA, the NATS server) once, with -race, rather
-// than a second time for a separate go build. The child is the same main
-// package a release is built from, race-checked besides.
+// fulfiller's main instead of the tests. The tests whose fulfiller starts
+// another fulfiller from its own executable (bench's child, an MCP
+// upstream that inherits the environment) use it; the tests of the
+// process from outside run a release-like build instead (fulfillerBinary).
 const asFulfiller = "FULFILLER_TEST_RUN_AS_FULFILLER"
 
 // fulfillerScript is the program the binary tests run as fulfiller,
@@ -36,9 +35,13 @@ var fulfillerScript struct {
 	err  error
 }
 
+// fulfillerPackage is the main package fulfillerBinary builds.
+const fulfillerPackage = "github.com/mewkit/fulfiller/cmd/fulfiller"
+
 // TestMain runs fulfiller itself when started as the fulfiller
 // (asFulfiller) or as nats-server; otherwise it runs the tests, stops the
-// inbox tests' browser (browsertest.Stop), removes the fulfiller script,
+// inbox tests' browser (browsertest.Stop), removes the fulfiller script
+// and build (testenv.RemovePrograms),
 // and fails the run if a test left run's default state directory
 // (relative to the working directory: this package's source) behind:
 // tests give --state.
@@ -57,6 +60,7 @@ func TestMain(m *testing.M) {
 	if fulfillerScript.dir != "" {
 		_ = os.RemoveAll(fulfillerScript.dir)
 	}
+	testenv.RemovePrograms()
 	if _, err := os.Stat(defaultStateDir); err == nil && !existed {
 		fmt.Fprintf(os.Stderr, "a test left %s in the package directory: run it with --state or FULFILLER_STATE in a temporary directory\n", defaultStateDir)
 		_ = os.RemoveAll(defaultStateDir)
@@ -66,22 +70,23 @@ func TestMain(m *testing.M) {
 }
 
 // fulfillerBinary returns the path of a program that runs fulfiller with
-// the arguments it is given: a script that execs this test binary with
-// asFulfiller set, so the process the test starts, signals and kills is
-// the fulfiller itself (exec keeps the pid). The tests that need it run
-// with -short too: they are the operator's view (crash, group, audit,
-// shutdown, the interactive demo), not soak runs, and CI runs -short.
-// They run in parallel (t.Parallel) where they can: each has its own
-// space, directories and ports, and mostly waits on its processes (not
-// TestRunBinaryGrants, whose in-process CLI calls set the environment).
+// the arguments it is given: a script that execs fulfiller built as a
+// release builds it, without -race (testenv.Program), so the process the
+// test starts, signals and kills is the fulfiller itself (exec keeps the
+// pid). Race-built, as the test binary started as fulfiller, each of
+// these hundred processes cost twice the CPU, and CI's longest package
+// waited on them; the same code runs race-checked in this package's
+// in-process tests. The tests that need it run with -short too: they are
+// the operator's view (crash, group, audit, shutdown, the interactive
+// demo), not soak runs, and CI runs -short. They run in parallel
+// (t.Parallel) where they can: each has its own space, directories and
+// ports, and mostly waits on its processes (not TestRunBinaryGrants,
+// whose in-process CLI calls set the environment).
 func fulfillerBinary(t *testing.T) string {
 	t.Helper()
+	exe := testenv.Program(t, fulfillerPackage)
 	fulfillerScript.once.Do(func() {
-		exe, err := os.Executable()
-		if err != nil {
-			fulfillerScript.err = fmt.Errorf("find the test binary: %w", err)
-			return
-		}
+		var err error
 		if fulfillerScript.dir, err = os.MkdirTemp("", "fulfiller-bin-"); err != nil {
 			fulfillerScript.err = err
 			return
@@ -89,10 +94,10 @@ func fulfillerBinary(t *testing.T) string {
 		path := filepath.Join(fulfillerScript.dir, "fulfiller")
 		// A policy evaluation may take a minute (where the test's
 		// environment or flags say nothing else), not run's and mcp's
-		// 100ms: under -race on a loaded 2-core machine an evaluation
-		// took longer, twice, and the call was answered busy, which
-		// none of these tests is about.
-		script := fmt.Sprintf("#!/bin/sh\n%s=1 %s=\"${%s:-1m}\" exec '%s' \"$@\"\n", asFulfiller, envName("policy-timeout"), envName("policy-timeout"), exe)
+		// 100ms: on a loaded 2-core machine an evaluation took longer,
+		// twice, and the call was answered busy, which none of these
+		// tests is about.
+		script := fmt.Sprintf("#!/bin/sh\n%s=\"${%s:-1m}\" exec '%s' \"$@\"\n", envName("policy-timeout"), envName("policy-timeout"), exe)
 		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 			fulfillerScript.err = fmt.Errorf("write %s: %w", path, err)
 			return

@@ -27,7 +27,7 @@ import (
 // directory it names (read_file, write_file, delete_path), for
 // `fulfiller mcp` to stand in front of. It is checked in init, before
 // TestMain: the upstream inherits the fulfiller's environment, which
-// makes the test binary the fulfiller (asFulfiller).
+// may make the test binary the fulfiller (asFulfiller).
 const mcpFilesEnv = "FULFILLER_TEST_MCP_FILES"
 
 func init() {
