@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,7 +80,7 @@ func childRig(t *testing.T, kind string) *rig {
 }
 
 // childRigWith is childRig with the Front's cfg (its Engine the rig's).
-func childRigWith(t *testing.T, kind string, cfg Config) *rig {
+func childRigWith(t *testing.T, kind string, cfg Config, prepare ...func(*Front)) *rig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &rig{t: t, ctx: ctx}
@@ -92,6 +93,9 @@ func childRigWith(t *testing.T, kind string, cfg Config) *rig {
 	f, err := New(cfg, up)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range prepare {
+		p(f)
 	}
 	t.Cleanup(func() {
 		cancel()
@@ -215,13 +219,88 @@ func TestCallWaitsForTheRestart(t *testing.T) {
 	}
 }
 
+// A call made in the moment between the upstream's death and
+// fulfiller's seeing it finds the session still there, and the SDK's
+// client refuses to send on it (its connection has ended). It was never
+// sent, so it is not answered "failed during the call" (which says it
+// may have run): it waits for the restart and runs once, on the new
+// process.
+func TestCallMadeAsTheUpstreamDiesRunsOnTheRestart(t *testing.T) {
+	ended := make(chan struct{})
+	release := make(chan struct{})
+	var held, released sync.Once
+	hold := func() {
+		held.Do(func() { // the first end only: the test's own cleanup ends it too
+			close(ended)
+			<-release
+		})
+	}
+	free := func() { released.Do(func() { close(release) }) }
+	r := childRigWith(t, "jobs", Config{BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond},
+		func(f *Front) { f.testSessionEnded = hold })
+	t.Cleanup(free) // before the rig's: a failed test does not leave hold waiting
+	cs := r.stdioClient("jobs", nil)
+	pid1, err := strconv.Atoi(text(call(t, cs, "pid", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream's end was never seen")
+	}
+	u := r.front.ups["jobs"]
+	u.mu.Lock()
+	stale := u.cs != nil
+	u.mu.Unlock()
+	if !stale {
+		t.Fatal("the upstream was marked down before the test's call: the moment this test is about has passed")
+	}
+	got := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "pid"})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+		}
+		got <- res
+	}()
+	// The call is refused by the SDK and waits for the restart (it made
+	// the channel the restart closes), or it was answered at once.
+	var res *mcp.CallToolResult
+	if !poll.Within(10*time.Second, func() bool {
+		select {
+		case res = <-got:
+			return true
+		default:
+		}
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.back != nil
+	}) {
+		t.Fatal("the call neither waited for the restart nor was answered")
+	}
+	free()
+	if res == nil {
+		res = <-got
+	}
+	pid2, err := strconv.Atoi(text(res))
+	if res.IsError || err != nil || pid2 == pid1 {
+		t.Fatalf("a call made as the upstream died: %s; want the pid of the restarted process", jsonOf(t, res))
+	}
+}
+
 // A call waiting for an upstream that does not come back ends with its
 // context, and its error names the upstream and why it is down.
 func TestRestartWaitEndsWithTheCall(t *testing.T) {
 	u := &upstream{Upstream: Upstream{Name: "jobs"}, down: errors.New("upstream jobs (a command) ended: signal: killed")}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := u.sessionFor(ctx)
+	_, err := u.sessionFor(ctx, nil)
 	want := "upstream jobs is not running (upstream jobs (a command) ended: signal: killed); the call ended while fulfiller was restarting it: context canceled"
 	if err == nil || err.Error() != want {
 		t.Fatalf("sessionFor: %v; want %q", err, want)

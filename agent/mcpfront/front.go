@@ -71,6 +71,11 @@ type Front struct {
 	// the engine cancels them or they end).
 	tokens map[string]*held
 	reqs   map[string]context.CancelFunc
+
+	// testSessionEnded, set by a test before Run, is called when an
+	// upstream's session has ended and before the upstream is marked
+	// down: the moment in which a call still finds the ended session.
+	testSessionEnded func()
 }
 
 // held is a tools/call waiting for its answer.
@@ -836,34 +841,50 @@ func (f *Front) SendRequest(_ context.Context, r Request) error {
 // a result that names the upstream that failed. The result is also
 // returned decoded (nil for the others), as the client is to get it.
 func (f *Front) send(ctx context.Context, u *upstream, params *mcp.CallToolParams) (Response, *mcp.CallToolResult) {
-	cs, err := u.sessionFor(ctx)
-	if err == nil {
-		if hc := u.httpFor(cs); hc != nil {
-			return hc.call(ctx, params) // posted by the Front itself (uphttp.go)
-		}
-		var res *mcp.CallToolResult
-		res, err = cs.CallTool(ctx, params)
+	// ended is a session the call found closed before it was sent on it.
+	var ended *mcp.ClientSession
+	for {
+		cs, err := u.sessionFor(ctx, ended)
 		if err == nil {
-			res = withoutResultType(res)
-			raw, merr := json.Marshal(res)
-			if merr == nil {
-				return Response{Result: raw}, res
+			if hc := u.httpFor(cs); hc != nil {
+				return hc.call(ctx, params) // posted by the Front itself (uphttp.go)
 			}
-			err = fmt.Errorf("its result cannot be relayed: %w", merr)
-		} else if werr := (*jsonrpc.Error)(nil); errors.As(err, &werr) && ctx.Err() == nil && isUpstreamRPCError(werr) {
-			return Response{Error: &RPCError{Code: werr.Code, Message: werr.Message, Data: werr.Data}}, nil
+			var res *mcp.CallToolResult
+			res, err = cs.CallTool(ctx, params)
+			if ended == nil && errors.Is(err, mcp.ErrConnectionClosed) && ctx.Err() == nil {
+				// Not sent: the SDK's client refuses a call on a
+				// connection whose reader has ended (a process that
+				// just died) before writing it; a call in flight when
+				// it ended fails with the read's error instead. So it
+				// goes out once, on the session that replaces this
+				// one, as a call made a moment later would: "failed
+				// during the call" would tell the client it may have
+				// run.
+				ended = cs
+				continue
+			}
+			if err == nil {
+				res = withoutResultType(res)
+				raw, merr := json.Marshal(res)
+				if merr == nil {
+					return Response{Result: raw}, res
+				}
+				err = fmt.Errorf("its result cannot be relayed: %w", merr)
+			} else if werr := (*jsonrpc.Error)(nil); errors.As(err, &werr) && ctx.Err() == nil && isUpstreamRPCError(werr) {
+				return Response{Error: &RPCError{Code: werr.Code, Message: werr.Message, Data: werr.Data}}, nil
+			}
+			switch {
+			case ctx.Err() != nil:
+				err = fmt.Errorf("upstream %s: the call was cancelled", u.Name)
+			default:
+				err = fmt.Errorf("upstream %s failed during the call: %w", u.Name, err)
+			}
 		}
-		switch {
-		case ctx.Err() != nil:
-			err = fmt.Errorf("upstream %s: the call was cancelled", u.Name)
-		default:
-			err = fmt.Errorf("upstream %s failed during the call: %w", u.Name, err)
-		}
+		res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}},
+			Meta: mcp.Meta{"fulfiller/upstream": u.Name}}
+		raw, _ := json.Marshal(res)
+		return Response{Result: raw, Failed: true}, nil
 	}
-	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}},
-		Meta: mcp.Meta{"fulfiller/upstream": u.Name}}
-	raw, _ := json.Marshal(res)
-	return Response{Result: raw, Failed: true}, nil
 }
 
 // withoutResultType is res without its resultType, which is the hop's

@@ -173,11 +173,16 @@ func (u *upstream) session() (*mcp.ClientSession, error) {
 // for a gap of a fraction of a second: until ctx ends or restartWait
 // has passed, then an error naming the upstream. The call is not sent
 // before there is a session, so it never runs twice.
-func (u *upstream) sessionFor(ctx context.Context) (*mcp.ClientSession, error) {
+//
+// ended, when not nil, is a session the caller found closed before it
+// could send on it (its connection's reader saw the end before
+// supervise did): it counts as down, and the call waits for the one
+// that replaces it.
+func (u *upstream) sessionFor(ctx context.Context, ended *mcp.ClientSession) (*mcp.ClientSession, error) {
 	u.mu.Lock()
 	cs := u.cs
 	u.mu.Unlock()
-	if cs != nil {
+	if cs != nil && cs != ended {
 		return cs, nil
 	}
 	timer := time.NewTimer(restartWait)
@@ -185,6 +190,9 @@ func (u *upstream) sessionFor(ctx context.Context) (*mcp.ClientSession, error) {
 	for {
 		u.mu.Lock()
 		cs, down := u.cs, u.down
+		if cs == ended {
+			cs = nil
+		}
 		if cs == nil && u.back == nil {
 			u.back = make(chan struct{})
 		}
@@ -192,6 +200,9 @@ func (u *upstream) sessionFor(ctx context.Context) (*mcp.ClientSession, error) {
 		u.mu.Unlock()
 		if cs != nil {
 			return cs, nil
+		}
+		if down == nil {
+			down = errors.New("its connection closed")
 		}
 		select {
 		case <-back:
@@ -283,6 +294,9 @@ func (u *upstream) run(ctx context.Context) error {
 		u.listChanged(notifyTools) // what a restarted upstream lists may differ
 	}
 	err = cs.Wait()
+	if u.f.testSessionEnded != nil {
+		u.f.testSessionEnded()
+	}
 	_ = cs.Close() // what the session started (its subscriptions/listen) ends with it
 	if err == nil {
 		err = errors.New("its connection closed")
