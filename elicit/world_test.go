@@ -186,6 +186,9 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 		cancel()
 		wg.Wait()
 		srv.Close()
+		if t.Failed() { // what the fulfiller did, for a failure seen once under load
+			t.Logf("the fulfiller's log:\n%s", w.logs.String())
+		}
 	})
 	w.ctx, w.wg = ctx, &wg
 

@@ -90,7 +90,13 @@ type catalog struct {
 	byServer map[string]map[string]ToolInfo
 	gen      map[string]uint64 // drops answers older than the newest request or a leave
 	// asking counts the discoveries of each participant under way.
-	asking   map[string]int
+	asking map[string]int
+	// stops ends the newest discovery of each participant under way:
+	// asked again (a join after the welcome that listed it, a list
+	// change), the older one's answer would be dropped (gen), so it
+	// gives its slot up at once rather than hold it, for a participant
+	// that never answers tools/list, until the request's timeout.
+	stops    map[string]context.CancelFunc
 	inflight int
 	settled  chan struct{} // closed whenever no refresh is in flight
 	// learnt is closed (and replaced) whenever a server's tools become
@@ -148,6 +154,7 @@ func newCatalog(space Space, log *slog.Logger, timeout, settle time.Duration, co
 		byServer:  map[string]map[string]ToolInfo{},
 		gen:       map[string]uint64{},
 		asking:    map[string]int{},
+		stops:     map[string]context.CancelFunc{},
 		settled:   settled,
 		learnt:    make(chan struct{}),
 		conflicts: map[string]int{},
@@ -178,9 +185,15 @@ func (c *catalog) discover(ctx context.Context, id string) {
 		c.mu.Unlock()
 		return
 	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
 	c.mu.Lock()
 	c.gen[id]++
 	gen := c.gen[id]
+	if stop := c.stops[id]; stop != nil {
+		stop()
+	}
+	c.stops[id] = cancel
 	if c.inflight == 0 {
 		c.settled = make(chan struct{})
 	}
@@ -189,11 +202,9 @@ func (c *catalog) discover(ctx context.Context, id string) {
 	session := c.session
 	c.mu.Unlock()
 
-	parent := ctx
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(session, cancel)()
 		tools, requests, err := c.list(ctx, id)
@@ -231,6 +242,9 @@ func (c *catalog) discover(ctx context.Context, id string) {
 				c.learnt = make(chan struct{})
 				c.log.Debug("tools discovered", "participant", id, "tools", len(tools))
 			}
+		}
+		if c.gen[id] == gen {
+			delete(c.stops, id) // the newest ended: nothing to stop
 		}
 		c.inflight--
 		if c.asking[id]--; c.asking[id] <= 0 {
@@ -371,6 +385,10 @@ func (c *catalog) drop(id string) {
 	c.mu.Lock()
 	c.gen[id]++
 	delete(c.byServer, id)
+	if stop := c.stops[id]; stop != nil {
+		stop() // gone: its answer would be dropped
+		delete(c.stops, id)
+	}
 	c.mu.Unlock()
 }
 
@@ -382,6 +400,7 @@ func (c *catalog) reset() {
 		c.gen[id]++ // drops what is known, and the answers of discoveries cut short below
 	}
 	c.byServer = map[string]map[string]ToolInfo{}
+	c.stops = map[string]context.CancelFunc{} // the session's end stops them
 	c.endSession()
 	c.session, c.endSession = context.WithCancel(context.Background())
 	c.mu.Unlock()

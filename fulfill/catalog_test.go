@@ -124,6 +124,35 @@ func TestCatalogLookupDoesNotWaitForSilentPeers(t *testing.T) {
 	}
 }
 
+// A participant asked for its tools again (a join after the welcome
+// that listed it, a list change) has one discovery under way, not two:
+// the older one's answer would be dropped anyway. Humans never answer
+// tools/list, and after a reconnect each was asked at the welcome and
+// again at its join: their discoveries held every slot for the request's
+// timeout while the tool server's waited its turn, and a proposal made
+// meanwhile was rejected "incapable" (an elicit fault test under load).
+// One that leaves has none.
+func TestCatalogAskedAgainReplacesTheDiscoveryUnderWay(t *testing.T) {
+	t.Parallel()
+	space := newFakeSpace()
+	space.silent = map[string]bool{"coder": true}
+	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, time.Millisecond, 2)
+	defer c.wait()
+	defer c.reset() // first: ends the silent discovery, so that wait returns
+	c.refresh(context.Background(), "coder")
+	c.refresh(context.Background(), "coder") // the first gives its slot up
+	c.refresh(context.Background(), "calculator")
+	waitFor(t, func() bool { return len(c.owners("add")) == 1 })
+	inflight := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.inflight
+	}
+	waitFor(t, func() bool { return inflight() == 1 }) // coder's newest, for an hour
+	c.drop("coder")
+	waitFor(t, func() bool { return inflight() == 0 })
+}
+
 // A tool that says nothing of tasks must not be called as one, and
 // reading that costs nothing: the policy step asks it of every call.
 func TestTaskSupportAbsentIsForbiddenWithoutDecoding(t *testing.T) {
