@@ -3,6 +3,7 @@ package teaminbox_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http/httptest"
@@ -139,7 +140,24 @@ func (w *world) startFulfillerWith(policyText string) *spacetestProposer {
 	ctx, cancel := context.WithCancel(w.ctx)
 	fulDone := make(chan struct{})
 	go func() { defer close(fulDone); _ = ful.Run(ctx, fulSub.C()) }()
-	t.Cleanup(func() { cancel(); <-fulDone })
+	t.Cleanup(func() {
+		cancel()
+		<-fulDone
+		if t.Failed() { // what happened on the wire, for a failure seen once under load
+			var b strings.Builder
+			for _, env := range w.wire.Envelopes() {
+				if env.Kind != agent.KindPresence {
+					fmt.Fprintf(&b, "%s %s→%v %s %.300s\n", env.Kind, env.From, env.To, env.CorrelationID.First(), env.Payload)
+				}
+			}
+			w.events.mu.Lock()
+			for _, e := range w.events.list {
+				fmt.Fprintf(&b, "event %+v\n", e)
+			}
+			w.events.mu.Unlock()
+			t.Logf("the space's envelopes and the fulfiller's approval events:\n%s", b.String())
+		}
+	})
 	poll.Until(t, "tool discovery", func() bool { return len(ful.Tools()) == 4 })
 	return &spacetestProposer{w: w, c: spacetest.Join(t, w.ctx, w.srv, "coder", "coder-token")}
 }
