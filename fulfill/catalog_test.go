@@ -97,11 +97,7 @@ func TestCatalogSilentPeerCostsNothingLasting(t *testing.T) {
 // fault test saw "no participant in the space offers tool" so).
 func TestCatalogLookupDoesNotWaitForSilentPeers(t *testing.T) {
 	t.Parallel()
-	space := newFakeSpace()
-	space.silent = map[string]bool{"coder": true}
-	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, time.Millisecond, 2)
-	defer c.wait()
-	defer c.reset()                          // first: ends the silent discovery, so that wait returns
+	c := silentCoderCatalog(t, 2)
 	c.refresh(context.Background(), "coder") // in flight for an hour
 	c.refresh(context.Background(), "calculator")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -134,11 +130,7 @@ func TestCatalogLookupDoesNotWaitForSilentPeers(t *testing.T) {
 // One that leaves has none.
 func TestCatalogAskedAgainReplacesTheDiscoveryUnderWay(t *testing.T) {
 	t.Parallel()
-	space := newFakeSpace()
-	space.silent = map[string]bool{"coder": true}
-	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, time.Millisecond, 2)
-	defer c.wait()
-	defer c.reset() // first: ends the silent discovery, so that wait returns
+	c := silentCoderCatalog(t, 2)
 	c.refresh(context.Background(), "coder")
 	c.refresh(context.Background(), "coder") // the first gives its slot up
 	c.refresh(context.Background(), "calculator")
@@ -151,6 +143,21 @@ func TestCatalogAskedAgainReplacesTheDiscoveryUnderWay(t *testing.T) {
 	waitFor(t, func() bool { return inflight() == 1 }) // coder's newest, for an hour
 	c.drop("coder")
 	waitFor(t, func() bool { return inflight() == 0 })
+}
+
+// silentCoderCatalog is a catalog of concurrency slots whose tools/list
+// requests time out after an hour, in a space where coder never answers
+// one. When the test ends it is reset (which ends the silent
+// discoveries) and waited for.
+func silentCoderCatalog(t *testing.T, slots int) *catalog {
+	space := newFakeSpace()
+	space.silent = map[string]bool{"coder": true}
+	c := newCatalog(space, slog.New(slog.DiscardHandler), time.Hour, time.Millisecond, slots)
+	t.Cleanup(func() {
+		c.reset()
+		c.wait()
+	})
+	return c
 }
 
 // A tool that says nothing of tasks must not be called as one, and

@@ -197,13 +197,7 @@ func TestCallWaitsForTheRestart(t *testing.T) {
 	// lands in it.
 	r := childRigWith(t, "jobs", Config{BackoffMin: time.Second, BackoffMax: 2 * time.Second})
 	cs := r.stdioClient("jobs", nil)
-	pid1, err := strconv.Atoi(text(call(t, cs, "pid", nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	pid1 := killJobs(t, cs)
 	u := r.front.ups["jobs"]
 	if !poll.Within(10*time.Second, func() bool {
 		u.mu.Lock()
@@ -217,6 +211,20 @@ func TestCallWaitsForTheRestart(t *testing.T) {
 	if res.IsError || err != nil || pid2 == pid1 {
 		t.Fatalf("a call while the upstream restarts: %s; want the pid of the restarted process", jsonOf(t, res))
 	}
+}
+
+// killJobs kills the jobs upstream's process with SIGKILL and returns
+// its pid.
+func killJobs(t *testing.T, cs *mcp.ClientSession) int {
+	t.Helper()
+	pid, err := strconv.Atoi(text(call(t, cs, "pid", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 // A call made in the moment between the upstream's death and
@@ -240,13 +248,7 @@ func TestCallMadeAsTheUpstreamDiesRunsOnTheRestart(t *testing.T) {
 		func(f *Front) { f.testSessionEnded = hold })
 	t.Cleanup(free) // before the rig's: a failed test does not leave hold waiting
 	cs := r.stdioClient("jobs", nil)
-	pid1, err := strconv.Atoi(text(call(t, cs, "pid", nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	pid1 := killJobs(t, cs)
 	select {
 	case <-ended:
 	case <-time.After(10 * time.Second):
