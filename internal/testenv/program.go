@@ -77,9 +77,6 @@ func buildProgram(pkg string) (string, error) {
 		return "", fmt.Errorf("build %s: %w", pkg, err)
 	}
 	out := filepath.Join(dir, path.Base(pkg))
-	if path.Base(pkg) == "v2" { // github.com/nats-io/nats-server/v2
-		out = filepath.Join(dir, path.Base(path.Dir(pkg)))
-	}
 	cmd := exec.Command(goTool, "build", "-o", out, pkg)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
