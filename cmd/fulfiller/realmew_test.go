@@ -267,7 +267,7 @@ func TestRealMEWWalkthrough(t *testing.T) {
 						// said so (the same as below); it waits for the
 						// next one after that.
 						got := strings.Split(strings.TrimRight(a.out.String(), "\n"), "\n")
-						if last := got[len(got)-1]; strings.HasPrefix(last, "ended ") && strings.Contains(last, "decided by another approver") {
+						if endedByAnother(got[len(got)-1]) {
 							got = got[:len(got)-1]
 						}
 						sameOutput(walkStep{cmd: a.step.cmd, want: a.step.want[:min(len(got), len(a.step.want))]}, strings.Join(got, "\n"))
@@ -281,8 +281,7 @@ func TestRealMEWWalkthrough(t *testing.T) {
 					}
 				}
 				got := strings.Split(strings.TrimRight(a.out.String(), "\n"), "\n")
-				if last := got[len(got)-1]; o.Rejected && o.Reason == "disagree" && len(got) == len(a.step.want) &&
-					strings.HasPrefix(last, "ended ") && strings.Contains(last, "decided by another approver") {
+				if o.Rejected && o.Reason == "disagree" && len(got) == len(a.step.want) && endedByAnother(got[len(got)-1]) {
 					// The other approver's decline came first (on the
 					// page's run, this one's did): this card ended
 					// without its answer, and said so.
@@ -408,4 +407,11 @@ func filesServer(dir string) []toolserver.Tool {
 			return "Successfully wrote to " + p, os.WriteFile(p, []byte(a.Content), 0o644)
 		}},
 	}
+}
+
+// endedByAnother reports whether line is fulfiller approve's word that a
+// card ended without this approver's answer, because another approver's
+// decided it.
+func endedByAnother(line string) bool {
+	return strings.HasPrefix(line, "ended ") && strings.Contains(line, "decided by another approver")
 }
